@@ -1,0 +1,39 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+func ExamplePolicy_Validate() {
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute, Burst: 10}
+	fmt.Println(p.Validate())
+	p.Burst = 0
+	fmt.Println(p.Validate())
+	// Output:
+	// ratelimit: invalid policy: burst applies to token_bucket and leaky_bucket only, not fixed_window
+	// <nil>
+}
+
+func ExampleNewLimiter_invalidPolicy() {
+	_, err := core.NewLimiter(&fakeStore{}, core.Policy{Algorithm: core.TokenBucket, Limit: 0, Window: time.Second})
+	fmt.Println(err)
+	// Output:
+	// ratelimit: invalid policy: limit 0 is out of range [1, 1000000000000]
+}
+
+func ExampleLimiter_AllowN_failOpen() {
+	// A store that is down: the default FailMode lets the request through
+	// and says so, and the error is there to be logged.
+	down := &fakeStore{err: fmt.Errorf("dial tcp 127.0.0.1:6379: connection refused")}
+	l, _ := core.NewLimiter(down, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
+	d, err := l.AllowN(context.Background(), "client-1", 2)
+	fmt.Println(d.Allowed, d.FailedOpen)
+	fmt.Println(err)
+	// Output:
+	// true true
+	// ratelimit: store failed: policy "token_bucket-10-per-1s": dial tcp 127.0.0.1:6379: connection refused
+}

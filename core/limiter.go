@@ -1,0 +1,258 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// MaxKeyLen is the longest client key stored as it is. Longer keys, and keys
+// with bytes outside printable ASCII or with '{' or '}' (which would break
+// the Redis Cluster hash tag), are replaced by a SHA-256 digest.
+const MaxKeyLen = 128
+
+// DefaultTimeout bounds every decision of a Limiter built without
+// WithTimeout.
+const DefaultTimeout = 100 * time.Millisecond
+
+// FailMode says what a Limiter decides when its store fails or times out.
+type FailMode int
+
+const (
+	// FailOpen allows the request and marks the Decision FailedOpen. It is
+	// the default, as in Kong and Envoy: an outage of the rate limiter should
+	// not become an outage of the API.
+	FailOpen FailMode = iota
+	// FailClosed denies the request, with RetryAfter set to the Limiter's
+	// fail-closed retry (one second unless WithFailClosedRetry says).
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("FailMode(%d)", int(m))
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter) error
+
+// WithFailMode sets what the Limiter decides when its store fails.
+func WithFailMode(m FailMode) Option {
+	return func(l *Limiter) error {
+		if m != FailOpen && m != FailClosed {
+			return fmt.Errorf("%w: unknown fail mode %d", ErrInvalidOption, int(m))
+		}
+		l.failMode = m
+		return nil
+	}
+}
+
+// WithFailClosedRetry sets the RetryAfter of decisions denied by FailClosed.
+func WithFailClosedRetry(d time.Duration) Option {
+	return func(l *Limiter) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: fail-closed retry %v is under 1ms", ErrInvalidOption, d)
+		}
+		l.failRetry = d
+		return nil
+	}
+}
+
+// WithTimeout bounds every decision: a store that has not answered after d
+// counts as failed, whatever the caller's context and however the store's
+// client is configured (go-redis, by default, does not honour context
+// deadlines on socket reads). The default is DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: timeout %v is not positive", ErrInvalidOption, d)
+		}
+		l.timeout = d
+		return nil
+	}
+}
+
+// WithClock makes the Limiter pass now() as the time of every decision,
+// instead of letting the store read its own clock (Redis TIME). It is meant
+// for tests; in production, leave the clock to the store.
+func WithClock(now func() time.Time) Option {
+	return func(l *Limiter) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		l.now = now
+		return nil
+	}
+}
+
+// Limiter decides whether requests may pass under one Policy, keeping its
+// state in a Store. It is safe for concurrent use; build one per policy and
+// share it.
+//
+// Allow and AllowN return a Decision and an error. Invalid input (an empty
+// key, a bad cost) returns the zero Decision and an error wrapping one of the
+// sentinel errors. A store failure returns the Decision of the FailMode
+// together with an error wrapping ErrStore, so that callers can log it.
+type Limiter struct {
+	store       Store
+	nonBlocking bool
+	policy      Policy
+	capacity    int64
+	failMode    FailMode
+	failRetry   time.Duration
+	timeout     time.Duration
+	now         func() time.Time
+}
+
+// NewLimiter returns a Limiter for policy over store. It fails with
+// ErrInvalidPolicy when the policy does not validate and ErrInvalidOption
+// when an option is out of range.
+func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
+	}
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	if policy.Name == "" {
+		policy.Name = policy.DefaultName()
+	}
+	l := &Limiter{
+		store:     store,
+		policy:    policy,
+		capacity:  policy.Capacity(),
+		failMode:  FailOpen,
+		failRetry: time.Second,
+		timeout:   DefaultTimeout,
+	}
+	_, l.nonBlocking = store.(NonBlocking)
+	for _, opt := range opts {
+		if err := opt(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Policy returns the Limiter's policy, with its Name filled in.
+func (l *Limiter) Policy() Policy { return l.policy }
+
+// FailMode returns what the Limiter decides when its store fails.
+func (l *Limiter) FailMode() FailMode { return l.failMode }
+
+// Allow is AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides whether a request of cost n from the client identified by
+// key may pass now, and records it when it may. n weighs expensive requests:
+// an endpoint that costs 5 takes 5 units of the quota.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	if n < 1 {
+		return Decision{}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, n)
+	}
+	if n > l.capacity {
+		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, l.capacity, l.policy.Name)
+	}
+	key, err := NormalizeKey(key)
+	if err != nil {
+		return Decision{}, err
+	}
+	req := Request{Key: key, Policy: l.policy, Cost: n}
+	if l.now != nil {
+		req.Now = l.now()
+	}
+	var d Decision
+	if l.nonBlocking {
+		d, err = l.store.Take(ctx, req)
+	} else {
+		d, err = l.bounded(ctx, req)
+	}
+	if err != nil {
+		return l.failed(), fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err)
+	}
+	d.Policy = l.policy
+	return d, nil
+}
+
+// Reset forgets the state of key, so its next request finds a whole quota.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	key, err := NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Reset(ctx, key, l.policy); err != nil {
+		return fmt.Errorf("%w: reset: %w", ErrStore, err)
+	}
+	return nil
+}
+
+type takeResult struct {
+	d   Decision
+	err error
+}
+
+// bounded calls the store on its own goroutine and stops waiting after the
+// timeout, so a frozen store cannot hold the request even when the store's
+// client ignores the context's deadline.
+func (l *Limiter) bounded(ctx context.Context, req Request) (Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	ch := make(chan takeResult, 1)
+	go func() {
+		d, err := l.store.Take(ctx, req)
+		ch <- takeResult{d, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.d, r.err
+	case <-ctx.Done():
+		if ctx.Err() == context.DeadlineExceeded {
+			return Decision{}, fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, ctx.Err())
+		}
+		return Decision{}, ctx.Err()
+	}
+}
+
+// failed is the Decision of the FailMode.
+func (l *Limiter) failed() Decision {
+	if l.failMode == FailClosed {
+		return Decision{Limit: l.capacity, RetryAfter: l.failRetry, Policy: l.policy}
+	}
+	return Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity, Policy: l.policy, FailedOpen: true}
+}
+
+// NormalizeKey returns the key a store sees for a client key: the key
+// itself when it is at most MaxKeyLen bytes of printable ASCII without '{'
+// or '}', and "sha256:" followed by the hex SHA-256 of the key otherwise. It
+// fails with ErrInvalidKey on an empty key.
+func NormalizeKey(key string) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) <= MaxKeyLen && plainKey(key) {
+		return key, nil
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+func plainKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if b := key[i]; b < 0x21 || b > 0x7e || b == '{' || b == '}' {
+			return false
+		}
+	}
+	return true
+}

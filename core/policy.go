@@ -1,0 +1,164 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm. Every Store implements all five
+// with the same semantics, down to the millisecond; the conformance suite in
+// core/storetest proves it.
+//
+// Below, L is Policy.Limit, W is Policy.Window, B is the bucket capacity
+// (Policy.Burst, or L when Burst is 0), c is the cost of the request and
+// r = L/W is the steady rate. Times are kept in integer microseconds;
+// durations in a Decision are rounded up to whole milliseconds, so a client
+// that waits RetryAfter never comes back too early.
+type Algorithm string
+
+const (
+	// FixedWindow counts requests in windows of length W aligned to the Unix
+	// epoch. A request passes when count+c <= L; denied requests do not
+	// count. Cheapest in memory (one counter), but a client may send up to 2L
+	// requests across a window boundary.
+	FixedWindow Algorithm = "fixed_window"
+
+	// SlidingWindowLog remembers the time of every admitted request unit in
+	// (now-W, now]. A request passes when n+c <= L; denied requests are not
+	// logged. Exact, with no boundary burst, at O(L) memory per key; Limit is
+	// therefore capped at MaxLogLimit.
+	SlidingWindowLog Algorithm = "sliding_window_log"
+
+	// SlidingWindowCounter keeps this and the previous epoch-aligned window's
+	// counts and weighs the previous one by the part of it still inside the
+	// sliding window: a request passes when prev*(W-elapsed)/W + cur + c <= L.
+	// Denied requests do not count. O(1) memory, no 2L boundary burst, and an
+	// approximation of the log that assumes the previous window's requests
+	// were evenly spread.
+	SlidingWindowCounter Algorithm = "sliding_window_counter"
+
+	// TokenBucket holds up to B tokens, refilled continuously at rate r. A
+	// request passes when at least c tokens are there, and takes them;
+	// denied requests take nothing. Absorbs bursts of B, then sustains r.
+	TokenBucket Algorithm = "token_bucket"
+
+	// LeakyBucket is a queue of depth B drained at rate r. A request passes
+	// when the queue has room for c more units; denied requests take nothing.
+	// It shapes as well as polices: an admitted request's Decision.Delay is
+	// how long it waits in the queue, so that admitted requests leave at the
+	// steady rate r, however bursty their arrival.
+	LeakyBucket Algorithm = "leaky_bucket"
+)
+
+// Algorithms lists every supported algorithm, in a stable order.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket}
+
+// Bounds that Policy.Validate enforces.
+const (
+	// MaxLimit bounds Limit and Burst, keeping every count exact in the
+	// float64 arithmetic that Redis Lua scripts use.
+	MaxLimit = 1_000_000_000_000
+	// MaxLogLimit bounds Limit for SlidingWindowLog, which stores one entry
+	// per admitted request unit. Use SlidingWindowCounter above it.
+	MaxLogLimit = 100_000
+	// MinWindow and MaxWindow bound Window.
+	MinWindow = time.Millisecond
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxNameLen bounds Policy.Name.
+	MaxNameLen = 64
+)
+
+// Known reports whether a is one of the supported algorithms.
+func (a Algorithm) Known() bool {
+	switch a {
+	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket:
+		return true
+	}
+	return false
+}
+
+// IsBucket reports whether a is TokenBucket or LeakyBucket, the algorithms
+// that take a Burst.
+func (a Algorithm) IsBucket() bool { return a == TokenBucket || a == LeakyBucket }
+
+// Policy says how many requests a client may make: Limit per Window, by
+// Algorithm. The zero value is not valid; build policies as literals and let
+// NewLimiter (or Validate) check them.
+type Policy struct {
+	// Name identifies the policy in the RateLimit-Policy header and in the
+	// storage key: two limiters that share a store and a Name share state.
+	// At most MaxNameLen characters from [A-Za-z0-9._-]. When empty,
+	// NewLimiter derives one from the other fields (see DefaultName).
+	Name string
+	// Algorithm is one of the five Algorithm constants.
+	Algorithm Algorithm
+	// Limit is the number of requests (cost units) allowed per Window,
+	// from 1 to MaxLimit.
+	Limit int64
+	// Window is the period Limit applies to, from MinWindow to MaxWindow. It
+	// is used to the microsecond.
+	Window time.Duration
+	// Burst is the bucket capacity of TokenBucket and LeakyBucket; 0 means
+	// Limit. It must stay 0 for the window algorithms, which have none.
+	Burst int64
+}
+
+// Validate reports whether p is usable, wrapping ErrInvalidPolicy with the
+// reason when it is not.
+func (p Policy) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
+	}
+	if !p.Algorithm.Known() {
+		return bad("unknown algorithm %q", string(p.Algorithm))
+	}
+	if p.Limit < 1 || p.Limit > MaxLimit {
+		return bad("limit %d is out of range [1, %d]", p.Limit, int64(MaxLimit))
+	}
+	if p.Algorithm == SlidingWindowLog && p.Limit > MaxLogLimit {
+		return bad("limit %d is above %d, the most a sliding window log keeps per key; use %s", p.Limit, MaxLogLimit, SlidingWindowCounter)
+	}
+	if p.Window < MinWindow || p.Window > MaxWindow {
+		return bad("window %v is out of range [%v, %v]", p.Window, MinWindow, MaxWindow)
+	}
+	if p.Burst < 0 || p.Burst > MaxLimit {
+		return bad("burst %d is out of range [0, %d]", p.Burst, int64(MaxLimit))
+	}
+	if p.Burst != 0 && !p.Algorithm.IsBucket() {
+		return bad("burst applies to %s and %s only, not %s", TokenBucket, LeakyBucket, p.Algorithm)
+	}
+	if len(p.Name) > MaxNameLen {
+		return bad("name is %d bytes long, more than %d", len(p.Name), MaxNameLen)
+	}
+	for i := 0; i < len(p.Name); i++ {
+		if !nameByte(p.Name[i]) {
+			return bad("name %q has a character outside [A-Za-z0-9._-]", p.Name)
+		}
+	}
+	return nil
+}
+
+func nameByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-'
+}
+
+// Capacity is the largest cost p can ever admit at once: Burst (or Limit
+// when Burst is 0) for the buckets, Limit for the windows. It is also the
+// Limit reported in every Decision.
+func (p Policy) Capacity() int64 {
+	if p.Algorithm.IsBucket() && p.Burst > 0 {
+		return p.Burst
+	}
+	return p.Limit
+}
+
+// DefaultName is the name NewLimiter gives a policy whose Name is empty,
+// such as "token_bucket-300-per-1h0m0s".
+func (p Policy) DefaultName() string {
+	name := string(p.Algorithm) + "-" + strconv.FormatInt(p.Limit, 10) + "-per-" + p.Window.String()
+	if p.Burst > 0 {
+		name += "-burst-" + strconv.FormatInt(p.Burst, 10)
+	}
+	return name
+}

@@ -1,0 +1,93 @@
+package core_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+func TestPolicyValidate(t *testing.T) {
+	ok := core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
+	with := func(f func(p *core.Policy)) core.Policy {
+		p := ok
+		f(&p)
+		return p
+	}
+	tests := []struct {
+		name   string
+		policy core.Policy
+		reason string // "" means valid
+	}{
+		{"valid token bucket", ok, ""},
+		{"valid with burst", with(func(p *core.Policy) { p.Burst = 50 }), ""},
+		{"valid leaky with burst", with(func(p *core.Policy) { p.Algorithm = core.LeakyBucket; p.Burst = 3 }), ""},
+		{"valid name", with(func(p *core.Policy) { p.Name = "login.v2_strict-1" }), ""},
+		{"valid bounds", core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: core.MaxWindow}, ""},
+		{"valid min window", core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1, Window: core.MinWindow}, ""},
+		{"valid log at cap", core.Policy{Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Hour}, ""},
+		{"zero value", core.Policy{}, "unknown algorithm"},
+		{"unknown algorithm", with(func(p *core.Policy) { p.Algorithm = "gcra" }), "unknown algorithm"},
+		{"zero limit", with(func(p *core.Policy) { p.Limit = 0 }), "limit 0"},
+		{"negative limit", with(func(p *core.Policy) { p.Limit = -5 }), "limit -5"},
+		{"limit too big", with(func(p *core.Policy) { p.Limit = core.MaxLimit + 1 }), "limit"},
+		{"log limit too big", core.Policy{Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit + 1, Window: time.Hour}, "sliding_window_counter"},
+		{"zero window", with(func(p *core.Policy) { p.Window = 0 }), "window 0s"},
+		{"negative window", with(func(p *core.Policy) { p.Window = -time.Second }), "window -1s"},
+		{"window under 1ms", with(func(p *core.Policy) { p.Window = 999 * time.Microsecond }), "window"},
+		{"window over a year", with(func(p *core.Policy) { p.Window = core.MaxWindow + time.Hour }), "window"},
+		{"negative burst", with(func(p *core.Policy) { p.Burst = -1 }), "burst -1"},
+		{"burst too big", with(func(p *core.Policy) { p.Burst = core.MaxLimit + 1 }), "burst"},
+		{"burst on a window", core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Second, Burst: 10}, "burst applies"},
+		{"name with space", with(func(p *core.Policy) { p.Name = "a b" }), "character"},
+		{"name with quote", with(func(p *core.Policy) { p.Name = `a"b` }), "character"},
+		{"name with brace", with(func(p *core.Policy) { p.Name = "a{b}" }), "character"},
+		{"name too long", with(func(p *core.Policy) { p.Name = strings.Repeat("n", core.MaxNameLen+1) }), "name is"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.policy.Validate()
+			if tt.reason == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, core.ErrInvalidPolicy) {
+				t.Fatalf("Validate() = %v, want ErrInvalidPolicy", err)
+			}
+			if !strings.Contains(err.Error(), tt.reason) {
+				t.Fatalf("Validate() = %q, want it to mention %q", err, tt.reason)
+			}
+		})
+	}
+}
+
+func TestPolicyCapacityAndName(t *testing.T) {
+	tests := []struct {
+		p        core.Policy
+		capacity int64
+		name     string
+	}{
+		{core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}, 10, "token_bucket-10-per-1s"},
+		{core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 30}, 30, "token_bucket-10-per-1s-burst-30"},
+		{core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: time.Minute, Burst: 2}, 2, "leaky_bucket-10-per-1m0s-burst-2"},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 300, Window: time.Hour}, 300, "fixed_window-300-per-1h0m0s"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.Capacity(); got != tt.capacity {
+			t.Errorf("%+v Capacity() = %d, want %d", tt.p, got, tt.capacity)
+		}
+		name := tt.p.DefaultName()
+		if name != tt.name {
+			t.Errorf("%+v DefaultName() = %q, want %q", tt.p, name, tt.name)
+		}
+		named := tt.p
+		named.Name = name
+		if err := named.Validate(); err != nil {
+			t.Errorf("the default name %q does not validate: %v", name, err)
+		}
+	}
+}
