@@ -25,8 +25,9 @@ const (
 	// the default, as in Kong and Envoy: an outage of the rate limiter should
 	// not become an outage of the API.
 	FailOpen FailMode = iota
-	// FailClosed denies the request, with RetryAfter set to the Limiter's
-	// fail-closed retry (one second unless WithFailClosedRetry says).
+	// FailClosed denies the request, with RetryAfter and ResetAfter set to
+	// the Limiter's fail-closed retry (one second unless WithFailClosedRetry
+	// says).
 	FailClosed
 )
 
@@ -228,7 +229,7 @@ func (l *Limiter) bounded(ctx context.Context, req Request) (Decision, error) {
 // failed is the Decision of the FailMode.
 func (l *Limiter) failed() Decision {
 	if l.failMode == FailClosed {
-		return Decision{Limit: l.capacity, RetryAfter: l.failRetry, Policy: l.policy}
+		return Decision{Limit: l.capacity, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: l.policy}
 	}
 	return Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity, Policy: l.policy, FailedOpen: true}
 }

@@ -172,7 +172,7 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 					t.Fatalf("fail open decision = %+v", d)
 				}
 			case core.FailClosed:
-				if d.Allowed || d.FailedOpen || d.RetryAfter != 2*time.Second {
+				if d.Allowed || d.FailedOpen || d.RetryAfter != 2*time.Second || d.ResetAfter != 2*time.Second || d.Remaining != 0 {
 					t.Fatalf("fail closed decision = %+v", d)
 				}
 			}

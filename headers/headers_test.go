@@ -1,0 +1,299 @@
+package headers
+
+import (
+	"maps"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+var (
+	t0  = time.Unix(1_700_000_000, 0)
+	all = Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
+
+	apiPolicy = core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+
+	// allowedDecision has a reset that is not a whole number of seconds.
+	allowedDecision = core.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 1001 * time.Millisecond, Policy: apiPolicy}
+	// deniedDecision may retry in a millisecond: Retry-After rounds it up.
+	deniedDecision = core.Decision{Limit: 100, ResetAfter: 30 * time.Second, RetryAfter: time.Millisecond, Policy: apiPolicy}
+)
+
+// written returns the fields Write sets, one value each.
+func written(d core.Decision, now time.Time, cfg Config) map[string]string {
+	h := http.Header{}
+	Write(h, d, now, cfg)
+	m := make(map[string]string, len(h))
+	for k, vs := range h {
+		if len(vs) != 1 {
+			panic("field " + k + " written more than once")
+		}
+		m[k] = vs[0]
+	}
+	return m
+}
+
+func TestWriteValues(t *testing.T) {
+	bucket := core.Policy{Name: "tb", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}
+	tests := []struct {
+		name string
+		d    core.Decision
+		now  time.Time
+		want map[string]string
+	}{{
+		name: "allowed, reset rounded up",
+		d:    allowedDecision,
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "42", "X-Ratelimit-Reset": "1700000002",
+			"Ratelimit-Limit": "100", "Ratelimit-Remaining": "42", "Ratelimit-Reset": "2",
+			"Ratelimit": `"api";r=42;t=2`, "Ratelimit-Policy": `"api";q=100;w=60`,
+		},
+	}, {
+		name: "denied, retry rounded up to 1",
+		d:    deniedDecision,
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1700000030",
+			"Ratelimit-Limit": "100", "Ratelimit-Remaining": "0", "Ratelimit-Reset": "30",
+			"Ratelimit": `"api";r=0;t=30`, "Ratelimit-Policy": `"api";q=100;w=60`,
+			"Retry-After": "1",
+		},
+	}, {
+		name: "quota whole: resets are 0 and now",
+		d:    core.Decision{Allowed: true, Limit: 100, Remaining: 100, Policy: apiPolicy},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "100", "X-Ratelimit-Reset": "1700000000",
+			"Ratelimit-Limit": "100", "Ratelimit-Remaining": "100", "Ratelimit-Reset": "0",
+			"Ratelimit": `"api";r=100;t=0`, "Ratelimit-Policy": `"api";q=100;w=60`,
+		},
+	}, {
+		name: "epoch reset rounds the sum up, not each part",
+		d:    core.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 1200 * time.Millisecond, Policy: apiPolicy},
+		now:  t0.Add(900 * time.Millisecond),
+		want: map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "99", "X-Ratelimit-Reset": "1700000003",
+			"Ratelimit-Limit": "100", "Ratelimit-Remaining": "99", "Ratelimit-Reset": "2",
+			"Ratelimit": `"api";r=99;t=2`, "Ratelimit-Policy": `"api";q=100;w=60`,
+		},
+	}, {
+		name: "denied with a long retry",
+		d:    core.Decision{Limit: 100, ResetAfter: time.Hour, RetryAfter: 90*time.Second + time.Millisecond, Policy: apiPolicy},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1700003600",
+			"Ratelimit-Limit": "100", "Ratelimit-Remaining": "0", "Ratelimit-Reset": "3600",
+			"Ratelimit": `"api";r=0;t=3600`, "Ratelimit-Policy": `"api";q=100;w=60`,
+			"Retry-After": "91",
+		},
+	}, {
+		name: "bucket: Limit is the burst, q and w the rate",
+		d:    core.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 100 * time.Millisecond, Policy: bucket},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "20", "X-Ratelimit-Remaining": "19", "X-Ratelimit-Reset": "1700000001",
+			"Ratelimit-Limit": "20", "Ratelimit-Remaining": "19", "Ratelimit-Reset": "1",
+			"Ratelimit": `"tb";r=19;t=1`, "Ratelimit-Policy": `"tb";q=10;w=1`,
+		},
+	}, {
+		name: "sub-second window is advertised as one second",
+		d: core.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 100 * time.Millisecond,
+			Policy: core.Policy{Name: "fast", Algorithm: core.FixedWindow, Limit: 5, Window: 200 * time.Millisecond}},
+		now: t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "5", "X-Ratelimit-Remaining": "4", "X-Ratelimit-Reset": "1700000001",
+			"Ratelimit-Limit": "5", "Ratelimit-Remaining": "4", "Ratelimit-Reset": "1",
+			"Ratelimit": `"fast";r=4;t=1`, "Ratelimit-Policy": `"fast";q=5;w=1`,
+		},
+	}, {
+		name: "window rounded up",
+		d: core.Decision{Allowed: true, Limit: 5, Remaining: 5,
+			Policy: core.Policy{Name: "w", Algorithm: core.FixedWindow, Limit: 5, Window: 1500 * time.Millisecond}},
+		now: t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "5", "X-Ratelimit-Remaining": "5", "X-Ratelimit-Reset": "1700000000",
+			"Ratelimit-Limit": "5", "Ratelimit-Remaining": "5", "Ratelimit-Reset": "0",
+			"Ratelimit": `"w";r=5;t=0`, "Ratelimit-Policy": `"w";q=5;w=2`,
+		},
+	}, {
+		name: "negative values, which no store returns, are written as 0",
+		d:    core.Decision{Limit: -1, Remaining: -5, ResetAfter: -time.Second, RetryAfter: -time.Second, Policy: apiPolicy},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "0", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1700000000",
+			"Ratelimit-Limit": "0", "Ratelimit-Remaining": "0", "Ratelimit-Reset": "0",
+			"Ratelimit": `"api";r=0;t=0`, "Ratelimit-Policy": `"api";q=100;w=60`,
+			"Retry-After": "1",
+		},
+	}, {
+		name: "unvalidated name: quote and backslash escaped",
+		d:    core.Decision{Allowed: true, Limit: 1, Remaining: 1, Policy: core.Policy{Name: `a"b\c`, Limit: 1, Window: time.Second}},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "1", "X-Ratelimit-Remaining": "1", "X-Ratelimit-Reset": "1700000000",
+			"Ratelimit-Limit": "1", "Ratelimit-Remaining": "1", "Ratelimit-Reset": "0",
+			"Ratelimit": `"a\"b\\c";r=1;t=0`, "Ratelimit-Policy": `"a\"b\\c";q=1;w=1`,
+		},
+	}, {
+		name: "unvalidated name with CR LF: structured fields left out",
+		d:    core.Decision{Allowed: true, Limit: 1, Remaining: 1, Policy: core.Policy{Name: "a\r\nSet-Cookie: x", Limit: 1, Window: time.Second}},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "1", "X-Ratelimit-Remaining": "1", "X-Ratelimit-Reset": "1700000000",
+			"Ratelimit-Limit": "1", "Ratelimit-Remaining": "1", "Ratelimit-Reset": "0",
+		},
+	}, {
+		name: "no policy in the decision: RateLimit-Policy left out",
+		d:    core.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Second},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "2", "X-Ratelimit-Reset": "1700000001",
+			"Ratelimit-Limit": "3", "Ratelimit-Remaining": "2", "Ratelimit-Reset": "1",
+			"Ratelimit": `"";r=2;t=1`,
+		},
+	}, {
+		name: "failed open: nothing at all",
+		d:    core.Decision{Allowed: true, Limit: 100, Remaining: 100, Policy: apiPolicy, FailedOpen: true},
+		now:  t0,
+		want: map[string]string{},
+	}, {
+		name: "failed closed: written like any denial",
+		d:    core.Decision{Limit: 100, RetryAfter: time.Second, Policy: apiPolicy},
+		now:  t0,
+		want: map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1700000000",
+			"Ratelimit-Limit": "100", "Ratelimit-Remaining": "0", "Ratelimit-Reset": "0",
+			"Ratelimit": `"api";r=0;t=0`, "Ratelimit-Policy": `"api";q=100;w=60`,
+			"Retry-After": "1",
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := written(tt.d, tt.now, all)
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("Write wrote\n%v\nwant\n%v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWriteFamilies turns every combination of families on and checks that
+// Write sets exactly their fields.
+func TestWriteFamilies(t *testing.T) {
+	families := []struct {
+		on     func(*Config)
+		fields []string
+	}{
+		{func(c *Config) { c.XRateLimit = true }, []string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset}},
+		{func(c *Config) { c.Draft6 = true }, []string{RateLimitLimit, RateLimitRemaining, RateLimitReset}},
+		{func(c *Config) { c.Structured = true }, []string{RateLimit, RateLimitPolicy}},
+		{func(c *Config) { c.RetryAfter = true }, []string{RetryAfter}},
+	}
+	for mask := range 1 << len(families) {
+		var cfg Config
+		var want []string
+		for i, f := range families {
+			if mask&(1<<i) != 0 {
+				f.on(&cfg)
+				want = append(want, f.fields...)
+			}
+		}
+		slices.Sort(want)
+		for _, d := range []core.Decision{allowedDecision, deniedDecision} {
+			got := slices.Sorted(maps.Keys(written(d, t0, cfg)))
+			wantHere := want
+			if d.Allowed {
+				wantHere = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == RetryAfter })
+			}
+			if !slices.Equal(got, wantHere) {
+				t.Errorf("%+v, allowed %v: wrote %v, want %v", cfg, d.Allowed, got, wantHere)
+			}
+			if len(written(core.Decision{Allowed: true, FailedOpen: true, Limit: 1, Remaining: 1, Policy: apiPolicy}, t0, cfg)) != 0 {
+				t.Errorf("%+v: a FailedOpen decision wrote fields", cfg)
+			}
+		}
+	}
+}
+
+func TestDefault(t *testing.T) {
+	want := Config{XRateLimit: true, Draft6: true, RetryAfter: true}
+	if got := Default(); got != want {
+		t.Errorf("Default() = %+v, want %+v", got, want)
+	}
+}
+
+func TestWriteZeroNowIsTimeNow(t *testing.T) {
+	before := time.Now().Unix()
+	got := written(allowedDecision, time.Time{}, Config{XRateLimit: true})
+	after := time.Now().Unix() + 3 // ResetAfter 1001ms, rounded up, plus a second of slack
+	n, err := count(XRateLimitReset, got[XRateLimitReset])
+	if err != nil || n < before+2 || n > after {
+		t.Errorf("X-RateLimit-Reset = %q, want in [%d, %d]", got[XRateLimitReset], before+2, after)
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	tests := []struct {
+		d    core.Decision
+		want int64
+	}{
+		{core.Decision{Allowed: true}, 0},
+		{core.Decision{Allowed: true, RetryAfter: time.Hour}, 0},
+		{core.Decision{Allowed: true, FailedOpen: true}, 0},
+		{core.Decision{}, 1},
+		{core.Decision{RetryAfter: -time.Second}, 1},
+		{core.Decision{RetryAfter: time.Millisecond}, 1},
+		{core.Decision{RetryAfter: time.Second}, 1},
+		{core.Decision{RetryAfter: 1001 * time.Millisecond}, 2},
+		{core.Decision{RetryAfter: 2 * time.Second}, 2},
+		{core.Decision{RetryAfter: core.MaxWindow}, 366 * 24 * 3600},
+		{core.Decision{RetryAfter: time.Duration(1<<63 - 1)}, 9223372037},
+	}
+	for _, tt := range tests {
+		if got := RetryAfterSeconds(tt.d); got != tt.want {
+			t.Errorf("RetryAfterSeconds(allowed %v, RetryAfter %v) = %d, want %d", tt.d.Allowed, tt.d.RetryAfter, got, tt.want)
+		}
+	}
+}
+
+// countingSetter is a Setter that keeps nothing, so that the benchmark
+// counts Write's own allocations only.
+type countingSetter struct{ n int }
+
+func (s *countingSetter) Set(key, value string) { s.n += len(value) }
+
+func BenchmarkWrite(b *testing.B) {
+	bucket := core.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: 3599 * time.Millisecond,
+		Policy: core.Policy{Name: "per-user", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Hour}}
+	cases := []struct {
+		name string
+		d    core.Decision
+		cfg  Config
+	}{
+		{"default/allowed", allowedDecision, Default()},
+		{"default/denied", deniedDecision, Default()},
+		{"default/allowed-large", bucket, Default()},
+		{"all/allowed", allowedDecision, all},
+		{"structured/allowed", allowedDecision, Config{Structured: true}},
+	}
+	for _, c := range cases {
+		b.Run(c.name+"/http.Header", func(b *testing.B) {
+			h := http.Header{}
+			b.ReportAllocs()
+			for b.Loop() {
+				Write(h, c.d, t0, c.cfg)
+			}
+		})
+		b.Run(c.name+"/counting-setter", func(b *testing.B) {
+			s := &countingSetter{}
+			b.ReportAllocs()
+			for b.Loop() {
+				Write(s, c.d, t0, c.cfg)
+			}
+		})
+	}
+}

@@ -1,0 +1,238 @@
+package headers
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// TestParseRoundTrip checks that Parse reads back what Write writes, for
+// every combination of families.
+func TestParseRoundTrip(t *testing.T) {
+	decisions := []core.Decision{
+		allowedDecision,
+		deniedDecision,
+		{Allowed: true, Limit: 100, Remaining: 100, Policy: apiPolicy},
+		{Allowed: true, Limit: core.MaxLimit, Remaining: core.MaxLimit - 1, ResetAfter: core.MaxWindow,
+			Policy: core.Policy{Name: "huge", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: core.MaxWindow}},
+		{Limit: 20, ResetAfter: 2500 * time.Millisecond, RetryAfter: 250 * time.Millisecond,
+			Policy: core.Policy{Name: "Tb_1.x-y", Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Burst: 20}},
+		{Allowed: true, Limit: 1, Remaining: 1, Policy: core.Policy{Name: `a"b\c`, Limit: 1, Window: time.Second}},
+	}
+	for mask := range 16 {
+		cfg := Config{XRateLimit: mask&1 != 0, Draft6: mask&2 != 0, Structured: mask&4 != 0, RetryAfter: mask&8 != 0}
+		for _, d := range decisions {
+			h := http.Header{}
+			Write(h, d, t0, cfg)
+			got, err := Parse(h)
+			if err != nil {
+				t.Fatalf("%+v: Parse(%v): %v", cfg, h, err)
+			}
+			want := Info{Found: cfg}
+			want.Found.RetryAfter = cfg.RetryAfter && !d.Allowed
+			if cfg.XRateLimit || cfg.Draft6 {
+				want.Limit = d.Limit
+			}
+			if cfg.XRateLimit || cfg.Draft6 || cfg.Structured {
+				want.Remaining = d.Remaining
+			}
+			if cfg.Draft6 || cfg.Structured {
+				want.ResetAfter = time.Duration(ceilSeconds(d.ResetAfter)) * time.Second
+			}
+			if cfg.XRateLimit {
+				want.Reset = time.Unix(ceilUnix(t0.Add(d.ResetAfter)), 0)
+			}
+			if want.Found.RetryAfter {
+				want.RetryAfter = time.Duration(RetryAfterSeconds(d)) * time.Second
+			}
+			if cfg.Structured {
+				want.Policy = d.Policy.Name
+				want.Quota = d.Policy.Limit
+				want.Window = time.Duration(max(ceilSeconds(d.Policy.Window), 1)) * time.Second
+			}
+			if got != want {
+				t.Errorf("%+v: Parse(Write(%+v)) =\n%+v\nwant\n%+v", cfg, d, got, want)
+			}
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		h    http.Header
+		want Info
+	}{{
+		name: "nothing",
+		h:    http.Header{"Content-Type": {"text/plain"}},
+		want: Info{},
+	}, {
+		name: "names are case-insensitive, values trimmed",
+		h:    hdr("x-ratelimit-limit", " 10 ", "X-RATELIMIT-REMAINING", "\t7"),
+		want: Info{Found: Config{XRateLimit: true}, Limit: 10, Remaining: 7},
+	}, {
+		name: "Draft6 wins over XRateLimit",
+		h:    hdr(XRateLimitLimit, "10", XRateLimitRemaining, "7", RateLimitLimit, "20", RateLimitRemaining, "8"),
+		want: Info{Found: Config{XRateLimit: true, Draft6: true}, Limit: 20, Remaining: 8},
+	}, {
+		name: "Retry-After as an HTTP-date",
+		h:    hdr(RetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT"),
+		want: Info{Found: Config{RetryAfter: true}, RetryAt: time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)},
+	}, {
+		name: "Retry-After 0",
+		h:    hdr(RetryAfter, "0"),
+		want: Info{Found: Config{RetryAfter: true}},
+	}, {
+		name: "several policies: the one RateLimit names",
+		h: hdr(RateLimit, `"daily";r=5;t=100`,
+			RateLimitPolicy, `"burst";q=10;w=1, "daily";q=1000;w=86400`),
+		want: Info{Found: Config{Structured: true}, Remaining: 5, ResetAfter: 100 * time.Second,
+			Policy: "daily", Quota: 1000, Window: 24 * time.Hour},
+	}, {
+		name: "list split over several lines, first RateLimit item reported",
+		h: http.Header{RateLimit: {`"a";r=1`, `"b";r=2;t=3`},
+			RateLimitPolicy: {`"b";q=5;w=6`, `"a";q=7;w=8`}},
+		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: "a", Quota: 7, Window: 8 * time.Second},
+	}, {
+		name: "no policy named like the RateLimit item",
+		h:    hdr(RateLimit, `"a";r=1;t=2`, RateLimitPolicy, `"b";q=5;w=6`),
+		want: Info{Found: Config{Structured: true}, Remaining: 1, ResetAfter: 2 * time.Second, Policy: "a"},
+	}, {
+		name: "RateLimit-Policy alone: its first item",
+		h:    hdr(RateLimitPolicy, `"b";q=5;w=6, "a";q=7`),
+		want: Info{Found: Config{Structured: true}, Policy: "b", Quota: 5, Window: 6 * time.Second},
+	}, {
+		name: "tokens, unknown parameters of every type, repeated parameter",
+		h: hdr(RateLimit, `day;r=1;r=2;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`,
+			RateLimitPolicy, `day;q=10;w=60;qu="requests";pk=:AAE=:;x=tok/en:1`),
+		want: Info{Found: Config{Structured: true}, Remaining: 2, Policy: "day", Quota: 10, Window: time.Minute},
+	}, {
+		name: "escaped name",
+		h:    hdr(RateLimit, `"a\"b\\c";r=1`),
+		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: `a"b\c`},
+	}, {
+		name: "drafts 03 to 07 RateLimit-Policy, as express-rate-limit writes it",
+		h:    hdr(RateLimitLimit, "100", RateLimitRemaining, "99", RateLimitReset, "60", RateLimitPolicy, "100;w=60"),
+		want: Info{Found: Config{Draft6: true}, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Quota: 100, Window: time.Minute},
+	}, {
+		name: "largest values",
+		h: hdr(XRateLimitLimit, "999999999999999", XRateLimitReset, "999999999999999",
+			RetryAfter, "9223372036", RateLimit, `"a";r=999999999999999;t=9223372036`),
+		want: Info{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
+			Remaining: 999999999999999, Reset: time.Unix(999999999999999, 0), RetryAfter: 9223372036 * time.Second,
+			ResetAfter: 9223372036 * time.Second, Policy: "a"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse(tt.h)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("Parse =\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseMalformed(t *testing.T) {
+	bad := map[string][]string{
+		XRateLimitLimit: {"", "-1", "+1", "abc", "1.5", "1e3", "0x10", "1 2", "99999999999999999999",
+			"1000000000000000", "\uff11", "1\x00"},
+		XRateLimitRemaining: {"-0", "NaN"},
+		XRateLimitReset:     {"-1700000000", "soon", "17000000000000000"},
+		RateLimitLimit:      {"1,2", "١"},
+		RateLimitRemaining:  {"-5"},
+		RateLimitReset:      {"-1", "1.5", "9223372037", "999999999999999"},
+		RetryAfter:          {"", "-1", "soon", "1.5", "9223372037", "Wed, 21 Oct 2015 07:28:00", "1s"},
+		RateLimit: {"", " ", `"a"`, `"a";t=1`, `"a";r=-1`, `"a";r=1.5`, `"a";r="1"`, `"a";r=?1`, `"a";r`,
+			`"a";r=1;t=-2`, `"a";r=1;t=9223372037`, `"a";r=1234567890123456`, `limit=100, remaining=50, reset=30`,
+			`"a;r=1`, `("a");r=1`, `"a";r=1,`, `"a";r=1,,"b";r=2`, `1;r=1`, "\"a\x01\";r=1", `"a\n";r=1`,
+			`"a";r=1 "b"`, `"a";R=1`, `"a";r=1;=2`, `"a";r=1;x=`, `"a";r=1;x=:AA`, `"a";r=1;x=:A A:`,
+			`"a";r=1;x=?2`, `"a";r=1;x=@1.5`, `"a";r=1;x=%"%C3%A9"`, `"a";r=1;x=%"%c3"`, `"a";r=1;x=%"a`,
+			`"a";r=1;x=1.2345`, `"a";r=1;x=1.`, `"a";r=1;x=-`, `"a";r=1;x=1234567890123.5`, `"a\q";r=1`,
+			`"a";r=1, "b";r=-1`, `"a";r=1;x=(1 2)`, `'a';r=1`},
+		RateLimitPolicy: {"", `"a"`, `"a";w=60`, `"a";q=-5`, `-5;w=60`, `"a";q=1;w=-1`, `"a";q=x`,
+			`"a";q=1.0`, `"a";q=1;w=9223372037`, `?1;w=1`, `"a";q=1, "b";w=1`, `100;w=60;w=-1`},
+	}
+	for name, values := range bad {
+		for _, v := range values {
+			h := http.Header{name: {v}}
+			if name != RateLimit {
+				h.Set(RateLimit, `"ok";r=1`) // a good field does not hide a bad one
+			}
+			info, err := Parse(h)
+			if !errors.Is(err, ErrMalformed) {
+				t.Errorf("Parse(%s: %q) = %+v, %v; want ErrMalformed", name, v, info, err)
+				continue
+			}
+			if info != (Info{}) {
+				t.Errorf("Parse(%s: %q) returned %+v with its error, want the zero Info", name, v, info)
+			}
+			if !strings.Contains(err.Error(), name) {
+				t.Errorf("Parse(%s: %q): error %q does not name the field", name, v, err)
+			}
+		}
+	}
+
+	for _, name := range []string{XRateLimitLimit, XRateLimitReset, RateLimitReset, RetryAfter} {
+		if _, err := Parse(http.Header{name: {"1", "1"}}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Parse(%s repeated) = %v, want ErrMalformed", name, err)
+		}
+	}
+
+	long := strings.Repeat("9", 1000)
+	_, err := Parse(http.Header{RateLimitLimit: {long}})
+	if err == nil || len(err.Error()) > 200 {
+		t.Errorf("Parse(a 1000-digit value): error %q, want a short one", err)
+	}
+}
+
+// FuzzParse feeds Parse arbitrary values for the structured fields and for
+// one of the others. It must never panic, and what it accepts must be sane.
+func FuzzParse(f *testing.F) {
+	others := []string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset,
+		RateLimitLimit, RateLimitRemaining, RateLimitReset, RetryAfter}
+	f.Add(`"api";r=42;t=2`, `"api";q=100;w=60`, uint8(0), "100")
+	f.Add(`"api";r=0;t=30`, `"api";q=100;w=60`, uint8(6), "1")
+	f.Add(`day;r=1;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`, `"b";q=5;w=6, day;q=7`, uint8(2), "1700000002")
+	f.Add("", "100;w=60", uint8(5), "60")
+	f.Add(`limit=100, remaining=50, reset=30`, "", uint8(6), "Wed, 21 Oct 2015 07:28:00 GMT")
+	f.Add(`("a");r=1`, `"a";q=1;w=9223372037`, uint8(1), "-1")
+	f.Add(`"a\"b\\c";r=1`, `"a";r=1,`, uint8(3), "99999999999999999999")
+	f.Add(`"a";r=1;x=%"%c3"`, `"a";q=1.5`, uint8(4), "1.5")
+	f.Fuzz(func(t *testing.T, rl, policy string, field uint8, value string) {
+		h := http.Header{}
+		if rl != "" {
+			h.Set(RateLimit, rl)
+		}
+		if policy != "" {
+			h.Set(RateLimitPolicy, policy)
+		}
+		h.Set(others[int(field)%len(others)], value)
+		info, err := Parse(h)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Parse error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if info.Limit < 0 || info.Remaining < 0 || info.Quota < 0 ||
+			info.ResetAfter < 0 || info.RetryAfter < 0 || info.Window < 0 {
+			t.Fatalf("Parse accepted a negative value: %+v", info)
+		}
+	})
+}
+
+// hdr builds a header from name, value pairs.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
