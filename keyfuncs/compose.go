@@ -1,0 +1,101 @@
+package keyfuncs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Compose returns a key function whose key joins the keys of all fns, in
+// order, with "|": Compose(Route(), ip) keys "route:GET /users/{id}|ip:203.0.113.7",
+// one bucket per client and endpoint. Every part must succeed; the first
+// error is returned, wrapped (so errors.Is(err, ErrNoKey) still holds).
+//
+// Parts are joined as they are. The keys of this package never contain
+// "|" except from a user ID, which your application assigns.
+//
+// Compose with no function, or a nil one, returns an error wrapping
+// [ErrInvalidOption] on every call.
+func Compose(fns ...Func) Func {
+	fns, err := checkFuncs("Compose", fns)
+	if err != nil {
+		return failing(err)
+	}
+	if len(fns) == 1 {
+		return fns[0]
+	}
+	return func(r Request) (string, error) {
+		var stack [8]string
+		parts := stack[:0]
+		for i, fn := range fns {
+			k, err := fn(r)
+			if err != nil {
+				return "", fmt.Errorf("keyfuncs: Compose part %d: %w", i, err)
+			}
+			if k == "" {
+				return "", fmt.Errorf("%w: Compose part %d returned an empty key", ErrNoKey, i)
+			}
+			parts = append(parts, k)
+		}
+		return strings.Join(parts, "|"), nil
+	}
+}
+
+// FirstOf returns a key function that tries fns in order and returns the
+// first key found: FirstOf(User(get), APIKeyHeader("X-API-Key"), ip)
+// limits signed-in users by ID, other API clients by key, and everyone
+// else by IP. It moves on only when a function's error wraps [ErrNoKey]
+// (or it returns an empty key); any other error is returned at once. When
+// every function fails, the error wraps ErrNoKey and each failure.
+//
+// FirstOf with no function, or a nil one, returns an error wrapping
+// [ErrInvalidOption] on every call.
+func FirstOf(fns ...Func) Func {
+	fns, err := checkFuncs("FirstOf", fns)
+	if err != nil {
+		return failing(err)
+	}
+	return func(r Request) (string, error) {
+		var stack [4]error // errors are kept as they are: no cost until all fail
+		errs := stack[:0]
+		for i, fn := range fns {
+			k, err := fn(r)
+			switch {
+			case err == nil && k != "":
+				return k, nil
+			case err == nil:
+				err = errors.New("empty key")
+			case !errors.Is(err, ErrNoKey):
+				return "", fmt.Errorf("keyfuncs: FirstOf function %d: %w", i, err)
+			}
+			errs = append(errs, err)
+		}
+		all := make([]error, len(errs))
+		for i, err := range errs {
+			all[i] = fmt.Errorf("function %d: %w", i, err)
+		}
+		return "", fmt.Errorf("%w: FirstOf: no function found a key: %w", ErrNoKey, errors.Join(all...))
+	}
+}
+
+// Static returns a key function giving every request the same key,
+// "static:" followed by key, for a limit shared by all clients (a global
+// limit, or one guarding a fragile backend).
+func Static(key string) Func {
+	k := "static:" + key
+	return func(Request) (string, error) { return k, nil }
+}
+
+// checkFuncs copies fns, so the caller's slice may change afterwards,
+// and rejects an empty list or a nil function.
+func checkFuncs(name string, fns []Func) ([]Func, error) {
+	if len(fns) == 0 {
+		return nil, fmt.Errorf("%w: %s: no key function", ErrInvalidOption, name)
+	}
+	for i, fn := range fns {
+		if fn == nil {
+			return nil, fmt.Errorf("%w: %s: key function %d is nil", ErrInvalidOption, name, i)
+		}
+	}
+	return append([]Func(nil), fns...), nil
+}

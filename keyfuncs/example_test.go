@@ -1,0 +1,143 @@
+package keyfuncs_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// httpRequest presents a net/http request as a keyfuncs.Request, as the
+// chi adapter does.
+type httpRequest struct {
+	r       *http.Request
+	pattern string
+}
+
+func (h httpRequest) RemoteAddr() string                { return h.r.RemoteAddr }
+func (h httpRequest) Header(name string) string         { return h.r.Header.Get(name) }
+func (h httpRequest) HeaderValues(name string) []string { return h.r.Header.Values(name) }
+func (h httpRequest) Query(name string) string          { return h.r.URL.Query().Get(name) }
+func (h httpRequest) Method() string                    { return h.r.Method }
+func (h httpRequest) Route() string                     { return h.pattern }
+func (h httpRequest) Context() context.Context          { return h.r.Context() }
+
+// By default the client is the socket peer: a forged X-Forwarded-For (or
+// X-Real-IP, Forwarded ...) changes nothing.
+func ExampleIP() {
+	key, err := keyfuncs.IP()
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "203.0.113.7:54321"
+	r.Header.Set("X-Forwarded-For", "6.6.6.6")
+	r.Header.Set("X-Real-IP", "6.6.6.6")
+	fmt.Println(key(httpRequest{r: r}))
+
+	r.RemoteAddr = "[2001:db8:1:1a0::7]:54321" // IPv6: grouped by /56
+	fmt.Println(key(httpRequest{r: r}))
+	// Output:
+	// ip:203.0.113.7 <nil>
+	// ip:2001:db8:1:100::/56 <nil>
+}
+
+// Behind your own proxies, declare them: X-Forwarded-For is then read,
+// from the right, only when the peer is one of them, and entries the
+// client wrote to the left of the real client address are ignored.
+func ExampleTrustedProxies() {
+	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.2:54321" // the load balancer
+	// The client sent "X-Forwarded-For: 6.6.6.6"; the edge proxy appended
+	// the client's real address, the load balancer the edge proxy's.
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 198.51.100.1, 10.0.0.3")
+	fmt.Println(key(httpRequest{r: r}))
+
+	r.RemoteAddr = "203.0.113.7:54321" // not a proxy: headers ignored
+	fmt.Println(key(httpRequest{r: r}))
+	// Output:
+	// ip:198.51.100.1 <nil>
+	// ip:203.0.113.7 <nil>
+}
+
+// A CDN that overwrites a client-address header, trusted only from the
+// CDN's own addresses.
+func ExampleTrustedHeader() {
+	key, err := keyfuncs.IP(
+		keyfuncs.TrustedHeader("CF-Connecting-IP"),
+		keyfuncs.TrustedProxies("173.245.48.0/20", "2400:cb00::/32"), // part of https://www.cloudflare.com/ips/
+	)
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "173.245.48.1:443"
+	r.Header.Set("CF-Connecting-IP", "198.51.100.42")
+	fmt.Println(key(httpRequest{r: r}))
+	// Output:
+	// ip:198.51.100.42 <nil>
+}
+
+// RFC 7239 Forwarded instead of X-Forwarded-For.
+func ExampleUseForwarded() {
+	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"), keyfuncs.UseForwarded())
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.2:54321"
+	r.Header.Add("Forwarded", `for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https`)
+	r.Header.Add("Forwarded", "for=10.0.0.3;by=10.0.0.2")
+	fmt.Println(key(httpRequest{r: r}))
+	// Output:
+	// ip:2001:db8:cafe::/56 <nil>
+}
+
+// A fallback chain: users by ID, API clients by (hashed) key, the rest by
+// IP; combined with the route for per-endpoint limits.
+func ExampleFirstOf() {
+	type userKey struct{}
+	ip, err := keyfuncs.IP()
+	if err != nil {
+		panic(err)
+	}
+	key := keyfuncs.Compose(
+		keyfuncs.Route(),
+		keyfuncs.FirstOf(
+			keyfuncs.ContextValue(userKey{}),
+			keyfuncs.APIKeyHeader("X-API-Key"),
+			ip,
+		),
+	)
+
+	r := httptest.NewRequest("POST", "/orders", nil)
+	r.RemoteAddr = "203.0.113.7:54321"
+	fmt.Println(key(httpRequest{r: r, pattern: "/orders"}))
+
+	r = r.WithContext(context.WithValue(r.Context(), userKey{}, "u-42"))
+	fmt.Println(key(httpRequest{r: r, pattern: "/orders"}))
+
+	r = httptest.NewRequest("GET", "/no/such/page", nil)
+	r.RemoteAddr = "203.0.113.7:54321"
+	fmt.Println(key(httpRequest{r: r})) // no route matched
+	// Output:
+	// route:POST /orders|ip:203.0.113.7 <nil>
+	// route:POST /orders|user:u-42 <nil>
+	// route:GET <unmatched>|ip:203.0.113.7 <nil>
+}
+
+// The raw API key never appears in the rate-limit key.
+func ExampleAPIKeyHeader() {
+	key := keyfuncs.APIKeyHeader("Authorization", keyfuncs.Bearer())
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Bearer sk_live_s3cr3t")
+	fmt.Println(key(httpRequest{r: r}))
+	// Output:
+	// key:84dc88e54a7e636eb5186b026cbe51b2 <nil>
+}

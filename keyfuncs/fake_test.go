@@ -1,0 +1,60 @@
+package keyfuncs
+
+import (
+	"context"
+	"net/textproto"
+)
+
+// fakeRequest is a Request built from literals, for tests.
+type fakeRequest struct {
+	remote  string
+	headers map[string][]string // canonical names
+	query   map[string]string
+	method  string
+	route   string
+	ctx     context.Context
+}
+
+var _ Request = (*fakeRequest)(nil)
+
+func (r *fakeRequest) RemoteAddr() string { return r.remote }
+
+func (r *fakeRequest) Header(name string) string {
+	if v := r.HeaderValues(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (r *fakeRequest) HeaderValues(name string) []string {
+	return r.headers[textproto.CanonicalMIMEHeaderKey(name)]
+}
+
+func (r *fakeRequest) Query(name string) string { return r.query[name] }
+
+func (r *fakeRequest) Method() string {
+	if r.method == "" {
+		return "GET"
+	}
+	return r.method
+}
+
+func (r *fakeRequest) Route() string { return r.route }
+
+func (r *fakeRequest) Context() context.Context {
+	if r.ctx == nil {
+		return context.Background()
+	}
+	return r.ctx
+}
+
+// req returns a request from peer with headers given as name, value
+// pairs; a name given twice makes two header lines.
+func req(peer string, kv ...string) *fakeRequest {
+	r := &fakeRequest{remote: peer, headers: map[string][]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		name := textproto.CanonicalMIMEHeaderKey(kv[i])
+		r.headers[name] = append(r.headers[name], kv[i+1])
+	}
+	return r
+}
