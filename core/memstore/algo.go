@@ -1,0 +1,273 @@
+package memstore
+
+import (
+	"math"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// This file is the reference arithmetic of the five algorithms. Times are
+// integer microseconds since the Unix epoch; counts are integers; the bucket
+// levels are float64, computed in exactly the order the Redis Lua scripts in
+// core/redisstore compute them (Lua numbers are float64 too), so both stores
+// give the same Decision for the same history, to the millisecond.
+
+// state is one key's state under one policy. Each algorithm uses its own
+// fields.
+type state struct {
+	// fixed and sliding window counter: the window start, its count and
+	// the count of the window before it.
+	win, cur, prev int64
+	// token bucket (tokens) and leaky bucket (queue level), as of last.
+	level float64
+	// last is the time of the last admission, for every algorithm. A
+	// request that arrives with an earlier time (a clock stepping back) is
+	// decided at last instead, so that stepping back never frees quota.
+	last int64
+	// sliding window log: admitted units in ascending time.
+	log []logEntry
+	// expires is when the state stops mattering: from then on it decides
+	// like no state at all.
+	expires int64
+}
+
+type logEntry struct{ at, n int64 }
+
+// outcome is a decision in microseconds, before rounding to milliseconds.
+type outcome struct {
+	allowed          bool
+	remaining        int64
+	reset, retry, dl int64 // microseconds
+}
+
+// decision rounds o up to whole milliseconds.
+func (o outcome) decision(capacity int64) core.Decision {
+	return core.Decision{
+		Allowed:    o.allowed,
+		Limit:      capacity,
+		Remaining:  o.remaining,
+		ResetAfter: msUp(o.reset),
+		RetryAfter: msUp(o.retry),
+		Delay:      msUp(o.dl),
+	}
+}
+
+// step decides one request of cost c at now (µs) against st, updating st
+// when the request is admitted. fresh says st holds no state yet.
+func step(st *state, fresh bool, p *core.Policy, c, now int64) outcome {
+	w := p.Window.Microseconds()
+	if !fresh && now < st.last {
+		now = st.last
+	}
+	switch p.Algorithm {
+	case core.FixedWindow:
+		return fixedWindow(st, fresh, p.Limit, w, c, now)
+	case core.SlidingWindowLog:
+		return slidingLog(st, p.Limit, w, c, now)
+	case core.SlidingWindowCounter:
+		return slidingCounter(st, fresh, p.Limit, w, c, now)
+	case core.TokenBucket:
+		return tokenBucket(st, fresh, p.Limit, p.Capacity(), w, c, now)
+	default:
+		return leakyBucket(st, fresh, p.Limit, p.Capacity(), w, c, now)
+	}
+}
+
+func fixedWindow(st *state, fresh bool, l, w, c, now int64) outcome {
+	ws := now - now%w
+	var n int64
+	if !fresh && st.win == ws {
+		n = st.cur
+	}
+	o := outcome{}
+	if n+c <= l {
+		n += c
+		st.win, st.cur, st.last, st.expires = ws, n, now, ws+w
+		o.allowed = true
+	} else {
+		o.retry = ws + w - now
+	}
+	o.remaining = l - n
+	if n > 0 {
+		o.reset = ws + w - now
+	}
+	return o
+}
+
+func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
+	ws := now - now%w
+	var cur, prev int64
+	switch {
+	case fresh:
+	case st.win == ws:
+		cur, prev = st.cur, st.prev
+	case st.win == ws-w:
+		prev = st.cur
+	}
+	el := now - ws
+	// Lua: local p = prev * (w - el) / w
+	p := weigh(prev, w, el)
+	o := outcome{}
+	if fits(p, cur, c, l) {
+		cur += c
+		st.win, st.cur, st.prev, st.last, st.expires = ws, cur, prev, now, ws+2*w
+		o.allowed = true
+	} else if need := l - cur - c; need >= 0 {
+		// The previous window's weight blocks: wait until it has slid far
+		// enough that prev*(w-el)/w <= need, at el = w - k.
+		k := int64(math.Floor(float64(need) * float64(w) / float64(prev)))
+		at := firstPass(w-k, func(at int64) bool { return fits(weigh(prev, w, at), cur, c, l) })
+		o.retry = ws + at - now
+	} else {
+		// This window's own count blocks: wait into the next window, where
+		// cur becomes the previous count and the new window starts empty.
+		k := int64(math.Floor(float64(l-c) * float64(w) / float64(cur)))
+		at := firstPass(max(0, w-k), func(at int64) bool { return fits(weigh(cur, w, at), 0, c, l) })
+		o.retry = ws + w + at - now
+	}
+	o.remaining = max(0, int64(math.Floor(float64(l)-float64(p+float64(cur)))))
+	switch {
+	case cur > 0:
+		o.reset = ws + 2*w - now
+	case prev > 0:
+		o.reset = ws + w - now
+	}
+	return o
+}
+
+// weigh is the previous window's count weighed by the part of it still
+// inside the sliding window, el microseconds into the current one.
+func weigh(prev, w, el int64) float64 {
+	return float64(float64(prev) * float64(w-el) / float64(w))
+}
+
+// fits is the sliding window counter's admission test.
+func fits(p float64, cur, c, l int64) bool {
+	return float64(p+float64(cur))+float64(c) <= float64(l)
+}
+
+func slidingLog(st *state, l, w, c, now int64) outcome {
+	// Forget units admitted at or before now-w.
+	cut := 0
+	for cut < len(st.log) && st.log[cut].at <= now-w {
+		cut++
+	}
+	if cut > 0 {
+		st.log = append(st.log[:0], st.log[cut:]...)
+	}
+	var n int64
+	for _, e := range st.log {
+		n += e.n
+	}
+	o := outcome{}
+	if n+c <= l {
+		if k := len(st.log); k > 0 && st.log[k-1].at == now {
+			st.log[k-1].n += c
+		} else {
+			st.log = append(st.log, logEntry{now, c})
+		}
+		n += c
+		st.last, st.expires = now, now+w
+		o.allowed = true
+	} else {
+		// The k-th oldest unit must leave the window first.
+		k, cum := n+c-l, int64(0)
+		for _, e := range st.log {
+			if cum += e.n; cum >= k {
+				o.retry = e.at + w - now
+				break
+			}
+		}
+	}
+	o.remaining = l - n
+	if n > 0 {
+		o.reset = st.log[len(st.log)-1].at + w - now
+	}
+	return o
+}
+
+func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
+	// tokensAt is the bucket el microseconds after the last admission.
+	tokensAt := func(el int64) float64 {
+		// Lua: math.min(burst, tokens + el * limit / w)
+		return math.Min(float64(b), st.level+float64(float64(el)*float64(l)/float64(w)))
+	}
+	tokens := float64(b)
+	if !fresh {
+		tokens = tokensAt(now - st.last)
+	}
+	o := outcome{}
+	if tokens >= float64(c) {
+		tokens -= float64(c)
+		o.allowed = true
+	} else {
+		// Not fresh: a fresh bucket holds b >= c tokens.
+		est := int64(math.Ceil(float64(float64(c)-tokens) * float64(w) / float64(l)))
+		el := now - st.last
+		o.retry = firstPass(est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
+	}
+	o.remaining = int64(math.Floor(tokens))
+	o.reset = int64(math.Ceil(float64(float64(b)-tokens) * float64(w) / float64(l)))
+	if o.allowed {
+		st.level, st.last, st.expires = tokens, now, now+o.reset
+	}
+	return o
+}
+
+func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
+	// levelAt is the queue el microseconds after the last admission.
+	levelAt := func(el int64) float64 {
+		// Lua: math.max(0, level - el * limit / w)
+		return math.Max(0, st.level-float64(float64(el)*float64(l)/float64(w)))
+	}
+	level := 0.0
+	if !fresh {
+		level = levelAt(now - st.last)
+	}
+	o := outcome{}
+	if float64(level+float64(c)) <= float64(b) {
+		o.dl = int64(math.Ceil(level * float64(w) / float64(l)))
+		level += float64(c)
+		o.allowed = true
+	} else {
+		// Not fresh: an empty queue has room for c <= b.
+		est := int64(math.Ceil(float64(level+float64(c)-float64(b)) * float64(w) / float64(l)))
+		el := now - st.last
+		o.retry = firstPass(est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
+	}
+	o.remaining = int64(math.Floor(float64(b) - level))
+	o.reset = int64(math.Ceil(level * float64(w) / float64(l)))
+	if o.allowed {
+		st.level, st.last, st.expires = level, now, now+o.reset
+	}
+	return o
+}
+
+// firstPass returns the smallest k >= 0 at which passes(k) holds, starting
+// from est, an estimate that float64 rounding may have put a microsecond or
+// two off. passes must be monotonic (false, then true for good). This keeps
+// RetryAfter exact: it is the first microsecond at which the store's own
+// admission test passes, not a rounded formula that may overshoot.
+func firstPass(est int64, passes func(k int64) bool) int64 {
+	k := max(est, 0)
+	for i := 0; i < maxNudge && k > 0 && passes(k-1); i++ {
+		k--
+	}
+	for i := 0; i < maxNudge && !passes(k); i++ {
+		k++
+	}
+	return k
+}
+
+// maxNudge bounds firstPass's walk; rounding moves est by far less.
+const maxNudge = 16
+
+// msUp converts microseconds to a Duration of whole milliseconds, rounding
+// up.
+func msUp(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration((us+999)/1000) * time.Millisecond
+}

@@ -1,0 +1,165 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+// benchPolicy admits every request of the benchmarks: the limit is far above
+// what a loop reaches. The sliding log keeps one entry per distinct
+// microsecond in its window, so its window is short to bound the log.
+func benchPolicy(alg core.Algorithm) core.Policy {
+	p := core.Policy{Name: "bench", Algorithm: alg, Limit: core.MaxLimit, Window: time.Second}
+	if alg == core.SlidingWindowLog {
+		p.Limit, p.Window = core.MaxLogLimit, time.Millisecond
+	}
+	return p
+}
+
+func newLimiter(b *testing.B, s core.Store, p core.Policy) *core.Limiter {
+	b.Helper()
+	l, err := core.NewLimiter(s, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+func reportRate(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// BenchmarkAllow decides for one hot key on the real clock, allowed and
+// denied.
+func BenchmarkAllow(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range core.Algorithms {
+		for _, mode := range []string{"allowed", "denied"} {
+			b.Run(string(alg)+"/"+mode, func(b *testing.B) {
+				s := memstore.New()
+				defer s.Close()
+				p := benchPolicy(alg)
+				if mode == "denied" {
+					p.Limit, p.Window = 10, time.Hour
+				}
+				l := newLimiter(b, s, p)
+				want := mode == "allowed"
+				for range 10 {
+					_, _ = l.Allow(ctx, "203.0.113.7")
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					d, err := l.Allow(ctx, "203.0.113.7")
+					if err != nil || d.Allowed != want {
+						b.Fatalf("got %+v, %v", d, err)
+					}
+				}
+				reportRate(b)
+			})
+		}
+	}
+}
+
+// BenchmarkAllowKeyspace spreads token-bucket decisions over a growing
+// number of distinct keys, all created before the timer starts.
+func BenchmarkAllowKeyspace(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1, 1_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			s := memstore.New()
+			defer s.Close()
+			l := newLimiter(b, s, benchPolicy(core.TokenBucket))
+			keys := makeKeys(n)
+			before := heapInUse()
+			for _, k := range keys {
+				_, _ = l.Allow(ctx, k)
+			}
+			perKey := float64(heapInUse()-before) / float64(n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+					b.Fatalf("got %+v, %v", d, err)
+				}
+				if i++; i == n {
+					i = 0
+				}
+			}
+			reportRate(b)
+			b.ReportMetric(perKey, "heap-B/key")
+		})
+	}
+}
+
+// heapInUse returns the bytes of live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// BenchmarkAllowParallel decides from GOMAXPROCS goroutines, on one hot
+// key and over 100 000 keys.
+func BenchmarkAllowParallel(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1, 100_000} {
+		b.Run(fmt.Sprintf("token_bucket/keys=%d", n), func(b *testing.B) {
+			s := memstore.New()
+			defer s.Close()
+			l := newLimiter(b, s, benchPolicy(core.TokenBucket))
+			keys := makeKeys(n)
+			for _, k := range keys {
+				_, _ = l.Allow(ctx, k)
+			}
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(7919)) % n
+				for pb.Next() {
+					if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+						b.Errorf("got %+v, %v", d, err)
+						return
+					}
+					if i++; i == n {
+						i = 0
+					}
+				}
+			})
+			reportRate(b)
+		})
+	}
+}
+
+// BenchmarkTake is the store alone, without the Limiter, for one hot key.
+func BenchmarkTake(b *testing.B) {
+	ctx := context.Background()
+	s := memstore.New()
+	defer s.Close()
+	req := core.Request{Key: "203.0.113.7", Policy: benchPolicy(core.TokenBucket), Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Take(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b)
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("10.%d.%d.%d", i>>16&0xff, i>>8&0xff, i&0xff)
+	}
+	return keys
+}

@@ -1,0 +1,52 @@
+package memstore
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// TestExpiredStateDecidesLikeNone checks, on random histories, the premise
+// of the store's expiry: once past its expires, state decides exactly as no
+// state at all, so treating it as fresh (and the janitor deleting it)
+// changes no Decision. At now == expires exactly, the bucket arithmetic may
+// still leave a float residue (one unit of Remaining, 1µs of Delay); the
+// store treats that instant as expired too.
+func TestExpiredStateDecidesLikeNone(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 50_000 {
+		alg := core.Algorithms[r.IntN(len(core.Algorithms))]
+		p := core.Policy{Algorithm: alg, Limit: 1 + r.Int64N(20), Window: time.Duration(1+r.Int64N(5000)) * time.Millisecond}
+		if alg.IsBucket() && r.IntN(2) == 0 {
+			p.Burst = 1 + r.Int64N(30)
+		}
+		var st state
+		fresh := true
+		now := t0.UnixMicro() + r.Int64N(1e9)
+		for range 1 + r.IntN(10) {
+			now += r.Int64N(p.Window.Microseconds())
+			if !fresh && st.expires <= now {
+				st, fresh = state{}, true
+			}
+			if step(&st, fresh, &p, 1+r.Int64N(p.Capacity()), now).allowed {
+				fresh = false
+			}
+		}
+		if fresh {
+			continue
+		}
+		for _, at := range []int64{st.expires + 1, st.expires + 1 + r.Int64N(p.Window.Microseconds())} {
+			c := 1 + r.Int64N(p.Capacity())
+			stale := st
+			stale.log = slices.Clone(st.log)
+			got := step(&stale, false, &p, c, at)
+			want := step(&state{}, true, &p, c, at)
+			if got != want {
+				t.Fatalf("%+v, cost %d at expires+%dµs: stale state gives %+v, no state %+v (state %+v)", p, c, at-st.expires, got, want, st)
+			}
+		}
+	}
+}

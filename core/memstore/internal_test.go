@@ -1,0 +1,336 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func testStore(t *testing.T, opts ...Option) *Store {
+	t.Helper()
+	s := New(append([]Option{WithCleanupInterval(time.Hour)}, opts...)...)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func mustTake(t *testing.T, s *Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), core.Request{Key: key, Policy: p, Cost: cost, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestSweepReclaimsExpiredState(t *testing.T) {
+	s := testStore(t, WithShards(4))
+	// The state of each of these policies matters for one window (two for
+	// the sliding counter) after its last admitted request at t0, at most.
+	var ps []core.Policy
+	for _, alg := range core.Algorithms {
+		ps = append(ps, core.Policy{Name: "p", Algorithm: alg, Limit: 10, Window: time.Minute})
+	}
+	const keys = 100
+	for i := range keys {
+		for _, p := range ps {
+			mustTake(t, s, fmt.Sprint("k", i), p, 1, t0)
+		}
+	}
+	if got, want := s.Len(), keys*len(ps); got != want {
+		t.Fatalf("Len = %d, want %d", got, want)
+	}
+	s.sweep(t0.Add(time.Second))
+	if got, want := s.Len(), keys*len(ps); got != want {
+		t.Fatalf("after an early sweep: Len = %d, want %d (nothing expired yet)", got, want)
+	}
+	s.sweep(t0.Add(2*time.Minute + time.Microsecond))
+	if got := s.Len(); got != 0 {
+		t.Fatalf("after a late sweep: Len = %d, want 0", got)
+	}
+}
+
+func TestSweepKeepsLiveState(t *testing.T) {
+	s := testStore(t, WithShards(1))
+	short := core.Policy{Name: "short", Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}
+	long := core.Policy{Name: "long", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
+	mustTake(t, s, "a", short, 1, t0)
+	mustTake(t, s, "a", long, 1, t0)
+	s.sweep(t0.Add(time.Minute))
+	if got := s.Len(); got != 1 {
+		t.Fatalf("Len = %d, want 1", got)
+	}
+	if d := mustTake(t, s, "a", long, 1, t0.Add(time.Minute)); d.Allowed {
+		t.Fatalf("live state was lost: got %+v, want denied", d)
+	}
+}
+
+func TestSweepRebuildsShrunkMap(t *testing.T) {
+	s := testStore(t, WithShards(1))
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}
+	for i := range 4 * rebuildMin {
+		mustTake(t, s, fmt.Sprint("k", i), p, 1, t0)
+	}
+	keep := core.Policy{Name: "keep", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+	mustTake(t, s, "kept", keep, 1, t0)
+	sh := &s.shards[0]
+	if sh.peak != 4*rebuildMin+1 {
+		t.Fatalf("peak = %d, want %d", sh.peak, 4*rebuildMin+1)
+	}
+	old := sh.m
+	s.sweep(t0.Add(time.Minute))
+	if sh.peak != 1 || len(sh.m) != 1 {
+		t.Fatalf("after sweep: peak %d, len %d, want 1 and 1", sh.peak, len(sh.m))
+	}
+	if fmt.Sprintf("%p", old) == fmt.Sprintf("%p", sh.m) {
+		t.Fatal("the shrunk map was not rebuilt")
+	}
+}
+
+// TestEvictionPrefersExpired fills a one-shard store whose cap is the
+// eviction sample, so that every eviction sees every key.
+func TestEvictionPrefersExpired(t *testing.T) {
+	s := testStore(t, WithShards(1), WithMaxKeys(evictSample))
+	short := core.Policy{Name: "short", Algorithm: core.FixedWindow, Limit: 5, Window: time.Second}
+	long := core.Policy{Name: "long", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
+	mustTake(t, s, "live", long, 1, t0)
+	for i := range evictSample - 1 {
+		mustTake(t, s, fmt.Sprint("old", i), short, 1, t0)
+	}
+	// At t0+10s every short key has expired; inserting new keys evicts
+	// them first, and then new keys, which expire before the live one.
+	now := t0.Add(10 * time.Second)
+	for i := range 3 * evictSample {
+		mustTake(t, s, fmt.Sprint("new", i), short, 1, now)
+		if s.Len() > evictSample {
+			t.Fatalf("Len = %d above the cap %d", s.Len(), evictSample)
+		}
+		if _, ok := s.shards[0].m[entryKey{"long", core.FixedWindow, "live"}]; !ok {
+			t.Fatalf("insert %d evicted the live key", i)
+		}
+	}
+}
+
+func TestEvictionTakesSoonestExpiring(t *testing.T) {
+	s := testStore(t, WithShards(1), WithMaxKeys(evictSample))
+	for i := range evictSample {
+		// Key i's window is i+10 minutes long, except key 3's: 30s. At
+		// a whole hour, key 3 expires first.
+		w := time.Duration(i+10) * time.Minute
+		if i == 3 {
+			w = 30 * time.Second
+		}
+		p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 5, Window: w}
+		mustTake(t, s, fmt.Sprint("k", i), p, 1, t0.Truncate(time.Hour))
+	}
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
+	mustTake(t, s, "newcomer", p, 1, t0.Truncate(time.Hour))
+	for k := range s.shards[0].m {
+		if k.key == "k3" {
+			t.Fatalf("k3, the soonest to expire, was not evicted: %v", s.shards[0].m)
+		}
+	}
+	if s.Len() != evictSample {
+		t.Fatalf("Len = %d, want %d", s.Len(), evictSample)
+	}
+}
+
+func TestSlidingLogShrinks(t *testing.T) {
+	s := testStore(t, WithShards(1))
+	const n = 1000
+	p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: n, Window: time.Second}
+	for i := range n {
+		if d := mustTake(t, s, "k", p, 1, t0.Add(time.Duration(i)*time.Microsecond)); !d.Allowed {
+			t.Fatalf("request %d denied", i)
+		}
+	}
+	st := s.shards[0].m[entryKey{"log", core.SlidingWindowLog, "k"}]
+	if cap(st.log) < n {
+		t.Fatalf("cap = %d, want >= %d", cap(st.log), n)
+	}
+	// All but the last two entries have left the window.
+	now := t0.Add(time.Second + (n-3)*time.Microsecond)
+	if d := mustTake(t, s, "k", p, 1, now); !d.Allowed || d.Remaining != n-3 {
+		t.Fatalf("got %+v, want allowed with %d remaining", d, n-3)
+	}
+	if len(st.log) != 3 || cap(st.log) > 16 {
+		t.Fatalf("log len %d cap %d, want len 3 and a small cap", len(st.log), cap(st.log))
+	}
+}
+
+func TestExpiredLogIsReusedAndShrunk(t *testing.T) {
+	s := testStore(t, WithShards(1))
+	p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 500, Window: time.Second}
+	for i := range 500 {
+		mustTake(t, s, "k", p, 1, t0.Add(time.Duration(i)*time.Microsecond))
+	}
+	if d := mustTake(t, s, "k", p, 2, t0.Add(time.Hour)); !d.Allowed || d.Remaining != 498 {
+		t.Fatalf("after expiry: got %+v, want allowed with 498 remaining", d)
+	}
+	st := s.shards[0].m[entryKey{"log", core.SlidingWindowLog, "k"}]
+	if len(st.log) != 1 || cap(st.log) > 16 {
+		t.Fatalf("log len %d cap %d, want len 1 and a small cap", len(st.log), cap(st.log))
+	}
+}
+
+func TestCloseStopsJanitor(t *testing.T) {
+	s := New()
+	j := s.jan
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.done:
+	default:
+		t.Fatal("janitor still running after Close")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestJanitorSweeps(t *testing.T) {
+	s := New()
+	defer s.Close()
+	// Replace the running janitor with a fast one, bypassing the clamp.
+	s.jan.halt()
+	<-s.jan.done
+	s.jan = &janitor{stop: make(chan struct{}), done: make(chan struct{})}
+	go s.jan.run(s.shards, s.clock, time.Millisecond)
+
+	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}
+	mustTake(t, s, "k", p, 1, time.Now().Add(-time.Hour))
+	deadline := time.After(10 * time.Second)
+	for s.Len() != 0 {
+		select {
+		case <-deadline:
+			t.Fatal("the janitor did not reclaim expired state")
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+func TestDroppedStoreStopsJanitor(t *testing.T) {
+	j := New().jan
+	deadline := time.After(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-j.done:
+			return
+		case <-deadline:
+			t.Fatal("the janitor of an unreachable Store is still running")
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func TestOptionsAreClamped(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	def := ceilPow2(max(64, 4*procs))
+	tests := []struct {
+		name            string
+		opts            []Option
+		shards, maxKeys int
+		interval        time.Duration
+	}{
+		{"defaults", nil, def, 0, DefaultCleanupInterval},
+		{"nil option", []Option{nil}, def, 0, DefaultCleanupInterval},
+		{"shards rounded up", []Option{WithShards(100)}, 128, 0, DefaultCleanupInterval},
+		{"one shard", []Option{WithShards(1)}, 1, 0, DefaultCleanupInterval},
+		{"negative shards", []Option{WithShards(-3)}, def, 0, DefaultCleanupInterval},
+		{"too many shards", []Option{WithShards(1 << 40)}, MaxShards, 0, DefaultCleanupInterval},
+		{"few keys", []Option{WithShards(64), WithMaxKeys(10)}, 8, 10, DefaultCleanupInterval},
+		{"negative keys", []Option{WithMaxKeys(-1)}, def, 0, DefaultCleanupInterval},
+		{"short interval", []Option{WithCleanupInterval(time.Nanosecond)}, def, 0, MinCleanupInterval},
+		{"negative interval", []Option{WithCleanupInterval(-time.Second)}, def, 0, DefaultCleanupInterval},
+		{"long interval", []Option{WithCleanupInterval(time.Hour)}, def, 0, time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newConfig(tt.opts)
+			if c.shards != tt.shards || c.maxKeys != tt.maxKeys || c.interval != tt.interval {
+				t.Fatalf("got %+v, want shards %d, maxKeys %d, interval %v", c, tt.shards, tt.maxKeys, tt.interval)
+			}
+		})
+	}
+}
+
+func TestMaxKeysSplitsExactly(t *testing.T) {
+	for _, n := range []int{1, 7, 64, 100, 1000, 12345} {
+		s := testStore(t, WithMaxKeys(n))
+		sum := 0
+		for i := range s.shards {
+			if s.shards[i].max < 1 {
+				t.Fatalf("maxKeys %d: shard %d holds no key", n, i)
+			}
+			sum += s.shards[i].max
+		}
+		if sum != n {
+			t.Fatalf("maxKeys %d: shard caps sum to %d", n, sum)
+		}
+	}
+}
+
+func TestShardPadding(t *testing.T) {
+	var sh shard
+	if size := int(unsafe.Sizeof(sh)); size%128 != 0 {
+		t.Fatalf("shard is %d bytes, not a multiple of 128", size)
+	}
+}
+
+// TestClockNeverRunsBackwards decides one sliding-log key on the real clock
+// from many goroutines: however they interleave between reading the clock
+// and taking the lock, the log stays in time order.
+func TestClockNeverRunsBackwards(t *testing.T) {
+	s := testStore(t, WithShards(1))
+	p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Hour}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 2000 {
+				if _, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	log := s.shards[0].m[entryKey{"log", core.SlidingWindowLog, "k"}].log
+	if !slices.IsSortedFunc(log, func(a, b logEntry) int { return cmp.Compare(a.at, b.at) }) {
+		t.Fatal("the log is out of time order")
+	}
+	// Explicit times are taken as they are, even before the shard's clock.
+	past := core.Policy{Name: "past", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+	then := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	mustTake(t, s, "k", past, 1, then)
+	if d := mustTake(t, s, "k", past, 1, then.Add(time.Hour)); !d.Allowed {
+		t.Fatalf("next window in the past: got %+v, want allowed", d)
+	}
+}
+
+func TestClockFollowsWallClock(t *testing.T) {
+	c := newClock()
+	prev := c.now()
+	for range 1000 {
+		now := c.now()
+		if now < prev {
+			t.Fatalf("clock ran backwards: %d after %d", now, prev)
+		}
+		prev = now
+	}
+	if d := time.Now().UnixMicro() - c.now(); d < -1000 || d > 1000 {
+		t.Fatalf("clock is %dµs off the wall clock", d)
+	}
+}

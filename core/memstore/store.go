@@ -1,0 +1,204 @@
+// Package memstore is the embedded core.Store: every algorithm computed in
+// process memory, with the same semantics as the Redis store, down to the
+// millisecond. It needs no setup and suits a single instance, tests and
+// development; instances behind a load balancer each keep their own counts,
+// so share a Redis store between them instead.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Store keeps rate-limit state in memory. Build one with New and share it
+// between limiters: each (policy name, algorithm, client key) has its own
+// state. The zero value is not usable.
+//
+// It is safe for concurrent use. Keys are spread over shards, each a map
+// behind its own mutex, so there is no global lock: goroutines deciding for
+// keys on different shards never wait for each other. A decision is one
+// critical section on one shard, which makes it atomic.
+//
+// The Store's clock is the wall clock read at New plus the monotonic time
+// elapsed since: it costs half of time.Now, and stepping the wall clock
+// (NTP, date) does not move it, so state keeps aging at the real rate. It
+// may thus drift from the wall clock by the size of such steps (and of
+// system suspends, which the monotonic clock does not count); Decisions
+// carry only durations, which stay exact.
+//
+// Requests may reach the store out of time order: a goroutine reads the
+// clock, then waits for the lock behind one that read it later; app
+// servers' clocks differ; a wall clock is stepped back. A request dated
+// before its key's latest admission is decided at the time of that
+// admission, so stepping back never frees quota and a sliding log stays in
+// time order.
+//
+// Memory is bounded: state stops mattering at a time each algorithm knows
+// (the end of the window, the moment the bucket is whole again), and from
+// then on it decides like no state at all; a janitor goroutine deletes it
+// every cleanup interval (WithCleanupInterval). WithMaxKeys caps the number
+// of keys. Call Close to stop the janitor.
+type Store struct {
+	shards []shard
+	mask   uint64
+	seed   maphash.Seed
+	clock  clock
+	jan    *janitor
+}
+
+// Compile-time checks.
+var (
+	_ core.Store       = (*Store)(nil)
+	_ core.NonBlocking = (*Store)(nil)
+)
+
+var errNoStore = errors.New("memstore: Store not built with New")
+
+// New returns a Store with its janitor running. Option values out of range
+// are clamped as each option documents; New never fails.
+func New(opts ...Option) *Store {
+	c := newConfig(opts)
+	s := &Store{
+		shards: make([]shard, c.shards),
+		mask:   uint64(c.shards - 1),
+		seed:   maphash.MakeSeed(),
+		clock:  newClock(),
+		jan:    &janitor{stop: make(chan struct{}), done: make(chan struct{})},
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.m = make(map[entryKey]*state)
+		if c.maxKeys > 0 {
+			sh.max = c.maxKeys / c.shards
+			if i < c.maxKeys%c.shards {
+				sh.max++
+			}
+		}
+	}
+	// The janitor holds the shards, not the Store, so a Store dropped
+	// without Close can still be collected; the cleanup then stops the
+	// janitor.
+	go s.jan.run(s.shards, s.clock, c.interval)
+	runtime.AddCleanup(s, (*janitor).halt, s.jan)
+	return s
+}
+
+// Take decides req and, when it is allowed, records it, as one atomic step.
+// It decides at req.Now, or at the Store's clock when req.Now is zero (or at
+// the key's latest admission when that is later, see Store). It never blocks
+// on I/O and ignores ctx.
+//
+// Take trusts the core.Request contract except for cheap checks that keep
+// it from panicking: an empty key, a policy with an unknown algorithm or a
+// limit or window out of range, and a cost out of [1, Capacity] return an
+// error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy, core.ErrInvalidCost
+// or core.ErrCostExceedsLimit.
+func (s *Store) Take(_ context.Context, req core.Request) (core.Decision, error) {
+	p := &req.Policy
+	capacity := p.Capacity()
+	if err := check(&req, capacity); err != nil {
+		return core.Decision{}, err
+	}
+	if len(s.shards) == 0 {
+		return core.Decision{}, errNoStore
+	}
+	k := entryKey{name: p.Name, alg: p.Algorithm, key: req.Key}
+	sh := s.shard(&k)
+	var now int64
+	if req.Now.IsZero() {
+		now = s.clock.now()
+	} else {
+		now = req.Now.UnixMicro()
+	}
+	sh.mu.Lock()
+	o, known := sh.take(&k, p, req.Cost, now)
+	sh.mu.Unlock()
+	if !known {
+		return core.Decision{}, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
+	}
+	return o.decision(capacity), nil
+}
+
+// Reset forgets the state of key under policy, so the client's next request
+// finds a whole quota. It never fails on a Store built with New.
+func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
+	if len(s.shards) == 0 {
+		return errNoStore
+	}
+	k := entryKey{name: policy.Name, alg: policy.Algorithm, key: key}
+	sh := s.shard(&k)
+	sh.mu.Lock()
+	delete(sh.m, k)
+	sh.mu.Unlock()
+	return nil
+}
+
+// NonBlocking marks Store as answering from memory without I/O, so that a
+// core.Limiter calls it directly.
+func (*Store) NonBlocking() {}
+
+// Len returns the number of keys (client key and policy) the Store holds,
+// expired ones that the janitor has not yet deleted included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Close stops the janitor and waits for it to return. It is idempotent and
+// always returns nil. The Store remains usable after Close, but expired
+// state is then deleted only when its key is decided again or evicted.
+func (s *Store) Close() error {
+	if s.jan == nil {
+		return nil
+	}
+	s.jan.halt()
+	<-s.jan.done
+	return nil
+}
+
+// sweep deletes the state expired at now, one shard at a time.
+func (s *Store) sweep(now time.Time) {
+	sweepShards(s.shards, now.UnixMicro(), nil)
+}
+
+// shard returns the shard of k, chosen by the client key and policy name.
+func (s *Store) shard(k *entryKey) *shard {
+	h := maphash.String(s.seed, k.key) ^ maphash.String(s.seed, k.name)*0x9e3779b97f4a7c15
+	return &s.shards[h&s.mask]
+}
+
+// check rejects the requests that would make the arithmetic divide by zero
+// or misbehave, but for an unknown algorithm, which shard.take rejects
+// only when it finds no state (there is none under an unknown algorithm), to
+// spare the hot path its string comparisons. The core.Limiter never sends
+// such requests.
+func check(req *core.Request, capacity int64) error {
+	p := &req.Policy
+	switch {
+	case req.Key == "":
+		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+	case p.Limit < 1 || p.Limit > core.MaxLimit || p.Burst < 0 || p.Burst > core.MaxLimit:
+		return fmt.Errorf("%w: limit %d or burst %d out of range", core.ErrInvalidPolicy, p.Limit, p.Burst)
+	case p.Window < core.MinWindow || p.Window > core.MaxWindow:
+		return fmt.Errorf("%w: window %v out of range", core.ErrInvalidPolicy, p.Window)
+	case p.Limit > core.MaxLogLimit && p.Algorithm == core.SlidingWindowLog:
+		return fmt.Errorf("%w: sliding window log limit %d above %d", core.ErrInvalidPolicy, p.Limit, core.MaxLogLimit)
+	case req.Cost < 1:
+		return fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidCost, req.Cost)
+	case req.Cost > capacity:
+		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, req.Cost, capacity)
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// The race of RunExactness: exactLimit per hour, exactAttempts tries.
+const (
+	exactLimit    = 300
+	exactAttempts = 1500
+)
+
+// RunExactness hammers one key per algorithm from goroutinesPerStore
+// goroutines on each of stores (several stores sharing one backend, such as
+// one Redis reached by several clients, model several app servers) and
+// checks that exactly the policy's limit is admitted.
+//
+// The policy is 300 per hour (a bucket of 300 for the buckets), the key is
+// fresh, and all 1,500 attempts, split evenly over the goroutines, are made
+// at one fixed time, so no window boundary or refill interferes: exactly 300
+// must pass, each seeing a different Remaining (a store that loses an update
+// shows a Remaining twice). The leaky bucket may admit 301. Stores that
+// keep their own state, such as several memstores, are not one backend:
+// pass one of them.
+func RunExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
+	if len(stores) == 0 || goroutinesPerStore < 1 {
+		t.Fatalf("storetest.RunExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
+	}
+	run := runID(t)
+	now := epoch().Add(30 * time.Minute)
+	for _, alg := range core.Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			var burst int64
+			if alg.IsBucket() {
+				burst = exactLimit
+			}
+			req := core.Request{
+				Key:    run + "-exact-" + string(alg),
+				Policy: policy(alg, exactLimit, time.Hour, burst),
+				Cost:   1,
+				Now:    now,
+			}
+			n := len(stores) * goroutinesPerStore
+			var (
+				admitted, errs atomic.Int64
+				seen           [exactLimit]atomic.Int32 // admissions per Remaining
+				start          = make(chan struct{})
+				wg             sync.WaitGroup
+			)
+			for g := range n {
+				store := stores[g/goroutinesPerStore]
+				attempts := exactAttempts / n
+				if g < exactAttempts%n {
+					attempts++
+				}
+				wg.Go(func() {
+					<-start
+					for range attempts {
+						d, err := store.Take(context.Background(), req)
+						if err != nil {
+							if errs.Add(1) == 1 {
+								t.Errorf("goroutine %d on store %d: %v", g, g/goroutinesPerStore, err)
+							}
+							continue
+						}
+						if !d.Allowed {
+							continue
+						}
+						admitted.Add(1)
+						if d.Remaining >= 0 && d.Remaining < exactLimit {
+							seen[d.Remaining].Add(1)
+						}
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+
+			got := admitted.Load()
+			race := fmt.Sprintf("%d attempts from %d goroutines over %d store(s), %d errors", exactAttempts, n, len(stores), errs.Load())
+			if alg == core.LeakyBucket {
+				if got < exactLimit || got > exactLimit+1 {
+					t.Errorf("%s: admitted %d, want %d or %d", race, got, exactLimit, exactLimit+1)
+				}
+				return
+			}
+			if got != exactLimit {
+				t.Errorf("%s: admitted %d, want exactly %d", race, got, exactLimit)
+			}
+			var twice, never []int
+			for r := range seen {
+				switch seen[r].Load() {
+				case 0:
+					never = append(never, r)
+				case 1:
+				default:
+					twice = append(twice, r)
+				}
+			}
+			if len(twice) > 0 || len(never) > 0 {
+				t.Errorf("%s: admitted requests saw %d Remaining values more than once %v and %d never %v; want each of 0..%d once", race, len(twice), head(twice), len(never), head(never), exactLimit-1)
+			}
+		})
+	}
+}
+
+// head returns the first few of xs, enough for a failure message.
+func head(xs []int) []int {
+	return xs[:min(len(xs), 8)]
+}

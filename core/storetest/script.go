@@ -1,0 +1,156 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// A script is one case: a policy and the requests made under it, in order,
+// each with the Decision it must get.
+type script struct {
+	name   string
+	policy core.Policy
+	// start is the time of step zero, after the suite's epoch: 0 starts on
+	// a boundary of every window, anything else starts mid-window.
+	start time.Duration
+	// viaLimiter sends the steps through a core.Limiter (with WithClock)
+	// instead of calling the store's Take and Reset directly.
+	viaLimiter bool
+	steps      []step
+}
+
+// A step is one request, or one Reset, and what it must return.
+type step struct {
+	at   time.Duration // after the script's start
+	cost int64         // 0 means 1
+	// key, when set, names a second client: the step uses the script's key
+	// with key appended.
+	key string
+	// name, when set, renames the policy: same client, another policy.
+	name string
+	// reset calls Reset instead of Take; want is then ignored.
+	reset bool
+	// want is the Decision the store must return. Its Limit may be left 0:
+	// it is then the policy's Capacity.
+	want core.Decision
+}
+
+// ok is an admitted request's Decision.
+func ok(remaining int64, resetAfter time.Duration) core.Decision {
+	return core.Decision{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
+}
+
+// queued is a Decision of the leaky bucket that admits the request after
+// delay.
+func queued(remaining int64, resetAfter, delay time.Duration) core.Decision {
+	return core.Decision{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Delay: delay}
+}
+
+// deny is a denied request's Decision.
+func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
+	return core.Decision{Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
+}
+
+// run plays s against store, failing at the first step whose Decision is not
+// the one wanted.
+func (s *script) run(t *testing.T, store core.Store, run string) {
+	ctx := context.Background()
+	t0 := epoch().Add(s.start)
+	var now time.Time
+	limiters := map[string]*core.Limiter{}
+	for i, st := range s.steps {
+		key := run + "-" + string(s.policy.Algorithm) + "-" + s.name
+		if st.key != "" {
+			key += "-" + st.key
+		}
+		p := s.policy
+		if st.name != "" {
+			p.Name = st.name
+		}
+		cost := st.cost
+		if cost == 0 {
+			cost = 1
+		}
+		now = t0.Add(st.at)
+		where := fmt.Sprintf("step %d (at %v, cost %d, key %q, policy %q)", i, st.at, cost, key, p.Name)
+
+		var l *core.Limiter
+		if s.viaLimiter {
+			if l = limiters[p.Name]; l == nil {
+				var err error
+				l, err = core.NewLimiter(store, p, core.WithClock(func() time.Time { return now }))
+				if err != nil {
+					t.Fatalf("%s: NewLimiter: %v", where, err)
+				}
+				limiters[p.Name] = l
+			}
+		}
+
+		if st.reset {
+			var err error
+			if l != nil {
+				err = l.Reset(ctx, key)
+			} else {
+				err = store.Reset(ctx, key, p)
+			}
+			if err != nil {
+				t.Fatalf("%s: Reset: %v", where, err)
+			}
+			continue
+		}
+
+		want := st.want
+		if want.Limit == 0 {
+			want.Limit = p.Capacity()
+		}
+		var got core.Decision
+		var err error
+		if l != nil {
+			got, err = l.AllowN(ctx, key, cost)
+			want.Policy = l.Policy()
+		} else {
+			got, err = store.Take(ctx, core.Request{Key: key, Policy: p, Cost: cost, Now: now})
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if !sameDecision(got, want, l != nil) {
+			t.Fatalf("%s:\n got %s\nwant %s", where, show(got), show(want))
+		}
+	}
+}
+
+// sameDecision compares the fields a store decides; withPolicy adds the
+// Policy, which only a Limiter fills in.
+func sameDecision(got, want core.Decision, withPolicy bool) bool {
+	if withPolicy && got.Policy != want.Policy {
+		return false
+	}
+	return got.Allowed == want.Allowed &&
+		got.Limit == want.Limit &&
+		got.Remaining == want.Remaining &&
+		got.ResetAfter == want.ResetAfter &&
+		got.RetryAfter == want.RetryAfter &&
+		got.Delay == want.Delay &&
+		!got.FailedOpen
+}
+
+// show formats the fields of d that sameDecision compares.
+func show(d core.Decision) string {
+	verdict := "denied"
+	if d.Allowed {
+		verdict = "allowed"
+	}
+	out := fmt.Sprintf("{%s limit=%d remaining=%d reset=%v retry=%v delay=%v", verdict, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay)
+	if d.FailedOpen {
+		out += " failed-open"
+	}
+	if d.Policy != (core.Policy{}) {
+		out += fmt.Sprintf(" policy=%q", d.Policy.Name)
+	}
+	return out + "}"
+}

@@ -1,0 +1,95 @@
+// Package storetest is the conformance suite every core.Store passes: the
+// memory store, the Redis store, and any store a user writes.
+//
+// Run replays scripted requests, with explicit times, against a store and
+// checks every field of every Decision, to the millisecond, against values
+// derived by hand from the semantics documented on the core.Algorithm
+// constants. RunExactness races many goroutines, over one store or several
+// sharing a backend, against one key and checks that exactly the policy's
+// limit is admitted.
+//
+// A store's own test calls both:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) core.Store {
+//			s := mystore.New()
+//			t.Cleanup(func() { s.Close() })
+//			return s
+//		})
+//	}
+//
+// The suite never reads the store's clock: every core.Request carries Now,
+// counted from midnight UTC on 1 January 2030, which is a boundary of every
+// window the suite uses (windows are aligned to the Unix epoch). Every key
+// starts with a prefix drawn at random for each call, so one backend (one
+// Redis) may serve all cases, and reruns, without being flushed.
+package storetest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// epoch returns the suite's time zero: midnight UTC on 1 January 2030, a
+// boundary of every window the suite uses.
+func epoch() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+
+// Run runs the conformance suite against the store newStore returns. The
+// suite sets core.Request.Now on every call, so the store's own clock is never
+// read, and uses a distinct key per case, so newStore may return the same
+// store every time. newStore is called once per case, with the case's t.
+func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
+	run := runID(t)
+	for _, alg := range core.Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			for _, s := range scripts(alg) {
+				t.Run(s.name, func(t *testing.T) {
+					s.run(t, newStore(t), run)
+				})
+			}
+			t.Run("clock-step-back", func(t *testing.T) {
+				testStepBack(t, newStore(t), run, alg)
+			})
+		})
+	}
+}
+
+// scripts returns the scripted cases of alg.
+func scripts(alg core.Algorithm) []script {
+	switch alg {
+	case core.FixedWindow:
+		return fixedWindowScripts()
+	case core.SlidingWindowLog:
+		return slidingLogScripts()
+	case core.SlidingWindowCounter:
+		return slidingCounterScripts()
+	case core.TokenBucket:
+		return tokenBucketScripts()
+	case core.LeakyBucket:
+		return leakyBucketScripts()
+	}
+	return nil
+}
+
+// runID returns a random prefix that keeps the keys of one call of the
+// suite apart from those of every other call on the same backend.
+func runID(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("storetest: drawing a key prefix: %v", err)
+	}
+	return "st-" + hex.EncodeToString(b[:])
+}
+
+// policy returns the policy alg, limit per window, burst, named after its
+// fields as a Limiter would name it.
+func policy(alg core.Algorithm, limit int64, window time.Duration, burst int64) core.Policy {
+	p := core.Policy{Algorithm: alg, Limit: limit, Window: window, Burst: burst}
+	p.Name = p.DefaultName()
+	return p
+}

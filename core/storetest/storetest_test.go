@@ -1,0 +1,30 @@
+package storetest_test
+
+import (
+	"testing"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/core/storetest"
+)
+
+// newMemstore returns a fresh memstore, closed when t ends.
+func newMemstore(t *testing.T) *memstore.Store {
+	s := memstore.New()
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func TestRunMemstore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) core.Store { return newMemstore(t) })
+}
+
+// TestRunExactnessMemstore races 64 goroutines on one memstore: separate
+// memstores keep separate counts, so they are not one backend.
+func TestRunExactnessMemstore(t *testing.T) {
+	storetest.RunExactness(t, []core.Store{newMemstore(t)}, 64)
+}
