@@ -26,7 +26,7 @@ func User(get func(ctx context.Context) (string, bool)) Func {
 		if !ok {
 			return "", errNoUser
 		}
-		return userKey(id)
+		return UserKey(id)
 	}
 }
 
@@ -49,11 +49,14 @@ func ContextValue(key any) Func {
 		if !ok {
 			return "", fmt.Errorf("keyfuncs: context value for %v is a %T, not a string", key, v)
 		}
-		return userKey(id)
+		return UserKey(id)
 	}
 }
 
-func userKey(id string) (string, error) {
+// UserKey is the key User gives the user ID id: "user:"+id, or an error
+// wrapping [ErrNoKey] for an empty or over-long ([MaxUserIDLen]) ID.
+// Adapters use it for IDs that their framework stores outside the context.
+func UserKey(id string) (string, error) {
 	if id == "" {
 		return "", fmt.Errorf("%w: empty user ID", ErrNoKey)
 	}

@@ -1,0 +1,144 @@
+// Package chilimit plugs the rate limiter into chi and any net/http router.
+//
+// New returns the usual func(http.Handler) http.Handler, running
+// middleware.Flow: every Option of package middleware applies.
+//
+//	r := chi.NewRouter()
+//	r.Use(chilimit.New(global))
+//	r.With(chilimit.New(strict)).Post("/login", login)
+//
+//	mux := http.NewServeMux() // or plain net/http
+//	mux.Handle("GET /users/{id}", chilimit.New(perUser)(users))
+//
+// The request seen by key functions: RemoteAddr is r.RemoteAddr, the socket
+// peer (no header is believed unless the key function is told to; chi's
+// middleware.RealIP must not run before a limiter keyed on IP, since it
+// overwrites RemoteAddr with a header any client can send). Context is
+// r.Context(), which net/http ends when the client goes away, stopping any
+// pacing wait.
+//
+// Route is the pattern of the route the request matches:
+//
+//   - chi, routing done (middleware given to With, or to Use inside Route or
+//     Group of an already-matched subrouter): chi's RoutePattern(),
+//     "/users/{id}".
+//   - chi, routing not done yet (r.Use on a router, which runs before the
+//     router matches; or the pattern so far ends at a mounted subrouter's
+//     "/*"): the pattern is looked up in the top router with
+//     Routes.Find, the same tree walk the router is about to do. A request
+//     that matches nothing gets "".
+//   - Plain net/http: r.Pattern (Go 1.22+ ServeMux), which is set only for
+//     a handler inside the mux: wrap each route's handler, as above, not
+//     the whole mux.
+//
+// keyfuncs.Route keys "" as one "unmatched" bucket, never the raw path.
+package chilimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// Option configures the middleware; it is middleware.Option, shared by
+// every adapter.
+type Option = middleware.Option
+
+// New returns net/http middleware limiting requests with l.
+//
+// New panics when l is nil or an option is invalid (see
+// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// a wiring mistake, reported when the routes are built, never at request
+// time.
+func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
+	f, err := middleware.New(l, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("chilimit.New: %v", err))
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if f.Handle(request{r}, response{w}) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// HTTPRequest returns the *http.Request behind r, for key, skip and cost
+// functions that need more of it. ok is false when r does not come from
+// this package.
+func HTTPRequest(r keyfuncs.Request) (req *http.Request, ok bool) {
+	q, ok := r.(request)
+	return q.r, ok
+}
+
+// UserFromContext returns a key function keying requests on the string an
+// earlier middleware stored in the request's context under key (as by
+// context.WithValue): "user:" followed by the ID. It is
+// keyfuncs.ContextValue, named like the other adapters' helpers.
+func UserFromContext(key any) keyfuncs.Func {
+	return keyfuncs.ContextValue(key)
+}
+
+// request is a net/http request as a keyfuncs.Request. Holding one
+// pointer, it converts to an interface without allocating.
+type request struct{ r *http.Request }
+
+func (q request) RemoteAddr() string                { return q.r.RemoteAddr }
+func (q request) Header(name string) string         { return q.r.Header.Get(name) }
+func (q request) HeaderValues(name string) []string { return q.r.Header.Values(name) }
+func (q request) Query(name string) string          { return q.r.URL.Query().Get(name) }
+func (q request) Method() string                    { return q.r.Method }
+func (q request) Context() context.Context          { return q.r.Context() }
+
+// Route returns the route pattern; see the package documentation.
+func (q request) Route() string {
+	r := q.r
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return r.Pattern
+	}
+	n := len(rctx.RoutePatterns)
+	if n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") {
+		return rctx.RoutePattern()
+	}
+	if rctx.Routes == nil {
+		return r.Pattern
+	}
+	// rctx.Routes is the top router. Before it routes, rctx.RoutePath is
+	// the path it will route on when a middleware (StripSlashes) set one;
+	// inside a subrouter, RoutePath is relative to it, so the URL is used.
+	path := ""
+	if n == 0 {
+		path = rctx.RoutePath
+	}
+	if path == "" {
+		path = r.URL.RawPath
+		if path == "" {
+			path = r.URL.Path
+		}
+		if path == "" {
+			path = "/"
+		}
+	}
+	return rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
+}
+
+// response is a net/http response as a middleware.Response.
+type response struct{ w http.ResponseWriter }
+
+func (w response) Set(key, value string) { w.w.Header().Set(key, value) }
+
+func (w response) Write(status int, contentType string, body []byte) error {
+	w.w.Header().Set("Content-Type", contentType)
+	w.w.WriteHeader(status)
+	_, err := w.w.Write(body)
+	return err
+}

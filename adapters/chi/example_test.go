@@ -1,0 +1,36 @@
+package chilimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/apigate/ratelimit/adapters/chi"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+func ExampleNew() {
+	store := memstore.New()
+	defer store.Close()
+	limiter, err := core.NewLimiter(store, core.Policy{
+		Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute,
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	r := chi.NewRouter()
+	r.Use(chilimit.New(limiter)) // keyed on the socket peer's IP
+	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello") })
+
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "203.0.113.7:51234"
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	// Output: 200 9
+}

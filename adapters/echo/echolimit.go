@@ -1,0 +1,124 @@
+// Package echolimit plugs the rate limiter into Echo (v4).
+//
+// New returns an echo.MiddlewareFunc that runs middleware.Flow: every
+// Option of package middleware applies, plus WithSkipper, Echo's skipper
+// convention. Mount it with e.Use (it then runs after routing, for every
+// request, 404s included), on a group, or on one route:
+//
+//	e := echo.New()
+//	e.Use(echolimit.New(global))
+//	e.POST("/login", loginHandler, echolimit.New(strict))
+//
+// The request seen by key functions is Echo's: RemoteAddr is the socket
+// peer (c.Request().RemoteAddr; Echo's RealIP, which trusts headers, is not
+// used), Route is c.Path() ("/users/:id"; "" or a fixed node of the route
+// tree when no route matched, never the raw path), and Context is
+// c.Request().Context(), which net/http ends when the client goes away,
+// stopping any pacing wait. A denied request is answered and the handler
+// returns nil: the response is already written, so Echo's HTTPErrorHandler
+// has nothing to do.
+package echolimit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/apigate/ratelimit/adapters/internal/userkey"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// Option configures the middleware; it is middleware.Option, shared by
+// every adapter.
+type Option = middleware.Option
+
+// New returns Echo middleware limiting requests with l.
+//
+// New panics when l is nil or an option is invalid (see
+// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// a wiring mistake, reported when the routes are built, never at request
+// time.
+func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
+	f, err := middleware.New(l, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("echolimit.New: %v", err))
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if !f.Handle(request{c}, response{c.Response()}) {
+				return nil
+			}
+			return next(c)
+		}
+	}
+}
+
+// WithSkipper exempts the requests for which skip reports true, in Echo's
+// convention: an echo/v4/middleware.Skipper (such as a config's Skipper
+// field) is accepted as it is, its type having this parameter's underlying
+// type. It adds to middleware.WithSkip: a request is skipped when any skip
+// function says so.
+func WithSkipper(skip func(c echo.Context) bool) Option {
+	if skip == nil {
+		return middleware.WithSkip(nil) // reported by New as invalid
+	}
+	return middleware.WithSkip(func(r keyfuncs.Request) bool {
+		c, ok := Context(r)
+		return ok && skip(c)
+	})
+}
+
+// Context returns the echo.Context behind r, for key, skip and cost
+// functions that need Echo's own data. ok is false when r does not come
+// from this package.
+func Context(r keyfuncs.Request) (c echo.Context, ok bool) {
+	q, ok := r.(request)
+	return q.c, ok
+}
+
+// UserFromContext returns a key function keying requests on the user ID
+// that an earlier middleware stored with c.Set(key, id): "user:" followed
+// by the ID, as keyfuncs.User does. No value, or an empty one, gives an
+// error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back
+// to another key); a value that is not a string is reported as a
+// misconfiguration. Echo's c.Set values are not in the request's
+// context.Context, so this function reads them from the echo.Context
+// itself (see Context).
+func UserFromContext(key string) keyfuncs.Func {
+	where := fmt.Sprintf("echo context key %q", key)
+	return func(r keyfuncs.Request) (string, error) {
+		c, ok := Context(r)
+		if !ok {
+			return "", fmt.Errorf("echolimit.UserFromContext: request not from echolimit")
+		}
+		v := c.Get(key)
+		return userkey.Key(v, v != nil, where)
+	}
+}
+
+// request is Echo's request as a keyfuncs.Request.
+type request struct{ c echo.Context }
+
+func (q request) RemoteAddr() string                { return q.c.Request().RemoteAddr }
+func (q request) Header(name string) string         { return q.c.Request().Header.Get(name) }
+func (q request) HeaderValues(name string) []string { return q.c.Request().Header.Values(name) }
+func (q request) Query(name string) string          { return q.c.QueryParam(name) }
+func (q request) Method() string                    { return q.c.Request().Method }
+func (q request) Route() string                     { return q.c.Path() }
+func (q request) Context() context.Context          { return q.c.Request().Context() }
+
+// response is Echo's response as a middleware.Response. Holding one
+// pointer, it converts to an interface without allocating.
+type response struct{ r *echo.Response }
+
+func (w response) Set(key, value string) { w.r.Header().Set(key, value) }
+
+func (w response) Write(status int, contentType string, body []byte) error {
+	w.r.Header().Set(echo.HeaderContentType, contentType)
+	w.r.WriteHeader(status)
+	_, err := w.r.Write(body)
+	return err
+}

@@ -1,0 +1,36 @@
+package echolimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/apigate/ratelimit/adapters/echo"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+func ExampleNew() {
+	store := memstore.New()
+	defer store.Close()
+	limiter, err := core.NewLimiter(store, core.Policy{
+		Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute,
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	e := echo.New()
+	e.Use(echolimit.New(limiter)) // keyed on the socket peer's IP
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
+
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "203.0.113.7:51234"
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, req)
+	fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	// Output: 200 9
+}

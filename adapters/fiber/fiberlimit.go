@@ -1,0 +1,183 @@
+// Package fiberlimit plugs the rate limiter into Fiber (v2).
+//
+// New returns a fiber.Handler that runs middleware.Flow: every Option of
+// package middleware applies, plus WithNext, Fiber's convention for
+// skipping.
+//
+//	app := fiber.New()
+//	app.Use(fiberlimit.New(global))
+//	app.Post("/login", fiberlimit.New(strict), login)
+//
+// The request seen by key functions is Fiber's:
+//
+//   - RemoteAddr is the fasthttp connection's peer, c.Context().RemoteAddr().
+//     Fiber's c.IP() and c.IPs() are not used: with ProxyHeader configured,
+//     c.IP() returns a header any client can send.
+//   - Route is c.Route().Path. Fiber routes app.Use middleware as a route of
+//     its own, so a limiter mounted with app.Use sees the Use prefix ("/"),
+//     not the route that will answer: for per-route keys (keyfuncs.Route),
+//     mount the limiter on the route or on a group, where the path is the
+//     route's ("/users/:id").
+//   - Context is c.UserContext(): context.Background() unless an earlier
+//     handler set one with c.SetUserContext. It is not c.Context(): fasthttp
+//     never watches the connection while a handler runs, so that context
+//     ends only at server shutdown, and handing it to a store would cost a
+//     goroutine per decision to watch it. Consequently a request paced by a
+//     leaky bucket cannot notice that its client left: it waits out its
+//     delay, which WithMaxDelay bounds (one second by default), unless the
+//     user context ends first.
+//
+// Fiber's strings point into buffers that fasthttp reuses once the handler
+// returns; every header and query value handed to key functions is a copy,
+// so a key may be kept (as stores do) safely. Response headers go through
+// c.Set; a denied request is answered with c.Status(...).Send(...) and the
+// chain stops (c.Next is not called).
+package fiberlimit
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/apigate/ratelimit/adapters/internal/userkey"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// Option configures the middleware; it is middleware.Option, shared by
+// every adapter.
+type Option = middleware.Option
+
+// New returns Fiber middleware limiting requests with l.
+//
+// New panics when l is nil or an option is invalid (see
+// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// a wiring mistake, reported when the routes are built, never at request
+// time.
+func New(l *core.Limiter, opts ...Option) fiber.Handler {
+	f, err := middleware.New(l, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("fiberlimit.New: %v", err))
+	}
+	return func(c *fiber.Ctx) error {
+		if !f.Handle(request{c}, response{c}) {
+			return nil
+		}
+		return c.Next()
+	}
+}
+
+// WithNext exempts the requests for which next reports true, in Fiber's
+// middleware convention (the Next field of Fiber's configs). It adds to
+// middleware.WithSkip: a request is skipped when any skip function says so.
+func WithNext(next func(c *fiber.Ctx) bool) Option {
+	if next == nil {
+		return middleware.WithSkip(nil) // reported by New as invalid
+	}
+	return middleware.WithSkip(func(r keyfuncs.Request) bool {
+		c, ok := Ctx(r)
+		return ok && next(c)
+	})
+}
+
+// Ctx returns the *fiber.Ctx behind r, for key, skip and cost functions
+// that need Fiber's own data. ok is false when r does not come from this
+// package. Strings read from it are valid only until the handler returns.
+func Ctx(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
+	q, ok := r.(request)
+	return q.c, ok
+}
+
+// UserFromLocals returns a key function keying requests on the user ID
+// that an earlier handler stored with c.Locals(key, id), as Fiber's auth
+// middlewares do: "user:" followed by the ID, as keyfuncs.User does. No
+// value, or an empty one, gives an error wrapping keyfuncs.ErrNoKey (so
+// that keyfuncs.FirstOf can fall back to another key); a value that is not
+// a string is reported as a misconfiguration. The key is a copy, safe to
+// keep.
+func UserFromLocals(key any) keyfuncs.Func {
+	where := fmt.Sprintf("fiber locals key %q", fmt.Sprint(key))
+	return func(r keyfuncs.Request) (string, error) {
+		c, ok := Ctx(r)
+		if !ok {
+			return "", fmt.Errorf("fiberlimit.UserFromLocals: request not from fiberlimit")
+		}
+		v := c.Locals(key)
+		return userkey.Key(v, v != nil, where)
+	}
+}
+
+// request is Fiber's request as a keyfuncs.Request. Holding one pointer,
+// it converts to an interface without allocating.
+type request struct{ c *fiber.Ctx }
+
+// RemoteAddr formats the connection's peer as net/http would.
+func (q request) RemoteAddr() string {
+	addr := q.c.Context().RemoteAddr()
+	if a, ok := addr.(*net.TCPAddr); ok {
+		ap := a.AddrPort()
+		var buf [64]byte
+		return string(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).AppendTo(buf[:0]))
+	}
+	return addr.String()
+}
+
+func (q request) Header(name string) string {
+	return string(q.c.Request().Header.Peek(name)) // a copy
+}
+
+func (q request) HeaderValues(name string) []string {
+	all := q.c.Request().Header.PeekAll(name)
+	if len(all) == 0 {
+		return nil
+	}
+	vals := make([]string, len(all))
+	for i, v := range all {
+		vals[i] = string(v) // a copy
+	}
+	return vals
+}
+
+func (q request) Query(name string) string {
+	return string(q.c.Context().QueryArgs().Peek(name)) // a copy
+}
+
+// Method returns the method as a constant, or a copy of an unusual one.
+func (q request) Method() string {
+	switch m := q.c.Method(); m {
+	case fiber.MethodGet:
+		return fiber.MethodGet
+	case fiber.MethodHead:
+		return fiber.MethodHead
+	case fiber.MethodPost:
+		return fiber.MethodPost
+	case fiber.MethodPut:
+		return fiber.MethodPut
+	case fiber.MethodPatch:
+		return fiber.MethodPatch
+	case fiber.MethodDelete:
+		return fiber.MethodDelete
+	case fiber.MethodOptions:
+		return fiber.MethodOptions
+	default:
+		return strings.Clone(m)
+	}
+}
+
+func (q request) Route() string            { return q.c.Route().Path }
+func (q request) Context() context.Context { return q.c.UserContext() }
+
+// response is Fiber's response as a middleware.Response.
+type response struct{ c *fiber.Ctx }
+
+func (w response) Set(key, value string) { w.c.Set(key, value) }
+
+func (w response) Write(status int, contentType string, body []byte) error {
+	w.c.Set(fiber.HeaderContentType, contentType)
+	return w.c.Status(status).Send(body)
+}

@@ -1,0 +1,123 @@
+package fiberlimit_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/apigate/ratelimit/adapters/fiber"
+	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+)
+
+type harness struct{}
+
+func (harness) Pattern(p string) string { return p }
+func (harness) UseSeesRoute() bool      { return false }
+
+func (harness) Build(t testing.TB, spec *adapterstest.Spec) adapterstest.App {
+	a := &app{fiber: fiber.New()}
+	// The suite's request context becomes the user context, the one
+	// fiberlimit hands to key functions and waits on.
+	a.fiber.Use(func(c *fiber.Ctx) error {
+		if ctx := a.context(); ctx != nil {
+			c.SetUserContext(ctx)
+		}
+		return c.Next()
+	})
+	for _, m := range spec.Global {
+		a.fiber.Use(fiberlimit.New(m.Limiter, m.Options...))
+	}
+	for _, r := range spec.Routes {
+		var hs []fiber.Handler
+		for _, m := range r.Limits {
+			hs = append(hs, fiberlimit.New(m.Limiter, m.Options...))
+		}
+		hs = append(hs, func(c *fiber.Ctx) error {
+			spec.Served()
+			return c.SendString(adapterstest.Body)
+		})
+		a.fiber.Add(r.Method, r.Path, hs...)
+	}
+	a.fiber.Handler() // builds the route tree, as app.Listen and app.Test do
+	return a
+}
+
+type app struct {
+	fiber *fiber.App
+	mu    sync.Mutex
+	ctx   context.Context
+}
+
+func (a *app) context() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ctx
+}
+
+// Do serves req on a connection whose peer is req.RemoteAddr, through
+// fasthttp's own ServeConn, as app.Test does with a fixed peer.
+func (a *app) Do(t testing.TB, req adapterstest.Request) adapterstest.Response {
+	r := httptest.NewRequest(req.Method, req.Path, nil)
+	for k, vs := range req.Header {
+		r.Header[k] = vs
+	}
+	dump, err := httputil.DumpRequest(r, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conn{remote: tcpAddr(t, req.RemoteAddr)}
+	c.in.Write(dump)
+
+	a.mu.Lock()
+	a.ctx = req.Context
+	a.mu.Unlock()
+	if err := a.fiber.Server().ServeConn(c); err != nil {
+		t.Errorf("ServeConn: %v", err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(&c.out), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adapterstest.Response{Status: res.StatusCode, Header: res.Header, Body: string(body)}
+}
+
+func tcpAddr(t testing.TB, s string) *net.TCPAddr {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.TCPAddrFromAddrPort(ap)
+}
+
+// conn is an in-memory connection with a chosen peer address.
+type conn struct {
+	in, out bytes.Buffer
+	remote  net.Addr
+}
+
+func (c *conn) Read(b []byte) (int, error)       { return c.in.Read(b) }
+func (c *conn) Write(b []byte) (int, error)      { return c.out.Write(b) }
+func (c *conn) Close() error                     { return nil }
+func (c *conn) LocalAddr() net.Addr              { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080} }
+func (c *conn) RemoteAddr() net.Addr             { return c.remote }
+func (c *conn) SetDeadline(time.Time) error      { return nil }
+func (c *conn) SetReadDeadline(time.Time) error  { return nil }
+func (c *conn) SetWriteDeadline(time.Time) error { return nil }
+
+func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }

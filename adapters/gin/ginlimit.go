@@ -1,0 +1,109 @@
+// Package ginlimit plugs the rate limiter into Gin.
+//
+// New returns a gin.HandlerFunc that runs middleware.Flow: every Option of
+// package middleware applies. Mount it globally (engine.Use), on a group,
+// or on one route:
+//
+//	r := gin.New()
+//	r.Use(ginlimit.New(global))                       // every request, 404s included
+//	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter one here
+//
+// The request seen by key functions is Gin's: RemoteAddr is the socket
+// peer (c.Request.RemoteAddr; Gin's ClientIP, which trusts headers by
+// default, is not used), Route is c.FullPath() ("/users/:id"; "" when no
+// route matched, which keyfuncs.Route keys as one "unmatched" bucket), and
+// Context is c.Request.Context(), which net/http ends when the client goes
+// away, stopping any pacing wait. A denied request is answered and the
+// chain aborted (c.Abort).
+package ginlimit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/apigate/ratelimit/adapters/internal/userkey"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// Option configures the middleware; it is middleware.Option, shared by
+// every adapter.
+type Option = middleware.Option
+
+// New returns Gin middleware limiting requests with l.
+//
+// New panics when l is nil or an option is invalid (see
+// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// a wiring mistake, reported when the routes are built, never at request
+// time.
+func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
+	f, err := middleware.New(l, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("ginlimit.New: %v", err))
+	}
+	return func(c *gin.Context) {
+		if !f.Handle(request{c}, response{c}) {
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+}
+
+// Context returns the *gin.Context behind r, for key, skip and cost
+// functions that need Gin's own data. ok is false when r does not come from
+// this package.
+func Context(r keyfuncs.Request) (c *gin.Context, ok bool) {
+	q, ok := r.(request)
+	return q.c, ok
+}
+
+// UserFromContext returns a key function keying requests on the user ID
+// that an earlier handler stored with c.Set(key, id): "user:" followed by
+// the ID, as keyfuncs.User does. No value, or an empty one, gives an error
+// wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back to
+// another key); a value that is not a string is reported as a
+// misconfiguration.
+//
+// Gin's c.Set values are not in c.Request.Context() (unless the engine
+// sets ContextWithFallback, and even then the other way round), so
+// keyfuncs.User cannot see them; this function reads them from the
+// *gin.Context itself (see Context).
+func UserFromContext(key any) keyfuncs.Func {
+	where := fmt.Sprintf("gin context key %q", fmt.Sprint(key))
+	return func(r keyfuncs.Request) (string, error) {
+		c, ok := Context(r)
+		if !ok {
+			return "", fmt.Errorf("ginlimit.UserFromContext: request not from ginlimit")
+		}
+		v, exists := c.Get(key)
+		return userkey.Key(v, exists, where)
+	}
+}
+
+// request is Gin's request as a keyfuncs.Request. Holding one pointer, it
+// converts to an interface without allocating.
+type request struct{ c *gin.Context }
+
+func (q request) RemoteAddr() string                { return q.c.Request.RemoteAddr }
+func (q request) Header(name string) string         { return q.c.Request.Header.Get(name) }
+func (q request) HeaderValues(name string) []string { return q.c.Request.Header.Values(name) }
+func (q request) Query(name string) string          { return q.c.Query(name) }
+func (q request) Method() string                    { return q.c.Request.Method }
+func (q request) Route() string                     { return q.c.FullPath() }
+func (q request) Context() context.Context          { return q.c.Request.Context() }
+
+// response is Gin's response as a middleware.Response.
+type response struct{ c *gin.Context }
+
+func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }
+
+func (w response) Write(status int, contentType string, body []byte) error {
+	w.c.Writer.Header().Set("Content-Type", contentType)
+	w.c.Writer.WriteHeader(status)
+	_, err := w.c.Writer.Write(body)
+	return err
+}

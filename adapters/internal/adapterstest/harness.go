@@ -1,0 +1,172 @@
+// Package adapterstest is the behaviour suite every adapter passes: one
+// table of cases, run through the real framework by a small Harness each
+// adapter's tests implement.
+package adapterstest
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// Body is what every route's handler answers, with status 200.
+const Body = "ok"
+
+// T0 is the frozen time of every limiter and header clock in the suite.
+var T0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// Mount is one limiter middleware: New(Limiter, Options...) of the adapter.
+type Mount struct {
+	Limiter *core.Limiter
+	Options []middleware.Option
+}
+
+// Route is one route of the app under test. Path is written in Gin's,
+// Echo's and Fiber's syntax ("/users/:id"); a harness whose framework
+// writes it otherwise translates it (see Harness.Pattern).
+type Route struct {
+	Method string
+	Path   string
+	// Limits are mounted on this route only, in order, before its handler.
+	Limits []Mount
+}
+
+// Spec describes an app: limiters mounted for every request with the
+// framework's Use, then the routes. Every route's handler calls Served and
+// answers 200 Body.
+type Spec struct {
+	Global []Mount
+	Routes []Route
+
+	hits   atomic.Int64
+	mu     sync.Mutex
+	served []time.Time
+}
+
+// Served records that a route's handler ran. Harnesses call it from every
+// route handler.
+func (s *Spec) Served() {
+	s.hits.Add(1)
+	s.mu.Lock()
+	s.served = append(s.served, time.Now())
+	s.mu.Unlock()
+}
+
+// Hits is how many times a route's handler ran.
+func (s *Spec) Hits() int64 { return s.hits.Load() }
+
+// lastServed is when a handler last ran.
+func (s *Spec) lastServed() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.served) == 0 {
+		return time.Time{}
+	}
+	return s.served[len(s.served)-1]
+}
+
+// Request is one request to send.
+type Request struct {
+	Method     string
+	Path       string
+	RemoteAddr string // "ip:port"; the socket peer the framework must see
+	Header     http.Header
+	// Context, when set, is the request's context: the net/http request's
+	// context, or the user context in Fiber (see fiberlimit).
+	Context context.Context
+}
+
+// Response is what the client received.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// App is an app built from a Spec.
+type App interface {
+	// Do sends req through the framework and returns the response.
+	Do(t testing.TB, req Request) Response
+}
+
+// Harness builds apps with one framework and its adapter.
+type Harness interface {
+	// Build returns an app built from spec.
+	Build(t testing.TB, spec *Spec) App
+	// Pattern translates a route path of the suite's syntax
+	// ("/users/:id") into the pattern the framework reports for it.
+	Pattern(path string) string
+	// UseSeesRoute reports whether a limiter mounted with Use sees the
+	// route that will answer (false for Fiber, where it sees the Use
+	// prefix, "/").
+	UseSeesRoute() bool
+}
+
+// NewMount returns a Mount of l whose header clock is frozen at T0, as the
+// limiters of NewLimiter are, followed by opts.
+func NewMount(l *core.Limiter, opts ...middleware.Option) Mount {
+	clock := middleware.WithClock(func() time.Time { return T0 })
+	return Mount{Limiter: l, Options: append([]middleware.Option{clock}, opts...)}
+}
+
+// NewStore returns a memory store closed at the end of the test.
+func NewStore(t testing.TB) *memstore.Store {
+	s := memstore.New()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// NewLimiter returns a limiter over store for p, with its clock frozen at T0.
+func NewLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(store, p, append([]core.Option{core.WithClock(func() time.Time { return T0 })}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// FailingStore is a core.Store whose every call fails, as a store that
+// lost its server does.
+type FailingStore struct{}
+
+// ErrDown is the error of every FailingStore call.
+var ErrDown = errors.New("adapterstest: store is down")
+
+// Take fails.
+func (FailingStore) Take(context.Context, core.Request) (core.Decision, error) {
+	return core.Decision{}, ErrDown
+}
+
+// Reset fails.
+func (FailingStore) Reset(context.Context, string, core.Policy) error { return ErrDown }
+
+// errorRecorder collects the errors of a Flow (middleware.WithErrorHandler),
+// keeping the test's log quiet.
+type errorRecorder struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (e *errorRecorder) option() middleware.Option {
+	return middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) {
+		e.mu.Lock()
+		e.errs = append(e.errs, err)
+		e.mu.Unlock()
+	})
+}
+
+func (e *errorRecorder) all() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]error(nil), e.errs...)
+}

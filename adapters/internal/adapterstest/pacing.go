@@ -1,0 +1,114 @@
+package adapterstest
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// watchedContext is a context that reports, once, the first time a caller
+// starts waiting on it (calls Done).
+type watchedContext struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *watchedContext) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// guard fails the test if done is not closed in time: a stuck request,
+// not a timing assumption.
+const guard = 10 * time.Second
+
+// RunPacing checks the leaky bucket's Delay: an admitted request waits it
+// before its handler runs (up to WithMaxDelay), and a request whose context
+// ends while waiting never reaches its handler.
+func RunPacing(t *testing.T, h Harness) {
+	leaky := func(limit int64, window time.Duration) core.Policy {
+		return core.Policy{Name: "leaky", Algorithm: core.LeakyBucket, Limit: limit, Window: window, Burst: 3}
+	}
+
+	t.Run("waits the delay", func(t *testing.T) {
+		// 20 per second: each queued unit delays the next by 50ms.
+		spec := global(t, NewStore(t), leaky(20, time.Second), nil)
+		app := h.Build(t, spec)
+		if res := app.Do(t, get(peerA)); res.Status != 200 {
+			t.Fatalf("first request: status %d", res.Status)
+		}
+		start := time.Now()
+		if res := app.Do(t, get(peerA)); res.Status != 200 || res.Body != Body {
+			t.Fatalf("second request: status %d, body %q", res.Status, res.Body)
+		}
+		if waited := spec.lastServed().Sub(start); waited < 50*time.Millisecond {
+			t.Errorf("handler ran %v after the request, want >= 50ms", waited)
+		}
+		if spec.Hits() != 2 {
+			t.Errorf("handler ran %d times, want 2", spec.Hits())
+		}
+	})
+
+	t.Run("capped by MaxDelay", func(t *testing.T) {
+		// One per hour: the second request's Delay is an hour, cut to 30ms.
+		spec := global(t, NewStore(t), leaky(1, time.Hour), nil, middleware.WithMaxDelay(30*time.Millisecond))
+		app := h.Build(t, spec)
+		app.Do(t, get(peerA))
+		start := time.Now()
+		done := make(chan Response, 1)
+		go func() { done <- app.Do(t, get(peerA)) }()
+		select {
+		case res := <-done:
+			if res.Status != 200 {
+				t.Fatalf("status %d", res.Status)
+			}
+		case <-time.After(guard):
+			t.Fatal("request still held; MaxDelay not applied")
+		}
+		if waited := spec.lastServed().Sub(start); waited < 30*time.Millisecond {
+			t.Errorf("handler ran %v after the request, want >= 30ms", waited)
+		}
+	})
+
+	t.Run("stops when the context ends", func(t *testing.T) {
+		spec := global(t, NewStore(t), leaky(1, time.Hour), nil, middleware.WithMaxDelay(time.Hour))
+		app := h.Build(t, spec)
+		app.Do(t, get(peerA))
+
+		parent, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ctx := &watchedContext{Context: parent, waiting: make(chan struct{})}
+		req := get(peerA)
+		req.Context = ctx
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res := app.Do(t, req)
+			if res.Body == Body {
+				t.Errorf("handler answered after the context ended")
+			}
+		}()
+		select {
+		case <-ctx.waiting:
+		case <-time.After(guard):
+			t.Fatal("the request never waited on its context")
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(guard):
+			t.Fatal("request still held after its context ended")
+		}
+		if spec.Hits() != 1 {
+			t.Errorf("handler ran %d times, want 1 (the first request only)", spec.Hits())
+		}
+	})
+}

@@ -1,0 +1,107 @@
+package adapterstest
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// forged are the headers that clients send to pass for someone else.
+var forged = []http.Header{
+	{"X-Forwarded-For": {"203.0.113.50"}},
+	{"X-Forwarded-For": {"203.0.113.51, 203.0.113.52"}},
+	{"X-Real-Ip": {"203.0.113.53"}},
+	{"True-Client-Ip": {"203.0.113.54"}},
+	{"Cf-Connecting-Ip": {"203.0.113.55"}},
+	{"Forwarded": {"for=203.0.113.56"}},
+	{"Fly-Client-Ip": {"203.0.113.57"}, "X-Client-Ip": {"203.0.113.58"}},
+}
+
+type spoofStep struct {
+	peer   string
+	header http.Header
+	status int
+}
+
+type spoofCase struct {
+	name  string
+	opts  []keyfuncs.IPOption
+	steps []spoofStep
+}
+
+var spoofCases = []spoofCase{
+	{
+		name: "default ignores every forwarding header",
+		steps: func() []spoofStep {
+			steps := []spoofStep{{peer: "192.0.2.10:1000", status: 200}}
+			for _, h := range forged {
+				steps = append(steps, spoofStep{peer: "192.0.2.10:1001", header: h, status: 429})
+			}
+			return append(steps, spoofStep{peer: "192.0.2.11:1000", header: forged[0], status: 200})
+		}(),
+	},
+	{
+		name: "trusted proxies: the right client, forged entries ignored",
+		opts: []keyfuncs.IPOption{keyfuncs.TrustedProxies("10.0.0.0/8")},
+		steps: []spoofStep{
+			{peer: "10.0.0.1:1000", header: http.Header{"X-Forwarded-For": {"198.51.100.1"}}, status: 200},
+			// The same client through another proxy.
+			{peer: "10.0.0.2:1000", header: http.Header{"X-Forwarded-For": {"198.51.100.1"}}, status: 429},
+			// Forged entries left of the client, and trusted hops right of it.
+			{peer: "10.0.0.1:1000", header: http.Header{"X-Forwarded-For": {"203.0.113.99, 198.51.100.1"}}, status: 429},
+			{peer: "10.0.0.1:1000", header: http.Header{"X-Forwarded-For": {"203.0.113.98, 198.51.100.1, 10.1.2.3"}}, status: 429},
+			{peer: "10.0.0.1:1000", header: http.Header{"X-Forwarded-For": {"203.0.113.97", "198.51.100.1"}}, status: 429},
+			// Other headers still mean nothing.
+			{peer: "10.0.0.1:1000", header: http.Header{"X-Forwarded-For": {"198.51.100.1"}, "X-Real-Ip": {"203.0.113.1"}, "True-Client-Ip": {"203.0.113.2"}}, status: 429},
+			// Another client behind the proxies.
+			{peer: "10.0.0.1:1000", header: http.Header{"X-Forwarded-For": {"198.51.100.2"}}, status: 200},
+			// An untrusted peer is the client, whatever it claims.
+			{peer: "198.51.100.3:1000", header: http.Header{"X-Forwarded-For": {"198.51.100.1"}}, status: 200},
+			{peer: "198.51.100.3:1001", header: http.Header{"X-Forwarded-For": {"198.51.100.4"}}, status: 429},
+		},
+	},
+	{
+		name: "IPv6 peers in one /56 share",
+		steps: []spoofStep{
+			{peer: "[2001:db8:1:100::1]:1000", status: 200},
+			{peer: "[2001:db8:1:1ff:ffff::2]:1000", status: 429},
+			{peer: "[2001:db8:1:200::1]:1000", status: 200},
+		},
+	},
+	{
+		name: "IPv4-mapped and IPv4 share",
+		steps: []spoofStep{
+			{peer: "[::ffff:192.0.2.20]:1000", status: 200},
+			{peer: "192.0.2.20:1001", status: 429},
+			{peer: "192.0.2.21:1000", status: 200},
+			{peer: "[::ffff:192.0.2.21]:1001", status: 429},
+		},
+	},
+}
+
+// RunSpoofing checks that clients are who the socket (and trusted proxies
+// only) say they are: one request per client, limit 1.
+func RunSpoofing(t *testing.T, h Harness) {
+	for _, tc := range spoofCases {
+		t.Run(tc.name, func(t *testing.T) {
+			ip, err := keyfuncs.IP(tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []middleware.Option
+			if tc.opts != nil {
+				opts = append(opts, middleware.WithKeyFunc(ip))
+			}
+			spec := global(t, NewStore(t), fixed("global", 1), nil, opts...)
+			app := h.Build(t, spec)
+			for i, s := range tc.steps {
+				res := app.Do(t, Request{Method: "GET", Path: "/", RemoteAddr: s.peer, Header: s.header})
+				if res.Status != s.status {
+					t.Errorf("step %d: peer %s, header %v: status %d, want %d", i, s.peer, s.header, res.Status, s.status)
+				}
+			}
+		})
+	}
+}

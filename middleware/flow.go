@@ -1,0 +1,211 @@
+// Package middleware is the rate-limiting flow that every adapter runs,
+// written once and free of any web framework:
+//
+//	skip? -> key -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
+//
+// The adapters (ginlimit, echolimit, chilimit, fiberlimit) only translate
+// their framework's request into a keyfuncs.Request and its response into a
+// Response, then call Flow.Handle. Options are the same for all of them.
+//
+// # Outcomes
+//
+//   - Skipped (WithSkip): the request proceeds, untouched.
+//   - Allowed: the rate-limit headers are set and the request proceeds,
+//     after the leaky bucket's Delay, capped by WithMaxDelay.
+//   - Denied: the headers, Retry-After included, are set and the
+//     DenyHandler answers: 429 with a JSON body by default.
+//   - The store failed: the ErrorHandler hears the error (wrapping
+//     core.ErrStore), then the Limiter's FailMode decides. Failed open, the
+//     request proceeds with no rate-limit header at all, since the store
+//     told nothing. Failed closed, the UnavailableHandler answers: 503 with
+//     Retry-After by default.
+//   - The key function failed, or the Limiter refused the key or the cost:
+//     the ErrorHandler hears the error and the ErrorResponder answers: 400
+//     when no key was found in the request (keyfuncs.ErrNoKey), 500
+//     otherwise.
+//
+// No response body ever echoes the request or an error's text.
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// Response is the framework-neutral response the flow writes to. Set sets
+// a response header field, replacing any value (each adapter passes the
+// framework's own header map); Write sends status, Content-Type and body,
+// ending the response. The flow calls Write at most once, and only for a
+// request that does not proceed.
+type Response interface {
+	headers.Setter
+	Write(status int, contentType string, body []byte) error
+}
+
+// DenyHandler answers a request that does not proceed because of d: over
+// its limit (WithDenyHandler), or refused by a failed store under
+// core.FailClosed (WithUnavailableHandler).
+type DenyHandler func(r keyfuncs.Request, w Response, d core.Decision)
+
+// ErrorHandler hears every error of the flow (WithErrorHandler). It only
+// observes: the response is the flow's, or the ErrorResponder's.
+type ErrorHandler func(r keyfuncs.Request, err error)
+
+// ErrorResponder answers a request the flow could not decide
+// (WithErrorResponder).
+type ErrorResponder func(r keyfuncs.Request, w Response, err error)
+
+// Flow runs the rate-limiting sequence for one Limiter. Build it with New;
+// it is immutable and safe for concurrent use.
+type Flow struct {
+	limiter     *core.Limiter
+	keyFunc     keyfuncs.Func
+	skips       []func(keyfuncs.Request) bool
+	cost        func(keyfuncs.Request) int64
+	headers     headers.Config
+	deny        DenyHandler
+	unavailable DenyHandler
+	onError     ErrorHandler
+	respondErr  ErrorResponder
+	maxDelay    time.Duration
+	now         func() time.Time
+}
+
+// New returns the Flow of l configured by opts. It fails, with an error
+// wrapping ErrInvalidOption, on a nil limiter or an invalid option.
+func New(l *core.Limiter, opts ...Option) (*Flow, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOption)
+	}
+	var c Config
+	for _, opt := range opts {
+		if opt == nil {
+			c.invalid("nil option")
+			continue
+		}
+		opt(&c)
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	f := &Flow{
+		limiter:     l,
+		keyFunc:     c.keyFunc,
+		skips:       c.skips,
+		cost:        c.cost,
+		headers:     c.headers,
+		deny:        c.deny,
+		unavailable: c.unavailable,
+		onError:     c.onError,
+		respondErr:  c.respondErr,
+		maxDelay:    c.maxDelay,
+		now:         c.now,
+	}
+	if f.keyFunc == nil {
+		ip, err := keyfuncs.IP()
+		if err != nil {
+			return nil, err
+		}
+		f.keyFunc = ip
+	}
+	if !c.headersSet {
+		f.headers = headers.Default()
+	}
+	if f.deny == nil {
+		f.deny = DefaultDenyHandler
+	}
+	if f.unavailable == nil {
+		f.unavailable = DefaultUnavailableHandler
+	}
+	if f.onError == nil {
+		f.onError = LogErrors(nil)
+	}
+	if f.respondErr == nil {
+		f.respondErr = DefaultErrorResponder
+	}
+	if !c.maxDelaySet {
+		f.maxDelay = DefaultMaxDelay
+	}
+	if f.now == nil {
+		f.now = time.Now
+	}
+	return f, nil
+}
+
+// Limiter returns the Limiter the Flow decides with.
+func (f *Flow) Limiter() *core.Limiter { return f.limiter }
+
+// Handle runs the flow for one request and reports whether it may proceed
+// to the next handler. When it returns false, the response has been
+// written, or the request's context ended while the request was being
+// paced (the client is gone; nothing is written); the adapter must stop
+// the chain either way.
+func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
+	for _, skip := range f.skips {
+		if skip(r) {
+			return true
+		}
+	}
+	key, err := f.keyFunc(r)
+	if err != nil {
+		f.fail(r, w, err)
+		return false
+	}
+	cost := int64(1)
+	if f.cost != nil {
+		cost = f.cost(r)
+	}
+	ctx := r.Context()
+	d, err := f.limiter.AllowN(ctx, key, cost)
+	if err != nil {
+		if !errors.Is(err, core.ErrStore) {
+			f.fail(r, w, err)
+			return false
+		}
+		f.onError(r, err)
+		if d.Allowed {
+			return true // failed open: no header, the store told nothing
+		}
+		if f.headers.RetryAfter {
+			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(d)))
+		}
+		f.unavailable(r, w, d)
+		return false
+	}
+	headers.Write(w, d, f.now(), f.headers)
+	if !d.Allowed {
+		f.deny(r, w, d)
+		return false
+	}
+	if d.Delay > 0 && f.maxDelay > 0 {
+		return pace(ctx, min(d.Delay, f.maxDelay))
+	}
+	return true
+}
+
+// fail reports err and answers the request with the ErrorResponder.
+func (f *Flow) fail(r keyfuncs.Request, w Response, err error) {
+	f.onError(r, err)
+	f.respondErr(r, w, err)
+}
+
+// pace waits d, or until ctx ends, and reports whether the wait completed.
+func pace(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,322 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// request is a keyfuncs.Request for tests.
+type request struct {
+	remote string
+	header http.Header
+	ctx    context.Context
+}
+
+func (r *request) RemoteAddr() string                { return r.remote }
+func (r *request) Header(name string) string         { return r.header.Get(name) }
+func (r *request) HeaderValues(name string) []string { return r.header.Values(name) }
+func (r *request) Query(string) string               { return "" }
+func (r *request) Method() string                    { return "GET" }
+func (r *request) Route() string                     { return "/" }
+func (r *request) Context() context.Context {
+	if r.ctx == nil {
+		return context.Background()
+	}
+	return r.ctx
+}
+
+func newRequest() *request { return &request{remote: "192.0.2.1:1234", header: http.Header{}} }
+
+// response is a middleware.Response for tests.
+type response struct {
+	header      http.Header
+	status      int
+	contentType string
+	body        string
+	writes      int
+}
+
+func newResponse() *response { return &response{header: http.Header{}} }
+
+func (w *response) Set(k, v string) { w.header.Set(k, v) }
+func (w *response) Write(status int, contentType string, body []byte) error {
+	w.writes++
+	w.status, w.contentType, w.body = status, contentType, string(body)
+	return nil
+}
+
+func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(store, p, append([]core.Option{core.WithClock(func() time.Time { return t0 })}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func memStore(t testing.TB) *memstore.Store {
+	s := memstore.New()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var perMinute = core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
+
+func TestNewRejects(t *testing.T) {
+	l := newLimiter(t, memStore(t), perMinute)
+	tests := []struct {
+		name string
+		l    *core.Limiter
+		opts []middleware.Option
+	}{
+		{"nil limiter", nil, nil},
+		{"nil option", l, []middleware.Option{nil}},
+		{"nil key func", l, []middleware.Option{middleware.WithKeyFunc(nil)}},
+		{"nil skip", l, []middleware.Option{middleware.WithSkip(nil)}},
+		{"nil cost", l, []middleware.Option{middleware.WithCost(nil)}},
+		{"nil deny handler", l, []middleware.Option{middleware.WithDenyHandler(nil)}},
+		{"nil unavailable handler", l, []middleware.Option{middleware.WithUnavailableHandler(nil)}},
+		{"nil error handler", l, []middleware.Option{middleware.WithErrorHandler(nil)}},
+		{"nil error responder", l, []middleware.Option{middleware.WithErrorResponder(nil)}},
+		{"nil clock", l, []middleware.Option{middleware.WithClock(nil)}},
+		{"negative max delay", l, []middleware.Option{middleware.WithMaxDelay(-time.Second)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := middleware.New(tc.l, tc.opts...)
+			if f != nil || !errors.Is(err, middleware.ErrInvalidOption) {
+				t.Errorf("New = %v, %v; want nil, ErrInvalidOption", f, err)
+			}
+		})
+	}
+}
+
+func TestHandle(t *testing.T) {
+	errKey := errors.New("key function broke")
+	tests := []struct {
+		name        string
+		store       func(t testing.TB) core.Store
+		lopts       []core.Option
+		opts        []middleware.Option
+		proceed     bool
+		status      int
+		body        string
+		header      map[string]string // fields expected, "" meaning absent
+		errContains []error
+	}{
+		{
+			name: "allowed", proceed: true,
+			header: map[string]string{"X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1893553500", "Retry-After": ""},
+		},
+		{
+			name: "no headers configured", proceed: true,
+			opts:   []middleware.Option{middleware.WithHeaders(headers.Config{})},
+			header: map[string]string{"X-Ratelimit-Remaining": "", "Ratelimit-Remaining": ""},
+		},
+		{
+			name:   "key not found",
+			opts:   []middleware.Option{middleware.WithKeyFunc(keyfuncs.APIKeyHeader("X-Api-Key"))},
+			status: 400, body: `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`,
+			errContains: []error{keyfuncs.ErrNoKey},
+		},
+		{
+			name: "key function fails",
+			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+				return "", errKey
+			})},
+			status: 500, body: `{"error":"rate_limit_error","message":"Internal server error."}`,
+			errContains: []error{errKey},
+		},
+		{
+			name: "key function breaks its contract with an empty key",
+			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+				return "", nil
+			})},
+			status: 500, errContains: []error{core.ErrInvalidKey},
+		},
+		{
+			name: "fallback key with FirstOf", proceed: true,
+			opts: []middleware.Option{middleware.WithKeyFunc(keyfuncs.FirstOf(
+				keyfuncs.APIKeyHeader("X-Api-Key"), keyfuncs.Static("anonymous")))},
+		},
+		{
+			name:   "fail closed without Retry-After configured",
+			store:  func(testing.TB) core.Store { return failing{} },
+			lopts:  []core.Option{core.WithFailMode(core.FailClosed)},
+			opts:   []middleware.Option{middleware.WithHeaders(headers.Config{XRateLimit: true})},
+			status: 503, header: map[string]string{"Retry-After": "", "X-Ratelimit-Limit": ""},
+			errContains: []error{core.ErrStore},
+		},
+		{
+			name:  "fail closed, replaced handler",
+			store: func(testing.TB) core.Store { return failing{} },
+			lopts: []core.Option{core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(1500 * time.Millisecond)},
+			opts: []middleware.Option{middleware.WithUnavailableHandler(func(_ keyfuncs.Request, w middleware.Response, d core.Decision) {
+				_ = w.Write(http.StatusTooManyRequests, "text/plain", []byte(d.RetryAfter.String()))
+			})},
+			status: 429, body: "1.5s", header: map[string]string{"Retry-After": "2"},
+			errContains: []error{core.ErrStore},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var store core.Store = memStore(t)
+			if tc.store != nil {
+				store = tc.store(t)
+			}
+			var errs []error
+			opts := append([]middleware.Option{
+				middleware.WithClock(func() time.Time { return t0 }),
+				middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
+			}, tc.opts...)
+			f, err := middleware.New(newLimiter(t, store, perMinute, tc.lopts...), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := newResponse()
+			if got := f.Handle(newRequest(), w); got != tc.proceed {
+				t.Errorf("proceed = %v, want %v", got, tc.proceed)
+			}
+			if tc.proceed && w.writes != 0 {
+				t.Errorf("wrote a response to a request that proceeds: %d %q", w.status, w.body)
+			}
+			if !tc.proceed && (w.writes != 1 || w.status != tc.status) {
+				t.Errorf("%d writes, status %d; want 1, %d", w.writes, w.status, tc.status)
+			}
+			if tc.body != "" && w.body != tc.body {
+				t.Errorf("body %s, want %s", w.body, tc.body)
+			}
+			for k, v := range tc.header {
+				if got := w.header.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			if len(errs) != len(tc.errContains) {
+				t.Fatalf("errors %v, want %d", errs, len(tc.errContains))
+			}
+			for i, target := range tc.errContains {
+				if !errors.Is(errs[i], target) {
+					t.Errorf("error %v does not wrap %v", errs[i], target)
+				}
+			}
+		})
+	}
+}
+
+func TestPaceStopsOnEndedContext(t *testing.T) {
+	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
+	f, err := middleware.New(newLimiter(t, memStore(t), p), middleware.WithMaxDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Handle(newRequest(), newResponse()) {
+		t.Fatal("first request held")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := newRequest()
+	r.ctx = ctx
+	w := newResponse()
+	if f.Handle(r, w) {
+		t.Error("request of an ended context proceeds")
+	}
+	if w.writes != 0 {
+		t.Errorf("wrote %d %q to a client that left", w.status, w.body)
+	}
+}
+
+func TestMaxDelayZeroDisablesPacing(t *testing.T) {
+	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
+	f, err := middleware.New(newLimiter(t, memStore(t), p), middleware.WithMaxDelay(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan bool, 2)
+	go func() {
+		done <- f.Handle(newRequest(), newResponse())
+		done <- f.Handle(newRequest(), newResponse())
+	}()
+	for range 2 {
+		select {
+		case ok := <-done:
+			if !ok {
+				t.Error("request held back")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("request paced although MaxDelay is 0")
+		}
+	}
+}
+
+func TestLogErrors(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := middleware.LogErrors(logger)
+	h(newRequest(), errors.Join(core.ErrStore, errors.New("redis: connection refused")))
+	h(newRequest(), keyfuncs.ErrNoKey)
+	out := buf.String()
+	for _, want := range []string{
+		`level=WARN msg="ratelimit: store failed"`, "connection refused", "method=GET", "route=/",
+		`level=DEBUG msg="ratelimit: no key in request"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDefaultDenyHandler(t *testing.T) {
+	for _, tc := range []struct {
+		retry time.Duration
+		body  string
+	}{
+		{time.Millisecond, `{"error":"rate_limit_exceeded","message":"Too many requests, retry after 1 second.","retry_after_seconds":1}`},
+		{1001 * time.Millisecond, `{"error":"rate_limit_exceeded","message":"Too many requests, retry after 2 seconds.","retry_after_seconds":2}`},
+		{time.Hour, `{"error":"rate_limit_exceeded","message":"Too many requests, retry after 3600 seconds.","retry_after_seconds":3600}`},
+	} {
+		w := newResponse()
+		middleware.DefaultDenyHandler(newRequest(), w, core.Decision{RetryAfter: tc.retry})
+		if w.status != 429 || w.contentType != "application/json" || w.body != tc.body {
+			t.Errorf("RetryAfter %v: %d %s %s", tc.retry, w.status, w.contentType, w.body)
+		}
+	}
+}
+
+// failing is a store that is down.
+type failing struct{}
+
+func (failing) Take(context.Context, core.Request) (core.Decision, error) {
+	return core.Decision{}, errors.New("down")
+}
+func (failing) Reset(context.Context, string, core.Policy) error { return errors.New("down") }
+
+// BenchmarkHandle is the flow alone on the memory store, allowed path,
+// default options (IP key, default headers).
+func BenchmarkHandle(b *testing.B) {
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	f, err := middleware.New(newLimiter(b, memStore(b), p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, w := newRequest(), newResponse()
+	b.ReportAllocs()
+	for b.Loop() {
+		if !f.Handle(r, w) {
+			b.Fatal("denied")
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package middleware
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// ContentTypeJSON is the Content-Type of every body the default handlers
+// write.
+const ContentTypeJSON = "application/json"
+
+// Error codes, the "error" member of the default JSON bodies.
+const (
+	CodeExceeded    = "rate_limit_exceeded"    // 429: over the limit
+	CodeUnavailable = "rate_limit_unavailable" // 503: store failed, closed
+	CodeKeyMissing  = "rate_limit_key_missing" // 400: no key in the request
+	CodeInternal    = "rate_limit_error"       // 500: misconfiguration
+)
+
+// DefaultDenyHandler answers 429 Too Many Requests with the JSON body
+//
+//	{"error":"rate_limit_exceeded","message":"Too many requests, retry after N seconds.","retry_after_seconds":N}
+//
+// where N is headers.RetryAfterSeconds(d), the Retry-After value ("1
+// second" when N is 1).
+func DefaultDenyHandler(_ keyfuncs.Request, w Response, d core.Decision) {
+	n := headers.RetryAfterSeconds(d)
+	_ = w.Write(http.StatusTooManyRequests, ContentTypeJSON, retryBody(CodeExceeded, "Too many requests, retry after ", n))
+}
+
+// DefaultUnavailableHandler answers 503 Service Unavailable, for a request
+// refused because the store failed under core.FailClosed, with the JSON body
+//
+//	{"error":"rate_limit_unavailable","message":"Rate limiting is temporarily unavailable, retry after N seconds.","retry_after_seconds":N}
+//
+// where N is the Retry-After value, from the Limiter's fail-closed retry.
+// 503, not 429: the client did nothing wrong, the server cannot serve it.
+func DefaultUnavailableHandler(_ keyfuncs.Request, w Response, d core.Decision) {
+	n := headers.RetryAfterSeconds(d)
+	_ = w.Write(http.StatusServiceUnavailable, ContentTypeJSON, retryBody(CodeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
+}
+
+// DefaultErrorResponder answers a request the flow could not decide. When
+// err wraps keyfuncs.ErrNoKey, the request lacks what the key function
+// identifies clients by (an API key, a user, a usable peer address): 400
+// Bad Request with
+//
+//	{"error":"rate_limit_key_missing","message":"The request does not identify its client."}
+//
+// 400 and not 401: the limiter is not the authenticator, and a 401 must
+// carry a WWW-Authenticate challenge that only the application knows. Put
+// authentication in front of the limiter, or replace this responder, to
+// answer 401. Any other error is a misconfiguration (a failing key function,
+// a bad cost): 500 Internal Server Error with
+//
+//	{"error":"rate_limit_error","message":"Internal server error."}
+//
+// The error's text, which may quote the request, is never written.
+func DefaultErrorResponder(_ keyfuncs.Request, w Response, err error) {
+	if errors.Is(err, keyfuncs.ErrNoKey) {
+		_ = w.Write(http.StatusBadRequest, ContentTypeJSON,
+			[]byte(`{"error":"`+CodeKeyMissing+`","message":"The request does not identify its client."}`))
+		return
+	}
+	_ = w.Write(http.StatusInternalServerError, ContentTypeJSON,
+		[]byte(`{"error":"`+CodeInternal+`","message":"Internal server error."}`))
+}
+
+// LogErrors returns an ErrorHandler that logs to logger, or to
+// slog.Default() at the time of each call when logger is nil. A request
+// without a key (keyfuncs.ErrNoKey) is the client's doing and is logged at
+// Debug; every other error (a failed store, a misconfiguration) at Warn.
+// The record carries the error, the method and the route pattern, never
+// the key.
+func LogErrors(logger *slog.Logger) ErrorHandler {
+	return func(r keyfuncs.Request, err error) {
+		l := logger
+		if l == nil {
+			l = slog.Default()
+		}
+		level := slog.LevelWarn
+		if errors.Is(err, keyfuncs.ErrNoKey) {
+			level = slog.LevelDebug
+		}
+		l.LogAttrs(r.Context(), level, "ratelimit: "+errorKind(err),
+			slog.String("error", err.Error()),
+			slog.String("method", r.Method()),
+			slog.String("route", r.Route()))
+	}
+}
+
+// errorKind names the class of a flow error for the log message.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, core.ErrStore):
+		return "store failed"
+	case errors.Is(err, keyfuncs.ErrNoKey):
+		return "no key in request"
+	}
+	return "request not decided"
+}
+
+// retryBody encodes {"error":code,"message":msg+N+" seconds.","retry_after_seconds":N}
+// without reflection. code and msg are constants holding nothing to escape.
+func retryBody(code, msg string, n int64) []byte {
+	b := make([]byte, 0, 64+len(code)+len(msg))
+	b = append(b, `{"error":"`...)
+	b = append(b, code...)
+	b = append(b, `","message":"`...)
+	b = append(b, msg...)
+	b = strconv.AppendInt(b, n, 10)
+	if n == 1 {
+		b = append(b, ` second.","retry_after_seconds":`...)
+	} else {
+		b = append(b, ` seconds.","retry_after_seconds":`...)
+	}
+	b = strconv.AppendInt(b, n, 10)
+	return append(b, '}')
+}
+
+// itoa is strconv.FormatInt in base 10.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
