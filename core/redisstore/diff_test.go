@@ -1,0 +1,130 @@
+package redisstore
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+var (
+	diffSteps = flag.Int("diffsteps", 300, "steps per policy of TestMatchesMemstore")
+	diffSeed  = flag.Uint64("diffseed", 0, "seed of TestMatchesMemstore")
+)
+
+// TestMatchesMemstore drives the same randomized history (seeded; random
+// keys, costs, time steps, clocks stepping back and resets, all at explicit
+// times) into memstore, the reference arithmetic, and into Redis, and
+// requires identical Decisions at every step.
+func TestMatchesMemstore(t *testing.T) {
+	rs, _, _ := newStore(t)
+	ms := memstore.New()
+	t.Cleanup(func() { _ = ms.Close() })
+	ctx := context.Background()
+
+	// Far in the future, so that memstore's janitor (which reads the real
+	// clock) never reclaims state the history still needs.
+	base := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	shapes := []struct {
+		limit, burst int64
+		window       time.Duration
+	}{
+		{10, 0, time.Minute},
+		{7, 0, time.Second + 333*time.Microsecond},
+		{3, 0, 10 * time.Millisecond},
+		{100, 0, time.Hour},
+		{13, 29, 7*time.Second + 1},
+		{1, 0, time.Millisecond},
+		{999_999_999_937, 0, 366 * 24 * time.Hour},
+	}
+	steps := *diffSteps
+	for ai, alg := range core.Algorithms {
+		for si, sh := range shapes {
+			p := core.Policy{Name: fmt.Sprintf("diff%d", si), Algorithm: alg, Limit: sh.limit, Window: sh.window}
+			if alg.IsBucket() {
+				p.Burst = sh.burst
+			}
+			if alg == core.SlidingWindowLog && p.Limit > 200 {
+				continue // one ZSET member per unit: keep the log small
+			}
+			if p.Validate() != nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%d", alg, si), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(*diffSeed+uint64(ai), uint64(si)))
+				w := p.Window.Microseconds()
+				step := max(w/p.Limit, 1) // time for one unit to come back
+				// Lua numbers are float64: keep times below 2^53 µs (year
+				// 2255) however long the history and the window.
+				span := min(w, (24 * time.Hour).Microseconds())
+				now := base.UnixMicro() + rng.Int64N(w)
+				keys := []string{"a", "b", "c"}
+				var history []string
+				for i := range steps {
+					switch r := rng.IntN(100); {
+					case r < 30: // same microsecond
+					case r < 60:
+						now += rng.Int64N(step + 1)
+					case r < 80:
+						now += rng.Int64N(span + 1)
+					case r < 90:
+						now += rng.Int64N(3*span + 1)
+					default:
+						now += 1 + rng.Int64N(3)
+					}
+					at := now
+					if rng.IntN(20) == 0 { // a clock stepping back
+						at -= rng.Int64N(step + 1)
+					}
+					key := keys[rng.IntN(len(keys))]
+					if rng.IntN(50) == 0 {
+						history = append(history, fmt.Sprintf("%d %s reset", i, key))
+						if err := rs.Reset(ctx, key, p); err != nil {
+							t.Fatal(err)
+						}
+						if err := ms.Reset(ctx, key, p); err != nil {
+							t.Fatal(err)
+						}
+						continue
+					}
+					cost := int64(1)
+					switch r := rng.IntN(100); {
+					case r < 10: // anything up to the capacity
+						cost = 1 + rng.Int64N(p.Capacity())
+					case r < 35:
+						cost = 1 + rng.Int64N(min(p.Capacity(), 50))
+					}
+					req := core.Request{Key: key, Policy: p, Cost: cost, Now: time.UnixMicro(at)}
+					history = append(history, fmt.Sprintf("%d %s c=%d at=%d", i, key, cost, at))
+					want, err := ms.Take(ctx, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := rs.Take(ctx, req)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if got != want {
+						for _, h := range history[max(0, len(history)-40):] {
+							t.Log(h)
+						}
+						if alg == core.SlidingWindowLog {
+							z, _ := rs.client.ZRangeWithScores(ctx, rs.Key(key, p), 0, -1).Result()
+							t.Logf("log %v", z)
+						} else {
+							h, _ := rs.client.HGetAll(ctx, rs.Key(key, p)).Result()
+							t.Logf("state %v", h)
+						}
+						t.Fatalf("step %d: key %s cost %d at %d (+%dµs in window):\n redis  %+v\n memory %+v",
+							i, key, cost, at, at%w, got, want)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// testPrefix returns a key prefix of its own for the test, so that tests
+// sharing a REDIS_URL server never meet.
+func testPrefix(t testing.TB) string {
+	name := strings.NewReplacer("/", ".", "{", "(", "}", ")", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("rltest:%s:%08x:", name, rand.Uint32())
+}
+
+// newStore starts (or reaches) a Redis and returns a Store over a client of
+// its own, with a prefix of its own.
+func newStore(t testing.TB, opts ...Option) (*Store, *redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	opts = append([]Option{WithPrefix(testPrefix(t))}, opts...)
+	return New(c, opts...), srv, c
+}
+
+// policies returns one policy per algorithm, L per W.
+func policies(l int64, w time.Duration) []core.Policy {
+	ps := make([]core.Policy, len(core.Algorithms))
+	for i, a := range core.Algorithms {
+		ps[i] = core.Policy{Name: "p", Algorithm: a, Limit: l, Window: w}
+	}
+	return ps
+}
+
+// scanKeys returns every key starting with prefix.
+func scanKeys(t testing.TB, ctx context.Context, c redis.UniversalClient, prefix string) []string {
+	t.Helper()
+	var keys []string
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		t.Fatalf("scanKeys: unexpected client %T", c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// commandCounter is a go-redis hook that counts commands by name, and
+// pipelines.
+type commandCounter struct {
+	mu        sync.Mutex
+	names     map[string]int
+	pipelines int
+}
+
+func newCommandCounter() *commandCounter { return &commandCounter{names: map[string]int{}} }
+
+func (*commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.names[cmd.Name()]++
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.pipelines++
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// reset zeroes the counts.
+func (h *commandCounter) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.names = map[string]int{}
+	h.pipelines = 0
+}
+
+// snapshot returns the counts.
+func (h *commandCounter) snapshot() (map[string]int, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := make(map[string]int, len(h.names))
+	for k, v := range h.names {
+		m[k] = v
+	}
+	return m, h.pipelines
+}

@@ -1,0 +1,96 @@
+-- Leaky bucket as a meter and a shaper: a queue of depth B drained at L per
+-- W. Mirrors leakyBucket in core/memstore/algo.go, operation for operation
+-- (Lua numbers are float64, as there).
+--
+-- KEYS[1]  the state, a HASH: v = queue level (%.17g, so that the float64
+--          round-trips exactly), t = time of the last admission (µs)
+-- ARGV[1]  limit L
+-- ARGV[2]  window W, in microseconds
+-- ARGV[3]  capacity B
+-- ARGV[4]  cost c, in [1, B]
+-- ARGV[5]  now, in microseconds since the Unix epoch; "" reads Redis TIME
+-- ARGV[6]  minimum TTL in milliseconds (0 unless now is explicit)
+-- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms}
+--          as integers; durations rounded up to whole milliseconds.
+--          delay_ms is how long an admitted request waits in the queue.
+--
+-- A request dated before the last admission (a clock stepping back) is
+-- decided at the last admission. A denied request writes nothing. An
+-- admitted one rewrites the HASH and sets its TTL to the time the queue is
+-- empty again (at least 1 ms).
+
+local l = tonumber(ARGV[1])
+local w = tonumber(ARGV[2])
+local b = tonumber(ARGV[3])
+local c = tonumber(ARGV[4])
+local now = tonumber(ARGV[5])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local minttl = tonumber(ARGV[6])
+
+-- ms converts microseconds to whole milliseconds, rounding up.
+local function ms(us)
+  if us <= 0 then return 0 end
+  return math.ceil(us / 1000)
+end
+
+-- firstPass returns the smallest k >= 0 at which passes(k) holds, starting
+-- from the estimate est and moving at most 16 steps either way; passes is
+-- monotonic. Same walk as firstPass in algo.go.
+local function firstPass(est, passes)
+  local k = math.max(est, 0)
+  local i = 0
+  while i < 16 and k > 0 and passes(k - 1) do
+    k = k - 1
+    i = i + 1
+  end
+  i = 0
+  while i < 16 and not passes(k) do
+    k = k + 1
+    i = i + 1
+  end
+  return k
+end
+
+local at, level = now, 0
+local v, last
+local s = redis.call('HMGET', KEYS[1], 'v', 't')
+if s[1] then
+  v, last = tonumber(s[1]), tonumber(s[2])
+  -- The state expires when the queue is empty again: from then on it
+  -- decides like no state at all, whatever the key's remaining TTL.
+  if now >= last + math.ceil(v * w / l) then
+    v = nil
+  end
+end
+
+-- levelAt is the queue el microseconds after the last admission.
+local function levelAt(el)
+  return math.max(0, v - el * l / w)
+end
+
+if v then
+  at = math.max(now, last)
+  level = levelAt(at - last)
+end
+
+local allowed, retry, delay = 0, 0, 0
+if level + c <= b then
+  delay = math.ceil(level * w / l)
+  level = level + c
+  allowed = 1
+else
+  -- Not fresh: an empty queue has room for c <= B.
+  local est = math.ceil((level + c - b) * w / l)
+  local el = at - last
+  retry = firstPass(est, function(k) return levelAt(el + k) + c <= b end)
+end
+local remaining = math.floor(b - level)
+local reset = math.ceil(level * w / l)
+if allowed == 1 then
+  redis.call('HSET', KEYS[1], 'v', string.format('%.17g', level), 't', string.format('%d', at))
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms(at + reset - now), 1, minttl)))
+end
+return {allowed, remaining, ms(reset), ms(retry), ms(delay)}

@@ -1,0 +1,136 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+const (
+	// outageTimeout is the Limiter's timeout in the outage tests.
+	outageTimeout = 50 * time.Millisecond
+	// slack is what a decision may take beyond the timeout: scheduling,
+	// the race detector, a loaded machine. A correctness bound, not a
+	// benchmark.
+	slack = 150 * time.Millisecond
+	// recoverWithin bounds the wait for decisions to succeed again.
+	recoverWithin = 15 * time.Second
+)
+
+// outageLimiters returns a fail-open and a fail-closed Limiter over one
+// store whose client has go-redis's default options: ContextTimeoutEnabled
+// false, ReadTimeout 3s, so only the Limiter bounds a decision.
+func outageLimiters(t *testing.T) (*redistest.Server, []*core.Limiter) {
+	t.Helper()
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("REDIS_URL is set: outage tests need a server of their own")
+	}
+	s := New(srv.Client(), WithPrefix(testPrefix(t)))
+	var lims []*core.Limiter
+	for _, m := range []core.FailMode{core.FailOpen, core.FailClosed} {
+		p := core.Policy{Name: "outage-" + m.String(), Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second}
+		l, err := core.NewLimiter(s, p, core.WithTimeout(outageTimeout), core.WithFailMode(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, l)
+	}
+	for _, l := range lims {
+		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed || d.FailedOpen {
+			t.Fatalf("before the outage: %+v, %v", d, err)
+		}
+	}
+	return srv, lims
+}
+
+// checkFailing makes decisions through the outage: each returns within the
+// timeout plus slack, with the FailMode's Decision and an error wrapping
+// ErrStore (and ErrTimeout when wantTimeout).
+func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
+	t.Helper()
+	ctx := context.Background()
+	var longest time.Duration
+	var last error
+	defer func() { t.Logf("longest decision %v; last error: %v", longest, last) }()
+	for range 5 {
+		for _, l := range lims {
+			start := time.Now()
+			d, err := l.Allow(ctx, "k")
+			took := time.Since(start)
+			longest, last = max(longest, took), err
+			if took > outageTimeout+slack {
+				t.Errorf("fail %s: decision took %v, bound %v", l.FailMode(), took, outageTimeout+slack)
+			}
+			if !errors.Is(err, core.ErrStore) {
+				t.Fatalf("fail %s: err %v, want ErrStore", l.FailMode(), err)
+			}
+			if wantTimeout && !errors.Is(err, core.ErrTimeout) {
+				t.Fatalf("fail %s: err %v, want ErrTimeout", l.FailMode(), err)
+			}
+			switch l.FailMode() {
+			case core.FailOpen:
+				if !d.Allowed || !d.FailedOpen {
+					t.Fatalf("fail open: %+v, want Allowed and FailedOpen", d)
+				}
+			case core.FailClosed:
+				if d.Allowed || d.FailedOpen || d.RetryAfter <= 0 {
+					t.Fatalf("fail closed: %+v, want denied with a RetryAfter", d)
+				}
+			}
+		}
+	}
+}
+
+// waitRecovered polls, bounded, until every Limiter decides through Redis
+// again.
+func waitRecovered(t *testing.T, lims []*core.Limiter) {
+	t.Helper()
+	deadline := time.Now().Add(recoverWithin)
+	for _, l := range lims {
+		for {
+			d, err := l.Allow(context.Background(), "k")
+			if err == nil && d.Allowed && !d.FailedOpen {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fail %s: not recovered after %v: %+v, %v", l.FailMode(), recoverWithin, d, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestFrozenRedis: a Redis that accepts connections but never answers
+// (SIGSTOP) cannot hold a decision beyond the Limiter's timeout, even with a
+// client that ignores context deadlines on reads.
+func TestFrozenRedis(t *testing.T) {
+	srv, lims := outageLimiters(t)
+	srv.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	})
+	checkFailing(t, lims, true)
+	srv.Thaw()
+	thawed = true
+	waitRecovered(t, lims)
+}
+
+// TestKilledRedis: a dead Redis fails decisions fast; once it is back on the
+// same port, the same Limiter and client decide again by themselves.
+func TestKilledRedis(t *testing.T) {
+	srv, lims := outageLimiters(t)
+	srv.Kill()
+	// A refused connection is an error, not necessarily a timeout: go-redis
+	// retries dials with a backoff, which the Limiter usually cuts short.
+	checkFailing(t, lims, false)
+	srv.Restart()
+	waitRecovered(t, lims)
+}

@@ -1,0 +1,211 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// DefaultPrefix starts every key the Store writes, unless WithPrefix says
+// otherwise.
+const DefaultPrefix = "rl:"
+
+// DefaultExplicitNowMinTTL is the least TTL of a key written by a request
+// with an explicit Now, unless WithExplicitNowMinTTL says otherwise.
+const DefaultExplicitNowMinTTL = time.Minute
+
+var (
+	//go:embed fixed_window.lua
+	fixedWindowLua string
+	//go:embed sliding_window_log.lua
+	slidingLogLua string
+	//go:embed sliding_window_counter.lua
+	slidingCounterLua string
+	//go:embed token_bucket.lua
+	tokenBucketLua string
+	//go:embed leaky_bucket.lua
+	leakyBucketLua string
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every key the Store writes; the default is
+// DefaultPrefix. Stores sharing one Redis with different prefixes share no
+// state. The prefix should not contain '{' or '}' (see the package
+// documentation on hash tags).
+func WithPrefix(p string) Option {
+	return func(s *Store) { s.prefix = p }
+}
+
+// WithExplicitNowMinTTL sets the least TTL of keys written by requests with
+// an explicit core.Request.Now (a test clock), DefaultExplicitNowMinTTL by
+// default. A test that checks TTLs against its own clock sets 0. Negative
+// values count as 0. Requests that use Redis TIME are not affected.
+func WithExplicitNowMinTTL(d time.Duration) Option {
+	return func(s *Store) { s.explicitMinTTL = max(0, d) }
+}
+
+// Store is a core.Store over Redis. It is safe for concurrent use; it holds
+// no state of its own besides its configuration, so any number of Stores,
+// in any number of processes, may share one Redis.
+type Store struct {
+	client         redis.UniversalClient
+	prefix         string
+	explicitMinTTL time.Duration
+	scripts        [len(algos)]*redis.Script
+}
+
+var _ core.Store = (*Store)(nil)
+
+// algos lists, per algorithm, the code that ends its keys and its script.
+var algos = [...]struct {
+	alg  core.Algorithm
+	code string
+	lua  *string
+}{
+	{core.FixedWindow, "fw", &fixedWindowLua},
+	{core.SlidingWindowLog, "swl", &slidingLogLua},
+	{core.SlidingWindowCounter, "swc", &slidingCounterLua},
+	{core.TokenBucket, "tb", &tokenBucketLua},
+	{core.LeakyBucket, "lb", &leakyBucketLua},
+}
+
+// New returns a Store keeping its state in the Redis behind client, which
+// may be a *redis.Client, a *redis.ClusterClient or any other
+// redis.UniversalClient. The Store does not own the client: closing it is
+// the caller's business.
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(s)
+		}
+	}
+	for i, a := range algos {
+		s.scripts[i] = redis.NewScript(*a.lua)
+	}
+	return s
+}
+
+// algo returns the index of a in algos, or -1.
+func algo(a core.Algorithm) int {
+	for i := range algos {
+		if algos[i].alg == a {
+			return i
+		}
+	}
+	return -1
+}
+
+// Key returns the key holding the state of the client key under policy,
+// as described in the package documentation. The sliding log also uses Key
+// followed by ":seq". It returns "" for an unknown algorithm.
+func (s *Store) Key(key string, policy core.Policy) string {
+	i := algo(policy.Algorithm)
+	if i < 0 {
+		return ""
+	}
+	return s.key(key, policy, i)
+}
+
+func (s *Store) key(key string, policy core.Policy, i int) string {
+	name := policy.Name
+	if name == "" {
+		name = policy.DefaultName()
+	}
+	return s.prefix + "{" + key + "}:" + name + ":" + algos[i].code
+}
+
+// Take decides req with one script run, as one atomic step in Redis, and
+// records it when it is allowed. It fails, without a round trip, on a
+// request the Limiter never sends (an invalid policy, an empty key, a cost
+// out of [1, capacity]), wrapping the core sentinel error; and when Redis
+// fails, wrapping the client's error with the algorithm.
+func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	p := req.Policy
+	if err := p.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	i := algo(p.Algorithm)
+	switch {
+	case req.Key == "":
+		return core.Decision{}, fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+	case req.Cost < 1:
+		return core.Decision{}, fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidCost, req.Cost)
+	case req.Cost > p.Capacity():
+		return core.Decision{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, req.Cost, p.Capacity())
+	}
+	base := s.key(req.Key, p, i)
+	keys := []string{base}
+	if p.Algorithm == core.SlidingWindowLog {
+		keys = append(keys, base+":seq")
+	}
+	// ARGV: limit, window µs, capacity, cost, now µs ("" for Redis TIME),
+	// minimum TTL ms. go-redis writes integers without formatting them
+	// into strings first.
+	var now, minTTL any = "", 0
+	if !req.Now.IsZero() {
+		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
+	}
+	capacity := p.Capacity()
+	r, err := s.scripts[i].Run(ctx, s.client, keys,
+		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL).Int64Slice()
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
+	}
+	if len(r) != 5 {
+		return core.Decision{}, fmt.Errorf("redisstore: %s: script returned %d values, want 5", p.Algorithm, len(r))
+	}
+	return core.Decision{
+		Allowed:    r[0] == 1,
+		Limit:      capacity,
+		Remaining:  r[1],
+		ResetAfter: time.Duration(r[2]) * time.Millisecond,
+		RetryAfter: time.Duration(r[3]) * time.Millisecond,
+		Delay:      time.Duration(r[4]) * time.Millisecond,
+	}, nil
+}
+
+// Reset deletes the state of key under policy with one DEL: its keys share
+// a hash tag, hence a Redis Cluster slot.
+func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error {
+	i := algo(policy.Algorithm)
+	if i < 0 {
+		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(policy.Algorithm))
+	}
+	if key == "" {
+		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+	}
+	base := s.key(key, policy, i)
+	keys := []string{base}
+	if policy.Algorithm == core.SlidingWindowLog {
+		keys = append(keys, base+":seq")
+	}
+	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("redisstore: reset: %w", err)
+	}
+	return nil
+}
+
+// Ping checks that Redis answers, for health checks. Over a
+// *redis.ClusterClient it pings every master.
+func (s *Store) Ping(ctx context.Context) error {
+	var err error
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.Ping(ctx).Err()
+		})
+	} else {
+		err = s.client.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redisstore: ping: %w", err)
+	}
+	return nil
+}
