@@ -103,14 +103,14 @@ func WithClock(now func() time.Time) Option {
 // sentinel errors. A store failure returns the Decision of the FailMode
 // together with an error wrapping ErrStore, so that callers can log it.
 type Limiter struct {
-	store       Store
-	nonBlocking bool
-	policy      Policy
-	capacity    int64
-	failMode    FailMode
-	failRetry   time.Duration
-	timeout     time.Duration
-	now         func() time.Time
+	store     Store
+	call      callMode
+	policy    Policy
+	capacity  int64
+	failMode  FailMode
+	failRetry time.Duration
+	timeout   time.Duration
+	now       func() time.Time
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -134,7 +134,12 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		failRetry: time.Second,
 		timeout:   DefaultTimeout,
 	}
-	_, l.nonBlocking = store.(NonBlocking)
+	l.call = callBounded
+	if _, ok := store.(NonBlocking); ok {
+		l.call = callDirect
+	} else if da, ok := store.(DeadlineAware); ok && da.HonorsDeadline() {
+		l.call = callDeadline
+	}
 	for _, opt := range opts {
 		if err := opt(l); err != nil {
 			return nil, err
@@ -173,9 +178,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		req.Now = l.now()
 	}
 	var d Decision
-	if l.nonBlocking {
+	switch l.call {
+	case callDirect:
 		d, err = l.store.Take(ctx, req)
-	} else {
+	case callDeadline:
+		d, err = l.withDeadline(ctx, req)
+	default:
 		d, err = l.bounded(ctx, req)
 	}
 	if err != nil {
@@ -199,6 +207,34 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// callMode is how a Limiter calls its store.
+type callMode uint8
+
+const (
+	callBounded  callMode = iota // on a goroutine of its own, abandoned after the timeout
+	callDirect                   // directly: a NonBlocking store
+	callDeadline                 // directly, with the timeout as deadline: a DeadlineAware store
+)
+
+// withDeadline calls a store that honours its context's deadline.
+func (l *Limiter) withDeadline(ctx context.Context, req Request) (Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	d, err := l.store.Take(ctx, req)
+	if err != nil {
+		return Decision{}, l.timedOut(ctx, err)
+	}
+	return d, nil
+}
+
+// timedOut adds ErrTimeout to err when ctx's deadline has passed.
+func (l *Limiter) timedOut(ctx context.Context, err error) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
+	}
+	return err
+}
+
 type takeResult struct {
 	d   Decision
 	err error
@@ -219,10 +255,7 @@ func (l *Limiter) bounded(ctx context.Context, req Request) (Decision, error) {
 	case r := <-ch:
 		return r.d, r.err
 	case <-ctx.Done():
-		if ctx.Err() == context.DeadlineExceeded {
-			return Decision{}, fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, ctx.Err())
-		}
-		return Decision{}, ctx.Err()
+		return Decision{}, l.timedOut(ctx, ctx.Err())
 	}
 }
 

@@ -294,3 +294,35 @@ func TestReset(t *testing.T) {
 		t.Fatalf("Reset on a failing store = %v, want ErrStore", err)
 	}
 }
+
+// deadlineStore honours its context's deadline: it answers only when the
+// context ends, as a go-redis client with ContextTimeoutEnabled does on a
+// frozen server.
+type deadlineStore struct {
+	fakeStore
+	honors bool
+}
+
+func (s *deadlineStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return core.Decision{}, errors.New("called without a deadline")
+	}
+	<-ctx.Done()
+	return core.Decision{}, ctx.Err()
+}
+
+func (s *deadlineStore) HonorsDeadline() bool { return s.honors }
+
+func TestDeadlineAwareStoreGetsTheTimeoutAsDeadline(t *testing.T) {
+	for _, honors := range []bool{true, false} {
+		s := &deadlineStore{honors: honors}
+		l, err := core.NewLimiter(s, tb10, core.WithTimeout(20*time.Millisecond), core.WithFailMode(core.FailClosed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.Allow(context.Background(), "k")
+		if !errors.Is(err, core.ErrTimeout) || !errors.Is(err, core.ErrStore) || d.Allowed {
+			t.Fatalf("honors %v: %+v, %v; want a fail-closed denial and ErrTimeout", honors, d, err)
+		}
+	}
+}

@@ -68,3 +68,16 @@ type NonBlocking interface {
 	// NonBlocking is a marker; it does nothing.
 	NonBlocking()
 }
+
+// DeadlineAware is implemented by stores that may honour their context's
+// deadline, such as redisstore over a go-redis client built with
+// ContextTimeoutEnabled. When HonorsDeadline reports true, the Limiter
+// calls Take on the caller's goroutine with its timeout as the context's
+// deadline, sparing the goroutine and channel that otherwise bound the
+// call; the store promises to return promptly once the deadline passes.
+type DeadlineAware interface {
+	Store
+	// HonorsDeadline reports whether every Take returns promptly once its
+	// context's deadline has passed.
+	HonorsDeadline() bool
+}

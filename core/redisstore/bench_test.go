@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
@@ -86,4 +88,32 @@ func BenchmarkTake(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// BenchmarkLimiterCall compares how a core.Limiter calls the Store: on a
+// goroutine it can abandon (a client with default options) or directly with
+// its timeout as deadline (ContextTimeoutEnabled, see Store.HonorsDeadline).
+func BenchmarkLimiterCall(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	p := core.Policy{Name: "call", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
+	for _, kind := range clientKinds {
+		opts := srv.Options()
+		opts.ContextTimeoutEnabled = kind.contextDeadline
+		client := redis.NewClient(opts)
+		b.Cleanup(func() { _ = client.Close() })
+		l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(b))), p, core.WithTimeout(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(kind.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Allow(ctx, "hot"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
 }

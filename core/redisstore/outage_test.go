@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
@@ -21,16 +23,34 @@ const (
 	recoverWithin = 15 * time.Second
 )
 
+// clientKinds are the go-redis clients the outage tests run with: default
+// options (ContextTimeoutEnabled false, ReadTimeout 3s), which the Limiter
+// bounds with a goroutine of its own, and ContextTimeoutEnabled, which it
+// calls directly with its timeout as the deadline (Store.HonorsDeadline).
+var clientKinds = []struct {
+	name            string
+	contextDeadline bool
+}{
+	{"default-client", false},
+	{"context-timeout-client", true},
+}
+
 // outageLimiters returns a fail-open and a fail-closed Limiter over one
-// store whose client has go-redis's default options: ContextTimeoutEnabled
-// false, ReadTimeout 3s, so only the Limiter bounds a decision.
-func outageLimiters(t *testing.T) (*redistest.Server, []*core.Limiter) {
+// store whose client honours context deadlines only when contextDeadline.
+func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*core.Limiter) {
 	t.Helper()
 	srv := redistest.Start(t)
 	if srv.External() {
 		t.Skip("REDIS_URL is set: outage tests need a server of their own")
 	}
-	s := New(srv.Client(), WithPrefix(testPrefix(t)))
+	opts := srv.Options()
+	opts.ContextTimeoutEnabled = contextDeadline
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	s := New(client, WithPrefix(testPrefix(t)))
+	if s.HonorsDeadline() != contextDeadline {
+		t.Fatalf("HonorsDeadline() = %v with ContextTimeoutEnabled %v", s.HonorsDeadline(), contextDeadline)
+	}
 	var lims []*core.Limiter
 	for _, m := range []core.FailMode{core.FailOpen, core.FailClosed} {
 		p := core.Policy{Name: "outage-" + m.String(), Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second}
@@ -109,28 +129,37 @@ func waitRecovered(t *testing.T, lims []*core.Limiter) {
 // (SIGSTOP) cannot hold a decision beyond the Limiter's timeout, even with a
 // client that ignores context deadlines on reads.
 func TestFrozenRedis(t *testing.T) {
-	srv, lims := outageLimiters(t)
-	srv.Freeze()
-	thawed := false
-	t.Cleanup(func() {
-		if !thawed {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, lims := outageLimiters(t, kind.contextDeadline)
+			srv.Freeze()
+			thawed := false
+			t.Cleanup(func() {
+				if !thawed {
+					srv.Thaw()
+				}
+			})
+			checkFailing(t, lims, true)
 			srv.Thaw()
-		}
-	})
-	checkFailing(t, lims, true)
-	srv.Thaw()
-	thawed = true
-	waitRecovered(t, lims)
+			thawed = true
+			waitRecovered(t, lims)
+		})
+	}
 }
 
 // TestKilledRedis: a dead Redis fails decisions fast; once it is back on the
 // same port, the same Limiter and client decide again by themselves.
 func TestKilledRedis(t *testing.T) {
-	srv, lims := outageLimiters(t)
-	srv.Kill()
-	// A refused connection is an error, not necessarily a timeout: go-redis
-	// retries dials with a backoff, which the Limiter usually cuts short.
-	checkFailing(t, lims, false)
-	srv.Restart()
-	waitRecovered(t, lims)
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, lims := outageLimiters(t, kind.contextDeadline)
+			srv.Kill()
+			// A refused connection is an error, not necessarily a timeout:
+			// go-redis retries dials with a backoff, which the Limiter
+			// usually cuts short.
+			checkFailing(t, lims, false)
+			srv.Restart()
+			waitRecovered(t, lims)
+		})
+	}
 }

@@ -61,7 +61,7 @@ type Store struct {
 	scripts        [len(algos)]*redis.Script
 }
 
-var _ core.Store = (*Store)(nil)
+var _ core.DeadlineAware = (*Store)(nil)
 
 // algos lists, per algorithm, the code that ends its keys and its script.
 var algos = [...]struct {
@@ -208,4 +208,20 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("redisstore: ping: %w", err)
 	}
 	return nil
+}
+
+// HonorsDeadline reports whether the Store's client applies context
+// deadlines to its socket reads and writes (go-redis's
+// ContextTimeoutEnabled, on a *redis.Client or *redis.ClusterClient). A
+// core.Limiter then calls the Store directly with its timeout as the
+// deadline, instead of on a goroutine it abandons after the timeout, which
+// saves a goroutine, a channel and a few allocations per decision.
+func (s *Store) HonorsDeadline() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
