@@ -1,0 +1,189 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// TestProcess builds the chi example, runs it as a process on a free
+// loopback port with the memory store, drives its global limit from 200 to
+// 429 and stops it with SIGTERM, expecting a graceful exit with status 0.
+func TestProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the example binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "chi-example")
+	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	var out syncBuffer
+	cmd := exec.Command(bin)
+	// ADDR=127.0.0.1:0: the kernel picks a free port, which the banner
+	// tells; no REDIS_URL: the memory store.
+	cmd.Env = append(environWithout("ADDR", "REDIS_URL"), "ADDR=127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the example: %v", err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("example output:\n%s", out.String())
+		}
+	})
+
+	base := waitForURL(t, &out, exited, 20*time.Second)
+	if !strings.HasPrefix(base, "http://127.0.0.1:") {
+		t.Fatalf("the example listens on %s, want loopback", base)
+	}
+	if !strings.Contains(out.String(), "store: memory") {
+		t.Errorf("the banner does not name the memory store:\n%s", out.String())
+	}
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	capacity := demo.DefaultPolicies().Global.Capacity()
+	var passed int64
+	var denied *http.Response
+	var deniedBody []byte
+	for i := int64(0); i < capacity+50 && denied == nil; i++ {
+		res, err := client.Get(base + "/")
+		if err != nil {
+			t.Fatalf("GET / #%d: %v", i+1, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if err != nil {
+			t.Fatalf("GET / #%d: reading the body: %v", i+1, err)
+		}
+		switch res.StatusCode {
+		case http.StatusOK:
+			passed++
+		case http.StatusTooManyRequests:
+			denied, deniedBody = res, body
+		default:
+			t.Fatalf("GET / #%d: status %d; body %s", i+1, res.StatusCode, body)
+		}
+	}
+	if denied == nil {
+		t.Fatalf("%d requests passed, none was denied", passed)
+	}
+	// The bucket refills one token every 600ms: a slow run may pass a few
+	// more than the burst, never fewer.
+	if passed < capacity {
+		t.Errorf("%d requests passed before the first 429, want at least the burst, %d", passed, capacity)
+	}
+	if denied.Header.Get("Retry-After") == "" {
+		t.Error("the 429 has no Retry-After")
+	}
+	var body struct{ Error string }
+	if err := json.Unmarshal(deniedBody, &body); err != nil || body.Error != middleware.CodeExceeded {
+		t.Errorf("429 body %s, want JSON with error %q", deniedBody, middleware.CodeExceeded)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(demo.ShutdownTimeout + 5*time.Second):
+		t.Fatal("the example did not exit after SIGTERM")
+	}
+	if waitErr != nil {
+		t.Errorf("the example exited with %v, want status 0", waitErr)
+	}
+	if !strings.Contains(out.String(), "stopped") {
+		t.Errorf("the example did not report a graceful stop:\n%s", out.String())
+	}
+}
+
+// waitForURL waits, at most timeout, for the banner line giving the
+// server's URL, and returns the URL.
+func waitForURL(t *testing.T, out *syncBuffer, exited <-chan struct{}, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s := out.String()
+		if _, rest, ok := strings.Cut(s, demo.ListeningPrefix); ok {
+			if line, _, ok := strings.Cut(rest, "\n"); ok {
+				return strings.TrimSpace(line)
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatal("the example exited before listening")
+		case <-deadline:
+			t.Fatalf("the example did not print %q within %v", demo.ListeningPrefix, timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// environWithout returns the environment without the named variables.
+func environWithout(names ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, n := range names {
+			if name == n {
+				keep = false
+			}
+		}
+		if keep {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// syncBuffer is a bytes.Buffer safe for a process to write while a test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,65 @@
+// Command echo is a small API rate-limited with echolimit, the adapter for
+// Echo (v4).
+//
+// Run it from the module root:
+//
+//	go run ./examples/echo
+//
+// It listens on $ADDR (127.0.0.1:8080 by default) and keeps its limits in
+// memory, or in Redis when REDIS_URL is set:
+//
+//	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
+//
+// On start it prints the limits and curl command lines to try them.
+// SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
+// banner and lifecycle are shared by every example, in
+// examples/internal/demo; this file is only Echo's wiring.
+package main
+
+import (
+	"net/http"
+	"os"
+
+	"github.com/labstack/echo/v4"
+
+	echolimit "github.com/apigate/ratelimit/adapters/echo"
+	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+func main() {
+	os.Exit(demo.Run("echo", func(l demo.Limiters) demo.Server {
+		return demo.HTTPServer(newApp(l))
+	}))
+}
+
+// newApp returns the demo API on an Echo instance, limited by l.
+func newApp(l demo.Limiters) http.Handler {
+	e := echo.New()
+	// Every request, 404s included, per client IP (the socket peer, not
+	// Echo's RealIP, which believes proxy headers).
+	e.Use(echolimit.New(l.Global))
+
+	e.GET("/", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"message": "hello from echo"})
+	})
+	// Stricter on the login form, still per client IP.
+	e.POST("/login", func(c echo.Context) error {
+		// A real handler checks credentials; the demo accepts anything.
+		return c.JSON(http.StatusOK, map[string]string{"message": "logged in"})
+	}, echolimit.New(l.Login))
+	// Per API key; a request without X-API-Key gets 400.
+	e.GET("/api/data", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]any{"data": []int{1, 2, 3}})
+	}, echolimit.New(l.API, middleware.WithKeyFunc(demo.APIKey())))
+	// One limiter, a quota per route and client IP: /users/1 and /users/2
+	// share one, /users/1/posts has another.
+	users := e.Group("/users", echolimit.New(l.Users, middleware.WithKeyFunc(demo.RouteAndIP())))
+	users.GET("/:id", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"id": c.Param("id")})
+	})
+	users.GET("/:id/posts", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]any{"id": c.Param("id"), "posts": []string{}})
+	})
+	return e
+}

@@ -1,0 +1,82 @@
+// Command fiber is a small API rate-limited with fiberlimit, the adapter
+// for Fiber (v2).
+//
+// Run it from the module root:
+//
+//	go run ./examples/fiber
+//
+// It listens on $ADDR (127.0.0.1:8080 by default) and keeps its limits in
+// memory, or in Redis when REDIS_URL is set:
+//
+//	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/fiber
+//
+// On start it prints the limits and curl command lines to try them.
+// SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
+// banner and lifecycle are shared by every example, in
+// examples/internal/demo; this file is only Fiber's wiring.
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	fiberlimit "github.com/apigate/ratelimit/adapters/fiber"
+	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+func main() {
+	os.Exit(demo.Run("fiber", func(l demo.Limiters) demo.Server {
+		return server{newApp(l)}
+	}))
+}
+
+// newApp returns the demo API as a Fiber app, limited by l.
+func newApp(l demo.Limiters) *fiber.App {
+	app := fiber.New(fiber.Config{
+		DisableStartupMessage: true, // demo.Run prints its own banner
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           time.Minute,
+	})
+	// Every request, 404s included, per client IP (the connection's peer,
+	// not c.IP(), which may come from a proxy header).
+	app.Use(fiberlimit.New(l.Global))
+
+	app.Get("/", func(c *fiber.Ctx) error {
+		return c.JSON(fiber.Map{"message": "hello from fiber"})
+	})
+	// Route limiters go on the route, not on app.Use, so that
+	// keyfuncs.Route sees the route's path ("/users/:id").
+	//
+	// Stricter on the login form, still per client IP.
+	app.Post("/login", fiberlimit.New(l.Login), func(c *fiber.Ctx) error {
+		// A real handler checks credentials; the demo accepts anything.
+		return c.JSON(fiber.Map{"message": "logged in"})
+	})
+	// Per API key; a request without X-API-Key gets 400.
+	app.Get("/api/data", fiberlimit.New(l.API, middleware.WithKeyFunc(demo.APIKey())), func(c *fiber.Ctx) error {
+		return c.JSON(fiber.Map{"data": []int{1, 2, 3}})
+	})
+	// One limiter, a quota per route and client IP: /users/1 and /users/2
+	// share one, /users/1/posts has another. The limiter is given to each
+	// route, not to a group's Use, whose path would be "/users".
+	users := fiberlimit.New(l.Users, middleware.WithKeyFunc(demo.RouteAndIP()))
+	app.Get("/users/:id", users, func(c *fiber.Ctx) error {
+		return c.JSON(fiber.Map{"id": c.Params("id")})
+	})
+	app.Get("/users/:id/posts", users, func(c *fiber.Ctx) error {
+		return c.JSON(fiber.Map{"id": c.Params("id"), "posts": []string{}})
+	})
+	return app
+}
+
+// server is a Fiber app as a demo.Server.
+type server struct{ app *fiber.App }
+
+func (s server) Serve(ln net.Listener) error        { return s.app.Listener(ln) }
+func (s server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }

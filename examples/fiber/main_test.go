@@ -1,0 +1,23 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/examples/internal/demotest"
+)
+
+// testTimeout bounds each request sent by app.Test, in milliseconds.
+const testTimeout = 5000
+
+// TestApp sends requests through the Fiber app built by newApp, the one main
+// serves, over small limits.
+func TestApp(t *testing.T) {
+	demotest.Run(t, func(l demo.Limiters) demotest.Client {
+		app := newApp(l)
+		return func(r *http.Request) (*http.Response, error) {
+			return app.Test(r, testTimeout)
+		}
+	})
+}

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/examples/internal/demotest"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode) // no debug route listing
+	os.Exit(m.Run())
+}
+
+// TestApp sends requests through the gin app built by newApp, the one main
+// serves, over small limits.
+func TestApp(t *testing.T) {
+	demotest.Run(t, func(l demo.Limiters) demotest.Client {
+		return demotest.Handler(newApp(l))
+	})
+}

@@ -1,0 +1,100 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// ListeningPrefix starts the banner line giving the server's URL, which
+// tools (and the examples' tests) may look for: "listening on
+// http://127.0.0.1:8080".
+const ListeningPrefix = "listening on "
+
+// WriteBanner writes to w what the demo serves and how to try it: the
+// framework, the URL of the listener at addr, the store, the limits p and
+// curl command lines to run against them.
+func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string, p Policies) error {
+	u := BaseURL(addr)
+	var b strings.Builder
+	fmt.Fprintf(&b, "ratelimit demo (%s) %s%s\n", framework, ListeningPrefix, u)
+	if storeName == "memory" {
+		fmt.Fprintf(&b, "store: memory (this process only; set REDIS_URL=redis://127.0.0.1:6379/0 to share limits through Redis)\n")
+	} else {
+		fmt.Fprintf(&b, "store: %s (limits shared by every instance using it)\n", storeName)
+	}
+	fmt.Fprintf(&b, "limits:\n")
+	fmt.Fprintf(&b, "  %-16s %s, per client IP\n", "every request", Describe(p.Global))
+	fmt.Fprintf(&b, "  %-16s %s, per client IP\n", "POST /login", Describe(p.Login))
+	fmt.Fprintf(&b, "  %-16s %s, per %s header\n", "GET /api/data", Describe(p.API), APIKeyHeader)
+	fmt.Fprintf(&b, "  %-16s %s, per route and client IP:\n", "GET /users/{id}", Describe(p.Users))
+	fmt.Fprintf(&b, "  %-16s a quota of its own, under the same limiter\n", "  and /posts")
+	fmt.Fprintf(&b, "try it:\n")
+	fmt.Fprintf(&b, "  # the global limit: the burst passes, then 429 with Retry-After\n")
+	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", p.Global.Capacity()+5, u)
+	fmt.Fprintf(&b, "  curl -i %s/\n", u)
+	fmt.Fprintf(&b, "  # the login limit (every request counts against the global limit too: after the loop above, wait %s)\n", shortDuration(refillTime(p.Global)))
+	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -X POST %s/login; done\n", p.Login.Capacity()+2, u)
+	fmt.Fprintf(&b, "  # the API limit, keyed by API key; without one: 400\n")
+	fmt.Fprintf(&b, "  curl -i -H '%s: demo' %s/api/data\n", APIKeyHeader, u)
+	fmt.Fprintf(&b, "  curl -i %s/api/data\n", u)
+	fmt.Fprintf(&b, "  # one quota per route: /users/1 and /users/2 share one, /users/1/posts has another\n")
+	fmt.Fprintf(&b, "  curl -i %s/users/42\n", u)
+	fmt.Fprintf(&b, "  curl -i %s/users/42/posts\n", u)
+	fmt.Fprintf(&b, "Ctrl-C (SIGINT) or SIGTERM stops the server gracefully.\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// BaseURL returns the URL a client on this host reaches the listener at
+// addr by: "http://127.0.0.1:8080". An unspecified address (a listener on
+// ":8080", "0.0.0.0:8080" or "[::]:8080") is reached through 127.0.0.1.
+func BaseURL(addr net.Addr) string {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	ip := ap.Addr().Unmap()
+	if ip.IsUnspecified() {
+		// Go's "tcp" listeners on 0.0.0.0 and on [::] both accept IPv4.
+		ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	return "http://" + netip.AddrPortFrom(ip, ap.Port()).String()
+}
+
+// Describe says what p allows, for people: "token bucket, 100 per 1m,
+// burst 20".
+func Describe(p core.Policy) string {
+	s := fmt.Sprintf("%s, %d per %s", strings.ReplaceAll(string(p.Algorithm), "_", " "), p.Limit, shortDuration(p.Window))
+	if p.Algorithm.IsBucket() {
+		s += fmt.Sprintf(", burst %d", p.Capacity())
+	}
+	return s
+}
+
+// refillTime is how long a client that used up p waits for its whole quota
+// back: the time a bucket takes to fill, or one window.
+func refillTime(p core.Policy) time.Duration {
+	if !p.Algorithm.IsBucket() {
+		return p.Window
+	}
+	return time.Duration(p.Capacity()) * p.Window / time.Duration(p.Limit)
+}
+
+// shortDuration formats d without its trailing zero units: "15m", "1h",
+// "1h30m", "10s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

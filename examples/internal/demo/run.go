@@ -1,0 +1,131 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// DefaultAddr is the address the examples listen on when ADDR is not set:
+// loopback only, so that a demo is not exposed by accident.
+const DefaultAddr = "127.0.0.1:8080"
+
+// ShutdownTimeout bounds the graceful shutdown: requests still running
+// after it are cut off.
+const ShutdownTimeout = 10 * time.Second
+
+// Addr returns the address to listen on: $ADDR ("127.0.0.1:8080",
+// ":8080", "127.0.0.1:0" for any free port), or DefaultAddr.
+func Addr() string {
+	if a := os.Getenv("ADDR"); a != "" {
+		return a
+	}
+	return DefaultAddr
+}
+
+// Server is a framework's server as Run drives it. *http.Server is one;
+// a Fiber app takes a few lines of adaptation (see examples/fiber).
+type Server interface {
+	// Serve serves the connections accepted on ln until Shutdown is
+	// called; it then returns nil or http.ErrServerClosed.
+	Serve(ln net.Listener) error
+	// Shutdown stops accepting connections and waits for the requests in
+	// flight, or for ctx to end.
+	Shutdown(ctx context.Context) error
+}
+
+// HTTPServer returns an *http.Server for h, with the timeouts a server
+// facing clients directly needs.
+func HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+	}
+}
+
+// Run is the main function of an example: it opens the store (Redis when
+// REDIS_URL is set, memory otherwise), builds the limiters of
+// DefaultPolicies, listens on Addr, prints the banner, serves newServer's
+// server until SIGINT or SIGTERM, then shuts it down gracefully (within
+// ShutdownTimeout) and closes the store. It returns the exit code: 0 after
+// a graceful shutdown, 1 after an error, which it prints on stderr.
+func Run(framework string, newServer func(Limiters) Server) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // from the first signal on, a second one kills at once
+	}()
+	if err := run(ctx, os.Stdout, framework, Addr(), os.Getenv("REDIS_URL"), newServer); err != nil {
+		fmt.Fprintf(os.Stderr, "%s example: %v\n", framework, err)
+		return 1
+	}
+	return 0
+}
+
+// run is Run with its environment passed in. It serves until ctx ends.
+func run(ctx context.Context, stdout io.Writer, framework, addr, redisURL string, newServer func(Limiters) Server) (err error) {
+	store, err := OpenStore(ctx, redisURL)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the store: %w", cerr)
+		}
+	}()
+
+	p := DefaultPolicies()
+	l, err := NewLimiters(store.Store, p)
+	if err != nil {
+		return err
+	}
+	srv := newServer(l)
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	if err := WriteBanner(stdout, framework, ln.Addr(), store.Name, p); err != nil {
+		_ = ln.Close()
+		return err
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served: // failed before any shutdown was asked
+		if err == nil || errors.Is(err, http.ErrServerClosed) {
+			err = errors.New("server stopped on its own")
+		}
+		return err
+	case <-ctx.Done():
+	}
+
+	fmt.Fprintln(stdout, "shutting down...")
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	select {
+	case err := <-served:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-sctx.Done():
+		return errors.New("shutdown: the server did not stop in time")
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return nil
+}
