@@ -6,7 +6,9 @@
 // # Scripts
 //
 // Each algorithm is one script, in its own .lua file embedded in the binary,
-// whose header states its KEYS, ARGV and reply. The arithmetic is the
+// whose header states its KEYS, ARGV and reply; prelude.lua, which reads
+// the arguments and holds the helpers every script shares, is sent in front
+// of each as part of the same script. The arithmetic is the
 // reference arithmetic of core/memstore, operation for operation, so both
 // stores give the same Decision for the same history; the conformance suite
 // in core/storetest holds both to the same hand-computed values. Scripts run

@@ -16,22 +16,9 @@
 -- A request dated before the last admission (a clock stepping back) is
 -- decided at the last admission. A denied request writes nothing. An
 -- admitted one rewrites the HASH and sets its TTL to the end of the window.
-
-local l = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local c = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local minttl = tonumber(ARGV[6])
-
--- ms converts microseconds to whole milliseconds, rounding up.
-local function ms(us)
-  if us <= 0 then return 0 end
-  return math.ceil(us / 1000)
-end
+--
+-- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
+-- minttl and defines ms and firstPass.
 
 local s = redis.call('HMGET', KEYS[1], 'w', 'n', 't')
 local at = now

@@ -18,41 +18,9 @@
 -- decided at the last admission. A denied request writes nothing. An
 -- admitted one rewrites the HASH and sets its TTL to the time the queue is
 -- empty again (at least 1 ms).
-
-local l = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local c = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local minttl = tonumber(ARGV[6])
-
--- ms converts microseconds to whole milliseconds, rounding up.
-local function ms(us)
-  if us <= 0 then return 0 end
-  return math.ceil(us / 1000)
-end
-
--- firstPass returns the smallest k >= 0 at which passes(k) holds, starting
--- from the estimate est and moving at most 16 steps either way; passes is
--- monotonic. Same walk as firstPass in algo.go.
-local function firstPass(est, passes)
-  local k = math.max(est, 0)
-  local i = 0
-  while i < 16 and k > 0 and passes(k - 1) do
-    k = k - 1
-    i = i + 1
-  end
-  i = 0
-  while i < 16 and not passes(k) do
-    k = k + 1
-    i = i + 1
-  end
-  return k
-end
+--
+-- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
+-- minttl and defines ms and firstPass.
 
 local at, level = now, 0
 local v, last

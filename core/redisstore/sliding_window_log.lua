@@ -19,22 +19,9 @@
 -- window; a denied request changes nothing else. An admitted one adds c
 -- members and sets the TTL of both keys to W, when the newest member
 -- leaves the window.
-
-local l = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local c = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local minttl = tonumber(ARGV[6])
-
--- ms converts microseconds to whole milliseconds, rounding up.
-local function ms(us)
-  if us <= 0 then return 0 end
-  return math.ceil(us / 1000)
-end
+--
+-- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
+-- minttl and defines ms and firstPass.
 
 -- The newest member is the last admission.
 local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')

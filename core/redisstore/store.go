@@ -20,6 +20,8 @@ const DefaultPrefix = "rl:"
 const DefaultExplicitNowMinTTL = time.Minute
 
 var (
+	//go:embed prelude.lua
+	preludeLua string
 	//go:embed fixed_window.lua
 	fixedWindowLua string
 	//go:embed sliding_window_log.lua
@@ -88,7 +90,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		}
 	}
 	for i, a := range algos {
-		s.scripts[i] = redis.NewScript(*a.lua)
+		s.scripts[i] = redis.NewScript(preludeLua + *a.lua)
 	}
 	return s
 }
