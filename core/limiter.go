@@ -94,6 +94,23 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithFallback makes the Limiter decide with fallback, typically a
+// memstore.Store, whenever its store fails or times out, instead of
+// applying its FailMode. Such decisions are marked Fallback and come with
+// the store's error (wrapping ErrStore), for the caller to log. While Redis
+// is down, each app server then enforces the policy on its own: clients
+// keep being limited, at most once per server. The FailMode still applies
+// if the fallback fails too.
+func WithFallback(fallback NonBlocking) Option {
+	return func(l *Limiter) error {
+		if fallback == nil {
+			return fmt.Errorf("%w: nil fallback store", ErrInvalidOption)
+		}
+		l.fallback = fallback
+		return nil
+	}
+}
+
 // Limiter decides whether requests may pass under one Policy, keeping its
 // state in a Store. It is safe for concurrent use; build one per policy and
 // share it.
@@ -101,7 +118,8 @@ func WithClock(now func() time.Time) Option {
 // Allow and AllowN return a Decision and an error. Invalid input (an empty
 // key, a bad cost) returns the zero Decision and an error wrapping one of the
 // sentinel errors. A store failure returns the Decision of the FailMode
-// together with an error wrapping ErrStore, so that callers can log it.
+// (or of its fallback store, see WithFallback) together with an error
+// wrapping ErrStore, so that callers can log it.
 type Limiter struct {
 	store     Store
 	call      callMode
@@ -111,6 +129,7 @@ type Limiter struct {
 	failRetry time.Duration
 	timeout   time.Duration
 	now       func() time.Time
+	fallback  NonBlocking
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -187,7 +206,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		d, err = l.bounded(ctx, req)
 	}
 	if err != nil {
-		return l.failed(), fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err)
+		err = fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err)
+		if l.fallback != nil {
+			if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
+				d.Policy, d.Fallback = l.policy, true
+				return d, err
+			}
+		}
+		return l.failed(), err
 	}
 	d.Policy = l.policy
 	return d, nil

@@ -65,6 +65,7 @@ func TestNewLimiterRejectsBadInput(t *testing.T) {
 		{"unknown fail mode", s, tb10, []core.Option{core.WithFailMode(core.FailMode(7))}, core.ErrInvalidOption},
 		{"tiny fail retry", s, tb10, []core.Option{core.WithFailClosedRetry(time.Microsecond)}, core.ErrInvalidOption},
 		{"nil clock", s, tb10, []core.Option{core.WithClock(nil)}, core.ErrInvalidOption},
+		{"nil fallback", s, tb10, []core.Option{core.WithFallback(nil)}, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -324,5 +325,32 @@ func TestDeadlineAwareStoreGetsTheTimeoutAsDeadline(t *testing.T) {
 		if !errors.Is(err, core.ErrTimeout) || !errors.Is(err, core.ErrStore) || d.Allowed {
 			t.Fatalf("honors %v: %+v, %v; want a fail-closed denial and ErrTimeout", honors, d, err)
 		}
+	}
+}
+
+func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
+	boom := errors.New("connection refused")
+	local := nonBlockingStore{&fakeStore{answer: core.Decision{Limit: 10, Remaining: 0, RetryAfter: 300 * time.Millisecond}}}
+	l, err := core.NewLimiter(&fakeStore{err: boom}, tb10, core.WithFallback(local), core.WithFailMode(core.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.AllowN(context.Background(), "k{1}", 2)
+	if !errors.Is(err, core.ErrStore) || !errors.Is(err, boom) {
+		t.Fatalf("error = %v, want the store's error, wrapped in ErrStore", err)
+	}
+	if d.Allowed || !d.Fallback || d.FailedOpen || d.RetryAfter != 300*time.Millisecond || d.Policy.Name == "" {
+		t.Fatalf("decision = %+v, want the fallback's denial", d)
+	}
+	want, _ := core.NormalizeKey("k{1}")
+	if got := local.reqs[0]; got.Key != want || got.Cost != 2 {
+		t.Fatalf("fallback got %+v", got)
+	}
+
+	// A failing fallback leaves the FailMode to decide.
+	local.err = errors.New("fallback broken too")
+	d, err = l.Allow(context.Background(), "k")
+	if !errors.Is(err, boom) || !d.Allowed || !d.FailedOpen || d.Fallback {
+		t.Fatalf("with both stores failing: %+v, %v; want fail open", d, err)
 	}
 }

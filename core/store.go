@@ -30,6 +30,10 @@ type Decision struct {
 	// the Limiter's FailMode let the request through. Limit, Remaining and
 	// the durations then carry no information.
 	FailedOpen bool
+	// Fallback reports a decision made by the Limiter's fallback store
+	// (WithFallback) because its store failed: a real decision, but from
+	// this process's counts alone.
+	Fallback bool
 }
 
 // Request is one question a Limiter asks its Store.

@@ -18,7 +18,8 @@
 //     core.ErrStore), then the Limiter's FailMode decides. Failed open, the
 //     request proceeds with no rate-limit header at all, since the store
 //     told nothing. Failed closed, the UnavailableHandler answers: 503 with
-//     Retry-After by default.
+//     Retry-After by default. With a fallback store (core.WithFallback), its
+//     decision is a real one, and goes on as any other.
 //   - The key function failed, or the Limiter refused the key or the cost:
 //     the ErrorHandler hears the error and the ErrorResponder answers: 400
 //     when no key was found in the request (keyfuncs.ErrNoKey), 500
@@ -169,6 +170,9 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			return false
 		}
 		f.onError(r, err)
+		if d.Fallback {
+			return f.decided(ctx, r, w, d) // a real decision, from the fallback store
+		}
 		if d.Allowed {
 			return true // failed open: no header, the store told nothing
 		}
@@ -178,6 +182,11 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		f.unavailable(r, w, d)
 		return false
 	}
+	return f.decided(ctx, r, w, d)
+}
+
+// decided tells the client about d and passes (paced) or denies.
+func (f *Flow) decided(ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
 	headers.Write(w, d, f.now(), f.headers)
 	if !d.Allowed {
 		f.deny(r, w, d)

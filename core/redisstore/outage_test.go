@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -161,5 +162,56 @@ func TestKilledRedis(t *testing.T) {
 			srv.Restart()
 			waitRecovered(t, lims)
 		})
+	}
+}
+
+// TestKilledRedisFallsBackToMemory: with core.WithFallback, a Limiter keeps
+// limiting while Redis is dead, from this process's own counts, and goes
+// back to Redis once it answers again.
+func TestKilledRedisFallsBackToMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("REDIS_URL is set: outage tests need a server of their own")
+	}
+	local := memstore.New()
+	t.Cleanup(func() { _ = local.Close() })
+	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
+	l, err := core.NewLimiter(New(srv.Client(), WithPrefix(testPrefix(t))), p,
+		core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Fallback {
+		t.Fatalf("before the outage: %+v, %v", d, err)
+	}
+	srv.Kill()
+	for i := range 5 {
+		d, err := l.Allow(ctx, "k")
+		if !errors.Is(err, core.ErrStore) || !d.Fallback || d.FailedOpen {
+			t.Fatalf("request %d during the outage: %+v, %v; want a fallback decision and ErrStore", i, d, err)
+		}
+		// The memory store has not seen the request Redis admitted: it
+		// admits its own 3, then denies.
+		if want := i < 3; d.Allowed != want {
+			t.Fatalf("request %d during the outage: allowed %v, want %v (%+v)", i, d.Allowed, want, d)
+		}
+	}
+	srv.Restart()
+	deadline := time.Now().Add(recoverWithin)
+	for {
+		d, err := l.Allow(ctx, "k")
+		if err == nil {
+			// The restarted server kept nothing (no persistence), and
+			// the memory store, which would deny, is no longer asked.
+			if d.Fallback || !d.Allowed || d.Remaining != 2 {
+				t.Fatalf("after the outage: %+v; want Redis's fresh count (1 of 3 used)", d)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered after %v: %v", recoverWithin, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

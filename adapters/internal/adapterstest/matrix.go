@@ -262,6 +262,19 @@ var matrix = []matrixCase{
 		errs: wantErrs(core.ErrStore, ErrDown),
 	},
 	{
+		name: "store down, fallback store: real decisions and fields",
+		build: func(t testing.TB, e *errorRecorder) *Spec {
+			lopts := []core.Option{core.WithFailMode(core.FailClosed), core.WithFallback(NewStore(t))}
+			return global(t, FailingStore{}, fixed("global", 1), lopts, e.option())
+		},
+		steps: []step{
+			{req: get(peerA), status: 200, body: Body, fields: limited(1, 0, 55)},
+			{req: get(peerA), status: 429, body: exceededBody("55"), fields: denied(1, 0, 55, 55)},
+		},
+		hits: 1,
+		errs: wantErrs(core.ErrStore, ErrDown),
+	},
+	{
 		name: "no key in request: 400",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
 			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), middleware.WithKeyFunc(keyfuncs.APIKeyHeader("X-Api-Key")))
