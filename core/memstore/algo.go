@@ -13,6 +13,36 @@ import (
 // core/redisstore compute them (Lua numbers are float64 too), so both stores
 // give the same Decision for the same history, to the millisecond.
 
+// kind is an Algorithm as a small integer, so that deciding for existing
+// state dispatches without comparing strings.
+type kind uint8
+
+const (
+	unknownKind kind = iota
+	fixedWindowKind
+	slidingLogKind
+	slidingCounterKind
+	tokenBucketKind
+	leakyBucketKind
+)
+
+// kindOf returns the kind of a, or unknownKind.
+func kindOf(a core.Algorithm) kind {
+	switch a {
+	case core.FixedWindow:
+		return fixedWindowKind
+	case core.SlidingWindowLog:
+		return slidingLogKind
+	case core.SlidingWindowCounter:
+		return slidingCounterKind
+	case core.TokenBucket:
+		return tokenBucketKind
+	case core.LeakyBucket:
+		return leakyBucketKind
+	}
+	return unknownKind
+}
+
 // state is one key's state under one policy. Each algorithm uses its own
 // fields.
 type state struct {
@@ -25,52 +55,77 @@ type state struct {
 	// request that arrives with an earlier time (a clock stepping back) is
 	// decided at last instead, so that stepping back never frees quota.
 	last int64
-	// sliding window log: admitted units in ascending time.
-	log []logEntry
 	// expires is when the state stops mattering: from then on it decides
 	// like no state at all.
 	expires int64
+	// log is the sliding window log's admitted units, allocated by its
+	// first request; nil for the other algorithms, which keeps their state
+	// small.
+	log *unitLog
+	// kind is the policy's algorithm, set when the state is created. The
+	// algorithm is part of the state's identity, so it never changes.
+	kind kind
 }
 
-type logEntry struct{ at, n int64 }
-
-// outcome is a decision in microseconds, before rounding to milliseconds.
-type outcome struct {
-	allowed          bool
-	remaining        int64
-	reset, retry, dl int64 // microseconds
-}
-
-// decision rounds o up to whole milliseconds.
-func (o outcome) decision(capacity int64) core.Decision {
-	return core.Decision{
-		Allowed:    o.allowed,
-		Limit:      capacity,
-		Remaining:  o.remaining,
-		ResetAfter: msUp(o.reset),
-		RetryAfter: msUp(o.retry),
-		Delay:      msUp(o.dl),
+// clear makes st decide like no state at all, keeping its kind and its
+// log's array (shrink bounds it).
+func (st *state) clear() {
+	*st = state{kind: st.kind, log: st.log}
+	if st.log != nil {
+		st.log.entries, st.log.head = st.log.entries[:0], 0
 	}
 }
 
-// step decides one request of cost c at now (µs) against st, updating st
-// when the request is admitted. fresh says st holds no state yet.
+// outcome is a decision in microseconds, before rounding to milliseconds.
+// It has four fields, so that the compiler keeps it in registers.
+type outcome struct {
+	allowed   bool
+	remaining int64
+	reset     int64 // µs
+	// wait is, in µs, the Delay of an admitted request (leaky bucket) or
+	// the RetryAfter of a denied one.
+	wait int64
+}
+
+// decide fills the zero Decision d with o, rounded up to whole
+// milliseconds. It sets d field by field, so that Take writes its result in
+// place: building a Decision and copying it costs a store-forwarding stall.
+func (o outcome) decide(d *core.Decision, capacity int64) {
+	d.Allowed = o.allowed
+	d.Limit = capacity
+	d.Remaining = o.remaining
+	d.ResetAfter = msUp(o.reset)
+	if o.allowed {
+		d.Delay = msUp(o.wait)
+	} else {
+		d.RetryAfter = msUp(o.wait)
+	}
+}
+
+// step decides one request of cost c at now (µs) against st, by the
+// algorithm of st.kind (which must be p's), updating st when the request is
+// admitted. fresh says st holds no state yet.
 func step(st *state, fresh bool, p *core.Policy, c, now int64) outcome {
 	w := p.Window.Microseconds()
 	if !fresh && now < st.last {
 		now = st.last
 	}
-	switch p.Algorithm {
-	case core.FixedWindow:
+	// b is p.Capacity() for the buckets, without its string comparisons.
+	b := p.Limit
+	if p.Burst > 0 {
+		b = p.Burst
+	}
+	switch st.kind {
+	case fixedWindowKind:
 		return fixedWindow(st, fresh, p.Limit, w, c, now)
-	case core.SlidingWindowLog:
+	case slidingLogKind:
 		return slidingLog(st, p.Limit, w, c, now)
-	case core.SlidingWindowCounter:
+	case slidingCounterKind:
 		return slidingCounter(st, fresh, p.Limit, w, c, now)
-	case core.TokenBucket:
-		return tokenBucket(st, fresh, p.Limit, p.Capacity(), w, c, now)
+	case tokenBucketKind:
+		return tokenBucket(st, fresh, p.Limit, b, w, c, now)
 	default:
-		return leakyBucket(st, fresh, p.Limit, p.Capacity(), w, c, now)
+		return leakyBucket(st, fresh, p.Limit, b, w, c, now)
 	}
 }
 
@@ -86,7 +141,7 @@ func fixedWindow(st *state, fresh bool, l, w, c, now int64) outcome {
 		st.win, st.cur, st.last, st.expires = ws, n, now, ws+w
 		o.allowed = true
 	} else {
-		o.retry = ws + w - now
+		o.wait = ws + w - now
 	}
 	o.remaining = l - n
 	if n > 0 {
@@ -118,13 +173,13 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 		// enough that prev*(w-el)/w <= need, at el = w - k.
 		k := int64(math.Floor(float64(need) * float64(w) / float64(prev)))
 		at := firstPass(w-k, func(at int64) bool { return fits(weigh(prev, w, at), cur, c, l) })
-		o.retry = ws + at - now
+		o.wait = ws + at - now
 	} else {
 		// This window's own count blocks: wait into the next window, where
 		// cur becomes the previous count and the new window starts empty.
 		k := int64(math.Floor(float64(l-c) * float64(w) / float64(cur)))
 		at := firstPass(max(0, w-k), func(at int64) bool { return fits(weigh(cur, w, at), 0, c, l) })
-		o.retry = ws + w + at - now
+		o.wait = ws + w + at - now
 	}
 	o.remaining = max(0, int64(math.Floor(float64(l)-float64(p+float64(cur)))))
 	switch {
@@ -148,42 +203,28 @@ func fits(p float64, cur, c, l int64) bool {
 }
 
 func slidingLog(st *state, l, w, c, now int64) outcome {
+	if st.log == nil {
+		st.log = new(unitLog)
+	}
+	lg := st.log
 	// Forget units admitted at or before now-w.
-	cut := 0
-	for cut < len(st.log) && st.log[cut].at <= now-w {
-		cut++
-	}
-	if cut > 0 {
-		st.log = append(st.log[:0], st.log[cut:]...)
-	}
-	var n int64
-	for _, e := range st.log {
-		n += e.n
-	}
+	lg.forget(now - w)
+	n := lg.units()
 	o := outcome{}
 	if n+c <= l {
-		if k := len(st.log); k > 0 && st.log[k-1].at == now {
-			st.log[k-1].n += c
-		} else {
-			st.log = append(st.log, logEntry{now, c})
-		}
+		lg.add(now, c)
 		n += c
 		st.last, st.expires = now, now+w
 		o.allowed = true
 	} else {
 		// The k-th oldest unit must leave the window first.
-		k, cum := n+c-l, int64(0)
-		for _, e := range st.log {
-			if cum += e.n; cum >= k {
-				o.retry = e.at + w - now
-				break
-			}
-		}
+		o.wait = lg.unitAt(n+c-l) + w - now
 	}
 	o.remaining = l - n
 	if n > 0 {
-		o.reset = st.log[len(st.log)-1].at + w - now
+		o.reset = lg.entries[len(lg.entries)-1].at + w - now
 	}
+	lg.shrink()
 	return o
 }
 
@@ -191,7 +232,7 @@ func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	// tokensAt is the bucket el microseconds after the last admission.
 	tokensAt := func(el int64) float64 {
 		// Lua: math.min(burst, tokens + el * limit / w)
-		return math.Min(float64(b), st.level+float64(float64(el)*float64(l)/float64(w)))
+		return min(float64(b), st.level+float64(float64(el)*float64(l)/float64(w)))
 	}
 	tokens := float64(b)
 	if !fresh {
@@ -205,7 +246,7 @@ func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 		// Not fresh: a fresh bucket holds b >= c tokens.
 		est := int64(math.Ceil(float64(float64(c)-tokens) * float64(w) / float64(l)))
 		el := now - st.last
-		o.retry = firstPass(est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
+		o.wait = firstPass(est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
 	}
 	o.remaining = int64(math.Floor(tokens))
 	o.reset = int64(math.Ceil(float64(float64(b)-tokens) * float64(w) / float64(l)))
@@ -219,7 +260,7 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	// levelAt is the queue el microseconds after the last admission.
 	levelAt := func(el int64) float64 {
 		// Lua: math.max(0, level - el * limit / w)
-		return math.Max(0, st.level-float64(float64(el)*float64(l)/float64(w)))
+		return max(0, st.level-float64(float64(el)*float64(l)/float64(w)))
 	}
 	level := 0.0
 	if !fresh {
@@ -227,14 +268,14 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	}
 	o := outcome{}
 	if float64(level+float64(c)) <= float64(b) {
-		o.dl = int64(math.Ceil(level * float64(w) / float64(l)))
+		o.wait = int64(math.Ceil(level * float64(w) / float64(l)))
 		level += float64(c)
 		o.allowed = true
 	} else {
 		// Not fresh: an empty queue has room for c <= b.
 		est := int64(math.Ceil(float64(level+float64(c)-float64(b)) * float64(w) / float64(l)))
 		el := now - st.last
-		o.retry = firstPass(est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
+		o.wait = firstPass(est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
 	}
 	o.remaining = int64(math.Floor(float64(b) - level))
 	o.reset = int64(math.Ceil(level * float64(w) / float64(l)))

@@ -156,6 +156,48 @@ func BenchmarkTake(b *testing.B) {
 	reportRate(b)
 }
 
+// BenchmarkSlidingLog decides one sliding-log key whose window holds n
+// entries, one per microsecond: every allowed request forgets the oldest
+// entry and logs a new one; every denied request (a full log, a later
+// request of the same microsecond) reports when the oldest unit leaves.
+func BenchmarkSlidingLog(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int64{1_000, 10_000, 100_000} {
+		for _, mode := range []string{"allowed", "denied"} {
+			b.Run(fmt.Sprintf("entries=%d/%s", n, mode), func(b *testing.B) {
+				s := memstore.New(memstore.WithCleanupInterval(time.Hour))
+				defer s.Close()
+				p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: n, Window: time.Duration(n) * time.Microsecond}
+				req := core.Request{Key: "203.0.113.7", Policy: p, Cost: 1}
+				t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+				at := int64(0)
+				for ; at < n; at++ {
+					req.Now = t0.Add(time.Duration(at) * time.Microsecond)
+					if d, err := s.Take(ctx, req); err != nil || !d.Allowed {
+						b.Fatalf("filling: got %+v, %v", d, err)
+					}
+				}
+				want := mode == "allowed"
+				if !want {
+					at-- // the microsecond of the newest entry
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					req.Now = t0.Add(time.Duration(at) * time.Microsecond)
+					if want {
+						at++
+					}
+					if d, err := s.Take(ctx, req); err != nil || d.Allowed != want {
+						b.Fatalf("got %+v, %v", d, err)
+					}
+				}
+				reportRate(b)
+			})
+		}
+	}
+}
+
 func makeKeys(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {

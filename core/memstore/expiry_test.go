@@ -23,13 +23,13 @@ func TestExpiredStateDecidesLikeNone(t *testing.T) {
 		if alg.IsBucket() && r.IntN(2) == 0 {
 			p.Burst = 1 + r.Int64N(30)
 		}
-		var st state
+		st := state{kind: kindOf(alg)}
 		fresh := true
 		now := t0.UnixMicro() + r.Int64N(1e9)
 		for range 1 + r.IntN(10) {
 			now += r.Int64N(p.Window.Microseconds())
 			if !fresh && st.expires <= now {
-				st, fresh = state{}, true
+				st, fresh = state{kind: st.kind}, true
 			}
 			if step(&st, fresh, &p, 1+r.Int64N(p.Capacity()), now).allowed {
 				fresh = false
@@ -41,9 +41,13 @@ func TestExpiredStateDecidesLikeNone(t *testing.T) {
 		for _, at := range []int64{st.expires + 1, st.expires + 1 + r.Int64N(p.Window.Microseconds())} {
 			c := 1 + r.Int64N(p.Capacity())
 			stale := st
-			stale.log = slices.Clone(st.log)
+			if st.log != nil {
+				lg := *st.log
+				lg.entries = slices.Clone(lg.entries)
+				stale.log = &lg
+			}
 			got := step(&stale, false, &p, c, at)
-			want := step(&state{}, true, &p, c, at)
+			want := step(&state{kind: st.kind}, true, &p, c, at)
 			if got != want {
 				t.Fatalf("%+v, cost %d at expires+%dµs: stale state gives %+v, no state %+v (state %+v)", p, c, at-st.expires, got, want, st)
 			}

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -21,6 +23,18 @@ func testStore(t *testing.T, opts ...Option) *Store {
 	s := New(append([]Option{WithCleanupInterval(time.Hour)}, opts...)...)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// lookup returns the state of key under p, or nil.
+func lookup(s *Store, key string, p core.Policy) *state {
+	h := s.hash(key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.find(h, key, &p); e != nil {
+		return &e.st
+	}
+	return nil
 }
 
 func mustTake(t *testing.T, s *Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
@@ -74,25 +88,24 @@ func TestSweepKeepsLiveState(t *testing.T) {
 	}
 }
 
-func TestSweepRebuildsShrunkMap(t *testing.T) {
+func TestSweepShrinksTable(t *testing.T) {
 	s := testStore(t, WithShards(1))
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}
-	for i := range 4 * rebuildMin {
+	for i := range 4 * shrinkMin {
 		mustTake(t, s, fmt.Sprint("k", i), p, 1, t0)
 	}
 	keep := core.Policy{Name: "keep", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 	mustTake(t, s, "kept", keep, 1, t0)
 	sh := &s.shards[0]
-	if sh.peak != 4*rebuildMin+1 {
-		t.Fatalf("peak = %d, want %d", sh.peak, 4*rebuildMin+1)
+	if n := len(sh.t.slots); n < 4*shrinkMin {
+		t.Fatalf("%d slots for %d keys", n, 4*shrinkMin+1)
 	}
-	old := sh.m
 	s.sweep(t0.Add(time.Minute))
-	if sh.peak != 1 || len(sh.m) != 1 {
-		t.Fatalf("after sweep: peak %d, len %d, want 1 and 1", sh.peak, len(sh.m))
+	if n := len(sh.t.slots); sh.n != 1 || sh.t.used != 1 || n != minSlots {
+		t.Fatalf("after sweep: %d entries, %d of %d slots used, want 1, 1 of %d", sh.n, sh.t.used, n, minSlots)
 	}
-	if fmt.Sprintf("%p", old) == fmt.Sprintf("%p", sh.m) {
-		t.Fatal("the shrunk map was not rebuilt")
+	if lookup(s, "kept", keep) == nil {
+		t.Fatal("the live key was lost")
 	}
 }
 
@@ -114,7 +127,7 @@ func TestEvictionPrefersExpired(t *testing.T) {
 		if s.Len() > evictSample {
 			t.Fatalf("Len = %d above the cap %d", s.Len(), evictSample)
 		}
-		if _, ok := s.shards[0].m[entryKey{"long", core.FixedWindow, "live"}]; !ok {
+		if lookup(s, "live", long) == nil {
 			t.Fatalf("insert %d evicted the live key", i)
 		}
 	}
@@ -134,9 +147,9 @@ func TestEvictionTakesSoonestExpiring(t *testing.T) {
 	}
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
 	mustTake(t, s, "newcomer", p, 1, t0.Truncate(time.Hour))
-	for k := range s.shards[0].m {
-		if k.key == "k3" {
-			t.Fatalf("k3, the soonest to expire, was not evicted: %v", s.shards[0].m)
+	for i := range evictSample {
+		if got := lookup(s, fmt.Sprint("k", i), p) != nil; got == (i == 3) {
+			t.Fatalf("k%d: held %v, want only k3, the soonest to expire, evicted", i, got)
 		}
 	}
 	if s.Len() != evictSample {
@@ -153,17 +166,17 @@ func TestSlidingLogShrinks(t *testing.T) {
 			t.Fatalf("request %d denied", i)
 		}
 	}
-	st := s.shards[0].m[entryKey{"log", core.SlidingWindowLog, "k"}]
-	if cap(st.log) < n {
-		t.Fatalf("cap = %d, want >= %d", cap(st.log), n)
+	lg := lookup(s, "k", p).log
+	if cap(lg.entries) < n {
+		t.Fatalf("cap = %d, want >= %d", cap(lg.entries), n)
 	}
 	// All but the last two entries have left the window.
 	now := t0.Add(time.Second + (n-3)*time.Microsecond)
 	if d := mustTake(t, s, "k", p, 1, now); !d.Allowed || d.Remaining != n-3 {
 		t.Fatalf("got %+v, want allowed with %d remaining", d, n-3)
 	}
-	if len(st.log) != 3 || cap(st.log) > 16 {
-		t.Fatalf("log len %d cap %d, want len 3 and a small cap", len(st.log), cap(st.log))
+	if len(lg.entries) != 3 || lg.head != 0 || cap(lg.entries) > 16 {
+		t.Fatalf("log len %d head %d cap %d, want len 3 and a small cap", len(lg.entries), lg.head, cap(lg.entries))
 	}
 }
 
@@ -176,9 +189,9 @@ func TestExpiredLogIsReusedAndShrunk(t *testing.T) {
 	if d := mustTake(t, s, "k", p, 2, t0.Add(time.Hour)); !d.Allowed || d.Remaining != 498 {
 		t.Fatalf("after expiry: got %+v, want allowed with 498 remaining", d)
 	}
-	st := s.shards[0].m[entryKey{"log", core.SlidingWindowLog, "k"}]
-	if len(st.log) != 1 || cap(st.log) > 16 {
-		t.Fatalf("log len %d cap %d, want len 1 and a small cap", len(st.log), cap(st.log))
+	lg := lookup(s, "k", p).log
+	if len(lg.entries) != 1 || lg.head != 0 || cap(lg.entries) > 16 {
+		t.Fatalf("log len %d head %d cap %d, want len 1 and a small cap", len(lg.entries), lg.head, cap(lg.entries))
 	}
 }
 
@@ -307,8 +320,8 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	log := s.shards[0].m[entryKey{"log", core.SlidingWindowLog, "k"}].log
-	if !slices.IsSortedFunc(log, func(a, b logEntry) int { return cmp.Compare(a.at, b.at) }) {
+	lg := lookup(s, "k", p).log
+	if !slices.IsSortedFunc(lg.entries[lg.head:], func(a, b logEntry) int { return cmp.Compare(a.at, b.at) }) {
 		t.Fatal("the log is out of time order")
 	}
 	// Explicit times are taken as they are, even before the shard's clock.
@@ -332,5 +345,41 @@ func TestClockFollowsWallClock(t *testing.T) {
 	}
 	if d := time.Now().UnixMicro() - c.now(); d < -1000 || d > 1000 {
 		t.Fatalf("clock is %dµs off the wall clock", d)
+	}
+}
+
+// TestValidIsCheck compares check's inlined fast path with its cases, on
+// random requests near and beyond every bound.
+func TestValidIsCheck(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	near := func(bounds ...int64) int64 {
+		switch b := bounds[r.IntN(len(bounds))]; r.IntN(4) {
+		case 0:
+			return b - 1
+		case 1:
+			return b + 1
+		default:
+			return b
+		}
+	}
+	extremes := []int64{math.MinInt64, -1, 0, 1, math.MaxInt64}
+	for range 200_000 {
+		req := core.Request{Cost: near(append(extremes, core.MaxLimit, core.MaxLogLimit, 10)...)}
+		if r.IntN(8) > 0 {
+			req.Key = "k"
+		}
+		req.Policy = core.Policy{
+			Algorithm: core.Algorithms[r.IntN(len(core.Algorithms))],
+			Limit:     near(append(extremes, core.MaxLimit, core.MaxLogLimit, 10)...),
+			Burst:     near(append(extremes, core.MaxLimit, 20)...),
+			Window:    time.Duration(near(append(extremes, int64(core.MinWindow), int64(core.MaxWindow))...)),
+		}
+		if r.IntN(2) == 0 {
+			req.Policy.Burst = 0
+		}
+		capacity := req.Policy.Capacity()
+		if got, want := valid(&req, capacity), check(&req, capacity) == nil; got != want {
+			t.Fatalf("%+v: valid = %v, check says %v", req, got, want)
+		}
 	}
 }

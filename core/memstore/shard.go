@@ -9,13 +9,28 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// entryKey identifies one state: a client key under one policy. A struct of
-// strings, rather than their concatenation, so that looking a key up
-// allocates nothing.
-type entryKey struct {
+// entry is one state and its identity: a client key under one policy (its
+// name and algorithm). The entries whose client keys share a hash (the same
+// client under several policies, or a rare collision) are chained through
+// next, behind one slot of the shard's table.
+type entry struct {
+	key  string
 	name string
 	alg  core.Algorithm
-	key  string
+	next *entry
+	st   state
+}
+
+// is reports whether e is the state of key under p.
+func (e *entry) is(key string, p *core.Policy) bool {
+	return e.key == key && same(e.name, p.Name) && same(string(e.alg), string(p.Algorithm))
+}
+
+// same is a == b, without calling memequal when a and b share their bytes,
+// as a policy's name and algorithm usually do with the ones its entries
+// were made with.
+func same(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // shard is one lock and the states behind it, padded to a multiple of two
@@ -27,119 +42,136 @@ type shard struct {
 
 type shardFields struct {
 	mu sync.Mutex
-	m  map[entryKey]*state
-	// max is the most keys this shard holds; 0 means unbounded.
+	t  table
+	// n is the number of entries.
+	n int
+	// max is the most entries this shard holds; 0 means unbounded.
 	max int
-	// peak is the most keys held since the map was last rebuilt. Go maps
-	// never give back their memory, so sweep rebuilds a map that has
-	// shrunk well below its peak.
-	peak int
 }
 
-const (
-	// evictSample is how many keys a full shard looks at to choose a
-	// victim.
-	evictSample = 8
-	// rebuildMin is the smallest peak worth rebuilding a map for.
-	rebuildMin = 1024
-	// logShrinkMin is the smallest sliding-log capacity worth shrinking.
-	logShrinkMin = 64
-)
+// evictSample is how many entries a full shard looks at to choose a
+// victim.
+const evictSample = 8
 
-// take decides a request of cost under p, for k, at now (µs). It reports
-// false, deciding nothing, when k has no state and p's algorithm is unknown.
-// The caller holds sh.mu.
-func (sh *shard) take(k *entryKey, p *core.Policy, cost, now int64) (outcome, bool) {
-	if st, ok := sh.m[*k]; ok {
+// find returns the entry of key under p, whose hash is h, or nil. The
+// caller holds sh.mu.
+func (sh *shard) find(h uint64, key string, p *core.Policy) *entry {
+	for e := sh.t.get(h); e != nil; e = e.next {
+		if e.is(key, p) {
+			return e
+		}
+	}
+	return nil
+}
+
+// take decides a request of cost under p, for key, whose hash is h, at now
+// (µs). It reports false, deciding nothing, when key has no state under p
+// and p's algorithm is unknown. The caller holds sh.mu.
+func (sh *shard) take(h uint64, key string, p *core.Policy, cost, now int64) (outcome, bool) {
+	if e := sh.find(h, key, p); e != nil {
+		st := &e.st
 		fresh := st.expires <= now
 		if fresh {
-			// Expired state decides like none at all; keep the log's
-			// array, shrinkLog bounds it.
-			*st = state{log: st.log[:0]}
+			// Expired state decides like none at all.
+			st.clear()
 		}
-		o := step(st, fresh, p, cost, now)
-		shrinkLog(st)
-		return o, true
+		return step(st, fresh, p, cost, now), true
 	}
-	if !p.Algorithm.Known() {
+	k := kindOf(p.Algorithm)
+	if k == unknownKind {
 		return outcome{}, false
 	}
-	var st state
-	o := step(&st, true, p, cost, now)
+	e := &entry{name: p.Name, alg: p.Algorithm, st: state{kind: k}}
+	o := step(&e.st, true, p, cost, now)
 	if o.allowed { // always, since cost <= capacity; denials store nothing
-		sh.insert(*k, &st, now)
+		// The client key often points into a larger string (a header,
+		// a request line); copy it so the table does not pin that memory.
+		e.key = strings.Clone(key)
+		sh.insert(h, e, now)
 	}
 	return o, true
 }
 
-// insert stores a copy of st under k, evicting first when the shard is
-// full. The caller holds sh.mu.
-func (sh *shard) insert(k entryKey, st *state, now int64) {
-	if sh.max > 0 && len(sh.m) >= sh.max {
+// insert adds e under h, evicting first when the shard is full. The
+// caller holds sh.mu.
+func (sh *shard) insert(h uint64, e *entry, now int64) {
+	if sh.max > 0 && sh.n >= sh.max {
 		sh.evict(now)
 	}
-	// The client key often points into a larger string (a header, a
-	// request line); copy it so the map does not pin that memory.
-	k.key = strings.Clone(k.key)
-	v := new(state)
-	*v = *st
-	sh.m[k] = v
-	sh.peak = max(sh.peak, len(sh.m))
+	sh.t.push(h, e)
+	sh.n++
 }
 
-// evict removes at least one key: the expired ones among a sample of
-// evictSample keys or, when none has expired, the sampled key that would
-// expire soonest. Map iteration starts at a random place, which makes the
-// sample random enough. The caller holds sh.mu.
+// remove removes e, which is under h. The caller holds sh.mu.
+func (sh *shard) remove(h uint64, e *entry) {
+	sh.t.unlink(h, e)
+	sh.n--
+}
+
+// evict removes at least one entry: the expired ones among a sample of
+// evictSample entries from a random place in the table or, when none has
+// expired, the sampled entry that would expire soonest. The caller holds
+// sh.mu.
 func (sh *shard) evict(now int64) {
+	type candidate struct {
+		h uint64
+		e *entry
+	}
 	var (
-		victim  entryKey
+		sample [evictSample]candidate
+		seen   int
+	)
+	sh.t.sample(evictSample, func(h uint64, e *entry) {
+		for ; e != nil && seen < evictSample; e = e.next {
+			sample[seen] = candidate{h, e}
+			seen++
+		}
+	})
+	var (
+		victim  candidate
 		soonest int64 = math.MaxInt64
-		seen    int
 		freed   bool
 	)
-	for k, st := range sh.m {
-		if st.expires <= now {
-			delete(sh.m, k)
+	for _, c := range sample[:seen] {
+		if c.e.st.expires <= now {
+			sh.remove(c.h, c.e)
 			freed = true
-		} else if st.expires < soonest {
-			victim, soonest = k, st.expires
-		}
-		if seen++; seen == evictSample {
-			break
+		} else if c.e.st.expires < soonest {
+			victim, soonest = c, c.e.st.expires
 		}
 	}
-	if !freed && seen > 0 {
-		delete(sh.m, victim)
+	if !freed && victim.e != nil {
+		sh.remove(victim.h, victim.e)
 	}
 }
 
 // sweep removes every state expired at now (µs), shrinks oversized logs,
-// and rebuilds the map when it holds far fewer keys than it once did. The
+// and shrinks the table when it holds far fewer keys than it once did. The
 // caller holds sh.mu.
 func (sh *shard) sweep(now int64) {
-	for k, st := range sh.m {
-		if st.expires <= now {
-			delete(sh.m, k)
-		} else {
-			shrinkLog(st)
+	t := &sh.t
+	for i := 0; i < len(t.slots); {
+		s := t.slots[i]
+		if s.e == nil {
+			i++
+			continue
+		}
+		for e := s.e; e != nil; {
+			next := e.next
+			if e.st.expires <= now {
+				sh.remove(s.h, e)
+			} else if e.st.log != nil {
+				e.st.log.shrink()
+			}
+			e = next
+		}
+		// Removing a chain's last entry frees its slot, and may shift
+		// into it a chain not yet looked at: look at it again. (A chain
+		// shifted from the start of the array to its end is looked at
+		// twice, which is harmless.)
+		if t.slots[i].e == nil || t.slots[i].h == s.h {
+			i++
 		}
 	}
-	if n := len(sh.m); sh.peak >= rebuildMin && n <= sh.peak/4 {
-		m := make(map[entryKey]*state, n)
-		for k, st := range sh.m {
-			m[k] = st
-		}
-		sh.m, sh.peak = m, n
-	}
-}
-
-// shrinkLog reallocates a sliding log whose array is at least four times
-// larger than its entries, so that a key that once logged 100 000 units
-// and now logs 3 does not keep the large array. The new capacity is twice
-// the length, so shrinking and regrowing cost amortized O(1) per entry.
-func shrinkLog(st *state) {
-	if c := cap(st.log); c >= logShrinkMin && len(st.log) <= c/4 {
-		st.log = append(make([]logEntry, 0, max(2*len(st.log), 8)), st.log...)
-	}
+	t.shrink()
 }

@@ -73,7 +73,6 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[entryKey]*state)
 		if c.maxKeys > 0 {
 			sh.max = c.maxKeys / c.shards
 			if i < c.maxKeys%c.shards {
@@ -99,17 +98,21 @@ func New(opts ...Option) *Store {
 // limit or window out of range, and a cost out of [1, Capacity] return an
 // error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy, core.ErrInvalidCost
 // or core.ErrCostExceedsLimit.
-func (s *Store) Take(_ context.Context, req core.Request) (core.Decision, error) {
+func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err error) {
 	p := &req.Policy
-	capacity := p.Capacity()
-	if err := check(&req, capacity); err != nil {
-		return core.Decision{}, err
+	// p.Capacity(), comparing strings only for a policy with a Burst.
+	capacity := p.Limit
+	if p.Burst > 0 && p.Algorithm.IsBucket() {
+		capacity = p.Burst
+	}
+	if !valid(&req, capacity) {
+		return d, check(&req, capacity)
 	}
 	if len(s.shards) == 0 {
-		return core.Decision{}, errNoStore
+		return d, errNoStore
 	}
-	k := entryKey{name: p.Name, alg: p.Algorithm, key: req.Key}
-	sh := s.shard(&k)
+	h := s.hash(req.Key)
+	sh := &s.shards[h&s.mask]
 	var now int64
 	if req.Now.IsZero() {
 		now = s.clock.now()
@@ -117,12 +120,13 @@ func (s *Store) Take(_ context.Context, req core.Request) (core.Decision, error)
 		now = req.Now.UnixMicro()
 	}
 	sh.mu.Lock()
-	o, known := sh.take(&k, p, req.Cost, now)
+	o, known := sh.take(h, req.Key, p, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return core.Decision{}, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
+		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
 	}
-	return o.decision(capacity), nil
+	o.decide(&d, capacity)
+	return d, nil
 }
 
 // Reset forgets the state of key under policy, so the client's next request
@@ -131,10 +135,12 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 	if len(s.shards) == 0 {
 		return errNoStore
 	}
-	k := entryKey{name: policy.Name, alg: policy.Algorithm, key: key}
-	sh := s.shard(&k)
+	h := s.hash(key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	delete(sh.m, k)
+	if e := sh.find(h, key, &policy); e != nil {
+		sh.remove(h, e)
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -150,7 +156,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -173,10 +179,24 @@ func (s *Store) sweep(now time.Time) {
 	sweepShards(s.shards, now.UnixMicro(), nil)
 }
 
-// shard returns the shard of k, chosen by the client key and policy name.
-func (s *Store) shard(k *entryKey) *shard {
-	h := maphash.String(s.seed, k.key) ^ maphash.String(s.seed, k.name)*0x9e3779b97f4a7c15
-	return &s.shards[h&s.mask]
+// hash is the hash of a client key: its low bits choose the shard, and
+// the shard's table is keyed by it, so that every policy of one client
+// lives on one shard and a decision hashes nothing else.
+func (s *Store) hash(key string) uint64 {
+	return maphash.String(s.seed, key)
+}
+
+// valid reports whether check would return nil (TestValidIsCheck holds
+// them equal), in a form small enough to be inlined: the unsigned
+// conversions fold each range into one comparison. Take calls check, for
+// its error, only when valid fails.
+func valid(req *core.Request, capacity int64) bool {
+	p := &req.Policy
+	return req.Key != "" &&
+		uint64(p.Limit-1) < core.MaxLimit && uint64(p.Burst) <= core.MaxLimit &&
+		uint64(p.Window-core.MinWindow) <= uint64(core.MaxWindow-core.MinWindow) &&
+		(p.Limit <= core.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
+		uint64(req.Cost-1) < uint64(capacity)
 }
 
 // check rejects the requests that would make the arithmetic divide by zero
