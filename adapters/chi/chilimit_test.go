@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -34,17 +33,11 @@ func (harness) UseSeesRoute() bool { return true }
 
 func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
 	r := chi.NewRouter()
-	for _, m := range spec.Global {
-		r.Use(chilimit.New(m.Limiter, m.Options...))
-	}
+	r.Use(adapterstest.Middlewares(spec.Global, chilimit.New)...)
 	for _, rt := range spec.Routes {
-		var mws []func(http.Handler) http.Handler
-		for _, m := range rt.Limits {
-			mws = append(mws, chilimit.New(m.Limiter, m.Options...))
-		}
-		r.With(mws...).Method(rt.Method, h.Pattern(rt.Path), served(spec))
+		r.With(adapterstest.Middlewares(rt.Limits, chilimit.New)...).Method(rt.Method, h.Pattern(rt.Path), served(spec))
 	}
-	return app{r}
+	return adapterstest.HTTPApp(r)
 }
 
 func served(spec *adapterstest.Spec) http.HandlerFunc {
@@ -54,34 +47,12 @@ func served(spec *adapterstest.Spec) http.HandlerFunc {
 	}
 }
 
-type app struct{ h http.Handler }
-
-func (a app) Do(_ testing.TB, req adapterstest.Request) adapterstest.Response {
-	r := httptest.NewRequest(req.Method, req.Path, nil)
-	r.RemoteAddr = req.RemoteAddr
-	for k, vs := range req.Header {
-		r.Header[k] = vs
-	}
-	if req.Context != nil {
-		r = r.WithContext(req.Context)
-	}
-	w := httptest.NewRecorder()
-	a.h.ServeHTTP(w, r)
-	return adapterstest.Response{Status: w.Code, Header: w.Header(), Body: w.Body.String()}
-}
-
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
 
-// routeRecorder is a limiter keyed on the route, recording every key.
-func routeRecorder(t *testing.T, keys *[]string) func(http.Handler) http.Handler {
+// routeRecorder is a limiter keyed on the route, recording every key in log.
+func routeRecorder(t *testing.T, log *adapterstest.KeyLog) func(http.Handler) http.Handler {
 	t.Helper()
-	l := adapterstest.NewLimiter(t, adapterstest.NewStore(t), core.Policy{Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute})
-	route := keyfuncs.Route()
-	return chilimit.New(l, middleware.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
-		k, err := route(r)
-		*keys = append(*keys, k)
-		return k, err
-	}))
+	return chilimit.New(adapterstest.FixedLimiter(t, 100), middleware.WithKeyFunc(log.Wrap(keyfuncs.Route())))
 }
 
 // TestRouteAnywhere checks Route wherever the limiter is mounted: before
@@ -89,24 +60,20 @@ func routeRecorder(t *testing.T, keys *[]string) func(http.Handler) http.Handler
 // net/http.
 func TestRouteAnywhere(t *testing.T) {
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+	useBeforeRouting := func(mw func(http.Handler) http.Handler) http.Handler {
+		r := chi.NewRouter()
+		r.Use(mw)
+		r.Get("/users/{id}", ok)
+		return r
+	}
 	tests := []struct {
 		name  string
 		build func(mw func(http.Handler) http.Handler) http.Handler
 		path  string
 		want  string
 	}{
-		{"Use before routing", func(mw func(http.Handler) http.Handler) http.Handler {
-			r := chi.NewRouter()
-			r.Use(mw)
-			r.Get("/users/{id}", ok)
-			return r
-		}, "/users/7", "/users/{id}"},
-		{"Use before routing, no match", func(mw func(http.Handler) http.Handler) http.Handler {
-			r := chi.NewRouter()
-			r.Use(mw)
-			r.Get("/users/{id}", ok)
-			return r
-		}, "/elsewhere/7", "<unmatched>"},
+		{"Use before routing", useBeforeRouting, "/users/7", "/users/{id}"},
+		{"Use before routing, no match", useBeforeRouting, "/elsewhere/7", "<unmatched>"},
 		{"With", func(mw func(http.Handler) http.Handler) http.Handler {
 			r := chi.NewRouter()
 			r.With(mw).Get("/users/{id}", ok)
@@ -157,11 +124,11 @@ func TestRouteAnywhere(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var keys []string
-			h := tc.build(routeRecorder(t, &keys))
+			var log adapterstest.KeyLog
+			h := tc.build(routeRecorder(t, &log))
 			req := httptest.NewRequest("GET", tc.path, nil)
 			h.ServeHTTP(httptest.NewRecorder(), req)
-			if len(keys) != 1 || keys[0] != "route:GET "+tc.want {
+			if keys := log.Keys(); len(keys) != 1 || keys[0] != "route:GET "+tc.want {
 				t.Errorf("keys %q, want [%q]", keys, "route:GET "+tc.want)
 			}
 		})
@@ -170,62 +137,36 @@ func TestRouteAnywhere(t *testing.T) {
 
 func TestUserFromContext(t *testing.T) {
 	type ctxKey struct{}
-	var keys []string
-	l := adapterstest.NewLimiter(t, adapterstest.NewStore(t), core.Policy{Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute})
-	user := chilimit.UserFromContext(ctxKey{})
-	mw := chilimit.New(l, middleware.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
-		k, err := user(r)
-		keys = append(keys, k)
-		return k, err
-	}))
-	h := mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	req := httptest.NewRequest("GET", "/", nil)
-	req = req.WithContext(context.WithValue(req.Context(), ctxKey{}, "alice"))
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, req)
-	if w.Code != 200 || len(keys) != 1 || keys[0] != "user:alice" {
-		t.Errorf("status %d, keys %q", w.Code, keys)
-	}
+	adapterstest.CheckUserKey(t, chilimit.UserFromContext(ctxKey{}), nil, func(m adapterstest.Mount) adapterstest.App {
+		r := chi.NewRouter()
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if id := r.Header.Get(adapterstest.UserHeader); id != "" {
+					// As an authentication middleware would.
+					r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
+				}
+				next.ServeHTTP(w, r)
+			})
+		})
+		r.Use(chilimit.New(m.Limiter, m.Options...))
+		ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
+		r.Get("/", ok)
+		r.Get("/health", ok)
+		return adapterstest.HTTPApp(r)
+	})
 }
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("New(nil) did not panic")
-		}
-	}()
-	chilimit.New(nil)
+	adapterstest.CheckPanics(t, "New(nil)", func() { chilimit.New(nil) })
 }
 
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(int)             {}
-
 func BenchmarkChi(b *testing.B) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	for _, withLimiter := range []bool{false, true} {
-		name := "NoLimiter"
+	adapterstest.BenchHTTP(b, func(l *core.Limiter) http.Handler {
 		r := chi.NewRouter()
-		if withLimiter {
-			name = "Limiter"
-			l, err := core.NewLimiter(adapterstest.NewStore(b), p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		if l != nil {
 			r.Use(chilimit.New(l))
 		}
 		r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-		b.Run(name, func(b *testing.B) {
-			req := httptest.NewRequest("GET", "/users/1", nil)
-			req.RemoteAddr = "203.0.113.7:51234"
-			w := &discard{h: http.Header{}}
-			b.ReportAllocs()
-			for b.Loop() {
-				clear(w.h)
-				r.ServeHTTP(w, req)
-			}
-		})
-	}
+		return r
+	})
 }

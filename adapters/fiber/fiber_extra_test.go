@@ -1,11 +1,9 @@
 package fiberlimit_test
 
 import (
-	"net"
 	"net/http/httptest"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -18,29 +16,19 @@ import (
 )
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("New(nil) did not panic")
-		}
-	}()
-	fiberlimit.New(nil)
+	adapterstest.CheckPanics(t, "New(nil)", func() { fiberlimit.New(nil) })
 }
 
 func TestNewPanicsOnNilNext(t *testing.T) {
-	l := adapterstest.NewLimiter(t, adapterstest.NewStore(t), core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
-	defer func() {
-		if recover() == nil {
-			t.Error("New(l, WithNext(nil)) did not panic")
-		}
-	}()
-	fiberlimit.New(l, fiberlimit.WithNext(nil))
+	l := adapterstest.FixedLimiter(t, 1)
+	adapterstest.CheckPanics(t, "New(l, WithNext(nil))", func() { fiberlimit.New(l, fiberlimit.WithNext(nil)) })
 }
 
 // TestKeysOutliveTheRequest checks that keys built from request data are
 // copies: fasthttp reuses its buffers once a request is done, so a key
 // pointing into them would change under the store's feet.
 func TestKeysOutliveTheRequest(t *testing.T) {
-	l := adapterstest.NewLimiter(t, adapterstest.NewStore(t), core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
+	l := adapterstest.FixedLimiter(t, 1)
 	var seen []string
 	raw := func(r keyfuncs.Request) (string, error) {
 		k := r.Header("X-Client") + "|" + r.Query("q") + "|" + r.Method()
@@ -67,83 +55,45 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 }
 
 func TestUserFromLocalsAndNext(t *testing.T) {
-	l := adapterstest.NewLimiter(t, adapterstest.NewStore(t), core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
-	var keys []string
-	user := fiberlimit.UserFromLocals("user")
-	key := func(r keyfuncs.Request) (string, error) {
-		k, err := user(r)
-		keys = append(keys, k)
-		return k, err
-	}
-	app := fiber.New()
-	app.Use(func(c *fiber.Ctx) error {
-		if id := c.Get("X-Test-User"); id != "" {
-			c.Locals("user", id) // as an authentication middleware would
-		}
-		return c.Next()
+	skip := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Path() == "/health" })
+	adapterstest.CheckUserKey(t, fiberlimit.UserFromLocals("user"), skip, func(m adapterstest.Mount) adapterstest.App {
+		return newApp(func(f *fiber.App) {
+			f.Use(func(c *fiber.Ctx) error {
+				if id := c.Get(adapterstest.UserHeader); id != "" {
+					c.Locals("user", id) // as an authentication middleware would
+				}
+				return c.Next()
+			})
+			f.Use(fiberlimit.New(m.Limiter, m.Options...))
+			f.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+			f.Get("/health", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		})
 	})
-	app.Use(fiberlimit.New(l,
-		middleware.WithKeyFunc(key),
-		middleware.WithErrorHandler(func(keyfuncs.Request, error) {}),
-		fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Path() == "/health" }),
-	))
-	app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
-	app.Get("/health", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
-
-	do := func(path, user string) int {
-		req := httptest.NewRequest("GET", path, nil)
-		if user != "" {
-			req.Header.Set("X-Test-User", user)
-		}
-		res, err := app.Test(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.StatusCode
-	}
-	got := []int{do("/", "alice"), do("/", "alice"), do("/", "bob"), do("/", ""), do("/health", ""), do("/health", "")}
-	want := []int{200, 429, 200, 400, 200, 200}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("statuses %v, want %v", got, want)
-		}
-	}
-	if len(keys) != 4 || keys[0] != "user:alice" || keys[2] != "user:bob" {
-		t.Errorf("keys %q", keys)
-	}
 }
 
 // BenchmarkFiber serves through the app's fasthttp handler with a reused
 // RequestCtx, so that only Fiber and the limiter are measured.
 func BenchmarkFiber(b *testing.B) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	for _, withLimiter := range []bool{false, true} {
-		name := "NoLimiter"
+	adapterstest.Bench(b, func(l *core.Limiter) fasthttp.RequestHandler {
 		app := fiber.New()
-		if withLimiter {
-			name = "Limiter"
-			l, err := core.NewLimiter(adapterstest.NewStore(b), p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		if l != nil {
 			app.Use(fiberlimit.New(l))
 		}
 		app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
-		h := app.Handler()
-		b.Run(name, func(b *testing.B) {
-			var req fasthttp.Request
-			req.Header.SetMethod("GET")
-			req.SetRequestURI("/users/1")
-			var ctx fasthttp.RequestCtx
-			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 51234}, nil)
-			b.ReportAllocs()
-			for b.Loop() {
-				ctx.Response.Reset()
-				h(&ctx)
-				if ctx.Response.StatusCode() != fiber.StatusOK {
-					b.Fatal(ctx.Response.StatusCode())
-				}
+		return app.Handler()
+	}, func(b *testing.B, h fasthttp.RequestHandler) {
+		var req fasthttp.Request
+		req.Header.SetMethod("GET")
+		req.SetRequestURI(adapterstest.BenchPath)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx.Response.Reset()
+			h(&ctx)
+			if ctx.Response.StatusCode() != fiber.StatusOK {
+				b.Fatal(ctx.Response.StatusCode())
 			}
-		})
-	}
+		}
+	})
 }

@@ -25,38 +25,42 @@ type harness struct{}
 func (harness) Pattern(p string) string { return p }
 func (harness) UseSeesRoute() bool      { return false }
 
-func (harness) Build(t testing.TB, spec *adapterstest.Spec) adapterstest.App {
+func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+	return newApp(func(f *fiber.App) {
+		for _, m := range spec.Global {
+			f.Use(fiberlimit.New(m.Limiter, m.Options...))
+		}
+		for _, r := range spec.Routes {
+			hs := append(adapterstest.Middlewares(r.Limits, fiberlimit.New), func(c *fiber.Ctx) error {
+				spec.Served()
+				return c.SendString(adapterstest.Body)
+			})
+			f.Add(r.Method, r.Path, hs...)
+		}
+	})
+}
+
+// app is a Fiber app as an adapterstest.App.
+type app struct {
+	fiber *fiber.App
+	mu    sync.Mutex
+	ctx   context.Context
+}
+
+// newApp returns an app whose handlers are registered by setup, after one
+// that makes the suite's request context the user context, the one
+// fiberlimit hands to key functions and waits on.
+func newApp(setup func(f *fiber.App)) *app {
 	a := &app{fiber: fiber.New()}
-	// The suite's request context becomes the user context, the one
-	// fiberlimit hands to key functions and waits on.
 	a.fiber.Use(func(c *fiber.Ctx) error {
 		if ctx := a.context(); ctx != nil {
 			c.SetUserContext(ctx)
 		}
 		return c.Next()
 	})
-	for _, m := range spec.Global {
-		a.fiber.Use(fiberlimit.New(m.Limiter, m.Options...))
-	}
-	for _, r := range spec.Routes {
-		var hs []fiber.Handler
-		for _, m := range r.Limits {
-			hs = append(hs, fiberlimit.New(m.Limiter, m.Options...))
-		}
-		hs = append(hs, func(c *fiber.Ctx) error {
-			spec.Served()
-			return c.SendString(adapterstest.Body)
-		})
-		a.fiber.Add(r.Method, r.Path, hs...)
-	}
+	setup(a.fiber)
 	a.fiber.Handler() // builds the route tree, as app.Listen and app.Test do
 	return a
-}
-
-type app struct {
-	fiber *fiber.App
-	mu    sync.Mutex
-	ctx   context.Context
 }
 
 func (a *app) context() context.Context {

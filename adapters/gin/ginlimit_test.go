@@ -2,7 +2,6 @@ package ginlimit_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"testing"
 
@@ -24,37 +23,15 @@ func (harness) UseSeesRoute() bool      { return true }
 
 func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
 	e := gin.New()
-	for _, m := range spec.Global {
-		e.Use(ginlimit.New(m.Limiter, m.Options...))
-	}
+	e.Use(adapterstest.Middlewares(spec.Global, ginlimit.New)...)
 	for _, r := range spec.Routes {
-		var hs []gin.HandlerFunc
-		for _, m := range r.Limits {
-			hs = append(hs, ginlimit.New(m.Limiter, m.Options...))
-		}
-		hs = append(hs, func(c *gin.Context) {
+		hs := append(adapterstest.Middlewares(r.Limits, ginlimit.New), func(c *gin.Context) {
 			spec.Served()
 			c.String(http.StatusOK, adapterstest.Body)
 		})
 		e.Handle(r.Method, r.Path, hs...)
 	}
-	return app{e}
-}
-
-type app struct{ e *gin.Engine }
-
-func (a app) Do(_ testing.TB, req adapterstest.Request) adapterstest.Response {
-	r := httptest.NewRequest(req.Method, req.Path, nil)
-	r.RemoteAddr = req.RemoteAddr
-	for k, vs := range req.Header {
-		r.Header[k] = vs
-	}
-	if req.Context != nil {
-		r = r.WithContext(req.Context)
-	}
-	w := httptest.NewRecorder()
-	a.e.ServeHTTP(w, r)
-	return adapterstest.Response{Status: w.Code, Header: w.Header(), Body: w.Body.String()}
+	return adapterstest.HTTPApp(e)
 }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }

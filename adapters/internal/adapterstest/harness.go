@@ -1,6 +1,9 @@
 // Package adapterstest is the behaviour suite every adapter passes: one
 // table of cases, run through the real framework by a small Harness each
-// adapter's tests implement.
+// adapter's tests implement. It also holds what the adapters' own tests
+// share: serving a net/http app (ServeHTTP), the user-key check
+// (CheckUserKey), the benchmark loop (Bench, BenchHTTP) and small
+// helpers, so that each adapter's tests keep only what is its framework's.
 package adapterstest
 
 import (
@@ -111,6 +114,16 @@ type Harness interface {
 	UseSeesRoute() bool
 }
 
+// Middlewares returns newMW(m.Limiter, m.Options...) for each of ms, in
+// order: the middleware of an adapter whose New is newMW.
+func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...middleware.Option) M) []M {
+	mws := make([]M, 0, len(ms))
+	for _, m := range ms {
+		mws = append(mws, newMW(m.Limiter, m.Options...))
+	}
+	return mws
+}
+
 // NewMount returns a Mount of l whose header clock is frozen at T0, as the
 // limiters of NewLimiter are, followed by opts.
 func NewMount(l *core.Limiter, opts ...middleware.Option) Mount {
@@ -133,6 +146,27 @@ func NewLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Opti
 		t.Fatal(err)
 	}
 	return l
+}
+
+// FixedLimiter returns a limiter allowing limit requests a minute per key
+// (fixed window), over a memory store closed at the end of the test, with
+// its clock frozen at T0.
+func FixedLimiter(t testing.TB, limit int64) *core.Limiter {
+	t.Helper()
+	return NewLimiter(t, NewStore(t), fixed("", limit))
+}
+
+// CheckPanics fails the test unless f panics. call names what f calls, for
+// the message ("New(nil)").
+func CheckPanics(t testing.TB, call string, f func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		if recover() == nil {
+			t.Errorf("%s did not panic", call)
+		}
+	}()
+	f()
 }
 
 // FailingStore is a core.Store whose every call fails, as a store that

@@ -2,34 +2,11 @@ package adapterstest
 
 import (
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/middleware"
 )
-
-// keyLog records the keys a key function returns.
-type keyLog struct {
-	mu   sync.Mutex
-	keys []string
-}
-
-func (k *keyLog) wrap(fn keyfuncs.Func) keyfuncs.Func {
-	return func(r keyfuncs.Request) (string, error) {
-		key, err := fn(r)
-		k.mu.Lock()
-		k.keys = append(k.keys, key)
-		k.mu.Unlock()
-		return key, err
-	}
-}
-
-func (k *keyLog) all() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([]string(nil), k.keys...)
-}
 
 // RunRouteKeys checks keyfuncs.Route: requests to one route share its
 // pattern's bucket, and paths that match no route never get a bucket each.
@@ -38,9 +15,9 @@ func RunRouteKeys(t *testing.T, h Harness) {
 	paths := []string{"/users/1", "/users/2", "/users/3"}
 
 	t.Run("limiter on the route", func(t *testing.T) {
-		var log keyLog
+		var log KeyLog
 		l := NewLimiter(t, NewStore(t), fixed("route", 10))
-		mount := NewMount(l, middleware.WithKeyFunc(log.wrap(keyfuncs.Route())))
+		mount := NewMount(l, middleware.WithKeyFunc(log.Wrap(keyfuncs.Route())))
 		spec := &Spec{Routes: []Route{{Method: "GET", Path: "/users/:id", Limits: []Mount{mount}}}}
 		app := h.Build(t, spec)
 		for i, p := range paths {
@@ -48,7 +25,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 			checkRemaining(t, p, res, 9-i)
 		}
 		want := "route:GET " + h.Pattern("/users/:id")
-		for _, k := range log.all() {
+		for _, k := range log.Keys() {
 			if k != want {
 				t.Errorf("key %q, want %q", k, want)
 			}
@@ -56,10 +33,10 @@ func RunRouteKeys(t *testing.T, h Harness) {
 	})
 
 	t.Run("limiter for every request", func(t *testing.T) {
-		var log keyLog
+		var log KeyLog
 		l := NewLimiter(t, NewStore(t), fixed("route", 100))
 		spec := &Spec{
-			Global: []Mount{NewMount(l, middleware.WithKeyFunc(log.wrap(keyfuncs.Route())))},
+			Global: []Mount{NewMount(l, middleware.WithKeyFunc(log.Wrap(keyfuncs.Route())))},
 			Routes: routes,
 		}
 		app := h.Build(t, spec)
@@ -69,7 +46,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 				checkRemaining(t, p, res, 99-i)
 			}
 		}
-		keys := log.all()
+		keys := log.Keys()
 		want := "route:GET " + h.Pattern("/users/:id")
 		if !h.UseSeesRoute() {
 			want = "route:GET /" // documented: the Use prefix
@@ -88,7 +65,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 		for _, p := range unknown {
 			app.Do(t, Request{Method: "GET", Path: p, RemoteAddr: peerA})
 		}
-		keys = log.all()[before:]
+		keys = log.Keys()[before:]
 		if len(keys) != len(unknown) {
 			t.Fatalf("%d keys for %d unknown paths: %q", len(keys), len(unknown), keys)
 		}

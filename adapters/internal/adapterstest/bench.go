@@ -1,0 +1,64 @@
+package adapterstest
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// The request every adapter benchmark serves: GET BenchPath from
+// BenchPeer, to a route registered as "/users/:id" (chi: "/users/{id}").
+const (
+	BenchPath = "/users/1"
+	BenchPeer = "203.0.113.7:51234"
+)
+
+// Bench runs an adapter's two sub-benchmarks, NoLimiter then Limiter.
+// build returns the app to measure: with no limiter when l is nil, else
+// with New(l) mounted for every request, l being a fixed window whose
+// quota never runs out, over a memory store, on the real clock. serve
+// measures the app with b.Loop. Apps are built outside the measurement.
+func Bench[H any](b *testing.B, build func(l *core.Limiter) H, serve func(b *testing.B, h H)) {
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	for _, withLimiter := range []bool{false, true} {
+		name := "NoLimiter"
+		var l *core.Limiter
+		if withLimiter {
+			name = "Limiter"
+			var err error
+			l, err = core.NewLimiter(NewStore(b), p)
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		h := build(l)
+		b.Run(name, func(b *testing.B) { serve(b, h) })
+	}
+}
+
+// BenchHTTP is Bench for a framework whose app is an http.Handler: it
+// serves the benchmark request, reused, into a ResponseWriter that keeps
+// nothing, so that only the framework and the limiter are measured.
+func BenchHTTP(b *testing.B, build func(l *core.Limiter) http.Handler) {
+	Bench(b, build, func(b *testing.B, h http.Handler) {
+		req := httptest.NewRequest("GET", BenchPath, nil)
+		req.RemoteAddr = BenchPeer
+		w := &discard{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			clear(w.h)
+			h.ServeHTTP(w, req)
+		}
+	})
+}
+
+// discard is a ResponseWriter that keeps nothing but its header map,
+// cleared before each request.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}

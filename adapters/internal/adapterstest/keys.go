@@ -1,0 +1,91 @@
+package adapterstest
+
+import (
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+// KeyLog records the keys a key function returns. It is safe for
+// concurrent use; the zero KeyLog is empty and ready.
+type KeyLog struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+// Wrap returns fn, recording each key it returns ("" with an error).
+func (k *KeyLog) Wrap(fn keyfuncs.Func) keyfuncs.Func {
+	return func(r keyfuncs.Request) (string, error) {
+		key, err := fn(r)
+		k.mu.Lock()
+		k.keys = append(k.keys, key)
+		k.mu.Unlock()
+		return key, err
+	}
+}
+
+// Keys returns the keys recorded so far, oldest first.
+func (k *KeyLog) Keys() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.keys)
+}
+
+// UserHeader is the request header from which the stand-in authentication
+// middleware of a CheckUserKey app takes the user ID.
+const UserHeader = "X-Test-User"
+
+// userStep is a request of CheckUserKey, by user ("": none), and the
+// status it must get.
+type userStep struct {
+	path, user string
+	status     int
+}
+
+// CheckUserKey checks an adapter's user-key helper (ginlimit.UserFromContext,
+// fiberlimit.UserFromLocals, ...) end to end. build returns an app that
+// runs, for every request: a stand-in authentication middleware storing
+// the UserHeader value, when the request has one, where user looks for
+// it; then the adapter's New(m.Limiter, m.Options...); then handlers
+// answering 200 on "/" and "/health". m allows one request a minute per
+// key, keyed by user. When skip is not nil it is among m.Options and must
+// exempt "/health": the adapter's own skip convention (WithSkipper,
+// WithNext).
+//
+// Alice is let in then denied, Bob has a quota of his own, a request with
+// no user is answered 400 (keyfuncs.ErrNoKey), and, with skip, "/health"
+// is served without ever calling the key function.
+func CheckUserKey(t *testing.T, user keyfuncs.Func, skip middleware.Option, build func(m Mount) App) {
+	t.Helper()
+	var log KeyLog
+	m := Mount{Limiter: FixedLimiter(t, 1), Options: []middleware.Option{
+		middleware.WithKeyFunc(log.Wrap(user)),
+		middleware.WithErrorHandler(func(keyfuncs.Request, error) {}), // no user is expected
+	}}
+	steps := []userStep{{"/", "alice", 200}, {"/", "alice", 429}, {"/", "bob", 200}, {"/", "", 400}}
+	if skip != nil {
+		m.Options = append(m.Options, skip)
+		steps = append(steps, userStep{"/health", "", 200}, userStep{"/health", "", 200})
+	}
+	app := build(m)
+
+	var got, want []int
+	for _, s := range steps {
+		req := Request{Method: "GET", Path: s.path, RemoteAddr: peerA}
+		if s.user != "" {
+			req.Header = http.Header{UserHeader: {s.user}}
+		}
+		got = append(got, app.Do(t, req).Status)
+		want = append(want, s.status)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	if keys, want := log.Keys(), []string{"user:alice", "user:alice", "user:bob", ""}; !slices.Equal(keys, want) {
+		t.Errorf("keys %q, want %q", keys, want)
+	}
+}
