@@ -130,6 +130,7 @@ type Limiter struct {
 	timeout   time.Duration
 	now       func() time.Time
 	fallback  NonBlocking
+	denied    *denyCache
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -196,6 +197,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	if l.now != nil {
 		req.Now = l.now()
 	}
+	var now time.Time // the deny cache's clock, read before the store decides
+	if l.denied != nil {
+		if now = req.Now; now.IsZero() {
+			now = time.Now()
+		}
+		if d, ok := l.denied.get(key, n, now); ok {
+			d.Limit, d.Policy = l.capacity, l.policy
+			return d, nil
+		}
+	}
 	var d Decision
 	switch l.call {
 	case callDirect:
@@ -216,6 +227,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		return l.failed(), err
 	}
 	d.Policy = l.policy
+	if l.denied != nil && !d.Allowed {
+		l.denied.put(key, n, now, d)
+	}
 	return d, nil
 }
 
@@ -227,7 +241,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	if err := l.store.Reset(ctx, key, l.policy); err != nil {
+	err = l.store.Reset(ctx, key, l.policy)
+	if l.denied != nil {
+		l.denied.forget(key)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: reset: %w", ErrStore, err)
 	}
 	return nil

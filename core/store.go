@@ -34,6 +34,9 @@ type Decision struct {
 	// (WithFallback) because its store failed: a real decision, but from
 	// this process's counts alone.
 	Fallback bool
+	// Cached reports a denial answered from the Limiter's deny cache
+	// (WithDenyCache) without asking the store.
+	Cached bool
 }
 
 // Request is one question a Limiter asks its Store.

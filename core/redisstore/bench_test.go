@@ -117,3 +117,35 @@ func BenchmarkLimiterCall(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDeniedFlood measures one client flooding past its limit, with
+// and without core.WithDenyCache.
+func BenchmarkDeniedFlood(b *testing.B) {
+	srv := redistest.Start(b)
+	s := New(srv.Client(), WithPrefix(testPrefix(b)))
+	ctx := context.Background()
+	p := core.Policy{Name: "flood", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
+	for _, cached := range []bool{false, true} {
+		name, opts := "no-cache", []core.Option{core.WithTimeout(time.Second)}
+		if cached {
+			name, opts = "deny-cache", append(opts, core.WithDenyCache(10_000))
+		}
+		l, err := core.NewLimiter(s, p, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := "flooder-" + name
+		if d, err := l.Allow(ctx, key); err != nil || !d.Allowed {
+			b.Fatalf("%+v, %v", d, err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if d, err := l.Allow(ctx, key); err != nil || d.Allowed {
+					b.Fatalf("%+v, %v", d, err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
