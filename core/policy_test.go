@@ -91,3 +91,25 @@ func TestPolicyCapacityAndName(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestValidate(t *testing.T) {
+	ok := core.Request{Key: "k", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}, Cost: 20}
+	tests := []struct {
+		name string
+		edit func(r *core.Request)
+		want error
+	}{
+		{"valid", func(*core.Request) {}, nil},
+		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidKey},
+		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidPolicy},
+		{"zero cost", func(r *core.Request) { r.Cost = 0 }, core.ErrInvalidCost},
+		{"cost above burst", func(r *core.Request) { r.Cost = 21 }, core.ErrCostExceedsLimit},
+	}
+	for _, tt := range tests {
+		r := ok
+		tt.edit(&r)
+		if err := r.Validate(); !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+			t.Errorf("%s: Validate() = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -52,6 +53,26 @@ type Request struct {
 	// clock: time.Now for memory, Redis TIME for Redis, so that app servers
 	// with skewed clocks still agree. Tests set it to make time explicit.
 	Now time.Time
+}
+
+// Validate reports whether r keeps the contract above, wrapping
+// ErrInvalidKey, ErrInvalidPolicy, ErrInvalidCost or ErrCostExceedsLimit.
+// Stores call it on requests that do not come from a Limiter (which sends
+// only valid ones), so that bad input is an error, never a panic.
+func (r Request) Validate() error {
+	if r.Key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if err := r.Policy.Validate(); err != nil {
+		return err
+	}
+	if r.Cost < 1 {
+		return fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, r.Cost)
+	}
+	if c := r.Policy.Capacity(); r.Cost > c {
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, r.Cost, c)
+	}
+	return nil
 }
 
 // Store holds rate-limit state and decides atomically. Implementations must

@@ -348,9 +348,11 @@ func TestClockFollowsWallClock(t *testing.T) {
 	}
 }
 
-// TestValidIsCheck compares check's inlined fast path with its cases, on
-// random requests near and beyond every bound.
-func TestValidIsCheck(t *testing.T) {
+// TestValidAgreesWithValidate compares the inlined fast path with
+// core.Request.Validate, on random requests near and beyond every bound:
+// they must agree on every request whose name and burst Validate accepts,
+// and valid must never refuse one that Validate accepts.
+func TestValidAgreesWithValidate(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	near := func(bounds ...int64) int64 {
 		switch b := bounds[r.IntN(len(bounds))]; r.IntN(4) {
@@ -378,8 +380,13 @@ func TestValidIsCheck(t *testing.T) {
 			req.Policy.Burst = 0
 		}
 		capacity := req.Policy.Capacity()
-		if got, want := valid(&req, capacity), check(&req, capacity) == nil; got != want {
-			t.Fatalf("%+v: valid = %v, check says %v", req, got, want)
+		got, err := valid(&req, capacity), req.Validate()
+		burstMisplaced := req.Policy.Burst != 0 && !req.Policy.Algorithm.IsBucket()
+		if !got && err == nil || got && err != nil && !burstMisplaced {
+			t.Fatalf("%+v: valid = %v, Validate says %v", req, got, err)
+		}
+		if !got && invalid(&req) == nil {
+			t.Fatalf("%+v: refused without an error", req)
 		}
 	}
 }

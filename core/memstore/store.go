@@ -106,7 +106,7 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 		capacity = p.Burst
 	}
 	if !valid(&req, capacity) {
-		return d, check(&req, capacity)
+		return d, invalid(&req)
 	}
 	if len(s.shards) == 0 {
 		return d, errNoStore
@@ -186,10 +186,13 @@ func (s *Store) hash(key string) uint64 {
 	return maphash.String(s.seed, key)
 }
 
-// valid reports whether check would return nil (TestValidIsCheck holds
-// them equal), in a form small enough to be inlined: the unsigned
-// conversions fold each range into one comparison. Take calls check, for
-// its error, only when valid fails.
+// valid is the part of core.Request.Validate that keeps the arithmetic
+// from dividing by zero or misbehaving, in a form small enough to be
+// inlined: the unsigned conversions fold each range into one comparison.
+// It leaves out the string checks (the name, the algorithm: shard.take
+// rejects an unknown one only when it finds no state, and there is none
+// under an unknown algorithm). The core.Limiter never sends a request it
+// refuses; Take calls invalid, for the error, only when it does.
 func valid(req *core.Request, capacity int64) bool {
 	p := &req.Policy
 	return req.Key != "" &&
@@ -199,26 +202,13 @@ func valid(req *core.Request, capacity int64) bool {
 		uint64(req.Cost-1) < uint64(capacity)
 }
 
-// check rejects the requests that would make the arithmetic divide by zero
-// or misbehave, but for an unknown algorithm, which shard.take rejects
-// only when it finds no state (there is none under an unknown algorithm), to
-// spare the hot path its string comparisons. The core.Limiter never sends
-// such requests.
-func check(req *core.Request, capacity int64) error {
-	p := &req.Policy
-	switch {
-	case req.Key == "":
-		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
-	case p.Limit < 1 || p.Limit > core.MaxLimit || p.Burst < 0 || p.Burst > core.MaxLimit:
-		return fmt.Errorf("%w: limit %d or burst %d out of range", core.ErrInvalidPolicy, p.Limit, p.Burst)
-	case p.Window < core.MinWindow || p.Window > core.MaxWindow:
-		return fmt.Errorf("%w: window %v out of range", core.ErrInvalidPolicy, p.Window)
-	case p.Limit > core.MaxLogLimit && p.Algorithm == core.SlidingWindowLog:
-		return fmt.Errorf("%w: sliding window log limit %d above %d", core.ErrInvalidPolicy, p.Limit, core.MaxLogLimit)
-	case req.Cost < 1:
-		return fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidCost, req.Cost)
-	case req.Cost > capacity:
-		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, req.Cost, capacity)
+// invalid is the error of a request that valid refuses: the one
+// core.Request.Validate gives, whose rules valid restates branch-free for
+// the hot path (TestValidAgreesWithValidate holds them together).
+func invalid(req *core.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
 	}
-	return nil
+	// Unreachable while valid only restates Validate's rules.
+	return fmt.Errorf("%w: limit, burst or window out of range", core.ErrInvalidPolicy)
 }

@@ -130,19 +130,11 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // out of [1, capacity]), wrapping the core sentinel error; and when Redis
 // fails, wrapping the client's error with the algorithm.
 func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	p := req.Policy
-	if err := p.Validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return core.Decision{}, err
 	}
+	p := req.Policy
 	i := algo(p.Algorithm)
-	switch {
-	case req.Key == "":
-		return core.Decision{}, fmt.Errorf("%w: empty key", core.ErrInvalidKey)
-	case req.Cost < 1:
-		return core.Decision{}, fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidCost, req.Cost)
-	case req.Cost > p.Capacity():
-		return core.Decision{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, req.Cost, p.Capacity())
-	}
 	base := s.key(req.Key, p, i)
 	keys := []string{base}
 	if p.Algorithm == core.SlidingWindowLog {
