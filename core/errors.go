@@ -33,4 +33,12 @@ var (
 	// ErrTimeout reports a store that did not answer within the Limiter's
 	// timeout. Errors wrapping it also wrap ErrStore.
 	ErrTimeout = errors.New("ratelimit: store timed out")
+
+	// ErrCanceled reports a decision the caller abandoned: its context ended
+	// (the client disconnected, or the caller's own deadline passed) before
+	// the store decided. The caller's cancellation is not a store failure:
+	// the Decision returned with it is never Allowed, and no FailMode or
+	// fallback store applies. Errors wrapping it also wrap the context's
+	// error (context.Canceled or context.DeadlineExceeded).
+	ErrCanceled = errors.New("ratelimit: decision canceled by the caller")
 )
