@@ -1,10 +1,12 @@
 package core_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -50,17 +52,11 @@ func TestPolicyValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.policy.Validate()
 			if tt.reason == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
+				require.NoError(t, err)
 				return
 			}
-			if !errors.Is(err, core.ErrInvalidPolicy) {
-				t.Fatalf("Validate() = %v, want ErrInvalidPolicy", err)
-			}
-			if !strings.Contains(err.Error(), tt.reason) {
-				t.Fatalf("Validate() = %q, want it to mention %q", err, tt.reason)
-			}
+			require.ErrorIs(t, err, core.ErrInvalidPolicy)
+			assert.Contains(t, err.Error(), tt.reason)
 		})
 	}
 }
@@ -77,18 +73,12 @@ func TestPolicyCapacityAndName(t *testing.T) {
 		{core.Policy{Algorithm: core.FixedWindow, Limit: 300, Window: time.Hour}, 300, "fixed_window-300-per-1h0m0s"},
 	}
 	for _, tt := range tests {
-		if got := tt.p.Capacity(); got != tt.capacity {
-			t.Errorf("%+v Capacity() = %d, want %d", tt.p, got, tt.capacity)
-		}
+		assert.Equal(t, tt.capacity, tt.p.Capacity(), "Capacity of %+v", tt.p)
 		name := tt.p.DefaultName()
-		if name != tt.name {
-			t.Errorf("%+v DefaultName() = %q, want %q", tt.p, name, tt.name)
-		}
+		assert.Equal(t, tt.name, name, "DefaultName of %+v", tt.p)
 		named := tt.p
 		named.Name = name
-		if err := named.Validate(); err != nil {
-			t.Errorf("the default name %q does not validate: %v", name, err)
-		}
+		assert.NoError(t, named.Validate(), "the default name %q must validate", name)
 	}
 }
 
@@ -108,8 +98,11 @@ func TestRequestValidate(t *testing.T) {
 	for _, tt := range tests {
 		r := ok
 		tt.edit(&r)
-		if err := r.Validate(); !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
-			t.Errorf("%s: Validate() = %v, want %v", tt.name, err, tt.want)
+		err := r.Validate()
+		if tt.want == nil {
+			assert.NoError(t, err, tt.name)
+			continue
 		}
+		assert.ErrorIs(t, err, tt.want, tt.name)
 	}
 }
