@@ -54,8 +54,8 @@ func newClusterRecovery(client redis.UniversalClient) *clusterRecovery {
 // failed is called with the error of every failed call to Redis. When the
 // error says a node failed, and no reload was asked for in the last
 // reloadEvery, it asks the client to reload its slot map. It never waits:
-// go-redis's ReloadState (v9.23) only starts a reload on a goroutine of its
-// own, or notes that one is due when a reload is running.
+// go-redis's ReloadState (v9.22, v9.23) only starts a reload on a goroutine
+// of its own, or notes that one is due when a reload is running.
 func (r *clusterRecovery) failed(err error) {
 	if r == nil {
 		return
