@@ -61,6 +61,7 @@ type Store struct {
 	prefix         string
 	explicitMinTTL time.Duration
 	scripts        [len(algos)]*redis.Script
+	recovery       *clusterRecovery // nil unless client is a cluster client
 }
 
 var _ core.DeadlineAware = (*Store)(nil)
@@ -81,9 +82,12 @@ var algos = [...]struct {
 // New returns a Store keeping its state in the Redis behind client, which
 // may be a *redis.Client, a *redis.ClusterClient or any other
 // redis.UniversalClient. The Store does not own the client: closing it is
-// the caller's business.
+// the caller's business. Over a cluster client, a decision that fails on a
+// node also asks the client to reload its slot map (at most five times a
+// second, without waiting), so that the Store follows a promoted replica.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL}
+	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL,
+		recovery: newClusterRecovery(client)}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -151,6 +155,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	r, err := s.scripts[i].Run(ctx, s.client, keys,
 		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL).Int64Slice()
 	if err != nil {
+		s.recovery.failed(err)
 		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
 	}
 	if len(r) != 5 {
@@ -182,6 +187,7 @@ func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error
 		keys = append(keys, base+":seq")
 	}
 	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+		s.recovery.failed(err)
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil

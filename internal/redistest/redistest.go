@@ -1,5 +1,6 @@
 // Package redistest runs real Redis servers for tests: one redis-server,
-// or a Redis Cluster of three masters, each a child process bound to
+// a Redis Cluster of three masters, or one of three masters with a replica
+// each (StartReplicatedCluster), each node a child process bound to
 // 127.0.0.1 with its own temporary directory, killed when the test ends,
 // whether it passed or not.
 //
