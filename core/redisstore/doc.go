@@ -21,12 +21,11 @@
 //
 //	<prefix>{<client key>}:<policy name>:<algorithm code>
 //
-// with the prefix "rl:" by default (WithPrefix) and the codes fw, swl, swc,
-// tb and lb, so that a Name reused with another algorithm never meets a key
-// of the wrong type. The sliding log adds a sequence counter at the same key
-// followed by ":seq". The braces are a Redis Cluster hash tag: all the keys
-// of one client key live in one slot, so a script never spans slots
-// (CROSSSLOT), and Reset deletes them with one DEL. The Limiter hands the
+// with the prefix "rl:" by default (WithPrefix) and the codes fw, swl2,
+// swc, tb and lb, so that a Name reused with another algorithm never meets
+// a key of the wrong type. The braces are a Redis Cluster hash tag: all the
+// keys of one client key live in one slot, so a script never spans slots
+// (CROSSSLOT). The Limiter hands the
 // store keys of printable ASCII without braces (core.NormalizeKey), so the
 // tag is always the whole client key. A prefix should not contain braces
 // either: a tag found in the prefix would put every key in one slot.
@@ -35,7 +34,9 @@
 // count (n; c and the previous window's p) and the time t of the last
 // admission; the buckets a HASH of their level v (written with %.17g, so
 // that the float64 round-trips exactly) and t; the sliding log a ZSET with
-// one member per admitted cost unit, scored by its time in microseconds.
+// one member per admitted request, scored by its time in microseconds and
+// naming its units in a running count, so that a request's cost in Redis
+// does not grow with its Cost (the code swl held one member per unit).
 // Times are integer microseconds, written with %d.
 //
 // # Time

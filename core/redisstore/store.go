@@ -72,7 +72,9 @@ var algos = [...]struct {
 	lua  *string
 }{
 	{core.FixedWindow, "fw", &fixedWindowLua},
-	{core.SlidingWindowLog, "swl", &slidingLogLua},
+	// swl2: the log of one member per request; "swl", one member per
+	// unit, is another format, left to expire.
+	{core.SlidingWindowLog, "swl2", &slidingLogLua},
 	{core.SlidingWindowCounter, "swc", &slidingCounterLua},
 	{core.TokenBucket, "tb", &tokenBucketLua},
 	{core.LeakyBucket, "lb", &leakyBucketLua},
@@ -106,8 +108,8 @@ func algo(a core.Algorithm) int {
 }
 
 // Key returns the key holding the state of the client key under policy,
-// as described in the package documentation. The sliding log also uses Key
-// followed by ":seq". It returns "" for an unknown algorithm.
+// as described in the package documentation. It returns "" for an unknown
+// algorithm.
 func (s *Store) Key(key string, policy core.Policy) string {
 	i := algo(policy.Algorithm)
 	if i < 0 {
@@ -135,11 +137,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	}
 	p := req.Policy
 	i := algo(p.Algorithm)
-	base := s.key(req.Key, p, i)
-	keys := []string{base}
-	if p.Algorithm == core.SlidingWindowLog {
-		keys = append(keys, base+":seq")
-	}
+	keys := []string{s.key(req.Key, p, i)}
 	// ARGV: limit, window µs, capacity, cost, now µs ("" for Redis TIME),
 	// minimum TTL ms. go-redis writes integers without formatting them
 	// into strings first.
@@ -166,8 +164,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	}, nil
 }
 
-// Reset deletes the state of key under policy with one DEL: its keys share
-// a hash tag, hence a Redis Cluster slot.
+// Reset deletes the state of key under policy with one DEL.
 func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error {
 	i := algo(policy.Algorithm)
 	if i < 0 {
@@ -176,12 +173,7 @@ func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error
 	if key == "" {
 		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
 	}
-	base := s.key(key, policy, i)
-	keys := []string{base}
-	if policy.Algorithm == core.SlidingWindowLog {
-		keys = append(keys, base+":seq")
-	}
-	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+	if err := s.client.Del(ctx, s.key(key, policy, i)).Err(); err != nil {
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil
