@@ -24,6 +24,7 @@ func TestOneRoundTrip(t *testing.T) {
 	hook := newCommandCounter()
 	c.AddHook(hook)
 	s := New(c, WithPrefix(testPrefix(t)))
+	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
 	ctx := context.Background()
 	ps := policies(1000, time.Minute)
 	decide := func(i int) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,6 +62,9 @@ type Store struct {
 	prefix         string
 	explicitMinTTL time.Duration
 	scripts        [len(algos)]*redis.Script
+	logger         *slog.Logger  // nil: slog.Default()
+	checkTimeout   time.Duration // bounds the check New starts
+	checked        chan struct{} // closed once that check is done
 }
 
 var _ core.DeadlineAware = (*Store)(nil)
@@ -84,8 +88,13 @@ var algos = [...]struct {
 // may be a *redis.Client, a *redis.ClusterClient or any other
 // redis.UniversalClient. The Store does not own the client: closing it is
 // the caller's business.
+//
+// New does no I/O. It starts one goroutine that runs CheckConfig, for at
+// most a few seconds, and logs a warning (WithLogger) if Redis has a
+// maxmemory and the noeviction policy.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL}
+	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL,
+		checkTimeout: configCheckTimeout, checked: make(chan struct{})}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -94,6 +103,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for i, a := range algos {
 		s.scripts[i] = redis.NewScript(preludeLua + *a.lua)
 	}
+	go s.checkAtStart()
 	return s
 }
 
