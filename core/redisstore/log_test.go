@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,4 +199,68 @@ func TestLogRebase(t *testing.T) {
 	for i, cost := range []int64{525, 1, 400, 401, 455, 1000, 30, 1} {
 		lp.take("k", cost, t0.Add(time.Minute+time.Duration(i)*time.Millisecond))
 	}
+
+	// Passing 2^52 in the newest member's microsecond: rebased, then
+	// widened.
+	key = s.Key("m", p)
+	require.NoError(t, c.ZAdd(ctx, key,
+		redis.Z{Score: us(0), Member: fmt.Sprintf("%d:%d", from, from+450)},
+	).Err())
+	require.NoError(t, c.Expire(ctx, key, time.Minute).Err())
+	_, err = lp.ms.Take(ctx, core.Request{Key: "m", Policy: p, Cost: 450, Now: t0})
+	require.NoError(t, err)
+	require.True(t, lp.take("m", 100, t0).Allowed)
+	require.Equal(t, []string{"0:550"}, members())
+	lp.take("m", 451, t0.Add(time.Millisecond))
+	lp.take("m", 450, t0.Add(time.Millisecond))
+}
+
+// TestLogConcurrentCosts: four clients (app servers) of one Redis, eight
+// goroutines each, send requests of random costs at Redis TIME to one log.
+// The units admitted are exactly the units logged, never more than L, and
+// each admission sees a Remaining of its own.
+func TestLogConcurrentCosts(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := testPrefix(t)
+	p := core.Policy{Name: "costs", Algorithm: core.SlidingWindowLog, Limit: 1000, Window: time.Hour}
+	ctx := context.Background()
+	var (
+		mu        sync.Mutex
+		units     int64
+		remaining = map[int64]bool{}
+		wg        sync.WaitGroup
+	)
+	stores := make([]*Store, 4)
+	for i := range stores {
+		s := New(srv.Client(), WithPrefix(prefix))
+		stores[i] = s
+		for g := range 8 {
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
+			wg.Go(func() {
+				for range 50 {
+					cost := 1 + rng.Int64N(40)
+					d, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: cost})
+					if !assert.NoError(t, err) {
+						return
+					}
+					if d.Allowed {
+						mu.Lock()
+						units += cost
+						assert.False(t, remaining[d.Remaining], "Remaining %d seen twice", d.Remaining)
+						remaining[d.Remaining] = true
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, units, p.Limit)
+	z, err := srv.Client().ZRange(ctx, stores[0].Key("k", p), -1, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, z, 1)
+	_, logged, err := cutMember(z[0])
+	require.NoError(t, err)
+	assert.Equal(t, units, logged, "units admitted and units logged")
+	assert.Greater(t, units, p.Limit-40, "the log filled up")
 }
