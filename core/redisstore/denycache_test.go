@@ -18,7 +18,9 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	hook := newCommandCounter()
 	c.AddHook(hook)
 	p := core.Policy{Name: "flood", Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Hour}
-	l, err := core.NewLimiter(New(c, WithPrefix(testPrefix(t))), p, core.WithDenyCache(1000))
+	s := New(c, WithPrefix(testPrefix(t)))
+	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
+	l, err := core.NewLimiter(s, p, core.WithDenyCache(1000))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,81 +5,57 @@
 //
 // # Scripts
 //
-// Each algorithm is one script, in its own .lua file embedded in the binary,
-// whose header states its KEYS, ARGV and reply; prelude.lua, which reads
-// the arguments and holds the helpers every script shares, is sent in front
-// of each as part of the same script. The arithmetic is the
-// reference arithmetic of core/memstore, operation for operation, so both
-// stores give the same Decision for the same history; the conformance suite
-// in core/storetest holds both to the same hand-computed values. Scripts run
-// with EVALSHA and fall back to EVAL when Redis answers NOSCRIPT (after a
-// restart or a SCRIPT FLUSH), which also loads them again.
+// Each algorithm is one script, in its own .lua file embedded in the
+// binary, whose header states its state and reply; prelude.lua, sent in
+// front of each, reads the arguments and holds the shared helpers. The
+// arithmetic is core/memstore's, operation for operation, so both stores
+// give the same Decision for the same history; core/storetest holds both
+// to it. A script's work does not grow with the request's cost: the
+// sliding log writes one member per request. Scripts run with EVALSHA and
+// fall back to EVAL when Redis answers NOSCRIPT.
 //
-// # Keys and hash tags
+// # Keys
 //
 // The state of a client key under a policy lives at
 //
 //	<prefix>{<client key>}:<policy name>:<algorithm code>
 //
-// with the prefix "rl:" by default (WithPrefix) and the codes fw, swl, swc,
-// tb and lb, so that a Name reused with another algorithm never meets a key
-// of the wrong type. The sliding log adds a sequence counter at the same key
-// followed by ":seq". The braces are a Redis Cluster hash tag: all the keys
-// of one client key live in one slot, so a script never spans slots
-// (CROSSSLOT), and Reset deletes them with one DEL. The Limiter hands the
-// store keys of printable ASCII without braces (core.NormalizeKey), so the
-// tag is always the whole client key. A prefix should not contain braces
-// either: a tag found in the prefix would put every key in one slot.
+// with the prefix "rl:" by default (WithPrefix) and the codes fw, swl2,
+// swc, tb and lb (swl2 replaced swl, whose keys held one member per unit;
+// they are never read, and expire within their window). The braces are a
+// Redis Cluster hash tag, so a script never spans slots. The Limiter hands
+// the store keys without braces (core.NormalizeKey); a prefix should not
+// contain any either, or every key would share one slot.
 //
-// Fixed window and sliding counter keep a HASH of the window start w, its
-// count (n; c and the previous window's p) and the time t of the last
-// admission; the buckets a HASH of their level v (written with %.17g, so
-// that the float64 round-trips exactly) and t; the sliding log a ZSET with
-// one member per admitted cost unit, scored by its time in microseconds.
-// Times are integer microseconds, written with %d.
+// # Time and TTLs
 //
-// # Time
+// A Request with a zero Now is decided at Redis TIME, one clock for every
+// app server; an explicit Now (core.WithClock, for tests) is passed in
+// microseconds, and its keys live at least WithExplicitNowMinTTL. A request
+// dated before the key's last admission is decided at that admission. Every
+// key written gets a TTL no longer than its state matters; denied requests
+// write nothing, except that the log drops members that have left the
+// window.
 //
-// A Request with a zero Now lets the script read Redis TIME, so that app
-// servers with skewed clocks still agree: there is one clock, the one of the
-// Redis instance that owns the key. An explicit Now (core.WithClock, meant
-// for tests) is passed to the script in microseconds instead.
+// # Timeouts
 //
-// # TTLs
+// A core.Limiter bounds every decision with its timeout (core.WithTimeout)
+// and applies its FailMode when Redis is late. A script already sent
+// cannot be recalled, and Redis may run it after the Limiter gave up: a
+// request denied under FailClosed may then have spent its quota. That
+// errs on the side of the limit, never past it; a refund would admit more
+// than L whenever the script had not run. Keep the timeout above Redis's
+// p99: since no script grows with the cost, a timeout means an overloaded
+// or unreachable Redis. Build the client with ContextTimeoutEnabled: true
+// (the Limiter's deadline then reaches the socket), a ReadTimeout and
+// WriteTimeout of 100 to 500 ms, and a PoolSize for the decisions in
+// flight.
 //
-// Every key written gets a relative PEXPIRE, computed from the script's own
-// now, no longer than its state can matter: the end of the window (fixed
-// window), the end of the next window (sliding counter), W after the newest
-// entry (sliding log, both keys), the time the bucket is full or the queue
-// empty again (buckets, at least 1 ms). Denied requests write nothing, so
-// they neither extend a TTL nor replicate; the sliding log's only exception
-// is dropping members that have left the window, as core/memstore does.
-// Expiry never decides anything on its own: a script that finds state past
-// its expiry (possible only with explicit times) treats it as no state at
-// all, exactly as core/memstore does.
+// # Memory
 //
-// A request dated before the key's last admission (a clock stepping back:
-// a Redis failover to a node whose clock is behind, or an explicit Now) is
-// decided at that admission, as in core/memstore. Times are microseconds in
-// float64 Lua numbers, exact until 2^53 µs, the year 2255.
-//
-// With an explicit Now, the store cannot know how fast that clock runs
-// against Redis's own: a test may keep its clock still for seconds of real
-// time. Keys written by such requests therefore live at least
-// DefaultExplicitNowMinTTL (WithExplicitNowMinTTL), which changes no
-// decision, only when the key is reclaimed. Requests that use Redis TIME
-// are not affected.
-//
-// # Client options
-//
-// The store works with any redis.UniversalClient: *redis.Client,
-// *redis.ClusterClient (all keys of a decision share a slot) or a
-// *redis.Ring. A core.Limiter bounds every decision with its own timeout
-// (core.WithTimeout), whatever the client does, and applies its FailMode
-// when Redis does not answer in time. The client should still give up
-// promptly, so that calls abandoned by the Limiter do not hold pool
-// connections for seconds: build it with ContextTimeoutEnabled: true (so
-// that the Limiter's deadline reaches the socket) and a small ReadTimeout
-// and WriteTimeout, such as 100ms to 500ms, and a PoolSize sized for the
-// decisions in flight.
+// Run Redis with maxmemory-policy volatile-ttl (or an allkeys-* policy):
+// under noeviction a full Redis refuses admissions with OOM, and the
+// FailMode decides for every client. New checks this once in the
+// background and logs a warning (WithLogger); CheckConfig returns
+// ErrNoEviction, for readiness probes. The README says more on both.
 package redisstore

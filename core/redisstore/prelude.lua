@@ -2,7 +2,7 @@
 -- algorithm's script, as one script. Every script takes the same keys and
 -- arguments and returns the same shape:
 --
--- KEYS[1]  the state (and, for the sliding log, KEYS[2] its sequence)
+-- KEYS[1]  the state
 -- ARGV[1]  limit L
 -- ARGV[2]  window W, in microseconds
 -- ARGV[3]  capacity B (Burst, or L)

@@ -1,67 +1,130 @@
--- Sliding window log: one ZSET member per admitted cost unit, scored by its
--- time, over (now-W, now]. Mirrors slidingLog in core/memstore/algo.go.
+-- Sliding window log: one ZSET member per admitted request (per
+-- microsecond, when several are admitted in the same one), scored by its
+-- time, over (now-W, now]. Members number their units in a running count,
+-- so that, whatever its cost, a request costs a few O(log n) commands for
+-- n members (O(log n) of them for a denial at worst) and writes one
+-- member. Mirrors slidingLog and unitLog in core/memstore.
 --
--- KEYS[1]  the log, a ZSET: score = admission time (µs), member
---          "<now>:<seq>", unique even within one microsecond
--- KEYS[2]  the sequence, a STRING counter (INCRBY) that numbers members
--- ARGV[1]  limit L
--- ARGV[2]  window W, in microseconds
--- ARGV[3]  capacity (unused; every script takes the same ARGV)
--- ARGV[4]  cost c, in [1, L]
--- ARGV[5]  now, in microseconds since the Unix epoch; "" reads Redis TIME
--- ARGV[6]  minimum TTL in milliseconds (0 unless now is explicit)
+-- KEYS[1]  the log, a ZSET: score = admission time (µs); member
+--          "<from>:<to>", the running count before its first unit and
+--          after its last (it holds to-from units)
 -- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms (0)}
---          as integers; durations rounded up to whole milliseconds.
+--
+-- The units in the window are the newest member's to minus the oldest
+-- member's from. Members are in time order, with distinct scores, so
+-- their running counts increase with their rank.
 --
 -- A request dated before the last admission (a clock stepping back) is
 -- decided at the last admission, so the log stays in time order. Every
 -- request first trims the members at or before now-W, which have left the
--- window; a denied request changes nothing else. An admitted one adds c
--- members and sets the TTL of both keys to W, when the newest member
--- leaves the window.
+-- window; a denied request changes nothing else. An admitted one adds a
+-- member (or widens the newest, admitted in the same microsecond) and sets
+-- the TTL to W, when that member leaves the window. The count starts again
+-- at 0 whenever the window is empty, and is rebased on the oldest member,
+-- rewriting every member, in the rare case it would pass 2^52 (float64
+-- numbers are exact to 2^53); that costs O(n), once every 2^52 - 2L units.
 --
 -- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
 -- minttl and defines ms and firstPass.
 
+local log = KEYS[1]
+
+-- span returns the running counts of a member: before its first unit and
+-- after its last.
+local function span(member)
+  local from, to = string.match(member, '^(%d+):(%d+)$')
+  return tonumber(from), tonumber(to)
+end
+
 -- The newest member is the last admission.
-local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-local at = now
+local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+local at, last = now, nil
 if newest[2] then
-  newest = tonumber(newest[2])
-  at = math.max(now, newest)
+  last = tonumber(newest[2])
+  at = math.max(now, last)
 end
 -- Lua's tostring keeps 14 digits: format every microsecond time with %d.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', at - w))
-local n = redis.call('ZCARD', KEYS[1])
+redis.call('ZREMRANGEBYSCORE', log, '-inf', string.format('%d', at - w))
+-- base and total are the running counts before the oldest unit in the
+-- window and after the newest: the newest member outlives every trim
+-- that leaves any member.
+local base, total = 0, 0
+local oldest = redis.call('ZRANGE', log, 0, 0)
+if oldest[1] then
+  base = span(oldest[1])
+  local _, to = span(newest[1])
+  total = to
+end
+local n = total - base
 
 local allowed, reset, retry = 0, 0, 0
 if n + c <= l then
-  local last = redis.call('INCRBY', KEYS[2], c)
-  local score = string.format('%d', at)
-  local batch = {}
-  for seq = last - c + 1, last do
-    batch[#batch + 1] = score
-    batch[#batch + 1] = score .. ':' .. string.format('%d', seq)
-    if #batch >= 1000 then -- stay far below Lua's stack limit
-      redis.call('ZADD', KEYS[1], unpack(batch))
-      batch = {}
+  if total + c > 4503599627370496 then -- 2^52: rebase on the oldest
+    local members = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
+    redis.call('DEL', log)
+    local batch = {}
+    for i = 1, #members, 2 do
+      local from, to = span(members[i])
+      local member = string.format('%d:%d', from - base, to - base)
+      batch[#batch + 1] = members[i + 1]
+      batch[#batch + 1] = member
+      if #batch >= 1000 or i + 1 == #members then -- far below Lua's stack limit
+        redis.call('ZADD', log, unpack(batch))
+        batch = {}
+      end
+      newest[1] = member
     end
+    base, total = 0, total - base
   end
-  if #batch > 0 then
-    redis.call('ZADD', KEYS[1], unpack(batch))
+  local from = total
+  if last == at then
+    -- Admitted in the same microsecond as the newest member, which is
+    -- in the window: widen it, as core/memstore does.
+    from = span(newest[1])
+    redis.call('ZREM', log, newest[1])
   end
-  local ttl = string.format('%d', math.max(ms(at + w - now), minttl))
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('ZADD', log, string.format('%d', at), string.format('%d:%d', from, total + c))
+  redis.call('PEXPIRE', log, string.format('%d', math.max(ms(at + w - now), minttl)))
   n = n + c
   allowed = 1
   reset = w -- the newest unit is at's
 else
-  -- The (n+c-L)-th oldest unit must leave the window first.
-  local k = string.format('%d', n + c - l - 1)
-  local e = redis.call('ZRANGE', KEYS[1], k, k, 'WITHSCORES')
-  retry = tonumber(e[2]) + w - at
-  -- n > 0 here, since c <= L: the newest member is in the window.
-  reset = newest + w - at
+  -- The k-th oldest unit, unit base+k, must leave the window first. It
+  -- is in the first member whose running count after it reaches base+k,
+  -- below rank k since each member holds a unit or more. Ranks are
+  -- searched by interpolation (one probe when the members hold even
+  -- costs) alternating with bisection (O(log n) probes at worst); the
+  -- last few members are read at once. n > 0 here, since c <= L.
+  local k = n + c - l
+  local unit = base + k
+  local card = redis.call('ZCARD', log)
+  -- The member is in ranks [lo, hi]. below is the running count before
+  -- rank lo; above the count after rank top, at or past hi.
+  local lo, hi = 0, math.min(k, card) - 1
+  local below, top, above = base, card - 1, total
+  local interpolate = true
+  while hi - lo > 8 do
+    local mid = math.floor((lo + hi) / 2)
+    if interpolate then
+      mid = lo + math.ceil((unit - below) * (top - lo + 1) / (above - below)) - 1
+      mid = math.max(lo, math.min(mid, hi - 1))
+    end
+    interpolate = not interpolate
+    local _, to = span(redis.call('ZRANGE', log, mid, mid)[1])
+    if to >= unit then
+      hi, top, above = mid, mid, to
+    else
+      lo, below = mid + 1, to
+    end
+  end
+  local members = redis.call('ZRANGE', log, lo, hi, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local _, to = span(members[i])
+    if to >= unit then
+      retry = tonumber(members[i + 1]) + w - at
+      break
+    end
+  end
+  reset = last + w - at
 end
 return {allowed, l - n, ms(reset), ms(retry), 0}

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +63,9 @@ type Store struct {
 	explicitMinTTL time.Duration
 	scripts        [len(algos)]*redis.Script
 	recovery       *clusterRecovery // nil unless client is a cluster client
+	logger         *slog.Logger     // nil: slog.Default()
+	checkTimeout   time.Duration    // bounds the check New starts
+	checked        chan struct{}    // closed once that check is done
 }
 
 var _ core.DeadlineAware = (*Store)(nil)
@@ -73,7 +77,9 @@ var algos = [...]struct {
 	lua  *string
 }{
 	{core.FixedWindow, "fw", &fixedWindowLua},
-	{core.SlidingWindowLog, "swl", &slidingLogLua},
+	// swl2: the log of one member per request; "swl", one member per
+	// unit, is another format, left to expire.
+	{core.SlidingWindowLog, "swl2", &slidingLogLua},
 	{core.SlidingWindowCounter, "swc", &slidingCounterLua},
 	{core.TokenBucket, "tb", &tokenBucketLua},
 	{core.LeakyBucket, "lb", &leakyBucketLua},
@@ -85,9 +91,13 @@ var algos = [...]struct {
 // the caller's business. Over a cluster client, a decision that fails on a
 // node also asks the client to reload its slot map (at most five times a
 // second, without waiting), so that the Store follows a promoted replica.
+//
+// New does no I/O. It starts one goroutine that runs CheckConfig, for at
+// most a few seconds, and logs a warning (WithLogger) if Redis has a
+// maxmemory and the noeviction policy.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL,
-		recovery: newClusterRecovery(client)}
+		recovery: newClusterRecovery(client), checkTimeout: configCheckTimeout, checked: make(chan struct{})}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -96,6 +106,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for i, a := range algos {
 		s.scripts[i] = redis.NewScript(preludeLua + *a.lua)
 	}
+	go s.checkAtStart()
 	return s
 }
 
@@ -110,8 +121,8 @@ func algo(a core.Algorithm) int {
 }
 
 // Key returns the key holding the state of the client key under policy,
-// as described in the package documentation. The sliding log also uses Key
-// followed by ":seq". It returns "" for an unknown algorithm.
+// as described in the package documentation. It returns "" for an unknown
+// algorithm.
 func (s *Store) Key(key string, policy core.Policy) string {
 	i := algo(policy.Algorithm)
 	if i < 0 {
@@ -139,11 +150,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	}
 	p := req.Policy
 	i := algo(p.Algorithm)
-	base := s.key(req.Key, p, i)
-	keys := []string{base}
-	if p.Algorithm == core.SlidingWindowLog {
-		keys = append(keys, base+":seq")
-	}
+	keys := []string{s.key(req.Key, p, i)}
 	// ARGV: limit, window µs, capacity, cost, now µs ("" for Redis TIME),
 	// minimum TTL ms. go-redis writes integers without formatting them
 	// into strings first.
@@ -171,8 +178,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	}, nil
 }
 
-// Reset deletes the state of key under policy with one DEL: its keys share
-// a hash tag, hence a Redis Cluster slot.
+// Reset deletes the state of key under policy with one DEL.
 func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error {
 	i := algo(policy.Algorithm)
 	if i < 0 {
@@ -181,12 +187,7 @@ func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error
 	if key == "" {
 		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
 	}
-	base := s.key(key, policy, i)
-	keys := []string{base}
-	if policy.Algorithm == core.SlidingWindowLog {
-		keys = append(keys, base+":seq")
-	}
-	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+	if err := s.client.Del(ctx, s.key(key, policy, i)).Err(); err != nil {
 		s.recovery.failed(err)
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}

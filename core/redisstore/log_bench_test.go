@@ -1,0 +1,73 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// BenchmarkSlidingWindowLog measures one sliding-log decision (Store.Take,
+// one script run) against a local redis-server, at cost 1 and at cost
+// 100 000, the largest a log admits, and reports the script's own time in
+// Redis (µs/script, from INFO commandstats) beside the round trip.
+//
+//   - cost=1: requests at Redis TIME under 100 000 per second; the log
+//     holds about one second of them.
+//   - cost=100000/admitted: each request fills the whole limit, one window
+//     after the previous one, which it trims.
+//   - cost=100000/denied: a log of 20 000 requests of cost 1 refuses a
+//     request of cost 100 000, whose RetryAfter is the newest request's.
+func BenchmarkSlidingWindowLog(b *testing.B) {
+	srv := redistest.Start(b)
+	s := New(srv.Client(), WithPrefix(testPrefix(b)))
+	ctx := context.Background()
+	p := core.Policy{Name: "bench", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Second}
+	run := func(b *testing.B, req func(i int) core.Request, allowed bool) {
+		b.Helper()
+		before := scriptMicros(b, srv)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			d, err := s.Take(ctx, req(i))
+			if err != nil || d.Allowed != allowed {
+				b.Fatalf("%+v, %v; want Allowed %v", d, err, allowed)
+			}
+			i++
+		}
+		b.ReportMetric(float64(scriptMicros(b, srv)-before)/float64(i), "µs/script")
+	}
+	b.Run("cost=1", func(b *testing.B) {
+		run(b, func(int) core.Request { return core.Request{Key: "small", Policy: p, Cost: 1} }, true)
+	})
+	b.Run("cost=100000/admitted", func(b *testing.B) {
+		w := p.Window + time.Microsecond
+		run(b, func(i int) core.Request {
+			return core.Request{Key: "large", Policy: p, Cost: p.Limit, Now: t0.Add(time.Duration(i) * w)}
+		}, true)
+	})
+	b.Run("cost=100000/denied", func(b *testing.B) {
+		const n = 20_000
+		for i := range n {
+			req := core.Request{Key: "full", Policy: p, Cost: 1, Now: t0.Add(time.Duration(i) * time.Microsecond)}
+			if d, err := s.Take(ctx, req); err != nil || !d.Allowed {
+				b.Fatalf("%+v, %v", d, err)
+			}
+		}
+		at := t0.Add(n * time.Microsecond)
+		run(b, func(int) core.Request { return core.Request{Key: "full", Policy: p, Cost: p.Limit, Now: at} }, false)
+	})
+}
+
+// scriptMicros returns the microseconds Redis has spent in EVALSHA and EVAL
+// so far, by INFO commandstats.
+func scriptMicros(tb testing.TB, srv *redistest.Server) int64 {
+	tb.Helper()
+	stats, err := commandStats(context.Background(), srv.Client())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return stats["evalsha"].usec + stats["eval"].usec
+}
