@@ -188,8 +188,9 @@ func (c *countingCluster) ReloadState(ctx context.Context) {
 func clusterOver(t testing.TB, addr string, loads *atomic.Int64, block <-chan struct{}) *redis.ClusterClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{
 		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-			loads.Add(1)
-			if block != nil {
+			// The first load is the start-up check's (New); block only the
+			// reloads asked for after it.
+			if loads.Add(1) > 1 && block != nil {
 				<-block
 			}
 			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: addr}}}}, nil
@@ -209,6 +210,8 @@ func TestClusterRecoveryRateLimited(t *testing.T) {
 	cc := &countingCluster{ClusterClient: clusterOver(t, srv.Addr(), &loads, nil)}
 	s := New(cc)
 	require.NotNil(t, s.recovery)
+	waitChecked(t, s, 5*time.Second)
+	atStart := loads.Load()
 
 	s.recovery.failed(fmt.Errorf("redisstore: %w", context.Canceled))
 	s.recovery.failed(redis.Nil)
@@ -233,7 +236,7 @@ func TestClusterRecoveryRateLimited(t *testing.T) {
 	t.Logf("%d failures in %v asked for %d reloads", calls.Load(), elapsed, n)
 	assert.LessOrEqual(t, n, int64(elapsed/reloadEvery)+1, "reloads asked for")
 	assert.GreaterOrEqual(t, n, int64(2), "reloads asked for in %v", elapsed)
-	waitFor(t, 5*time.Second, "reload of the slot map", func() bool { return loads.Load() >= 1 })
+	waitFor(t, 5*time.Second, "reload of the slot map", func() bool { return loads.Load() > atStart })
 }
 
 // TestClusterRecoveryNeverWaits: a failed decision asks for a reload
@@ -246,6 +249,7 @@ func TestClusterRecoveryNeverWaits(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	s := New(clusterOver(t, srv.Addr(), &loads, block))
+	waitChecked(t, s, 5*time.Second) // its load of the slot map is not blocked
 	returned := make(chan struct{})
 	go func() {
 		s.recovery.failed(io.EOF)
@@ -257,7 +261,7 @@ func TestClusterRecoveryNeverWaits(t *testing.T) {
 		t.Fatal("a failed decision waited for the reload of the slot map")
 	}
 	// The reload has started, and is still hanging on ClusterSlots.
-	waitFor(t, 5*time.Second, "reload of the slot map", func() bool { return loads.Load() == 1 })
+	waitFor(t, 5*time.Second, "reload of the slot map", func() bool { return loads.Load() == 2 })
 }
 
 // TestClusterRecoveryClients: only clients with a slot map get a recovery;
