@@ -234,8 +234,8 @@ func TestPaceStopsOnEndedContext(t *testing.T) {
 	if f.Handle(r, w) {
 		t.Error("request of an ended context proceeds")
 	}
-	if w.writes != 0 {
-		t.Errorf("wrote %d %q to a client that left", w.status, w.body)
+	if w.writes != 1 || w.status != 499 {
+		t.Errorf("wrote %d times, status %d %q; want 499 once, which a half-closed client can read", w.writes, w.status, w.body)
 	}
 }
 
