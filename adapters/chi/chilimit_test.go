@@ -61,7 +61,11 @@ func served(spec *adapterstest.Spec) http.HandlerFunc {
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
 
-func TestSockets(t *testing.T) { adapterstest.RunSockets(t, harness{}, redistest.Start(t)) }
+// TestSockets runs the disconnect attack over real sockets, on one
+// redis-server for the whole run.
+func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
+
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }
 
 // routeRecorder is a limiter keyed on the route, recording every key in log.
 func routeRecorder(t *testing.T, log *adapterstest.KeyLog) func(http.Handler) http.Handler {

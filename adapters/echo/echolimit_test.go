@@ -40,4 +40,8 @@ func (harness) handler(spec *adapterstest.Spec) http.Handler {
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
 
-func TestSockets(t *testing.T) { adapterstest.RunSockets(t, harness{}, redistest.Start(t)) }
+// TestSockets runs the disconnect attack over real sockets, on one
+// redis-server for the whole run.
+func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
+
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

@@ -161,8 +161,14 @@ func (c *conn) SetWriteDeadline(time.Time) error { return nil }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
 
+// TestSockets runs the disconnect attack and the zero-copy key check over
+// real sockets, on one redis-server for the whole run.
 func TestSockets(t *testing.T) {
 	srv := redistest.Start(t)
-	adapterstest.RunSockets(t, harness{}, srv)
+	t.Run("Disconnects", func(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, srv) })
 	t.Run("ZeroCopyKeys", func(t *testing.T) { testZeroCopyKeys(t, srv) })
 }
+
+// TestPanics runs with Fiber's default config, without its recover
+// middleware: an escaped panic would end the test binary.
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

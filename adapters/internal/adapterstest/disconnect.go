@@ -1,6 +1,7 @@
 package adapterstest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -94,6 +96,64 @@ func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				runDisconnects(t, h, s.new(t), m.opts(t))
 			})
 		}
+	}
+	if h.CancelsOnDisconnect() {
+		t.Run("while paced", func(t *testing.T) { runPacedDisconnects(t, h) })
+	}
+}
+
+// decidedStore is a memory store that signals each decision it made.
+type decidedStore struct {
+	*memstore.Store
+	decided chan struct{}
+}
+
+func (s decidedStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	defer func() { s.decided <- struct{}{} }()
+	return s.Store.Take(ctx, req)
+}
+
+// runPacedDisconnects checks clients that leave while the leaky bucket
+// paces their admitted request: the handler never runs for them, and they
+// read 499.
+func runPacedDisconnects(t *testing.T, h SocketHarness) {
+	store := decidedStore{Store: NewStore(t), decided: make(chan struct{}, 8)}
+	p := core.Policy{Name: "paced", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}
+	l, err := core.NewLimiter(store, p)
+	require.NoError(t, err)
+	var errs errorRecorder
+	spec := &Spec{
+		Global: []Mount{{Limiter: l, Options: []middleware.Option{middleware.WithMaxDelay(time.Hour), errs.option()}}},
+		Routes: []Route{{Method: "GET", Path: "/"}},
+	}
+	addr := h.Serve(t, spec)
+	waitDecided := func() {
+		t.Helper()
+		select {
+		case <-store.decided:
+		case <-time.After(ioGuard):
+			t.Fatal("no decision")
+		}
+	}
+
+	res := Send(t, addr, RawRequest{})
+	require.Equal(t, http.StatusOK, res.Status, "the first request leaves at once")
+	waitDecided()
+	for i := range 3 {
+		c := Dial(t, addr)
+		require.NoError(t, c.Write(RawRequest{}))
+		waitDecided() // admitted with an hour's Delay: now paced
+		require.NoError(t, c.CloseWrite())
+		res, err := c.Read()
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StatusClientClosedRequest, res.Status, "paced request %d", i)
+		assert.Equal(t, canceledBody, res.Body, "paced request %d", i)
+	}
+	assert.Equal(t, int64(1), spec.Hits(), "handler runs")
+	got := errs.all()
+	require.Len(t, got, 3)
+	for _, err := range got {
+		assert.ErrorIs(t, err, core.ErrCanceled)
 	}
 }
 

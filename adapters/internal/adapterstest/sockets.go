@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/apigate/ratelimit/internal/redistest"
 )
 
 // SocketHarness serves apps on real loopback sockets, for the suites that
@@ -88,16 +86,39 @@ func (c *Conn) Do(t testing.TB, req RawRequest) Response {
 // Try is Do returning the error, for requests that a server may rightly
 // leave unanswered (a truncated body).
 func (c *Conn) Try(req RawRequest) (Response, error) {
-	if err := c.c.SetDeadline(time.Now().Add(ioGuard)); err != nil {
+	if err := c.Write(req); err != nil {
 		return Response{}, err
 	}
+	return c.Read()
+}
+
+// Write writes req, and half-closes the connection when req says so.
+func (c *Conn) Write(req RawRequest) error {
+	if err := c.c.SetDeadline(time.Now().Add(ioGuard)); err != nil {
+		return err
+	}
 	if _, err := io.WriteString(c.c, req.encode()); err != nil {
-		return Response{}, fmt.Errorf("write request: %w", err)
+		return fmt.Errorf("write request: %w", err)
 	}
 	if req.HalfClose {
-		if err := c.c.CloseWrite(); err != nil {
-			return Response{}, fmt.Errorf("half-close: %w", err)
-		}
+		return c.CloseWrite()
+	}
+	return nil
+}
+
+// CloseWrite closes the client's side of the connection (TCP FIN); the
+// response can still be read.
+func (c *Conn) CloseWrite() error {
+	if err := c.c.CloseWrite(); err != nil {
+		return fmt.Errorf("half-close: %w", err)
+	}
+	return nil
+}
+
+// Read reads one response.
+func (c *Conn) Read() (Response, error) {
+	if err := c.c.SetDeadline(time.Now().Add(ioGuard)); err != nil {
+		return Response{}, err
 	}
 	res, err := http.ReadResponse(c.br, nil)
 	if err != nil {
@@ -139,11 +160,4 @@ func (req RawRequest) encode() string {
 	b.WriteString("\r\n")
 	b.WriteString(req.Body)
 	return b.String()
-}
-
-// RunSockets runs the socket suites against h: RunDisconnects, on srv
-// among other stores, and RunPanics.
-func RunSockets(t *testing.T, h SocketHarness, srv *redistest.Server) {
-	t.Run("Disconnects", func(t *testing.T) { RunDisconnects(t, h, srv) })
-	t.Run("Panics", func(t *testing.T) { RunPanics(t, h) })
 }
