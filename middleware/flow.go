@@ -55,7 +55,8 @@ import (
 // a response header field, replacing any value (each adapter passes the
 // framework's own header map); Write sends status, Content-Type and body,
 // ending the response. The flow calls Write at most once, and only for a
-// request that does not proceed.
+// request that does not proceed; the Response it hands to handlers and
+// responders refuses a second Write with an error.
 type Response interface {
 	headers.Setter
 	Write(status int, contentType string, body []byte) error
