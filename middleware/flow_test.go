@@ -320,3 +320,21 @@ func BenchmarkHandle(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHandleDenied is the flow alone on the memory store, denied
+// path (a flood past the limit), default options.
+func BenchmarkHandleDenied(b *testing.B) {
+	f, err := middleware.New(newLimiter(b, memStore(b), perMinute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := newRequest()
+	f.Handle(r, newResponse())
+	w := newResponse()
+	b.ReportAllocs()
+	for b.Loop() {
+		if f.Handle(r, w) {
+			b.Fatal("allowed")
+		}
+	}
+}
