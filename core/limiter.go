@@ -214,6 +214,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		req.Now = l.now()
 	}
 	var now time.Time // the deny cache's clock, read before the store decides
+	var gen uint64    // the deny cache's generation, likewise
 	if l.denied != nil {
 		if now = req.Now; now.IsZero() {
 			now = time.Now()
@@ -222,6 +223,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 			d.Limit, d.Policy = l.capacity, l.policy
 			return d, nil
 		}
+		gen = l.denied.generation()
 	}
 	d, err := l.do(ctx, opTake, req)
 	if err != nil {
@@ -239,15 +241,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	}
 	d.Policy = l.policy
 	if l.denied != nil && !d.Allowed {
-		l.denied.put(key, n, now, d)
+		l.denied.put(key, n, now, d, gen)
 	}
 	return d, nil
 }
 
-// Reset forgets the state of key, so its next request finds a whole quota.
-// It is bounded by the Limiter's timeout, and treats the caller's
-// cancellation as AllowN does: the error then wraps ErrCanceled, and the
-// state may or may not have been forgotten.
+// Reset forgets the state of key, so its next request finds a whole quota;
+// once it has returned, no denial the deny cache remembered from before is
+// served. It is bounded by the Limiter's timeout like every decision, and
+// treats the caller's cancellation as AllowN does: the error then wraps
+// ErrCanceled, and the state may or may not have been forgotten.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key, err := NormalizeKey(key)
 	if err != nil {
@@ -259,7 +262,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	_, err = l.do(ctx, opReset, Request{Key: key, Policy: l.policy})
 	if l.denied != nil {
-		l.denied.forget(key)
+		l.denied.reset(key)
 	}
 	if err != nil {
 		if callerDone(ctx) {

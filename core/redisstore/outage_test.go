@@ -355,3 +355,34 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 		})
 	}
 }
+
+// TestResetIsBoundedOnFrozenRedis is issue #6 item 7: Reset waits no more
+// than the Limiter's timeout for a frozen Redis, even with a client whose
+// reads ignore context deadlines (go-redis defaults: 3 s).
+func TestResetIsBoundedOnFrozenRedis(t *testing.T) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, lims := outageLimiters(t, kind.contextDeadline)
+			srv.Freeze()
+			thawed := false
+			t.Cleanup(func() {
+				if !thawed {
+					srv.Thaw()
+				}
+			})
+			for _, l := range lims {
+				start := time.Now()
+				err := l.Reset(context.Background(), "k")
+				took := time.Since(start)
+				require.Less(t, took, outageTimeout+slack, "Reset took %v", took)
+				require.ErrorIs(t, err, core.ErrStore)
+				require.ErrorIs(t, err, core.ErrTimeout)
+			}
+			srv.Thaw()
+			thawed = true
+			for _, l := range lims {
+				require.NoError(t, l.Reset(context.Background(), "k"))
+			}
+		})
+	}
+}
