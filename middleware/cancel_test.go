@@ -122,9 +122,10 @@ func TestCanceledNeverProceeds(t *testing.T) {
 				assert.Equal(t, 1, w.writes)
 				assert.Equal(t, middleware.StatusClientClosedRequest, w.status)
 				assert.Equal(t, canceledBody, w.body)
-				require.NotEmpty(t, errs)
-				assert.ErrorIs(t, errs[len(errs)-1], core.ErrCanceled)
-				assert.ErrorIs(t, errs[len(errs)-1], context.Canceled)
+				require.Len(t, errs, 1, "the disconnect alone is reported")
+				assert.ErrorIs(t, errs[0], core.ErrCanceled)
+				assert.ErrorIs(t, errs[0], context.Canceled)
+				assert.NotErrorIs(t, errs[0], core.ErrStore, "a disconnect is not a store failure")
 			})
 		}
 	}
