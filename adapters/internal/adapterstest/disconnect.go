@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,10 +99,55 @@ func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			})
 		}
 	}
+	for _, s := range stores {
+		t.Run(s.name+"/pipelined", func(t *testing.T) { runPipelined(t, h, s.new(t)) })
+	}
 	if h.CancelsOnDisconnect() {
 		t.Run("while paced", func(t *testing.T) { runPacedDisconnects(t, h) })
 	}
 }
+
+// runPipelined sends a burst of pipelined requests on one connection and
+// closes its side at once: the last ones are read while the client is
+// gone. The handler still runs at most disconnectLimit times.
+func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
+	p := core.Policy{Name: "pipelined", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour}
+	l, err := core.NewLimiter(store, p, core.WithTimeout(2*time.Second))
+	require.NoError(t, err)
+	var errs errorRecorder
+	spec := &Spec{
+		Global: []Mount{{Limiter: l, Options: []middleware.Option{errs.option()}}},
+		Routes: []Route{{Method: "GET", Path: "/"}},
+	}
+	c := Dial(t, h.Serve(t, spec))
+	var burst strings.Builder
+	for range pipelined {
+		burst.WriteString(RawRequest{}.encode())
+	}
+	require.NoError(t, c.c.SetDeadline(time.Now().Add(ioGuard)))
+	_, err = io.WriteString(c.c, burst.String())
+	require.NoError(t, err)
+	require.NoError(t, c.CloseWrite())
+	statuses := map[int]int{}
+	for range pipelined {
+		res, err := c.Read()
+		if err != nil {
+			break // the server may stop reading once the client is gone
+		}
+		statuses[res.Status]++
+		assert.Contains(t, []int{http.StatusOK, http.StatusTooManyRequests, middleware.StatusClientClosedRequest}, res.Status)
+	}
+	t.Logf("statuses %v, handler ran %d times", statuses, spec.Hits())
+	assert.NotEmpty(t, statuses, "no response at all")
+	assert.LessOrEqual(t, spec.Hits(), int64(disconnectLimit), "handler runs over a limit of %d", disconnectLimit)
+	assert.Equal(t, spec.Hits(), int64(statuses[http.StatusOK]), "200s and handler runs differ")
+	for _, err := range errs.all() {
+		assert.NotErrorIs(t, err, core.ErrStore)
+	}
+}
+
+// pipelined is how many requests runPipelined sends in one burst.
+const pipelined = 12
 
 // decidedStore is a memory store that signals each decision it made.
 type decidedStore struct {
