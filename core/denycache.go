@@ -2,7 +2,9 @@ package core
 
 import (
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,8 +17,10 @@ import (
 // A remembered denial answers only requests at least as costly as the one
 // denied (a cheaper one may fit sooner). Its RetryAfter counts down from
 // the store's; its Remaining is the store's at the time of the denial.
-// Reset forgets the key here too, but a Reset made through another process
-// is seen only once the remembered RetryAfter has passed. When maxKeys
+// Reset forgets the key here too (once it has returned, no denial from
+// before it is served, even one the store returned concurrently), but a
+// Reset made through another process is seen only once the remembered
+// RetryAfter has passed. When maxKeys
 // denials are remembered, further ones are not until some expire.
 func WithDenyCache(maxKeys int) Option {
 	return func(l *Limiter) error {
@@ -29,7 +33,13 @@ func WithDenyCache(maxKeys int) Option {
 }
 
 // denyCache holds the denials of a Limiter's store until their RetryAfter.
+//
+// Its generation counts Resets: a decision reads it before asking the
+// store, and its denial is remembered only if no Reset has ended since, so
+// that a denial the store made before a Reset, but which reaches the cache
+// after it, is never served.
 type denyCache struct {
+	gen atomic.Uint64 // changed only under mu
 	mu  sync.Mutex
 	max int
 	m   map[string]denial
@@ -59,11 +69,21 @@ func (c *denyCache) get(key string, cost int64, now time.Time) (Decision, bool) 
 	}, true
 }
 
-// put remembers d, a denial of a request of cost for key at now.
-func (c *denyCache) put(key string, cost int64, now time.Time, d Decision) {
+// generation returns the count of Resets, to pass to put.
+func (c *denyCache) generation() uint64 { return c.gen.Load() }
+
+// put remembers d, a denial of a request of cost for key at now, unless a
+// Reset has ended since gen was read, before the store was asked. The key
+// is copied, on every put (a map assignment keeps the newest key string):
+// the caller's may live in a buffer that is reused (zero-copy strings, as
+// in Fiber). Lookups copy nothing.
+func (c *denyCache) put(key string, cost int64, now time.Time, d Decision, gen uint64) {
 	e := denial{cost: cost, remaining: d.Remaining, until: now.Add(d.RetryAfter), resetAt: now.Add(d.ResetAfter)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen.Load() != gen {
+		return
+	}
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
 		// Full: drop the expired among a sample (map iteration starts at
 		// random), so that a full cache costs bounded work per denial.
@@ -80,15 +100,17 @@ func (c *denyCache) put(key string, cost int64, now time.Time, d Decision) {
 			return
 		}
 	}
-	c.m[key] = e
+	c.m[strings.Clone(key)] = e
 }
 
 // denySample bounds the entries a full cache looks at to make room.
 const denySample = 64
 
-// forget drops key's denial.
-func (c *denyCache) forget(key string) {
+// reset drops key's denial and starts a new generation, once the store
+// has forgotten key.
+func (c *denyCache) reset(key string) {
 	c.mu.Lock()
+	c.gen.Add(1)
 	delete(c.m, key)
 	c.mu.Unlock()
 }

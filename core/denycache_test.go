@@ -3,10 +3,19 @@ package core_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 )
 
 func TestDenyCache(t *testing.T) {
@@ -88,5 +97,124 @@ func TestDenyCacheRejectsBadSize(t *testing.T) {
 		if _, err := core.NewLimiter(&fakeStore{}, tb10, core.WithDenyCache(n)); !errors.Is(err, core.ErrInvalidOption) {
 			t.Fatalf("WithDenyCache(%d): %v, want ErrInvalidOption", n, err)
 		}
+	}
+}
+
+// TestDenyCacheDropsADenialThatCrossesAReset: a denial the store made
+// before a Reset, but which reaches the cache after the Reset has
+// returned, is not remembered (issue #6 item 4, made deterministic with a
+// store the test holds mid-call).
+func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
+	gate := newGateStore()
+	l, err := core.NewLimiter(deadlineAwareGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithDenyCache(10))
+	require.NoError(t, err)
+	ctx := context.Background()
+	res := allowAsync(ctx, l)
+	gate.storeCtx(t) // the store is deciding...
+	require.NoError(t, l.Reset(ctx, "k"))
+	gate.answers <- answer{d: core.Decision{Limit: 10, RetryAfter: time.Hour, ResetAfter: time.Hour}} // ...a denial from before the Reset
+	a := wait(t, res)
+	require.NoError(t, a.err)
+	require.False(t, a.d.Allowed)
+
+	res = allowAsync(ctx, l)
+	select {
+	case <-gate.entered:
+	case a := <-res:
+		t.Fatalf("after the Reset, answered without the store: %+v", a.d)
+	}
+	gate.answers <- answer{d: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
+	a = wait(t, res)
+	require.NoError(t, a.err)
+	require.True(t, a.d.Allowed && !a.d.Cached, "%+v", a.d)
+}
+
+// TestDenyCacheResetRace runs denials and a Reset of the same key at once,
+// over and over, on a real memstore: whenever no request was admitted after
+// the Reset (the store then holds nothing for the key), the next request
+// must be admitted by the store, never refused from the cache.
+func TestDenyCacheResetRace(t *testing.T) {
+	s := memstore.New()
+	t.Cleanup(func() { _ = s.Close() })
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+	l, err := core.NewLimiter(s, p, core.WithDenyCache(100))
+	require.NoError(t, err)
+	checked := 0
+	for round := range 500 {
+		if resetRaceRound(t, l, round) {
+			checked++
+		}
+	}
+	t.Logf("%d of 500 rounds had no admission after the Reset, and were checked", checked)
+	assert.Positive(t, checked)
+}
+
+// resetRaceRound spends key's quota, then runs 4 requests and a Reset at
+// once; it reports whether it could check the cache (no request admitted
+// after the Reset).
+func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, l.Reset(ctx, "k"))
+	d, err := l.Allow(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "round %d: a fresh quota refused: %+v", round, d)
+	start := make(chan struct{})
+	var admitted atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			<-start
+			if d, err := l.Allow(ctx, "k"); err == nil && d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Go(func() {
+		<-start
+		for range round % 16 { // from before the requests to after them
+			runtime.Gosched()
+		}
+		assert.NoError(t, l.Reset(ctx, "k"))
+	})
+	close(start)
+	wg.Wait()
+	if admitted.Load() > 0 {
+		return false
+	}
+	d, err = l.Allow(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, d.Allowed && !d.Cached, "round %d: after the Reset, %+v", round, d)
+	return true
+}
+
+// TestDenyCacheCopiesKeys: the cache keeps a key of its own, not the
+// caller's, whose bytes may be reused for the next request (Fiber's
+// zero-copy strings, simulated with unsafe.String over a buffer).
+func TestDenyCacheCopiesKeys(t *testing.T) {
+	clock := &testClock{}
+	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Minute, ResetAfter: time.Minute}}
+	l, err := core.NewLimiter(s, tb10, clock.option(), core.WithDenyCache(10))
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, b := strings.Repeat("a", 100), strings.Repeat("b", 100)
+	asked := func() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.reqs) }
+
+	for round, overwrite := range []bool{false, true} {
+		buf := []byte(a)
+		zeroCopy := unsafe.String(&buf[0], len(buf))
+		n := asked()
+		d, err := l.Allow(ctx, zeroCopy) // remembered: inserted, then overwritten
+		require.NoError(t, err)
+		require.False(t, d.Allowed || d.Cached, "round %d: %+v", round, d)
+		require.Equal(t, n+1, asked())
+		copy(buf, b) // the framework reuses the buffer
+
+		d, _ = l.Allow(ctx, strings.Clone(b))
+		assert.False(t, d.Cached, "round %d (overwrite %v): a new client refused from the cache", round, overwrite)
+		d, _ = l.Allow(ctx, strings.Clone(a))
+		assert.True(t, d.Cached, "round %d (overwrite %v): the denied client was forgotten", round, overwrite)
+		require.NoError(t, l.Reset(ctx, b))
+		clock.advance(time.Minute) // every denial has expired
 	}
 }

@@ -24,7 +24,10 @@
 // ErrInvalidCost, ErrCostExceedsLimit). A store that fails or does not
 // answer within the Limiter's timeout (DefaultTimeout unless WithTimeout
 // says) yields the Decision of the Limiter's FailMode (FailOpen by default)
-// together with an error wrapping ErrStore, for the caller to log.
+// together with an error wrapping ErrStore, for the caller to log. The
+// caller's own cancellation is not a store failure: a decision whose
+// context ended before the store decided is never Allowed, and its error
+// wraps ErrCanceled.
 //
 // All methods are safe for concurrent use.
 package core

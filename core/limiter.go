@@ -119,7 +119,9 @@ func WithFallback(fallback NonBlocking) Option {
 // key, a bad cost) returns the zero Decision and an error wrapping one of the
 // sentinel errors. A store failure returns the Decision of the FailMode
 // (or of its fallback store, see WithFallback) together with an error
-// wrapping ErrStore, so that callers can log it.
+// wrapping ErrStore, so that callers can log it. A caller whose context
+// ends before the store decided gets a Decision that is not Allowed and an
+// error wrapping ErrCanceled (see AllowN).
 type Limiter struct {
 	store     Store
 	call      callMode
@@ -182,6 +184,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // AllowN decides whether a request of cost n from the client identified by
 // key may pass now, and records it when it may. n weighs expensive requests:
 // an endpoint that costs 5 takes 5 units of the quota.
+//
+// The caller's cancellation is not a store failure. When ctx has ended
+// before the store is asked, the store is not asked; when it ends while
+// the store works, the store still completes (it is called with ctx's
+// values and deadline but not its cancellation, so that a client that
+// disconnects cannot abort a call in flight) and its decision is returned.
+// If the store fails and ctx has ended meanwhile, or if ctx ends while a
+// store without deadline support is still working (then the Limiter stops
+// waiting at once: the request may have spent quota in the store, but it
+// was not admitted), the Decision is not Allowed and the error wraps
+// ErrCanceled and ctx's error: no FailMode or fallback applies.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if n < 1 {
 		return Decision{}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, n)
@@ -193,11 +206,15 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	if err != nil {
 		return Decision{}, err
 	}
+	if ctx.Err() != nil {
+		return l.canceled(ctx, nil)
+	}
 	req := Request{Key: key, Policy: l.policy, Cost: n}
 	if l.now != nil {
 		req.Now = l.now()
 	}
 	var now time.Time // the deny cache's clock, read before the store decides
+	var gen uint64    // the deny cache's generation, likewise
 	if l.denied != nil {
 		if now = req.Now; now.IsZero() {
 			now = time.Now()
@@ -206,17 +223,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 			d.Limit, d.Policy = l.capacity, l.policy
 			return d, nil
 		}
+		gen = l.denied.generation()
 	}
-	var d Decision
-	switch l.call {
-	case callDirect:
-		d, err = l.store.Take(ctx, req)
-	case callDeadline:
-		d, err = l.withDeadline(ctx, req)
-	default:
-		d, err = l.bounded(ctx, req)
-	}
+	d, err := l.do(ctx, opTake, req)
 	if err != nil {
+		if callerDone(ctx) {
+			return l.canceled(ctx, err)
+		}
 		err = fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err)
 		if l.fallback != nil {
 			if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
@@ -228,24 +241,34 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	}
 	d.Policy = l.policy
 	if l.denied != nil && !d.Allowed {
-		l.denied.put(key, n, now, d)
+		l.denied.put(key, n, now, d, gen)
 	}
 	return d, nil
 }
 
-// Reset forgets the state of key, so its next request finds a whole quota.
+// Reset forgets the state of key, so its next request finds a whole quota;
+// once it has returned, no denial the deny cache remembered from before is
+// served. It is bounded by the Limiter's timeout like every decision, and
+// treats the caller's cancellation as AllowN does: the error then wraps
+// ErrCanceled, and the state may or may not have been forgotten.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key, err := NormalizeKey(key)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	err = l.store.Reset(ctx, key, l.policy)
+	if ctx.Err() != nil {
+		_, err := l.canceled(ctx, nil)
+		return err
+	}
+	_, err = l.do(ctx, opReset, Request{Key: key, Policy: l.policy})
 	if l.denied != nil {
-		l.denied.forget(key)
+		l.denied.reset(key)
 	}
 	if err != nil {
+		if callerDone(ctx) {
+			_, err := l.canceled(ctx, err)
+			return err
+		}
 		return fmt.Errorf("%w: reset: %w", ErrStore, err)
 	}
 	return nil
@@ -260,20 +283,89 @@ const (
 	callDeadline                 // directly, with the timeout as deadline: a DeadlineAware store
 )
 
+// storeOp is what a Limiter asks its store.
+type storeOp uint8
+
+const (
+	opTake  storeOp = iota // Take(req)
+	opReset                // Reset(req.Key, req.Policy)
+)
+
+// do asks the store op about req in the Limiter's call mode. A NonBlocking
+// store is called with the caller's ctx: it never waits, so there is
+// nothing for a cancellation to abort. Other stores get storeContext.
+func (l *Limiter) do(ctx context.Context, op storeOp, req Request) (Decision, error) {
+	switch l.call {
+	case callDirect:
+		return l.run(ctx, op, req)
+	case callDeadline:
+		return l.withDeadline(ctx, op, req)
+	default:
+		return l.bounded(ctx, op, req)
+	}
+}
+
+// run asks the store op about req with ctx.
+func (l *Limiter) run(ctx context.Context, op storeOp, req Request) (Decision, error) {
+	if op == opReset {
+		return Decision{}, l.store.Reset(ctx, req.Key, req.Policy)
+	}
+	return l.store.Take(ctx, req)
+}
+
+// storeContext returns the context a store that may block is called with:
+// ctx's values, not its cancellation, and as deadline the earlier of ctx's
+// and the Limiter's timeout.
+func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(l.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
+// callerDone reports whether the caller's ctx has ended: canceled, or its
+// deadline passed (checked on the clock too, since the store's context,
+// which shares that deadline, may expire a moment before ctx's own timer
+// fires).
+func callerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// canceled is the answer to a caller whose ctx has ended: not Allowed,
+// and an error wrapping ErrCanceled and ctx's error (storeErr, if any,
+// only as text).
+func (l *Limiter) canceled(ctx context.Context, storeErr error) (Decision, error) {
+	cause := ctx.Err()
+	if cause == nil { // the deadline has passed, its timer not yet fired
+		cause = context.DeadlineExceeded
+	}
+	err := fmt.Errorf("%w: policy %q: %w", ErrCanceled, l.policy.Name, cause)
+	if storeErr != nil {
+		err = fmt.Errorf("%w (store: %v)", err, storeErr)
+	}
+	return Decision{Limit: l.capacity, Policy: l.policy}, err
+}
+
 // withDeadline calls a store that honours its context's deadline.
-func (l *Limiter) withDeadline(ctx context.Context, req Request) (Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+func (l *Limiter) withDeadline(ctx context.Context, op storeOp, req Request) (Decision, error) {
+	sctx, cancel := l.storeContext(ctx)
 	defer cancel()
-	d, err := l.store.Take(ctx, req)
+	d, err := l.run(sctx, op, req)
 	if err != nil {
-		return Decision{}, l.timedOut(ctx, err)
+		return Decision{}, l.timedOut(sctx, err)
 	}
 	return d, nil
 }
 
-// timedOut adds ErrTimeout to err when ctx's deadline has passed.
-func (l *Limiter) timedOut(ctx context.Context, err error) error {
-	if ctx.Err() == context.DeadlineExceeded {
+// timedOut adds ErrTimeout to err when the store's context sctx has
+// expired.
+func (l *Limiter) timedOut(sctx context.Context, err error) error {
+	if sctx.Err() == context.DeadlineExceeded {
 		return fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
 	}
 	return err
@@ -286,21 +378,37 @@ type takeResult struct {
 
 // bounded calls the store on its own goroutine and stops waiting after the
 // timeout, so a frozen store cannot hold the request even when the store's
-// client ignores the context's deadline.
-func (l *Limiter) bounded(ctx context.Context, req Request) (Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
+// client ignores the context's deadline. It stops waiting too when the
+// caller's ctx ends; the store's call then goes on in the background until
+// it completes or its deadline passes.
+func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request) (Decision, error) {
+	sctx, cancel := l.storeContext(ctx)
 	ch := make(chan takeResult, 1)
 	go func() {
-		d, err := l.store.Take(ctx, req)
+		defer cancel()
+		d, err := l.run(sctx, op, req)
 		ch <- takeResult{d, err}
 	}()
+	var r takeResult
 	select {
-	case r := <-ch:
-		return r.d, r.err
+	case r = <-ch:
+	case <-sctx.Done():
+		select {
+		case r = <-ch: // it answered just in time
+		default:
+			r.err = sctx.Err()
+		}
 	case <-ctx.Done():
-		return Decision{}, l.timedOut(ctx, ctx.Err())
+		select {
+		case r = <-ch: // it answered before the caller left
+		default:
+			return Decision{}, ctx.Err()
+		}
 	}
+	if r.err != nil {
+		return Decision{}, l.timedOut(sctx, r.err)
+	}
+	return r.d, nil
 }
 
 // failed is the Decision of the FailMode.

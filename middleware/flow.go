@@ -20,10 +20,22 @@
 //     told nothing. Failed closed, the UnavailableHandler answers: 503 with
 //     Retry-After by default. With a fallback store (core.WithFallback), its
 //     decision is a real one, and goes on as any other.
+//   - The client left: the request's context ended before the store
+//     decided (the Limiter's error wraps core.ErrCanceled), or before an
+//     admitted request reached its handler (while paced, say). The request
+//     never proceeds, whatever the FailMode: a client that closes its side
+//     of the connection gets no handler run. The ErrorHandler hears an error
+//     wrapping core.ErrCanceled and the ErrorResponder answers: 499 by
+//     default, which a half-closed client can still read.
 //   - The key function failed, or the Limiter refused the key or the cost:
 //     the ErrorHandler hears the error and the ErrorResponder answers: 400
 //     when no key was found in the request (keyfuncs.ErrNoKey), 500
 //     otherwise.
+//   - A panic in the flow (in a skip, key or cost function, a handler or
+//     responder, the Limiter): recovered, reported to the ErrorHandler as a
+//     *PanicError wrapping ErrPanic, and answered 500 by the ErrorResponder,
+//     unless a response was already written. Panics of the next handler
+//     are the framework's business and are not recovered.
 //
 // No response body ever echoes the request or an error's text.
 package middleware
@@ -43,7 +55,8 @@ import (
 // a response header field, replacing any value (each adapter passes the
 // framework's own header map); Write sends status, Content-Type and body,
 // ending the response. The flow calls Write at most once, and only for a
-// request that does not proceed.
+// request that does not proceed; the Response it hands to handlers and
+// responders refuses a second Write with an error.
 type Response interface {
 	headers.Setter
 	Write(status int, contentType string, body []byte) error
@@ -144,64 +157,98 @@ func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 
 // Handle runs the flow for one request and reports whether it may proceed
 // to the next handler. When it returns false, the response has been
-// written, or the request's context ended while the request was being
-// paced (the client is gone; nothing is written); the adapter must stop
-// the chain either way.
+// written and the adapter must stop the chain. Handle never panics: a
+// panic in a function given to the flow is recovered (see ErrPanic).
 func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
+	var st state
+	defer func() {
+		if v := recover(); v != nil {
+			proceed = false
+			f.recovered(r, w, &st, v)
+		}
+	}()
+	st.in = inSkip
 	for _, skip := range f.skips {
 		if skip(r) {
 			return true
 		}
 	}
+	st.in = inKey
 	key, err := f.keyFunc(r)
 	if err != nil {
-		f.fail(r, w, err)
+		f.fail(&st, r, w, err)
 		return false
 	}
 	cost := int64(1)
 	if f.cost != nil {
+		st.in = inCost
 		cost = f.cost(r)
 	}
+	st.in = inLimiter
 	ctx := r.Context()
 	d, err := f.limiter.AllowN(ctx, key, cost)
 	if err != nil {
-		if !errors.Is(err, core.ErrStore) {
-			f.fail(r, w, err)
+		if !errors.Is(err, core.ErrStore) || errors.Is(err, core.ErrCanceled) {
+			f.fail(&st, r, w, err) // bad input, or the client left: no decision
 			return false
 		}
+		st.in = inErrorHandler
 		f.onError(r, err)
 		if d.Fallback {
-			return f.decided(ctx, r, w, d) // a real decision, from the fallback store
+			return f.decided(&st, ctx, r, w, d) // a real decision, from the fallback store
 		}
 		if d.Allowed {
-			return true // failed open: no header, the store told nothing
+			return f.proceed(&st, ctx, r, w) // failed open: no header, the store told nothing
 		}
 		if f.headers.RetryAfter {
+			st.in = inHeaders
 			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(d)))
 		}
-		f.unavailable(r, w, d)
+		st.in = inUnavailable
+		f.unavailable(r, st.guard(w), d)
 		return false
 	}
-	return f.decided(ctx, r, w, d)
+	return f.decided(&st, ctx, r, w, d)
 }
 
 // decided tells the client about d and passes (paced) or denies.
-func (f *Flow) decided(ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
+func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
+	st.in = inHeaders
 	headers.Write(w, d, f.now(), f.headers)
 	if !d.Allowed {
-		f.deny(r, w, d)
+		st.in = inDeny
+		f.deny(r, st.guard(w), d)
 		return false
 	}
-	if d.Delay > 0 && f.maxDelay > 0 {
-		return pace(ctx, min(d.Delay, f.maxDelay))
+	if d.Delay > 0 && f.maxDelay > 0 && !pace(ctx, min(d.Delay, f.maxDelay)) {
+		f.fail(st, r, w, canceled(ctx))
+		return false
+	}
+	return f.proceed(st, ctx, r, w)
+}
+
+// proceed lets an admitted request through, unless its context has ended:
+// the client is gone, and the handler must not run for it.
+func (f *Flow) proceed(st *state, ctx context.Context, r keyfuncs.Request, w Response) bool {
+	if ctx.Err() != nil {
+		f.fail(st, r, w, canceled(ctx))
+		return false
 	}
 	return true
 }
 
 // fail reports err and answers the request with the ErrorResponder.
-func (f *Flow) fail(r keyfuncs.Request, w Response, err error) {
+func (f *Flow) fail(st *state, r keyfuncs.Request, w Response, err error) {
+	st.in = inErrorHandler
 	f.onError(r, err)
-	f.respondErr(r, w, err)
+	st.in = inErrorResponder
+	f.respondErr(r, st.guard(w), err)
+}
+
+// canceled is the error of a request admitted, or paced, while its context
+// ended.
+func canceled(ctx context.Context) error {
+	return fmt.Errorf("%w: the request's context ended before its handler ran: %w", core.ErrCanceled, context.Cause(ctx))
 }
 
 // pace waits d, or until ctx ends, and reports whether the wait completed.

@@ -234,8 +234,8 @@ func TestPaceStopsOnEndedContext(t *testing.T) {
 	if f.Handle(r, w) {
 		t.Error("request of an ended context proceeds")
 	}
-	if w.writes != 0 {
-		t.Errorf("wrote %d %q to a client that left", w.status, w.body)
+	if w.writes != 1 || w.status != 499 {
+		t.Errorf("wrote %d times, status %d %q; want 499 once, which a half-closed client can read", w.writes, w.status, w.body)
 	}
 }
 
@@ -317,6 +317,24 @@ func BenchmarkHandle(b *testing.B) {
 	for b.Loop() {
 		if !f.Handle(r, w) {
 			b.Fatal("denied")
+		}
+	}
+}
+
+// BenchmarkHandleDenied is the flow alone on the memory store, denied
+// path (a flood past the limit), default options.
+func BenchmarkHandleDenied(b *testing.B) {
+	f, err := middleware.New(newLimiter(b, memStore(b), perMinute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := newRequest()
+	f.Handle(r, newResponse())
+	w := newResponse()
+	b.ReportAllocs()
+	for b.Loop() {
+		if f.Handle(r, w) {
+			b.Fatal("allowed")
 		}
 	}
 }

@@ -129,7 +129,8 @@ func WithUnavailableHandler(h DenyHandler) Option {
 
 // WithErrorHandler sets who hears about errors: every error the flow meets
 // (a failed store, whether it failed open or closed; a key function that
-// failed; a bad cost) is passed to h before the request is answered. h only
+// failed; a bad cost; a client that left, core.ErrCanceled; a recovered
+// panic, ErrPanic) is passed to h before the request is answered. h only
 // observes; it writes nothing. The default is LogErrors(nil).
 func WithErrorHandler(h ErrorHandler) Option {
 	return func(c *Config) {
@@ -142,11 +143,13 @@ func WithErrorHandler(h ErrorHandler) Option {
 }
 
 // WithErrorResponder sets the response to a request the flow cannot
-// decide: the key function failed, or the Limiter refused the request's
-// key or cost. The default is DefaultErrorResponder: 400 when the key
-// function found no key (keyfuncs.ErrNoKey), 500 otherwise. To fall back
-// to another key instead of refusing the request, use keyfuncs.FirstOf in
-// WithKeyFunc.
+// decide or serve: the key function failed, the Limiter refused the
+// request's key or cost, the client left (core.ErrCanceled), or a panic
+// was recovered (ErrPanic). It must write a response: the adapter stops
+// the chain either way. The default is DefaultErrorResponder: 499 for a
+// client that left, 400 when the key function found no key
+// (keyfuncs.ErrNoKey), 500 otherwise. To fall back to another key instead
+// of refusing the request, use keyfuncs.FirstOf in WithKeyFunc.
 func WithErrorResponder(h ErrorResponder) Option {
 	return func(c *Config) {
 		if h == nil {

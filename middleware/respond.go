@@ -20,8 +20,14 @@ const (
 	CodeExceeded    = "rate_limit_exceeded"    // 429: over the limit
 	CodeUnavailable = "rate_limit_unavailable" // 503: store failed, closed
 	CodeKeyMissing  = "rate_limit_key_missing" // 400: no key in the request
-	CodeInternal    = "rate_limit_error"       // 500: misconfiguration
+	CodeInternal    = "rate_limit_error"       // 500: misconfiguration, panic
+	CodeCanceled    = "request_canceled"       // 499: the client left
 )
+
+// StatusClientClosedRequest is the status of a request whose client left
+// before it was decided or served: 499, nginx's "client closed request".
+// net/http has no name for it.
+const StatusClientClosedRequest = 499
 
 // DefaultDenyHandler answers 429 Too Many Requests with the JSON body
 //
@@ -46,8 +52,15 @@ func DefaultUnavailableHandler(_ keyfuncs.Request, w Response, d core.Decision) 
 	_ = w.Write(http.StatusServiceUnavailable, ContentTypeJSON, retryBody(CodeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
 }
 
-// DefaultErrorResponder answers a request the flow could not decide. When
-// err wraps keyfuncs.ErrNoKey, the request lacks what the key function
+// DefaultErrorResponder answers a request the flow could not decide or
+// serve. When err wraps core.ErrCanceled, the request's context ended (the
+// client closed the connection, or its half of it) before the handler
+// could run: 499 (StatusClientClosedRequest) with
+//
+//	{"error":"request_canceled","message":"The client closed the request."}
+//
+// which a client that only half-closed still reads; never a 200. When err
+// wraps keyfuncs.ErrNoKey, the request lacks what the key function
 // identifies clients by (an API key, a user, a usable peer address): 400
 // Bad Request with
 //
@@ -57,13 +70,20 @@ func DefaultUnavailableHandler(_ keyfuncs.Request, w Response, d core.Decision) 
 // carry a WWW-Authenticate challenge that only the application knows. Put
 // authentication in front of the limiter, or replace this responder, to
 // answer 401. Any other error is a misconfiguration (a failing key function,
-// a bad cost): 500 Internal Server Error with
+// a bad cost) or a recovered panic (ErrPanic): 500 Internal Server Error
+// with
 //
 //	{"error":"rate_limit_error","message":"Internal server error."}
 //
 // The error's text, which may quote the request, is never written.
 func DefaultErrorResponder(_ keyfuncs.Request, w Response, err error) {
-	if errors.Is(err, keyfuncs.ErrNoKey) {
+	switch {
+	case errors.Is(err, ErrPanic):
+	case errors.Is(err, core.ErrCanceled):
+		_ = w.Write(StatusClientClosedRequest, ContentTypeJSON,
+			[]byte(`{"error":"`+CodeCanceled+`","message":"The client closed the request."}`))
+		return
+	case errors.Is(err, keyfuncs.ErrNoKey):
 		_ = w.Write(http.StatusBadRequest, ContentTypeJSON,
 			[]byte(`{"error":"`+CodeKeyMissing+`","message":"The request does not identify its client."}`))
 		return
@@ -73,11 +93,13 @@ func DefaultErrorResponder(_ keyfuncs.Request, w Response, err error) {
 }
 
 // LogErrors returns an ErrorHandler that logs to logger, or to
-// slog.Default() at the time of each call when logger is nil. A request
-// without a key (keyfuncs.ErrNoKey) is the client's doing and is logged at
-// Debug; every other error (a failed store, a misconfiguration) at Warn.
-// The record carries the error, the method and the route pattern, never
-// the key.
+// slog.Default() at the time of each call when logger is nil. What the
+// client causes is logged at Debug, so that no client can flood the log: a
+// request without a key (keyfuncs.ErrNoKey), a client that left before its
+// request was decided or served (core.ErrCanceled). A recovered panic
+// (ErrPanic) is logged at Error with its stack; every other error (a
+// failed store, a misconfiguration) at Warn. The record carries the error,
+// the method and the route pattern, never the key.
 func LogErrors(logger *slog.Logger) ErrorHandler {
 	return func(r keyfuncs.Request, err error) {
 		l := logger
@@ -85,19 +107,30 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 			l = slog.Default()
 		}
 		level := slog.LevelWarn
-		if errors.Is(err, keyfuncs.ErrNoKey) {
+		var stack []slog.Attr
+		switch {
+		case errors.Is(err, ErrPanic):
+			level = slog.LevelError
+			if pe, ok := errors.AsType[*PanicError](err); ok {
+				stack = append(stack, slog.String("stack", string(pe.Stack)))
+			}
+		case errors.Is(err, keyfuncs.ErrNoKey), errors.Is(err, core.ErrCanceled):
 			level = slog.LevelDebug
 		}
-		l.LogAttrs(r.Context(), level, "ratelimit: "+errorKind(err),
+		l.LogAttrs(r.Context(), level, "ratelimit: "+errorKind(err), append([]slog.Attr{
 			slog.String("error", err.Error()),
 			slog.String("method", r.Method()),
-			slog.String("route", r.Route()))
+			slog.String("route", r.Route())}, stack...)...)
 	}
 }
 
 // errorKind names the class of a flow error for the log message.
 func errorKind(err error) string {
 	switch {
+	case errors.Is(err, ErrPanic):
+		return "panic"
+	case errors.Is(err, core.ErrCanceled):
+		return "request canceled"
 	case errors.Is(err, core.ErrStore):
 		return "store failed"
 	case errors.Is(err, keyfuncs.ErrNoKey):

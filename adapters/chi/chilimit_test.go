@@ -12,6 +12,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/middleware"
 )
@@ -31,13 +32,24 @@ func (harness) Pattern(p string) string {
 
 func (harness) UseSeesRoute() bool { return true }
 
+func (harness) CancelsOnDisconnect() bool { return true }
+
 func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+	return adapterstest.HTTPApp(h.handler(spec))
+}
+
+func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
+	return adapterstest.ListenHTTP(t, h.handler(spec))
+}
+
+// handler is the app of spec: a chi router, without Recoverer.
+func (h harness) handler(spec *adapterstest.Spec) http.Handler {
 	r := chi.NewRouter()
 	r.Use(adapterstest.Middlewares(spec.Global, chilimit.New)...)
 	for _, rt := range spec.Routes {
 		r.With(adapterstest.Middlewares(rt.Limits, chilimit.New)...).Method(rt.Method, h.Pattern(rt.Path), served(spec))
 	}
-	return adapterstest.HTTPApp(r)
+	return r
 }
 
 func served(spec *adapterstest.Spec) http.HandlerFunc {
@@ -48,6 +60,12 @@ func served(spec *adapterstest.Spec) http.HandlerFunc {
 }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
+
+// TestSockets runs the disconnect attack over real sockets, on one
+// redis-server for the whole run.
+func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
+
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }
 
 // routeRecorder is a limiter keyed on the route, recording every key in log.
 func routeRecorder(t *testing.T, log *adapterstest.KeyLog) func(http.Handler) http.Handler {

@@ -8,14 +8,25 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+	"github.com/apigate/ratelimit/internal/redistest"
 )
 
 type harness struct{}
 
-func (harness) Pattern(p string) string { return p }
-func (harness) UseSeesRoute() bool      { return true }
+func (harness) Pattern(p string) string   { return p }
+func (harness) UseSeesRoute() bool        { return true }
+func (harness) CancelsOnDisconnect() bool { return true }
 
-func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+	return adapterstest.HTTPApp(h.handler(spec))
+}
+
+func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
+	return adapterstest.ListenHTTP(t, h.handler(spec))
+}
+
+// handler is the app of spec: echo.New, without the Recover middleware.
+func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e := echo.New()
 	e.Use(adapterstest.Middlewares(spec.Global, echolimit.New)...)
 	for _, r := range spec.Routes {
@@ -24,7 +35,13 @@ func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
 			return c.String(http.StatusOK, adapterstest.Body)
 		}, adapterstest.Middlewares(r.Limits, echolimit.New)...)
 	}
-	return adapterstest.HTTPApp(e)
+	return e
 }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
+
+// TestSockets runs the disconnect attack over real sockets, on one
+// redis-server for the whole run.
+func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
+
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

@@ -87,7 +87,9 @@ func WithNext(next func(c *fiber.Ctx) bool) Option {
 
 // Ctx returns the *fiber.Ctx behind r, for key, skip and cost functions
 // that need Fiber's own data. ok is false when r does not come from this
-// package. Strings read from it are valid only until the handler returns.
+// package. Strings read from it are valid only until the handler returns;
+// a key function may still return one (c.Get, say), since the Limiter and
+// the stores copy every key they keep.
 func Ctx(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok

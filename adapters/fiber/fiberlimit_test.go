@@ -18,6 +18,7 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+	"github.com/apigate/ratelimit/internal/redistest"
 )
 
 type harness struct{}
@@ -25,8 +26,21 @@ type harness struct{}
 func (harness) Pattern(p string) string { return p }
 func (harness) UseSeesRoute() bool      { return false }
 
-func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
-	return newApp(func(f *fiber.App) {
+func (harness) CancelsOnDisconnect() bool { return false }
+
+func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+	return newApp(h.setup(spec))
+}
+
+// Serve serves the app of spec with Fiber's own server, app.Listener, on
+// a loopback port; the app has no recover middleware.
+func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
+	return newApp(h.setup(spec)).listen(t)
+}
+
+// setup registers the app of spec.
+func (harness) setup(spec *adapterstest.Spec) func(f *fiber.App) {
+	return func(f *fiber.App) {
 		for _, m := range spec.Global {
 			f.Use(fiberlimit.New(m.Limiter, m.Options...))
 		}
@@ -37,7 +51,7 @@ func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
 			})
 			f.Add(r.Method, r.Path, hs...)
 		}
-	})
+	}
 }
 
 // app is a Fiber app as an adapterstest.App.
@@ -51,7 +65,7 @@ type app struct {
 // that makes the suite's request context the user context, the one
 // fiberlimit hands to key functions and waits on.
 func newApp(setup func(f *fiber.App)) *app {
-	a := &app{fiber: fiber.New()}
+	a := &app{fiber: fiber.New(fiber.Config{DisableStartupMessage: true})}
 	a.fiber.Use(func(c *fiber.Ctx) error {
 		if ctx := a.context(); ctx != nil {
 			c.SetUserContext(ctx)
@@ -61,6 +75,27 @@ func newApp(setup func(f *fiber.App)) *app {
 	setup(a.fiber)
 	a.fiber.Handler() // builds the route tree, as app.Listen and app.Test do
 	return a
+}
+
+// listen serves the app on a free loopback port until the test ends and
+// returns the address.
+func (a *app) listen(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.fiber.Listener(ln) }()
+	t.Cleanup(func() {
+		if err := a.fiber.ShutdownWithTimeout(10 * time.Second); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
 }
 
 func (a *app) context() context.Context {
@@ -125,3 +160,15 @@ func (c *conn) SetReadDeadline(time.Time) error  { return nil }
 func (c *conn) SetWriteDeadline(time.Time) error { return nil }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
+
+// TestSockets runs the disconnect attack and the zero-copy key check over
+// real sockets, on one redis-server for the whole run.
+func TestSockets(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Run("Disconnects", func(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, srv) })
+	t.Run("ZeroCopyKeys", func(t *testing.T) { testZeroCopyKeys(t, srv) })
+}
+
+// TestPanics runs with Fiber's default config, without its recover
+// middleware: an escaped panic would end the test binary.
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+	"github.com/apigate/ratelimit/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -21,7 +22,18 @@ type harness struct{}
 func (harness) Pattern(p string) string { return p }
 func (harness) UseSeesRoute() bool      { return true }
 
-func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+func (harness) CancelsOnDisconnect() bool { return true }
+
+func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
+	return adapterstest.HTTPApp(h.handler(spec))
+}
+
+func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
+	return adapterstest.ListenHTTP(t, h.handler(spec))
+}
+
+// handler is the app of spec: gin.New, without Recovery.
+func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e := gin.New()
 	e.Use(adapterstest.Middlewares(spec.Global, ginlimit.New)...)
 	for _, r := range spec.Routes {
@@ -31,7 +43,13 @@ func (harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
 		})
 		e.Handle(r.Method, r.Path, hs...)
 	}
-	return adapterstest.HTTPApp(e)
+	return e
 }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
+
+// TestSockets runs the disconnect attack over real sockets, on one
+// redis-server for the whole run.
+func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
+
+func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

@@ -2,8 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
@@ -52,5 +59,65 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	// Another client is not affected.
 	if d, err := l.Allow(ctx, "neighbour"); err != nil || !d.Allowed || d.Cached {
 		t.Fatalf("neighbour: %+v, %v", d, err)
+	}
+}
+
+// TestDenyCacheResetRace is issue #6 item 4 on a real Redis: denials and a
+// Reset of the same key run at once, round after round; whenever no request
+// was admitted after the Reset (Redis then holds nothing for the key), the
+// next request must be admitted by Redis, never refused from the cache.
+func TestDenyCacheResetRace(t *testing.T) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			opts := srv.Options()
+			opts.ContextTimeoutEnabled = kind.contextDeadline
+			client := redis.NewClient(opts)
+			t.Cleanup(func() { _ = client.Close() })
+			p := core.Policy{Name: "reset-race", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+			// A generous timeout: a fail-open admission would hide nothing,
+			// but it would make a round uncheckable.
+			l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p,
+				core.WithDenyCache(100), core.WithTimeout(5*time.Second))
+			require.NoError(t, err)
+			ctx := context.Background()
+			const rounds = 300
+			checked := 0
+			for round := range rounds {
+				require.NoError(t, l.Reset(ctx, "k"))
+				d, err := l.Allow(ctx, "k")
+				require.NoError(t, err)
+				require.True(t, d.Allowed, "round %d: a fresh quota refused: %+v", round, d)
+				start := make(chan struct{})
+				var admitted atomic.Int32
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Go(func() {
+						<-start
+						if d, err := l.Allow(ctx, "k"); err == nil && d.Allowed {
+							admitted.Add(1)
+						}
+					})
+				}
+				wg.Go(func() {
+					<-start
+					for range round % 16 { // from before the requests to after them
+						runtime.Gosched()
+					}
+					assert.NoError(t, l.Reset(ctx, "k"))
+				})
+				close(start)
+				wg.Wait()
+				if admitted.Load() > 0 {
+					continue
+				}
+				checked++
+				d, err = l.Allow(ctx, "k")
+				require.NoError(t, err)
+				require.True(t, d.Allowed && !d.Cached, "round %d: after the Reset, %+v", round, d)
+			}
+			t.Logf("%d of %d rounds had no admission after the Reset, and were checked", checked, rounds)
+			assert.Positive(t, checked)
+		})
 	}
 }

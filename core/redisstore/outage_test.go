@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
@@ -213,5 +215,174 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 			t.Fatalf("not recovered after %v: %v", recoverWithin, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cancelKey carries, in a caller's context, the cancel function that
+// cancelHook calls just before a command goes to Redis: a client that
+// disconnects while its decision is in flight.
+type cancelKey struct{}
+
+// cancelHook cancels the caller's context mid-call (the Limiter passes the
+// caller's values on to the store).
+type cancelHook struct{}
+
+func (cancelHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (cancelHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
+			cancel()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (cancelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestCanceledCallerIsNeverAllowed is the disconnect bypass of issue #6: a
+// client that closes its connection cancels the request's context. Before
+// the store is called, or during a call to a live or frozen Redis, with a
+// default client and a ContextTimeoutEnabled one, under fail open, fail
+// closed and a fallback, that must never admit a request the store did not
+// admit: against 2 per hour, 30 such requests get at most 2 admissions, and
+// never a FailedOpen or Fallback one.
+func TestCanceledCallerIsNeverAllowed(t *testing.T) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			if srv.External() {
+				t.Skip("REDIS_URL is set: this test freezes a server of its own")
+			}
+			opts := srv.Options()
+			opts.ContextTimeoutEnabled = kind.contextDeadline
+			client := redis.NewClient(opts)
+			t.Cleanup(func() { _ = client.Close() })
+			counter := newCommandCounter()
+			client.AddHook(counter)
+			client.AddHook(cancelHook{})
+			s := New(client, WithPrefix(testPrefix(t)))
+			local := memstore.New()
+			t.Cleanup(func() { _ = local.Close() })
+
+			configs := []struct {
+				name string
+				opts []core.Option
+			}{
+				{"fail-open", []core.Option{core.WithFailMode(core.FailOpen)}},
+				{"fail-closed", []core.Option{core.WithFailMode(core.FailClosed)}},
+				{"fallback", []core.Option{core.WithFallback(local)}},
+			}
+			limiters := func(timeout time.Duration) []*core.Limiter {
+				lims := make([]*core.Limiter, len(configs))
+				for i, c := range configs {
+					p := core.Policy{Name: "cancel-" + c.name, Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour}
+					l, err := core.NewLimiter(s, p, append(c.opts, core.WithTimeout(timeout))...)
+					require.NoError(t, err)
+					lims[i] = l
+				}
+				return lims
+			}
+			// Generous: on a live server, a timeout would be a genuine
+			// (fail-open) store failure.
+			lims := limiters(2 * time.Second)
+			admitted := make([]int, len(lims))
+			check := func(i int, phase string, d core.Decision, err error) {
+				t.Helper()
+				require.False(t, d.FailedOpen || d.Fallback, "%s %s: %+v, %v", configs[i].name, phase, d, err)
+				if err != nil {
+					require.ErrorIs(t, err, core.ErrCanceled, "%s %s", configs[i].name, phase)
+					require.False(t, d.Allowed, "%s %s: a canceled request was admitted: %+v", configs[i].name, phase, d)
+				}
+				if d.Allowed {
+					admitted[i]++
+				}
+			}
+
+			// Canceled before the call: Redis is not even asked.
+			counter.reset()
+			for range 30 {
+				for i, l := range lims {
+					ctx, cancel := context.WithCancel(context.Background())
+					cancel()
+					d, err := l.Allow(ctx, "gone")
+					check(i, "canceled before", d, err)
+					require.ErrorIs(t, err, core.ErrCanceled)
+				}
+			}
+			names, _ := counter.snapshot()
+			assert.Empty(t, names, "Redis was asked about callers that had gone")
+
+			// Canceled mid-call on a live server: Redis decides (or the
+			// Limiter stops waiting), never the fail mode.
+			for range 30 {
+				for i, l := range lims {
+					ctx, cancel := context.WithCancel(context.Background())
+					ctx = context.WithValue(ctx, cancelKey{}, cancel)
+					d, err := l.Allow(ctx, "gone")
+					check(i, "canceled mid-call", d, err)
+					cancel()
+				}
+			}
+			for i := range lims {
+				assert.LessOrEqual(t, admitted[i], 2, "%s: admissions past the limit of 2", configs[i].name)
+			}
+
+			// Canceled mid-call on a frozen server: no decision, so no
+			// admission.
+			srv.Freeze()
+			thawed := false
+			t.Cleanup(func() {
+				if !thawed {
+					srv.Thaw()
+				}
+			})
+			// Short: a ContextTimeoutEnabled client waits for it.
+			for range 3 {
+				for i, l := range limiters(outageTimeout) {
+					ctx, cancel := context.WithCancel(context.Background())
+					ctx = context.WithValue(ctx, cancelKey{}, cancel)
+					d, err := l.Allow(ctx, "gone-frozen")
+					check(i, "canceled on a frozen server", d, err)
+					require.ErrorIs(t, err, core.ErrCanceled, "%s frozen: %+v", configs[i].name, d)
+					cancel()
+				}
+			}
+			srv.Thaw()
+			thawed = true
+		})
+	}
+}
+
+// TestResetIsBoundedOnFrozenRedis is issue #6 item 7: Reset waits no more
+// than the Limiter's timeout for a frozen Redis, even with a client whose
+// reads ignore context deadlines (go-redis defaults: 3 s).
+func TestResetIsBoundedOnFrozenRedis(t *testing.T) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, lims := outageLimiters(t, kind.contextDeadline)
+			srv.Freeze()
+			thawed := false
+			t.Cleanup(func() {
+				if !thawed {
+					srv.Thaw()
+				}
+			})
+			for _, l := range lims {
+				start := time.Now()
+				err := l.Reset(context.Background(), "k")
+				took := time.Since(start)
+				require.Less(t, took, outageTimeout+slack, "Reset took %v", took)
+				require.ErrorIs(t, err, core.ErrStore)
+				require.ErrorIs(t, err, core.ErrTimeout)
+			}
+			srv.Thaw()
+			thawed = true
+			for _, l := range lims {
+				require.NoError(t, l.Reset(context.Background(), "k"))
+			}
+		})
 	}
 }

@@ -69,6 +69,7 @@ func unavailableBody(n string) string {
 const (
 	keyMissingBody = `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`
 	internalBody   = `{"error":"rate_limit_error","message":"Internal server error."}`
+	canceledBody   = `{"error":"request_canceled","message":"The client closed the request."}`
 )
 
 // Peers used by the suite.

@@ -1,0 +1,258 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// waitBound bounds every wait of these tests for something that must
+// happen; it is never slept.
+const waitBound = 10 * time.Second
+
+// answer is what a gateStore's Take returns.
+type answer struct {
+	d   core.Decision
+	err error
+}
+
+// gateStore is a Store whose Take hands its context to the test and then
+// waits for the test's answer or for its context to end, whichever comes
+// first, returning the context's error in the latter case: a store that
+// fails on cancellation, as go-redis does.
+type gateStore struct {
+	entered chan context.Context
+	answers chan answer
+	calls   atomic.Int32
+}
+
+func newGateStore() *gateStore {
+	return &gateStore{entered: make(chan context.Context, 1), answers: make(chan answer, 1)}
+}
+
+func (s *gateStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+	s.calls.Add(1)
+	s.entered <- ctx
+	select {
+	case a := <-s.answers:
+		return a.d, a.err
+	case <-ctx.Done():
+		return core.Decision{}, ctx.Err()
+	}
+}
+
+func (s *gateStore) Reset(context.Context, string, core.Policy) error { return nil }
+
+// storeCtx returns the context of the Take in progress.
+func (s *gateStore) storeCtx(t *testing.T) context.Context {
+	t.Helper()
+	select {
+	case ctx := <-s.entered:
+		return ctx
+	case <-time.After(waitBound):
+		t.Fatal("the store was never called")
+		return nil
+	}
+}
+
+// The three ways a Limiter calls its store, chosen by what the store is.
+type (
+	nonBlockingGate   struct{ *gateStore }
+	deadlineAwareGate struct{ *gateStore }
+)
+
+func (nonBlockingGate) NonBlocking()           {}
+func (deadlineAwareGate) HonorsDeadline() bool { return true }
+
+var callModes = []struct {
+	name string
+	wrap func(*gateStore) core.Store
+}{
+	{"non-blocking", func(s *gateStore) core.Store { return nonBlockingGate{s} }},
+	{"deadline-aware", func(s *gateStore) core.Store { return deadlineAwareGate{s} }},
+	{"bounded", func(s *gateStore) core.Store { return s }},
+}
+
+// failConfigs are the ways a Limiter decides when its store fails; the
+// fallback admits everything, so that any use of it on a cancellation
+// shows.
+var failConfigs = []struct {
+	name     string
+	fallback bool
+	mode     core.FailMode
+}{
+	{"fail-open", false, core.FailOpen},
+	{"fail-closed", false, core.FailClosed},
+	{"fallback", true, core.FailOpen},
+}
+
+// cancelCase is one Limiter of the matrix, over a fresh gateStore.
+type cancelCase struct {
+	gate     *gateStore
+	fallback *fakeStore
+	l        *core.Limiter
+	mode     string
+}
+
+func forEachCancelCase(t *testing.T, timeout time.Duration, test func(t *testing.T, c cancelCase)) {
+	for _, cm := range callModes {
+		for _, fc := range failConfigs {
+			t.Run(cm.name+"/"+fc.name, func(t *testing.T) {
+				c := cancelCase{gate: newGateStore(), fallback: &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}, mode: cm.name}
+				opts := []core.Option{core.WithTimeout(timeout), core.WithFailMode(fc.mode)}
+				if fc.fallback {
+					opts = append(opts, core.WithFallback(nonBlockingStore{c.fallback}))
+				}
+				var err error
+				c.l, err = core.NewLimiter(cm.wrap(c.gate), tb10, opts...)
+				require.NoError(t, err)
+				test(t, c)
+			})
+		}
+	}
+}
+
+// requireCanceled checks the answer to a caller that has gone: not
+// Allowed, ErrCanceled and cause, no ErrStore, no fail mode, no fallback.
+func requireCanceled(t *testing.T, c cancelCase, d core.Decision, err error, cause error) {
+	t.Helper()
+	require.ErrorIs(t, err, core.ErrCanceled)
+	require.ErrorIs(t, err, cause)
+	assert.NotErrorIs(t, err, core.ErrStore, "a cancellation is not a store failure")
+	assert.False(t, d.Allowed, "a canceled request was admitted: %+v", d)
+	assert.False(t, d.FailedOpen)
+	assert.False(t, d.Fallback)
+	assert.EqualValues(t, 10, d.Limit)
+	assert.Equal(t, "token_bucket-10-per-1s", d.Policy.Name)
+	assert.Empty(t, c.fallback.reqs, "the fallback was asked about a canceled request")
+}
+
+// allowAsync runs Allow on a goroutine of its own.
+func allowAsync(ctx context.Context, l *core.Limiter) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		d, err := l.Allow(ctx, "k")
+		ch <- answer{d, err}
+	}()
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan answer) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(waitBound):
+		t.Fatal("Allow did not return")
+		return answer{}
+	}
+}
+
+func TestCanceledBeforeTheStoreIsNeverAllowed(t *testing.T) {
+	forEachCancelCase(t, time.Hour, func(t *testing.T, c cancelCase) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		d, err := c.l.Allow(ctx, "k")
+		requireCanceled(t, c, d, err, context.Canceled)
+		assert.Zero(t, c.gate.calls.Load(), "the store was asked for a caller that had gone")
+
+		require.ErrorIs(t, c.l.Reset(ctx, "k"), core.ErrCanceled)
+	})
+}
+
+// TestCanceledDuringAFailingCallIsNeverAllowed: the client disconnects
+// while the store works, and the store then fails (a reset connection, a
+// frozen server): the request is not admitted, whatever the fail mode.
+func TestCanceledDuringAFailingCallIsNeverAllowed(t *testing.T) {
+	forEachCancelCase(t, time.Hour, func(t *testing.T, c cancelCase) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		res := allowAsync(ctx, c.l)
+		sctx := c.gate.storeCtx(t)
+		cancel()
+		if c.mode == "non-blocking" {
+			// Called with the caller's context, the store sees the
+			// cancellation and fails with it.
+			a := wait(t, res)
+			requireCanceled(t, c, a.d, a.err, context.Canceled)
+			return
+		}
+		// The cancellation does not reach the store: a call in flight is
+		// never aborted by a client.
+		require.NoError(t, sctx.Err(), "the caller's cancellation reached the store")
+		if c.mode == "bounded" {
+			// The Limiter stops waiting at once.
+			a := wait(t, res)
+			requireCanceled(t, c, a.d, a.err, context.Canceled)
+			c.gate.answers <- answer{err: errors.New("read: connection reset by peer")}
+			return
+		}
+		c.gate.answers <- answer{err: errors.New("read: connection reset by peer")}
+		a := wait(t, res)
+		requireCanceled(t, c, a.d, a.err, context.Canceled)
+	})
+}
+
+// TestStoreDecisionOutlivesTheCaller: when the store decides, its decision
+// stands even if the caller has gone meanwhile (the middleware then checks
+// the request before running the handler).
+func TestStoreDecisionOutlivesTheCaller(t *testing.T) {
+	gate := newGateStore()
+	l, err := core.NewLimiter(deadlineAwareGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithFailMode(core.FailClosed))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := allowAsync(ctx, l)
+	gate.storeCtx(t)
+	cancel()
+	gate.answers <- answer{d: core.Decision{Allowed: true, Limit: 10, Remaining: 4}}
+	a := wait(t, res)
+	require.NoError(t, a.err)
+	assert.True(t, a.d.Allowed)
+	assert.EqualValues(t, 4, a.d.Remaining)
+	assert.False(t, a.d.FailedOpen)
+}
+
+// TestCallerDeadlineIsNotAStoreFailure: the caller's own deadline, shorter
+// than the Limiter's timeout, passes while the store hangs: ErrCanceled
+// with context.DeadlineExceeded, never ErrTimeout nor a fail-open
+// admission.
+func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
+	forEachCancelCase(t, time.Hour, func(t *testing.T, c cancelCase) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		res := allowAsync(ctx, c.l)
+		sctx := c.gate.storeCtx(t)
+		want, _ := ctx.Deadline()
+		got, ok := sctx.Deadline()
+		require.True(t, ok, "the store got no deadline")
+		assert.False(t, got.After(want), "the store's deadline %v is after the caller's %v", got, want)
+		a := wait(t, res)
+		requireCanceled(t, c, a.d, a.err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, a.err, core.ErrTimeout)
+	})
+}
+
+// TestStoreContextKeepsValues: the store's context carries the caller's
+// values (trace ids, loggers), whatever the call mode.
+func TestStoreContextKeepsValues(t *testing.T) {
+	type ctxKey struct{}
+	for _, cm := range callModes {
+		t.Run(cm.name, func(t *testing.T) {
+			gate := newGateStore()
+			l, err := core.NewLimiter(cm.wrap(gate), tb10, core.WithTimeout(time.Hour))
+			require.NoError(t, err)
+			ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+			res := allowAsync(ctx, l)
+			assert.Equal(t, "trace-1", gate.storeCtx(t).Value(ctxKey{}))
+			gate.answers <- answer{d: core.Decision{Allowed: true}}
+			require.NoError(t, wait(t, res).err)
+		})
+	}
+}

@@ -1,0 +1,151 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+const canceledBody = `{"error":"request_canceled","message":"The client closed the request."}`
+
+// hooked is a memory store that calls hook before each decision. It is
+// NonBlocking (called on the caller's goroutine) as memstore is.
+type hooked struct {
+	*memstore.Store
+	hook func()
+}
+
+func (s hooked) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	s.hook()
+	return s.Store.Take(ctx, req)
+}
+
+// blocking is a store that answers only once its context ends, as a
+// go-redis call with a canceled context does; it is not NonBlocking, so
+// the Limiter bounds it with its timeout.
+type blocking struct{ unblock chan struct{} }
+
+func (s blocking) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+	select {
+	case <-ctx.Done():
+		return core.Decision{}, ctx.Err()
+	case <-s.unblock:
+		return core.Decision{Allowed: true, Limit: 1}, nil
+	}
+}
+func (blocking) Reset(context.Context, string, core.Policy) error { return nil }
+
+// TestCanceledNeverProceeds checks that a request whose context ends
+// before its handler would run never proceeds, under every fail mode, and
+// is answered 499 with the error reported as core.ErrCanceled.
+func TestCanceledNeverProceeds(t *testing.T) {
+	leaky := core.Policy{Name: "p", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 3}
+	modes := map[string]func(t *testing.T) []core.Option{
+		"fail open":   func(*testing.T) []core.Option { return nil },
+		"fail closed": func(*testing.T) []core.Option { return []core.Option{core.WithFailMode(core.FailClosed)} },
+		"fallback":    func(t *testing.T) []core.Option { return []core.Option{core.WithFallback(memStore(t))} },
+	}
+	tests := []struct {
+		name string
+		// setup returns the store and, after the request's context has been
+		// made, arranges for cancel to be called at the point under test.
+		setup  func(t *testing.T, cancel context.CancelFunc) core.Store
+		policy core.Policy
+		// early cancels the context before Handle is called.
+		early bool
+	}{
+		{
+			name:  "ended before the decision, slow store",
+			setup: func(*testing.T, context.CancelFunc) core.Store { return blocking{} },
+			early: true, policy: perMinute,
+		},
+		{
+			name: "ends while the slow store decides",
+			setup: func(_ *testing.T, cancel context.CancelFunc) core.Store {
+				time.AfterFunc(time.Millisecond, cancel)
+				return blocking{}
+			},
+			policy: perMinute,
+		},
+		{
+			name:  "ended before the decision, memory store",
+			setup: func(t *testing.T, _ context.CancelFunc) core.Store { return memStore(t) },
+			early: true, policy: perMinute,
+		},
+		{
+			name: "ends after the store admitted it",
+			setup: func(t *testing.T, cancel context.CancelFunc) core.Store {
+				return hooked{Store: memStore(t), hook: cancel}
+			},
+			policy: perMinute,
+		},
+		{
+			name: "ends while paced",
+			setup: func(t *testing.T, cancel context.CancelFunc) core.Store {
+				s := memStore(t)
+				// A first request fills the queue, so the one under test waits.
+				_, err := s.Take(context.Background(), core.Request{Key: "ip:192.0.2.1", Policy: leaky, Cost: 1, Now: t0})
+				require.NoError(t, err)
+				time.AfterFunc(time.Millisecond, cancel)
+				return s
+			},
+			policy: leaky,
+		},
+	}
+	for _, tc := range tests {
+		for mode, lopts := range modes {
+			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				store := tc.setup(t, cancel)
+				if tc.early {
+					cancel()
+				}
+				var errs []error
+				f, err := middleware.New(newLimiter(t, store, tc.policy, lopts(t)...),
+					middleware.WithMaxDelay(time.Hour),
+					middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
+				require.NoError(t, err)
+				r, w := newRequest(), newResponse()
+				r.ctx = ctx
+
+				assert.False(t, f.Handle(r, w), "a request whose client left proceeds")
+				assert.Equal(t, 1, w.writes)
+				assert.Equal(t, middleware.StatusClientClosedRequest, w.status)
+				assert.Equal(t, canceledBody, w.body)
+				require.Len(t, errs, 1, "the disconnect alone is reported")
+				assert.ErrorIs(t, errs[0], core.ErrCanceled)
+				assert.ErrorIs(t, errs[0], context.Canceled)
+				assert.NotErrorIs(t, errs[0], core.ErrStore, "a disconnect is not a store failure")
+			})
+		}
+	}
+}
+
+// TestCanceledLogsAtDebug checks that a client's disconnect, which any
+// client can cause at will, is not logged above Debug.
+func TestCanceledLogsAtDebug(t *testing.T) {
+	var rec recordHandler
+	h := middleware.LogErrors(rec.logger())
+	h(newRequest(), errors.Join(core.ErrCanceled, context.Canceled))
+	require.Len(t, rec.records, 1)
+	assert.Equal(t, "DEBUG", rec.records[0].Level.String())
+	assert.Equal(t, "ratelimit: request canceled", rec.records[0].Message)
+}
+
+func TestDefaultErrorResponderCanceled(t *testing.T) {
+	w := newResponse()
+	middleware.DefaultErrorResponder(newRequest(), w, errors.Join(core.ErrCanceled, context.Canceled))
+	assert.Equal(t, 499, w.status)
+	assert.Equal(t, "application/json", w.contentType)
+	assert.Equal(t, canceledBody, w.body)
+}

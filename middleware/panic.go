@@ -1,0 +1,120 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// ErrPanic reports a panic that the flow recovered: in a function given to
+// it (skip, key or cost function, a handler or responder), or in the
+// Limiter or its store. The error is a *PanicError, which carries the panic
+// value and stack.
+var ErrPanic = errors.New("middleware: panic")
+
+// PanicError is the error of a recovered panic. It wraps ErrPanic, and
+// nothing else: a panic is a 500 whatever its value.
+type PanicError struct {
+	// In names where the panic happened: "key function", "cost function",
+	// "skip function", "limiter", "deny handler", "unavailable handler",
+	// "error handler", "error responder" or "headers".
+	In string
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack, as debug.Stack formats it.
+	Stack []byte
+}
+
+// Error returns "middleware: panic in <In>: <Value>".
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("%v in %s: %v", ErrPanic, e.In, e.Value)
+}
+
+// Unwrap returns ErrPanic.
+func (e *PanicError) Unwrap() error { return ErrPanic }
+
+// Where the flow is, for the PanicError of a panic recovered there.
+const (
+	inSkip           = "skip function"
+	inKey            = "key function"
+	inCost           = "cost function"
+	inLimiter        = "limiter"
+	inHeaders        = "headers"
+	inDeny           = "deny handler"
+	inUnavailable    = "unavailable handler"
+	inErrorHandler   = "error handler"
+	inErrorResponder = "error responder"
+)
+
+// state is where one run of the flow is, and the guard of its response
+// once a handler or responder may have written it. It lives on Handle's
+// stack.
+type state struct {
+	in string
+	w  *writeOnce
+}
+
+// guard returns w wrapped so that the flow knows whether it was written.
+func (st *state) guard(w Response) Response {
+	if st.w == nil {
+		st.w = &writeOnce{Response: w}
+	}
+	return st.w
+}
+
+// written reports whether a handler or responder wrote the response.
+func (st *state) written() bool { return st.w != nil && st.w.wrote }
+
+// writeOnce is a Response that lets through one Write only, and remembers
+// it.
+type writeOnce struct {
+	Response
+	wrote bool
+}
+
+// errWritten is returned by a second Write of one response.
+var errWritten = errors.New("middleware: response already written")
+
+func (w *writeOnce) Write(status int, contentType string, body []byte) error {
+	if w.wrote {
+		return errWritten
+	}
+	w.wrote = true
+	return w.Response.Write(status, contentType, body)
+}
+
+// recovered handles a panic with value v recovered from Handle: it reports
+// a *PanicError to the ErrorHandler (to LogErrors(nil) when the
+// ErrorHandler is what panicked, or panics again), then answers 500 with
+// the ErrorResponder (DefaultErrorResponder when the ErrorResponder is what
+// panicked, or panics again, or writes nothing) unless the response has
+// already been written. It never panics itself.
+func (f *Flow) recovered(r keyfuncs.Request, w Response, st *state, v any) {
+	err := &PanicError{In: st.in, Value: v, Stack: debug.Stack()}
+	if st.in == inErrorHandler || !try(func() { f.onError(r, err) }) {
+		try(func() { LogErrors(nil)(r, err) })
+	}
+	if st.written() {
+		return
+	}
+	g := st.guard(w)
+	if st.in != inErrorResponder {
+		try(func() { f.respondErr(r, g, err) })
+	}
+	if !st.written() {
+		try(func() { DefaultErrorResponder(r, g, err) })
+	}
+}
+
+// try calls fn and reports whether it returned without panicking.
+func try(fn func()) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	fn()
+	return true
+}

@@ -1,0 +1,229 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/middleware"
+)
+
+const internalBody = `{"error":"rate_limit_error","message":"Internal server error."}`
+
+// recordHandler is a slog.Handler keeping every record.
+type recordHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r)
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+func (h *recordHandler) logger() *slog.Logger               { return slog.New(h) }
+
+// panicking is a NonBlocking store whose every decision panics.
+type panicking struct{ hooked }
+
+func (panicking) Take(context.Context, core.Request) (core.Decision, error) {
+	panic("store broke")
+}
+
+// TestPanicsAreRecovered checks that a panic anywhere in the flow is
+// recovered, reported as a *PanicError naming where it happened, and
+// answered once: 500 by the ErrorResponder unless a response was already
+// written.
+func TestPanicsAreRecovered(t *testing.T) {
+	boom := func() { panic("boom: secret-request-data") }
+	denyAll := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: 60e9}
+	tests := []struct {
+		name   string
+		in     string
+		opts   []middleware.Option
+		lopts  []core.Option
+		store  func(t *testing.T) core.Store
+		before int // requests sent first, to use up the quota
+		status int
+		body   string
+	}{
+		{name: "skip", in: "skip function",
+			opts: []middleware.Option{middleware.WithSkip(func(keyfuncs.Request) bool { boom(); return false })}},
+		{name: "key", in: "key function",
+			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { boom(); return "", nil })}},
+		{name: "key, nil pointer", in: "key function",
+			opts: []middleware.Option{middleware.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+				var m map[string]*string
+				return *m[r.Header("X")], nil
+			})}},
+		{name: "key, panic(nil)", in: "key function",
+			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic(nil) })}},
+		{name: "cost", in: "cost function",
+			opts: []middleware.Option{middleware.WithCost(func(keyfuncs.Request) int64 { boom(); return 1 })}},
+		{name: "store", in: "limiter",
+			store: func(t *testing.T) core.Store { return panicking{} }},
+		{name: "deny handler before writing", in: "deny handler", before: 1,
+			opts: []middleware.Option{middleware.WithDenyHandler(func(keyfuncs.Request, middleware.Response, core.Decision) { boom() })}},
+		{name: "deny handler after writing", in: "deny handler", before: 1, status: 429, body: "over",
+			opts: []middleware.Option{middleware.WithDenyHandler(func(_ keyfuncs.Request, w middleware.Response, _ core.Decision) {
+				_ = w.Write(429, "text/plain", []byte("over"))
+				boom()
+			})}},
+		{name: "deny handler writing twice", in: "deny handler", before: 1, status: 429, body: "once",
+			opts: []middleware.Option{middleware.WithDenyHandler(func(_ keyfuncs.Request, w middleware.Response, _ core.Decision) {
+				_ = w.Write(429, "text/plain", []byte("once"))
+				if err := w.Write(200, "text/plain", []byte("twice")); err != nil {
+					panic(err)
+				}
+			})}},
+		{name: "unavailable handler", in: "unavailable handler",
+			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{core.WithFailMode(core.FailClosed)},
+			opts: []middleware.Option{middleware.WithUnavailableHandler(func(keyfuncs.Request, middleware.Response, core.Decision) { boom() })}},
+		{name: "error handler on a store failure", in: "error handler",
+			store: func(*testing.T) core.Store { return failing{} },
+			opts:  []middleware.Option{middleware.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
+		{name: "error responder", in: "error responder",
+			opts: []middleware.Option{
+				middleware.WithKeyFunc(keyfuncs.APIKeyHeader("X-Api-Key")),
+				middleware.WithErrorResponder(func(keyfuncs.Request, middleware.Response, error) { boom() }),
+			}},
+		{name: "headers", in: "headers",
+			opts: []middleware.Option{middleware.WithHeaders(headers.Config{XRateLimit: true})}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var store core.Store = memStore(t)
+			if tc.store != nil {
+				store = tc.store(t)
+			}
+			var errs []error
+			var rec recordHandler
+			opts := append([]middleware.Option{
+				middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
+			}, tc.opts...)
+			if tc.in == "error handler" {
+				// The ErrorHandler broke: the panic goes to the default logger.
+				prev := slog.Default()
+				slog.SetDefault(rec.logger())
+				t.Cleanup(func() { slog.SetDefault(prev) })
+			}
+			f, err := middleware.New(newLimiter(t, store, denyAll, tc.lopts...), opts...)
+			require.NoError(t, err)
+			for range tc.before {
+				require.True(t, f.Handle(newRequest(), newResponse()))
+			}
+			r := newRequest()
+			var w middleware.Response = newResponse()
+			if tc.in == "headers" {
+				w = panickingSetter{w.(*response)}
+			}
+			var proceed bool
+			require.NotPanics(t, func() { proceed = f.Handle(r, w) })
+			assert.False(t, proceed)
+
+			res := unwrap(w)
+			status, body := tc.status, tc.body
+			if status == 0 {
+				status, body = 500, internalBody
+			}
+			assert.Equal(t, 1, res.writes, "writes")
+			assert.Equal(t, status, res.status)
+			assert.Equal(t, body, res.body)
+
+			if tc.in == "error handler" {
+				require.Len(t, rec.records, 1)
+				assert.Equal(t, slog.LevelError, rec.records[0].Level)
+				assert.Equal(t, "ratelimit: panic", rec.records[0].Message)
+				return
+			}
+			require.NotEmpty(t, errs)
+			err = errs[len(errs)-1]
+			require.ErrorIs(t, err, middleware.ErrPanic)
+			pe, ok := errors.AsType[*middleware.PanicError](err)
+			require.True(t, ok, "%T is not a *PanicError", err)
+			assert.Equal(t, tc.in, pe.In)
+			assert.NotNil(t, pe.Value)
+			assert.Contains(t, string(pe.Stack), "panic")
+			assert.True(t, strings.HasPrefix(err.Error(), "middleware: panic in "+tc.in+": "), err.Error())
+			assert.NotContains(t, res.body, "secret")
+		})
+	}
+}
+
+// TestPanicHandlerAndResponderBothBreak checks the last resort: the
+// ErrorHandler and the ErrorResponder both panic; the default logger hears
+// the panic and DefaultErrorResponder answers.
+func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
+	var rec recordHandler
+	prev := slog.Default()
+	slog.SetDefault(rec.logger())
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	f, err := middleware.New(newLimiter(t, memStore(t), perMinute),
+		middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+		middleware.WithErrorHandler(func(keyfuncs.Request, error) { panic("handler") }),
+		middleware.WithErrorResponder(func(keyfuncs.Request, middleware.Response, error) { panic("responder") }))
+	require.NoError(t, err)
+	w := newResponse()
+	require.NotPanics(t, func() { assert.False(t, f.Handle(newRequest(), w)) })
+	assert.Equal(t, 1, w.writes)
+	assert.Equal(t, http.StatusInternalServerError, w.status)
+	assert.Equal(t, internalBody, w.body)
+	require.Len(t, rec.records, 1)
+	assert.Equal(t, slog.LevelError, rec.records[0].Level)
+}
+
+// TestPanicLoggedAtErrorWithStack checks LogErrors on a recovered panic.
+func TestPanicLoggedAtErrorWithStack(t *testing.T) {
+	var rec recordHandler
+	f, err := middleware.New(newLimiter(t, memStore(t), perMinute),
+		middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+		middleware.WithErrorHandler(middleware.LogErrors(rec.logger())))
+	require.NoError(t, err)
+	f.Handle(newRequest(), newResponse())
+	require.Len(t, rec.records, 1)
+	r := rec.records[0]
+	assert.Equal(t, slog.LevelError, r.Level)
+	attrs := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+	assert.Equal(t, "middleware: panic in key function: key", attrs["error"])
+	assert.Contains(t, attrs["stack"], "goroutine")
+}
+
+// TestNextHandlerPanicsAreNotRecovered: the flow recovers only its own
+// panics; once Handle has returned, the framework owns the request.
+func TestNextHandlerPanicsAreNotRecovered(t *testing.T) {
+	f, err := middleware.New(newLimiter(t, memStore(t), perMinute))
+	require.NoError(t, err)
+	assert.PanicsWithValue(t, "next", func() {
+		if f.Handle(newRequest(), newResponse()) {
+			panic("next")
+		}
+	})
+}
+
+// panickingSetter is a response whose header map panics, as a broken
+// adapter's might.
+type panickingSetter struct{ *response }
+
+func (panickingSetter) Set(string, string) { panic("set") }
+
+func unwrap(w middleware.Response) *response {
+	if p, ok := w.(panickingSetter); ok {
+		return p.response
+	}
+	return w.(*response)
+}
