@@ -2,7 +2,6 @@ package middleware_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -153,8 +152,8 @@ func TestPanicsAreRecovered(t *testing.T) {
 			require.NotEmpty(t, errs)
 			err = errs[len(errs)-1]
 			require.ErrorIs(t, err, middleware.ErrPanic)
-			pe, ok := errors.AsType[*middleware.PanicError](err)
-			require.True(t, ok, "%T is not a *PanicError", err)
+			var pe *middleware.PanicError
+			require.ErrorAs(t, err, &pe, "%T is not a *PanicError", err)
 			assert.Equal(t, tc.in, pe.In)
 			assert.NotNil(t, pe.Value)
 			assert.Contains(t, string(pe.Stack), "panic")

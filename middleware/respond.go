@@ -111,7 +111,8 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 		switch {
 		case errors.Is(err, ErrPanic):
 			level = slog.LevelError
-			if pe, ok := errors.AsType[*PanicError](err); ok {
+			var pe *PanicError
+			if errors.As(err, &pe) {
 				stack = append(stack, slog.String("stack", string(pe.Stack)))
 			}
 		case errors.Is(err, keyfuncs.ErrNoKey), errors.Is(err, core.ErrCanceled):
