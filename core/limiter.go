@@ -262,7 +262,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 			return l.withoutStore(ctx, req, l.openErr)
 		}
 	}
-	d, err := l.do(ctx, opTake, req, probe)
+	var d Decision
+	if l.call == callDirect && !probe {
+		d, err = l.store.Take(ctx, req) // the hot path of memstore, spared two calls
+	} else {
+		d, err = l.do(ctx, opTake, req, probe)
+	}
 	if err != nil {
 		if callerDone(ctx) {
 			return l.canceled(ctx, err)
