@@ -247,9 +247,13 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p, core.WithTimeout(outageTimeout))
 				require.NoError(t, err)
 				ctx := context.Background()
-				d, err := l.Allow(ctx, "k")
-				require.NoError(t, err)
-				require.True(t, d.Allowed)
+				// The first decision loads the script; on a loaded machine
+				// it may take longer than the timeout.
+				require.Eventually(t, func() bool {
+					d, err := l.Allow(ctx, "k")
+					return err == nil && d.Allowed
+				}, 5*time.Second, 10*time.Millisecond, "Redis never decided")
+				require.Equal(t, core.Healthy, l.Health())
 
 				down := false
 				if outage == "frozen" {
@@ -391,8 +395,12 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 					}
 				}
 			}
-			// Redis admits 4; frozen, the fallback admits the other 6;
-			// thawed, Redis would admit again but the fallback refuses.
+			// Redis admits 4 (unless a decision times out on a loaded
+			// machine: the fallback then admits it); frozen, the fallback
+			// admits the other 6; thawed, Redis would admit again but the
+			// fallback refuses.
+			_, err = l.Allow(ctx, "warm-up") // loads the script
+			require.NoError(t, err)
 			attempt(4)
 			for range 3 {
 				srv.Freeze()
@@ -403,7 +411,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 				attempt(10)
 			}
 			assert.Equal(t, limit, admitted, "admitted %d of a limit of %d (%d by Redis)", admitted, limit, byRedis)
-			assert.GreaterOrEqual(t, byRedis, 4)
+			assert.Positive(t, byRedis, "Redis admitted nothing: the test tested only the fallback")
 		})
 	}
 }
