@@ -86,9 +86,9 @@ func (h Health) String() string {
 }
 
 // Health reports the state of the Limiter's store: Healthy, Failing while
-// the circuit breaker is open, Recovering after an outage while a fallback
-// store still vouches for the store's admissions. It is cheap enough to
-// call on every request.
+// the circuit breaker is open, Recovering after a store failure while a
+// fallback store still vouches for the store's admissions. It is cheap
+// enough to call on every request.
 func (l *Limiter) Health() Health {
 	w := l.brk.state.Load()
 	switch {
