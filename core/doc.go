@@ -24,7 +24,9 @@
 // ErrInvalidCost, ErrCostExceedsLimit). A store that fails or does not
 // answer within the Limiter's timeout (DefaultTimeout unless WithTimeout
 // says) yields the Decision of the Limiter's FailMode (FailOpen by default)
-// together with an error wrapping ErrStore, for the caller to log. The
+// together with an error wrapping ErrStore, for the caller to log. After a
+// few consecutive failures a circuit breaker stops waiting on the store
+// until it answers a probe again (WithCircuitBreaker, Limiter.Health). The
 // caller's own cancellation is not a store failure: a decision whose
 // context ended before the store decided is never Allowed, and its error
 // wraps ErrCanceled.

@@ -27,12 +27,18 @@ var (
 
 	// ErrStore wraps every failure of the Store behind a Limiter, timeouts
 	// included. The Decision returned with it comes from the Limiter's
-	// FailMode.
+	// fallback store or FailMode.
 	ErrStore = errors.New("ratelimit: store failed")
 
 	// ErrTimeout reports a store that did not answer within the Limiter's
 	// timeout. Errors wrapping it also wrap ErrStore.
 	ErrTimeout = errors.New("ratelimit: store timed out")
+
+	// ErrCircuitOpen reports a decision made without asking the store,
+	// because the Limiter's circuit breaker is open after consecutive store
+	// failures (see WithCircuitBreaker). Errors wrapping it also wrap
+	// ErrStore; the Decision comes from the fallback store or the FailMode.
+	ErrCircuitOpen = errors.New("ratelimit: circuit breaker open")
 
 	// ErrCanceled reports a decision the caller abandoned: its context ended
 	// (the client disconnected, or the caller's own deadline passed) before

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,4 +37,21 @@ func ExampleLimiter_AllowN_failOpen() {
 	// Output:
 	// true true
 	// ratelimit: store failed: policy "token_bucket-10-per-1s": dial tcp 127.0.0.1:6379: connection refused
+}
+
+func ExampleLimiter_Health() {
+	// A store that is down: after three consecutive failures the circuit
+	// breaker opens, and decisions no longer wait for the store.
+	down := &fakeStore{err: errors.New("dial tcp 127.0.0.1:6379: connection refused")}
+	l, _ := core.NewLimiter(down, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second},
+		core.WithFailMode(core.FailClosed))
+	for range 3 {
+		_, _ = l.Allow(context.Background(), "client-1")
+	}
+	fmt.Println(l.Health())
+	d, err := l.Allow(context.Background(), "client-1")
+	fmt.Println(d.Allowed, errors.Is(err, core.ErrCircuitOpen), len(down.reqs))
+	// Output:
+	// failing
+	// false true 3
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -82,8 +83,9 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithClock makes the Limiter pass now() as the time of every decision,
-// instead of letting the store read its own clock (Redis TIME). It is meant
-// for tests; in production, leave the clock to the store.
+// instead of letting the store read its own clock (Redis TIME), and time
+// its circuit breaker and recovery with it. It is meant for tests; in
+// production, leave the clock to the store.
 func WithClock(now func() time.Time) Option {
 	return func(l *Limiter) error {
 		if now == nil {
@@ -94,13 +96,32 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithFallback makes the Limiter decide with fallback, typically a
-// memstore.Store, whenever its store fails or times out, instead of
-// applying its FailMode. Such decisions are marked Fallback and come with
-// the store's error (wrapping ErrStore), for the caller to log. While Redis
-// is down, each app server then enforces the policy on its own: clients
-// keep being limited, at most once per server. The FailMode still applies
-// if the fallback fails too.
+// WithFallback makes the Limiter keep limiting with fallback, typically a
+// memstore.Store, when its store fails, instead of applying its FailMode.
+//
+// The fallback mirrors the store: every request the store admits is taken
+// in the fallback too (a refusal there is ignored while the store is
+// Healthy). When the store fails, times out or has its circuit breaker
+// open, the fallback decides alone: such decisions are marked Fallback and
+// come with the store's error (wrapping ErrStore), for the caller to log.
+// After such a decision the Limiter is Recovering for as long as the state
+// it left can still matter (a Window for the fixed window and the log, two
+// for the sliding counter, for the buckets the time a full bucket takes to
+// refill or drain): a request then passes only when the store and the
+// fallback both admit it, and a refusal of the fallback is marked Fallback
+// (with no error; the store has counted the request).
+//
+// So one app server never admits more than the policy allows one client,
+// L per window, however often the store fails and comes back, since its
+// fallback counts every admission it makes; across N app servers, while
+// the store is down, at most N times that. The fallback counts on the app
+// server's clock, a Redis store on Redis's (TIME): with a skew s between
+// the two, the bound holds for windows as the app server's clock measures
+// them, and a window measured on Redis's clock may take in admissions from
+// up to s outside it. The mirror costs a fallback Take per admitted request
+// and a fallback key per client admitted; a fallback that evicts keys
+// (memstore's WithMaxKeys) forgets their counts, and the bound with them.
+// The FailMode applies if the fallback fails too.
 func WithFallback(fallback NonBlocking) Option {
 	return func(l *Limiter) error {
 		if fallback == nil {
@@ -133,6 +154,9 @@ type Limiter struct {
 	now       func() time.Time
 	fallback  NonBlocking
 	denied    *denyCache
+	brk       breaker
+	epoch     time.Time // the breaker's times count from it
+	openErr   error     // the error of decisions made while the breaker is open
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -156,6 +180,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		failRetry: time.Second,
 		timeout:   DefaultTimeout,
 	}
+	l.brk.threshold, l.brk.interval = DefaultBreakerFailures, int64(DefaultProbeInterval)
 	l.call = callBounded
 	if _, ok := store.(NonBlocking); ok {
 		l.call = callDirect
@@ -167,6 +192,11 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
+	if l.fallback != nil {
+		l.brk.horizon = int64(horizon(policy))
+	}
+	l.epoch = l.clock()
+	l.openErr = fmt.Errorf("%w: policy %q: %w", ErrStore, policy.Name, ErrCircuitOpen)
 	return l, nil
 }
 
@@ -225,32 +255,104 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		}
 		gen = l.denied.generation()
 	}
-	d, err := l.do(ctx, opTake, req)
+	state := l.brk.state.Load() // 0 on the hot path: all is well
+	probe := false
+	if state&brkOpen != 0 {
+		if probe = l.brk.tryProbe(l.elapsed()); !probe {
+			return l.withoutStore(ctx, req, l.openErr)
+		}
+	}
+	var d Decision
+	if l.call == callDirect && !probe {
+		d, err = l.store.Take(ctx, req) // the hot path of memstore, spared two calls
+	} else {
+		d, err = l.do(ctx, opTake, req, probe)
+	}
 	if err != nil {
 		if callerDone(ctx) {
 			return l.canceled(ctx, err)
 		}
-		err = fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err)
-		if l.fallback != nil {
-			if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
-				d.Policy, d.Fallback = l.policy, true
-				return d, err
-			}
+		if !probe && countsAsFailure(err) {
+			l.brk.fail(l.elapsed())
 		}
-		return l.failed(), err
+		return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err))
+	}
+	if state&brkCount != 0 {
+		l.brk.succeed()
 	}
 	d.Policy = l.policy
+	if l.fallback != nil && d.Allowed {
+		d = l.mirror(ctx, req, d)
+	}
 	if l.denied != nil && !d.Allowed {
 		l.denied.put(key, n, now, d, gen)
 	}
 	return d, nil
 }
 
-// Reset forgets the state of key, so its next request finds a whole quota;
-// once it has returned, no denial the deny cache remembered from before is
-// served. It is bounded by the Limiter's timeout like every decision, and
-// treats the caller's cancellation as AllowN does: the error then wraps
-// ErrCanceled, and the state may or may not have been forgotten.
+// withoutStore decides req by the fallback or else the FailMode, for a
+// store that failed with err or was not asked.
+func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Decision, error) {
+	if l.fallback != nil {
+		// Before the fallback's Take, so that a concurrent mirror that
+		// the fallback refuses sees the degraded period (see mirror).
+		l.brk.degrade(l.elapsed())
+		if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
+			d.Policy, d.Fallback = l.policy, true
+			return d, err
+		}
+	}
+	return l.failed(), err
+}
+
+// mirror takes req, which the store admitted with d, in the fallback too.
+// While the Limiter is Recovering, the fallback's refusal refuses the
+// request; otherwise it is ignored (the fallback's view is already full).
+// The state is read after the fallback's Take: a concurrent decision
+// without the store marks the degraded period before its own Take, so
+// that either this mirror sees it, or that decision sees this mirror.
+func (l *Limiter) mirror(ctx context.Context, req Request, d Decision) Decision {
+	fd, err := l.fallback.Take(ctx, req)
+	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed()) {
+		return d
+	}
+	if !fd.Allowed {
+		fd.Policy, fd.Fallback = l.policy, true
+		return fd
+	}
+	d.Remaining = min(d.Remaining, fd.Remaining)
+	d.ResetAfter = max(d.ResetAfter, fd.ResetAfter)
+	d.Delay = max(d.Delay, fd.Delay)
+	return d
+}
+
+// countsAsFailure reports whether a store's error counts toward opening
+// the circuit breaker: not when it reports invalid input, which says
+// nothing of the store's health.
+func countsAsFailure(err error) bool {
+	return !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrInvalidPolicy) &&
+		!errors.Is(err, ErrInvalidCost) && !errors.Is(err, ErrCostExceedsLimit)
+}
+
+// clock is the Limiter's time: WithClock's, or time.Now.
+func (l *Limiter) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
+// elapsed is the time on the Limiter's clock since its epoch, in
+// nanoseconds: monotonic unless WithClock says otherwise.
+func (l *Limiter) elapsed() int64 { return int64(l.clock().Sub(l.epoch)) }
+
+// Reset forgets the state of key, here and in the fallback store if any,
+// so its next request finds a whole quota; once it has returned, no denial
+// the deny cache remembered from before is served. It is bounded by the
+// Limiter's timeout like every decision, and treats the caller's
+// cancellation as AllowN does: the error then wraps ErrCanceled, and the
+// state may or may not have been forgotten. It asks the store even while
+// the circuit breaker is open.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	key, err := NormalizeKey(key)
 	if err != nil {
@@ -260,7 +362,10 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		_, err := l.canceled(ctx, nil)
 		return err
 	}
-	_, err = l.do(ctx, opReset, Request{Key: key, Policy: l.policy})
+	_, err = l.do(ctx, opReset, Request{Key: key, Policy: l.policy}, false)
+	if l.fallback != nil {
+		_ = l.fallback.Reset(ctx, key, l.policy)
+	}
 	if l.denied != nil {
 		l.denied.reset(key)
 	}
@@ -294,15 +399,22 @@ const (
 // do asks the store op about req in the Limiter's call mode. A NonBlocking
 // store is called with the caller's ctx: it never waits, so there is
 // nothing for a cancellation to abort. Other stores get storeContext.
-func (l *Limiter) do(ctx context.Context, op storeOp, req Request) (Decision, error) {
+// When probe is set, the call is the circuit breaker's probe, ended as
+// soon as the store returns (which, in the bounded mode, may be after do
+// has returned).
+func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (d Decision, err error) {
 	switch l.call {
 	case callDirect:
-		return l.run(ctx, op, req)
+		d, err = l.run(ctx, op, req)
 	case callDeadline:
-		return l.withDeadline(ctx, op, req)
+		d, err = l.withDeadline(ctx, op, req)
 	default:
-		return l.bounded(ctx, op, req)
+		return l.bounded(ctx, op, req, probe)
 	}
+	if probe {
+		l.brk.probed(err == nil, l.elapsed())
+	}
+	return d, err
 }
 
 // run asks the store op about req with ctx.
@@ -381,12 +493,15 @@ type takeResult struct {
 // client ignores the context's deadline. It stops waiting too when the
 // caller's ctx ends; the store's call then goes on in the background until
 // it completes or its deadline passes.
-func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request) (Decision, error) {
+func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request, probe bool) (Decision, error) {
 	sctx, cancel := l.storeContext(ctx)
 	ch := make(chan takeResult, 1)
 	go func() {
 		defer cancel()
 		d, err := l.run(sctx, op, req)
+		if probe {
+			l.brk.probed(err == nil, l.elapsed())
+		}
 		ch <- takeResult{d, err}
 	}()
 	var r takeResult

@@ -32,8 +32,10 @@ type Decision struct {
 	// the durations then carry no information.
 	FailedOpen bool
 	// Fallback reports a decision made by the Limiter's fallback store
-	// (WithFallback) because its store failed: a real decision, but from
-	// this process's counts alone.
+	// (WithFallback): because its store failed or its circuit breaker is
+	// open, a real decision but from this process's counts alone; or,
+	// while the Limiter is Recovering, a refusal of a request the store
+	// admitted.
 	Fallback bool
 	// Cached reports a denial answered from the Limiter's deny cache
 	// (WithDenyCache) without asking the store.

@@ -73,7 +73,8 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 
 // checkFailing makes decisions through the outage: each returns within the
 // timeout plus slack, with the FailMode's Decision and an error wrapping
-// ErrStore (and ErrTimeout when wantTimeout).
+// ErrStore (and ErrTimeout when wantTimeout, until the circuit breaker
+// opens and ErrCircuitOpen takes its place).
 func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -92,8 +93,8 @@ func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
 			if !errors.Is(err, core.ErrStore) {
 				t.Fatalf("fail %s: err %v, want ErrStore", l.FailMode(), err)
 			}
-			if wantTimeout && !errors.Is(err, core.ErrTimeout) {
-				t.Fatalf("fail %s: err %v, want ErrTimeout", l.FailMode(), err)
+			if wantTimeout && !errors.Is(err, core.ErrTimeout) && !errors.Is(err, core.ErrCircuitOpen) {
+				t.Fatalf("fail %s: err %v, want ErrTimeout or ErrCircuitOpen", l.FailMode(), err)
 			}
 			switch l.FailMode() {
 			case core.FailOpen:
@@ -168,8 +169,10 @@ func TestKilledRedis(t *testing.T) {
 }
 
 // TestKilledRedisFallsBackToMemory: with core.WithFallback, a Limiter keeps
-// limiting while Redis is dead, from this process's own counts, and goes
-// back to Redis once it answers again.
+// limiting while Redis is dead, from this process's own counts (which
+// include what Redis admitted before), and goes back to Redis once it
+// answers, the fallback still vouching for each admission until the
+// outage's state no longer matters.
 func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	if srv.External() {
@@ -193,28 +196,223 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 		if !errors.Is(err, core.ErrStore) || !d.Fallback || d.FailedOpen {
 			t.Fatalf("request %d during the outage: %+v, %v; want a fallback decision and ErrStore", i, d, err)
 		}
-		// The memory store has not seen the request Redis admitted: it
-		// admits its own 3, then denies.
-		if want := i < 3; d.Allowed != want {
+		// The memory store has seen the request Redis admitted: it
+		// admits 2 more, then denies.
+		if want := i < 2; d.Allowed != want {
 			t.Fatalf("request %d during the outage: allowed %v, want %v (%+v)", i, d.Allowed, want, d)
 		}
 	}
+	require.Equal(t, core.Failing, l.Health())
 	srv.Restart()
 	deadline := time.Now().Add(recoverWithin)
 	for {
 		d, err := l.Allow(ctx, "k")
 		if err == nil {
-			// The restarted server kept nothing (no persistence), and
-			// the memory store, which would deny, is no longer asked.
-			if d.Fallback || !d.Allowed || d.Remaining != 2 {
-				t.Fatalf("after the outage: %+v; want Redis's fresh count (1 of 3 used)", d)
-			}
+			// The restarted server kept nothing (no persistence) and
+			// admits; the memory store, which counted the 3 admissions of
+			// the hour, refuses.
+			require.False(t, d.Allowed, "after the outage: %+v; a 4th admission of 3 per hour", d)
+			require.True(t, d.Fallback, "%+v", d)
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("not recovered after %v: %v", recoverWithin, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, core.Recovering, l.Health())
+}
+
+// TestBreakerSparesTheTimeout is issue #6 item 12: once Redis is known to
+// be down, decisions no longer wait for it. Frozen (SIGSTOP) or killed,
+// with either client kind: of 100 decisions at most a few pay the timeout
+// (the failures that open the breaker, a probe), and a stream of decisions
+// sends Redis at most one probe per probe interval. Once Redis is back,
+// decisions go back to it within a second.
+func TestBreakerSparesTheTimeout(t *testing.T) {
+	for _, outage := range []string{"frozen", "killed"} {
+		for _, kind := range clientKinds {
+			t.Run(outage+"/"+kind.name, func(t *testing.T) {
+				srv := redistest.Start(t)
+				if srv.External() {
+					t.Skip("REDIS_URL is set: outage tests need a server of their own")
+				}
+				opts := srv.Options()
+				opts.ContextTimeoutEnabled = kind.contextDeadline
+				client := redis.NewClient(opts)
+				t.Cleanup(func() { _ = client.Close() })
+				counter := newCommandCounter()
+				client.AddHook(counter)
+				p := core.Policy{Name: "breaker", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
+				l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p, core.WithTimeout(outageTimeout))
+				require.NoError(t, err)
+				ctx := context.Background()
+				// The first decision loads the script; on a loaded machine
+				// it may take longer than the timeout.
+				require.Eventually(t, func() bool {
+					d, err := l.Allow(ctx, "k")
+					return err == nil && d.Allowed
+				}, 5*time.Second, 10*time.Millisecond, "Redis never decided")
+				require.Equal(t, core.Healthy, l.Health())
+
+				down := false
+				if outage == "frozen" {
+					srv.Freeze()
+					t.Cleanup(func() {
+						if down {
+							srv.Thaw()
+						}
+					})
+				} else {
+					srv.Kill()
+				}
+				down = true
+				counter.reset()
+				slow := 0
+				for range 100 {
+					start := time.Now()
+					d, err := l.Allow(ctx, "k")
+					if time.Since(start) >= outageTimeout/2 {
+						slow++
+					}
+					require.ErrorIs(t, err, core.ErrStore)
+					require.True(t, d.Allowed && d.FailedOpen, "%+v", d)
+				}
+				require.Equal(t, core.Failing, l.Health())
+				names, _ := counter.snapshot()
+				t.Logf("100 decisions: %d paid the timeout, Redis was sent %v", slow, names)
+				assert.LessOrEqual(t, slow, core.DefaultBreakerFailures+2)
+				assert.LessOrEqual(t, names["evalsha"]+names["eval"], core.DefaultBreakerFailures+2)
+
+				// A steady stream for a while: one probe per interval at
+				// most, however many decisions.
+				counter.reset()
+				start, decisions := time.Now(), 0
+				for time.Since(start) < 5*core.DefaultProbeInterval {
+					_, err := l.Allow(ctx, "k")
+					require.ErrorIs(t, err, core.ErrStore)
+					decisions++
+					time.Sleep(time.Millisecond)
+				}
+				names, _ = counter.snapshot()
+				probes := names["evalsha"] + names["eval"]
+				t.Logf("%d decisions in %v: %d probes", decisions, time.Since(start), probes)
+				assert.LessOrEqual(t, probes, int(time.Since(start)/core.DefaultProbeInterval)+1)
+
+				if outage == "frozen" {
+					srv.Thaw()
+				} else {
+					srv.Restart()
+				}
+				down = false
+				back := time.Now()
+				for {
+					d, err := l.Allow(ctx, "k")
+					if err == nil {
+						require.True(t, d.Allowed && !d.FailedOpen, "%+v", d)
+						break
+					}
+					require.Less(t, time.Since(back), time.Second, "decisions not back to Redis a second after it was: %v", err)
+					time.Sleep(5 * time.Millisecond)
+				}
+				t.Logf("back to Redis %v after it was", time.Since(back))
+				assert.Equal(t, core.Healthy, l.Health())
+			})
+		}
+	}
+}
+
+// TestResetIsBoundedOnFrozenRedis is issue #6 item 7: Reset waits no more
+// than the Limiter's timeout for a frozen Redis, even with a client whose
+// reads ignore context deadlines (go-redis defaults: 3 s).
+func TestResetIsBoundedOnFrozenRedis(t *testing.T) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, lims := outageLimiters(t, kind.contextDeadline)
+			srv.Freeze()
+			thawed := false
+			t.Cleanup(func() {
+				if !thawed {
+					srv.Thaw()
+				}
+			})
+			for _, l := range lims {
+				start := time.Now()
+				err := l.Reset(context.Background(), "k")
+				took := time.Since(start)
+				require.Less(t, took, outageTimeout+slack, "Reset took %v", took)
+				require.ErrorIs(t, err, core.ErrStore)
+				require.ErrorIs(t, err, core.ErrTimeout)
+			}
+			srv.Thaw()
+			thawed = true
+			for _, l := range lims {
+				require.NoError(t, l.Reset(context.Background(), "k"))
+			}
+		})
+	}
+}
+
+// TestFallbackBoundsAFlappingRedis is issue #6 item 8 on a real server: a
+// Redis frozen and thawed again and again must not let one process admit
+// more than its limit, whatever the client: the fallback counts every
+// admission, Redis's and its own.
+func TestFallbackBoundsAFlappingRedis(t *testing.T) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			if srv.External() {
+				t.Skip("REDIS_URL is set: outage tests need a server of their own")
+			}
+			opts := srv.Options()
+			opts.ContextTimeoutEnabled = kind.contextDeadline
+			client := redis.NewClient(opts)
+			t.Cleanup(func() { _ = client.Close() })
+			local := memstore.New()
+			t.Cleanup(func() { _ = local.Close() })
+			const limit = 10
+			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
+			l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p,
+				core.WithTimeout(outageTimeout), core.WithFallback(local))
+			require.NoError(t, err)
+			ctx := context.Background()
+			frozen := false
+			t.Cleanup(func() {
+				if frozen {
+					srv.Thaw()
+				}
+			})
+			admitted, byRedis := 0, 0
+			attempt := func(n int) {
+				for range n {
+					d, err := l.Allow(ctx, "client")
+					require.False(t, d.FailedOpen, "%+v, %v", d, err)
+					if d.Allowed {
+						admitted++
+						if err == nil {
+							byRedis++
+						}
+					}
+				}
+			}
+			// Redis admits 4 (unless a decision times out on a loaded
+			// machine: the fallback then admits it); frozen, the fallback
+			// admits the other 6; thawed, Redis would admit again but the
+			// fallback refuses.
+			_, err = l.Allow(ctx, "warm-up") // loads the script
+			require.NoError(t, err)
+			attempt(4)
+			for range 3 {
+				srv.Freeze()
+				frozen = true
+				attempt(10)
+				srv.Thaw()
+				frozen = false
+				attempt(10)
+			}
+			assert.Equal(t, limit, admitted, "admitted %d of a limit of %d (%d by Redis)", admitted, limit, byRedis)
+			assert.Positive(t, byRedis, "Redis admitted nothing: the test tested only the fallback")
+		})
 	}
 }
 
@@ -352,37 +550,6 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			}
 			srv.Thaw()
 			thawed = true
-		})
-	}
-}
-
-// TestResetIsBoundedOnFrozenRedis is issue #6 item 7: Reset waits no more
-// than the Limiter's timeout for a frozen Redis, even with a client whose
-// reads ignore context deadlines (go-redis defaults: 3 s).
-func TestResetIsBoundedOnFrozenRedis(t *testing.T) {
-	for _, kind := range clientKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			srv, lims := outageLimiters(t, kind.contextDeadline)
-			srv.Freeze()
-			thawed := false
-			t.Cleanup(func() {
-				if !thawed {
-					srv.Thaw()
-				}
-			})
-			for _, l := range lims {
-				start := time.Now()
-				err := l.Reset(context.Background(), "k")
-				took := time.Since(start)
-				require.Less(t, took, outageTimeout+slack, "Reset took %v", took)
-				require.ErrorIs(t, err, core.ErrStore)
-				require.ErrorIs(t, err, core.ErrTimeout)
-			}
-			srv.Thaw()
-			thawed = true
-			for _, l := range lims {
-				require.NoError(t, l.Reset(context.Background(), "k"))
-			}
 		})
 	}
 }

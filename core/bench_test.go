@@ -1,0 +1,76 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+// benchStore answers at once, without allocating: what is left is the
+// Limiter's own cost.
+type benchStore struct{ err error }
+
+func (s benchStore) Take(context.Context, core.Request) (core.Decision, error) {
+	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, s.err
+}
+func (benchStore) Reset(context.Context, string, core.Policy) error { return nil }
+func (benchStore) NonBlocking()                                     {}
+
+// BenchmarkLimiterPaths measures the Limiter around a store that costs
+// nothing: healthy (the hot path: one atomic load for the breaker), with
+// the circuit breaker open (decided without the store), and with a
+// memstore fallback mirroring a memstore primary.
+func BenchmarkLimiterPaths(b *testing.B) {
+	ctx := context.Background()
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	run := func(b *testing.B, l *core.Limiter, wantErr bool) {
+		b.Helper()
+		for range 5 {
+			_, _ = l.Allow(ctx, "203.0.113.7")
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			d, err := l.Allow(ctx, "203.0.113.7")
+			if (err != nil) != wantErr || !d.Allowed {
+				b.Fatalf("%+v, %v", d, err)
+			}
+		}
+	}
+	b.Run("healthy", func(b *testing.B) {
+		l, err := core.NewLimiter(benchStore{}, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, l, false)
+	})
+	b.Run("circuit-open", func(b *testing.B) {
+		l, err := core.NewLimiter(benchStore{err: errDown}, p, core.WithCircuitBreaker(1, time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, l, true)
+	})
+	b.Run("memstore", func(b *testing.B) {
+		s := memstore.New()
+		defer s.Close()
+		l, err := core.NewLimiter(s, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, l, false)
+	})
+	b.Run("memstore-mirrored", func(b *testing.B) {
+		s, local := memstore.New(), memstore.New()
+		defer s.Close()
+		defer local.Close()
+		l, err := core.NewLimiter(s, p, core.WithFallback(local))
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, l, false)
+	})
+}

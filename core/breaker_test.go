@@ -1,0 +1,367 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+
+// switchStore is a NonBlocking Store that fails while fail is set and
+// otherwise admits; it counts its calls and the most that ran at once.
+type switchStore struct {
+	calls, inflight, maxInflight atomic.Int32
+	fail                         atomic.Bool
+	err                          error // what it fails with; errDown when nil
+}
+
+func (s *switchStore) Take(context.Context, core.Request) (core.Decision, error) {
+	s.calls.Add(1)
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for {
+		m := s.maxInflight.Load()
+		if n <= m || s.maxInflight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	runtime.Gosched() // let other callers overlap, if the Limiter lets them
+	if s.fail.Load() {
+		if s.err != nil {
+			return core.Decision{}, s.err
+		}
+		return core.Decision{}, errDown
+	}
+	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, nil
+}
+
+func (*switchStore) Reset(context.Context, string, core.Policy) error { return nil }
+func (*switchStore) NonBlocking()                                     {}
+
+func TestBreakerOpensThenProbes(t *testing.T) {
+	for _, fc := range failConfigs {
+		t.Run(fc.name, func(t *testing.T) {
+			clock := &testClock{}
+			s := &switchStore{}
+			s.fail.Store(true)
+			opts := []core.Option{clock.option(), core.WithFailMode(fc.mode)}
+			if fc.fallback {
+				opts = append(opts, core.WithFallback(nonBlockingStore{&fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 3}}}))
+			}
+			l, err := core.NewLimiter(s, tb10, opts...)
+			require.NoError(t, err)
+			ctx := context.Background()
+			checkFailed := func(d core.Decision, err error, open bool) {
+				t.Helper()
+				require.ErrorIs(t, err, core.ErrStore)
+				if open {
+					require.ErrorIs(t, err, core.ErrCircuitOpen)
+				} else {
+					require.ErrorIs(t, err, errDown)
+					require.NotErrorIs(t, err, core.ErrCircuitOpen)
+				}
+				switch {
+				case fc.fallback:
+					assert.True(t, d.Allowed && d.Fallback && d.Remaining == 3, "%+v", d)
+				case fc.mode == core.FailOpen:
+					assert.True(t, d.Allowed && d.FailedOpen, "%+v", d)
+				default:
+					assert.True(t, !d.Allowed && d.RetryAfter == time.Second, "%+v", d)
+				}
+				assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+			}
+
+			// Three failures, each asking the store, open the breaker.
+			for i := range core.DefaultBreakerFailures {
+				// With a fallback, the first failure starts recovery.
+				want := core.Healthy
+				if fc.fallback && i > 0 {
+					want = core.Recovering
+				}
+				assert.Equal(t, want, l.Health(), "after %d failures", i)
+				d, err := l.Allow(ctx, "k")
+				checkFailed(d, err, false)
+			}
+			require.EqualValues(t, 3, s.calls.Load())
+			assert.Equal(t, core.Failing, l.Health())
+
+			// Open: decided at once, the store left alone.
+			for range 100 {
+				d, err := l.Allow(ctx, "k")
+				checkFailed(d, err, true)
+			}
+			clock.advance(core.DefaultProbeInterval - time.Millisecond)
+			d, err := l.Allow(ctx, "k")
+			checkFailed(d, err, true)
+			require.EqualValues(t, 3, s.calls.Load(), "the store was asked before the probe interval")
+
+			// One probe per interval; a failed one keeps the breaker open.
+			clock.advance(time.Millisecond)
+			d, err = l.Allow(ctx, "k")
+			checkFailed(d, err, false)
+			require.EqualValues(t, 4, s.calls.Load(), "no probe after the probe interval")
+			d, err = l.Allow(ctx, "k")
+			checkFailed(d, err, true)
+			require.EqualValues(t, 4, s.calls.Load(), "two probes in one interval")
+			assert.Equal(t, core.Failing, l.Health())
+
+			// A probe the store answers closes the breaker at once, and
+			// decides its own request.
+			s.fail.Store(false)
+			clock.advance(core.DefaultProbeInterval)
+			d, err = l.Allow(ctx, "k")
+			require.NoError(t, err)
+			assert.True(t, d.Allowed && !d.FailedOpen && !d.Fallback, "%+v", d)
+			require.EqualValues(t, 5, s.calls.Load())
+			for range 10 {
+				_, err := l.Allow(ctx, "k")
+				require.NoError(t, err)
+			}
+			require.EqualValues(t, 15, s.calls.Load(), "a closed breaker left the store alone")
+			if fc.fallback {
+				assert.Equal(t, core.Recovering, l.Health())
+			} else {
+				assert.Equal(t, core.Healthy, l.Health())
+			}
+		})
+	}
+}
+
+func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
+	s := &switchStore{}
+	l, err := core.NewLimiter(s, tb10)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, fail := range []bool{true, true, false, true, true, false, true, true} {
+		s.fail.Store(fail)
+		_, _ = l.Allow(ctx, "k")
+	}
+	assert.Equal(t, core.Healthy, l.Health(), "a success in between did not reset the count")
+	require.EqualValues(t, 8, s.calls.Load())
+	s.fail.Store(true)
+	_, err = l.Allow(ctx, "k")
+	require.ErrorIs(t, err, errDown)
+	assert.Equal(t, core.Failing, l.Health())
+}
+
+// cancelingStore cancels its caller's context, as a disconnecting client
+// does, and then fails, as go-redis does on a canceled context.
+type cancelingStore struct{ calls atomic.Int32 }
+
+type cancelFuncKey struct{}
+
+func (s *cancelingStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+	s.calls.Add(1)
+	ctx.Value(cancelFuncKey{}).(context.CancelFunc)()
+	return core.Decision{}, ctx.Err()
+}
+func (*cancelingStore) Reset(context.Context, string, core.Policy) error { return nil }
+func (*cancelingStore) NonBlocking()                                     {}
+
+func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
+	t.Run("canceled", func(t *testing.T) {
+		s := &cancelingStore{}
+		l, err := core.NewLimiter(s, tb10)
+		require.NoError(t, err)
+		for range 10 {
+			ctx, cancel := context.WithCancel(context.Background())
+			_, err := l.Allow(context.WithValue(ctx, cancelFuncKey{}, cancel), "k")
+			require.ErrorIs(t, err, core.ErrCanceled)
+		}
+		require.EqualValues(t, 10, s.calls.Load())
+		assert.Equal(t, core.Healthy, l.Health())
+	})
+	t.Run("invalid input", func(t *testing.T) {
+		s := &switchStore{err: fmt.Errorf("%w: the store knows no such algorithm", core.ErrInvalidPolicy)}
+		s.fail.Store(true)
+		l, err := core.NewLimiter(s, tb10)
+		require.NoError(t, err)
+		for range 10 {
+			_, err := l.Allow(context.Background(), "k")
+			require.ErrorIs(t, err, core.ErrStore)
+		}
+		require.EqualValues(t, 10, s.calls.Load())
+		assert.Equal(t, core.Healthy, l.Health())
+	})
+}
+
+func TestBreakerCanBeTurnedOff(t *testing.T) {
+	s := &switchStore{}
+	s.fail.Store(true)
+	l, err := core.NewLimiter(s, tb10, core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	for range 20 {
+		_, err := l.Allow(context.Background(), "k")
+		require.ErrorIs(t, err, errDown)
+		require.NotErrorIs(t, err, core.ErrCircuitOpen)
+	}
+	require.EqualValues(t, 20, s.calls.Load())
+	assert.Equal(t, core.Healthy, l.Health())
+}
+
+func TestBreakerCustomThreshold(t *testing.T) {
+	clock := &testClock{}
+	s := &switchStore{}
+	s.fail.Store(true)
+	l, err := core.NewLimiter(s, tb10, clock.option(), core.WithCircuitBreaker(1, time.Second))
+	require.NoError(t, err)
+	_, _ = l.Allow(context.Background(), "k")
+	assert.Equal(t, core.Failing, l.Health())
+	clock.advance(999 * time.Millisecond)
+	_, err = l.Allow(context.Background(), "k")
+	require.ErrorIs(t, err, core.ErrCircuitOpen)
+	clock.advance(time.Millisecond)
+	_, err = l.Allow(context.Background(), "k")
+	require.NotErrorIs(t, err, core.ErrCircuitOpen)
+	require.EqualValues(t, 2, s.calls.Load())
+}
+
+func TestWithCircuitBreakerRejectsBadValues(t *testing.T) {
+	for _, tt := range []struct {
+		failures int
+		interval time.Duration
+	}{
+		{-1, time.Second},
+		{3, 0},
+		{3, -time.Second},
+		{3, time.Microsecond},
+		{0, -time.Second},
+		{1 << 31, time.Second},
+	} {
+		l, err := core.NewLimiter(&fakeStore{}, tb10, core.WithCircuitBreaker(tt.failures, tt.interval))
+		require.ErrorIs(t, err, core.ErrInvalidOption, "WithCircuitBreaker(%d, %v)", tt.failures, tt.interval)
+		require.Nil(t, l)
+	}
+	_, err := core.NewLimiter(&fakeStore{}, tb10, core.WithCircuitBreaker(1<<31-1, time.Millisecond))
+	require.NoError(t, err)
+}
+
+// TestBreakerProbeOutlivesItsCaller: in the bounded call mode, a probe the
+// Limiter stopped waiting for is still in flight, and no other probe starts
+// until it ends; when the store answers it, the breaker closes.
+func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
+	clock := &testClock{}
+	gate := newGateStore()
+	gate.ignoreCtx = true
+	l, err := core.NewLimiter(gate, tb10, clock.option(), core.WithTimeout(20*time.Millisecond))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range core.DefaultBreakerFailures {
+		res := allowAsync(ctx, l)
+		gate.storeCtx(t)
+		gate.answers <- answer{err: errDown}
+		require.ErrorIs(t, wait(t, res).err, errDown)
+	}
+	require.Equal(t, core.Failing, l.Health())
+
+	clock.advance(core.DefaultProbeInterval)
+	res := allowAsync(ctx, l)
+	gate.storeCtx(t)
+	a := wait(t, res) // the store never answers in time
+	require.ErrorIs(t, a.err, core.ErrTimeout)
+	require.EqualValues(t, 4, gate.calls.Load())
+
+	for range 5 {
+		clock.advance(core.DefaultProbeInterval)
+		_, err := l.Allow(ctx, "k")
+		require.ErrorIs(t, err, core.ErrCircuitOpen, "a second probe while one is in flight")
+	}
+	require.EqualValues(t, 4, gate.calls.Load())
+
+	// The store answers the abandoned probe: the breaker closes.
+	gate.answers <- answer{d: core.Decision{Allowed: true}}
+	deadline := time.Now().Add(waitBound)
+	for l.Health() != core.Healthy {
+		require.True(t, time.Now().Before(deadline), "the breaker did not close")
+		runtime.Gosched()
+	}
+	res = allowAsync(ctx, l)
+	gate.storeCtx(t)
+	gate.answers <- answer{d: core.Decision{Allowed: true}}
+	require.NoError(t, wait(t, res).err)
+}
+
+// TestBreakerOneProbeAtATime hammers an open breaker from many goroutines
+// while the clock runs: never two calls to the store at once, never more
+// probes than intervals.
+func TestBreakerOneProbeAtATime(t *testing.T) {
+	clock := &testClock{}
+	s := &switchStore{}
+	s.fail.Store(true)
+	l, err := core.NewLimiter(s, tb10, clock.option())
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range core.DefaultBreakerFailures {
+		_, _ = l.Allow(ctx, "k")
+	}
+	require.Equal(t, core.Failing, l.Health())
+	s.calls.Store(0)
+	const goroutines, calls = 8, 500
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range calls {
+				clock.advance(time.Millisecond)
+				d, err := l.Allow(ctx, "k")
+				if !assert.ErrorIs(t, err, core.ErrStore) || !assert.True(t, d.FailedOpen) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Duration(clock.ns.Load())
+	assert.EqualValues(t, 1, s.maxInflight.Load(), "probes overlapped")
+	probes, most := s.calls.Load(), int32(elapsed/core.DefaultProbeInterval)+1
+	assert.LessOrEqual(t, probes, most, "%d probes in %v", probes, elapsed)
+	assert.Positive(t, probes)
+	assert.Equal(t, core.Failing, l.Health())
+}
+
+// TestRecoveringLastsTheHorizon: with a fallback, the Limiter stays
+// Recovering after an outage until the state from the outage can no
+// longer matter, and the fallback's refusals hold meanwhile.
+func TestRecoveringLastsTheHorizon(t *testing.T) {
+	for _, tt := range []struct {
+		p       core.Policy
+		horizon time.Duration
+	}{
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}, time.Minute},
+		{core.Policy{Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Minute}, time.Minute},
+		{core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 2, Window: time.Minute}, 2 * time.Minute},
+		{core.Policy{Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute, Burst: 6}, 3 * time.Minute},
+		{core.Policy{Algorithm: core.LeakyBucket, Limit: 4, Window: time.Minute, Burst: 2}, 30 * time.Second},
+	} {
+		t.Run(string(tt.p.Algorithm), func(t *testing.T) {
+			clock := &testClock{}
+			s := &switchStore{}
+			local := memstore.New()
+			t.Cleanup(func() { _ = local.Close() })
+			l, err := core.NewLimiter(s, tt.p, clock.option(), core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
+			require.NoError(t, err)
+			ctx := context.Background()
+			s.fail.Store(true)
+			d, err := l.Allow(ctx, "k")
+			require.ErrorIs(t, err, core.ErrStore)
+			require.True(t, d.Allowed && d.Fallback)
+			assert.Equal(t, core.Recovering, l.Health(), "the store failed; the fallback decided")
+			s.fail.Store(false)
+			clock.advance(tt.horizon - time.Millisecond)
+			assert.Equal(t, core.Recovering, l.Health())
+			clock.advance(time.Millisecond)
+			assert.Equal(t, core.Healthy, l.Health())
+		})
+	}
+}
