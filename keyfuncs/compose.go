@@ -9,7 +9,7 @@ import (
 )
 
 // Compose returns a key function whose key joins the keys of all fns, in
-// order, with "|": with route := Route(), Compose(route, ip) keys
+// order, with "|": Compose(Route(), ip) keys
 // "route:GET /users/{id}|ip:203.0.113.7", one bucket per client and
 // endpoint. Every part must succeed; the first error is returned, wrapped
 // (so errors.Is(err, ErrNoKey) still holds).
