@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -173,10 +176,7 @@ func TestWriteValues(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := written(tt.d, tt.now, all)
-			if !maps.Equal(got, tt.want) {
-				t.Errorf("Write wrote\n%v\nwant\n%v", got, tt.want)
-			}
+			assert.Equal(t, tt.want, written(tt.d, tt.now, all))
 		})
 	}
 }
@@ -209,9 +209,7 @@ func TestWriteFamilies(t *testing.T) {
 			if d.Allowed {
 				wantHere = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == RetryAfter })
 			}
-			if !slices.Equal(got, wantHere) {
-				t.Errorf("%+v, allowed %v: wrote %v, want %v", cfg, d.Allowed, got, wantHere)
-			}
+			assert.ElementsMatch(t, wantHere, got, "%+v, allowed %v", cfg, d.Allowed)
 			if len(written(core.Decision{Allowed: true, FailedOpen: true, Limit: 1, Remaining: 1, Policy: apiPolicy}, t0, cfg)) != 0 {
 				t.Errorf("%+v: a FailedOpen decision wrote fields", cfg)
 			}
@@ -220,10 +218,7 @@ func TestWriteFamilies(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
-	want := Config{XRateLimit: true, Draft6: true, RetryAfter: true}
-	if got := Default(); got != want {
-		t.Errorf("Default() = %+v, want %+v", got, want)
-	}
+	assert.Equal(t, Config{XRateLimit: true, Draft6: true, RetryAfter: true}, Default())
 }
 
 func TestWriteZeroNowIsTimeNow(t *testing.T) {
@@ -231,9 +226,9 @@ func TestWriteZeroNowIsTimeNow(t *testing.T) {
 	got := written(allowedDecision, time.Time{}, Config{XRateLimit: true})
 	after := time.Now().Unix() + 3 // ResetAfter 1001ms, rounded up, plus a second of slack
 	n, err := count(XRateLimitReset, got[XRateLimitReset])
-	if err != nil || n < before+2 || n > after {
-		t.Errorf("X-RateLimit-Reset = %q, want in [%d, %d]", got[XRateLimitReset], before+2, after)
-	}
+	require.NoError(t, err, XRateLimitReset)
+	assert.GreaterOrEqual(t, n, before+2, XRateLimitReset)
+	assert.LessOrEqual(t, n, after, XRateLimitReset)
 }
 
 func TestRetryAfterSeconds(t *testing.T) {
@@ -254,9 +249,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 		{core.Decision{RetryAfter: time.Duration(1<<63 - 1)}, 9223372037},
 	}
 	for _, tt := range tests {
-		if got := RetryAfterSeconds(tt.d); got != tt.want {
-			t.Errorf("RetryAfterSeconds(allowed %v, RetryAfter %v) = %d, want %d", tt.d.Allowed, tt.d.RetryAfter, got, tt.want)
-		}
+		assert.Equal(t, tt.want, RetryAfterSeconds(tt.d), "allowed %v, RetryAfter %v", tt.d.Allowed, tt.d.RetryAfter)
 	}
 }
 

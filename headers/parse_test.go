@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -29,9 +32,7 @@ func TestParseRoundTrip(t *testing.T) {
 			h := http.Header{}
 			Write(h, d, t0, cfg)
 			got, err := Parse(h)
-			if err != nil {
-				t.Fatalf("%+v: Parse(%v): %v", cfg, h, err)
-			}
+			require.NoError(t, err, "%+v: Parse(%v)", cfg, h)
 			want := Info{Found: cfg}
 			want.Found.RetryAfter = cfg.RetryAfter && !d.Allowed
 			if cfg.XRateLimit || cfg.Draft6 {
@@ -54,9 +55,7 @@ func TestParseRoundTrip(t *testing.T) {
 				want.Quota = d.Policy.Limit
 				want.Window = time.Duration(max(ceilSeconds(d.Policy.Window), 1)) * time.Second
 			}
-			if got != want {
-				t.Errorf("%+v: Parse(Write(%+v)) =\n%+v\nwant\n%+v", cfg, d, got, want)
-			}
+			assert.Equal(t, want, got, "%+v: Parse(Write(%+v))", cfg, d)
 		}
 	}
 }
@@ -129,12 +128,8 @@ func TestParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Parse(tt.h)
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			if got != tt.want {
-				t.Errorf("Parse =\n%+v\nwant\n%+v", got, tt.want)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }
@@ -166,30 +161,23 @@ func TestParseMalformed(t *testing.T) {
 				h.Set(RateLimit, `"ok";r=1`) // a good field does not hide a bad one
 			}
 			info, err := Parse(h)
-			if !errors.Is(err, ErrMalformed) {
-				t.Errorf("Parse(%s: %q) = %+v, %v; want ErrMalformed", name, v, info, err)
+			if !assert.ErrorIs(t, err, ErrMalformed, "Parse(%s: %q) = %+v", name, v, info) {
 				continue
 			}
-			if info != (Info{}) {
-				t.Errorf("Parse(%s: %q) returned %+v with its error, want the zero Info", name, v, info)
-			}
-			if !strings.Contains(err.Error(), name) {
-				t.Errorf("Parse(%s: %q): error %q does not name the field", name, v, err)
-			}
+			assert.Zero(t, info, "Parse(%s: %q): Info returned with the error", name, v)
+			assert.ErrorContains(t, err, name, "Parse(%s: %q): the error names the field", name, v)
 		}
 	}
 
 	for _, name := range []string{XRateLimitLimit, XRateLimitReset, RateLimitReset, RetryAfter} {
-		if _, err := Parse(http.Header{name: {"1", "1"}}); !errors.Is(err, ErrMalformed) {
-			t.Errorf("Parse(%s repeated) = %v, want ErrMalformed", name, err)
-		}
+		_, err := Parse(http.Header{name: {"1", "1"}})
+		assert.ErrorIs(t, err, ErrMalformed, "%s repeated", name)
 	}
 
 	long := strings.Repeat("9", 1000)
 	_, err := Parse(http.Header{RateLimitLimit: {long}})
-	if err == nil || len(err.Error()) > 200 {
-		t.Errorf("Parse(a 1000-digit value): error %q, want a short one", err)
-	}
+	require.ErrorIs(t, err, ErrMalformed, "a 1000-digit value")
+	assert.LessOrEqual(t, len(err.Error()), 200, "a 1000-digit value: error %q, want a short one", err)
 }
 
 // FuzzParse feeds Parse arbitrary values for the structured fields and for

@@ -125,15 +125,15 @@ func parseTrustedPrefix(s string) (netip.Prefix, error) {
 	if strings.IndexByte(s, '/') >= 0 {
 		var err error
 		if p, err = netip.ParsePrefix(s); err != nil {
-			return netip.Prefix{}, fmt.Errorf("%w: TrustedProxies: %v", ErrInvalidOption, err)
+			return netip.Prefix{}, fmt.Errorf("TrustedProxies: %w", err)
 		}
 	} else {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%w: TrustedProxies: %v", ErrInvalidOption, err)
+			return netip.Prefix{}, fmt.Errorf("TrustedProxies: %w", err)
 		}
 		if a.Zone() != "" {
-			return netip.Prefix{}, fmt.Errorf("%w: TrustedProxies: %q: zones are not allowed", ErrInvalidOption, s)
+			return netip.Prefix{}, fmt.Errorf("TrustedProxies: %q: zones are not allowed", s)
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
@@ -141,7 +141,7 @@ func parseTrustedPrefix(s string) (netip.Prefix, error) {
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
 	if p.Bits() == 0 {
-		return netip.Prefix{}, fmt.Errorf("%w: TrustedProxies: %q trusts every address, so any client could choose its key; use TrustedHeader if only your proxy can reach the server", ErrInvalidOption, s)
+		return netip.Prefix{}, fmt.Errorf("TrustedProxies: %q trusts every address, so any client could choose its key; use TrustedHeader if only your proxy can reach the server", s)
 	}
 	return p.Masked(), nil
 }

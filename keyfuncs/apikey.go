@@ -4,11 +4,14 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"net/textproto"
 	"strings"
 	"sync"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // MaxAPIKeyLen is the longest API key, in bytes, that APIKeyHeader and
@@ -16,31 +19,36 @@ import (
 // cannot make the server hash megabytes per request.
 const MaxAPIKeyLen = 4096
 
-// APIKeyOption configures [APIKeyHeader] and [APIKeyQuery].
-type APIKeyOption func(*apiKeyConfig)
+// APIKeyOption configures [APIKeyHeader] and [APIKeyQuery]. A bad value
+// makes the constructor return an error.
+type APIKeyOption func(*apiKeyConfig) error
 
 type apiKeyConfig struct {
-	bearer    bool
-	secret    []byte
-	secretSet bool
+	bearer bool
+	secret []byte
 }
 
 // Bearer makes [APIKeyHeader] read an "Authorization: Bearer <token>"
 // style header: the scheme, matched case-insensitively, is stripped and
-// a header with another scheme holds no key. It has no effect on
-// [APIKeyQuery].
+// a header with another scheme holds no key. [APIKeyQuery] rejects it.
 func Bearer() APIKeyOption {
-	return func(c *apiKeyConfig) { c.bearer = true }
+	return func(c *apiKeyConfig) error {
+		c.bearer = true
+		return nil
+	}
 }
 
 // WithSecret keys the hash of the API key with secret (HMAC-SHA256), so
 // that a key seen in the rate-limit store cannot be checked against
-// guessed API keys without the secret. The secret is copied; it must not
-// be empty.
+// guessed API keys without the secret. The secret is copied; an empty
+// one is an error.
 func WithSecret(secret []byte) APIKeyOption {
-	return func(c *apiKeyConfig) {
+	return func(c *apiKeyConfig) error {
+		if len(secret) == 0 {
+			return errors.New("WithSecret: empty secret")
+		}
 		c.secret = append([]byte(nil), secret...)
-		c.secretSet = true
+		return nil
 	}
 }
 
@@ -50,15 +58,18 @@ func WithSecret(secret []byte) APIKeyOption {
 // The raw key never appears in the result: the key is "key:" followed by
 // the first 32 hex digits (128 bits) of its SHA-256, or of its
 // HMAC-SHA256 with [WithSecret]. A missing, empty or over-long
-// ([MaxAPIKeyLen]) value gives an error wrapping [ErrNoKey]. A bad name
-// or secret gives an error wrapping [ErrInvalidOption] on every call.
-// The function does not check that the key is valid: that is for your
-// authentication, which should run first if invalid keys must not be
-// limited as clients of their own.
-func APIKeyHeader(name string, opts ...APIKeyOption) Func {
-	c := newAPIKeyConfig(opts)
-	if err := c.check("APIKeyHeader", name, validToken(name)); err != nil {
-		return failing(err)
+// ([MaxAPIKeyLen]) value gives an error wrapping [ErrNoKey]. The function
+// does not check that the key is valid: that is for your authentication,
+// which should run first if invalid keys must not be limited as clients
+// of their own. A name that is not a valid header name, or a bad option,
+// is an error.
+func APIKeyHeader(name string, opts ...APIKeyOption) (Func, error) {
+	if !validToken(name) {
+		return nil, fmt.Errorf("%w: keyfuncs.APIKeyHeader: invalid header name %q", core.ErrInvalidOption, name)
+	}
+	c, err := newAPIKeyConfig("APIKeyHeader", opts)
+	if err != nil {
+		return nil, err
 	}
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	h := newKeyHasher(c.secret, name)
@@ -69,40 +80,42 @@ func APIKeyHeader(name string, opts ...APIKeyOption) Func {
 			raw = cutBearer(raw)
 		}
 		return h.key(raw)
-	}
+	}, nil
 }
 
 // APIKeyQuery returns a key function keying requests on the API key in
-// the named URL query parameter, hashed as by [APIKeyHeader].
-func APIKeyQuery(name string, opts ...APIKeyOption) Func {
-	c := newAPIKeyConfig(opts)
-	if err := c.check("APIKeyQuery", name, name != ""); err != nil {
-		return failing(err)
+// the named URL query parameter, hashed as by [APIKeyHeader]. An empty
+// name, a bad option, or [Bearer] is an error.
+func APIKeyQuery(name string, opts ...APIKeyOption) (Func, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: keyfuncs.APIKeyQuery: empty parameter name", core.ErrInvalidOption)
+	}
+	c, err := newAPIKeyConfig("APIKeyQuery", opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.bearer {
+		return nil, fmt.Errorf("%w: keyfuncs.APIKeyQuery: Bearer applies to headers only", core.ErrInvalidOption)
 	}
 	h := newKeyHasher(c.secret, name)
 	return func(r Request) (string, error) {
 		return h.key(trimOWS(r.Query(name)))
-	}
+	}, nil
 }
 
-func newAPIKeyConfig(opts []APIKeyOption) *apiKeyConfig {
+// newAPIKeyConfig applies opts in order and returns the first error,
+// wrapping core.ErrInvalidOption and naming the constructor fn.
+func newAPIKeyConfig(fn string, opts []APIKeyOption) (*apiKeyConfig, error) {
 	c := new(apiKeyConfig)
-	for _, opt := range opts {
-		if opt != nil {
-			opt(c)
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: keyfuncs.%s: option %d is nil", core.ErrInvalidOption, fn, i)
+		}
+		if err := opt(c); err != nil {
+			return nil, fmt.Errorf("%w: keyfuncs.%s: %w", core.ErrInvalidOption, fn, err)
 		}
 	}
-	return c
-}
-
-func (c *apiKeyConfig) check(fn, name string, nameOK bool) error {
-	if !nameOK {
-		return fmt.Errorf("%w: %s: invalid name %q", ErrInvalidOption, fn, name)
-	}
-	if c.secretSet && len(c.secret) == 0 {
-		return fmt.Errorf("%w: %s: empty secret", ErrInvalidOption, fn)
-	}
-	return nil
+	return c, nil
 }
 
 // cutBearer returns the token of a Bearer credential, "" if v is not one.
@@ -162,9 +175,4 @@ func (k *keyHasher) key(raw string) (string, error) {
 	hex.Encode(out[4:], st.h.Sum(st.sum[:0])[:16])
 	k.states.Put(st)
 	return string(out[:]), nil
-}
-
-// failing returns a key function that always returns err.
-func failing(err error) Func {
-	return func(Request) (string, error) { return "", err }
 }

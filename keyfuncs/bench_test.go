@@ -1,9 +1,6 @@
 package keyfuncs
 
-import (
-	"context"
-	"testing"
-)
+import "testing"
 
 func benchKey(b *testing.B, fn Func, r Request) {
 	b.Helper()
@@ -17,10 +14,10 @@ func benchKey(b *testing.B, fn Func, r Request) {
 }
 
 func BenchmarkIPKey(b *testing.B) {
-	peer := mustResolver(b).Key
-	proxied := mustResolver(b, TrustedProxies("10.0.0.0/8", "172.16.0.0/12")).Key
-	forwarded := mustResolver(b, TrustedProxies("10.0.0.0/8", "172.16.0.0/12"), UseForwarded()).Key
-	header := mustResolver(b, TrustedProxies("10.0.0.0/8"), TrustedHeader("CF-Connecting-IP")).Key
+	peer := mustResolver(b).key
+	proxied := mustResolver(b, TrustedProxies("10.0.0.0/8", "172.16.0.0/12")).key
+	forwarded := mustResolver(b, TrustedProxies("10.0.0.0/8", "172.16.0.0/12"), UseForwarded()).key
+	header := mustResolver(b, TrustedProxies("10.0.0.0/8"), TrustedHeader("CF-Connecting-IP")).key
 	b.Run("peer/ipv4", func(b *testing.B) { benchKey(b, peer, req("203.0.113.7:54321")) })
 	b.Run("peer/ipv6", func(b *testing.B) { benchKey(b, peer, req("[2001:db8:1:1a0::7]:54321")) })
 	b.Run("peer/forged-xff", func(b *testing.B) {
@@ -43,16 +40,17 @@ func BenchmarkIPKey(b *testing.B) {
 
 func BenchmarkAPIKey(b *testing.B) {
 	r := req("", "Authorization", "Bearer sk_live_0123456789abcdef0123456789abcdef")
-	b.Run("sha256", func(b *testing.B) { benchKey(b, APIKeyHeader("Authorization", Bearer()), r) })
+	must := mustFunc(b)
+	b.Run("sha256", func(b *testing.B) { benchKey(b, must(APIKeyHeader("Authorization", Bearer())), r) })
 	b.Run("hmac", func(b *testing.B) {
-		benchKey(b, APIKeyHeader("Authorization", Bearer(), WithSecret([]byte("pepper"))), r)
+		benchKey(b, must(APIKeyHeader("Authorization", Bearer(), WithSecret([]byte("pepper")))), r)
 	})
 }
 
 func BenchmarkCompose(b *testing.B) {
-	ip := mustResolver(b).Key
-	anonymous := User(func(context.Context) (string, bool) { return "", false })
+	must := mustFunc(b)
+	ip := must(IP())
 	r := &fakeRequest{remote: "203.0.113.7:1", route: "/users/{id}"}
-	b.Run("route+ip", func(b *testing.B) { benchKey(b, Compose(Route(), ip), r) })
-	b.Run("firstof-user-ip", func(b *testing.B) { benchKey(b, FirstOf(anonymous, ip), r) })
+	b.Run("route+ip", func(b *testing.B) { benchKey(b, must(Compose(Route(), ip)), r) })
+	b.Run("firstof-user-ip", func(b *testing.B) { benchKey(b, must(FirstOf(must(User(anonymous)), ip)), r) })
 }

@@ -4,25 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // Compose returns a key function whose key joins the keys of all fns, in
-// order, with "|": Compose(Route(), ip) keys "route:GET /users/{id}|ip:203.0.113.7",
-// one bucket per client and endpoint. Every part must succeed; the first
-// error is returned, wrapped (so errors.Is(err, ErrNoKey) still holds).
+// order, with "|": Compose(Route(), ip) keys
+// "route:GET /users/{id}|ip:203.0.113.7", one bucket per client and
+// endpoint. Every part must succeed; the first error is returned, wrapped
+// (so errors.Is(err, ErrNoKey) still holds).
 //
 // Parts are joined as they are. The keys of this package never contain
-// "|" except from a user ID, which your application assigns.
-//
-// Compose with no function, or a nil one, returns an error wrapping
-// [ErrInvalidOption] on every call.
-func Compose(fns ...Func) Func {
+// "|" except from a user ID, which your application assigns. No function,
+// or a nil one, is an error.
+func Compose(fns ...Func) (Func, error) {
 	fns, err := checkFuncs("Compose", fns)
 	if err != nil {
-		return failing(err)
+		return nil, err
 	}
 	if len(fns) == 1 {
-		return fns[0]
+		return fns[0], nil
 	}
 	return func(r Request) (string, error) {
 		var stack [8]string
@@ -38,22 +39,19 @@ func Compose(fns ...Func) Func {
 			parts = append(parts, k)
 		}
 		return strings.Join(parts, "|"), nil
-	}
+	}, nil
 }
 
 // FirstOf returns a key function that tries fns in order and returns the
-// first key found: FirstOf(User(get), APIKeyHeader("X-API-Key"), ip)
-// limits signed-in users by ID, other API clients by key, and everyone
-// else by IP. It moves on only when a function's error wraps [ErrNoKey]
-// (or it returns an empty key); any other error is returned at once. When
-// every function fails, the error wraps ErrNoKey and each failure.
-//
-// FirstOf with no function, or a nil one, returns an error wrapping
-// [ErrInvalidOption] on every call.
-func FirstOf(fns ...Func) Func {
+// first key found: FirstOf(user, apiKey, ip) limits signed-in users by ID,
+// other API clients by key, and everyone else by IP. It moves on only when
+// a function's error wraps [ErrNoKey] (or it returns an empty key); any
+// other error is returned at once. When every function fails, the error
+// wraps ErrNoKey and each failure. No function, or a nil one, is an error.
+func FirstOf(fns ...Func) (Func, error) {
 	fns, err := checkFuncs("FirstOf", fns)
 	if err != nil {
-		return failing(err)
+		return nil, err
 	}
 	return func(r Request) (string, error) {
 		var stack [4]error // errors are kept as they are: no cost until all fail
@@ -75,26 +73,29 @@ func FirstOf(fns ...Func) Func {
 			all[i] = fmt.Errorf("function %d: %w", i, err)
 		}
 		return "", fmt.Errorf("%w: FirstOf: no function found a key: %w", ErrNoKey, errors.Join(all...))
-	}
+	}, nil
 }
 
 // Static returns a key function giving every request the same key,
 // "static:" followed by key, for a limit shared by all clients (a global
-// limit, or one guarding a fragile backend).
-func Static(key string) Func {
+// limit, or one guarding a fragile backend). An empty key is an error.
+func Static(key string) (Func, error) {
+	if key == "" {
+		return nil, fmt.Errorf("%w: keyfuncs.Static: empty key", core.ErrInvalidOption)
+	}
 	k := "static:" + key
-	return func(Request) (string, error) { return k, nil }
+	return func(Request) (string, error) { return k, nil }, nil
 }
 
 // checkFuncs copies fns, so the caller's slice may change afterwards,
 // and rejects an empty list or a nil function.
 func checkFuncs(name string, fns []Func) ([]Func, error) {
 	if len(fns) == 0 {
-		return nil, fmt.Errorf("%w: %s: no key function", ErrInvalidOption, name)
+		return nil, fmt.Errorf("%w: keyfuncs.%s: no key function", core.ErrInvalidOption, name)
 	}
 	for i, fn := range fns {
 		if fn == nil {
-			return nil, fmt.Errorf("%w: %s: key function %d is nil", ErrInvalidOption, name, i)
+			return nil, fmt.Errorf("%w: keyfuncs.%s: key function %d is nil", core.ErrInvalidOption, name, i)
 		}
 	}
 	return append([]Func(nil), fns...), nil

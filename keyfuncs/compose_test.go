@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var errBoom = errors.New("boom")
@@ -17,80 +20,107 @@ func boom(Request) (string, error) { return "", errBoom }
 
 func emptyKey(Request) (string, error) { return "", nil }
 
+func anonymous(context.Context) (string, bool) { return "", false }
+
 func TestCompose(t *testing.T) {
+	must := mustFunc(t)
 	r := &fakeRequest{remote: "203.0.113.7:1", route: "/users/{id}"}
-	ip, _ := IP()
-	got, err := Compose(Route(), ip)(r)
-	if err != nil || got != "route:GET /users/{id}|ip:203.0.113.7" {
-		t.Fatalf("= %q, %v", got, err)
-	}
-	if got, err := Compose(Static("a"))(r); got != "static:a" || err != nil {
-		t.Fatalf("one part: = %q, %v", got, err)
-	}
+	ip := must(IP())
+
+	got, err := must(Compose(Route(), ip))(r)
+	require.NoError(t, err)
+	assert.Equal(t, "route:GET /users/{id}|ip:203.0.113.7", got)
+
+	got, err = must(Compose(must(Static("a"))))(r)
+	require.NoError(t, err)
+	assert.Equal(t, "static:a", got, "one part")
+
 	parts := make([]Func, 10) // more than the stack buffer
 	for i := range parts {
 		parts[i] = constKey("k")
 	}
-	if got, err := Compose(parts...)(r); err != nil || got != strings.Repeat("k|", 9)+"k" {
-		t.Fatalf("ten parts: = %q, %v", got, err)
-	}
-	for name, tc := range map[string]struct {
+	got, err = must(Compose(parts...))(r)
+	require.NoError(t, err)
+	assert.Equal(t, strings.Repeat("k|", 9)+"k", got, "ten parts")
+
+	cases := map[string]struct {
 		fn   Func
 		want error
 	}{
-		"no key":     {Compose(Route(), noKey), ErrNoKey},
-		"other":      {Compose(boom, Route()), errBoom},
-		"empty key":  {Compose(Route(), emptyKey), ErrNoKey},
-		"no parts":   {Compose(), ErrInvalidOption},
-		"nil part":   {Compose(Route(), nil), ErrInvalidOption},
-		"user fails": {Compose(Route(), User(func(context.Context) (string, bool) { return "", false })), ErrNoKey},
-	} {
-		if got, err := tc.fn(r); got != "" || !errors.Is(err, tc.want) {
-			t.Errorf("%s: = %q, %v; want %v", name, got, err, tc.want)
-		}
+		"no key":     {must(Compose(Route(), noKey)), ErrNoKey},
+		"other":      {must(Compose(boom, Route())), errBoom},
+		"empty key":  {must(Compose(Route(), emptyKey)), ErrNoKey},
+		"user fails": {must(Compose(Route(), must(User(anonymous)))), ErrNoKey},
 	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := tc.fn(r)
+			require.ErrorIs(t, err, tc.want)
+			require.Empty(t, got, "key returned with an error")
+		})
+	}
+}
+
+func TestComposeCopiesItsArguments(t *testing.T) {
+	must := mustFunc(t)
+	parts := []Func{constKey("a"), constKey("b")}
+	fn := must(Compose(parts...))
+	parts[0] = boom
+	got, err := fn(&fakeRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, "a|b", got)
 }
 
 func TestFirstOf(t *testing.T) {
+	must := mustFunc(t)
 	r := req("203.0.113.7:1", "X-API-Key", "k1")
-	ip, _ := IP()
-	anonymous := func(context.Context) (string, bool) { return "", false }
-	chain := FirstOf(User(anonymous), APIKeyHeader("X-API-Key"), ip)
-	if got, err := chain(r); err != nil || !strings.HasPrefix(got, "key:") {
-		t.Fatalf("api key: = %q, %v", got, err)
-	}
-	if got, err := chain(req("203.0.113.7:1")); err != nil || got != "ip:203.0.113.7" {
-		t.Fatalf("ip: = %q, %v", got, err)
-	}
-	if got, err := FirstOf(emptyKey, constKey("b"))(r); err != nil || got != "b" {
-		t.Fatalf("empty key skipped: = %q, %v", got, err)
-	}
+	chain := must(FirstOf(must(User(anonymous)), must(APIKeyHeader("X-API-Key")), must(IP())))
+
+	got, err := chain(r)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(got, "key:"), "with an API key: key %q", got)
+
+	got, err = chain(req("203.0.113.7:1"))
+	require.NoError(t, err)
+	assert.Equal(t, "ip:203.0.113.7", got, "without an API key")
+
+	got, err = must(FirstOf(emptyKey, constKey("b")))(r)
+	require.NoError(t, err)
+	assert.Equal(t, "b", got, "an empty key is skipped")
 
 	calls := 0
 	counting := func(Request) (string, error) { calls++; return "x", nil }
-	got, err := FirstOf(boom, counting)(r)
-	if got != "" || !errors.Is(err, errBoom) || errors.Is(err, ErrNoKey) || calls != 0 {
-		t.Fatalf("other error: = %q, %v, calls %d; want errBoom at once", got, err, calls)
-	}
+	got, err = must(FirstOf(boom, counting))(r)
+	require.ErrorIs(t, err, errBoom, "another error is returned at once")
+	assert.NotErrorIs(t, err, ErrNoKey)
+	assert.Empty(t, got)
+	assert.Zero(t, calls, "functions called after another error")
 
-	got, err = FirstOf(noKey, User(anonymous), emptyKey, noKey, noKey)(req("garbage"))
-	if got != "" || !errors.Is(err, ErrNoKey) {
-		t.Fatalf("all fail: = %q, %v", got, err)
-	}
-	if !strings.Contains(err.Error(), "no user in context") {
-		t.Errorf("all fail: %v does not say why", err)
-	}
-	for name, fn := range map[string]Func{"none": FirstOf(), "nil": FirstOf(noKey, nil)} {
-		if _, err := fn(r); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("%s: err %v, want ErrInvalidOption", name, err)
-		}
-	}
+	got, err = must(FirstOf(noKey, must(User(anonymous)), emptyKey, noKey, noKey))(req("garbage"))
+	require.ErrorIs(t, err, ErrNoKey, "all fail")
+	assert.Empty(t, got)
+	assert.ErrorContains(t, err, "no user in context", "all fail: the error says why")
 }
 
 func TestStatic(t *testing.T) {
-	for key, want := range map[string]string{"global": "static:global", "": "static:"} {
-		if got, err := Static(key)(&fakeRequest{}); err != nil || got != want {
-			t.Errorf("Static(%q) = %q, %v", key, got, err)
-		}
+	got, err := mustFunc(t)(Static("global"))(&fakeRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, "static:global", got)
+}
+
+func TestComposeBadInput(t *testing.T) {
+	cases := map[string]func() (Func, error){
+		"Compose: none":    func() (Func, error) { return Compose() },
+		"Compose: nil":     func() (Func, error) { return Compose(Route(), nil) },
+		"Compose: nil one": func() (Func, error) { return Compose(nil) },
+		"FirstOf: none":    func() (Func, error) { return FirstOf() },
+		"FirstOf: nil":     func() (Func, error) { return FirstOf(noKey, nil) },
+		"Static: empty":    func() (Func, error) { return Static("") },
+	}
+	for name, build := range cases {
+		t.Run(name, func(t *testing.T) {
+			fn, err := build()
+			requireInvalid(t, fn, err)
+		})
 	}
 }

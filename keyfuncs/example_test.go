@@ -2,10 +2,13 @@ package keyfuncs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -29,7 +32,7 @@ func (h httpRequest) Context() context.Context          { return h.r.Context() }
 func ExampleIP() {
 	key, err := keyfuncs.IP()
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "203.0.113.7:54321"
@@ -50,7 +53,7 @@ func ExampleIP() {
 func ExampleTrustedProxies() {
 	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.2:54321" // the load balancer
@@ -74,7 +77,7 @@ func ExampleTrustedHeader() {
 		keyfuncs.TrustedProxies("173.245.48.0/20", "2400:cb00::/32"), // part of https://www.cloudflare.com/ips/
 	)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "173.245.48.1:443"
@@ -88,7 +91,7 @@ func ExampleTrustedHeader() {
 func ExampleUseForwarded() {
 	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"), keyfuncs.UseForwarded())
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.2:54321"
@@ -103,18 +106,20 @@ func ExampleUseForwarded() {
 // IP; combined with the route for per-endpoint limits.
 func ExampleFirstOf() {
 	type userKey struct{}
-	ip, err := keyfuncs.IP()
-	if err != nil {
-		panic(err)
+	user, err1 := keyfuncs.ContextValue(userKey{})
+	apiKey, err2 := keyfuncs.APIKeyHeader("X-API-Key")
+	ip, err3 := keyfuncs.IP()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		log.Fatal(err)
 	}
-	key := keyfuncs.Compose(
-		keyfuncs.Route(),
-		keyfuncs.FirstOf(
-			keyfuncs.ContextValue(userKey{}),
-			keyfuncs.APIKeyHeader("X-API-Key"),
-			ip,
-		),
-	)
+	who, err := keyfuncs.FirstOf(user, apiKey, ip)
+	if err != nil {
+		log.Fatal(err)
+	}
+	key, err := keyfuncs.Compose(keyfuncs.Route(), who)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	r := httptest.NewRequest("POST", "/orders", nil)
 	r.RemoteAddr = "203.0.113.7:54321"
@@ -134,10 +139,24 @@ func ExampleFirstOf() {
 
 // The raw API key never appears in the rate-limit key.
 func ExampleAPIKeyHeader() {
-	key := keyfuncs.APIKeyHeader("Authorization", keyfuncs.Bearer())
+	key, err := keyfuncs.APIKeyHeader("Authorization", keyfuncs.Bearer())
+	if err != nil {
+		log.Fatal(err)
+	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("Authorization", "Bearer sk_live_s3cr3t")
 	fmt.Println(key(httpRequest{r: r}))
 	// Output:
 	// key:84dc88e54a7e636eb5186b026cbe51b2 <nil>
+}
+
+// Bad input is a constructor error wrapping core.ErrInvalidOption, never
+// a key function that fails later or keys everyone alike.
+func ExampleIP_invalidOption() {
+	key, err := keyfuncs.IP(keyfuncs.IPv6Prefix(0))
+	fmt.Println(key == nil, errors.Is(err, core.ErrInvalidOption))
+	fmt.Println(err)
+	// Output:
+	// true true
+	// ratelimit: invalid option: keyfuncs.IP: IPv6Prefix(0): want 1 to 128
 }

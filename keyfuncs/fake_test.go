@@ -3,6 +3,11 @@ package keyfuncs
 import (
 	"context"
 	"net/textproto"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // fakeRequest is a Request built from literals, for tests.
@@ -57,4 +62,25 @@ func req(peer string, kv ...string) *fakeRequest {
 		r.headers[name] = append(r.headers[name], kv[i+1])
 	}
 	return r
+}
+
+// mustFunc returns a function that unwraps what a constructor returns,
+// failing t when the constructor fails, so that tables can hold key
+// functions: must := mustFunc(t); must(APIKeyHeader("X-API-Key")).
+func mustFunc(t testing.TB) func(Func, error) Func {
+	return func(fn Func, err error) Func {
+		t.Helper()
+		require.NoError(t, err)
+		require.NotNil(t, fn)
+		return fn
+	}
+}
+
+// requireInvalid checks what a constructor returned for bad input: no
+// function and an error wrapping core.ErrInvalidOption, not ErrNoKey.
+func requireInvalid(t testing.TB, fn Func, err error) {
+	t.Helper()
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+	require.NotErrorIs(t, err, ErrNoKey, "a misconfiguration must not look like a request without a key")
+	require.Nil(t, fn, "function returned with an error")
 }

@@ -45,9 +45,9 @@ func FuzzClientIP(f *testing.F) {
 		}}
 		peer, perr := peerAddr(r)
 		got := map[string]netip.Addr{}
-		for name, res := range map[string]*IPResolver{"def": def, "xff": xff, "fwd": fwd, "hdr": hdr, "hdrAlone": hdrAlone} {
-			a, err := res.ClientIP(r)
-			key, kerr := res.Key(r)
+		for name, res := range map[string]*ipResolver{"def": def, "xff": xff, "fwd": fwd, "hdr": hdr, "hdrAlone": hdrAlone} {
+			a, err := res.clientIP(r)
+			key, kerr := res.key(r)
 			if (err == nil) != (kerr == nil) {
 				t.Fatalf("%s: ClientIP err %v, Key err %v", name, err, kerr)
 			}
@@ -100,8 +100,8 @@ func FuzzClientIP(f *testing.F) {
 				headerForwarded: append(lines(fwdVal), "for="+client+";proto=https, for=10.1.2.3"),
 			}},
 		} {
-			for name, res := range map[string]*IPResolver{"xff": xff, "fwd": fwd} {
-				if a, err := res.ClientIP(appended); err != nil || a != wantClient {
+			for name, res := range map[string]*ipResolver{"xff": xff, "fwd": fwd} {
+				if a, err := res.clientIP(appended); err != nil || a != wantClient {
 					t.Fatalf("%s: appended client: chose %v, %v", name, a, err)
 				}
 			}
@@ -111,7 +111,7 @@ func FuzzClientIP(f *testing.F) {
 
 // naiveXFF is the X-Forwarded-For walk written plainly, without limits on
 // bytes (its callers keep the input small).
-func naiveXFF(r *IPResolver, lines []string, peer netip.Addr) netip.Addr {
+func naiveXFF(r *ipResolver, lines []string, peer netip.Addr) netip.Addr {
 	var entries []string
 	for _, l := range lines {
 		for _, e := range strings.Split(l, ",") {

@@ -1,15 +1,18 @@
 // Package keyfuncs answers "who is the client?" for the rate limiter, the
-// same way in every framework: by the socket's peer IP (trusting proxy
-// headers only from configured proxies), by API key (hashed), by user ID,
-// by route pattern, or by a composition of these.
+// same way in every framework: by IP (trusting proxy headers only from the
+// proxies you name, see [IP]), by API key (hashed), by user ID, by route
+// pattern, or by a composition of these. Adapters present each framework's
+// request as a [Request]; key functions never see a framework type.
 //
-// Adapters present each framework's request through the Request interface;
-// key functions never see a framework type.
+// Every constructor that takes input returns (Func, error), the error
+// wrapping core.ErrInvalidOption when the input is bad; [Route], which takes
+// none, returns a Func.
 package keyfuncs
 
 import (
 	"context"
-	"errors"
+
+	"github.com/apigate/ratelimit/internal/userkey"
 )
 
 // Request is the framework-neutral view of an HTTP request that key
@@ -42,4 +45,6 @@ type Func func(r Request) (string, error)
 
 // ErrNoKey reports a request in which a key function found nothing to key
 // on: no API key header, no user in the context, no usable peer address.
-var ErrNoKey = errors.New("keyfuncs: no key in request")
+// [FirstOf] moves on to its next function on it; the adapters answer it
+// with 400. It never wraps core.ErrInvalidOption, nor the reverse.
+var ErrNoKey = userkey.ErrNoKey

@@ -1,8 +1,32 @@
-// # Client IP and the trust model
-//
-// [IP] and [IPResolver] key a request on the client's IP address. Which
-// address that is depends on whom you trust, and the answer fails closed:
-// when in doubt, the key is an address the client cannot choose.
+package keyfuncs
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Limits on hostile input. A forwarding chain is read from the right, so
+// the entries that trusted proxies appended are always within reach.
+const (
+	maxHops        = 32   // X-Forwarded-For / Forwarded entries examined
+	maxHeaderBytes = 4096 // bytes of those headers examined
+	maxNodeLen     = 128  // length of one address, port and zone included
+)
+
+// Header names, in canonical form.
+const (
+	headerXFF       = "X-Forwarded-For"
+	headerForwarded = "Forwarded"
+)
+
+// IP returns a key function keying requests on the client's IP address:
+// "ip:" followed by the address ("ip:203.0.113.7") or, for IPv6, by its
+// /56 prefix ("ip:2001:db8:1:100::/56"). Which address is the client's
+// depends on whom you trust, and the answer fails closed: when in doubt,
+// the key is an address the client cannot choose.
 //
 //   - Default (no option): the socket peer, Request.RemoteAddr, is the
 //     client. No header is read: X-Forwarded-For, Forwarded, X-Real-IP,
@@ -39,100 +63,69 @@
 // before it is compared or keyed: an IPv4-mapped IPv6 address
 // (::ffff:203.0.113.7) becomes IPv4, so it shares a bucket with
 // 203.0.113.7 and cannot alias a trusted prefix, and an IPv6 zone
-// ("%eth0") is dropped. IPv6 clients are grouped by prefix, /56 by default
-// ([IPv6Prefix]), since one subscriber usually holds a whole /56 or /64
-// and could otherwise rotate through 2^72 keys; IPv4 clients are keyed by
-// their full address unless [IPv4Prefix] says otherwise.
+// ("%eth0") is dropped. IPv6 clients are grouped by prefix, /56 by
+// default ([IPv6Prefix]), since one subscriber usually holds a whole /56
+// or /64 and could otherwise rotate through 2^72 keys; IPv4 clients are
+// keyed by their full address unless [IPv4Prefix] says otherwise.
 //
-// Hostile headers cost bounded work: the walk reads at most 32 entries and
-// 4 KiB, starting from the right, and a chain longer than that ends the
-// walk as a bad entry does.
-package keyfuncs
+// Hostile headers cost bounded work: the walk reads at most 32 entries
+// and 4 KiB, starting from the right, and a chain longer than that ends
+// the walk as a bad entry does. The key function fails, with an error
+// wrapping [ErrNoKey], only when it must fall back on the socket peer and
+// RemoteAddr is not an address. A bad or nil option, [UseForwarded]
+// without [TrustedProxies], or UseForwarded with [TrustedHeader] is an
+// error. The key function is safe for concurrent use.
+func IP(opts ...IPOption) (Func, error) {
+	r, err := newIPResolver(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r.key, nil
+}
 
-import (
-	"errors"
-	"fmt"
-	"net/netip"
-	"strconv"
-)
-
-// ErrInvalidOption reports a key function built with a bad option: an
-// unparsable CIDR, a prefix length out of range, an empty header name, a
-// nil function. Constructors that return an error wrap it; key functions
-// whose constructors cannot return an error (such as [APIKeyHeader])
-// return it, wrapped, from every call. It never wraps [ErrNoKey], so a
-// misconfiguration is not mistaken for a request without a key.
-var ErrInvalidOption = errors.New("keyfuncs: invalid option")
-
-// Limits on hostile input. A forwarding chain is read from the right, so
-// the entries that trusted proxies appended are always within reach.
-const (
-	maxHops        = 32   // X-Forwarded-For / Forwarded entries examined
-	maxHeaderBytes = 4096 // bytes of those headers examined
-	maxNodeLen     = 128  // length of one address, port and zone included
-)
-
-// Header names, in canonical form.
-const (
-	headerXFF       = "X-Forwarded-For"
-	headerForwarded = "Forwarded"
-)
-
-// IPResolver finds the client address of a request according to a trust
-// model (see the package documentation) and turns it into a rate-limit
-// key. The zero IPResolver trusts no proxy and uses the default prefixes.
-// An IPResolver is immutable and safe for concurrent use.
-type IPResolver struct {
+// ipResolver finds the client address of a request according to a trust
+// model (see [IP]) and turns it into a rate-limit key. The zero
+// ipResolver trusts no proxy and uses the default prefixes. It is
+// immutable once built.
+type ipResolver struct {
 	ipConfig
 }
 
-// ipConfig is what IPOptions set. Options cannot reach an IPResolver, so
-// one, once built, cannot be changed.
+// ipConfig is what IPOptions set.
 type ipConfig struct {
 	proxies   []netip.Prefix // trusted peers; empty: headers are never walked
 	forwarded bool           // walk Forwarded, not X-Forwarded-For
 	header    string         // canonical TrustedHeader name, "" if none
-	v4bits    int            // 0: DefaultIPv4Prefix
-	v6bits    int            // 0: DefaultIPv6Prefix
+	v4bits    int            // 0: defaultIPv4Prefix
+	v6bits    int            // 0: defaultIPv6Prefix
 }
 
-// NewIPResolver returns a resolver configured by opts. It returns an
-// error wrapping [ErrInvalidOption] for a bad option; it never panics.
-func NewIPResolver(opts ...IPOption) (*IPResolver, error) {
+// newIPResolver returns the resolver configured by opts, or an error
+// wrapping core.ErrInvalidOption.
+func newIPResolver(opts ...IPOption) (*ipResolver, error) {
 	var c ipConfig
-	for _, opt := range opts {
+	for i, opt := range opts {
 		if opt == nil {
-			continue
+			return nil, fmt.Errorf("%w: keyfuncs.IP: option %d is nil", core.ErrInvalidOption, i)
 		}
 		if err := opt(&c); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: keyfuncs.IP: %w", core.ErrInvalidOption, err)
 		}
 	}
 	switch {
 	case c.forwarded && len(c.proxies) == 0:
-		return nil, fmt.Errorf("%w: UseForwarded requires TrustedProxies", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: keyfuncs.IP: UseForwarded requires TrustedProxies", core.ErrInvalidOption)
 	case c.forwarded && c.header != "":
-		return nil, fmt.Errorf("%w: UseForwarded and TrustedHeader exclude each other", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: keyfuncs.IP: UseForwarded and TrustedHeader exclude each other", core.ErrInvalidOption)
 	}
-	return &IPResolver{c}, nil
+	return &ipResolver{c}, nil
 }
 
-// IP returns a key function keying requests on the client address, as
-// resolved by NewIPResolver(opts...).Key. It returns an error wrapping
-// [ErrInvalidOption] for a bad option.
-func IP(opts ...IPOption) (Func, error) {
-	r, err := NewIPResolver(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return r.Key, nil
-}
-
-// ClientIP returns the client's address: IPv4-mapped addresses folded to
+// clientIP returns the client's address: IPv4-mapped addresses folded to
 // IPv4, without zone, not yet grouped by prefix. It fails, with an error
-// wrapping [ErrNoKey], only when it must fall back on the socket peer and
+// wrapping ErrNoKey, only when it must fall back on the socket peer and
 // RemoteAddr is not an address.
-func (r *IPResolver) ClientIP(req Request) (netip.Addr, error) {
+func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 	if r.header != "" && len(r.proxies) == 0 {
 		if a, ok := r.fromHeader(req); ok {
 			return a, nil
@@ -156,28 +149,28 @@ func (r *IPResolver) ClientIP(req Request) (netip.Addr, error) {
 	return r.walk(req.HeaderValues(name), peer), nil
 }
 
-// Key returns the rate-limit key of the client address: "ip:" followed by
+// key returns the rate-limit key of the client address: "ip:" followed by
 // the address ("ip:203.0.113.7") or, when grouped by a shorter prefix, by
 // the masked prefix ("ip:2001:db8:1:100::/56"). Errors are those of
-// [IPResolver.ClientIP].
-func (r *IPResolver) Key(req Request) (string, error) {
-	a, err := r.ClientIP(req)
+// clientIP.
+func (r *ipResolver) key(req Request) (string, error) {
+	a, err := r.clientIP(req)
 	if err != nil {
 		return "", err
 	}
-	return r.key(a), nil
+	return r.format(a), nil
 }
 
-// key formats the key of a (normalised) client address.
-func (r *IPResolver) key(a netip.Addr) string {
+// format returns the key of a (normalised) client address.
+func (r *ipResolver) format(a netip.Addr) string {
 	bits, full := r.v4bits, 32
 	if bits == 0 {
-		bits = DefaultIPv4Prefix
+		bits = defaultIPv4Prefix
 	}
 	if a.Is6() {
 		bits, full = r.v6bits, 128
 		if bits == 0 {
-			bits = DefaultIPv6Prefix
+			bits = defaultIPv6Prefix
 		}
 	}
 	var buf [64]byte
@@ -193,7 +186,7 @@ func (r *IPResolver) key(a netip.Addr) string {
 }
 
 // trusted reports whether a is one of the trusted proxies.
-func (r *IPResolver) trusted(a netip.Addr) bool {
+func (r *ipResolver) trusted(a netip.Addr) bool {
 	for _, p := range r.proxies {
 		if p.Contains(a) {
 			return true
@@ -203,7 +196,7 @@ func (r *IPResolver) trusted(a netip.Addr) bool {
 }
 
 // fromHeader reads the TrustedHeader: its last line, a single address.
-func (r *IPResolver) fromHeader(req Request) (netip.Addr, bool) {
+func (r *ipResolver) fromHeader(req Request) (netip.Addr, bool) {
 	vals := req.HeaderValues(r.header)
 	if len(vals) == 0 {
 		return netip.Addr{}, false
@@ -213,7 +206,7 @@ func (r *IPResolver) fromHeader(req Request) (netip.Addr, bool) {
 
 // walk finds the client in a forwarding chain whose nearest hop is the
 // trusted peer; see the package documentation.
-func (r *IPResolver) walk(lines []string, peer netip.Addr) netip.Addr {
+func (r *ipResolver) walk(lines []string, peer netip.Addr) netip.Addr {
 	last := peer // the last address known good
 	s := hopScanner{lines: lines, budget: maxHeaderBytes, forwarded: r.forwarded}
 	for range maxHops {

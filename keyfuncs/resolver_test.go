@@ -1,17 +1,17 @@
 package keyfuncs
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
-func mustResolver(t testing.TB, opts ...IPOption) *IPResolver {
+func mustResolver(t testing.TB, opts ...IPOption) *ipResolver {
 	t.Helper()
-	r, err := NewIPResolver(opts...)
-	if err != nil {
-		t.Fatalf("NewIPResolver: %v", err)
-	}
+	r, err := newIPResolver(opts...)
+	require.NoError(t, err)
 	return r
 }
 
@@ -21,20 +21,18 @@ type ipCase struct {
 	want string // key; "" means an error wrapping ErrNoKey
 }
 
-func runIPCases(t *testing.T, r *IPResolver, cases []ipCase) {
+func runIPCases(t *testing.T, r *ipResolver, cases []ipCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := r.Key(tc.req)
+			got, err := r.key(tc.req)
 			if tc.want == "" {
-				if !errors.Is(err, ErrNoKey) || got != "" {
-					t.Fatalf("Key = %q, %v; want an error wrapping ErrNoKey", got, err)
-				}
+				require.ErrorIs(t, err, ErrNoKey)
+				require.Empty(t, got, "key returned with an error")
 				return
 			}
-			if err != nil || got != tc.want {
-				t.Fatalf("Key = %q, %v; want %q", got, err, tc.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
 		})
 	}
 }
@@ -73,11 +71,18 @@ func TestIPDefaultIsPeer(t *testing.T) {
 }
 
 func TestIPZeroResolver(t *testing.T) {
-	var r IPResolver
-	got, err := r.Key(req("[2001:db8::1]:1", "X-Forwarded-For", "6.6.6.6"))
-	if err != nil || got != "ip:2001:db8::/56" {
-		t.Fatalf("Key = %q, %v", got, err)
-	}
+	var r ipResolver
+	got, err := r.key(req("[2001:db8::1]:1", "X-Forwarded-For", "6.6.6.6"))
+	require.NoError(t, err)
+	require.Equal(t, "ip:2001:db8::/56", got)
+}
+
+func TestIPIsTheResolver(t *testing.T) {
+	ip, err := IP(TrustedProxies("10.0.0.0/8"), IPv4Prefix(24))
+	require.NoError(t, err)
+	got, err := ip(req("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 198.51.100.1"))
+	require.NoError(t, err)
+	require.Equal(t, "ip:198.51.100.0/24", got)
 }
 
 func TestIPTrustedProxiesXFF(t *testing.T) {
@@ -192,9 +197,9 @@ func TestIPPrefixes(t *testing.T) {
 		{[]IPOption{IPv6Prefix(48), IPv6Prefix(64)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::/64"},
 	}
 	for _, tc := range cases {
-		got, err := mustResolver(t, tc.opts...).Key(req(tc.peer))
-		if err != nil || got != tc.want {
-			t.Errorf("%s: Key = %q, %v; want %q", tc.peer, got, err, tc.want)
+		got, err := mustResolver(t, tc.opts...).key(req(tc.peer))
+		if assert.NoError(t, err, tc.peer) {
+			assert.Equal(t, tc.want, got, tc.peer)
 		}
 	}
 }
@@ -203,26 +208,19 @@ func TestIPv6SlashFiftySix(t *testing.T) {
 	r := mustResolver(t)
 	key := func(peer string) string {
 		t.Helper()
-		k, err := r.Key(req(peer))
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, err := r.key(req(peer))
+		require.NoError(t, err, peer)
 		return k
 	}
 	base := key("[2001:db8:1:100::1]:1")
 	for _, same := range []string{"2001:db8:1:100:ffff::1", "2001:db8:1:1ff::", "[2001:db8:1:142::7%eth1]:80"} {
-		if k := key(same); k != base {
-			t.Errorf("%s: key %q, want %q (same /56)", same, k, base)
-		}
+		assert.Equal(t, base, key(same), "%s: same /56, same key", same)
 	}
 	for _, other := range []string{"2001:db8:1:200::1", "2001:db8:1:ff::1", "2001:db8:2:100::1"} {
-		if k := key(other); k == base {
-			t.Errorf("%s: key %q shared with another /56", other, k)
-		}
+		assert.NotEqual(t, base, key(other), "%s: key shared with another /56", other)
 	}
-	if key("::ffff:1.2.3.4") != key("1.2.3.4") || key("[::ffff:1.2.3.4]:9") != "ip:1.2.3.4" {
-		t.Error("IPv4-mapped address not folded to IPv4")
-	}
+	assert.Equal(t, key("1.2.3.4"), key("::ffff:1.2.3.4"), "IPv4-mapped address folded to IPv4")
+	assert.Equal(t, "ip:1.2.3.4", key("[::ffff:1.2.3.4]:9"), "IPv4-mapped address folded to IPv4")
 }
 
 func TestIPBadOptions(t *testing.T) {
@@ -244,19 +242,14 @@ func TestIPBadOptions(t *testing.T) {
 		"header with colon":         {TrustedHeader("X-Real-IP:")},
 		"forwarded without proxies": {UseForwarded()},
 		"forwarded and header":      {TrustedProxies("10.0.0.0/8"), UseForwarded(), TrustedHeader("X-Real-IP")},
+		"no proxy":                  {TrustedProxies()},
+		"nil option":                {TrustedProxies("10.0.0.0/8"), nil},
+		"bad after good":            {IPv6Prefix(64), IPv4Prefix(40)},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {
-			r, err := NewIPResolver(opts...)
-			if !errors.Is(err, ErrInvalidOption) || r != nil {
-				t.Fatalf("NewIPResolver = %v, %v; want an error wrapping ErrInvalidOption", r, err)
-			}
-			if errors.Is(err, ErrNoKey) {
-				t.Fatal("option error wraps ErrNoKey")
-			}
-			if fn, err := IP(opts...); fn != nil || !errors.Is(err, ErrInvalidOption) {
-				t.Fatalf("IP = %v, %v", fn != nil, err)
-			}
+			fn, err := IP(opts...)
+			requireInvalid(t, fn, err)
 		})
 	}
 }
@@ -265,12 +258,11 @@ func TestIPGoodOptions(t *testing.T) {
 	r := mustResolver(t,
 		TrustedProxies(" 10.0.0.1/8 "), // not masked, spaces: accepted
 		TrustedProxies("::ffff:192.168.0.0/112", "::1"),
-		nil, // ignored
 	)
 	for _, peer := range []string{"10.9.9.9:1", "192.168.3.4:1", "[::1]:1"} {
-		got, err := r.Key(req(peer, "X-Forwarded-For", "198.51.100.1"))
-		if err != nil || got != "ip:198.51.100.1" {
-			t.Errorf("peer %s: Key = %q, %v; want the client", peer, got, err)
+		got, err := r.key(req(peer, "X-Forwarded-For", "198.51.100.1"))
+		if assert.NoError(t, err, "peer %s", peer) {
+			assert.Equal(t, "ip:198.51.100.1", got, "peer %s is a proxy: the key is the client's", peer)
 		}
 	}
 }
@@ -288,7 +280,7 @@ func TestIPHostileHeaders(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		r    *IPResolver
+		r    *ipResolver
 		req  *fakeRequest
 		want string
 	}{
@@ -304,19 +296,16 @@ func TestIPHostileHeaders(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := tc.r.Key(tc.req)
-			if err != nil || got != tc.want {
-				t.Fatalf("Key = %q, %v; want %q", got, err, tc.want)
-			}
+			got, err := tc.r.key(tc.req)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
 			// The walk itself must not allocate, whatever the input.
 			peer, _ := peerAddr(tc.req)
 			allocs := testing.AllocsPerRun(10, func() {
 				tc.r.walk(tc.req.HeaderValues(xff), peer)
 				tc.r.walk(tc.req.HeaderValues("Forwarded"), peer)
 			})
-			if allocs != 0 {
-				t.Errorf("walk: %v allocations", allocs)
-			}
+			assert.Zero(t, allocs, "walk: allocations")
 		})
 	}
 }

@@ -1,9 +1,11 @@
 package keyfuncs
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRoute(t *testing.T) {
@@ -27,12 +29,11 @@ func TestRoute(t *testing.T) {
 			r.method = "\x00" // fakeRequest defaults "" to GET
 		}
 		got, err := Route()(r)
-		if err != nil || got != tc.want {
-			t.Errorf("%.20q %q: = %q, %v; want %q", tc.method, tc.route, got, err, tc.want)
+		if assert.NoError(t, err, "method %.20q, route %q", tc.method, tc.route) {
+			assert.Equal(t, tc.want, got, "method %.20q, route %q", tc.method, tc.route)
 		}
 	}
-	r := &fakeRequest{route: "/" + strings.Repeat("a", MaxRouteLen)}
-	if got, err := Route()(r); got != "" || !errors.Is(err, ErrNoKey) {
-		t.Errorf("over-long pattern: = %q, %v", got, err)
-	}
+	got, err := Route()(&fakeRequest{route: "/" + strings.Repeat("a", MaxRouteLen)})
+	require.ErrorIs(t, err, ErrNoKey, "over-long pattern")
+	require.Empty(t, got)
 }

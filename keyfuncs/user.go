@@ -3,6 +3,9 @@ package keyfuncs
 import (
 	"context"
 	"fmt"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/userkey"
 )
 
 // MaxUserIDLen is the longest user ID, in bytes, that User and
@@ -15,19 +18,15 @@ const MaxUserIDLen = 512
 // request for which get reports no user, or an empty or over-long
 // ([MaxUserIDLen]) ID, gives an error wrapping [ErrNoKey], so that
 // [FirstOf] can fall back to another key. The ID is used as it is; bytes
-// the store cannot hold are the store's to hash.
-func User(get func(ctx context.Context) (string, bool)) Func {
+// the store cannot hold are the store's to hash. A nil get is an error.
+func User(get func(ctx context.Context) (string, bool)) (Func, error) {
 	if get == nil {
-		return failing(fmt.Errorf("%w: User: nil getter", ErrInvalidOption))
+		return nil, fmt.Errorf("%w: keyfuncs.User: nil getter", core.ErrInvalidOption)
 	}
-	errNoUser := fmt.Errorf("%w: no user in context", ErrNoKey)
+	users := userkey.New("context")
 	return func(r Request) (string, error) {
-		id, ok := get(r.Context())
-		if !ok {
-			return "", errNoUser
-		}
-		return UserKey(id)
-	}
+		return users.ID(get(r.Context()))
+	}, nil
 }
 
 // ContextValue returns a key function keying requests on the string
@@ -35,33 +34,14 @@ func User(get func(ctx context.Context) (string, bool)) Func {
 // "user:" followed by the value, as [User] does. No value, or an empty or
 // over-long one, gives an error wrapping [ErrNoKey]; a value that is not
 // a string is a programming error, reported as such (not as ErrNoKey).
-func ContextValue(key any) Func {
-	if key == nil {
-		return failing(fmt.Errorf("%w: ContextValue: nil key", ErrInvalidOption))
+// A nil or empty key, or one of a type that is not comparable, is an
+// error.
+func ContextValue(key any) (Func, error) {
+	if err := userkey.CheckKey("keyfuncs.ContextValue", key); err != nil {
+		return nil, err
 	}
-	errNoValue := fmt.Errorf("%w: no value for %v in context", ErrNoKey, key)
+	users := userkey.New(fmt.Sprintf("context key %#v", key))
 	return func(r Request) (string, error) {
-		v := r.Context().Value(key)
-		if v == nil {
-			return "", errNoValue
-		}
-		id, ok := v.(string)
-		if !ok {
-			return "", fmt.Errorf("keyfuncs: context value for %v is a %T, not a string", key, v)
-		}
-		return UserKey(id)
-	}
-}
-
-// UserKey is the key User gives the user ID id: "user:"+id, or an error
-// wrapping [ErrNoKey] for an empty or over-long ([MaxUserIDLen]) ID.
-// Adapters use it for IDs that their framework stores outside the context.
-func UserKey(id string) (string, error) {
-	if id == "" {
-		return "", fmt.Errorf("%w: empty user ID", ErrNoKey)
-	}
-	if len(id) > MaxUserIDLen {
-		return "", fmt.Errorf("%w: user ID longer than %d bytes", ErrNoKey, MaxUserIDLen)
-	}
-	return "user:" + id, nil
+		return users.Value(r.Context().Value(key), true)
+	}, nil
 }

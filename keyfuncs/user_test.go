@@ -2,14 +2,19 @@ package keyfuncs
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/userkey"
 )
 
 type ctxKey struct{}
 
 func TestUser(t *testing.T) {
+	must := mustFunc(t)
 	get := func(ctx context.Context) (string, bool) {
 		id, ok := ctx.Value(ctxKey{}).(string)
 		return id, ok
@@ -17,46 +22,66 @@ func TestUser(t *testing.T) {
 	with := func(v any) *fakeRequest {
 		return &fakeRequest{ctx: context.WithValue(context.Background(), ctxKey{}, v)}
 	}
+	user, value := must(User(get)), must(ContextValue(ctxKey{}))
 	cases := []struct {
 		name string
 		fn   Func
 		req  *fakeRequest
 		want string // "": an error wrapping ErrNoKey
 	}{
-		{"user", User(get), with("u-42"), "user:u-42"},
-		{"odd bytes", User(get), with("a|b\x00\xff"), "user:a|b\x00\xff"},
-		{"no user", User(get), &fakeRequest{}, ""},
-		{"empty id", User(get), with(""), ""},
-		{"at the cap", User(get), with(strings.Repeat("u", MaxUserIDLen)), "user:" + strings.Repeat("u", MaxUserIDLen)},
-		{"over the cap", User(get), with(strings.Repeat("u", MaxUserIDLen+1)), ""},
-		{"context value", ContextValue(ctxKey{}), with("u-42"), "user:u-42"},
-		{"context value missing", ContextValue(ctxKey{}), &fakeRequest{}, ""},
-		{"context value empty", ContextValue(ctxKey{}), with(""), ""},
+		{"user", user, with("u-42"), "user:u-42"},
+		{"odd bytes", user, with("a|b\x00\xff"), "user:a|b\x00\xff"},
+		{"no user", user, &fakeRequest{}, ""},
+		{"empty id", user, with(""), ""},
+		{"at the cap", user, with(strings.Repeat("u", MaxUserIDLen)), "user:" + strings.Repeat("u", MaxUserIDLen)},
+		{"over the cap", user, with(strings.Repeat("u", MaxUserIDLen+1)), ""},
+		{"context value", value, with("u-42"), "user:u-42"},
+		{"context value missing", value, &fakeRequest{}, ""},
+		{"context value empty", value, with(""), ""},
+		{"context value over the cap", value, with(strings.Repeat("u", MaxUserIDLen+1)), ""},
+		//lint:ignore SA1029 some middlewares store the user under a string key
+		{"string key", must(ContextValue("user")), &fakeRequest{ctx: context.WithValue(context.Background(), "user", "u-7")}, "user:u-7"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.fn(tc.req)
 			if tc.want == "" {
-				if got != "" || !errors.Is(err, ErrNoKey) {
-					t.Fatalf("= %q, %v; want an error wrapping ErrNoKey", got, err)
-				}
+				require.ErrorIs(t, err, ErrNoKey)
+				require.Empty(t, got, "key returned with an error")
 				return
 			}
-			if err != nil || got != tc.want {
-				t.Fatalf("= %q, %v; want %q", got, err, tc.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
 		})
 	}
 }
 
+func TestUserLimitIsTheAdapters(t *testing.T) {
+	// The adapters' helpers check IDs in internal/userkey; keyfuncs
+	// documents the limit.
+	require.Equal(t, MaxUserIDLen, userkey.MaxIDLen)
+}
+
 func TestUserMisuse(t *testing.T) {
 	r := &fakeRequest{ctx: context.WithValue(context.Background(), ctxKey{}, 42)}
-	if _, err := ContextValue(ctxKey{})(r); err == nil || errors.Is(err, ErrNoKey) {
-		t.Errorf("non-string value: err %v, want a programming error", err)
+	_, err := mustFunc(t)(ContextValue(ctxKey{}))(r)
+	require.Error(t, err, "non-string value")
+	assert.NotErrorIs(t, err, ErrNoKey, "a non-string value is a programming error, not a missing user")
+	assert.ErrorContains(t, err, "int, not a string")
+}
+
+func TestUserBadInput(t *testing.T) {
+	cases := map[string]func() (Func, error){
+		"nil getter":           func() (Func, error) { return User(nil) },
+		"nil key":              func() (Func, error) { return ContextValue(nil) },
+		"empty key":            func() (Func, error) { return ContextValue("") },
+		"non-comparable key":   func() (Func, error) { return ContextValue([]byte("user")) },
+		"non-comparable key 2": func() (Func, error) { return ContextValue(map[string]int{}) },
 	}
-	for name, fn := range map[string]Func{"nil getter": User(nil), "nil key": ContextValue(nil)} {
-		if _, err := fn(r); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("%s: err %v, want ErrInvalidOption", name, err)
-		}
+	for name, build := range cases {
+		t.Run(name, func(t *testing.T) {
+			fn, err := build()
+			requireInvalid(t, fn, err)
+		})
 	}
 }

@@ -129,7 +129,7 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name:   "key not found",
-			opts:   []middleware.Option{middleware.WithKeyFunc(keyfuncs.APIKeyHeader("X-Api-Key"))},
+			opts:   []middleware.Option{middleware.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")))},
 			status: 400, body: `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`,
 			errContains: []error{keyfuncs.ErrNoKey},
 		},
@@ -150,8 +150,8 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name: "fallback key with FirstOf", proceed: true,
-			opts: []middleware.Option{middleware.WithKeyFunc(keyfuncs.FirstOf(
-				keyfuncs.APIKeyHeader("X-Api-Key"), keyfuncs.Static("anonymous")))},
+			opts: []middleware.Option{middleware.WithKeyFunc(mustKeyFunc(t)(keyfuncs.FirstOf(
+				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")), mustKeyFunc(t)(keyfuncs.Static("anonymous")))))},
 		},
 		{
 			name:   "fail closed without Retry-After configured",
@@ -336,5 +336,17 @@ func BenchmarkHandleDenied(b *testing.B) {
 		if f.Handle(r, w) {
 			b.Fatal("allowed")
 		}
+	}
+}
+
+// mustKeyFunc returns a function that unwraps what a keyfuncs constructor
+// returns, failing t when the constructor fails.
+func mustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
+	return func(fn keyfuncs.Func, err error) keyfuncs.Func {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fn
 	}
 }

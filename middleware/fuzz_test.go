@@ -106,7 +106,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	case m == 2:
 		kf, err = keyfuncs.IP(proxies, keyfuncs.UseForwarded())
 	case m == 3:
-		kf = keyfuncs.APIKeyHeader("X-Api-Key")
+		kf, err = keyfuncs.APIKeyHeader("X-Api-Key")
 	default:
 		kf = func(keyfuncs.Request) (string, error) {
 			if strings.HasPrefix(key, "PANIC") {

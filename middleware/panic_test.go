@@ -97,7 +97,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 			opts:  []middleware.Option{middleware.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
 		{name: "error responder", in: "error responder",
 			opts: []middleware.Option{
-				middleware.WithKeyFunc(keyfuncs.APIKeyHeader("X-Api-Key")),
+				middleware.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))),
 				middleware.WithErrorResponder(func(keyfuncs.Request, middleware.Response, error) { boom() }),
 			}},
 		{name: "headers", in: "headers",

@@ -82,8 +82,10 @@ func HTTPRequest(r keyfuncs.Request) (req *http.Request, ok bool) {
 // UserFromContext returns a key function keying requests on the string an
 // earlier middleware stored in the request's context under key (as by
 // context.WithValue): "user:" followed by the ID. It is
-// keyfuncs.ContextValue, named like the other adapters' helpers.
-func UserFromContext(key any) keyfuncs.Func {
+// keyfuncs.ContextValue, named like the other adapters' helpers: a nil or
+// empty key, or one of a type that is not comparable, is an error
+// wrapping core.ErrInvalidOption.
+func UserFromContext(key any) (keyfuncs.Func, error) {
 	return keyfuncs.ContextValue(key)
 }
 

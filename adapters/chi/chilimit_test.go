@@ -155,7 +155,8 @@ func TestRouteAnywhere(t *testing.T) {
 
 func TestUserFromContext(t *testing.T) {
 	type ctxKey struct{}
-	adapterstest.CheckUserKey(t, chilimit.UserFromContext(ctxKey{}), nil, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(chilimit.UserFromContext(nil))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(chilimit.UserFromContext(ctxKey{})), nil, func(m adapterstest.Mount) adapterstest.App {
 		r := chi.NewRouter()
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

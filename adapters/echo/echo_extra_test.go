@@ -22,7 +22,8 @@ func TestNewPanicsOnNilSkipper(t *testing.T) {
 
 func TestUserFromContextAndSkipper(t *testing.T) {
 	skip := echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/health" })
-	adapterstest.CheckUserKey(t, echolimit.UserFromContext("user"), skip, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(echolimit.UserFromContext(""))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(echolimit.UserFromContext("user")), skip, func(m adapterstest.Mount) adapterstest.App {
 		e := echo.New()
 		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 			return func(c echo.Context) error {

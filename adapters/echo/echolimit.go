@@ -25,8 +25,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/apigate/ratelimit/adapters/internal/userkey"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/middleware"
 )
@@ -84,19 +84,22 @@ func Context(r keyfuncs.Request) (c echo.Context, ok bool) {
 // by the ID, as keyfuncs.User does. No value, or an empty one, gives an
 // error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back
 // to another key); a value that is not a string is reported as a
-// misconfiguration. Echo's c.Set values are not in the request's
+// misconfiguration. An empty key is an error wrapping
+// core.ErrInvalidOption. Echo's c.Set values are not in the request's
 // context.Context, so this function reads them from the echo.Context
 // itself (see Context).
-func UserFromContext(key string) keyfuncs.Func {
-	where := fmt.Sprintf("echo context key %q", key)
+func UserFromContext(key string) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("echolimit.UserFromContext", key); err != nil {
+		return nil, err
+	}
+	users := userkey.New(fmt.Sprintf("echo context key %q", key))
 	return func(r keyfuncs.Request) (string, error) {
 		c, ok := Context(r)
 		if !ok {
 			return "", fmt.Errorf("echolimit.UserFromContext: request not from echolimit")
 		}
-		v := c.Get(key)
-		return userkey.Key(v, v != nil, where)
-	}
+		return users.Value(c.Get(key), true)
+	}, nil
 }
 
 // request is Echo's request as a keyfuncs.Request.

@@ -56,7 +56,9 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 
 func TestUserFromLocalsAndNext(t *testing.T) {
 	skip := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Path() == "/health" })
-	adapterstest.CheckUserKey(t, fiberlimit.UserFromLocals("user"), skip, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.UserFromLocals(nil))
+	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.UserFromLocals([]string{"user"}))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(fiberlimit.UserFromLocals("user")), skip, func(m adapterstest.Mount) adapterstest.App {
 		return newApp(func(f *fiber.App) {
 			f.Use(func(c *fiber.Ctx) error {
 				if id := c.Get(adapterstest.UserHeader); id != "" {

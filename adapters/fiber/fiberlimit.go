@@ -43,8 +43,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/apigate/ratelimit/adapters/internal/userkey"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/middleware"
 )
@@ -101,17 +101,20 @@ func Ctx(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
 // value, or an empty one, gives an error wrapping keyfuncs.ErrNoKey (so
 // that keyfuncs.FirstOf can fall back to another key); a value that is not
 // a string is reported as a misconfiguration. The key is a copy, safe to
-// keep.
-func UserFromLocals(key any) keyfuncs.Func {
-	where := fmt.Sprintf("fiber locals key %q", fmt.Sprint(key))
+// keep. A nil or empty key, or one of a type that is not comparable, is
+// an error wrapping core.ErrInvalidOption.
+func UserFromLocals(key any) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("fiberlimit.UserFromLocals", key); err != nil {
+		return nil, err
+	}
+	users := userkey.New(fmt.Sprintf("fiber locals key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
 		c, ok := Ctx(r)
 		if !ok {
 			return "", fmt.Errorf("fiberlimit.UserFromLocals: request not from fiberlimit")
 		}
-		v := c.Locals(key)
-		return userkey.Key(v, v != nil, where)
-	}
+		return users.Value(c.Locals(key), true)
+	}, nil
 }
 
 // request is Fiber's request as a keyfuncs.Request. Holding one pointer,

@@ -16,7 +16,9 @@ func TestNewPanicsOnNilLimiter(t *testing.T) {
 }
 
 func TestUserFromContext(t *testing.T) {
-	adapterstest.CheckUserKey(t, ginlimit.UserFromContext("user"), nil, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(ginlimit.UserFromContext(nil))
+	adapterstest.CheckInvalidKeyFunc(t)(ginlimit.UserFromContext([]string{"user"}))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(ginlimit.UserFromContext("user")), nil, func(m adapterstest.Mount) adapterstest.App {
 		e := gin.New()
 		e.Use(func(c *gin.Context) {
 			if id := c.GetHeader(adapterstest.UserHeader); id != "" {

@@ -23,8 +23,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/apigate/ratelimit/adapters/internal/userkey"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/middleware"
 )
@@ -66,22 +66,25 @@ func Context(r keyfuncs.Request) (c *gin.Context, ok bool) {
 // the ID, as keyfuncs.User does. No value, or an empty one, gives an error
 // wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back to
 // another key); a value that is not a string is reported as a
-// misconfiguration.
+// misconfiguration. A nil or empty key, or one of a type that is not
+// comparable, is an error wrapping core.ErrInvalidOption.
 //
 // Gin's c.Set values are not in c.Request.Context() (unless the engine
 // sets ContextWithFallback, and even then the other way round), so
 // keyfuncs.User cannot see them; this function reads them from the
 // *gin.Context itself (see Context).
-func UserFromContext(key any) keyfuncs.Func {
-	where := fmt.Sprintf("gin context key %q", fmt.Sprint(key))
+func UserFromContext(key any) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("ginlimit.UserFromContext", key); err != nil {
+		return nil, err
+	}
+	users := userkey.New(fmt.Sprintf("gin context key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
 		c, ok := Context(r)
 		if !ok {
 			return "", fmt.Errorf("ginlimit.UserFromContext: request not from ginlimit")
 		}
-		v, exists := c.Get(key)
-		return userkey.Key(v, exists, where)
-	}
+		return users.Value(c.Get(key))
+	}, nil
 }
 
 // request is Gin's request as a keyfuncs.Request. Holding one pointer, it

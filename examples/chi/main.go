@@ -51,13 +51,13 @@ func newApp(l demo.Limiters) http.Handler {
 		writeJSON(w, map[string]string{"message": "logged in"})
 	})
 	// Per API key; a request without X-API-Key gets 400.
-	r.With(chilimit.New(l.API, middleware.WithKeyFunc(demo.APIKey()))).Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
+	r.With(chilimit.New(l.API, middleware.WithKeyFunc(l.APIKey))).Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"data": []int{1, 2, 3}})
 	})
 	// One limiter, a quota per route and client IP: /users/1 and /users/2
 	// share one, /users/1/posts has another.
 	r.Group(func(r chi.Router) {
-		r.Use(chilimit.New(l.Users, middleware.WithKeyFunc(demo.RouteAndIP())))
+		r.Use(chilimit.New(l.Users, middleware.WithKeyFunc(l.RouteAndIP)))
 		r.Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, map[string]string{"id": chi.URLParam(r, "id")})
 		})

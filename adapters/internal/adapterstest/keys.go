@@ -1,14 +1,42 @@
 package adapterstest
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/middleware"
 )
+
+// MustKeyFunc returns a function that unwraps what a key function
+// constructor returns, failing t when the constructor fails:
+// MustKeyFunc(t)(ginlimit.UserFromContext("user")).
+func MustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
+	return func(fn keyfuncs.Func, err error) keyfuncs.Func {
+		t.Helper()
+		if err != nil || fn == nil {
+			t.Fatalf("key function constructor: %v", err)
+		}
+		return fn
+	}
+}
+
+// CheckInvalidKeyFunc returns a function that checks what a key function
+// constructor returned for bad input: no function, and an error wrapping
+// core.ErrInvalidOption:
+// CheckInvalidKeyFunc(t)(ginlimit.UserFromContext(nil)).
+func CheckInvalidKeyFunc(t testing.TB) func(keyfuncs.Func, error) {
+	return func(fn keyfuncs.Func, err error) {
+		t.Helper()
+		if fn != nil || !errors.Is(err, core.ErrInvalidOption) {
+			t.Errorf("constructor = (func %v), %v; want no function and an error wrapping core.ErrInvalidOption", fn != nil, err)
+		}
+	}
+}
 
 // KeyLog records the keys a key function returns. It is safe for
 // concurrent use; the zero KeyLog is empty and ready.

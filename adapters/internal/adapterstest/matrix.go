@@ -278,7 +278,7 @@ var matrix = []matrixCase{
 	{
 		name: "no key in request: 400",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), middleware.WithKeyFunc(keyfuncs.APIKeyHeader("X-Api-Key")))
+			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), middleware.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))))
 		},
 		steps: []step{
 			{req: get(peerA), status: 400, body: keyMissingBody, contentType: "application/json"},

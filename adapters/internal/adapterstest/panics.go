@@ -42,7 +42,11 @@ func RunPanics(t *testing.T, h SocketHarness) {
 			middleware.WithSkip(func(r keyfuncs.Request) bool { panicIn(r, "skip"); return false }),
 			middleware.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
 				panicIn(r, "key")
-				return keyfuncs.Static(r.Header(clientHeader))(r)
+				key := r.Header(clientHeader)
+				if key == "" {
+					return "", keyfuncs.ErrNoKey
+				}
+				return key, nil
 			}),
 			middleware.WithCost(func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 }),
 			middleware.WithDenyHandler(func(r keyfuncs.Request, w middleware.Response, d core.Decision) {

@@ -51,6 +51,18 @@ func TestNewLimiters(t *testing.T) {
 		}
 	}
 
+	k, err := l.RouteAndIP(request{route: "/users/:id"})
+	if err != nil || k != "route:GET /users/:id|ip:203.0.113.7" {
+		t.Errorf("RouteAndIP = %q, %v", k, err)
+	}
+	if _, err := l.APIKey(request{}); !errors.Is(err, keyfuncs.ErrNoKey) {
+		t.Errorf("APIKey without the header: err = %v, want ErrNoKey", err)
+	}
+	k, err = l.APIKey(request{header: http.Header{"X-Api-Key": {"secret"}}})
+	if err != nil || !strings.HasPrefix(k, "key:") || strings.Contains(k, "secret") {
+		t.Errorf("APIKey = %q, %v; want a hashed key", k, err)
+	}
+
 	p := DefaultPolicies()
 	p.API.Limit = 0
 	if _, err := NewLimiters(store, p); !errors.Is(err, core.ErrInvalidPolicy) || !strings.Contains(err.Error(), "API limit") {
@@ -71,20 +83,6 @@ func (request) Query(string) string                 { return "" }
 func (request) Method() string                      { return http.MethodGet }
 func (r request) Route() string                     { return r.route }
 func (request) Context() context.Context            { return context.Background() }
-
-func TestKeyFuncs(t *testing.T) {
-	k, err := RouteAndIP()(request{route: "/users/:id"})
-	if err != nil || k != "route:GET /users/:id|ip:203.0.113.7" {
-		t.Errorf("RouteAndIP = %q, %v", k, err)
-	}
-	if _, err := APIKey()(request{}); !errors.Is(err, keyfuncs.ErrNoKey) {
-		t.Errorf("APIKey without the header: err = %v, want ErrNoKey", err)
-	}
-	k, err = APIKey()(request{header: http.Header{"X-Api-Key": {"secret"}}})
-	if err != nil || !strings.HasPrefix(k, "key:") || strings.Contains(k, "secret") {
-		t.Errorf("APIKey = %q, %v; want a hashed key", k, err)
-	}
-}
 
 func TestDescribe(t *testing.T) {
 	p := DefaultPolicies()

@@ -54,13 +54,25 @@ func DefaultPolicies() Policies {
 }
 
 // Limiters are the limiters of the demo API, one per policy, sharing one
-// store. Examples mount Global on every request and each other one on its
-// route; tests build them with small limits.
+// store, and the key functions of those not keyed by client IP. Examples
+// mount Global on every request and each other one on its route; tests
+// build them with small limits.
 type Limiters struct {
 	Global *core.Limiter // every request; default key: client IP
 	Login  *core.Limiter // POST /login; default key: client IP
-	API    *core.Limiter // GET /api/data; key: APIKey()
-	Users  *core.Limiter // GET /users/{id} and /users/{id}/posts; key: RouteAndIP()
+	API    *core.Limiter // GET /api/data; key: APIKey
+	Users  *core.Limiter // GET /users/{id} and /users/{id}/posts; key: RouteAndIP
+
+	// APIKey is the key function of the API limit: the hashed value of the
+	// X-API-Key header. A request without one is refused by the middleware
+	// with 400 and {"error":"rate_limit_key_missing",...}; the key is not
+	// checked, which is the job of authentication, running before the
+	// limiter in a real API.
+	APIKey keyfuncs.Func
+	// RouteAndIP is the key function of the users limit: one bucket per
+	// route pattern and client IP, so that one limiter mounted on several
+	// routes gives each its own quota, and /users/1 and /users/2 share one.
+	RouteAndIP keyfuncs.Func
 }
 
 // NewLimiters returns the limiters of p over store, each built with opts.
@@ -83,23 +95,22 @@ func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, e
 	if l.Users, err = core.NewLimiter(store, p.Users, opts...); err != nil {
 		return Limiters{}, fmt.Errorf("users limit: %w", err)
 	}
+	if l.APIKey, err = keyfuncs.APIKeyHeader(APIKeyHeader); err != nil {
+		return Limiters{}, fmt.Errorf("API key: %w", err)
+	}
+	if l.RouteAndIP, err = routeAndIP(); err != nil {
+		return Limiters{}, fmt.Errorf("users key: %w", err)
+	}
 	return l, nil
 }
 
-// APIKey is the key function of the API limit: the hashed value of the
-// X-API-Key header. A request without one is refused by the middleware with
-// 400 and {"error":"rate_limit_key_missing",...}; the key is not checked,
-// which is the job of authentication, running before the limiter in a real
-// API.
-func APIKey() keyfuncs.Func {
-	return keyfuncs.APIKeyHeader(APIKeyHeader)
-}
-
-// RouteAndIP is the key function of the users limit: one bucket per route
-// pattern and client IP, so that one limiter mounted on several routes
-// gives each its own quota, and /users/1 and /users/2 share one.
-// The zero IPResolver is the adapters' default: the socket peer, no proxy
+// routeAndIP returns the key function of Limiters.RouteAndIP. keyfuncs.IP
+// with no option is the adapters' default: the socket peer, no proxy
 // header believed.
-func RouteAndIP() keyfuncs.Func {
-	return keyfuncs.Compose(keyfuncs.Route(), new(keyfuncs.IPResolver).Key)
+func routeAndIP() (keyfuncs.Func, error) {
+	ip, err := keyfuncs.IP()
+	if err != nil {
+		return nil, err
+	}
+	return keyfuncs.Compose(keyfuncs.Route(), ip)
 }

@@ -1,0 +1,89 @@
+// Package userkey turns a user ID into a rate-limit key, once for the whole
+// module: keyfuncs.User and keyfuncs.ContextValue use it for an ID found in
+// a context.Context, the adapters' helpers (ginlimit.UserFromContext,
+// fiberlimit.UserFromLocals, ...) for one their framework stores, so that
+// every one of them keys a user alike and reports a missing user with the
+// same sentinel, keyfuncs.ErrNoKey, defined here.
+package userkey
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// ErrNoKey is keyfuncs.ErrNoKey: a request in which a key function found
+// nothing to key on.
+var ErrNoKey = errors.New("keyfuncs: no key in request")
+
+// MaxIDLen is keyfuncs.MaxUserIDLen, the longest user ID, in bytes.
+const MaxIDLen = 512
+
+// Lookup makes the keys of the user IDs found in one place (a context key,
+// a framework's per-request store). Its ErrNoKey errors are made once, so
+// that a request without a user, the common case in a keyfuncs.FirstOf
+// chain, costs no allocation. The zero Lookup is not usable.
+type Lookup struct {
+	where      string // the place, for messages; never a value
+	errNone    error
+	errEmpty   error
+	errTooLong error
+}
+
+// New returns the Lookup of IDs found in where ("context", "gin context
+// key \"user\"").
+func New(where string) Lookup {
+	return Lookup{
+		where:      where,
+		errNone:    fmt.Errorf("%w: no user in %s", ErrNoKey, where),
+		errEmpty:   fmt.Errorf("%w: empty user ID in %s", ErrNoKey, where),
+		errTooLong: fmt.Errorf("%w: user ID in %s longer than %d bytes", ErrNoKey, where, MaxIDLen),
+	}
+}
+
+// ID returns the key of id, "user:" followed by id, when found is true.
+// No user (found false), an empty ID or an over-long one gives an error
+// wrapping ErrNoKey.
+func (l Lookup) ID(id string, found bool) (string, error) {
+	switch {
+	case !found:
+		return "", l.errNone
+	case id == "":
+		return "", l.errEmpty
+	case len(id) > MaxIDLen:
+		return "", l.errTooLong
+	}
+	return "user:" + id, nil
+}
+
+// Value is ID for a value v as stored: a nil v is no user, and a v that is
+// not a string is a programming error, reported as such (not as ErrNoKey,
+// so that keyfuncs.FirstOf does not hide it).
+func (l Lookup) Value(v any, found bool) (string, error) {
+	if !found || v == nil {
+		return "", l.errNone
+	}
+	id, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("keyfuncs: user in %s is a %T, not a string", l.where, v)
+	}
+	return l.ID(id, true)
+}
+
+// CheckKey returns an error wrapping core.ErrInvalidOption, naming the
+// constructor fn, when key cannot be the key under which a user ID is
+// stored: nil, "", or a value of a type that is not comparable (no lookup
+// could ever match it, and a map lookup with it would panic).
+func CheckKey(fn string, key any) error {
+	switch {
+	case key == nil:
+		return fmt.Errorf("%w: %s: nil key", core.ErrInvalidOption, fn)
+	case key == "":
+		return fmt.Errorf("%w: %s: empty key", core.ErrInvalidOption, fn)
+	case !reflect.TypeOf(key).Comparable():
+		return fmt.Errorf("%w: %s: key of type %T is not comparable", core.ErrInvalidOption, fn, key)
+	}
+	return nil
+}
