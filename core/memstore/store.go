@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"runtime"
 	"time"
 
@@ -199,7 +200,19 @@ func valid(req *core.Request, capacity int64) bool {
 		uint64(p.Limit-1) < core.MaxLimit && uint64(p.Burst) <= core.MaxLimit &&
 		uint64(p.Window-core.MinWindow) <= uint64(core.MaxWindow-core.MinWindow) &&
 		(p.Limit <= core.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
-		uint64(req.Cost-1) < uint64(capacity)
+		uint64(req.Cost-1) < uint64(capacity) &&
+		(p.Burst <= p.Limit || refillsWithin(p))
+}
+
+// refillsWithin is core.Policy.Validate's bound on a bucket deeper than
+// its limit: it fills from empty within core.MaxWindow, burst*w <=
+// MaxWindow*limit in µs, compared in 128 bits. Beyond it, a bucket's
+// lifetime overflows int64 microseconds, and its state would expire at
+// once. p's limit, window and burst are in range.
+func refillsWithin(p *core.Policy) bool {
+	hi, lo := bits.Mul64(uint64(p.Burst), uint64(p.Window.Microseconds()))
+	maxHi, maxLo := bits.Mul64(uint64(core.MaxWindow.Microseconds()), uint64(p.Limit))
+	return hi < maxHi || hi == maxHi && lo <= maxLo
 }
 
 // invalid is the error of a request that valid refuses: the one
