@@ -62,9 +62,28 @@ type state struct {
 	// first request; nil for the other algorithms, which keeps their state
 	// small.
 	log *unitLog
+	// fill is the share of the policy's capacity in use just after the
+	// last admission, in [0, 1]: what forgetting the state would give
+	// back, for eviction to weigh (see worth).
+	fill float32
 	// kind is the policy's algorithm, set when the state is created. The
 	// algorithm is part of the state's identity, so it never changes.
 	kind kind
+}
+
+// worth is the share of its policy's capacity that st still holds back at
+// now, before it expires: what evicting it would give its client early.
+// A bucket's debt drains linearly to nothing at expires; a window's count
+// is taken as it was at the last admission, which it can only have
+// decayed from (exactly so for the fixed window).
+func (st *state) worth(now int64) float64 {
+	w := float64(st.fill)
+	if st.kind == tokenBucketKind || st.kind == leakyBucketKind {
+		if span := st.expires - st.last; span > 0 && now > st.last {
+			w *= float64(st.expires-now) / float64(span)
+		}
+	}
+	return w
 }
 
 // clear makes st decide like no state at all, keeping its kind and its
