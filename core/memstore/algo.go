@@ -62,28 +62,50 @@ type state struct {
 	// first request; nil for the other algorithms, which keeps their state
 	// small.
 	log *unitLog
-	// fill is the share of the policy's capacity in use just after the
-	// last admission, in [0, 1]: what forgetting the state would give
-	// back, for eviction to weigh (see worth).
-	fill float32
+	// capacity is the policy's capacity, for eviction to weigh what the
+	// state holds back (see worth); set when the state is created, or
+	// reused once expired.
+	capacity float32
 	// kind is the policy's algorithm, set when the state is created. The
 	// algorithm is part of the state's identity, so it never changes.
 	kind kind
 }
 
 // worth is the share of its policy's capacity that st still holds back at
-// now, before it expires: what evicting it would give its client early.
-// A bucket's debt drains linearly to nothing at expires; a window's count
-// is taken as it was at the last admission, which it can only have
-// decayed from (exactly so for the fixed window).
+// now, which it has not expired at: what evicting it would give its client
+// early. Each algorithm's window or rate is known from the state's own
+// times: the sliding counter's window is half its lifetime, and a bucket's
+// debt drains linearly to nothing at expires. The sliding log counts the
+// units logged, some of which may have left the window.
 func (st *state) worth(now int64) float64 {
-	w := float64(st.fill)
-	if st.kind == tokenBucketKind || st.kind == leakyBucketKind {
-		if span := st.expires - st.last; span > 0 && now > st.last {
-			w *= float64(st.expires-now) / float64(span)
-		}
+	var used float64
+	decay := 1.0
+	if span := st.expires - st.last; span > 0 && now > st.last {
+		decay = float64(st.expires-now) / float64(span)
 	}
-	return w
+	switch st.kind {
+	case fixedWindowKind:
+		used = float64(st.cur)
+	case slidingCounterKind:
+		w := (st.expires - st.win) / 2
+		if el := max(now-st.win, 0); el < w {
+			used = weigh(st.prev, w, el) + float64(st.cur)
+		} else {
+			used = weigh(st.cur, w, min(el-w, w))
+		}
+	case slidingLogKind:
+		if st.log != nil {
+			used = float64(st.log.units())
+		}
+	case tokenBucketKind:
+		used = (float64(st.capacity) - st.level) * decay
+	case leakyBucketKind:
+		used = st.level * decay
+	}
+	if st.capacity <= 0 { // not made by shard.take
+		return used
+	}
+	return used / float64(st.capacity)
 }
 
 // clear makes st decide like no state at all, keeping its kind and its

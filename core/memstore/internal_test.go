@@ -436,29 +436,40 @@ func TestEvictionWeighsWhatStateHoldsBack(t *testing.T) {
 	assert.Equal(t, evictSample, s.Len())
 }
 
-// TestWorth checks the worth of a state, by which eviction chooses: a
-// bucket's debt drains linearly to nothing at its expiry; a window's count
-// holds until the state expires.
+// TestWorth checks the worth of a state, by which eviction chooses: the
+// share of its capacity it holds back. A bucket's debt drains linearly to
+// nothing at its expiry; a fixed window's count holds until the state
+// expires; the sliding counter's count weighs less as the window slides.
 func TestWorth(t *testing.T) {
 	s := testStore(t)
 	w := time.Hour
-	tb := core.Policy{Name: "tb", Algorithm: core.TokenBucket, Limit: 4, Window: w}
-	fw := core.Policy{Name: "fw", Algorithm: core.FixedWindow, Limit: 4, Window: w}
+	policy := func(alg core.Algorithm) core.Policy {
+		return core.Policy{Name: "p", Algorithm: alg, Limit: 4, Window: w}
+	}
 	start := t0.Truncate(w)
-	mustTake(t, s, "k", tb, 4, start)
-	mustTake(t, s, "k", fw, 1, start)
-	bucket, window := lookup(s, "k", tb), lookup(s, "k", fw)
+	mustTake(t, s, "k", policy(core.TokenBucket), 4, start)
+	mustTake(t, s, "k", policy(core.FixedWindow), 1, start)
+	mustTake(t, s, "k", policy(core.SlidingWindowCounter), 2, start)
+	mustTake(t, s, "k", policy(core.SlidingWindowLog), 3, start)
 	for _, tc := range []struct {
-		after       time.Duration
-		bucket, win float64
+		alg   core.Algorithm
+		after time.Duration
+		want  float64
 	}{
-		{0, 1, 0.25},
-		{w / 4, 0.75, 0.25},
-		{w / 2, 0.5, 0.25},
-		{w, 0, 0.25},
+		{core.TokenBucket, 0, 1},
+		{core.TokenBucket, w / 4, 0.75},
+		{core.TokenBucket, w / 2, 0.5},
+		{core.TokenBucket, w, 0},
+		{core.FixedWindow, 0, 0.25},
+		{core.FixedWindow, w / 2, 0.25},
+		{core.SlidingWindowCounter, 0, 0.5},
+		{core.SlidingWindowCounter, w / 2, 0.5},
+		{core.SlidingWindowCounter, w, 0.5},
+		{core.SlidingWindowCounter, w + w/2, 0.25},
+		{core.SlidingWindowLog, w / 2, 0.75},
 	} {
-		now := start.Add(tc.after).UnixMicro()
-		assert.InDelta(t, tc.bucket, bucket.worth(now), 1e-6, "bucket after %v", tc.after)
-		assert.InDelta(t, tc.win, window.worth(now), 1e-6, "window after %v", tc.after)
+		st := lookup(s, "k", policy(tc.alg))
+		require.NotNil(t, st)
+		assert.InDelta(t, tc.want, st.worth(start.Add(tc.after).UnixMicro()), 1e-6, "%s after %v", tc.alg, tc.after)
 	}
 }

@@ -99,29 +99,20 @@ func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, co
 		if fresh {
 			// Expired state decides like none at all.
 			st.clear()
+			st.capacity = float32(capacity)
 		}
-		o := step(st, fresh, p, cost, now)
-		if o.allowed {
-			st.fill = fill(o.remaining, capacity)
-		}
-		return o, true
+		return step(st, fresh, p, cost, now), true
 	}
 	if k == unknownKind {
 		return outcome{}, false
 	}
-	e := &entry{st: state{kind: k}}
+	e := &entry{st: state{kind: k, capacity: float32(capacity)}}
 	o := step(&e.st, true, p, cost, now)
 	if o.allowed { // always, since cost <= capacity; denials store nothing
-		e.st.fill = fill(o.remaining, capacity)
 		e.key, e.name = strings.Clone(key), sh.intern(p.Name)
 		sh.insert(h, e, now)
 	}
 	return o, true
-}
-
-// fill is the share of capacity in use when remaining is left.
-func fill(remaining, capacity int64) float32 {
-	return 1 - float32(remaining)/float32(capacity)
 }
 
 // insert adds e under h, evicting first when the shard is full. The
