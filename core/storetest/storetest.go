@@ -4,7 +4,10 @@
 // Run replays scripted requests, with explicit times, against a store and
 // checks every field of every Decision, to the millisecond, against values
 // derived by hand from the semantics documented on the core.Algorithm
-// constants. RunExactness races many goroutines, over one store or several
+// constants; at the ends of the valid range (limits up to core.MaxLimit,
+// windows up to core.MaxWindow), where float64 loses the small terms, it
+// checks that a request denied with RetryAfter R is still denied at R-1ms
+// and passes at R. RunExactness races many goroutines, over one store or several
 // sharing a backend, against one key and checks that exactly the policy's
 // limit is admitted.
 //
