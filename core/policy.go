@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"time"
 )
@@ -100,7 +101,10 @@ type Policy struct {
 	// is used to the microsecond.
 	Window time.Duration
 	// Burst is the bucket capacity of TokenBucket and LeakyBucket; 0 means
-	// Limit. It must stay 0 for the window algorithms, which have none.
+	// Limit. It must stay 0 for the window algorithms, which have none. A
+	// bucket must fill (or drain) from empty within MaxWindow: Burst/Limit
+	// windows at most 366 days, so that every time and duration a store
+	// computes stays exact.
 	Burst int64
 }
 
@@ -128,6 +132,9 @@ func (p Policy) Validate() error {
 	if p.Burst != 0 && !p.Algorithm.IsBucket() {
 		return bad("burst applies to %s and %s only, not %s", TokenBucket, LeakyBucket, p.Algorithm)
 	}
+	if !refillsWithin(p.Limit, p.Window, p.Burst) {
+		return bad("burst %d takes more than MaxWindow (366 days) to fill at %d per %v; lower the burst or raise the rate", p.Burst, p.Limit, p.Window)
+	}
 	if len(p.Name) > MaxNameLen {
 		return bad("name is %d bytes long, more than %d", len(p.Name), MaxNameLen)
 	}
@@ -137,6 +144,21 @@ func (p Policy) Validate() error {
 		}
 	}
 	return nil
+}
+
+// refillsWithin reports whether a bucket of burst units, refilled at limit
+// per window (both in range), fills from empty within MaxWindow:
+// burst*window/limit <= MaxWindow, with the window in whole microseconds,
+// as the stores use it. Any burst up to limit does. Beyond MaxWindow, the
+// time a bucket takes to fill (ResetAfter, the state's lifetime) would
+// overflow the stores' microsecond arithmetic and its float64 exactness.
+func refillsWithin(limit int64, window time.Duration, burst int64) bool {
+	if burst <= limit || limit < 1 || window < 0 {
+		return true
+	}
+	hi, lo := bits.Mul64(uint64(burst), uint64(window.Microseconds()))
+	mhi, mlo := bits.Mul64(uint64(MaxWindow.Microseconds()), uint64(limit))
+	return hi < mhi || hi == mhi && lo <= mlo
 }
 
 func nameByte(b byte) bool {

@@ -62,9 +62,50 @@ type state struct {
 	// first request; nil for the other algorithms, which keeps their state
 	// small.
 	log *unitLog
+	// capacity is the policy's capacity, for eviction to weigh what the
+	// state holds back (see worth); set when the state is created, or
+	// reused once expired.
+	capacity float32
 	// kind is the policy's algorithm, set when the state is created. The
 	// algorithm is part of the state's identity, so it never changes.
 	kind kind
+}
+
+// worth is the share of its policy's capacity that st still holds back at
+// now, which it has not expired at: what evicting it would give its client
+// early. Each algorithm's window or rate is known from the state's own
+// times: the sliding counter's window is half its lifetime, and a bucket's
+// debt drains linearly to nothing at expires. The sliding log counts the
+// units logged, some of which may have left the window.
+func (st *state) worth(now int64) float64 {
+	var used float64
+	decay := 1.0
+	if span := st.expires - st.last; span > 0 && now > st.last {
+		decay = float64(st.expires-now) / float64(span)
+	}
+	switch st.kind {
+	case fixedWindowKind:
+		used = float64(st.cur)
+	case slidingCounterKind:
+		w := (st.expires - st.win) / 2
+		if el := max(now-st.win, 0); el < w {
+			used = weigh(st.prev, w, el) + float64(st.cur)
+		} else {
+			used = weigh(st.cur, w, min(el-w, w))
+		}
+	case slidingLogKind:
+		if st.log != nil {
+			used = float64(st.log.units())
+		}
+	case tokenBucketKind:
+		used = (float64(st.capacity) - st.level) * decay
+	case leakyBucketKind:
+		used = st.level * decay
+	}
+	if st.capacity <= 0 { // not made by shard.take
+		return used
+	}
+	return used / float64(st.capacity)
 }
 
 // clear makes st decide like no state at all, keeping its kind and its
@@ -169,16 +210,20 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 		st.win, st.cur, st.prev, st.last, st.expires = ws, cur, prev, now, ws+2*w
 		o.allowed = true
 	} else if need := l - cur - c; need >= 0 {
-		// The previous window's weight blocks: wait until it has slid far
-		// enough that prev*(w-el)/w <= need, at el = w - k.
-		k := int64(math.Floor(float64(need) * float64(w) / float64(prev)))
-		at := firstPass(w-k, func(at int64) bool { return fits(weigh(prev, w, at), cur, c, l) })
+		// The previous window's weight blocks. It decays to nothing at
+		// the window's end, where cur+c <= l passes: find the first el
+		// at which prev*(w-el)/w <= need, by the test itself. The
+		// estimate, at w-el = need*w/prev, is exact in real numbers
+		// only; prev*(w-el)/w + cur rounds to the ulp of cur, which at
+		// large limits is worth many microseconds of decay.
+		est := w - int64(math.Floor(min(float64(need)*float64(w)/float64(prev), float64(w))))
+		at := firstPass(el, w, est, func(at int64) bool { return fits(weigh(prev, w, at), cur, c, l) })
 		o.wait = ws + at - now
 	} else {
 		// This window's own count blocks: wait into the next window, where
 		// cur becomes the previous count and the new window starts empty.
-		k := int64(math.Floor(float64(l-c) * float64(w) / float64(cur)))
-		at := firstPass(max(0, w-k), func(at int64) bool { return fits(weigh(cur, w, at), 0, c, l) })
+		est := w - int64(math.Floor(min(float64(l-c)*float64(w)/float64(cur), float64(w))))
+		at := firstPass(0, w, est, func(at int64) bool { return fits(weigh(cur, w, at), 0, c, l) })
 		o.wait = ws + w + at - now
 	}
 	o.remaining = max(0, int64(math.Floor(float64(l)-float64(p+float64(cur)))))
@@ -192,8 +237,16 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 }
 
 // weigh is the previous window's count weighed by the part of it still
-// inside the sliding window, el microseconds into the current one.
+// inside the sliding window, el microseconds into the current one. At
+// el = 0 it is prev itself, which prev*w/w may round away from: weigh then
+// never grows with el, nor across a window's end (where this window's
+// count, weighing up to cur before it, weighs exactly cur after it), so
+// the admission test never fails again once it has passed, and RetryAfter
+// can be the first moment it passes.
 func weigh(prev, w, el int64) float64 {
+	if el == 0 {
+		return float64(prev)
+	}
 	return float64(float64(prev) * float64(w-el) / float64(w))
 }
 
@@ -243,10 +296,12 @@ func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 		tokens -= float64(c)
 		o.allowed = true
 	} else {
-		// Not fresh: a fresh bucket holds b >= c tokens.
+		// Not fresh: a fresh bucket holds b >= c tokens. So does the
+		// state from st.expires on, when it decides like none, even if
+		// the refill leaves a float residue there.
 		est := int64(math.Ceil(float64(float64(c)-tokens) * float64(w) / float64(l)))
 		el := now - st.last
-		o.wait = firstPass(est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
+		o.wait = firstPass(0, st.expires-now, est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
 	}
 	o.remaining = int64(math.Floor(tokens))
 	o.reset = int64(math.Ceil(float64(float64(b)-tokens) * float64(w) / float64(l)))
@@ -272,10 +327,11 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 		level += float64(c)
 		o.allowed = true
 	} else {
-		// Not fresh: an empty queue has room for c <= b.
+		// Not fresh: an empty queue has room for c <= b, and the state
+		// decides like none from st.expires on.
 		est := int64(math.Ceil(float64(level+float64(c)-float64(b)) * float64(w) / float64(l)))
 		el := now - st.last
-		o.wait = firstPass(est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
+		o.wait = firstPass(0, st.expires-now, est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
 	}
 	o.remaining = int64(math.Floor(float64(b) - level))
 	o.reset = int64(math.Ceil(level * float64(w) / float64(l)))
@@ -285,24 +341,48 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	return o
 }
 
-// firstPass returns the smallest k >= 0 at which passes(k) holds, starting
-// from est, an estimate that float64 rounding may have put a microsecond or
-// two off. passes must be monotonic (false, then true for good). This keeps
-// RetryAfter exact: it is the first microsecond at which the store's own
-// admission test passes, not a rounded formula that may overshoot.
-func firstPass(est int64, passes func(k int64) bool) int64 {
-	k := max(est, 0)
-	for i := 0; i < maxNudge && k > 0 && passes(k-1); i++ {
-		k--
+// firstPass returns the smallest k in [lo, hi] at which passes(k) holds,
+// where passes is monotonic on [lo, hi) (false, then true for good) and hi
+// counts as passing (passes(hi) is never called). This keeps RetryAfter
+// exact: it is the first microsecond at which the store's own admission
+// test passes, not a rounded formula that may be off.
+//
+// est is the real-number estimate of k. float64 rounding usually puts it
+// a microsecond or two off, but where a sum rounds in steps larger than
+// one microsecond's change (a limit near core.MaxLimit, a long window), by
+// up to hours. firstPass gallops from est, 1, 2, 4... steps, then bisects:
+// O(log |k-est|) calls, and at most about 90 over core.MaxWindow.
+func firstPass(lo, hi, est int64, passes func(k int64) bool) int64 {
+	good := min(max(est, lo), hi)
+	bad := lo - 1 // fails; never called
+	if good < hi && !passes(good) {
+		bad, good = good, hi
+		for d := int64(1); bad+d < hi; d *= 2 {
+			if passes(bad + d) {
+				good = bad + d
+				break
+			}
+			bad += d
+		}
+	} else {
+		for d := int64(1); good-d >= lo; d *= 2 {
+			if !passes(good - d) {
+				bad = good - d
+				break
+			}
+			good -= d
+		}
 	}
-	for i := 0; i < maxNudge && !passes(k); i++ {
-		k++
+	for good-bad > 1 {
+		mid := bad + (good-bad)/2
+		if passes(mid) {
+			good = mid
+		} else {
+			bad = mid
+		}
 	}
-	return k
+	return good
 }
-
-// maxNudge bounds firstPass's walk; rounding moves est by far less.
-const maxNudge = 16
 
 // msUp converts microseconds to a Duration of whole milliseconds, rounding
 // up.

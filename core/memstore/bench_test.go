@@ -69,12 +69,13 @@ func BenchmarkAllow(b *testing.B) {
 }
 
 // BenchmarkAllowKeyspace spreads token-bucket decisions over a growing
-// number of distinct keys, all created before the timer starts.
+// number of distinct keys, all created before the timer starts, in a Store
+// sized to hold them (the 1M keys are twice DefaultMaxKeys).
 func BenchmarkAllowKeyspace(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 1_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			s := memstore.New()
+			s := memstore.New(memstore.WithMaxKeys(max(n, memstore.DefaultMaxKeys)))
 			defer s.Close()
 			l := newLimiter(b, s, benchPolicy(core.TokenBucket))
 			keys := makeKeys(n)

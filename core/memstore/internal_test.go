@@ -13,6 +13,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -31,7 +34,7 @@ func lookup(s *Store, key string, p core.Policy) *state {
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.find(h, key, &p); e != nil {
+	if e := sh.find(h, key, p.Name, kindOf(p.Algorithm)); e != nil {
 		return &e.st
 	}
 	return nil
@@ -257,24 +260,26 @@ func TestOptionsAreClamped(t *testing.T) {
 		shards, maxKeys int
 		interval        time.Duration
 	}{
-		{"defaults", nil, def, 0, DefaultCleanupInterval},
-		{"nil option", []Option{nil}, def, 0, DefaultCleanupInterval},
-		{"shards rounded up", []Option{WithShards(100)}, 128, 0, DefaultCleanupInterval},
-		{"one shard", []Option{WithShards(1)}, 1, 0, DefaultCleanupInterval},
-		{"negative shards", []Option{WithShards(-3)}, def, 0, DefaultCleanupInterval},
-		{"too many shards", []Option{WithShards(1 << 40)}, MaxShards, 0, DefaultCleanupInterval},
+		{"defaults", nil, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"nil option", []Option{nil}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"shards rounded up", []Option{WithShards(100)}, 128, DefaultMaxKeys, DefaultCleanupInterval},
+		{"one shard", []Option{WithShards(1)}, 1, DefaultMaxKeys, DefaultCleanupInterval},
+		{"negative shards", []Option{WithShards(-3)}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"too many shards", []Option{WithShards(1 << 40)}, MaxShards, DefaultMaxKeys, DefaultCleanupInterval},
 		{"few keys", []Option{WithShards(64), WithMaxKeys(10)}, 8, 10, DefaultCleanupInterval},
-		{"negative keys", []Option{WithMaxKeys(-1)}, def, 0, DefaultCleanupInterval},
-		{"short interval", []Option{WithCleanupInterval(time.Nanosecond)}, def, 0, MinCleanupInterval},
-		{"negative interval", []Option{WithCleanupInterval(-time.Second)}, def, 0, DefaultCleanupInterval},
-		{"long interval", []Option{WithCleanupInterval(time.Hour)}, def, 0, time.Hour},
+		{"negative keys", []Option{WithMaxKeys(-1)}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"zero keys", []Option{WithMaxKeys(0)}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"many keys", []Option{WithMaxKeys(1 << 30)}, def, 1 << 30, DefaultCleanupInterval},
+		{"short interval", []Option{WithCleanupInterval(time.Nanosecond)}, def, DefaultMaxKeys, MinCleanupInterval},
+		{"negative interval", []Option{WithCleanupInterval(-time.Second)}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"long interval", []Option{WithCleanupInterval(time.Hour)}, def, DefaultMaxKeys, time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newConfig(tt.opts)
-			if c.shards != tt.shards || c.maxKeys != tt.maxKeys || c.interval != tt.interval {
-				t.Fatalf("got %+v, want shards %d, maxKeys %d, interval %v", c, tt.shards, tt.maxKeys, tt.interval)
-			}
+			assert.Equal(t, tt.shards, c.shards, "shards")
+			assert.Equal(t, tt.maxKeys, c.maxKeys, "maxKeys")
+			assert.Equal(t, tt.interval, c.interval, "interval")
 		})
 	}
 }
@@ -388,5 +393,83 @@ func TestValidAgreesWithValidate(t *testing.T) {
 		if !got && invalid(&req) == nil {
 			t.Fatalf("%+v: refused without an error", req)
 		}
+	}
+}
+
+// TestDefaultCap checks that a Store built without options is bounded, at
+// DefaultMaxKeys.
+func TestDefaultCap(t *testing.T) {
+	s := testStore(t)
+	sum := 0
+	for i := range s.shards {
+		require.Positive(t, s.shards[i].max, "shard %d", i)
+		sum += s.shards[i].max
+	}
+	assert.Equal(t, DefaultMaxKeys, sum)
+}
+
+// TestEvictionWeighsWhatStateHoldsBack fills a one-shard store whose cap is
+// the eviction sample, so that every eviction sees every key: a newcomer
+// evicts the state that holds back the least of its quota, and among
+// equals the one admitted last, never the client at its limit.
+func TestEvictionWeighsWhatStateHoldsBack(t *testing.T) {
+	s := testStore(t, WithShards(1), WithMaxKeys(evictSample))
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
+	at := func(us int) time.Time { return t0.Truncate(time.Hour).Add(time.Duration(us) * time.Microsecond) }
+	mustTake(t, s, "locked", p, 5, at(0))
+	mustTake(t, s, "two", p, 2, at(1))
+	for i := range evictSample - 2 {
+		mustTake(t, s, fmt.Sprint("one-", i), p, 1, at(10+i))
+	}
+	newest := fmt.Sprint("one-", evictSample-3)
+	mustTake(t, s, "newcomer", p, 1, at(100))
+	assert.Nil(t, lookup(s, newest, p), "the newest of the cheapest states was kept")
+	for _, k := range []string{"locked", "two", "one-0", "newcomer"} {
+		assert.NotNil(t, lookup(s, k, p), "%s was evicted", k)
+	}
+	// However many newcomers come, the lockout and the state of 2 stay.
+	for i := range 10 * evictSample {
+		mustTake(t, s, fmt.Sprint("flood-", i), p, 1, at(200+i))
+		require.NotNil(t, lookup(s, "locked", p), "flood key %d evicted the lockout", i)
+		require.NotNil(t, lookup(s, "two", p), "flood key %d evicted the state of 2", i)
+	}
+	assert.Equal(t, evictSample, s.Len())
+}
+
+// TestWorth checks the worth of a state, by which eviction chooses: the
+// share of its capacity it holds back. A bucket's debt drains linearly to
+// nothing at its expiry; a fixed window's count holds until the state
+// expires; the sliding counter's count weighs less as the window slides.
+func TestWorth(t *testing.T) {
+	s := testStore(t)
+	w := time.Hour
+	policy := func(alg core.Algorithm) core.Policy {
+		return core.Policy{Name: "p", Algorithm: alg, Limit: 4, Window: w}
+	}
+	start := t0.Truncate(w)
+	mustTake(t, s, "k", policy(core.TokenBucket), 4, start)
+	mustTake(t, s, "k", policy(core.FixedWindow), 1, start)
+	mustTake(t, s, "k", policy(core.SlidingWindowCounter), 2, start)
+	mustTake(t, s, "k", policy(core.SlidingWindowLog), 3, start)
+	for _, tc := range []struct {
+		alg   core.Algorithm
+		after time.Duration
+		want  float64
+	}{
+		{core.TokenBucket, 0, 1},
+		{core.TokenBucket, w / 4, 0.75},
+		{core.TokenBucket, w / 2, 0.5},
+		{core.TokenBucket, w, 0},
+		{core.FixedWindow, 0, 0.25},
+		{core.FixedWindow, w / 2, 0.25},
+		{core.SlidingWindowCounter, 0, 0.5},
+		{core.SlidingWindowCounter, w / 2, 0.5},
+		{core.SlidingWindowCounter, w, 0.5},
+		{core.SlidingWindowCounter, w + w/2, 0.25},
+		{core.SlidingWindowLog, w / 2, 0.75},
+	} {
+		st := lookup(s, "k", policy(tc.alg))
+		require.NotNil(t, st)
+		assert.InDelta(t, tc.want, st.worth(start.Add(tc.after).UnixMicro()), 1e-6, "%s after %v", tc.alg, tc.after)
 	}
 }

@@ -17,6 +17,14 @@ const (
 	MinCleanupInterval = time.Second
 	// MaxShards is the largest number of shards.
 	MaxShards = 1 << 16
+	// DefaultMaxKeys is the number of keys a Store holds at most when
+	// WithMaxKeys is not given: about 85 MB of state at 170 bytes per key
+	// (an IP address under a window or bucket policy), 140 MB at most
+	// with keys of core.MaxKeyLen bytes (plus, for the sliding window
+	// log, 16 bytes per logged microsecond). It suits an API server whose
+	// clients, times its policies, stay below 500,000 within a window;
+	// beyond it the Store evicts instead of growing.
+	DefaultMaxKeys = 500_000
 )
 
 // Option configures a Store.
@@ -40,18 +48,34 @@ func WithShards(n int) Option {
 }
 
 // WithMaxKeys bounds the number of keys (client key, policy) the Store
-// holds; n <= 0 means unbounded, the default. The bound is split evenly
-// among the shards, and a full shard makes room for a new key by evicting:
-// it looks at a small sample of its keys (in the map's random iteration
-// order), removes those whose state has expired and, when none has, the one
-// whose state would expire soonest. Leave some headroom above the number of
-// clients you expect: keys do not spread perfectly evenly over the shards.
+// holds; n <= 0 keeps DefaultMaxKeys. There is no unbounded setting: a
+// client rotating keys (random IPv6 addresses, made-up API keys) creates
+// one per request, so a Store without a bound grows at the attack's rate.
+//
+// Size n for the distinct clients each policy sees within its window (two
+// windows for the sliding window counter, the time to refill for the
+// buckets), summed over the policies sharing the Store, with some headroom:
+// the bound is split evenly among the shards, and keys do not spread
+// perfectly evenly over them. Each key costs about 170 bytes with a short
+// client key (an IP address), up to 280 with a key of core.MaxKeyLen bytes,
+// plus 16 bytes per logged microsecond for the sliding window log.
+//
+// A full shard makes room for a new key by evicting. It looks at a small
+// sample of its keys, removes those whose state has expired and, when none
+// has, the one whose loss forgets least: the smallest share of its policy's
+// capacity still in use (a bucket's debt drains with time; a window's
+// count is taken as of its last admission); among equals, the most
+// recently admitted; then the one that expires soonest. A flood of new
+// keys, each worth one request, thus mostly evicts itself: a client at its
+// limit, such as a locked-out login, is evicted only when every key
+// sampled with it holds back as much of its own policy, and was admitted
+// earlier.
 //
 // An evicted client gets a fresh quota on its next request, exactly as if
 // its state had expired. Under a flood of new keys, the store stays within
 // its bound at the price of forgetting some clients early.
 func WithMaxKeys(n int) Option {
-	return func(c *config) { c.maxKeys = max(0, n) }
+	return func(c *config) { c.maxKeys = n }
 }
 
 // WithCleanupInterval sets how often the janitor goroutine removes expired
@@ -79,7 +103,10 @@ func newConfig(opts []Option) config {
 		c.shards = max(64, 4*runtime.GOMAXPROCS(0))
 	}
 	c.shards = min(ceilPow2(c.shards), MaxShards)
-	if c.maxKeys > 0 && c.maxKeys < c.shards {
+	if c.maxKeys <= 0 {
+		c.maxKeys = DefaultMaxKeys
+	}
+	if c.maxKeys < c.shards {
 		c.shards = floorPow2(c.maxKeys)
 	}
 	switch {

@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"math"
 	"strings"
 	"sync"
 	"unsafe"
@@ -10,27 +9,26 @@ import (
 )
 
 // entry is one state and its identity: a client key under one policy (its
-// name and algorithm). The entries whose client keys share a hash (the same
-// client under several policies, or a rare collision) are chained through
-// next, behind one slot of the shard's table.
+// name, and the algorithm, st.kind). The entries whose client keys share a
+// hash (the same client under several policies, or a rare collision) are
+// chained through next, behind one slot of the shard's table.
+//
+// key and name are the store's own copies: the caller's strings may point
+// into memory it reuses (Fiber's zero-copy header values are rewritten by
+// the next request) or into a larger buffer the table should not pin. The
+// key is copied for each entry, on insert only; the name once for the many
+// entries of one policy (see shard.intern).
 type entry struct {
 	key  string
 	name string
-	alg  core.Algorithm
 	next *entry
 	st   state
 }
 
-// is reports whether e is the state of key under p.
-func (e *entry) is(key string, p *core.Policy) bool {
-	return e.key == key && same(e.name, p.Name) && same(string(e.alg), string(p.Algorithm))
-}
-
-// same is a == b, without calling memequal when a and b share their bytes,
-// as a policy's name and algorithm usually do with the ones its entries
-// were made with.
-func same(a, b string) bool {
-	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
+// is reports whether e is the state of key under the policy named name,
+// of kind k.
+func (e *entry) is(key, name string, k kind) bool {
+	return e.st.kind == k && e.key == key && e.name == name
 }
 
 // shard is one lock and the states behind it, padded to a multiple of two
@@ -45,48 +43,73 @@ type shardFields struct {
 	t  table
 	// n is the number of entries.
 	n int
-	// max is the most entries this shard holds; 0 means unbounded.
+	// max is the most entries this shard holds; at least 1.
 	max int
+	// names are copies of the policy names of recent inserts, which
+	// entries share (see intern); next is the one to replace.
+	names [internNames]string
+	next  int
+}
+
+// internNames is how many policy names a shard's entries share copies of.
+// A store serves few policies; a name that is not among them is copied
+// again, which only costs memory.
+const internNames = 4
+
+// intern returns a copy of name that the store owns, shared with the
+// shard's other entries under that name. The caller holds sh.mu.
+func (sh *shard) intern(name string) string {
+	for _, n := range sh.names {
+		if n == name && n != "" {
+			return n
+		}
+	}
+	if name == "" {
+		return ""
+	}
+	own := strings.Clone(name)
+	sh.names[sh.next] = own
+	sh.next = (sh.next + 1) % internNames
+	return own
 }
 
 // evictSample is how many entries a full shard looks at to choose a
 // victim.
 const evictSample = 8
 
-// find returns the entry of key under p, whose hash is h, or nil. The
-// caller holds sh.mu.
-func (sh *shard) find(h uint64, key string, p *core.Policy) *entry {
+// find returns the entry of key under the policy named name, of kind k,
+// whose hash is h, or nil. The caller holds sh.mu.
+func (sh *shard) find(h uint64, key, name string, k kind) *entry {
 	for e := sh.t.get(h); e != nil; e = e.next {
-		if e.is(key, p) {
+		if e.is(key, name, k) {
 			return e
 		}
 	}
 	return nil
 }
 
-// take decides a request of cost under p, for key, whose hash is h, at now
-// (µs). It reports false, deciding nothing, when key has no state under p
-// and p's algorithm is unknown. The caller holds sh.mu.
-func (sh *shard) take(h uint64, key string, p *core.Policy, cost, now int64) (outcome, bool) {
-	if e := sh.find(h, key, p); e != nil {
+// take decides a request of cost under p, whose algorithm is k and whose
+// capacity is capacity, for key, whose hash is h, at now (µs). It reports
+// false, deciding nothing, when p's algorithm is unknown. The caller
+// holds sh.mu.
+func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (outcome, bool) {
+	if e := sh.find(h, key, p.Name, k); e != nil {
 		st := &e.st
 		fresh := st.expires <= now
 		if fresh {
 			// Expired state decides like none at all.
 			st.clear()
+			st.capacity = float32(capacity)
 		}
 		return step(st, fresh, p, cost, now), true
 	}
-	k := kindOf(p.Algorithm)
 	if k == unknownKind {
 		return outcome{}, false
 	}
-	e := &entry{name: p.Name, alg: p.Algorithm, st: state{kind: k}}
+	e := &entry{st: state{kind: k, capacity: float32(capacity)}}
 	o := step(&e.st, true, p, cost, now)
 	if o.allowed { // always, since cost <= capacity; denials store nothing
-		// The client key often points into a larger string (a header,
-		// a request line); copy it so the table does not pin that memory.
-		e.key = strings.Clone(key)
+		e.key, e.name = strings.Clone(key), sh.intern(p.Name)
 		sh.insert(h, e, now)
 	}
 	return o, true
@@ -108,10 +131,16 @@ func (sh *shard) remove(h uint64, e *entry) {
 	sh.n--
 }
 
-// evict removes at least one entry: the expired ones among a sample of
-// evictSample entries from a random place in the table or, when none has
-// expired, the sampled entry that would expire soonest. The caller holds
-// sh.mu.
+// evict removes at least one entry, from a sample of evictSample entries
+// at a random place in the table: every expired one or, when none has
+// expired, the one whose loss forgets least (see cheaper). The caller
+// holds sh.mu.
+//
+// Forgetting a state gives its client a whole quota early. Against a flood
+// of new keys, each worth one request, this keeps the states that hold
+// back the most: a client at its limit (a lockout) is forgotten only once
+// the sample holds nothing worth less, and among states worth as much, the
+// flood's newer ones go first.
 func (sh *shard) evict(now int64) {
 	type candidate struct {
 		h uint64
@@ -128,21 +157,40 @@ func (sh *shard) evict(now int64) {
 		}
 	})
 	var (
-		victim  candidate
-		soonest int64 = math.MaxInt64
-		freed   bool
+		victim candidate
+		worth  float64
+		freed  bool
 	)
 	for _, c := range sample[:seen] {
-		if c.e.st.expires <= now {
+		switch {
+		case c.e.st.expires <= now:
 			sh.remove(c.h, c.e)
 			freed = true
-		} else if c.e.st.expires < soonest {
-			victim, soonest = c, c.e.st.expires
+		case victim.e == nil:
+			victim, worth = c, c.e.st.worth(now)
+		default:
+			if w := c.e.st.worth(now); cheaper(&c.e.st, w, &victim.e.st, worth) {
+				victim, worth = c, w
+			}
 		}
 	}
 	if !freed && victim.e != nil {
 		sh.remove(victim.h, victim.e)
 	}
+}
+
+// cheaper reports whether forgetting a, worth wa, costs less than
+// forgetting b, worth wb: a is worth less; or as much, and was admitted
+// later (a flood's newest state goes before the state it floods to push
+// out); or that too, and expires sooner.
+func cheaper(a *state, wa float64, b *state, wb float64) bool {
+	if wa != wb {
+		return wa < wb
+	}
+	if a.last != b.last {
+		return a.last > b.last
+	}
+	return a.expires < b.expires
 }
 
 // sweep removes every state expired at now (µs), shrinks oversized logs,

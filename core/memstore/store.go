@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"runtime"
 	"time"
 
@@ -42,8 +43,10 @@ import (
 // Memory is bounded: state stops mattering at a time each algorithm knows
 // (the end of the window, the moment the bucket is whole again), and from
 // then on it decides like no state at all; a janitor goroutine deletes it
-// every cleanup interval (WithCleanupInterval). WithMaxKeys caps the number
-// of keys. Call Close to stop the janitor.
+// every cleanup interval (WithCleanupInterval). The number of keys is
+// capped, at DefaultMaxKeys unless WithMaxKeys says otherwise; a full
+// Store evicts the state whose loss forgets least. Call Close to stop the
+// janitor.
 type Store struct {
 	shards []shard
 	mask   uint64
@@ -73,11 +76,9 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		if c.maxKeys > 0 {
-			sh.max = c.maxKeys / c.shards
-			if i < c.maxKeys%c.shards {
-				sh.max++
-			}
+		sh.max = c.maxKeys / c.shards
+		if i < c.maxKeys%c.shards {
+			sh.max++
 		}
 	}
 	// The janitor holds the shards, not the Store, so a Store dropped
@@ -119,8 +120,9 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 	} else {
 		now = req.Now.UnixMicro()
 	}
+	k := kindOf(p.Algorithm)
 	sh.mu.Lock()
-	o, known := sh.take(h, req.Key, p, req.Cost, now)
+	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
 		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
@@ -138,7 +140,7 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 	h := s.hash(key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	if e := sh.find(h, key, &policy); e != nil {
+	if e := sh.find(h, key, policy.Name, kindOf(policy.Algorithm)); e != nil {
 		sh.remove(h, e)
 	}
 	sh.mu.Unlock()
@@ -199,7 +201,19 @@ func valid(req *core.Request, capacity int64) bool {
 		uint64(p.Limit-1) < core.MaxLimit && uint64(p.Burst) <= core.MaxLimit &&
 		uint64(p.Window-core.MinWindow) <= uint64(core.MaxWindow-core.MinWindow) &&
 		(p.Limit <= core.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
-		uint64(req.Cost-1) < uint64(capacity)
+		uint64(req.Cost-1) < uint64(capacity) &&
+		(p.Burst <= p.Limit || refillsWithin(p))
+}
+
+// refillsWithin is core.Policy.Validate's bound on a bucket deeper than
+// its limit: it fills from empty within core.MaxWindow, burst*w <=
+// MaxWindow*limit in µs, compared in 128 bits. Beyond it, a bucket's
+// lifetime overflows int64 microseconds, and its state would expire at
+// once. p's limit, window and burst are in range.
+func refillsWithin(p *core.Policy) bool {
+	hi, lo := bits.Mul64(uint64(p.Burst), uint64(p.Window.Microseconds()))
+	maxHi, maxLo := bits.Mul64(uint64(core.MaxWindow.Microseconds()), uint64(p.Limit))
+	return hi < maxHi || hi == maxHi && lo <= maxLo
 }
 
 // invalid is the error of a request that valid refuses: the one

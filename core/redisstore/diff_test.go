@@ -42,6 +42,10 @@ func TestMatchesMemstore(t *testing.T) {
 		{1, 0, time.Millisecond},
 		{core.MaxLogLimit, 0, time.Minute},
 		{999_999_999_937, 0, 366 * 24 * time.Hour},
+		// Where float64 loses the small terms (issue 6, item 9).
+		{core.MaxLimit, 0, time.Minute + time.Microsecond},
+		{1_000_000_000, 0, 24 * time.Hour},
+		{32, core.MaxLimit, time.Millisecond}, // the slowest deepest bucket
 	}
 	steps := *diffSteps
 	for ai, alg := range core.Algorithms {
@@ -94,6 +98,8 @@ func TestMatchesMemstore(t *testing.T) {
 					switch r := rng.IntN(100); {
 					case r < 10: // anything up to the capacity
 						cost = 1 + rng.Int64N(p.Capacity())
+					case r < 15: // the capacity, or just under it
+						cost = p.Capacity() - rng.Int64N(min(p.Capacity(), 4))
 					case r < 35:
 						cost = 1 + rng.Int64N(min(p.Capacity(), 50))
 					}

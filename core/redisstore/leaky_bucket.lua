@@ -50,10 +50,12 @@ if level + c <= b then
   level = level + c
   allowed = 1
 else
-  -- Not fresh: an empty queue has room for c <= B.
+  -- Not fresh: an empty queue has room for c <= B, and the state decides
+  -- like none from its expiry on.
   local est = math.ceil((level + c - b) * w / l)
   local el = at - last
-  retry = firstPass(est, function(k) return levelAt(el + k) + c <= b end)
+  local expires = last + math.ceil(v * w / l)
+  retry = firstPass(0, expires - at, est, function(k) return levelAt(el + k) + c <= b end)
 end
 local remaining = math.floor(b - level)
 local reset = math.ceil(level * w / l)

@@ -33,20 +33,43 @@ local function ms(us)
   return math.ceil(us / 1000)
 end
 
--- firstPass returns the smallest k >= 0 at which passes(k) holds, starting
--- from the estimate est and moving at most 16 steps either way; passes is
--- monotonic. Same walk as firstPass in core/memstore/algo.go.
-local function firstPass(est, passes)
-  local k = math.max(est, 0)
-  local i = 0
-  while i < 16 and k > 0 and passes(k - 1) do
-    k = k - 1
-    i = i + 1
+-- firstPass returns the smallest k in [lo, hi] at which passes(k) holds;
+-- passes is monotonic on [lo, hi) and hi counts as passing (passes(hi) is
+-- never called). It gallops from the estimate est, 1, 2, 4... steps, then
+-- bisects, so that RetryAfter is the first microsecond at which the
+-- admission test passes however far float64 rounding put est. Same search
+-- as firstPass in core/memstore/algo.go.
+local function firstPass(lo, hi, est, passes)
+  local good = math.min(math.max(est, lo), hi)
+  local bad = lo - 1
+  local d = 1
+  if good < hi and not passes(good) then
+    bad, good = good, hi
+    while bad + d < hi do
+      if passes(bad + d) then
+        good = bad + d
+        break
+      end
+      bad = bad + d
+      d = d * 2
+    end
+  else
+    while good - d >= lo do
+      if not passes(good - d) then
+        bad = good - d
+        break
+      end
+      good = good - d
+      d = d * 2
+    end
   end
-  i = 0
-  while i < 16 and not passes(k) do
-    k = k + 1
-    i = i + 1
+  while good - bad > 1 do
+    local mid = bad + math.floor((good - bad) / 2)
+    if passes(mid) then
+      good = mid
+    else
+      bad = mid
+    end
   end
-  return k
+  return good
 end

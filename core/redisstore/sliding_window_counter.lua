@@ -24,8 +24,11 @@
 -- minttl and defines ms and firstPass.
 
 -- weigh is a window's count weighed by the part of it still inside the
--- sliding window, el microseconds into the next one.
+-- sliding window, el microseconds into the next one: the count itself at
+-- el = 0 (count * w / w may round away from it), so that the weight never
+-- grows with time, nor across a window's end.
 local function weigh(count, el)
+  if el == 0 then return count end
   return count * (w - el) / w
 end
 
@@ -63,16 +66,17 @@ if fits(p, cur) then
 else
   local need = l - cur - c
   if need >= 0 then
-    -- The previous window's weight blocks: wait until it has slid far
-    -- enough that prev*(W-el)/W <= need, at el = W - k.
-    local k = math.floor(need * w / prev)
-    local first = firstPass(w - k, function(e) return fits(weigh(prev, e), cur) end)
+    -- The previous window's weight blocks; it decays to nothing at the
+    -- window's end, where cur + c <= l passes. Find the first el at which
+    -- the admission test passes, from the estimate prev*(W-el)/W = need.
+    local est = w - math.floor(math.min(need * w / prev, w))
+    local first = firstPass(el, w, est, function(e) return fits(weigh(prev, e), cur) end)
     retry = ws + first - at
   else
     -- This window's own count blocks: wait into the next window, where
     -- cur becomes the previous count and the new window starts empty.
-    local k = math.floor((l - c) * w / cur)
-    local first = firstPass(math.max(0, w - k), function(e) return fits(weigh(cur, e), 0) end)
+    local est = w - math.floor(math.min((l - c) * w / cur, w))
+    local first = firstPass(0, w, est, function(e) return fits(weigh(cur, e), 0) end)
     retry = ws + w + first - at
   end
 end

@@ -48,10 +48,12 @@ if tokens >= c then
   tokens = tokens - c
   allowed = 1
 else
-  -- Not fresh: a fresh bucket holds B >= c tokens.
+  -- Not fresh: a fresh bucket holds B >= c tokens. So does the state
+  -- from its expiry on, when it decides like none.
   local est = math.ceil((c - tokens) * w / l)
   local el = at - last
-  retry = firstPass(est, function(k) return tokensAt(el + k) >= c end)
+  local expires = last + math.ceil((b - v) * w / l)
+  retry = firstPass(0, expires - at, est, function(k) return tokensAt(el + k) >= c end)
 end
 local remaining = math.floor(tokens)
 local reset = math.ceil((b - tokens) * w / l)

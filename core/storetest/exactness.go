@@ -30,13 +30,18 @@ const (
 // keep their own state, such as several memstores, are not one backend:
 // pass one of them.
 func RunExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
+	runExactness(testingT{t}, stores, goroutinesPerStore)
+}
+
+// runExactness is RunExactness on any tester.
+func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 	if len(stores) == 0 || goroutinesPerStore < 1 {
 		t.Fatalf("storetest.RunExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
 	run := runID(t)
 	now := epoch().Add(30 * time.Minute)
 	for _, alg := range core.Algorithms {
-		t.Run(string(alg), func(t *testing.T) {
+		t.run(string(alg), func(t tester) {
 			var burst int64
 			if alg.IsBucket() {
 				burst = exactLimit

@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
@@ -57,7 +56,7 @@ func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
 
 // run plays s against store, failing at the first step whose Decision is not
 // the one wanted.
-func (s *script) run(t *testing.T, store core.Store, run string) {
+func (s *script) run(t tester, store core.Store, run string) {
 	ctx := context.Background()
 	t0 := epoch().Add(s.start)
 	var now time.Time

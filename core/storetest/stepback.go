@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
@@ -22,7 +21,7 @@ import (
 // most 10. When back is shorter than the window, the sliding window and
 // the buckets (at most B + r*back = 10.2 in any span of 20ms) hold at most
 // 10 of all the requests together.
-func testStepBack(t *testing.T, store core.Store, run string, alg core.Algorithm) {
+func testStepBack(t tester, store core.Store, run string, alg core.Algorithm) {
 	p := policy(alg, 10, time.Second, 0)
 	for _, tc := range []struct {
 		name     string
@@ -31,7 +30,7 @@ func testStepBack(t *testing.T, store core.Store, run string, alg core.Algorithm
 		{name: "20ms-across-an-edge", t1: 1010 * ms, back: 20 * ms},
 		{name: "a-whole-window", t1: 1500 * ms, back: time.Second},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.run(tc.name, func(t tester) {
 			key := run + "-" + string(alg) + "-step-back-" + tc.name
 			take := func(at time.Duration, n int) int {
 				t.Helper()

@@ -4,7 +4,10 @@
 // Run replays scripted requests, with explicit times, against a store and
 // checks every field of every Decision, to the millisecond, against values
 // derived by hand from the semantics documented on the core.Algorithm
-// constants. RunExactness races many goroutines, over one store or several
+// constants; at the ends of the valid range (limits up to core.MaxLimit,
+// windows up to core.MaxWindow), where float64 loses the small terms, it
+// checks that a request denied with RetryAfter R is still denied at R-1ms
+// and passes at R. RunExactness races many goroutines, over one store or several
 // sharing a backend, against one key and checks that exactly the policy's
 // limit is admitted.
 //
@@ -43,19 +46,47 @@ func epoch() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
 // read, and uses a distinct key per case, so newStore may return the same
 // store every time. newStore is called once per case, with the case's t.
 func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
+	runSuite(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
+}
+
+// runSuite is Run on any tester, so that the suite's own tests can run it
+// against broken stores and see it fail.
+func runSuite(t tester, newStore func(t tester) core.Store) {
 	run := runID(t)
 	for _, alg := range core.Algorithms {
-		t.Run(string(alg), func(t *testing.T) {
+		t.run(string(alg), func(t tester) {
 			for _, s := range scripts(alg) {
-				t.Run(s.name, func(t *testing.T) {
+				t.run(s.name, func(t tester) {
 					s.run(t, newStore(t), run)
 				})
 			}
-			t.Run("clock-step-back", func(t *testing.T) {
+			t.run("clock-step-back", func(t tester) {
 				testStepBack(t, newStore(t), run, alg)
 			})
+			if alg != core.SlidingWindowLog {
+				t.run("extremes", func(t tester) {
+					testExtremes(t, newStore(t), run, alg)
+				})
+			}
 		})
 	}
+}
+
+// tester is what the suite needs of a *testing.T. The suite's own tests
+// implement it with a fake that records failures.
+type tester interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	// run runs f as a subtest named name, as testing.T.Run does.
+	run(name string, f func(t tester)) bool
+}
+
+// testingT is a *testing.T as a tester.
+type testingT struct{ *testing.T }
+
+func (t testingT) run(name string, f func(t tester)) bool {
+	return t.T.Run(name, func(t *testing.T) { f(testingT{t}) })
 }
 
 // scripts returns the scripted cases of alg.
@@ -77,7 +108,7 @@ func scripts(alg core.Algorithm) []script {
 
 // runID returns a random prefix that keeps the keys of one call of the
 // suite apart from those of every other call on the same backend.
-func runID(t *testing.T) string {
+func runID(t tester) string {
 	t.Helper()
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
