@@ -244,7 +244,9 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				counter := newCommandCounter()
 				client.AddHook(counter)
 				p := core.Policy{Name: "breaker", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
-				l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p, core.WithTimeout(outageTimeout))
+				st := New(client, WithPrefix(testPrefix(t)))
+				waitChecked(t, st, 10*time.Second) // its INFO must not count below
+				l, err := core.NewLimiter(st, p, core.WithTimeout(outageTimeout))
 				require.NoError(t, err)
 				ctx := context.Background()
 				// The first decision loads the script; on a loaded machine
@@ -462,6 +464,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			client.AddHook(counter)
 			client.AddHook(cancelHook{})
 			s := New(client, WithPrefix(testPrefix(t)))
+			waitChecked(t, s, 10*time.Second) // its INFO must not count below
 			local := memstore.New()
 			t.Cleanup(func() { _ = local.Close() })
 
