@@ -1,7 +1,7 @@
 // Package chilimit plugs the rate limiter into chi and any net/http router.
 //
 // New returns the usual func(http.Handler) http.Handler, running
-// middleware.Flow: every Option of package middleware applies.
+// httplimit.Flow: every Option of package middleware applies.
 //
 //	r := chi.NewRouter()
 //	r.Use(chilimit.New(global))
@@ -12,7 +12,7 @@
 //
 // The request seen by key functions: RemoteAddr is r.RemoteAddr, the socket
 // peer (no header is believed unless the key function is told to; chi's
-// middleware.RealIP must not run before a limiter keyed on IP, since it
+// httplimit.RealIP must not run before a limiter keyed on IP, since it
 // overwrites RemoteAddr with a header any client can send). Context is
 // r.Context(), which net/http ends when the client goes away, stopping any
 // pacing wait.
@@ -43,22 +43,22 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
-// Option configures the middleware; it is middleware.Option, shared by
+// Option configures the middleware; it is httplimit.Option, shared by
 // every adapter.
-type Option = middleware.Option
+type Option = httplimit.Option
 
 // New returns net/http middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	f, err := middleware.New(l, opts...)
+	f, err := httplimit.New(l, opts...)
 	if err != nil {
 		panic(fmt.Sprintf("chilimit.New: %v", err))
 	}
@@ -133,7 +133,7 @@ func (q request) Route() string {
 	return rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
 }
 
-// response is a net/http response as a middleware.Response.
+// response is a net/http response as a httplimit.Response.
 type response struct{ w http.ResponseWriter }
 
 func (w response) Set(key, value string) { w.w.Header().Set(key, value) }

@@ -1,6 +1,6 @@
 // Package echolimit plugs the rate limiter into Echo (v4).
 //
-// New returns an echo.MiddlewareFunc that runs middleware.Flow: every
+// New returns an echo.MiddlewareFunc that runs httplimit.Flow: every
 // Option of package middleware applies, plus WithSkipper, Echo's skipper
 // convention. Mount it with e.Use (it then runs after routing, for every
 // request, 404s included), on a group, or on one route:
@@ -26,23 +26,23 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
-// Option configures the middleware; it is middleware.Option, shared by
+// Option configures the middleware; it is httplimit.Option, shared by
 // every adapter.
-type Option = middleware.Option
+type Option = httplimit.Option
 
 // New returns Echo middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
-	f, err := middleware.New(l, opts...)
+	f, err := httplimit.New(l, opts...)
 	if err != nil {
 		panic(fmt.Sprintf("echolimit.New: %v", err))
 	}
@@ -57,15 +57,15 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 }
 
 // WithSkipper exempts the requests for which skip reports true, in Echo's
-// convention: an echo/v4/middleware.Skipper (such as a config's Skipper
+// convention: an echo/v4/httplimit.Skipper (such as a config's Skipper
 // field) is accepted as it is, its type having this parameter's underlying
-// type. It adds to middleware.WithSkip: a request is skipped when any skip
+// type. It adds to httplimit.WithSkip: a request is skipped when any skip
 // function says so.
 func WithSkipper(skip func(c echo.Context) bool) Option {
 	if skip == nil {
-		return middleware.WithSkip(nil) // reported by New as invalid
+		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
-	return middleware.WithSkip(func(r keyfuncs.Request) bool {
+	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
 		c, ok := Context(r)
 		return ok && skip(c)
 	})
@@ -113,7 +113,7 @@ func (q request) Method() string                    { return q.c.Request().Metho
 func (q request) Route() string                     { return q.c.Path() }
 func (q request) Context() context.Context          { return q.c.Request().Context() }
 
-// response is Echo's response as a middleware.Response. Holding one
+// response is Echo's response as a httplimit.Response. Holding one
 // pointer, it converts to an interface without allocating.
 type response struct{ r *echo.Response }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
@@ -36,7 +36,7 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 		return k, nil
 	}
 	app := fiber.New()
-	app.Use(fiberlimit.New(l, middleware.WithKeyFunc(raw)))
+	app.Use(fiberlimit.New(l, httplimit.WithKeyFunc(raw)))
 	app.All("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 
 	req := httptest.NewRequest("PATCH", "/?q=first", nil)

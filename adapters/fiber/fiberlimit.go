@@ -1,6 +1,6 @@
 // Package fiberlimit plugs the rate limiter into Fiber (v2).
 //
-// New returns a fiber.Handler that runs middleware.Flow: every Option of
+// New returns a fiber.Handler that runs httplimit.Flow: every Option of
 // package middleware applies, plus WithNext, Fiber's convention for
 // skipping.
 //
@@ -44,23 +44,23 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
-// Option configures the middleware; it is middleware.Option, shared by
+// Option configures the middleware; it is httplimit.Option, shared by
 // every adapter.
-type Option = middleware.Option
+type Option = httplimit.Option
 
 // New returns Fiber middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) fiber.Handler {
-	f, err := middleware.New(l, opts...)
+	f, err := httplimit.New(l, opts...)
 	if err != nil {
 		panic(fmt.Sprintf("fiberlimit.New: %v", err))
 	}
@@ -74,12 +74,12 @@ func New(l *core.Limiter, opts ...Option) fiber.Handler {
 
 // WithNext exempts the requests for which next reports true, in Fiber's
 // middleware convention (the Next field of Fiber's configs). It adds to
-// middleware.WithSkip: a request is skipped when any skip function says so.
+// httplimit.WithSkip: a request is skipped when any skip function says so.
 func WithNext(next func(c *fiber.Ctx) bool) Option {
 	if next == nil {
-		return middleware.WithSkip(nil) // reported by New as invalid
+		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
-	return middleware.WithSkip(func(r keyfuncs.Request) bool {
+	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
 		c, ok := Ctx(r)
 		return ok && next(c)
 	})
@@ -177,7 +177,7 @@ func (q request) Method() string {
 func (q request) Route() string            { return q.c.Route().Path }
 func (q request) Context() context.Context { return q.c.UserContext() }
 
-// response is Fiber's response as a middleware.Response.
+// response is Fiber's response as a httplimit.Response.
 type response struct{ c *fiber.Ctx }
 
 func (w response) Set(key, value string) { w.c.Set(key, value) }

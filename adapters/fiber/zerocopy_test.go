@@ -17,9 +17,9 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // zeroCopyClients is how many brand-new clients testZeroCopyKeys sends
@@ -86,7 +86,7 @@ func runZeroCopyKeys(t *testing.T, store core.Store, lopts []core.Option, n int)
 		return "", keyfuncs.ErrNoKey
 	}
 	a := newApp(func(f *fiber.App) {
-		f.Use(fiberlimit.New(l, middleware.WithKeyFunc(zeroCopy)))
+		f.Use(fiberlimit.New(l, httplimit.WithKeyFunc(zeroCopy)))
 		f.Get("/", func(c *fiber.Ctx) error { return c.SendString(adapterstest.Body) })
 	})
 	conn := adapterstest.Dial(t, a.listen(t))

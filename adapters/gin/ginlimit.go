@@ -1,6 +1,6 @@
 // Package ginlimit plugs the rate limiter into Gin.
 //
-// New returns a gin.HandlerFunc that runs middleware.Flow: every Option of
+// New returns a gin.HandlerFunc that runs httplimit.Flow: every Option of
 // package middleware applies. Mount it globally (engine.Use), on a group,
 // or on one route:
 //
@@ -24,23 +24,23 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
-// Option configures the middleware; it is middleware.Option, shared by
+// Option configures the middleware; it is httplimit.Option, shared by
 // every adapter.
-type Option = middleware.Option
+type Option = httplimit.Option
 
 // New returns Gin middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// middleware.ErrInvalidOption): like http.Handle given a nil handler, it is
+// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
-	f, err := middleware.New(l, opts...)
+	f, err := httplimit.New(l, opts...)
 	if err != nil {
 		panic(fmt.Sprintf("ginlimit.New: %v", err))
 	}
@@ -99,7 +99,7 @@ func (q request) Method() string                    { return q.c.Request.Method 
 func (q request) Route() string                     { return q.c.FullPath() }
 func (q request) Context() context.Context          { return q.c.Request.Context() }
 
-// response is Gin's response as a middleware.Response.
+// response is Gin's response as a httplimit.Response.
 type response struct{ c *gin.Context }
 
 func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }

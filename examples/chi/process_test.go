@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/middleware"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // TestProcess builds the chi example, runs it as a process on a free
@@ -107,8 +107,8 @@ func TestProcess(t *testing.T) {
 		t.Error("the 429 has no Retry-After")
 	}
 	var body struct{ Error string }
-	if err := json.Unmarshal(deniedBody, &body); err != nil || body.Error != middleware.CodeExceeded {
-		t.Errorf("429 body %s, want JSON with error %q", deniedBody, middleware.CodeExceeded)
+	if err := json.Unmarshal(deniedBody, &body); err != nil || body.Error != httplimit.CodeExceeded {
+		t.Errorf("429 body %s, want JSON with error %q", deniedBody, httplimit.CodeExceeded)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -18,9 +18,9 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // Disconnect attack parameters: a limit of disconnectLimit per hour, and
@@ -116,7 +116,7 @@ func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []middleware.Option{errs.option()}}},
+		Global: []Mount{{Limiter: l, Options: []httplimit.Option{errs.option()}}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	c := Dial(t, h.Serve(t, spec))
@@ -135,7 +135,7 @@ func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 			break // the server may stop reading once the client is gone
 		}
 		statuses[res.Status]++
-		assert.Contains(t, []int{http.StatusOK, http.StatusTooManyRequests, middleware.StatusClientClosedRequest}, res.Status)
+		assert.Contains(t, []int{http.StatusOK, http.StatusTooManyRequests, httplimit.StatusClientClosedRequest}, res.Status)
 	}
 	t.Logf("statuses %v, handler ran %d times", statuses, spec.Hits())
 	assert.NotEmpty(t, statuses, "no response at all")
@@ -170,7 +170,7 @@ func runPacedDisconnects(t *testing.T, h SocketHarness) {
 	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []middleware.Option{middleware.WithMaxDelay(time.Hour), errs.option()}}},
+		Global: []Mount{{Limiter: l, Options: []httplimit.Option{httplimit.WithMaxDelay(time.Hour), errs.option()}}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	addr := h.Serve(t, spec)
@@ -193,7 +193,7 @@ func runPacedDisconnects(t *testing.T, h SocketHarness) {
 		require.NoError(t, c.CloseWrite())
 		res, err := c.Read()
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StatusClientClosedRequest, res.Status, "paced request %d", i)
+		assert.Equal(t, httplimit.StatusClientClosedRequest, res.Status, "paced request %d", i)
 		assert.Equal(t, canceledBody, res.Body, "paced request %d", i)
 	}
 	assert.Equal(t, int64(1), spec.Hits(), "handler runs")
@@ -223,7 +223,7 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 	}
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []middleware.Option{middleware.WithKeyFunc(hold), errs.option()}}},
+		Global: []Mount{{Limiter: l, Options: []httplimit.Option{httplimit.WithKeyFunc(hold), errs.option()}}},
 		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
 	}
 	addr := h.Serve(t, spec)
@@ -249,7 +249,7 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 			ok++
 			assert.Equal(t, Body, res.Body)
 			assert.NotEqual(t, leaveBeforeDecision, kind, "request %d: the client left before the decision, yet got 200", i)
-		case http.StatusTooManyRequests, middleware.StatusClientClosedRequest:
+		case http.StatusTooManyRequests, httplimit.StatusClientClosedRequest:
 		case http.StatusBadRequest:
 			assert.Equal(t, leaveBeforeBody, kind, "request %d: 400", i) // the server's own answer to a short body
 		default:

@@ -17,8 +17,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // Body is what every route's handler answers, with status 200.
@@ -30,7 +30,7 @@ var T0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 // Mount is one limiter middleware: New(Limiter, Options...) of the adapter.
 type Mount struct {
 	Limiter *core.Limiter
-	Options []middleware.Option
+	Options []httplimit.Option
 }
 
 // Route is one route of the app under test. Path is written in Gin's,
@@ -116,7 +116,7 @@ type Harness interface {
 
 // Middlewares returns newMW(m.Limiter, m.Options...) for each of ms, in
 // order: the middleware of an adapter whose New is newMW.
-func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...middleware.Option) M) []M {
+func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...httplimit.Option) M) []M {
 	mws := make([]M, 0, len(ms))
 	for _, m := range ms {
 		mws = append(mws, newMW(m.Limiter, m.Options...))
@@ -126,9 +126,9 @@ func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...middleware.Opti
 
 // NewMount returns a Mount of l whose header clock is frozen at T0, as the
 // limiters of NewLimiter are, followed by opts.
-func NewMount(l *core.Limiter, opts ...middleware.Option) Mount {
-	clock := middleware.WithClock(func() time.Time { return T0 })
-	return Mount{Limiter: l, Options: append([]middleware.Option{clock}, opts...)}
+func NewMount(l *core.Limiter, opts ...httplimit.Option) Mount {
+	clock := httplimit.WithClock(func() time.Time { return T0 })
+	return Mount{Limiter: l, Options: append([]httplimit.Option{clock}, opts...)}
 }
 
 // NewStore returns a memory store closed at the end of the test.
@@ -184,15 +184,15 @@ func (FailingStore) Take(context.Context, core.Request) (core.Decision, error) {
 // Reset fails.
 func (FailingStore) Reset(context.Context, string, core.Policy) error { return ErrDown }
 
-// errorRecorder collects the errors of a Flow (middleware.WithErrorHandler),
+// errorRecorder collects the errors of a Flow (httplimit.WithErrorHandler),
 // keeping the test's log quiet.
 type errorRecorder struct {
 	mu   sync.Mutex
 	errs []error
 }
 
-func (e *errorRecorder) option() middleware.Option {
-	return middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) {
+func (e *errorRecorder) option() httplimit.Option {
+	return httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) {
 		e.mu.Lock()
 		e.errs = append(e.errs, err)
 		e.mu.Unlock()

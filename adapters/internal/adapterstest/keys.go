@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // MustKeyFunc returns a function that unwraps what a key function
@@ -87,12 +87,12 @@ type userStep struct {
 // Alice is let in then denied, Bob has a quota of his own, a request with
 // no user is answered 400 (keyfuncs.ErrNoKey), and, with skip, "/health"
 // is served without ever calling the key function.
-func CheckUserKey(t *testing.T, user keyfuncs.Func, skip middleware.Option, build func(m Mount) App) {
+func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build func(m Mount) App) {
 	t.Helper()
 	var log KeyLog
-	m := Mount{Limiter: FixedLimiter(t, 1), Options: []middleware.Option{
-		middleware.WithKeyFunc(log.Wrap(user)),
-		middleware.WithErrorHandler(func(keyfuncs.Request, error) {}), // no user is expected
+	m := Mount{Limiter: FixedLimiter(t, 1), Options: []httplimit.Option{
+		httplimit.WithKeyFunc(log.Wrap(user)),
+		httplimit.WithErrorHandler(func(keyfuncs.Request, error) {}), // no user is expected
 	}}
 	steps := []userStep{{"/", "alice", 200}, {"/", "alice", 429}, {"/", "bob", 200}, {"/", "", 400}}
 	if skip != nil {

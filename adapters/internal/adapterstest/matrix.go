@@ -11,8 +11,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // Run runs the whole suite against h.
@@ -102,7 +102,7 @@ func fixed(name string, limit int64) core.Policy {
 
 // global builds a Spec with one limiter on every request and the routes
 // GET / and POST /upload.
-func global(t testing.TB, store core.Store, p core.Policy, lopts []core.Option, opts ...middleware.Option) *Spec {
+func global(t testing.TB, store core.Store, p core.Policy, lopts []core.Option, opts ...httplimit.Option) *Spec {
 	return &Spec{
 		Global: []Mount{NewMount(NewLimiter(t, store, p, lopts...), opts...)},
 		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
@@ -156,7 +156,7 @@ var matrix = []matrixCase{
 	{
 		name: "structured fields only",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, NewStore(t), fixed("api", 2), nil, e.option(), middleware.WithHeaders(headers.Config{Structured: true}))
+			return global(t, NewStore(t), fixed("api", 2), nil, e.option(), httplimit.WithHeaders(headers.Config{Structured: true}))
 		},
 		steps: []step{
 			{req: get(peerA), status: 200, body: Body, fields: map[string]string{
@@ -174,7 +174,7 @@ var matrix = []matrixCase{
 	{
 		name: "skipped requests are neither counted nor told",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			skip := middleware.WithSkip(func(r keyfuncs.Request) bool { return r.Header("X-Internal") == "yes" })
+			skip := httplimit.WithSkip(func(r keyfuncs.Request) bool { return r.Header("X-Internal") == "yes" })
 			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), skip)
 		},
 		steps: []step{
@@ -189,7 +189,7 @@ var matrix = []matrixCase{
 	{
 		name: "per-request cost",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			cost := middleware.WithCost(func(r keyfuncs.Request) int64 {
+			cost := httplimit.WithCost(func(r keyfuncs.Request) int64 {
 				if r.Method() == "POST" {
 					return 3
 				}
@@ -207,7 +207,7 @@ var matrix = []matrixCase{
 	{
 		name: "invalid cost is a 500, never a panic",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			cost := middleware.WithCost(func(r keyfuncs.Request) int64 {
+			cost := httplimit.WithCost(func(r keyfuncs.Request) int64 {
 				if r.Method() == "POST" {
 					return 6 // above the capacity
 				}
@@ -278,7 +278,7 @@ var matrix = []matrixCase{
 	{
 		name: "no key in request: 400",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), middleware.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))))
+			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), httplimit.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))))
 		},
 		steps: []step{
 			{req: get(peerA), status: 400, body: keyMissingBody, contentType: "application/json"},
@@ -316,7 +316,7 @@ var matrix = []matrixCase{
 	{
 		name: "custom deny handler",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			deny := middleware.WithDenyHandler(func(_ keyfuncs.Request, w middleware.Response, d core.Decision) {
+			deny := httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision) {
 				w.Set("X-Denied-By", d.Policy.Name)
 				_ = w.Write(http.StatusTeapot, "text/plain", []byte("retry in "+d.RetryAfter.String()))
 			})

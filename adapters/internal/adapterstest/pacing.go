@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/middleware"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -59,7 +59,7 @@ func RunPacing(t *testing.T, h Harness) {
 
 	t.Run("capped by MaxDelay", func(t *testing.T) {
 		// One per hour: the second request's Delay is an hour, cut to 30ms.
-		spec := global(t, NewStore(t), leaky(1, time.Hour), nil, middleware.WithMaxDelay(30*time.Millisecond))
+		spec := global(t, NewStore(t), leaky(1, time.Hour), nil, httplimit.WithMaxDelay(30*time.Millisecond))
 		app := h.Build(t, spec)
 		app.Do(t, get(peerA))
 		start := time.Now()
@@ -79,7 +79,7 @@ func RunPacing(t *testing.T, h Harness) {
 	})
 
 	t.Run("stops when the context ends", func(t *testing.T) {
-		spec := global(t, NewStore(t), leaky(1, time.Hour), nil, middleware.WithMaxDelay(time.Hour))
+		spec := global(t, NewStore(t), leaky(1, time.Hour), nil, httplimit.WithMaxDelay(time.Hour))
 		app := h.Build(t, spec)
 		app.Do(t, get(peerA))
 

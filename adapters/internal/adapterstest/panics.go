@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // Headers of the panic suite's requests: panicHeader names the function
@@ -23,7 +23,7 @@ const (
 
 // RunPanics checks, over a real socket, that a panic in the user's skip,
 // key or cost function or deny handler answers 500 with the default body,
-// is reported as middleware.ErrPanic naming where it happened, and leaves
+// is reported as httplimit.ErrPanic naming where it happened, and leaves
 // the server serving the next request. The harness adds no recovery
 // middleware: for Fiber, an escaped panic ends the process.
 func RunPanics(t *testing.T, h SocketHarness) {
@@ -37,10 +37,10 @@ func RunPanics(t *testing.T, h SocketHarness) {
 	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []middleware.Option{
+		Global: []Mount{{Limiter: l, Options: []httplimit.Option{
 			errs.option(),
-			middleware.WithSkip(func(r keyfuncs.Request) bool { panicIn(r, "skip"); return false }),
-			middleware.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+			httplimit.WithSkip(func(r keyfuncs.Request) bool { panicIn(r, "skip"); return false }),
+			httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
 				panicIn(r, "key")
 				key := r.Header(clientHeader)
 				if key == "" {
@@ -48,10 +48,10 @@ func RunPanics(t *testing.T, h SocketHarness) {
 				}
 				return key, nil
 			}),
-			middleware.WithCost(func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 }),
-			middleware.WithDenyHandler(func(r keyfuncs.Request, w middleware.Response, d core.Decision) {
+			httplimit.WithCost(func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 }),
+			httplimit.WithDenyHandler(func(r keyfuncs.Request, w httplimit.Response, d core.Decision) {
 				panicIn(r, "deny")
-				middleware.DefaultDenyHandler(r, w, d)
+				httplimit.DefaultDenyHandler(r, w, d)
 			}),
 		}}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
@@ -87,9 +87,9 @@ func RunPanics(t *testing.T, h SocketHarness) {
 
 	var in []string
 	for _, err := range errs.all() {
-		var pe *middleware.PanicError
+		var pe *httplimit.PanicError
 		if assert.ErrorAs(t, err, &pe) {
-			assert.True(t, errors.Is(err, middleware.ErrPanic))
+			assert.True(t, errors.Is(err, httplimit.ErrPanic))
 			assert.Equal(t, "test panic in "+map[string]string{
 				"key function": "key", "cost function": "cost", "skip function": "skip", "deny handler": "deny",
 			}[pe.In], pe.Value)

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // RunRouteKeys checks keyfuncs.Route: requests to one route share its
@@ -17,7 +17,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 	t.Run("limiter on the route", func(t *testing.T) {
 		var log KeyLog
 		l := NewLimiter(t, NewStore(t), fixed("route", 10))
-		mount := NewMount(l, middleware.WithKeyFunc(log.Wrap(keyfuncs.Route())))
+		mount := NewMount(l, httplimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
 		spec := &Spec{Routes: []Route{{Method: "GET", Path: "/users/:id", Limits: []Mount{mount}}}}
 		app := h.Build(t, spec)
 		for i, p := range paths {
@@ -36,7 +36,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 		var log KeyLog
 		l := NewLimiter(t, NewStore(t), fixed("route", 100))
 		spec := &Spec{
-			Global: []Mount{NewMount(l, middleware.WithKeyFunc(log.Wrap(keyfuncs.Route())))},
+			Global: []Mount{NewMount(l, httplimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))},
 			Routes: routes,
 		}
 		app := h.Build(t, spec)

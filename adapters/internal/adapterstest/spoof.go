@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // forged are the headers that clients send to pass for someone else.
@@ -90,9 +90,9 @@ func RunSpoofing(t *testing.T, h Harness) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var opts []middleware.Option
+			var opts []httplimit.Option
 			if tc.opts != nil {
-				opts = append(opts, middleware.WithKeyFunc(ip))
+				opts = append(opts, httplimit.WithKeyFunc(ip))
 			}
 			spec := global(t, NewStore(t), fixed("global", 1), nil, opts...)
 			app := h.Build(t, spec)

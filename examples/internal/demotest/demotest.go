@@ -16,7 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/middleware"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // Client sends one request through an app and returns its response.
@@ -109,8 +109,8 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		c.wantStatus(t, res, http.StatusBadRequest)
 		var body struct{ Error string }
 		c.decodeJSON(t, res, &body)
-		if body.Error != middleware.CodeKeyMissing {
-			t.Errorf("error = %q, want %q", body.Error, middleware.CodeKeyMissing)
+		if body.Error != httplimit.CodeKeyMissing {
+			t.Errorf("error = %q, want %q", body.Error, httplimit.CodeKeyMissing)
 		}
 	})
 
@@ -208,8 +208,8 @@ func (c client) wantDenied(t *testing.T, res *http.Response, limit string) {
 		RetryAfterSeconds int    `json:"retry_after_seconds"`
 	}
 	c.decodeJSON(t, res, &body)
-	if body.Error != middleware.CodeExceeded || body.Message == "" || body.RetryAfterSeconds != ra {
-		t.Errorf("body = %+v, want error %q, a message and retry_after_seconds = Retry-After (%d)", body, middleware.CodeExceeded, ra)
+	if body.Error != httplimit.CodeExceeded || body.Message == "" || body.RetryAfterSeconds != ra {
+		t.Errorf("body = %+v, want error %q, a message and retry_after_seconds = Retry-After (%d)", body, httplimit.CodeExceeded, ra)
 	}
 }
 

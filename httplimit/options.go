@@ -1,4 +1,4 @@
-package middleware
+package httplimit
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 
 // ErrInvalidOption reports a nil limiter, or an option given a nil function
 // or a value out of range. New returns it, wrapped with the detail.
-var ErrInvalidOption = errors.New("middleware: invalid option")
+var ErrInvalidOption = errors.New("httplimit: invalid option")
 
 // DefaultMaxDelay is the longest a request paced by a leaky bucket waits
 // when WithMaxDelay is not given.

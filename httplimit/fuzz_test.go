@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 // cancelAt is a request context that cancels itself on the n-th time the
@@ -56,7 +56,7 @@ func (c *cancelAt) ended() bool { return c.Context.Err() != nil }
 //	bits 6-7  headers: default (0, 1), every family (2), none (3)
 //	bits 8-10 algorithm
 type fuzzFlow struct {
-	flow    *middleware.Flow
+	flow    *httplimit.Flow
 	cur     *cancelAt // the request in flight
 	leaveAt string    // where its client leaves: "key", "cost", "store", "decided"
 	keys    []string  // the key of each request, "" when none
@@ -127,22 +127,22 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 		ff.keys = append(ff.keys, k)
 		return k, err
 	}
-	opts := []middleware.Option{
-		middleware.WithKeyFunc(record),
-		middleware.WithClock(func() time.Time { return t0 }),
-		middleware.WithMaxDelay(time.Millisecond),
-		middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { ff.errs = append(ff.errs, err) }),
+	opts := []httplimit.Option{
+		httplimit.WithKeyFunc(record),
+		httplimit.WithClock(func() time.Time { return t0 }),
+		httplimit.WithMaxDelay(time.Millisecond),
+		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { ff.errs = append(ff.errs, err) }),
 	}
 	if mode&8 != 0 {
-		opts = append(opts, middleware.WithCost(func(keyfuncs.Request) int64 { ff.leave("cost"); return cost }))
+		opts = append(opts, httplimit.WithCost(func(keyfuncs.Request) int64 { ff.leave("cost"); return cost }))
 	}
 	switch mode >> 6 & 3 {
 	case 2:
-		opts = append(opts, middleware.WithHeaders(headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}))
+		opts = append(opts, httplimit.WithHeaders(headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}))
 	case 3:
-		opts = append(opts, middleware.WithHeaders(headers.Config{}))
+		opts = append(opts, httplimit.WithHeaders(headers.Config{}))
 	}
-	ff.flow, err = middleware.New(l, opts...)
+	ff.flow, err = httplimit.New(l, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,9 +342,9 @@ func FuzzFlow(f *testing.F) {
 			}
 			for _, err := range ff.errs[errsBefore:] {
 				switch {
-				case errors.Is(err, middleware.ErrPanic):
+				case errors.Is(err, httplimit.ErrPanic):
 					if !canPanic {
-						t.Fatalf("request %d: unexpected panic: %v\n%s", i, err, err.(*middleware.PanicError).Stack)
+						t.Fatalf("request %d: unexpected panic: %v\n%s", i, err, err.(*httplimit.PanicError).Stack)
 					}
 				case errors.Is(err, core.ErrCanceled):
 					if !left {

@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 const canceledBody = `{"error":"request_canceled","message":"The client closed the request."}`
@@ -111,16 +111,16 @@ func TestCanceledNeverProceeds(t *testing.T) {
 					cancel()
 				}
 				var errs []error
-				f, err := middleware.New(newLimiter(t, store, tc.policy, lopts(t)...),
-					middleware.WithMaxDelay(time.Hour),
-					middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
+				f, err := httplimit.New(newLimiter(t, store, tc.policy, lopts(t)...),
+					httplimit.WithMaxDelay(time.Hour),
+					httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 				require.NoError(t, err)
 				r, w := newRequest(), newResponse()
 				r.ctx = ctx
 
 				assert.False(t, f.Handle(r, w), "a request whose client left proceeds")
 				assert.Equal(t, 1, w.writes)
-				assert.Equal(t, middleware.StatusClientClosedRequest, w.status)
+				assert.Equal(t, httplimit.StatusClientClosedRequest, w.status)
 				assert.Equal(t, canceledBody, w.body)
 				require.Len(t, errs, 1, "the disconnect alone is reported")
 				assert.ErrorIs(t, errs[0], core.ErrCanceled)
@@ -135,7 +135,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 // client can cause at will, is not logged above Debug.
 func TestCanceledLogsAtDebug(t *testing.T) {
 	var rec recordHandler
-	h := middleware.LogErrors(rec.logger())
+	h := httplimit.LogErrors(rec.logger())
 	h(newRequest(), errors.Join(core.ErrCanceled, context.Canceled))
 	require.Len(t, rec.records, 1)
 	assert.Equal(t, "DEBUG", rec.records[0].Level.String())
@@ -144,7 +144,7 @@ func TestCanceledLogsAtDebug(t *testing.T) {
 
 func TestDefaultErrorResponderCanceled(t *testing.T) {
 	w := newResponse()
-	middleware.DefaultErrorResponder(newRequest(), w, errors.Join(core.ErrCanceled, context.Canceled))
+	httplimit.DefaultErrorResponder(newRequest(), w, errors.Join(core.ErrCanceled, context.Canceled))
 	assert.Equal(t, 499, w.status)
 	assert.Equal(t, "application/json", w.contentType)
 	assert.Equal(t, canceledBody, w.body)

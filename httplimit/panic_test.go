@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 const internalBody = `{"error":"rate_limit_error","message":"Internal server error."}`
@@ -53,7 +53,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 	tests := []struct {
 		name   string
 		in     string
-		opts   []middleware.Option
+		opts   []httplimit.Option
 		lopts  []core.Option
 		store  func(t *testing.T) core.Store
 		before int // requests sent first, to use up the quota
@@ -61,29 +61,29 @@ func TestPanicsAreRecovered(t *testing.T) {
 		body   string
 	}{
 		{name: "skip", in: "skip function",
-			opts: []middleware.Option{middleware.WithSkip(func(keyfuncs.Request) bool { boom(); return false })}},
+			opts: []httplimit.Option{httplimit.WithSkip(func(keyfuncs.Request) bool { boom(); return false })}},
 		{name: "key", in: "key function",
-			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { boom(); return "", nil })}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { boom(); return "", nil })}},
 		{name: "key, nil pointer", in: "key function",
-			opts: []middleware.Option{middleware.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+			opts: []httplimit.Option{httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
 				var m map[string]*string
 				return *m[r.Header("X")], nil
 			})}},
 		{name: "key, panic(nil)", in: "key function",
-			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic(nil) })}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic(nil) })}},
 		{name: "cost", in: "cost function",
-			opts: []middleware.Option{middleware.WithCost(func(keyfuncs.Request) int64 { boom(); return 1 })}},
+			opts: []httplimit.Option{httplimit.WithCost(func(keyfuncs.Request) int64 { boom(); return 1 })}},
 		{name: "store", in: "limiter",
 			store: func(t *testing.T) core.Store { return panicking{} }},
 		{name: "deny handler before writing", in: "deny handler", before: 1,
-			opts: []middleware.Option{middleware.WithDenyHandler(func(keyfuncs.Request, middleware.Response, core.Decision) { boom() })}},
+			opts: []httplimit.Option{httplimit.WithDenyHandler(func(keyfuncs.Request, httplimit.Response, core.Decision) { boom() })}},
 		{name: "deny handler after writing", in: "deny handler", before: 1, status: 429, body: "over",
-			opts: []middleware.Option{middleware.WithDenyHandler(func(_ keyfuncs.Request, w middleware.Response, _ core.Decision) {
+			opts: []httplimit.Option{httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision) {
 				_ = w.Write(429, "text/plain", []byte("over"))
 				boom()
 			})}},
 		{name: "deny handler writing twice", in: "deny handler", before: 1, status: 429, body: "once",
-			opts: []middleware.Option{middleware.WithDenyHandler(func(_ keyfuncs.Request, w middleware.Response, _ core.Decision) {
+			opts: []httplimit.Option{httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision) {
 				_ = w.Write(429, "text/plain", []byte("once"))
 				if err := w.Write(200, "text/plain", []byte("twice")); err != nil {
 					panic(err)
@@ -91,17 +91,17 @@ func TestPanicsAreRecovered(t *testing.T) {
 			})}},
 		{name: "unavailable handler", in: "unavailable handler",
 			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{core.WithFailMode(core.FailClosed)},
-			opts: []middleware.Option{middleware.WithUnavailableHandler(func(keyfuncs.Request, middleware.Response, core.Decision) { boom() })}},
+			opts: []httplimit.Option{httplimit.WithUnavailableHandler(func(keyfuncs.Request, httplimit.Response, core.Decision) { boom() })}},
 		{name: "error handler on a store failure", in: "error handler",
 			store: func(*testing.T) core.Store { return failing{} },
-			opts:  []middleware.Option{middleware.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
+			opts:  []httplimit.Option{httplimit.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
 		{name: "error responder", in: "error responder",
-			opts: []middleware.Option{
-				middleware.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))),
-				middleware.WithErrorResponder(func(keyfuncs.Request, middleware.Response, error) { boom() }),
+			opts: []httplimit.Option{
+				httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))),
+				httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { boom() }),
 			}},
 		{name: "headers", in: "headers",
-			opts: []middleware.Option{middleware.WithHeaders(headers.Config{XRateLimit: true})}},
+			opts: []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,8 +111,8 @@ func TestPanicsAreRecovered(t *testing.T) {
 			}
 			var errs []error
 			var rec recordHandler
-			opts := append([]middleware.Option{
-				middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
+			opts := append([]httplimit.Option{
+				httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
 			}, tc.opts...)
 			if tc.in == "error handler" {
 				// The ErrorHandler broke: the panic goes to the default logger.
@@ -120,13 +120,13 @@ func TestPanicsAreRecovered(t *testing.T) {
 				slog.SetDefault(rec.logger())
 				t.Cleanup(func() { slog.SetDefault(prev) })
 			}
-			f, err := middleware.New(newLimiter(t, store, denyAll, tc.lopts...), opts...)
+			f, err := httplimit.New(newLimiter(t, store, denyAll, tc.lopts...), opts...)
 			require.NoError(t, err)
 			for range tc.before {
 				require.True(t, f.Handle(newRequest(), newResponse()))
 			}
 			r := newRequest()
-			var w middleware.Response = newResponse()
+			var w httplimit.Response = newResponse()
 			if tc.in == "headers" {
 				w = panickingSetter{w.(*response)}
 			}
@@ -151,13 +151,13 @@ func TestPanicsAreRecovered(t *testing.T) {
 			}
 			require.NotEmpty(t, errs)
 			err = errs[len(errs)-1]
-			require.ErrorIs(t, err, middleware.ErrPanic)
-			var pe *middleware.PanicError
+			require.ErrorIs(t, err, httplimit.ErrPanic)
+			var pe *httplimit.PanicError
 			require.ErrorAs(t, err, &pe, "%T is not a *PanicError", err)
 			assert.Equal(t, tc.in, pe.In)
 			assert.NotNil(t, pe.Value)
 			assert.Contains(t, string(pe.Stack), "panic")
-			assert.True(t, strings.HasPrefix(err.Error(), "middleware: panic in "+tc.in+": "), err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "httplimit: panic in "+tc.in+": "), err.Error())
 			assert.NotContains(t, res.body, "secret")
 		})
 	}
@@ -171,10 +171,10 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(rec.logger())
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	f, err := middleware.New(newLimiter(t, memStore(t), perMinute),
-		middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
-		middleware.WithErrorHandler(func(keyfuncs.Request, error) { panic("handler") }),
-		middleware.WithErrorResponder(func(keyfuncs.Request, middleware.Response, error) { panic("responder") }))
+	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
+		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+		httplimit.WithErrorHandler(func(keyfuncs.Request, error) { panic("handler") }),
+		httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { panic("responder") }))
 	require.NoError(t, err)
 	w := newResponse()
 	require.NotPanics(t, func() { assert.False(t, f.Handle(newRequest(), w)) })
@@ -188,9 +188,9 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 // TestPanicLoggedAtErrorWithStack checks LogErrors on a recovered panic.
 func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 	var rec recordHandler
-	f, err := middleware.New(newLimiter(t, memStore(t), perMinute),
-		middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
-		middleware.WithErrorHandler(middleware.LogErrors(rec.logger())))
+	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
+		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+		httplimit.WithErrorHandler(httplimit.LogErrors(rec.logger())))
 	require.NoError(t, err)
 	f.Handle(newRequest(), newResponse())
 	require.Len(t, rec.records, 1)
@@ -198,14 +198,14 @@ func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 	assert.Equal(t, slog.LevelError, r.Level)
 	attrs := map[string]string{}
 	r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-	assert.Equal(t, "middleware: panic in key function: key", attrs["error"])
+	assert.Equal(t, "httplimit: panic in key function: key", attrs["error"])
 	assert.Contains(t, attrs["stack"], "goroutine")
 }
 
 // TestNextHandlerPanicsAreNotRecovered: the flow recovers only its own
 // panics; once Handle has returned, the framework owns the request.
 func TestNextHandlerPanicsAreNotRecovered(t *testing.T) {
-	f, err := middleware.New(newLimiter(t, memStore(t), perMinute))
+	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute))
 	require.NoError(t, err)
 	assert.PanicsWithValue(t, "next", func() {
 		if f.Handle(newRequest(), newResponse()) {
@@ -220,7 +220,7 @@ type panickingSetter struct{ *response }
 
 func (panickingSetter) Set(string, string) { panic("set") }
 
-func unwrap(w middleware.Response) *response {
+func unwrap(w httplimit.Response) *response {
 	if p, ok := w.(panickingSetter); ok {
 		return p.response
 	}

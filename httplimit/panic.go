@@ -1,4 +1,4 @@
-package middleware
+package httplimit
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // it (skip, key or cost function, a handler or responder), or in the
 // Limiter or its store. The error is a *PanicError, which carries the panic
 // value and stack.
-var ErrPanic = errors.New("middleware: panic")
+var ErrPanic = errors.New("httplimit: panic")
 
 // PanicError is the error of a recovered panic. It wraps ErrPanic, and
 // nothing else: a panic is a 500 whatever its value.
@@ -27,7 +27,7 @@ type PanicError struct {
 	Stack []byte
 }
 
-// Error returns "middleware: panic in <In>: <Value>".
+// Error returns "httplimit: panic in <In>: <Value>".
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("%v in %s: %v", ErrPanic, e.In, e.Value)
 }
@@ -75,7 +75,7 @@ type writeOnce struct {
 }
 
 // errWritten is returned by a second Write of one response.
-var errWritten = errors.New("middleware: response already written")
+var errWritten = errors.New("httplimit: response already written")
 
 func (w *writeOnce) Write(status int, contentType string, body []byte) error {
 	if w.wrote {

@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"bytes"
@@ -13,8 +13,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"github.com/apigate/ratelimit/middleware"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -41,7 +41,7 @@ func (r *request) Context() context.Context {
 
 func newRequest() *request { return &request{remote: "192.0.2.1:1234", header: http.Header{}} }
 
-// response is a middleware.Response for tests.
+// response is a httplimit.Response for tests.
 type response struct {
 	header      http.Header
 	status      int
@@ -81,24 +81,24 @@ func TestNewRejects(t *testing.T) {
 	tests := []struct {
 		name string
 		l    *core.Limiter
-		opts []middleware.Option
+		opts []httplimit.Option
 	}{
 		{"nil limiter", nil, nil},
-		{"nil option", l, []middleware.Option{nil}},
-		{"nil key func", l, []middleware.Option{middleware.WithKeyFunc(nil)}},
-		{"nil skip", l, []middleware.Option{middleware.WithSkip(nil)}},
-		{"nil cost", l, []middleware.Option{middleware.WithCost(nil)}},
-		{"nil deny handler", l, []middleware.Option{middleware.WithDenyHandler(nil)}},
-		{"nil unavailable handler", l, []middleware.Option{middleware.WithUnavailableHandler(nil)}},
-		{"nil error handler", l, []middleware.Option{middleware.WithErrorHandler(nil)}},
-		{"nil error responder", l, []middleware.Option{middleware.WithErrorResponder(nil)}},
-		{"nil clock", l, []middleware.Option{middleware.WithClock(nil)}},
-		{"negative max delay", l, []middleware.Option{middleware.WithMaxDelay(-time.Second)}},
+		{"nil option", l, []httplimit.Option{nil}},
+		{"nil key func", l, []httplimit.Option{httplimit.WithKeyFunc(nil)}},
+		{"nil skip", l, []httplimit.Option{httplimit.WithSkip(nil)}},
+		{"nil cost", l, []httplimit.Option{httplimit.WithCost(nil)}},
+		{"nil deny handler", l, []httplimit.Option{httplimit.WithDenyHandler(nil)}},
+		{"nil unavailable handler", l, []httplimit.Option{httplimit.WithUnavailableHandler(nil)}},
+		{"nil error handler", l, []httplimit.Option{httplimit.WithErrorHandler(nil)}},
+		{"nil error responder", l, []httplimit.Option{httplimit.WithErrorResponder(nil)}},
+		{"nil clock", l, []httplimit.Option{httplimit.WithClock(nil)}},
+		{"negative max delay", l, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := middleware.New(tc.l, tc.opts...)
-			if f != nil || !errors.Is(err, middleware.ErrInvalidOption) {
+			f, err := httplimit.New(tc.l, tc.opts...)
+			if f != nil || !errors.Is(err, httplimit.ErrInvalidOption) {
 				t.Errorf("New = %v, %v; want nil, ErrInvalidOption", f, err)
 			}
 		})
@@ -111,7 +111,7 @@ func TestHandle(t *testing.T) {
 		name        string
 		store       func(t testing.TB) core.Store
 		lopts       []core.Option
-		opts        []middleware.Option
+		opts        []httplimit.Option
 		proceed     bool
 		status      int
 		body        string
@@ -124,18 +124,18 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name: "no headers configured", proceed: true,
-			opts:   []middleware.Option{middleware.WithHeaders(headers.Config{})},
+			opts:   []httplimit.Option{httplimit.WithHeaders(headers.Config{})},
 			header: map[string]string{"X-Ratelimit-Remaining": "", "Ratelimit-Remaining": ""},
 		},
 		{
 			name:   "key not found",
-			opts:   []middleware.Option{middleware.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")))},
+			opts:   []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")))},
 			status: 400, body: `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`,
 			errContains: []error{keyfuncs.ErrNoKey},
 		},
 		{
 			name: "key function fails",
-			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) {
 				return "", errKey
 			})},
 			status: 500, body: `{"error":"rate_limit_error","message":"Internal server error."}`,
@@ -143,21 +143,21 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name: "key function breaks its contract with an empty key",
-			opts: []middleware.Option{middleware.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) {
 				return "", nil
 			})},
 			status: 500, errContains: []error{core.ErrInvalidKey},
 		},
 		{
 			name: "fallback key with FirstOf", proceed: true,
-			opts: []middleware.Option{middleware.WithKeyFunc(mustKeyFunc(t)(keyfuncs.FirstOf(
+			opts: []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.FirstOf(
 				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")), mustKeyFunc(t)(keyfuncs.Static("anonymous")))))},
 		},
 		{
 			name:   "fail closed without Retry-After configured",
 			store:  func(testing.TB) core.Store { return failing{} },
 			lopts:  []core.Option{core.WithFailMode(core.FailClosed)},
-			opts:   []middleware.Option{middleware.WithHeaders(headers.Config{XRateLimit: true})},
+			opts:   []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})},
 			status: 503, header: map[string]string{"Retry-After": "", "X-Ratelimit-Limit": ""},
 			errContains: []error{core.ErrStore},
 		},
@@ -165,7 +165,7 @@ func TestHandle(t *testing.T) {
 			name:  "fail closed, replaced handler",
 			store: func(testing.TB) core.Store { return failing{} },
 			lopts: []core.Option{core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(1500 * time.Millisecond)},
-			opts: []middleware.Option{middleware.WithUnavailableHandler(func(_ keyfuncs.Request, w middleware.Response, d core.Decision) {
+			opts: []httplimit.Option{httplimit.WithUnavailableHandler(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision) {
 				_ = w.Write(http.StatusTooManyRequests, "text/plain", []byte(d.RetryAfter.String()))
 			})},
 			status: 429, body: "1.5s", header: map[string]string{"Retry-After": "2"},
@@ -179,11 +179,11 @@ func TestHandle(t *testing.T) {
 				store = tc.store(t)
 			}
 			var errs []error
-			opts := append([]middleware.Option{
-				middleware.WithClock(func() time.Time { return t0 }),
-				middleware.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
+			opts := append([]httplimit.Option{
+				httplimit.WithClock(func() time.Time { return t0 }),
+				httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
 			}, tc.opts...)
-			f, err := middleware.New(newLimiter(t, store, perMinute, tc.lopts...), opts...)
+			f, err := httplimit.New(newLimiter(t, store, perMinute, tc.lopts...), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestHandle(t *testing.T) {
 
 func TestPaceStopsOnEndedContext(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
-	f, err := middleware.New(newLimiter(t, memStore(t), p), middleware.WithMaxDelay(time.Hour))
+	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestPaceStopsOnEndedContext(t *testing.T) {
 
 func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
-	f, err := middleware.New(newLimiter(t, memStore(t), p), middleware.WithMaxDelay(0))
+	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 func TestLogErrors(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := middleware.LogErrors(logger)
+	h := httplimit.LogErrors(logger)
 	h(newRequest(), errors.Join(core.ErrStore, errors.New("redis: connection refused")))
 	h(newRequest(), keyfuncs.ErrNoKey)
 	out := buf.String()
@@ -289,7 +289,7 @@ func TestDefaultDenyHandler(t *testing.T) {
 		{time.Hour, `{"error":"rate_limit_exceeded","message":"Too many requests, retry after 3600 seconds.","retry_after_seconds":3600}`},
 	} {
 		w := newResponse()
-		middleware.DefaultDenyHandler(newRequest(), w, core.Decision{RetryAfter: tc.retry})
+		httplimit.DefaultDenyHandler(newRequest(), w, core.Decision{RetryAfter: tc.retry})
 		if w.status != 429 || w.contentType != "application/json" || w.body != tc.body {
 			t.Errorf("RetryAfter %v: %d %s %s", tc.retry, w.status, w.contentType, w.body)
 		}
@@ -308,7 +308,7 @@ func (failing) Reset(context.Context, string, core.Policy) error { return errors
 // default options (IP key, default headers).
 func BenchmarkHandle(b *testing.B) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	f, err := middleware.New(newLimiter(b, memStore(b), p))
+	f, err := httplimit.New(newLimiter(b, memStore(b), p))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func BenchmarkHandle(b *testing.B) {
 // BenchmarkHandleDenied is the flow alone on the memory store, denied
 // path (a flood past the limit), default options.
 func BenchmarkHandleDenied(b *testing.B) {
-	f, err := middleware.New(newLimiter(b, memStore(b), perMinute))
+	f, err := httplimit.New(newLimiter(b, memStore(b), perMinute))
 	if err != nil {
 		b.Fatal(err)
 	}

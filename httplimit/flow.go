@@ -1,4 +1,4 @@
-// Package middleware is the rate-limiting flow that every adapter runs,
+// Package httplimit is the rate-limiting flow that every adapter runs,
 // written once and free of any web framework:
 //
 //	skip? -> key -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
@@ -38,7 +38,7 @@
 //     are the framework's business and are not recovered.
 //
 // No response body ever echoes the request or an error's text.
-package middleware
+package httplimit
 
 import (
 	"context"
