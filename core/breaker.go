@@ -39,15 +39,14 @@ const maxBreakerFailures = 1<<31 - 1
 // turns it off, so that every decision asks the store. failures must be in
 // [0, 2^31-1] and probeInterval at least a millisecond.
 func WithCircuitBreaker(failures int, probeInterval time.Duration) Option {
-	return func(l *Limiter) error {
+	return func(c *config) error {
 		if failures < 0 || failures > maxBreakerFailures {
 			return fmt.Errorf("%w: circuit breaker failures %d is out of range [0, %d]", ErrInvalidOption, failures, maxBreakerFailures)
 		}
 		if probeInterval < time.Millisecond {
 			return fmt.Errorf("%w: circuit breaker probe interval %v is under 1ms", ErrInvalidOption, probeInterval)
 		}
-		l.brk.threshold = uint64(failures)
-		l.brk.interval = int64(probeInterval)
+		c.brkFailures, c.probeInterval = failures, probeInterval
 		return nil
 	}
 }
@@ -88,13 +87,17 @@ func (h Health) String() string {
 // Health reports the state of the Limiter's store: Healthy, Failing while
 // the circuit breaker is open, Recovering after a store failure while a
 // fallback store still vouches for the store's admissions. It is cheap
-// enough to call on every request.
-func (l *Limiter) Health() Health {
+// enough to call on every request. It reads time.Now: a Limiter that
+// AllowAt drives at times of its own reports its health at the real time.
+func (l *Limiter) Health() Health { return l.health(time.Time{}) }
+
+// health is Health at the time at (a zero at: now).
+func (l *Limiter) health(at time.Time) Health {
 	w := l.brk.state.Load()
 	switch {
 	case w&brkOpen != 0:
 		return Failing
-	case w&brkDegraded != 0 && l.brk.degraded(l.elapsed()):
+	case w&brkDegraded != 0 && l.brk.degraded(l.elapsed(at)):
 		return Recovering
 	}
 	return Healthy
@@ -108,8 +111,9 @@ const (
 	brkDegraded = 1 << 33
 )
 
-// breaker is a Limiter's view of its store's health. Its times are
-// nanoseconds since the Limiter's epoch, on the Limiter's clock.
+// breaker is a Limiter's view of its store's health. Its times are Unix
+// nanoseconds (see Limiter.elapsed), negative for explicit times before
+// 1970.
 //
 // The hot path reads state alone: 0 means a closed breaker, no failure
 // counted, no degraded period. state changes only under mu; the probe
@@ -145,7 +149,7 @@ func (b *breaker) fail(now int64) {
 		b.state.Store(w&^brkCount | n)
 		return
 	}
-	b.nextProbe.Store(now + b.interval)
+	b.nextProbe.Store(addSat(now, b.interval))
 	b.state.Store(w&brkDegraded | brkOpen)
 }
 
@@ -171,7 +175,7 @@ func (b *breaker) tryProbe(now int64) bool {
 		b.probing.Store(false)
 		return false
 	}
-	b.nextProbe.Store(now + b.interval)
+	b.nextProbe.Store(addSat(now, b.interval))
 	return true
 }
 
@@ -207,10 +211,10 @@ func (b *breaker) degrade(now int64) {
 	b.mu.Unlock()
 }
 
-// extend moves the end of the degraded period to at least now + horizon.
-// The caller holds mu.
+// extend moves the end of the degraded period to at least now + horizon,
+// or sets it if no period lasts. The caller holds mu.
 func (b *breaker) extend(now int64) {
-	if e := b.end(now); e > b.until.Load() {
+	if e := b.end(now); b.state.Load()&brkDegraded == 0 || e > b.until.Load() {
 		b.until.Store(e)
 	}
 }
@@ -224,7 +228,20 @@ func (b *breaker) end(now int64) int64 {
 		return math.MaxInt64
 	}
 	e := now + b.horizon
-	return (e + ms - 1) / ms * ms
+	if r := e % ms; r > 0 {
+		e += ms - r
+	} else if r < 0 {
+		e -= r
+	}
+	return e
+}
+
+// addSat is a+b, b >= 0, saturated at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // degraded reports whether the degraded period lasts at now, ending it

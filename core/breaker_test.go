@@ -19,7 +19,7 @@ import (
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
-// switchStore is a NonBlocking Store that fails while fail is set and
+// switchStore is a CallDirect Store that fails while fail is set and
 // otherwise admits; it counts its calls and the most that ran at once.
 type switchStore struct {
 	calls, inflight, maxInflight atomic.Int32
@@ -48,7 +48,7 @@ func (s *switchStore) Take(context.Context, core.Request) (core.Decision, error)
 }
 
 func (*switchStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (*switchStore) NonBlocking()                                     {}
+func (*switchStore) CallMode() core.CallMode                          { return core.CallDirect }
 
 func TestBreakerOpensThenProbes(t *testing.T) {
 	for _, fc := range failConfigs {
@@ -56,9 +56,9 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 			clock := &testClock{}
 			s := &switchStore{}
 			s.fail.Store(true)
-			opts := []core.Option{clock.option(), core.WithFailMode(fc.mode)}
+			opts := []core.Option{core.WithFailMode(fc.mode)}
 			if fc.fallback {
-				opts = append(opts, core.WithFallback(nonBlockingStore{&fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 3}}}))
+				opts = append(opts, core.WithFallback(directStore{&fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 3}}}))
 			}
 			l, err := core.NewLimiter(s, tb10, opts...)
 			require.NoError(t, err)
@@ -74,11 +74,16 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 				}
 				switch {
 				case fc.fallback:
-					assert.True(t, d.Allowed && d.Fallback && d.Remaining == 3, "%+v", d)
+					assert.Equal(t, core.SourceFallback, d.Source)
+					assert.True(t, d.Allowed, "%+v", d)
+					assert.EqualValues(t, 3, d.Remaining)
 				case fc.mode == core.FailOpen:
-					assert.True(t, d.Allowed && d.FailedOpen, "%+v", d)
+					assert.Equal(t, core.SourceFailMode, d.Source)
+					assert.True(t, d.Allowed, "%+v", d)
 				default:
-					assert.True(t, !d.Allowed && d.RetryAfter == time.Second, "%+v", d)
+					assert.Equal(t, core.SourceFailMode, d.Source)
+					assert.False(t, d.Allowed, "%+v", d)
+					assert.Equal(t, time.Second, d.RetryAfter)
 				}
 				assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
 			}
@@ -90,50 +95,51 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 				if fc.fallback && i > 0 {
 					want = core.Recovering
 				}
-				assert.Equal(t, want, l.Health(), "after %d failures", i)
-				d, err := l.Allow(ctx, "k")
+				assert.Equal(t, want, l.HealthAt(clock.now()), "after %d failures", i)
+				d, err := l.AllowAt(ctx, "k", clock.now())
 				checkFailed(d, err, false)
 			}
 			require.EqualValues(t, 3, s.calls.Load())
-			assert.Equal(t, core.Failing, l.Health())
+			assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
 
 			// Open: decided at once, the store left alone.
 			for range 100 {
-				d, err := l.Allow(ctx, "k")
+				d, err := l.AllowAt(ctx, "k", clock.now())
 				checkFailed(d, err, true)
 			}
 			clock.advance(core.DefaultProbeInterval - time.Millisecond)
-			d, err := l.Allow(ctx, "k")
+			d, err := l.AllowAt(ctx, "k", clock.now())
 			checkFailed(d, err, true)
 			require.EqualValues(t, 3, s.calls.Load(), "the store was asked before the probe interval")
 
 			// One probe per interval; a failed one keeps the breaker open.
 			clock.advance(time.Millisecond)
-			d, err = l.Allow(ctx, "k")
+			d, err = l.AllowAt(ctx, "k", clock.now())
 			checkFailed(d, err, false)
 			require.EqualValues(t, 4, s.calls.Load(), "no probe after the probe interval")
-			d, err = l.Allow(ctx, "k")
+			d, err = l.AllowAt(ctx, "k", clock.now())
 			checkFailed(d, err, true)
 			require.EqualValues(t, 4, s.calls.Load(), "two probes in one interval")
-			assert.Equal(t, core.Failing, l.Health())
+			assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
 
 			// A probe the store answers closes the breaker at once, and
 			// decides its own request.
 			s.fail.Store(false)
 			clock.advance(core.DefaultProbeInterval)
-			d, err = l.Allow(ctx, "k")
+			d, err = l.AllowAt(ctx, "k", clock.now())
 			require.NoError(t, err)
-			assert.True(t, d.Allowed && !d.FailedOpen && !d.Fallback, "%+v", d)
+			assert.Equal(t, core.SourceStore, d.Source)
+			assert.True(t, d.Allowed, "%+v", d)
 			require.EqualValues(t, 5, s.calls.Load())
 			for range 10 {
-				_, err := l.Allow(ctx, "k")
+				_, err := l.AllowAt(ctx, "k", clock.now())
 				require.NoError(t, err)
 			}
 			require.EqualValues(t, 15, s.calls.Load(), "a closed breaker left the store alone")
 			if fc.fallback {
-				assert.Equal(t, core.Recovering, l.Health())
+				assert.Equal(t, core.Recovering, l.HealthAt(clock.now()))
 			} else {
-				assert.Equal(t, core.Healthy, l.Health())
+				assert.Equal(t, core.Healthy, l.HealthAt(clock.now()))
 			}
 		})
 	}
@@ -168,7 +174,7 @@ func (s *cancelingStore) Take(ctx context.Context, _ core.Request) (core.Decisio
 	return core.Decision{}, ctx.Err()
 }
 func (*cancelingStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (*cancelingStore) NonBlocking()                                     {}
+func (*cancelingStore) CallMode() core.CallMode                          { return core.CallDirect }
 
 func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 	t.Run("canceled", func(t *testing.T) {
@@ -215,15 +221,15 @@ func TestBreakerCustomThreshold(t *testing.T) {
 	clock := &testClock{}
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, tb10, clock.option(), core.WithCircuitBreaker(1, time.Second))
+	l, err := core.NewLimiter(s, tb10, core.WithCircuitBreaker(1, time.Second))
 	require.NoError(t, err)
-	_, _ = l.Allow(context.Background(), "k")
-	assert.Equal(t, core.Failing, l.Health())
+	_, _ = l.AllowAt(context.Background(), "k", clock.now())
+	assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
 	clock.advance(999 * time.Millisecond)
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowAt(context.Background(), "k", clock.now())
 	require.ErrorIs(t, err, core.ErrCircuitOpen)
 	clock.advance(time.Millisecond)
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowAt(context.Background(), "k", clock.now())
 	require.NotErrorIs(t, err, core.ErrCircuitOpen)
 	require.EqualValues(t, 2, s.calls.Load())
 }
@@ -255,11 +261,11 @@ func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
 	clock := &testClock{}
 	gate := newGateStore()
 	gate.ignoreCtx = true
-	l, err := core.NewLimiter(gate, tb10, clock.option(), core.WithTimeout(20*time.Millisecond))
+	l, err := core.NewLimiter(gate, tb10, core.WithTimeout(20*time.Millisecond))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range core.DefaultBreakerFailures {
-		res := allowAsync(ctx, l)
+		res := allowAsyncAt(ctx, l, clock.now())
 		gate.storeCtx(t)
 		gate.answers <- answer{err: errDown}
 		require.ErrorIs(t, wait(t, res).err, errDown)
@@ -267,7 +273,7 @@ func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
 	require.Equal(t, core.Failing, l.Health())
 
 	clock.advance(core.DefaultProbeInterval)
-	res := allowAsync(ctx, l)
+	res := allowAsyncAt(ctx, l, clock.now())
 	gate.storeCtx(t)
 	a := wait(t, res) // the store never answers in time
 	require.ErrorIs(t, a.err, core.ErrTimeout)
@@ -275,7 +281,7 @@ func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
 
 	for range 5 {
 		clock.advance(core.DefaultProbeInterval)
-		_, err := l.Allow(ctx, "k")
+		_, err := l.AllowAt(ctx, "k", clock.now())
 		require.ErrorIs(t, err, core.ErrCircuitOpen, "a second probe while one is in flight")
 	}
 	require.EqualValues(t, 4, gate.calls.Load())
@@ -287,7 +293,7 @@ func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the breaker did not close")
 		runtime.Gosched()
 	}
-	res = allowAsync(ctx, l)
+	res = allowAsyncAt(ctx, l, clock.now())
 	gate.storeCtx(t)
 	gate.answers <- answer{d: core.Decision{Allowed: true}}
 	require.NoError(t, wait(t, res).err)
@@ -300,13 +306,13 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	clock := &testClock{}
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, tb10, clock.option())
+	l, err := core.NewLimiter(s, tb10)
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range core.DefaultBreakerFailures {
-		_, _ = l.Allow(ctx, "k")
+		_, _ = l.AllowAt(ctx, "k", clock.now())
 	}
-	require.Equal(t, core.Failing, l.Health())
+	require.Equal(t, core.Failing, l.HealthAt(clock.now()))
 	s.calls.Store(0)
 	const goroutines, calls = 8, 500
 	var wg sync.WaitGroup
@@ -314,8 +320,8 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 		wg.Go(func() {
 			for range calls {
 				clock.advance(time.Millisecond)
-				d, err := l.Allow(ctx, "k")
-				if !assert.ErrorIs(t, err, core.ErrStore) || !assert.True(t, d.FailedOpen) {
+				d, err := l.AllowAt(ctx, "k", clock.now())
+				if !assert.ErrorIs(t, err, core.ErrStore) || !assert.Equal(t, core.SourceFailMode, d.Source) {
 					return
 				}
 			}
@@ -327,12 +333,14 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	probes, most := s.calls.Load(), int32(elapsed/core.DefaultProbeInterval)+1
 	assert.LessOrEqual(t, probes, most, "%d probes in %v", probes, elapsed)
 	assert.Positive(t, probes)
-	assert.Equal(t, core.Failing, l.Health())
+	assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
 }
 
 // TestRecoveringLastsTheHorizon: with a fallback, the Limiter stays
 // Recovering after an outage until the state from the outage can no
-// longer matter, and the fallback's refusals hold meanwhile.
+// longer matter, and the fallback's refusals hold meanwhile. The explicit
+// times run from 2030 and from 1960, before the Unix epoch, where the
+// breaker's times are negative.
 func TestRecoveringLastsTheHorizon(t *testing.T) {
 	for _, tt := range []struct {
 		p       core.Policy
@@ -344,24 +352,24 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 		{core.Policy{Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute, Burst: 6}, 3 * time.Minute},
 		{core.Policy{Algorithm: core.LeakyBucket, Limit: 4, Window: time.Minute, Burst: 2}, 30 * time.Second},
 	} {
-		t.Run(string(tt.p.Algorithm), func(t *testing.T) {
-			clock := &testClock{}
-			s := &switchStore{}
-			local := memstore.New()
-			t.Cleanup(func() { _ = local.Close() })
-			l, err := core.NewLimiter(s, tt.p, clock.option(), core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
-			require.NoError(t, err)
-			ctx := context.Background()
-			s.fail.Store(true)
-			d, err := l.Allow(ctx, "k")
-			require.ErrorIs(t, err, core.ErrStore)
-			require.True(t, d.Allowed && d.Fallback)
-			assert.Equal(t, core.Recovering, l.Health(), "the store failed; the fallback decided")
-			s.fail.Store(false)
-			clock.advance(tt.horizon - time.Millisecond)
-			assert.Equal(t, core.Recovering, l.Health())
-			clock.advance(time.Millisecond)
-			assert.Equal(t, core.Healthy, l.Health())
-		})
+		for _, start := range []time.Time{t0, time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC)} {
+			t.Run(fmt.Sprintf("%s/%d", tt.p.Algorithm, start.Year()), func(t *testing.T) {
+				s := &switchStore{}
+				local := memstore.New()
+				t.Cleanup(func() { _ = local.Close() })
+				l, err := core.NewLimiter(s, tt.p, core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
+				require.NoError(t, err)
+				ctx := context.Background()
+				s.fail.Store(true)
+				d, err := l.AllowAt(ctx, "k", start)
+				require.ErrorIs(t, err, core.ErrStore)
+				require.Equal(t, core.SourceFallback, d.Source)
+				require.True(t, d.Allowed, "%+v", d)
+				assert.Equal(t, core.Recovering, l.HealthAt(start), "the store failed; the fallback decided")
+				s.fail.Store(false)
+				assert.Equal(t, core.Recovering, l.HealthAt(start.Add(tt.horizon-time.Millisecond)))
+				assert.Equal(t, core.Healthy, l.HealthAt(start.Add(tt.horizon)))
+			})
+		}
 	}
 }

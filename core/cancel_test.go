@@ -67,21 +67,22 @@ func (s *gateStore) storeCtx(t *testing.T) context.Context {
 	}
 }
 
-// The three ways a Limiter calls its store, chosen by what the store is.
+// The three ways a Limiter calls its store, chosen by the store's
+// CallMode.
 type (
-	nonBlockingGate   struct{ *gateStore }
-	deadlineAwareGate struct{ *gateStore }
+	directGate   struct{ *gateStore }
+	deadlineGate struct{ *gateStore }
 )
 
-func (nonBlockingGate) NonBlocking()           {}
-func (deadlineAwareGate) HonorsDeadline() bool { return true }
+func (directGate) CallMode() core.CallMode   { return core.CallDirect }
+func (deadlineGate) CallMode() core.CallMode { return core.CallWithDeadline }
 
 var callModes = []struct {
 	name string
 	wrap func(*gateStore) core.Store
 }{
-	{"non-blocking", func(s *gateStore) core.Store { return nonBlockingGate{s} }},
-	{"deadline-aware", func(s *gateStore) core.Store { return deadlineAwareGate{s} }},
+	{"direct", func(s *gateStore) core.Store { return directGate{s} }},
+	{"with-deadline", func(s *gateStore) core.Store { return deadlineGate{s} }},
 	{"bounded", func(s *gateStore) core.Store { return s }},
 }
 
@@ -113,7 +114,7 @@ func forEachCancelCase(t *testing.T, timeout time.Duration, test func(t *testing
 				c := cancelCase{gate: newGateStore(), fallback: &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}, mode: cm.name}
 				opts := []core.Option{core.WithTimeout(timeout), core.WithFailMode(fc.mode)}
 				if fc.fallback {
-					opts = append(opts, core.WithFallback(nonBlockingStore{c.fallback}))
+					opts = append(opts, core.WithFallback(directStore{c.fallback}))
 				}
 				var err error
 				c.l, err = core.NewLimiter(cm.wrap(c.gate), tb10, opts...)
@@ -132,8 +133,7 @@ func requireCanceled(t *testing.T, c cancelCase, d core.Decision, err error, cau
 	require.ErrorIs(t, err, cause)
 	assert.NotErrorIs(t, err, core.ErrStore, "a cancellation is not a store failure")
 	assert.False(t, d.Allowed, "a canceled request was admitted: %+v", d)
-	assert.False(t, d.FailedOpen)
-	assert.False(t, d.Fallback)
+	assert.Equal(t, core.SourceStore, d.Source, "no fail mode nor fallback decides a cancellation")
 	assert.EqualValues(t, 10, d.Limit)
 	assert.Equal(t, "token_bucket-10-per-1s", d.Policy.Name)
 	assert.Empty(t, c.fallback.reqs, "the fallback was asked about a canceled request")
@@ -141,9 +141,14 @@ func requireCanceled(t *testing.T, c cancelCase, d core.Decision, err error, cau
 
 // allowAsync runs Allow on a goroutine of its own.
 func allowAsync(ctx context.Context, l *core.Limiter) <-chan answer {
+	return allowAsyncAt(ctx, l, time.Time{})
+}
+
+// allowAsyncAt runs AllowAt at now on a goroutine of its own.
+func allowAsyncAt(ctx context.Context, l *core.Limiter, now time.Time) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
-		d, err := l.Allow(ctx, "k")
+		d, err := l.AllowAt(ctx, "k", now)
 		ch <- answer{d, err}
 	}()
 	return ch
@@ -182,7 +187,7 @@ func TestCanceledDuringAFailingCallIsNeverAllowed(t *testing.T) {
 		res := allowAsync(ctx, c.l)
 		sctx := c.gate.storeCtx(t)
 		cancel()
-		if c.mode == "non-blocking" {
+		if c.mode == "direct" {
 			// Called with the caller's context, the store sees the
 			// cancellation and fails with it.
 			a := wait(t, res)
@@ -210,7 +215,7 @@ func TestCanceledDuringAFailingCallIsNeverAllowed(t *testing.T) {
 // the request before running the handler).
 func TestStoreDecisionOutlivesTheCaller(t *testing.T) {
 	gate := newGateStore()
-	l, err := core.NewLimiter(deadlineAwareGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithFailMode(core.FailClosed))
+	l, err := core.NewLimiter(deadlineGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithFailMode(core.FailClosed))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := allowAsync(ctx, l)
@@ -221,7 +226,7 @@ func TestStoreDecisionOutlivesTheCaller(t *testing.T) {
 	require.NoError(t, a.err)
 	assert.True(t, a.d.Allowed)
 	assert.EqualValues(t, 4, a.d.Remaining)
-	assert.False(t, a.d.FailedOpen)
+	assert.Equal(t, core.SourceStore, a.d.Source)
 }
 
 // TestCallerDeadlineIsNotAStoreFailure: the caller's own deadline, shorter

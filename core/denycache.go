@@ -11,8 +11,9 @@ import (
 // WithDenyCache makes the Limiter remember, for up to maxKeys clients, the
 // denials its store returned, and answer the same client's requests from
 // memory until the remembered RetryAfter has passed, without asking the
-// store. Denied requests change no state, so the store would have answered
-// the same: a flood from one client then costs no Redis round trip.
+// store (such decisions have Source SourceDenyCache). Denied requests
+// change no state, so the store would have answered the same: a flood from
+// one client then costs no Redis round trip. maxKeys must be positive.
 //
 // A remembered denial answers only requests at least as costly as the one
 // denied (a cheaper one may fit sooner). Its RetryAfter counts down from
@@ -20,14 +21,14 @@ import (
 // Reset forgets the key here too (once it has returned, no denial from
 // before it is served, even one the store returned concurrently), but a
 // Reset made through another process is seen only once the remembered
-// RetryAfter has passed. When maxKeys
-// denials are remembered, further ones are not until some expire.
+// RetryAfter has passed. When maxKeys denials are remembered, further ones
+// are not until some expire.
 func WithDenyCache(maxKeys int) Option {
-	return func(l *Limiter) error {
+	return func(c *config) error {
 		if maxKeys < 1 {
 			return fmt.Errorf("%w: deny cache size %d is not positive", ErrInvalidOption, maxKeys)
 		}
-		l.denied = &denyCache{max: maxKeys, m: make(map[string]denial)}
+		c.denyCacheKeys = maxKeys
 		return nil
 	}
 }
@@ -65,7 +66,7 @@ func (c *denyCache) get(key string, cost int64, now time.Time) (Decision, bool) 
 		Remaining:  e.remaining,
 		ResetAfter: max(retry, msCeil(e.resetAt.Sub(now))),
 		RetryAfter: retry,
-		Cached:     true,
+		Source:     SourceDenyCache,
 	}, true
 }
 

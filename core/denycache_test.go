@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -19,84 +18,96 @@ import (
 )
 
 func TestDenyCache(t *testing.T) {
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
 	s := &fakeStore{answer: core.Decision{Limit: 10, Remaining: 1, ResetAfter: time.Second, RetryAfter: 300 * time.Millisecond}}
-	l, err := core.NewLimiter(s, tb10, core.WithClock(func() time.Time { return now }), core.WithDenyCache(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(2))
+	require.NoError(t, err)
 	ctx := context.Background()
 	asked := func() int { return len(s.reqs) }
 	allow := func(key string, cost int64) core.Decision {
 		t.Helper()
-		d, err := l.AllowN(ctx, key, cost)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, err := l.AllowNAt(ctx, key, cost, now)
+		require.NoError(t, err)
 		return d
 	}
 
-	if d := allow("a", 2); d.Allowed || d.Cached || asked() != 1 {
-		t.Fatalf("first denial: %+v after %d store calls", d, asked())
-	}
-	now = t0.Add(100*time.Millisecond + 500*time.Microsecond)
 	d := allow("a", 2)
-	if asked() != 1 || !d.Cached || d.Allowed {
-		t.Fatalf("repeat within RetryAfter: %+v after %d store calls, want it cached", d, asked())
-	}
+	require.Equal(t, 1, asked(), "first denial")
+	assert.False(t, d.Allowed)
+	assert.Equal(t, core.SourceStore, d.Source, "first denial")
+
+	now = t0.Add(100*time.Millisecond + 500*time.Microsecond)
+	d = allow("a", 2)
+	require.Equal(t, 1, asked(), "a repeat within RetryAfter was not answered from the cache")
+	assert.False(t, d.Allowed)
+	assert.Equal(t, core.SourceDenyCache, d.Source)
 	// 300ms - 100.5ms = 199.5ms, rounded up; the reset likewise.
-	if d.RetryAfter != 200*time.Millisecond || d.ResetAfter != 900*time.Millisecond || d.Remaining != 1 || d.Limit != 10 || d.Policy.Name == "" {
-		t.Fatalf("cached denial = %+v", d)
-	}
-	if allow("a", 3); asked() != 1 {
-		t.Fatal("a costlier request was sent to the store")
-	}
-	if allow("a", 1); asked() != 2 {
-		t.Fatal("a cheaper request, which may fit sooner, was answered from the cache")
-	}
-	if allow("b", 2); asked() != 3 {
-		t.Fatal("another client's request was answered from the cache")
-	}
+	assert.Equal(t, 200*time.Millisecond, d.RetryAfter)
+	assert.Equal(t, 900*time.Millisecond, d.ResetAfter)
+	assert.EqualValues(t, 1, d.Remaining)
+	assert.EqualValues(t, 10, d.Limit)
+	assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+
+	allow("a", 3)
+	require.Equal(t, 1, asked(), "a costlier request was sent to the store")
+	allow("a", 1)
+	require.Equal(t, 2, asked(), "a cheaper request, which may fit sooner, was answered from the cache")
+	allow("b", 2)
+	require.Equal(t, 3, asked(), "another client's request was answered from the cache")
 
 	// The cache holds two clients: a third denial is not remembered.
 	allow("c", 2)
-	if allow("c", 2); asked() != 5 {
-		t.Fatalf("store calls = %d: the cache grew past its size", asked())
-	}
+	allow("c", 2)
+	require.Equal(t, 5, asked(), "the cache grew past its size")
 
 	// Once RetryAfter has passed, the store decides again: the latest
 	// denial of "a" (the cheaper request, at 100.5ms) lasts until 400.5ms.
 	now = t0.Add(400 * time.Millisecond)
-	if d := allow("a", 2); !d.Cached || d.RetryAfter != time.Millisecond || asked() != 5 {
-		t.Fatalf("just before RetryAfter: %+v after %d store calls", d, asked())
-	}
+	d = allow("a", 2)
+	require.Equal(t, 5, asked(), "just before RetryAfter")
+	assert.Equal(t, core.SourceDenyCache, d.Source, "just before RetryAfter")
+	assert.Equal(t, time.Millisecond, d.RetryAfter, "just before RetryAfter")
 	now = t0.Add(400*time.Millisecond + 500*time.Microsecond)
-	if d := allow("a", 2); d.Cached || asked() != 6 {
-		t.Fatalf("after RetryAfter: %+v after %d store calls", d, asked())
-	}
+	d = allow("a", 2)
+	require.Equal(t, 6, asked(), "after RetryAfter")
+	assert.Equal(t, core.SourceStore, d.Source, "after RetryAfter")
 
 	// Reset forgets the denial.
-	if err := l.Reset(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if allow("a", 2); asked() != 7 {
-		t.Fatal("a reset key was answered from the cache")
-	}
+	require.NoError(t, l.Reset(ctx, "a"))
+	allow("a", 2)
+	require.Equal(t, 7, asked(), "a reset key was answered from the cache")
 
 	// Admissions are never cached.
 	s.answer = core.Decision{Allowed: true, Limit: 10, Remaining: 5}
 	allow("d", 1)
-	if d := allow("d", 1); !d.Allowed || d.Cached || asked() != 9 {
-		t.Fatalf("admission: %+v after %d store calls", d, asked())
+	d = allow("d", 1)
+	require.Equal(t, 9, asked(), "an admission was answered from the cache")
+	assert.True(t, d.Allowed)
+	assert.Equal(t, core.SourceStore, d.Source)
+}
+
+// TestDenyCacheCountsOnTheRealClock: without an explicit time, a denial
+// is remembered for its RetryAfter on the real clock.
+func TestDenyCacheCountsOnTheRealClock(t *testing.T) {
+	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Hour, ResetAfter: time.Hour}}
+	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(1))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 3 {
+		_, err := l.Allow(ctx, "k")
+		require.NoError(t, err)
 	}
+	assert.Len(t, s.reqs, 1, "denials within the hour were not answered from the cache")
+	d, err := l.AllowAt(ctx, "k", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, core.SourceStore, d.Source, "a denial outlived its RetryAfter")
+	assert.Len(t, s.reqs, 2)
 }
 
 func TestDenyCacheRejectsBadSize(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		if _, err := core.NewLimiter(&fakeStore{}, tb10, core.WithDenyCache(n)); !errors.Is(err, core.ErrInvalidOption) {
-			t.Fatalf("WithDenyCache(%d): %v, want ErrInvalidOption", n, err)
-		}
+		_, err := core.NewLimiter(&fakeStore{}, tb10, core.WithDenyCache(n))
+		require.ErrorIs(t, err, core.ErrInvalidOption, "WithDenyCache(%d)", n)
 	}
 }
 
@@ -106,7 +117,7 @@ func TestDenyCacheRejectsBadSize(t *testing.T) {
 // store the test holds mid-call).
 func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 	gate := newGateStore()
-	l, err := core.NewLimiter(deadlineAwareGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithDenyCache(10))
+	l, err := core.NewLimiter(deadlineGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	res := allowAsync(ctx, l)
@@ -126,7 +137,8 @@ func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 	gate.answers <- answer{d: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
 	a = wait(t, res)
 	require.NoError(t, a.err)
-	require.True(t, a.d.Allowed && !a.d.Cached, "%+v", a.d)
+	require.True(t, a.d.Allowed, "%+v", a.d)
+	require.Equal(t, core.SourceStore, a.d.Source)
 }
 
 // TestDenyCacheResetRace runs denials and a Reset of the same key at once,
@@ -184,7 +196,8 @@ func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
 	}
 	d, err = l.Allow(ctx, "k")
 	require.NoError(t, err)
-	require.True(t, d.Allowed && !d.Cached, "round %d: after the Reset, %+v", round, d)
+	require.True(t, d.Allowed, "round %d: after the Reset, %+v", round, d)
+	require.Equal(t, core.SourceStore, d.Source, "round %d: after the Reset", round)
 	return true
 }
 
@@ -194,7 +207,7 @@ func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
 func TestDenyCacheCopiesKeys(t *testing.T) {
 	clock := &testClock{}
 	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Minute, ResetAfter: time.Minute}}
-	l, err := core.NewLimiter(s, tb10, clock.option(), core.WithDenyCache(10))
+	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	a, b := strings.Repeat("a", 100), strings.Repeat("b", 100)
@@ -204,16 +217,17 @@ func TestDenyCacheCopiesKeys(t *testing.T) {
 		buf := []byte(a)
 		zeroCopy := unsafe.String(&buf[0], len(buf))
 		n := asked()
-		d, err := l.Allow(ctx, zeroCopy) // remembered: inserted, then overwritten
+		d, err := l.AllowAt(ctx, zeroCopy, clock.now()) // remembered: inserted, then overwritten
 		require.NoError(t, err)
-		require.False(t, d.Allowed || d.Cached, "round %d: %+v", round, d)
+		require.False(t, d.Allowed, "round %d: %+v", round, d)
+		require.Equal(t, core.SourceStore, d.Source, "round %d", round)
 		require.Equal(t, n+1, asked())
 		copy(buf, b) // the framework reuses the buffer
 
-		d, _ = l.Allow(ctx, strings.Clone(b))
-		assert.False(t, d.Cached, "round %d (overwrite %v): a new client refused from the cache", round, overwrite)
-		d, _ = l.Allow(ctx, strings.Clone(a))
-		assert.True(t, d.Cached, "round %d (overwrite %v): the denied client was forgotten", round, overwrite)
+		d, _ = l.AllowAt(ctx, strings.Clone(b), clock.now())
+		assert.Equal(t, core.SourceStore, d.Source, "round %d (overwrite %v): a new client refused from the cache", round, overwrite)
+		d, _ = l.AllowAt(ctx, strings.Clone(a), clock.now())
+		assert.Equal(t, core.SourceDenyCache, d.Source, "round %d (overwrite %v): the denied client was forgotten", round, overwrite)
 		require.NoError(t, l.Reset(ctx, b))
 		clock.advance(time.Minute) // every denial has expired
 	}

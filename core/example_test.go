@@ -32,10 +32,10 @@ func ExampleLimiter_AllowN_failOpen() {
 	down := &fakeStore{err: fmt.Errorf("dial tcp 127.0.0.1:6379: connection refused")}
 	l, _ := core.NewLimiter(down, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second})
 	d, err := l.AllowN(context.Background(), "client-1", 2)
-	fmt.Println(d.Allowed, d.FailedOpen)
+	fmt.Println(d.Allowed, d.Source)
 	fmt.Println(err)
 	// Output:
-	// true true
+	// true fail-mode
 	// ratelimit: store failed: policy "token_bucket-10-per-1s": dial tcp 127.0.0.1:6379: connection refused
 }
 

@@ -46,7 +46,7 @@ func TestFallbackBoundsAFlappingStore(t *testing.T) {
 		{"runs-of-five", func(n int64) bool { return n/5%2 == 1 }},
 		{"down-then-up", func(n int64) bool { return n > 3 && n <= 12 }},
 	}
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		for _, pat := range patterns {
 			t.Run(string(alg)+"/"+pat.name, func(t *testing.T) {
 				primary := &flakyStore{Store: memstore.New(), fail: pat.fail}
@@ -54,19 +54,19 @@ func TestFallbackBoundsAFlappingStore(t *testing.T) {
 				t.Cleanup(func() { _ = primary.Close(); _ = local.Close() })
 				now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 				p := core.Policy{Algorithm: alg, Limit: 10, Window: time.Hour}
-				l, err := core.NewLimiter(primary, p, core.WithFallback(local), core.WithClock(func() time.Time { return now }))
+				l, err := core.NewLimiter(primary, p, core.WithFallback(local))
 				require.NoError(t, err)
 				admitted, byFallback := 0, 0
 				for i := range 200 {
 					now = now.Add(time.Second) // 200 s: all within the hour
-					d, err := l.Allow(context.Background(), "client")
+					d, err := l.AllowAt(context.Background(), "client", now)
 					if err != nil {
 						require.ErrorIs(t, err, core.ErrStore, "attempt %d", i)
 					}
-					require.False(t, d.FailedOpen, "attempt %d: %+v", i, d)
+					require.NotEqual(t, core.SourceFailMode, d.Source, "attempt %d: %+v", i, d)
 					if d.Allowed {
 						admitted++
-						if d.Fallback {
+						if d.Source == core.SourceFallback {
 							byFallback++
 						}
 					}
@@ -92,12 +92,14 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 	for range 2 {
 		d, err := l.Allow(ctx, "k")
 		require.NoError(t, err)
-		require.True(t, d.Allowed && !d.Fallback)
+		require.True(t, d.Allowed, "%+v", d)
+		require.Equal(t, core.SourceStore, d.Source)
 	}
 	primary.fail = func(int64) bool { return true }
 	d, err := l.Allow(ctx, "k")
 	require.ErrorIs(t, err, errFlap)
-	require.True(t, d.Allowed && d.Fallback, "%+v", d)
+	require.True(t, d.Allowed, "%+v", d)
+	require.Equal(t, core.SourceFallback, d.Source)
 	assert.EqualValues(t, 0, d.Remaining, "the fallback did not count the store's 2 admissions")
 	d, _ = l.Allow(ctx, "k")
 	require.False(t, d.Allowed, "%+v", d)
@@ -105,28 +107,30 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 	require.NoError(t, l.Reset(ctx, "k"), "Reset")
 	d, err = l.Allow(ctx, "k")
 	require.ErrorIs(t, err, errFlap)
-	require.True(t, d.Allowed && d.Fallback && d.Remaining == 2, "Reset left the fallback's count: %+v", d)
+	require.True(t, d.Allowed, "%+v", d)
+	require.Equal(t, core.SourceFallback, d.Source)
+	require.EqualValues(t, 2, d.Remaining, "Reset left the fallback's count")
 }
 
 // TestFallbackBoundsAFlappingStoreConcurrently: the same, from 8
 // goroutines at once, so that mirrors and decisions without the store
 // interleave.
 func TestFallbackBoundsAFlappingStoreConcurrently(t *testing.T) {
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
 			primary := &flakyStore{Store: memstore.New(), fail: func(n int64) bool { return n%2 == 0 }}
 			local := memstore.New()
 			t.Cleanup(func() { _ = primary.Close(); _ = local.Close() })
 			now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 			p := core.Policy{Algorithm: alg, Limit: 10, Window: time.Hour}
-			l, err := core.NewLimiter(primary, p, core.WithFallback(local), core.WithClock(func() time.Time { return now }))
+			l, err := core.NewLimiter(primary, p, core.WithFallback(local))
 			require.NoError(t, err)
 			var admitted atomic.Int32
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Go(func() {
 					for range 50 {
-						if d, _ := l.Allow(context.Background(), "client"); d.Allowed {
+						if d, _ := l.AllowAt(context.Background(), "client", now); d.Allowed {
 							admitted.Add(1)
 						}
 					}

@@ -22,9 +22,9 @@ const DefaultTimeout = 100 * time.Millisecond
 type FailMode int
 
 const (
-	// FailOpen allows the request and marks the Decision FailedOpen. It is
-	// the default, as in Kong and Envoy: an outage of the rate limiter should
-	// not become an outage of the API.
+	// FailOpen allows the request (its Decision has Source SourceFailMode).
+	// It is the default, as in Kong and Envoy: an outage of the rate
+	// limiter should not become an outage of the API.
 	FailOpen FailMode = iota
 	// FailClosed denies the request, with RetryAfter and ResetAfter set to
 	// the Limiter's fail-closed retry (one second unless WithFailClosedRetry
@@ -43,128 +43,46 @@ func (m FailMode) String() string {
 	return fmt.Sprintf("FailMode(%d)", int(m))
 }
 
-// Option configures a Limiter.
-type Option func(*Limiter) error
-
-// WithFailMode sets what the Limiter decides when its store fails.
-func WithFailMode(m FailMode) Option {
-	return func(l *Limiter) error {
-		if m != FailOpen && m != FailClosed {
-			return fmt.Errorf("%w: unknown fail mode %d", ErrInvalidOption, int(m))
-		}
-		l.failMode = m
-		return nil
-	}
-}
-
-// WithFailClosedRetry sets the RetryAfter of decisions denied by FailClosed.
-func WithFailClosedRetry(d time.Duration) Option {
-	return func(l *Limiter) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: fail-closed retry %v is under 1ms", ErrInvalidOption, d)
-		}
-		l.failRetry = d
-		return nil
-	}
-}
-
-// WithTimeout bounds every decision: a store that has not answered after d
-// counts as failed, whatever the caller's context and however the store's
-// client is configured (go-redis, by default, does not honour context
-// deadlines on socket reads). The default is DefaultTimeout.
-func WithTimeout(d time.Duration) Option {
-	return func(l *Limiter) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: timeout %v is not positive", ErrInvalidOption, d)
-		}
-		l.timeout = d
-		return nil
-	}
-}
-
-// WithClock makes the Limiter pass now() as the time of every decision,
-// instead of letting the store read its own clock (Redis TIME), and time
-// its circuit breaker and recovery with it. It is meant for tests; in
-// production, leave the clock to the store.
-func WithClock(now func() time.Time) Option {
-	return func(l *Limiter) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
-		}
-		l.now = now
-		return nil
-	}
-}
-
-// WithFallback makes the Limiter keep limiting with fallback, typically a
-// memstore.Store, when its store fails, instead of applying its FailMode.
-//
-// The fallback mirrors the store: every request the store admits is taken
-// in the fallback too (a refusal there is ignored while the store is
-// Healthy). When the store fails, times out or has its circuit breaker
-// open, the fallback decides alone: such decisions are marked Fallback and
-// come with the store's error (wrapping ErrStore), for the caller to log.
-// After such a decision the Limiter is Recovering for as long as the state
-// it left can still matter (a Window for the fixed window and the log, two
-// for the sliding counter, for the buckets the time a full bucket takes to
-// refill or drain): a request then passes only when the store and the
-// fallback both admit it, and a refusal of the fallback is marked Fallback
-// (with no error; the store has counted the request).
-//
-// So one app server never admits more than the policy allows one client,
-// L per window, however often the store fails and comes back, since its
-// fallback counts every admission it makes; across N app servers, while
-// the store is down, at most N times that. The fallback counts on the app
-// server's clock, a Redis store on Redis's (TIME): with a skew s between
-// the two, the bound holds for windows as the app server's clock measures
-// them, and a window measured on Redis's clock may take in admissions from
-// up to s outside it. The mirror costs a fallback Take per admitted request
-// and a fallback key per client admitted; a fallback that evicts keys
-// (memstore's WithMaxKeys) forgets their counts, and the bound with them.
-// The FailMode applies if the fallback fails too.
-func WithFallback(fallback NonBlocking) Option {
-	return func(l *Limiter) error {
-		if fallback == nil {
-			return fmt.Errorf("%w: nil fallback store", ErrInvalidOption)
-		}
-		l.fallback = fallback
-		return nil
-	}
-}
-
 // Limiter decides whether requests may pass under one Policy, keeping its
 // state in a Store. It is safe for concurrent use; build one per policy and
 // share it.
 //
-// Allow and AllowN return a Decision and an error. Invalid input (an empty
-// key, a bad cost) returns the zero Decision and an error wrapping one of the
-// sentinel errors. A store failure returns the Decision of the FailMode
-// (or of its fallback store, see WithFallback) together with an error
-// wrapping ErrStore, so that callers can log it. A caller whose context
-// ends before the store decided gets a Decision that is not Allowed and an
-// error wrapping ErrCanceled (see AllowN).
+// Allow and AllowN decide now; AllowAt and AllowNAt at a time the caller
+// gives, as tests do. They return a Decision and an error. Invalid input
+// (an empty key, a bad cost) returns the zero Decision and an error
+// wrapping one of the sentinel errors. A store failure returns the
+// Decision of the fallback store (see WithFallback) or else the FailMode,
+// together with an error wrapping ErrStore, so that callers can log it;
+// Decision.Source says which decided. A caller whose context ends before
+// the store decided gets a Decision that is not Allowed and an error
+// wrapping ErrCanceled (see AllowN).
 type Limiter struct {
 	store     Store
-	call      callMode
+	call      CallMode
 	policy    Policy
 	capacity  int64
 	failMode  FailMode
 	failRetry time.Duration
 	timeout   time.Duration
-	now       func() time.Time
-	fallback  NonBlocking
+	fallback  Store // CallDirect
 	denied    *denyCache
 	brk       breaker
-	epoch     time.Time // the breaker's times count from it
+	born      time.Time // when NewLimiter returned it, with a monotonic reading
+	bornNs    int64     // born in Unix nanoseconds
 	openErr   error     // the error of decisions made while the breaker is open
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
 // ErrInvalidPolicy when the policy does not validate and ErrInvalidOption
-// when an option is out of range.
+// when store is nil, reports an unknown CallMode, or an option is nil or
+// out of range.
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
+	}
+	call := callModeOf(store)
+	if call > CallWithDeadline {
+		return nil, fmt.Errorf("%w: store %T reports an unknown %s", ErrInvalidOption, store, callModeName(call))
 	}
 	if err := policy.Validate(); err != nil {
 		return nil, err
@@ -172,30 +90,34 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if policy.Name == "" {
 		policy.Name = policy.DefaultName()
 	}
-	l := &Limiter{
-		store:     store,
-		policy:    policy,
-		capacity:  policy.Capacity(),
-		failMode:  FailOpen,
-		failRetry: time.Second,
-		timeout:   DefaultTimeout,
-	}
-	l.brk.threshold, l.brk.interval = DefaultBreakerFailures, int64(DefaultProbeInterval)
-	l.call = callBounded
-	if _, ok := store.(NonBlocking); ok {
-		l.call = callDirect
-	} else if da, ok := store.(DeadlineAware); ok && da.HonorsDeadline() {
-		l.call = callDeadline
-	}
-	for _, opt := range opts {
-		if err := opt(l); err != nil {
+	c := defaultConfig()
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+		}
+		if err := opt(&c); err != nil {
 			return nil, err
 		}
 	}
+	l := &Limiter{
+		store:     store,
+		call:      call,
+		policy:    policy,
+		capacity:  policy.Capacity(),
+		failMode:  c.failMode,
+		failRetry: c.failRetry,
+		timeout:   c.timeout,
+		fallback:  c.fallback,
+		born:      time.Now(),
+	}
+	l.bornNs = unixNano(l.born)
+	if c.denyCacheKeys > 0 {
+		l.denied = &denyCache{max: c.denyCacheKeys, m: make(map[string]denial)}
+	}
+	l.brk.threshold, l.brk.interval = uint64(c.brkFailures), int64(c.probeInterval)
 	if l.fallback != nil {
 		l.brk.horizon = int64(horizon(policy))
 	}
-	l.epoch = l.clock()
 	l.openErr = fmt.Errorf("%w: policy %q: %w", ErrStore, policy.Name, ErrCircuitOpen)
 	return l, nil
 }
@@ -208,7 +130,7 @@ func (l *Limiter) FailMode() FailMode { return l.failMode }
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+	return l.allow(ctx, key, 1, time.Time{})
 }
 
 // AllowN decides whether a request of cost n from the client identified by
@@ -221,32 +143,50 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // values and deadline but not its cancellation, so that a client that
 // disconnects cannot abort a call in flight) and its decision is returned.
 // If the store fails and ctx has ended meanwhile, or if ctx ends while a
-// store without deadline support is still working (then the Limiter stops
-// waiting at once: the request may have spent quota in the store, but it
-// was not admitted), the Decision is not Allowed and the error wraps
-// ErrCanceled and ctx's error: no FailMode or fallback applies.
+// CallBounded store is still working (then the Limiter stops waiting at
+// once: the request may have spent quota in the store, but it was not
+// admitted), the Decision is not Allowed and the error wraps ErrCanceled
+// and ctx's error: no FailMode or fallback applies.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.allow(ctx, key, n, time.Time{})
+}
+
+// AllowAt is AllowNAt(ctx, key, 1, now).
+func (l *Limiter) AllowAt(ctx context.Context, key string, now time.Time) (Decision, error) {
+	return l.allow(ctx, key, 1, now)
+}
+
+// AllowNAt is AllowN at the time now: the store decides at now
+// (Request.Now) instead of reading its own clock, and the deny cache, the
+// circuit breaker and the recovery after a store failure count time by now
+// too. It makes time explicit, for tests and simulations; a zero now is
+// AllowN's time. Mixing both forms on one Limiter is sound only when now
+// follows the real time: the Limiter counts AllowN's time on the monotonic
+// clock since it was built, an explicit now as it is.
+func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
+	return l.allow(ctx, key, n, now)
+}
+
+// allow is AllowNAt; a zero at is the store's clock.
+func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
 	if n < 1 {
 		return Decision{}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, n)
 	}
 	if n > l.capacity {
 		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, l.capacity, l.policy.Name)
 	}
-	key, err := NormalizeKey(key)
+	key, err := normalizeKey(key)
 	if err != nil {
 		return Decision{}, err
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx, nil)
 	}
-	req := Request{Key: key, Policy: l.policy, Cost: n}
-	if l.now != nil {
-		req.Now = l.now()
-	}
+	req := Request{Key: key, Policy: l.policy, Cost: n, Now: at}
 	var now time.Time // the deny cache's clock, read before the store decides
 	var gen uint64    // the deny cache's generation, likewise
 	if l.denied != nil {
-		if now = req.Now; now.IsZero() {
+		if now = at; now.IsZero() {
 			now = time.Now()
 		}
 		if d, ok := l.denied.get(key, n, now); ok {
@@ -258,12 +198,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	state := l.brk.state.Load() // 0 on the hot path: all is well
 	probe := false
 	if state&brkOpen != 0 {
-		if probe = l.brk.tryProbe(l.elapsed()); !probe {
+		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
 			return l.withoutStore(ctx, req, l.openErr)
 		}
 	}
 	var d Decision
-	if l.call == callDirect && !probe {
+	if l.call == CallDirect && !probe {
 		d, err = l.store.Take(ctx, req) // the hot path of memstore, spared two calls
 	} else {
 		d, err = l.do(ctx, opTake, req, probe)
@@ -273,14 +213,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 			return l.canceled(ctx, err)
 		}
 		if !probe && countsAsFailure(err) {
-			l.brk.fail(l.elapsed())
+			l.brk.fail(l.elapsed(at))
 		}
 		return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err))
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
 	}
-	d.Policy = l.policy
+	d.Policy, d.Source = l.policy, SourceStore
 	if l.fallback != nil && d.Allowed {
 		d = l.mirror(ctx, req, d)
 	}
@@ -296,9 +236,9 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Dec
 	if l.fallback != nil {
 		// Before the fallback's Take, so that a concurrent mirror that
 		// the fallback refuses sees the degraded period (see mirror).
-		l.brk.degrade(l.elapsed())
+		l.brk.degrade(l.elapsed(req.Now))
 		if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
-			d.Policy, d.Fallback = l.policy, true
+			d.Policy, d.Source = l.policy, SourceFallback
 			return d, err
 		}
 	}
@@ -313,11 +253,11 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Dec
 // that either this mirror sees it, or that decision sees this mirror.
 func (l *Limiter) mirror(ctx context.Context, req Request, d Decision) Decision {
 	fd, err := l.fallback.Take(ctx, req)
-	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed()) {
+	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(req.Now)) {
 		return d
 	}
 	if !fd.Allowed {
-		fd.Policy, fd.Fallback = l.policy, true
+		fd.Policy, fd.Source = l.policy, SourceFallback
 		return fd
 	}
 	d.Remaining = min(d.Remaining, fd.Remaining)
@@ -334,17 +274,19 @@ func countsAsFailure(err error) bool {
 		!errors.Is(err, ErrInvalidCost) && !errors.Is(err, ErrCostExceedsLimit)
 }
 
-// clock is the Limiter's time: WithClock's, or time.Now.
-func (l *Limiter) clock() time.Time {
-	if l.now != nil {
-		return l.now()
+// elapsed is the time at in Unix nanoseconds, for the breaker. A zero at
+// is now, as the monotonic clock has counted it since the Limiter was
+// built, so that a jump of the wall clock cannot open or close a period.
+func (l *Limiter) elapsed(at time.Time) int64 {
+	if at.IsZero() {
+		return addSat(l.bornNs, int64(time.Since(l.born)))
 	}
-	return time.Now()
+	return unixNano(at)
 }
 
-// elapsed is the time on the Limiter's clock since its epoch, in
-// nanoseconds: monotonic unless WithClock says otherwise.
-func (l *Limiter) elapsed() int64 { return int64(l.clock().Sub(l.epoch)) }
+// unixNano is t in Unix nanoseconds, saturated at the bounds of int64
+// (where t.UnixNano is undefined).
+func unixNano(t time.Time) int64 { return int64(t.Sub(time.Unix(0, 0))) }
 
 // Reset forgets the state of key, here and in the fallback store if any,
 // so its next request finds a whole quota; once it has returned, no denial
@@ -354,7 +296,7 @@ func (l *Limiter) elapsed() int64 { return int64(l.clock().Sub(l.epoch)) }
 // state may or may not have been forgotten. It asks the store even while
 // the circuit breaker is open.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	key, err := NormalizeKey(key)
+	key, err := normalizeKey(key)
 	if err != nil {
 		return err
 	}
@@ -379,15 +321,6 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// callMode is how a Limiter calls its store.
-type callMode uint8
-
-const (
-	callBounded  callMode = iota // on a goroutine of its own, abandoned after the timeout
-	callDirect                   // directly: a NonBlocking store
-	callDeadline                 // directly, with the timeout as deadline: a DeadlineAware store
-)
-
 // storeOp is what a Limiter asks its store.
 type storeOp uint8
 
@@ -396,7 +329,7 @@ const (
 	opReset                // Reset(req.Key, req.Policy)
 )
 
-// do asks the store op about req in the Limiter's call mode. A NonBlocking
+// do asks the store op about req in the Limiter's call mode. A CallDirect
 // store is called with the caller's ctx: it never waits, so there is
 // nothing for a cancellation to abort. Other stores get storeContext.
 // When probe is set, the call is the circuit breaker's probe, ended as
@@ -404,15 +337,15 @@ const (
 // has returned).
 func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (d Decision, err error) {
 	switch l.call {
-	case callDirect:
+	case CallDirect:
 		d, err = l.run(ctx, op, req)
-	case callDeadline:
+	case CallWithDeadline:
 		d, err = l.withDeadline(ctx, op, req)
 	default:
 		return l.bounded(ctx, op, req, probe)
 	}
 	if probe {
-		l.brk.probed(err == nil, l.elapsed())
+		l.brk.probed(err == nil, l.elapsed(req.Now))
 	}
 	return d, err
 }
@@ -500,7 +433,7 @@ func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request, probe bo
 		defer cancel()
 		d, err := l.run(sctx, op, req)
 		if probe {
-			l.brk.probed(err == nil, l.elapsed())
+			l.brk.probed(err == nil, l.elapsed(req.Now))
 		}
 		ch <- takeResult{d, err}
 	}()
@@ -529,16 +462,16 @@ func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request, probe bo
 // failed is the Decision of the FailMode.
 func (l *Limiter) failed() Decision {
 	if l.failMode == FailClosed {
-		return Decision{Limit: l.capacity, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: l.policy}
+		return Decision{Limit: l.capacity, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: l.policy, Source: SourceFailMode}
 	}
-	return Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity, Policy: l.policy, FailedOpen: true}
+	return Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity, Policy: l.policy, Source: SourceFailMode}
 }
 
-// NormalizeKey returns the key a store sees for a client key: the key
+// normalizeKey returns the key a store sees for a client key: the key
 // itself when it is at most MaxKeyLen bytes of printable ASCII without '{'
 // or '}', and "sha256:" followed by the hex SHA-256 of the key otherwise. It
 // fails with ErrInvalidKey on an empty key.
-func NormalizeKey(key string) (string, error) {
+func normalizeKey(key string) (string, error) {
 	if key == "" {
 		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}

@@ -2,11 +2,16 @@ package core_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -43,11 +48,26 @@ func (s *fakeStore) Reset(_ context.Context, key string, _ core.Policy) error {
 	return s.err
 }
 
-type nonBlockingStore struct{ *fakeStore }
+// directStore is a fakeStore that reports CallDirect, as memstore does.
+type directStore struct{ *fakeStore }
 
-func (nonBlockingStore) NonBlocking() {}
+func (directStore) CallMode() core.CallMode { return core.CallDirect }
+
+// modeStore is a fakeStore that reports any CallMode.
+type modeStore struct {
+	*fakeStore
+	mode core.CallMode
+}
+
+func (s modeStore) CallMode() core.CallMode { return s.mode }
 
 var tb10 = core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
+
+// hashed is the key a store sees for a client key the Limiter hashes.
+func hashed(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
 
 func TestNewLimiterRejectsBadInput(t *testing.T) {
 	s := &fakeStore{}
@@ -59,30 +79,36 @@ func TestNewLimiterRejectsBadInput(t *testing.T) {
 		want  error
 	}{
 		{"nil store", nil, tb10, nil, core.ErrInvalidOption},
+		{"store with an unknown call mode", modeStore{s, core.CallWithDeadline + 1}, tb10, nil, core.ErrInvalidOption},
 		{"invalid policy", s, core.Policy{Algorithm: core.TokenBucket}, nil, core.ErrInvalidPolicy},
+		{"nil option", s, tb10, []core.Option{nil}, core.ErrInvalidOption},
+		{"nil option after a valid one", s, tb10, []core.Option{core.WithTimeout(time.Second), nil}, core.ErrInvalidOption},
 		{"zero timeout", s, tb10, []core.Option{core.WithTimeout(0)}, core.ErrInvalidOption},
 		{"negative timeout", s, tb10, []core.Option{core.WithTimeout(-time.Second)}, core.ErrInvalidOption},
 		{"unknown fail mode", s, tb10, []core.Option{core.WithFailMode(core.FailMode(7))}, core.ErrInvalidOption},
 		{"tiny fail retry", s, tb10, []core.Option{core.WithFailClosedRetry(time.Microsecond)}, core.ErrInvalidOption},
-		{"nil clock", s, tb10, []core.Option{core.WithClock(nil)}, core.ErrInvalidOption},
 		{"nil fallback", s, tb10, []core.Option{core.WithFallback(nil)}, core.ErrInvalidOption},
+		{"fallback that may block", s, tb10, []core.Option{core.WithFallback(&fakeStore{})}, core.ErrInvalidOption},
+		{"fallback with a deadline", s, tb10, []core.Option{core.WithFallback(modeStore{&fakeStore{}, core.CallWithDeadline})}, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l, err := core.NewLimiter(tt.store, tt.p, tt.opts...)
-			if !errors.Is(err, tt.want) || l != nil {
-				t.Fatalf("NewLimiter() = %v, %v; want nil, %v", l, err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
+			assert.Nil(t, l)
 		})
 	}
+	// The same options with valid values are accepted.
+	_, err := core.NewLimiter(modeStore{s, core.CallWithDeadline}, tb10,
+		core.WithTimeout(time.Second), core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(time.Millisecond),
+		core.WithFallback(directStore{&fakeStore{}}))
+	require.NoError(t, err)
 }
 
 func TestAllowNRejectsBadInput(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
 	l, err := core.NewLimiter(s, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tests := []struct {
 		name string
 		key  string
@@ -97,60 +123,84 @@ func TestAllowNRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d, err := l.AllowN(context.Background(), tt.key, tt.cost)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("AllowN(%q, %d) error = %v, want %v", tt.key, tt.cost, err, tt.want)
-			}
-			if d.Allowed {
-				t.Fatalf("AllowN(%q, %d) allowed a rejected request", tt.key, tt.cost)
-			}
+			require.ErrorIs(t, err, tt.want)
+			assert.Equal(t, core.Decision{}, d, "a rejected request's decision")
 		})
 	}
-	if len(s.reqs) != 0 {
-		t.Fatalf("the store was asked %d times about rejected input", len(s.reqs))
-	}
+	assert.Empty(t, s.reqs, "the store was asked about rejected input")
 	// The capacity itself is a valid cost.
-	if _, err := l.AllowN(context.Background(), "k", 20); err != nil {
-		t.Fatalf("AllowN(cost == burst) = %v", err)
-	}
+	_, err = l.AllowN(context.Background(), "k", 20)
+	require.NoError(t, err, "cost == burst")
 }
 
-func TestAllowPassesRequestAndFillsPolicy(t *testing.T) {
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
-	l, err := core.NewLimiter(s, tb10, core.WithClock(func() time.Time { return t0 }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := l.AllowN(context.Background(), "203.0.113.7", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !d.Allowed || d.Remaining != 9 || d.Policy.Name != "token_bucket-10-per-1s" || d.FailedOpen {
-		t.Fatalf("decision = %+v", d)
-	}
+	l, err := core.NewLimiter(s, tb10)
+	require.NoError(t, err)
+	d, err := l.AllowNAt(context.Background(), "203.0.113.7", 3, t0)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.EqualValues(t, 9, d.Remaining)
+	assert.Equal(t, "token_bucket-10-per-1s", d.Policy.Name)
+	assert.Equal(t, core.SourceStore, d.Source)
+
+	require.Len(t, s.reqs, 1)
 	got := s.reqs[0]
-	if got.Key != "203.0.113.7" || got.Cost != 3 || !got.Now.Equal(t0) || got.Policy != l.Policy() {
-		t.Fatalf("store got %+v", got)
-	}
-	if !s.hadDeadline[0] {
-		t.Fatal("a blocking store was called without the Limiter's deadline")
-	}
+	assert.Equal(t, "203.0.113.7", got.Key)
+	assert.EqualValues(t, 3, got.Cost)
+	assert.Equal(t, t0, got.Now)
+	assert.Equal(t, l.Policy(), got.Policy)
+	assert.True(t, s.hadDeadline[0], "a CallBounded store was called without the Limiter's deadline")
 }
 
-func TestNonBlockingStoreIsCalledDirectly(t *testing.T) {
-	s := nonBlockingStore{&fakeStore{answer: core.Decision{Allowed: true}}}
+// TestAllowLeavesTheTimeToTheStore: Allow, and AllowAt at the zero Time,
+// send a zero Now, so that the store reads its own clock.
+func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
+	s := &fakeStore{answer: core.Decision{Allowed: true}}
 	l, err := core.NewLimiter(s, tb10)
-	if err != nil {
-		t.Fatal(err)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = l.Allow(ctx, "k")
+	require.NoError(t, err)
+	_, err = l.AllowN(ctx, "k", 2)
+	require.NoError(t, err)
+	_, err = l.AllowAt(ctx, "k", time.Time{})
+	require.NoError(t, err)
+	_, err = l.AllowAt(ctx, "k", t0)
+	require.NoError(t, err)
+	require.Len(t, s.reqs, 4)
+	for i, req := range s.reqs[:3] {
+		assert.True(t, req.Now.IsZero(), "request %d: Now = %v, want zero", i, req.Now)
 	}
-	if _, err := l.Allow(context.Background(), "k"); err != nil {
-		t.Fatal(err)
-	}
-	if s.hadDeadline[0] {
-		t.Fatal("a NonBlocking store got a deadline: the Limiter bounded a call it needn't")
-	}
-	if !s.reqs[0].Now.IsZero() {
-		t.Fatal("without WithClock the store must read its own clock (Now zero)")
+	assert.Equal(t, t0, s.reqs[3].Now)
+	assert.EqualValues(t, []int64{1, 2, 1, 1}, []int64{s.reqs[0].Cost, s.reqs[1].Cost, s.reqs[2].Cost, s.reqs[3].Cost})
+}
+
+// TestCallModeChoosesTheContext: a CallDirect store gets the caller's
+// context as it is (no deadline); the others get the Limiter's timeout as
+// a deadline.
+func TestCallModeChoosesTheContext(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		store        func(*fakeStore) core.Store
+		wantDeadline bool
+	}{
+		{"no CallModer", func(s *fakeStore) core.Store { return s }, true},
+		{"CallBounded", func(s *fakeStore) core.Store { return modeStore{s, core.CallBounded} }, true},
+		{"CallDirect", func(s *fakeStore) core.Store { return modeStore{s, core.CallDirect} }, false},
+		{"CallWithDeadline", func(s *fakeStore) core.Store { return modeStore{s, core.CallWithDeadline} }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &fakeStore{answer: core.Decision{Allowed: true}}
+			l, err := core.NewLimiter(tt.store(s), tb10)
+			require.NoError(t, err)
+			_, err = l.Allow(context.Background(), "k")
+			require.NoError(t, err)
+			require.NoError(t, l.Reset(context.Background(), "k"))
+			require.Len(t, s.hadDeadline, 1)
+			assert.Equal(t, tt.wantDeadline, s.hadDeadline[0], "the store had a deadline")
+			assert.Equal(t, []string{"k"}, s.resets)
+		})
 	}
 }
 
@@ -160,25 +210,22 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			s := &fakeStore{err: boom}
 			l, err := core.NewLimiter(s, tb10, core.WithFailMode(mode), core.WithFailClosedRetry(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			d, err := l.Allow(context.Background(), "k")
-			if !errors.Is(err, core.ErrStore) || !errors.Is(err, boom) {
-				t.Fatalf("error = %v, want ErrStore wrapping the store's error", err)
-			}
+			require.ErrorIs(t, err, core.ErrStore)
+			require.ErrorIs(t, err, boom)
+			assert.Equal(t, core.SourceFailMode, d.Source)
+			assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+			assert.EqualValues(t, 10, d.Limit)
 			switch mode {
 			case core.FailOpen:
-				if !d.Allowed || !d.FailedOpen || d.RetryAfter != 0 {
-					t.Fatalf("fail open decision = %+v", d)
-				}
+				assert.True(t, d.Allowed, "fail open")
+				assert.Zero(t, d.RetryAfter)
 			case core.FailClosed:
-				if d.Allowed || d.FailedOpen || d.RetryAfter != 2*time.Second || d.ResetAfter != 2*time.Second || d.Remaining != 0 {
-					t.Fatalf("fail closed decision = %+v", d)
-				}
-			}
-			if d.Policy.Name == "" || d.Limit != 10 {
-				t.Fatalf("decision lacks policy or limit: %+v", d)
+				assert.False(t, d.Allowed, "fail closed")
+				assert.Equal(t, 2*time.Second, d.RetryAfter)
+				assert.Equal(t, 2*time.Second, d.ResetAfter)
+				assert.Zero(t, d.Remaining)
 			}
 		})
 	}
@@ -186,12 +233,8 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 
 func TestDefaultFailModeIsOpen(t *testing.T) {
 	l, err := core.NewLimiter(&fakeStore{}, tb10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.FailMode() != core.FailOpen {
-		t.Fatalf("default FailMode = %v, want open", l.FailMode())
-	}
+	require.NoError(t, err)
+	assert.Equal(t, core.FailOpen, l.FailMode())
 }
 
 // TestFrozenStoreIsBounded uses a store that ignores its context, as a
@@ -201,42 +244,36 @@ func TestFrozenStoreIsBounded(t *testing.T) {
 	defer close(s.release)
 	const timeout = 30 * time.Millisecond
 	l, err := core.NewLimiter(s, tb10, core.WithTimeout(timeout), core.WithFailMode(core.FailClosed))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	start := time.Now()
 	d, err := l.Allow(context.Background(), "k")
 	elapsed := time.Since(start)
-	if !errors.Is(err, core.ErrTimeout) || !errors.Is(err, core.ErrStore) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("error = %v, want ErrTimeout and ErrStore", err)
-	}
-	if d.Allowed {
-		t.Fatal("fail closed allowed a request")
-	}
+	require.ErrorIs(t, err, core.ErrTimeout)
+	require.ErrorIs(t, err, core.ErrStore)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.False(t, d.Allowed, "fail closed allowed a request")
 	// A correctness bound, not a benchmark: the call must not wait for the
 	// store, which never answers while the test runs.
-	if elapsed < timeout || elapsed > timeout+2*time.Second {
-		t.Fatalf("Allow returned after %v, want about %v", elapsed, timeout)
-	}
+	assert.GreaterOrEqual(t, elapsed, timeout)
+	assert.Less(t, elapsed, timeout+2*time.Second)
 }
 
 func TestCallerCancellationIsNotATimeout(t *testing.T) {
 	s := &fakeStore{release: make(chan struct{})}
 	defer close(s.release)
 	l, err := core.NewLimiter(s, tb10, core.WithTimeout(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = l.Allow(ctx, "k")
-	if !errors.Is(err, context.Canceled) || errors.Is(err, core.ErrTimeout) {
-		t.Fatalf("error = %v, want context.Canceled and no ErrTimeout", err)
-	}
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, core.ErrTimeout)
 }
 
+// TestKeyNormalization checks the key the store sees for each client key:
+// the key itself when it is short printable ASCII without braces, its
+// SHA-256 otherwise.
 func TestKeyNormalization(t *testing.T) {
-	long := strings.Repeat("a", core.MaxKeyLen+1)
 	tests := []struct {
 		key    string
 		hashed bool
@@ -244,7 +281,7 @@ func TestKeyNormalization(t *testing.T) {
 		{"203.0.113.7", false},
 		{"ip:2001:db8::/56", false},
 		{strings.Repeat("a", core.MaxKeyLen), false},
-		{long, true},
+		{strings.Repeat("a", core.MaxKeyLen+1), true},
 		{"user{1}", true},
 		{"}", true},
 		{"has space", true},
@@ -252,48 +289,36 @@ func TestKeyNormalization(t *testing.T) {
 		{"nul\x00", true},
 		{"ünïcode", true},
 	}
+	s := directStore{&fakeStore{answer: core.Decision{Allowed: true}}}
+	l, err := core.NewLimiter(s, tb10)
+	require.NoError(t, err)
 	seen := map[string]string{}
-	for _, tt := range tests {
-		got, err := core.NormalizeKey(tt.key)
-		if err != nil {
-			t.Fatalf("NormalizeKey(%q) = %v", tt.key, err)
+	for i, tt := range tests {
+		_, err := l.Allow(context.Background(), tt.key)
+		require.NoError(t, err, "key %q", tt.key)
+		require.Len(t, s.reqs, i+1)
+		got := s.reqs[i].Key
+		want := tt.key
+		if tt.hashed {
+			want = hashed(tt.key)
 		}
-		if hashed := got != tt.key; hashed != tt.hashed {
-			t.Errorf("NormalizeKey(%q) = %q, hashed %v, want %v", tt.key, got, hashed, tt.hashed)
-		}
-		if tt.hashed && (!strings.HasPrefix(got, "sha256:") || len(got) != len("sha256:")+64) {
-			t.Errorf("NormalizeKey(%q) = %q, want sha256:<64 hex>", tt.key, got)
-		}
+		assert.Equal(t, want, got, "the store's key for %q", tt.key)
 		if other, dup := seen[got]; dup {
 			t.Errorf("keys %q and %q both normalize to %q", other, tt.key, got)
 		}
 		seen[got] = tt.key
-	}
-	if _, err := core.NormalizeKey(""); !errors.Is(err, core.ErrInvalidKey) {
-		t.Fatalf("NormalizeKey(\"\") = %v, want ErrInvalidKey", err)
 	}
 }
 
 func TestReset(t *testing.T) {
 	s := &fakeStore{}
 	l, err := core.NewLimiter(s, tb10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reset(context.Background(), "k{1}"); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := core.NormalizeKey("k{1}")
-	if len(s.resets) != 1 || s.resets[0] != want {
-		t.Fatalf("store resets = %q, want [%q]", s.resets, want)
-	}
-	if err := l.Reset(context.Background(), ""); !errors.Is(err, core.ErrInvalidKey) {
-		t.Fatalf("Reset(\"\") = %v", err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, l.Reset(context.Background(), "k{1}"))
+	assert.Equal(t, []string{hashed("k{1}")}, s.resets)
+	require.ErrorIs(t, l.Reset(context.Background(), ""), core.ErrInvalidKey)
 	s.err = errors.New("down")
-	if err := l.Reset(context.Background(), "k"); !errors.Is(err, core.ErrStore) {
-		t.Fatalf("Reset on a failing store = %v, want ErrStore", err)
-	}
+	require.ErrorIs(t, l.Reset(context.Background(), "k"), core.ErrStore)
 }
 
 // deadlineStore honours its context's deadline: it answers only when the
@@ -301,7 +326,7 @@ func TestReset(t *testing.T) {
 // frozen server.
 type deadlineStore struct {
 	fakeStore
-	honors bool
+	mode core.CallMode
 }
 
 func (s *deadlineStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
@@ -312,45 +337,65 @@ func (s *deadlineStore) Take(ctx context.Context, req core.Request) (core.Decisi
 	return core.Decision{}, ctx.Err()
 }
 
-func (s *deadlineStore) HonorsDeadline() bool { return s.honors }
+func (s *deadlineStore) CallMode() core.CallMode { return s.mode }
 
-func TestDeadlineAwareStoreGetsTheTimeoutAsDeadline(t *testing.T) {
-	for _, honors := range []bool{true, false} {
-		s := &deadlineStore{honors: honors}
+func TestCallWithDeadlineGetsTheTimeoutAsDeadline(t *testing.T) {
+	for _, mode := range []core.CallMode{core.CallWithDeadline, core.CallBounded} {
+		s := &deadlineStore{mode: mode}
 		l, err := core.NewLimiter(s, tb10, core.WithTimeout(20*time.Millisecond), core.WithFailMode(core.FailClosed))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		d, err := l.Allow(context.Background(), "k")
-		if !errors.Is(err, core.ErrTimeout) || !errors.Is(err, core.ErrStore) || d.Allowed {
-			t.Fatalf("honors %v: %+v, %v; want a fail-closed denial and ErrTimeout", honors, d, err)
-		}
+		require.ErrorIs(t, err, core.ErrTimeout, "mode %d", mode)
+		require.ErrorIs(t, err, core.ErrStore, "mode %d", mode)
+		assert.False(t, d.Allowed, "mode %d", mode)
+		assert.Equal(t, core.SourceFailMode, d.Source, "mode %d", mode)
 	}
 }
 
 func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	boom := errors.New("connection refused")
-	local := nonBlockingStore{&fakeStore{answer: core.Decision{Limit: 10, Remaining: 0, RetryAfter: 300 * time.Millisecond}}}
+	local := directStore{&fakeStore{answer: core.Decision{Limit: 10, Remaining: 0, RetryAfter: 300 * time.Millisecond}}}
 	l, err := core.NewLimiter(&fakeStore{err: boom}, tb10, core.WithFallback(local), core.WithFailMode(core.FailOpen))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	d, err := l.AllowN(context.Background(), "k{1}", 2)
-	if !errors.Is(err, core.ErrStore) || !errors.Is(err, boom) {
-		t.Fatalf("error = %v, want the store's error, wrapped in ErrStore", err)
-	}
-	if d.Allowed || !d.Fallback || d.FailedOpen || d.RetryAfter != 300*time.Millisecond || d.Policy.Name == "" {
-		t.Fatalf("decision = %+v, want the fallback's denial", d)
-	}
-	want, _ := core.NormalizeKey("k{1}")
-	if got := local.reqs[0]; got.Key != want || got.Cost != 2 {
-		t.Fatalf("fallback got %+v", got)
-	}
+	require.ErrorIs(t, err, core.ErrStore)
+	require.ErrorIs(t, err, boom)
+	assert.False(t, d.Allowed, "the fallback's denial")
+	assert.Equal(t, core.SourceFallback, d.Source)
+	assert.Equal(t, 300*time.Millisecond, d.RetryAfter)
+	assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+	require.Len(t, local.reqs, 1)
+	assert.Equal(t, hashed("k{1}"), local.reqs[0].Key)
+	assert.EqualValues(t, 2, local.reqs[0].Cost)
 
 	// A failing fallback leaves the FailMode to decide.
 	local.err = errors.New("fallback broken too")
 	d, err = l.Allow(context.Background(), "k")
-	if !errors.Is(err, boom) || !d.Allowed || !d.FailedOpen || d.Fallback {
-		t.Fatalf("with both stores failing: %+v, %v; want fail open", d, err)
+	require.ErrorIs(t, err, boom)
+	assert.True(t, d.Allowed, "fail open")
+	assert.Equal(t, core.SourceFailMode, d.Source)
+}
+
+func TestSourceString(t *testing.T) {
+	for s, want := range map[core.Source]string{
+		core.SourceStore:     "store",
+		core.SourceFallback:  "fallback",
+		core.SourceDenyCache: "deny-cache",
+		core.SourceFailMode:  "fail-mode",
+		core.Source(9):       "Source(9)",
+	} {
+		assert.Equal(t, want, s.String())
 	}
+	assert.Equal(t, core.SourceStore, core.Decision{}.Source, "the zero Decision's Source")
+}
+
+func TestAlgorithmsReturnsAFreshSlice(t *testing.T) {
+	want := []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter, core.TokenBucket, core.LeakyBucket}
+	a := core.Algorithms()
+	require.Equal(t, want, a)
+	for _, alg := range a {
+		assert.True(t, alg.Known(), "%s", alg)
+	}
+	a[0] = "gcra"
+	assert.Equal(t, want, core.Algorithms(), "a caller's change reached the next call")
 }

@@ -52,8 +52,11 @@ const (
 	LeakyBucket Algorithm = "leaky_bucket"
 )
 
-// Algorithms lists every supported algorithm, in a stable order.
-var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket}
+// Algorithms returns every supported algorithm, in a stable order, in a new
+// slice the caller may change.
+func Algorithms() []Algorithm {
+	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket}
+}
 
 // Bounds that Policy.Validate enforces.
 const (

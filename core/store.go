@@ -27,19 +27,9 @@ type Decision struct {
 	Delay time.Duration
 	// Policy is the policy that decided, with its Name filled in.
 	Policy Policy
-	// FailedOpen reports an Allowed decision that the store could not make:
-	// the Limiter's FailMode let the request through. Limit, Remaining and
-	// the durations then carry no information.
-	FailedOpen bool
-	// Fallback reports a decision made by the Limiter's fallback store
-	// (WithFallback): because its store failed or its circuit breaker is
-	// open, a real decision but from this process's counts alone; or,
-	// while the Limiter is Recovering, a refusal of a request the store
-	// admitted.
-	Fallback bool
-	// Cached reports a denial answered from the Limiter's deny cache
-	// (WithDenyCache) without asking the store.
-	Cached bool
+	// Source says where the decision came from: the store, unless the
+	// store failed or was not asked.
+	Source Source
 }
 
 // Request is one question a Limiter asks its Store.
@@ -51,9 +41,10 @@ type Request struct {
 	Policy Policy
 	// Cost is in [1, Policy.Capacity()].
 	Cost int64
-	// Now is the time of the decision. The zero Time means the store's own
-	// clock: time.Now for memory, Redis TIME for Redis, so that app servers
-	// with skewed clocks still agree. Tests set it to make time explicit.
+	// Now is the time of the decision: the zero Time (Limiter.Allow) means
+	// the store's own clock, time.Now for memory, Redis TIME for Redis, so
+	// that app servers with skewed clocks still agree; Limiter.AllowAt
+	// makes it explicit, as tests do.
 	Now time.Time
 }
 
@@ -77,37 +68,105 @@ func (r Request) Validate() error {
 	return nil
 }
 
+// Source says where a Decision came from.
+type Source uint8
+
+const (
+	// SourceStore: the Limiter's store decided. It is the zero value, the
+	// only Source a Store returns, and the Source of a Decision returned
+	// with an error that does not wrap ErrStore (bad input, ErrCanceled),
+	// which no one decided.
+	SourceStore Source = iota
+	// SourceFallback: the Limiter's fallback store decided (WithFallback),
+	// from this process's counts alone, because the store failed or its
+	// circuit breaker is open; or, while the Limiter is Recovering, the
+	// fallback refused a request the store admitted.
+	SourceFallback
+	// SourceDenyCache: a denial answered from the Limiter's deny cache
+	// (WithDenyCache), without asking the store.
+	SourceDenyCache
+	// SourceFailMode: the store failed or was not asked (open circuit
+	// breaker), and no fallback decided: the Limiter's FailMode did.
+	// Allowed tells FailOpen from FailClosed. Limit, Remaining and the
+	// durations say nothing of the client's quota; a FailClosed denial's
+	// RetryAfter is the fail-closed retry (WithFailClosedRetry).
+	SourceFailMode
+)
+
+// String returns "store", "fallback", "deny-cache" or "fail-mode".
+func (s Source) String() string {
+	switch s {
+	case SourceStore:
+		return "store"
+	case SourceFallback:
+		return "fallback"
+	case SourceDenyCache:
+		return "deny-cache"
+	case SourceFailMode:
+		return "fail-mode"
+	}
+	return fmt.Sprintf("Source(%d)", int(s))
+}
+
 // Store holds rate-limit state and decides atomically. Implementations must
 // be safe for concurrent use, implement every Algorithm with the semantics
-// documented on its constant, and pass the suite in core/storetest.
+// documented on its constant, and pass the suite in core/storetest. A Store
+// says how a Limiter is to call it by implementing CallModer; one that does
+// not is called CallBounded.
 type Store interface {
 	// Take decides one request and, when it is allowed, records it, as one
-	// atomic step. A denied request changes nothing. Take does not fill
-	// Decision.Policy or Decision.FailedOpen; the Limiter does.
+	// atomic step; a denied request changes nothing. It leaves
+	// Decision.Policy and Decision.Source zero: the Limiter fills them.
+	// Invalid input (see Request.Validate) is an error, never a panic; any
+	// error is a store failure to the Limiter, which wraps it in ErrStore.
+	//
+	// A Store does not see every request of a client: a Limiter answers a
+	// repeated denial from its deny cache (WithDenyCache), and, while its
+	// circuit breaker is open (WithCircuitBreaker), asks the store only a
+	// probe per interval. A fallback store (WithFallback) is asked with the
+	// same Request when the store fails, and, to mirror the store's count,
+	// after every request the store admits.
+	//
+	// ctx carries the caller's values. A CallDirect store gets the caller's
+	// ctx as it is; any other gets the caller's deadline or the Limiter's
+	// timeout, whichever is earlier, but not the caller's cancellation, so
+	// that a client that disconnects does not abort a call in flight. A
+	// CallBounded store's Take may run on after the Limiter has stopped
+	// waiting for it (the timeout passed, or the caller left); its result is
+	// then dropped.
 	Take(ctx context.Context, req Request) (Decision, error)
 	// Reset forgets all state of key under policy, so the client's next
-	// request finds a whole quota.
+	// request finds a whole quota. The Limiter calls it as it calls Take.
 	Reset(ctx context.Context, key string, policy Policy) error
 }
 
-// NonBlocking is implemented by stores that answer from process memory and
-// never wait on I/O, such as memstore. The Limiter calls them directly,
-// without the goroutine and timer that bound calls to other stores.
-type NonBlocking interface {
-	Store
-	// NonBlocking is a marker; it does nothing.
-	NonBlocking()
-}
+// CallMode is how a Limiter calls its Store; a Store chooses it by
+// implementing CallModer.
+type CallMode uint8
 
-// DeadlineAware is implemented by stores that may honour their context's
-// deadline, such as redisstore over a go-redis client built with
-// ContextTimeoutEnabled. When HonorsDeadline reports true, the Limiter
-// calls Take on the caller's goroutine with its timeout as the context's
-// deadline, sparing the goroutine and channel that otherwise bound the
-// call; the store promises to return promptly once the deadline passes.
-type DeadlineAware interface {
-	Store
-	// HonorsDeadline reports whether every Take returns promptly once its
-	// context's deadline has passed.
-	HonorsDeadline() bool
+const (
+	// CallBounded calls the store on a goroutine of its own, which the
+	// Limiter stops waiting for once its timeout passes or the caller's
+	// context ends: a store whose client may ignore its context's deadline
+	// (a go-redis client, by default) cannot hold a request. It is the mode
+	// of a Store that does not implement CallModer.
+	CallBounded CallMode = iota
+	// CallDirect calls the store on the caller's goroutine, with the
+	// caller's context and no timer: for stores that answer from process
+	// memory and never wait on I/O, such as memstore. Only such a store can
+	// be a fallback (WithFallback).
+	CallDirect
+	// CallWithDeadline calls the store on the caller's goroutine, with the
+	// Limiter's timeout as its context's deadline: for stores that return
+	// promptly once that deadline passes, such as redisstore over a go-redis
+	// client built with ContextTimeoutEnabled. It spares the goroutine and
+	// channel of CallBounded.
+	CallWithDeadline
+)
+
+// CallModer is implemented by a Store that says how a Limiter is to call
+// it. NewLimiter asks once.
+type CallModer interface {
+	// CallMode reports the Store's CallMode.
+	CallMode() CallMode
 }

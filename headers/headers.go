@@ -89,9 +89,10 @@ func Default() Config {
 // made at time now (the zero Time means time.Now). Only X-RateLimit-Reset
 // depends on now; it is now+d.ResetAfter, rounded up to a whole second.
 //
-// Write writes nothing at all for a decision with FailedOpen set: such a
-// decision was not made by the store and carries no information, and a
-// client is better told nothing than told a quota that does not exist.
+// Write writes nothing at all for a decision the FailMode allowed (Source
+// core.SourceFailMode, failed open): such a decision was not made by the
+// store and carries no information, and a client is better told nothing
+// than told a quota that does not exist.
 // Retry-After is written for denied decisions only. Negative counts and
 // durations, which a core.Store never returns, are written as 0; the
 // structured fields are left out when the policy's Name has a byte that a
@@ -100,7 +101,7 @@ func Default() Config {
 // Write is safe for concurrent use on distinct Setters. It allocates only
 // the strings it passes to Set; numbers below 100 cost no allocation.
 func Write(h Setter, d core.Decision, now time.Time, cfg Config) {
-	if d.FailedOpen {
+	if d.Allowed && d.Source == core.SourceFailMode {
 		return
 	}
 	remaining := max(d.Remaining, 0)

@@ -160,12 +160,12 @@ func TestWriteValues(t *testing.T) {
 		},
 	}, {
 		name: "failed open: nothing at all",
-		d:    core.Decision{Allowed: true, Limit: 100, Remaining: 100, Policy: apiPolicy, FailedOpen: true},
+		d:    core.Decision{Allowed: true, Limit: 100, Remaining: 100, Policy: apiPolicy, Source: core.SourceFailMode},
 		now:  t0,
 		want: map[string]string{},
 	}, {
 		name: "failed closed: written like any denial",
-		d:    core.Decision{Limit: 100, RetryAfter: time.Second, Policy: apiPolicy},
+		d:    core.Decision{Limit: 100, RetryAfter: time.Second, Policy: apiPolicy, Source: core.SourceFailMode},
 		now:  t0,
 		want: map[string]string{
 			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1700000000",
@@ -210,8 +210,8 @@ func TestWriteFamilies(t *testing.T) {
 				wantHere = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == RetryAfter })
 			}
 			assert.ElementsMatch(t, wantHere, got, "%+v, allowed %v", cfg, d.Allowed)
-			if len(written(core.Decision{Allowed: true, FailedOpen: true, Limit: 1, Remaining: 1, Policy: apiPolicy}, t0, cfg)) != 0 {
-				t.Errorf("%+v: a FailedOpen decision wrote fields", cfg)
+			if len(written(core.Decision{Allowed: true, Source: core.SourceFailMode, Limit: 1, Remaining: 1, Policy: apiPolicy}, t0, cfg)) != 0 {
+				t.Errorf("%+v: a failed-open decision wrote fields", cfg)
 			}
 		}
 	}
@@ -238,7 +238,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 	}{
 		{core.Decision{Allowed: true}, 0},
 		{core.Decision{Allowed: true, RetryAfter: time.Hour}, 0},
-		{core.Decision{Allowed: true, FailedOpen: true}, 0},
+		{core.Decision{Allowed: true, Source: core.SourceFailMode}, 0},
 		{core.Decision{}, 1},
 		{core.Decision{RetryAfter: -time.Second}, 1},
 		{core.Decision{RetryAfter: time.Millisecond}, 1},

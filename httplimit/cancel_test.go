@@ -18,7 +18,7 @@ import (
 const canceledBody = `{"error":"request_canceled","message":"The client closed the request."}`
 
 // hooked is a memory store that calls hook before each decision. It is
-// NonBlocking (called on the caller's goroutine) as memstore is.
+// CallDirect (called on the caller's goroutine) as memstore is.
 type hooked struct {
 	*memstore.Store
 	hook func()
@@ -30,7 +30,7 @@ func (s hooked) Take(ctx context.Context, req core.Request) (core.Decision, erro
 }
 
 // blocking is a store that answers only once its context ends, as a
-// go-redis call with a canceled context does; it is not NonBlocking, so
+// go-redis call with a canceled context does; it is not CallDirect, so
 // the Limiter bounds it with its timeout.
 type blocking struct{ unblock chan struct{} }
 

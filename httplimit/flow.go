@@ -194,7 +194,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		}
 		st.in = inErrorHandler
 		f.onError(r, err)
-		if d.Fallback {
+		if d.Source == core.SourceFallback {
 			return f.decided(&st, ctx, r, w, d) // a real decision, from the fallback store
 		}
 		if d.Allowed {

@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -61,7 +62,7 @@ func (w *response) Write(status int, contentType string, body []byte) error {
 
 func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(store, p, append([]core.Option{core.WithClock(func() time.Time { return t0 })}, opts...)...)
+	l, err := core.NewLimiter(clockstore.At(store, t0), p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,13 +70,13 @@ var fuzzAlgorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, c
 
 func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	ff := &fuzzFlow{}
-	mem := func() core.NonBlocking {
+	mem := func() core.Store {
 		s := memstore.New()
 		ff.closers = append(ff.closers, func() { _ = s.Close() })
 		return leavingStore{s, ff}
 	}
 	p := core.Policy{Name: "fuzz", Algorithm: fuzzAlgorithms[int(mode>>8&7)%len(fuzzAlgorithms)], Limit: fuzzLimit, Window: time.Hour}
-	lopts := []core.Option{core.WithClock(func() time.Time { return t0 })}
+	var lopts []core.Option
 	var store core.Store
 	switch mode >> 4 & 3 {
 	case 0:
@@ -157,7 +157,7 @@ func (ff *fuzzFlow) leave(point string) {
 }
 
 // leavingStore is a memory store where the client of the request in
-// flight may leave as the store decides, or just after.
+// flight may leave as the store decides, or just after. It decides at t0.
 type leavingStore struct {
 	*memstore.Store
 	ff *fuzzFlow
@@ -166,6 +166,9 @@ type leavingStore struct {
 func (s leavingStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
 	s.ff.leave("store")
 	defer s.ff.leave("decided")
+	if req.Now.IsZero() {
+		req.Now = t0
+	}
 	return s.Store.Take(ctx, req)
 }
 

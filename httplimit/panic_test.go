@@ -36,7 +36,7 @@ func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
 func (h *recordHandler) logger() *slog.Logger               { return slog.New(h) }
 
-// panicking is a NonBlocking store whose every decision panics.
+// panicking is a CallDirect store whose every decision panics.
 type panicking struct{ hooked }
 
 func (panicking) Take(context.Context, core.Request) (core.Decision, error) {

@@ -40,7 +40,7 @@ func reportRate(b *testing.B) {
 // denied.
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		for _, mode := range []string{"allowed", "denied"} {
 			b.Run(string(alg)+"/"+mode, func(b *testing.B) {
 				s := memstore.New()

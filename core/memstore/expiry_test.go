@@ -18,7 +18,7 @@ import (
 func TestExpiredStateDecidesLikeNone(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 50_000 {
-		alg := core.Algorithms[r.IntN(len(core.Algorithms))]
+		alg := core.Algorithms()[r.IntN(len(core.Algorithms()))]
 		p := core.Policy{Algorithm: alg, Limit: 1 + r.Int64N(20), Window: time.Duration(1+r.Int64N(5000)) * time.Millisecond}
 		if alg.IsBucket() && r.IntN(2) == 0 {
 			p.Burst = 1 + r.Int64N(30)

@@ -35,7 +35,7 @@ func floodKey(i int) string {
 // limited, under every algorithm.
 func TestRotatingKeysFloodStaysBounded(t *testing.T) {
 	const maxKeys = 20_000
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
 			s := newStore(t, memstore.WithMaxKeys(maxKeys))
 			p := core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour}
@@ -109,7 +109,7 @@ func TestFloodOfEqualStatesKeepsTheOldOnes(t *testing.T) {
 // kept copies, so the client's state is still found under its own key and
 // name, and the rewritten bytes name a new client (or policy).
 func TestKeptKeysAreCopies(t *testing.T) {
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		for _, part := range []string{"key", "name"} {
 			t.Run(string(alg)+"/"+part, func(t *testing.T) {
 				s := newStore(t)

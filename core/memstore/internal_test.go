@@ -54,7 +54,7 @@ func TestSweepReclaimsExpiredState(t *testing.T) {
 	// The state of each of these policies matters for one window (two for
 	// the sliding counter) after its last admitted request at t0, at most.
 	var ps []core.Policy
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		ps = append(ps, core.Policy{Name: "p", Algorithm: alg, Limit: 10, Window: time.Minute})
 	}
 	const keys = 100
@@ -376,7 +376,7 @@ func TestValidAgreesWithValidate(t *testing.T) {
 			req.Key = "k"
 		}
 		req.Policy = core.Policy{
-			Algorithm: core.Algorithms[r.IntN(len(core.Algorithms))],
+			Algorithm: core.Algorithms()[r.IntN(len(core.Algorithms()))],
 			Limit:     near(append(extremes, core.MaxLimit, core.MaxLogLimit, 10)...),
 			Burst:     near(append(extremes, core.MaxLimit, 20)...),
 			Window:    time.Duration(near(append(extremes, int64(core.MinWindow), int64(core.MaxWindow))...)),

@@ -57,8 +57,8 @@ type Store struct {
 
 // Compile-time checks.
 var (
-	_ core.Store       = (*Store)(nil)
-	_ core.NonBlocking = (*Store)(nil)
+	_ core.Store     = (*Store)(nil)
+	_ core.CallModer = (*Store)(nil)
 )
 
 var errNoStore = errors.New("memstore: Store not built with New")
@@ -147,9 +147,9 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 	return nil
 }
 
-// NonBlocking marks Store as answering from memory without I/O, so that a
-// core.Limiter calls it directly.
-func (*Store) NonBlocking() {}
+// CallMode reports core.CallDirect: the Store answers from memory without
+// I/O, so a core.Limiter calls it directly, and it can be a fallback store.
+func (*Store) CallMode() core.CallMode { return core.CallDirect }
 
 // Len returns the number of keys (client key and policy) the Store holds,
 // expired ones that the janitor has not yet deleted included.

@@ -28,7 +28,7 @@ func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 // policies has one policy of limit 3 per algorithm.
 func policies() []core.Policy {
 	var ps []core.Policy
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		ps = append(ps, core.Policy{Name: "p-" + string(alg), Algorithm: alg, Limit: 3, Window: time.Minute})
 	}
 	return ps
@@ -231,7 +231,7 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	// Every other algorithm, on the real clock, on the side.
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		q := core.Policy{Name: "q", Algorithm: alg, Limit: 50, Window: time.Second}
 		wg.Go(func() {
 			for i := range 2000 {

@@ -92,7 +92,7 @@ func BenchmarkTake(b *testing.B) {
 
 // BenchmarkLimiterCall compares how a core.Limiter calls the Store: on a
 // goroutine it can abandon (a client with default options) or directly with
-// its timeout as deadline (ContextTimeoutEnabled, see Store.HonorsDeadline).
+// its timeout as deadline (ContextTimeoutEnabled, see Store.CallMode).
 func BenchmarkLimiterCall(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()

@@ -45,7 +45,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		if d.Allowed {
 			allowed++
 		}
-		if d.Cached {
+		if d.Source == core.SourceDenyCache {
 			cached++
 			if d.RetryAfter <= 0 || d.RetryAfter > time.Hour || d.Remaining != 0 {
 				t.Fatalf("cached denial %+v", d)
@@ -57,7 +57,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		t.Fatalf("allowed %d, cached %d, commands %v; want 5 allowed, 194 cached, 6 EVALSHA", allowed, cached, names)
 	}
 	// Another client is not affected.
-	if d, err := l.Allow(ctx, "neighbour"); err != nil || !d.Allowed || d.Cached {
+	if d, err := l.Allow(ctx, "neighbour"); err != nil || !d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("neighbour: %+v, %v", d, err)
 	}
 }
@@ -114,7 +114,8 @@ func TestDenyCacheResetRace(t *testing.T) {
 				checked++
 				d, err = l.Allow(ctx, "k")
 				require.NoError(t, err)
-				require.True(t, d.Allowed && !d.Cached, "round %d: after the Reset, %+v", round, d)
+				require.True(t, d.Allowed, "round %d: after the Reset, %+v", round, d)
+				require.Equal(t, core.SourceStore, d.Source, "round %d: after the Reset, %+v", round, d)
 			}
 			t.Logf("%d of %d rounds had no admission after the Reset, and were checked", checked, rounds)
 			assert.Positive(t, checked)

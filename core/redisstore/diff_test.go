@@ -48,7 +48,7 @@ func TestMatchesMemstore(t *testing.T) {
 		{32, core.MaxLimit, time.Millisecond}, // the slowest deepest bucket
 	}
 	steps := *diffSteps
-	for ai, alg := range core.Algorithms {
+	for ai, alg := range core.Algorithms() {
 		for si, sh := range shapes {
 			p := core.Policy{Name: fmt.Sprintf("diff%d", si), Algorithm: alg, Limit: sh.limit, Window: sh.window}
 			if alg.IsBucket() {

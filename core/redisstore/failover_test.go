@@ -162,9 +162,9 @@ func TestClusterFailover(t *testing.T) {
 		smp := sample{start: time.Now()}
 		d, err := lim.Allow(ctx, key)
 		smp.end = time.Now()
-		smp.ok = err == nil && !d.FailedOpen
+		smp.ok = err == nil && d.Source != core.SourceFailMode
 		smp.allowed = smp.ok && d.Allowed
-		smp.failedOpen = d.FailedOpen
+		smp.failedOpen = d.Allowed && d.Source == core.SourceFailMode
 		return smp
 	}
 	var streams []*stream

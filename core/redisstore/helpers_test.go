@@ -34,8 +34,8 @@ func newStore(t testing.TB, opts ...Option) (*Store, *redistest.Server, *redis.C
 
 // policies returns one policy per algorithm, L per W.
 func policies(l int64, w time.Duration) []core.Policy {
-	ps := make([]core.Policy, len(core.Algorithms))
-	for i, a := range core.Algorithms {
+	ps := make([]core.Policy, len(core.Algorithms()))
+	for i, a := range core.Algorithms() {
 		ps[i] = core.Policy{Name: "p", Algorithm: a, Limit: l, Window: w}
 	}
 	return ps

@@ -29,7 +29,7 @@ const (
 // clientKinds are the go-redis clients the outage tests run with: default
 // options (ContextTimeoutEnabled false, ReadTimeout 3s), which the Limiter
 // bounds with a goroutine of its own, and ContextTimeoutEnabled, which it
-// calls directly with its timeout as the deadline (Store.HonorsDeadline).
+// calls directly with its timeout as the deadline (Store.CallMode).
 var clientKinds = []struct {
 	name            string
 	contextDeadline bool
@@ -51,8 +51,12 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
 	s := New(client, WithPrefix(testPrefix(t)))
-	if s.HonorsDeadline() != contextDeadline {
-		t.Fatalf("HonorsDeadline() = %v with ContextTimeoutEnabled %v", s.HonorsDeadline(), contextDeadline)
+	want := core.CallBounded
+	if contextDeadline {
+		want = core.CallWithDeadline
+	}
+	if got := s.CallMode(); got != want {
+		t.Fatalf("CallMode() = %d with ContextTimeoutEnabled %v, want %d", got, contextDeadline, want)
 	}
 	var lims []*core.Limiter
 	for _, m := range []core.FailMode{core.FailOpen, core.FailClosed} {
@@ -64,7 +68,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 		lims = append(lims, l)
 	}
 	for _, l := range lims {
-		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed || d.FailedOpen {
+		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
 			t.Fatalf("before the outage: %+v, %v", d, err)
 		}
 	}
@@ -98,11 +102,11 @@ func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
 			}
 			switch l.FailMode() {
 			case core.FailOpen:
-				if !d.Allowed || !d.FailedOpen {
-					t.Fatalf("fail open: %+v, want Allowed and FailedOpen", d)
+				if !d.Allowed || d.Source != core.SourceFailMode {
+					t.Fatalf("fail open: %+v, want Allowed by the fail mode", d)
 				}
 			case core.FailClosed:
-				if d.Allowed || d.FailedOpen || d.RetryAfter <= 0 {
+				if d.Allowed || d.Source != core.SourceFailMode || d.RetryAfter <= 0 {
 					t.Fatalf("fail closed: %+v, want denied with a RetryAfter", d)
 				}
 			}
@@ -118,7 +122,7 @@ func waitRecovered(t *testing.T, lims []*core.Limiter) {
 	for _, l := range lims {
 		for {
 			d, err := l.Allow(context.Background(), "k")
-			if err == nil && d.Allowed && !d.FailedOpen {
+			if err == nil && d.Allowed && d.Source == core.SourceStore {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -187,13 +191,13 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Fallback {
+	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("before the outage: %+v, %v", d, err)
 	}
 	srv.Kill()
 	for i := range 5 {
 		d, err := l.Allow(ctx, "k")
-		if !errors.Is(err, core.ErrStore) || !d.Fallback || d.FailedOpen {
+		if !errors.Is(err, core.ErrStore) || d.Source != core.SourceFallback {
 			t.Fatalf("request %d during the outage: %+v, %v; want a fallback decision and ErrStore", i, d, err)
 		}
 		// The memory store has seen the request Redis admitted: it
@@ -212,7 +216,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 			// admits; the memory store, which counted the 3 admissions of
 			// the hour, refuses.
 			require.False(t, d.Allowed, "after the outage: %+v; a 4th admission of 3 per hour", d)
-			require.True(t, d.Fallback, "%+v", d)
+			require.Equal(t, core.SourceFallback, d.Source, "%+v", d)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -278,7 +282,8 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 						slow++
 					}
 					require.ErrorIs(t, err, core.ErrStore)
-					require.True(t, d.Allowed && d.FailedOpen, "%+v", d)
+					require.Equal(t, core.SourceFailMode, d.Source, "%+v", d)
+					require.True(t, d.Allowed, "%+v", d)
 				}
 				require.Equal(t, core.Failing, l.Health())
 				names, _ := counter.snapshot()
@@ -311,7 +316,8 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				for {
 					d, err := l.Allow(ctx, "k")
 					if err == nil {
-						require.True(t, d.Allowed && !d.FailedOpen, "%+v", d)
+						require.Equal(t, core.SourceStore, d.Source, "%+v", d)
+						require.True(t, d.Allowed, "%+v", d)
 						break
 					}
 					require.Less(t, time.Since(back), time.Second, "decisions not back to Redis a second after it was: %v", err)
@@ -388,7 +394,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			attempt := func(n int) {
 				for range n {
 					d, err := l.Allow(ctx, "client")
-					require.False(t, d.FailedOpen, "%+v, %v", d, err)
+					require.NotEqual(t, core.SourceFailMode, d.Source, "%+v, %v", d, err)
 					if d.Allowed {
 						admitted++
 						if err == nil {
@@ -448,7 +454,7 @@ func (cancelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // default client and a ContextTimeoutEnabled one, under fail open, fail
 // closed and a fallback, that must never admit a request the store did not
 // admit: against 2 per hour, 30 such requests get at most 2 admissions, and
-// never a FailedOpen or Fallback one.
+// never one by the fail mode (open) or the fallback.
 func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 	for _, kind := range clientKinds {
 		t.Run(kind.name, func(t *testing.T) {
@@ -492,7 +498,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			admitted := make([]int, len(lims))
 			check := func(i int, phase string, d core.Decision, err error) {
 				t.Helper()
-				require.False(t, d.FailedOpen || d.Fallback, "%s %s: %+v, %v", configs[i].name, phase, d, err)
+				require.False(t, d.Source == core.SourceFallback || d.Source == core.SourceFailMode && d.Allowed, "%s %s: %+v, %v", configs[i].name, phase, d, err)
 				if err != nil {
 					require.ErrorIs(t, err, core.ErrCanceled, "%s %s", configs[i].name, phase)
 					require.False(t, d.Allowed, "%s %s: a canceled request was admitted: %+v", configs[i].name, phase, d)

@@ -68,7 +68,10 @@ type Store struct {
 	checked        chan struct{}    // closed once that check is done
 }
 
-var _ core.DeadlineAware = (*Store)(nil)
+var (
+	_ core.Store     = (*Store)(nil)
+	_ core.CallModer = (*Store)(nil)
+)
 
 // algos lists, per algorithm, the code that ends its keys and its script.
 var algos = [...]struct {
@@ -211,18 +214,23 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// HonorsDeadline reports whether the Store's client applies context
-// deadlines to its socket reads and writes (go-redis's
-// ContextTimeoutEnabled, on a *redis.Client or *redis.ClusterClient). A
+// CallMode reports core.CallWithDeadline when the Store's client applies
+// context deadlines to its socket reads and writes (go-redis's
+// ContextTimeoutEnabled, on a *redis.Client or *redis.ClusterClient): a
 // core.Limiter then calls the Store directly with its timeout as the
 // deadline, instead of on a goroutine it abandons after the timeout, which
 // saves a goroutine, a channel and a few allocations per decision.
-func (s *Store) HonorsDeadline() bool {
+// Otherwise it reports core.CallBounded.
+func (s *Store) CallMode() core.CallMode {
 	switch c := s.client.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		if c.Options().ContextTimeoutEnabled {
+			return core.CallWithDeadline
+		}
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		if c.Options().ContextTimeoutEnabled {
+			return core.CallWithDeadline
+		}
 	}
-	return false
+	return core.CallBounded
 }

@@ -159,7 +159,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 			rec := newRecorder()
 			runSuite(rec, func(tester) core.Store { return store })
 			require.NotEmpty(t, rec.all(), "the suite passes a store that %s", name)
-			for _, alg := range core.Algorithms {
+			for _, alg := range core.Algorithms() {
 				assert.NotEmpty(t, rec.under("suite/"+string(alg)+"/"), "the suite passes %s under a store that %s", alg, name)
 			}
 			t.Logf("%d failures, the first: %s", len(rec.all()), rec.all()[0])
@@ -169,7 +169,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 	t.Run("admits-one-too-many/exactness", func(t *testing.T) {
 		rec := newRecorder()
 		runExactness(rec, []core.Store{brokenStores()["admits-one-too-many"](newMemstore(t))}, 8)
-		for _, alg := range core.Algorithms {
+		for _, alg := range core.Algorithms() {
 			if alg != core.LeakyBucket { // which may admit one more
 				assert.NotEmpty(t, rec.under("suite/"+string(alg)), "RunExactness passes %s", alg)
 			}
@@ -180,7 +180,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		rec := newRecorder()
 		store := brokenStores()["retry-after-1ms-short"](newMemstore(t))
 		runSuite(rec, func(tester) core.Store { return store })
-		for _, alg := range core.Algorithms {
+		for _, alg := range core.Algorithms() {
 			if alg != core.SlidingWindowLog {
 				assert.NotEmpty(t, rec.under("suite/"+string(alg)+"/extremes/"), "the extreme cases pass %s", alg)
 			}

@@ -40,7 +40,7 @@ func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 	}
 	run := runID(t)
 	now := epoch().Add(30 * time.Minute)
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		t.run(string(alg), func(t tester) {
 			var burst int64
 			if alg.IsBucket() {

@@ -16,8 +16,8 @@ type script struct {
 	// start is the time of step zero, after the suite's epoch: 0 starts on
 	// a boundary of every window, anything else starts mid-window.
 	start time.Duration
-	// viaLimiter sends the steps through a core.Limiter (with WithClock)
-	// instead of calling the store's Take and Reset directly.
+	// viaLimiter sends the steps through a core.Limiter (AllowNAt, at the
+	// step's time) instead of calling the store's Take and Reset directly.
 	viaLimiter bool
 	steps      []step
 }
@@ -59,7 +59,6 @@ func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
 func (s *script) run(t tester, store core.Store, run string) {
 	ctx := context.Background()
 	t0 := epoch().Add(s.start)
-	var now time.Time
 	limiters := map[string]*core.Limiter{}
 	for i, st := range s.steps {
 		key := run + "-" + string(s.policy.Algorithm) + "-" + s.name
@@ -74,14 +73,14 @@ func (s *script) run(t tester, store core.Store, run string) {
 		if cost == 0 {
 			cost = 1
 		}
-		now = t0.Add(st.at)
+		now := t0.Add(st.at)
 		where := fmt.Sprintf("step %d (at %v, cost %d, key %q, policy %q)", i, st.at, cost, key, p.Name)
 
 		var l *core.Limiter
 		if s.viaLimiter {
 			if l = limiters[p.Name]; l == nil {
 				var err error
-				l, err = core.NewLimiter(store, p, core.WithClock(func() time.Time { return now }))
+				l, err = core.NewLimiter(store, p)
 				if err != nil {
 					t.Fatalf("%s: NewLimiter: %v", where, err)
 				}
@@ -109,7 +108,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 		var got core.Decision
 		var err error
 		if l != nil {
-			got, err = l.AllowN(ctx, key, cost)
+			got, err = l.AllowNAt(ctx, key, cost, now)
 			want.Policy = l.Policy()
 		} else {
 			got, err = store.Take(ctx, core.Request{Key: key, Policy: p, Cost: cost, Now: now})
@@ -135,7 +134,7 @@ func sameDecision(got, want core.Decision, withPolicy bool) bool {
 		got.ResetAfter == want.ResetAfter &&
 		got.RetryAfter == want.RetryAfter &&
 		got.Delay == want.Delay &&
-		!got.FailedOpen
+		got.Source == core.SourceStore
 }
 
 // show formats the fields of d that sameDecision compares.
@@ -145,8 +144,8 @@ func show(d core.Decision) string {
 		verdict = "allowed"
 	}
 	out := fmt.Sprintf("{%s limit=%d remaining=%d reset=%v retry=%v delay=%v", verdict, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay)
-	if d.FailedOpen {
-		out += " failed-open"
+	if d.Source != core.SourceStore {
+		out += " source=" + d.Source.String()
 	}
 	if d.Policy != (core.Policy{}) {
 		out += fmt.Sprintf(" policy=%q", d.Policy.Name)

@@ -53,7 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 // against broken stores and see it fail.
 func runSuite(t tester, newStore func(t tester) core.Store) {
 	run := runID(t)
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		t.run(string(alg), func(t tester) {
 			for _, s := range scripts(alg) {
 				t.run(s.name, func(t tester) {

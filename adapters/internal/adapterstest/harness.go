@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -124,8 +125,8 @@ func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...httplimit.Optio
 	return mws
 }
 
-// NewMount returns a Mount of l whose header clock is frozen at T0, as the
-// limiters of NewLimiter are, followed by opts.
+// NewMount returns a Mount of l whose header clock is frozen at T0, the
+// time of the limiters of NewLimiter, followed by opts.
 func NewMount(l *core.Limiter, opts ...httplimit.Option) Mount {
 	clock := httplimit.WithClock(func() time.Time { return T0 })
 	return Mount{Limiter: l, Options: append([]httplimit.Option{clock}, opts...)}
@@ -138,10 +139,11 @@ func NewStore(t testing.TB) *memstore.Store {
 	return s
 }
 
-// NewLimiter returns a limiter over store for p, with its clock frozen at T0.
+// NewLimiter returns a limiter over store for p, whose decisions are made
+// at T0 (clockstore.At).
 func NewLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(store, p, append([]core.Option{core.WithClock(func() time.Time { return T0 })}, opts...)...)
+	l, err := core.NewLimiter(clockstore.At(store, T0), p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +151,8 @@ func NewLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Opti
 }
 
 // FixedLimiter returns a limiter allowing limit requests a minute per key
-// (fixed window), over a memory store closed at the end of the test, with
-// its clock frozen at T0.
+// (fixed window), over a memory store closed at the end of the test, whose
+// decisions are made at T0.
 func FixedLimiter(t testing.TB, limit int64) *core.Limiter {
 	t.Helper()
 	return NewLimiter(t, NewStore(t), fixed("", limit))

@@ -12,6 +12,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -265,7 +266,7 @@ var matrix = []matrixCase{
 	{
 		name: "store down, fallback store: real decisions and fields",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			lopts := []core.Option{core.WithFailMode(core.FailClosed), core.WithFallback(NewStore(t))}
+			lopts := []core.Option{core.WithFailMode(core.FailClosed), core.WithFallback(clockstore.At(NewStore(t), T0))}
 			return global(t, FailingStore{}, fixed("global", 1), lopts, e.option())
 		},
 		steps: []step{

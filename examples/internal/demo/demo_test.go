@@ -157,7 +157,7 @@ func TestOpenStoreMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.Store.(core.NonBlocking); !ok || s.Name != "memory" {
+	if m, ok := s.Store.(core.CallModer); !ok || m.CallMode() != core.CallDirect || s.Name != "memory" {
 		t.Errorf("OpenStore(\"\") = %T named %q, want the memory store", s.Store, s.Name)
 	}
 	if err := s.Close(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 )
 
 // Client sends one request through an app and returns its response.
@@ -141,14 +142,14 @@ type client struct {
 }
 
 // build returns the app newApp builds over a fresh memory store and the
-// limits p. The limiters' clock is frozen, so that no window ends and no
+// limits p. The store's time is frozen, so that no window ends and no
 // bucket refills during a test.
 func build(t *testing.T, newApp func(demo.Limiters) Client, p demo.Policies) client {
 	t.Helper()
 	store := memstore.New()
 	t.Cleanup(func() { _ = store.Close() })
 	t0 := time.Now()
-	l, err := demo.NewLimiters(store, p, core.WithClock(func() time.Time { return t0 }))
+	l, err := demo.NewLimiters(clockstore.At(store, t0), p)
 	if err != nil {
 		t.Fatalf("NewLimiters: %v", err)
 	}

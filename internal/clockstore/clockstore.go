@@ -1,0 +1,37 @@
+// Package clockstore is for tests: it gives a store's requests an explicit
+// time, core.Request.Now, where a test reaches the Limiter through HTTP and
+// cannot call Limiter.AllowAt itself.
+package clockstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// At returns s with the zero Now of every Request it takes set to now, so
+// that s decides at now whatever the real time. The Limiter's own clock
+// (its deny cache, its circuit breaker) stays the real one. The Store
+// keeps s's CallMode: a memory store is still called directly, and can
+// still be a fallback.
+func At(s core.Store, now time.Time) core.Store { return store{s, now} }
+
+type store struct {
+	core.Store
+	now time.Time
+}
+
+func (s store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	if req.Now.IsZero() {
+		req.Now = s.now
+	}
+	return s.Store.Take(ctx, req)
+}
+
+func (s store) CallMode() core.CallMode {
+	if m, ok := s.Store.(core.CallModer); ok {
+		return m.CallMode()
+	}
+	return core.CallBounded
+}
