@@ -9,7 +9,10 @@ var (
 	// algorithm, a limit, window or burst out of range, a malformed name.
 	ErrInvalidPolicy = errors.New("ratelimit: invalid policy")
 
-	// ErrInvalidOption reports a Limiter option with a value out of range.
+	// ErrInvalidOption reports a bad option or argument given to a
+	// constructor: a value out of range, a nil function or store. It is the
+	// one such sentinel of the whole module: core, the stores, keyfuncs,
+	// httplimit and the adapters all wrap it.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
 
 	// ErrInvalidKey reports an empty client key. A key function that cannot
