@@ -165,7 +165,8 @@ const (
 )
 
 // CallModer is implemented by a Store that says how a Limiter is to call
-// it. NewLimiter asks once.
+// it. NewLimiter asks once. A Store that wraps another should report the
+// wrapped store's CallMode (CallBounded is always safe).
 type CallModer interface {
 	// CallMode reports the Store's CallMode.
 	CallMode() CallMode
