@@ -88,25 +88,23 @@ type Flow struct {
 	onError     ErrorHandler
 	respondErr  ErrorResponder
 	maxDelay    time.Duration
-	now         func() time.Time
 }
 
-// New returns the Flow of l configured by opts. It fails, with an error
-// wrapping ErrInvalidOption, on a nil limiter or an invalid option.
+// New returns the Flow of l configured by opts, applied in order. It
+// fails, with an error wrapping core.ErrInvalidOption, on a nil limiter, a
+// nil option, or the first option given an invalid value.
 func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 	if l == nil {
-		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: httplimit.New: nil limiter", core.ErrInvalidOption)
 	}
-	var c Config
-	for _, opt := range opts {
+	var c config
+	for i, opt := range opts {
 		if opt == nil {
-			c.invalid("nil option")
-			continue
+			return nil, fmt.Errorf("%w: httplimit.New: option %d is nil", core.ErrInvalidOption, i)
 		}
-		opt(&c)
-	}
-	if c.err != nil {
-		return nil, c.err
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
 	}
 	f := &Flow{
 		limiter:     l,
@@ -119,7 +117,6 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		onError:     c.onError,
 		respondErr:  c.respondErr,
 		maxDelay:    c.maxDelay,
-		now:         c.now,
 	}
 	if f.keyFunc == nil {
 		ip, err := keyfuncs.IP()
@@ -144,16 +141,10 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		f.respondErr = DefaultErrorResponder
 	}
 	if !c.maxDelaySet {
-		f.maxDelay = DefaultMaxDelay
-	}
-	if f.now == nil {
-		f.now = time.Now
+		f.maxDelay = defaultMaxDelay
 	}
 	return f, nil
 }
-
-// Limiter returns the Limiter the Flow decides with.
-func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 
 // Handle runs the flow for one request and reports whether it may proceed
 // to the next handler. When it returns false, the response has been
@@ -214,7 +205,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 // decided tells the client about d and passes (paced) or denies.
 func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
 	st.in = inHeaders
-	headers.Write(w, d, f.now(), f.headers)
+	headers.Write(w, d, time.Now(), f.headers)
 	if !d.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), d)

@@ -36,7 +36,7 @@ type Option = httplimit.Option
 // New returns Gin middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
+// core.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
