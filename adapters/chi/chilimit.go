@@ -71,10 +71,10 @@ func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	}
 }
 
-// HTTPRequest returns the *http.Request behind r, for key, skip and cost
+// Unwrap returns the *http.Request behind r, for key, skip and cost
 // functions that need more of it. ok is false when r does not come from
 // this package.
-func HTTPRequest(r keyfuncs.Request) (req *http.Request, ok bool) {
+func Unwrap(r keyfuncs.Request) (req *http.Request, ok bool) {
 	q, ok := r.(request)
 	return q.r, ok
 }

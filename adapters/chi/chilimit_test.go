@@ -189,3 +189,18 @@ func BenchmarkChi(b *testing.B) {
 		return r
 	})
 }
+
+func TestUnwrap(t *testing.T) {
+	param := func(r keyfuncs.Request) (string, bool) {
+		req, ok := chilimit.Unwrap(r)
+		if !ok {
+			return "", false
+		}
+		return chi.URLParam(req, "id"), true
+	}
+	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
+		r := chi.NewRouter()
+		r.With(chilimit.New(m.Limiter, m.Options...)).Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		return adapterstest.HTTPApp(r)
+	})
+}

@@ -66,15 +66,15 @@ func WithSkipper(skip func(c echo.Context) bool) Option {
 		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
 	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
-		c, ok := Context(r)
+		c, ok := Unwrap(r)
 		return ok && skip(c)
 	})
 }
 
-// Context returns the echo.Context behind r, for key, skip and cost
+// Unwrap returns the echo.Context behind r, for key, skip and cost
 // functions that need Echo's own data. ok is false when r does not come
 // from this package.
-func Context(r keyfuncs.Request) (c echo.Context, ok bool) {
+func Unwrap(r keyfuncs.Request) (c echo.Context, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok
 }
@@ -87,14 +87,14 @@ func Context(r keyfuncs.Request) (c echo.Context, ok bool) {
 // misconfiguration. An empty key is an error wrapping
 // core.ErrInvalidOption. Echo's c.Set values are not in the request's
 // context.Context, so this function reads them from the echo.Context
-// itself (see Context).
+// itself (see Unwrap).
 func UserFromContext(key string) (keyfuncs.Func, error) {
 	if err := userkey.CheckKey("echolimit.UserFromContext", key); err != nil {
 		return nil, err
 	}
 	users := userkey.New(fmt.Sprintf("echo context key %q", key))
 	return func(r keyfuncs.Request) (string, error) {
-		c, ok := Context(r)
+		c, ok := Unwrap(r)
 		if !ok {
 			return "", fmt.Errorf("echolimit.UserFromContext: request not from echolimit")
 		}

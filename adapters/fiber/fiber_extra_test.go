@@ -99,3 +99,18 @@ func BenchmarkFiber(b *testing.B) {
 		}
 	})
 }
+
+func TestUnwrap(t *testing.T) {
+	param := func(r keyfuncs.Request) (string, bool) {
+		c, ok := fiberlimit.Unwrap(r)
+		if !ok {
+			return "", false
+		}
+		return c.Params("id"), true
+	}
+	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
+		return newApp(func(f *fiber.App) {
+			f.Get("/users/:id", fiberlimit.New(m.Limiter, m.Options...), func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		})
+	})
+}

@@ -80,17 +80,17 @@ func WithNext(next func(c *fiber.Ctx) bool) Option {
 		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
 	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
-		c, ok := Ctx(r)
+		c, ok := Unwrap(r)
 		return ok && next(c)
 	})
 }
 
-// Ctx returns the *fiber.Ctx behind r, for key, skip and cost functions
+// Unwrap returns the *fiber.Ctx behind r, for key, skip and cost functions
 // that need Fiber's own data. ok is false when r does not come from this
 // package. Strings read from it are valid only until the handler returns;
 // a key function may still return one (c.Get, say), since the Limiter and
 // the stores copy every key they keep.
-func Ctx(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
+func Unwrap(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok
 }
@@ -109,7 +109,7 @@ func UserFromLocals(key any) (keyfuncs.Func, error) {
 	}
 	users := userkey.New(fmt.Sprintf("fiber locals key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
-		c, ok := Ctx(r)
+		c, ok := Unwrap(r)
 		if !ok {
 			return "", fmt.Errorf("fiberlimit.UserFromLocals: request not from fiberlimit")
 		}

@@ -79,7 +79,7 @@ func runZeroCopyKeys(t *testing.T, store core.Store, lopts []core.Option, n int)
 	l, err := core.NewLimiter(store, p, lopts...)
 	require.NoError(t, err)
 	zeroCopy := func(r keyfuncs.Request) (string, error) {
-		c, _ := fiberlimit.Ctx(r)
+		c, _ := fiberlimit.Unwrap(r)
 		if k := c.Get("X-Client"); k != "" {
 			return k, nil // points into fasthttp's buffer
 		}

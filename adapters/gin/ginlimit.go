@@ -53,10 +53,10 @@ func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
 	}
 }
 
-// Context returns the *gin.Context behind r, for key, skip and cost
+// Unwrap returns the *gin.Context behind r, for key, skip and cost
 // functions that need Gin's own data. ok is false when r does not come from
 // this package.
-func Context(r keyfuncs.Request) (c *gin.Context, ok bool) {
+func Unwrap(r keyfuncs.Request) (c *gin.Context, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok
 }
@@ -72,14 +72,14 @@ func Context(r keyfuncs.Request) (c *gin.Context, ok bool) {
 // Gin's c.Set values are not in c.Request.Context() (unless the engine
 // sets ContextWithFallback, and even then the other way round), so
 // keyfuncs.User cannot see them; this function reads them from the
-// *gin.Context itself (see Context).
+// *gin.Context itself (see Unwrap).
 func UserFromContext(key any) (keyfuncs.Func, error) {
 	if err := userkey.CheckKey("ginlimit.UserFromContext", key); err != nil {
 		return nil, err
 	}
 	users := userkey.New(fmt.Sprintf("gin context key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
-		c, ok := Context(r)
+		c, ok := Unwrap(r)
 		if !ok {
 			return "", fmt.Errorf("ginlimit.UserFromContext: request not from ginlimit")
 		}
