@@ -66,7 +66,7 @@ func WithHeaders(cfg headers.Config) Option {
 	}
 }
 
-// WithSkip exempts the requests for which skip reports true: they pass
+// WithSkip exempts the requests for which skip reports true. They pass
 // without a decision, a key or a header. Several WithSkip options add up:
 // a request is skipped when any of them says so. A nil skip is invalid.
 func WithSkip(skip func(keyfuncs.Request) bool) Option {
@@ -79,11 +79,11 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 	}
 }
 
-// WithCost weighs requests: cost returns how many units of the quota a
-// request takes (1 when WithCost is not given). A cost below 1 or above the
-// policy's capacity is a programming error: the request gets the
-// ErrorResponder's answer (500 by default), never a panic and never a 429.
-// A nil cost is invalid.
+// WithCost weighs requests by cost. cost returns how many units of the
+// quota a request takes (1 when WithCost is not given). A cost below 1 or
+// above the policy's capacity is a programming error: the request gets
+// the ErrorResponder's answer (500 by default), never a panic and never a
+// 429. A nil cost is invalid.
 func WithCost(cost func(keyfuncs.Request) int64) Option {
 	return func(c *config) error {
 		if cost == nil {
@@ -107,8 +107,8 @@ func WithDenyHandler(h DenyHandler) Option {
 	}
 }
 
-// WithUnavailableHandler sets the response to a request denied because the
-// store failed under core.FailClosed. Retry-After (the Limiter's
+// WithUnavailableHandler sets the response to a request refused because
+// the store failed, under core.FailClosed. Retry-After (the Limiter's
 // fail-closed retry) is already set when headers are configured to carry it;
 // no other rate-limit header is, since the store told nothing. The default
 // is DefaultUnavailableHandler (503). A nil h is invalid.
@@ -122,12 +122,12 @@ func WithUnavailableHandler(h DenyHandler) Option {
 	}
 }
 
-// WithErrorHandler sets who hears about errors: every error the flow meets
-// (a failed store, whether it failed open or closed; a key function that
-// failed; a bad cost; a client that left, core.ErrCanceled; a recovered
-// panic, ErrPanic) is passed to h before the request is answered. h only
-// observes; it writes nothing. The default is LogErrors(nil). A nil h is
-// invalid.
+// WithErrorHandler sets who hears about the errors of the flow. Every
+// error the flow meets (a failed store, whether it failed open or closed;
+// a key function that failed; a bad cost; a client that left,
+// core.ErrCanceled; a recovered panic, ErrPanic) is passed to h before the
+// request is answered. h only observes; it writes nothing. The default is
+// LogErrors(nil). A nil h is invalid.
 func WithErrorHandler(h ErrorHandler) Option {
 	return func(c *config) error {
 		if h == nil {
@@ -139,14 +139,13 @@ func WithErrorHandler(h ErrorHandler) Option {
 }
 
 // WithErrorResponder sets the response to a request the flow cannot
-// decide or serve: the key function failed, the Limiter refused the
-// request's key or cost, the client left (core.ErrCanceled), or a panic
-// was recovered (ErrPanic). It must write a response: the adapter stops
-// the chain either way. The default is DefaultErrorResponder: 499 for a
-// client that left, 400 when the key function found no key
-// (keyfuncs.ErrNoKey), 500 otherwise. To fall back to another key instead
-// of refusing the request, use keyfuncs.FirstOf in WithKeyFunc. A nil h is
-// invalid.
+// decide or serve. Such a request's key function failed, or the Limiter
+// refused its key or cost, or its client left (core.ErrCanceled), or its
+// flow panicked (ErrPanic). h must write a response: the adapter stops the
+// chain either way. The default is DefaultErrorResponder: 499 for a client
+// that left, 400 when the key function found no key (keyfuncs.ErrNoKey),
+// 500 otherwise. To fall back to another key instead of refusing the
+// request, use keyfuncs.FirstOf in WithKeyFunc. A nil h is invalid.
 func WithErrorResponder(h ErrorResponder) Option {
 	return func(c *config) error {
 		if h == nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -70,7 +69,7 @@ func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }
 // routeRecorder is a limiter keyed on the route, recording every key in log.
 func routeRecorder(t *testing.T, log *adapterstest.KeyLog) func(http.Handler) http.Handler {
 	t.Helper()
-	return chilimit.New(adapterstest.FixedLimiter(t, 100), httplimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
+	return chilimit.New(adapterstest.FixedLimiter(t, 100), chilimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
 }
 
 // TestRouteAnywhere checks Route wherever the limiter is mounted: before

@@ -1,23 +1,21 @@
 // Package echolimit plugs the rate limiter into Echo (v4).
 //
-// New returns an echo.MiddlewareFunc that runs httplimit.Flow: every
-// Option of package middleware applies, plus WithSkipper, Echo's skipper
+// New returns an echo.MiddlewareFunc; configure it with this package's
+// options, the same in every adapter, plus WithSkipper, Echo's own
 // convention. Mount it with e.Use (it then runs after routing, for every
-// request, 404s included), on a group, or on one route:
+// request, 404s included), on a group or on a route:
 //
-//	e := echo.New()
 //	e.Use(echolimit.New(global))
 //	e.POST("/login", loginHandler, echolimit.New(strict))
+//	e.GET("/data", data, echolimit.New(perKey, echolimit.WithKeyFunc(apiKey)))
 //
-// The request seen by key functions is Echo's: RemoteAddr is the socket
-// peer (c.Request().RemoteAddr; Echo's RealIP, which trusts headers, is not
-// used), Route is c.Path() ("/users/:id"; "" or a fixed node of the route
-// tree when no route matched, never the raw path), and Context is
-// c.Request().Context(), which net/http ends when the client goes away,
-// stopping any pacing wait. A denied request is answered and the handler
-// returns nil: the response is already written, so Echo's HTTPErrorHandler
-// has nothing to do.
+// Key functions see the socket peer as RemoteAddr (not Echo's RealIP,
+// which trusts headers) and c.Path() as Route (never the raw path); Unwrap
+// gives them the echo.Context. A denied request is answered and the
+// handler returns nil, leaving Echo's HTTPErrorHandler nothing to do.
 package echolimit
+
+//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -30,10 +28,6 @@ import (
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
-
-// Option configures the middleware; it is httplimit.Option, shared by
-// every adapter.
-type Option = httplimit.Option
 
 // New returns Echo middleware limiting requests with l.
 //
@@ -57,10 +51,10 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 }
 
 // WithSkipper exempts the requests for which skip reports true, in Echo's
-// convention: an echo/v4/httplimit.Skipper (such as a config's Skipper
+// convention: an echo/v4/middleware.Skipper (such as a config's Skipper
 // field) is accepted as it is, its type having this parameter's underlying
-// type. It adds to httplimit.WithSkip: a request is skipped when any skip
-// function says so.
+// type. It adds to WithSkip: a request is skipped when any skip function
+// says so. A nil skip is invalid.
 func WithSkipper(skip func(c echo.Context) bool) Option {
 	if skip == nil {
 		return httplimit.WithSkip(nil) // reported by New as invalid

@@ -11,7 +11,6 @@ import (
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -36,7 +35,7 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 		return k, nil
 	}
 	app := fiber.New()
-	app.Use(fiberlimit.New(l, httplimit.WithKeyFunc(raw)))
+	app.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(raw)))
 	app.All("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 
 	req := httptest.NewRequest("PATCH", "/?q=first", nil)

@@ -17,7 +17,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -86,7 +85,7 @@ func runZeroCopyKeys(t *testing.T, store core.Store, lopts []core.Option, n int)
 		return "", keyfuncs.ErrNoKey
 	}
 	a := newApp(func(f *fiber.App) {
-		f.Use(fiberlimit.New(l, httplimit.WithKeyFunc(zeroCopy)))
+		f.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(zeroCopy)))
 		f.Get("/", func(c *fiber.Ctx) error { return c.SendString(adapterstest.Body) })
 	})
 	conn := adapterstest.Dial(t, a.listen(t))

@@ -1,21 +1,19 @@
 // Package ginlimit plugs the rate limiter into Gin.
 //
-// New returns a gin.HandlerFunc that runs httplimit.Flow: every Option of
-// package middleware applies. Mount it globally (engine.Use), on a group,
-// or on one route:
+// New returns a gin.HandlerFunc; configure it with this package's options,
+// the same in every adapter. Mount it on the engine, a group or a route:
 //
-//	r := gin.New()
-//	r.Use(ginlimit.New(global))                       // every request, 404s included
-//	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter one here
+//	r.Use(ginlimit.New(global))                          // every request, 404s included
+//	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter limit here
+//	r.GET("/data", ginlimit.New(perKey, ginlimit.WithKeyFunc(apiKey)), data)
 //
-// The request seen by key functions is Gin's: RemoteAddr is the socket
-// peer (c.Request.RemoteAddr; Gin's ClientIP, which trusts headers by
-// default, is not used), Route is c.FullPath() ("/users/:id"; "" when no
-// route matched, which keyfuncs.Route keys as one "unmatched" bucket), and
-// Context is c.Request.Context(), which net/http ends when the client goes
-// away, stopping any pacing wait. A denied request is answered and the
-// chain aborted (c.Abort).
+// Key functions see the socket peer as RemoteAddr (not Gin's ClientIP,
+// which trusts headers by default) and c.FullPath() as Route ("" when no
+// route matched); Unwrap gives them the *gin.Context. A denied request is
+// answered and the chain aborted.
 package ginlimit
+
+//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -28,10 +26,6 @@ import (
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
-
-// Option configures the middleware; it is httplimit.Option, shared by
-// every adapter.
-type Option = httplimit.Option
 
 // New returns Gin middleware limiting requests with l.
 //
