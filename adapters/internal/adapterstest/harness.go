@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
@@ -160,13 +162,7 @@ func FixedLimiter(t testing.TB, limit int64) *core.Limiter {
 // the message ("New(nil)").
 func CheckPanics(t testing.TB, call string, f func()) {
 	t.Helper()
-	defer func() {
-		t.Helper()
-		if recover() == nil {
-			t.Errorf("%s did not panic", call)
-		}
-	}()
-	f()
+	assert.Panics(t, f, "%s did not panic", call)
 }
 
 // FailingStore is a core.Store whose every call fails, as a store that
