@@ -8,9 +8,9 @@
 //	app.Get("/data", fiberlimit.New(perKey, fiberlimit.WithKeyFunc(apiKey)), data)
 //
 // Key functions see the connection's peer as RemoteAddr (not c.IP(), which
-// may come from a proxy header) and c.Route().Path as Route: under app.Use
-// that is the Use prefix ("/"), so mount a limiter keyed per route on the
-// route or on a group. Their Context is c.UserContext(), since fasthttp
+// may come from a proxy header) and c.Route().Path as Route: mounted with
+// Use, on the app or a group, it sees the Use prefix ("/", "/users"), so
+// mount a limiter keyed per route on each route. Their Context is c.UserContext(), since fasthttp
 // does not tell handlers that a client left: a request paced by a leaky
 // bucket waits out its delay, at most WithMaxDelay. Every string they get
 // is a copy, safe to keep; Unwrap gives them the *fiber.Ctx.
