@@ -120,7 +120,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 
 				assert.False(t, f.Handle(r, w), "a request whose client left proceeds")
 				assert.Equal(t, 1, w.writes)
-				assert.Equal(t, httplimit.StatusClientClosedRequest, w.status)
+				assert.Equal(t, 499, w.status, "status: nginx's client closed request")
 				assert.Equal(t, canceledBody, w.body)
 				require.Len(t, errs, 1, "the disconnect alone is reported")
 				assert.ErrorIs(t, errs[0], core.ErrCanceled)

@@ -3,41 +3,19 @@
 //
 //	skip? -> key -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
 //
-// The adapters (ginlimit, echolimit, chilimit, fiberlimit) only translate
-// their framework's request into a keyfuncs.Request and its response into a
-// Response, then call Flow.Handle. Options are the same for all of them.
+// Applications use it through an adapter (ginlimit, echolimit, chilimit,
+// fiberlimit), which re-exports its options. An adapter for another
+// framework translates the framework's request into a keyfuncs.Request
+// and its response into a Response, and calls Flow.Handle.
 //
-// # Outcomes
-//
-//   - Skipped (WithSkip): the request proceeds, untouched.
-//   - Allowed: the rate-limit headers are set and the request proceeds,
-//     after the leaky bucket's Delay, capped by WithMaxDelay.
-//   - Denied: the headers, Retry-After included, are set and the
-//     DenyHandler answers: 429 with a JSON body by default.
-//   - The store failed: the ErrorHandler hears the error (wrapping
-//     core.ErrStore), then the Limiter's FailMode decides. Failed open, the
-//     request proceeds with no rate-limit header at all, since the store
-//     told nothing. Failed closed, the UnavailableHandler answers: 503 with
-//     Retry-After by default. With a fallback store (core.WithFallback), its
-//     decision is a real one, and goes on as any other.
-//   - The client left: the request's context ended before the store
-//     decided (the Limiter's error wraps core.ErrCanceled), or before an
-//     admitted request reached its handler (while paced, say). The request
-//     never proceeds, whatever the FailMode: a client that closes its side
-//     of the connection gets no handler run. The ErrorHandler hears an error
-//     wrapping core.ErrCanceled and the ErrorResponder answers: 499 by
-//     default, which a half-closed client can still read.
-//   - The key function failed, or the Limiter refused the key or the cost:
-//     the ErrorHandler hears the error and the ErrorResponder answers: 400
-//     when no key was found in the request (keyfuncs.ErrNoKey), 500
-//     otherwise.
-//   - A panic in the flow (in a skip, key or cost function, a handler or
-//     responder, the Limiter): recovered, reported to the ErrorHandler as a
-//     *PanicError wrapping ErrPanic, and answered 500 by the ErrorResponder,
-//     unless a response was already written. Panics of the next handler
-//     are the framework's business and are not recovered.
-//
-// No response body ever echoes the request or an error's text.
+// A request over its limit is answered by the DenyHandler (429 and a JSON
+// body by default); one refused because the store failed under
+// core.FailClosed by the UnavailableHandler (503); one the flow cannot
+// decide (no key: 400; a bad cost, a failing key function, a recovered
+// panic: 500; a client that left: 499, and never its handler) by the
+// ErrorResponder, once the ErrorHandler has heard the error. A store that
+// fails open lets the request through with no rate-limit header. No
+// response ever echoes the request or an error's text.
 package httplimit
 
 import (
@@ -88,25 +66,23 @@ type Flow struct {
 	onError     ErrorHandler
 	respondErr  ErrorResponder
 	maxDelay    time.Duration
-	now         func() time.Time
 }
 
-// New returns the Flow of l configured by opts. It fails, with an error
-// wrapping ErrInvalidOption, on a nil limiter or an invalid option.
+// New returns the Flow of l configured by opts, applied in order. It
+// fails, with an error wrapping core.ErrInvalidOption, on a nil limiter, a
+// nil option, or the first option given an invalid value.
 func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 	if l == nil {
-		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: httplimit.New: nil limiter", core.ErrInvalidOption)
 	}
-	var c Config
-	for _, opt := range opts {
+	var c config
+	for i, opt := range opts {
 		if opt == nil {
-			c.invalid("nil option")
-			continue
+			return nil, fmt.Errorf("%w: httplimit.New: option %d is nil", core.ErrInvalidOption, i)
 		}
-		opt(&c)
-	}
-	if c.err != nil {
-		return nil, c.err
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
 	}
 	f := &Flow{
 		limiter:     l,
@@ -119,7 +95,6 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		onError:     c.onError,
 		respondErr:  c.respondErr,
 		maxDelay:    c.maxDelay,
-		now:         c.now,
 	}
 	if f.keyFunc == nil {
 		ip, err := keyfuncs.IP()
@@ -144,16 +119,10 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		f.respondErr = DefaultErrorResponder
 	}
 	if !c.maxDelaySet {
-		f.maxDelay = DefaultMaxDelay
-	}
-	if f.now == nil {
-		f.now = time.Now
+		f.maxDelay = defaultMaxDelay
 	}
 	return f, nil
 }
-
-// Limiter returns the Limiter the Flow decides with.
-func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 
 // Handle runs the flow for one request and reports whether it may proceed
 // to the next handler. When it returns false, the response has been
@@ -214,7 +183,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 // decided tells the client about d and passes (paced) or denies.
 func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
 	st.in = inHeaders
-	headers.Write(w, d, f.now(), f.headers)
+	headers.Write(w, d, time.Now(), f.headers)
 	if !d.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), d)

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
@@ -79,29 +82,32 @@ var perMinute = core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Wi
 
 func TestNewRejects(t *testing.T) {
 	l := newLimiter(t, memStore(t), perMinute)
+	ok := httplimit.WithMaxDelay(time.Second)
 	tests := []struct {
 		name string
 		l    *core.Limiter
 		opts []httplimit.Option
+		want string // the error's detail
 	}{
-		{"nil limiter", nil, nil},
-		{"nil option", l, []httplimit.Option{nil}},
-		{"nil key func", l, []httplimit.Option{httplimit.WithKeyFunc(nil)}},
-		{"nil skip", l, []httplimit.Option{httplimit.WithSkip(nil)}},
-		{"nil cost", l, []httplimit.Option{httplimit.WithCost(nil)}},
-		{"nil deny handler", l, []httplimit.Option{httplimit.WithDenyHandler(nil)}},
-		{"nil unavailable handler", l, []httplimit.Option{httplimit.WithUnavailableHandler(nil)}},
-		{"nil error handler", l, []httplimit.Option{httplimit.WithErrorHandler(nil)}},
-		{"nil error responder", l, []httplimit.Option{httplimit.WithErrorResponder(nil)}},
-		{"nil clock", l, []httplimit.Option{httplimit.WithClock(nil)}},
-		{"negative max delay", l, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}},
+		{"nil limiter", nil, nil, "httplimit.New: nil limiter"},
+		{"nil option", l, []httplimit.Option{ok, nil}, "httplimit.New: option 1 is nil"},
+		{"nil key func", l, []httplimit.Option{httplimit.WithKeyFunc(nil)}, "httplimit.WithKeyFunc: nil key function"},
+		{"nil skip", l, []httplimit.Option{httplimit.WithSkip(nil)}, "httplimit.WithSkip: nil skip function"},
+		{"nil cost", l, []httplimit.Option{httplimit.WithCost(nil)}, "httplimit.WithCost: nil cost function"},
+		{"nil deny handler", l, []httplimit.Option{httplimit.WithDenyHandler(nil)}, "httplimit.WithDenyHandler: nil deny handler"},
+		{"nil unavailable handler", l, []httplimit.Option{httplimit.WithUnavailableHandler(nil)}, "httplimit.WithUnavailableHandler: nil unavailable handler"},
+		{"nil error handler", l, []httplimit.Option{httplimit.WithErrorHandler(nil)}, "httplimit.WithErrorHandler: nil error handler"},
+		{"nil error responder", l, []httplimit.Option{httplimit.WithErrorResponder(nil)}, "httplimit.WithErrorResponder: nil error responder"},
+		{"negative max delay", l, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}, "httplimit.WithMaxDelay: negative delay -1s"},
+		{"the first invalid option is reported", l,
+			[]httplimit.Option{ok, httplimit.WithCost(nil), nil, httplimit.WithSkip(nil)}, "httplimit.WithCost: nil cost function"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := httplimit.New(tc.l, tc.opts...)
-			if f != nil || !errors.Is(err, httplimit.ErrInvalidOption) {
-				t.Errorf("New = %v, %v; want nil, ErrInvalidOption", f, err)
-			}
+			assert.Nil(t, f)
+			require.ErrorIs(t, err, core.ErrInvalidOption)
+			assert.Equal(t, core.ErrInvalidOption.Error()+": "+tc.want, err.Error())
 		})
 	}
 }
@@ -117,11 +123,12 @@ func TestHandle(t *testing.T) {
 		status      int
 		body        string
 		header      map[string]string // fields expected, "" meaning absent
+		resetIn     int64             // X-RateLimit-Reset: now + resetIn seconds, when not 0
 		errContains []error
 	}{
 		{
 			name: "allowed", proceed: true,
-			header: map[string]string{"X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "1893553500", "Retry-After": ""},
+			header: map[string]string{"X-Ratelimit-Remaining": "0", "Ratelimit-Reset": "55", "Retry-After": ""}, resetIn: 55,
 		},
 		{
 			name: "no headers configured", proceed: true,
@@ -181,71 +188,67 @@ func TestHandle(t *testing.T) {
 			}
 			var errs []error
 			opts := append([]httplimit.Option{
-				httplimit.WithClock(func() time.Time { return t0 }),
 				httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
 			}, tc.opts...)
 			f, err := httplimit.New(newLimiter(t, store, perMinute, tc.lopts...), opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			w := newResponse()
-			if got := f.Handle(newRequest(), w); got != tc.proceed {
-				t.Errorf("proceed = %v, want %v", got, tc.proceed)
+			before := time.Now()
+			assert.Equal(t, tc.proceed, f.Handle(newRequest(), w), "proceed")
+			after := time.Now()
+			if tc.proceed {
+				assert.Zero(t, w.writes, "a response written to a request that proceeds: %d %q", w.status, w.body)
+			} else {
+				assert.Equal(t, 1, w.writes, "writes")
+				assert.Equal(t, tc.status, w.status, "status")
 			}
-			if tc.proceed && w.writes != 0 {
-				t.Errorf("wrote a response to a request that proceeds: %d %q", w.status, w.body)
-			}
-			if !tc.proceed && (w.writes != 1 || w.status != tc.status) {
-				t.Errorf("%d writes, status %d; want 1, %d", w.writes, w.status, tc.status)
-			}
-			if tc.body != "" && w.body != tc.body {
-				t.Errorf("body %s, want %s", w.body, tc.body)
+			if tc.body != "" {
+				assert.Equal(t, tc.body, w.body, "body")
 			}
 			for k, v := range tc.header {
-				if got := w.header.Get(k); got != v {
-					t.Errorf("%s = %q, want %q", k, got, v)
-				}
+				assert.Equal(t, v, w.header.Get(k), k)
 			}
-			if len(errs) != len(tc.errContains) {
-				t.Fatalf("errors %v, want %d", errs, len(tc.errContains))
+			if tc.resetIn != 0 {
+				checkReset(t, w.header.Get("X-Ratelimit-Reset"), before, after, tc.resetIn)
 			}
+			require.Len(t, errs, len(tc.errContains), "errors %v", errs)
 			for i, target := range tc.errContains {
-				if !errors.Is(errs[i], target) {
-					t.Errorf("error %v does not wrap %v", errs[i], target)
-				}
+				assert.ErrorIs(t, errs[i], target)
 			}
 		})
 	}
 }
 
+// checkReset checks an X-RateLimit-Reset value: the Unix second, rounded
+// up, at which a quota whole resetIn seconds after the decision is whole
+// again, the decision being made between before and after.
+func checkReset(t *testing.T, got string, before, after time.Time, resetIn int64) {
+	t.Helper()
+	n, err := strconv.ParseInt(got, 10, 64)
+	require.NoError(t, err, "X-RateLimit-Reset %q", got)
+	assert.GreaterOrEqual(t, n, before.Unix()+resetIn, "X-RateLimit-Reset")
+	assert.LessOrEqual(t, n, after.Unix()+resetIn+1, "X-RateLimit-Reset")
+}
+
 func TestPaceStopsOnEndedContext(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
 	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !f.Handle(newRequest(), newResponse()) {
-		t.Fatal("first request held")
-	}
+	require.NoError(t, err)
+	require.True(t, f.Handle(newRequest(), newResponse()), "first request held")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := newRequest()
 	r.ctx = ctx
 	w := newResponse()
-	if f.Handle(r, w) {
-		t.Error("request of an ended context proceeds")
-	}
-	if w.writes != 1 || w.status != 499 {
-		t.Errorf("wrote %d times, status %d %q; want 499 once, which a half-closed client can read", w.writes, w.status, w.body)
-	}
+	assert.False(t, f.Handle(r, w), "request of an ended context proceeds")
+	assert.Equal(t, 1, w.writes, "writes")
+	assert.Equal(t, 499, w.status, "status: one a half-closed client can read")
 }
 
 func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
 	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan bool, 2)
 	go func() {
 		done <- f.Handle(newRequest(), newResponse())
@@ -254,9 +257,7 @@ func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 	for range 2 {
 		select {
 		case ok := <-done:
-			if !ok {
-				t.Error("request held back")
-			}
+			assert.True(t, ok, "request held back")
 		case <-time.After(10 * time.Second):
 			t.Fatal("request paced although MaxDelay is 0")
 		}
@@ -274,9 +275,7 @@ func TestLogErrors(t *testing.T) {
 		`level=WARN msg="ratelimit: store failed"`, "connection refused", "method=GET", "route=/",
 		`level=DEBUG msg="ratelimit: no key in request"`,
 	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("log lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, want)
 	}
 }
 
@@ -291,9 +290,9 @@ func TestDefaultDenyHandler(t *testing.T) {
 	} {
 		w := newResponse()
 		httplimit.DefaultDenyHandler(newRequest(), w, core.Decision{RetryAfter: tc.retry})
-		if w.status != 429 || w.contentType != "application/json" || w.body != tc.body {
-			t.Errorf("RetryAfter %v: %d %s %s", tc.retry, w.status, w.contentType, w.body)
-		}
+		assert.Equal(t, 429, w.status, "RetryAfter %v: status", tc.retry)
+		assert.Equal(t, "application/json", w.contentType, "RetryAfter %v: Content-Type", tc.retry)
+		assert.Equal(t, tc.body, w.body, "RetryAfter %v: body", tc.retry)
 	}
 }
 
@@ -310,9 +309,7 @@ func (failing) Reset(context.Context, string, core.Policy) error { return errors
 func BenchmarkHandle(b *testing.B) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
 	f, err := httplimit.New(newLimiter(b, memStore(b), p))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	r, w := newRequest(), newResponse()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -326,9 +323,7 @@ func BenchmarkHandle(b *testing.B) {
 // path (a flood past the limit), default options.
 func BenchmarkHandleDenied(b *testing.B) {
 	f, err := httplimit.New(newLimiter(b, memStore(b), perMinute))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	r := newRequest()
 	f.Handle(r, newResponse())
 	w := newResponse()
@@ -345,9 +340,7 @@ func BenchmarkHandleDenied(b *testing.B) {
 func mustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 	return func(fn keyfuncs.Func, err error) keyfuncs.Func {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "key function constructor")
 		return fn
 	}
 }

@@ -129,7 +129,6 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	}
 	opts := []httplimit.Option{
 		httplimit.WithKeyFunc(record),
-		httplimit.WithClock(func() time.Time { return t0 }),
 		httplimit.WithMaxDelay(time.Millisecond),
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { ff.errs = append(ff.errs, err) }),
 	}

@@ -11,23 +11,24 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// ContentTypeJSON is the Content-Type of every body the default handlers
+// contentTypeJSON is the Content-Type of every body the default handlers
 // write.
-const ContentTypeJSON = "application/json"
+const contentTypeJSON = "application/json"
 
-// Error codes, the "error" member of the default JSON bodies.
+// Error codes, the "error" member of the default JSON bodies. They are
+// documented, with the whole body, on each default handler.
 const (
-	CodeExceeded    = "rate_limit_exceeded"    // 429: over the limit
-	CodeUnavailable = "rate_limit_unavailable" // 503: store failed, closed
-	CodeKeyMissing  = "rate_limit_key_missing" // 400: no key in the request
-	CodeInternal    = "rate_limit_error"       // 500: misconfiguration, panic
-	CodeCanceled    = "request_canceled"       // 499: the client left
+	codeExceeded    = "rate_limit_exceeded"    // 429: over the limit
+	codeUnavailable = "rate_limit_unavailable" // 503: store failed, closed
+	codeKeyMissing  = "rate_limit_key_missing" // 400: no key in the request
+	codeInternal    = "rate_limit_error"       // 500: misconfiguration, panic
+	codeCanceled    = "request_canceled"       // 499: the client left
 )
 
-// StatusClientClosedRequest is the status of a request whose client left
+// statusClientClosedRequest is the status of a request whose client left
 // before it was decided or served: 499, nginx's "client closed request".
 // net/http has no name for it.
-const StatusClientClosedRequest = 499
+const statusClientClosedRequest = 499
 
 // DefaultDenyHandler answers 429 Too Many Requests with the JSON body
 //
@@ -37,7 +38,7 @@ const StatusClientClosedRequest = 499
 // second" when N is 1).
 func DefaultDenyHandler(_ keyfuncs.Request, w Response, d core.Decision) {
 	n := headers.RetryAfterSeconds(d)
-	_ = w.Write(http.StatusTooManyRequests, ContentTypeJSON, retryBody(CodeExceeded, "Too many requests, retry after ", n))
+	_ = w.Write(http.StatusTooManyRequests, contentTypeJSON, retryBody(codeExceeded, "Too many requests, retry after ", n))
 }
 
 // DefaultUnavailableHandler answers 503 Service Unavailable, for a request
@@ -49,13 +50,13 @@ func DefaultDenyHandler(_ keyfuncs.Request, w Response, d core.Decision) {
 // 503, not 429: the client did nothing wrong, the server cannot serve it.
 func DefaultUnavailableHandler(_ keyfuncs.Request, w Response, d core.Decision) {
 	n := headers.RetryAfterSeconds(d)
-	_ = w.Write(http.StatusServiceUnavailable, ContentTypeJSON, retryBody(CodeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
+	_ = w.Write(http.StatusServiceUnavailable, contentTypeJSON, retryBody(codeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
 }
 
 // DefaultErrorResponder answers a request the flow could not decide or
 // serve. When err wraps core.ErrCanceled, the request's context ended (the
 // client closed the connection, or its half of it) before the handler
-// could run: 499 (StatusClientClosedRequest) with
+// could run: 499, nginx's "client closed request", with
 //
 //	{"error":"request_canceled","message":"The client closed the request."}
 //
@@ -80,16 +81,16 @@ func DefaultErrorResponder(_ keyfuncs.Request, w Response, err error) {
 	switch {
 	case errors.Is(err, ErrPanic):
 	case errors.Is(err, core.ErrCanceled):
-		_ = w.Write(StatusClientClosedRequest, ContentTypeJSON,
-			[]byte(`{"error":"`+CodeCanceled+`","message":"The client closed the request."}`))
+		_ = w.Write(statusClientClosedRequest, contentTypeJSON,
+			[]byte(`{"error":"`+codeCanceled+`","message":"The client closed the request."}`))
 		return
 	case errors.Is(err, keyfuncs.ErrNoKey):
-		_ = w.Write(http.StatusBadRequest, ContentTypeJSON,
-			[]byte(`{"error":"`+CodeKeyMissing+`","message":"The request does not identify its client."}`))
+		_ = w.Write(http.StatusBadRequest, contentTypeJSON,
+			[]byte(`{"error":"`+codeKeyMissing+`","message":"The request does not identify its client."}`))
 		return
 	}
-	_ = w.Write(http.StatusInternalServerError, ContentTypeJSON,
-		[]byte(`{"error":"`+CodeInternal+`","message":"Internal server error."}`))
+	_ = w.Write(http.StatusInternalServerError, contentTypeJSON,
+		[]byte(`{"error":"`+codeInternal+`","message":"Internal server error."}`))
 }
 
 // LogErrors returns an ErrorHandler that logs to logger, or to

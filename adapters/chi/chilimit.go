@@ -1,38 +1,25 @@
 // Package chilimit plugs the rate limiter into chi and any net/http router.
 //
-// New returns the usual func(http.Handler) http.Handler, running
-// httplimit.Flow: every Option of package middleware applies.
+// New returns the usual func(http.Handler) http.Handler; configure it with
+// this package's options, the same in every adapter:
 //
 //	r := chi.NewRouter()
 //	r.Use(chilimit.New(global))
 //	r.With(chilimit.New(strict)).Post("/login", login)
+//	r.With(chilimit.New(perKey, chilimit.WithKeyFunc(apiKey))).Get("/data", data)
 //
-//	mux := http.NewServeMux() // or plain net/http
+//	mux := http.NewServeMux() // plain net/http: wrap each route's handler
 //	mux.Handle("GET /users/{id}", chilimit.New(perUser)(users))
 //
-// The request seen by key functions: RemoteAddr is r.RemoteAddr, the socket
-// peer (no header is believed unless the key function is told to; chi's
-// httplimit.RealIP must not run before a limiter keyed on IP, since it
-// overwrites RemoteAddr with a header any client can send). Context is
-// r.Context(), which net/http ends when the client goes away, stopping any
-// pacing wait.
-//
-// Route is the pattern of the route the request matches:
-//
-//   - chi, routing done (middleware given to With, or to Use inside Route or
-//     Group of an already-matched subrouter): chi's RoutePattern(),
-//     "/users/{id}".
-//   - chi, routing not done yet (r.Use on a router, which runs before the
-//     router matches; or the pattern so far ends at a mounted subrouter's
-//     "/*"): the pattern is looked up in the top router with
-//     Routes.Find, the same tree walk the router is about to do. A request
-//     that matches nothing gets "".
-//   - Plain net/http: r.Pattern (Go 1.22+ ServeMux), which is set only for
-//     a handler inside the mux: wrap each route's handler, as above, not
-//     the whole mux.
-//
-// keyfuncs.Route keys "" as one "unmatched" bucket, never the raw path.
+// Key functions see r.RemoteAddr, the socket peer, as RemoteAddr: chi's
+// middleware.RealIP, which overwrites it from a header any client can
+// send, must not run before a limiter keyed on IP. Route is the pattern of
+// the route the request matches, wherever the limiter is mounted (chi's
+// RoutePattern, or r.Pattern for a ServeMux route), "" when none does.
+// Unwrap gives them the *http.Request.
 package chilimit
+
+//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -47,14 +34,10 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Option configures the middleware; it is httplimit.Option, shared by
-// every adapter.
-type Option = httplimit.Option
-
 // New returns net/http middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
+// core.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
@@ -71,10 +54,10 @@ func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	}
 }
 
-// HTTPRequest returns the *http.Request behind r, for key, skip and cost
+// Unwrap returns the *http.Request behind r, for key, skip and cost
 // functions that need more of it. ok is false when r does not come from
 // this package.
-func HTTPRequest(r keyfuncs.Request) (req *http.Request, ok bool) {
+func Unwrap(r keyfuncs.Request) (req *http.Request, ok bool) {
 	q, ok := r.(request)
 	return q.r, ok
 }
@@ -100,7 +83,20 @@ func (q request) Query(name string) string          { return q.r.URL.Query().Get
 func (q request) Method() string                    { return q.r.Method }
 func (q request) Context() context.Context          { return q.r.Context() }
 
-// Route returns the route pattern; see the package documentation.
+// Route returns the pattern of the route the request matches:
+//
+//   - chi, routing done (middleware given to With, or to Use inside Route or
+//     Group of an already-matched subrouter): chi's RoutePattern(),
+//     "/users/{id}".
+//   - chi, routing not done yet (r.Use on a router, which runs before the
+//     router matches; or the pattern so far ends at a mounted subrouter's
+//     "/*"): the pattern is looked up in the top router with Routes.Find,
+//     the same tree walk the router is about to do. A request that matches
+//     nothing gets "".
+//   - Plain net/http: r.Pattern (Go 1.22+ ServeMux), which is set only for
+//     a handler inside the mux.
+//
+// keyfuncs.Route keys "" as one "unmatched" bucket, never the raw path.
 func (q request) Route() string {
 	r := q.r
 	rctx := chi.RouteContext(r.Context())

@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -70,7 +70,7 @@ func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }
 // routeRecorder is a limiter keyed on the route, recording every key in log.
 func routeRecorder(t *testing.T, log *adapterstest.KeyLog) func(http.Handler) http.Handler {
 	t.Helper()
-	return chilimit.New(adapterstest.FixedLimiter(t, 100), httplimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
+	return chilimit.New(adapterstest.FixedLimiter(t, 100), chilimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
 }
 
 // TestRouteAnywhere checks Route wherever the limiter is mounted: before
@@ -146,9 +146,7 @@ func TestRouteAnywhere(t *testing.T) {
 			h := tc.build(routeRecorder(t, &log))
 			req := httptest.NewRequest("GET", tc.path, nil)
 			h.ServeHTTP(httptest.NewRecorder(), req)
-			if keys := log.Keys(); len(keys) != 1 || keys[0] != "route:GET "+tc.want {
-				t.Errorf("keys %q, want [%q]", keys, "route:GET "+tc.want)
-			}
+			assert.Equal(t, []string{"route:GET " + tc.want}, log.Keys(), "keys")
 		})
 	}
 }
@@ -187,5 +185,20 @@ func BenchmarkChi(b *testing.B) {
 		}
 		r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 		return r
+	})
+}
+
+func TestUnwrap(t *testing.T) {
+	param := func(r keyfuncs.Request) (string, bool) {
+		req, ok := chilimit.Unwrap(r)
+		if !ok {
+			return "", false
+		}
+		return chi.URLParam(req, "id"), true
+	}
+	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
+		r := chi.NewRouter()
+		r.With(chilimit.New(m.Limiter, m.Options...)).Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		return adapterstest.HTTPApp(r)
 	})
 }

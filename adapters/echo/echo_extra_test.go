@@ -9,6 +9,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
@@ -48,5 +49,20 @@ func BenchmarkEcho(b *testing.B) {
 		}
 		e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 		return e
+	})
+}
+
+func TestUnwrap(t *testing.T) {
+	param := func(r keyfuncs.Request) (string, bool) {
+		c, ok := echolimit.Unwrap(r)
+		if !ok {
+			return "", false
+		}
+		return c.Param("id"), true
+	}
+	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
+		e := echo.New()
+		e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) }, echolimit.New(m.Limiter, m.Options...))
+		return adapterstest.HTTPApp(e)
 	})
 }

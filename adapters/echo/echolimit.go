@@ -1,23 +1,21 @@
 // Package echolimit plugs the rate limiter into Echo (v4).
 //
-// New returns an echo.MiddlewareFunc that runs httplimit.Flow: every
-// Option of package middleware applies, plus WithSkipper, Echo's skipper
+// New returns an echo.MiddlewareFunc; configure it with this package's
+// options, the same in every adapter, plus WithSkipper, Echo's own
 // convention. Mount it with e.Use (it then runs after routing, for every
-// request, 404s included), on a group, or on one route:
+// request, 404s included), on a group or on a route:
 //
-//	e := echo.New()
 //	e.Use(echolimit.New(global))
 //	e.POST("/login", loginHandler, echolimit.New(strict))
+//	e.GET("/data", data, echolimit.New(perKey, echolimit.WithKeyFunc(apiKey)))
 //
-// The request seen by key functions is Echo's: RemoteAddr is the socket
-// peer (c.Request().RemoteAddr; Echo's RealIP, which trusts headers, is not
-// used), Route is c.Path() ("/users/:id"; "" or a fixed node of the route
-// tree when no route matched, never the raw path), and Context is
-// c.Request().Context(), which net/http ends when the client goes away,
-// stopping any pacing wait. A denied request is answered and the handler
-// returns nil: the response is already written, so Echo's HTTPErrorHandler
-// has nothing to do.
+// Key functions see the socket peer as RemoteAddr (not Echo's RealIP,
+// which trusts headers) and c.Path() as Route (never the raw path); Unwrap
+// gives them the echo.Context. A denied request is answered and the
+// handler returns nil, leaving Echo's HTTPErrorHandler nothing to do.
 package echolimit
+
+//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -31,14 +29,10 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Option configures the middleware; it is httplimit.Option, shared by
-// every adapter.
-type Option = httplimit.Option
-
 // New returns Echo middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
+// core.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
@@ -57,24 +51,24 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 }
 
 // WithSkipper exempts the requests for which skip reports true, in Echo's
-// convention: an echo/v4/httplimit.Skipper (such as a config's Skipper
+// convention: an echo/v4/middleware.Skipper (such as a config's Skipper
 // field) is accepted as it is, its type having this parameter's underlying
-// type. It adds to httplimit.WithSkip: a request is skipped when any skip
-// function says so.
+// type. It adds to WithSkip: a request is skipped when any skip function
+// says so. A nil skip is invalid.
 func WithSkipper(skip func(c echo.Context) bool) Option {
 	if skip == nil {
 		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
 	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
-		c, ok := Context(r)
+		c, ok := Unwrap(r)
 		return ok && skip(c)
 	})
 }
 
-// Context returns the echo.Context behind r, for key, skip and cost
+// Unwrap returns the echo.Context behind r, for key, skip and cost
 // functions that need Echo's own data. ok is false when r does not come
 // from this package.
-func Context(r keyfuncs.Request) (c echo.Context, ok bool) {
+func Unwrap(r keyfuncs.Request) (c echo.Context, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok
 }
@@ -87,14 +81,14 @@ func Context(r keyfuncs.Request) (c echo.Context, ok bool) {
 // misconfiguration. An empty key is an error wrapping
 // core.ErrInvalidOption. Echo's c.Set values are not in the request's
 // context.Context, so this function reads them from the echo.Context
-// itself (see Context).
+// itself (see Unwrap).
 func UserFromContext(key string) (keyfuncs.Func, error) {
 	if err := userkey.CheckKey("echolimit.UserFromContext", key); err != nil {
 		return nil, err
 	}
 	users := userkey.New(fmt.Sprintf("echo context key %q", key))
 	return func(r keyfuncs.Request) (string, error) {
-		c, ok := Context(r)
+		c, ok := Unwrap(r)
 		if !ok {
 			return "", fmt.Errorf("echolimit.UserFromContext: request not from echolimit")
 		}

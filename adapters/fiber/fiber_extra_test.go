@@ -2,16 +2,16 @@ package fiberlimit_test
 
 import (
 	"net/http/httptest"
-	"slices"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -36,22 +36,18 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 		return k, nil
 	}
 	app := fiber.New()
-	app.Use(fiberlimit.New(l, httplimit.WithKeyFunc(raw)))
+	app.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(raw)))
 	app.All("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 
-	req := httptest.NewRequest("PATCH", "/?q=first", nil)
-	req.Header.Set("X-Client", "aaaaaaaa")
-	if res, err := app.Test(req); err != nil || res.StatusCode != 200 {
-		t.Fatalf("%v %v", res, err)
+	for _, q := range []struct{ client, query string }{{"aaaaaaaa", "first"}, {"bbbbbbbb", "other"}} {
+		req := httptest.NewRequest("PATCH", "/?q="+q.query, nil)
+		req.Header.Set("X-Client", q.client)
+		res, err := app.Test(req)
+		require.NoError(t, err)
+		require.Equal(t, 200, res.StatusCode, "status")
 	}
-	req = httptest.NewRequest("PATCH", "/?q=other", nil)
-	req.Header.Set("X-Client", "bbbbbbbb")
-	if res, err := app.Test(req); err != nil || res.StatusCode != 200 {
-		t.Fatalf("%v %v", res, err)
-	}
-	if want := []string{"aaaaaaaa", "first", "PATCH", "bbbbbbbb", "other", "PATCH"}; !slices.Equal(seen, want) {
-		t.Errorf("values %q, want %q", seen, want)
-	}
+	assert.Equal(t, []string{"aaaaaaaa", "first", "PATCH", "bbbbbbbb", "other", "PATCH"}, seen,
+		"the values the key function saw, read after both requests")
 }
 
 func TestUserFromLocalsAndNext(t *testing.T) {
@@ -97,5 +93,20 @@ func BenchmarkFiber(b *testing.B) {
 				b.Fatal(ctx.Response.StatusCode())
 			}
 		}
+	})
+}
+
+func TestUnwrap(t *testing.T) {
+	param := func(r keyfuncs.Request) (string, bool) {
+		c, ok := fiberlimit.Unwrap(r)
+		if !ok {
+			return "", false
+		}
+		return c.Params("id"), true
+	}
+	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
+		return newApp(func(f *fiber.App) {
+			f.Get("/users/:id", fiberlimit.New(m.Limiter, m.Options...), func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		})
 	})
 }

@@ -1,38 +1,22 @@
 // Package fiberlimit plugs the rate limiter into Fiber (v2).
 //
-// New returns a fiber.Handler that runs httplimit.Flow: every Option of
-// package middleware applies, plus WithNext, Fiber's convention for
-// skipping.
+// New returns a fiber.Handler; configure it with this package's options,
+// the same in every adapter, plus WithNext, Fiber's own convention:
 //
-//	app := fiber.New()
 //	app.Use(fiberlimit.New(global))
 //	app.Post("/login", fiberlimit.New(strict), login)
+//	app.Get("/data", fiberlimit.New(perKey, fiberlimit.WithKeyFunc(apiKey)), data)
 //
-// The request seen by key functions is Fiber's:
-//
-//   - RemoteAddr is the fasthttp connection's peer, c.Context().RemoteAddr().
-//     Fiber's c.IP() and c.IPs() are not used: with ProxyHeader configured,
-//     c.IP() returns a header any client can send.
-//   - Route is c.Route().Path. Fiber routes app.Use middleware as a route of
-//     its own, so a limiter mounted with app.Use sees the Use prefix ("/"),
-//     not the route that will answer: for per-route keys (keyfuncs.Route),
-//     mount the limiter on the route or on a group, where the path is the
-//     route's ("/users/:id").
-//   - Context is c.UserContext(): context.Background() unless an earlier
-//     handler set one with c.SetUserContext. It is not c.Context(): fasthttp
-//     never watches the connection while a handler runs, so that context
-//     ends only at server shutdown, and handing it to a store would cost a
-//     goroutine per decision to watch it. Consequently a request paced by a
-//     leaky bucket cannot notice that its client left: it waits out its
-//     delay, which WithMaxDelay bounds (one second by default), unless the
-//     user context ends first.
-//
-// Fiber's strings point into buffers that fasthttp reuses once the handler
-// returns; every header and query value handed to key functions is a copy,
-// so a key may be kept (as stores do) safely. Response headers go through
-// c.Set; a denied request is answered with c.Status(...).Send(...) and the
-// chain stops (c.Next is not called).
+// Key functions see the connection's peer as RemoteAddr (not c.IP(), which
+// may come from a proxy header) and c.Route().Path as Route: mounted with
+// Use, on the app or a group, it sees the Use prefix ("/", "/users"), so
+// mount a limiter keyed per route on each route. Their Context is c.UserContext(), since fasthttp
+// does not tell handlers that a client left: a request paced by a leaky
+// bucket waits out its delay, at most WithMaxDelay. Every string they get
+// is a copy, safe to keep; Unwrap gives them the *fiber.Ctx.
 package fiberlimit
+
+//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -49,14 +33,10 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Option configures the middleware; it is httplimit.Option, shared by
-// every adapter.
-type Option = httplimit.Option
-
 // New returns Fiber middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
+// core.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) fiber.Handler {
@@ -74,23 +54,24 @@ func New(l *core.Limiter, opts ...Option) fiber.Handler {
 
 // WithNext exempts the requests for which next reports true, in Fiber's
 // middleware convention (the Next field of Fiber's configs). It adds to
-// httplimit.WithSkip: a request is skipped when any skip function says so.
+// WithSkip: a request is skipped when any skip function says so. A nil
+// next is invalid.
 func WithNext(next func(c *fiber.Ctx) bool) Option {
 	if next == nil {
 		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
 	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
-		c, ok := Ctx(r)
+		c, ok := Unwrap(r)
 		return ok && next(c)
 	})
 }
 
-// Ctx returns the *fiber.Ctx behind r, for key, skip and cost functions
+// Unwrap returns the *fiber.Ctx behind r, for key, skip and cost functions
 // that need Fiber's own data. ok is false when r does not come from this
 // package. Strings read from it are valid only until the handler returns;
 // a key function may still return one (c.Get, say), since the Limiter and
 // the stores copy every key they keep.
-func Ctx(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
+func Unwrap(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok
 }
@@ -109,7 +90,7 @@ func UserFromLocals(key any) (keyfuncs.Func, error) {
 	}
 	users := userkey.New(fmt.Sprintf("fiber locals key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
-		c, ok := Ctx(r)
+		c, ok := Unwrap(r)
 		if !ok {
 			return "", fmt.Errorf("fiberlimit.UserFromLocals: request not from fiberlimit")
 		}

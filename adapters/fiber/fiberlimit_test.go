@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
@@ -82,18 +84,12 @@ func newApp(setup func(f *fiber.App)) *app {
 func (a *app) listen(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- a.fiber.Listener(ln) }()
 	t.Cleanup(func() {
-		if err := a.fiber.ShutdownWithTimeout(10 * time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		assert.NoError(t, a.fiber.ShutdownWithTimeout(10*time.Second), "shutdown")
+		assert.NoError(t, <-done, "serve")
 	})
 	return ln.Addr().String()
 }
@@ -112,35 +108,25 @@ func (a *app) Do(t testing.TB, req adapterstest.Request) adapterstest.Response {
 		r.Header[k] = vs
 	}
 	dump, err := httputil.DumpRequest(r, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c := &conn{remote: tcpAddr(t, req.RemoteAddr)}
 	c.in.Write(dump)
 
 	a.mu.Lock()
 	a.ctx = req.Context
 	a.mu.Unlock()
-	if err := a.fiber.Server().ServeConn(c); err != nil {
-		t.Errorf("ServeConn: %v", err)
-	}
+	assert.NoError(t, a.fiber.Server().ServeConn(c), "ServeConn")
 	res, err := http.ReadResponse(bufio.NewReader(&c.out), r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return adapterstest.Response{Status: res.StatusCode, Header: res.Header, Body: string(body)}
 }
 
 func tcpAddr(t testing.TB, s string) *net.TCPAddr {
 	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return net.TCPAddrFromAddrPort(ap)
 }
 

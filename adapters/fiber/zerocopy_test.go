@@ -17,7 +17,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -79,14 +78,14 @@ func runZeroCopyKeys(t *testing.T, store core.Store, lopts []core.Option, n int)
 	l, err := core.NewLimiter(store, p, lopts...)
 	require.NoError(t, err)
 	zeroCopy := func(r keyfuncs.Request) (string, error) {
-		c, _ := fiberlimit.Ctx(r)
+		c, _ := fiberlimit.Unwrap(r)
 		if k := c.Get("X-Client"); k != "" {
 			return k, nil // points into fasthttp's buffer
 		}
 		return "", keyfuncs.ErrNoKey
 	}
 	a := newApp(func(f *fiber.App) {
-		f.Use(fiberlimit.New(l, httplimit.WithKeyFunc(zeroCopy)))
+		f.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(zeroCopy)))
 		f.Get("/", func(c *fiber.Ctx) error { return c.SendString(adapterstest.Body) })
 	})
 	conn := adapterstest.Dial(t, a.listen(t))

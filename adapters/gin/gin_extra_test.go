@@ -9,6 +9,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 func TestNewPanicsOnNilLimiter(t *testing.T) {
@@ -40,5 +41,20 @@ func BenchmarkGin(b *testing.B) {
 		}
 		e.GET("/users/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
 		return e
+	})
+}
+
+func TestUnwrap(t *testing.T) {
+	param := func(r keyfuncs.Request) (string, bool) {
+		c, ok := ginlimit.Unwrap(r)
+		if !ok {
+			return "", false
+		}
+		return c.Param("id"), true
+	}
+	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
+		e := gin.New()
+		e.GET("/users/:id", ginlimit.New(m.Limiter, m.Options...), func(c *gin.Context) { c.Status(http.StatusOK) })
+		return adapterstest.HTTPApp(e)
 	})
 }

@@ -1,21 +1,19 @@
 // Package ginlimit plugs the rate limiter into Gin.
 //
-// New returns a gin.HandlerFunc that runs httplimit.Flow: every Option of
-// package middleware applies. Mount it globally (engine.Use), on a group,
-// or on one route:
+// New returns a gin.HandlerFunc; configure it with this package's options,
+// the same in every adapter. Mount it on the engine, a group or a route:
 //
-//	r := gin.New()
-//	r.Use(ginlimit.New(global))                       // every request, 404s included
-//	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter one here
+//	r.Use(ginlimit.New(global))                          // every request, 404s included
+//	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter limit here
+//	r.GET("/data", ginlimit.New(perKey, ginlimit.WithKeyFunc(apiKey)), data)
 //
-// The request seen by key functions is Gin's: RemoteAddr is the socket
-// peer (c.Request.RemoteAddr; Gin's ClientIP, which trusts headers by
-// default, is not used), Route is c.FullPath() ("/users/:id"; "" when no
-// route matched, which keyfuncs.Route keys as one "unmatched" bucket), and
-// Context is c.Request.Context(), which net/http ends when the client goes
-// away, stopping any pacing wait. A denied request is answered and the
-// chain aborted (c.Abort).
+// Key functions see the socket peer as RemoteAddr (not Gin's ClientIP,
+// which trusts headers by default) and c.FullPath() as Route ("" when no
+// route matched); Unwrap gives them the *gin.Context. A denied request is
+// answered and the chain aborted.
 package ginlimit
+
+//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -29,14 +27,10 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Option configures the middleware; it is httplimit.Option, shared by
-// every adapter.
-type Option = httplimit.Option
-
 // New returns Gin middleware limiting requests with l.
 //
 // New panics when l is nil or an option is invalid (see
-// httplimit.ErrInvalidOption): like http.Handle given a nil handler, it is
+// core.ErrInvalidOption): like http.Handle given a nil handler, it is
 // a wiring mistake, reported when the routes are built, never at request
 // time.
 func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
@@ -53,10 +47,10 @@ func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
 	}
 }
 
-// Context returns the *gin.Context behind r, for key, skip and cost
+// Unwrap returns the *gin.Context behind r, for key, skip and cost
 // functions that need Gin's own data. ok is false when r does not come from
 // this package.
-func Context(r keyfuncs.Request) (c *gin.Context, ok bool) {
+func Unwrap(r keyfuncs.Request) (c *gin.Context, ok bool) {
 	q, ok := r.(request)
 	return q.c, ok
 }
@@ -72,14 +66,14 @@ func Context(r keyfuncs.Request) (c *gin.Context, ok bool) {
 // Gin's c.Set values are not in c.Request.Context() (unless the engine
 // sets ContextWithFallback, and even then the other way round), so
 // keyfuncs.User cannot see them; this function reads them from the
-// *gin.Context itself (see Context).
+// *gin.Context itself (see Unwrap).
 func UserFromContext(key any) (keyfuncs.Func, error) {
 	if err := userkey.CheckKey("ginlimit.UserFromContext", key); err != nil {
 		return nil, err
 	}
 	users := userkey.New(fmt.Sprintf("gin context key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
-		c, ok := Context(r)
+		c, ok := Unwrap(r)
 		if !ok {
 			return "", fmt.Errorf("ginlimit.UserFromContext: request not from ginlimit")
 		}

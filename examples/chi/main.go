@@ -25,7 +25,6 @@ import (
 
 	chilimit "github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -38,7 +37,7 @@ func main() {
 func newApp(l demo.Limiters) http.Handler {
 	r := chi.NewRouter()
 	// Every request, 404s included, per client IP (the socket peer: no
-	// proxy header is believed, and chi's httplimit.RealIP must not run
+	// proxy header is believed, and chi's middleware.RealIP must not run
 	// before it).
 	r.Use(chilimit.New(l.Global))
 
@@ -51,13 +50,13 @@ func newApp(l demo.Limiters) http.Handler {
 		writeJSON(w, map[string]string{"message": "logged in"})
 	})
 	// Per API key; a request without X-API-Key gets 400.
-	r.With(chilimit.New(l.API, httplimit.WithKeyFunc(l.APIKey))).Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
+	r.With(chilimit.New(l.API, chilimit.WithKeyFunc(l.APIKey))).Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"data": []int{1, 2, 3}})
 	})
 	// One limiter, a quota per route and client IP: /users/1 and /users/2
 	// share one, /users/1/posts has another.
 	r.Group(func(r chi.Router) {
-		r.Use(chilimit.New(l.Users, httplimit.WithKeyFunc(l.RouteAndIP)))
+		r.Use(chilimit.New(l.Users, chilimit.WithKeyFunc(l.RouteAndIP)))
 		r.Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, map[string]string{"id": chi.URLParam(r, "id")})
 		})

@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/httplimit"
 )
 
 // TestProcess builds the chi example, runs it as a process on a free
@@ -35,9 +37,8 @@ func TestProcess(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "chi-example")
 	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", built)
 
 	var out syncBuffer
 	cmd := exec.Command(bin)
@@ -45,9 +46,7 @@ func TestProcess(t *testing.T) {
 	// tells; no REDIS_URL: the memory store.
 	cmd.Env = append(environWithout("ADDR", "REDIS_URL"), "ADDR=127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the example: %v", err)
-	}
+	require.NoError(t, cmd.Start(), "starting the example")
 	exited := make(chan struct{})
 	var waitErr error
 	go func() { waitErr = cmd.Wait(); close(exited) }()
@@ -64,12 +63,8 @@ func TestProcess(t *testing.T) {
 	})
 
 	base := waitForURL(t, &out, exited, 20*time.Second)
-	if !strings.HasPrefix(base, "http://127.0.0.1:") {
-		t.Fatalf("the example listens on %s, want loopback", base)
-	}
-	if !strings.Contains(out.String(), "store: memory") {
-		t.Errorf("the banner does not name the memory store:\n%s", out.String())
-	}
+	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), "the example listens on %s, want loopback", base)
+	assert.Contains(t, out.String(), "store: memory", "the banner names the store")
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	capacity := demo.DefaultPolicies().Global.Capacity()
@@ -78,14 +73,10 @@ func TestProcess(t *testing.T) {
 	var deniedBody []byte
 	for i := int64(0); i < capacity+50 && denied == nil; i++ {
 		res, err := client.Get(base + "/")
-		if err != nil {
-			t.Fatalf("GET / #%d: %v", i+1, err)
-		}
+		require.NoError(t, err, "GET / #%d", i+1)
 		body, err := io.ReadAll(res.Body)
 		_ = res.Body.Close()
-		if err != nil {
-			t.Fatalf("GET / #%d: reading the body: %v", i+1, err)
-		}
+		require.NoError(t, err, "GET / #%d: reading the body", i+1)
 		switch res.StatusCode {
 		case http.StatusOK:
 			passed++
@@ -95,36 +86,24 @@ func TestProcess(t *testing.T) {
 			t.Fatalf("GET / #%d: status %d; body %s", i+1, res.StatusCode, body)
 		}
 	}
-	if denied == nil {
-		t.Fatalf("%d requests passed, none was denied", passed)
-	}
+	require.NotNil(t, denied, "%d requests passed, none was denied", passed)
 	// The bucket refills one token every 600ms: a slow run may pass a few
 	// more than the burst, never fewer.
-	if passed < capacity {
-		t.Errorf("%d requests passed before the first 429, want at least the burst, %d", passed, capacity)
-	}
-	if denied.Header.Get("Retry-After") == "" {
-		t.Error("the 429 has no Retry-After")
-	}
+	assert.GreaterOrEqual(t, passed, capacity, "requests passed before the first 429: at least the burst")
+	assert.NotEmpty(t, denied.Header.Get("Retry-After"), "the 429's Retry-After")
 	var body struct{ Error string }
-	if err := json.Unmarshal(deniedBody, &body); err != nil || body.Error != httplimit.CodeExceeded {
-		t.Errorf("429 body %s, want JSON with error %q", deniedBody, httplimit.CodeExceeded)
+	if assert.NoError(t, json.Unmarshal(deniedBody, &body), "429 body %s", deniedBody) {
+		assert.Equal(t, "rate_limit_exceeded", body.Error, "the 429 body's error")
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
 	select {
 	case <-exited:
 	case <-time.After(demo.ShutdownTimeout + 5*time.Second):
-		t.Fatal("the example did not exit after SIGTERM")
+		require.Fail(t, "the example did not exit after SIGTERM")
 	}
-	if waitErr != nil {
-		t.Errorf("the example exited with %v, want status 0", waitErr)
-	}
-	if !strings.Contains(out.String(), "stopped") {
-		t.Errorf("the example did not report a graceful stop:\n%s", out.String())
-	}
+	assert.NoError(t, waitErr, "the example's exit: want status 0")
+	assert.Contains(t, out.String(), "stopped", "the example reports a graceful stop")
 }
 
 // waitForURL waits, at most timeout, for the banner line giving the

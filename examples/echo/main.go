@@ -24,7 +24,6 @@ import (
 
 	echolimit "github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -51,10 +50,10 @@ func newApp(l demo.Limiters) http.Handler {
 	// Per API key; a request without X-API-Key gets 400.
 	e.GET("/api/data", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]any{"data": []int{1, 2, 3}})
-	}, echolimit.New(l.API, httplimit.WithKeyFunc(l.APIKey)))
+	}, echolimit.New(l.API, echolimit.WithKeyFunc(l.APIKey)))
 	// One limiter, a quota per route and client IP: /users/1 and /users/2
 	// share one, /users/1/posts has another.
-	users := e.Group("/users", echolimit.New(l.Users, httplimit.WithKeyFunc(l.RouteAndIP)))
+	users := e.Group("/users", echolimit.New(l.Users, echolimit.WithKeyFunc(l.RouteAndIP)))
 	users.GET("/:id", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"id": c.Param("id")})
 	})

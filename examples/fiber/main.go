@@ -26,7 +26,6 @@ import (
 
 	fiberlimit "github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -59,13 +58,13 @@ func newApp(l demo.Limiters) *fiber.App {
 		return c.JSON(fiber.Map{"message": "logged in"})
 	})
 	// Per API key; a request without X-API-Key gets 400.
-	app.Get("/api/data", fiberlimit.New(l.API, httplimit.WithKeyFunc(l.APIKey)), func(c *fiber.Ctx) error {
+	app.Get("/api/data", fiberlimit.New(l.API, fiberlimit.WithKeyFunc(l.APIKey)), func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"data": []int{1, 2, 3}})
 	})
 	// One limiter, a quota per route and client IP: /users/1 and /users/2
 	// share one, /users/1/posts has another. The limiter is given to each
 	// route, not to a group's Use, whose path would be "/users".
-	users := fiberlimit.New(l.Users, httplimit.WithKeyFunc(l.RouteAndIP))
+	users := fiberlimit.New(l.Users, fiberlimit.WithKeyFunc(l.RouteAndIP))
 	app.Get("/users/:id", users, func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"id": c.Params("id")})
 	})

@@ -24,7 +24,6 @@ import (
 
 	ginlimit "github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -50,12 +49,12 @@ func newApp(l demo.Limiters) http.Handler {
 		c.JSON(http.StatusOK, gin.H{"message": "logged in"})
 	})
 	// Per API key; a request without X-API-Key gets 400.
-	r.GET("/api/data", ginlimit.New(l.API, httplimit.WithKeyFunc(l.APIKey)), func(c *gin.Context) {
+	r.GET("/api/data", ginlimit.New(l.API, ginlimit.WithKeyFunc(l.APIKey)), func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"data": []int{1, 2, 3}})
 	})
 	// One limiter, a quota per route and client IP: /users/1 and /users/2
 	// share one, /users/1/posts has another.
-	users := r.Group("/users", ginlimit.New(l.Users, httplimit.WithKeyFunc(l.RouteAndIP)))
+	users := r.Group("/users", ginlimit.New(l.Users, ginlimit.WithKeyFunc(l.RouteAndIP)))
 	users.GET("/:id", func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"id": c.Param("id")})
 	})

@@ -135,7 +135,7 @@ func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 			break // the server may stop reading once the client is gone
 		}
 		statuses[res.Status]++
-		assert.Contains(t, []int{http.StatusOK, http.StatusTooManyRequests, httplimit.StatusClientClosedRequest}, res.Status)
+		assert.Contains(t, []int{http.StatusOK, http.StatusTooManyRequests, statusClientClosed}, res.Status)
 	}
 	t.Logf("statuses %v, handler ran %d times", statuses, spec.Hits())
 	assert.NotEmpty(t, statuses, "no response at all")
@@ -193,7 +193,7 @@ func runPacedDisconnects(t *testing.T, h SocketHarness) {
 		require.NoError(t, c.CloseWrite())
 		res, err := c.Read()
 		require.NoError(t, err)
-		assert.Equal(t, httplimit.StatusClientClosedRequest, res.Status, "paced request %d", i)
+		assert.Equal(t, statusClientClosed, res.Status, "paced request %d", i)
 		assert.Equal(t, canceledBody, res.Body, "paced request %d", i)
 	}
 	assert.Equal(t, int64(1), spec.Hits(), "handler runs")
@@ -249,7 +249,7 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 			ok++
 			assert.Equal(t, Body, res.Body)
 			assert.NotEqual(t, leaveBeforeDecision, kind, "request %d: the client left before the decision, yet got 200", i)
-		case http.StatusTooManyRequests, httplimit.StatusClientClosedRequest:
+		case http.StatusTooManyRequests, statusClientClosed:
 		case http.StatusBadRequest:
 			assert.Equal(t, leaveBeforeBody, kind, "request %d: 400", i) // the server's own answer to a short body
 		default:

@@ -1,11 +1,13 @@
 package adapterstest
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
@@ -18,9 +20,8 @@ import (
 func MustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 	return func(fn keyfuncs.Func, err error) keyfuncs.Func {
 		t.Helper()
-		if err != nil || fn == nil {
-			t.Fatalf("key function constructor: %v", err)
-		}
+		require.NoError(t, err, "key function constructor")
+		require.NotNil(t, fn, "key function constructor")
 		return fn
 	}
 }
@@ -32,9 +33,8 @@ func MustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 func CheckInvalidKeyFunc(t testing.TB) func(keyfuncs.Func, error) {
 	return func(fn keyfuncs.Func, err error) {
 		t.Helper()
-		if fn != nil || !errors.Is(err, core.ErrInvalidOption) {
-			t.Errorf("constructor = (func %v), %v; want no function and an error wrapping core.ErrInvalidOption", fn != nil, err)
-		}
+		assert.Nil(t, fn, "the function of a constructor given bad input")
+		assert.ErrorIs(t, err, core.ErrInvalidOption)
 	}
 }
 
@@ -110,10 +110,6 @@ func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build
 		got = append(got, app.Do(t, req).Status)
 		want = append(want, s.status)
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("statuses %v, want %v", got, want)
-	}
-	if keys, want := log.Keys(), []string{"user:alice", "user:alice", "user:bob", ""}; !slices.Equal(keys, want) {
-		t.Errorf("keys %q, want %q", keys, want)
-	}
+	require.Equal(t, want, got, "statuses of %v", steps)
+	assert.Equal(t, []string{"user:alice", "user:alice", "user:bob", ""}, log.Keys(), "keys")
 }

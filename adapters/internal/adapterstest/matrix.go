@@ -1,13 +1,17 @@
 package adapterstest
 
 import (
-	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
@@ -33,19 +37,23 @@ var rateFields = []string{
 }
 
 // limited is the default set of fields of an allowed decision: limit,
-// remaining, and the reset delay in seconds (X-RateLimit-Reset being the
-// epoch second T0+reset).
+// remaining, and the reset delay in seconds. X-RateLimit-Reset, the Unix
+// second at which the quota is whole, is written from the real clock:
+// "now+N" stands for the second N after the request (see checkStep).
 func limited(limit, remaining, reset int64) map[string]string {
 	l, r, s := strconv.FormatInt(limit, 10), strconv.FormatInt(remaining, 10), strconv.FormatInt(reset, 10)
 	return map[string]string{
 		headers.XRateLimitLimit:     l,
 		headers.XRateLimitRemaining: r,
-		headers.XRateLimitReset:     strconv.FormatInt(T0.Unix()+reset, 10),
+		headers.XRateLimitReset:     nowPlus + s,
 		headers.RateLimitLimit:      l,
 		headers.RateLimitRemaining:  r,
 		headers.RateLimitReset:      s,
 	}
 }
+
+// nowPlus prefixes an expected X-RateLimit-Reset: "now+N".
+const nowPlus = "now+"
 
 // denied is limited plus Retry-After.
 func denied(limit, remaining, reset, retry int64) map[string]string {
@@ -72,6 +80,10 @@ const (
 	internalBody   = `{"error":"rate_limit_error","message":"Internal server error."}`
 	canceledBody   = `{"error":"request_canceled","message":"The client closed the request."}`
 )
+
+// statusClientClosed is the status of a request whose client left: 499,
+// nginx's "client closed request".
+const statusClientClosed = 499
 
 // Peers used by the suite.
 const (
@@ -115,14 +127,10 @@ func get(peer string) Request { return Request{Method: "GET", Path: "/", RemoteA
 func wantErrs(targets ...error) func(*testing.T, []error) {
 	return func(t *testing.T, errs []error) {
 		t.Helper()
-		if len(errs) == 0 {
-			t.Fatalf("error handler not called; want errors wrapping %v", targets)
-		}
+		require.NotEmpty(t, errs, "error handler not called; want errors wrapping %v", targets)
 		for _, err := range errs {
 			for _, target := range targets {
-				if !errors.Is(err, target) {
-					t.Errorf("error %v does not wrap %v", err, target)
-				}
+				assert.ErrorIs(t, err, target)
 			}
 		}
 	}
@@ -221,9 +229,9 @@ var matrix = []matrixCase{
 			{req: Request{Method: "POST", Path: "/upload", RemoteAddr: peerA}, status: 500, body: internalBody},
 		},
 		errs: func(t *testing.T, errs []error) {
-			if len(errs) != 2 || !errors.Is(errs[0], core.ErrInvalidCost) || !errors.Is(errs[1], core.ErrCostExceedsLimit) {
-				t.Errorf("errors = %v, want ErrInvalidCost then ErrCostExceedsLimit", errs)
-			}
+			require.Len(t, errs, 2, "errors %v", errs)
+			assert.ErrorIs(t, errs[0], core.ErrInvalidCost)
+			assert.ErrorIs(t, errs[1], core.ErrCostExceedsLimit)
 		},
 	},
 	{
@@ -288,9 +296,8 @@ var matrix = []matrixCase{
 		},
 		hits: 1,
 		errs: func(t *testing.T, errs []error) {
-			if len(errs) != 1 || !errors.Is(errs[0], keyfuncs.ErrNoKey) {
-				t.Errorf("errors = %v, want one wrapping keyfuncs.ErrNoKey", errs)
-			}
+			require.Len(t, errs, 1, "errors %v", errs)
+			assert.ErrorIs(t, errs[0], keyfuncs.ErrNoKey)
 		},
 	},
 	{
@@ -340,59 +347,61 @@ func RunMatrix(t *testing.T, h Harness) {
 			spec := tc.build(t, &errs)
 			app := h.Build(t, spec)
 			for i, s := range tc.steps {
-				checkStep(t, i, s, app.Do(t, s.req))
+				before := time.Now()
+				res := app.Do(t, s.req)
+				checkStep(t, i, s, res, before, time.Now())
 			}
-			if got := spec.Hits(); got != tc.hits {
-				t.Errorf("handler ran %d times, want %d", got, tc.hits)
-			}
-			got := errs.all()
+			assert.Equal(t, tc.hits, spec.Hits(), "handler runs")
 			if tc.errs == nil {
-				if len(got) != 0 {
-					t.Errorf("unexpected errors: %v", got)
-				}
+				assert.Empty(t, errs.all(), "errors reported")
 			} else {
-				tc.errs(t, got)
+				tc.errs(t, errs.all())
 			}
 		})
 	}
 }
 
-func checkStep(t *testing.T, i int, s step, res Response) {
+// checkStep checks the response to step i, sent between before and after:
+// its status, body and Content-Type, exactly the rate-limit fields s
+// expects, and its extra fields.
+func checkStep(t *testing.T, i int, s step, res Response, before, after time.Time) {
 	t.Helper()
-	if res.Status != s.status {
-		t.Errorf("step %d: status %d, want %d (body %q)", i, res.Status, s.status, res.Body)
-	}
-	if res.Body != s.body {
-		t.Errorf("step %d: body\n  %s\nwant\n  %s", i, res.Body, s.body)
-	}
+	assert.Equal(t, s.status, res.Status, "step %d: status (body %q)", i, res.Body)
+	assert.Equal(t, s.body, res.Body, "step %d: body", i)
 	if s.contentType != "" {
-		if ct := res.Header.Get("Content-Type"); ct != s.contentType {
-			t.Errorf("step %d: Content-Type %q, want %q", i, ct, s.contentType)
-		}
+		assert.Equal(t, s.contentType, res.Header.Get("Content-Type"), "step %d: Content-Type", i)
 	}
-	got := map[string]string{}
 	for _, f := range rateFields {
-		if vs := res.Header.Values(f); len(vs) > 0 {
-			if len(vs) > 1 {
-				t.Errorf("step %d: %s has %d values %q, want one", i, f, len(vs), vs)
-			}
-			got[f] = vs[0]
+		got := res.Header.Values(f)
+		want, ok := s.fields[f]
+		if !ok {
+			assert.Empty(t, got, "step %d: %s", i, f)
+			continue
 		}
-	}
-	want := s.fields
-	if want == nil {
-		want = map[string]string{}
-	}
-	if !maps.Equal(got, want) {
-		for _, f := range rateFields {
-			if got[f] != want[f] {
-				t.Errorf("step %d: %s = %q, want %q", i, f, got[f], want[f])
-			}
+		if !assert.Len(t, got, 1, "step %d: %s", i, f) {
+			continue
+		}
+		if n, ok := strings.CutPrefix(want, nowPlus); ok {
+			checkNowPlus(t, fmt.Sprintf("step %d: %s", i, f), got[0], n, before, after)
+		} else {
+			assert.Equal(t, want, got[0], "step %d: %s", i, f)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.extra)) {
-		if v := res.Header.Get(k); v != s.extra[k] {
-			t.Errorf("step %d: %s = %q, want %q", i, k, v, s.extra[k])
-		}
+		assert.Equal(t, s.extra[k], res.Header.Get(k), "step %d: %s", i, k)
+	}
+}
+
+// checkNowPlus checks got, an X-RateLimit-Reset: the Unix second, rounded
+// up, n seconds after a decision made between before and after. (The
+// store decides at T0, but the client is told a time of the real clock.)
+func checkNowPlus(t *testing.T, what, got, n string, before, after time.Time) {
+	t.Helper()
+	reset, err := strconv.ParseInt(n, 10, 64)
+	require.NoError(t, err, "%s: want %q", what, nowPlus+n)
+	sec, err := strconv.ParseInt(got, 10, 64)
+	if assert.NoError(t, err, "%s: %q", what, got) {
+		assert.GreaterOrEqual(t, sec, before.Unix()+reset, "%s", what)
+		assert.LessOrEqual(t, sec, after.Unix()+reset+1, "%s", what)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 )
@@ -42,19 +45,13 @@ func RunPacing(t *testing.T, h Harness) {
 		// 20 per second: each queued unit delays the next by 50ms.
 		spec := global(t, NewStore(t), leaky(20, time.Second), nil)
 		app := h.Build(t, spec)
-		if res := app.Do(t, get(peerA)); res.Status != 200 {
-			t.Fatalf("first request: status %d", res.Status)
-		}
+		require.Equal(t, 200, app.Do(t, get(peerA)).Status, "first request: status")
 		start := time.Now()
-		if res := app.Do(t, get(peerA)); res.Status != 200 || res.Body != Body {
-			t.Fatalf("second request: status %d, body %q", res.Status, res.Body)
-		}
-		if waited := spec.lastServed().Sub(start); waited < 50*time.Millisecond {
-			t.Errorf("handler ran %v after the request, want >= 50ms", waited)
-		}
-		if spec.Hits() != 2 {
-			t.Errorf("handler ran %d times, want 2", spec.Hits())
-		}
+		res := app.Do(t, get(peerA))
+		require.Equal(t, 200, res.Status, "second request: status")
+		require.Equal(t, Body, res.Body, "second request: body")
+		assert.GreaterOrEqual(t, spec.lastServed().Sub(start), 50*time.Millisecond, "time from the request to its handler")
+		assert.Equal(t, int64(2), spec.Hits(), "handler runs")
 	})
 
 	t.Run("capped by MaxDelay", func(t *testing.T) {
@@ -67,15 +64,11 @@ func RunPacing(t *testing.T, h Harness) {
 		go func() { done <- app.Do(t, get(peerA)) }()
 		select {
 		case res := <-done:
-			if res.Status != 200 {
-				t.Fatalf("status %d", res.Status)
-			}
+			require.Equal(t, 200, res.Status, "status")
 		case <-time.After(guard):
-			t.Fatal("request still held; MaxDelay not applied")
+			require.Fail(t, "request still held; MaxDelay not applied")
 		}
-		if waited := spec.lastServed().Sub(start); waited < 30*time.Millisecond {
-			t.Errorf("handler ran %v after the request, want >= 30ms", waited)
-		}
+		assert.GreaterOrEqual(t, spec.lastServed().Sub(start), 30*time.Millisecond, "time from the request to its handler")
 	})
 
 	t.Run("stops when the context ends", func(t *testing.T) {
@@ -92,23 +85,19 @@ func RunPacing(t *testing.T, h Harness) {
 		go func() {
 			defer close(done)
 			res := app.Do(t, req)
-			if res.Body == Body {
-				t.Errorf("handler answered after the context ended")
-			}
+			assert.NotEqual(t, Body, res.Body, "the handler answered after the context ended")
 		}()
 		select {
 		case <-ctx.waiting:
 		case <-time.After(guard):
-			t.Fatal("the request never waited on its context")
+			require.Fail(t, "the request never waited on its context")
 		}
 		cancel()
 		select {
 		case <-done:
 		case <-time.After(guard):
-			t.Fatal("request still held after its context ended")
+			require.Fail(t, "request still held after its context ended")
 		}
-		if spec.Hits() != 1 {
-			t.Errorf("handler ran %d times, want 1 (the first request only)", spec.Hits())
-		}
+		assert.Equal(t, int64(1), spec.Hits(), "handler runs: the first request only")
 	})
 }

@@ -1,8 +1,10 @@
 package adapterstest
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -25,11 +27,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 			checkRemaining(t, p, res, 9-i)
 		}
 		want := "route:GET " + h.Pattern("/users/:id")
-		for _, k := range log.Keys() {
-			if k != want {
-				t.Errorf("key %q, want %q", k, want)
-			}
-		}
+		assert.Equal(t, []string{want, want, want}, log.Keys(), "keys")
 	})
 
 	t.Run("limiter for every request", func(t *testing.T) {
@@ -51,11 +49,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 		if !h.UseSeesRoute() {
 			want = "route:GET /" // documented: the Use prefix
 		}
-		for _, k := range keys {
-			if k != want {
-				t.Errorf("key %q, want %q", k, want)
-			}
-		}
+		assert.Equal(t, []string{want, want, want}, keys, "keys")
 
 		// Unknown paths never get a bucket of their own: each is keyed as
 		// "unmatched" or, where the framework reports the nearest route
@@ -66,31 +60,22 @@ func RunRouteKeys(t *testing.T, h Harness) {
 			app.Do(t, Request{Method: "GET", Path: p, RemoteAddr: peerA})
 		}
 		keys = log.Keys()[before:]
-		if len(keys) != len(unknown) {
-			t.Fatalf("%d keys for %d unknown paths: %q", len(keys), len(unknown), keys)
-		}
-		allowed := map[string]bool{"route:GET <unmatched>": true, want: true}
+		require.Len(t, keys, len(unknown), "keys of the unknown paths: %q", keys)
+		allowed := []string{"route:GET <unmatched>", want}
 		for _, r := range routes {
-			allowed["route:GET "+h.Pattern(r.Path)] = true
+			allowed = append(allowed, "route:GET "+h.Pattern(r.Path))
 		}
 		for i, k := range keys {
-			if !allowed[k] || strings.Contains(k, unknown[i]) {
-				t.Errorf("unknown path %s keyed %q", unknown[i], k)
-			}
+			assert.Contains(t, allowed, k, "the key of unknown path %s", unknown[i])
+			assert.NotContains(t, k, unknown[i], "the key of unknown path %s", unknown[i])
 		}
-		if keys[0] != keys[1] {
-			t.Errorf("/nope/1 and /nope/2 keyed apart: %q, %q", keys[0], keys[1])
-		}
+		assert.Equal(t, keys[0], keys[1], "/nope/1 and /nope/2 keyed apart")
 		t.Logf("unknown paths keyed %q", keys)
 	})
 }
 
 func checkRemaining(t *testing.T, path string, res Response, want int) {
 	t.Helper()
-	if res.Status != 200 {
-		t.Errorf("%s: status %d", path, res.Status)
-	}
-	if got := res.Header.Get("X-Ratelimit-Remaining"); got != itoa(want) {
-		t.Errorf("%s: X-RateLimit-Remaining %q, want %d: not one shared bucket", path, got, want)
-	}
+	assert.Equal(t, 200, res.Status, "%s: status", path)
+	assert.Equal(t, itoa(want), res.Header.Get("X-Ratelimit-Remaining"), "%s: X-RateLimit-Remaining: one shared bucket", path)
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // SocketHarness serves apps on real loopback sockets, for the suites that
@@ -65,9 +67,7 @@ type Conn struct {
 func Dial(t testing.TB, addr string) *Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, ioGuard)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
+	require.NoError(t, err, "dial %s", addr)
 	t.Cleanup(func() { _ = c.Close() })
 	return &Conn{c: c.(*net.TCPConn), br: bufio.NewReader(c)}
 }
@@ -77,9 +77,7 @@ func Dial(t testing.TB, addr string) *Conn {
 func (c *Conn) Do(t testing.TB, req RawRequest) Response {
 	t.Helper()
 	res, err := c.Try(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.Path, err)
-	}
+	require.NoError(t, err, "%s %s", req.Method, req.Path)
 	return res
 }
 

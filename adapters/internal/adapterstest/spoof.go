@@ -4,6 +4,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -87,9 +90,7 @@ func RunSpoofing(t *testing.T, h Harness) {
 	for _, tc := range spoofCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ip, err := keyfuncs.IP(tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var opts []httplimit.Option
 			if tc.opts != nil {
 				opts = append(opts, httplimit.WithKeyFunc(ip))
@@ -98,9 +99,7 @@ func RunSpoofing(t *testing.T, h Harness) {
 			app := h.Build(t, spec)
 			for i, s := range tc.steps {
 				res := app.Do(t, Request{Method: "GET", Path: "/", RemoteAddr: s.peer, Header: s.header})
-				if res.Status != s.status {
-					t.Errorf("step %d: peer %s, header %v: status %d, want %d", i, s.peer, s.header, res.Status, s.status)
-				}
+				assert.Equal(t, s.status, res.Status, "step %d: peer %s, header %v: status", i, s.peer, s.header)
 			}
 		})
 	}

@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
@@ -21,9 +23,7 @@ import (
 func TestDefaultPoliciesValidate(t *testing.T) {
 	p := DefaultPolicies()
 	for _, q := range []core.Policy{p.Global, p.Login, p.API, p.Users} {
-		if err := q.Validate(); err != nil {
-			t.Errorf("%s: %v", q.Name, err)
-		}
+		assert.NoError(t, q.Validate(), q.Name)
 	}
 }
 
@@ -43,31 +43,25 @@ func TestNewLimiters(t *testing.T) {
 		"api":    {l.API, core.FailOpen},
 		"users":  {l.Users, core.FailOpen},
 	} {
-		if got := tc.l.Policy().Name; got != name {
-			t.Errorf("policy %q, want %q", got, name)
-		}
-		if got := tc.l.FailMode(); got != tc.mode {
-			t.Errorf("%s: fails %v, want %v", name, got, tc.mode)
-		}
+		assert.Equal(t, name, tc.l.Policy().Name, "policy name")
+		assert.Equal(t, tc.mode, tc.l.FailMode(), "%s: fail mode", name)
 	}
 
 	k, err := l.RouteAndIP(request{route: "/users/:id"})
-	if err != nil || k != "route:GET /users/:id|ip:203.0.113.7" {
-		t.Errorf("RouteAndIP = %q, %v", k, err)
-	}
-	if _, err := l.APIKey(request{}); !errors.Is(err, keyfuncs.ErrNoKey) {
-		t.Errorf("APIKey without the header: err = %v, want ErrNoKey", err)
-	}
+	require.NoError(t, err, "RouteAndIP")
+	assert.Equal(t, "route:GET /users/:id|ip:203.0.113.7", k, "RouteAndIP")
+	_, err = l.APIKey(request{})
+	assert.ErrorIs(t, err, keyfuncs.ErrNoKey, "APIKey without the header")
 	k, err = l.APIKey(request{header: http.Header{"X-Api-Key": {"secret"}}})
-	if err != nil || !strings.HasPrefix(k, "key:") || strings.Contains(k, "secret") {
-		t.Errorf("APIKey = %q, %v; want a hashed key", k, err)
-	}
+	require.NoError(t, err, "APIKey")
+	assert.True(t, strings.HasPrefix(k, "key:"), "APIKey = %q, want a hashed key", k)
+	assert.NotContains(t, k, "secret", "APIKey")
 
 	p := DefaultPolicies()
 	p.API.Limit = 0
-	if _, err := NewLimiters(store, p); !errors.Is(err, core.ErrInvalidPolicy) || !strings.Contains(err.Error(), "API limit") {
-		t.Errorf("invalid API policy: err = %v, want ErrInvalidPolicy naming the API limit", err)
-	}
+	_, err = NewLimiters(store, p)
+	assert.ErrorIs(t, err, core.ErrInvalidPolicy, "invalid API policy")
+	assert.ErrorContains(t, err, "API limit", "the error names the limit")
 }
 
 // request is a keyfuncs.Request from a fixed peer on a fixed route.
@@ -96,9 +90,7 @@ func TestDescribe(t *testing.T) {
 		{core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: 90 * time.Minute}, "leaky bucket, 10 per 1h30m, burst 10"},
 		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: 10 * time.Second}, "fixed window, 3 per 10s"},
 	} {
-		if got := Describe(tc.p); got != tc.want {
-			t.Errorf("Describe(%+v) = %q, want %q", tc.p, got, tc.want)
-		}
+		assert.Equal(t, tc.want, Describe(tc.p), "Describe(%+v)", tc.p)
 	}
 }
 
@@ -111,21 +103,15 @@ func TestBaseURL(t *testing.T) {
 		"[::ffff:10.0.0.1]:1": "http://10.0.0.1:1",
 	} {
 		a, err := net.ResolveTCPAddr("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := BaseURL(a); got != want {
-			t.Errorf("BaseURL(%s) = %q, want %q", addr, got, want)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, want, BaseURL(a), "BaseURL(%s)", addr)
 	}
 }
 
 func TestWriteBanner(t *testing.T) {
 	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
 	var b bytes.Buffer
-	if err := WriteBanner(&b, "chi", addr, "memory", DefaultPolicies()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, WriteBanner(&b, "chi", addr, "memory", DefaultPolicies()))
 	for _, want := range []string{
 		"ratelimit demo (chi) listening on http://127.0.0.1:8080\n",
 		"store: memory",
@@ -135,21 +121,15 @@ func TestWriteBanner(t *testing.T) {
 		"curl -i -H 'X-API-Key: demo' http://127.0.0.1:8080/api/data",
 		"curl -i http://127.0.0.1:8080/users/42",
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the banner lacks %q:\n%s", want, b.String())
-		}
+		assert.Contains(t, b.String(), want, "the banner")
 	}
 }
 
 func TestAddr(t *testing.T) {
 	t.Setenv("ADDR", "")
-	if got := Addr(); got != DefaultAddr {
-		t.Errorf("Addr() = %q, want %q", got, DefaultAddr)
-	}
+	assert.Equal(t, DefaultAddr, Addr(), "Addr() without ADDR")
 	t.Setenv("ADDR", ":9090")
-	if got := Addr(); got != ":9090" {
-		t.Errorf("Addr() = %q, want :9090", got)
-	}
+	assert.Equal(t, ":9090", Addr(), "Addr() with ADDR")
 }
 
 func TestOpenStoreMemory(t *testing.T) {
@@ -166,23 +146,19 @@ func TestOpenStoreMemory(t *testing.T) {
 }
 
 func TestOpenStoreBadURL(t *testing.T) {
-	if _, err := OpenStore(context.Background(), "http://127.0.0.1:6379"); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
-		t.Errorf("err = %v, want an error about REDIS_URL", err)
-	}
+	_, err := OpenStore(context.Background(), "http://127.0.0.1:6379")
+	assert.ErrorContains(t, err, "REDIS_URL")
 }
 
 func TestOpenStoreRedisDown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := OpenStore(ctx, "redis://"+addr+"/0"); err == nil || !strings.Contains(err.Error(), "does not answer") {
-		t.Errorf("err = %v, want Redis not answering", err)
-	}
+	_, err = OpenStore(ctx, "redis://"+addr+"/0")
+	assert.ErrorContains(t, err, "does not answer")
 }
 
 func TestOpenStoreRedis(t *testing.T) {
@@ -190,27 +166,18 @@ func TestOpenStoreRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := OpenStore(ctx, "redis://"+srv.Addr()+"/0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
-	if !strings.HasPrefix(s.Name, "redis at "+srv.Addr()) {
-		t.Errorf("Name = %q, want redis at %s", s.Name, srv.Addr())
-	}
+	assert.True(t, strings.HasPrefix(s.Name, "redis at "+srv.Addr()), "Name = %q, want redis at %s", s.Name, srv.Addr())
 	l, err := core.NewLimiter(s.Store, core.Policy{Name: "demo-test", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	key := "test-" + time.Now().Format(time.RFC3339Nano)
 	for i, want := range []bool{true, false} {
 		d, err := l.Allow(ctx, key)
-		if err != nil || d.Allowed != want {
-			t.Fatalf("Allow #%d = %v, %v; want %v", i+1, d.Allowed, err, want)
-		}
+		require.NoError(t, err, "Allow #%d", i+1)
+		require.Equal(t, want, d.Allowed, "Allow #%d: Allowed", i+1)
 	}
-	if err := l.Reset(ctx, key); err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, l.Reset(ctx, key))
 }
 
 // TestRun serves a handler through run, then ends its context, as a signal
@@ -241,47 +208,34 @@ func TestRun(t *testing.T) {
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
+			require.Failf(t, "run returned early", "%v", err)
 		case <-time.After(10 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no banner within 10s")
-		}
+		require.False(t, time.Now().After(deadline), "no banner within 10s")
 	}
-	if got.Global == nil || got.Global.Policy() != DefaultPolicies().Global {
-		t.Errorf("the server was built with %+v, want the default limiters", got)
-	}
+	require.NotNil(t, got.Global, "the server's global limiter")
+	assert.Equal(t, DefaultPolicies().Global, got.Global.Policy(), "the server's global policy")
 	c := &http.Client{Timeout: 5 * time.Second}
 	res, err := c.Get(base + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_ = res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Errorf("status %d, want 200", res.StatusCode)
-	}
+	assert.Equal(t, http.StatusOK, res.StatusCode, "status")
 
 	cancel()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Errorf("run = %v, want nil after a graceful shutdown", err)
-		}
+		assert.NoError(t, err, "run after a graceful shutdown")
 	case <-time.After(ShutdownTimeout + 5*time.Second):
-		t.Fatal("run did not return after its context ended")
+		require.Fail(t, "run did not return after its context ended")
 	}
-	if !strings.HasSuffix(out.String(), "stopped\n") {
-		t.Errorf("output does not end with the stop:\n%s", out.String())
-	}
+	assert.True(t, strings.HasSuffix(out.String(), "stopped\n"), "output does not end with the stop:\n%s", out.String())
 }
 
 func TestRunListenError(t *testing.T) {
 	err := run(context.Background(), io.Discard, "test", "256.0.0.1:0", "", func(Limiters) Server {
 		return HTTPServer(http.NotFoundHandler())
 	})
-	if err == nil {
-		t.Error("run on a bad address succeeded")
-	}
+	assert.Error(t, err, "run on a bad address")
 }
 
 // syncBuffer is a bytes.Buffer that one goroutine writes while another

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
@@ -54,9 +57,7 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		for i, want := range []string{"1", "0"} {
 			res := c.do(t, "GET", "/", nil)
 			c.wantStatus(t, res, http.StatusOK)
-			if got := res.Header.Get("X-RateLimit-Remaining"); got != want {
-				t.Errorf("request %d: X-RateLimit-Remaining = %q, want %q", i+1, got, want)
-			}
+			assert.Equal(t, want, res.Header.Get("X-RateLimit-Remaining"), "request %d: X-RateLimit-Remaining", i+1)
 		}
 		c.wantDenied(t, c.do(t, "GET", "/", nil), "2")
 	})
@@ -93,9 +94,7 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		for range 2 {
 			res := c.do(t, "GET", "/api/data", alice)
 			c.wantStatus(t, res, http.StatusOK)
-			if got := res.Header.Get("X-RateLimit-Limit"); got != "2" {
-				t.Errorf("X-RateLimit-Limit = %q, want the API limit, 2", got)
-			}
+			assert.Equal(t, "2", res.Header.Get("X-RateLimit-Limit"), "X-RateLimit-Limit: the API limit")
 		}
 		c.wantDenied(t, c.do(t, "GET", "/api/data", alice), "2")
 		// Another key, from the same address, has a quota of its own.
@@ -110,9 +109,7 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		c.wantStatus(t, res, http.StatusBadRequest)
 		var body struct{ Error string }
 		c.decodeJSON(t, res, &body)
-		if body.Error != httplimit.CodeKeyMissing {
-			t.Errorf("error = %q, want %q", body.Error, httplimit.CodeKeyMissing)
-		}
+		assert.Equal(t, "rate_limit_key_missing", body.Error, "the JSON body's error")
 	})
 
 	t.Run("UsersLimitPerRoute", func(t *testing.T) {
@@ -124,9 +121,7 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		c.wantStatus(t, res, http.StatusOK)
 		var body struct{ ID string }
 		c.decodeJSON(t, res, &body)
-		if body.ID != "1" {
-			t.Errorf("id = %q, want 1", body.ID)
-		}
+		assert.Equal(t, "1", body.ID, "the JSON body's id")
 		// Another id is the same route: the same quota.
 		c.wantDenied(t, c.do(t, "GET", "/users/2", nil), "1")
 		// Another route under the same limiter has a quota of its own.
@@ -167,14 +162,10 @@ func (c client) do(t *testing.T, method, path string, h http.Header) *http.Respo
 		}
 	}
 	res, err := c.send(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(t, err, "%s %s", method, path)
 	body, err := io.ReadAll(res.Body)
 	_ = res.Body.Close()
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
+	require.NoError(t, err, "%s %s: reading the body", method, path)
 	res.Body = io.NopCloser(strings.NewReader(string(body)))
 	res.Request = req
 	return res
@@ -184,43 +175,42 @@ func (client) wantStatus(t *testing.T, res *http.Response, want int) {
 	t.Helper()
 	if res.StatusCode != want {
 		body, _ := io.ReadAll(res.Body)
-		t.Fatalf("%s %s: status %d, want %d; body %s", res.Request.Method, res.Request.URL.Path, res.StatusCode, want, body)
+		require.Equal(t, want, res.StatusCode, "%s %s: status; body %s", res.Request.Method, res.Request.URL.Path, body)
 	}
 }
 
 // wantDenied checks the middleware's answer to a request over its limit:
-// 429, Retry-After, the limit in X-RateLimit-Limit and the JSON body.
+// 429, Retry-After, the limit in X-RateLimit-Limit, and the body of
+// httplimit.DefaultDenyHandler for that Retry-After.
 func (c client) wantDenied(t *testing.T, res *http.Response, limit string) {
 	t.Helper()
 	c.wantStatus(t, res, http.StatusTooManyRequests)
 	ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
-	if err != nil || ra < 1 {
-		t.Errorf("Retry-After = %q, want a delay of at least 1 second", res.Header.Get("Retry-After"))
-	}
-	if got := res.Header.Get("X-RateLimit-Limit"); got != limit {
-		t.Errorf("X-RateLimit-Limit = %q, want %q", got, limit)
-	}
-	if got := res.Header.Get("X-RateLimit-Remaining"); got != "0" {
-		t.Errorf("X-RateLimit-Remaining = %q, want 0", got)
-	}
-	var body struct {
-		Error             string `json:"error"`
-		Message           string `json:"message"`
-		RetryAfterSeconds int    `json:"retry_after_seconds"`
-	}
-	c.decodeJSON(t, res, &body)
-	if body.Error != httplimit.CodeExceeded || body.Message == "" || body.RetryAfterSeconds != ra {
-		t.Errorf("body = %+v, want error %q, a message and retry_after_seconds = Retry-After (%d)", body, httplimit.CodeExceeded, ra)
-	}
+	require.NoError(t, err, "Retry-After")
+	assert.GreaterOrEqual(t, ra, 1, "Retry-After")
+	assert.Equal(t, limit, res.Header.Get("X-RateLimit-Limit"), "X-RateLimit-Limit")
+	assert.Equal(t, "0", res.Header.Get("X-RateLimit-Remaining"), "X-RateLimit-Remaining")
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"), "Content-Type")
+	var want recorder
+	httplimit.DefaultDenyHandler(nil, &want, core.Decision{RetryAfter: time.Duration(ra) * time.Second})
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	assert.Equal(t, want.body, string(body), "body: the default one, retry_after_seconds = Retry-After")
+}
+
+// recorder is an httplimit.Response that keeps the body written.
+type recorder struct{ body string }
+
+func (*recorder) Set(string, string) {}
+
+func (r *recorder) Write(_ int, _ string, body []byte) error {
+	r.body = string(body)
+	return nil
 }
 
 // decodeJSON checks that res is JSON and decodes its body into v.
 func (client) decodeJSON(t *testing.T, res *http.Response, v any) {
 	t.Helper()
-	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("Content-Type = %q, want application/json", ct)
-	}
-	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
-		t.Fatalf("decoding the JSON body: %v", err)
-	}
+	assert.True(t, strings.HasPrefix(res.Header.Get("Content-Type"), "application/json"), "Content-Type %q", res.Header.Get("Content-Type"))
+	require.NoError(t, json.NewDecoder(res.Body).Decode(v), "decoding the JSON body")
 }
