@@ -128,8 +128,7 @@ func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...httplimit.Optio
 	return mws
 }
 
-// NewMount returns a Mount of l whose header clock is frozen at T0, the
-// time of the limiters of NewLimiter, followed by opts.
+// NewMount returns a Mount of l with opts.
 func NewMount(l *core.Limiter, opts ...httplimit.Option) Mount {
 	return Mount{Limiter: l, Options: opts}
 }
