@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 )
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
@@ -347,8 +346,7 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 		t.Run(string(tt.p.Algorithm), func(t *testing.T) {
 			clock := &testClock{}
 			s := &switchStore{}
-			local := memstore.New()
-			t.Cleanup(func() { _ = local.Close() })
+			local := newMemStore(t)
 			l, err := core.NewLimiter(s, tt.p, clock.option(), core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
 			require.NoError(t, err)
 			ctx := context.Background()

@@ -8,7 +8,9 @@
 // exact limits. A Limiter ties one Policy to a Store and is what callers
 // use:
 //
-//	l, err := core.NewLimiter(memstore.New(), core.Policy{
+//	store, err := memstore.New() // or redisstore.New(redisClient)
+//	if err != nil { ... }
+//	l, err := core.NewLimiter(store, core.Policy{
 //		Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20,
 //	})
 //	d, err := l.Allow(ctx, clientKey)

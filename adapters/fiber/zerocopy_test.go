@@ -44,7 +44,8 @@ func zeroCopyKey(i, n int) string {
 // its second, on one kept-alive connection.
 func testZeroCopyKeys(t *testing.T, srv *redistest.Server) {
 	memory := func(t *testing.T) core.Store {
-		s := memstore.New()
+		s, err := memstore.New()
+		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}

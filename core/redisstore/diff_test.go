@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 )
 
 var (
@@ -23,8 +22,7 @@ var (
 // requires identical Decisions at every step.
 func TestMatchesMemstore(t *testing.T) {
 	rs, _, _ := newStore(t)
-	ms := memstore.New()
-	t.Cleanup(func() { _ = ms.Close() })
+	ms := newMemStore(t)
 	ctx := context.Background()
 
 	// Far in the future, so that memstore's janitor (which reads the real

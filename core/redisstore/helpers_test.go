@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -30,6 +32,16 @@ func newStore(t testing.TB, opts ...Option) (*Store, *redistest.Server, *redis.C
 	c := srv.Client()
 	opts = append([]Option{WithPrefix(testPrefix(t))}, opts...)
 	return New(c, opts...), srv, c
+}
+
+// newMemStore returns a memstore with the default options, closed when t
+// ends.
+func newMemStore(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // policies returns one policy per algorithm, L per W.

@@ -27,9 +27,7 @@ type logPair struct {
 }
 
 func newLogPair(t *testing.T, rs *Store, p core.Policy) *logPair {
-	ms := memstore.New()
-	t.Cleanup(func() { _ = ms.Close() })
-	return &logPair{t: t, rs: rs, ms: ms, p: p}
+	return &logPair{t: t, rs: rs, ms: newMemStore(t), p: p}
 }
 
 // take decides cost at at on both stores and returns the Decision.

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -178,8 +177,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	if srv.External() {
 		t.Skip("REDIS_URL is set: outage tests need a server of their own")
 	}
-	local := memstore.New()
-	t.Cleanup(func() { _ = local.Close() })
+	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
 	l, err := core.NewLimiter(New(srv.Client(), WithPrefix(testPrefix(t))), p,
 		core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
@@ -370,8 +368,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			opts.ContextTimeoutEnabled = kind.contextDeadline
 			client := redis.NewClient(opts)
 			t.Cleanup(func() { _ = client.Close() })
-			local := memstore.New()
-			t.Cleanup(func() { _ = local.Close() })
+			local := newMemStore(t)
 			const limit = 10
 			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
 			l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p,
@@ -465,8 +462,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			client.AddHook(cancelHook{})
 			s := New(client, WithPrefix(testPrefix(t)))
 			waitChecked(t, s, 10*time.Second) // its INFO must not count below
-			local := memstore.New()
-			t.Cleanup(func() { _ = local.Close() })
+			local := newMemStore(t)
 
 			configs := []struct {
 				name string

@@ -43,7 +43,10 @@ func (s *Store) Close() error { return s.close() }
 // that Redis answers. Close it when done.
 func OpenStore(ctx context.Context, redisURL string) (*Store, error) {
 	if redisURL == "" {
-		ms := memstore.New()
+		ms, err := memstore.New()
+		if err != nil {
+			return nil, err
+		}
 		return &Store{Store: ms, Name: "memory", close: ms.Close}, nil
 	}
 	opt, err := redis.ParseURL(redisURL)
