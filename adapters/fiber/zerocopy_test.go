@@ -50,8 +50,10 @@ func testZeroCopyKeys(t *testing.T, srv *redistest.Server) {
 		return s
 	}
 	var prefix atomic.Int64
-	redis := func(*testing.T) core.Store {
-		return redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("zerocopy%d:", prefix.Add(1))))
+	redis := func(t *testing.T) core.Store {
+		s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("zerocopy%d:", prefix.Add(1))))
+		require.NoError(t, err)
+		return s
 	}
 	cases := []struct {
 		name      string

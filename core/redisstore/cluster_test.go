@@ -24,7 +24,7 @@ import (
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
-	s := New(c, WithPrefix(testPrefix(t)))
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	ctx := context.Background()
 	const limit, keys, workers = 7, 120, 8
 
@@ -81,7 +81,7 @@ func TestCluster(t *testing.T) {
 	// The keys spread over all masters.
 	masters := map[string]int{}
 	for k := range keys {
-		base := s.Key(fmt.Sprintf("client-%d", k), ps[0])
+		base := s.stateKey(fmt.Sprintf("client-%d", k), ps[0])
 		m, err := c.MasterForKey(ctx, base)
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +208,7 @@ func TestClusterRecoveryRateLimited(t *testing.T) {
 	srv := redistest.Start(t)
 	var loads atomic.Int64
 	cc := &countingCluster{ClusterClient: clusterOver(t, srv.Addr(), &loads, nil)}
-	s := New(cc)
+	s := mustNew(t, cc)
 	require.NotNil(t, s.recovery)
 	waitChecked(t, s, 5*time.Second)
 	atStart := loads.Load()
@@ -248,7 +248,7 @@ func TestClusterRecoveryNeverWaits(t *testing.T) {
 	var loads atomic.Int64
 	block := make(chan struct{})
 	defer close(block)
-	s := New(clusterOver(t, srv.Addr(), &loads, block))
+	s := mustNew(t, clusterOver(t, srv.Addr(), &loads, block))
 	waitChecked(t, s, 5*time.Second) // its load of the slot map is not blocked
 	returned := make(chan struct{})
 	go func() {
@@ -281,7 +281,7 @@ func TestClusterRecoveryClients(t *testing.T) {
 		{"universal, several addresses", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}), true},
 		{"wrapped cluster", &countingCluster{ClusterClient: redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})}, true},
 	} {
-		assert.Equal(t, tc.want, New(tc.client).recovery != nil, tc.name)
+		assert.Equal(t, tc.want, mustNew(t, tc.client).recovery != nil, tc.name)
 		require.NoError(t, tc.client.Close())
 	}
 }
@@ -292,7 +292,7 @@ func TestClusterRecoveryClients(t *testing.T) {
 func BenchmarkClusterRecoveryFailed(b *testing.B) {
 	srv := redistest.Start(b)
 	var loads atomic.Int64
-	s := New(clusterOver(b, srv.Addr(), &loads, nil))
+	s := mustNew(b, clusterOver(b, srv.Addr(), &loads, nil))
 	b.ReportAllocs()
 	for b.Loop() {
 		s.recovery.failed(io.EOF)

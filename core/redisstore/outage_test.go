@@ -49,7 +49,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	opts.ContextTimeoutEnabled = contextDeadline
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	s := New(client, WithPrefix(testPrefix(t)))
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
 	if s.HonorsDeadline() != contextDeadline {
 		t.Fatalf("HonorsDeadline() = %v with ContextTimeoutEnabled %v", s.HonorsDeadline(), contextDeadline)
 	}
@@ -179,7 +179,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	}
 	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-	l, err := core.NewLimiter(New(srv.Client(), WithPrefix(testPrefix(t))), p,
+	l, err := core.NewLimiter(mustNew(t, srv.Client(), WithPrefix(testPrefix(t))), p,
 		core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				counter := newCommandCounter()
 				client.AddHook(counter)
 				p := core.Policy{Name: "breaker", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
-				st := New(client, WithPrefix(testPrefix(t)))
+				st := mustNew(t, client, WithPrefix(testPrefix(t)))
 				waitChecked(t, st, 10*time.Second) // its INFO must not count below
 				l, err := core.NewLimiter(st, p, core.WithTimeout(outageTimeout))
 				require.NoError(t, err)
@@ -371,7 +371,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			local := newMemStore(t)
 			const limit = 10
 			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
-			l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p,
+			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
 				core.WithTimeout(outageTimeout), core.WithFallback(local))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -460,7 +460,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			counter := newCommandCounter()
 			client.AddHook(counter)
 			client.AddHook(cancelHook{})
-			s := New(client, WithPrefix(testPrefix(t)))
+			s := mustNew(t, client, WithPrefix(testPrefix(t)))
 			waitChecked(t, s, 10*time.Second) // its INFO must not count below
 			local := newMemStore(t)
 

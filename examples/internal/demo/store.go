@@ -63,7 +63,11 @@ func OpenStore(ctx context.Context, redisURL string) (*Store, error) {
 		opt.WriteTimeout = 500 * time.Millisecond
 	}
 	client := redis.NewClient(opt)
-	rs := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	rs, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()
