@@ -68,13 +68,11 @@ func TestCluster(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	for _, p := range ps {
 		for k := range keys {
-			if n := admitted[fmt.Sprintf("%s client-%d", p.Algorithm, k)]; n != limit {
-				t.Errorf("%s client-%d: %d admitted, want %d", p.Algorithm, k, n, limit)
-			}
+			assert.Equal(t, limit, admitted[fmt.Sprintf("%s client-%d", p.Algorithm, k)], "%s client-%d: admitted", p.Algorithm, k)
 		}
 	}
 
@@ -83,32 +81,20 @@ func TestCluster(t *testing.T) {
 	for k := range keys {
 		base := s.stateKey(fmt.Sprintf("client-%d", k), ps[0])
 		m, err := c.MasterForKey(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		masters[m.Options().Addr]++
 	}
-	if len(masters) != 3 {
-		t.Fatalf("keys on %d masters, want 3: %v", len(masters), masters)
-	}
+	require.Len(t, masters, 3, "masters holding keys")
 
 	// Every key written has a TTL.
 	all := scanKeys(t, ctx, c, s.prefix)
-	if want := keys * len(ps); len(all) != want {
-		t.Fatalf("scanned %d keys, want %d", len(all), want)
-	}
+	require.Len(t, all, keys*len(ps), "keys scanned")
 	for _, k := range all {
-		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
-			t.Errorf("%s: PTTL %v", k, ttl)
-		}
+		assert.Positive(t, c.PTTL(ctx, k).Val(), "%s: PTTL", k)
 	}
-	if err := s.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Ping(ctx), "Ping over the cluster")
 	for _, p := range ps {
-		if err := s.Reset(ctx, "client-0", p); err != nil {
-			t.Fatalf("Reset over the cluster: %v", err)
-		}
+		require.NoError(t, s.Reset(ctx, "client-0", p), "%s: Reset over the cluster", p.Algorithm)
 	}
 }
 
