@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 )
 
 // benchStore answers at once, without allocating: what is left is the
@@ -55,8 +54,7 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		run(b, l, true)
 	})
 	b.Run("memstore", func(b *testing.B) {
-		s := memstore.New()
-		defer s.Close()
+		s := newMemStore(b)
 		l, err := core.NewLimiter(s, p)
 		if err != nil {
 			b.Fatal(err)
@@ -64,9 +62,7 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		run(b, l, false)
 	})
 	b.Run("memstore-mirrored", func(b *testing.B) {
-		s, local := memstore.New(), memstore.New()
-		defer s.Close()
-		defer local.Close()
+		s, local := newMemStore(b), newMemStore(b)
 		l, err := core.NewLimiter(s, p, core.WithFallback(local))
 		if err != nil {
 			b.Fatal(err)

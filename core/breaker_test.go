@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 )
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
@@ -355,8 +354,7 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 		for _, start := range []time.Time{t0, time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC)} {
 			t.Run(fmt.Sprintf("%s/%d", tt.p.Algorithm, start.Year()), func(t *testing.T) {
 				s := &switchStore{}
-				local := memstore.New()
-				t.Cleanup(func() { _ = local.Close() })
+				local := newMemStore(t)
 				l, err := core.NewLimiter(s, tt.p, core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
 				require.NoError(t, err)
 				ctx := context.Background()

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 )
 
 func TestDenyCache(t *testing.T) {
@@ -146,8 +145,7 @@ func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 // the Reset (the store then holds nothing for the key), the next request
 // must be admitted by the store, never refused from the cache.
 func TestDenyCacheResetRace(t *testing.T) {
-	s := memstore.New()
-	t.Cleanup(func() { _ = s.Close() })
+	s := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 	l, err := core.NewLimiter(s, p, core.WithDenyCache(100))
 	require.NoError(t, err)

@@ -7,8 +7,8 @@
 // shared by many app servers. A Limiter ties one Policy to a Store, and is
 // safe for concurrent use:
 //
-//	store, err := memstore.New()
-//	// ...
+//	store, err := memstore.New() // or redisstore.New(redisClient)
+//	if err != nil { ... }
 //	l, err := core.NewLimiter(store, core.Policy{
 //		Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20,
 //	})

@@ -49,9 +49,8 @@ func TestFallbackBoundsAFlappingStore(t *testing.T) {
 	for _, alg := range core.Algorithms() {
 		for _, pat := range patterns {
 			t.Run(string(alg)+"/"+pat.name, func(t *testing.T) {
-				primary := &flakyStore{Store: memstore.New(), fail: pat.fail}
-				local := memstore.New()
-				t.Cleanup(func() { _ = primary.Close(); _ = local.Close() })
+				primary := &flakyStore{Store: newMemStore(t), fail: pat.fail}
+				local := newMemStore(t)
 				now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 				p := core.Policy{Algorithm: alg, Limit: 10, Window: time.Hour}
 				l, err := core.NewLimiter(primary, p, core.WithFallback(local))
@@ -82,9 +81,8 @@ func TestFallbackBoundsAFlappingStore(t *testing.T) {
 // counts what the store admits, so that an outage starts from the real
 // count, not from zero; a Reset clears both.
 func TestFallbackMirrorsAdmissions(t *testing.T) {
-	primary := &flakyStore{Store: memstore.New(), fail: func(int64) bool { return false }}
-	local := memstore.New()
-	t.Cleanup(func() { _ = primary.Close(); _ = local.Close() })
+	primary := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return false }}
+	local := newMemStore(t)
 	p := core.Policy{Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
 	l, err := core.NewLimiter(primary, p, core.WithFallback(local))
 	require.NoError(t, err)
@@ -118,9 +116,8 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 func TestFallbackBoundsAFlappingStoreConcurrently(t *testing.T) {
 	for _, alg := range core.Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
-			primary := &flakyStore{Store: memstore.New(), fail: func(n int64) bool { return n%2 == 0 }}
-			local := memstore.New()
-			t.Cleanup(func() { _ = primary.Close(); _ = local.Close() })
+			primary := &flakyStore{Store: newMemStore(t), fail: func(n int64) bool { return n%2 == 0 }}
+			local := newMemStore(t)
 			now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 			p := core.Policy{Algorithm: alg, Limit: 10, Window: time.Hour}
 			l, err := core.NewLimiter(primary, p, core.WithFallback(local))

@@ -73,7 +73,11 @@ func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Opti
 }
 
 func memStore(t testing.TB) *memstore.Store {
-	s := memstore.New()
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

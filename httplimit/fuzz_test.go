@@ -71,7 +71,10 @@ var fuzzAlgorithms = []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, c
 func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	ff := &fuzzFlow{}
 	mem := func() core.Store {
-		s := memstore.New()
+		s, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
 		ff.closers = append(ff.closers, func() { _ = s.Close() })
 		return leavingStore{s, ff}
 	}

@@ -14,7 +14,10 @@ import (
 )
 
 func ExampleNew() {
-	store := memstore.New()
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
 	defer store.Close()
 	limiter, err := core.NewLimiter(store, core.Policy{
 		Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute,

@@ -105,7 +105,10 @@ func status(app *fiber.App, path, apiKey string) int {
 // twoAnHour returns a limiter of two requests an hour per key, built as in
 // ExampleNew, and the function that closes its store.
 func twoAnHour() (*core.Limiter, func() error) {
-	store := memstore.New()
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
 	limiter, err := core.NewLimiter(store, core.Policy{
 		Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour,
 	})

@@ -43,13 +43,16 @@ func zeroCopyKey(i, n int) string {
 // its second, on one kept-alive connection.
 func testZeroCopyKeys(t *testing.T, srv *redistest.Server) {
 	memory := func(t *testing.T) core.Store {
-		s := memstore.New()
+		s, err := memstore.New()
+		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
 	var prefix atomic.Int64
-	redis := func(*testing.T) core.Store {
-		return redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("zerocopy%d:", prefix.Add(1))))
+	redis := func(t *testing.T) core.Store {
+		s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("zerocopy%d:", prefix.Add(1))))
+		require.NoError(t, err)
+		return s
 	}
 	cases := []struct {
 		name      string

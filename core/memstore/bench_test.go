@@ -43,8 +43,7 @@ func BenchmarkAllow(b *testing.B) {
 	for _, alg := range core.Algorithms() {
 		for _, mode := range []string{"allowed", "denied"} {
 			b.Run(string(alg)+"/"+mode, func(b *testing.B) {
-				s := memstore.New()
-				defer s.Close()
+				s := mustNew(b)
 				p := benchPolicy(alg)
 				if mode == "denied" {
 					p.Limit, p.Window = 10, time.Hour
@@ -75,8 +74,7 @@ func BenchmarkAllowKeyspace(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 1_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			s := memstore.New(memstore.WithMaxKeys(max(n, memstore.DefaultMaxKeys)))
-			defer s.Close()
+			s := mustNew(b, memstore.WithMaxKeys(max(n, memstore.DefaultMaxKeys)))
 			l := newLimiter(b, s, benchPolicy(core.TokenBucket))
 			keys := makeKeys(n)
 			before := heapInUse()
@@ -115,8 +113,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 100_000} {
 		b.Run(fmt.Sprintf("token_bucket/keys=%d", n), func(b *testing.B) {
-			s := memstore.New()
-			defer s.Close()
+			s := mustNew(b)
 			l := newLimiter(b, s, benchPolicy(core.TokenBucket))
 			keys := makeKeys(n)
 			for _, k := range keys {
@@ -145,8 +142,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 // BenchmarkTake is the store alone, without the Limiter, for one hot key.
 func BenchmarkTake(b *testing.B) {
 	ctx := context.Background()
-	s := memstore.New()
-	defer s.Close()
+	s := mustNew(b)
 	req := core.Request{Key: "203.0.113.7", Policy: benchPolicy(core.TokenBucket), Cost: 1}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -166,8 +162,7 @@ func BenchmarkSlidingLog(b *testing.B) {
 	for _, n := range []int64{1_000, 10_000, 100_000} {
 		for _, mode := range []string{"allowed", "denied"} {
 			b.Run(fmt.Sprintf("entries=%d/%s", n, mode), func(b *testing.B) {
-				s := memstore.New(memstore.WithCleanupInterval(time.Hour))
-				defer s.Close()
+				s := mustNew(b, memstore.WithCleanupInterval(time.Hour))
 				p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: n, Window: time.Duration(n) * time.Microsecond}
 				req := core.Request{Key: "203.0.113.7", Policy: p, Cost: 1}
 				t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -10,7 +10,10 @@ import (
 )
 
 func Example() {
-	store := memstore.New(memstore.WithMaxKeys(1_000_000))
+	store, err := memstore.New(memstore.WithMaxKeys(1_000_000))
+	if err != nil {
+		panic(err)
+	}
 	defer store.Close()
 
 	limiter, err := core.NewLimiter(store, core.Policy{

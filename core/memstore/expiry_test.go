@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -49,7 +51,7 @@ func TestExpiredStateDecidesLikeNone(t *testing.T) {
 			got := step(&stale, false, &p, c, at)
 			want := step(&state{kind: st.kind}, true, &p, c, at)
 			if got != want {
-				t.Fatalf("%+v, cost %d at expires+%dµs: stale state gives %+v, no state %+v (state %+v)", p, c, at-st.expires, got, want, st)
+				require.Equal(t, want, got, "%+v, cost %d at expires+%dµs: stale state (%+v) against no state", p, c, at-st.expires, st)
 			}
 		}
 	}

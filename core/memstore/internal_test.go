@@ -23,7 +23,8 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func testStore(t *testing.T, opts ...Option) *Store {
 	t.Helper()
-	s := New(append([]Option{WithCleanupInterval(time.Hour)}, opts...)...)
+	s, err := New(append([]Option{WithCleanupInterval(time.Hour)}, opts...)...)
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -43,9 +44,7 @@ func lookup(s *Store, key string, p core.Policy) *state {
 func mustTake(t *testing.T, s *Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
 	t.Helper()
 	d, err := s.Take(context.Background(), core.Request{Key: key, Policy: p, Cost: cost, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "Take(%q, %s, %d)", key, p.Algorithm, cost)
 	return d
 }
 
@@ -63,17 +62,11 @@ func TestSweepReclaimsExpiredState(t *testing.T) {
 			mustTake(t, s, fmt.Sprint("k", i), p, 1, t0)
 		}
 	}
-	if got, want := s.Len(), keys*len(ps); got != want {
-		t.Fatalf("Len = %d, want %d", got, want)
-	}
+	require.Equal(t, keys*len(ps), s.Len(), "Len")
 	s.sweep(t0.Add(time.Second))
-	if got, want := s.Len(), keys*len(ps); got != want {
-		t.Fatalf("after an early sweep: Len = %d, want %d (nothing expired yet)", got, want)
-	}
+	require.Equal(t, keys*len(ps), s.Len(), "Len after an early sweep (nothing expired yet)")
 	s.sweep(t0.Add(2*time.Minute + time.Microsecond))
-	if got := s.Len(); got != 0 {
-		t.Fatalf("after a late sweep: Len = %d, want 0", got)
-	}
+	require.Zero(t, s.Len(), "Len after a late sweep")
 }
 
 func TestSweepKeepsLiveState(t *testing.T) {
@@ -83,12 +76,8 @@ func TestSweepKeepsLiveState(t *testing.T) {
 	mustTake(t, s, "a", short, 1, t0)
 	mustTake(t, s, "a", long, 1, t0)
 	s.sweep(t0.Add(time.Minute))
-	if got := s.Len(); got != 1 {
-		t.Fatalf("Len = %d, want 1", got)
-	}
-	if d := mustTake(t, s, "a", long, 1, t0.Add(time.Minute)); d.Allowed {
-		t.Fatalf("live state was lost: got %+v, want denied", d)
-	}
+	require.Equal(t, 1, s.Len(), "Len")
+	require.False(t, mustTake(t, s, "a", long, 1, t0.Add(time.Minute)).Allowed, "live state was lost: Allowed")
 }
 
 func TestSweepShrinksTable(t *testing.T) {
@@ -100,16 +89,12 @@ func TestSweepShrinksTable(t *testing.T) {
 	keep := core.Policy{Name: "keep", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 	mustTake(t, s, "kept", keep, 1, t0)
 	sh := &s.shards[0]
-	if n := len(sh.t.slots); n < 4*shrinkMin {
-		t.Fatalf("%d slots for %d keys", n, 4*shrinkMin+1)
-	}
+	require.GreaterOrEqual(t, len(sh.t.slots), 4*shrinkMin, "slots for %d keys", 4*shrinkMin+1)
 	s.sweep(t0.Add(time.Minute))
-	if n := len(sh.t.slots); sh.n != 1 || sh.t.used != 1 || n != minSlots {
-		t.Fatalf("after sweep: %d entries, %d of %d slots used, want 1, 1 of %d", sh.n, sh.t.used, n, minSlots)
-	}
-	if lookup(s, "kept", keep) == nil {
-		t.Fatal("the live key was lost")
-	}
+	assert.Equal(t, 1, sh.n, "entries after the sweep")
+	assert.Equal(t, 1, sh.t.used, "slots used after the sweep")
+	assert.Equal(t, minSlots, len(sh.t.slots), "slots after the sweep")
+	assert.NotNil(t, lookup(s, "kept", keep), "the live key was lost")
 }
 
 // TestEvictionPrefersExpired fills a one-shard store whose cap is the
@@ -127,12 +112,8 @@ func TestEvictionPrefersExpired(t *testing.T) {
 	now := t0.Add(10 * time.Second)
 	for i := range 3 * evictSample {
 		mustTake(t, s, fmt.Sprint("new", i), short, 1, now)
-		if s.Len() > evictSample {
-			t.Fatalf("Len = %d above the cap %d", s.Len(), evictSample)
-		}
-		if lookup(s, "live", long) == nil {
-			t.Fatalf("insert %d evicted the live key", i)
-		}
+		require.LessOrEqual(t, s.Len(), evictSample, "Len after insert %d", i)
+		require.NotNil(t, lookup(s, "live", long), "insert %d evicted the live key", i)
 	}
 }
 
@@ -151,13 +132,10 @@ func TestEvictionTakesSoonestExpiring(t *testing.T) {
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
 	mustTake(t, s, "newcomer", p, 1, t0.Truncate(time.Hour))
 	for i := range evictSample {
-		if got := lookup(s, fmt.Sprint("k", i), p) != nil; got == (i == 3) {
-			t.Fatalf("k%d: held %v, want only k3, the soonest to expire, evicted", i, got)
-		}
+		held := lookup(s, fmt.Sprint("k", i), p) != nil
+		assert.Equal(t, i != 3, held, "k%d held (only k3, the soonest to expire, is evicted)", i)
 	}
-	if s.Len() != evictSample {
-		t.Fatalf("Len = %d, want %d", s.Len(), evictSample)
-	}
+	assert.Equal(t, evictSample, s.Len(), "Len")
 }
 
 func TestSlidingLogShrinks(t *testing.T) {
@@ -165,22 +143,18 @@ func TestSlidingLogShrinks(t *testing.T) {
 	const n = 1000
 	p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: n, Window: time.Second}
 	for i := range n {
-		if d := mustTake(t, s, "k", p, 1, t0.Add(time.Duration(i)*time.Microsecond)); !d.Allowed {
-			t.Fatalf("request %d denied", i)
-		}
+		require.True(t, mustTake(t, s, "k", p, 1, t0.Add(time.Duration(i)*time.Microsecond)).Allowed, "request %d: Allowed", i)
 	}
 	lg := lookup(s, "k", p).log
-	if cap(lg.entries) < n {
-		t.Fatalf("cap = %d, want >= %d", cap(lg.entries), n)
-	}
+	require.GreaterOrEqual(t, cap(lg.entries), n, "cap of the log")
 	// All but the last two entries have left the window.
 	now := t0.Add(time.Second + (n-3)*time.Microsecond)
-	if d := mustTake(t, s, "k", p, 1, now); !d.Allowed || d.Remaining != n-3 {
-		t.Fatalf("got %+v, want allowed with %d remaining", d, n-3)
-	}
-	if len(lg.entries) != 3 || lg.head != 0 || cap(lg.entries) > 16 {
-		t.Fatalf("log len %d head %d cap %d, want len 3 and a small cap", len(lg.entries), lg.head, cap(lg.entries))
-	}
+	d := mustTake(t, s, "k", p, 1, now)
+	require.True(t, d.Allowed, "Allowed")
+	require.Equal(t, int64(n-3), d.Remaining, "Remaining")
+	assert.Len(t, lg.entries, 3, "log entries")
+	assert.Zero(t, lg.head, "log head")
+	assert.LessOrEqual(t, cap(lg.entries), 16, "cap of the shrunk log")
 }
 
 func TestExpiredLogIsReusedAndShrunk(t *testing.T) {
@@ -189,35 +163,31 @@ func TestExpiredLogIsReusedAndShrunk(t *testing.T) {
 	for i := range 500 {
 		mustTake(t, s, "k", p, 1, t0.Add(time.Duration(i)*time.Microsecond))
 	}
-	if d := mustTake(t, s, "k", p, 2, t0.Add(time.Hour)); !d.Allowed || d.Remaining != 498 {
-		t.Fatalf("after expiry: got %+v, want allowed with 498 remaining", d)
-	}
+	d := mustTake(t, s, "k", p, 2, t0.Add(time.Hour))
+	require.True(t, d.Allowed, "after expiry: Allowed")
+	require.Equal(t, int64(498), d.Remaining, "after expiry: Remaining")
 	lg := lookup(s, "k", p).log
-	if len(lg.entries) != 1 || lg.head != 0 || cap(lg.entries) > 16 {
-		t.Fatalf("log len %d head %d cap %d, want len 1 and a small cap", len(lg.entries), lg.head, cap(lg.entries))
-	}
+	assert.Len(t, lg.entries, 1, "log entries")
+	assert.Zero(t, lg.head, "log head")
+	assert.LessOrEqual(t, cap(lg.entries), 16, "cap of the reused log")
 }
 
 func TestCloseStopsJanitor(t *testing.T) {
-	s := New()
+	s := testStore(t)
 	j := s.jan
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Close())
 	select {
 	case <-j.done:
 	default:
 		t.Fatal("janitor still running after Close")
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Close(), "second Close")
 }
 
 func TestJanitorSweeps(t *testing.T) {
-	s := New()
-	defer s.Close()
-	// Replace the running janitor with a fast one, bypassing the clamp.
+	s := testStore(t)
+	// Replace the running janitor with a fast one, below
+	// MinCleanupInterval.
 	s.jan.halt()
 	<-s.jan.done
 	s.jan = &janitor{stop: make(chan struct{}), done: make(chan struct{})}
@@ -237,7 +207,12 @@ func TestJanitorSweeps(t *testing.T) {
 }
 
 func TestDroppedStoreStopsJanitor(t *testing.T) {
-	j := New().jan
+	// The Store is reachable only within the function.
+	j := func() *janitor {
+		s, err := New()
+		require.NoError(t, err)
+		return s.jan
+	}()
 	deadline := time.After(10 * time.Second)
 	for {
 		runtime.GC()
@@ -251,9 +226,9 @@ func TestDroppedStoreStopsJanitor(t *testing.T) {
 	}
 }
 
-func TestOptionsAreClamped(t *testing.T) {
+func TestOptions(t *testing.T) {
 	procs := runtime.GOMAXPROCS(0)
-	def := ceilPow2(max(64, 4*procs))
+	def := min(ceilPow2(max(64, 4*procs)), MaxShards)
 	tests := []struct {
 		name            string
 		opts            []Option
@@ -261,22 +236,22 @@ func TestOptionsAreClamped(t *testing.T) {
 		interval        time.Duration
 	}{
 		{"defaults", nil, def, DefaultMaxKeys, DefaultCleanupInterval},
-		{"nil option", []Option{nil}, def, DefaultMaxKeys, DefaultCleanupInterval},
 		{"shards rounded up", []Option{WithShards(100)}, 128, DefaultMaxKeys, DefaultCleanupInterval},
 		{"one shard", []Option{WithShards(1)}, 1, DefaultMaxKeys, DefaultCleanupInterval},
-		{"negative shards", []Option{WithShards(-3)}, def, DefaultMaxKeys, DefaultCleanupInterval},
-		{"too many shards", []Option{WithShards(1 << 40)}, MaxShards, DefaultMaxKeys, DefaultCleanupInterval},
-		{"few keys", []Option{WithShards(64), WithMaxKeys(10)}, 8, 10, DefaultCleanupInterval},
-		{"negative keys", []Option{WithMaxKeys(-1)}, def, DefaultMaxKeys, DefaultCleanupInterval},
-		{"zero keys", []Option{WithMaxKeys(0)}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"most shards", []Option{WithShards(MaxShards)}, MaxShards, DefaultMaxKeys, DefaultCleanupInterval},
+		{"shards up to the key bound", []Option{WithShards(10), WithMaxKeys(10)}, 8, 10, DefaultCleanupInterval},
+		{"shards as many as keys", []Option{WithShards(16), WithMaxKeys(16)}, 16, 16, DefaultCleanupInterval},
+		{"default shards above the key bound", []Option{WithMaxKeys(10)}, 8, 10, DefaultCleanupInterval},
+		{"one key", []Option{WithMaxKeys(1)}, 1, 1, DefaultCleanupInterval},
 		{"many keys", []Option{WithMaxKeys(1 << 30)}, def, 1 << 30, DefaultCleanupInterval},
-		{"short interval", []Option{WithCleanupInterval(time.Nanosecond)}, def, DefaultMaxKeys, MinCleanupInterval},
-		{"negative interval", []Option{WithCleanupInterval(-time.Second)}, def, DefaultMaxKeys, DefaultCleanupInterval},
+		{"shortest interval", []Option{WithCleanupInterval(MinCleanupInterval)}, def, DefaultMaxKeys, MinCleanupInterval},
 		{"long interval", []Option{WithCleanupInterval(time.Hour)}, def, DefaultMaxKeys, time.Hour},
+		{"last one wins", []Option{WithMaxKeys(5), WithMaxKeys(500)}, def, 500, DefaultCleanupInterval},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newConfig(tt.opts)
+			c, err := newConfig(tt.opts)
+			require.NoError(t, err)
 			assert.Equal(t, tt.shards, c.shards, "shards")
 			assert.Equal(t, tt.maxKeys, c.maxKeys, "maxKeys")
 			assert.Equal(t, tt.interval, c.interval, "interval")
@@ -289,22 +264,16 @@ func TestMaxKeysSplitsExactly(t *testing.T) {
 		s := testStore(t, WithMaxKeys(n))
 		sum := 0
 		for i := range s.shards {
-			if s.shards[i].max < 1 {
-				t.Fatalf("maxKeys %d: shard %d holds no key", n, i)
-			}
+			require.Positive(t, s.shards[i].max, "maxKeys %d: cap of shard %d", n, i)
 			sum += s.shards[i].max
 		}
-		if sum != n {
-			t.Fatalf("maxKeys %d: shard caps sum to %d", n, sum)
-		}
+		assert.Equal(t, n, sum, "maxKeys %d: sum of the shard caps", n)
 	}
 }
 
 func TestShardPadding(t *testing.T) {
 	var sh shard
-	if size := int(unsafe.Sizeof(sh)); size%128 != 0 {
-		t.Fatalf("shard is %d bytes, not a multiple of 128", size)
-	}
+	assert.Zero(t, unsafe.Sizeof(sh)%128, "shard is %d bytes, not a multiple of 128", unsafe.Sizeof(sh))
 }
 
 // TestClockNeverRunsBackwards decides one sliding-log key on the real clock
@@ -317,8 +286,7 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				if _, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1}); err != nil {
-					t.Error(err)
+				if _, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1}); !assert.NoError(t, err) {
 					return
 				}
 			}
@@ -326,16 +294,13 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	}
 	wg.Wait()
 	lg := lookup(s, "k", p).log
-	if !slices.IsSortedFunc(lg.entries[lg.head:], func(a, b logEntry) int { return cmp.Compare(a.at, b.at) }) {
-		t.Fatal("the log is out of time order")
-	}
+	require.True(t, slices.IsSortedFunc(lg.entries[lg.head:], func(a, b logEntry) int { return cmp.Compare(a.at, b.at) }),
+		"the log is out of time order")
 	// Explicit times are taken as they are, even before the shard's clock.
 	past := core.Policy{Name: "past", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 	then := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
 	mustTake(t, s, "k", past, 1, then)
-	if d := mustTake(t, s, "k", past, 1, then.Add(time.Hour)); !d.Allowed {
-		t.Fatalf("next window in the past: got %+v, want allowed", d)
-	}
+	assert.True(t, mustTake(t, s, "k", past, 1, then.Add(time.Hour)).Allowed, "next window in the past: Allowed")
 }
 
 func TestClockFollowsWallClock(t *testing.T) {
@@ -343,14 +308,10 @@ func TestClockFollowsWallClock(t *testing.T) {
 	prev := c.now()
 	for range 1000 {
 		now := c.now()
-		if now < prev {
-			t.Fatalf("clock ran backwards: %d after %d", now, prev)
-		}
+		require.GreaterOrEqual(t, now, prev, "the clock ran backwards")
 		prev = now
 	}
-	if d := time.Now().UnixMicro() - c.now(); d < -1000 || d > 1000 {
-		t.Fatalf("clock is %dµs off the wall clock", d)
-	}
+	assert.InDelta(t, time.Now().UnixMicro(), c.now(), 1000, "µs off the wall clock")
 }
 
 // TestValidAgreesWithValidate compares the inlined fast path with

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -60,9 +63,8 @@ func TestSlidingLogMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	var allowed, denied int
 	defer func() {
-		if allowed < 100_000 || denied < 100_000 {
-			t.Errorf("%d allowed, %d denied: the histories do not test both", allowed, denied)
-		}
+		assert.GreaterOrEqual(t, allowed, 100_000, "allowed requests: the histories do not test both outcomes")
+		assert.GreaterOrEqual(t, denied, 100_000, "denied requests: the histories do not test both outcomes")
 	}()
 	for range 3000 {
 		l := 1 + r.Int64N(200)
@@ -106,17 +108,19 @@ func TestSlidingLogMatchesReference(t *testing.T) {
 			} else {
 				denied++
 			}
+			// The comparisons run a million times: testify only once
+			// they differ, to name the field.
 			if got != want {
-				t.Fatalf("limit %d, window %dµs, request %d (cost %d at %d): got %+v, want %+v", l, w, i, c, at, got, want)
+				require.Equal(t, want, got, "limit %d, window %dµs, request %d (cost %d at %d)", l, w, i, c, at)
 			}
 			if got.allowed {
 				fresh = false
 			}
 			if n := st.log.len(); n != len(ref.log) {
-				t.Fatalf("request %d: %d entries in the window, want %d", i, n, len(ref.log))
+				require.Equal(t, len(ref.log), n, "request %d: entries in the window", i)
 			}
 			if lg := st.log; 2*lg.head >= len(lg.entries) && lg.head > 0 {
-				t.Fatalf("request %d: dead prefix %d of %d entries not compacted", i, lg.head, len(lg.entries))
+				require.Failf(t, "log not compacted", "request %d: dead prefix %d of %d entries", i, lg.head, len(lg.entries))
 			}
 		}
 	}
@@ -127,18 +131,12 @@ func TestGallop(t *testing.T) {
 		for k := 0; k <= n; k++ {
 			calls := 0
 			got := gallop(n, func(i int) bool {
-				if i < 0 || i >= n {
-					t.Fatalf("n %d: probed %d", n, i)
-				}
+				require.True(t, 0 <= i && i < n, "n %d: probed %d", n, i)
 				calls++
 				return i < k
 			})
-			if got != k {
-				t.Fatalf("gallop(%d) with %d leading trues = %d", n, k, got)
-			}
-			if limit := 2*bitsLen(k) + 3; calls > limit {
-				t.Fatalf("gallop(%d) = %d took %d probes, more than %d", n, k, calls, limit)
-			}
+			require.Equal(t, k, got, "gallop(%d) with %d leading trues", n, k)
+			require.LessOrEqual(t, calls, 2*bitsLen(k)+3, "gallop(%d) = %d: probes", n, k)
 		}
 	}
 }

@@ -1,19 +1,22 @@
 package memstore
 
 import (
+	"fmt"
 	"math/bits"
 	"runtime"
 	"time"
+
+	"github.com/apigate/ratelimit/core"
 )
 
-// Defaults and bounds of the options. New clamps every option value into
-// these bounds instead of failing, since it returns no error.
+// Defaults and bounds of the options. New refuses a value out of these
+// bounds with an error wrapping core.ErrInvalidOption.
 const (
 	// DefaultCleanupInterval is the janitor's period when
 	// WithCleanupInterval is not given.
 	DefaultCleanupInterval = time.Minute
-	// MinCleanupInterval is the shortest janitor period; shorter values
-	// are raised to it, so a typo cannot turn the janitor into a busy loop.
+	// MinCleanupInterval is the shortest janitor period, so that a typo
+	// cannot turn the janitor into a busy loop.
 	MinCleanupInterval = time.Second
 	// MaxShards is the largest number of shards.
 	MaxShards = 1 << 16
@@ -27,30 +30,40 @@ const (
 	DefaultMaxKeys = 500_000
 )
 
-// Option configures a Store.
-type Option func(*config)
+// Option configures a Store. New applies the options in order and returns
+// the error of the first that refuses its value; a nil Option is an error
+// too. Every such error wraps core.ErrInvalidOption.
+type Option func(*config) error
 
 type config struct {
-	shards   int
+	shards   int // 0: not given, the default
 	maxKeys  int
 	interval time.Duration
 }
 
 // WithShards sets the number of shards, each a map behind its own mutex.
 // More shards mean less lock contention between goroutines deciding for
-// different keys. n is rounded up to a power of two and clamped to
-// [1, MaxShards]; n <= 0 keeps the default, the larger of 64 and four times
-// GOMAXPROCS (rounded up to a power of two). When WithMaxKeys is smaller
-// than the shard count, the shard count is lowered so that every shard may
-// hold at least one key.
+// different keys. n must be in [1, MaxShards], and at most the WithMaxKeys
+// bound, so that every shard may hold a key. It is rounded up to a power
+// of two, or down when rounding up would pass that bound. Without it, the
+// Store has the larger of 64 and four times GOMAXPROCS, rounded up to a
+// power of two (and at most MaxShards), and fewer when WithMaxKeys is
+// smaller.
 func WithShards(n int) Option {
-	return func(c *config) { c.shards = n }
+	return func(c *config) error {
+		if n < 1 || n > MaxShards {
+			return fmt.Errorf("%w: memstore.WithShards: %d is out of [1, %d]", core.ErrInvalidOption, n, MaxShards)
+		}
+		c.shards = n
+		return nil
+	}
 }
 
 // WithMaxKeys bounds the number of keys (client key, policy) the Store
-// holds; n <= 0 keeps DefaultMaxKeys. There is no unbounded setting: a
-// client rotating keys (random IPv6 addresses, made-up API keys) creates
-// one per request, so a Store without a bound grows at the attack's rate.
+// holds; n must be at least 1, and DefaultMaxKeys applies without it.
+// There is no unbounded setting: a client rotating keys (random IPv6
+// addresses, made-up API keys) creates one per request, so a Store without
+// a bound grows at the attack's rate.
 //
 // Size n for the distinct clients each policy sees within its window (two
 // windows for the sliding window counter, the time to refill for the
@@ -75,47 +88,61 @@ func WithShards(n int) Option {
 // its state had expired. Under a flood of new keys, the store stays within
 // its bound at the price of forgetting some clients early.
 func WithMaxKeys(n int) Option {
-	return func(c *config) { c.maxKeys = n }
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: memstore.WithMaxKeys: %d is not positive", core.ErrInvalidOption, n)
+		}
+		c.maxKeys = n
+		return nil
+	}
 }
 
 // WithCleanupInterval sets how often the janitor goroutine removes expired
-// state. It sweeps one shard at a time, under that shard's lock only, so
-// decisions on the other shards never pause. d <= 0 keeps
-// DefaultCleanupInterval; d below MinCleanupInterval is raised to it.
+// state: d must be at least MinCleanupInterval, and DefaultCleanupInterval
+// applies without it. The janitor sweeps one shard at a time, under that
+// shard's lock only, so decisions on the other shards never pause.
 //
 // The janitor sweeps at the Store's own clock (see Store). State written at
 // explicit times (core.Request.Now) far in the past is reclaimed by the next
 // sweep, as Redis would expire it; tests that drive a Store with explicit
 // times should keep the default interval or a longer one.
 func WithCleanupInterval(d time.Duration) Option {
-	return func(c *config) { c.interval = d }
+	return func(c *config) error {
+		if d < MinCleanupInterval {
+			return fmt.Errorf("%w: memstore.WithCleanupInterval: %v is under %v", core.ErrInvalidOption, d, MinCleanupInterval)
+		}
+		c.interval = d
+		return nil
+	}
 }
 
-// newConfig applies opts over the defaults and clamps the result.
-func newConfig(opts []Option) config {
-	var c config
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
+// newConfig applies opts over the defaults. It returns the error of the
+// first option that refuses its value, or of a shard count above the key
+// bound.
+func newConfig(opts []Option) (config, error) {
+	c := config{maxKeys: DefaultMaxKeys, interval: DefaultCleanupInterval}
+	for i, opt := range opts {
+		if opt == nil {
+			return config{}, fmt.Errorf("%w: memstore.New: option %d is nil", core.ErrInvalidOption, i)
+		}
+		if err := opt(&c); err != nil {
+			return config{}, err
 		}
 	}
-	if c.shards <= 0 {
-		c.shards = max(64, 4*runtime.GOMAXPROCS(0))
+	switch {
+	case c.shards > c.maxKeys:
+		return config{}, fmt.Errorf("%w: memstore.WithShards: %d shards for %d keys (WithMaxKeys) would leave a shard that holds none",
+			core.ErrInvalidOption, c.shards, c.maxKeys)
+	case c.shards > 0:
+		c.shards = ceilPow2(c.shards)
+	default:
+		c.shards = min(ceilPow2(max(64, 4*runtime.GOMAXPROCS(0))), MaxShards)
 	}
-	c.shards = min(ceilPow2(c.shards), MaxShards)
-	if c.maxKeys <= 0 {
-		c.maxKeys = DefaultMaxKeys
-	}
-	if c.maxKeys < c.shards {
+	if c.shards > c.maxKeys {
+		// The default count, or n rounded up past the bound.
 		c.shards = floorPow2(c.maxKeys)
 	}
-	switch {
-	case c.interval <= 0:
-		c.interval = DefaultCleanupInterval
-	case c.interval < MinCleanupInterval:
-		c.interval = MinCleanupInterval
-	}
-	return c
+	return c, nil
 }
 
 // ceilPow2 returns the smallest power of two >= n, for 1 <= n <= MaxShards

@@ -63,10 +63,14 @@ var (
 
 var errNoStore = errors.New("memstore: Store not built with New")
 
-// New returns a Store with its janitor running. Option values out of range
-// are clamped as each option documents; New never fails.
-func New(opts ...Option) *Store {
-	c := newConfig(opts)
+// New returns a Store with its janitor running, or an error wrapping
+// core.ErrInvalidOption if an option is nil or its value is out of the
+// range it documents. Call Close when done with the Store.
+func New(opts ...Option) (*Store, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		shards: make([]shard, c.shards),
 		mask:   uint64(c.shards - 1),
@@ -86,7 +90,7 @@ func New(opts ...Option) *Store {
 	// janitor.
 	go s.jan.run(s.shards, s.clock, c.interval)
 	runtime.AddCleanup(s, (*janitor).halt, s.jan)
-	return s
+	return s, nil
 }
 
 // Take decides req and, when it is allowed, records it, as one atomic step.

@@ -2,12 +2,14 @@ package memstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
@@ -16,13 +18,20 @@ import (
 // t0 is the fixed time of the explicit-clock tests.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// mustNew returns a Store built with opts, closed at the end of the test.
+func mustNew(t testing.TB, opts ...memstore.Option) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // newStore returns a Store closed at the end of the test. Its janitor runs
 // every hour, so that it never sweeps the explicit-clock state of a test.
 func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 	t.Helper()
-	s := memstore.New(append([]memstore.Option{memstore.WithCleanupInterval(time.Hour)}, opts...)...)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return mustNew(t, append([]memstore.Option{memstore.WithCleanupInterval(time.Hour)}, opts...)...)
 }
 
 // policies has one policy of limit 3 per algorithm.
@@ -37,10 +46,38 @@ func policies() []core.Policy {
 func take(t *testing.T, s core.Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
 	t.Helper()
 	d, err := s.Take(context.Background(), core.Request{Key: key, Policy: p, Cost: cost, Now: now})
-	if err != nil {
-		t.Fatalf("Take(%q, %s, %d): %v", key, p.Algorithm, cost, err)
-	}
+	require.NoError(t, err, "Take(%q, %s, %d)", key, p.Algorithm, cost)
 	return d
+}
+
+// TestInvalidOptions checks that New refuses every value out of the range
+// its option documents, and a nil option, with core.ErrInvalidOption.
+func TestInvalidOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []memstore.Option
+	}{
+		{"nil option", []memstore.Option{nil}},
+		{"nil after a good one", []memstore.Option{memstore.WithMaxKeys(10), nil}},
+		{"zero shards", []memstore.Option{memstore.WithShards(0)}},
+		{"negative shards", []memstore.Option{memstore.WithShards(-3)}},
+		{"too many shards", []memstore.Option{memstore.WithShards(memstore.MaxShards + 1)}},
+		{"far too many shards", []memstore.Option{memstore.WithShards(1 << 40)}},
+		{"more shards than keys", []memstore.Option{memstore.WithShards(64), memstore.WithMaxKeys(10)}},
+		{"more shards than keys, keys first", []memstore.Option{memstore.WithMaxKeys(10), memstore.WithShards(64)}},
+		{"zero keys", []memstore.Option{memstore.WithMaxKeys(0)}},
+		{"negative keys", []memstore.Option{memstore.WithMaxKeys(-1)}},
+		{"zero interval", []memstore.Option{memstore.WithCleanupInterval(0)}},
+		{"negative interval", []memstore.Option{memstore.WithCleanupInterval(-time.Second)}},
+		{"interval too short", []memstore.Option{memstore.WithCleanupInterval(memstore.MinCleanupInterval - time.Nanosecond)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := memstore.New(tt.opts...)
+			require.ErrorIs(t, err, core.ErrInvalidOption)
+			assert.Nil(t, s, "a Store besides the error")
+		})
+	}
 }
 
 func TestTakeExhaustsThenDenies(t *testing.T) {
@@ -49,20 +86,19 @@ func TestTakeExhaustsThenDenies(t *testing.T) {
 			s := newStore(t)
 			for i := range 3 {
 				d := take(t, s, "k", p, 1, t0)
-				if !d.Allowed || d.Remaining != int64(2-i) || d.Limit != 3 {
-					t.Fatalf("request %d: got %+v, want allowed with %d remaining of 3", i, d, 2-i)
-				}
+				require.True(t, d.Allowed, "request %d: Allowed", i)
+				require.Equal(t, int64(2-i), d.Remaining, "request %d: Remaining", i)
+				require.Equal(t, int64(3), d.Limit, "request %d: Limit", i)
 			}
 			d := take(t, s, "k", p, 1, t0)
-			if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
-				t.Fatalf("4th request: got %+v, want denied with a RetryAfter", d)
-			}
+			require.False(t, d.Allowed, "4th request: Allowed")
+			require.Zero(t, d.Remaining, "4th request: Remaining")
+			require.Positive(t, d.RetryAfter, "4th request: RetryAfter")
 			// A later request passes once the state has expired, and
 			// finds a whole quota: expired state decides like none.
 			d = take(t, s, "k", p, 1, t0.Add(time.Hour))
-			if !d.Allowed || d.Remaining != 2 {
-				t.Fatalf("after expiry: got %+v, want allowed with 2 remaining", d)
-			}
+			require.True(t, d.Allowed, "after expiry: Allowed")
+			require.Equal(t, int64(2), d.Remaining, "after expiry: Remaining")
 		})
 	}
 }
@@ -73,14 +109,10 @@ func TestDeniedRequestsChangeNothing(t *testing.T) {
 			s := newStore(t)
 			take(t, s, "k", p, 3, t0)
 			first := take(t, s, "k", p, 1, t0.Add(time.Millisecond))
-			for range 5 {
-				if d := take(t, s, "k", p, 1, t0.Add(time.Millisecond)); d != first {
-					t.Fatalf("repeated denied request: got %+v, want %+v", d, first)
-				}
+			for i := range 5 {
+				require.Equal(t, first, take(t, s, "k", p, 1, t0.Add(time.Millisecond)), "repeated denied request %d", i)
 			}
-			if s.Len() != 1 {
-				t.Fatalf("Len = %d, want 1", s.Len())
-			}
+			assert.Equal(t, 1, s.Len(), "Len")
 		})
 	}
 }
@@ -94,26 +126,16 @@ func TestReset(t *testing.T) {
 			take(t, s, "k", p, 3, t0)
 			take(t, s, "k2", p, 3, t0)
 			take(t, s, "k", other, 3, t0)
-			if d := take(t, s, "k", p, 1, t0); d.Allowed {
-				t.Fatalf("before Reset: got %+v, want denied", d)
-			}
-			if err := s.Reset(context.Background(), "k", p); err != nil {
-				t.Fatal(err)
-			}
-			if d := take(t, s, "k", p, 1, t0); !d.Allowed || d.Remaining != 2 {
-				t.Fatalf("after Reset: got %+v, want allowed with 2 remaining", d)
-			}
+			require.False(t, take(t, s, "k", p, 1, t0).Allowed, "before Reset: Allowed")
+			require.NoError(t, s.Reset(context.Background(), "k", p))
+			d := take(t, s, "k", p, 1, t0)
+			require.True(t, d.Allowed, "after Reset: Allowed")
+			require.Equal(t, int64(2), d.Remaining, "after Reset: Remaining")
 			// Other keys and other policies keep their state.
-			if d := take(t, s, "k2", p, 1, t0); d.Allowed {
-				t.Fatalf("other key after Reset: got %+v, want denied", d)
-			}
-			if d := take(t, s, "k", other, 1, t0); d.Allowed {
-				t.Fatalf("other policy after Reset: got %+v, want denied", d)
-			}
+			assert.False(t, take(t, s, "k2", p, 1, t0).Allowed, "other key after Reset: Allowed")
+			assert.False(t, take(t, s, "k", other, 1, t0).Allowed, "other policy after Reset: Allowed")
 			// Resetting an unknown key is fine.
-			if err := s.Reset(context.Background(), "nobody", p); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, s.Reset(context.Background(), "nobody", p), "Reset of an unknown key")
 		})
 	}
 }
@@ -124,12 +146,8 @@ func TestPoliciesDoNotShareState(t *testing.T) {
 	b := a
 	b.Algorithm = core.TokenBucket
 	take(t, s, "k", a, 1, t0)
-	if d := take(t, s, "k", b, 1, t0); !d.Allowed {
-		t.Fatalf("same name, other algorithm: got %+v, want allowed", d)
-	}
-	if s.Len() != 2 {
-		t.Fatalf("Len = %d, want 2", s.Len())
-	}
+	assert.True(t, take(t, s, "k", b, 1, t0).Allowed, "same name, other algorithm: Allowed")
+	assert.Equal(t, 2, s.Len(), "Len")
 }
 
 func TestInvalidRequests(t *testing.T) {
@@ -158,28 +176,20 @@ func TestInvalidRequests(t *testing.T) {
 	s := newStore(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := s.Take(context.Background(), tt.req); !errors.Is(err, tt.want) {
-				t.Fatalf("Take: got error %v, want %v", err, tt.want)
-			}
+			_, err := s.Take(context.Background(), tt.req)
+			require.ErrorIs(t, err, tt.want)
 		})
 	}
-	if s.Len() != 0 {
-		t.Fatalf("Len = %d after invalid requests, want 0", s.Len())
-	}
+	assert.Zero(t, s.Len(), "Len after invalid requests")
 }
 
 func TestZeroStoreFailsWithoutPanic(t *testing.T) {
 	var s memstore.Store
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}
-	if _, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1}); err == nil {
-		t.Fatal("Take on the zero Store: got no error")
-	}
-	if err := s.Reset(context.Background(), "k", p); err == nil {
-		t.Fatal("Reset on the zero Store: got no error")
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1})
+	require.Error(t, err, "Take on the zero Store")
+	require.Error(t, s.Reset(context.Background(), "k", p), "Reset on the zero Store")
+	require.NoError(t, s.Close(), "Close on the zero Store")
 }
 
 func TestKeyCapHolds(t *testing.T) {
@@ -190,13 +200,9 @@ func TestKeyCapHolds(t *testing.T) {
 			p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour}
 			for i := range 10 * maxKeys {
 				take(t, s, fmt.Sprintf("client-%d", i), p, 1, t0.Add(time.Duration(i)*time.Microsecond))
-				if n := s.Len(); n > maxKeys {
-					t.Fatalf("after %d inserts: Len = %d, above the cap %d", i+1, n, maxKeys)
-				}
+				require.LessOrEqual(t, s.Len(), maxKeys, "Len after %d inserts", i+1)
 			}
-			if n := s.Len(); n < maxKeys/2 {
-				t.Fatalf("Len = %d, the cap %d is badly underused", n, maxKeys)
-			}
+			assert.GreaterOrEqual(t, s.Len(), maxKeys/2, "Len: the cap is badly underused")
 		})
 	}
 }
@@ -220,8 +226,7 @@ func TestConcurrent(t *testing.T) {
 			for i := range keys * tries {
 				k := (i + g*37) % keys
 				d, err := s.Take(context.Background(), core.Request{Key: fmt.Sprint("key-", k), Policy: p, Cost: 1, Now: t0})
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				if d.Allowed {
@@ -235,8 +240,7 @@ func TestConcurrent(t *testing.T) {
 		q := core.Policy{Name: "q", Algorithm: alg, Limit: 50, Window: time.Second}
 		wg.Go(func() {
 			for i := range 2000 {
-				if _, err := s.Take(context.Background(), core.Request{Key: fmt.Sprint("rt-", i%64), Policy: q, Cost: 1}); err != nil {
-					t.Error(err)
+				if _, err := s.Take(context.Background(), core.Request{Key: fmt.Sprint("rt-", i%64), Policy: q, Cost: 1}); !assert.NoError(t, err) {
 					return
 				}
 			}
@@ -251,22 +255,16 @@ func TestConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 	for k := range admitted {
-		if n := admitted[k].Load(); n != limit {
-			t.Errorf("key-%d: %d admitted, want exactly %d", k, n, limit)
-		}
+		assert.Equal(t, int64(limit), admitted[k].Load(), "key-%d: admitted", k)
 	}
 }
 
 func TestCloseIsIdempotent(t *testing.T) {
-	s := memstore.New()
-	for range 3 {
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+	s := mustNew(t)
+	for i := range 3 {
+		require.NoError(t, s.Close(), "Close %d", i)
 	}
 	// The Store still decides after Close.
 	p := core.Policy{Name: "p", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Second}
-	if d := take(t, s, "k", p, 1, t0); !d.Allowed {
-		t.Fatalf("after Close: got %+v, want allowed", d)
-	}
+	assert.True(t, take(t, s, "k", p, 1, t0).Allowed, "after Close: Allowed")
 }

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // checkTable verifies t against model, the chains it should hold (head
@@ -24,16 +26,16 @@ func checkTable(t *testing.T, tb *table, model map[uint64][]*entry) {
 			}
 		}
 	}
-	if used != tb.used || used != len(model) {
-		t.Fatalf("%d slots in use, table says %d, model has %d chains", used, tb.used, len(model))
-	}
+	require.Equal(t, len(model), used, "slots in use, one per chain of the model")
+	require.Equal(t, used, tb.used, "the table's count of slots in use")
 	for h, want := range model {
 		var got []*entry
 		for e := tb.get(h); e != nil; e = e.next {
 			got = append(got, e)
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("chain of %#x: got %d entries, want %d", h, len(got), len(want))
+			require.Equal(t, len(want), len(got), "chain of %#x: entries", h)
+			require.Fail(t, "chain out of order", "chain of %#x: the entries are not the model's, in its order", h)
 		}
 	}
 }
@@ -75,9 +77,7 @@ func TestTableAgainstModel(t *testing.T) {
 					model[h] = chain
 				}
 			default:
-				if tb.get(randomHash(r)|1<<40) != nil {
-					t.Fatal("found a hash never pushed")
-				}
+				require.Nil(t, tb.get(randomHash(r)|1<<40), "found a hash never pushed")
 			}
 			if op%7 == 0 || round < 10 {
 				checkTable(t, &tb, model)
@@ -95,9 +95,7 @@ func TestTableGrowsAndShrinks(t *testing.T) {
 		h, e := r.Uint64(), &entry{}
 		tb.push(h, e)
 		model[h] = append([]*entry{e}, model[h]...)
-		if 4*tb.used > 3*len(tb.slots) {
-			t.Fatalf("%d of %d slots used, above 3/4", tb.used, len(tb.slots))
-		}
+		require.LessOrEqual(t, 4*tb.used, 3*len(tb.slots), "%d of %d slots used, above 3/4", tb.used, len(tb.slots))
 	}
 	checkTable(t, &tb, model)
 	big := len(tb.slots)
@@ -109,9 +107,8 @@ func TestTableGrowsAndShrinks(t *testing.T) {
 		delete(model, h)
 	}
 	tb.shrink()
-	if n := len(tb.slots); n >= big || 2*tb.used > n {
-		t.Fatalf("after shrink: %d of %d slots used (was %d slots)", tb.used, n, big)
-	}
+	require.Less(t, len(tb.slots), big, "slots after shrink")
+	require.LessOrEqual(t, 2*tb.used, len(tb.slots), "after shrink: %d of %d slots used, above 1/2", tb.used, len(tb.slots))
 	checkTable(t, &tb, model)
 }
 
@@ -140,8 +137,6 @@ func TestSweepAgainstModel(t *testing.T) {
 			}
 		}
 		checkTable(t, &sh.t, model)
-		if sh.n != n {
-			t.Fatalf("n = %d, want %d", sh.n, n)
-		}
+		require.Equal(t, n, sh.n, "the shard's entry count")
 	}
 }

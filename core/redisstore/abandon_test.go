@@ -32,7 +32,7 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 				opts.ContextTimeoutEnabled = kind.contextDeadline
 				client := redis.NewClient(opts)
 				t.Cleanup(func() { _ = client.Close() })
-				s := New(client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
+				s := mustNew(t, client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
 				waitChecked(t, s, 10*time.Second)
 				p := core.Policy{Name: "abandon", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
 				lim, err := core.NewLimiter(s, p, core.WithTimeout(100*time.Millisecond), core.WithFailMode(mode))
@@ -57,7 +57,7 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 
 				// Redis runs the abandoned script: the log's running count
 				// reaches 3.
-				key := s.Key("k", p)
+				key := s.stateKey("k", p)
 				units := func() int64 {
 					z, err := srv.Client().ZRange(ctx, key, -1, -1).Result()
 					if err != nil || len(z) != 1 {

@@ -20,7 +20,7 @@ import (
 // and write.
 func BenchmarkLimiter(b *testing.B) {
 	srv := redistest.Start(b)
-	s := New(srv.Client(), WithPrefix(testPrefix(b)))
+	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	keys := make([]string, 10_000)
 	for i := range keys {
@@ -76,7 +76,7 @@ func BenchmarkLimiter(b *testing.B) {
 // goroutine and timer, for the token bucket on one key.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
-	s := New(srv.Client(), WithPrefix(testPrefix(b)))
+	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	req := core.Request{Key: "hot", Cost: 1, Policy: core.Policy{
 		Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second,
@@ -102,7 +102,7 @@ func BenchmarkLimiterCall(b *testing.B) {
 		opts.ContextTimeoutEnabled = kind.contextDeadline
 		client := redis.NewClient(opts)
 		b.Cleanup(func() { _ = client.Close() })
-		l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(b))), p, core.WithTimeout(time.Second))
+		l, err := core.NewLimiter(mustNew(b, client, WithPrefix(testPrefix(b))), p, core.WithTimeout(time.Second))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func BenchmarkLimiterCall(b *testing.B) {
 // and without core.WithDenyCache.
 func BenchmarkDeniedFlood(b *testing.B) {
 	srv := redistest.Start(b)
-	s := New(srv.Client(), WithPrefix(testPrefix(b)))
+	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	p := core.Policy{Name: "flood", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
 	for _, cached := range []bool{false, true} {

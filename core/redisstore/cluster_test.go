@@ -24,7 +24,7 @@ import (
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
-	s := New(c, WithPrefix(testPrefix(t)))
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	ctx := context.Background()
 	const limit, keys, workers = 7, 120, 8
 
@@ -69,47 +69,33 @@ func TestCluster(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	for _, p := range ps {
 		for k := range keys {
-			if n := admitted[fmt.Sprintf("%s client-%d", p.Algorithm, k)]; n != limit {
-				t.Errorf("%s client-%d: %d admitted, want %d", p.Algorithm, k, n, limit)
-			}
+			assert.Equal(t, limit, admitted[fmt.Sprintf("%s client-%d", p.Algorithm, k)], "%s client-%d: admitted", p.Algorithm, k)
 		}
 	}
 
 	// The keys spread over all masters.
 	masters := map[string]int{}
 	for k := range keys {
-		base := s.Key(fmt.Sprintf("client-%d", k), ps[0])
+		base := s.stateKey(fmt.Sprintf("client-%d", k), ps[0])
 		m, err := c.MasterForKey(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		masters[m.Options().Addr]++
 	}
-	if len(masters) != 3 {
-		t.Fatalf("keys on %d masters, want 3: %v", len(masters), masters)
-	}
+	require.Len(t, masters, 3, "masters holding keys")
 
 	// Every key written has a TTL.
 	all := scanKeys(t, ctx, c, s.prefix)
-	if want := keys * len(ps); len(all) != want {
-		t.Fatalf("scanned %d keys, want %d", len(all), want)
-	}
+	require.Len(t, all, keys*len(ps), "keys scanned")
 	for _, k := range all {
-		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
-			t.Errorf("%s: PTTL %v", k, ttl)
-		}
+		assert.Positive(t, c.PTTL(ctx, k).Val(), "%s: PTTL", k)
 	}
-	if err := s.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Ping(ctx), "Ping over the cluster")
 	for _, p := range ps {
-		if err := s.Reset(ctx, "client-0", p); err != nil {
-			t.Fatalf("Reset over the cluster: %v", err)
-		}
+		require.NoError(t, s.Reset(ctx, "client-0", p), "%s: Reset over the cluster", p.Algorithm)
 	}
 }
 
@@ -209,7 +195,7 @@ func TestClusterRecoveryRateLimited(t *testing.T) {
 	srv := redistest.Start(t)
 	var loads atomic.Int64
 	cc := &countingCluster{ClusterClient: clusterOver(t, srv.Addr(), &loads, nil)}
-	s := New(cc)
+	s := mustNew(t, cc)
 	require.NotNil(t, s.recovery)
 	waitChecked(t, s, 5*time.Second)
 	atStart := loads.Load()
@@ -249,7 +235,7 @@ func TestClusterRecoveryNeverWaits(t *testing.T) {
 	var loads atomic.Int64
 	block := make(chan struct{})
 	defer close(block)
-	s := New(clusterOver(t, srv.Addr(), &loads, block))
+	s := mustNew(t, clusterOver(t, srv.Addr(), &loads, block))
 	waitChecked(t, s, 5*time.Second) // its load of the slot map is not blocked
 	returned := make(chan struct{})
 	go func() {
@@ -282,7 +268,7 @@ func TestClusterRecoveryClients(t *testing.T) {
 		{"universal, several addresses", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}), true},
 		{"wrapped cluster", &countingCluster{ClusterClient: redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})}, true},
 	} {
-		assert.Equal(t, tc.want, New(tc.client).recovery != nil, tc.name)
+		assert.Equal(t, tc.want, mustNew(t, tc.client).recovery != nil, tc.name)
 		require.NoError(t, tc.client.Close())
 	}
 }
@@ -293,7 +279,7 @@ func TestClusterRecoveryClients(t *testing.T) {
 func BenchmarkClusterRecoveryFailed(b *testing.B) {
 	srv := redistest.Start(b)
 	var loads atomic.Int64
-	s := New(clusterOver(b, srv.Addr(), &loads, nil))
+	s := mustNew(b, clusterOver(b, srv.Addr(), &loads, nil))
 	b.ReportAllocs()
 	for b.Loop() {
 		s.recovery.failed(io.EOF)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // ErrNoEviction is wrapped by the error of CheckConfig when a Redis server
@@ -25,9 +27,16 @@ var ErrNoEviction = errors.New("redisstore: maxmemory-policy noeviction")
 const configCheckTimeout = 5 * time.Second
 
 // WithLogger sets where the Store logs the warning of the check that New
-// starts: nil, the default, means slog.Default() at the time of logging.
+// starts. Without it, the Store logs to slog.Default() as it is at the time
+// of logging; a nil l is an error.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *Store) { s.logger = l }
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: redisstore.WithLogger: nil logger; leave the option out for slog.Default()", core.ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
 }
 
 // CheckConfig reads INFO memory from the Redis server (every master of a

@@ -67,7 +67,7 @@ func TestCheckConfig(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			srv := redistest.StartWith(t, c.args...)
 			var logs logBuffer
-			s := New(srv.Client(), WithLogger(logs.logger()))
+			s := mustNew(t, srv.Client(), WithLogger(logs.logger()))
 			waitChecked(t, s, 10*time.Second)
 			err := s.CheckConfig(context.Background())
 			if !c.bad {
@@ -92,7 +92,7 @@ func TestCheckConfig(t *testing.T) {
 func TestCheckConfigCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()
-	s := New(cl.Client(), WithLogger(slog.New(slog.DiscardHandler)))
+	s := mustNew(t, cl.Client(), WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, s.CheckConfig(ctx))
 	bad := cl.Nodes()[1]
 	node := bad.Client()
@@ -126,7 +126,7 @@ func TestCheckConfigBounded(t *testing.T) {
 			srv.Freeze()
 			t.Cleanup(srv.Thaw)
 			var logs logBuffer
-			s := New(client, WithLogger(logs.logger()), func(s *Store) { s.checkTimeout = bound })
+			s := mustNew(t, client, WithLogger(logs.logger()), withCheckTimeout(bound))
 			select {
 			case <-s.checked:
 				t.Fatal("the check ended at once against a frozen server")
@@ -148,7 +148,7 @@ func TestCheckConfigBounded(t *testing.T) {
 		client := srv.Client()
 		srv.Kill()
 		var logs logBuffer
-		s := New(client, WithLogger(logs.logger()), func(s *Store) { s.checkTimeout = bound })
+		s := mustNew(t, client, WithLogger(logs.logger()), withCheckTimeout(bound))
 		waitChecked(t, s, 5*time.Second)
 		assert.NotContains(t, logs.String(), "level=WARN")
 		ctx, cancel := context.WithTimeout(context.Background(), bound)

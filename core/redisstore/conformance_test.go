@@ -21,7 +21,7 @@ func TestExactness(t *testing.T) {
 	prefix := testPrefix(t)
 	stores := make([]core.Store, 4)
 	for i := range stores {
-		stores[i] = New(srv.Client(), WithPrefix(prefix))
+		stores[i] = mustNew(t, srv.Client(), WithPrefix(prefix))
 	}
 	storetest.RunExactness(t, stores, 16)
 }

@@ -25,7 +25,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	hook := newCommandCounter()
 	c.AddHook(hook)
 	p := core.Policy{Name: "flood", Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Hour}
-	s := New(c, WithPrefix(testPrefix(t)))
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
 	l, err := core.NewLimiter(s, p, core.WithDenyCache(1000))
 	if err != nil {
@@ -77,7 +77,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 			p := core.Policy{Name: "reset-race", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 			// A generous timeout: a fail-open admission would hide nothing,
 			// but it would make a round uncheckable.
-			l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p,
+			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
 				core.WithDenyCache(100), core.WithTimeout(5*time.Second))
 			require.NoError(t, err)
 			ctx := context.Background()

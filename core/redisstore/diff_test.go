@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 )
 
 var (
@@ -23,8 +24,7 @@ var (
 // requires identical Decisions at every step.
 func TestMatchesMemstore(t *testing.T) {
 	rs, _, _ := newStore(t)
-	ms := memstore.New()
-	t.Cleanup(func() { _ = ms.Close() })
+	ms := newMemStore(t)
 	ctx := context.Background()
 
 	// Far in the future, so that memstore's janitor (which reads the real
@@ -86,12 +86,8 @@ func TestMatchesMemstore(t *testing.T) {
 					key := keys[rng.IntN(len(keys))]
 					if rng.IntN(50) == 0 {
 						history = append(history, fmt.Sprintf("%d %s reset", i, key))
-						if err := rs.Reset(ctx, key, p); err != nil {
-							t.Fatal(err)
-						}
-						if err := ms.Reset(ctx, key, p); err != nil {
-							t.Fatal(err)
-						}
+						require.NoError(t, rs.Reset(ctx, key, p), "step %d: redis Reset", i)
+						require.NoError(t, ms.Reset(ctx, key, p), "step %d: memory Reset", i)
 						continue
 					}
 					cost := int64(1)
@@ -106,26 +102,23 @@ func TestMatchesMemstore(t *testing.T) {
 					req := core.Request{Key: key, Policy: p, Cost: cost, Now: time.UnixMicro(at)}
 					history = append(history, fmt.Sprintf("%d %s c=%d at=%d", i, key, cost, at))
 					want, err := ms.Take(ctx, req)
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err, "step %d: memory", i)
 					got, err := rs.Take(ctx, req)
-					if err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
+					require.NoError(t, err, "step %d: redis", i)
 					if got != want {
 						for _, h := range history[max(0, len(history)-40):] {
 							t.Log(h)
 						}
 						if alg == core.SlidingWindowLog {
-							z, _ := rs.client.ZRangeWithScores(ctx, rs.Key(key, p), 0, -1).Result()
+							z, _ := rs.client.ZRangeWithScores(ctx, rs.stateKey(key, p), 0, -1).Result()
 							t.Logf("log %v", z)
 						} else {
-							h, _ := rs.client.HGetAll(ctx, rs.Key(key, p)).Result()
+							h, _ := rs.client.HGetAll(ctx, rs.stateKey(key, p)).Result()
 							t.Logf("state %v", h)
 						}
-						t.Fatalf("step %d: key %s cost %d at %d (+%dµs in window):\n redis  %+v\n memory %+v",
-							i, key, cost, at, at%w, got, want)
+						// Expected: memory, the reference; actual: redis.
+						require.Equal(t, want, got, "step %d: key %s cost %d at %d (+%dµs in window)",
+							i, key, cost, at, at%w)
 					}
 				}
 			})

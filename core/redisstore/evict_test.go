@@ -41,7 +41,7 @@ func TestEvictionUnderAttack(t *testing.T) {
 			srv := redistest.StartWith(t, "--maxmemory", "3mb", "--maxmemory-policy", c.policy)
 			client := srv.Client()
 			ctx := context.Background()
-			s := New(client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
+			s := mustNew(t, client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
 			attack := core.Policy{Name: "api", Algorithm: core.SlidingWindowCounter, Limit: 100, Window: time.Minute}
 			// Not a sliding log: its script trims before it adds, and Redis
 			// lets a script that has written once write on past maxmemory.

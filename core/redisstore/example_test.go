@@ -26,7 +26,10 @@ func Example() {
 	})
 	defer client.Close()
 
-	store := redisstore.New(client, redisstore.WithPrefix("myapp:rl:"))
+	store, err := redisstore.New(client, redisstore.WithPrefix("myapp:rl:"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	limiter, err := core.NewLimiter(store, core.Policy{
 		Name:      "api",
 		Algorithm: core.TokenBucket,

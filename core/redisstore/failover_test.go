@@ -119,7 +119,7 @@ func (st *stream) recoveredAt(kill time.Time) (time.Time, bool) {
 func TestClusterFailover(t *testing.T) {
 	c := redistest.StartReplicatedCluster(t)
 	client := c.Client()
-	s := New(client, WithPrefix(testPrefix(t)))
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
 	ctx := context.Background()
 	const limit = 5
 	p := core.Policy{Name: "failover", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
@@ -275,7 +275,7 @@ func keysPerShard(t *testing.T, ctx context.Context, client *redis.ClusterClient
 		for i := 0; found < len(shards); i++ {
 			require.Less(t, i, 1000, "no key %s-... on every shard", name)
 			k := fmt.Sprintf("%s-%d", name, i)
-			slot, err := client.ClusterKeySlot(ctx, s.Key(k, p)).Result()
+			slot, err := client.ClusterKeySlot(ctx, s.stateKey(k, p)).Result()
 			require.NoError(t, err)
 			for sh, shard := range shards {
 				if _, ok := keys[sh][name]; !ok && shard.Has(int(slot)) {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -22,6 +24,45 @@ func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("rltest:%s:%08x:", name, rand.Uint32())
 }
 
+// mustNew returns New(client, opts...), failing t on an error.
+func mustNew(t testing.TB, client redis.UniversalClient, opts ...Option) *Store {
+	t.Helper()
+	s, err := New(client, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// withCheckTimeout bounds the check that New starts by d instead of
+// configCheckTimeout: a test hook, which production code cannot write,
+// since config's fields are unexported.
+func withCheckTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.checkTimeout = d
+		return nil
+	}
+}
+
+// withExplicitNowMinTTL sets the least TTL of keys written by requests with
+// an explicit core.Request.Now, explicitNowMinTTL otherwise: a test that
+// checks TTLs against its own clock sets 0. A test hook, like
+// withCheckTimeout.
+func withExplicitNowMinTTL(d time.Duration) Option {
+	return func(c *config) error {
+		c.explicitMinTTL = d
+		return nil
+	}
+}
+
+// stateKey returns the key holding the state of the client key under
+// policy, or "" for an unknown algorithm.
+func (s *Store) stateKey(key string, policy core.Policy) string {
+	i := algo(policy.Algorithm)
+	if i < 0 {
+		return ""
+	}
+	return s.key(key, policy, i)
+}
+
 // newStore starts (or reaches) a Redis and returns a Store over a client of
 // its own, with a prefix of its own.
 func newStore(t testing.TB, opts ...Option) (*Store, *redistest.Server, *redis.Client) {
@@ -29,7 +70,17 @@ func newStore(t testing.TB, opts ...Option) (*Store, *redistest.Server, *redis.C
 	srv := redistest.Start(t)
 	c := srv.Client()
 	opts = append([]Option{WithPrefix(testPrefix(t))}, opts...)
-	return New(c, opts...), srv, c
+	return mustNew(t, c, opts...), srv, c
+}
+
+// newMemStore returns a memstore with the default options, closed when t
+// ends.
+func newMemStore(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // policies returns one policy per algorithm, L per W.

@@ -22,7 +22,7 @@ import (
 //     request of cost 100 000, whose RetryAfter is the newest request's.
 func BenchmarkSlidingWindowLog(b *testing.B) {
 	srv := redistest.Start(b)
-	s := New(srv.Client(), WithPrefix(testPrefix(b)))
+	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	p := core.Policy{Name: "bench", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Second}
 	run := func(b *testing.B, req func(i int) core.Request, allowed bool) {

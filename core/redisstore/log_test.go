@@ -27,9 +27,7 @@ type logPair struct {
 }
 
 func newLogPair(t *testing.T, rs *Store, p core.Policy) *logPair {
-	ms := memstore.New()
-	t.Cleanup(func() { _ = ms.Close() })
-	return &logPair{t: t, rs: rs, ms: ms, p: p}
+	return &logPair{t: t, rs: rs, ms: newMemStore(t), p: p}
 }
 
 // take decides cost at at on both stores and returns the Decision.
@@ -54,10 +52,10 @@ func TestLogLargeCost(t *testing.T) {
 	srv := redistest.StartWith(t) // of its own: the test resets its statistics
 	c := srv.Client()
 	ctx := context.Background()
-	s := New(c, WithPrefix(testPrefix(t)))
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	p := core.Policy{Name: "big", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Hour}
 	lp := newLogPair(t, s, p)
-	key := s.Key("k", p)
+	key := s.stateKey("k", p)
 
 	// Load the script, then count from zero: Redis counts the commands a
 	// script calls in INFO commandstats, and logs in SLOWLOG any command
@@ -169,7 +167,7 @@ func TestLogRebase(t *testing.T) {
 	ctx := context.Background()
 	p := core.Policy{Name: "rebase", Algorithm: core.SlidingWindowLog, Limit: 1000, Window: time.Minute}
 	lp := newLogPair(t, s, p)
-	key := s.Key("k", p)
+	key := s.stateKey("k", p)
 	// The log of 400 units at t0 and 50 at t0+1ms, numbered as a log that
 	// has counted 2^52 - 460 units before them would number them. memstore
 	// is given the same requests.
@@ -202,7 +200,7 @@ func TestLogRebase(t *testing.T) {
 
 	// Passing 2^52 in the newest member's microsecond: rebased, then
 	// widened.
-	key = s.Key("m", p)
+	key = s.stateKey("m", p)
 	require.NoError(t, c.ZAdd(ctx, key,
 		redis.Z{Score: us(0), Member: fmt.Sprintf("%d:%d", from, from+450)},
 	).Err())
@@ -232,7 +230,7 @@ func TestLogConcurrentCosts(t *testing.T) {
 	)
 	stores := make([]*Store, 4)
 	for i := range stores {
-		s := New(srv.Client(), WithPrefix(prefix))
+		s := mustNew(t, srv.Client(), WithPrefix(prefix))
 		stores[i] = s
 		for g := range 8 {
 			rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
@@ -256,7 +254,7 @@ func TestLogConcurrentCosts(t *testing.T) {
 	}
 	wg.Wait()
 	assert.LessOrEqual(t, units, p.Limit)
-	z, err := srv.Client().ZRange(ctx, stores[0].Key("k", p), -1, -1).Result()
+	z, err := srv.Client().ZRange(ctx, stores[0].stateKey("k", p), -1, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, z, 1)
 	_, logged, err := cutMember(z[0])

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -50,7 +49,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	opts.ContextTimeoutEnabled = contextDeadline
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	s := New(client, WithPrefix(testPrefix(t)))
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
 	want := core.CallBounded
 	if contextDeadline {
 		want = core.CallWithDeadline
@@ -182,10 +181,9 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	if srv.External() {
 		t.Skip("REDIS_URL is set: outage tests need a server of their own")
 	}
-	local := memstore.New()
-	t.Cleanup(func() { _ = local.Close() })
+	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-	l, err := core.NewLimiter(New(srv.Client(), WithPrefix(testPrefix(t))), p,
+	l, err := core.NewLimiter(mustNew(t, srv.Client(), WithPrefix(testPrefix(t))), p,
 		core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +246,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				counter := newCommandCounter()
 				client.AddHook(counter)
 				p := core.Policy{Name: "breaker", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
-				st := New(client, WithPrefix(testPrefix(t)))
+				st := mustNew(t, client, WithPrefix(testPrefix(t)))
 				waitChecked(t, st, 10*time.Second) // its INFO must not count below
 				l, err := core.NewLimiter(st, p, core.WithTimeout(outageTimeout))
 				require.NoError(t, err)
@@ -376,11 +374,10 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			opts.ContextTimeoutEnabled = kind.contextDeadline
 			client := redis.NewClient(opts)
 			t.Cleanup(func() { _ = client.Close() })
-			local := memstore.New()
-			t.Cleanup(func() { _ = local.Close() })
+			local := newMemStore(t)
 			const limit = 10
 			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
-			l, err := core.NewLimiter(New(client, WithPrefix(testPrefix(t))), p,
+			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
 				core.WithTimeout(outageTimeout), core.WithFallback(local))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -469,10 +466,9 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			counter := newCommandCounter()
 			client.AddHook(counter)
 			client.AddHook(cancelHook{})
-			s := New(client, WithPrefix(testPrefix(t)))
+			s := mustNew(t, client, WithPrefix(testPrefix(t)))
 			waitChecked(t, s, 10*time.Second) // its INFO must not count below
-			local := memstore.New()
-			t.Cleanup(func() { _ = local.Close() })
+			local := newMemStore(t)
 
 			configs := []struct {
 				name string

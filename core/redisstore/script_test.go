@@ -2,12 +2,12 @@ package redisstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
@@ -23,7 +23,7 @@ func TestOneRoundTrip(t *testing.T) {
 	c := srv.Client()
 	hook := newCommandCounter()
 	c.AddHook(hook)
-	s := New(c, WithPrefix(testPrefix(t)))
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
 	ctx := context.Background()
 	ps := policies(1000, time.Minute)
@@ -35,9 +35,8 @@ func TestOneRoundTrip(t *testing.T) {
 			if i%2 == 0 {
 				req.Now = t0.Add(time.Duration(i) * time.Millisecond)
 			}
-			if _, err := s.Take(ctx, req); err != nil {
-				t.Fatalf("%s: %v", p.Algorithm, err)
-			}
+			_, err := s.Take(ctx, req)
+			require.NoError(t, err, "%s", p.Algorithm)
 		}
 	}
 	decide(0) // loads the scripts (EVALSHA, NOSCRIPT, EVAL)
@@ -47,31 +46,21 @@ func TestOneRoundTrip(t *testing.T) {
 		decide(i)
 	}
 	names, pipelines := hook.snapshot()
-	want := map[string]int{"evalsha": n * len(ps)}
-	if fmt.Sprint(names) != fmt.Sprint(want) || pipelines != 0 {
-		t.Fatalf("%d decisions sent %v and %d pipelines, want %v and none", n*len(ps), names, pipelines, want)
-	}
+	require.Equal(t, map[string]int{"evalsha": n * len(ps)}, names, "commands of %d decisions", n*len(ps))
+	require.Zero(t, pipelines, "pipelines")
 
 	if srv.External() {
 		t.Skip("REDIS_URL is set: not flushing the scripts of a shared server")
 	}
-	if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, srv.Client().ScriptFlush(ctx).Err())
 	hook.reset()
 	decide(1)
 	names, _ = hook.snapshot()
-	want = map[string]int{"evalsha": len(ps), "eval": len(ps)}
-	if fmt.Sprint(names) != fmt.Sprint(want) {
-		t.Fatalf("after SCRIPT FLUSH: %v, want %v", names, want)
-	}
+	require.Equal(t, map[string]int{"evalsha": len(ps), "eval": len(ps)}, names, "commands after SCRIPT FLUSH")
 	hook.reset()
 	decide(2)
 	names, _ = hook.snapshot()
-	want = map[string]int{"evalsha": len(ps)}
-	if fmt.Sprint(names) != fmt.Sprint(want) {
-		t.Fatalf("after recovery: %v, want %v", names, want)
-	}
+	require.Equal(t, map[string]int{"evalsha": len(ps)}, names, "commands after the scripts are loaded again")
 }
 
 // TestKeys checks the key layout and that Reset deletes every key of the
@@ -85,33 +74,19 @@ func TestKeys(t *testing.T) {
 			core.TokenBucket: "tb", core.LeakyBucket: "lb",
 		}[p.Algorithm]
 		base := s.prefix + "{user:42}:p:" + code
-		if got := s.Key("user:42", p); got != base {
-			t.Fatalf("Key = %q, want %q", got, base)
-		}
+		require.Equal(t, base, s.stateKey("user:42", p), "%s: key", p.Algorithm)
 		for _, k := range []string{"user:42", "other"} {
-			if _, err := s.Take(ctx, core.Request{Key: k, Policy: p, Cost: 2}); err != nil {
-				t.Fatal(err)
-			}
+			_, err := s.Take(ctx, core.Request{Key: k, Policy: p, Cost: 2})
+			require.NoError(t, err, "%s: Take(%q)", p.Algorithm, k)
 		}
-		if n := c.Exists(ctx, base).Val(); n != 1 {
-			t.Fatalf("%s: key %s missing", p.Algorithm, base)
-		}
-		if err := s.Reset(ctx, "user:42", p); err != nil {
-			t.Fatal(err)
-		}
-		if n := c.Exists(ctx, base).Val(); n != 0 {
-			t.Fatalf("%s: key left after Reset", p.Algorithm)
-		}
-		if n := c.Exists(ctx, s.Key("other", p)).Val(); n != 1 {
-			t.Fatalf("%s: Reset deleted another client's key", p.Algorithm)
-		}
+		require.EqualValues(t, 1, c.Exists(ctx, base).Val(), "%s: key %s written", p.Algorithm, base)
+		require.NoError(t, s.Reset(ctx, "user:42", p), "%s: Reset", p.Algorithm)
+		require.EqualValues(t, 0, c.Exists(ctx, base).Val(), "%s: key left after Reset", p.Algorithm)
+		require.EqualValues(t, 1, c.Exists(ctx, s.stateKey("other", p)).Val(), "%s: another client's key after Reset", p.Algorithm)
 		d, err := s.Take(ctx, core.Request{Key: "user:42", Policy: p, Cost: 1})
-		if err != nil || !d.Allowed || d.Remaining != 4 {
-			t.Fatalf("%s: after Reset: %+v, %v; want a whole quota", p.Algorithm, d, err)
-		}
-	}
-	if s.Key("k", core.Policy{Algorithm: "nope"}) != "" {
-		t.Fatal("Key of an unknown algorithm is not empty")
+		require.NoError(t, err, "%s: Take after Reset", p.Algorithm)
+		require.True(t, d.Allowed, "%s: after Reset: Allowed", p.Algorithm)
+		require.EqualValues(t, 4, d.Remaining, "%s: after Reset: Remaining, of a whole quota", p.Algorithm)
 	}
 }
 
@@ -122,23 +97,19 @@ func TestDeniedWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range policies(3, time.Hour) {
 		req := core.Request{Key: "k", Policy: p, Cost: 3, Now: t0}
-		if d, err := s.Take(ctx, req); err != nil || !d.Allowed {
-			t.Fatalf("%s: %+v, %v", p.Algorithm, d, err)
-		}
-		key := s.Key("k", p)
+		d, err := s.Take(ctx, req)
+		require.NoError(t, err, "%s", p.Algorithm)
+		require.True(t, d.Allowed, "%s: first request: Allowed", p.Algorithm)
+		key := s.stateKey("k", p)
 		dump := c.Dump(ctx, key).Val()
 		ttl := c.PTTL(ctx, key).Val()
 		req.Cost = 1
 		req.Now = t0.Add(time.Millisecond)
-		if d, err := s.Take(ctx, req); err != nil || d.Allowed {
-			t.Fatalf("%s: %+v, %v; want denied", p.Algorithm, d, err)
-		}
-		if c.Dump(ctx, key).Val() != dump {
-			t.Fatalf("%s: a denied request changed the state", p.Algorithm)
-		}
-		if got := c.PTTL(ctx, key).Val(); got > ttl {
-			t.Fatalf("%s: a denied request extended the TTL from %v to %v", p.Algorithm, ttl, got)
-		}
+		d, err = s.Take(ctx, req)
+		require.NoError(t, err, "%s", p.Algorithm)
+		require.False(t, d.Allowed, "%s: second request: Allowed", p.Algorithm)
+		assert.Equal(t, dump, c.Dump(ctx, key).Val(), "%s: the state after a denied request", p.Algorithm)
+		assert.LessOrEqual(t, c.PTTL(ctx, key).Val(), ttl, "%s: the TTL after a denied request", p.Algorithm)
 	}
 }
 
@@ -147,7 +118,7 @@ func TestDeniedWritesNothing(t *testing.T) {
 func TestTTLs(t *testing.T) {
 	ctx := context.Background()
 	run := func(t *testing.T, explicit bool) {
-		s, _, c := newStore(t, WithExplicitNowMinTTL(0))
+		s, _, c := newStore(t, withExplicitNowMinTTL(0))
 		w := 2 * time.Second
 		ps := policies(10, w)
 		ps = append(ps,
@@ -160,24 +131,21 @@ func TestTTLs(t *testing.T) {
 				if explicit {
 					req.Now = time.Now().Add(time.Duration(i) * time.Millisecond)
 				}
-				if _, err := s.Take(ctx, req); err != nil {
-					t.Fatal(err)
-				}
+				_, err := s.Take(ctx, req)
+				require.NoError(t, err, "%s %s", p.Name, p.Algorithm)
 			}
 		}
 		keys := scanKeys(t, ctx, c, s.prefix)
 		// 7 client keys, one key per policy; a fixed window key may
 		// already be gone if its window just ended.
-		if len(keys) < 7*(len(ps)-1) || len(keys) > 7*len(ps) {
-			t.Fatalf("scanned %d keys, want %d", len(keys), 7*len(ps))
-		}
+		require.GreaterOrEqual(t, len(keys), 7*(len(ps)-1), "keys scanned")
+		require.LessOrEqual(t, len(keys), 7*len(ps), "keys scanned")
 		for _, k := range keys {
 			ttl := c.PTTL(ctx, k).Val()
 			// Longest: the sliding counter's two windows; a burst of 30
 			// at 10 per 2s takes 6s to refill.
-			if ttl <= 0 || ttl > 6*time.Second+100*time.Millisecond {
-				t.Errorf("%s: PTTL %v", k, ttl)
-			}
+			assert.Positive(t, ttl, "%s: PTTL", k)
+			assert.LessOrEqual(t, ttl, 6*time.Second+100*time.Millisecond, "%s: PTTL", k)
 		}
 	}
 	t.Run("time", func(t *testing.T) { run(t, false) })
@@ -189,13 +157,11 @@ func TestTTLs(t *testing.T) {
 		// 1µs before the window ends: the state matters for 1µs of the
 		// test's clock, which may stand still for seconds of real time.
 		at := t0.Add(time.Second - time.Microsecond)
-		if _, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1, Now: at}); err != nil {
-			t.Fatal(err)
-		}
-		ttl := c.PTTL(ctx, s.Key("k", p)).Val()
-		if ttl < DefaultExplicitNowMinTTL-time.Second || ttl > DefaultExplicitNowMinTTL {
-			t.Fatalf("PTTL %v, want about %v", ttl, DefaultExplicitNowMinTTL)
-		}
+		_, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1, Now: at})
+		require.NoError(t, err)
+		ttl := c.PTTL(ctx, s.stateKey("k", p)).Val()
+		assert.GreaterOrEqual(t, ttl, explicitNowMinTTL-time.Second, "PTTL")
+		assert.LessOrEqual(t, ttl, explicitNowMinTTL, "PTTL")
 	})
 }
 
@@ -206,25 +172,16 @@ func TestRedisTime(t *testing.T) {
 	ctx := context.Background()
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}
 	d, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	now, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	end := now.Truncate(time.Hour).Add(time.Hour)
-	if diff := end.Sub(now) - d.ResetAfter; diff < -time.Second || diff > time.Second {
-		t.Fatalf("ResetAfter %v, Redis TIME says %v to the end of the window", d.ResetAfter, end.Sub(now))
-	}
-	state, err := c.HGetAll(ctx, s.Key("k", p)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, _ := strconv.ParseInt(state["t"], 10, 64)
-	if got := time.UnixMicro(last); got.Sub(now).Abs() > time.Second {
-		t.Fatalf("state time %v, Redis TIME %v", got, now)
-	}
+	assert.InDelta(t, end.Sub(now), d.ResetAfter, float64(time.Second), "ResetAfter: Redis TIME says %v to the end of the window", end.Sub(now))
+	state, err := c.HGetAll(ctx, s.stateKey("k", p)).Result()
+	require.NoError(t, err)
+	last, err := strconv.ParseInt(state["t"], 10, 64)
+	require.NoError(t, err, "the state's time field")
+	assert.WithinDuration(t, now, time.UnixMicro(last), time.Second, "the state's time against Redis TIME")
 }
 
 // TestTakeRejects: requests the Limiter never sends fail cleanly, without
@@ -244,16 +201,12 @@ func TestTakeRejects(t *testing.T) {
 		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1}, Cost: 1}, core.ErrInvalidPolicy},
 		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.TokenBucket, Window: time.Second}, Cost: 1}, core.ErrInvalidPolicy},
 	} {
-		if _, err := s.Take(ctx, c.req); !errors.Is(err, c.want) {
-			t.Errorf("Take(%+v) = %v, want %v", c.req, err, c.want)
-		}
+		_, err := s.Take(ctx, c.req)
+		assert.ErrorIs(t, err, c.want, "Take(%+v)", c.req)
 	}
-	if err := s.Reset(ctx, "k", core.Policy{Algorithm: "gcra"}); !errors.Is(err, core.ErrInvalidPolicy) {
-		t.Errorf("Reset of an unknown algorithm: %v", err)
-	}
-	if err := s.Ping(ctx); err != nil {
-		t.Errorf("Ping: %v", err)
-	}
+	assert.ErrorIs(t, s.Reset(ctx, "k", core.Policy{Algorithm: "gcra"}), core.ErrInvalidPolicy, "Reset of an unknown algorithm")
+	assert.ErrorIs(t, s.Reset(ctx, "", p), core.ErrInvalidKey, "Reset of an empty key")
+	assert.NoError(t, s.Ping(ctx), "Ping")
 }
 
 // TestWrongType: a key of another type surfaces as an error, never a
@@ -262,11 +215,7 @@ func TestWrongType(t *testing.T) {
 	s, _, c := newStore(t)
 	ctx := context.Background()
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
-	if err := c.Set(ctx, s.Key("k", p), "x", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, s.stateKey("k", p), "x", time.Minute).Err())
 	_, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1})
-	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Fatalf("Take over a string key: %v, want WRONGTYPE", err)
-	}
+	assert.ErrorContains(t, err, "WRONGTYPE", "Take over a string key")
 }

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,9 +18,10 @@ import (
 // otherwise.
 const DefaultPrefix = "rl:"
 
-// DefaultExplicitNowMinTTL is the least TTL of a key written by a request
-// with an explicit Now, unless WithExplicitNowMinTTL says otherwise.
-const DefaultExplicitNowMinTTL = time.Minute
+// explicitNowMinTTL is the least TTL of a key written by a request with an
+// explicit core.Request.Now: such a time (a test's) may be far from Redis's
+// own, and a TTL counted from it alone could expire the key at once.
+const explicitNowMinTTL = time.Minute
 
 var (
 	//go:embed prelude.lua
@@ -35,37 +38,43 @@ var (
 	leakyBucketLua string
 )
 
-// Option configures a Store.
-type Option func(*Store)
+// Option configures a Store. New applies the options in order and returns
+// the error of the first that refuses its value; a nil Option is an error
+// too. Every such error wraps core.ErrInvalidOption.
+type Option func(*config) error
 
-// WithPrefix sets the prefix of every key the Store writes; the default is
-// DefaultPrefix. Stores sharing one Redis with different prefixes share no
-// state. The prefix should not contain '{' or '}' (see the package
-// documentation on hash tags).
-func WithPrefix(p string) Option {
-	return func(s *Store) { s.prefix = p }
+type config struct {
+	prefix         string
+	logger         *slog.Logger // nil: slog.Default() at the time of logging
+	explicitMinTTL time.Duration
+	checkTimeout   time.Duration
 }
 
-// WithExplicitNowMinTTL sets the least TTL of keys written by requests with
-// an explicit core.Request.Now (a test clock), DefaultExplicitNowMinTTL by
-// default. A test that checks TTLs against its own clock sets 0. Negative
-// values count as 0. Requests that use Redis TIME are not affected.
-func WithExplicitNowMinTTL(d time.Duration) Option {
-	return func(s *Store) { s.explicitMinTTL = max(0, d) }
+// WithPrefix sets the prefix of every key the Store writes; the default is
+// DefaultPrefix, and an empty prefix is allowed. Stores sharing one Redis
+// with different prefixes share no state. A prefix with '{' or '}', which
+// would take the place of the key's Redis Cluster hash tag (see the
+// package documentation), or with an ASCII control byte, is an error.
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		if i := strings.IndexFunc(p, func(r rune) bool { return r == '{' || r == '}' || r < 0x20 || r == 0x7f }); i >= 0 {
+			return fmt.Errorf("%w: redisstore.WithPrefix: %q has %q at byte %d; braces and control bytes are not allowed",
+				core.ErrInvalidOption, p, p[i], i)
+		}
+		c.prefix = p
+		return nil
+	}
 }
 
 // Store is a core.Store over Redis. It is safe for concurrent use; it holds
 // no state of its own besides its configuration, so any number of Stores,
 // in any number of processes, may share one Redis.
 type Store struct {
-	client         redis.UniversalClient
-	prefix         string
-	explicitMinTTL time.Duration
-	scripts        [len(algos)]*redis.Script
-	recovery       *clusterRecovery // nil unless client is a cluster client
-	logger         *slog.Logger     // nil: slog.Default()
-	checkTimeout   time.Duration    // bounds the check New starts
-	checked        chan struct{}    // closed once that check is done
+	client   redis.UniversalClient
+	config   // as the options left it
+	scripts  [len(algos)]*redis.Script
+	recovery *clusterRecovery // nil unless client is a cluster client
+	checked  chan struct{}    // closed once the check New starts is done
 }
 
 var (
@@ -98,19 +107,31 @@ var algos = [...]struct {
 // New does no I/O. It starts one goroutine that runs CheckConfig, for at
 // most a few seconds, and logs a warning (WithLogger) if Redis has a
 // maxmemory and the noeviction policy.
-func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, explicitMinTTL: DefaultExplicitNowMinTTL,
-		recovery: newClusterRecovery(client), checkTimeout: configCheckTimeout, checked: make(chan struct{})}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(s)
+//
+// New returns an error wrapping core.ErrInvalidOption, and starts nothing,
+// if client is nil or an option is nil or refuses its value.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redisstore.New: nil client", core.ErrInvalidOption)
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: redisstore.New: nil %T", core.ErrInvalidOption, client)
+	}
+	c := config{prefix: DefaultPrefix, explicitMinTTL: explicitNowMinTTL, checkTimeout: configCheckTimeout}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: redisstore.New: option %d is nil", core.ErrInvalidOption, i)
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
 		}
 	}
+	s := &Store{client: client, config: c, recovery: newClusterRecovery(client), checked: make(chan struct{})}
 	for i, a := range algos {
 		s.scripts[i] = redis.NewScript(preludeLua + *a.lua)
 	}
 	go s.checkAtStart()
-	return s
+	return s, nil
 }
 
 // algo returns the index of a in algos, or -1.
@@ -123,17 +144,8 @@ func algo(a core.Algorithm) int {
 	return -1
 }
 
-// Key returns the key holding the state of the client key under policy,
-// as described in the package documentation. It returns "" for an unknown
-// algorithm.
-func (s *Store) Key(key string, policy core.Policy) string {
-	i := algo(policy.Algorithm)
-	if i < 0 {
-		return ""
-	}
-	return s.key(key, policy, i)
-}
-
+// key returns the key holding the state of the client key under policy,
+// whose algorithm is algos[i], as described in the package documentation.
 func (s *Store) key(key string, policy core.Policy, i int) string {
 	name := policy.Name
 	if name == "" {
@@ -147,6 +159,10 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // request the Limiter never sends (an invalid policy, an empty key, a cost
 // out of [1, capacity]), wrapping the core sentinel error; and when Redis
 // fails, wrapping the client's error with the algorithm.
+//
+// A request with a zero Now is decided at Redis TIME. One with an explicit
+// Now (a test's time) is decided at that time, and the key it writes lives
+// at least a minute, however near the end of its state that time is.
 func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
 	if err := req.Validate(); err != nil {
 		return core.Decision{}, err

@@ -134,7 +134,8 @@ func brokenStores() map[string]func(inner core.Store) core.Store {
 
 // newMemstore returns a fresh memstore, closed when t ends.
 func newMemstore(t *testing.T) *memstore.Store {
-	s := memstore.New()
+	s, err := memstore.New()
+	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	return s
 }

@@ -10,7 +10,10 @@ import (
 
 // newMemstore returns a fresh memstore, closed when t ends.
 func newMemstore(t *testing.T) *memstore.Store {
-	s := memstore.New()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Error(err)

@@ -72,8 +72,13 @@ func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
 
 	var prefixes atomic.Int64
 	redisStore := func(c redis.UniversalClient) func(t testing.TB) core.Store {
-		return func(testing.TB) core.Store {
-			return redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("disconnect%d:", prefixes.Add(1))))
+		return func(t testing.TB) core.Store {
+			t.Helper()
+			s, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("disconnect%d:", prefixes.Add(1))))
+			if err != nil {
+				t.Fatalf("redisstore.New: %v", err)
+			}
+			return s
 		}
 	}
 	stores := []struct {

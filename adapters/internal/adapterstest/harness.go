@@ -135,7 +135,11 @@ func NewMount(l *core.Limiter, opts ...httplimit.Option) Mount {
 
 // NewStore returns a memory store closed at the end of the test.
 func NewStore(t testing.TB) *memstore.Store {
-	s := memstore.New()
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatalf("memstore.New: %v", err)
+	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

@@ -28,7 +28,10 @@ func TestDefaultPoliciesValidate(t *testing.T) {
 }
 
 func TestNewLimiters(t *testing.T) {
-	store := memstore.New()
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = store.Close() })
 	l, err := NewLimiters(store, DefaultPolicies())
 	if err != nil {

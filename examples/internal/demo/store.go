@@ -43,7 +43,10 @@ func (s *Store) Close() error { return s.close() }
 // that Redis answers. Close it when done.
 func OpenStore(ctx context.Context, redisURL string) (*Store, error) {
 	if redisURL == "" {
-		ms := memstore.New()
+		ms, err := memstore.New()
+		if err != nil {
+			return nil, err
+		}
 		return &Store{Store: ms, Name: "memory", close: ms.Close}, nil
 	}
 	opt, err := redis.ParseURL(redisURL)
@@ -60,7 +63,11 @@ func OpenStore(ctx context.Context, redisURL string) (*Store, error) {
 		opt.WriteTimeout = 500 * time.Millisecond
 	}
 	client := redis.NewClient(opt)
-	rs := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	rs, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()

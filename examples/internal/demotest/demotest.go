@@ -141,7 +141,10 @@ type client struct {
 // bucket refills during a test.
 func build(t *testing.T, newApp func(demo.Limiters) Client, p demo.Policies) client {
 	t.Helper()
-	store := memstore.New()
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatalf("memstore.New: %v", err)
+	}
 	t.Cleanup(func() { _ = store.Close() })
 	t0 := time.Now()
 	l, err := demo.NewLimiters(clockstore.At(store, t0), p)
