@@ -12,6 +12,22 @@ import (
 // levels are float64, computed in exactly the order the Redis Lua scripts in
 // core/redisstore compute them (Lua numbers are float64 too), so both stores
 // give the same Decision for the same history, to the millisecond.
+//
+// The float64(...) conversions of values that are already float64 keep the
+// two bit-identical: do not remove them, whatever a linter (unconvert)
+// says. Lua rounds the result of every operation. The Go spec lets a
+// compiler fuse operations and round once, and Go does: x*y+z becomes one
+// multiply-add on arm64, riscv64, loong64, ppc64, s390x and amd64 with
+// GOAMD64=v3, skipping the product's rounding, so the last bit may differ
+// from Lua's and a Decision be a millisecond off. An explicit conversion
+// forbids that ("An explicit floating-point type conversion rounds to the
+// precision of the target type, preventing fusion that would discard that
+// rounding"), so every product or sum below whose result feeds another
+// operation is wrapped in float64(...). Today none of these expressions
+// would fuse without them (every product is divided before anything is
+// added to it: the assembly for those architectures has no multiply-add),
+// but an edit that adds to a product would; wrap any new intermediate
+// result the same way.
 
 // kind is an Algorithm as a small integer, so that deciding for existing
 // state dispatches without comparing strings.
@@ -202,7 +218,7 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 		prev = st.cur
 	}
 	el := now - ws
-	// Lua: local p = prev * (w - el) / w
+	// Lua: local previous_weight = weigh(previous, elapsed)
 	p := weigh(prev, w, el)
 	o := outcome{}
 	if fits(p, cur, c, l) {
@@ -226,6 +242,7 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 		at := firstPass(0, w, est, func(at int64) bool { return fits(weigh(cur, w, at), 0, c, l) })
 		o.wait = ws + w + at - now
 	}
+	// float64(...) forces roundings, as in Lua: see the top of this file.
 	o.remaining = max(0, int64(math.Floor(float64(l)-float64(p+float64(cur)))))
 	switch {
 	case cur > 0:
@@ -247,11 +264,13 @@ func weigh(prev, w, el int64) float64 {
 	if el == 0 {
 		return float64(prev)
 	}
+	// float64(...) forces roundings, as in Lua: see the top of this file.
 	return float64(float64(prev) * float64(w-el) / float64(w))
 }
 
 // fits is the sliding window counter's admission test.
 func fits(p float64, cur, c, l int64) bool {
+	// float64(...) forces roundings, as in Lua: see the top of this file.
 	return float64(p+float64(cur))+float64(c) <= float64(l)
 }
 
@@ -283,8 +302,10 @@ func slidingLog(st *state, l, w, c, now int64) outcome {
 
 func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	// tokensAt is the bucket el microseconds after the last admission.
+	// Here and below, float64(...) forces roundings, as in Lua: see the
+	// top of this file.
 	tokensAt := func(el int64) float64 {
-		// Lua: math.min(burst, tokens + el * limit / w)
+		// Lua: math.min(capacity, stored_tokens + elapsed * limit / window)
 		return min(float64(b), st.level+float64(float64(el)*float64(l)/float64(w)))
 	}
 	tokens := float64(b)
@@ -313,8 +334,10 @@ func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 
 func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	// levelAt is the queue el microseconds after the last admission.
+	// Here and below, float64(...) forces roundings, as in Lua: see the
+	// top of this file.
 	levelAt := func(el int64) float64 {
-		// Lua: math.max(0, level - el * limit / w)
+		// Lua: math.max(0, stored_level - elapsed * limit / window)
 		return max(0, st.level-float64(float64(el)*float64(l)/float64(w)))
 	}
 	level := 0.0

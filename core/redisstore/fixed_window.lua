@@ -1,48 +1,36 @@
--- Fixed window: one counter per window of W microseconds aligned to the
--- Unix epoch. Mirrors fixedWindow in core/memstore/algo.go, operation for
--- operation (Lua numbers are float64, as there).
+-- Fixed window: one counter per window aligned to the Unix epoch. Mirrors
+-- fixedWindow in core/memstore/algo.go, operation for operation (Lua
+-- numbers are float64, as there). It ignores capacity: cost is in
+-- [1, limit].
 --
--- KEYS[1]  the state, a HASH: w = window start (µs), n = units admitted in
---          it, t = time of the last admission (µs)
--- ARGV[1]  limit L
--- ARGV[2]  window W, in microseconds
--- ARGV[3]  capacity (unused; every script takes the same ARGV)
--- ARGV[4]  cost c, in [1, L]
--- ARGV[5]  now, in microseconds since the Unix epoch; "" reads Redis TIME
--- ARGV[6]  minimum TTL in milliseconds (0 unless now is explicit)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms (0)}
---          as integers; durations rounded up to whole milliseconds.
---
--- A request dated before the last admission (a clock stepping back) is
--- decided at the last admission. A denied request writes nothing. An
--- admitted one rewrites the HASH and sets its TTL to the end of the window.
---
--- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
--- minttl and defines ms and firstPass.
+-- KEYS[1] is a HASH: field 'w', the start of the counted window (µs); 'n',
+-- the units admitted in it; 't', the time of the last admission (µs). An
+-- admitted request rewrites all three; its TTL is the end of the window.
+-- delay_ms is 0.
 
-local s = redis.call('HMGET', KEYS[1], 'w', 'n', 't')
+local stored = redis.call('HMGET', KEYS[1], 'w', 'n', 't')
 local at = now
-if s[1] then
-  at = math.max(now, tonumber(s[3]) or now)
+if stored[1] then
+  at = math.max(now, tonumber(stored[3]) or now)
 end
 -- math.fmod truncates like Go's %, and is exact.
-local ws = at - math.fmod(at, w)
-local n = 0
-if s[1] and tonumber(s[1]) == ws then
-  n = tonumber(s[2])
+local window_start = at - math.fmod(at, window)
+local count = 0
+if stored[1] and tonumber(stored[1]) == window_start then
+  count = tonumber(stored[2])
 end
 
 local allowed, reset, retry = 0, 0, 0
-if n + c <= l then
-  n = n + c
+if count + cost <= limit then
+  count = count + cost
   allowed = 1
-  redis.call('HSET', KEYS[1], 'w', string.format('%d', ws), 'n', string.format('%d', n),
+  redis.call('HSET', KEYS[1], 'w', string.format('%d', window_start), 'n', string.format('%d', count),
     't', string.format('%d', at))
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms(ws + w - now), minttl)))
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms_up(window_start + window - now), min_ttl)))
 else
-  retry = ws + w - at
+  retry = window_start + window - at
 end
-if n > 0 then
-  reset = ws + w - at
+if count > 0 then
+  reset = window_start + window - at
 end
-return {allowed, l - n, ms(reset), ms(retry), 0}
+return {allowed, limit - count, ms_up(reset), ms_up(retry), 0}

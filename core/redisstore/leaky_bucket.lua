@@ -1,66 +1,52 @@
--- Leaky bucket as a meter and a shaper: a queue of depth B drained at L per
--- W. Mirrors leakyBucket in core/memstore/algo.go, operation for operation
--- (Lua numbers are float64, as there).
+-- Leaky bucket as a meter and a shaper: a queue capacity deep, drained at
+-- limit per window. Mirrors leakyBucket in core/memstore/algo.go, operation
+-- for operation (Lua numbers are float64, as there).
 --
--- KEYS[1]  the state, a HASH: v = queue level (%.17g, so that the float64
---          round-trips exactly), t = time of the last admission (µs)
--- ARGV[1]  limit L
--- ARGV[2]  window W, in microseconds
--- ARGV[3]  capacity B
--- ARGV[4]  cost c, in [1, B]
--- ARGV[5]  now, in microseconds since the Unix epoch; "" reads Redis TIME
--- ARGV[6]  minimum TTL in milliseconds (0 unless now is explicit)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms}
---          as integers; durations rounded up to whole milliseconds.
---          delay_ms is how long an admitted request waits in the queue.
---
--- A request dated before the last admission (a clock stepping back) is
--- decided at the last admission. A denied request writes nothing. An
--- admitted one rewrites the HASH and sets its TTL to the time the queue is
--- empty again (at least 1 ms).
---
--- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
--- minttl and defines ms and firstPass.
+-- KEYS[1] is a HASH: field 'v', the queue's level (%.17g, so that the
+-- float64 round-trips exactly), and 't', the time of the last admission
+-- (µs). An admitted request rewrites both; its TTL is the time the queue
+-- is empty again (at least 1 ms). delay_ms is how long an admitted request
+-- waits in the queue.
 
 local at, level = now, 0
-local v, last
-local s = redis.call('HMGET', KEYS[1], 'v', 't')
-if s[1] then
-  v, last = tonumber(s[1]), tonumber(s[2])
+local stored_level, last
+local stored = redis.call('HMGET', KEYS[1], 'v', 't')
+if stored[1] then
+  stored_level, last = tonumber(stored[1]), tonumber(stored[2])
   -- The state expires when the queue is empty again: from then on it
   -- decides like no state at all, whatever the key's remaining TTL.
-  if now >= last + math.ceil(v * w / l) then
-    v = nil
+  if now >= last + math.ceil(stored_level * window / limit) then
+    stored_level = nil
   end
 end
 
--- levelAt is the queue el microseconds after the last admission.
-local function levelAt(el)
-  return math.max(0, v - el * l / w)
+-- level_at is the queue elapsed microseconds after the last admission.
+local function level_at(elapsed)
+  return math.max(0, stored_level - elapsed * limit / window)
 end
 
-if v then
+if stored_level then
   at = math.max(now, last)
-  level = levelAt(at - last)
+  level = level_at(at - last)
 end
 
 local allowed, retry, delay = 0, 0, 0
-if level + c <= b then
-  delay = math.ceil(level * w / l)
-  level = level + c
+if level + cost <= capacity then
+  delay = math.ceil(level * window / limit)
+  level = level + cost
   allowed = 1
 else
-  -- Not fresh: an empty queue has room for c <= B, and the state decides
-  -- like none from its expiry on.
-  local est = math.ceil((level + c - b) * w / l)
-  local el = at - last
-  local expires = last + math.ceil(v * w / l)
-  retry = firstPass(0, expires - at, est, function(k) return levelAt(el + k) + c <= b end)
+  -- Not fresh: an empty queue has room for cost <= capacity, and the
+  -- state decides like none from its expiry on.
+  local estimate = math.ceil((level + cost - capacity) * window / limit)
+  local elapsed = at - last
+  local expires = last + math.ceil(stored_level * window / limit)
+  retry = first_pass(0, expires - at, estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
 end
-local remaining = math.floor(b - level)
-local reset = math.ceil(level * w / l)
+local remaining = math.floor(capacity - level)
+local reset = math.ceil(level * window / limit)
 if allowed == 1 then
   redis.call('HSET', KEYS[1], 'v', string.format('%.17g', level), 't', string.format('%d', at))
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms(at + reset - now), 1, minttl)))
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms_up(at + reset - now), 1, min_ttl)))
 end
-return {allowed, remaining, ms(reset), ms(retry), ms(delay)}
+return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay)}

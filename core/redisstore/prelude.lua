@@ -1,66 +1,86 @@
--- The prelude of every script: the Store sends it in front of each
--- algorithm's script, as one script. Every script takes the same keys and
--- arguments and returns the same shape:
+-- The prelude of every script. The Store sends it in front of each
+-- algorithm's script, as one script, run with EVALSHA (EVAL after a
+-- NOSCRIPT). Every script takes the same keys and arguments and returns the
+-- same reply; a script's own header says only what is its own: its state,
+-- and how it decides.
 --
--- KEYS[1]  the state
--- ARGV[1]  limit L
--- ARGV[2]  window W, in microseconds
--- ARGV[3]  capacity B (Burst, or L)
--- ARGV[4]  cost c, in [1, B]
--- ARGV[5]  now, in microseconds since the Unix epoch; "" reads Redis TIME
--- ARGV[6]  minimum TTL in milliseconds (0 unless now is explicit)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms}
---          as integers; durations rounded up to whole milliseconds.
+-- KEYS[1]  the state of one client key under one policy
+-- ARGV[1]  limit: L, the units admitted per window
+-- ARGV[2]  window: W, in microseconds
+-- ARGV[3]  capacity: the buckets' depth (the policy's Burst, or L); the
+--          window algorithms ignore it
+-- ARGV[4]  cost: the units the request takes, in [1, capacity]
+-- ARGV[5]  now: in microseconds since the Unix epoch; "" reads Redis TIME
+-- ARGV[6]  min_ttl: the least TTL, in milliseconds, of a key written
+--          (0 unless now is explicit)
+-- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms},
+--          integers; durations rounded up to whole milliseconds. delay_ms
+--          is 0 but for the leaky bucket.
+--
+-- Every script decides a request dated before the key's last admission (a
+-- clock stepping back) at that admission, writes nothing for a denied
+-- request (but the log, which drops what has left the window), and gives
+-- every key it writes a TTL no longer than its state matters, and at least
+-- min_ttl.
+--
+-- Requires Redis 5.0 or later. The scripts read TIME and then write, which
+-- needs script effects replication: the default from Redis 5.0 (Redis 7.0
+-- has no other), refused with "Write commands not allowed after non
+-- deterministic commands" before. Otherwise they call only HMGET, HSET
+-- with several fields (4.0), PEXPIRE, DEL and the sorted-set commands ZADD,
+-- ZRANGE by rank, ZREMRANGEBYSCORE, ZREM and ZCARD, all older.
+-- version_test.go checks this against the commands' own history.
 --
 -- Times are microseconds and Lua numbers float64, exact up to 2^53 µs;
 -- write them with string.format('%d'), never tostring or '..', which
 -- keep only 14 digits.
 
-local l = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local c = tonumber(ARGV[4])
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
 local now = tonumber(ARGV[5])
 if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
-local minttl = tonumber(ARGV[6])
+local min_ttl = tonumber(ARGV[6])
 
--- ms converts microseconds to whole milliseconds, rounding up.
-local function ms(us)
+-- ms_up converts microseconds to whole milliseconds, rounding up (msUp in
+-- core/memstore/algo.go).
+local function ms_up(us)
   if us <= 0 then return 0 end
   return math.ceil(us / 1000)
 end
 
--- firstPass returns the smallest k in [lo, hi] at which passes(k) holds;
+-- first_pass returns the smallest k in [lo, hi] at which passes(k) holds;
 -- passes is monotonic on [lo, hi) and hi counts as passing (passes(hi) is
--- never called). It gallops from the estimate est, 1, 2, 4... steps, then
+-- never called). It gallops from the estimate, 1, 2, 4... steps, then
 -- bisects, so that RetryAfter is the first microsecond at which the
--- admission test passes however far float64 rounding put est. Same search
--- as firstPass in core/memstore/algo.go.
-local function firstPass(lo, hi, est, passes)
-  local good = math.min(math.max(est, lo), hi)
+-- admission test passes however far float64 rounding put the estimate.
+-- Same search as firstPass in core/memstore/algo.go.
+local function first_pass(lo, hi, estimate, passes)
+  local good = math.min(math.max(estimate, lo), hi)
   local bad = lo - 1
-  local d = 1
+  local step = 1
   if good < hi and not passes(good) then
     bad, good = good, hi
-    while bad + d < hi do
-      if passes(bad + d) then
-        good = bad + d
+    while bad + step < hi do
+      if passes(bad + step) then
+        good = bad + step
         break
       end
-      bad = bad + d
-      d = d * 2
+      bad = bad + step
+      step = step * 2
     end
   else
-    while good - d >= lo do
-      if not passes(good - d) then
-        bad = good - d
+    while good - step >= lo do
+      if not passes(good - step) then
+        bad = good - step
         break
       end
-      good = good - d
-      d = d * 2
+      good = good - step
+      step = step * 2
     end
   end
   while good - bad > 1 do

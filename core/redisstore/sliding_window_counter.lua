@@ -1,89 +1,77 @@
 -- Sliding window counter: this and the previous epoch-aligned window's
 -- counts, the previous one weighed by the part of it still inside the
 -- sliding window. Mirrors slidingCounter in core/memstore/algo.go, operation
--- for operation (Lua numbers are float64, as there).
+-- for operation (Lua numbers are float64, as there). It ignores capacity:
+-- cost is in [1, limit].
 --
--- KEYS[1]  the state, a HASH: w = current window start (µs), c = its count,
---          p = the count of the window before it, t = time of the last
---          admission (µs)
--- ARGV[1]  limit L
--- ARGV[2]  window W, in microseconds
--- ARGV[3]  capacity (unused; every script takes the same ARGV)
--- ARGV[4]  cost c, in [1, L]
--- ARGV[5]  now, in microseconds since the Unix epoch; "" reads Redis TIME
--- ARGV[6]  minimum TTL in milliseconds (0 unless now is explicit)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms (0)}
---          as integers; durations rounded up to whole milliseconds.
---
--- A request dated before the last admission (a clock stepping back) is
--- decided at the last admission. A denied request writes nothing. An
--- admitted one rewrites the HASH and sets its TTL to the end of the next
--- window, when this window's count stops weighing.
---
--- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
--- minttl and defines ms and firstPass.
+-- KEYS[1] is a HASH: field 'w', the start of the current window (µs); 'c',
+-- its count; 'p', the count of the window before it; 't', the time of the
+-- last admission (µs). An admitted request rewrites all four; its TTL is
+-- the end of the next window, when this window's count stops weighing.
+-- delay_ms is 0.
 
 -- weigh is a window's count weighed by the part of it still inside the
--- sliding window, el microseconds into the next one: the count itself at
--- el = 0 (count * w / w may round away from it), so that the weight never
--- grows with time, nor across a window's end.
-local function weigh(count, el)
-  if el == 0 then return count end
-  return count * (w - el) / w
+-- sliding window, elapsed microseconds into the next one: the count itself
+-- at 0 (count * window / window may round away from it), so that the
+-- weight never grows with time, nor across a window's end.
+local function weigh(count, elapsed)
+  if elapsed == 0 then return count end
+  return count * (window - elapsed) / window
 end
 
 -- fits is the admission test.
-local function fits(p, cur)
-  return p + cur + c <= l
+local function fits(previous_weight, current)
+  return previous_weight + current + cost <= limit
 end
 
-local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 't')
+local stored = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 't')
 local at = now
-if s[1] then
-  at = math.max(now, tonumber(s[4]) or now)
+if stored[1] then
+  at = math.max(now, tonumber(stored[4]) or now)
 end
 -- math.fmod truncates like Go's %, and is exact.
-local ws = at - math.fmod(at, w)
-local cur, prev = 0, 0
-if s[1] then
-  local sw = tonumber(s[1])
-  if sw == ws then
-    cur, prev = tonumber(s[2]), tonumber(s[3])
-  elseif sw == ws - w then
-    prev = tonumber(s[2])
+local window_start = at - math.fmod(at, window)
+local current, previous = 0, 0
+if stored[1] then
+  local stored_start = tonumber(stored[1])
+  if stored_start == window_start then
+    current, previous = tonumber(stored[2]), tonumber(stored[3])
+  elseif stored_start == window_start - window then
+    previous = tonumber(stored[2])
   end
 end
 
-local el = at - ws
-local p = weigh(prev, el)
+local elapsed = at - window_start
+local previous_weight = weigh(previous, elapsed)
 local allowed, reset, retry = 0, 0, 0
-if fits(p, cur) then
-  cur = cur + c
+if fits(previous_weight, current) then
+  current = current + cost
   allowed = 1
-  redis.call('HSET', KEYS[1], 'w', string.format('%d', ws), 'c', string.format('%d', cur),
-    'p', string.format('%d', prev), 't', string.format('%d', at))
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms(ws + 2 * w - now), minttl)))
+  redis.call('HSET', KEYS[1], 'w', string.format('%d', window_start), 'c', string.format('%d', current),
+    'p', string.format('%d', previous), 't', string.format('%d', at))
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms_up(window_start + 2 * window - now), min_ttl)))
 else
-  local need = l - cur - c
+  local need = limit - current - cost
   if need >= 0 then
     -- The previous window's weight blocks; it decays to nothing at the
-    -- window's end, where cur + c <= l passes. Find the first el at which
-    -- the admission test passes, from the estimate prev*(W-el)/W = need.
-    local est = w - math.floor(math.min(need * w / prev, w))
-    local first = firstPass(el, w, est, function(e) return fits(weigh(prev, e), cur) end)
-    retry = ws + first - at
+    -- window's end, where current + cost <= limit passes. Find the first
+    -- elapsed time at which the admission test passes, from the estimate
+    -- previous * (window - elapsed) / window = need.
+    local estimate = window - math.floor(math.min(need * window / previous, window))
+    local first = first_pass(elapsed, window, estimate, function(k) return fits(weigh(previous, k), current) end)
+    retry = window_start + first - at
   else
     -- This window's own count blocks: wait into the next window, where
-    -- cur becomes the previous count and the new window starts empty.
-    local est = w - math.floor(math.min((l - c) * w / cur, w))
-    local first = firstPass(0, w, est, function(e) return fits(weigh(cur, e), 0) end)
-    retry = ws + w + first - at
+    -- current becomes the previous count and the new window starts empty.
+    local estimate = window - math.floor(math.min((limit - cost) * window / current, window))
+    local first = first_pass(0, window, estimate, function(k) return fits(weigh(current, k), 0) end)
+    retry = window_start + window + first - at
   end
 end
-local remaining = math.max(0, math.floor(l - (p + cur)))
-if cur > 0 then
-  reset = ws + 2 * w - at
-elseif prev > 0 then
-  reset = ws + w - at
+local remaining = math.max(0, math.floor(limit - (previous_weight + current)))
+if current > 0 then
+  reset = window_start + 2 * window - at
+elseif previous > 0 then
+  reset = window_start + window - at
 end
-return {allowed, remaining, ms(reset), ms(retry), 0}
+return {allowed, remaining, ms_up(reset), ms_up(retry), 0}

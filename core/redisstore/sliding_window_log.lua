@@ -1,31 +1,29 @@
 -- Sliding window log: one ZSET member per admitted request (per
 -- microsecond, when several are admitted in the same one), scored by its
--- time, over (now-W, now]. Members number their units in a running count,
--- so that, whatever its cost, a request costs a few O(log n) commands for
--- n members (O(log n) of them for a denial at worst) and writes one
--- member. Mirrors slidingLog and unitLog in core/memstore.
+-- time, over (now - window, now]. Members number their units in a running
+-- count, so that, whatever its cost, a request costs a few O(log n)
+-- commands for n members (O(log n) of them for a denial at worst) and
+-- writes one member. Mirrors slidingLog and unitLog in core/memstore. It
+-- ignores capacity: cost is in [1, limit].
 --
--- KEYS[1]  the log, a ZSET: score = admission time (µs); member
---          "<from>:<to>", the running count before its first unit and
---          after its last (it holds to-from units)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms (0)}
+-- KEYS[1] is a ZSET: score = admission time (µs); member "<from>:<to>",
+-- the running count before its first unit and after its last (it holds
+-- to - from units). delay_ms is 0.
 --
 -- The units in the window are the newest member's to minus the oldest
 -- member's from. Members are in time order, with distinct scores, so
 -- their running counts increase with their rank.
 --
--- A request dated before the last admission (a clock stepping back) is
--- decided at the last admission, so the log stays in time order. Every
--- request first trims the members at or before now-W, which have left the
--- window; a denied request changes nothing else. An admitted one adds a
--- member (or widens the newest, admitted in the same microsecond) and sets
--- the TTL to W, when that member leaves the window. The count starts again
--- at 0 whenever the window is empty, and is rebased on the oldest member,
+-- Deciding a request dated before the last admission at that admission
+-- (see prelude.lua) keeps the log in time order. Every request first trims
+-- the members at or before now - window, which have left the window; a
+-- denied request changes nothing else. An admitted one adds a member (or
+-- widens the newest, admitted in the same microsecond) and sets the TTL to
+-- the window, when that member leaves it. The count starts again at 0
+-- whenever the window is empty, and is rebased on the oldest member,
 -- rewriting every member, in the rare case it would pass 2^52 (float64
--- numbers are exact to 2^53); that costs O(n), once every 2^52 - 2L units.
---
--- prelude.lua comes first: it reads ARGV into l, w, b, c, now and
--- minttl and defines ms and firstPass.
+-- numbers are exact to 2^53); that costs O(n), once every
+-- 2^52 - 2 * limit units.
 
 local log = KEYS[1]
 
@@ -44,7 +42,7 @@ if newest[2] then
   at = math.max(now, last)
 end
 -- Lua's tostring keeps 14 digits: format every microsecond time with %d.
-redis.call('ZREMRANGEBYSCORE', log, '-inf', string.format('%d', at - w))
+redis.call('ZREMRANGEBYSCORE', log, '-inf', string.format('%d', at - window))
 -- base and total are the running counts before the oldest unit in the
 -- window and after the newest: the newest member outlives every trim
 -- that leaves any member.
@@ -55,11 +53,11 @@ if oldest[1] then
   local _, to = span(newest[1])
   total = to
 end
-local n = total - base
+local count = total - base
 
 local allowed, reset, retry = 0, 0, 0
-if n + c <= l then
-  if total + c > 4503599627370496 then -- 2^52: rebase on the oldest
+if count + cost <= limit then
+  if total + cost > 4503599627370496 then -- 2^52: rebase on the oldest
     local members = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
     redis.call('DEL', log)
     local batch = {}
@@ -83,25 +81,25 @@ if n + c <= l then
     from = span(newest[1])
     redis.call('ZREM', log, newest[1])
   end
-  redis.call('ZADD', log, string.format('%d', at), string.format('%d:%d', from, total + c))
-  redis.call('PEXPIRE', log, string.format('%d', math.max(ms(at + w - now), minttl)))
-  n = n + c
+  redis.call('ZADD', log, string.format('%d', at), string.format('%d:%d', from, total + cost))
+  redis.call('PEXPIRE', log, string.format('%d', math.max(ms_up(at + window - now), min_ttl)))
+  count = count + cost
   allowed = 1
-  reset = w -- the newest unit is at's
+  reset = window -- the newest unit is at's
 else
-  -- The k-th oldest unit, unit base+k, must leave the window first. It
-  -- is in the first member whose running count after it reaches base+k,
+  -- The k-th oldest unit, unit base + k, must leave the window first. It
+  -- is in the first member whose running count after it reaches base + k,
   -- below rank k since each member holds a unit or more. Ranks are
   -- searched by interpolation (one probe when the members hold even
   -- costs) alternating with bisection (O(log n) probes at worst); the
-  -- last few members are read at once. n > 0 here, since c <= L.
-  local k = n + c - l
+  -- last few members are read at once. count > 0 here, since cost <= limit.
+  local k = count + cost - limit
   local unit = base + k
-  local card = redis.call('ZCARD', log)
+  local size = redis.call('ZCARD', log)
   -- The member is in ranks [lo, hi]. below is the running count before
   -- rank lo; above the count after rank top, at or past hi.
-  local lo, hi = 0, math.min(k, card) - 1
-  local below, top, above = base, card - 1, total
+  local lo, hi = 0, math.min(k, size) - 1
+  local below, top, above = base, size - 1, total
   local interpolate = true
   while hi - lo > 8 do
     local mid = math.floor((lo + hi) / 2)
@@ -121,10 +119,10 @@ else
   for i = 1, #members, 2 do
     local _, to = span(members[i])
     if to >= unit then
-      retry = tonumber(members[i + 1]) + w - at
+      retry = tonumber(members[i + 1]) + window - at
       break
     end
   end
-  reset = last + w - at
+  reset = last + window - at
 end
-return {allowed, l - n, ms(reset), ms(retry), 0}
+return {allowed, limit - count, ms_up(reset), ms_up(retry), 0}

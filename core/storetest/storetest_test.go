@@ -3,6 +3,8 @@ package storetest_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/storetest"
@@ -15,9 +17,7 @@ func newMemstore(t *testing.T) *memstore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, s.Close(), "memstore.Close")
 	})
 	return s
 }
