@@ -2,10 +2,7 @@ package core_test
 
 import (
 	"context"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -14,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
 
 func TestDenyCache(t *testing.T) {
@@ -149,54 +147,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 	l, err := core.NewLimiter(s, p, core.WithDenyCache(100))
 	require.NoError(t, err)
-	checked := 0
-	for round := range 500 {
-		if resetRaceRound(t, l, round) {
-			checked++
-		}
-	}
-	t.Logf("%d of 500 rounds had no admission after the Reset, and were checked", checked)
-	assert.Positive(t, checked)
-}
-
-// resetRaceRound spends key's quota, then runs 4 requests and a Reset at
-// once; it reports whether it could check the cache (no request admitted
-// after the Reset).
-func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
-	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, l.Reset(ctx, "k"))
-	d, err := l.Allow(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, d.Allowed, "round %d: a fresh quota refused: %+v", round, d)
-	start := make(chan struct{})
-	var admitted atomic.Int32
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			<-start
-			if d, err := l.Allow(ctx, "k"); err == nil && d.Allowed {
-				admitted.Add(1)
-			}
-		})
-	}
-	wg.Go(func() {
-		<-start
-		for range round % 16 { // from before the requests to after them
-			runtime.Gosched()
-		}
-		assert.NoError(t, l.Reset(ctx, "k"))
-	})
-	close(start)
-	wg.Wait()
-	if admitted.Load() > 0 {
-		return false
-	}
-	d, err = l.Allow(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, d.Allowed, "round %d: after the Reset, %+v", round, d)
-	require.Equal(t, core.SourceStore, d.Source, "round %d: after the Reset", round)
-	return true
+	limitertest.ResetRace(t, l, 500)
 }
 
 // TestDenyCacheCopiesKeys: the cache keeps a key of its own, not the

@@ -2,17 +2,14 @@ package redisstore
 
 import (
 	"context"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -80,45 +77,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
 				core.WithDenyCache(100), core.WithTimeout(5*time.Second))
 			require.NoError(t, err)
-			ctx := context.Background()
-			const rounds = 300
-			checked := 0
-			for round := range rounds {
-				require.NoError(t, l.Reset(ctx, "k"))
-				d, err := l.Allow(ctx, "k")
-				require.NoError(t, err)
-				require.True(t, d.Allowed, "round %d: a fresh quota refused: %+v", round, d)
-				start := make(chan struct{})
-				var admitted atomic.Int32
-				var wg sync.WaitGroup
-				for range 4 {
-					wg.Go(func() {
-						<-start
-						if d, err := l.Allow(ctx, "k"); err == nil && d.Allowed {
-							admitted.Add(1)
-						}
-					})
-				}
-				wg.Go(func() {
-					<-start
-					for range round % 16 { // from before the requests to after them
-						runtime.Gosched()
-					}
-					assert.NoError(t, l.Reset(ctx, "k"))
-				})
-				close(start)
-				wg.Wait()
-				if admitted.Load() > 0 {
-					continue
-				}
-				checked++
-				d, err = l.Allow(ctx, "k")
-				require.NoError(t, err)
-				require.True(t, d.Allowed, "round %d: after the Reset, %+v", round, d)
-				require.Equal(t, core.SourceStore, d.Source, "round %d: after the Reset, %+v", round, d)
-			}
-			t.Logf("%d of %d rounds had no admission after the Reset, and were checked", checked, rounds)
-			assert.Positive(t, checked)
+			limitertest.ResetRace(t, l, 300)
 		})
 	}
 }
