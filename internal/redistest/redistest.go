@@ -445,7 +445,8 @@ func (c *Cluster) waitOK(ctx context.Context) {
 	}
 }
 
-// Addrs returns the host:port of every master.
+// Addrs returns the host:port of every node (of a ReplicatedCluster:
+// masters and replicas), as seeds for a cluster client.
 func (c *Cluster) Addrs() []string {
 	a := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
@@ -454,12 +455,12 @@ func (c *Cluster) Addrs() []string {
 	return a
 }
 
-// Nodes returns the masters, as Servers (Freeze, Kill ... apply to one
-// node).
+// Nodes returns the nodes (of a ReplicatedCluster: masters and replicas,
+// in start order), as Servers (Freeze, Kill ... apply to one node).
 func (c *Cluster) Nodes() []*Server { return c.nodes }
 
 // Client returns a new cluster client, with go-redis defaults and every
-// master as a seed, and closes it when the test ends.
+// node as a seed, and closes it when the test ends.
 func (c *Cluster) Client() *redis.ClusterClient {
 	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	c.tb.Cleanup(func() { _ = cl.Close() })

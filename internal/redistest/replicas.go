@@ -29,8 +29,7 @@ const failoverTimeout = 20 * time.Second
 // replica, for failover tests: kill a master, and its replica takes over
 // its slots after about two seconds.
 type ReplicatedCluster struct {
-	tb    testing.TB
-	nodes []*Server // every node, masters and replicas, in start order
+	Cluster // every node, masters and replicas, in start order
 
 	mu      sync.Mutex
 	clients map[*Server]*redis.Client // one per node, for the helpers' own commands
@@ -66,7 +65,7 @@ func StartReplicatedCluster(tb testing.TB) *ReplicatedCluster {
 	tb.Helper()
 	bin := lookPath(tb, "redis-server")
 	cli := lookPath(tb, "redis-cli")
-	c := &ReplicatedCluster{tb: tb}
+	c := &ReplicatedCluster{Cluster: Cluster{tb: tb}}
 	args := func(dir string) []string {
 		return []string{
 			"--cluster-enabled", "yes",
@@ -88,7 +87,7 @@ func StartReplicatedCluster(tb testing.TB) *ReplicatedCluster {
 	if err != nil {
 		tb.Fatalf("redistest: %s %s: %v\n%s", cli, strings.Join(create, " "), err, out)
 	}
-	(&Cluster{tb: tb, nodes: c.nodes}).waitOK(ctx)
+	c.waitOK(ctx)
 	c.waitSynced(ctx)
 	return c
 }
@@ -151,27 +150,6 @@ func isReplica(shards []Shard, n *Server) bool {
 		}
 	}
 	return false
-}
-
-// Addrs returns the host:port of every node, masters and replicas, as
-// seeds for a cluster client.
-func (c *ReplicatedCluster) Addrs() []string {
-	a := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		a[i] = n.addr()
-	}
-	return a
-}
-
-// Nodes returns every node, masters and replicas.
-func (c *ReplicatedCluster) Nodes() []*Server { return c.nodes }
-
-// Client returns a new cluster client with go-redis defaults and every node
-// as a seed, and closes it when the test ends.
-func (c *ReplicatedCluster) Client() *redis.ClusterClient {
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	c.tb.Cleanup(func() { _ = cl.Close() })
-	return cl
 }
 
 // Shards returns the shards as the first node that answers sees them.
