@@ -51,15 +51,20 @@ func ParseTime(s string) (time.Time, error) {
 		}
 		return t, nil
 	}
-	unit, num := time.Second, s
+	unit, num := "s", s
 	if n, ok := strings.CutSuffix(s, "ms"); ok {
-		unit, num = time.Millisecond, n
+		unit, num = "ms", n
 	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || f < 0 || f != f || f*float64(unit) > float64(100*365*24*time.Hour) {
-		return time.Time{}, fmt.Errorf("timestamp %q is neither RFC 3339 nor a non-negative offset in seconds (or ms)", s)
+	bad := fmt.Errorf("timestamp %q is neither RFC 3339 nor a non-negative offset in seconds (or ms)", s)
+	if num == "" || strings.Count(num, ".") > 1 || strings.Trim(num, "0123456789.") != "" || num == "." {
+		return time.Time{}, bad
 	}
-	return Epoch.Add(time.Duration(f * float64(unit))), nil
+	// ParseDuration reads the decimal exactly (no float rounding).
+	d, err := time.ParseDuration(num + unit)
+	if err != nil || d < 0 {
+		return time.Time{}, bad
+	}
+	return Epoch.Add(d), nil
 }
 
 func parseCost(s string) (int64, error) {
@@ -163,6 +168,10 @@ func ParseJSONL(r io.Reader) ([]Event, error) {
 				col = int(se.Offset)
 			case asErr(err, &te):
 				col = int(te.Offset)
+			default:
+				if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+					col = bytes.Index(b, []byte(f)) + 1
+				}
 			}
 			return nil, &ParseError{line, max(col, 1), err.Error()}
 		}
