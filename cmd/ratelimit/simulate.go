@@ -70,11 +70,15 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	window := fs.Duration("window", 0, "W of the worst-case sliding window (default: each policy's window)")
 	top := fs.Int("top", 5, "keys to list per policy")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	fs.Usage = func() { fmt.Fprint(stderr, simulateHelp); fs.PrintDefaults() }
+	fs.Usage = func() {} // the error alone; the whole help only on --help
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, simulateHelp)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return exitOK
 		}
+		fmt.Fprintln(stderr, `Run "ratelimit simulate --help" for usage.`)
 		return exitUsage
 	}
 	fail := func(format string, a ...any) int {
