@@ -6,6 +6,8 @@
 // Exit codes: 0 ok, 1 the check failed, 2 usage or input error.
 package main
 
+//go:generate go run . simulate --readme-plots ../../docs/img
+
 import (
 	"context"
 	"fmt"

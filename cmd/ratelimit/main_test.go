@@ -65,7 +65,7 @@ func TestSimulateJSON(t *testing.T) {
 		"--pattern", "edge", "--burst", "10", "--period", "1s", "--duration", "3s", "--json")
 	require.Equal(t, exitOK, code, stderr)
 	var res []struct {
-		Policy struct{ Algorithm string }
+		Policy                           struct{ Algorithm string }
 		Offered, Admitted, Denied, Worst int64
 		FirstDenial                      int64 `json:"first_denial"`
 		Keys                             []struct{ Key string }

@@ -47,6 +47,8 @@ Patterns (--pattern):
 Examples:
   ratelimit simulate --policy alg=all,limit=10,window=1s --pattern edge --burst 10 --period 1s --duration 10s
   ratelimit simulate --policy alg=token,limit=100,window=1m,burst=20 --trace access.csv --top 5
+  ratelimit simulate --policy alg=all,limit=10,window=1s --pattern burst --burst 30 --period 5s --plot burst.png
+  ratelimit simulate --readme-plots docs/img   # regenerate the README's figures
   ratelimit simulate --policy alg=fixed,limit=60,window=1m --pattern many --clients 10000 --rate 0.28 --duration 1h --json
 
 Flags:
@@ -70,6 +72,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	window := fs.Duration("window", 0, "W of the worst-case sliding window (default: each policy's window)")
 	top := fs.Int("top", 5, "keys to list per policy")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	plotPath := fs.String("plot", "", "draw offered and admitted requests over time to this .svg or .png file")
+	bucket := fs.Duration("bucket", 0, "time step of the plot (default: the trace's length / 200)")
+	readme := fs.String("readme-plots", "", "write the README's figures (algorithms.svg, .png) into this directory and exit")
 	fs.Usage = func() {} // the error alone; the whole help only on --help
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,6 +92,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected argument %q", fs.Arg(0))
+	}
+	if *readme != "" {
+		if err := sim.ReadmePlots(ctx, *readme); err != nil {
+			return fail("%v", err)
+		}
+		return exitOK
 	}
 	if len(specs) == 0 {
 		return fail("at least one --policy is needed (see --help)")
@@ -116,10 +127,24 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail("%v", err)
 	}
+	if *bucket < 0 {
+		return fail("--bucket must not be negative")
+	}
 	opt := sim.Options{Window: *window, TopKeys: *top, Progress: progress(stderr)}
+	if *plotPath != "" && len(events) > 0 {
+		opt.Bucket = *bucket
+		if opt.Bucket == 0 {
+			opt.Bucket = max(events[len(events)-1].At.Sub(events[0].At)/200, time.Millisecond)
+		}
+	}
 	results, err := sim.Run(ctx, policies, events, opt)
 	if err != nil {
 		return fail("%v", err)
+	}
+	if opt.Bucket > 0 {
+		if err := sim.Plot(results, "", *plotPath); err != nil {
+			return fail("%v", err)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
