@@ -22,7 +22,7 @@ const simulateHelp = `Usage: ratelimit simulate --policy SPEC [--policy SPEC ...
 Replays traffic against each policy independently, on the memory store with a
 virtual clock (an hour of traffic runs in seconds), and reports per policy the
 request units admitted and denied, the most admitted in any sliding window of
-length W, when denials started, and the top keys.
+length W by one key, when denials started, and the keys most denied.
 
 Policy SPEC: alg=ALG,limit=N,window=DUR[,burst=N][,name=NAME]
   ALG is fixed, log, counter, token, leaky (or the full names fixed_window,
@@ -49,7 +49,7 @@ Examples:
   ratelimit simulate --policy alg=token,limit=100,window=1m,burst=20 --trace access.csv --top 5
   ratelimit simulate --policy alg=all,limit=10,window=1s --pattern burst --burst 30 --period 5s --plot burst.png
   ratelimit simulate --readme-plots docs/img   # regenerate the README's figures
-  ratelimit simulate --policy alg=fixed,limit=60,window=1m --pattern many --clients 10000 --rate 0.28 --duration 1h --json
+  ratelimit simulate --policy alg=fixed,limit=60,window=1m --pattern many --clients 10000 --rate 0.02778 --duration 1h --json
 
 Flags:
 `
@@ -223,9 +223,9 @@ func writeTable(w io.Writer, results []sim.Result, requests int) {
 		}
 		fmt.Fprintf(w, "\n%s: top %d keys\n", r.Policy.Name, len(r.Keys))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "key\tadmitted\tdenied\t")
+		fmt.Fprintln(tw, "key\tadmitted\tdenied\tworst in W\t")
 		for _, k := range r.Keys {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t\n", k.Key, k.Admitted, k.Denied)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", k.Key, k.Admitted, k.Denied, k.Worst)
 		}
 		tw.Flush()
 	}

@@ -31,6 +31,9 @@ type KeyResult struct {
 	Key      string `json:"key"`
 	Admitted int64  `json:"admitted"`
 	Denied   int64  `json:"denied"`
+	// Worst is the most units admitted to this key in any window of
+	// Result.WorstWindow.
+	Worst int64 `json:"worst"`
 }
 
 // Point is one bucket of the series: request units offered and admitted in
@@ -49,8 +52,9 @@ type Result struct {
 	Offered  int64       `json:"offered"`
 	Admitted int64       `json:"admitted"`
 	Denied   int64       `json:"denied"`
-	// Worst is the most units admitted in any sliding window (t-W, t] of
-	// length WorstWindow.
+	// Worst is the most units admitted to one key in any sliding window
+	// (t-W, t] of length WorstWindow: what the limit, which is per key,
+	// let one client have at worst.
 	Worst       int64         `json:"worst"`
 	WorstWindow time.Duration `json:"worst_window"`
 	// FirstDenial is the offset from Epoch of the first denial, -1 if none.
@@ -86,7 +90,10 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 	}
 	p = lim.Policy()
 	res := Result{Policy: p, FirstDenial: -1, WorstWindow: cmp.Or(opt.Window, p.Window)}
-	type counts struct{ admitted, denied int64 }
+	type counts struct {
+		admitted, denied int64
+		recent           window
+	}
 	perKey := map[string]*counts{}
 	var admits []admit
 	if opt.Decisions {
@@ -121,7 +128,11 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 		if d.Allowed {
 			res.Admitted += ev.Cost
 			c.admitted += ev.Cost
-			admits = append(admits, admit{ev.At.Add(d.Delay), ev.At, ev.Cost})
+			c.recent.add(ev.At, ev.Cost, res.WorstWindow)
+			res.Worst = max(res.Worst, c.recent.worst)
+			if opt.Bucket > 0 {
+				admits = append(admits, admit{ev.At.Add(d.Delay), ev.Cost})
+			}
 		} else {
 			res.Denied += ev.Cost
 			c.denied += ev.Cost
@@ -130,10 +141,9 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 			}
 		}
 	}
-	res.Worst = worst(admits, res.WorstWindow)
 	if opt.TopKeys > 0 {
 		for k, c := range perKey {
-			res.Keys = append(res.Keys, KeyResult{k, c.admitted, c.denied})
+			res.Keys = append(res.Keys, KeyResult{k, c.admitted, c.denied, c.recent.worst})
 		}
 		slices.SortFunc(res.Keys, func(a, b KeyResult) int {
 			return cmp.Or(cmp.Compare(b.Denied, a.Denied), cmp.Compare(b.Admitted, a.Admitted), cmp.Compare(a.Key, b.Key))
@@ -147,24 +157,34 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 }
 
 type admit struct {
-	out, in time.Time // when it leaves (after any Delay), when it arrived
-	cost    int64
+	out  time.Time // when it leaves (arrival + Delay)
+	cost int64
 }
 
-// worst is the largest sum of admitted units whose arrival times fit in one
-// window (t-w, t]: a two-pointer sweep over the (sorted) arrivals.
-func worst(admits []admit, w time.Duration) int64 {
-	var best, sum int64
-	lo := 0
-	for hi := range admits {
-		sum += admits[hi].cost
-		for admits[hi].in.Sub(admits[lo].in) >= w {
-			sum -= admits[lo].cost
-			lo++
-		}
-		best = max(best, sum)
+// window holds one key's admitted units in the last W, to find the most
+// admitted in any (t-W, t].
+type window struct {
+	at    []time.Time
+	cost  []int64
+	head  int
+	sum   int64
+	worst int64
+}
+
+func (w *window) add(at time.Time, cost int64, width time.Duration) {
+	w.at = append(w.at, at)
+	w.cost = append(w.cost, cost)
+	w.sum += cost
+	for at.Sub(w.at[w.head]) >= width {
+		w.sum -= w.cost[w.head]
+		w.head++
 	}
-	return best
+	if w.head > 64 && w.head*2 > len(w.at) { // compact
+		w.at = append(w.at[:0], w.at[w.head:]...)
+		w.cost = append(w.cost[:0], w.cost[w.head:]...)
+		w.head = 0
+	}
+	w.worst = max(w.worst, w.sum)
 }
 
 func series(start time.Time, events []Event, admits []admit, bucket time.Duration) []Point {

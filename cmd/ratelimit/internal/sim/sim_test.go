@@ -277,3 +277,40 @@ func BenchmarkHourOfManyClients(b *testing.B) {
 		b.ReportMetric(time.Since(start).Seconds(), "s/trace")
 	}
 }
+
+// TestWorstIsPerKey: two clients each at their limit in the same second; the
+// worst case is one client's 10, not the 20 of both.
+func TestWorstIsPerKey(t *testing.T) {
+	var csv strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&csv, "0.%d,a\n0.%d,b\n", i, i)
+	}
+	events, err := sim.ParseCSV(strings.NewReader(csv.String()))
+	require.NoError(t, err)
+	p, err := sim.ParsePolicy("alg=log,limit=10,window=1s")
+	require.NoError(t, err)
+	res, err := sim.Run(context.Background(), p, events, sim.Options{TopKeys: 2})
+	require.NoError(t, err)
+	assert.Equal(t, int64(20), res[0].Admitted)
+	assert.Equal(t, int64(10), res[0].Worst)
+	require.Len(t, res[0].Keys, 2)
+	assert.Equal(t, int64(10), res[0].Keys[0].Worst)
+}
+
+func TestProgressAndCancel(t *testing.T) {
+	events, err := sim.Generate(sim.Pattern{Name: "many", Duration: time.Minute, Rate: 10, Clients: 300, Seed: 1})
+	require.NoError(t, err)
+	p, err := sim.ParsePolicy("alg=fixed,limit=5,window=1s")
+	require.NoError(t, err)
+	var calls []int
+	_, err = sim.Run(context.Background(), p, events, sim.Options{Progress: func(_ string, done, total int) {
+		assert.Equal(t, len(events), total)
+		calls = append(calls, done)
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 65536, 131072}, calls)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = sim.Run(ctx, p, events, sim.Options{})
+	assert.ErrorIs(t, err, context.Canceled)
+}
