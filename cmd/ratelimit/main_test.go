@@ -80,3 +80,24 @@ func TestSimulateJSON(t *testing.T) {
 		assert.Equal(t, "attacker", r.Keys[0].Key)
 	}
 }
+
+func TestSimulatePlotFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"out.svg", "out.png"} {
+		path := filepath.Join(dir, name)
+		code, _, stderr := runArgs("simulate", "--policy", "alg=all,limit=10,window=1s",
+			"--pattern", "burst", "--burst", "30", "--period", "2s", "--duration", "6s", "--plot", path)
+		require.Equal(t, exitOK, code, stderr)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		if filepath.Ext(name) == ".svg" {
+			assert.Contains(t, string(b), "<svg")
+			assert.Contains(t, string(b), "leaky_bucket")
+		} else {
+			assert.Equal(t, "\x89PNG", string(b[:4]))
+		}
+	}
+	code, _, stderr := runArgs("simulate", "--policy", "alg=fixed,limit=10,window=1s", "--pattern", "steady", "--plot", filepath.Join(dir, "out.gif"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, ".svg or .png")
+}

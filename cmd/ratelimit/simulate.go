@@ -130,6 +130,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if *bucket < 0 {
 		return fail("--bucket must not be negative")
 	}
+	if ext := strings.ToLower(filepath.Ext(*plotPath)); *plotPath != "" && ext != ".svg" && ext != ".png" {
+		return fail("--plot %s: want a .svg or .png file", *plotPath)
+	}
 	opt := sim.Options{Window: *window, TopKeys: *top, Progress: progress(stderr)}
 	if *plotPath != "" && len(events) > 0 {
 		opt.Bucket = *bucket
