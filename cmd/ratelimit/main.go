@@ -1,0 +1,74 @@
+// Command ratelimit tests rate limits before production.
+//
+//	ratelimit simulate  replays traffic against policies with a virtual clock
+//	ratelimit probe     sends a bounded stream of requests to a running server
+//
+// Exit codes: 0 ok, 1 the check failed, 2 usage or input error.
+package main
+
+//go:generate go run . simulate --readme-plots ../../docs/img
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// Exit codes a CI job can rely on.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+const usage = `Usage: ratelimit <command> [flags]
+
+Commands:
+  simulate   replay traffic (a file or a synthetic pattern) against policies
+             on the memory store with a virtual clock, and report what passed
+  probe      send a bounded, paced stream of requests to a server's URL and
+             check that its rate-limit headers agree with what it does
+  help       show this help, or "ratelimit help <command>"
+
+Run "ratelimit <command> --help" for a command's flags and examples.
+Exit codes: 0 ok, 1 the check failed, 2 usage or input error.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args to a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "simulate":
+		return runSimulate(ctx, args[1:], stdout, stderr)
+	case "probe":
+		return runProbe(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			switch args[1] {
+			case "simulate":
+				return runSimulate(ctx, []string{"--help"}, stdout, stderr)
+			case "probe":
+				return runProbe(ctx, []string{"--help"}, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "ratelimit: unknown command %q\n\n%s", args[1], usage)
+			return exitUsage
+		}
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "ratelimit: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}

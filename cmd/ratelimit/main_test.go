@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.csv")
+	bad := filepath.Join(dir, "bad.csv")
+	badJSON := filepath.Join(dir, "bad.jsonl")
+	require.NoError(t, os.WriteFile(good, []byte("0,a\n0.1,a\n0.2,a\n"), 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte("0,a\n0.1,a,x\n"), 0o600))
+	require.NoError(t, os.WriteFile(badJSON, []byte(`{"t":0,"key":"a"}`+"\n"+`{"t":"later","key":"a"}`+"\n"), 0o600))
+	pol := "--policy=alg=fixed,limit=2,window=1s"
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"no command", nil, exitUsage, "", "Usage: ratelimit"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
+		{"help", []string{"help"}, exitOK, "Commands:", ""},
+		{"help simulate", []string{"help", "simulate"}, exitOK, "Examples:", ""},
+		{"simulate --help", []string{"simulate", "--help"}, exitOK, "-pattern", ""},
+		{"probe stub", []string{"probe"}, exitUsage, "", "probe: not built yet"},
+		{"no policy", []string{"simulate", "--pattern", "steady"}, exitUsage, "", "--policy"},
+		{"bad policy", []string{"simulate", "--policy", "alg=fixed", "--pattern", "steady"}, exitUsage, "", "limit"},
+		{"no traffic", []string{"simulate", pol}, exitUsage, "", "exactly one of --trace and --pattern"},
+		{"bad flag", []string{"simulate", "--nope"}, exitUsage, "", "-nope"},
+		{"missing file", []string{"simulate", pol, "--trace", filepath.Join(dir, "none.csv")}, exitUsage, "", "none.csv"},
+		{"bad csv", []string{"simulate", pol, "--trace", bad}, exitUsage, "", "bad.csv: line 2, column 7: cost"},
+		{"bad jsonl", []string{"simulate", pol, "--trace", badJSON}, exitUsage, "", "bad.jsonl: line 2, column 2"},
+		{"unknown pattern", []string{"simulate", pol, "--pattern", "zigzag"}, exitUsage, "", "zigzag"},
+		{"good csv", []string{"simulate", pol, "--trace", good}, exitOK, "3 requests replayed", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := runArgs(c.args...)
+			assert.Equal(t, c.code, code, stderr)
+			assert.Contains(t, stdout, c.stdout)
+			assert.Contains(t, stderr, c.stderr)
+		})
+	}
+}
+
+func TestSimulateJSON(t *testing.T) {
+	code, stdout, stderr := runArgs("simulate", "--policy", "alg=all,limit=10,window=1s",
+		"--pattern", "edge", "--burst", "10", "--period", "1s", "--duration", "3s", "--json")
+	require.Equal(t, exitOK, code, stderr)
+	var res []struct {
+		Policy                           struct{ Algorithm string }
+		Offered, Admitted, Denied, Worst int64
+		FirstDenial                      int64 `json:"first_denial"`
+		Keys                             []struct{ Key string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	require.Len(t, res, 5)
+	assert.Equal(t, "fixed_window", res[0].Policy.Algorithm)
+	assert.Equal(t, int64(20), res[0].Worst)
+	for _, r := range res {
+		assert.Equal(t, r.Offered, r.Admitted+r.Denied)
+		require.NotEmpty(t, r.Keys)
+		assert.Equal(t, "attacker", r.Keys[0].Key)
+	}
+}
+
+func TestSimulatePlotFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"out.svg", "out.png"} {
+		path := filepath.Join(dir, name)
+		code, _, stderr := runArgs("simulate", "--policy", "alg=all,limit=10,window=1s",
+			"--pattern", "burst", "--burst", "30", "--period", "2s", "--duration", "6s", "--plot", path)
+		require.Equal(t, exitOK, code, stderr)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		if filepath.Ext(name) == ".svg" {
+			assert.Contains(t, string(b), "<svg")
+			assert.Contains(t, string(b), "leaky_bucket")
+		} else {
+			assert.Equal(t, "\x89PNG", string(b[:4]))
+		}
+	}
+	code, _, stderr := runArgs("simulate", "--policy", "alg=fixed,limit=10,window=1s", "--pattern", "steady", "--plot", filepath.Join(dir, "out.gif"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, ".svg or .png")
+}
