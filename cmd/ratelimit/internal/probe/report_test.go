@@ -74,12 +74,13 @@ func TestChecks(t *testing.T) {
 			want: map[string]int{KindRemainingStuck: 3},
 		},
 		{
-			// A bucket of 5 refilled at 1 a second: Remaining 3, whole in
-			// 2s (3s rounded up); 1.5s later one unit came back.
+			// A bucket of 5 refilled at 1 a second: Remaining 3 (3.99
+			// tokens, say), whole in 2.01s (3s rounded up); 1.5s later
+			// one and a half units came back, and request 2 took one.
 			name: "RemainingRefilled",
 			results: []Result{
 				admitted(1, 0, 10*ms, 5, 3, 3*time.Second),
-				admitted(2, 1500*ms, 1510*ms, 5, 3, 3*time.Second),
+				admitted(2, 1500*ms, 1510*ms, 5, 4, 3*time.Second),
 			},
 			want: map[string]int{},
 		},
@@ -98,6 +99,26 @@ func TestChecks(t *testing.T) {
 			results: []Result{
 				admitted(1, 0, 10*ms, 5, 0, 2*time.Second),
 				admitted(2, 1200*ms, 1210*ms, 5, 4, 60*time.Second),
+			},
+			want: map[string]int{},
+		},
+		{
+			// Once the first window ended, request 2 is the new anchor.
+			name: "RemainingStuckAfterReset",
+			results: []Result{
+				admitted(1, 0, 10*ms, 5, 0, 2*time.Second),
+				admitted(2, 1500*ms, 1510*ms, 5, 4, 60*time.Second),
+				admitted(3, 1600*ms, 1610*ms, 5, 4, 60*time.Second),
+				admitted(4, 1700*ms, 1710*ms, 5, 4, 60*time.Second),
+			},
+			want: map[string]int{KindRemainingStuck: 4},
+		},
+		{
+			// The server may have seen request 2 before request 1.
+			name: "RemainingInFlightTogether",
+			results: []Result{
+				admitted(1, 0, 10*ms, 5, 3, 60*time.Second),
+				admitted(2, 5*ms, 12*ms, 5, 4, 60*time.Second),
 			},
 			want: map[string]int{},
 		},
