@@ -335,3 +335,22 @@ func TestProbeInterrupted(t *testing.T) {
 	assert.Contains(t, stdout.String(), "interrupted")
 	assert.Contains(t, stderr.String(), "interrupted")
 }
+
+// TestProbeLayeredLimits probes the demo API's wiring of /users/{id}: the
+// global limit and, inside it, the route's. The route's limiter writes its
+// fields over the global one's, so a client is told Remaining 29 by the
+// route's limit while the global one is exhausted: the probe says so.
+func TestProbeLayeredLimits(t *testing.T) {
+	t.Parallel()
+	global := newLimiter(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3})
+	users := newLimiter(t, core.Policy{Name: "users", Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour})
+	r := chi.NewRouter()
+	r.Use(chilimit.New(global))
+	r.With(chilimit.New(users)).Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) })
+	code, rep, _ := probeJSON(t, "--rate", "50", "--requests", "5", "--concurrency", "1", "--max-wait", "0", serve(t, r)+"/users/1")
+	require.Equal(t, 1, code)
+	require.Len(t, rep.Disagreements, 1)
+	assert.Equal(t, "429-with-quota-left", rep.Disagreements[0].Kind)
+	assert.Equal(t, 4, rep.Disagreements[0].Request)
+	assert.Contains(t, rep.Disagreements[0].Message, "request 3 said Remaining 27")
+}

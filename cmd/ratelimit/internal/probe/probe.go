@@ -380,7 +380,7 @@ func (s *sender) checkRetryAfter(ctx context.Context, rep *Report, results []Res
 	var wait time.Duration
 	switch {
 	case last.Info.Found.RetryAfter && last.Info.RetryAt.IsZero():
-		wait = s.start.Add(last.Received + last.Info.RetryAfter).Sub(time.Now())
+		wait = time.Until(s.start.Add(last.Received + last.Info.RetryAfter))
 		rc.RetryAfter = Duration(last.Info.RetryAfter)
 	case !last.Info.RetryAt.IsZero():
 		wait = time.Until(last.Info.RetryAt)
