@@ -128,6 +128,9 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				fmt.Fprintf(stderr, "probe: waiting %v, as the last 429's Retry-After said, to send it once more\n", p.Waiting.Round(time.Millisecond))
 				return
 			}
+			if p.Elapsed < 2*time.Second {
+				return // short runs need no progress
+			}
 			fmt.Fprintf(stderr, "probe: %d/%d answered, %d with 429, %v\n", p.Done, p.Total, p.Denied, p.Elapsed.Round(100*time.Millisecond))
 		}
 	}

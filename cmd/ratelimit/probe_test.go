@@ -292,6 +292,7 @@ func TestProbeUsage(t *testing.T) {
 		{[]string{"--requests", "-1", url}, "requests -1"},
 		{[]string{"--duration", "6m", url}, "duration 6m0s"},
 		{[]string{"--rate", "1000", "--duration", "1m", url}, "60000 requests, more than 10000"},
+		{[]string{"--rate", "0.01", "--requests", "10", url}, "take longer than 5m0s"},
 		{[]string{"--concurrency", "65", url}, "concurrency 65"},
 		{[]string{"--method", "GE T", url}, "method"},
 		{[]string{"--header", "no colon", url}, "want \"Name: value\""},
@@ -353,4 +354,16 @@ func TestProbeLayeredLimits(t *testing.T) {
 	assert.Equal(t, "429-with-quota-left", rep.Disagreements[0].Kind)
 	assert.Equal(t, 4, rep.Disagreements[0].Request)
 	assert.Contains(t, rep.Disagreements[0].Message, "request 3 said Remaining 27")
+}
+
+// TestProbeProgress: a run longer than two seconds tells its progress on
+// stderr, and only there.
+func TestProbeProgress(t *testing.T) {
+	t.Parallel()
+	url := serve(t, http.NotFoundHandler())
+	var stdout, stderr bytes.Buffer
+	code := runProbe(context.Background(), []string{"--rate", "10", "--duration", "2500ms", "--json", url}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr: %s", stderr.String())
+	assert.Regexp(t, `probe: 2\d/25 answered, 0 with 429, 2s`, stderr.String())
+	assert.NotContains(t, stdout.String(), "answered")
 }

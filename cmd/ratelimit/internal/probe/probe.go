@@ -23,10 +23,11 @@ import (
 
 // Hard caps, so that a typo in a flag cannot turn the probe into a flood.
 const (
-	// MaxRequests bounds the requests of one run, the stream and the
-	// Retry-After check together.
+	// MaxRequests bounds the requests of the stream; the Retry-After
+	// check adds one.
 	MaxRequests = 10_000
-	// MaxDuration bounds how long the stream lasts.
+	// MaxDuration bounds how long the stream lasts, whatever Requests and
+	// Rate ask for.
 	MaxDuration = 5 * time.Minute
 	// MaxRate bounds the requests sent per second.
 	MaxRate = 1000.0
@@ -131,6 +132,8 @@ func (c Config) Validate() error {
 		return bad("neither requests nor duration is set")
 	case c.Total() > MaxRequests:
 		return bad("rate %v for %v is %d requests, more than %d", c.Rate, c.Duration, c.Total(), MaxRequests)
+	case c.Duration == 0 && float64(c.Total()-1)/c.Rate > MaxDuration.Seconds():
+		return bad("%d requests at rate %v take longer than %v", c.Total(), c.Rate, MaxDuration)
 	case c.Total() < 1:
 		return bad("rate %v for %v sends no request", c.Rate, c.Duration)
 	case c.Concurrency < 0 || c.Concurrency > MaxConcurrency:
@@ -270,11 +273,15 @@ func (s *sender) stream(ctx context.Context, total int) ([]Result, bool) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	limit := MaxDuration
+	if s.cfg.Duration > 0 {
+		limit = s.cfg.Duration
+	}
 	n := 0
 loop:
 	for n < total {
 		at := s.start.Add(time.Duration(n) * interval)
-		if s.cfg.Duration > 0 && at.Sub(s.start) >= s.cfg.Duration {
+		if at.Sub(s.start) >= limit {
 			break
 		}
 		if d := time.Until(at); d > 0 {
