@@ -39,7 +39,7 @@ func TestExitCodes(t *testing.T) {
 		{"help", []string{"help"}, exitOK, "Commands:", ""},
 		{"help simulate", []string{"help", "simulate"}, exitOK, "Examples:", ""},
 		{"simulate --help", []string{"simulate", "--help"}, exitOK, "-pattern", ""},
-		{"probe stub", []string{"probe"}, exitUsage, "", "probe: not built yet"},
+		{"probe without a URL", []string{"probe"}, exitUsage, "", "no URL given"},
 		{"no policy", []string{"simulate", "--pattern", "steady"}, exitUsage, "", "--policy"},
 		{"bad policy", []string{"simulate", "--policy", "alg=fixed", "--pattern", "steady"}, exitUsage, "", "limit"},
 		{"no traffic", []string{"simulate", pol}, exitUsage, "", "exactly one of --trace and --pattern"},
