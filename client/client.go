@@ -147,6 +147,9 @@ func New(base http.RoundTripper, opts ...Option) (*Transport, error) {
 			return nil, err
 		}
 	}
+	if cfg.backoff > cfg.maxWait {
+		return nil, invalid("New", fmt.Sprintf("backoff %v is longer than the maximum wait %v", cfg.backoff, cfg.maxWait))
+	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -191,11 +194,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			!replayable || attempt >= t.cfg.maxRetries {
 			return resp, nil
 		}
-		d, told := serverWait(resp.Header, t.now())
-		if !told {
-			d = backoff(t.cfg.backoff, attempt, t.cfg.maxWait)
-		}
-		if d > t.cfg.maxWait || waited+d > t.cfg.maxTotalWait {
+		d, ok := t.retryWait(resp.Header, attempt, waited)
+		if !ok {
 			return resp, nil
 		}
 		next := req
@@ -218,6 +218,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		waited += d
 		send = next
 	}
+}
+
+// retryWait is how long to wait before retrying a response with header h,
+// the attempt-th retry of a request that already waited waited; ok is false
+// when the wait would break the Transport's limits. Every wait is at least
+// the backoff base, so that no header can make the Transport spin.
+func (t *Transport) retryWait(h http.Header, attempt int, waited time.Duration) (d time.Duration, ok bool) {
+	d, told := serverWait(h, t.now())
+	if told {
+		d = max(d, t.cfg.backoff)
+	} else {
+		d = backoff(t.cfg.backoff, attempt, t.cfg.maxWait)
+	}
+	if d > t.cfg.maxWait || waited+d > t.cfg.maxTotalWait {
+		return 0, false
+	}
+	return d, true
 }
 
 // serverWait is how long a 429 or 503 with header h, received at now, asks
@@ -253,8 +270,10 @@ func serverWait(h http.Header, now time.Time) (d time.Duration, told bool) {
 // so a date far in the future gives a huge delay, which the caller's
 // maximum refuses, and never a negative one.
 func until(at, now time.Time) (time.Duration, bool) {
-	d := at.Sub(now)
-	return d, d > 0
+	if d := at.Sub(now); d > 0 {
+		return d, true
+	}
+	return 0, false
 }
 
 // backoff is the wait before retry attempt+1 when the server said nothing
