@@ -1,0 +1,126 @@
+package client
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 12, 2, 17, 0, 0, 0, time.UTC)
+
+func TestServerWait(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		header map[string]string
+		want   time.Duration
+		told   bool
+	}{
+		{"none", nil, 0, false},
+		{"retry-after seconds", map[string]string{"Retry-After": "3"}, 3 * time.Second, true},
+		{"retry-after date", map[string]string{"Retry-After": t0.Add(5 * time.Second).Format(http.TimeFormat)}, 5 * time.Second, true},
+		{"retry-after date in the past", map[string]string{"Retry-After": "Mon, 01 Jan 1990 00:00:00 GMT"}, 0, false},
+		{"retry-after zero", map[string]string{"Retry-After": "0"}, 0, false},
+		{"retry-after first", map[string]string{"Retry-After": "2", "RateLimit-Reset": "9"}, 2 * time.Second, true},
+		{"structured", map[string]string{"RateLimit": `"api";r=0;t=7`}, 7 * time.Second, true},
+		{"draft 6", map[string]string{"RateLimit-Reset": "4"}, 4 * time.Second, true},
+		{"x-ratelimit epoch", map[string]string{"X-RateLimit-Reset": "1796230806"}, time.Unix(1796230806, 0).Sub(t0), true},
+		{"malformed reset keeps retry-after", map[string]string{"Retry-After": "2", "RateLimit-Reset": "-1"}, 2 * time.Second, true},
+		{"negative", map[string]string{"Retry-After": "-5"}, 0, false},
+		{"fraction", map[string]string{"Retry-After": "1.5"}, 0, false},
+		{"NaN", map[string]string{"RateLimit": `"api";r=0;t=NaN`}, 0, false},
+		{"garbage", map[string]string{"Retry-After": "soon"}, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tt.header {
+				h.Set(k, v)
+			}
+			d, told := serverWait(h, t0)
+			assert.Equal(t, tt.told, told)
+			assert.Equal(t, tt.want, d)
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	base, maxWait := 100*time.Millisecond, 2*time.Second
+	for attempt := range 70 {
+		for range 20 {
+			d := backoff(base, attempt, maxWait)
+			require.GreaterOrEqual(t, d, base, "attempt %d", attempt)
+			require.LessOrEqual(t, d, maxWait, "attempt %d", attempt)
+			if attempt == 0 {
+				require.Less(t, d, 2*base)
+			}
+		}
+	}
+	assert.Equal(t, time.Second, backoff(time.Second, 3, time.Second))
+	assert.LessOrEqual(t, backoff(time.Millisecond, 62, time.Duration(1<<63-1)), time.Duration(1<<63-1))
+}
+
+func TestPacerBounded(t *testing.T) {
+	p := newPacer(2)
+	h := http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"5"}}
+	for _, host := range []string{"a", "b", "c", "d"} {
+		p.observe(host, h, t0)
+	}
+	assert.Len(t, p.until, 2)
+	assert.Equal(t, 5*time.Second, p.delay("d", t0))
+	assert.Equal(t, time.Second, p.delay("d", t0.Add(4*time.Second)))
+	assert.Zero(t, p.delay("d", t0.Add(5*time.Second)), "expired")
+	assert.Len(t, p.until, 1, "an expired host is forgotten")
+
+	p.observe("c", http.Header{"Ratelimit-Remaining": {"3"}, "Ratelimit-Reset": {"5"}}, t0)
+	assert.Zero(t, p.delay("c", t0), "quota left releases the host")
+	p.observe("e", http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"x"}}, t0)
+	assert.Zero(t, p.delay("e", t0), "a malformed field holds nothing")
+}
+
+// FuzzRetryWait feeds any rate-limit fields to the wait computation: it
+// never panics, and a wait it accepts is within [backoff, max wait] and the
+// total budget.
+func FuzzRetryWait(f *testing.F) {
+	for _, seed := range [][4]string{
+		{"1", "", "", ""},
+		{"-1", "", "", ""},
+		{"0", "0", "0", ""},
+		{"99999999999999999999", "", "", ""},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", "", "", ""},
+		{"Mon, 01 Jan 1990 00:00:00 GMT", "", "", ""},
+		{"", "5", "", ""},
+		{"", "999999999999999", "", ""},
+		{"", "", "1796230806", ""},
+		{"", "", "9223372036854775807", ""},
+		{"", "", "", `"api";r=0;t=3`},
+		{"", "", "", `"api";r=0;t=NaN`},
+		{"", "", "", `"api";r=-1;t=-1`},
+		{"1e9", "NaN", "-0", `"a";t=99999999999999999`},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3], 2)
+	}
+	f.Fuzz(func(t *testing.T, retryAfter, reset, xReset, structured string, attempt int) {
+		h := http.Header{}
+		for k, v := range map[string]string{"Retry-After": retryAfter, "Ratelimit-Reset": reset, "X-Ratelimit-Reset": xReset, "Ratelimit": structured} {
+			if v != "" {
+				h[k] = []string{v}
+			}
+		}
+		tr, err := New(nil, WithMaxWait(2*time.Second), WithMaxTotalWait(3*time.Second), WithBackoff(50*time.Millisecond))
+		require.NoError(t, err)
+		tr.now = func() time.Time { return t0 }
+		attempt = max(attempt, 0) % 100
+		d, ok := tr.retryWait(h, attempt, time.Second)
+		if !ok {
+			assert.Zero(t, d)
+			return
+		}
+		assert.GreaterOrEqual(t, d, 50*time.Millisecond)
+		assert.LessOrEqual(t, d, 2*time.Second)
+		p := newPacer(4)
+		p.observe("h", h, t0)
+		assert.GreaterOrEqual(t, p.delay("h", t0), time.Duration(0))
+	})
+}
