@@ -70,6 +70,7 @@ type Limiter struct {
 	born      time.Time // when NewLimiter returned it, with a monotonic reading
 	bornNs    int64     // born in Unix nanoseconds
 	openErr   error     // the error of decisions made while the breaker is open
+	observers []Observer
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -119,6 +120,11 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		l.brk.horizon = int64(horizon(policy))
 	}
 	l.openErr = fmt.Errorf("%w: policy %q: %w", ErrStore, policy.Name, ErrCircuitOpen)
+	observers, err := bindObservers(l, c.observers)
+	if err != nil {
+		return nil, err
+	}
+	l.observers = observers
 	return l, nil
 }
 
@@ -127,6 +133,18 @@ func (l *Limiter) Policy() Policy { return l.policy }
 
 // FailMode returns what the Limiter decides when its store fails.
 func (l *Limiter) FailMode() FailMode { return l.failMode }
+
+// DenyCacheLen returns how many denials the Limiter's deny cache
+// remembers (WithDenyCache), expired ones not yet dropped included; 0
+// without a deny cache.
+func (l *Limiter) DenyCacheLen() int {
+	if l.denied == nil {
+		return 0
+	}
+	l.denied.mu.Lock()
+	defer l.denied.mu.Unlock()
+	return len(l.denied.m)
+}
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
@@ -169,6 +187,18 @@ func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Ti
 
 // allow is AllowNAt; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
+	if l.observers == nil {
+		return l.decide(ctx, key, n, at, nil)
+	}
+	var w watch
+	d, err := l.decide(ctx, key, n, at, &w)
+	l.observe(n, &w, d, err)
+	return d, err
+}
+
+// decide is allow; w, when not nil, records what observers hear beyond
+// the Decision.
+func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time, w *watch) (Decision, error) {
 	if n < 1 {
 		return Decision{}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, n)
 	}
@@ -178,6 +208,9 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 	key, err := normalizeKey(key)
 	if err != nil {
 		return Decision{}, err
+	}
+	if w != nil {
+		w.key = key
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx, nil)
@@ -203,10 +236,17 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 		}
 	}
 	var d Decision
+	var start time.Time
+	if w != nil && l.timeStore() {
+		start = time.Now()
+	}
 	if l.call == CallDirect && !probe {
 		d, err = l.store.Take(ctx, req) // the hot path of memstore, spared two calls
 	} else {
 		d, err = l.do(ctx, opTake, req, probe)
+	}
+	if !start.IsZero() {
+		w.latency = time.Since(start)
 	}
 	if err != nil {
 		if callerDone(ctx) {

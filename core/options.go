@@ -19,6 +19,7 @@ type config struct {
 	denyCacheKeys int // 0: no deny cache
 	brkFailures   int // 0: no circuit breaker
 	probeInterval time.Duration
+	observers     []Observer
 }
 
 func defaultConfig() config {

@@ -1,0 +1,268 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Outcome says what became of one call to a Limiter, for observers. It
+// refines Decision.Source with Allowed, and names the calls that ended
+// without a decision.
+type Outcome uint8
+
+const (
+	// OutcomeAllowed: the store admitted the request.
+	OutcomeAllowed Outcome = iota
+	// OutcomeDenied: the store denied the request.
+	OutcomeDenied
+	// OutcomeDenyCache: the deny cache denied the request (WithDenyCache),
+	// sparing the store a call.
+	OutcomeDenyCache
+	// OutcomeFallbackAllowed: the fallback store admitted the request,
+	// because the store failed or its circuit breaker was open
+	// (WithFallback).
+	OutcomeFallbackAllowed
+	// OutcomeFallbackDenied: the fallback store denied the request: the
+	// store failed, or the Limiter was Recovering and the fallback refused
+	// what the store admitted.
+	OutcomeFallbackDenied
+	// OutcomeFailedOpen: the store failed and FailOpen admitted the request.
+	OutcomeFailedOpen
+	// OutcomeFailedClosed: the store failed and FailClosed refused the
+	// request.
+	OutcomeFailedClosed
+	// OutcomeCanceled: the caller's context ended before a decision
+	// (ErrCanceled); the request was not admitted.
+	OutcomeCanceled
+	// OutcomeInvalid: the call was refused for bad input (an empty key, a
+	// bad cost); no one decided.
+	OutcomeInvalid
+	numOutcomes
+)
+
+// outcomeNames are the Outcomes' String values, in order.
+var outcomeNames = [numOutcomes]string{
+	"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied",
+	"failed_open", "failed_closed", "canceled", "invalid",
+}
+
+// String returns the outcome's name as exporters label it: "allowed",
+// "denied", "deny_cache", "fallback_allowed", "fallback_denied",
+// "failed_open", "failed_closed", "canceled" or "invalid".
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Admitted reports whether the request passed.
+func (o Outcome) Admitted() bool {
+	return o == OutcomeAllowed || o == OutcomeFallbackAllowed || o == OutcomeFailedOpen
+}
+
+// Outcomes returns every Outcome, in order, so that an exporter can create
+// its series up front (a series that appears only on the first denial
+// hides the first denials from rate()).
+func Outcomes() []Outcome {
+	o := make([]Outcome, numOutcomes)
+	for i := range o {
+		o[i] = Outcome(i)
+	}
+	return o
+}
+
+// Event is one call to a Limiter, as an Observer hears it.
+type Event struct {
+	// Policy is the Limiter's policy, Name filled in: the name exporters
+	// label the limit with.
+	Policy Policy
+	// Key is the client key as the store sees it: a key longer than
+	// MaxKeyLen or with odd bytes is already a SHA-256 digest (see
+	// MaxKeyLen), and keyfuncs hashes API keys before they reach the
+	// Limiter. It is empty for OutcomeInvalid calls refused before the key
+	// was checked. It is valid only during Observe: an observer that keeps
+	// it must copy it (strings.Clone), since it may share memory with a
+	// request buffer that is reused.
+	Key string
+	// Cost is the request's cost, as asked.
+	Cost int64
+	// Outcome is what became of the call.
+	Outcome Outcome
+	// Decision is what the Limiter returned.
+	Decision Decision
+	// Err is the error the Limiter returned with it, if any: a store
+	// failure (wrapping ErrStore), ErrCanceled, or bad input.
+	Err error
+	// StoreLatency is how long the store took to decide, or how long the
+	// Limiter waited for it before giving up (a timeout). It is 0 when the
+	// store was not asked (deny cache, open circuit breaker, bad input, a
+	// caller already gone) and when it was not measured: a store that
+	// reports CallDirect (memory) decides in well under a microsecond,
+	// less than reading the clock twice costs, so one of its decisions in
+	// LatencySampleRate is timed. A store that may block is timed on every
+	// decision.
+	StoreLatency time.Duration
+}
+
+// LatencySampleRate is how many decisions of a CallDirect store (memory)
+// there are, on average, to each whose StoreLatency is measured.
+const LatencySampleRate = 64
+
+// NearLimit reports whether the request was admitted and left less than a
+// fifth of the policy's capacity: a client close to being denied, as
+// Envoy's near_limit counter counts it.
+func (e Event) NearLimit() bool {
+	return e.Outcome.Admitted() && e.Decision.Source != SourceFailMode &&
+		e.Decision.Remaining*5 < e.Decision.Limit
+}
+
+// Store error kinds, as StoreErrorKind names them.
+const (
+	// StoreErrTimeout: the store did not answer within the Limiter's
+	// timeout (ErrTimeout).
+	StoreErrTimeout = "timeout"
+	// StoreErrCircuitOpen: the circuit breaker was open, and the store not
+	// asked (ErrCircuitOpen).
+	StoreErrCircuitOpen = "circuit_open"
+	// StoreErrFailed: any other failure of the store.
+	StoreErrFailed = "error"
+)
+
+// StoreErrorKind names the kind of store failure err reports, for a
+// bounded metric label: StoreErrTimeout, StoreErrCircuitOpen or
+// StoreErrFailed; "" when err does not wrap ErrStore (nil, bad input,
+// ErrCanceled).
+func StoreErrorKind(err error) string {
+	switch {
+	case err == nil || !errors.Is(err, ErrStore) || errors.Is(err, ErrCanceled):
+		return ""
+	case errors.Is(err, ErrCircuitOpen):
+		return StoreErrCircuitOpen
+	case errors.Is(err, ErrTimeout):
+		return StoreErrTimeout
+	}
+	return StoreErrFailed
+}
+
+// Observer hears every call to the Limiters it is given to (WithObserver):
+// every decision, whoever made it, and every call refused without one.
+// Observe runs on the caller's goroutine, after the decision and before
+// the Limiter returns it, so it must be fast, must not block, and must be
+// safe for concurrent use. It cannot change the decision.
+type Observer interface {
+	Observe(e Event)
+}
+
+// Binder is an Observer that wants to know each Limiter it observes:
+// NewLimiter calls Bind once with the Limiter (fully built) and gives the
+// Limiter's events to the Observer that Bind returns instead. An exporter
+// uses it to resolve its per-limit series once, rather than on every
+// event, and to watch the Limiter's Health and deny cache. An error fails
+// NewLimiter.
+type Binder interface {
+	Observer
+	Bind(l *Limiter) (Observer, error)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(e Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// WithObserver makes the Limiter report every call to o (see Observer). A
+// Limiter without one pays nothing for observation. Several WithObserver
+// options add up, and each observer hears every event, in the order given.
+// A nil o is invalid.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		c.observers = append(c.observers, o)
+		return nil
+	}
+}
+
+// bindObservers returns the observers l reports to, Binders bound.
+func bindObservers(l *Limiter, observers []Observer) ([]Observer, error) {
+	if len(observers) == 0 {
+		return nil, nil
+	}
+	bound := make([]Observer, len(observers))
+	for i, o := range observers {
+		if b, ok := o.(Binder); ok {
+			bo, err := b.Bind(l)
+			if err != nil {
+				return nil, fmt.Errorf("%w: observer %d (%T): %w", ErrInvalidOption, i, o, err)
+			}
+			if bo == nil {
+				return nil, fmt.Errorf("%w: observer %d (%T) bound to nil", ErrInvalidOption, i, o)
+			}
+			o = bo
+		}
+		bound[i] = o
+	}
+	return bound, nil
+}
+
+// watch is what an observed decision records while it runs.
+type watch struct {
+	key     string        // the key as the store sees it
+	latency time.Duration // the store's, when measured
+}
+
+// timeStore reports whether this decision's store call is to be timed:
+// every call of a store that may block, one in LatencySampleRate of a
+// CallDirect one (rand's per-thread source: no shared counter to contend).
+func (l *Limiter) timeStore() bool {
+	return l.call != CallDirect || rand.Uint32()%LatencySampleRate == 0
+}
+
+// observe reports a call of cost n that returned d and err to every
+// observer.
+func (l *Limiter) observe(n int64, p *watch, d Decision, err error) {
+	e := Event{
+		Policy:       l.policy,
+		Key:          p.key,
+		Cost:         n,
+		Outcome:      outcomeOf(d, err),
+		Decision:     d,
+		Err:          err,
+		StoreLatency: p.latency,
+	}
+	for _, o := range l.observers {
+		o.Observe(e)
+	}
+}
+
+// outcomeOf derives the Outcome of a call from what it returned.
+func outcomeOf(d Decision, err error) Outcome {
+	if err != nil && (!errors.Is(err, ErrStore) || errors.Is(err, ErrCanceled)) {
+		if errors.Is(err, ErrCanceled) {
+			return OutcomeCanceled
+		}
+		return OutcomeInvalid
+	}
+	switch d.Source {
+	case SourceDenyCache:
+		return OutcomeDenyCache
+	case SourceFallback:
+		if d.Allowed {
+			return OutcomeFallbackAllowed
+		}
+		return OutcomeFallbackDenied
+	case SourceFailMode:
+		if d.Allowed {
+			return OutcomeFailedOpen
+		}
+		return OutcomeFailedClosed
+	}
+	if d.Allowed {
+		return OutcomeAllowed
+	}
+	return OutcomeDenied
+}
