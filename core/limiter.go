@@ -134,6 +134,11 @@ func (l *Limiter) Policy() Policy { return l.policy }
 // FailMode returns what the Limiter decides when its store fails.
 func (l *Limiter) FailMode() FailMode { return l.failMode }
 
+// Timeout returns the longest the Limiter waits for its store on one
+// decision (WithTimeout): the budget an exporter compares store latency
+// with.
+func (l *Limiter) Timeout() time.Duration { return l.timeout }
+
 // DenyCacheLen returns how many denials the Limiter's deny cache
 // remembers (WithDenyCache), expired ones not yet dropped included; 0
 // without a deny cache.
