@@ -61,6 +61,21 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		}
 		run(b, l, false)
 	})
+	b.Run("memstore-observed", func(b *testing.B) {
+		// The cost of the observation hook itself: an observer that does
+		// next to nothing.
+		var n int
+		obs := core.ObserverFunc(func(e core.Event) {
+			if e.Outcome.Admitted() {
+				n++
+			}
+		})
+		l, err := core.NewLimiter(newMemStore(b), p, core.WithObserver(obs))
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, l, false)
+	})
 	b.Run("memstore-mirrored", func(b *testing.B) {
 		s, local := newMemStore(b), newMemStore(b)
 		l, err := core.NewLimiter(s, p, core.WithFallback(local))

@@ -1,0 +1,318 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// recorder is an Observer that keeps every event, keys copied.
+type recorder struct {
+	mu     sync.Mutex
+	events []core.Event
+}
+
+func (r *recorder) Observe(e core.Event) {
+	e.Key = strings.Clone(e.Key)
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// last returns the newest event, failing t if there is none.
+func (r *recorder) last(t *testing.T) core.Event {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotEmpty(t, r.events)
+	return r.events[len(r.events)-1]
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+func TestObserverHearsTheStoresOutcomes(t *testing.T) {
+	rec := &recorder{}
+	p := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
+	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(rec), core.WithDenyCache(10))
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// Remaining after each admission: 2, 1, 0; near the limit (under a
+	// fifth of 3) only at 0.
+	for i, near := range []bool{false, false, true} {
+		d, err := l.AllowAt(ctx, "203.0.113.7", t0)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		e := rec.last(t)
+		assert.Equal(t, core.OutcomeAllowed, e.Outcome, "request %d", i)
+		assert.Equal(t, near, e.NearLimit(), "request %d", i)
+		assert.Equal(t, "login", e.Policy.Name)
+		assert.Equal(t, "203.0.113.7", e.Key)
+		assert.Equal(t, int64(1), e.Cost)
+		assert.Equal(t, d, e.Decision)
+		assert.NoError(t, e.Err)
+	}
+	_, err = l.AllowAt(ctx, "203.0.113.7", t0)
+	require.NoError(t, err)
+	assert.Equal(t, core.OutcomeDenied, rec.last(t).Outcome)
+	assert.False(t, rec.last(t).NearLimit(), "a denial is not near the limit: it is past it")
+
+	_, err = l.AllowAt(ctx, "203.0.113.7", t0.Add(time.Second))
+	require.NoError(t, err)
+	e := rec.last(t)
+	assert.Equal(t, core.OutcomeDenyCache, e.Outcome)
+	assert.Zero(t, e.StoreLatency, "the store was not asked")
+
+	_, err = l.AllowNAt(ctx, "203.0.113.7", 0, t0)
+	require.ErrorIs(t, err, core.ErrInvalidCost)
+	e = rec.last(t)
+	assert.Equal(t, core.OutcomeInvalid, e.Outcome)
+	assert.Equal(t, int64(0), e.Cost)
+	assert.ErrorIs(t, e.Err, core.ErrInvalidCost)
+	assert.Equal(t, "login", e.Policy.Name, "an invalid call still names its limit")
+
+	_, err = l.AllowAt(ctx, "", t0)
+	require.ErrorIs(t, err, core.ErrInvalidKey)
+	assert.Equal(t, core.OutcomeInvalid, rec.last(t).Outcome)
+	assert.Empty(t, rec.last(t).Key)
+
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.AllowAt(canceled, "198.51.100.1", t0)
+	require.ErrorIs(t, err, core.ErrCanceled)
+	e = rec.last(t)
+	assert.Equal(t, core.OutcomeCanceled, e.Outcome)
+	assert.Equal(t, "198.51.100.1", e.Key)
+	assert.Empty(t, core.StoreErrorKind(e.Err), "a caller that left is no store failure")
+
+	long := strings.Repeat("k", core.MaxKeyLen+1)
+	_, err = l.AllowAt(ctx, long, t0)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(rec.last(t).Key, "sha256:"), "observers see the key the store sees: %q", rec.last(t).Key)
+	assert.Equal(t, 9, rec.len(), "one event a call")
+}
+
+func TestObserverHearsFailures(t *testing.T) {
+	p := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name     string
+		opts     []core.Option
+		fallback core.Decision
+		want     core.Outcome
+	}{
+		{name: "fail-open", want: core.OutcomeFailedOpen},
+		{name: "fail-closed", opts: []core.Option{core.WithFailMode(core.FailClosed)}, want: core.OutcomeFailedClosed},
+		{name: "fallback-allows", fallback: core.Decision{Allowed: true, Limit: 10, Remaining: 1}, want: core.OutcomeFallbackAllowed},
+		{name: "fallback-denies", fallback: core.Decision{Limit: 10, RetryAfter: time.Second}, want: core.OutcomeFallbackDenied},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := &recorder{}
+			s := &switchStore{}
+			s.fail.Store(true)
+			opts := append([]core.Option{core.WithObserver(rec)}, c.opts...)
+			if c.name == "fallback-allows" || c.name == "fallback-denies" {
+				opts = append(opts, core.WithFallback(directStore{&fakeStore{answer: c.fallback}}))
+			}
+			l, err := core.NewLimiter(s, p, opts...)
+			require.NoError(t, err)
+			// Three failures open the default breaker; the fourth call
+			// does not reach the store.
+			for i := range 4 {
+				d, err := l.AllowAt(ctx, "k", t0)
+				require.ErrorIs(t, err, core.ErrStore)
+				e := rec.last(t)
+				assert.Equal(t, c.want, e.Outcome, "call %d", i)
+				assert.Equal(t, d, e.Decision)
+				assert.Equal(t, c.want == core.OutcomeFallbackAllowed, e.NearLimit(), "call %d: near limit only for a fallback admission leaving 1 of 10", i)
+				if i < 3 {
+					assert.Equal(t, core.StoreErrFailed, core.StoreErrorKind(e.Err), "call %d", i)
+				} else {
+					assert.Equal(t, core.StoreErrCircuitOpen, core.StoreErrorKind(e.Err), "call %d", i)
+					assert.Zero(t, e.StoreLatency, "an open breaker does not ask the store")
+				}
+			}
+			assert.Equal(t, int32(3), s.calls.Load())
+		})
+	}
+}
+
+func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
+	rec := &recorder{}
+	g := newGateStore()
+	g.ignoreCtx = true
+	t.Cleanup(func() { g.answers <- answer{} }) // let the abandoned Take return
+	const timeout = 20 * time.Millisecond
+	p := core.Policy{Name: "slow", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
+	l, err := core.NewLimiter(g, p, core.WithObserver(rec), core.WithTimeout(timeout))
+	require.NoError(t, err)
+	_, err = l.Allow(context.Background(), "k")
+	require.ErrorIs(t, err, core.ErrTimeout)
+	e := rec.last(t)
+	assert.Equal(t, core.OutcomeFailedOpen, e.Outcome)
+	assert.Equal(t, core.StoreErrTimeout, core.StoreErrorKind(e.Err))
+	assert.GreaterOrEqual(t, e.StoreLatency, timeout, "the time the Limiter waited")
+
+	// A store that answers is timed on every decision.
+	rec2 := &recorder{}
+	fast := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
+	l2, err := core.NewLimiter(fast, p, core.WithObserver(rec2))
+	require.NoError(t, err)
+	for range 20 {
+		_, err := l2.Allow(context.Background(), "k")
+		require.NoError(t, err)
+		assert.Positive(t, rec2.last(t).StoreLatency)
+	}
+}
+
+func TestObserverSamplesADirectStoresLatency(t *testing.T) {
+	n := 0
+	count := core.ObserverFunc(func(e core.Event) {
+		if e.StoreLatency > 0 {
+			n++
+		}
+	})
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(count))
+	require.NoError(t, err)
+	const calls = 100 * core.LatencySampleRate
+	for range calls {
+		_, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+	}
+	// Binomial(6400, 1/64): mean 100, standard deviation about 10.
+	assert.InDelta(t, 100, n, 60, "timed %d of %d", n, calls)
+}
+
+// binder counts its Binds and hands out an observer per Limiter.
+type binder struct {
+	recorder
+	err         error
+	bound       []*core.Limiter
+	nilObserver bool
+}
+
+func (b *binder) Bind(l *core.Limiter) (core.Observer, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	b.bound = append(b.bound, l)
+	if b.nilObserver {
+		return nil, nil
+	}
+	name := l.Policy().Name
+	return core.ObserverFunc(func(e core.Event) {
+		e.Policy.Name = "bound:" + name
+		b.Observe(e)
+	}), nil
+}
+
+func TestBinderIsBoundOncePerLimiter(t *testing.T) {
+	b := &binder{}
+	s := newMemStore(t)
+	mk := func(name string) *core.Limiter {
+		l, err := core.NewLimiter(s, core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}, core.WithObserver(b))
+		require.NoError(t, err)
+		return l
+	}
+	a, c := mk("a"), mk("c")
+	require.Equal(t, []*core.Limiter{a, c}, b.bound)
+	_, err := a.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	_, err = c.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	assert.Equal(t, "bound:a", b.events[0].Policy.Name)
+	assert.Equal(t, "bound:c", b.events[1].Policy.Name)
+	assert.Len(t, b.bound, 2, "no Bind per decision")
+}
+
+func TestObserverOptionErrors(t *testing.T) {
+	s := newMemStore(t)
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
+	_, err := core.NewLimiter(s, p, core.WithObserver(nil))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	boom := errors.New("duplicate limit name")
+	_, err = core.NewLimiter(s, p, core.WithObserver(&binder{err: boom}))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	assert.ErrorIs(t, err, boom)
+	_, err = core.NewLimiter(s, p, core.WithObserver(&binder{nilObserver: true}))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+}
+
+func TestObserversHearEveryEventInOrder(t *testing.T) {
+	var got []string
+	mk := func(name string) core.Observer {
+		return core.ObserverFunc(func(e core.Event) { got = append(got, fmt.Sprintf("%s:%s", name, e.Outcome)) })
+	}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
+	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(mk("a")), core.WithObserver(mk("b")))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []string{"a:allowed", "b:allowed", "a:denied", "b:denied"}, got)
+}
+
+func TestOutcomeNames(t *testing.T) {
+	want := []string{"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied", "failed_open", "failed_closed", "canceled", "invalid"}
+	var names []string
+	for _, o := range core.Outcomes() {
+		names = append(names, o.String())
+	}
+	assert.Equal(t, want, names)
+	var admitted []string
+	for _, o := range core.Outcomes() {
+		if o.Admitted() {
+			admitted = append(admitted, o.String())
+		}
+	}
+	assert.Equal(t, []string{"allowed", "fallback_allowed", "failed_open"}, admitted)
+	assert.Equal(t, "Outcome(200)", core.Outcome(200).String())
+}
+
+func TestStoreErrorKind(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{core.ErrInvalidKey, ""},
+		{fmt.Errorf("%w: %w", core.ErrCanceled, context.Canceled), ""},
+		{fmt.Errorf("%w: %w", core.ErrStore, errDown), core.StoreErrFailed},
+		{fmt.Errorf("%w: %w", core.ErrStore, core.ErrCircuitOpen), core.StoreErrCircuitOpen},
+		{fmt.Errorf("%w: %w after 100ms", core.ErrStore, core.ErrTimeout), core.StoreErrTimeout},
+	} {
+		assert.Equal(t, c.want, core.StoreErrorKind(c.err), "%v", c.err)
+	}
+}
+
+func TestObservedDecisionDoesNotAllocate(t *testing.T) {
+	var n int
+	obs := core.ObserverFunc(func(e core.Event) {
+		if e.Outcome == core.OutcomeAllowed {
+			n++
+		}
+	})
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(obs))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, _ = l.Allow(ctx, "203.0.113.7")
+	allocs := testing.AllocsPerRun(1000, func() { _, _ = l.Allow(ctx, "203.0.113.7") })
+	assert.Zero(t, allocs)
+	assert.Positive(t, n)
+}
