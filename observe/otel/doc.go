@@ -1,0 +1,71 @@
+// Package otellimit exports what core.Limiters decide as OpenTelemetry
+// metrics: the instruments of the Prometheus exporter (package promlimit),
+// named so that OpenTelemetry's own Prometheus translation yields the very
+// same series. A team that ships OTLP to Datadog, New Relic or CloudWatch
+// and one that scrapes Prometheus see the same view, and one dashboard
+// works on both.
+//
+// New creates the instruments on a meter named
+// "github.com/apigate/ratelimit" of the MeterProvider given; the Metrics it
+// returns is a core.Binder, given to each Limiter with core.WithObserver:
+//
+//	m, err := otellimit.New(provider)
+//	...
+//	defer m.Close()
+//	l, err := core.NewLimiter(store, policy, core.WithObserver(m))
+//
+// Bind resolves the attribute sets of the Limiter's series once, so that a
+// decision records its measurements without building attributes or
+// allocating. Client keys are never attributes: the number of series is
+// bounded by the number of limits.
+//
+// # Instruments
+//
+// Names and units below are OpenTelemetry's; the Prometheus name is what
+// the OpenTelemetry Prometheus exporter, the Collector and Prometheus's
+// OTLP receiver make of them under the default translation (dots become
+// underscores, a unit in braces is dropped, "s" appends _seconds, a
+// monotonic counter appends _total). Attribute names are the Prometheus
+// label names.
+//
+//	instrument                    kind       unit        attributes     Prometheus
+//	ratelimit.decisions           counter    {decision}  limit outcome  ratelimit_decisions_total
+//	ratelimit.near_limit          counter    {decision}  limit          ratelimit_near_limit_total
+//	ratelimit.store.duration      histogram  s           limit          ratelimit_store_duration_seconds
+//	ratelimit.store.errors        counter    {error}     limit kind     ratelimit_store_errors_total
+//	ratelimit.store.health        gauge                  limit state    ratelimit_store_health
+//	ratelimit.deny_cache.entries  gauge      {entry}     limit          ratelimit_deny_cache_entries
+//	ratelimit.store.timeout       gauge      s           limit          ratelimit_store_timeout_seconds
+//	ratelimit.memstore.keys       gauge      {key}       store          ratelimit_memstore_keys
+//
+// The counters are Int64Counters, the histogram a Float64Histogram, the
+// gauges observable (Int64ObservableGauge, Float64ObservableGauge for the
+// timeout). ratelimit.store.health has no unit: the unit "1" would add
+// _ratio to its Prometheus name.
+//
+// limit is the policy's Name. ratelimit.decisions counts every call to a
+// Limiter, outcome being core.Outcome's String ("allowed", "denied",
+// "deny_cache", "fallback_allowed", "fallback_denied", "failed_open",
+// "failed_closed", "canceled", "invalid"); ratelimit.near_limit the
+// admissions that left less than a fifth of the capacity
+// (core.Event.NearLimit). ratelimit.store.duration records the store's
+// latency when the Limiter measured it (every decision of a Redis store,
+// one in core.LatencySampleRate of a memory store), in the buckets of
+// DefaultBuckets unless WithBuckets says otherwise. ratelimit.store.errors
+// counts store failures by core.StoreErrorKind: "timeout",
+// "circuit_open", "error".
+//
+// The gauges are observed when the reader collects, by one callback over
+// the bound Limiters: ratelimit.store.health is 1 for the Limiter's
+// current core.Health ("healthy", "recovering", "failing") and 0 for the
+// other two; ratelimit.deny_cache.entries is Limiter.DenyCacheLen,
+// ratelimit.store.timeout Limiter.Timeout (the budget to compare the
+// latency with), ratelimit.memstore.keys the Len of each memory store
+// given to WatchMemStore.
+//
+// Every counter series of a bound limit (every outcome, every error kind)
+// is created at Bind with a value of 0, so that the first denial is a rate
+// and not the birth of a series. The Prometheus translation also adds the
+// scope's otel_scope_name label (and target_info from the resource) unless
+// the exporter is told otherwise.
+package otellimit

@@ -1,0 +1,246 @@
+package otellimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	otellimit "github.com/apigate/ratelimit/observe/otel"
+)
+
+// The instruments' names, as the tests look them up.
+const (
+	decisions = "ratelimit.decisions"
+	nearLimit = "ratelimit.near_limit"
+	duration  = "ratelimit.store.duration"
+	storeErrs = "ratelimit.store.errors"
+	health    = "ratelimit.store.health"
+	denyCache = "ratelimit.deny_cache.entries"
+	timeout   = "ratelimit.store.timeout"
+	memKeys   = "ratelimit.memstore.keys"
+)
+
+// newMetrics returns Metrics over an SDK MeterProvider read by a
+// ManualReader, both closed when t ends.
+func newMetrics(t testing.TB, opts ...otellimit.Option) (*otellimit.Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := otellimit.New(mp, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m, r
+}
+
+// newMemStore returns a memstore closed when t ends.
+func newMemStore(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newLimiter returns NewLimiter(s, p, opts...), failing t on an error.
+func newLimiter(t testing.TB, s core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	l, err := core.NewLimiter(s, p, opts...)
+	require.NoError(t, err)
+	return l
+}
+
+// series names one series: the instrument's name, then its attributes
+// sorted, as in `ratelimit.decisions{limit="a",outcome="allowed"}`.
+func series(name string, kv ...string) string {
+	if len(kv)%2 != 0 {
+		panic("series: odd attributes")
+	}
+	var pairs []string
+	for i := 0; i < len(kv); i += 2 {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", kv[i], kv[i+1]))
+	}
+	sort.Strings(pairs)
+	return name + "{" + strings.Join(pairs, ",") + "}"
+}
+
+// seriesOf names the series of an instrument's data point.
+func seriesOf(name string, attrs attribute.Set) string {
+	var kv []string
+	for _, a := range attrs.ToSlice() {
+		kv = append(kv, string(a.Key), a.Value.Emit())
+	}
+	return series(name, kv...)
+}
+
+// snapshot is one collection, flattened: counters and gauges by series,
+// and the histogram's sample count and bounds by series.
+type snapshot struct {
+	values  map[string]float64
+	counts  map[string]uint64
+	bounds  map[string][]float64
+	sums    map[string]float64
+	monoton map[string]bool // instrument name: a monotonic counter
+}
+
+// collect reads r once.
+func collect(t testing.TB, r *sdkmetric.ManualReader) snapshot {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	s := snapshot{
+		values:  map[string]float64{},
+		counts:  map[string]uint64{},
+		bounds:  map[string][]float64{},
+		sums:    map[string]float64{},
+		monoton: map[string]bool{},
+	}
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(t, otellimit.MeterName, sm.Scope.Name)
+		for _, mt := range sm.Metrics {
+			switch d := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				require.Equal(t, metricdata.CumulativeTemporality, d.Temporality, mt.Name)
+				s.monoton[mt.Name] = d.IsMonotonic
+				for _, p := range d.DataPoints {
+					s.values[seriesOf(mt.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					s.values[seriesOf(mt.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					s.values[seriesOf(mt.Name, p.Attributes)] = p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					k := seriesOf(mt.Name, p.Attributes)
+					s.counts[k], s.bounds[k], s.sums[k] = p.Count, p.Bounds, p.Sum
+				}
+			default:
+				t.Fatalf("instrument %s: unexpected data %T", mt.Name, mt.Data)
+			}
+		}
+	}
+	return s
+}
+
+// of returns the values of the series of one instrument.
+func (s snapshot) of(name string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range s.values {
+		if strings.HasPrefix(k, name+"{") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// nonZero returns the counter values of s that are not 0.
+func (s snapshot) nonZero(names ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range names {
+		for k, v := range s.of(n) {
+			if v != 0 {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// tally is an Observer that counts what an exporter should: the reference
+// the instruments are compared with.
+type tally struct {
+	mu      sync.Mutex
+	counts  map[string]float64 // decisions, near limit, store errors
+	latency map[string]uint64  // events with a StoreLatency, by limit
+}
+
+func newTally() *tally {
+	return &tally{counts: map[string]float64{}, latency: map[string]uint64{}}
+}
+
+// Observe counts e.
+func (t *tally) Observe(e core.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lim := e.Policy.Name
+	t.counts[series(decisions, "limit", lim, "outcome", e.Outcome.String())]++
+	if e.NearLimit() {
+		t.counts[series(nearLimit, "limit", lim)]++
+	}
+	if k := core.StoreErrorKind(e.Err); k != "" {
+		t.counts[series(storeErrs, "limit", lim, "kind", k)]++
+	}
+	if e.StoreLatency > 0 {
+		t.latency[series(duration, "limit", lim)]++
+	}
+}
+
+// snapshot returns copies of the counts.
+func (t *tally) snapshot() (map[string]float64, map[string]uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := make(map[string]float64, len(t.counts))
+	for k, v := range t.counts {
+		c[k] = v
+	}
+	l := make(map[string]uint64, len(t.latency))
+	for k, v := range t.latency {
+		l[k] = v
+	}
+	return c, l
+}
+
+// requireMatches checks that the instruments in s count what t counted:
+// every non-zero counter series, every histogram's sample count.
+func requireMatches(tb testing.TB, t *tally, s snapshot) {
+	tb.Helper()
+	counts, latency := t.snapshot()
+	require.Equal(tb, counts, s.nonZero(decisions, nearLimit, storeErrs))
+	got := map[string]uint64{}
+	for k, v := range s.counts {
+		if v != 0 {
+			got[k] = v
+		}
+	}
+	require.Equal(tb, latency, got)
+}
+
+// errDown is the failure of a flakyStore that is down.
+var errDown = errors.New("store down")
+
+// flakyStore decides through a memstore, or fails with errDown while down.
+// It reports CallWithDeadline, so that every decision it makes is timed,
+// and takes at least a microsecond to decide, so that the time is never 0.
+type flakyStore struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	start := time.Now()
+	for time.Since(start) < time.Microsecond {
+	}
+	if s.down.Load() {
+		return core.Decision{}, errDown
+	}
+	return s.Store.Take(ctx, req)
+}
+
+func (*flakyStore) CallMode() core.CallMode { return core.CallWithDeadline }

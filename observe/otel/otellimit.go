@@ -1,0 +1,291 @@
+package otellimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// MeterName is the name of the meter New creates its instruments on (the
+// instrumentation scope, otel_scope_name in Prometheus).
+const MeterName = "github.com/apigate/ratelimit"
+
+// Attribute keys, the Prometheus label names.
+const (
+	attrLimit   = "limit"
+	attrOutcome = "outcome"
+	attrKind    = "kind"
+	attrState   = "state"
+	attrStore   = "store"
+)
+
+// ErrClosed is returned by Bind and WatchMemStore after Close.
+var ErrClosed = errors.New("otellimit: metrics closed")
+
+// storeErrorKinds are the values of core.StoreErrorKind, in the order of
+// bound.errors.
+var storeErrorKinds = [...]string{core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed}
+
+// healthStates are the core.Health values, in order.
+var healthStates = [...]core.Health{core.Healthy, core.Recovering, core.Failing}
+
+// DefaultBuckets returns the upper bounds, in seconds, of the store latency
+// histogram unless WithBuckets says otherwise, promlimit's: from a
+// microsecond (a memory store decides in well under one) to a second (far
+// past any sane timeout), dense between 100µs and 10ms where Redis
+// answers.
+func DefaultBuckets() []float64 {
+	return []float64{
+		1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+		1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+	}
+}
+
+// Option configures New. A bad value makes New fail with an error
+// wrapping core.ErrInvalidOption.
+type Option func(*config) error
+
+type config struct {
+	buckets []float64
+}
+
+// WithBuckets sets the upper bounds, in seconds, of the store latency
+// histogram's buckets instead of DefaultBuckets: at least one, positive,
+// finite and strictly increasing (the bucket above the last is implied).
+// Give promlimit the same bounds, so that both report the same
+// percentiles.
+func WithBuckets(bounds ...float64) Option {
+	return func(c *config) error {
+		if len(bounds) == 0 {
+			return fmt.Errorf("%w: otellimit: no histogram buckets", core.ErrInvalidOption)
+		}
+		for i, b := range bounds {
+			if math.IsNaN(b) || math.IsInf(b, 0) || b <= 0 {
+				return fmt.Errorf("%w: otellimit: histogram bucket %v is not positive and finite", core.ErrInvalidOption, b)
+			}
+			if i > 0 && b <= bounds[i-1] {
+				return fmt.Errorf("%w: otellimit: histogram buckets %v are not strictly increasing", core.ErrInvalidOption, bounds)
+			}
+		}
+		c.buckets = append([]float64(nil), bounds...)
+		return nil
+	}
+}
+
+// Metrics records the events of the Limiters bound to it (core.Binder) as
+// OpenTelemetry measurements, and observes their gauges when the reader
+// collects. It is safe for concurrent use. Close unregisters its callback.
+type Metrics struct {
+	decisions metric.Int64Counter
+	nearLimit metric.Int64Counter
+	duration  metric.Float64Histogram
+	errors    metric.Int64Counter
+	health    metric.Int64ObservableGauge
+	denyCache metric.Int64ObservableGauge
+	timeout   metric.Float64ObservableGauge
+	memKeys   metric.Int64ObservableGauge
+
+	reg    metric.Registration
+	closed atomic.Bool
+
+	mu     sync.RWMutex
+	limits map[string]*bound // by limit name
+	order  []*bound          // in the order bound, for the callback
+	stores []watchedStore
+}
+
+// watchedStore is a memory store given to WatchMemStore.
+type watchedStore struct {
+	name string
+	s    interface{ Len() int }
+	attr metric.ObserveOption
+}
+
+var _ core.Binder = (*Metrics)(nil)
+
+// New creates the instruments on mp's meter MeterName and registers the
+// callback that observes the gauges. It fails with an error wrapping
+// core.ErrInvalidOption when mp or an option is nil or an option refuses
+// its value, and with the meter's error when an instrument cannot be
+// created.
+func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
+	if mp == nil {
+		return nil, fmt.Errorf("%w: otellimit: nil MeterProvider", core.ErrInvalidOption)
+	}
+	c := config{buckets: DefaultBuckets()}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: otellimit: option %d is nil", core.ErrInvalidOption, i)
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	meter := mp.Meter(MeterName)
+	m := &Metrics{limits: make(map[string]*bound)}
+	var err error
+	mk := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	mk(func() (e error) {
+		m.decisions, e = meter.Int64Counter("ratelimit.decisions", metric.WithUnit("{decision}"),
+			metric.WithDescription("Calls to a rate limiter, by limit and outcome."))
+		return e
+	})
+	mk(func() (e error) {
+		m.nearLimit, e = meter.Int64Counter("ratelimit.near_limit", metric.WithUnit("{decision}"),
+			metric.WithDescription("Admissions that left less than a fifth of the limit's capacity."))
+		return e
+	})
+	mk(func() (e error) {
+		m.duration, e = meter.Float64Histogram("ratelimit.store.duration", metric.WithUnit("s"),
+			metric.WithDescription("Time the store took to decide (sampled for memory stores)."),
+			metric.WithExplicitBucketBoundaries(c.buckets...))
+		return e
+	})
+	mk(func() (e error) {
+		m.errors, e = meter.Int64Counter("ratelimit.store.errors", metric.WithUnit("{error}"),
+			metric.WithDescription("Store failures, by kind: timeout, circuit_open, error."))
+		return e
+	})
+	mk(func() (e error) {
+		m.health, e = meter.Int64ObservableGauge("ratelimit.store.health",
+			metric.WithDescription("1 for the store's current state (healthy, recovering, failing), 0 for the others."))
+		return e
+	})
+	mk(func() (e error) {
+		m.denyCache, e = meter.Int64ObservableGauge("ratelimit.deny_cache.entries", metric.WithUnit("{entry}"),
+			metric.WithDescription("Denials the limiter's deny cache remembers."))
+		return e
+	})
+	mk(func() (e error) {
+		m.timeout, e = meter.Float64ObservableGauge("ratelimit.store.timeout", metric.WithUnit("s"),
+			metric.WithDescription("The longest the limiter waits for its store on one decision."))
+		return e
+	})
+	mk(func() (e error) {
+		m.memKeys, e = meter.Int64ObservableGauge("ratelimit.memstore.keys", metric.WithUnit("{key}"),
+			metric.WithDescription("Keys a memory store holds."))
+		return e
+	})
+	mk(func() (e error) {
+		m.reg, e = meter.RegisterCallback(m.observeGauges, m.health, m.denyCache, m.timeout, m.memKeys)
+		return e
+	})
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	return m, nil
+}
+
+// Close unregisters the callback that observes the gauges; from then on
+// the bound Limiters' events are no longer recorded, and Bind and
+// WatchMemStore fail with ErrClosed. It is idempotent.
+func (m *Metrics) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	return m.reg.Unregister()
+}
+
+// Bind makes ready the series of l's limit (its policy's Name), creating
+// every counter series at 0, and returns the Observer that records l's
+// events. Bind fails when a Limiter of the same limit name is already
+// bound, since their series would be one, and after Close.
+func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
+	if l == nil {
+		return nil, errors.New("otellimit: nil Limiter")
+	}
+	name := l.Policy().Name
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	if _, dup := m.limits[name]; dup {
+		return nil, fmt.Errorf("otellimit: limit %q is already bound: limit names must be unique", name)
+	}
+	b := m.newBound(name, l)
+	b.zero()
+	m.limits[name] = b
+	m.order = append(m.order, b)
+	return b, nil
+}
+
+// Observe records e, for a Limiter not bound to m (an Observer that
+// forwards events to m): through the series of the Limiter bound under
+// e.Policy.Name if any, else by building its attributes on the spot,
+// which allocates. The gauges of such a limit are not observed.
+func (m *Metrics) Observe(e core.Event) {
+	m.mu.RLock()
+	b := m.limits[e.Policy.Name]
+	m.mu.RUnlock()
+	if b == nil {
+		b = m.newBound(e.Policy.Name, nil)
+	}
+	b.Observe(e)
+}
+
+// WatchMemStore makes the gauge ratelimit.memstore.keys report s.Len()
+// (a *memstore.Store's key count) under the attribute store=name at each
+// collection. It fails with an error wrapping core.ErrInvalidOption when s
+// is nil, or name is empty, not UTF-8 or watched already, and with
+// ErrClosed after Close.
+func (m *Metrics) WatchMemStore(name string, s interface{ Len() int }) error {
+	if name == "" || !utf8.ValidString(name) {
+		return fmt.Errorf("%w: otellimit: WatchMemStore: store name %q is empty or not UTF-8", core.ErrInvalidOption, name)
+	}
+	if s == nil {
+		return fmt.Errorf("%w: otellimit: WatchMemStore: nil store", core.ErrInvalidOption)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	for _, w := range m.stores {
+		if w.name == name {
+			return fmt.Errorf("%w: otellimit: WatchMemStore: store %q is already watched", core.ErrInvalidOption, name)
+		}
+	}
+	m.stores = append(m.stores, watchedStore{
+		name: name,
+		s:    s,
+		attr: metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStore, name))),
+	})
+	return nil
+}
+
+// observeGauges is the callback that observes the gauges of every bound
+// Limiter and watched store.
+func (m *Metrics) observeGauges(_ context.Context, o metric.Observer) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, b := range m.order {
+		h := b.l.Health()
+		for i, s := range healthStates {
+			v := int64(0)
+			if s == h {
+				v = 1
+			}
+			o.ObserveInt64(m.health, v, b.health[i])
+		}
+		o.ObserveInt64(m.denyCache, int64(b.l.DenyCacheLen()), b.limitObs)
+		o.ObserveFloat64(m.timeout, b.l.Timeout().Seconds(), b.limitObs)
+	}
+	for _, w := range m.stores {
+		o.ObserveInt64(m.memKeys, int64(w.s.Len()), w.attr)
+	}
+	return nil
+}

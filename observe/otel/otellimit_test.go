@@ -1,0 +1,307 @@
+package otellimit_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/apigate/ratelimit/core"
+	otellimit "github.com/apigate/ratelimit/observe/otel"
+)
+
+// TestOutcomesOverMemstore: a memory-store Limiter with a deny cache,
+// driven through every outcome it can reach without a failing store,
+// counts exactly those, and every other series of the limit exists at 0.
+func TestOutcomesOverMemstore(t *testing.T) {
+	m, r := newMetrics(t)
+	ref := newTally()
+	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
+	l := newLimiter(t, newMemStore(t), p, core.WithDenyCache(10), core.WithObserver(m), core.WithObserver(ref))
+	ctx := context.Background()
+	for i := range 8 {
+		d, _ := l.Allow(ctx, "client-a")
+		require.Equal(t, i < 5, d.Allowed, "request %d", i)
+	}
+	_, err := l.Allow(ctx, "")
+	require.ErrorIs(t, err, core.ErrInvalidKey)
+	_, err = l.AllowN(ctx, "client-b", 6)
+	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.Allow(gone, "client-b")
+	require.ErrorIs(t, err, core.ErrCanceled)
+
+	s := collect(t, r)
+	want := map[string]float64{
+		series(decisions, "limit", "api", "outcome", "allowed"):    5,
+		series(decisions, "limit", "api", "outcome", "denied"):     1,
+		series(decisions, "limit", "api", "outcome", "deny_cache"): 2,
+		series(decisions, "limit", "api", "outcome", "invalid"):    2,
+		series(decisions, "limit", "api", "outcome", "canceled"):   1,
+		// Remaining 0 of 5 after the fifth admission: under a fifth.
+		series(nearLimit, "limit", "api"): 1,
+	}
+	assert.Equal(t, want, s.nonZero(decisions, nearLimit, storeErrs))
+	requireMatches(t, ref, s)
+
+	// Every outcome and error kind has its series from Bind on.
+	for _, o := range core.Outcomes() {
+		assert.Contains(t, s.values, series(decisions, "limit", "api", "outcome", o.String()))
+	}
+	for _, k := range []string{core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed} {
+		assert.Equal(t, 0.0, s.values[series(storeErrs, "limit", "api", "kind", k)], k)
+	}
+	assert.Len(t, s.of(decisions), len(core.Outcomes()))
+	assert.True(t, s.monoton[decisions] && s.monoton[nearLimit] && s.monoton[storeErrs])
+
+	// Gauges, at collection.
+	assert.Equal(t, map[string]float64{
+		series(health, "limit", "api", "state", "healthy"):    1,
+		series(health, "limit", "api", "state", "recovering"): 0,
+		series(health, "limit", "api", "state", "failing"):    0,
+	}, s.of(health))
+	assert.Equal(t, map[string]float64{series(denyCache, "limit", "api"): 1}, s.of(denyCache))
+	assert.Equal(t, map[string]float64{series(timeout, "limit", "api"): core.DefaultTimeout.Seconds()}, s.of(timeout))
+}
+
+// TestMemstoreLatencySampled: a memory store's decisions are timed one in
+// core.LatencySampleRate, and the histogram holds exactly those.
+func TestMemstoreLatencySampled(t *testing.T) {
+	m, r := newMetrics(t)
+	ref := newTally()
+	p := core.Policy{Name: "sampled", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	l := newLimiter(t, newMemStore(t), p, core.WithObserver(m), core.WithObserver(ref))
+	const n = 50 * core.LatencySampleRate
+	for range n {
+		_, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+	}
+	s := collect(t, r)
+	requireMatches(t, ref, s)
+	got := s.counts[series(duration, "limit", "sampled")]
+	assert.Greater(t, got, uint64(0), "no decision of %d was timed", n)
+	assert.Less(t, got, uint64(n/4), "a memory store is timed one in %d", core.LatencySampleRate)
+	assert.Equal(t, otellimit.DefaultBuckets(), s.bounds[series(duration, "limit", "sampled")])
+	assert.Equal(t, 1.0, s.values[series(decisions, "limit", "sampled", "outcome", "allowed")]/n)
+}
+
+// TestStoreFailures: a store that fails yields failed_open or
+// failed_closed, errors of kind error then circuit_open, a latency for
+// every decision that asked the store, and the health gauge follows the
+// breaker: failing, then healthy (no fallback) or recovering (fallback)
+// once a probe succeeds.
+func TestStoreFailures(t *testing.T) {
+	m, r := newMetrics(t)
+	ref := newTally()
+	ctx := context.Background()
+	const probe = 20 * time.Millisecond
+	mk := func(name string, opts ...core.Option) (*core.Limiter, *flakyStore) {
+		fs := &flakyStore{Store: newMemStore(t)}
+		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
+		opts = append(opts, core.WithCircuitBreaker(2, probe), core.WithObserver(m), core.WithObserver(ref))
+		return newLimiter(t, fs, p, opts...), fs
+	}
+	open, openStore := mk("open")
+	closed, closedStore := mk("closed", core.WithFailMode(core.FailClosed))
+	fb, fbStore := mk("fallback", core.WithFallback(newMemStore(t)))
+	lims := []*core.Limiter{open, closed, fb}
+	stores := []*flakyStore{openStore, closedStore, fbStore}
+
+	for _, l := range lims {
+		_, err := l.Allow(ctx, "k")
+		require.NoError(t, err)
+	}
+	for _, s := range stores {
+		s.down.Store(true)
+	}
+	// Two failures open the breaker; three more are decided without the
+	// store, well within the probe interval.
+	for range 5 {
+		for _, l := range lims {
+			_, err := l.Allow(ctx, "k")
+			require.ErrorIs(t, err, core.ErrStore)
+		}
+	}
+	s := collect(t, r)
+	requireMatches(t, ref, s)
+	for _, c := range []struct{ limit, outcome string }{
+		{"open", "failed_open"}, {"closed", "failed_closed"}, {"fallback", "fallback_allowed"},
+	} {
+		assert.Equal(t, 1.0, s.values[series(decisions, "limit", c.limit, "outcome", "allowed")], c.limit)
+		assert.Equal(t, 5.0, s.values[series(decisions, "limit", c.limit, "outcome", c.outcome)], c.limit)
+		assert.Equal(t, 2.0, s.values[series(storeErrs, "limit", c.limit, "kind", "error")], c.limit)
+		assert.Equal(t, 3.0, s.values[series(storeErrs, "limit", c.limit, "kind", "circuit_open")], c.limit)
+		assert.Equal(t, 0.0, s.values[series(storeErrs, "limit", c.limit, "kind", "timeout")], c.limit)
+		// The first success and the two failures asked the store.
+		assert.Equal(t, uint64(3), s.counts[series(duration, "limit", c.limit)], c.limit)
+		assert.Equal(t, 1.0, s.values[series(health, "limit", c.limit, "state", "failing")], c.limit)
+		assert.Equal(t, 0.0, s.values[series(health, "limit", c.limit, "state", "healthy")], c.limit)
+	}
+	// A fail-open admission is not near the limit, whatever it leaves.
+	assert.Equal(t, 0.0, s.values[series(nearLimit, "limit", "open")])
+
+	for _, st := range stores {
+		st.down.Store(false)
+	}
+	for _, l := range lims {
+		require.Eventually(t, func() bool {
+			d, err := l.Allow(ctx, "k")
+			return err == nil && d.Source == core.SourceStore
+		}, 5*time.Second, probe/4, l.Policy().Name)
+	}
+	s = collect(t, r)
+	requireMatches(t, ref, s)
+	for limit, state := range map[string]string{"open": "healthy", "closed": "healthy", "fallback": "recovering"} {
+		for _, h := range []string{"healthy", "recovering", "failing"} {
+			want := 0.0
+			if h == state {
+				want = 1
+			}
+			assert.Equal(t, want, s.values[series(health, "limit", limit, "state", h)], "%s %s", limit, h)
+		}
+	}
+}
+
+// TestMemStoreKeys: WatchMemStore's gauge reports the store's Len at
+// collection, by store name.
+func TestMemStoreKeys(t *testing.T) {
+	m, r := newMetrics(t)
+	a, b := newMemStore(t), newMemStore(t)
+	require.NoError(t, m.WatchMemStore("a", a))
+	require.NoError(t, m.WatchMemStore("b", b))
+	p := core.Policy{Name: "keys", Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute}
+	l := newLimiter(t, a, p, core.WithObserver(m))
+	for _, k := range []string{"x", "y", "z"} {
+		_, err := l.Allow(context.Background(), k)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, map[string]float64{
+		series(memKeys, "store", "a"): 3,
+		series(memKeys, "store", "b"): 0,
+	}, collect(t, r).of(memKeys))
+
+	require.ErrorIs(t, m.WatchMemStore("a", b), core.ErrInvalidOption, "a name watched twice")
+	require.ErrorIs(t, m.WatchMemStore("", b), core.ErrInvalidOption)
+	require.ErrorIs(t, m.WatchMemStore("\xff", b), core.ErrInvalidOption)
+	require.ErrorIs(t, m.WatchMemStore("c", nil), core.ErrInvalidOption)
+}
+
+// TestBindErrors: a limit name bound twice fails the second NewLimiter;
+// after Close, so does any; Close stops the recording and the gauges.
+func TestBindErrors(t *testing.T) {
+	m, r := newMetrics(t)
+	st := newMemStore(t)
+	p := core.Policy{Name: "dup", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
+	l := newLimiter(t, st, p, core.WithObserver(m))
+	_, err := core.NewLimiter(st, p, core.WithObserver(m))
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+	require.ErrorContains(t, err, `"dup"`)
+	_, err = m.Bind(nil)
+	require.Error(t, err)
+
+	_, err = l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	require.NoError(t, m.Close(), "Close is idempotent")
+	_, err = l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	s := collect(t, r)
+	assert.Equal(t, 1.0, s.values[series(decisions, "limit", "dup", "outcome", "allowed")], "not counted after Close")
+	assert.Empty(t, s.of(health), "no gauges after Close")
+
+	p.Name = "late"
+	_, err = core.NewLimiter(st, p, core.WithObserver(m))
+	require.ErrorIs(t, err, otellimit.ErrClosed)
+	require.ErrorIs(t, m.WatchMemStore("late", st), otellimit.ErrClosed)
+}
+
+// TestObserveUnbound: Metrics used as a plain Observer (behind one that
+// forwards) records through the bound limit of the event's name, or else
+// builds the series on the spot.
+func TestObserveUnbound(t *testing.T) {
+	m, r := newMetrics(t)
+	st := newMemStore(t)
+	p := core.Policy{Name: "bound", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
+	newLimiter(t, st, p, core.WithObserver(m))
+	fwd := core.ObserverFunc(m.Observe)
+	lb := newLimiter(t, st, p, core.WithObserver(fwd)) // same name, not bound
+	p.Name = "free"
+	lf := newLimiter(t, st, p, core.WithObserver(fwd))
+	for _, l := range []*core.Limiter{lb, lf} {
+		_, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+	}
+	s := collect(t, r)
+	assert.Equal(t, map[string]float64{
+		series(decisions, "limit", "bound", "outcome", "allowed"): 1,
+		series(decisions, "limit", "free", "outcome", "allowed"):  1,
+	}, s.nonZero(decisions))
+	assert.NotContains(t, s.values, series(health, "limit", "free", "state", "healthy"))
+}
+
+// TestOptions: bad options and a nil MeterProvider are ErrInvalidOption;
+// WithBuckets sets the histogram's bounds.
+func TestOptions(t *testing.T) {
+	for name, opts := range map[string][]otellimit.Option{
+		"nil option":     {nil},
+		"no buckets":     {otellimit.WithBuckets()},
+		"NaN bucket":     {otellimit.WithBuckets(0.1, math.NaN())},
+		"infinite":       {otellimit.WithBuckets(math.Inf(1))},
+		"not increasing": {otellimit.WithBuckets(0.1, 0.1)},
+		"decreasing":     {otellimit.WithBuckets(0.2, 0.1)},
+		"zero":           {otellimit.WithBuckets(0, 0.1)},
+		"negative":       {otellimit.WithBuckets(-1, 0.1)},
+	} {
+		_, err := otellimit.New(noop.NewMeterProvider(), opts...)
+		require.ErrorIs(t, err, core.ErrInvalidOption, name)
+	}
+	_, err := otellimit.New(nil)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+
+	bounds := []float64{0.001, 0.01, 0.1}
+	m, r := newMetrics(t, otellimit.WithBuckets(bounds...))
+	fs := &flakyStore{Store: newMemStore(t)}
+	p := core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
+	l := newLimiter(t, fs, p, core.WithObserver(m))
+	_, err = l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	s := collect(t, r)
+	assert.Equal(t, bounds, s.bounds[series(duration, "limit", "b")])
+	assert.Equal(t, uint64(1), s.counts[series(duration, "limit", "b")])
+	assert.Greater(t, s.sums[series(duration, "limit", "b")], 0.0)
+
+	// A noop provider works, and records nothing anywhere.
+	nm, err := otellimit.New(noop.NewMeterProvider())
+	require.NoError(t, err)
+	p.Name = "noop"
+	l = newLimiter(t, fs, p, core.WithObserver(nm))
+	_, err = l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	require.NoError(t, nm.Close())
+}
+
+// refusingProvider's meter refuses to register callbacks.
+type refusingProvider struct{ noop.MeterProvider }
+
+func (refusingProvider) Meter(string, ...metric.MeterOption) metric.Meter { return refusingMeter{} }
+
+type refusingMeter struct{ noop.Meter }
+
+var errRegister = errors.New("register refused")
+
+func (refusingMeter) RegisterCallback(metric.Callback, ...metric.Observable) (metric.Registration, error) {
+	return nil, errRegister
+}
+
+// TestMeterError: New returns the meter's error.
+func TestMeterError(t *testing.T) {
+	_, err := otellimit.New(refusingProvider{})
+	require.ErrorIs(t, err, errRegister)
+}
