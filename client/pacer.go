@@ -2,6 +2,7 @@ package client
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,10 +38,21 @@ func (p *pacer) delay(host string, now time.Time) time.Duration {
 
 // observe records the rate-limit fields of a response from host received
 // at now: a Remaining of 0 with a positive reset holds the host until then;
-// any other response with rate-limit fields releases it.
+// any other response with rate-limit fields releases it. Most responses
+// say quota is left, and the host is not held: those are told apart
+// without parsing the fields, so that pacing costs little.
 func (p *pacer) observe(host string, h http.Header, now time.Time) {
-	if h.Get(headers.XRateLimitRemaining) == "" && h.Get(headers.RateLimitRemaining) == "" && h.Get(headers.RateLimit) == "" {
+	x, draft6, structured := h[headers.XRateLimitRemaining], h[headers.RateLimitRemaining], h[headers.RateLimit]
+	if len(x) == 0 && len(draft6) == 0 && len(structured) == 0 {
 		return
+	}
+	if !mayBeExhausted(x, draft6, structured) {
+		p.mu.Lock()
+		_, held := p.until[host]
+		p.mu.Unlock()
+		if !held {
+			return // Parse would give a Remaining above 0, or an error: nothing to do
+		}
 	}
 	info, err := headers.Parse(h)
 	if err != nil {
@@ -73,4 +85,24 @@ func (p *pacer) observe(host string, h http.Header, now time.Time) {
 		}
 	}
 	p.until[host] = at
+}
+
+// mayBeExhausted reports whether the Remaining that headers.Parse reads from
+// these fields may be 0: a count field made of zeros only, or a RateLimit
+// field with a parameter r that may be 0 (r=0, r=00, r=-0 ...). It may say
+// yes wrongly, never no: Parse's Remaining comes from one of these fields.
+func mayBeExhausted(x, draft6, structured []string) bool {
+	for _, vs := range [][]string{x, draft6} {
+		for _, v := range vs {
+			if v = strings.Trim(v, " \t"); v != "" && strings.Trim(v, "0") == "" {
+				return true
+			}
+		}
+	}
+	for _, v := range structured {
+		if strings.Contains(v, "r=0") || strings.Contains(v, "r=-") {
+			return true
+		}
+	}
+	return false
 }

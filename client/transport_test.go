@@ -261,3 +261,24 @@ func TestPacingConcurrent(t *testing.T) {
 	}
 	assert.Equal(t, int64(40), hits.Load())
 }
+
+// TestContextCancelsPacing: a request held by pacing until the reset is
+// let go, unsent, when its context ends.
+func TestContextCancelsPacing(t *testing.T) {
+	srv := &refusing{status: http.StatusOK, header: http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"20"}}}
+	url := serve(t, srv)
+	tr := newTransport(t, client.WithPacing(0))
+	res, err := (&http.Client{Transport: tr}).Get(url)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = tr.RoundTrip(req)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), 2*time.Second, "the 20 s hold ends with the context")
+	assert.Equal(t, int64(1), srv.hits.Load(), "the held request is not sent")
+}

@@ -2,11 +2,14 @@ package client
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/headers"
 )
 
 var t0 = time.Date(2026, 12, 2, 17, 0, 0, 0, time.UTC)
@@ -122,5 +125,98 @@ func FuzzRetryWait(f *testing.F) {
 		p := newPacer(4)
 		p.observe("h", h, t0)
 		assert.GreaterOrEqual(t, p.delay("h", t0), time.Duration(0))
+	})
+}
+
+// observeByParse is what pacer.observe must do, by headers.Parse alone:
+// hold the host until the reset when Remaining is 0, release it when quota
+// is left, change nothing when the fields cannot be read.
+func observeByParse(held bool, h http.Header, now time.Time) (holdFor time.Duration, heldAfter bool) {
+	if h.Get(headers.XRateLimitRemaining) == "" && h.Get(headers.RateLimitRemaining) == "" && h.Get(headers.RateLimit) == "" {
+		if held {
+			return 5 * time.Second, true
+		}
+		return 0, false
+	}
+	info, err := headers.Parse(h)
+	switch {
+	case err != nil && held:
+		return 5 * time.Second, true
+	case err != nil:
+		return 0, false
+	case info.Remaining != 0:
+		return 0, false
+	}
+	if d, told := serverWait(h, now); told {
+		return d, true
+	}
+	return 0, false
+}
+
+// checkObserve compares pacer.observe with observeByParse for h, with the
+// host held (5 s) before and not.
+func checkObserve(t *testing.T, h http.Header) {
+	t.Helper()
+	for _, held := range []bool{false, true} {
+		p := newPacer(4)
+		if held {
+			p.until["h"] = t0.Add(5 * time.Second)
+		}
+		p.observe("h", h, t0)
+		want, _ := observeByParse(held, h, t0)
+		assert.Equal(t, want, p.delay("h", t0), "held before: %v, fields %v", held, h)
+	}
+}
+
+// TestPacerObserve: the pacer's shortcut for responses that leave quota
+// decides as a full parse of the fields would.
+func TestPacerObserve(t *testing.T) {
+	for _, h := range []http.Header{
+		{},
+		{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {"00"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {" 0\t"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {"2"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {"10"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {""}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {"x"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit-Remaining": {"0", "0"}, "Ratelimit-Reset": {"3"}},
+		{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {strconv.FormatInt(t0.Unix()+4, 10)}},
+		{"X-Ratelimit-Remaining": {"0"}, "Ratelimit-Remaining": {"3"}, "Ratelimit-Reset": {"3"}},
+		{"X-Ratelimit-Remaining": {"3"}, "Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit": {`"api";r=0;t=7`}},
+		{"Ratelimit": {`"api";r=00;t=7`}},
+		{"Ratelimit": {`"api";r=-0;t=7`}},
+		{"Ratelimit": {`"api";r=5;t=7`}},
+		{"Ratelimit": {`"api";r=10;t=7`}},
+		{"Ratelimit": {`"api";t=7;r=0`}},
+		{"Ratelimit": {`"api";r=-1;t=7`}},
+		{"Ratelimit": {`"api";r=0;t=7`}, "Ratelimit-Remaining": {"4"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit": {`"api";r=4;t=7`}, "Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"3"}},
+		{"Ratelimit": {`"api";r=4;t=7`, `"day";r=0;t=9`}},
+		{"Ratelimit-Remaining": {"0"}, "Retry-After": {"2"}},
+		{"Ratelimit-Remaining": {"0"}},
+	} {
+		checkObserve(t, h)
+	}
+}
+
+// FuzzPacerObserve checks the shortcut against a full parse for any
+// fields.
+func FuzzPacerObserve(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"0", "", ""}, {"00", "", ""}, {"", "0", ""}, {"5", "0", ""}, {"", "", `"a";r=0;t=3`},
+		{"", "", `"a";r=-0;t=3`}, {"", "", `"a";r=7;t=3`}, {"1", "2", `"a";r=0`}, {" 0", "", ""},
+	} {
+		f.Add(seed[0], seed[1], seed[2], "3")
+	}
+	f.Fuzz(func(t *testing.T, x, draft6, structured, reset string) {
+		h := http.Header{}
+		for k, v := range map[string]string{"X-Ratelimit-Remaining": x, "Ratelimit-Remaining": draft6, "Ratelimit": structured, "Ratelimit-Reset": reset} {
+			if v != "" {
+				h[k] = []string{v}
+			}
+		}
+		checkObserve(t, h)
 	})
 }
