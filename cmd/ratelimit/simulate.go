@@ -22,7 +22,8 @@ const simulateHelp = `Usage: ratelimit simulate --policy SPEC [--policy SPEC ...
 Replays traffic against each policy independently, on the memory store with a
 virtual clock (an hour of traffic runs in seconds), and reports per policy the
 request units admitted and denied, the most admitted in any sliding window of
-length W by one key, when denials started, and the keys most denied.
+length W by one key, when denials started, and the keys most denied, each
+with the same counts and its own first denial.
 
 Policy SPEC: alg=ALG,limit=N,window=DUR[,burst=N][,name=NAME]
   ALG is fixed, log, counter, token, leaky (or the full names fixed_window,
@@ -212,12 +213,8 @@ func writeTable(w io.Writer, results []sim.Result, requests int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\talgorithm\tlimit/window\toffered\tadmitted\tdenied\tworst in W\tW\tfirst denial\t")
 	for _, r := range results {
-		first := "-"
-		if r.FirstDenial >= 0 {
-			first = r.FirstDenial.String()
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.Policy.Name, r.Policy.Algorithm,
-			r.Policy.Limit, r.Policy.Window, r.Offered, r.Admitted, r.Denied, r.Worst, r.WorstWindow, first)
+			r.Policy.Limit, r.Policy.Window, r.Offered, r.Admitted, r.Denied, r.Worst, r.WorstWindow, offset(r.FirstDenial))
 	}
 	tw.Flush()
 	for _, r := range results {
@@ -226,10 +223,19 @@ func writeTable(w io.Writer, results []sim.Result, requests int) {
 		}
 		fmt.Fprintf(w, "\n%s: top %d keys\n", r.Policy.Name, len(r.Keys))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "key\tadmitted\tdenied\tworst in W\t")
+		fmt.Fprintln(tw, "key\tadmitted\tdenied\tworst in W\tfirst denial\t")
 		for _, k := range r.Keys {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", k.Key, k.Admitted, k.Denied, k.Worst)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", k.Key, k.Admitted, k.Denied, k.Worst, offset(k.FirstDenial))
 		}
 		tw.Flush()
 	}
+}
+
+// offset formats a first denial: its offset from the trace's epoch, or "-"
+// when there was none.
+func offset(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return d.String()
 }

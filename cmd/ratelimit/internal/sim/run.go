@@ -34,6 +34,9 @@ type KeyResult struct {
 	// Worst is the most units admitted to this key in any window of
 	// Result.WorstWindow.
 	Worst int64 `json:"worst"`
+	// FirstDenial is the offset from Epoch of this key's first denial, -1
+	// if none.
+	FirstDenial time.Duration `json:"first_denial"`
 }
 
 // Point is one bucket of the series: request units offered and admitted in
@@ -92,6 +95,7 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 	res := Result{Policy: p, FirstDenial: -1, WorstWindow: cmp.Or(opt.Window, p.Window)}
 	type counts struct {
 		admitted, denied int64
+		firstDenial      time.Duration
 		recent           window
 	}
 	perKey := map[string]*counts{}
@@ -121,7 +125,7 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 		}
 		c := perKey[ev.Key]
 		if c == nil {
-			c = &counts{}
+			c = &counts{firstDenial: -1}
 			perKey[ev.Key] = c
 		}
 		res.Offered += ev.Cost
@@ -136,14 +140,17 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 		} else {
 			res.Denied += ev.Cost
 			c.denied += ev.Cost
+			if c.firstDenial < 0 {
+				c.firstDenial = ev.At.Sub(Epoch)
+			}
 			if res.FirstDenial < 0 {
-				res.FirstDenial = ev.At.Sub(Epoch)
+				res.FirstDenial = c.firstDenial
 			}
 		}
 	}
 	if opt.TopKeys > 0 {
 		for k, c := range perKey {
-			res.Keys = append(res.Keys, KeyResult{k, c.admitted, c.denied, c.recent.worst})
+			res.Keys = append(res.Keys, KeyResult{k, c.admitted, c.denied, c.recent.worst, c.firstDenial})
 		}
 		slices.SortFunc(res.Keys, func(a, b KeyResult) int {
 			return cmp.Or(cmp.Compare(b.Denied, a.Denied), cmp.Compare(b.Admitted, a.Admitted), cmp.Compare(a.Key, b.Key))

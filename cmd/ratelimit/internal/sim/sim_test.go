@@ -14,143 +14,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-const ms = time.Millisecond
-
-type want struct {
-	at      string // trace timestamp, seconds after sim.Epoch
-	cost    int64
-	allowed bool
-	rem     int64
-	reset   time.Duration
-	retry   time.Duration
-	delay   time.Duration
-}
-
-// The histories and decisions below are the hand-computed scripts of
-// core/storetest (windows.go, buckets.go), by the same names. The suite's
-// epoch (2030-01-01 UTC) is sim.Epoch, so windows align the same way.
-var conformance = []struct {
-	name   string
-	policy core.Policy
-	steps  []want
-}{
-	{"fixed_window/burst-then-deny", core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Second}, []want{
-		{"0", 1, true, 4, 1000 * ms, 0, 0},
-		{"0.1", 1, true, 3, 900 * ms, 0, 0},
-		{"0.2", 1, true, 2, 800 * ms, 0, 0},
-		{"0.3", 1, true, 1, 700 * ms, 0, 0},
-		{"0.4", 1, true, 0, 600 * ms, 0, 0},
-		{"0.5", 1, false, 0, 500 * ms, 500 * ms, 0},
-		{"0.5", 1, false, 0, 500 * ms, 500 * ms, 0},
-		{"0.999", 1, false, 0, 1 * ms, 1 * ms, 0},
-		{"0.9995", 1, false, 0, 1 * ms, 1 * ms, 0},
-		{"1", 1, true, 4, 1000 * ms, 0, 0},
-	}},
-	{"fixed_window/window-edge-admits-2L", core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Second}, []want{
-		{"995ms", 1, true, 4, 5 * ms, 0, 0},
-		{"996ms", 1, true, 3, 4 * ms, 0, 0},
-		{"997ms", 1, true, 2, 3 * ms, 0, 0},
-		{"998ms", 1, true, 1, 2 * ms, 0, 0},
-		{"999ms", 1, true, 0, 1 * ms, 0, 0},
-		{"999ms", 1, false, 0, 1 * ms, 1 * ms, 0},
-		{"1000ms", 1, true, 4, 1000 * ms, 0, 0},
-		{"1001ms", 1, true, 3, 999 * ms, 0, 0},
-		{"1002ms", 1, true, 2, 998 * ms, 0, 0},
-		{"1003ms", 1, true, 1, 997 * ms, 0, 0},
-		{"1004ms", 1, true, 0, 996 * ms, 0, 0},
-		{"1005ms", 1, false, 0, 995 * ms, 995 * ms, 0},
-	}},
-	{"sliding_window_log/window-edge-no-2L", core.Policy{Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Second}, []want{
-		{"0.995", 1, true, 4, 1000 * ms, 0, 0},
-		{"0.996", 1, true, 3, 1000 * ms, 0, 0},
-		{"0.997", 1, true, 2, 1000 * ms, 0, 0},
-		{"0.998", 1, true, 1, 1000 * ms, 0, 0},
-		{"0.999", 1, true, 0, 1000 * ms, 0, 0},
-		{"1.000", 1, false, 0, 999 * ms, 995 * ms, 0},
-		{"1.5", 1, false, 0, 499 * ms, 495 * ms, 0},
-		{"1.994", 1, false, 0, 5 * ms, 1 * ms, 0},
-		{"1.995", 1, true, 0, 1000 * ms, 0, 0},
-		{"1.995", 1, false, 0, 1000 * ms, 1 * ms, 0},
-	}},
-	{"sliding_window_counter/burst-then-deny", core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 4, Window: time.Second}, []want{
-		{"0", 1, true, 3, 2000 * ms, 0, 0},
-		{"0.1", 1, true, 2, 1900 * ms, 0, 0},
-		{"0.2", 1, true, 1, 1800 * ms, 0, 0},
-		{"0.3", 1, true, 0, 1700 * ms, 0, 0},
-		{"0.4", 1, false, 0, 1600 * ms, 850 * ms, 0},
-		{"0.4", 1, false, 0, 1600 * ms, 850 * ms, 0},
-		{"1.249", 1, false, 0, 751 * ms, 1 * ms, 0},
-		{"1.25", 1, true, 0, 1750 * ms, 0, 0},
-		{"1.25", 1, false, 0, 1750 * ms, 250 * ms, 0},
-		{"1.5", 1, true, 0, 1500 * ms, 0, 0},
-		{"1.7", 1, false, 0, 1300 * ms, 50 * ms, 0},
-		{"1.75", 1, true, 0, 1250 * ms, 0, 0},
-		{"5", 1, true, 3, 2000 * ms, 0, 0},
-	}},
-	{"token_bucket/burst-then-deny", core.Policy{Algorithm: core.TokenBucket, Limit: 5, Window: time.Second}, []want{
-		{"0", 1, true, 4, 200 * ms, 0, 0},
-		{"0", 1, true, 3, 400 * ms, 0, 0},
-		{"0", 1, true, 2, 600 * ms, 0, 0},
-		{"0", 1, true, 1, 800 * ms, 0, 0},
-		{"0", 1, true, 0, 1000 * ms, 0, 0},
-		{"0", 1, false, 0, 1000 * ms, 200 * ms, 0},
-		{"0", 1, false, 0, 1000 * ms, 200 * ms, 0},
-		{"0.1", 1, false, 0, 900 * ms, 100 * ms, 0},
-		{"0.2", 1, true, 0, 1000 * ms, 0, 0},
-		{"1.2", 1, true, 4, 200 * ms, 0, 0},
-		{"60", 1, true, 4, 200 * ms, 0, 0},
-	}},
-	{"leaky_bucket/shapes-at-rate", core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Burst: 5}, []want{
-		{"0", 1, true, 4, 100 * ms, 0, 0},
-		{"0", 1, true, 3, 200 * ms, 0, 100 * ms},
-		{"0", 1, true, 2, 300 * ms, 0, 200 * ms},
-		{"0", 1, true, 1, 400 * ms, 0, 300 * ms},
-		{"0", 1, true, 0, 500 * ms, 0, 400 * ms},
-		{"0", 1, false, 0, 500 * ms, 100 * ms, 0},
-		{"0", 1, false, 0, 500 * ms, 100 * ms, 0},
-		{"0.05", 1, false, 0, 450 * ms, 50 * ms, 0},
-		{"0.099", 1, false, 0, 401 * ms, 1 * ms, 0},
-		{"0.1", 1, true, 0, 500 * ms, 0, 400 * ms},
-		{"1", 1, true, 4, 100 * ms, 0, 0},
-	}},
-	{"leaky_bucket/weighted", core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second}, []want{
-		{"0", 5, true, 5, 500 * ms, 0, 0},
-		{"0", 4, true, 1, 900 * ms, 0, 500 * ms},
-		{"0", 2, false, 1, 900 * ms, 100 * ms, 0},
-		{"0", 2, false, 1, 900 * ms, 100 * ms, 0},
-		{"0", 1, true, 0, 1000 * ms, 0, 900 * ms},
-		{"0.5", 5, true, 0, 1000 * ms, 0, 500 * ms},
-		{"0.5", 10, false, 0, 1000 * ms, 1000 * ms, 0},
-	}},
-}
-
-// TestConformanceDecisions replays the conformance suite's histories, as CSV
-// traces, through the simulator and compares every Decision.
-func TestConformanceDecisions(t *testing.T) {
-	for _, c := range conformance {
-		t.Run(c.name, func(t *testing.T) {
-			var csv strings.Builder
-			for _, s := range c.steps {
-				fmt.Fprintf(&csv, "%s,client,%d\n", s.at, s.cost)
-			}
-			events, err := sim.ParseCSV(strings.NewReader(csv.String()))
-			require.NoError(t, err)
-			p := c.policy
-			p.Name = "p"
-			res, err := sim.Run(context.Background(), []core.Policy{p}, events, sim.Options{Decisions: true})
-			require.NoError(t, err)
-			require.Len(t, res, 1)
-			require.Len(t, res[0].Decisions, len(c.steps))
-			for i, s := range c.steps {
-				d := res[0].Decisions[i]
-				got := fmt.Sprintf("allowed=%v limit=%d rem=%d reset=%v retry=%v delay=%v", d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay)
-				exp := fmt.Sprintf("allowed=%v limit=%d rem=%d reset=%v retry=%v delay=%v", s.allowed, p.Capacity(), s.rem, s.reset, s.retry, s.delay)
-				assert.Equal(t, exp, got, "step %d at %s", i, s.at)
-			}
-		})
-	}
-}
-
 func TestWorstWindowAndFirstDenial(t *testing.T) {
 	// The edge pattern: 10 in the last 50ms of each second, 10 in the first
 	// 50ms of the next. The fixed window admits 20 in 100ms; the others 10.
@@ -171,6 +34,7 @@ func TestWorstWindowAndFirstDenial(t *testing.T) {
 		assert.GreaterOrEqual(t, r.FirstDenial, time.Duration(0), r.Policy.Name)
 		require.Len(t, r.Keys, 1)
 		assert.Equal(t, "attacker", r.Keys[0].Key)
+		assert.Equal(t, r.FirstDenial, r.Keys[0].FirstDenial, "one key: its first denial is the policy's")
 		var offered, admitted int64
 		for _, pt := range r.Series {
 			offered += pt.Offered
@@ -293,6 +157,24 @@ func TestWorstIsPerKey(t *testing.T) {
 	assert.Equal(t, int64(10), res[0].Worst)
 	require.Len(t, res[0].Keys, 2)
 	assert.Equal(t, int64(10), res[0].Keys[0].Worst)
+	assert.Equal(t, time.Duration(-1), res[0].Keys[0].FirstDenial, "no denial")
+}
+
+// TestFirstDenialPerKey: each key's first denial is its own; the policy's
+// is the earliest.
+func TestFirstDenialPerKey(t *testing.T) {
+	events, err := sim.ParseCSV(strings.NewReader("0,a\n0.1,a\n0.2,b\n0.3,b\n0.4,b\n0.5,a\n0.6,c\n"))
+	require.NoError(t, err)
+	p, err := sim.ParsePolicy("alg=fixed,limit=2,window=1s")
+	require.NoError(t, err)
+	res, err := sim.Run(context.Background(), p, events, sim.Options{TopKeys: 3})
+	require.NoError(t, err)
+	assert.Equal(t, 400*ms, res[0].FirstDenial)
+	got := map[string]time.Duration{}
+	for _, k := range res[0].Keys {
+		got[k.Key] = k.FirstDenial
+	}
+	assert.Equal(t, map[string]time.Duration{"a": 500 * ms, "b": 400 * ms, "c": -1}, got)
 }
 
 func TestProgressAndCancel(t *testing.T) {
