@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,8 @@ func TestExitCodes(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
 		{"help", []string{"help"}, exitOK, "Commands:", ""},
 		{"help simulate", []string{"help", "simulate"}, exitOK, "Examples:", ""},
+		{"help probe", []string{"help", "probe"}, exitOK, "Examples:", ""},
+		{"probe --help", []string{"probe", "--help"}, exitOK, "-max-wait", ""},
 		{"simulate --help", []string{"simulate", "--help"}, exitOK, "-pattern", ""},
 		{"probe without a URL", []string{"probe"}, exitUsage, "", "no URL given"},
 		{"no policy", []string{"simulate", "--pattern", "steady"}, exitUsage, "", "--policy"},
@@ -100,4 +103,22 @@ func TestSimulatePlotFiles(t *testing.T) {
 	code, _, stderr := runArgs("simulate", "--policy", "alg=fixed,limit=10,window=1s", "--pattern", "steady", "--plot", filepath.Join(dir, "out.gif"))
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, stderr, ".svg or .png")
+}
+
+// TestSimulateProgress: nothing for the first two seconds, then at most a
+// line a second, on stderr.
+func TestSimulateProgress(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	var stderr bytes.Buffer
+	report := progress(&stderr, func() time.Time { return now })
+	for _, step := range []struct {
+		at   time.Duration
+		done int
+	}{{0, 0}, {1900 * time.Millisecond, 65536}, {2100 * time.Millisecond, 131072}, {2500 * time.Millisecond, 196608}, {3200 * time.Millisecond, 262144}} {
+		now = t0.Add(step.at)
+		report("fixed-window", step.done, 1_000_000)
+	}
+	assert.Equal(t, "simulate: fixed-window: 131072/1000000 requests (13%)\n"+
+		"simulate: fixed-window: 262144/1000000 requests (26%)\n", stderr.String())
 }

@@ -134,7 +134,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if ext := strings.ToLower(filepath.Ext(*plotPath)); *plotPath != "" && ext != ".svg" && ext != ".png" {
 		return fail("--plot %s: want a .svg or .png file", *plotPath)
 	}
-	opt := sim.Options{Window: *window, TopKeys: *top, Progress: progress(stderr)}
+	opt := sim.Options{Window: *window, TopKeys: *top, Progress: progress(stderr, time.Now)}
 	if *plotPath != "" && len(events) > 0 {
 		opt.Bucket = *bucket
 		if opt.Bucket == 0 {
@@ -163,12 +163,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 }
 
 // progress reports on stderr once a run has lasted two seconds, then every
-// second.
-func progress(stderr io.Writer) func(string, int, int) {
-	begin := time.Now()
+// second, by the clock now.
+func progress(stderr io.Writer, now func() time.Time) func(string, int, int) {
+	begin := now()
 	last := begin
 	return func(policy string, done, total int) {
-		now := time.Now()
+		now := now()
 		if now.Sub(begin) < 2*time.Second || now.Sub(last) < time.Second {
 			return
 		}
