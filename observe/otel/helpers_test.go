@@ -92,8 +92,11 @@ type snapshot struct {
 	values  map[string]float64
 	counts  map[string]uint64
 	bounds  map[string][]float64
+	buckets map[string][]uint64 // per bucket, not cumulative
 	sums    map[string]float64
-	monoton map[string]bool // instrument name: a monotonic counter
+	monoton map[string]bool   // instrument name: a monotonic counter
+	units   map[string]string // instrument name: its unit
+	kinds   map[string]string // instrument name: "counter", "gauge", "histogram"
 }
 
 // collect reads r once.
@@ -105,31 +108,39 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) snapshot {
 		values:  map[string]float64{},
 		counts:  map[string]uint64{},
 		bounds:  map[string][]float64{},
+		buckets: map[string][]uint64{},
 		sums:    map[string]float64{},
 		monoton: map[string]bool{},
+		units:   map[string]string{},
+		kinds:   map[string]string{},
 	}
 	for _, sm := range rm.ScopeMetrics {
 		require.Equal(t, otellimit.MeterName, sm.Scope.Name)
 		for _, mt := range sm.Metrics {
+			s.units[mt.Name] = mt.Unit
 			switch d := mt.Data.(type) {
 			case metricdata.Sum[int64]:
 				require.Equal(t, metricdata.CumulativeTemporality, d.Temporality, mt.Name)
-				s.monoton[mt.Name] = d.IsMonotonic
+				s.monoton[mt.Name], s.kinds[mt.Name] = d.IsMonotonic, "counter"
 				for _, p := range d.DataPoints {
 					s.values[seriesOf(mt.Name, p.Attributes)] = float64(p.Value)
 				}
 			case metricdata.Gauge[int64]:
+				s.kinds[mt.Name] = "gauge"
 				for _, p := range d.DataPoints {
 					s.values[seriesOf(mt.Name, p.Attributes)] = float64(p.Value)
 				}
 			case metricdata.Gauge[float64]:
+				s.kinds[mt.Name] = "gauge"
 				for _, p := range d.DataPoints {
 					s.values[seriesOf(mt.Name, p.Attributes)] = p.Value
 				}
 			case metricdata.Histogram[float64]:
+				require.Equal(t, metricdata.CumulativeTemporality, d.Temporality, mt.Name)
+				s.kinds[mt.Name] = "histogram"
 				for _, p := range d.DataPoints {
 					k := seriesOf(mt.Name, p.Attributes)
-					s.counts[k], s.bounds[k], s.sums[k] = p.Count, p.Bounds, p.Sum
+					s.counts[k], s.bounds[k], s.buckets[k], s.sums[k] = p.Count, p.Bounds, p.BucketCounts, p.Sum
 				}
 			default:
 				t.Fatalf("instrument %s: unexpected data %T", mt.Name, mt.Data)
@@ -225,17 +236,23 @@ func requireMatches(tb testing.TB, t *tally, s snapshot) {
 // errDown is the failure of a flakyStore that is down.
 var errDown = errors.New("store down")
 
-// flakyStore decides through a memstore, or fails with errDown while down.
-// It reports CallWithDeadline, so that every decision it makes is timed,
-// and takes at least a microsecond to decide, so that the time is never 0.
+// flakyStore decides through a memstore, or fails with errDown while
+// down, or waits for its context's deadline (the Limiter's timeout) while
+// hung. It reports CallWithDeadline, so that every decision it makes is
+// timed, and takes at least a microsecond to decide, so that the time is
+// never 0.
 type flakyStore struct {
 	*memstore.Store
-	down atomic.Bool
+	down, hung atomic.Bool
 }
 
 func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
 	start := time.Now()
 	for time.Since(start) < time.Microsecond {
+	}
+	if s.hung.Load() {
+		<-ctx.Done()
+		return core.Decision{}, ctx.Err()
 	}
 	if s.down.Load() {
 		return core.Decision{}, errDown

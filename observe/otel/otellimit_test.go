@@ -101,7 +101,7 @@ func TestStoreFailures(t *testing.T) {
 	m, r := newMetrics(t)
 	ref := newTally()
 	ctx := context.Background()
-	const probe = 20 * time.Millisecond
+	const probe = 250 * time.Millisecond // outlasts the decisions made while open, on a loaded machine too
 	mk := func(name string, opts ...core.Option) (*core.Limiter, *flakyStore) {
 		fs := &flakyStore{Store: newMemStore(t)}
 		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
