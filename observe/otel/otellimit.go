@@ -99,6 +99,7 @@ type Metrics struct {
 
 	mu     sync.RWMutex
 	limits map[string]*bound // by limit name
+	free   map[string]*bound // limits Observe met unbound, by name
 	order  []*bound          // in the order bound, for the callback
 	stores []watchedStore
 }
@@ -131,7 +132,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		}
 	}
 	meter := mp.Meter(MeterName)
-	m := &Metrics{limits: make(map[string]*bound)}
+	m := &Metrics{limits: make(map[string]*bound), free: make(map[string]*bound)}
 	var err error
 	mk := func(f func() error) {
 		if err == nil {
@@ -224,15 +225,28 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 }
 
 // Observe records e, for a Limiter not bound to m (an Observer that
-// forwards events to m): through the series of the Limiter bound under
-// e.Policy.Name if any, else by building its attributes on the spot,
-// which allocates. The gauges of such a limit are not observed.
+// passes events on itself, a fan-out of one's own): in the series of the
+// Limiter bound under e.Policy.Name if any, else in series of that name
+// created (at 0) on its first event, at the price of a lookup by name.
+// The gauges of a limit never bound are not observed.
 func (m *Metrics) Observe(e core.Event) {
+	name := e.Policy.Name
 	m.mu.RLock()
-	b := m.limits[e.Policy.Name]
+	b := m.limits[name]
+	if b == nil {
+		b = m.free[name]
+	}
 	m.mu.RUnlock()
 	if b == nil {
-		b = m.newBound(e.Policy.Name, nil)
+		m.mu.Lock()
+		if b = m.limits[name]; b == nil {
+			if b = m.free[name]; b == nil {
+				b = m.newBound(name, nil)
+				b.zero()
+				m.free[name] = b
+			}
+		}
+		m.mu.Unlock()
 	}
 	b.Observe(e)
 }

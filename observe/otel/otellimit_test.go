@@ -3,7 +3,9 @@ package otellimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,6 +246,16 @@ func TestObserveUnbound(t *testing.T) {
 		series(decisions, "limit", "free", "outcome", "allowed"):  1,
 	}, s.nonZero(decisions))
 	assert.NotContains(t, s.values, series(health, "limit", "free", "state", "healthy"))
+	assert.Len(t, s.of(decisions), 2*len(core.Outcomes()), "the free limit's series are created at once too")
+
+	// A Limiter bound later under that name is no duplicate; its gauges
+	// appear.
+	lb2 := newLimiter(t, st, p, core.WithObserver(m))
+	_, err := lb2.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	s = collect(t, r)
+	assert.Equal(t, 2.0, s.values[series(decisions, "limit", "free", "outcome", "allowed")])
+	assert.Equal(t, 1.0, s.values[series(health, "limit", "free", "state", "healthy")])
 }
 
 // TestOptions: bad options and a nil MeterProvider are ErrInvalidOption;
@@ -304,4 +316,36 @@ func (refusingMeter) RegisterCallback(metric.Callback, ...metric.Observable) (me
 func TestMeterError(t *testing.T) {
 	_, err := otellimit.New(refusingProvider{})
 	require.ErrorIs(t, err, errRegister)
+}
+
+// TestConcurrent: decisions, Binds, unbound events and collections at
+// once (for the race detector), and no decision lost.
+func TestConcurrent(t *testing.T) {
+	m, r := newMetrics(t)
+	st := newMemStore(t)
+	p := core.Policy{Name: "shared", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	l := newLimiter(t, st, p, core.WithObserver(m))
+	const workers, each = 2, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				_, _ = l.Allow(context.Background(), "k")
+			}
+		})
+		wg.Go(func() {
+			q := p
+			for i := range 20 {
+				q.Name = fmt.Sprintf("late-%d-%d", w, i)
+				newLimiter(t, st, q, core.WithObserver(m))
+				m.Observe(core.Event{Policy: core.Policy{Name: fmt.Sprintf("free-%d", i%3)}}) // free-0: 7 of 20
+				collect(t, r)
+			}
+		})
+	}
+	wg.Wait()
+	s := collect(t, r)
+	assert.Equal(t, float64(workers*each), s.values[series(decisions, "limit", "shared", "outcome", "allowed")])
+	assert.Len(t, s.of(health), 3*(1+workers*20))
+	assert.Equal(t, float64(workers*7), s.values[series(decisions, "limit", "free-0", "outcome", "allowed")])
 }
