@@ -26,6 +26,10 @@
 // window the suite uses (windows are aligned to the Unix epoch). Every key
 // starts with a prefix drawn at random for each call, so one backend (one
 // Redis) may serve all cases, and reruns, without being flushed.
+//
+// Cases returns the scripted cases Run plays, with their expected
+// Decisions, for tools that replay them elsewhere (the ratelimit
+// simulator's test does).
 package storetest
 
 import (
@@ -37,9 +41,13 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// epoch returns the suite's time zero: midnight UTC on 1 January 2030, a
-// boundary of every window the suite uses.
-func epoch() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+// Epoch returns the suite's time zero: midnight UTC on 1 January 2030, a
+// boundary of every window the suite uses (windows are aligned to the Unix
+// epoch). A Case's Start counts from it.
+func Epoch() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+
+// epoch is Epoch, under the name the suite's files use.
+func epoch() time.Time { return Epoch() }
 
 // Run runs the conformance suite against the store newStore returns. The
 // suite sets core.Request.Now on every call, so the store's own clock is never

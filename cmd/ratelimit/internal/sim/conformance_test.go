@@ -4,11 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,31 +14,31 @@ import (
 
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/storetest"
 )
 
-// suiteScripts are every scripted case of the conformance suite.
-func suiteScripts() []script {
-	return slices.Concat(fixedWindowScripts(), slidingLogScripts(), slidingCounterScripts(),
-		tokenBucketScripts(), leakyBucketScripts())
-}
-
-// TestConformanceDecisions replays every scripted case of core/storetest
-// as CSV traces through the simulator, on the memory store with the
-// trace's times as the clock, and compares every Decision with the one the
-// suite expects. A trace has no Reset, and the simulator gives each policy
-// a store of its own; both change nothing to the decisions, so:
+// TestConformanceDecisions replays every scripted case of core/storetest,
+// storetest.Cases, as CSV traces through the simulator, on the memory store
+// with the trace's times as the clock, and compares every Decision with the
+// one the suite expects. A trace has no Reset, and the simulator gives each
+// policy a store of its own; both change nothing to the decisions, so:
 //   - after a Reset of a key, the key's later steps use a fresh key, whose
 //     state is the one a Reset leaves (none);
 //   - the steps under another policy name are a trace of their own,
 //     replayed under that policy (a policy's state is its own in the
 //     suite's store too, which is what those steps check);
+//   - the simulator always goes through a core.Limiter, as the cases with
+//     ViaLimiter do; the Decisions are the same either way;
 //   - within a trace, steps are sorted by time, a stable sort: the keys of
-//     a script are independent, and each key's steps keep their order.
+//     a case are independent, and each key's steps keep their order.
 func TestConformanceDecisions(t *testing.T) {
-	scripts := suiteScripts()
-	require.GreaterOrEqual(t, len(scripts), 38, "the suite's scripts")
-	for _, s := range scripts {
-		t.Run(string(s.policy.Algorithm)+"/"+s.name, func(t *testing.T) {
+	// A case's Start counts from the suite's epoch, a trace's times from
+	// the simulator's.
+	require.True(t, sim.Epoch.Equal(storetest.Epoch()), "sim.Epoch %v, storetest.Epoch() %v", sim.Epoch, storetest.Epoch())
+	cases := storetest.Cases()
+	require.GreaterOrEqual(t, len(cases), 39, "the suite's scripted cases")
+	for _, c := range cases {
+		t.Run(string(c.Policy.Algorithm)+"/"+c.Name, func(t *testing.T) {
 			type request struct {
 				step int
 				at   time.Duration
@@ -52,20 +47,20 @@ func TestConformanceDecisions(t *testing.T) {
 			}
 			traces := map[string][]request{} // by policy name
 			resets := map[string]int{}       // by policy name and key
-			for i, st := range s.steps {
-				name := cmp.Or(st.name, s.policy.Name)
+			for i, st := range c.Steps {
+				name := cmp.Or(st.PolicyName, c.Policy.Name)
 				key := "client"
-				if st.key != "" {
-					key += "-" + st.key
+				if st.Key != "" {
+					key += "-" + st.Key
 				}
-				if st.reset {
+				if st.Reset {
 					resets[name+"|"+key]++
 					continue
 				}
 				if n := resets[name+"|"+key]; n > 0 {
 					key += fmt.Sprintf("#reset%d", n)
 				}
-				traces[name] = append(traces[name], request{i, s.start + st.at, key, cmp.Or(st.cost, 1)})
+				traces[name] = append(traces[name], request{i, c.Start + st.At, key, cmp.Or(st.Cost, 1)})
 			}
 			checked := 0
 			for name, reqs := range traces {
@@ -76,20 +71,20 @@ func TestConformanceDecisions(t *testing.T) {
 				}
 				events, err := sim.ParseCSV(strings.NewReader(csv.String()))
 				require.NoError(t, err)
-				p := s.policy
+				p := c.Policy
 				p.Name = name
 				res, err := sim.Run(context.Background(), []core.Policy{p}, events, sim.Options{Decisions: true})
 				require.NoError(t, err)
 				require.Len(t, res, 1)
 				require.Len(t, res[0].Decisions, len(reqs))
 				for j, r := range reqs {
-					want := s.steps[r.step].want
+					want := c.Steps[r.step].Want
 					if want.Limit == 0 {
 						want.Limit = p.Capacity()
 					}
 					got := res[0].Decisions[j]
 					assert.Equal(t, show(want, core.SourceStore), show(got, got.Source),
-						"step %d (at %v, cost %d, key %q, policy %q)", r.step, s.steps[r.step].at, r.cost, r.key, name)
+						"step %d (at %v, cost %d, key %q, policy %q)", r.step, c.Steps[r.step].At, r.cost, r.key, name)
 					checked++
 				}
 			}
@@ -102,38 +97,4 @@ func TestConformanceDecisions(t *testing.T) {
 func show(d core.Decision, source core.Source) string {
 	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry=%v delay=%v source=%v",
 		d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, source)
-}
-
-// TestScriptsAreTheSuites checks that storetest_scripts_test.go holds the
-// suite's scripts as they are now: every function of core/storetest's
-// windows.go and buckets.go, the same text from "func" to "}".
-func TestScriptsAreTheSuites(t *testing.T) {
-	suite := filepath.Join("..", "..", "..", "..", "core", "storetest")
-	theirs := funcSources(t, filepath.Join(suite, "windows.go"), filepath.Join(suite, "buckets.go"))
-	ours := funcSources(t, "storetest_scripts_test.go")
-	require.NotEmpty(t, theirs)
-	for name, src := range theirs {
-		assert.True(t, src == ours[name],
-			"core/storetest's %s changed: copy it again into cmd/ratelimit/internal/sim/storetest_scripts_test.go", name)
-	}
-}
-
-// funcSources returns the source text of every function declared in files,
-// by name, from "func" to its closing brace.
-func funcSources(t *testing.T, files ...string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, path := range files {
-		src, err := os.ReadFile(path)
-		require.NoError(t, err)
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, src, 0)
-		require.NoError(t, err)
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok {
-				out[fd.Name.Name] = string(src[fset.Position(fd.Pos()).Offset:fset.Position(fd.End()).Offset])
-			}
-		}
-	}
-	return out
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
+const ms = time.Millisecond
+
 func TestWorstWindowAndFirstDenial(t *testing.T) {
 	// The edge pattern: 10 in the last 50ms of each second, 10 in the first
 	// 50ms of the next. The fixed window admits 20 in 100ms; the others 10.
