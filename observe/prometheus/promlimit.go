@@ -1,0 +1,361 @@
+// Package promlimit exports what core.Limiters decide as Prometheus
+// metrics. Build one Metrics, register it, and give it to every Limiter:
+//
+//	m, err := promlimit.New()
+//	reg.MustRegister(m)
+//	l, err := core.NewLimiter(store, policy, core.WithObserver(m))
+//	err = m.WatchMemStore("main", memStore) // the memory store's key count
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// The series, with the default namespace "ratelimit" (see WithNamespace):
+//
+//	ratelimit_decisions_total{limit,outcome}       counter, every call
+//	ratelimit_near_limit_total{limit}              counter, admitted with under 20% left
+//	ratelimit_store_duration_seconds{limit}        histogram of the store's latency
+//	ratelimit_store_errors_total{limit,kind}       counter: timeout, circuit_open, error
+//	ratelimit_store_health{limit,state}            gauge: 1 for the current state
+//	ratelimit_deny_cache_entries{limit}            gauge
+//	ratelimit_store_timeout_seconds{limit}         gauge: the Limiter's timeout
+//	ratelimit_memstore_keys{store}                 gauge (WatchMemStore)
+//
+// limit is the policy's Name, outcome a core.Outcome's String, kind a
+// core.StoreErrorKind. Client keys are never labels: there are as many
+// series as limits, whatever the traffic. Each Limiter's series exist,
+// at 0, from the moment it is built, so that rate() sees its first denial.
+//
+// A Limiter bound to Metrics (core.WithObserver) pays a few atomic
+// additions per decision: no lookup, no allocation.
+package promlimit
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Metrics counts the decisions of the Limiters it observes and reports
+// their store's health, as a prometheus.Collector. Give it to Limiters
+// with core.WithObserver: it is a core.Binder, and NewLimiter binds it to
+// the Limiter, resolving the Limiter's series once. Register it once on a
+// prometheus.Registerer. It keeps every Limiter bound to it for as long as
+// it lives, to read their health and deny cache at each scrape; two
+// Limiters bound to one Metrics must have policies of different Names.
+// It is safe for concurrent use.
+type Metrics struct {
+	decisions   *prometheus.Desc
+	nearLimit   *prometheus.Desc
+	storeErrors *prometheus.Desc
+	latency     *prometheus.HistogramVec
+
+	health    *prometheus.Desc
+	denyCache *prometheus.Desc
+	timeout   *prometheus.Desc
+	memKeys   *prometheus.Desc
+
+	series sync.Map // limit name -> *observer
+
+	mu       sync.Mutex
+	limiters []*core.Limiter // bound, in order; append only
+	bound    map[string]bool // names of limiters
+	stores   []memStore      // watched, in order; append only
+}
+
+// memStore is a memory store watched by WatchMemStore.
+type memStore struct {
+	name string
+	s    interface{ Len() int }
+}
+
+var (
+	_ prometheus.Collector = (*Metrics)(nil)
+	_ core.Binder          = (*Metrics)(nil)
+)
+
+// healthStates are the states of ratelimit_store_health, in order.
+var healthStates = []core.Health{core.Healthy, core.Recovering, core.Failing}
+
+// storeErrorKinds are the kinds of ratelimit_store_errors_total, in the
+// order of observer.storeErrors.
+var storeErrorKinds = [...]string{core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed}
+
+// New returns Metrics with no Limiter yet, or an error wrapping
+// core.ErrInvalidOption when an option is nil or refuses its value.
+func New(opts ...Option) (*Metrics, error) {
+	c := config{namespace: DefaultNamespace, buckets: DefaultBuckets()}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: promlimit: option %d is nil", core.ErrInvalidOption, i)
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	ns, cl := c.namespace, c.constLabels
+	m := &Metrics{
+		decisions: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "decisions_total"),
+			"Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input.",
+			[]string{"limit", "outcome"}, cl),
+		nearLimit: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "near_limit_total"),
+			"Requests admitted that left their client less than a fifth of the limit's capacity, by limit.",
+			[]string{"limit"}, cl),
+		storeErrors: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "store_errors_total"),
+			"Decisions the store failed, by limit and kind: timeout, no answer within the limiter's timeout; circuit_open, the store not asked because its circuit breaker is open; error, any other failure.",
+			[]string{"limit", "kind"}, cl),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace:   ns,
+			Name:        "store_duration_seconds",
+			Help:        "Time the store took to decide a request, or was waited for until the limiter's timeout, by limit. A memory store's decisions are sampled, one in 64.",
+			Buckets:     c.buckets,
+			ConstLabels: cl,
+		}, []string{"limit"}),
+		health: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "store_health"),
+			"The limiter's view of its store, by limit: 1 for the current state (healthy; recovering, the fallback store still vouching for its admissions; failing, the circuit breaker open), 0 for the other two.",
+			[]string{"limit", "state"}, cl),
+		denyCache: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "deny_cache_entries"),
+			"Denials the limiter's deny cache remembers, expired ones not yet dropped included, by limit.",
+			[]string{"limit"}, cl),
+		timeout: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "store_timeout_seconds"),
+			"The longest the limiter waits for its store on one decision, by limit.",
+			[]string{"limit"}, cl),
+		memKeys: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "memstore_keys"),
+			"Keys a memory store holds, expired ones its janitor has not yet deleted included, by store.",
+			[]string{"store"}, cl),
+		bound: make(map[string]bool),
+	}
+	return m, nil
+}
+
+// Bind resolves the series of l's limit, creating each at 0, and returns
+// the Observer that counts l's decisions in them; NewLimiter calls it
+// when given m by core.WithObserver. From then on, every scrape reports
+// l's health, deny cache size and timeout too. It fails when a Limiter of
+// the same policy Name is bound already, since both would count in the
+// same series.
+func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
+	if l == nil {
+		return nil, errors.New("promlimit: Bind: nil Limiter")
+	}
+	name := l.Policy().Name
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.bound[name] {
+		return nil, fmt.Errorf("promlimit: a Limiter of policy %q is bound already; their counts would merge: give each policy a Name of its own", name)
+	}
+	o := m.observer(name)
+	m.bound[name] = true
+	m.limiters = append(m.limiters, l)
+	return o, nil
+}
+
+// Observe counts e under its policy's Name. Limiters given m by
+// core.WithObserver do not call it: they call the Observer Bind returned.
+// It serves observers that pass events on themselves (a fan-out of one's
+// own), at the price of a lookup by name; such events count in the same
+// series as a bound Limiter's of that name, and report no health.
+func (m *Metrics) Observe(e core.Event) {
+	m.observer(e.Policy.Name).Observe(e)
+}
+
+// observer returns the observer of the limit name, creating its series
+// when it has none yet.
+func (m *Metrics) observer(name string) *observer {
+	if o, ok := m.series.Load(name); ok {
+		return o.(*observer)
+	}
+	// Two goroutines may both get here for one name: both use the
+	// observer stored first, the other one is dropped unused.
+	o, _ := m.series.LoadOrStore(name, m.newObserver(name))
+	return o.(*observer)
+}
+
+// newObserver returns a new observer of the limit name, every series at
+// 0.
+func (m *Metrics) newObserver(name string) *observer {
+	return &observer{
+		name:      name,
+		created:   time.Now(),
+		decisions: make([]counter, len(core.Outcomes())),
+		latency:   m.latency.WithLabelValues(name),
+	}
+}
+
+// WatchMemStore makes every scrape report s.Len() (a *memstore.Store's
+// key count) as ratelimit_memstore_keys{store=name}. It fails with an
+// error wrapping core.ErrInvalidOption when s is nil, or name is empty,
+// not UTF-8 or watched already.
+func (m *Metrics) WatchMemStore(name string, s interface{ Len() int }) error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("%w: promlimit.WatchMemStore: nil store", core.ErrInvalidOption)
+	case name == "" || !utf8.ValidString(name):
+		return fmt.Errorf("%w: promlimit.WatchMemStore: store name %q is empty or not UTF-8", core.ErrInvalidOption, name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.stores {
+		if w.name == name {
+			return fmt.Errorf("%w: promlimit.WatchMemStore: a store named %q is watched already", core.ErrInvalidOption, name)
+		}
+	}
+	m.stores = append(m.stores, memStore{name, s})
+	return nil
+}
+
+// Describe sends the descriptors of every metric m reports, as
+// prometheus.Collector asks.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.decisions
+	ch <- m.nearLimit
+	ch <- m.storeErrors
+	m.latency.Describe(ch)
+	ch <- m.health
+	ch <- m.denyCache
+	ch <- m.timeout
+	ch <- m.memKeys
+}
+
+// Collect sends the counters and histograms as they stand, and reads the
+// gauges: each bound Limiter's Health, DenyCacheLen and Timeout, each
+// watched store's Len.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, c *counter, o *observer, labels ...string) {
+		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d, prometheus.CounterValue, float64(c.value()), o.created, labels...)
+	}
+	m.series.Range(func(_, v any) bool {
+		o := v.(*observer)
+		for i := range o.decisions {
+			counter(m.decisions, &o.decisions[i], o, o.name, core.Outcome(i).String())
+		}
+		counter(m.nearLimit, &o.nearLimit, o, o.name)
+		for i, kind := range storeErrorKinds {
+			counter(m.storeErrors, &o.storeErrors[i], o, o.name, kind)
+		}
+		return true
+	})
+	m.latency.Collect(ch)
+
+	m.mu.Lock()
+	limiters, stores := m.limiters, m.stores // append only: a snapshot
+	m.mu.Unlock()
+	for _, l := range limiters {
+		name := l.Policy().Name
+		h := l.Health()
+		for _, s := range healthStates {
+			v := 0.0
+			if s == h {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
+		}
+		ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
+		ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, l.Timeout().Seconds(), name)
+	}
+	for _, s := range stores {
+		ch <- prometheus.MustNewConstMetric(m.memKeys, prometheus.GaugeValue, float64(s.s.Len()), s.name)
+	}
+}
+
+// observer counts the events of one limit in its series, resolved once.
+type observer struct {
+	name        string
+	created     time.Time
+	decisions   []counter // by core.Outcome
+	nearLimit   counter
+	storeErrors [len(storeErrorKinds)]counter // by storeErrorKinds
+	latency     prometheus.Observer
+}
+
+// Observe counts e: an atomic addition or two, on counters resolved by
+// Bind.
+func (o *observer) Observe(e core.Event) {
+	s := stripeOf(e.Key)
+	if int(e.Outcome) < len(o.decisions) {
+		o.decisions[e.Outcome].inc(s)
+	}
+	if nearLimit(&e) {
+		o.nearLimit.inc(s)
+	}
+	if e.StoreLatency > 0 {
+		o.latency.Observe(e.StoreLatency.Seconds())
+	}
+	if e.Err != nil {
+		o.storeError(e.Err, s)
+	}
+}
+
+// nearLimit is e.NearLimit(). That method takes its Event by value, and
+// calling it copies the whole Event (over 200 bytes) on every decision:
+// as much as the rest of Observe. TestNearLimit keeps the two equal.
+func nearLimit(e *core.Event) bool {
+	return e.Outcome.Admitted() && e.Decision.Source != core.SourceFailMode &&
+		e.Decision.Remaining*5 < e.Decision.Limit
+}
+
+// storeError counts err by its kind, when it is a store failure.
+func (o *observer) storeError(err error, s uint32) {
+	switch core.StoreErrorKind(err) {
+	case core.StoreErrTimeout:
+		o.storeErrors[0].inc(s)
+	case core.StoreErrCircuitOpen:
+		o.storeErrors[1].inc(s)
+	case core.StoreErrFailed:
+		o.storeErrors[2].inc(s)
+	}
+}
+
+// stripes is the number of stripes of a counter, 1<<stripeBits.
+const (
+	stripeBits = 3
+	stripes    = 1 << stripeBits
+)
+
+// counter is a monotonic count striped over cache lines. A Prometheus
+// counter is one atomic word: every core deciding for the same limit
+// would pull its cache line back and forth, which, in a benchmark of
+// Allow on two cores, costs more than the rest of Observe. Decisions for
+// different clients mostly land on different stripes; a scrape adds them
+// up.
+type counter struct {
+	stripes [stripes]struct {
+		n atomic.Uint64
+		_ [56]byte // to the next 64-byte cache line
+	}
+}
+
+// inc adds 1 to stripe s, in [0, stripes).
+func (c *counter) inc(s uint32) { c.stripes[s%stripes].n.Add(1) }
+
+// value returns the count.
+func (c *counter) value() uint64 {
+	var n uint64
+	for i := range c.stripes {
+		n += c.stripes[i].n.Load()
+	}
+	return n
+}
+
+// stripeOf picks the stripe of a client's key from a few of its bytes:
+// cheaper than hashing it all, and enough to spread keys that differ near
+// their end or middle (IPv4 addresses, IPv6 prefixes, hashed API keys,
+// route and IP, user IDs). Concurrent decisions for one client share a
+// stripe, as they share the client's state in the store.
+func stripeOf(key string) uint32 {
+	n := len(key)
+	var h uint32
+	if n < 9 {
+		for i := range n {
+			h = h*31 + uint32(key[i])
+		}
+	} else {
+		h = uint32(key[n-1]) | uint32(key[n-2])<<8 | uint32(key[n-3])<<16 | uint32(key[n-6])<<24
+		h ^= uint32(key[n-7]) | uint32(key[n-8])<<8 | uint32(key[n-9])<<16 | uint32(key[n/2])<<24
+	}
+	return (h * 0x9E3779B1) >> (32 - stripeBits) // Fibonacci hashing: the top bits
+}

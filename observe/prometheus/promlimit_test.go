@@ -1,0 +1,543 @@
+package promlimit_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	promlimit "github.com/apigate/ratelimit/observe/prometheus"
+)
+
+// TestDecisionsByOutcome sends known traffic through a memstore Limiter
+// with a deny cache and finds each outcome counted exactly.
+func TestDecisionsByOutcome(t *testing.T) {
+	m, reg := newMetrics(t)
+	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}
+	l := newLimiter(t, newMemStore(t), p, m, core.WithDenyCache(100))
+	ctx := context.Background()
+
+	for i := range 11 { // 10 admitted, then the store denies
+		d, err := l.AllowAt(ctx, "alice", t0)
+		require.NoError(t, err)
+		require.Equal(t, i < 10, d.Allowed, "request %d", i+1)
+	}
+	d, err := l.AllowAt(ctx, "alice", t0) // remembered
+	require.NoError(t, err)
+	require.Equal(t, core.SourceDenyCache, d.Source)
+	_, err = l.AllowAt(ctx, "", t0)
+	require.ErrorIs(t, err, core.ErrInvalidKey)
+	_, err = l.AllowNAt(ctx, "bob", 0, t0)
+	require.ErrorIs(t, err, core.ErrInvalidCost)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.AllowAt(cctx, "bob", t0)
+	require.ErrorIs(t, err, core.ErrCanceled)
+
+	assert.Equal(t, outcomes("allowed", 10, "denied", 1, "deny_cache", 1, "invalid", 2, "canceled", 1),
+		decisions(t, reg, "api"))
+	// Remaining 1 and 0 are under a fifth of 10.
+	assert.Equal(t, map[string]float64{"limit=api": 2}, series(t, reg, "ratelimit_near_limit_total"))
+	assert.Equal(t, map[string]float64{
+		"kind=timeout,limit=api": 0, "kind=circuit_open,limit=api": 0, "kind=error,limit=api": 0,
+	}, series(t, reg, "ratelimit_store_errors_total"))
+	assert.Equal(t, map[string]float64{"limit=api": 1}, series(t, reg, "ratelimit_deny_cache_entries"))
+	assert.Equal(t, map[string]float64{"limit=api": core.DefaultTimeout.Seconds()}, series(t, reg, "ratelimit_store_timeout_seconds"))
+	assert.Equal(t, "healthy", health(t, reg, "api"))
+}
+
+// TestExposition pins the names, types, help and labels of every series
+// a freshly bound Limiter has, all at 0 (the dashboard and alert rules
+// are written against them).
+func TestExposition(t *testing.T) {
+	m, reg := newMetrics(t, promlimit.WithBuckets(0.001, 0.1))
+	s := newMemStore(t)
+	newLimiter(t, s, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}, m,
+		core.WithTimeout(250*time.Millisecond))
+	require.NoError(t, m.WatchMemStore("main", s))
+	want := `
+# HELP ratelimit_decisions_total Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{limit="login",outcome="allowed"} 0
+ratelimit_decisions_total{limit="login",outcome="canceled"} 0
+ratelimit_decisions_total{limit="login",outcome="denied"} 0
+ratelimit_decisions_total{limit="login",outcome="deny_cache"} 0
+ratelimit_decisions_total{limit="login",outcome="failed_closed"} 0
+ratelimit_decisions_total{limit="login",outcome="failed_open"} 0
+ratelimit_decisions_total{limit="login",outcome="fallback_allowed"} 0
+ratelimit_decisions_total{limit="login",outcome="fallback_denied"} 0
+ratelimit_decisions_total{limit="login",outcome="invalid"} 0
+# HELP ratelimit_deny_cache_entries Denials the limiter's deny cache remembers, expired ones not yet dropped included, by limit.
+# TYPE ratelimit_deny_cache_entries gauge
+ratelimit_deny_cache_entries{limit="login"} 0
+# HELP ratelimit_memstore_keys Keys a memory store holds, expired ones its janitor has not yet deleted included, by store.
+# TYPE ratelimit_memstore_keys gauge
+ratelimit_memstore_keys{store="main"} 0
+# HELP ratelimit_near_limit_total Requests admitted that left their client less than a fifth of the limit's capacity, by limit.
+# TYPE ratelimit_near_limit_total counter
+ratelimit_near_limit_total{limit="login"} 0
+# HELP ratelimit_store_duration_seconds Time the store took to decide a request, or was waited for until the limiter's timeout, by limit. A memory store's decisions are sampled, one in 64.
+# TYPE ratelimit_store_duration_seconds histogram
+ratelimit_store_duration_seconds_bucket{limit="login",le="0.001"} 0
+ratelimit_store_duration_seconds_bucket{limit="login",le="0.1"} 0
+ratelimit_store_duration_seconds_bucket{limit="login",le="+Inf"} 0
+ratelimit_store_duration_seconds_sum{limit="login"} 0
+ratelimit_store_duration_seconds_count{limit="login"} 0
+# HELP ratelimit_store_errors_total Decisions the store failed, by limit and kind: timeout, no answer within the limiter's timeout; circuit_open, the store not asked because its circuit breaker is open; error, any other failure.
+# TYPE ratelimit_store_errors_total counter
+ratelimit_store_errors_total{kind="circuit_open",limit="login"} 0
+ratelimit_store_errors_total{kind="error",limit="login"} 0
+ratelimit_store_errors_total{kind="timeout",limit="login"} 0
+# HELP ratelimit_store_health The limiter's view of its store, by limit: 1 for the current state (healthy; recovering, the fallback store still vouching for its admissions; failing, the circuit breaker open), 0 for the other two.
+# TYPE ratelimit_store_health gauge
+ratelimit_store_health{limit="login",state="failing"} 0
+ratelimit_store_health{limit="login",state="healthy"} 1
+ratelimit_store_health{limit="login",state="recovering"} 0
+# HELP ratelimit_store_timeout_seconds The longest the limiter waits for its store on one decision, by limit.
+# TYPE ratelimit_store_timeout_seconds gauge
+ratelimit_store_timeout_seconds{limit="login"} 0.25
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
+}
+
+// TestFailModesAndFallback: a store that is down, under FailOpen,
+// FailClosed and a fallback store, each decision counted by outcome and
+// each failure as an error.
+func TestFailModesAndFallback(t *testing.T) {
+	m, reg := newMetrics(t)
+	down := &switchStore{store: newMemStore(t)}
+	down.down.Store(true)
+	noBreaker := core.WithCircuitBreaker(0, time.Second) // every decision asks the store
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour}
+	ctx := context.Background()
+
+	p.Name = "open"
+	open := newLimiter(t, down, p, m, noBreaker)
+	p.Name = "closed"
+	closed := newLimiter(t, down, p, m, noBreaker, core.WithFailMode(core.FailClosed))
+	p.Name = "fallback"
+	fallback := newLimiter(t, down, p, m, noBreaker, core.WithFallback(newMemStore(t)))
+	for _, c := range []struct {
+		l     *core.Limiter
+		calls int
+	}{{open, 3}, {closed, 2}, {fallback, 3}} {
+		for range c.calls {
+			_, err := c.l.AllowAt(ctx, "alice", t0)
+			require.ErrorIs(t, err, core.ErrStore)
+		}
+	}
+
+	assert.Equal(t, outcomes("failed_open", 3), decisions(t, reg, "open"))
+	assert.Equal(t, outcomes("failed_closed", 2), decisions(t, reg, "closed"))
+	assert.Equal(t, outcomes("fallback_allowed", 2, "fallback_denied", 1), decisions(t, reg, "fallback"))
+	assert.Equal(t, map[string]float64{
+		"kind=error,limit=open": 3, "kind=timeout,limit=open": 0, "kind=circuit_open,limit=open": 0,
+		"kind=error,limit=closed": 2, "kind=timeout,limit=closed": 0, "kind=circuit_open,limit=closed": 0,
+		"kind=error,limit=fallback": 3, "kind=timeout,limit=fallback": 0, "kind=circuit_open,limit=fallback": 0,
+	}, series(t, reg, "ratelimit_store_errors_total"))
+	// The fail mode's admissions say nothing of the quota: never near the
+	// limit. The fallback's second admission leaves 0 of 2.
+	assert.Equal(t, map[string]float64{"limit=open": 0, "limit=closed": 0, "limit=fallback": 1},
+		series(t, reg, "ratelimit_near_limit_total"))
+	// A store that may block is timed on every call.
+	lat := series(t, reg, "ratelimit_store_duration_seconds")
+	assert.Equal(t, []float64{3, 2, 3}, []float64{lat["limit=open"], lat["limit=closed"], lat["limit=fallback"]}, "histogram counts: %v", lat)
+	assert.Equal(t, int64(8), down.calls.Load(), "store calls")
+}
+
+// TestTimeoutsAndCircuitOpen: a store that never answers times out twice,
+// which opens the circuit breaker; the next decision is made without it.
+func TestTimeoutsAndCircuitOpen(t *testing.T) {
+	m, reg := newMetrics(t)
+	const timeout = 20 * time.Millisecond
+	l := newLimiter(t, frozenStore{}, core.Policy{Name: "frozen", Algorithm: core.TokenBucket, Limit: 100, Window: time.Second}, m,
+		core.WithTimeout(timeout), core.WithCircuitBreaker(2, time.Hour))
+	ctx := context.Background()
+	for i := range 3 {
+		d, err := l.Allow(ctx, "alice")
+		require.ErrorIs(t, err, core.ErrStore, "call %d", i+1)
+		require.True(t, d.Allowed, "call %d: fail open", i+1)
+	}
+	assert.Equal(t, outcomes("failed_open", 3), decisions(t, reg, "frozen"))
+	assert.Equal(t, map[string]float64{
+		"kind=timeout,limit=frozen": 2, "kind=circuit_open,limit=frozen": 1, "kind=error,limit=frozen": 0,
+	}, series(t, reg, "ratelimit_store_errors_total"))
+	lat := series(t, reg, "ratelimit_store_duration_seconds")
+	assert.Equal(t, 2.0, lat["limit=frozen"], "only the calls that reached the store are timed")
+	assert.GreaterOrEqual(t, lat["limit=frozen|sum"], 2*timeout.Seconds(), "each waited the timeout")
+	assert.Equal(t, map[string]float64{"limit=frozen": timeout.Seconds()}, series(t, reg, "ratelimit_store_timeout_seconds"))
+	assert.Equal(t, "failing", health(t, reg, "frozen"))
+}
+
+// TestHealthTransitions follows the health gauge of a store that goes down
+// and comes back: healthy, failing, healthy without a fallback; healthy,
+// failing, recovering, healthy with one.
+func TestHealthTransitions(t *testing.T) {
+	for _, withFallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
+			m, reg := newMetrics(t)
+			s := &switchStore{store: newMemStore(t)}
+			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond)}
+			if withFallback {
+				opts = append(opts, core.WithFallback(newMemStore(t)))
+			}
+			// The fallback vouches for the store for a window after the
+			// failure: 1s.
+			l := newLimiter(t, s, core.Policy{Name: "flaky", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Second}, m, opts...)
+			ctx := context.Background()
+			_, err := l.Allow(ctx, "alice")
+			require.NoError(t, err)
+			require.Equal(t, "healthy", health(t, reg, "flaky"))
+
+			s.down.Store(true)
+			for range 2 {
+				_, err := l.Allow(ctx, "alice")
+				require.ErrorIs(t, err, core.ErrStore)
+			}
+			require.Equal(t, "failing", health(t, reg, "flaky"))
+
+			s.down.Store(false)
+			waitFor(t, func() bool {
+				d, err := l.Allow(ctx, "alice")
+				return err == nil && d.Source == core.SourceStore
+			}, "the store deciding again")
+			if withFallback {
+				assert.Equal(t, "recovering", health(t, reg, "flaky"))
+				waitFor(t, func() bool { return l.Health() == core.Healthy }, "healthy again")
+			}
+			assert.Equal(t, "healthy", health(t, reg, "flaky"))
+			errs := series(t, reg, "ratelimit_store_errors_total")
+			assert.Equal(t, 2.0, errs["kind=error,limit=flaky"], "store errors: %v", errs)
+		})
+	}
+}
+
+// waitFor polls cond, at most 10s.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		require.False(t, time.Now().After(deadline), "waiting for %s", what)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestDenyCacheEntries: the gauge is the deny cache's size at scrape
+// time, 0 for a Limiter without one.
+func TestDenyCacheEntries(t *testing.T) {
+	m, reg := newMetrics(t)
+	s := newMemStore(t)
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+	p.Name = "cached"
+	cached := newLimiter(t, s, p, m, core.WithDenyCache(10))
+	p.Name = "uncached"
+	uncached := newLimiter(t, s, p, m)
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "c"} {
+		for _, l := range []*core.Limiter{cached, uncached} {
+			for range 2 {
+				_, err := l.AllowAt(ctx, key, t0)
+				require.NoError(t, err)
+			}
+		}
+	}
+	assert.Equal(t, map[string]float64{"limit=cached": 3, "limit=uncached": 0}, series(t, reg, "ratelimit_deny_cache_entries"))
+	assert.Equal(t, outcomes("allowed", 3, "denied", 3), decisions(t, reg, "cached"))
+	require.NoError(t, cached.Reset(ctx, "a"))
+	assert.Equal(t, map[string]float64{"limit=cached": 2, "limit=uncached": 0}, series(t, reg, "ratelimit_deny_cache_entries"))
+}
+
+// TestMemStoreKeys: the gauge is the watched stores' Len at scrape time.
+func TestMemStoreKeys(t *testing.T) {
+	m, reg := newMetrics(t)
+	s, other := newMemStore(t), newMemStore(t)
+	require.NoError(t, m.WatchMemStore("main", s))
+	require.NoError(t, m.WatchMemStore("other", other))
+	p := core.Policy{Name: "a", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}
+	a := newLimiter(t, s, p, m)
+	p.Name = "b"
+	b := newLimiter(t, s, p, m)
+	ctx := context.Background()
+	for i := range 5 {
+		_, err := a.Allow(ctx, fmt.Sprint("client-", i))
+		require.NoError(t, err)
+	}
+	for i := range 2 {
+		_, err := b.Allow(ctx, fmt.Sprint("client-", i))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, map[string]float64{"store=main": 7, "store=other": 0}, series(t, reg, "ratelimit_memstore_keys"))
+
+	for name, tc := range map[string]struct {
+		name string
+		s    interface{ Len() int }
+		want string
+	}{
+		"nil store":     {"x", nil, "nil store"},
+		"empty name":    {"", s, `store name "" is empty or not UTF-8`},
+		"not UTF-8":     {"\xff", s, "is empty or not UTF-8"},
+		"watched twice": {"main", other, `a store named "main" is watched already`},
+	} {
+		err := m.WatchMemStore(tc.name, tc.s)
+		require.ErrorIs(t, err, core.ErrInvalidOption, name)
+		assert.ErrorContains(t, err, tc.want, name)
+	}
+}
+
+// TestStoreDuration: a store that may block is timed on every decision; a
+// memory store on one in core.LatencySampleRate, at random.
+func TestStoreDuration(t *testing.T) {
+	m, reg := newMetrics(t)
+	ctx := context.Background()
+	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m)
+	for range 5 {
+		_, err := bounded.Allow(ctx, "alice")
+		require.NoError(t, err)
+	}
+	p.Name = "memory"
+	memory := newLimiter(t, newMemStore(t), p, m)
+	const n = 100 * core.LatencySampleRate
+	for range n {
+		_, err := memory.Allow(ctx, "alice")
+		require.NoError(t, err)
+	}
+	lat := series(t, reg, "ratelimit_store_duration_seconds")
+	assert.Equal(t, 5.0, lat["limit=bounded"], "every bounded call timed")
+	assert.Positive(t, lat["limit=bounded|sum"])
+	// 100 expected; 0 or over n/4 has a probability under 1e-40.
+	assert.Positive(t, lat["limit=memory"], "memory decisions timed")
+	assert.Less(t, lat["limit=memory"], float64(n/4), "memory decisions timed: sampled")
+	assert.Equal(t, outcomes("allowed", n), decisions(t, reg, "memory"))
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "ratelimit_store_duration_seconds" {
+			var bounds []float64
+			for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+				bounds = append(bounds, b.GetUpperBound())
+			}
+			assert.Equal(t, promlimit.DefaultBuckets(), bounds, "bucket bounds")
+		}
+	}
+}
+
+// TestDuplicateNames: two Limiters of one policy Name cannot share
+// Metrics; their counts would merge.
+func TestDuplicateNames(t *testing.T) {
+	m, reg := newMetrics(t)
+	s := newMemStore(t)
+	p := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}
+	first := newLimiter(t, s, p, m)
+	_, err := core.NewLimiter(s, p, core.WithObserver(m))
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+	assert.ErrorContains(t, err, `a Limiter of policy "api" is bound already`)
+	// Unnamed policies get their default name, which may collide too.
+	unnamed := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
+	newLimiter(t, s, unnamed, m)
+	_, err = core.NewLimiter(s, unnamed, core.WithObserver(m))
+	assert.ErrorContains(t, err, unnamed.DefaultName())
+	// The failed Bind changed nothing: the first one counts alone.
+	_, err = first.Allow(context.Background(), "alice")
+	require.NoError(t, err)
+	assert.Equal(t, outcomes("allowed", 1), decisions(t, reg, "api"))
+	assert.Len(t, series(t, reg, "ratelimit_store_timeout_seconds"), 2, "one per bound Limiter")
+	// Other Metrics take the name.
+	m2, _ := newMetrics(t)
+	newLimiter(t, s, p, m2)
+}
+
+// TestObserveUnbound: events given to Metrics.Observe directly, by an
+// observer of one's own, count under their policy's name.
+func TestObserveUnbound(t *testing.T) {
+	m, reg := newMetrics(t)
+	var fanOut core.ObserverFunc = func(e core.Event) { m.Observe(e) }
+	l, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "fan", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour},
+		core.WithObserver(fanOut))
+	require.NoError(t, err)
+	for range 3 {
+		_, err := l.AllowAt(context.Background(), "alice", t0)
+		require.NoError(t, err)
+	}
+	m.Observe(core.Event{Policy: core.Policy{Name: "fan"}, Outcome: core.OutcomeFailedClosed,
+		Err: fmt.Errorf("%w: %w", core.ErrStore, core.ErrTimeout), StoreLatency: time.Millisecond})
+	assert.Equal(t, outcomes("allowed", 1, "denied", 2, "failed_closed", 1), decisions(t, reg, "fan"))
+	assert.Equal(t, map[string]float64{"limit=fan": 1}, series(t, reg, "ratelimit_near_limit_total"))
+	assert.Equal(t, 1.0, series(t, reg, "ratelimit_store_errors_total")["kind=timeout,limit=fan"])
+	assert.Empty(t, series(t, reg, "ratelimit_store_health"), "no bound Limiter, no health")
+}
+
+// TestOptions: the namespace and constant labels shape every series; bad
+// options are errors wrapping core.ErrInvalidOption.
+func TestOptions(t *testing.T) {
+	m, reg := newMetrics(t, promlimit.WithNamespace("edge"), promlimit.WithConstLabels(prometheus.Labels{"service": "checkout"}))
+	newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}, m)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+		for _, s := range f.GetMetric() {
+			assert.Contains(t, labelsOf(s), "service=checkout", f.GetName())
+		}
+	}
+	assert.Equal(t, []string{
+		"edge_decisions_total", "edge_deny_cache_entries", "edge_near_limit_total", "edge_store_duration_seconds",
+		"edge_store_errors_total", "edge_store_health", "edge_store_timeout_seconds",
+	}, names)
+
+	for _, tc := range []struct {
+		opt  promlimit.Option
+		want string
+	}{
+		{nil, "promlimit: option 0 is nil"},
+		{promlimit.WithNamespace(""), `promlimit.WithNamespace: namespace "" is not a metric name`},
+		{promlimit.WithNamespace("rate-limit"), `namespace "rate-limit" is not a metric name`},
+		{promlimit.WithNamespace("1st"), `namespace "1st" is not a metric name`},
+		{promlimit.WithBuckets(), "promlimit.WithBuckets: no bucket"},
+		{promlimit.WithBuckets(0, 1), "bound 0 is not positive and finite"},
+		{promlimit.WithBuckets(-1), "bound -1 is not positive and finite"},
+		{promlimit.WithBuckets(1, 2, 2), "bounds 2 and 2 are not increasing"},
+		{promlimit.WithBuckets(0.5, math.Inf(1)), "bound +Inf is not positive and finite"},
+		{promlimit.WithConstLabels(prometheus.Labels{"limit": "x"}), `label "limit" is one of the metrics' own`},
+		{promlimit.WithConstLabels(prometheus.Labels{"__name__": "x"}), `"__name__" is not a label name of one's own`},
+		{promlimit.WithConstLabels(prometheus.Labels{"a-b": "x"}), `"a-b" is not a label name`},
+		{promlimit.WithConstLabels(prometheus.Labels{"a": "\xff"}), `label "a": value is not valid UTF-8`},
+	} {
+		_, err := promlimit.New(tc.opt)
+		require.ErrorIs(t, err, core.ErrInvalidOption, tc.want)
+		assert.ErrorContains(t, err, tc.want)
+	}
+	_, err = promlimit.New(promlimit.WithConstLabels(prometheus.Labels{"a": "1"}), promlimit.WithConstLabels(prometheus.Labels{"a": "2"}))
+	assert.ErrorContains(t, err, `label "a" given twice`)
+
+	// The options copy what they are given.
+	bounds := []float64{0.001, 0.01}
+	m, reg = newMetrics(t, promlimit.WithBuckets(bounds...))
+	bounds[0] = 5
+	newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}, m)
+	_, err = reg.Gather()
+	assert.NoError(t, err)
+}
+
+// TestLint runs client_golang's promlint over every series, after traffic
+// of every kind.
+func TestLint(t *testing.T) {
+	m, reg := newMetrics(t)
+	s := newMemStore(t)
+	require.NoError(t, m.WatchMemStore("main", s))
+	l := newLimiter(t, s, core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m, core.WithDenyCache(10))
+	for range 3 {
+		_, _ = l.AllowAt(context.Background(), "alice", t0)
+	}
+	down := &switchStore{store: s}
+	down.down.Store(true)
+	f := newLimiter(t, down, core.Policy{Name: "down", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m)
+	for range 4 {
+		_, _ = f.AllowAt(context.Background(), "alice", t0)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+	// The whole registry, as the examples serve it, with Go's collectors.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	_, err = reg.Gather()
+	assert.NoError(t, err)
+}
+
+// TestConcurrent decides and scrapes at once, for the race detector, and
+// finds every decision counted.
+func TestConcurrent(t *testing.T) {
+	m, reg := newMetrics(t)
+	l := newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}, m)
+	const workers, each = 4, 2000
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_, err := reg.Gather()
+				assert.NoError(t, err)
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				_, err := l.Allow(context.Background(), fmt.Sprintf("client-%d-%d", w, i%50))
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-scraped
+	assert.Equal(t, outcomes("allowed", workers*each), decisions(t, reg, "api"))
+}
+
+// TestNearLimit: the observer's copy of core.Event.NearLimit agrees with
+// it on every outcome, source and remaining quota.
+func TestNearLimit(t *testing.T) {
+	sources := []core.Source{core.SourceStore, core.SourceFallback, core.SourceDenyCache, core.SourceFailMode}
+	n := 0
+	for _, o := range core.Outcomes() {
+		for _, src := range sources {
+			for _, limit := range []int64{0, 1, 4, 5, 10, 11, 100, core.MaxLimit} {
+				for _, remaining := range []int64{0, 1, 2, 3, limit/5 - 1, limit / 5, limit/5 + 1, limit - 1, limit} {
+					for _, allowed := range []bool{false, true} {
+						e := core.Event{Outcome: o, Decision: core.Decision{Allowed: allowed, Limit: limit, Remaining: remaining, Source: src}}
+						require.Equal(t, e.NearLimit(), promlimit.NearLimit(&e), "%+v", e)
+						if e.NearLimit() {
+							n++
+						}
+					}
+				}
+			}
+		}
+	}
+	assert.Positive(t, n, "events near the limit")
+}
+
+// TestStripes: keys of many clients spread over every stripe of a
+// counter, so that cores deciding for different clients rarely share
+// one.
+func TestStripes(t *testing.T) {
+	for name, key := range map[string]func(i int) string{
+		"IPv4":        func(i int) string { return fmt.Sprintf("ip:203.0.%d.%d", i/256, i%256) },
+		"IPv4 /24":    func(i int) string { return fmt.Sprintf("ip:10.%d.%d.0/24", i/256, i%256) },
+		"IPv6 prefix": func(i int) string { return fmt.Sprintf("ip:2001:db8:%x:%x00::/56", i/256, i%256) },
+		"user":        func(i int) string { return fmt.Sprintf("user:%d", i) },
+		"short":       func(i int) string { return fmt.Sprintf("%d", i) },
+		"API key":     func(i int) string { return fmt.Sprintf("key:%016x", uint64(i)*0x9E3779B97F4A7C15) },
+		"route and IP": func(i int) string {
+			return fmt.Sprintf("route:GET /users/:id|ip:198.51.100.%d", i%256)
+		},
+	} {
+		counts := make([]int, promlimit.Stripes)
+		for i := range 1024 {
+			s := promlimit.StripeOf(key(i))
+			require.Less(t, s, uint32(promlimit.Stripes))
+			counts[s]++
+		}
+		for s, n := range counts {
+			assert.Greater(t, n, 1024/promlimit.Stripes/2, "%s: stripe %d has %d of 1024 keys: %v", name, s, n, counts)
+		}
+	}
+	assert.Equal(t, uint32(0), promlimit.StripeOf(""))
+}
