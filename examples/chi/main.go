@@ -10,7 +10,8 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/chi
 //
-// On start it prints the limits and curl command lines to try them.
+// On start it prints the limits and curl command lines to try them. GET
+// /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only chi's wiring.
@@ -28,18 +29,20 @@ import (
 )
 
 func main() {
-	os.Exit(demo.Run("chi", func(l demo.Limiters) demo.Server {
-		return demo.HTTPServer(newApp(l))
-	}))
+	os.Exit(demo.Run("chi", newServer))
 }
+
+// newServer returns the server of the chi app over l.
+func newServer(l demo.Limiters) demo.Server { return demo.HTTPServer(newApp(l)) }
 
 // newApp returns the demo API on a chi router, limited by l.
 func newApp(l demo.Limiters) http.Handler {
 	r := chi.NewRouter()
 	// Every request, 404s included, per client IP (the socket peer: no
 	// proxy header is believed, and chi's middleware.RealIP must not run
-	// before it).
-	r.Use(chilimit.New(l.Global))
+	// before it); but Prometheus's scrapes of /metrics.
+	r.Use(chilimit.New(l.Global, chilimit.WithSkip(demo.SkipMetrics)))
+	r.Method(http.MethodGet, demo.MetricsPath, l.Metrics)
 
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]string{"message": "hello from chi"})

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -25,7 +26,8 @@ import (
 
 // TestProcess builds the chi example, runs it as a process on a free
 // loopback port with the memory store, drives its global limit from 200 to
-// 429 and stops it with SIGTERM, expecting a graceful exit with status 0.
+// 429, finds those decisions at GET /metrics and stops it with SIGTERM,
+// expecting a graceful exit with status 0.
 func TestProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the example binary")
@@ -94,6 +96,26 @@ func TestProcess(t *testing.T) {
 	var body struct{ Error string }
 	if assert.NoError(t, json.Unmarshal(deniedBody, &body), "429 body %s", deniedBody) {
 		assert.Equal(t, "rate_limit_exceeded", body.Error, "the 429 body's error")
+	}
+
+	// What Prometheus would scrape: every request above counted under
+	// the global limit, the scrape itself neither limited nor counted.
+	for range 2 {
+		res, err := client.Get(base + demo.MetricsPath)
+		require.NoError(t, err, "GET /metrics")
+		metrics, err := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		require.NoError(t, err, "GET /metrics: reading the body")
+		require.Equal(t, http.StatusOK, res.StatusCode, "GET /metrics: %s", metrics)
+		assert.Empty(t, res.Header.Get("X-RateLimit-Limit"), "GET /metrics is not limited")
+		for _, line := range []string{
+			fmt.Sprintf(`ratelimit_decisions_total{limit="global",outcome="allowed"} %d`, passed),
+			`ratelimit_decisions_total{limit="global",outcome="denied"} 1`,
+			`ratelimit_store_health{limit="global",state="healthy"} 1`,
+			`ratelimit_memstore_keys{store="memory"} 1`,
+		} {
+			assert.Contains(t, "\n"+string(metrics), "\n"+line+"\n", "GET /metrics")
+		}
 	}
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")

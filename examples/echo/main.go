@@ -10,7 +10,8 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
 //
-// On start it prints the limits and curl command lines to try them.
+// On start it prints the limits and curl command lines to try them. GET
+// /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only Echo's wiring.
@@ -27,17 +28,23 @@ import (
 )
 
 func main() {
-	os.Exit(demo.Run("echo", func(l demo.Limiters) demo.Server {
-		return demo.HTTPServer(newApp(l))
-	}))
+	os.Exit(demo.Run("echo", newServer))
 }
+
+// newServer returns the server of the Echo app over l.
+func newServer(l demo.Limiters) demo.Server { return demo.HTTPServer(newApp(l)) }
 
 // newApp returns the demo API on an Echo instance, limited by l.
 func newApp(l demo.Limiters) http.Handler {
 	e := echo.New()
 	// Every request, 404s included, per client IP (the socket peer, not
-	// Echo's RealIP, which believes proxy headers).
-	e.Use(echolimit.New(l.Global))
+	// Echo's RealIP, which believes proxy headers); but Prometheus's
+	// scrapes of /metrics (c.Path() is the route, as Echo routes before
+	// running e.Use's middleware).
+	e.Use(echolimit.New(l.Global, echolimit.WithSkipper(func(c echo.Context) bool {
+		return c.Request().Method == http.MethodGet && c.Path() == demo.MetricsPath
+	})))
+	e.GET(demo.MetricsPath, echo.WrapHandler(l.Metrics))
 
 	e.GET("/", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"message": "hello from echo"})

@@ -10,7 +10,8 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/fiber
 //
-// On start it prints the limits and curl command lines to try them.
+// On start it prints the limits and curl command lines to try them. GET
+// /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only Fiber's wiring.
@@ -23,16 +24,18 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
 	fiberlimit "github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/examples/internal/demo"
 )
 
 func main() {
-	os.Exit(demo.Run("fiber", func(l demo.Limiters) demo.Server {
-		return server{newApp(l)}
-	}))
+	os.Exit(demo.Run("fiber", newServer))
 }
+
+// newServer returns the server of the Fiber app over l.
+func newServer(l demo.Limiters) demo.Server { return server{newApp(l)} }
 
 // newApp returns the demo API as a Fiber app, limited by l.
 func newApp(l demo.Limiters) *fiber.App {
@@ -43,8 +46,14 @@ func newApp(l demo.Limiters) *fiber.App {
 		IdleTimeout:           time.Minute,
 	})
 	// Every request, 404s included, per client IP (the connection's peer,
-	// not c.IP(), which may come from a proxy header).
-	app.Use(fiberlimit.New(l.Global))
+	// not c.IP(), which may come from a proxy header); but Prometheus's
+	// scrapes of /metrics. (The route of app.Use's middleware is "/"
+	// whatever the request: the path tells.)
+	app.Use(fiberlimit.New(l.Global, fiberlimit.WithNext(func(c *fiber.Ctx) bool {
+		return c.Method() == fiber.MethodGet && c.Path() == demo.MetricsPath
+	})))
+	// promhttp is a net/http handler; Fiber's adaptor serves it.
+	app.Get(demo.MetricsPath, adaptor.HTTPHandler(l.Metrics))
 
 	app.Get("/", func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"message": "hello from fiber"})

@@ -10,7 +10,8 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/gin
 //
-// On start it prints the limits and curl command lines to try them.
+// On start it prints the limits and curl command lines to try them. GET
+// /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only Gin's wiring.
@@ -28,17 +29,20 @@ import (
 
 func main() {
 	gin.SetMode(gin.ReleaseMode) // no debug route listing before the banner
-	os.Exit(demo.Run("gin", func(l demo.Limiters) demo.Server {
-		return demo.HTTPServer(newApp(l))
-	}))
+	os.Exit(demo.Run("gin", newServer))
 }
+
+// newServer returns the server of the Gin app over l.
+func newServer(l demo.Limiters) demo.Server { return demo.HTTPServer(newApp(l)) }
 
 // newApp returns the demo API on a Gin engine, limited by l.
 func newApp(l demo.Limiters) http.Handler {
 	r := gin.New()
 	// Every request, 404s included, per client IP (the socket peer, not
-	// Gin's ClientIP, which believes proxy headers by default).
-	r.Use(gin.Recovery(), ginlimit.New(l.Global))
+	// Gin's ClientIP, which believes proxy headers by default); but
+	// Prometheus's scrapes of /metrics.
+	r.Use(gin.Recovery(), ginlimit.New(l.Global, ginlimit.WithSkip(demo.SkipMetrics)))
+	r.GET(demo.MetricsPath, gin.WrapH(l.Metrics))
 
 	r.GET("/", func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"message": "hello from gin"})

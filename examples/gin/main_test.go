@@ -22,3 +22,9 @@ func TestApp(t *testing.T) {
 		return demotest.Handler(newApp(l))
 	})
 }
+
+// TestMetrics serves the app as main does, on a loopback port, and finds
+// its decisions counted at GET /metrics, which is never limited.
+func TestMetrics(t *testing.T) {
+	demotest.Metrics(t, newServer)
+}

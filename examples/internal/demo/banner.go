@@ -29,11 +29,13 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 		fmt.Fprintf(&b, "store: %s (limits shared by every instance using it)\n", storeName)
 	}
 	fmt.Fprintf(&b, "limits:\n")
-	fmt.Fprintf(&b, "  %-16s %s, per client IP\n", "every request", Describe(p.Global))
+	fmt.Fprintf(&b, "  %-16s %s, per client IP (but GET %s)\n", "every request", Describe(p.Global), MetricsPath)
 	fmt.Fprintf(&b, "  %-16s %s, per client IP\n", "POST /login", Describe(p.Login))
 	fmt.Fprintf(&b, "  %-16s %s, per %s header\n", "GET /api/data", Describe(p.API), APIKeyHeader)
 	fmt.Fprintf(&b, "  %-16s %s, per route and client IP:\n", "GET /users/{id}", Describe(p.Users))
 	fmt.Fprintf(&b, "  %-16s a quota of its own, under the same limiter\n", "  and /posts")
+	fmt.Fprintf(&b, "metrics: GET %s%s, never limited, for Prometheus (limit=%q, %q, %q, %q)\n",
+		u, MetricsPath, p.Global.Name, p.Login.Name, p.API.Name, p.Users.Name)
 	fmt.Fprintf(&b, "try it:\n")
 	fmt.Fprintf(&b, "  # the global limit: the burst passes, then 429 with Retry-After\n")
 	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", p.Global.Capacity()+5, u)
@@ -46,6 +48,8 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  # one quota per route: /users/1 and /users/2 share one, /users/1/posts has another\n")
 	fmt.Fprintf(&b, "  curl -i %s/users/42\n", u)
 	fmt.Fprintf(&b, "  curl -i %s/users/42/posts\n", u)
+	fmt.Fprintf(&b, "  # what the limiters decided, as Prometheus scrapes it\n")
+	fmt.Fprintf(&b, "  curl -s %s%s | grep '^ratelimit_decisions_total'\n", u, MetricsPath)
 	fmt.Fprintf(&b, "Ctrl-C (SIGINT) or SIGTERM stops the server gracefully.\n")
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,22 @@ func TestNewLimiters(t *testing.T) {
 	require.NoError(t, err, "APIKey")
 	assert.True(t, strings.HasPrefix(k, "key:"), "APIKey = %q, want a hashed key", k)
 	assert.NotContains(t, k, "secret", "APIKey")
+
+	// Every limiter reports to the metrics, served by l.Metrics.
+	_, err = l.Login.Allow(context.Background(), "203.0.113.7")
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	l.Metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, MetricsPath, nil))
+	assert.Equal(t, http.StatusOK, rec.Code, "GET /metrics")
+	for _, line := range []string{
+		`ratelimit_decisions_total{limit="login",outcome="allowed"} 1`,
+		`ratelimit_decisions_total{limit="global",outcome="allowed"} 0`,
+		`ratelimit_decisions_total{limit="api",outcome="denied"} 0`,
+		`ratelimit_store_health{limit="users",state="healthy"} 1`,
+		`ratelimit_memstore_keys{store="memory"} 1`,
+	} {
+		assert.Contains(t, rec.Body.String(), "\n"+line+"\n", "GET /metrics")
+	}
 
 	p := DefaultPolicies()
 	p.API.Limit = 0
@@ -123,6 +140,9 @@ func TestWriteBanner(t *testing.T) {
 		"for i in $(seq 1 7); do curl -s -o /dev/null -w '%{http_code}\\n' -X POST http://127.0.0.1:8080/login; done",
 		"curl -i -H 'X-API-Key: demo' http://127.0.0.1:8080/api/data",
 		"curl -i http://127.0.0.1:8080/users/42",
+		"per client IP (but GET /metrics)\n",
+		`metrics: GET http://127.0.0.1:8080/metrics, never limited, for Prometheus (limit="global", "login", "api", "users")` + "\n",
+		"curl -s http://127.0.0.1:8080/metrics | grep '^ratelimit_decisions_total'\n",
 	} {
 		assert.Contains(t, b.String(), want, "the banner")
 	}
@@ -259,3 +279,27 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestSkipMetrics: only GET on the metrics route is spared the limits.
+func TestSkipMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		method, route string
+		want          bool
+	}{
+		{http.MethodGet, MetricsPath, true},
+		{http.MethodPost, MetricsPath, false},
+		{http.MethodGet, "/metrics/", false},
+		{http.MethodGet, "", false},
+		{http.MethodGet, "/", false},
+	} {
+		assert.Equal(t, tc.want, SkipMetrics(methodRequest{request{route: tc.route}, tc.method}), "%s %q", tc.method, tc.route)
+	}
+}
+
+// methodRequest is a request with a method of its own.
+type methodRequest struct {
+	request
+	method string
+}
+
+func (r methodRequest) Method() string { return r.method }

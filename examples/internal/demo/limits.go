@@ -1,8 +1,9 @@
 // Package demo is the part the example programs share: the store (memory, or
 // Redis when REDIS_URL is set), the limits of the demo API, the address it
-// listens on (ADDR), the banner that says how to try it, and the lifecycle of
-// the server, graceful shutdown included. Each example keeps only its
-// framework's wiring: which limiter goes on which route.
+// listens on (ADDR), the banner that says how to try it, the Prometheus
+// metrics of its limiters, and the lifecycle of the server, graceful
+// shutdown included. Each example keeps only its framework's wiring: which
+// limiter goes on which route.
 //
 // The demo API, the same in every framework:
 //
@@ -12,10 +13,12 @@
 //	GET  /users/{id}         Policies.Users, per route and client IP:
 //	GET  /users/{id}/posts   one limiter, a quota for each route
 //	GET  /                   the global limit only
+//	GET  /metrics            no limit: Limiters.Metrics, for Prometheus
 package demo
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
@@ -73,15 +76,28 @@ type Limiters struct {
 	// route pattern and client IP, so that one limiter mounted on several
 	// routes gives each its own quota, and /users/1 and /users/2 share one.
 	RouteAndIP keyfuncs.Func
+
+	// Metrics serves, in the Prometheus text format, what the four
+	// limiters decided (promlimit's series, labeled limit="global",
+	// "login", "api" and "users"), the memory store's key count, and the
+	// Go runtime's and the process's metrics. Examples mount it at GET
+	// MetricsPath, which Global skips (SkipMetrics).
+	Metrics http.Handler
 }
 
-// NewLimiters returns the limiters of p over store, each built with opts.
+// NewLimiters returns the limiters of p over store, each built with opts
+// and observed by one promlimit.Metrics, which Limiters.Metrics serves.
 // The login limiter also fails closed: were the store to fail, a login form
 // left open to unlimited guessing is worse than a login answering 503 for
 // a while. The others fail open, the core's default.
 func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, error) {
 	var l Limiters
-	var err error
+	metrics, handler, err := newMetrics(store)
+	if err != nil {
+		return Limiters{}, fmt.Errorf("metrics: %w", err)
+	}
+	l.Metrics = handler
+	opts = append([]core.Option{core.WithObserver(metrics)}, opts...)
 	if l.Global, err = core.NewLimiter(store, p.Global, opts...); err != nil {
 		return Limiters{}, fmt.Errorf("global limit: %w", err)
 	}

@@ -1,0 +1,164 @@
+package demotest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/examples/internal/demo"
+)
+
+// Metrics serves the example's app, as newServer builds it (the server
+// main runs), on a loopback port over a memory store, sends it known
+// traffic through a real socket, then scrapes GET /metrics twice and
+// finds every decision of every limit counted exactly, the scrapes
+// themselves neither limited nor counted.
+func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
+	t.Helper()
+	store, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	p := Generous()
+	p.Login.Limit = 1
+	l, err := demo.NewLimiters(store, p)
+	require.NoError(t, err)
+	base := serve(t, newServer(l))
+	c := &http.Client{Timeout: 5 * time.Second}
+
+	alice := http.Header{demo.APIKeyHeader: {"alice-key"}}
+	for _, r := range []struct {
+		method, path string
+		h            http.Header
+		want         int
+	}{
+		{"GET", "/", nil, http.StatusOK},
+		{"GET", "/", nil, http.StatusOK},
+		{"GET", "/", nil, http.StatusOK},
+		{"POST", "/login", nil, http.StatusOK},
+		{"POST", "/login", nil, http.StatusTooManyRequests},
+		{"GET", "/api/data", alice, http.StatusOK},
+		{"GET", "/api/data", alice, http.StatusOK},
+		{"GET", "/api/data", nil, http.StatusBadRequest}, // no key: the API limiter never decides
+		{"GET", "/users/1", nil, http.StatusOK},
+		{"GET", "/no-such-route", nil, http.StatusNotFound},
+	} {
+		res := send(t, c, r.method, base+r.path, r.h)
+		require.Equal(t, r.want, res.StatusCode, "%s %s", r.method, r.path)
+	}
+	const global = 10 // every request above
+
+	for i := range 3 { // scrapes: none limited, none counted
+		res := send(t, c, "GET", base+demo.MetricsPath, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, "scrape %d", i+1)
+		assert.True(t, strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain"), "scrape %d: Content-Type %q", i+1, res.Header.Get("Content-Type"))
+		for name := range res.Header {
+			assert.False(t, strings.HasPrefix(strings.ToLower(name), "x-ratelimit") || strings.HasPrefix(strings.ToLower(name), "ratelimit"),
+				"scrape %d: header %s: /metrics is not limited", i+1, name)
+		}
+	}
+	exposition := string(send(t, c, "GET", base+demo.MetricsPath, nil).body)
+	samples := parseSamples(t, exposition)
+
+	want := map[string]map[string]int{
+		p.Global.Name: {"allowed": global},
+		p.Login.Name:  {"allowed": 1, "denied": 1},
+		p.API.Name:    {"allowed": 2},
+		p.Users.Name:  {"allowed": 1},
+	}
+	for limit, counts := range want {
+		for _, o := range core.Outcomes() {
+			series := fmt.Sprintf(`ratelimit_decisions_total{limit=%q,outcome=%q}`, limit, o.String())
+			if assert.Contains(t, samples, series) {
+				assert.Equal(t, fmt.Sprint(counts[o.String()]), samples[series], series)
+			}
+		}
+		assert.Equal(t, "1", samples[fmt.Sprintf(`ratelimit_store_health{limit=%q,state="healthy"}`, limit)], "%s: health", limit)
+	}
+	// As a person or a scraper reads it: one line.
+	assert.Contains(t, exposition, fmt.Sprintf("\nratelimit_decisions_total{limit=%q,outcome=\"allowed\"} %d\n", p.Global.Name, global))
+	// The login's one admission left 0 of 1.
+	assert.Equal(t, "1", samples[fmt.Sprintf(`ratelimit_near_limit_total{limit=%q}`, p.Login.Name)], "near limit")
+	// One key per limit: the client's address (global, login, users) or
+	// its API key.
+	assert.Equal(t, "4", samples[fmt.Sprintf(`ratelimit_memstore_keys{store=%q}`, demo.MemStoreName)], "memory store keys")
+	assert.Contains(t, samples, "go_goroutines", "the Go collector")
+}
+
+// serve serves srv on a free loopback port until the test ends, and
+// returns its base URL.
+func serve(t *testing.T, srv demo.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), demo.ShutdownTimeout)
+		defer cancel()
+		assert.NoError(t, srv.Shutdown(ctx), "shutdown")
+		select {
+		case err := <-served:
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				assert.NoError(t, err, "serve")
+			}
+		case <-ctx.Done():
+			t.Error("the server did not stop")
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// response is a response whose body has been read.
+type response struct {
+	*http.Response
+	body []byte
+}
+
+// send sends method url with headers h and reads the response.
+func send(t *testing.T, c *http.Client, method, url string, h http.Header) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	for k, vs := range h {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err, "%s %s", method, url)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err, "%s %s: reading the body", method, url)
+	return response{res, body}
+}
+
+// parseSamples returns the samples of a text exposition, by series as
+// written (`name{label="value",...}`), each value as written.
+func parseSamples(t *testing.T, exposition string) map[string]string {
+	t.Helper()
+	samples := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(exposition))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(t, i, "sample line %q", line)
+		samples[line[:i]] = line[i+1:]
+	}
+	require.NoError(t, sc.Err())
+	return samples
+}
