@@ -197,7 +197,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 	}
 	var w watch
 	d, err := l.decide(ctx, key, n, at, &w)
-	l.observe(n, &w, d, err)
+	l.observe(n, &w, &d, err)
 	return d, err
 }
 
@@ -242,7 +242,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	}
 	var d Decision
 	var start time.Time
-	if w != nil && l.timeStore() {
+	if w != nil && l.call != CallDirect {
 		start = time.Now()
 	}
 	if l.call == CallDirect && !probe {
@@ -455,7 +455,10 @@ func (l *Limiter) withDeadline(ctx context.Context, op storeOp, req Request) (De
 // timedOut adds ErrTimeout to err when the store's context sctx has
 // expired.
 func (l *Limiter) timedOut(sctx context.Context, err error) error {
-	if sctx.Err() == context.DeadlineExceeded {
+	// The store's client may give up on the same deadline a moment
+	// before the context's timer fires (go-redis sets it on the socket):
+	// that too is the timeout.
+	if d, ok := sctx.Deadline(); sctx.Err() == context.DeadlineExceeded || (ok && !time.Now().Before(d)) {
 		return fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
 	}
 	return err

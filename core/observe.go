@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 )
 
@@ -77,8 +76,9 @@ func Outcomes() []Outcome {
 // Event is one call to a Limiter, as an Observer hears it.
 type Event struct {
 	// Policy is the Limiter's policy, Name filled in: the name exporters
-	// label the limit with.
-	Policy Policy
+	// label the limit with. It is the Limiter's own: read it, never change
+	// it.
+	Policy *Policy
 	// Key is the client key as the store sees it: a key longer than
 	// MaxKeyLen or with odd bytes is already a SHA-256 digest (see
 	// MaxKeyLen), and keyfuncs hashes API keys before they reach the
@@ -97,24 +97,28 @@ type Event struct {
 	// failure (wrapping ErrStore), ErrCanceled, or bad input.
 	Err error
 	// StoreLatency is how long the store took to decide, or how long the
-	// Limiter waited for it before giving up (a timeout). It is 0 when the
-	// store was not asked (deny cache, open circuit breaker, bad input, a
-	// caller already gone) and when it was not measured: a store that
-	// reports CallDirect (memory) decides in well under a microsecond,
-	// less than reading the clock twice costs, so one of its decisions in
-	// LatencySampleRate is timed. A store that may block is timed on every
-	// decision.
+	// Limiter waited for it before giving up (a timeout), for a store that
+	// may block (Redis). It is 0 when the store was not asked (deny cache,
+	// open circuit breaker, bad input, a caller already gone), and for a
+	// store that reports CallDirect (memory): such a store never waits and
+	// has no timeout to measure against, and it decides in about 100 ns,
+	// less than reading the clock twice would cost.
 	StoreLatency time.Duration
 }
 
-// LatencySampleRate is how many decisions of a CallDirect store (memory)
-// there are, on average, to each whose StoreLatency is measured.
-const LatencySampleRate = 64
+// LimitName returns the name of the event's limit, Policy.Name: "" when
+// Policy is nil, as in an Event made by hand.
+func (e *Event) LimitName() string {
+	if e.Policy == nil {
+		return ""
+	}
+	return e.Policy.Name
+}
 
 // NearLimit reports whether the request was admitted and left less than a
 // fifth of the policy's capacity: a client close to being denied, as
 // Envoy's near_limit counter counts it.
-func (e Event) NearLimit() bool {
+func (e *Event) NearLimit() bool {
 	return e.Outcome.Admitted() && e.Decision.Source != SourceFailMode &&
 		e.Decision.Remaining*5 < e.Decision.Limit
 }
@@ -215,22 +219,15 @@ type watch struct {
 	latency time.Duration // the store's, when measured
 }
 
-// timeStore reports whether this decision's store call is to be timed:
-// every call of a store that may block, one in LatencySampleRate of a
-// CallDirect one (rand's per-thread source: no shared counter to contend).
-func (l *Limiter) timeStore() bool {
-	return l.call != CallDirect || rand.Uint32()%LatencySampleRate == 0
-}
-
-// observe reports a call of cost n that returned d and err to every
+// observe reports a call of cost n that returned *d and err to every
 // observer.
-func (l *Limiter) observe(n int64, p *watch, d Decision, err error) {
+func (l *Limiter) observe(n int64, p *watch, d *Decision, err error) {
 	e := Event{
-		Policy:       l.policy,
+		Policy:       &l.policy,
 		Key:          p.key,
 		Cost:         n,
 		Outcome:      outcomeOf(d, err),
-		Decision:     d,
+		Decision:     *d,
 		Err:          err,
 		StoreLatency: p.latency,
 	}
@@ -240,7 +237,7 @@ func (l *Limiter) observe(n int64, p *watch, d Decision, err error) {
 }
 
 // outcomeOf derives the Outcome of a call from what it returned.
-func outcomeOf(d Decision, err error) Outcome {
+func outcomeOf(d *Decision, err error) Outcome {
 	if err != nil && (!errors.Is(err, ErrStore) || errors.Is(err, ErrCanceled)) {
 		if errors.Is(err, ErrCanceled) {
 			return OutcomeCanceled

@@ -49,8 +49,8 @@
 // "failed_closed", "canceled", "invalid"); ratelimit.near_limit the
 // admissions that left less than a fifth of the capacity
 // (core.Event.NearLimit). ratelimit.store.duration records the store's
-// latency when the Limiter measured it (every decision of a Redis store,
-// one in core.LatencySampleRate of a memory store), in the buckets of
+// latency when the Limiter measured it (every decision of a store that may
+// block, such as Redis; a memory store is not timed), in the buckets of
 // DefaultBuckets unless WithBuckets says otherwise. ratelimit.store.errors
 // counts store failures by core.StoreErrorKind: "timeout",
 // "circuit_open", "error".

@@ -151,7 +151,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		m.duration, e = meter.Float64Histogram("ratelimit.store.duration", metric.WithUnit("s"),
-			metric.WithDescription("Time the store took to decide (sampled for memory stores)."),
+			metric.WithDescription("Time the store took to decide, or was waited for until the limiter's timeout (memory stores, which never wait, are not timed)."),
 			metric.WithExplicitBucketBoundaries(c.buckets...))
 		return e
 	})
@@ -230,7 +230,7 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 // created (at 0) on its first event, at the price of a lookup by name.
 // The gauges of a limit never bound are not observed.
 func (m *Metrics) Observe(e core.Event) {
-	name := e.Policy.Name
+	name := e.LimitName()
 	m.mu.RLock()
 	b := m.limits[name]
 	if b == nil {

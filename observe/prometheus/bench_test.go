@@ -90,11 +90,11 @@ func BenchmarkObserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	allowed := core.Event{Policy: l.Policy(), Key: "203.0.113.7", Cost: 1, Outcome: core.OutcomeAllowed,
+	allowed := core.Event{Policy: &benchPolicy, Key: "203.0.113.7", Cost: 1, Outcome: core.OutcomeAllowed,
 		Decision: core.Decision{Allowed: true, Limit: 100, Remaining: 50}}
 	timed := allowed
 	timed.StoreLatency = 300 * time.Microsecond
-	failed := core.Event{Policy: l.Policy(), Key: "203.0.113.7", Cost: 1, Outcome: core.OutcomeFailedOpen,
+	failed := core.Event{Policy: &benchPolicy, Key: "203.0.113.7", Cost: 1, Outcome: core.OutcomeFailedOpen,
 		Decision: core.Decision{Allowed: true, Source: core.SourceFailMode},
 		Err:      fmt.Errorf("%w: %w", core.ErrStore, core.ErrTimeout), StoreLatency: 100 * time.Millisecond}
 	for _, tc := range []struct {

@@ -2,8 +2,7 @@ package promlimit
 
 // Exported to the tests.
 var (
-	NearLimit = nearLimit
-	StripeOf  = stripeOf
+	StripeOf = stripeOf
 )
 
 // Stripes is the number of stripes of a counter.

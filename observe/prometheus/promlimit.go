@@ -111,7 +111,7 @@ func New(opts ...Option) (*Metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace:   ns,
 			Name:        "store_duration_seconds",
-			Help:        "Time the store took to decide a request, or was waited for until the limiter's timeout, by limit. A memory store's decisions are sampled, one in 64.",
+			Help:        "Time the store took to decide a request, or was waited for until the limiter's timeout, by limit. Memory stores, which never wait, are not timed.",
 			Buckets:     c.buckets,
 			ConstLabels: cl,
 		}, []string{"limit"}),
@@ -160,7 +160,7 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 // own), at the price of a lookup by name; such events count in the same
 // series as a bound Limiter's of that name, and report no health.
 func (m *Metrics) Observe(e core.Event) {
-	m.observer(e.Policy.Name).Observe(e)
+	m.observer(e.LimitName()).Observe(e)
 }
 
 // observer returns the observer of the limit name, creating its series
@@ -279,7 +279,7 @@ func (o *observer) Observe(e core.Event) {
 	if int(e.Outcome) < len(o.decisions) {
 		o.decisions[e.Outcome].inc(s)
 	}
-	if nearLimit(&e) {
+	if e.NearLimit() {
 		o.nearLimit.inc(s)
 	}
 	if e.StoreLatency > 0 {
@@ -288,14 +288,6 @@ func (o *observer) Observe(e core.Event) {
 	if e.Err != nil {
 		o.storeError(e.Err, s)
 	}
-}
-
-// nearLimit is e.NearLimit(). That method takes its Event by value, and
-// calling it copies the whole Event (over 200 bytes) on every decision:
-// as much as the rest of Observe. TestNearLimit keeps the two equal.
-func nearLimit(e *core.Event) bool {
-	return e.Outcome.Admitted() && e.Decision.Source != core.SourceFailMode &&
-		e.Decision.Remaining*5 < e.Decision.Limit
 }
 
 // storeError counts err by its kind, when it is a store failure.

@@ -82,7 +82,7 @@ func BenchmarkObserveDropped(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := core.Event{Policy: hourly, Key: "ip:203.0.113.7", Cost: 1, Outcome: core.OutcomeDenied,
+	e := core.Event{Policy: &hourly, Key: "ip:203.0.113.7", Cost: 1, Outcome: core.OutcomeDenied,
 		Decision: core.Decision{Limit: 1, RetryAfter: 1000}}
 	lg.Observe(e)
 	b.ReportAllocs()

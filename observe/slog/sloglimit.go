@@ -196,7 +196,7 @@ func (l *Logger) clock() int64 {
 func (l *Logger) write(ctx context.Context, e core.Event, level slog.Level, kind string, suppressed int64) {
 	var buf [11]slog.Attr
 	attrs := append(buf[:0],
-		slog.String("limit", e.Policy.Name),
+		slog.String("limit", e.LimitName()),
 		slog.String("outcome", e.Outcome.String()),
 		slog.Int64("cost", e.Cost),
 		slog.Int64("remaining", e.Decision.Remaining),

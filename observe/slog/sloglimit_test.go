@@ -106,7 +106,7 @@ func TestSamplerPerLimit(t *testing.T) {
 		_, err := b.AllowAt(ctx, "ip:203.0.113.7", t0)
 		require.NoError(t, err)
 	}
-	lg.Observe(core.Event{Policy: core.Policy{Name: "direct"}, Key: "ip:203.0.113.8", Cost: 1, Outcome: core.OutcomeDenied})
+	lg.Observe(core.Event{Policy: &core.Policy{Name: "direct"}, Key: "ip:203.0.113.8", Cost: 1, Outcome: core.OutcomeDenied})
 	recs := s.records(t)
 	require.Len(t, recs, 12)
 	for _, r := range recs[:10] {
@@ -400,7 +400,7 @@ func TestNilLogger(t *testing.T) {
 	slog.SetDefault(s.logger())
 	lg, err := sloglimit.New(nil)
 	require.NoError(t, err)
-	lg.Observe(core.Event{Policy: core.Policy{Name: "p"}, Key: "ip:203.0.113.7", Cost: 1, Outcome: core.OutcomeDenied})
+	lg.Observe(core.Event{Policy: &core.Policy{Name: "p"}, Key: "ip:203.0.113.7", Cost: 1, Outcome: core.OutcomeDenied})
 	recs := s.records(t)
 	require.Len(t, recs, 1)
 	assert.Equal(t, "p", recs[0]["limit"])
