@@ -222,15 +222,18 @@ type watch struct {
 // observe reports a call of cost n that returned *d and err to every
 // observer.
 func (l *Limiter) observe(n int64, p *watch, d *Decision, err error) {
-	e := Event{
-		Policy:       &l.policy,
-		Key:          p.key,
-		Cost:         n,
-		Outcome:      outcomeOf(d, err),
-		Decision:     *d,
-		Err:          err,
-		StoreLatency: p.latency,
+	outcome := OutcomeAllowed // the hot path's, without a call
+	if err != nil || d.Source != SourceStore || !d.Allowed {
+		outcome = outcomeOf(d, err)
 	}
+	if len(l.observers) == 1 {
+		// Built in the argument's place: one copy of the Event, not two.
+		l.observers[0].Observe(Event{Policy: &l.policy, Key: p.key, Cost: n, Outcome: outcome,
+			Decision: *d, Err: err, StoreLatency: p.latency})
+		return
+	}
+	e := Event{Policy: &l.policy, Key: p.key, Cost: n, Outcome: outcome,
+		Decision: *d, Err: err, StoreLatency: p.latency}
 	for _, o := range l.observers {
 		o.Observe(e)
 	}
