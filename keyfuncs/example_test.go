@@ -160,3 +160,21 @@ func ExampleIP_invalidOption() {
 	// true true
 	// ratelimit: invalid option: keyfuncs.IP: IPv6Prefix(0): want 1 to 128
 }
+
+// A ClientIP gives the limiter its key and the allow and deny lists the
+// address, from one trust model, so that the two never disagree about who
+// the client is.
+func ExampleNewClientIP() {
+	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.2:54321" // the load balancer
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 2001:db8:1:1a0::7")
+	fmt.Println(client.Addr(httpRequest{r: r}))
+	fmt.Println(client.Key(httpRequest{r: r}))
+	// Output:
+	// 2001:db8:1:1a0::7 <nil>
+	// ip:2001:db8:1:100::/56 <nil>
+}
