@@ -3,6 +3,8 @@ module github.com/apigate/ratelimit
 go 1.25.0
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
+	github.com/gaissmai/bart v0.30.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/gofiber/fiber/v2 v2.52.15
