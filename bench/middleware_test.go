@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
+	"github.com/go-chi/httprate"
+	"github.com/gofiber/fiber/v2"
+	fiberlimiter "github.com/gofiber/fiber/v2/middleware/limiter"
+	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
+	"github.com/stretchr/testify/require"
+	"github.com/ulule/limiter/v3"
+	mgin "github.com/ulule/limiter/v3/drivers/middleware/gin"
+	mstdlib "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
+	umemory "github.com/ulule/limiter/v3/drivers/store/memory"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
+
+	chilimit "github.com/apigate/ratelimit/adapters/chi"
+	echolimit "github.com/apigate/ratelimit/adapters/echo"
+	fiberlimit "github.com/apigate/ratelimit/adapters/fiber"
+	ginlimit "github.com/apigate/ratelimit/adapters/gin"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+// The request every middleware case serves: one client, one route with a
+// parameter.
+const (
+	benchPeer  = "203.0.113.7:51234"
+	benchRoute = "/users/42"
+)
+
+// app serves the benchmark request: serve once and return the status;
+// header reads a header of the last response.
+type app struct {
+	serve  func() int
+	header func(name string) string
+}
+
+// mwContender builds one framework's app, with a limiter or without
+// (bare), and returns what serves the request.
+type mwContender struct {
+	framework, name string
+	build           func(tb testing.TB) app
+}
+
+// ourLimiter is a core.Limiter over a new memstore, token bucket, the
+// never-reached policy: what our adapters are given.
+func ourLimiter(tb testing.TB) *core.Limiter {
+	tb.Helper()
+	st, err := memstore.New()
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = st.Close() })
+	l, err := core.NewLimiter(st, core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: memNeverLimit, Window: window})
+	require.NoError(tb, err)
+	return l
+}
+
+// httprateByIP is go-chi/httprate keyed by the socket peer, limit per
+// window, as its docs say since LimitByIP was deprecated: chi's
+// ClientIPFromRemoteAddr, then LimitBy on the canonical IP.
+func httprateByIP(limit int) func(http.Handler) http.Handler {
+	mw := httprate.LimitBy(limit, window, func(r *http.Request) (string, error) {
+		return httprate.CanonicalizeIP(chimw.GetClientIP(r.Context())), nil
+	})
+	return func(next http.Handler) http.Handler { return chimw.ClientIPFromRemoteAddr(mw(next)) }
+}
+
+// ululeLimiter is ulule/limiter over its memory store, the never-reached
+// policy.
+func ululeLimiter() *limiter.Limiter {
+	return limiter.New(umemory.NewStore(), limiter.Rate{Period: window, Limit: memNeverLimit})
+}
+
+var mwContenders = []mwContender{
+	{"echo", "bare", func(tb testing.TB) app { return echoApp(nil) }},
+	{"echo", "ours", func(tb testing.TB) app { return echoApp(echolimit.New(ourLimiter(tb))) }},
+	{"echo", "peer", func(tb testing.TB) app {
+		// Echo's own middleware.RateLimiter over its memory store
+		// (x/time/rate per identifier, ctx.RealIP()).
+		st := echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
+			Rate: rate.Limit(float64(memNeverLimit) / window.Seconds()), Burst: memNeverLimit,
+		})
+		return echoApp(echomw.RateLimiter(st))
+	}},
+
+	{"fiber", "bare", func(tb testing.TB) app { return fiberApp(tb, nil) }},
+	{"fiber", "ours", func(tb testing.TB) app { return fiberApp(tb, fiberlimit.New(ourLimiter(tb))) }},
+	{"fiber", "peer", func(tb testing.TB) app {
+		// Fiber's own middleware/limiter: fixed window, memory storage,
+		// c.IP().
+		return fiberApp(tb, fiberlimiter.New(fiberlimiter.Config{Max: memNeverLimit, Expiration: window}))
+	}},
+
+	{"chi", "bare", func(tb testing.TB) app { return chiApp(nil) }},
+	{"chi", "ours", func(tb testing.TB) app { return chiApp(chilimit.New(ourLimiter(tb))) }},
+	{"chi", "peer", func(tb testing.TB) app {
+		return chiApp(httprateByIP(memNeverLimit))
+	}},
+	{"chi", "ulule", func(tb testing.TB) app {
+		// ulule/limiter's net/http middleware.
+		return chiApp(mstdlib.NewMiddleware(ululeLimiter()).Handler)
+	}},
+
+	{"gin", "bare", func(tb testing.TB) app { return ginApp(nil) }},
+	{"gin", "ours", func(tb testing.TB) app { return ginApp(ginlimit.New(ourLimiter(tb))) }},
+	{"gin", "peer", func(tb testing.TB) app {
+		// ulule/limiter's Gin middleware (Gin has no limiter of its own).
+		return ginApp(mgin.NewMiddleware(ululeLimiter()))
+	}},
+}
+
+// BenchmarkMiddleware serves one request, again and again, through each
+// framework's own entry point (ServeHTTP, or fasthttp's handler for Fiber)
+// from one goroutine, one client IP, a memory store and a limit never
+// reached: the cost of the middleware in the framework, next to the
+// framework alone (bare).
+func BenchmarkMiddleware(b *testing.B) {
+	gin.SetMode(gin.ReleaseMode)
+	for _, c := range mwContenders {
+		b.Run(c.framework+"/"+c.name, func(b *testing.B) {
+			serve := c.build(b).serve
+			run(b, 1, 1, true, func(int) (bool, error) { return serve() == http.StatusOK, nil })
+		})
+	}
+}
+
+// TestMiddlewareContenders checks that each app answers 200 and that
+// every limiter is in the path: each writes X-RateLimit-Remaining, but for
+// Echo's, which writes no header, and is seen to deny once its burst is
+// spent.
+func TestMiddlewareContenders(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	for _, c := range mwContenders {
+		t.Run(c.framework+"/"+c.name, func(t *testing.T) {
+			a := c.build(t)
+			require.Equal(t, http.StatusOK, a.serve())
+			require.Equal(t, http.StatusOK, a.serve())
+			switch {
+			case c.name == "bare":
+				require.Empty(t, a.header("X-RateLimit-Remaining"))
+			case c.framework == "echo" && c.name == "peer":
+				require.Empty(t, a.header("X-RateLimit-Remaining"))
+			default:
+				require.NotEmpty(t, a.header("X-RateLimit-Remaining"))
+			}
+		})
+	}
+	e := echoApp(echomw.RateLimiter(echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{Rate: 1e-9, Burst: 1})))
+	require.Equal(t, http.StatusOK, e.serve())
+	require.Equal(t, http.StatusTooManyRequests, e.serve(), "echo/peer")
+}
+
+// recorder is a ResponseWriter that keeps the status and the header map
+// (cleared before each request) and discards the body, so that the
+// benchmarks measure the framework and the limiter, not the recorder. Every
+// net/http contender is served into the same kind.
+type recorder struct {
+	h    http.Header
+	code int
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return len(p), nil
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+// serveHTTP returns what serves the benchmark request, reused, into a
+// reused recorder.
+func serveHTTP(h http.Handler) app {
+	req := httptest.NewRequest(http.MethodGet, benchRoute, nil)
+	req.RemoteAddr = benchPeer
+	w := &recorder{h: http.Header{}}
+	return app{
+		serve: func() int {
+			clear(w.h)
+			w.code = 0
+			h.ServeHTTP(w, req)
+			if w.code == 0 {
+				return http.StatusOK
+			}
+			return w.code
+		},
+		header: w.h.Get,
+	}
+}
+
+func echoHandler(mw echo.MiddlewareFunc) http.Handler {
+	e := echo.New()
+	if mw != nil {
+		e.Use(mw)
+	}
+	e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	return e
+}
+
+func echoApp(mw echo.MiddlewareFunc) app { return serveHTTP(echoHandler(mw)) }
+
+func chiHandler(mw func(http.Handler) http.Handler) http.Handler {
+	r := chi.NewRouter()
+	if mw != nil {
+		r.Use(mw)
+	}
+	r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return r
+}
+
+func chiApp(mw func(http.Handler) http.Handler) app { return serveHTTP(chiHandler(mw)) }
+
+func ginHandler(mw gin.HandlerFunc) http.Handler {
+	e := gin.New()
+	if mw != nil {
+		e.Use(mw)
+	}
+	e.GET("/users/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
+	return e
+}
+
+func ginApp(mw gin.HandlerFunc) app { return serveHTTP(ginHandler(mw)) }
+
+// fiberApp serves through the app's fasthttp handler with a reused
+// RequestCtx, as Fiber's own benchmarks do (app.Test goes through a
+// connection and costs far more than the limiter).
+func fiberApp(tb testing.TB, mw fiber.Handler) app {
+	tb.Helper()
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	if mw != nil {
+		f.Use(mw)
+	}
+	f.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	h := f.Handler()
+	var req fasthttp.Request
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURI(benchRoute)
+	ap, err := netip.ParseAddrPort(benchPeer)
+	require.NoError(tb, err)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, net.TCPAddrFromAddrPort(ap), nil)
+	return app{
+		serve: func() int {
+			ctx.Response.Reset()
+			h(&ctx)
+			return ctx.Response.StatusCode()
+		},
+		header: func(name string) string { return string(ctx.Response.Header.Peek(name)) },
+	}
+}
