@@ -16,7 +16,8 @@ import (
 // one client then costs no Redis round trip. maxKeys must be positive.
 //
 // A remembered denial answers only requests at least as costly as the one
-// denied (a cheaper one may fit sooner). Its RetryAfter counts down from
+// denied (a cheaper one may fit sooner); a lockout's, LockedOut kept,
+// likewise, though the store would deny any cost. Its RetryAfter counts down from
 // the store's; its Remaining is the store's at the time of the denial.
 // Reset forgets the key here too (once it has returned, no denial from
 // before it is served, even one the store returned concurrently), but a
@@ -51,6 +52,7 @@ type denial struct {
 	cost           int64
 	remaining      int64
 	until, resetAt time.Time
+	lockedOut      bool
 }
 
 // get returns the remembered denial of a request of cost for key at now.
@@ -67,6 +69,7 @@ func (c *denyCache) get(key string, cost int64, now time.Time) (Decision, bool) 
 		ResetAfter: max(retry, msCeil(e.resetAt.Sub(now))),
 		RetryAfter: retry,
 		Source:     SourceDenyCache,
+		LockedOut:  e.lockedOut,
 	}, true
 }
 
@@ -79,7 +82,7 @@ func (c *denyCache) generation() uint64 { return c.gen.Load() }
 // the caller's may live in a buffer that is reused (zero-copy strings, as
 // in Fiber). Lookups copy nothing.
 func (c *denyCache) put(key string, cost int64, now time.Time, d Decision, gen uint64) {
-	e := denial{cost: cost, remaining: d.Remaining, until: now.Add(d.RetryAfter), resetAt: now.Add(d.ResetAfter)}
+	e := denial{cost: cost, remaining: d.Remaining, until: now.Add(d.RetryAfter), resetAt: now.Add(d.ResetAfter), lockedOut: d.LockedOut}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen.Load() != gen {

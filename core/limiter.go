@@ -71,6 +71,7 @@ type Limiter struct {
 	bornNs    int64     // born in Unix nanoseconds
 	openErr   error     // the error of decisions made while the breaker is open
 	observers []Observer
+	shadow    bool
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -110,6 +111,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		timeout:   c.timeout,
 		fallback:  c.fallback,
 		born:      time.Now(),
+		shadow:    c.shadow,
 	}
 	l.bornNs = unixNano(l.born)
 	if c.denyCacheKeys > 0 {
@@ -130,6 +132,11 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 
 // Policy returns the Limiter's policy, with its Name filled in.
 func (l *Limiter) Policy() Policy { return l.policy }
+
+// Shadow reports whether the Limiter is in shadow mode (WithShadow): it
+// never denies, and marks the requests it would have denied with
+// Decision.Shadowed.
+func (l *Limiter) Shadow() bool { return l.shadow }
 
 // FailMode returns what the Limiter decides when its store fails.
 func (l *Limiter) FailMode() FailMode { return l.failMode }
@@ -193,12 +200,28 @@ func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Ti
 // allow is AllowNAt; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
 	if l.observers == nil {
-		return l.decide(ctx, key, n, at, nil)
+		d, err := l.decide(ctx, key, n, at, nil)
+		if l.shadow && !d.Allowed {
+			shade(&d, err)
+		}
+		return d, err
 	}
 	var w watch
 	d, err := l.decide(ctx, key, n, at, &w)
+	if l.shadow && !d.Allowed {
+		shade(&d, err)
+	}
 	l.observe(n, &w, &d, err)
 	return d, err
+}
+
+// shade admits *d, a denial returned with err, in shadow mode, unless no
+// one decided it: invalid input and ErrCanceled stay as they are.
+func shade(d *Decision, err error) {
+	if err != nil && (!errors.Is(err, ErrStore) || errors.Is(err, ErrCanceled)) {
+		return
+	}
+	d.Allowed, d.Shadowed = true, true
 }
 
 // decide is allow; w, when not nil, records what observers hear beyond
@@ -297,6 +320,9 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Dec
 // without the store marks the degraded period before its own Take, so
 // that either this mirror sees it, or that decision sees this mirror.
 func (l *Limiter) mirror(ctx context.Context, req Request, d Decision) Decision {
+	// The fallback counts what the store admitted; it strikes no one for
+	// it (its lockouts are its own, when it decides alone).
+	req.Policy.Lockout = Lockout{}
 	fd, err := l.fallback.Take(ctx, req)
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(req.Now)) {
 		return d
@@ -335,7 +361,9 @@ func unixNano(t time.Time) int64 { return int64(t.Sub(time.Unix(0, 0))) }
 
 // Reset forgets the state of key, here and in the fallback store if any,
 // so its next request finds a whole quota; once it has returned, no denial
-// the deny cache remembered from before is served. It is bounded by the
+// the deny cache remembered from before is served. It forgets the key's
+// lockout and strikes too (see Lockout): it is the call that forgives a
+// client, after a successful login for instance. It is bounded by the
 // Limiter's timeout like every decision, and treats the caller's
 // cancellation as AllowN does: the error then wraps ErrCanceled, and the
 // state may or may not have been forgotten. It asks the store even while

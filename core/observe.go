@@ -38,6 +38,23 @@ const (
 	// OutcomeInvalid: the call was refused for bad input (an empty key, a
 	// bad cost); no one decided.
 	OutcomeInvalid
+	// OutcomeShadowDenied: the Limiter is in shadow mode (WithShadow) and
+	// admitted a request it would have denied (Decision.Shadowed), whoever
+	// denied it: the store, a lockout, the deny cache, the fallback or
+	// FailClosed.
+	OutcomeShadowDenied
+	// OutcomeLockedOut: the store denied the request by the policy's
+	// Lockout (Decision.LockedOut): the request that started a lockout, or
+	// one made during it.
+	OutcomeLockedOut
+	// OutcomeAllowListed: the HTTP flow admitted the request without
+	// asking the Limiter, its client being on an allow list; reported
+	// through Limiter.Report.
+	OutcomeAllowListed
+	// OutcomeDenyListed: the HTTP flow refused the request without asking
+	// the Limiter, its client being on a deny list (or banned); reported
+	// through Limiter.Report.
+	OutcomeDenyListed
 	numOutcomes
 )
 
@@ -45,11 +62,13 @@ const (
 var outcomeNames = [numOutcomes]string{
 	"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied",
 	"failed_open", "failed_closed", "canceled", "invalid",
+	"shadow_denied", "locked_out", "allow_listed", "deny_listed",
 }
 
 // String returns the outcome's name as exporters label it: "allowed",
 // "denied", "deny_cache", "fallback_allowed", "fallback_denied",
-// "failed_open", "failed_closed", "canceled" or "invalid".
+// "failed_open", "failed_closed", "canceled", "invalid", "shadow_denied",
+// "locked_out", "allow_listed" or "deny_listed".
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]
@@ -57,9 +76,12 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
-// Admitted reports whether the request passed.
+// Admitted reports whether the request passed: OutcomeAllowed,
+// OutcomeFallbackAllowed, OutcomeFailedOpen, OutcomeShadowDenied and
+// OutcomeAllowListed.
 func (o Outcome) Admitted() bool {
-	return o == OutcomeAllowed || o == OutcomeFallbackAllowed || o == OutcomeFailedOpen
+	return o == OutcomeAllowed || o == OutcomeFallbackAllowed || o == OutcomeFailedOpen ||
+		o == OutcomeShadowDenied || o == OutcomeAllowListed
 }
 
 // Outcomes returns every Outcome, in order, so that an exporter can create
@@ -115,11 +137,14 @@ func (e *Event) LimitName() string {
 	return e.Policy.Name
 }
 
-// NearLimit reports whether the request was admitted and left less than a
-// fifth of the policy's capacity: a client close to being denied, as
-// Envoy's near_limit counter counts it.
+// NearLimit reports whether the request was admitted by a decision on the
+// client's quota and left less than a fifth of the policy's capacity: a
+// client close to being denied, as Envoy's near_limit counter counts it.
+// A shadowed denial is past the limit, not near it; FailOpen and the allow
+// list said nothing of the quota.
 func (e *Event) NearLimit() bool {
 	return e.Outcome.Admitted() && e.Decision.Source != SourceFailMode &&
+		e.Outcome != OutcomeShadowDenied && e.Outcome != OutcomeAllowListed &&
 		e.Decision.Remaining*5 < e.Decision.Limit
 }
 
@@ -223,7 +248,7 @@ type watch struct {
 // observer.
 func (l *Limiter) observe(n int64, p *watch, d *Decision, err error) {
 	outcome := OutcomeAllowed // the hot path's, without a call
-	if err != nil || d.Source != SourceStore || !d.Allowed {
+	if err != nil || d.Source != SourceStore || !d.Allowed || d.Shadowed {
 		outcome = outcomeOf(d, err)
 	}
 	if len(l.observers) == 1 {
@@ -247,6 +272,9 @@ func outcomeOf(d *Decision, err error) Outcome {
 		}
 		return OutcomeInvalid
 	}
+	if d.Shadowed {
+		return OutcomeShadowDenied
+	}
 	switch d.Source {
 	case SourceDenyCache:
 		return OutcomeDenyCache
@@ -264,5 +292,42 @@ func outcomeOf(d *Decision, err error) Outcome {
 	if d.Allowed {
 		return OutcomeAllowed
 	}
+	if d.LockedOut {
+		return OutcomeLockedOut
+	}
 	return OutcomeDenied
+}
+
+// Report tells the Limiter's observers of a request of cost that the
+// caller decided without asking the Limiter: o is OutcomeAllowListed or
+// OutcomeDenyListed, as the HTTP flow reports its allow and deny lists.
+// The observers hear an Event with the key as the store would see it (see
+// Event.Key), the cost, o, and a Decision that says nothing of the
+// client's quota: Allowed as o admits, Limit the policy's Capacity, and
+// Policy; no store is asked. Without observers, Report only checks its
+// arguments. It fails with ErrInvalidOption for any other outcome,
+// ErrInvalidKey for an empty key and ErrInvalidCost for a cost below 1.
+func (l *Limiter) Report(key string, cost int64, o Outcome) error {
+	if o != OutcomeAllowListed && o != OutcomeDenyListed {
+		return fmt.Errorf("%w: Report takes %s or %s, not %s", ErrInvalidOption, OutcomeAllowListed, OutcomeDenyListed, o)
+	}
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if cost < 1 {
+		return fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, cost)
+	}
+	if l.observers == nil {
+		return nil
+	}
+	key, err := normalizeKey(key)
+	if err != nil {
+		return err
+	}
+	d := Decision{Allowed: o == OutcomeAllowListed, Limit: l.capacity, Policy: l.policy}
+	e := Event{Policy: &l.policy, Key: key, Cost: cost, Outcome: o, Decision: d}
+	for _, obs := range l.observers {
+		obs.Observe(e)
+	}
+	return nil
 }

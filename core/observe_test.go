@@ -267,7 +267,8 @@ func TestObserversHearEveryEventInOrder(t *testing.T) {
 }
 
 func TestOutcomeNames(t *testing.T) {
-	want := []string{"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied", "failed_open", "failed_closed", "canceled", "invalid"}
+	want := []string{"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied", "failed_open", "failed_closed", "canceled", "invalid",
+		"shadow_denied", "locked_out", "allow_listed", "deny_listed"}
 	var names []string
 	for _, o := range core.Outcomes() {
 		names = append(names, o.String())
@@ -279,7 +280,7 @@ func TestOutcomeNames(t *testing.T) {
 			admitted = append(admitted, o.String())
 		}
 	}
-	assert.Equal(t, []string{"allowed", "fallback_allowed", "failed_open"}, admitted)
+	assert.Equal(t, []string{"allowed", "fallback_allowed", "failed_open", "shadow_denied", "allow_listed"}, admitted)
 	assert.Equal(t, "Outcome(200)", core.Outcome(200).String())
 }
 

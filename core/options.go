@@ -20,6 +20,7 @@ type config struct {
 	brkFailures   int // 0: no circuit breaker
 	probeInterval time.Duration
 	observers     []Observer
+	shadow        bool
 }
 
 func defaultConfig() config {
@@ -131,4 +132,24 @@ func callModeName(m CallMode) string {
 		return "CallWithDeadline"
 	}
 	return fmt.Sprintf("CallMode(%d)", int(m))
+}
+
+// WithShadow puts the Limiter in shadow mode, to try a policy on live
+// traffic before enforcing it: the Limiter decides and records exactly as
+// it would, but never denies. A request it would have denied (by the
+// store, a lockout, the deny cache, the fallback store or FailClosed) is
+// returned Allowed, with Decision.Shadowed set and every other field as
+// decided (RetryAfter, Remaining, LockedOut, Source), so that logs can
+// show them; its observers hear OutcomeShadowDenied. Admitted requests are
+// returned as they are, a leaky bucket's Delay included. Errors are
+// returned as they are: a shadowed store failure still comes with its
+// error wrapping ErrStore, and invalid input and ErrCanceled are not
+// decisions, so they are never shadowed (their Decision stays not
+// Allowed). Limiter.Shadow reports the mode, for the HTTP flow, which
+// writes no rate-limit headers in shadow mode by default.
+func WithShadow() Option {
+	return func(c *config) error {
+		c.shadow = true
+		return nil
+	}
 }

@@ -30,6 +30,14 @@ type Decision struct {
 	// Source says where the decision came from: the store, unless the
 	// store failed or was not asked.
 	Source Source
+	// LockedOut reports a request denied by the policy's Lockout: the one
+	// that started a lockout, and every request during it. RetryAfter is
+	// then the time left on the lockout, and Remaining 0.
+	LockedOut bool
+	// Shadowed reports a request that the Limiter admitted only because it
+	// is in shadow mode (WithShadow): it would have been denied. Allowed
+	// is then true, and the other fields are those of the denial.
+	Shadowed bool
 }
 
 // Request is one question a Limiter asks its Store.
@@ -115,7 +123,9 @@ func (s Source) String() string {
 // not is called CallBounded.
 type Store interface {
 	// Take decides one request and, when it is allowed, records it, as one
-	// atomic step; a denied request changes nothing. It leaves
+	// atomic step; a denied request changes nothing but the lockout state
+	// of a policy with a Lockout, which Take keeps and enforces with the
+	// semantics documented on Lockout, in the same atomic step. It leaves
 	// Decision.Policy and Decision.Source zero: the Limiter fills them.
 	// Invalid input (see Request.Validate) is an error, never a panic; any
 	// error is a store failure to the Limiter, which wraps it in ErrStore.
@@ -135,8 +145,9 @@ type Store interface {
 	// waiting for it (the timeout passed, or the caller left); its result is
 	// then dropped.
 	Take(ctx context.Context, req Request) (Decision, error)
-	// Reset forgets all state of key under policy, so the client's next
-	// request finds a whole quota. The Limiter calls it as it calls Take.
+	// Reset forgets all state of key under policy, its lockout and strikes
+	// included, so the client's next request finds a whole quota. The
+	// Limiter calls it as it calls Take.
 	Reset(ctx context.Context, key string, policy Policy) error
 }
 

@@ -94,6 +94,9 @@ type state struct {
 // debt drains linearly to nothing at expires. The sliding log counts the
 // units logged, some of which may have left the window.
 func (st *state) worth(now int64) float64 {
+	if st.kind&lockBit != 0 {
+		return st.lockWorth(now)
+	}
 	var used float64
 	decay := 1.0
 	if span := st.expires - st.last; span > 0 && now > st.last {

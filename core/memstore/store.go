@@ -125,6 +125,9 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 		now = req.Now.UnixMicro()
 	}
 	k := kindOf(p.Algorithm)
+	if p.Lockout.Duration > 0 {
+		return takeLocked(sh, h, &req, k, capacity, now)
+	}
 	sh.mu.Lock()
 	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
@@ -135,17 +138,40 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 	return d, nil
 }
 
-// Reset forgets the state of key under policy, so the client's next request
-// finds a whole quota. It never fails on a Store built with New.
+// takeLocked is Take for a policy with a Lockout, on shard sh.
+func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64) (d core.Decision, err error) {
+	if err := req.Policy.Lockout.Validate(); err != nil {
+		return d, err
+	}
+	sh.mu.Lock()
+	o, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
+	sh.mu.Unlock()
+	if !known {
+		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(req.Policy.Algorithm))
+	}
+	o.decide(&d, capacity)
+	d.LockedOut = locked
+	return d, nil
+}
+
+// Reset forgets the state of key under policy, its lockout and strikes
+// included, so the client's next request finds a whole quota. It never
+// fails on a Store built with New.
 func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 	if len(s.shards) == 0 {
 		return errNoStore
 	}
 	h := s.hash(key)
 	sh := &s.shards[h&s.mask]
+	k := kindOf(policy.Algorithm)
 	sh.mu.Lock()
-	if e := sh.find(h, key, policy.Name, kindOf(policy.Algorithm)); e != nil {
+	if e := sh.find(h, key, policy.Name, k); e != nil {
 		sh.remove(h, e)
+	}
+	if k != unknownKind {
+		if e := sh.find(h, key, policy.Name, k|lockBit); e != nil {
+			sh.remove(h, e)
+		}
 	}
 	sh.mu.Unlock()
 	return nil

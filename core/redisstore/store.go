@@ -36,6 +36,8 @@ var (
 	tokenBucketLua string
 	//go:embed leaky_bucket.lua
 	leakyBucketLua string
+	//go:embed lockout.lua
+	lockoutLua string
 )
 
 // Option configures a Store. New applies the options in order and returns
@@ -73,8 +75,9 @@ type Store struct {
 	client   redis.UniversalClient
 	config   // as the options left it
 	scripts  [len(algos)]*redis.Script
-	recovery *clusterRecovery // nil unless client is a cluster client
-	checked  chan struct{}    // closed once the check New starts is done
+	locked   [len(algos)]*redis.Script // the scripts wrapped in lockout.lua
+	recovery *clusterRecovery          // nil unless client is a cluster client
+	checked  chan struct{}             // closed once the check New starts is done
 }
 
 var (
@@ -129,9 +132,17 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{client: client, config: c, recovery: newClusterRecovery(client), checked: make(chan struct{})}
 	for i, a := range algos {
 		s.scripts[i] = redis.NewScript(preludeLua + *a.lua)
+		s.locked[i] = redis.NewScript(lockedScript(*a.lua))
 	}
 	go s.checkAtStart()
 	return s, nil
+}
+
+// lockedScript returns the script of a policy with a core.Lockout whose
+// algorithm's script is lua: the prelude, lua as the local function
+// decide, and lockout.lua, which calls it.
+func lockedScript(lua string) string {
+	return preludeLua + "local function decide()\n" + lua + "\nend\n" + lockoutLua
 }
 
 // algo returns the index of a in algos, or -1.
@@ -178,6 +189,9 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
 	}
 	capacity := p.Capacity()
+	if p.Lockout.Enabled() {
+		return s.takeLocked(ctx, req, i, keys[0], capacity, now, minTTL)
+	}
 	r, err := s.scripts[i].Run(ctx, s.client, keys,
 		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL).Int64Slice()
 	if err != nil {
@@ -187,6 +201,36 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	if len(r) != 5 {
 		return core.Decision{}, fmt.Errorf("redisstore: %s: script returned %d values, want 5", p.Algorithm, len(r))
 	}
+	return decision(r, capacity), nil
+}
+
+// takeLocked is Take for a policy with a core.Lockout: the algorithm's
+// script wrapped in lockout.lua, over the state key and the lockout key
+// (lockKey), with the Lockout's three durations as ARGV[7..9].
+func (s *Store) takeLocked(ctx context.Context, req core.Request, i int, key string, capacity int64, now, minTTL any) (core.Decision, error) {
+	p := req.Policy
+	lo := p.Lockout
+	r, err := s.locked[i].Run(ctx, s.client, []string{key, lockKey(key)},
+		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
+		lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds()).Int64Slice()
+	if err != nil {
+		s.recovery.failed(err)
+		return core.Decision{}, fmt.Errorf("redisstore: %s with lockout: %w", p.Algorithm, err)
+	}
+	if len(r) != 6 {
+		return core.Decision{}, fmt.Errorf("redisstore: %s with lockout: script returned %d values, want 6", p.Algorithm, len(r))
+	}
+	d := decision(r, capacity)
+	d.LockedOut = r[5] == 1
+	return d, nil
+}
+
+// lockKey returns the key of the lockout beside the state key key: the
+// same hash tag, so the same Redis Cluster slot.
+func lockKey(key string) string { return key + ":lock" }
+
+// decision is the Decision of a script's reply r, of at least 5 values.
+func decision(r []int64, capacity int64) core.Decision {
 	return core.Decision{
 		Allowed:    r[0] == 1,
 		Limit:      capacity,
@@ -194,10 +238,11 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 		ResetAfter: time.Duration(r[2]) * time.Millisecond,
 		RetryAfter: time.Duration(r[3]) * time.Millisecond,
 		Delay:      time.Duration(r[4]) * time.Millisecond,
-	}, nil
+	}
 }
 
-// Reset deletes the state of key under policy with one DEL.
+// Reset deletes the state of key under policy, and its lockout (see
+// core.Lockout), with one DEL of both keys, which share a hash tag.
 func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error {
 	i := algo(policy.Algorithm)
 	if i < 0 {
@@ -206,7 +251,8 @@ func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error
 	if key == "" {
 		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
 	}
-	if err := s.client.Del(ctx, s.key(key, policy, i)).Err(); err != nil {
+	k := s.key(key, policy, i)
+	if err := s.client.Del(ctx, k, lockKey(k)).Err(); err != nil {
 		s.recovery.failed(err)
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}

@@ -44,7 +44,8 @@ type Step struct {
 	Reset bool
 	// Want is the Decision the store must return. Its Limit may be left 0:
 	// it is then the policy's Capacity. The suite compares Allowed, Limit,
-	// Remaining, ResetAfter, RetryAfter and Delay, and wants Source to be
+	// Remaining, ResetAfter, RetryAfter, Delay and LockedOut, wants
+	// Shadowed false, and wants Source to be
 	// core.SourceStore; Want leaves Source and Policy zero (through a
 	// Limiter, the suite also wants the Limiter's Policy).
 	Want core.Decision

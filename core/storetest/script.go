@@ -134,6 +134,8 @@ func sameDecision(got, want core.Decision, withPolicy bool) bool {
 		got.ResetAfter == want.ResetAfter &&
 		got.RetryAfter == want.RetryAfter &&
 		got.Delay == want.Delay &&
+		got.LockedOut == want.LockedOut &&
+		!got.Shadowed &&
 		got.Source == core.SourceStore
 }
 
@@ -144,6 +146,12 @@ func show(d core.Decision) string {
 		verdict = "allowed"
 	}
 	out := fmt.Sprintf("{%s limit=%d remaining=%d reset=%v retry=%v delay=%v", verdict, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay)
+	if d.LockedOut {
+		out += " locked-out"
+	}
+	if d.Shadowed {
+		out += " shadowed"
+	}
 	if d.Source != core.SourceStore {
 		out += " source=" + d.Source.String()
 	}

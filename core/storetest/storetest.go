@@ -7,7 +7,9 @@
 // constants; at the ends of the valid range (limits up to core.MaxLimit,
 // windows up to core.MaxWindow), where float64 loses the small terms, it
 // checks that a request denied with RetryAfter R is still denied at R-1ms
-// and passes at R. RunExactness races many goroutines, over one store or several
+// and passes at R. The lockouts of core.Lockout are scripted too, on every
+// algorithm: their escalation, exact end, memory and Reset, and at the
+// ends of their range. RunExactness races many goroutines, over one store or several
 // sharing a backend, against one key and checks that exactly the policy's
 // limit is admitted.
 //
@@ -68,6 +70,9 @@ func runSuite(t tester, newStore func(t tester) core.Store) {
 					s.run(t, newStore(t), run)
 				})
 			}
+			t.run("lockout-extremes", func(t tester) {
+				testLockoutExtremes(t, newStore(t), run, alg)
+			})
 			t.run("clock-step-back", func(t tester) {
 				testStepBack(t, newStore(t), run, alg)
 			})
@@ -99,19 +104,22 @@ func (t testingT) run(name string, f func(t tester)) bool {
 
 // scripts returns the scripted cases of alg.
 func scripts(alg core.Algorithm) []script {
+	var out []script
 	switch alg {
 	case core.FixedWindow:
-		return fixedWindowScripts()
+		out = fixedWindowScripts()
 	case core.SlidingWindowLog:
-		return slidingLogScripts()
+		out = slidingLogScripts()
 	case core.SlidingWindowCounter:
-		return slidingCounterScripts()
+		out = slidingCounterScripts()
 	case core.TokenBucket:
-		return tokenBucketScripts()
+		out = tokenBucketScripts()
 	case core.LeakyBucket:
-		return leakyBucketScripts()
+		out = leakyBucketScripts()
+	default:
+		return nil
 	}
-	return nil
+	return append(out, lockoutScripts(alg)...)
 }
 
 // runID returns a random prefix that keeps the keys of one call of the

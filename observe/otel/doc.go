@@ -46,7 +46,8 @@
 // limit is the policy's Name. ratelimit.decisions counts every call to a
 // Limiter, outcome being core.Outcome's String ("allowed", "denied",
 // "deny_cache", "fallback_allowed", "fallback_denied", "failed_open",
-// "failed_closed", "canceled", "invalid"); ratelimit.near_limit the
+// "failed_closed", "canceled", "invalid", "shadow_denied", "locked_out",
+// "allow_listed", "deny_listed"); ratelimit.near_limit the
 // admissions that left less than a fifth of the capacity
 // (core.Event.NearLimit). ratelimit.store.duration records the store's
 // latency when the Limiter measured it (every decision of a store that may

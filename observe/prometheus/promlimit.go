@@ -100,7 +100,7 @@ func New(opts ...Option) (*Metrics, error) {
 	ns, cl := c.namespace, c.constLabels
 	m := &Metrics{
 		decisions: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "decisions_total"),
-			"Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input.",
+			"Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input; shadow_denied, admitted in shadow mode though it would have been denied; locked_out, denied by a lockout after repeated denials; allow_listed or deny_listed, decided by an allow or deny list without asking the limiter.",
 			[]string{"limit", "outcome"}, cl),
 		nearLimit: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "near_limit_total"),
 			"Requests admitted that left their client less than a fifth of the limit's capacity, by limit.",

@@ -66,17 +66,21 @@ func TestExposition(t *testing.T) {
 		core.WithTimeout(250*time.Millisecond))
 	require.NoError(t, m.WatchMemStore("main", s))
 	want := `
-# HELP ratelimit_decisions_total Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input.
+# HELP ratelimit_decisions_total Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input; shadow_denied, admitted in shadow mode though it would have been denied; locked_out, denied by a lockout after repeated denials; allow_listed or deny_listed, decided by an allow or deny list without asking the limiter.
 # TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{limit="login",outcome="allow_listed"} 0
 ratelimit_decisions_total{limit="login",outcome="allowed"} 0
 ratelimit_decisions_total{limit="login",outcome="canceled"} 0
 ratelimit_decisions_total{limit="login",outcome="denied"} 0
 ratelimit_decisions_total{limit="login",outcome="deny_cache"} 0
+ratelimit_decisions_total{limit="login",outcome="deny_listed"} 0
 ratelimit_decisions_total{limit="login",outcome="failed_closed"} 0
 ratelimit_decisions_total{limit="login",outcome="failed_open"} 0
 ratelimit_decisions_total{limit="login",outcome="fallback_allowed"} 0
 ratelimit_decisions_total{limit="login",outcome="fallback_denied"} 0
 ratelimit_decisions_total{limit="login",outcome="invalid"} 0
+ratelimit_decisions_total{limit="login",outcome="locked_out"} 0
+ratelimit_decisions_total{limit="login",outcome="shadow_denied"} 0
 # HELP ratelimit_deny_cache_entries Denials the limiter's deny cache remembers, expired ones not yet dropped included, by limit.
 # TYPE ratelimit_deny_cache_entries gauge
 ratelimit_deny_cache_entries{limit="login"} 0

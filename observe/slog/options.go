@@ -74,10 +74,12 @@ type config struct {
 }
 
 // defaultOutcomes are the Outcomes a Logger writes without WithOutcomes:
-// every refusal, and every decision made without the store.
+// every refusal of a Limiter, every decision made without the store, and
+// every denial that shadow mode let through.
 var defaultOutcomes = []core.Outcome{
 	core.OutcomeDenied, core.OutcomeDenyCache, core.OutcomeFallbackDenied,
 	core.OutcomeFailedClosed, core.OutcomeFailedOpen, core.OutcomeFallbackAllowed,
+	core.OutcomeLockedOut, core.OutcomeShadowDenied,
 }
 
 func defaultConfig() config {
@@ -94,9 +96,11 @@ func defaultConfig() config {
 }
 
 // WithOutcomes sets which outcomes are logged, replacing the default:
-// denied, deny_cache, fallback_denied, failed_closed, failed_open and
-// fallback_allowed (every refusal, and every decision the store did not
-// make); allowed, canceled and invalid are not logged unless listed here.
+// denied, deny_cache, fallback_denied, failed_closed, failed_open,
+// fallback_allowed, locked_out and shadow_denied (every refusal of a
+// Limiter, every decision the store did not make, and every denial shadow
+// mode let through); allowed, canceled, invalid, allow_listed and
+// deny_listed are not logged unless listed here.
 // No outcome, or one that core.Outcomes does not list, is invalid.
 func WithOutcomes(outcomes ...core.Outcome) Option {
 	return func(c *config) error {

@@ -15,9 +15,10 @@
 // error wraps core.ErrStore (failed_open, failed_closed, and the
 // fallback's decisions made because the store failed or its circuit
 // breaker was open), "rate limit: request denied" for the other refusals
-// (denied, deny_cache, and fallback_denied while a Limiter recovers), or
-// "rate limit: request " followed by the outcome (for the outcomes
-// WithOutcomes may add), and these attributes:
+// (denied, locked_out, deny_cache, and fallback_denied while a Limiter
+// recovers), "rate limit: request would have been denied (shadow mode)"
+// for shadow_denied, or "rate limit: request " followed by the outcome
+// (for the outcomes WithOutcomes may add), and these attributes:
 //
 //	limit        the policy's name
 //	outcome      core.Outcome's name: "denied", "deny_cache", "failed_open" ...
@@ -229,8 +230,11 @@ func message(e core.Event, kind string) string {
 	case kind != "":
 		return "rate limit: store failed"
 	case e.Outcome == core.OutcomeDenied, e.Outcome == core.OutcomeDenyCache,
-		e.Outcome == core.OutcomeFallbackDenied, e.Outcome == core.OutcomeFailedClosed:
+		e.Outcome == core.OutcomeFallbackDenied, e.Outcome == core.OutcomeFailedClosed,
+		e.Outcome == core.OutcomeLockedOut:
 		return "rate limit: request denied"
+	case e.Outcome == core.OutcomeShadowDenied:
+		return "rate limit: request would have been denied (shadow mode)"
 	case e.Outcome == core.OutcomeAllowed:
 		return "rate limit: request allowed"
 	case e.Outcome == core.OutcomeCanceled:
