@@ -62,7 +62,7 @@ import (
 )
 
 // Matcher is what the flow consults for an allow or a deny list: a
-// [List] or a [File]. The flow asks every allow
+// [List], a [File], [Bans], or redisbans.Bans. The flow asks every allow
 // Matcher and every deny Matcher of a request; when an allow and a deny
 // entry both match, allow wins. Implementations are safe for concurrent
 // use and do not allocate in Match. The zero netip.Addr (address unknown)
