@@ -12,7 +12,10 @@
 //
 // The state of a client key under a policy lives at
 // <prefix>{<client key>}:<policy name>:<algorithm code>, "rl:{203.0.113.7}:api:tb"
-// for instance; the braces are a Redis Cluster hash tag.
+// for instance; the braces are a Redis Cluster hash tag. A policy with a
+// core.Lockout keeps the client's lockout and strikes beside it, at the
+// same key followed by ":lock", in the same slot, decided by the same
+// script run (the algorithm's script wrapped in lockout.lua).
 //
 // The README's "Redis and Redis Cluster" section says more: client
 // options, timeouts and fail modes, failover, and memory (run Redis with
