@@ -98,11 +98,15 @@ func New(opts ...Option) (*Store, error) {
 // the key's latest admission when that is later, see Store). It never blocks
 // on I/O and ignores ctx.
 //
+// A policy with a core.Lockout is decided with its lockout in the same
+// critical section: the lockout is an entry of its own beside the state,
+// and a policy without one pays a comparison for it.
+//
 // Take trusts the core.Request contract except for cheap checks that keep
 // it from panicking: an empty key, a policy with an unknown algorithm or a
-// limit or window out of range, and a cost out of [1, Capacity] return an
-// error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy, core.ErrInvalidCost
-// or core.ErrCostExceedsLimit.
+// limit, window or lockout out of range, and a cost out of [1, Capacity]
+// return an error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy,
+// core.ErrInvalidCost or core.ErrCostExceedsLimit.
 func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err error) {
 	p := &req.Policy
 	// p.Capacity(), comparing strings only for a policy with a Burst.
@@ -125,7 +129,7 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 		now = req.Now.UnixMicro()
 	}
 	k := kindOf(p.Algorithm)
-	if p.Lockout.Duration > 0 {
+	if p.Lockout != (core.Lockout{}) { // validated there
 		return takeLocked(sh, h, &req, k, capacity, now)
 	}
 	sh.mu.Lock()
