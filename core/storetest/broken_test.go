@@ -123,6 +123,20 @@ func brokenStores() map[string]func(inner core.Store) core.Store {
 				return d, err
 			}}
 		},
+		// A store that knows nothing of lockouts.
+		"ignores-lockout": func(inner core.Store) core.Store {
+			return &broken{Store: inner, breakTake: func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error) {
+				req.Policy.Lockout = core.Lockout{}
+				return take(req)
+			}}
+		},
+		// A lockout that never escalates: every strike is the first.
+		"lockout-never-escalates": func(inner core.Store) core.Store {
+			return &broken{Store: inner, breakTake: func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error) {
+				req.Policy.Lockout.Max = 0
+				return take(req)
+			}}
+		},
 		"ignores-cost": func(inner core.Store) core.Store {
 			return &broken{Store: inner, breakTake: func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error) {
 				req.Cost = 1
