@@ -94,6 +94,7 @@ func start(ctx context.Context, bin string) (*Server, error) {
 		"--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log"),
 	)
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("redisserver: starting %s: %w", bin, err)
