@@ -1,21 +1,25 @@
 // Package httplimit is the rate-limiting flow that every adapter runs,
 // written once and free of any web framework:
 //
-//	skip? -> key -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
+//	skip? -> key -> allow list? deny list? -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
 //
 // Applications use it through an adapter (ginlimit, echolimit, chilimit,
 // fiberlimit), which re-exports its options. An adapter for another
 // framework translates the framework's request into a keyfuncs.Request
 // and its response into a Response, and calls Flow.Handle.
 //
-// A request over its limit is answered by the DenyHandler (429 and a JSON
-// body by default); one refused because the store failed under
+// An allow-listed client passes without a decision and a deny-listed one
+// is answered by the ForbiddenHandler (403), both without a store call
+// (WithAllowList, WithDenyList). A request over its limit is answered by
+// the DenyHandler (429 and a JSON body by default); one refused because the store failed under
 // core.FailClosed by the UnavailableHandler (503); one the flow cannot
 // decide (no key: 400; a bad cost, a failing key function, a recovered
 // panic: 500; a client that left: 499, and never its handler) by the
 // ErrorResponder, once the ErrorHandler has heard the error. A store that
-// fails open lets the request through with no rate-limit header. No
-// response ever echoes the request or an error's text.
+// fails open lets the request through with no rate-limit header. A
+// Limiter in shadow mode (core.WithShadow) never denies: the flow then
+// writes no rate-limit header unless WithHeaders asks for them, and never
+// paces. No response ever echoes the request or an error's text.
 package httplimit
 
 import (
@@ -24,6 +28,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -66,6 +71,11 @@ type Flow struct {
 	onError     ErrorHandler
 	respondErr  ErrorResponder
 	maxDelay    time.Duration
+	clientIP    *keyfuncs.ClientIP
+	allow       []access.Matcher // nil when none
+	deny403     []access.Matcher // nil when none
+	forbidden   ForbiddenHandler
+	shadow      bool // the limiter's shadow mode: never pace
 }
 
 // New returns the Flow of l configured by opts, applied in order. It
@@ -95,15 +105,26 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		onError:     c.onError,
 		respondErr:  c.respondErr,
 		maxDelay:    c.maxDelay,
+		clientIP:    c.clientIP,
+		allow:       c.allow,
+		deny403:     c.deny403,
+		forbidden:   c.forbidden,
+		shadow:      l.Shadow(),
 	}
-	if f.keyFunc == nil {
-		ip, err := keyfuncs.IP()
+	if f.clientIP == nil {
+		ip, err := keyfuncs.NewClientIP()
 		if err != nil {
 			return nil, err
 		}
-		f.keyFunc = ip
+		f.clientIP = ip
 	}
-	if !c.headersSet {
+	if f.keyFunc == nil {
+		f.keyFunc = f.clientIP.Key
+	}
+	if f.forbidden == nil {
+		f.forbidden = DefaultForbiddenHandler
+	}
+	if !c.headersSet && !l.Shadow() {
 		f.headers = headers.Default()
 	}
 	if f.deny == nil {
@@ -144,6 +165,22 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 	}
 	st.in = inKey
 	key, err := f.keyFunc(r)
+	if f.allow != nil || f.deny403 != nil {
+		k := key
+		if err != nil {
+			k = ""
+		}
+		switch l, e := f.check(&st, r, k); l {
+		case allowListed:
+			f.report(k, l)
+			return f.proceed(&st, r.Context(), r, w)
+		case denyListed:
+			f.report(k, l)
+			st.in = inForbidden
+			f.forbidden(r, st.guard(w), e)
+			return false
+		}
+	}
 	if err != nil {
 		f.fail(&st, r, w, err)
 		return false
@@ -189,7 +226,7 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 		f.deny(r, st.guard(w), d)
 		return false
 	}
-	if d.Delay > 0 && f.maxDelay > 0 && !pace(ctx, min(d.Delay, f.maxDelay)) {
+	if d.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(d.Delay, f.maxDelay)) {
 		f.fail(st, r, w, canceled(ctx))
 		return false
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -33,6 +34,10 @@ type config struct {
 	respondErr  ErrorResponder
 	maxDelay    time.Duration
 	maxDelaySet bool
+	clientIP    *keyfuncs.ClientIP
+	allow       []access.Matcher
+	deny403     []access.Matcher
+	forbidden   ForbiddenHandler
 }
 
 // invalid returns the error of the option named fn given a bad value.
@@ -40,9 +45,10 @@ func invalid(fn, detail string) error {
 	return fmt.Errorf("%w: httplimit.%s: %s", core.ErrInvalidOption, fn, detail)
 }
 
-// WithKeyFunc sets who the client is. The default is keyfuncs.IP() with no
-// trusted proxy: the socket peer's address, IPv6 grouped by /56, and no
-// forwarding header believed. To fall back from one key to another, pass
+// WithKeyFunc sets who the client is. The default is the key of the
+// WithClientIP option's ClientIP, and without that option keyfuncs.IP()
+// with no trusted proxy: the socket peer's address, IPv6 grouped by /56,
+// and no forwarding header believed. To fall back from one key to another, pass
 // keyfuncs.FirstOf; to limit per endpoint, keyfuncs.Compose with
 // keyfuncs.Route. A nil fn is invalid.
 func WithKeyFunc(fn keyfuncs.Func) Option {
@@ -56,8 +62,11 @@ func WithKeyFunc(fn keyfuncs.Func) Option {
 }
 
 // WithHeaders selects the rate-limit header fields written on limited
-// responses. The default is headers.Default(); the zero headers.Config
-// writes none.
+// responses. The default is headers.Default(), and for a Limiter in shadow
+// mode (core.WithShadow) the zero headers.Config, which writes none: a
+// policy on trial tells clients nothing. Given in shadow mode, cfg is
+// written from the decision as made (a would-be denial's Remaining is 0),
+// without Retry-After, since the request passes.
 func WithHeaders(cfg headers.Config) Option {
 	return func(c *config) error {
 		c.headers = cfg

@@ -19,7 +19,8 @@ var ErrPanic = errors.New("httplimit: panic")
 type PanicError struct {
 	// In names where the panic happened: "key function", "cost function",
 	// "skip function", "limiter", "deny handler", "unavailable handler",
-	// "error handler", "error responder" or "headers".
+	// "error handler", "error responder", "headers", "access list" or
+	// "forbidden handler".
 	In string
 	// Value is what was passed to panic.
 	Value any

@@ -44,4 +44,8 @@ func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
 // redis-server for the whole run.
 func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
 
+// TestAccess checks allow and deny lists over real sockets, forged
+// forwarding headers included.
+func TestAccess(t *testing.T) { adapterstest.RunAccess(t, harness{}) }
+
 func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

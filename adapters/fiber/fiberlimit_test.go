@@ -155,6 +155,10 @@ func TestSockets(t *testing.T) {
 	t.Run("ZeroCopyKeys", func(t *testing.T) { testZeroCopyKeys(t, srv) })
 }
 
+// TestAccess checks allow and deny lists over real sockets, forged
+// forwarding headers included.
+func TestAccess(t *testing.T) { adapterstest.RunAccess(t, harness{}) }
+
 // TestPanics runs with Fiber's default config, without its recover
 // middleware: an escaped panic would end the test binary.
 func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }

@@ -5,6 +5,7 @@ package ginlimit
 import (
 	"time"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -13,6 +14,27 @@ import (
 // Option configures the middleware. It is httplimit.Option: every adapter
 // takes the same options, and re-exports them below.
 type Option = httplimit.Option
+
+// WithClientIP sets who the client is, by address, for the allow and deny
+// lists (WithAllowList, WithDenyList) and, unless WithKeyFunc gives another
+// key function, for the limiter (c.Key). See [httplimit.WithClientIP].
+func WithClientIP(c *keyfuncs.ClientIP) Option { return httplimit.WithClientIP(c) }
+
+// WithAllowList exempts the clients m matches: their requests pass without a
+// store call, a decision or a rate-limit header. See
+// [httplimit.WithAllowList].
+func WithAllowList(m access.Matcher) Option { return httplimit.WithAllowList(m) }
+
+// WithDenyList refuses the clients m matches: their requests are answered at
+// once by the ForbiddenHandler (403 by default), without a store call,
+// unless an allow list matches them too. See [httplimit.WithDenyList].
+func WithDenyList(m access.Matcher) Option { return httplimit.WithDenyList(m) }
+
+// WithForbiddenHandler sets the response to a request refused by a deny
+// list. See [httplimit.WithForbiddenHandler].
+func WithForbiddenHandler(h httplimit.ForbiddenHandler) Option {
+	return httplimit.WithForbiddenHandler(h)
+}
 
 // WithKeyFunc sets who the client is. See [httplimit.WithKeyFunc].
 func WithKeyFunc(fn keyfuncs.Func) Option { return httplimit.WithKeyFunc(fn) }

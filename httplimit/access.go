@@ -1,0 +1,151 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// codeForbidden is the "error" member of DefaultForbiddenHandler's body.
+const codeForbidden = "forbidden"
+
+// inAccess and inForbidden name the list lookups and the forbidden
+// handler in a PanicError.
+const (
+	inAccess    = "access list"
+	inForbidden = "forbidden handler"
+)
+
+// ForbiddenHandler answers a request refused by a deny list or a ban
+// (WithDenyList): e is the entry that matched. It must write a response;
+// the adapter stops the chain either way.
+type ForbiddenHandler func(r keyfuncs.Request, w Response, e access.Entry)
+
+// DefaultForbiddenHandler answers 403 Forbidden with the JSON body
+//
+//	{"error":"forbidden","message":"Access denied."}
+//
+// and no rate-limit header. Neither the entry, its reason nor its expiry
+// is written: what put a client on a deny list is the operator's to know.
+func DefaultForbiddenHandler(_ keyfuncs.Request, w Response, _ access.Entry) {
+	_ = w.Write(http.StatusForbidden, contentTypeJSON,
+		[]byte(`{"error":"`+codeForbidden+`","message":"Access denied."}`))
+}
+
+// WithClientIP sets who the client is, by address, for the allow and deny
+// lists (WithAllowList, WithDenyList) and, unless WithKeyFunc gives
+// another key function, for the limiter (c.Key). Build c with the same
+// trust model as the limiter's key (keyfuncs.NewClientIP with the same
+// TrustedProxies): the lists are then matched against the address the
+// limiter believes, so a forged X-Forwarded-For can neither move a client
+// onto an allow list nor off a deny list. The default is
+// keyfuncs.NewClientIP(), the socket peer, with no header believed. A nil
+// c is invalid.
+func WithClientIP(c *keyfuncs.ClientIP) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return invalid("WithClientIP", "nil ClientIP")
+		}
+		cfg.clientIP = c
+		return nil
+	}
+}
+
+// WithAllowList exempts the clients m matches: their requests pass
+// without a store call, a decision or a rate-limit header. m is matched
+// against the client's address (WithClientIP) and the key the key
+// function returns, at the time of the request; several WithAllowList
+// options add up, as do any number of access.List, access.File and bans.
+// Allow wins over deny: a request that an allow list and a deny list both
+// match passes. A nil m is invalid.
+func WithAllowList(m access.Matcher) Option {
+	return func(c *config) error {
+		if m == nil {
+			return invalid("WithAllowList", "nil matcher")
+		}
+		c.allow = append(c.allow, m)
+		return nil
+	}
+}
+
+// WithDenyList refuses the clients m matches: their requests are answered
+// at once by the ForbiddenHandler (403 by default), without a store call,
+// unless an allow list matches them too. m is matched as WithAllowList
+// says: against the client's address and its key. An address range
+// matches whatever the key function is; a key entry only the key the key
+// function returns for the request ("user:42", or keyfuncs' hashed
+// "key:..." for an API key). Several WithDenyList options add up. A nil m
+// is invalid.
+func WithDenyList(m access.Matcher) Option {
+	return func(c *config) error {
+		if m == nil {
+			return invalid("WithDenyList", "nil matcher")
+		}
+		c.deny403 = append(c.deny403, m)
+		return nil
+	}
+}
+
+// WithForbiddenHandler sets the response to a request refused by a deny
+// list. The default is DefaultForbiddenHandler (403). A nil h is invalid.
+func WithForbiddenHandler(h ForbiddenHandler) Option {
+	return func(c *config) error {
+		if h == nil {
+			return invalid("WithForbiddenHandler", "nil forbidden handler")
+		}
+		c.forbidden = h
+		return nil
+	}
+}
+
+// lists is what the allow and deny lists decided for one request.
+type listed uint8
+
+const (
+	notListed listed = iota
+	allowListed
+	denyListed
+)
+
+// check matches the request's client against the allow lists, then the
+// deny lists; key is "" when the key function failed.
+func (f *Flow) check(st *state, r keyfuncs.Request, key string) (listed, access.Entry) {
+	st.in = inAccess
+	addr, err := f.clientIP.Addr(r)
+	if err != nil {
+		addr = netip.Addr{} // matches no range; a key entry may still match
+	}
+	now := time.Now()
+	for _, m := range f.allow {
+		if e, ok := m.Match(addr, key, now); ok {
+			return allowListed, e
+		}
+	}
+	for _, m := range f.deny403 {
+		if e, ok := m.Match(addr, key, now); ok {
+			return denyListed, e
+		}
+	}
+	return notListed, access.Entry{}
+}
+
+// unknownKey stands for the key of a listed request whose key function
+// failed, in what the Limiter's observers hear.
+const unknownKey = "-"
+
+// report tells the Limiter's observers of a listed request, as of cost 1:
+// the cost function is not asked for a request that is not decided.
+func (f *Flow) report(key string, l listed) {
+	if key == "" {
+		key = unknownKey
+	}
+	o := core.OutcomeDenyListed
+	if l == allowListed {
+		o = core.OutcomeAllowListed
+	}
+	_ = f.limiter.Report(key, 1, o) // key and cost are valid, o is one Report takes
+}
