@@ -98,9 +98,9 @@ func (b *Bans) clock() time.Time {
 // invalid entry or an Expires not after now is an error wrapping
 // ErrInvalidEntry; a ban past the maximum is ErrTooManyBans.
 func (b *Bans) Ban(e Entry) (Entry, error) {
-	e, err := e.validate()
+	e, err := e.Normalize()
 	if err != nil {
-		return Entry{}, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+		return Entry{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -143,9 +143,9 @@ func (b *Bans) BanFor(e Entry, d time.Duration) (Entry, error) {
 // Expires and Reason are ignored) and reports whether there was one in
 // force. An invalid target is an error wrapping ErrInvalidEntry.
 func (b *Bans) Unban(target Entry) (bool, error) {
-	t, err := Entry{Prefix: target.Prefix, Key: target.Key}.validate()
+	t, err := Entry{Prefix: target.Prefix, Key: target.Key}.Normalize()
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+		return false, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

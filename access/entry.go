@@ -61,6 +61,19 @@ func (e Entry) String() string {
 	return target + " expires=" + e.Expires.UTC().Format(time.RFC3339)
 }
 
+// Normalize checks e as NewList does and returns it in the form a List
+// stores it: the range masked to its bits and an IPv4-mapped IPv6 range
+// folded to IPv4. An invalid e (neither or both of Prefix and Key set, an
+// invalid Prefix, a Key or Reason with control characters, invalid UTF-8
+// or over MaxFieldLen bytes) is an error wrapping ErrInvalidEntry.
+func (e Entry) Normalize() (Entry, error) {
+	n, err := e.validate()
+	if err != nil {
+		return Entry{}, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	return n, nil
+}
+
 // validate checks e as NewList takes it and returns it normalized: the
 // range masked to its bits and an IPv4-mapped IPv6 range folded to IPv4,
 // the form in which Match sees addresses.
