@@ -65,6 +65,13 @@ func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }
 // redis-server for the whole run.
 func TestSockets(t *testing.T) { adapterstest.RunDisconnects(t, harness{}, redistest.Start(t)) }
 
+// TestLockout checks brute-force lockouts over real sockets, on memory
+// and on Redis with two app servers.
+func TestLockout(t *testing.T) { adapterstest.RunLockout(t, harness{}, redistest.Start(t)) }
+
+// TestShadow checks shadow mode over real sockets.
+func TestShadow(t *testing.T) { adapterstest.RunShadow(t, harness{}) }
+
 // TestAccess checks allow and deny lists over real sockets, forged
 // forwarding headers included.
 func TestAccess(t *testing.T) { adapterstest.RunAccess(t, harness{}) }

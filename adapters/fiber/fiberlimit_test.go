@@ -155,6 +155,13 @@ func TestSockets(t *testing.T) {
 	t.Run("ZeroCopyKeys", func(t *testing.T) { testZeroCopyKeys(t, srv) })
 }
 
+// TestLockout checks brute-force lockouts over real sockets, on memory
+// and on Redis with two app servers.
+func TestLockout(t *testing.T) { adapterstest.RunLockout(t, harness{}, redistest.Start(t)) }
+
+// TestShadow checks shadow mode over real sockets.
+func TestShadow(t *testing.T) { adapterstest.RunShadow(t, harness{}) }
+
 // TestAccess checks allow and deny lists over real sockets, forged
 // forwarding headers included.
 func TestAccess(t *testing.T) { adapterstest.RunAccess(t, harness{}) }
