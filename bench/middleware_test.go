@@ -29,6 +29,7 @@ import (
 	ginlimit "github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/headers"
 )
 
 // The request every middleware case serves: one client, one route with a
@@ -74,6 +75,10 @@ func httprateByIP(limit int) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler { return chimw.ClientIPFromRemoteAddr(mw(next)) }
 }
 
+// threeHeaders is the headers.Config of ours-3h: X-RateLimit-* (and
+// Retry-After on a denial) only, the three fields most peers write.
+var threeHeaders = headers.Config{XRateLimit: true, RetryAfter: true}
+
 // ululeLimiter is ulule/limiter over its memory store, the never-reached
 // policy.
 func ululeLimiter() *limiter.Limiter {
@@ -83,6 +88,9 @@ func ululeLimiter() *limiter.Limiter {
 var mwContenders = []mwContender{
 	{"echo", "bare", func(tb testing.TB) app { return echoApp(nil) }},
 	{"echo", "ours", func(tb testing.TB) app { return echoApp(echolimit.New(ourLimiter(tb))) }},
+	{"echo", "ours-3h", func(tb testing.TB) app {
+		return echoApp(echolimit.New(ourLimiter(tb), echolimit.WithHeaders(threeHeaders)))
+	}},
 	{"echo", "peer", func(tb testing.TB) app {
 		// Echo's own middleware.RateLimiter over its memory store
 		// (x/time/rate per identifier, ctx.RealIP()).
@@ -94,6 +102,9 @@ var mwContenders = []mwContender{
 
 	{"fiber", "bare", func(tb testing.TB) app { return fiberApp(tb, nil) }},
 	{"fiber", "ours", func(tb testing.TB) app { return fiberApp(tb, fiberlimit.New(ourLimiter(tb))) }},
+	{"fiber", "ours-3h", func(tb testing.TB) app {
+		return fiberApp(tb, fiberlimit.New(ourLimiter(tb), fiberlimit.WithHeaders(threeHeaders)))
+	}},
 	{"fiber", "peer", func(tb testing.TB) app {
 		// Fiber's own middleware/limiter: fixed window, memory storage,
 		// c.IP().
@@ -102,6 +113,9 @@ var mwContenders = []mwContender{
 
 	{"chi", "bare", func(tb testing.TB) app { return chiApp(nil) }},
 	{"chi", "ours", func(tb testing.TB) app { return chiApp(chilimit.New(ourLimiter(tb))) }},
+	{"chi", "ours-3h", func(tb testing.TB) app {
+		return chiApp(chilimit.New(ourLimiter(tb), chilimit.WithHeaders(threeHeaders)))
+	}},
 	{"chi", "peer", func(tb testing.TB) app {
 		return chiApp(httprateByIP(memNeverLimit))
 	}},
@@ -112,6 +126,9 @@ var mwContenders = []mwContender{
 
 	{"gin", "bare", func(tb testing.TB) app { return ginApp(nil) }},
 	{"gin", "ours", func(tb testing.TB) app { return ginApp(ginlimit.New(ourLimiter(tb))) }},
+	{"gin", "ours-3h", func(tb testing.TB) app {
+		return ginApp(ginlimit.New(ourLimiter(tb), ginlimit.WithHeaders(threeHeaders)))
+	}},
 	{"gin", "peer", func(tb testing.TB) app {
 		// ulule/limiter's Gin middleware (Gin has no limiter of its own).
 		return ginApp(mgin.NewMiddleware(ululeLimiter()))

@@ -201,3 +201,33 @@ func makeKeys(n int) []string {
 	}
 	return keys
 }
+
+// BenchmarkAllowLockout decides for one hot key under a policy with a
+// Lockout: admitted (the lockout looked up, not in force), and locked out
+// (answered from the lockout, the algorithm not asked).
+func BenchmarkAllowLockout(b *testing.B) {
+	ctx := context.Background()
+	for _, mode := range []string{"allowed", "locked"} {
+		b.Run(mode, func(b *testing.B) {
+			p := benchPolicy(core.TokenBucket)
+			p.Lockout = core.Lockout{Duration: time.Hour}
+			if mode == "locked" {
+				p.Limit, p.Window = 1, time.Hour
+			}
+			l := newLimiter(b, mustNew(b), p)
+			for range 10 {
+				_, _ = l.Allow(ctx, "203.0.113.7")
+			}
+			want := mode == "allowed"
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				d, err := l.Allow(ctx, "203.0.113.7")
+				if err != nil || d.Allowed != want || d.LockedOut == want {
+					b.Fatalf("%+v, %v", d, err)
+				}
+			}
+			reportRate(b)
+		})
+	}
+}

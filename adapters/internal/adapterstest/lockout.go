@@ -126,7 +126,7 @@ func RunLockout(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			clock.Advance(19*time.Minute + 59*time.Second)
 			login(429, 1, "0") // one second left
 			clock.Advance(time.Second)
-			five() // the lockout is over, the window has passed
+			five()                // the lockout is over, the window has passed
 			login(429, 3600, "0") // second offence within memory: doubled
 			clock.Advance(time.Hour)
 			five()
