@@ -51,6 +51,10 @@ func TestLockout(t *testing.T) { adapterstest.RunLockout(t, harness{}, redistest
 // TestShadow checks shadow mode over real sockets.
 func TestShadow(t *testing.T) { adapterstest.RunShadow(t, harness{}) }
 
+// TestBans checks bans over real sockets: in process, and through Redis
+// between two app servers.
+func TestBans(t *testing.T) { adapterstest.RunBans(t, harness{}, redistest.Start(t)) }
+
 // TestAccess checks allow and deny lists over real sockets, forged
 // forwarding headers included.
 func TestAccess(t *testing.T) { adapterstest.RunAccess(t, harness{}) }
