@@ -43,8 +43,11 @@ func DefaultForbiddenHandler(_ keyfuncs.Request, w Response, _ access.Entry) {
 // TrustedProxies): the lists are then matched against the address the
 // limiter believes, so a forged X-Forwarded-For can neither move a client
 // onto an allow list nor off a deny list. The default is
-// keyfuncs.NewClientIP(), the socket peer, with no header believed. A nil
-// c is invalid.
+// keyfuncs.NewClientIP(), the socket peer, with no header believed; but
+// with WithKeyFunc, lists need WithClientIP said explicitly (New fails
+// without it), since a key function given its own TrustedProxies would
+// otherwise disagree with the lists about who the client is. A nil c is
+// invalid.
 func WithClientIP(c *keyfuncs.ClientIP) Option {
 	return func(cfg *config) error {
 		if c == nil {

@@ -63,6 +63,8 @@ func TestAccessLists(t *testing.T) {
 	}
 	behindProxy, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
+	peer, err := keyfuncs.NewClientIP()
+	require.NoError(t, err)
 	past := "expires=" + time.Now().Add(-time.Second).UTC().Format(time.RFC3339)
 	future := "expires=" + time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	tests := []struct {
@@ -92,17 +94,17 @@ func TestAccessLists(t *testing.T) {
 		{name: "expiring deny entry still live", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody,
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "203.0.113.9 "+future+" reason=scanner"))}},
 		{name: "deny-listed key", req: from("192.0.2.1:1", "X-User", "42"), status: 403, body: forbiddenBody,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithDenyList(list(t, "user:42"))}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "user:42"))}},
 		{name: "allow-listed key", req: from("192.0.2.1:1", "X-User", "7"),
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithAllowList(list(t, "user:7")), httplimit.WithDenyList(list(t, "192.0.2.0/24"))}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithAllowList(list(t, "user:7")), httplimit.WithDenyList(list(t, "192.0.2.0/24"))}},
 		{name: "a range matches whatever the key", req: from("203.0.113.9:1", "X-User", "7"), status: 403, body: forbiddenBody,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
 		{name: "deny by address before a missing key's 400", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
 		{name: "allow by address spares a missing key's 400", req: from("198.51.100.1:1"),
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithAllowList(list(t, "198.51.100.0/24"))}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithAllowList(list(t, "198.51.100.0/24"))}},
 		{name: "missing key, listed nowhere", req: from("192.0.2.1:1"), status: 400,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
+			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
 		{name: "spoofed X-Forwarded-For does not allow", req: from("192.0.2.1:1", "X-Forwarded-For", "198.51.100.1", "X-Real-IP", "198.51.100.1"), takes: 1,
 			opts: []httplimit.Option{httplimit.WithAllowList(list(t, "198.51.100.0/24"))}},
 		{name: "spoofed X-Forwarded-For does not escape a deny", req: from("203.0.113.9:1", "X-Forwarded-For", "198.51.100.1"), status: 403, body: forbiddenBody,
@@ -246,13 +248,15 @@ func TestListedRequestsAreObserved(t *testing.T) {
 	var events []core.Event
 	obs := core.ObserverFunc(func(e core.Event) { events = append(events, e) })
 	l := newLimiter(t, memStore(t), perMinute, core.WithObserver(obs))
+	peer, err := keyfuncs.NewClientIP()
+	require.NoError(t, err)
 	userKey := func(r keyfuncs.Request) (string, error) {
 		if u := r.Header("X-User"); u != "" {
 			return "user:" + u, nil
 		}
 		return "", keyfuncs.ErrNoKey
 	}
-	f, err := httplimit.New(l, httplimit.WithKeyFunc(userKey),
+	f, err := httplimit.New(l, httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer),
 		httplimit.WithAllowList(list(t, "198.51.100.0/24")), httplimit.WithDenyList(list(t, "user:42", "203.0.113.0/24")))
 	require.NoError(t, err)
 	require.True(t, f.Handle(from("198.51.100.1:1", "X-User", "7"), newResponse()))
@@ -324,4 +328,23 @@ func TestShadowMode(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a shadow decision was paced")
 	}
+}
+
+// TestListsWithKeyFuncNeedClientIP: a key function of its own and lists
+// without WithClientIP could disagree about the client; New refuses it.
+func TestListsWithKeyFuncNeedClientIP(t *testing.T) {
+	l := newLimiter(t, memStore(t), perMinute)
+	behind, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	for _, opt := range []httplimit.Option{httplimit.WithDenyList(list(t, "192.0.2.1")), httplimit.WithAllowList(list(t, "192.0.2.1"))} {
+		_, err = httplimit.New(l, httplimit.WithKeyFunc(behind), opt)
+		require.ErrorIs(t, err, core.ErrInvalidOption)
+		assert.Contains(t, err.Error(), "need WithClientIP")
+		client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+		require.NoError(t, err)
+		_, err = httplimit.New(l, httplimit.WithKeyFunc(behind), opt, httplimit.WithClientIP(client))
+		require.NoError(t, err)
+	}
+	_, err = httplimit.New(l, httplimit.WithKeyFunc(behind))
+	require.NoError(t, err, "no list, no address needed")
 }

@@ -111,6 +111,12 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		forbidden:   c.forbidden,
 		shadow:      l.Shadow(),
 	}
+	if f.clientIP == nil && f.keyFunc != nil && (f.allow != nil || f.deny403 != nil) {
+		// The lists would see the socket peer while the key function may
+		// believe a proxy's header: say which address they are to match.
+		return nil, invalid("New", "WithAllowList and WithDenyList with WithKeyFunc need WithClientIP, "+
+			"the client address under the key function's trust model (keyfuncs.NewClientIP() for the socket peer)")
+	}
 	if f.clientIP == nil {
 		ip, err := keyfuncs.NewClientIP()
 		if err != nil {
