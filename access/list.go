@@ -1,4 +1,4 @@
-// Package access holds static allow and deny lists: address ranges (IPv4
+// Package access holds allow and deny lists, and bans: address ranges (IPv4
 // and IPv6 CIDRs, a single address being a /32 or /128) and client keys,
 // each entry permanent or expiring, with a reason. The HTTP flow consults
 // an allow list and a deny list before the limiter: an allow-listed
@@ -10,8 +10,11 @@
 // by longest prefix in a routing table (github.com/gaissmai/bart), a key
 // by exact comparison in a map, with no allocation: with 100,000 ranges,
 // 30-90 ns for one address looked up again and again, 140-190 ns for a
-// stream of addresses spread over the whole table (BenchmarkMatch). [File] keeps a List in step with a file, reloading
-// it when the file changes.
+// stream of addresses spread over the whole table (BenchmarkMatch).
+// [File] keeps a List in step with a file, reloading it when the file
+// changes. [Bans] holds bans added and removed from code while the server
+// runs; package redisbans shares them between servers through Redis. All
+// of them are a [Matcher].
 //
 // # Which address
 //

@@ -334,9 +334,9 @@ type snapshot struct {
 
 // load reads every ban from Redis: the index (load.lua), then the bans.
 func (b *Bans) load(ctx context.Context) (snapshot, error) {
-	start := time.Now()
+	start := b.cfg.now()
 	reply, err := loadScript.Run(ctx, b.client, []string{b.index, b.ver}, b.cfg.maxBans).Slice()
-	elapsed := time.Since(start)
+	elapsed := b.cfg.now().Sub(start)
 	if err != nil {
 		return snapshot{}, fmt.Errorf("redisbans: loading the index: %w", err)
 	}
@@ -522,7 +522,7 @@ func (b *Bans) poll() {
 		b.down = false
 		b.cfg.log().Info("redisbans: reading the bans from Redis again", slog.Int("bans", len(b.entries)))
 	}
-	b.pruneLocked(time.Now())
+	b.pruneLocked(b.cfg.now())
 }
 
 // pruneLocked drops from the snapshot the bans expired at now (they no

@@ -450,3 +450,33 @@ func BenchmarkMatch(b *testing.B) {
 		bans.Match(hit, "user:1", now)
 	}
 }
+
+func TestClockSkew(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redisbans.WithPrefix(prefix(t))
+	ctx := context.Background()
+	fair, _ := open(t, srv.Client(), p)
+	// A server whose clock runs 10 s ahead of Redis's (this machine's).
+	const skew = 10 * time.Second
+	ahead := func() time.Time { return time.Now().Add(skew) }
+	fast, _ := open(t, srv.Client(), p, redisbans.WithClock(ahead))
+
+	e, err := fair.BanFor(ctx, access.Entry{Key: "user:1"}, time.Minute)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, ok := fast.Match(netip.Addr{}, "user:1", ahead())
+		return ok
+	}, propagation, tick)
+	// The fast server ends the ban when Redis does, at its own clock's
+	// reading of that instant, not 10 s early.
+	got, ok := fast.Match(netip.Addr{}, "user:1", e.Expires.Add(skew-time.Second))
+	assert.True(t, ok)
+	assert.WithinDuration(t, e.Expires.Add(skew), got.Expires, time.Second)
+	_, ok = fast.Match(netip.Addr{}, "user:1", e.Expires.Add(skew+time.Second))
+	assert.False(t, ok)
+	// List gives Redis's clock everywhere.
+	list, err := fast.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.True(t, e.Expires.Equal(list[0].Expires))
+}

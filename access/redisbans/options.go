@@ -41,6 +41,9 @@ type config struct {
 	maxBans      int
 	startTimeout time.Duration
 	logger       *slog.Logger // nil: slog.Default() at the time of logging
+	// now is this server's clock, time.Now; a test shifts it to play a
+	// server whose clock is off Redis's.
+	now func() time.Time
 }
 
 func defaults() config {
@@ -50,6 +53,7 @@ func defaults() config {
 		resync:       DefaultResyncInterval,
 		maxBans:      DefaultMaxBans,
 		startTimeout: DefaultStartTimeout,
+		now:          time.Now,
 	}
 }
 

@@ -1,0 +1,53 @@
+package redisbans_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/netip"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/access/redisbans"
+)
+
+// Every app server builds one Bans over the same Redis; a ban made on any
+// of them is in force on all within about 200 ms.
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+
+	// New loads the bans already in Redis before it returns.
+	bans, err := redisbans.New(client)
+	if err != nil {
+		log.Fatal(err) // an option out of range, or Redis unreachable at start
+	}
+	defer bans.Close()
+
+	ctx := context.Background()
+	// From an admin endpoint or an abuse detector, on any server:
+	if _, err := bans.BanFor(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "credential stuffing"}, time.Hour); err != nil {
+		log.Print(err)
+	}
+	if _, err := bans.Ban(ctx, access.Entry{Key: "user:42", Reason: "chargeback"}); err != nil { // permanent
+		log.Print(err)
+	}
+
+	// The flow asks for each request; Match never calls Redis.
+	if e, ok := bans.Match(netip.MustParseAddr("203.0.113.9"), "user:7", time.Now()); ok {
+		fmt.Println("denied:", e.Reason)
+	}
+
+	current, err := bans.List(ctx)
+	if err != nil {
+		log.Print(err)
+	}
+	for _, e := range current {
+		fmt.Println(e, e.Reason)
+	}
+	if _, err := bans.Unban(ctx, access.Entry{Key: "user:42"}); err != nil {
+		log.Print(err)
+	}
+}
