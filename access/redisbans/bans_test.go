@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -479,4 +480,38 @@ func TestClockSkew(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.True(t, e.Expires.Equal(list[0].Expires))
+}
+
+// BenchmarkSync is one full load of 100,000 bans (half ranges, half
+// keys), as every server makes after each change.
+func BenchmarkSync(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	prefix := "bench:" + fmt.Sprint(time.Now().UnixNano())
+	raw := srv.Client()
+	const n = 100_000
+	tag := "{" + prefix + "}:"
+	pipe := raw.Pipeline()
+	for i := range n {
+		id := fmt.Sprintf("k:user:%d", i)
+		if i%2 == 0 {
+			id = "p:" + netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32).String()
+		}
+		pipe.Set(ctx, tag+"b:"+id, "v1|0|bench", 0)
+		pipe.ZAdd(ctx, tag+"i", redis.Z{Score: math.Inf(1), Member: id})
+		if i%5000 == 4999 {
+			_, err := pipe.Exec(ctx)
+			require.NoError(b, err)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(b, err)
+	bans, err := redisbans.New(raw, redisbans.WithPrefix(prefix))
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = bans.Close() })
+	require.Equal(b, n, bans.Len())
+	b.ReportAllocs()
+	for b.Loop() {
+		require.NoError(b, bans.Sync(ctx))
+	}
 }

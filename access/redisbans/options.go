@@ -114,6 +114,12 @@ func WithResyncInterval(d time.Duration) Option {
 // 1,000,000; the default is DefaultMaxBans. Every server sharing bans
 // should have the same. A load that finds more loads the permanent bans,
 // then those that expire last, and logs a warning.
+//
+// Every change makes every server reload every ban (and Ban and Unban
+// wait for their own server's reload): with 100,000 bans a load takes
+// about 0.45 s, a quarter of it this process's CPU, and allocates about
+// 70 MB (BenchmarkSync, 2 cores, Redis on loopback). A poller reloads at
+// most once per poll interval however fast bans change.
 func WithMaxBans(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > 1_000_000 {
