@@ -291,3 +291,34 @@ func TestLoadFileMillionLines(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, n+1, pe.Line)
 }
+
+// A Kubernetes ConfigMap volume: the file is a link through "..data" to a
+// timestamped directory, and an update swaps "..data" by a rename.
+func TestWatchFileConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	write := func(version, content string) {
+		t.Helper()
+		d := filepath.Join(dir, version)
+		require.NoError(t, os.Mkdir(d, 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "deny.list"), []byte(content), 0o600))
+		tmp := filepath.Join(dir, "..data_tmp")
+		require.NoError(t, os.Symlink(version, tmp))
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, "..data")))
+	}
+	write("..2026_12_03_01", "10.0.0.0/8\n")
+	path := filepath.Join(dir, "deny.list")
+	require.NoError(t, os.Symlink(filepath.Join("..data", "deny.list"), path))
+
+	reloads := make(chan reload, 64)
+	f, err := access.WatchFile(path,
+		access.WithLogger(slog.New(slog.DiscardHandler)),
+		access.OnReload(func(l *access.List, err error) { reloads <- reload{l, err} }))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+	assert.True(t, matches(f, "10.1.1.1"))
+
+	write("..2026_12_03_02", "192.0.2.0/24\n198.51.100.0/24\n")
+	await(t, reloads, withLen(2))
+	assert.False(t, matches(f, "10.1.1.1"))
+	assert.True(t, matches(f, "198.51.100.1"))
+}

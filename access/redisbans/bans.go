@@ -30,6 +30,10 @@
 // them by this server's clock skew from Redis (when over 100 ms), so that
 // Match, given time.Now(), ends a ban at the instant Redis does.
 //
+// The scripts need Redis 6.2 or later (SET with PXAT, ZRANGE with BYSCORE
+// and REV); on a Redis Cluster every client of one prefix talks to the
+// node that holds its slot.
+//
 // # Failures
 //
 // When Redis cannot be reached, Match keeps the last snapshot, expiring
