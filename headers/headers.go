@@ -34,15 +34,17 @@
 package headers
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
 )
 
-// Field names, in the canonical form net/http keeps them in (so that
-// http.Header.Set need not allocate to canonicalize them). Field names are
-// case-insensitive on the wire.
+// Field names, in the canonical form net/http keeps them in, for reading a
+// parsed response (http.Header.Get, or indexing its map). Field names are
+// case-insensitive on the wire; Write spells them as the standards do
+// ("X-RateLimit-Limit", see Fields).
 const (
 	XRateLimitLimit     = "X-Ratelimit-Limit"
 	XRateLimitRemaining = "X-Ratelimit-Remaining"
@@ -98,63 +100,206 @@ func Default() Config {
 // structured fields are left out when the policy's Name has a byte that a
 // Structured Field string cannot hold, which a validated policy never has.
 //
-// Write is safe for concurrent use on distinct Setters. It allocates only
-// the strings it passes to Set; numbers below 100 cost no allocation.
+// How the fields are set depends on h. When h is a [HeaderMap] (the
+// adapters' responses are), they go straight into its net/http Header map
+// under the names as the standards spell them ("X-RateLimit-Limit",
+// "RateLimit-Limit"), which net/http writes on the wire as they are: two
+// allocations for all the fields, their values sharing one string and
+// their value slices one array. An http.Header itself gets the same two
+// allocations, but the names in canonical form ("X-Ratelimit-Limit", the
+// constants below), as http.Header.Set would put them, so that Get finds
+// them. Any other Setter (Fiber's response) gets Set calls with the names
+// as the standards spell them and values that share one string: one
+// allocation for all of them.
+//
+// Field names are case-insensitive on the wire, and clients that parse a
+// response (net/http's among them) canonicalize them; but a server-side
+// handler that looks a field up in a HeaderMap's map with http.Header.Get,
+// which canonicalizes the name it is given, does not find it: read such a
+// map with the names as spelled ([Fields]), or after the response is
+// parsed.
+//
+// Write is safe for concurrent use on distinct Setters.
 func Write(h Setter, d core.Decision, now time.Time, cfg Config) {
 	if d.Allowed && d.Source == core.SourceFailMode {
 		return
 	}
+	var fs fieldSet
+	var space [160]byte // every field of a validated policy but long structured names
+	buf := fs.build(space[:0], d, now, cfg)
+	if fs.n == 0 {
+		return
+	}
+	v := string(buf)
+	switch h := h.(type) {
+	case HeaderMap:
+		setMap(h.HeaderMap(), &fs, v, false)
+		return
+	case http.Header:
+		setMap(h, &fs, v, true)
+		return
+	}
+	for _, f := range fs.fields[:fs.n] {
+		h.Set(f.name, v[f.start:f.end])
+	}
+}
+
+// setMap sets the fields of fs, whose values are in v, in h: under their
+// canonical names when canonical, else as the standards spell them. The
+// value slices share one array.
+func setMap(h http.Header, fs *fieldSet, v string, canonical bool) {
+	vals := make([]string, fs.n)
+	for i, f := range fs.fields[:fs.n] {
+		vals[i] = v[f.start:f.end]
+		name := f.name
+		if canonical {
+			name = canonicalName(name)
+		}
+		h[name] = vals[i : i+1 : i+1]
+	}
+}
+
+// canonicalName returns the canonical form of a field name Write spells.
+func canonicalName(wire string) string {
+	switch wire {
+	case wireXRateLimitLimit:
+		return XRateLimitLimit
+	case wireXRateLimitRemaining:
+		return XRateLimitRemaining
+	case wireXRateLimitReset:
+		return XRateLimitReset
+	case wireRateLimitLimit:
+		return RateLimitLimit
+	case wireRateLimitRemaining:
+		return RateLimitRemaining
+	case wireRateLimitReset:
+		return RateLimitReset
+	case wireRateLimit:
+		return RateLimit
+	case wireRateLimitPolicy:
+		return RateLimitPolicy
+	}
+	return RetryAfter
+}
+
+// HeaderMap is a response that lets Write set its fields in its net/http
+// Header map directly. HeaderMap returns that map, never nil.
+type HeaderMap interface {
+	Setter
+	HeaderMap() http.Header
+}
+
+// Field names as the standards spell them, the spelling Write puts on the
+// wire.
+const (
+	wireXRateLimitLimit     = "X-RateLimit-Limit"
+	wireXRateLimitRemaining = "X-RateLimit-Remaining"
+	wireXRateLimitReset     = "X-RateLimit-Reset"
+	wireRateLimitLimit      = "RateLimit-Limit"
+	wireRateLimitRemaining  = "RateLimit-Remaining"
+	wireRateLimitReset      = "RateLimit-Reset"
+	wireRateLimit           = "RateLimit"
+	wireRateLimitPolicy     = "RateLimit-Policy"
+	wireRetryAfter          = "Retry-After"
+)
+
+// Fields returns every field name Write may write, as it spells them on
+// the wire, in the order it writes them.
+func Fields() []string {
+	return []string{
+		wireXRateLimitLimit, wireXRateLimitRemaining, wireXRateLimitReset,
+		wireRateLimitLimit, wireRateLimitRemaining, wireRateLimitReset,
+		wireRateLimit, wireRateLimitPolicy, wireRetryAfter,
+	}
+}
+
+// maxFields is how many fields one Write sets at most.
+const maxFields = 9
+
+// field is one field of a fieldSet: its name and its value's bounds in buf.
+type field struct {
+	name       string
+	start, end int
+}
+
+// fieldSet holds the fields of one decision; their values lie side by
+// side in one buffer, which the functions building it take and return
+// (held in the fieldSet, the caller's stack buffer would escape).
+type fieldSet struct {
+	fields [maxFields]field
+	n      int
+}
+
+// push appends the field name whose value is buf[start:end].
+func (fs *fieldSet) push(name string, start, end int) {
+	fs.fields[fs.n] = field{name, start, end}
+	fs.n++
+}
+
+// addInt appends the field name with the value n to fs and buf.
+func (fs *fieldSet) addInt(buf []byte, name string, n int64) []byte {
+	start := len(buf)
+	buf = strconv.AppendInt(buf, n, 10)
+	fs.push(name, start, len(buf))
+	return buf
+}
+
+// build fills fs with the fields of d that cfg selects (see Write), their
+// values appended to buf, and returns buf.
+func (fs *fieldSet) build(buf []byte, d core.Decision, now time.Time, cfg Config) []byte {
 	remaining := max(d.Remaining, 0)
 	reset := ceilSeconds(d.ResetAfter)
 	if cfg.XRateLimit || cfg.Draft6 {
-		limit := strconv.FormatInt(max(d.Limit, 0), 10)
-		rem := strconv.FormatInt(remaining, 10)
+		limitStart := len(buf)
+		buf = strconv.AppendInt(buf, max(d.Limit, 0), 10)
+		remStart := len(buf)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		remEnd := len(buf)
 		if cfg.XRateLimit {
 			if now.IsZero() {
 				now = time.Now()
 			}
-			h.Set(XRateLimitLimit, limit)
-			h.Set(XRateLimitRemaining, rem)
-			h.Set(XRateLimitReset, strconv.FormatInt(ceilUnix(now.Add(max(d.ResetAfter, 0))), 10))
+			fs.push(wireXRateLimitLimit, limitStart, remStart)
+			fs.push(wireXRateLimitRemaining, remStart, remEnd)
+			buf = fs.addInt(buf, wireXRateLimitReset, ceilUnix(now.Add(max(d.ResetAfter, 0))))
 		}
 		if cfg.Draft6 {
-			h.Set(RateLimitLimit, limit)
-			h.Set(RateLimitRemaining, rem)
-			h.Set(RateLimitReset, strconv.FormatInt(reset, 10))
+			fs.push(wireRateLimitLimit, limitStart, remStart)
+			fs.push(wireRateLimitRemaining, remStart, remEnd)
+			buf = fs.addInt(buf, wireRateLimitReset, reset)
 		}
 	}
 	if cfg.Structured && sfStringOK(d.Policy.Name) {
-		writeStructured(h, d.Policy, remaining, reset)
+		buf = fs.addStructured(buf, d.Policy, remaining, reset)
 	}
 	if cfg.RetryAfter && !d.Allowed {
-		h.Set(RetryAfter, strconv.FormatInt(RetryAfterSeconds(d), 10))
+		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(d))
 	}
+	return buf
 }
 
-// writeStructured sets RateLimit and RateLimit-Policy. Each value is built
-// in a stack buffer and costs one allocation, the string given to Set.
+// addStructured appends RateLimit and RateLimit-Policy to fs and buf.
 // RateLimit-Policy is left out for a Decision that carries no Policy.
-func writeStructured(h Setter, p core.Policy, remaining, reset int64) {
-	// A name of MaxNameLen bytes, every one escaped, and two numbers of
-	// up to 15 digits fit; append grows the buffer onto the heap should a
-	// longer name (from an unvalidated policy) not.
-	var buf [2*core.MaxNameLen + 48]byte
-	b := appendSFString(buf[:0], p.Name)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
-	h.Set(RateLimit, string(b))
+func (fs *fieldSet) addStructured(buf []byte, p core.Policy, remaining, reset int64) []byte {
+	start := len(buf)
+	buf = appendSFString(buf, p.Name)
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, min(remaining, maxSFInteger), 10)
+	buf = append(buf, ";t="...)
+	buf = strconv.AppendInt(buf, reset, 10)
+	fs.push(wireRateLimit, start, len(buf))
 
 	if p.Limit <= 0 || p.Window <= 0 {
-		return
+		return buf
 	}
-	b = appendSFString(buf[:0], p.Name)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, min(p.Limit, maxSFInteger), 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, max(ceilSeconds(p.Window), 1), 10)
-	h.Set(RateLimitPolicy, string(b))
+	start = len(buf)
+	buf = appendSFString(buf, p.Name)
+	buf = append(buf, ";q="...)
+	buf = strconv.AppendInt(buf, min(p.Limit, maxSFInteger), 10)
+	buf = append(buf, ";w="...)
+	buf = strconv.AppendInt(buf, max(ceilSeconds(p.Window), 1), 10)
+	fs.push(wireRateLimitPolicy, start, len(buf))
+	return buf
 }
 
 // RetryAfterSeconds returns the Retry-After of d in whole seconds: 0 when d

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -288,5 +289,60 @@ func BenchmarkWrite(b *testing.B) {
 				Write(s, c.d, t0, c.cfg)
 			}
 		})
+		b.Run(c.name+"/HeaderMap", func(b *testing.B) {
+			m := mapResponse{http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				Write(m, c.d, t0, c.cfg)
+			}
+		})
 	}
+}
+
+// mapResponse is a HeaderMap, as the adapters' responses are.
+type mapResponse struct{ h http.Header }
+
+func (m mapResponse) Set(k, v string)        { m.h.Set(k, v) }
+func (m mapResponse) HeaderMap() http.Header { return m.h }
+
+// TestWriteSpelling: a HeaderMap gets the names as the standards spell
+// them, which net/http writes on the wire as they are; an http.Header gets
+// them canonical, as its Set would; a Setter as the standards spell them.
+// Every path writes the same values.
+func TestWriteSpelling(t *testing.T) {
+	d := deniedDecision
+	d.Policy = core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}
+	m := mapResponse{http.Header{}}
+	Write(m, d, t0, all)
+	plain := http.Header{}
+	Write(plain, d, t0, all)
+	s := &recordingSetter{}
+	Write(s, d, t0, all)
+	require.Len(t, m.h, 9)
+	require.Len(t, plain, 9)
+	for _, name := range Fields() {
+		require.Contains(t, m.h, name, "HeaderMap: %s as spelled", name)
+		require.Len(t, m.h[name], 1)
+		require.Contains(t, plain, http.CanonicalHeaderKey(name), "http.Header: %s canonical", name)
+		assert.Equal(t, m.h[name], plain[http.CanonicalHeaderKey(name)], name)
+		assert.Equal(t, m.h[name][0], s.m[name], "Setter: %s", name)
+	}
+	var wire strings.Builder
+	require.NoError(t, m.h.Write(&wire))
+	for _, line := range []string{"X-RateLimit-Limit: 100\r\n", "RateLimit-Remaining: 0\r\n", "RateLimit-Policy: \"api\";q=10;w=60\r\n", "Retry-After: "} {
+		assert.Contains(t, wire.String(), line)
+	}
+	// Appending to one value slice cannot reach another's.
+	m.h["X-RateLimit-Limit"] = append(m.h["X-RateLimit-Limit"], "x")
+	assert.Equal(t, []string{"0"}, m.h["X-RateLimit-Remaining"])
+}
+
+// recordingSetter keeps what it is set.
+type recordingSetter struct{ m map[string]string }
+
+func (r *recordingSetter) Set(k, v string) {
+	if r.m == nil {
+		r.m = map[string]string{}
+	}
+	r.m[k] = v
 }
