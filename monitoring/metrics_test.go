@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // exporterMetrics are the series observe/prometheus exports under its
@@ -24,12 +26,21 @@ var exporterMetrics = map[string][]string{
 	"ratelimit_memstore_keys":                 {"store"},
 }
 
-// labelValues are the values of the exporter's bounded labels.
+// labelValues are the values of the exporter's bounded labels: outcome
+// and kind as core names them, state as promlimit does.
 var labelValues = map[string][]string{
-	"outcome": {"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied",
-		"failed_open", "failed_closed", "canceled", "invalid"},
-	"kind":  {"timeout", "circuit_open", "error"},
-	"state": {"healthy", "recovering", "failing"},
+	"outcome": outcomeNames(),
+	"kind":    {core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed},
+	"state":   {"healthy", "recovering", "failing"},
+}
+
+// outcomeNames returns the String of every core.Outcome, in order.
+func outcomeNames() []string {
+	var names []string
+	for _, o := range core.Outcomes() {
+		names = append(names, o.String())
+	}
+	return names
 }
 
 // listKeywords are PromQL words followed by a parenthesized label list
@@ -116,6 +127,14 @@ func selectors(t *testing.T, expr string) []selector {
 		}
 	}
 	return sels
+}
+
+func TestOutcomeNames(t *testing.T) {
+	// The outcomes the rules and the dashboard are written for: a new one
+	// must find its place in them (see TestRuleOutcomes).
+	assert.Equal(t, []string{"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied",
+		"failed_open", "failed_closed", "canceled", "invalid",
+		"shadow_denied", "locked_out", "allow_listed", "deny_listed"}, outcomeNames())
 }
 
 func TestSelectors(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // rulesTestPath is the promtool unit test file of the rules.
@@ -68,10 +70,11 @@ func TestRuleExprs(t *testing.T) {
 		assert.NotEqual(t, r.Expr, r.Signal, r.Name)
 		assert.Contains(t, r.Signal, " bool ", r.Name)
 	}
-	assert.Equal(t, 6, alerts)
+	assert.Equal(t, 8, alerts)
 
-	// The end-to-end test relies on these alerts existing.
-	for _, a := range []string{"RateLimitDenyRatioHigh", "RateLimitNearLimitSurge", "RateLimitStoreErrors",
+	// The end-to-end test and the README rely on these alerts existing.
+	for _, a := range []string{"RateLimitDenyRatioHigh", "RateLimitLockoutSurge", "RateLimitDenyListedSurge",
+		"RateLimitNearLimitSurge", "RateLimitStoreErrors",
 		"RateLimitFallbackActive", "RateLimitStoreLatencyHigh", "RateLimitStoreFailing"} {
 		assert.True(t, names[a], "no alert %s", a)
 	}
@@ -127,6 +130,106 @@ func TestRuleMetrics(t *testing.T) {
 				recorded[r.Record] = true
 			}
 		}
+	}
+}
+
+// outcomesOf returns the outcomes that the outcome matcher of a
+// ratelimit_decisions_total selector selects, sorted; nil when it has
+// none. Only = and =~ with alternatives of names are allowed: a negative
+// matcher or a pattern would select outcomes added later unseen.
+func outcomesOf(t *testing.T, s selector, where string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range matcher.FindAllStringSubmatch(s.matchers, -1) {
+		if m[1] != "outcome" {
+			continue
+		}
+		require.Contains(t, []string{"=", "=~"}, m[2], "%s: outcome%s: name the outcomes", where, m[2])
+		require.Nil(t, out, "%s: two outcome matchers", where)
+		out = strings.Split(m[3], "|")
+		require.Regexp(t, `^[a-z_|]+$`, m[3], "%s: outcome=~%q: alternatives of names only", where, m[3])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ruleOutcomes returns, for each recording rule with one
+// ratelimit_decisions_total selector that picks outcomes, those outcomes.
+func ruleOutcomes(t *testing.T) map[string][]string {
+	t.Helper()
+	sets := map[string][]string{}
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Record == "" {
+				continue
+			}
+			var found [][]string
+			for _, s := range selectors(t, r.Expr) {
+				if s.metric == "ratelimit_decisions_total" {
+					found = append(found, outcomesOf(t, s, r.Record))
+				}
+			}
+			if len(found) == 1 && found[0] != nil {
+				sets[r.Record] = found[0]
+			}
+		}
+	}
+	return sets
+}
+
+// union returns the sorted union of sets.
+func union(sets ...[]string) []string {
+	var u []string
+	for _, s := range sets {
+		for _, o := range s {
+			if !slices.Contains(u, o) {
+				u = append(u, o)
+			}
+		}
+	}
+	slices.Sort(u)
+	return u
+}
+
+// TestRuleOutcomes checks how the recording rules sort core's outcomes:
+// every outcome in exactly one of admitted (by the limit's decision),
+// shadow_denied, allow_listed, denied (by the limit), deny_listed, or none
+// (failed_closed, canceled, invalid); the admitted ones together exactly
+// those core's Outcome.Admitted admits; decided the limit's decisions.
+func TestRuleOutcomes(t *testing.T) {
+	sets := ruleOutcomes(t)
+	set := func(name string) []string {
+		t.Helper()
+		s, ok := sets[name]
+		require.True(t, ok, "no recording rule %s over outcomes", name)
+		return s
+	}
+	admitted, denied, decided := set("ratelimit:admitted:rate5m"), set("ratelimit:denied:rate5m"), set("ratelimit:decided:rate5m")
+	shadow, locked := set("ratelimit:shadow_denied:rate5m"), set("ratelimit:locked_out:rate5m")
+	allowListed, denyListed := set("ratelimit:allow_listed:rate5m"), set("ratelimit:deny_listed:rate5m")
+	neither := []string{core.OutcomeCanceled.String(), core.OutcomeFailedClosed.String(), core.OutcomeInvalid.String()}
+
+	assert.Equal(t, []string{"shadow_denied"}, shadow)
+	assert.Equal(t, []string{"locked_out"}, locked)
+	assert.Equal(t, []string{"allow_listed"}, allowListed)
+	assert.Equal(t, []string{"deny_listed"}, denyListed)
+	assert.Subset(t, denied, locked, "a lockout is the limit's denial")
+	assert.Equal(t, union(admitted, shadow, denied), decided, "decided: what the limit decided")
+	assert.Equal(t, []string{"fallback_allowed", "fallback_denied"}, set("ratelimit:fallback:rate5m"))
+
+	classes := map[string][]string{"admitted": admitted, "shadow_denied": shadow, "allow_listed": allowListed,
+		"denied": denied, "deny_listed": denyListed, "neither": neither}
+	for _, o := range core.Outcomes() {
+		var in []string
+		for name, c := range classes {
+			if slices.Contains(c, o.String()) {
+				in = append(in, name)
+			}
+		}
+		assert.Len(t, in, 1, "outcome %s is in %v: it must be in exactly one class", o, in)
+		passed := slices.Contains(admitted, o.String()) || slices.Contains(shadow, o.String()) ||
+			slices.Contains(allowListed, o.String())
+		assert.Equal(t, o.Admitted(), passed, "outcome %s: admitted, shadow_denied or allow_listed exactly when core admits it", o)
 	}
 }
 
