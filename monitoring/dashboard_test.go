@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -13,14 +14,20 @@ import (
 )
 
 // requiredPanels are the titles the dashboard must keep: what issue #10
-// asks an operator can see.
+// asks an operator can see, and shadow mode, lockouts and lists (#9).
 var requiredPanels = []string{
 	"Admitted requests per limit",
 	"Denied requests per limit",
 	"Deny ratio per limit",
+	"Decisions by outcome",
 	"Near-limit admissions per limit",
 	"Store latency p50/p90/p99 vs timeout budget",
 	"Store errors by kind",
+	"Would-be denials per limit (shadow mode)",
+	"Would-be deny ratio per limit (shadow mode)",
+	"Lockouts per limit",
+	"Allow- and deny-listed requests per limit",
+	"Deny-listed share of requests",
 	"Fallback and fail-mode decisions",
 	"Store health",
 	"Deny-cache hits",
@@ -211,6 +218,69 @@ func checkMatcherValues(t *testing.T, s selector, where string) {
 		for _, v := range strings.Split(value, "|") {
 			assert.Contains(t, known, v, "%s: %s=%q: no such %s", where, s.metric, value, name)
 		}
+	}
+}
+
+// TestDashboardOutcomes checks that the dashboard sorts outcomes as the
+// rules do: every set of outcomes a query selects is the set of a
+// recording rule (admitted, denied, decided, ...), one outcome, or the
+// fallback and fail-mode panel's; and the admitted, denied and deny-ratio
+// panels show exactly the rules' series.
+func TestDashboardOutcomes(t *testing.T) {
+	rules := ruleOutcomes(t)
+	known := map[string]string{} // outcome set -> where it comes from
+	for name, set := range rules {
+		known[strings.Join(set, "|")] = name
+	}
+	known["failed_closed|failed_open|fallback_allowed|fallback_denied"] = "the fallback and fail-mode panel"
+
+	queries := map[string][]string{} // panel title and refId -> the outcome sets, in order
+	for _, p := range loadDashboard(t).allPanels() {
+		for _, tg := range p.Targets {
+			where := fmt.Sprintf("panel %q query %s", p.Title, tg.RefID)
+			for _, s := range selectors(t, tg.Expr) {
+				if s.metric != "ratelimit_decisions_total" {
+					continue
+				}
+				set := outcomesOf(t, s, where)
+				if set == nil {
+					queries[p.Title+"/"+tg.RefID] = append(queries[p.Title+"/"+tg.RefID], "*")
+					continue
+				}
+				key := strings.Join(set, "|")
+				_, ok := known[key]
+				assert.True(t, ok || len(set) == 1, "%s: outcomes %s are no rule's set", where, key)
+				queries[p.Title+"/"+tg.RefID] = append(queries[p.Title+"/"+tg.RefID], key)
+			}
+		}
+	}
+	set := func(rule string) string {
+		t.Helper()
+		require.Contains(t, rules, rule)
+		return strings.Join(rules[rule], "|")
+	}
+	admitted, denied, decided := set("ratelimit:admitted:rate5m"), set("ratelimit:denied:rate5m"), set("ratelimit:decided:rate5m")
+	for q, want := range map[string][]string{
+		"Admitted requests/s/A":                         {admitted},
+		"Denied requests/s/A":                           {denied},
+		"Deny ratio/A":                                  {denied, decided},
+		"Admitted requests per limit/A":                 {admitted},
+		"Admitted requests per limit/B":                 {"shadow_denied"},
+		"Admitted requests per limit/C":                 {"allow_listed"},
+		"Denied requests per limit/A":                   {denied},
+		"Denied requests per limit/B":                   {"failed_closed"},
+		"Denied requests per limit/C":                   {"deny_listed"},
+		"Deny ratio per limit/A":                        {denied, decided},
+		"Near-limit share of admissions/A":              {admitted},
+		"Would-be denials per limit (shadow mode)/A":    {"shadow_denied"},
+		"Would-be deny ratio per limit (shadow mode)/A": {"shadow_denied", decided},
+		"Lockouts per limit/A":                          {"locked_out"},
+		"Allow- and deny-listed requests per limit/A":   {"allow_listed"},
+		"Allow- and deny-listed requests per limit/B":   {"deny_listed"},
+		"Deny-listed share of requests/A":               {"deny_listed", "*"},
+		"Denials answered by the deny cache/A":          {"deny_cache", denied},
+	} {
+		assert.Equal(t, want, queries[q], "%s: the outcomes it selects", q)
 	}
 }
 
