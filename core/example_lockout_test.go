@@ -20,7 +20,7 @@ func ExampleLockout() {
 	defer store.Close()
 	login, err := core.NewLimiter(store, core.Policy{
 		Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-		Lockout: core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour},
+		Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour},
 	})
 	if err != nil {
 		panic(err)

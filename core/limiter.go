@@ -92,6 +92,10 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if policy.Name == "" {
 		policy.Name = policy.DefaultName()
 	}
+	if policy.Lockout != nil {
+		own := *policy.Lockout // the caller's may change
+		policy.Lockout = &own
+	}
 	c := defaultConfig()
 	for i, opt := range opts {
 		if opt == nil {
@@ -199,9 +203,12 @@ func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Ti
 
 // allow is AllowNAt; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
+	if l.observers == nil && !l.shadow {
+		return l.decide(ctx, key, n, at, nil) // the hot path
+	}
 	if l.observers == nil {
 		d, err := l.decide(ctx, key, n, at, nil)
-		if l.shadow && !d.Allowed {
+		if !d.Allowed {
 			shade(&d, err)
 		}
 		return d, err
@@ -322,7 +329,9 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Dec
 func (l *Limiter) mirror(ctx context.Context, req Request, d Decision) Decision {
 	// The fallback counts what the store admitted; it strikes no one for
 	// it (its lockouts are its own, when it decides alone).
-	req.Policy.Lockout = Lockout{}
+	if req.Policy.Lockout != nil {
+		req.Policy.Lockout = nil
+	}
 	fd, err := l.fallback.Take(ctx, req)
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(req.Now)) {
 		return d

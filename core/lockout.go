@@ -26,7 +26,7 @@ const (
 // attempts per 15 minutes and a lockout of 30 minutes doubling up to a day:
 //
 //	core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-//		Lockout: core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}}
+//		Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}}
 //
 // The offence is a request that the algorithm denies (the sixth attempt
 // above). It earns the client a strike and starts a lockout of
@@ -50,7 +50,8 @@ const (
 // Store.Reset) forgets them with the algorithm's state: call it after a
 // successful login to clear the client's strikes.
 //
-// The zero Lockout locks nothing out, and costs nothing.
+// A Policy without a Lockout (nil), or with a zero one, locks no one out
+// and costs nothing for it.
 type Lockout struct {
 	// Duration is the first lockout, from MinLockout to MaxLockout; 0
 	// disables lockouts (Max and Memory must then be 0). Stores use it,

@@ -41,7 +41,7 @@ func TestLockoutValidate(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := base
-			p.Lockout = c.lockout
+			p.Lockout = &c.lockout
 			err := p.Validate()
 			lerr := c.lockout.Validate()
 			_, nerr := core.NewLimiter(newMemStore(t), p)
@@ -108,7 +108,7 @@ func TestLockoutLength(t *testing.T) {
 func TestLimiterLockout(t *testing.T) {
 	rec := &recorder{}
 	p := core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-		Lockout: core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour}}
+		Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour}}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -148,7 +148,7 @@ func TestLimiterLockout(t *testing.T) {
 // all, until the lockout ends.
 func TestLockoutDenyCache(t *testing.T) {
 	rec := &recorder{}
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: core.Lockout{Duration: time.Minute}}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: &core.Lockout{Duration: time.Minute}}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithDenyCache(10), core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -174,7 +174,7 @@ func TestLockoutDenyCache(t *testing.T) {
 func TestLockoutFallbackMirrorStrikesNoOne(t *testing.T) {
 	s := &switchStore{}
 	local := newMemStore(t)
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Lockout: core.Lockout{Duration: 2 * time.Hour}}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Lockout: &core.Lockout{Duration: 2 * time.Hour}}
 	l, err := core.NewLimiter(s, p, core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -109,11 +109,14 @@ type Policy struct {
 	// windows at most 366 days, so that every time and duration a store
 	// computes stays exact.
 	Burst int64
-	// Lockout, when Enabled, locks a client out for a while once the
-	// algorithm denies it, longer for each repeated offence (see Lockout).
-	// It is not part of the storage key: limiters that share a store and
-	// a Name share the lockouts too.
-	Lockout Lockout
+	// Lockout, when set and Enabled, locks a client out for a while once
+	// the algorithm denies it, longer for each repeated offence (see
+	// Lockout); nil locks no one out. It is a pointer so that a Policy,
+	// copied into every Decision, stays small for the policies without
+	// one; NewLimiter keeps a copy of its own, which Decision.Policy
+	// points to: read it, never change it. It is not part of the storage
+	// key: limiters that share a store and a Name share the lockouts too.
+	Lockout *Lockout
 }
 
 // Validate reports whether p is usable, wrapping ErrInvalidPolicy with the
@@ -143,8 +146,10 @@ func (p Policy) Validate() error {
 	if !refillsWithin(p.Limit, p.Window, p.Burst) {
 		return bad("burst %d takes more than MaxWindow (366 days) to fill at %d per %v; lower the burst or raise the rate", p.Burst, p.Limit, p.Window)
 	}
-	if reason := p.Lockout.validate(); reason != "" {
-		return bad("%s", reason)
+	if p.Lockout != nil {
+		if reason := p.Lockout.validate(); reason != "" {
+			return bad("%s", reason)
+		}
 	}
 	if len(p.Name) > MaxNameLen {
 		return bad("name is %d bytes long, more than %d", len(p.Name), MaxNameLen)

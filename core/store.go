@@ -7,10 +7,22 @@ import (
 )
 
 // Decision is the answer to one request: may it pass, and what to tell the
-// client. Durations are whole milliseconds, rounded up.
+// client. Durations are whole milliseconds, rounded up. (Its one-byte
+// fields come first and share one word, so that it copies cheaply.)
 type Decision struct {
 	// Allowed reports whether the request may pass.
 	Allowed bool
+	// Source says where the decision came from: the store, unless the
+	// store failed or was not asked.
+	Source Source
+	// LockedOut reports a request denied by the policy's Lockout: the one
+	// that started a lockout, and every request during it. RetryAfter is
+	// then the time left on the lockout, and Remaining 0.
+	LockedOut bool
+	// Shadowed reports a request that the Limiter admitted only because it
+	// is in shadow mode (WithShadow): it would have been denied. Allowed
+	// is then true, and the other fields are those of the denial.
+	Shadowed bool
 	// Limit is the policy's Capacity: the most Remaining can ever be.
 	Limit int64
 	// Remaining is how many more cost units would pass right now.
@@ -27,17 +39,6 @@ type Decision struct {
 	Delay time.Duration
 	// Policy is the policy that decided, with its Name filled in.
 	Policy Policy
-	// Source says where the decision came from: the store, unless the
-	// store failed or was not asked.
-	Source Source
-	// LockedOut reports a request denied by the policy's Lockout: the one
-	// that started a lockout, and every request during it. RetryAfter is
-	// then the time left on the lockout, and Remaining 0.
-	LockedOut bool
-	// Shadowed reports a request that the Limiter admitted only because it
-	// is in shadow mode (WithShadow): it would have been denied. Allowed
-	// is then true, and the other fields are those of the denial.
-	Shadowed bool
 }
 
 // Request is one question a Limiter asks its Store.

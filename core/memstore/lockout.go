@@ -49,7 +49,7 @@ func (lp lockParams) length(strike int64) int64 {
 // It reports whether the outcome is a lockout's, and false for known when
 // p's algorithm is unknown. The caller holds sh.mu.
 func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (o outcome, known, locked bool) {
-	lp := lockParamsOf(&p.Lockout)
+	lp := lockParamsOf(p.Lockout)
 	lock := sh.find(h, key, p.Name, k|lockBit)
 	var strikes int64
 	if lock != nil {

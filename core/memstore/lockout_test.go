@@ -27,7 +27,7 @@ func lockEntry(s *Store, key string, p core.Policy) *state {
 
 func lockoutPolicy() core.Policy {
 	return core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second,
-		Lockout: core.Lockout{Duration: time.Minute, Max: 4 * time.Minute, Memory: time.Hour}}
+		Lockout: &core.Lockout{Duration: time.Minute, Max: 4 * time.Minute, Memory: time.Hour}}
 }
 
 // TestLockoutEntry: an offence writes a lockout entry beside the state,
@@ -109,7 +109,7 @@ func TestLockoutInvalid(t *testing.T) {
 		{Max: time.Hour},
 	} {
 		p := lockoutPolicy()
-		p.Lockout = lo
+		p.Lockout = &lo
 		_, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1, Now: t0})
 		require.ErrorIs(t, err, core.ErrInvalidPolicy, "%+v", lo)
 	}

@@ -129,8 +129,13 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 		now = req.Now.UnixMicro()
 	}
 	k := kindOf(p.Algorithm)
-	if p.Lockout != (core.Lockout{}) { // validated there
-		return takeLocked(sh, h, &req, k, capacity, now)
+	if p.Lockout != nil {
+		if err := p.Lockout.Validate(); err != nil {
+			return d, err
+		}
+		if p.Lockout.Enabled() {
+			return takeLocked(sh, h, &req, k, capacity, now)
+		}
 	}
 	sh.mu.Lock()
 	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
@@ -144,9 +149,6 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 
 // takeLocked is Take for a policy with a Lockout, on shard sh.
 func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64) (d core.Decision, err error) {
-	if err := req.Policy.Lockout.Validate(); err != nil {
-		return d, err
-	}
 	sh.mu.Lock()
 	o, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
 	sh.mu.Unlock()

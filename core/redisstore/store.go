@@ -189,7 +189,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
 	}
 	capacity := p.Capacity()
-	if p.Lockout.Enabled() {
+	if p.Lockout != nil && p.Lockout.Enabled() {
 		return s.takeLocked(ctx, req, i, keys[0], capacity, now, minTTL)
 	}
 	r, err := s.scripts[i].Run(ctx, s.client, keys,
@@ -209,7 +209,7 @@ func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, erro
 // (lockKey), with the Lockout's three durations as ARGV[7..9].
 func (s *Store) takeLocked(ctx context.Context, req core.Request, i int, key string, capacity int64, now, minTTL any) (core.Decision, error) {
 	p := req.Policy
-	lo := p.Lockout
+	lo := *p.Lockout
 	r, err := s.locked[i].Run(ctx, s.client, []string{key, lockKey(key)},
 		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
 		lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds()).Int64Slice()

@@ -42,7 +42,7 @@ func lockoutPattern(alg core.Algorithm) (first, second core.Decision) {
 // one, so the algorithm's part is that of a fresh key each time.
 func lockoutScripts(alg core.Algorithm) []script {
 	p := policy(alg, 2, 10*time.Second, 0)
-	p.Lockout = core.Lockout{Duration: 30 * time.Second, Max: 2 * time.Minute, Memory: 5 * time.Minute}
+	p.Lockout = &core.Lockout{Duration: 30 * time.Second, Max: 2 * time.Minute, Memory: 5 * time.Minute}
 	first, second := lockoutPattern(alg)
 	s := time.Second
 	// offence is the three requests at t, the third locked out for lock.
@@ -85,7 +85,7 @@ func lockoutScripts(alg core.Algorithm) []script {
 	// until the window ends, when the request passes, so that a client
 	// waiting its RetryAfter is not struck again.
 	long := policy(core.FixedWindow, 2, time.Minute, 0)
-	long.Lockout = core.Lockout{Duration: 10 * time.Second}
+	long.Lockout = &core.Lockout{Duration: 10 * time.Second}
 	out := []script{{name: "lockout-escalation", policy: p, steps: steps}}
 	if alg == core.FixedWindow {
 		out = append(out, script{name: "lockout-outlasted-by-window", policy: long, viaLimiter: true, steps: []step{
@@ -100,7 +100,7 @@ func lockoutScripts(alg core.Algorithm) []script {
 		}})
 		// Memory left 0 is the default, a day: strikes remembered.
 		login := policy(core.FixedWindow, 5, 15*time.Minute, 0)
-		login.Lockout = core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour}
+		login.Lockout = &core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour}
 		m := time.Minute
 		out = append(out, script{name: "lockout-login", policy: login, viaLimiter: true, steps: []step{
 			{at: 0, want: ok(4, 15*m)},
@@ -135,7 +135,7 @@ func testLockoutExtremes(t tester, store core.Store, run string, alg core.Algori
 	t.Helper()
 	ctx := context.Background()
 	p := policy(alg, 1, time.Millisecond, 0)
-	p.Lockout = core.Lockout{Duration: 4 * ms, Max: core.MaxLockout, Memory: core.MaxLockoutMemory}
+	p.Lockout = &core.Lockout{Duration: 4 * ms, Max: core.MaxLockout, Memory: core.MaxLockoutMemory}
 	key := run + "-lockout-extreme-" + string(alg)
 	at := epoch()
 	for strike := 1; strike <= 70; strike++ {
