@@ -25,4 +25,11 @@
 // FailMode (FailOpen by default), with an error wrapping ErrStore for the
 // caller to log; Decision.Source says which decided. WithTimeout,
 // WithFailMode, WithFallback, WithCircuitBreaker and WithDenyCache set how.
+//
+// A Policy with a Lockout guards against brute force: a client the
+// algorithm denies is locked out for a while, twice as long at each
+// offence remembered, in the store, so that every app server enforces it;
+// Limiter.Reset forgives (after a good login, say). WithShadow tries a
+// policy without enforcing it: the Limiter decides and records as it
+// would, but admits what it would have denied, marked Decision.Shadowed.
 package core
