@@ -149,3 +149,41 @@ func BenchmarkDeniedFlood(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLockout compares, on one hot key over a local redis-server, a
+// policy without a lockout, the same policy with one (the lockout key
+// read, the algorithm admitting), and a client locked out (answered from
+// the lockout key, the algorithm's script not run).
+func BenchmarkLockout(b *testing.B) {
+	srv := redistest.Start(b)
+	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		limit   int64
+		lockout *core.Lockout
+		allowed bool
+	}{
+		{"none", core.MaxLimit, nil, true},
+		{"admitted", core.MaxLimit, &core.Lockout{Duration: time.Hour}, true},
+		{"locked-out", 1, &core.Lockout{Duration: time.Hour}, false},
+	} {
+		p := core.Policy{Name: "bench-" + c.name, Algorithm: core.TokenBucket, Limit: c.limit, Window: time.Hour, Lockout: c.lockout}
+		l, err := core.NewLimiter(s, p, core.WithTimeout(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			for range 3 {
+				_, _ = l.Allow(ctx, "hot")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := l.Allow(ctx, "hot")
+				if err != nil || d.Allowed != c.allowed {
+					b.Fatalf("%+v, %v", d, err)
+				}
+			}
+		})
+	}
+}
