@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -47,7 +48,12 @@ func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if f.Handle(request{r}, response{w}) {
+			rw := responses.Get().(*response)
+			rw.w = w
+			proceed := f.Handle(request{r}, rw)
+			rw.w = nil
+			responses.Put(rw)
+			if proceed {
 				next.ServeHTTP(w, r)
 			}
 		})
@@ -129,12 +135,20 @@ func (q request) Route() string {
 	return rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
 }
 
-// response is a net/http response as a httplimit.Response.
+// response is a net/http response as a httplimit.Response. The
+// middleware takes them from responses, a pool: a struct holding an
+// interface does not fit in one, and would cost an allocation a request.
 type response struct{ w http.ResponseWriter }
 
-func (w response) Set(key, value string) { w.w.Header().Set(key, value) }
+var responses = sync.Pool{New: func() any { return new(response) }}
 
-func (w response) Write(status int, contentType string, body []byte) error {
+func (w *response) Set(key, value string) { w.w.Header().Set(key, value) }
+
+// HeaderMap is the response's header map, in which headers.Write sets the
+// rate-limit fields as the standards spell them.
+func (w *response) HeaderMap() http.Header { return w.w.Header() }
+
+func (w *response) Write(status int, contentType string, body []byte) error {
 	w.w.Header().Set("Content-Type", contentType)
 	w.w.WriteHeader(status)
 	_, err := w.w.Write(body)

@@ -20,6 +20,8 @@ package echolimit
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -42,7 +44,12 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if !f.Handle(request{c}, response{c.Response()}) {
+			q := requests.Get().(*request)
+			q.c = c
+			proceed := f.Handle(q, response{c.Response()})
+			q.c = nil
+			requests.Put(q)
+			if !proceed {
 				return nil
 			}
 			return next(c)
@@ -69,8 +76,11 @@ func WithSkipper(skip func(c echo.Context) bool) Option {
 // functions that need Echo's own data. ok is false when r does not come
 // from this package.
 func Unwrap(r keyfuncs.Request) (c echo.Context, ok bool) {
-	q, ok := r.(request)
-	return q.c, ok
+	q, ok := r.(*request)
+	if !ok || q.c == nil {
+		return nil, false
+	}
+	return q.c, true
 }
 
 // UserFromContext returns a key function keying requests on the user ID
@@ -96,22 +106,31 @@ func UserFromContext(key string) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Echo's request as a keyfuncs.Request.
+// request is Echo's request as a keyfuncs.Request. The middleware takes
+// them from requests, a pool: a struct holding an interface does not fit
+// in one, and would cost an allocation a request. It is valid only while
+// the flow runs; Unwrap of one kept longer reports false.
 type request struct{ c echo.Context }
 
-func (q request) RemoteAddr() string                { return q.c.Request().RemoteAddr }
-func (q request) Header(name string) string         { return q.c.Request().Header.Get(name) }
-func (q request) HeaderValues(name string) []string { return q.c.Request().Header.Values(name) }
-func (q request) Query(name string) string          { return q.c.QueryParam(name) }
-func (q request) Method() string                    { return q.c.Request().Method }
-func (q request) Route() string                     { return q.c.Path() }
-func (q request) Context() context.Context          { return q.c.Request().Context() }
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+func (q *request) RemoteAddr() string                { return q.c.Request().RemoteAddr }
+func (q *request) Header(name string) string         { return q.c.Request().Header.Get(name) }
+func (q *request) HeaderValues(name string) []string { return q.c.Request().Header.Values(name) }
+func (q *request) Query(name string) string          { return q.c.QueryParam(name) }
+func (q *request) Method() string                    { return q.c.Request().Method }
+func (q *request) Route() string                     { return q.c.Path() }
+func (q *request) Context() context.Context          { return q.c.Request().Context() }
 
 // response is Echo's response as a httplimit.Response. Holding one
 // pointer, it converts to an interface without allocating.
 type response struct{ r *echo.Response }
 
 func (w response) Set(key, value string) { w.r.Header().Set(key, value) }
+
+// HeaderMap is the response's header map, in which headers.Write sets the
+// rate-limit fields as the standards spell them.
+func (w response) HeaderMap() http.Header { return w.r.Header() }
 
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.r.Header().Set(echo.HeaderContentType, contentType)

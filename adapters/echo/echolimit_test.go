@@ -55,6 +55,9 @@ func TestShadow(t *testing.T) { adapterstest.RunShadow(t, harness{}) }
 // between two app servers.
 func TestBans(t *testing.T) { adapterstest.RunBans(t, harness{}, redistest.Start(t)) }
 
+// TestSpelling checks the rate-limit field names on the wire.
+func TestSpelling(t *testing.T) { adapterstest.RunSpelling(t, harness{}) }
+
 // TestAccess checks allow and deny lists over real sockets, forged
 // forwarding headers included.
 func TestAccess(t *testing.T) { adapterstest.RunAccess(t, harness{}) }

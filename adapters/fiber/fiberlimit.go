@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -161,7 +162,12 @@ func (q request) Context() context.Context { return q.c.UserContext() }
 // response is Fiber's response as a httplimit.Response.
 type response struct{ c *fiber.Ctx }
 
-func (w response) Set(key, value string) { w.c.Set(key, value) }
+// Set sets the field key as spelled, "X-RateLimit-Limit" and not
+// fasthttp's normalized "X-Ratelimit-Limit"; fasthttp copies both key and
+// value.
+func (w response) Set(key, value string) {
+	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), unsafe.Slice(unsafe.StringData(value), len(value)))
+}
 
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.c.Set(fiber.HeaderContentType, contentType)

@@ -18,6 +18,7 @@ package ginlimit
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/gin-gonic/gin"
 
@@ -97,6 +98,10 @@ func (q request) Context() context.Context          { return q.c.Request.Context
 type response struct{ c *gin.Context }
 
 func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }
+
+// HeaderMap is the response's header map, in which headers.Write sets the
+// rate-limit fields as the standards spell them.
+func (w response) HeaderMap() http.Header { return w.c.Writer.Header() }
 
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.c.Writer.Header().Set("Content-Type", contentType)

@@ -61,7 +61,7 @@ func (s clocked) CallMode() core.CallMode {
 // locked out for 30 minutes, doubling with each offence up to 2 hours.
 var loginPolicy = core.Policy{
 	Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-	Lockout: core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour},
+	Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour},
 }
 
 // RunLockout checks brute-force lockouts over real sockets, to the second
