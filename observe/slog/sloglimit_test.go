@@ -224,6 +224,15 @@ func TestOutcomes(t *testing.T) {
 			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
 		},
 		want: []rec{{"WARN", "rate limit: store failed", "failed_closed", "fail-mode", "error"}},
+	}, {
+		name: "shadow",
+		opts: []core.Option{core.WithShadow()},
+		run: func(l *core.Limiter) {
+			for range 2 {
+				_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+			}
+		},
+		want: []rec{{"INFO", "rate limit: request would have been denied (shadow mode)", "shadow_denied", "store", ""}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,6 +252,21 @@ func TestOutcomes(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
+
+	t.Run("lockout", func(t *testing.T) {
+		c, s := new(clock), newSink()
+		p := hourly
+		p.Lockout = &core.Lockout{Duration: 2 * time.Hour}
+		l := newLimiter(t, newMemStore(t), p, core.WithObserver(newLogger(t, s, c)))
+		for range 2 { // allowed (not logged), then locked out
+			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+		}
+		recs := s.records(t)
+		require.Len(t, recs, 1)
+		assert.Equal(t, "rate limit: request denied", recs[0]["msg"])
+		assert.Equal(t, "locked_out", recs[0]["outcome"])
+		assert.Equal(t, int64(2*time.Hour), num(t, recs[0], "retry_after"))
+	})
 
 	t.Run("WithOutcomes", func(t *testing.T) {
 		c, s := new(clock), newSink()
