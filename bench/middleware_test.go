@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -216,7 +217,16 @@ func serveHTTP(h http.Handler) app {
 			}
 			return w.code
 		},
-		header: w.h.Get,
+		header: func(name string) string {
+			// Case-insensitively: a field set under the standards'
+			// spelling (X-RateLimit-Limit) is not where Header.Get looks.
+			for k, v := range w.h {
+				if strings.EqualFold(k, name) && len(v) > 0 {
+					return v[0]
+				}
+			}
+			return ""
+		},
 	}
 }
 
@@ -277,6 +287,14 @@ func fiberApp(tb testing.TB, mw fiber.Handler) app {
 			h(&ctx)
 			return ctx.Response.StatusCode()
 		},
-		header: func(name string) string { return string(ctx.Response.Header.Peek(name)) },
+		header: func(name string) string {
+			var v string
+			ctx.Response.Header.VisitAll(func(k, val []byte) {
+				if strings.EqualFold(string(k), name) {
+					v = string(val)
+				}
+			})
+			return v
+		},
 	}
 }
