@@ -90,3 +90,28 @@ func ExampleWithShadow() {
 	// allowed=true shadowed=false retry_after=0s
 	// allowed=true shadowed=true retry_after=1m0s
 }
+
+// The HTTP flow decides allow- and deny-listed clients without the
+// Limiter, and tells its observers with Report.
+func ExampleLimiter_Report() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	obs := core.ObserverFunc(func(e core.Event) {
+		fmt.Printf("%s %s admitted=%v\n", e.LimitName(), e.Outcome, e.Outcome.Admitted())
+	})
+	l, err := core.NewLimiter(store, core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute},
+		core.WithObserver(obs))
+	if err != nil {
+		panic(err)
+	}
+	_ = l.Report("10.0.0.1", 1, core.OutcomeAllowListed)
+	_ = l.Report("198.51.100.9", 1, core.OutcomeDenyListed)
+	fmt.Println(l.Report("10.0.0.1", 1, core.OutcomeDenied))
+	// Output:
+	// api allow_listed admitted=true
+	// api deny_listed admitted=false
+	// ratelimit: invalid option: Report takes allow_listed or deny_listed, not denied
+}
