@@ -121,7 +121,7 @@ func redisVersion(ctx context.Context) string {
 }
 
 func (m machine) render(w io.Writer) {
-	fmt.Fprintln(w, "### Machine")
+	fmt.Fprintln(w, "#### Machine")
 	fmt.Fprintln(w)
 	line := func(k, v string) {
 		if v != "" {

@@ -9,6 +9,7 @@
 //	go run ./cmd/compare -quick               # -benchtime=100ms
 //	go run ./cmd/compare -section redis,memory -count 3
 //	go run ./cmd/compare -in saved.txt        # format saved go test output
+//	go run ./cmd/compare -readme README.md    # also put the tables in README.md
 //
 // The go test output is copied to standard error as it comes (and to -raw
 // FILE if given); the tables go to standard output.
@@ -42,6 +43,7 @@ type options struct {
 	benchtime string
 	count     int
 	in, raw   string
+	readme    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -53,13 +55,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	count := fs.Int("count", 1, "go test -count; the tables show each metric's median")
 	in := fs.String("in", "", "format this file of go test -bench output instead of running the benchmarks")
 	raw := fs.String("raw", "", "also write the go test output to this file")
+	readme := fs.String("readme", "", "also put the tables in this file, between the lines "+beginMarker+" and "+endMarker)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("compare: unexpected arguments %q", fs.Args())
 	}
-	o := options{benchtime: *benchtime, count: *count, in: *in, raw: *raw}
+	o := options{benchtime: *benchtime, count: *count, in: *in, raw: *raw, readme: *readme}
 	if *quick {
 		o.benchtime = "100ms"
 	}
@@ -123,13 +126,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.in != "" {
 		m.benchtime = ""
 	}
-	m.render(stdout)
+	var tables bytes.Buffer
+	m.render(&tables)
 	for _, s := range o.sections {
 		for _, t := range sections[s] {
-			t.render(stdout, rs)
+			t.render(&tables, rs)
 		}
 	}
+	if _, err := stdout.Write(tables.Bytes()); err != nil {
+		return err
+	}
+	if o.readme != "" {
+		return spliceFile(o.readme, tables.Bytes())
+	}
 	return nil
+}
+
+// The lines between which -readme puts the tables.
+const (
+	beginMarker = "<!-- tables:begin -->"
+	endMarker   = "<!-- tables:end -->"
+)
+
+// spliceFile replaces what lies between beginMarker and endMarker in the
+// file at path with tables.
+func spliceFile(path string, tables []byte) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("compare: %w", err)
+	}
+	out, err := splice(b, tables)
+	if err != nil {
+		return fmt.Errorf("compare: %s: %w", path, err)
+	}
+	return os.WriteFile(path, out, 0o644)
+}
+
+// splice returns doc with the text between its markers replaced by
+// tables.
+func splice(doc, tables []byte) ([]byte, error) {
+	i := bytes.Index(doc, []byte(beginMarker+"\n"))
+	j := bytes.Index(doc, []byte(endMarker))
+	if i < 0 || j < i {
+		return nil, fmt.Errorf("no %s line followed by %s", beginMarker, endMarker)
+	}
+	i += len(beginMarker) + 1
+	var out bytes.Buffer
+	out.Write(doc[:i])
+	out.Write(tables)
+	out.Write(doc[j:])
+	return out.Bytes(), nil
 }
 
 // moduleDir returns the root of the bench module, checking that compare

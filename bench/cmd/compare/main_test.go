@@ -119,3 +119,26 @@ func TestCPUModel(t *testing.T) {
 	assert.Equal(t, "AMD EPYC 7B13", cpuModel([]byte("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n")))
 	assert.Empty(t, cpuModel([]byte("processor : 0\n")))
 }
+
+func TestSplice(t *testing.T) {
+	doc := "# t\n\n" + beginMarker + "\nold\n" + endMarker + "\nafter\n"
+	out, err := splice([]byte(doc), []byte("new\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "# t\n\n"+beginMarker+"\nnew\n"+endMarker+"\nafter\n", string(out))
+
+	_, err = splice([]byte("no markers\n"), nil)
+	require.Error(t, err)
+	_, err = splice([]byte(endMarker+"\n"+beginMarker+"\n"), nil)
+	require.Error(t, err)
+
+	path := filepath.Join(t.TempDir(), "README.md")
+	require.NoError(t, os.WriteFile(path, []byte(doc), 0o644))
+	in := filepath.Join(t.TempDir(), "out.txt")
+	require.NoError(t, os.WriteFile(in, []byte(sample), 0o644))
+	var stdout bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-in", in, "-section", "memory", "-readme", path}, &stdout, &stdout))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "#### Memory: ns per decision")
+	assert.True(t, strings.HasSuffix(string(b), endMarker+"\nafter\n"))
+}
