@@ -20,7 +20,9 @@ const (
 // RunExactness hammers one key per algorithm from goroutinesPerStore
 // goroutines on each of stores (several stores sharing one backend, such as
 // one Redis reached by several clients, model several app servers) and
-// checks that exactly the policy's limit is admitted.
+// checks that exactly the policy's limit is admitted; then again under a
+// policy with a core.Lockout, whose denials must all be the one lockout's
+// (a store that strikes twice in a race would lock out for longer).
 //
 // The policy is 300 per hour (a bucket of 300 for the buckets), the key is
 // fresh, and all 1,500 attempts, split evenly over the goroutines, are made
@@ -39,80 +41,106 @@ func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 		t.Fatalf("storetest.RunExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
 	run := runID(t)
-	now := epoch().Add(30 * time.Minute)
 	for _, alg := range core.Algorithms() {
 		t.run(string(alg), func(t tester) {
-			var burst int64
-			if alg.IsBucket() {
-				burst = exactLimit
-			}
-			req := core.Request{
-				Key:    run + "-exact-" + string(alg),
-				Policy: policy(alg, exactLimit, time.Hour, burst),
-				Cost:   1,
-				Now:    now,
-			}
-			n := len(stores) * goroutinesPerStore
-			var (
-				admitted, errs atomic.Int64
-				seen           [exactLimit]atomic.Int32 // admissions per Remaining
-				start          = make(chan struct{})
-				wg             sync.WaitGroup
-			)
-			for g := range n {
-				store := stores[g/goroutinesPerStore]
-				attempts := exactAttempts / n
-				if g < exactAttempts%n {
-					attempts++
-				}
-				wg.Go(func() {
-					<-start
-					for range attempts {
-						d, err := store.Take(context.Background(), req)
-						if err != nil {
-							if errs.Add(1) == 1 {
-								t.Errorf("goroutine %d on store %d: %v", g, g/goroutinesPerStore, err)
-							}
-							continue
-						}
-						if !d.Allowed {
-							continue
-						}
-						admitted.Add(1)
-						if d.Remaining >= 0 && d.Remaining < exactLimit {
-							seen[d.Remaining].Add(1)
-						}
-					}
-				})
-			}
-			close(start)
-			wg.Wait()
+			exactRace(t, stores, goroutinesPerStore, run, alg, nil)
+		})
+		t.run(string(alg)+"-lockout", func(t tester) {
+			exactRace(t, stores, goroutinesPerStore, run, alg, &core.Lockout{Duration: exactLockout, Max: 4 * exactLockout})
+		})
+	}
+}
 
-			got := admitted.Load()
-			race := fmt.Sprintf("%d attempts from %d goroutines over %d store(s), %d errors", exactAttempts, n, len(stores), errs.Load())
-			if alg == core.LeakyBucket {
-				if got < exactLimit || got > exactLimit+1 {
-					t.Errorf("%s: admitted %d, want %d or %d", race, got, exactLimit, exactLimit+1)
+// exactLockout is the lockout of RunExactness's second race: longer than
+// any algorithm's own wait there, so that a second strike (4h) would show.
+const exactLockout = 2 * time.Hour
+
+// exactRace is one race of RunExactness on a fresh key of alg. With a lockout,
+// every denial must also be the lockout's, with RetryAfter the first
+// lockout exactly: all attempts are made at one time, so the lockout
+// starts once, at one strike, whoever races it.
+func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string, alg core.Algorithm, lockout *core.Lockout) {
+	now := epoch().Add(30 * time.Minute)
+	var burst int64
+	if alg.IsBucket() {
+		burst = exactLimit
+	}
+	req := core.Request{
+		Key:    run + "-exact-" + string(alg),
+		Policy: policy(alg, exactLimit, time.Hour, burst),
+		Cost:   1,
+		Now:    now,
+	}
+	if lockout != nil {
+		req.Key += "-lockout"
+		req.Policy.Lockout = lockout
+	}
+	var badDenials atomic.Int64
+	n := len(stores) * goroutinesPerStore
+	var (
+		admitted, errs atomic.Int64
+		seen           [exactLimit]atomic.Int32 // admissions per Remaining
+		start          = make(chan struct{})
+		wg             sync.WaitGroup
+	)
+	for g := range n {
+		store := stores[g/goroutinesPerStore]
+		attempts := exactAttempts / n
+		if g < exactAttempts%n {
+			attempts++
+		}
+		wg.Go(func() {
+			<-start
+			for range attempts {
+				d, err := store.Take(context.Background(), req)
+				if err != nil {
+					if errs.Add(1) == 1 {
+						t.Errorf("goroutine %d on store %d: %v", g, g/goroutinesPerStore, err)
+					}
+					continue
 				}
-				return
-			}
-			if got != exactLimit {
-				t.Errorf("%s: admitted %d, want exactly %d", race, got, exactLimit)
-			}
-			var twice, never []int
-			for r := range seen {
-				switch seen[r].Load() {
-				case 0:
-					never = append(never, r)
-				case 1:
-				default:
-					twice = append(twice, r)
+				if !d.Allowed {
+					if lockout != nil && (!d.LockedOut || d.RetryAfter != exactLockout) && badDenials.Add(1) == 1 {
+						t.Errorf("goroutine %d on store %d: a denial under a lockout of %v: %s, want locked out for %v", g, g/goroutinesPerStore, exactLockout, show(d), exactLockout)
+					}
+					continue
 				}
-			}
-			if len(twice) > 0 || len(never) > 0 {
-				t.Errorf("%s: admitted requests saw %d Remaining values more than once %v and %d never %v; want each of 0..%d once", race, len(twice), head(twice), len(never), head(never), exactLimit-1)
+				admitted.Add(1)
+				if d.Remaining >= 0 && d.Remaining < exactLimit {
+					seen[d.Remaining].Add(1)
+				}
 			}
 		})
+	}
+	close(start)
+	wg.Wait()
+
+	got := admitted.Load()
+	race := fmt.Sprintf("%d attempts from %d goroutines over %d store(s), %d errors", exactAttempts, n, len(stores), errs.Load())
+	if bad := badDenials.Load(); bad > 0 {
+		t.Errorf("%s: %d denials not locked out for %v", race, bad, exactLockout)
+	}
+	if alg == core.LeakyBucket {
+		if got < exactLimit || got > exactLimit+1 {
+			t.Errorf("%s: admitted %d, want %d or %d", race, got, exactLimit, exactLimit+1)
+		}
+		return
+	}
+	if got != exactLimit {
+		t.Errorf("%s: admitted %d, want exactly %d", race, got, exactLimit)
+	}
+	var twice, never []int
+	for r := range seen {
+		switch seen[r].Load() {
+		case 0:
+			never = append(never, r)
+		case 1:
+		default:
+			twice = append(twice, r)
+		}
+	}
+	if len(twice) > 0 || len(never) > 0 {
+		t.Errorf("%s: admitted requests saw %d Remaining values more than once %v and %d never %v; want each of 0..%d once", race, len(twice), head(twice), len(never), head(never), exactLimit-1)
 	}
 }
 
