@@ -84,6 +84,9 @@ func WithShards(n int) Option {
 // sampled with it holds back as much of its own policy, and was admitted
 // earlier.
 //
+// A lockout in force (core.Lockout) holds back its client's whole quota,
+// and its strikes alone half of it, when eviction weighs them.
+//
 // An evicted client gets a fresh quota on its next request, exactly as if
 // its state had expired. Under a flood of new keys, the store stays within
 // its bound at the price of forgetting some clients early.

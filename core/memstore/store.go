@@ -188,7 +188,9 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 func (*Store) CallMode() core.CallMode { return core.CallDirect }
 
 // Len returns the number of keys (client key and policy) the Store holds,
-// expired ones that the janitor has not yet deleted included.
+// expired ones that the janitor has not yet deleted included. A client's
+// lockout and strikes under a policy (core.Lockout) are a key of their
+// own, counted here and against WithMaxKeys.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
