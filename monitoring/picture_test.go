@@ -32,10 +32,11 @@ var updatePicture = flag.Bool("update-picture", false,
 // picturePath is the README's picture, from this folder.
 const picturePath = "../docs/img/monitoring.png"
 
-// The outcomes of ratelimit_decisions_total, admitted and denied.
+// The outcomes of ratelimit_decisions_total, admitted and denied. The
+// demo's login limit is a brute-force guard: its denials are locked_out.
 const (
 	admittedOutcomes = "allowed|fallback_allowed|failed_open"
-	deniedOutcomes   = "denied|deny_cache|fallback_denied|failed_closed"
+	deniedOutcomes   = "denied|deny_cache|fallback_denied|failed_closed|locked_out"
 )
 
 // A phase is one client's traffic in the picture's run.

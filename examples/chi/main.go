@@ -10,6 +10,13 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/chi
 //
+// With DENY_FILE set, every request but GET /metrics is checked against
+// the deny list in that file (one address or CIDR range a line), reloaded
+// when the file changes; a malformed file at start is an error naming the
+// line:
+//
+//	DENY_FILE=./deny.txt go run ./examples/chi
+//
 // On start it prints the limits and curl command lines to try them. GET
 // /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
@@ -40,38 +47,41 @@ func newApp(l demo.Limiters) http.Handler {
 	r := chi.NewRouter()
 	// Every request, 404s included, per client IP (the socket peer: no
 	// proxy header is believed, and chi's middleware.RealIP must not run
-	// before it); but Prometheus's scrapes of /metrics.
-	r.Use(chilimit.New(l.Global, chilimit.WithSkip(demo.SkipMetrics)))
+	// before it); but Prometheus's scrapes of /metrics. l.Guard adds the
+	// deny list, if any, which the skip comes before.
+	r.Use(chilimit.New(l.Global, append([]chilimit.Option{chilimit.WithSkip(demo.SkipMetrics)}, l.Guard...)...))
 	r.Method(http.MethodGet, demo.MetricsPath, l.Metrics)
 
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]string{"message": "hello from chi"})
+		writeJSON(w, http.StatusOK, map[string]string{"message": "hello from chi"})
 	})
-	// Stricter on the login form, still per client IP.
-	r.With(chilimit.New(l.Login)).Post("/login", func(w http.ResponseWriter, _ *http.Request) {
-		// A real handler checks credentials; the demo accepts anything.
-		writeJSON(w, map[string]string{"message": "logged in"})
+	// A brute-force guard on the login form, still per client IP: a
+	// right password clears the client's strikes.
+	r.With(chilimit.New(l.Login)).Post("/login", func(w http.ResponseWriter, r *http.Request) {
+		status, body := l.Authenticate(r.Context(), r.RemoteAddr, r.PostFormValue(demo.PasswordField))
+		writeJSON(w, status, body)
 	})
 	// Per API key; a request without X-API-Key gets 400.
 	r.With(chilimit.New(l.API, chilimit.WithKeyFunc(l.APIKey))).Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]any{"data": []int{1, 2, 3}})
+		writeJSON(w, http.StatusOK, map[string]any{"data": []int{1, 2, 3}})
 	})
 	// One limiter, a quota per route and client IP: /users/1 and /users/2
 	// share one, /users/1/posts has another.
 	r.Group(func(r chi.Router) {
 		r.Use(chilimit.New(l.Users, chilimit.WithKeyFunc(l.RouteAndIP)))
 		r.Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, map[string]string{"id": chi.URLParam(r, "id")})
+			writeJSON(w, http.StatusOK, map[string]string{"id": chi.URLParam(r, "id")})
 		})
 		r.Get("/users/{id}/posts", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, map[string]any{"id": chi.URLParam(r, "id"), "posts": []string{}})
+			writeJSON(w, http.StatusOK, map[string]any{"id": chi.URLParam(r, "id"), "posts": []string{}})
 		})
 	})
 	return r
 }
 
-// writeJSON answers 200 with v as JSON.
-func writeJSON(w http.ResponseWriter, v any) {
+// writeJSON answers status with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v) // the client is gone if this fails
 }

@@ -128,6 +128,41 @@ func TestProcess(t *testing.T) {
 	assert.Contains(t, out.String(), "stopped", "the example reports a graceful stop")
 }
 
+// TestProcessMalformedDenyFile runs the chi example with DENY_FILE naming
+// a file whose third line is malformed: it must exit with status 1 before
+// listening, saying which variable, file and line.
+func TestProcessMalformedDenyFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the example binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool in PATH")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "chi-example")
+	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", built)
+	deny := filepath.Join(dir, "deny.txt")
+	require.NoError(t, os.WriteFile(deny, []byte("# blocked\n203.0.113.7\n10.1.2.3/8\n"), 0o600))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(environWithout("ADDR", "REDIS_URL", demo.DenyFileEnv), "ADDR=127.0.0.1:0", demo.DenyFileEnv+"="+deny)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "the example must fail; stdout %s", stdout.String())
+	assert.Equal(t, 1, exit.ExitCode(), "exit status")
+	assert.Contains(t, stderr.String(), "chi example: DENY_FILE: ", "stderr names the variable")
+	assert.Contains(t, stderr.String(), deny+": line 3, column 1: ", "stderr names the file and the line")
+	assert.NotContains(t, stdout.String(), demo.ListeningPrefix, "it never listened")
+}
+
 // waitForURL waits, at most timeout, for the banner line giving the
 // server's URL, and returns the URL.
 func waitForURL(t *testing.T, out *syncBuffer, exited <-chan struct{}, timeout time.Duration) string {

@@ -10,6 +10,13 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
 //
+// With DENY_FILE set, every request but GET /metrics is checked against
+// the deny list in that file (one address or CIDR range a line), reloaded
+// when the file changes; a malformed file at start is an error naming the
+// line:
+//
+//	DENY_FILE=./deny.txt go run ./examples/echo
+//
 // On start it prints the limits and curl command lines to try them. GET
 // /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
@@ -40,19 +47,21 @@ func newApp(l demo.Limiters) http.Handler {
 	// Every request, 404s included, per client IP (the socket peer, not
 	// Echo's RealIP, which believes proxy headers); but Prometheus's
 	// scrapes of /metrics (c.Path() is the route, as Echo routes before
-	// running e.Use's middleware).
-	e.Use(echolimit.New(l.Global, echolimit.WithSkipper(func(c echo.Context) bool {
+	// running e.Use's middleware). l.Guard adds the deny list, if any,
+	// which the skip comes before.
+	e.Use(echolimit.New(l.Global, append([]echolimit.Option{echolimit.WithSkipper(func(c echo.Context) bool {
 		return c.Request().Method == http.MethodGet && c.Path() == demo.MetricsPath
-	})))
+	})}, l.Guard...)...))
 	e.GET(demo.MetricsPath, echo.WrapHandler(l.Metrics))
 
 	e.GET("/", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"message": "hello from echo"})
 	})
-	// Stricter on the login form, still per client IP.
+	// A brute-force guard on the login form, still per client IP: a
+	// right password clears the client's strikes.
 	e.POST("/login", func(c echo.Context) error {
-		// A real handler checks credentials; the demo accepts anything.
-		return c.JSON(http.StatusOK, map[string]string{"message": "logged in"})
+		status, body := l.Authenticate(c.Request().Context(), c.Request().RemoteAddr, c.Request().PostFormValue(demo.PasswordField))
+		return c.JSON(status, body)
 	}, echolimit.New(l.Login))
 	// Per API key; a request without X-API-Key gets 400.
 	e.GET("/api/data", func(c echo.Context) error {

@@ -20,3 +20,11 @@ func TestApp(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	demotest.Metrics(t, newServer)
 }
+
+// TestDenyList serves the app as main does with DENY_FILE's deny list, on
+// a loopback port: a client the file lists gets 403 on every route but
+// GET /metrics, from the moment the file lists it to the moment it no
+// longer does.
+func TestDenyList(t *testing.T) {
+	demotest.DenyList(t, newServer)
+}

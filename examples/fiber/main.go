@@ -10,6 +10,13 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/fiber
 //
+// With DENY_FILE set, every request but GET /metrics is checked against
+// the deny list in that file (one address or CIDR range a line), reloaded
+// when the file changes; a malformed file at start is an error naming the
+// line:
+//
+//	DENY_FILE=./deny.txt go run ./examples/fiber
+//
 // On start it prints the limits and curl command lines to try them. GET
 // /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
@@ -48,10 +55,11 @@ func newApp(l demo.Limiters) *fiber.App {
 	// Every request, 404s included, per client IP (the connection's peer,
 	// not c.IP(), which may come from a proxy header); but Prometheus's
 	// scrapes of /metrics. (The route of app.Use's middleware is "/"
-	// whatever the request: the path tells.)
-	app.Use(fiberlimit.New(l.Global, fiberlimit.WithNext(func(c *fiber.Ctx) bool {
+	// whatever the request: the path tells.) l.Guard adds the deny list,
+	// if any, which the skip comes before.
+	app.Use(fiberlimit.New(l.Global, append([]fiberlimit.Option{fiberlimit.WithNext(func(c *fiber.Ctx) bool {
 		return c.Method() == fiber.MethodGet && c.Path() == demo.MetricsPath
-	})))
+	})}, l.Guard...)...))
 	// promhttp is a net/http handler; Fiber's adaptor serves it.
 	app.Get(demo.MetricsPath, adaptor.HTTPHandler(l.Metrics))
 
@@ -61,10 +69,11 @@ func newApp(l demo.Limiters) *fiber.App {
 	// Route limiters go on the route, not on app.Use, so that
 	// keyfuncs.Route sees the route's path ("/users/:id").
 	//
-	// Stricter on the login form, still per client IP.
+	// A brute-force guard on the login form, still per client IP: a
+	// right password clears the client's strikes.
 	app.Post("/login", fiberlimit.New(l.Login), func(c *fiber.Ctx) error {
-		// A real handler checks credentials; the demo accepts anything.
-		return c.JSON(fiber.Map{"message": "logged in"})
+		status, body := l.Authenticate(c.UserContext(), c.Context().RemoteAddr().String(), string(c.Request().PostArgs().Peek(demo.PasswordField)))
+		return c.Status(status).JSON(body)
 	})
 	// Per API key; a request without X-API-Key gets 400.
 	app.Get("/api/data", fiberlimit.New(l.API, fiberlimit.WithKeyFunc(l.APIKey)), func(c *fiber.Ctx) error {

@@ -10,6 +10,13 @@
 //
 //	ADDR=127.0.0.1:9090 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/gin
 //
+// With DENY_FILE set, every request but GET /metrics is checked against
+// the deny list in that file (one address or CIDR range a line), reloaded
+// when the file changes; a malformed file at start is an error naming the
+// line:
+//
+//	DENY_FILE=./deny.txt go run ./examples/gin
+//
 // On start it prints the limits and curl command lines to try them. GET
 // /metrics serves the limiters' metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
@@ -40,17 +47,19 @@ func newApp(l demo.Limiters) http.Handler {
 	r := gin.New()
 	// Every request, 404s included, per client IP (the socket peer, not
 	// Gin's ClientIP, which believes proxy headers by default); but
-	// Prometheus's scrapes of /metrics.
-	r.Use(gin.Recovery(), ginlimit.New(l.Global, ginlimit.WithSkip(demo.SkipMetrics)))
+	// Prometheus's scrapes of /metrics. l.Guard adds the deny list, if
+	// any, which the skip comes before.
+	r.Use(gin.Recovery(), ginlimit.New(l.Global, append([]ginlimit.Option{ginlimit.WithSkip(demo.SkipMetrics)}, l.Guard...)...))
 	r.GET(demo.MetricsPath, gin.WrapH(l.Metrics))
 
 	r.GET("/", func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"message": "hello from gin"})
 	})
-	// Stricter on the login form, still per client IP.
+	// A brute-force guard on the login form, still per client IP: a
+	// right password clears the client's strikes.
 	r.POST("/login", ginlimit.New(l.Login), func(c *gin.Context) {
-		// A real handler checks credentials; the demo accepts anything.
-		c.JSON(http.StatusOK, gin.H{"message": "logged in"})
+		status, body := l.Authenticate(c.Request.Context(), c.Request.RemoteAddr, c.Request.PostFormValue(demo.PasswordField))
+		c.JSON(status, body)
 	})
 	// Per API key; a request without X-API-Key gets 400.
 	r.GET("/api/data", ginlimit.New(l.API, ginlimit.WithKeyFunc(l.APIKey)), func(c *gin.Context) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -17,9 +18,10 @@ import (
 const ListeningPrefix = "listening on "
 
 // WriteBanner writes to w what the demo serves and how to try it: the
-// framework, the URL of the listener at addr, the store, the limits p and
-// curl command lines to run against them.
-func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string, p Policies) error {
+// framework, the URL of the listener at addr, the store, the deny list
+// (deny, nil when DENY_FILE is not set), the limits p and curl command
+// lines to run against them.
+func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string, deny *access.File, p Policies) error {
 	u := BaseURL(addr)
 	var b strings.Builder
 	fmt.Fprintf(&b, "ratelimit demo (%s) %s%s\n", framework, ListeningPrefix, u)
@@ -28,9 +30,19 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	} else {
 		fmt.Fprintf(&b, "store: %s (limits shared by every instance using it)\n", storeName)
 	}
+	if deny == nil {
+		fmt.Fprintf(&b, "deny list: none (set %s=./deny.txt to answer 403 to the addresses and CIDR ranges it lists, one a line; reloaded when it changes)\n", DenyFileEnv)
+	} else {
+		entries := fmt.Sprintf("%d entries", deny.List().Len())
+		if deny.List().Len() == 1 {
+			entries = "1 entry"
+		}
+		fmt.Fprintf(&b, "deny list: %s (%s; reloaded when it changes): a listed address or range gets 403 on every request but GET %s\n",
+			deny.Path(), entries, MetricsPath)
+	}
 	fmt.Fprintf(&b, "limits:\n")
 	fmt.Fprintf(&b, "  %-16s %s, per client IP (but GET %s)\n", "every request", Describe(p.Global), MetricsPath)
-	fmt.Fprintf(&b, "  %-16s %s, per client IP\n", "POST /login", Describe(p.Login))
+	fmt.Fprintf(&b, "  %-16s %s, per client IP (%s=%s logs in and clears the strikes)\n", "POST /login", Describe(p.Login), PasswordField, DemoPassword)
 	fmt.Fprintf(&b, "  %-16s %s, per %s header\n", "GET /api/data", Describe(p.API), APIKeyHeader)
 	fmt.Fprintf(&b, "  %-16s %s, per route and client IP:\n", "GET /users/{id}", Describe(p.Users))
 	fmt.Fprintf(&b, "  %-16s a quota of its own, under the same limiter\n", "  and /posts")
@@ -40,14 +52,29 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  # the global limit: the burst passes, then 429 with Retry-After\n")
 	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", p.Global.Capacity()+5, u)
 	fmt.Fprintf(&b, "  curl -i %s/\n", u)
-	fmt.Fprintf(&b, "  # the login limit (every request counts against the global limit too: after the loop above, wait %s)\n", shortDuration(refillTime(p.Global)))
-	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -X POST %s/login; done\n", p.Login.Capacity()+2, u)
+	fmt.Fprintf(&b, "  # the login guard (every request counts against the global limit too: after the loop above, wait %s)\n", shortDuration(refillTime(p.Global)))
+	fmt.Fprintf(&b, "  # the right password logs in (200) and clears this client's strikes\n")
+	fmt.Fprintf(&b, "  curl -i -d %s=%s %s/login\n", PasswordField, DemoPassword, u)
+	if lo := p.Login.Lockout; lo != nil && lo.Enabled() {
+		fmt.Fprintf(&b, "  # wrong ones: %d pass (401), the %s locks this client out for %s (429, Retry-After: %d), even with the right password\n",
+			p.Login.Capacity(), ordinal(p.Login.Capacity()+1), shortDuration(lo.Duration), int64(lo.Duration/time.Second))
+		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", p.Login.Capacity()+1, PasswordField, u)
+		fmt.Fprintf(&b, "  curl -i -d %s=%s %s/login\n", PasswordField, DemoPassword, u)
+	} else {
+		fmt.Fprintf(&b, "  # wrong ones: %d pass (401), then 429 with Retry-After\n", p.Login.Capacity())
+		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", p.Login.Capacity()+2, PasswordField, u)
+	}
 	fmt.Fprintf(&b, "  # the API limit, keyed by API key; without one: 400\n")
 	fmt.Fprintf(&b, "  curl -i -H '%s: demo' %s/api/data\n", APIKeyHeader, u)
 	fmt.Fprintf(&b, "  curl -i %s/api/data\n", u)
 	fmt.Fprintf(&b, "  # one quota per route: /users/1 and /users/2 share one, /users/1/posts has another\n")
 	fmt.Fprintf(&b, "  curl -i %s/users/42\n", u)
 	fmt.Fprintf(&b, "  curl -i %s/users/42/posts\n", u)
+	if deny != nil {
+		fmt.Fprintf(&b, "  # deny this very client: within a moment every request gets 403 (but GET %s); delete the line to lift it\n", MetricsPath)
+		fmt.Fprintf(&b, "  echo %s >> %s\n", clientAddr(addr), shellQuote(deny.Path()))
+		fmt.Fprintf(&b, "  curl -i %s/\n", u)
+	}
 	fmt.Fprintf(&b, "  # what the limiters decided, as Prometheus scrapes it\n")
 	fmt.Fprintf(&b, "  curl -s %s%s | grep '^ratelimit_decisions_total'\n", u, MetricsPath)
 	fmt.Fprintf(&b, "Ctrl-C (SIGINT) or SIGTERM stops the server gracefully.\n")
@@ -71,14 +98,59 @@ func BaseURL(addr net.Addr) string {
 	return "http://" + netip.AddrPortFrom(ip, ap.Port()).String()
 }
 
+// clientAddr returns the address a curl on this host to BaseURL(addr)
+// comes from: the host in that URL.
+func clientAddr(addr net.Addr) string {
+	u := strings.TrimPrefix(BaseURL(addr), "http://")
+	if ap, err := netip.ParseAddrPort(u); err == nil {
+		return ap.Addr().String()
+	}
+	return "127.0.0.1"
+}
+
 // Describe says what p allows, for people: "token bucket, 100 per 1m,
-// burst 20".
+// burst 20", "sliding window log, 5 per 15m, then locked out 30m,
+// doubling up to 24h".
 func Describe(p core.Policy) string {
 	s := fmt.Sprintf("%s, %d per %s", strings.ReplaceAll(string(p.Algorithm), "_", " "), p.Limit, shortDuration(p.Window))
 	if p.Algorithm.IsBucket() {
 		s += fmt.Sprintf(", burst %d", p.Capacity())
 	}
+	if lo := p.Lockout; lo != nil && lo.Enabled() {
+		s += ", then locked out " + shortDuration(lo.Duration)
+		if lo.Cap() > lo.Duration {
+			s += ", doubling up to " + shortDuration(lo.Cap())
+		}
+		if lo.Memory > 0 {
+			s += fmt.Sprintf(" (offences remembered %s)", shortDuration(lo.Memory))
+		}
+	}
 	return s
+}
+
+// ordinal writes n as "1st", "2nd", "3rd", "4th", "11th", "21st"...
+func ordinal(n int64) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// letters, digits and "/._-".
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // refillTime is how long a client that used up p waits for its whole quota

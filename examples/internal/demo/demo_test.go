@@ -3,10 +3,14 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +54,8 @@ func TestNewLimiters(t *testing.T) {
 		assert.Equal(t, name, tc.l.Policy().Name, "policy name")
 		assert.Equal(t, tc.mode, tc.l.FailMode(), "%s: fail mode", name)
 	}
+
+	assert.Empty(t, l.Guard, "no deny list unless DENY_FILE gives one")
 
 	k, err := l.RouteAndIP(request{route: "/users/:id"})
 	require.NoError(t, err, "RouteAndIP")
@@ -105,7 +111,12 @@ func TestDescribe(t *testing.T) {
 		want string
 	}{
 		{p.Global, "token bucket, 100 per 1m, burst 20"},
-		{p.Login, "sliding window log, 5 per 15m"},
+		{p.Login, "sliding window log, 5 per 15m, then locked out 30m, doubling up to 24h"},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{Duration: time.Minute}}, "fixed window, 3 per 1m, then locked out 1m"},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{Duration: time.Minute, Max: time.Minute}}, "fixed window, 3 per 1m, then locked out 1m"},
+		{core.Policy{Algorithm: core.TokenBucket, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Second, Max: time.Hour, Memory: 2 * time.Hour}},
+			"token bucket, 3 per 1m, burst 3, then locked out 10s, doubling up to 1h (offences remembered 2h)"},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{}}, "fixed window, 3 per 1m"},
 		{p.API, "sliding window counter, 1000 per 1h"},
 		{core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: 90 * time.Minute}, "leaky bucket, 10 per 1h30m, burst 10"},
 		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: 10 * time.Second}, "fixed window, 3 per 10s"},
@@ -131,13 +142,17 @@ func TestBaseURL(t *testing.T) {
 func TestWriteBanner(t *testing.T) {
 	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
 	var b bytes.Buffer
-	require.NoError(t, WriteBanner(&b, "chi", addr, "memory", DefaultPolicies()))
+	require.NoError(t, WriteBanner(&b, "chi", addr, "memory", nil, DefaultPolicies()))
 	for _, want := range []string{
 		"ratelimit demo (chi) listening on http://127.0.0.1:8080\n",
 		"store: memory",
+		"deny list: none (set DENY_FILE=./deny.txt to answer 403 to the addresses and CIDR ranges it lists, one a line; reloaded when it changes)\n",
 		"for i in $(seq 1 25); do curl -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:8080/; done",
 		"wait 12s",
-		"for i in $(seq 1 7); do curl -s -o /dev/null -w '%{http_code}\\n' -X POST http://127.0.0.1:8080/login; done",
+		"  POST /login      sliding window log, 5 per 15m, then locked out 30m, doubling up to 24h, per client IP (password=demo logs in and clears the strikes)\n",
+		"  curl -i -d password=demo http://127.0.0.1:8080/login\n",
+		"  # wrong ones: 5 pass (401), the 6th locks this client out for 30m (429, Retry-After: 1800), even with the right password\n",
+		"  for i in $(seq 1 6); do curl -s -o /dev/null -w '%{http_code}\\n' -d password=wrong http://127.0.0.1:8080/login; done\n",
 		"curl -i -H 'X-API-Key: demo' http://127.0.0.1:8080/api/data",
 		"curl -i http://127.0.0.1:8080/users/42",
 		"per client IP (but GET /metrics)\n",
@@ -145,6 +160,65 @@ func TestWriteBanner(t *testing.T) {
 		"curl -s http://127.0.0.1:8080/metrics | grep '^ratelimit_decisions_total'\n",
 	} {
 		assert.Contains(t, b.String(), want, "the banner")
+	}
+	assert.NotContains(t, b.String(), "echo 127.0.0.1 >>", "no deny list: no line to add to it")
+	// The password=demo line comes before the lockout, so that the lines
+	// run in order log in first.
+	assert.Less(t, strings.Index(b.String(), "curl -i -d password=demo"), strings.Index(b.String(), "-d password=wrong"))
+
+	// A login policy without a lockout: the loop shows plain 429s.
+	p := DefaultPolicies()
+	p.Login.Lockout = nil
+	b.Reset()
+	require.NoError(t, WriteBanner(&b, "chi", addr, "memory", nil, p))
+	assert.Contains(t, b.String(), "  # wrong ones: 5 pass (401), then 429 with Retry-After\n")
+	assert.Contains(t, b.String(), "for i in $(seq 1 7); do curl -s -o /dev/null -w '%{http_code}\\n' -d password=wrong http://127.0.0.1:8080/login; done\n")
+	assert.NotContains(t, b.String(), "locked out")
+}
+
+func TestWriteBannerDenyList(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "it's here")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	path := filepath.Join(dir, "deny.txt")
+	require.NoError(t, os.WriteFile(path, []byte("# two entries\n192.0.2.0/24\n2001:db8::/32\n"), 0o600))
+	f, err := OpenDenyList(path, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	var b bytes.Buffer
+	require.NoError(t, WriteBanner(&b, "gin", addr, "memory", f, DefaultPolicies()))
+	for _, want := range []string{
+		"deny list: " + path + " (2 entries; reloaded when it changes): a listed address or range gets 403 on every request but GET /metrics\n",
+		"  # deny this very client: within a moment every request gets 403 (but GET /metrics); delete the line to lift it\n",
+		"  echo 127.0.0.1 >> '" + strings.ReplaceAll(path, "'", `'\''`) + "'\n",
+	} {
+		assert.Contains(t, b.String(), want, "the banner")
+	}
+
+	// A curl to [::1] comes from ::1.
+	b.Reset()
+	require.NoError(t, WriteBanner(&b, "gin", &net.TCPAddr{IP: net.IPv6loopback, Port: 8080}, "memory", f, DefaultPolicies()))
+	assert.Contains(t, b.String(), "  echo ::1 >> '")
+	assert.Contains(t, b.String(), "  curl -i http://[::1]:8080/\n")
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"/tmp/deny.txt":  "/tmp/deny.txt",
+		"./a-b_c.txt":    "./a-b_c.txt",
+		"/tmp/my list":   "'/tmp/my list'",
+		"/tmp/it's":      `'/tmp/it'\''s'`,
+		"":               "''",
+		"/tmp/$(reboot)": "'/tmp/$(reboot)'",
+	} {
+		assert.Equal(t, want, shellQuote(in), "shellQuote(%q)", in)
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	for n, want := range map[int64]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 6: "6th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 101: "101st", 111: "111th"} {
+		assert.Equal(t, want, ordinal(n), "ordinal(%d)", n)
 	}
 }
 
@@ -212,7 +286,7 @@ func TestRun(t *testing.T) {
 	var got Limiters
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, &out, "test", "127.0.0.1:0", "", func(l Limiters) Server {
+		done <- run(ctx, &out, &out, "test", environment{addr: "127.0.0.1:0"}, func(l Limiters) Server {
 			got = l
 			return HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, "ok")
@@ -255,7 +329,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunListenError(t *testing.T) {
-	err := run(context.Background(), io.Discard, "test", "256.0.0.1:0", "", func(Limiters) Server {
+	err := run(context.Background(), io.Discard, io.Discard, "test", environment{addr: "256.0.0.1:0"}, func(Limiters) Server {
 		return HTTPServer(http.NotFoundHandler())
 	})
 	assert.Error(t, err, "run on a bad address")
@@ -303,3 +377,9 @@ type methodRequest struct {
 }
 
 func (r methodRequest) Method() string { return r.method }
+
+// The login policy of the demo, as the banner describes it.
+func ExampleDescribe() {
+	fmt.Println(Describe(DefaultPolicies().Login))
+	// Output: sliding window log, 5 per 15m, then locked out 30m, doubling up to 24h
+}

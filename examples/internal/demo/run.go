@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // DefaultAddr is the address the examples listen on when ADDR is not set:
@@ -28,6 +32,24 @@ func Addr() string {
 		return a
 	}
 	return DefaultAddr
+}
+
+// DenyFileEnv names the environment variable giving the path of the deny
+// list file, in access's line format: one address, CIDR range or client key
+// a line, "#" comments.
+const DenyFileEnv = "DENY_FILE"
+
+// OpenDenyList loads the deny list file at path and watches it
+// (access.WatchFile), logging its reloads to logger: a new list at Info, a
+// bad one at Error, the last good list kept in force. A file that does not
+// load is an error naming DenyFileEnv and, for a malformed line, the line.
+// Close the File when done.
+func OpenDenyList(path string, logger *slog.Logger) (*access.File, error) {
+	f, err := access.WatchFile(path, access.WithLogger(logger))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", DenyFileEnv, err)
+	}
+	return f, nil
 }
 
 // Server is a framework's server as Run drives it. *http.Server is one;
@@ -54,11 +76,14 @@ func HTTPServer(h http.Handler) *http.Server {
 }
 
 // Run is the main function of an example: it opens the store (Redis when
-// REDIS_URL is set, memory otherwise), builds the limiters of
-// DefaultPolicies, listens on Addr, prints the banner, serves newServer's
-// server until SIGINT or SIGTERM, then shuts it down gracefully (within
-// ShutdownTimeout) and closes the store. It returns the exit code: 0 after
-// a graceful shutdown, 1 after an error, which it prints on stderr.
+// REDIS_URL is set, memory otherwise) and, when DENY_FILE is set, the deny
+// list (OpenDenyList, logging to stderr), builds the limiters of
+// DefaultPolicies, with the deny list in Limiters.Guard, listens on Addr,
+// prints the banner, serves newServer's server until SIGINT or SIGTERM,
+// then shuts it down gracefully (within ShutdownTimeout) and closes the
+// deny list and the store. It returns the exit code: 0 after a graceful
+// shutdown, 1 after an error (a malformed deny list file among them),
+// which it prints on stderr.
 func Run(framework string, newServer func(Limiters) Server) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -66,16 +91,36 @@ func Run(framework string, newServer func(Limiters) Server) int {
 		<-ctx.Done()
 		stop() // from the first signal on, a second one kills at once
 	}()
-	if err := run(ctx, os.Stdout, framework, Addr(), os.Getenv("REDIS_URL"), newServer); err != nil {
+	env := environment{addr: Addr(), redisURL: os.Getenv("REDIS_URL"), denyFile: os.Getenv(DenyFileEnv)}
+	if err := run(ctx, os.Stdout, os.Stderr, framework, env, newServer); err != nil {
 		fmt.Fprintf(os.Stderr, "%s example: %v\n", framework, err)
 		return 1
 	}
 	return 0
 }
 
-// run is Run with its environment passed in. It serves until ctx ends.
-func run(ctx context.Context, stdout io.Writer, framework, addr, redisURL string, newServer func(Limiters) Server) (err error) {
-	store, err := OpenStore(ctx, redisURL)
+// environment is what Run reads from the environment.
+type environment struct {
+	addr     string // ADDR, or DefaultAddr
+	redisURL string // REDIS_URL: "" for the memory store
+	denyFile string // DENY_FILE: "" for no deny list
+}
+
+// run is Run with its environment passed in; the deny list logs to
+// stderr. It serves until ctx ends.
+func run(ctx context.Context, stdout, stderr io.Writer, framework string, env environment, newServer func(Limiters) Server) (err error) {
+	var deny *access.File
+	if env.denyFile != "" {
+		if deny, err = OpenDenyList(env.denyFile, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := deny.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("closing the deny list: %w", cerr)
+			}
+		}()
+	}
+	store, err := OpenStore(ctx, env.redisURL)
 	if err != nil {
 		return err
 	}
@@ -90,13 +135,16 @@ func run(ctx context.Context, stdout io.Writer, framework, addr, redisURL string
 	if err != nil {
 		return err
 	}
+	if deny != nil {
+		l.Guard = []httplimit.Option{httplimit.WithDenyList(deny)}
+	}
 	srv := newServer(l)
 
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", env.addr)
 	if err != nil {
 		return err
 	}
-	if err := WriteBanner(stdout, framework, ln.Addr(), store.Name, p); err != nil {
+	if err := WriteBanner(stdout, framework, ln.Addr(), store.Name, deny, p); err != nil {
 		_ = ln.Close()
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,21 +79,68 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		p.Global.Limit = 2
 		c := build(t, newApp, p)
 		c.wantStatus(t, c.do(t, "GET", "/no-such-route", nil), http.StatusNotFound)
-		c.wantStatus(t, c.do(t, "POST", "/login", nil), http.StatusOK)
+		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
 		c.wantDenied(t, c.do(t, "GET", "/", nil), "2")
 	})
 
 	t.Run("LoginLimit", func(t *testing.T) {
 		t.Parallel()
 		p := Generous()
-		p.Login.Limit = 2
+		p.Login.Limit, p.Login.Lockout = 2, nil
 		c := build(t, newApp, p)
-		c.wantStatus(t, c.do(t, "POST", "/login", nil), http.StatusOK)
-		c.wantStatus(t, c.do(t, "POST", "/login", nil), http.StatusOK)
-		c.wantDenied(t, c.do(t, "POST", "/login", nil), "2")
+		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
+		c.wantStatus(t, c.do(t, "POST", "/login", nil), http.StatusUnauthorized) // no password at all
+		c.wantDenied(t, c.login(t, "wrong"), "2")
 		// The login limit is the login route's only.
 		c.wantStatus(t, c.do(t, "GET", "/", nil), http.StatusOK)
 		c.wantStatus(t, c.do(t, "GET", "/api/data", http.Header{demo.APIKeyHeader: {"k"}}), http.StatusOK)
+	})
+
+	t.Run("LoginLockout", func(t *testing.T) {
+		t.Parallel()
+		p := Generous()
+		p.Login = demo.DefaultPolicies().Login // 5 per 15m, then locked out 30m
+		c := build(t, newApp, p)
+		for i, remaining := range []string{"4", "3", "2", "1", "0"} {
+			res := c.login(t, "guess")
+			c.wantStatus(t, res, http.StatusUnauthorized)
+			assert.Equal(t, remaining, res.Header.Get("X-RateLimit-Remaining"), "attempt %d", i+1)
+		}
+		// The 6th attempt locks the client out for 30 minutes (the
+		// store's clock stands still: to the second), the right password
+		// no better than a wrong one.
+		for _, password := range []string{"guess", demo.DemoPassword, demo.DemoPassword} {
+			res := c.login(t, password)
+			c.wantDenied(t, res, "5")
+			assert.Equal(t, "1800", res.Header.Get("Retry-After"), "password %q: Retry-After, the lockout's", password)
+		}
+		// The lockout is the login route's only.
+		c.wantStatus(t, c.do(t, "GET", "/", nil), http.StatusOK)
+	})
+
+	t.Run("LoginClearsStrikes", func(t *testing.T) {
+		t.Parallel()
+		p := Generous()
+		p.Login = demo.DefaultPolicies().Login
+		c := build(t, newApp, p)
+		for range 4 {
+			c.wantStatus(t, c.login(t, "guess"), http.StatusUnauthorized)
+		}
+		res := c.login(t, demo.DemoPassword)
+		c.wantStatus(t, res, http.StatusOK)
+		var body struct{ Message string }
+		c.decodeJSON(t, res, &body)
+		assert.Equal(t, "logged in", body.Message, "the JSON body's message")
+		// The login reset the client's attempts: 5 more pass, where the
+		// next one would otherwise have locked it out.
+		for i := range 5 {
+			res := c.login(t, "guess")
+			c.wantStatus(t, res, http.StatusUnauthorized)
+			var body struct{ Error string }
+			c.decodeJSON(t, res, &body)
+			assert.Equal(t, "invalid_credentials", body.Error, "attempt %d after the login: the JSON body's error", i+1)
+		}
+		c.wantDenied(t, c.login(t, "guess"), "5")
 	})
 
 	t.Run("APIKeyLimit", func(t *testing.T) {
@@ -164,11 +212,27 @@ func build(t *testing.T, newApp func(demo.Limiters) Client, p demo.Policies) cli
 	return client{send: newApp(l)}
 }
 
+// login sends POST /login with the form field demo.PasswordField set to
+// password.
+func (c client) login(t *testing.T, password string) *http.Response {
+	t.Helper()
+	form := url.Values{demo.PasswordField: {password}}.Encode()
+	return c.request(t, httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form)),
+		http.Header{"Content-Type": {"application/x-www-form-urlencoded"}})
+}
+
 // do sends method path with headers h and returns the response, whose body
 // is read to the end and replaced by a copy.
 func (c client) do(t *testing.T, method, path string, h http.Header) *http.Response {
 	t.Helper()
-	req := httptest.NewRequest(method, path, nil)
+	return c.request(t, httptest.NewRequest(method, path, nil), h)
+}
+
+// request sends req with headers h added and returns the response, whose body
+// is read to the end and replaced by a copy.
+func (c client) request(t *testing.T, req *http.Request, h http.Header) *http.Response {
+	t.Helper()
+	method, path := req.Method, req.URL.Path
 	for k, vs := range h {
 		for _, v := range vs {
 			req.Header.Add(k, v) // canonicalizes k

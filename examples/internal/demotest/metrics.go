@@ -24,40 +24,53 @@ import (
 // main runs), on a loopback port over a memory store, sends it known
 // traffic through a real socket, then scrapes GET /metrics twice and
 // finds every decision of every limit counted exactly, the scrapes
-// themselves neither limited nor counted.
+// themselves neither limited nor counted. The login limit is the default
+// one: 5 wrong passwords pass, the 6th attempt locks the client out
+// (Retry-After 1800) and is counted locked_out, as is the right password
+// sent during the lockout.
 func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 	t.Helper()
 	store, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	p := Generous()
-	p.Login.Limit = 1
+	p.Login = demo.DefaultPolicies().Login
 	l, err := demo.NewLimiters(store, p)
 	require.NoError(t, err)
 	base := serve(t, newServer(l))
 	c := &http.Client{Timeout: 5 * time.Second}
 
 	alice := http.Header{demo.APIKeyHeader: {"alice-key"}}
+	form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
 	for _, r := range []struct {
 		method, path string
 		h            http.Header
 		want         int
+		body         string
 	}{
-		{"GET", "/", nil, http.StatusOK},
-		{"GET", "/", nil, http.StatusOK},
-		{"GET", "/", nil, http.StatusOK},
-		{"POST", "/login", nil, http.StatusOK},
-		{"POST", "/login", nil, http.StatusTooManyRequests},
-		{"GET", "/api/data", alice, http.StatusOK},
-		{"GET", "/api/data", alice, http.StatusOK},
-		{"GET", "/api/data", nil, http.StatusBadRequest}, // no key: the API limiter never decides
-		{"GET", "/users/1", nil, http.StatusOK},
-		{"GET", "/no-such-route", nil, http.StatusNotFound},
+		{"GET", "/", nil, http.StatusOK, ""},
+		{"GET", "/", nil, http.StatusOK, ""},
+		{"GET", "/", nil, http.StatusOK, ""},
+		{"POST", "/login", form, http.StatusUnauthorized, "password=guess1"},
+		{"POST", "/login", form, http.StatusUnauthorized, "password=guess2"},
+		{"POST", "/login", form, http.StatusUnauthorized, "password=guess3"},
+		{"POST", "/login", form, http.StatusUnauthorized, "password=guess4"},
+		{"POST", "/login", nil, http.StatusUnauthorized, ""},
+		{"POST", "/login", form, http.StatusTooManyRequests, "password=guess6"}, // locked out
+		{"POST", "/login", form, http.StatusTooManyRequests, "password=" + demo.DemoPassword},
+		{"GET", "/api/data", alice, http.StatusOK, ""},
+		{"GET", "/api/data", alice, http.StatusOK, ""},
+		{"GET", "/api/data", nil, http.StatusBadRequest, ""}, // no key: the API limiter never decides
+		{"GET", "/users/1", nil, http.StatusOK, ""},
+		{"GET", "/no-such-route", nil, http.StatusNotFound, ""},
 	} {
-		res := send(t, c, r.method, base+r.path, r.h)
-		require.Equal(t, r.want, res.StatusCode, "%s %s", r.method, r.path)
+		res := sendBody(t, c, r.method, base+r.path, r.h, r.body)
+		require.Equal(t, r.want, res.StatusCode, "%s %s %s: %s", r.method, r.path, r.body, res.body)
+		if r.want == http.StatusTooManyRequests {
+			assert.Equal(t, "1800", res.Header.Get("Retry-After"), "%s %s: the lockout's Retry-After", r.method, r.path)
+		}
 	}
-	const global = 10 // every request above
+	const global = 15 // every request above
 
 	for i := range 3 { // scrapes: none limited, none counted
 		res := send(t, c, "GET", base+demo.MetricsPath, nil)
@@ -73,7 +86,7 @@ func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 
 	want := map[string]map[string]int{
 		p.Global.Name: {"allowed": global},
-		p.Login.Name:  {"allowed": 1, "denied": 1},
+		p.Login.Name:  {"allowed": 5, "locked_out": 2},
 		p.API.Name:    {"allowed": 2},
 		p.Users.Name:  {"allowed": 1},
 	}
@@ -88,11 +101,11 @@ func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 	}
 	// As a person or a scraper reads it: one line.
 	assert.Contains(t, exposition, fmt.Sprintf("\nratelimit_decisions_total{limit=%q,outcome=\"allowed\"} %d\n", p.Global.Name, global))
-	// The login's one admission left 0 of 1.
+	// The login's 5th admission left 0 of 5.
 	assert.Equal(t, "1", samples[fmt.Sprintf(`ratelimit_near_limit_total{limit=%q}`, p.Login.Name)], "near limit")
-	// One key per limit: the client's address (global, login, users) or
-	// its API key.
-	assert.Equal(t, "4", samples[fmt.Sprintf(`ratelimit_memstore_keys{store=%q}`, demo.MemStoreName)], "memory store keys")
+	// One key per limit, the client's address (global, login, users) or
+	// its API key, and the login's lockout entry, written by the offence.
+	assert.Equal(t, "5", samples[fmt.Sprintf(`ratelimit_memstore_keys{store=%q}`, demo.MemStoreName)], "memory store keys")
 	assert.Contains(t, samples, "go_goroutines", "the Go collector")
 }
 
@@ -129,7 +142,14 @@ type response struct {
 // send sends method url with headers h and reads the response.
 func send(t *testing.T, c *http.Client, method, url string, h http.Header) response {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	return sendBody(t, c, method, url, h, "")
+}
+
+// sendBody sends method url with headers h and body and reads the
+// response.
+func sendBody(t *testing.T, c *http.Client, method, url string, h http.Header, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	for k, vs := range h {
 		for _, v := range vs {
@@ -139,9 +159,9 @@ func send(t *testing.T, c *http.Client, method, url string, h http.Header) respo
 	res, err := c.Do(req)
 	require.NoError(t, err, "%s %s", method, url)
 	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
+	b, err := io.ReadAll(res.Body)
 	require.NoError(t, err, "%s %s: reading the body", method, url)
-	return response{res, body}
+	return response{res, b}
 }
 
 // parseSamples returns the samples of a text exposition, by series as

@@ -1,0 +1,296 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/access"
+	chilimit "github.com/apigate/ratelimit/adapters/chi"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// loginLimiters returns limiters of DefaultPolicies over a memory store
+// whose time stands still at t0.
+func loginLimiters(t *testing.T) Limiters {
+	t.Helper()
+	store, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	l, err := NewLimiters(clockstore.At(store, time.Now()), DefaultPolicies())
+	require.NoError(t, err)
+	return l
+}
+
+// lockOut makes key's 6 login attempts, the 6th locking it out.
+func lockOut(t *testing.T, l Limiters, key string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 5 {
+		d, err := l.Login.Allow(ctx, key)
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "attempt %d", i+1)
+	}
+	d, err := l.Login.Allow(ctx, key)
+	require.NoError(t, err)
+	require.True(t, d.LockedOut, "the 6th attempt locks %s out", key)
+	assert.Equal(t, 30*time.Minute, d.RetryAfter, "the first lockout")
+}
+
+// TestDefaultLoginLocksOut: the default login policy is the issue's
+// brute-force guard.
+func TestDefaultLoginLocksOut(t *testing.T) {
+	lo := DefaultPolicies().Login.Lockout
+	require.NotNil(t, lo)
+	assert.Equal(t, core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}, *lo)
+	assert.Equal(t, time.Hour, lo.Length(2), "the second lockout doubles")
+	assert.Equal(t, 24*time.Hour, lo.Length(10), "capped at a day")
+	lockOut(t, loginLimiters(t), "ip:203.0.113.7")
+}
+
+func TestClearLoginStrikes(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ remoteAddr, key string }{
+		{"203.0.113.7:4321", "ip:203.0.113.7"},
+		{"203.0.113.7", "ip:203.0.113.7"},
+		{"[::ffff:203.0.113.7]:4321", "ip:203.0.113.7"},
+		{"[2001:db8:1:1ff::9]:443", "ip:2001:db8:1:100::/56"},
+	} {
+		l := loginLimiters(t)
+		lockOut(t, l, tc.key)
+		other := "ip:198.51.100.1"
+		lockOut(t, l, other)
+
+		require.NoError(t, l.ClearLoginStrikes(ctx, tc.remoteAddr), tc.remoteAddr)
+		d, err := l.Login.Allow(ctx, tc.key)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "%s: the lockout of %s is lifted", tc.remoteAddr, tc.key)
+		assert.Equal(t, int64(4), d.Remaining, "%s: the attempts are forgotten too", tc.remoteAddr)
+		d, err = l.Login.Allow(ctx, other)
+		require.NoError(t, err)
+		assert.True(t, d.LockedOut, "%s: another client stays locked out", tc.remoteAddr)
+	}
+
+	l := loginLimiters(t)
+	for _, bad := range []string{"", "not-an-address", "example.com:80"} {
+		assert.ErrorIs(t, l.ClearLoginStrikes(ctx, bad), keyfuncs.ErrNoKey, "ClearLoginStrikes(%q)", bad)
+	}
+	assert.Error(t, Limiters{}.ClearLoginStrikes(ctx, "203.0.113.7:1"), "zero Limiters: an error, no panic")
+}
+
+// TestClearLoginStrikesMatchesTheAdapter: the key ClearLoginStrikes
+// clears is the one the login mount limits, through a real adapter.
+func TestClearLoginStrikesMatchesTheAdapter(t *testing.T) {
+	l := loginLimiters(t)
+	h := chilimit.New(l.Login)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, _ := l.Authenticate(r.Context(), r.RemoteAddr, r.PostFormValue(PasswordField))
+		w.WriteHeader(status)
+	}))
+	login := func(password string) *http.Response {
+		rec := httptest.NewRecorder()
+		req, err := http.NewRequest(http.MethodPost, "/login", strings.NewReader(PasswordField+"="+password))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.RemoteAddr = "[2001:db8::7]:5555"
+		h.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	for range 4 {
+		assert.Equal(t, http.StatusUnauthorized, login("guess").StatusCode)
+	}
+	assert.Equal(t, http.StatusOK, login(DemoPassword).StatusCode, "the 5th attempt, right")
+	// Without the Reset, the next attempt would be the 6th: locked out.
+	for i := range 5 {
+		assert.Equal(t, http.StatusUnauthorized, login("guess").StatusCode, "attempt %d after the login", i+1)
+	}
+	res := login(DemoPassword)
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "the 6th attempt since the login, right or not")
+	assert.Equal(t, "1800", res.Header.Get("Retry-After"))
+}
+
+func TestAuthenticate(t *testing.T) {
+	ctx := context.Background()
+	l := loginLimiters(t)
+	key := "ip:203.0.113.7"
+	for _, wrong := range []string{"", "Demo", "demo ", "demodemo", "wrong"} {
+		status, body := l.Authenticate(ctx, "203.0.113.7:1", wrong)
+		assert.Equal(t, http.StatusUnauthorized, status, "password %q", wrong)
+		assert.Equal(t, "invalid_credentials", body["error"], "password %q", wrong)
+	}
+	lockOut(t, l, key)
+	status, body := l.Authenticate(ctx, "203.0.113.7:1", DemoPassword)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, map[string]string{"message": "logged in"}, body)
+	d, err := l.Login.Allow(ctx, key)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "a login clears the strikes")
+
+	// The right password from an address that is no IP: the strikes
+	// cannot be cleared; refused, not a panic.
+	status, _ = l.Authenticate(ctx, "pipe", DemoPassword)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+}
+
+// TestAuthenticateStoreDown: a store that cannot clear the strikes makes
+// the login answer 503, as the login limit fails closed.
+func TestAuthenticateStoreDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	client := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	rs, err := redisstore.New(client)
+	require.NoError(t, err)
+	l, err := NewLimiters(rs, DefaultPolicies())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.ErrorIs(t, l.ClearLoginStrikes(ctx, "203.0.113.7:1"), core.ErrStore)
+	status, body := l.Authenticate(ctx, "203.0.113.7:1", DemoPassword)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Equal(t, "unavailable", body["error"])
+}
+
+func TestOpenDenyListMalformed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "deny.txt")
+	require.NoError(t, os.WriteFile(path, []byte("192.0.2.1\n10.1.2.3/8\n"), 0o600))
+	_, err := OpenDenyList(path, slog.New(slog.DiscardHandler))
+	require.Error(t, err)
+	var pe *access.ParseError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, 2, pe.Line)
+	assert.True(t, strings.HasPrefix(err.Error(), "DENY_FILE: "), "the error names the variable: %v", err)
+	assert.Contains(t, err.Error(), path+": line 2,", "the error names the file and the line")
+
+	_, err = OpenDenyList(filepath.Join(t.TempDir(), "missing.txt"), slog.New(slog.DiscardHandler))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	assert.ErrorContains(t, err, "DENY_FILE: ")
+}
+
+// TestRunMalformedDenyFile: run refuses to start on a malformed deny list,
+// before it listens or opens the store.
+func TestRunMalformedDenyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "deny.txt")
+	require.NoError(t, os.WriteFile(path, []byte("# ok\n203.0.113.7\n1.2.3.4/33\n"), 0o600))
+	var out bytes.Buffer
+	err := run(context.Background(), &out, &out, "test", environment{addr: "127.0.0.1:0", denyFile: path}, func(Limiters) Server {
+		t.Error("no server is built")
+		return HTTPServer(http.NotFoundHandler())
+	})
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "DENY_FILE: ")
+	assert.ErrorContains(t, err, "line 3,")
+	assert.NotContains(t, out.String(), ListeningPrefix)
+}
+
+// TestRunDenyFile runs with DENY_FILE: the banner names it, Guard carries
+// it to a mount, which answers 403 to a listed client once the file lists
+// it, and serves it again once the line is gone; every reload is logged.
+func TestRunDenyFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "deny.txt")
+	writeFile(t, path, "198.51.100.0/24 reason=not us\n")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, &out, &logs, "test", environment{addr: "127.0.0.1:0", denyFile: path}, func(l Limiters) Server {
+			assert.Len(t, l.Guard, 1, "Guard: the deny list")
+			// As the chi example mounts it.
+			r := chi.NewRouter()
+			r.Use(chilimit.New(l.Global, append([]chilimit.Option{chilimit.WithSkip(SkipMetrics)}, l.Guard...)...))
+			r.Method(http.MethodGet, MetricsPath, l.Metrics)
+			r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+			return HTTPServer(r)
+		})
+	}()
+	base := waitForBanner(t, &out, done)
+	assert.Contains(t, out.String(), "deny list: "+path+" (1 entry; reloaded when it changes)")
+	assert.Contains(t, out.String(), "echo 127.0.0.1 >> "+path+"\n")
+
+	c := &http.Client{Timeout: 5 * time.Second}
+	status := func(path string) int {
+		res, err := c.Get(base + path)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusOK, status("/"), "not listed")
+
+	writeFile(t, path, "198.51.100.0/24\n127.0.0.0/8 reason=the test\n")
+	require.Eventually(t, func() bool { return status("/") == http.StatusForbidden }, 10*time.Second, 20*time.Millisecond, "listed once the file changed")
+	assert.Equal(t, http.StatusForbidden, status("/anything"), "a 404 route too")
+	assert.Equal(t, http.StatusOK, status(MetricsPath), "GET /metrics is skipped before the lists")
+	assert.Contains(t, logs.String(), "access: list reloaded")
+
+	writeFile(t, path, "not an entry/\n")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the last good one") }, 10*time.Second, 20*time.Millisecond, "a bad reload is logged")
+	assert.Equal(t, http.StatusForbidden, status("/"), "the last good list stays in force")
+
+	writeFile(t, path, "198.51.100.0/24\n")
+	require.Eventually(t, func() bool { return status("/") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "served again once the line is gone")
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "run after a graceful shutdown, the deny list closed")
+	case <-time.After(ShutdownTimeout + 5*time.Second):
+		require.Fail(t, "run did not return after its context ended")
+	}
+}
+
+// writeFile replaces the file at path with content by a rename, as the
+// access package recommends.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+// waitForBanner waits, at most 10 s, for run's banner, and returns the URL
+// it gives.
+func waitForBanner(t *testing.T, out *syncBuffer, done <-chan error) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, rest, ok := strings.Cut(out.String(), ListeningPrefix); ok {
+			if line, _, ok := strings.Cut(rest, "\n"); ok {
+				// The whole banner is written at once.
+				return line
+			}
+		}
+		select {
+		case err := <-done:
+			if err == nil {
+				err = errors.New("nil error")
+			}
+			require.Failf(t, "run returned early", "%v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		require.False(t, time.Now().After(deadline), "no banner within 10s")
+	}
+}
