@@ -25,9 +25,10 @@ import (
 )
 
 // TestProcess builds the chi example, runs it as a process on a free
-// loopback port with the memory store, drives its global limit from 200 to
-// 429, finds those decisions at GET /metrics and stops it with SIGTERM,
-// expecting a graceful exit with status 0.
+// loopback port with the memory store and a deny list file that does not
+// list it, drives its global limit from 200 to 429, finds those decisions
+// at GET /metrics and stops it with SIGTERM, expecting a graceful exit
+// with status 0, the deny list's watch closed.
 func TestProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the example binary")
@@ -42,11 +43,14 @@ func TestProcess(t *testing.T) {
 	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go build: %s", built)
 
+	deny := filepath.Join(t.TempDir(), "deny.txt")
+	require.NoError(t, os.WriteFile(deny, []byte("192.0.2.0/24 reason=not the test\n"), 0o600))
+
 	var out syncBuffer
 	cmd := exec.Command(bin)
 	// ADDR=127.0.0.1:0: the kernel picks a free port, which the banner
 	// tells; no REDIS_URL: the memory store.
-	cmd.Env = append(environWithout("ADDR", "REDIS_URL"), "ADDR=127.0.0.1:0")
+	cmd.Env = append(environWithout("ADDR", "REDIS_URL", demo.DenyFileEnv), "ADDR=127.0.0.1:0", demo.DenyFileEnv+"="+deny)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start(), "starting the example")
 	exited := make(chan struct{})
@@ -67,6 +71,7 @@ func TestProcess(t *testing.T) {
 	base := waitForURL(t, &out, exited, 20*time.Second)
 	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), "the example listens on %s, want loopback", base)
 	assert.Contains(t, out.String(), "store: memory", "the banner names the store")
+	assert.Contains(t, out.String(), "deny list: "+deny+" (1 entry; reloaded when it changes)", "the banner names the deny list")
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	capacity := demo.DefaultPolicies().Global.Capacity()
