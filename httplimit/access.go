@@ -81,8 +81,10 @@ func WithAllowList(m access.Matcher) Option {
 // says: against the client's address and its key. An address range
 // matches whatever the key function is; a key entry only the key the key
 // function returns for the request ("user:42", or keyfuncs' hashed
-// "key:..." for an API key). Several WithDenyList options add up. A nil m
-// is invalid.
+// "key:..." for an API key). Several WithDenyList options add up. The
+// lists are checked after WithSkip: a skipped request (a health check, a
+// metrics scrape) is checked against no list, so skip only what a banned
+// client may reach. A nil m is invalid.
 func WithDenyList(m access.Matcher) Option {
 	return func(c *config) error {
 		if m == nil {
