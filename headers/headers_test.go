@@ -333,8 +333,9 @@ func TestWriteSpelling(t *testing.T) {
 		assert.Contains(t, wire.String(), line)
 	}
 	// Appending to one value slice cannot reach another's.
-	m.h["X-RateLimit-Limit"] = append(m.h["X-RateLimit-Limit"], "x")
-	assert.Equal(t, []string{"0"}, m.h["X-RateLimit-Remaining"])
+	limit, remaining := Fields()[0], Fields()[1] // as spelled, not canonical
+	m.h[limit] = append(m.h[limit], "x")
+	assert.Equal(t, []string{"0"}, m.h[remaining])
 }
 
 // recordingSetter keeps what it is set.

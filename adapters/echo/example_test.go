@@ -30,12 +30,13 @@ func ExampleNew() {
 	e.Use(echolimit.New(limiter)) // keyed on the socket peer's IP
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
 
-	req := httptest.NewRequest("GET", "/", nil)
-	req.RemoteAddr = "203.0.113.7:51234"
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, req)
-	// The fields are written as the standards spell them, and sent so on
-	// the wire; a client's parser canonicalizes them, a recorder does not.
-	fmt.Println(w.Code, w.Header()["X-RateLimit-Remaining"])
-	// Output: 200 [9]
+	srv := httptest.NewServer(e) // a real socket: the peer is 127.0.0.1
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		panic(err)
+	}
+	res.Body.Close()
+	fmt.Println(res.StatusCode, res.Header.Get("X-RateLimit-Remaining"))
+	// Output: 200 9
 }
