@@ -2,14 +2,12 @@ package access_test
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/syncbuf"
 )
 
 // reload is one OnReload call.
@@ -26,23 +25,9 @@ type reload struct {
 	err  error
 }
 
-// syncBuffer is a log destination safe for the watching goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output destination one goroutine writes while
+// another reads it.
+type syncBuffer = syncbuf.Buffer
 
 // watched starts a File on a fresh file holding content, reporting its
 // reloads on the returned channel and its logs in the buffer.

@@ -17,12 +17,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/monitoring"
 )
 
@@ -440,24 +440,9 @@ func environWithout(names ...string) []string {
 	return env
 }
 
-// syncBuffer is a bytes.Buffer safe for a process to write while a test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output destination one goroutine writes while
+// another reads it.
+type syncBuffer = syncbuf.Buffer
 
 // clientFrom returns an HTTP client whose connections leave from the
 // loopback address ip ("127.0.0.2"), which the example sees as the client

@@ -1,14 +1,12 @@
 package redisbans_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/access/redisbans"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/syncbuf"
 )
 
 // propagation is the bound the issue sets: a ban made on one server stops
@@ -29,23 +28,9 @@ const propagation = time.Second
 // tick is how often a test polls for a condition.
 const tick = 10 * time.Millisecond
 
-// syncBuffer is a log destination safe for the poller.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output destination one goroutine writes while
+// another reads it.
+type syncBuffer = syncbuf.Buffer
 
 // prefix returns a prefix of the test's own, so that tests sharing a
 // REDIS_URL server share no bans.

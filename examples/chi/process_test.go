@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/internal/syncbuf"
 )
 
 // TestProcess builds the chi example, runs it as a process on a free
@@ -210,21 +210,6 @@ func environWithout(names ...string) []string {
 	return env
 }
 
-// syncBuffer is a bytes.Buffer safe for a process to write while a test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output destination one goroutine writes while
+// another reads it.
+type syncBuffer = syncbuf.Buffer

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -335,24 +335,9 @@ func TestRunListenError(t *testing.T) {
 	assert.Error(t, err, "run on a bad address")
 }
 
-// syncBuffer is a bytes.Buffer that one goroutine writes while another
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output destination one goroutine writes while
+// another reads it.
+type syncBuffer = syncbuf.Buffer
 
 // TestSkipMetrics: only GET on the metrics route is spared the limits.
 func TestSkipMetrics(t *testing.T) {
