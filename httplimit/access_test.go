@@ -1,10 +1,8 @@
 package httplimit_test
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,21 +13,9 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
-
-// counting counts the store calls it passes on.
-type counting struct {
-	core.Store
-	takes atomic.Int64
-}
-
-func (c *counting) Take(ctx context.Context, r core.Request) (core.Decision, error) {
-	c.takes.Add(1)
-	return c.Store.Take(ctx, r)
-}
-
-func (c *counting) CallMode() core.CallMode { return core.CallDirect }
 
 func list(t testing.TB, lines ...string) *access.List {
 	t.Helper()
@@ -125,13 +111,13 @@ func TestAccessLists(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			store := &counting{Store: memStore(t)}
+			store := &limitertest.Counting{Store: memStore(t)}
 			f, err := httplimit.New(newLimiter(t, store, perMinute), append([]httplimit.Option{
 				httplimit.WithErrorHandler(func(keyfuncs.Request, error) {})}, tc.opts...)...)
 			require.NoError(t, err)
 			w := newResponse()
 			proceed := f.Handle(tc.req, w)
-			assert.Equal(t, tc.takes, store.takes.Load(), "store calls")
+			assert.Equal(t, tc.takes, store.Takes(), "store calls")
 			if tc.status == 0 {
 				require.True(t, proceed, "status %d %s", w.status, w.body)
 				assert.Zero(t, w.writes)
@@ -153,13 +139,13 @@ func TestAccessLists(t *testing.T) {
 // it comes, while its neighbour is limited, and the store never hears of
 // it.
 func TestAllowListedNeverLimited(t *testing.T) {
-	store := &counting{Store: memStore(t)}
+	store := &limitertest.Counting{Store: memStore(t)}
 	f, err := httplimit.New(newLimiter(t, store, perMinute), httplimit.WithAllowList(list(t, "192.0.2.1")))
 	require.NoError(t, err)
 	for range 100 {
 		require.True(t, f.Handle(from("192.0.2.1:1"), newResponse()))
 	}
-	assert.Zero(t, store.takes.Load())
+	assert.Zero(t, store.Takes())
 	require.True(t, f.Handle(from("192.0.2.2:1"), newResponse()))
 	w := newResponse()
 	require.False(t, f.Handle(from("192.0.2.2:1"), w))

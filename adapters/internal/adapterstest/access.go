@@ -1,36 +1,21 @@
 package adapterstest
 
 import (
-	"context"
 	"net/http"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 // ForbiddenBody is DefaultForbiddenHandler's body.
 const ForbiddenBody = `{"error":"forbidden","message":"Access denied."}`
-
-// takeCounter counts the decisions its store is asked for.
-type takeCounter struct {
-	core.Store
-	n atomic.Int64
-}
-
-func (c *takeCounter) Take(ctx context.Context, r core.Request) (core.Decision, error) {
-	c.n.Add(1)
-	return c.Store.Take(ctx, r)
-}
-
-func (c *takeCounter) CallMode() core.CallMode { return core.CallDirect }
 
 // accessStep is one request on a socket of its own, and what must come of
 // it.
@@ -170,12 +155,12 @@ func RunAccess(t *testing.T, h SocketHarness) {
 			if tc.deny != nil {
 				opts = append(opts, httplimit.WithDenyList(mustList(t, tc.deny)))
 			}
-			store := &takeCounter{Store: NewStore(t)}
+			store := &limitertest.Counting{Store: NewStore(t)}
 			spec := global(t, store, fixed("global", 1), nil, opts...)
 			addr := h.Serve(t, spec)
 			var hits int64
 			for i, s := range tc.steps {
-				before := store.n.Load()
+				before := store.Takes()
 				res := Send(t, addr, RawRequest{Header: s.header})
 				require.Equal(t, s.status, res.Status, "step %d (%s): %v: body %s", i, s.name, s.header, res.Body)
 				if s.status == 200 {
@@ -185,7 +170,7 @@ func RunAccess(t *testing.T, h SocketHarness) {
 					assert.Equal(t, ForbiddenBody, res.Body, "step %d", i)
 					assert.Contains(t, res.Header.Get("Content-Type"), "application/json", "step %d", i)
 				}
-				asked := store.n.Load() - before
+				asked := store.Takes() - before
 				if s.limited {
 					assert.Equal(t, int64(1), asked, "step %d (%s): store calls", i, s.name)
 					assert.NotEmpty(t, res.Header.Get(headers.XRateLimitLimit), "step %d (%s)", i, s.name)

@@ -1,0 +1,27 @@
+package limitertest
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Counting is a Store that counts the decisions it is asked for and passes
+// them on to Store, a memory store (it reports CallDirect).
+type Counting struct {
+	core.Store
+	takes atomic.Int64
+}
+
+// Take counts the call and asks the wrapped store.
+func (c *Counting) Take(ctx context.Context, r core.Request) (core.Decision, error) {
+	c.takes.Add(1)
+	return c.Store.Take(ctx, r)
+}
+
+// CallMode is CallDirect: the wrapped store is in memory.
+func (c *Counting) CallMode() core.CallMode { return core.CallDirect }
+
+// Takes returns how many decisions the store was asked for.
+func (c *Counting) Takes() int64 { return c.takes.Load() }
