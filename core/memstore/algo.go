@@ -231,17 +231,19 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 	} else if need := l - cur - c; need >= 0 {
 		// The previous window's weight blocks. It decays to nothing at
 		// the window's end, where cur+c <= l passes: find the first el
-		// at which prev*(w-el)/w <= need, by the test itself. The
-		// estimate, at w-el = need*w/prev, is exact in real numbers
-		// only; prev*(w-el)/w + cur rounds to the ulp of cur, which at
-		// large limits is worth many microseconds of decay.
-		est := w - int64(math.Floor(min(float64(need)*float64(w)/float64(prev), float64(w))))
+		// at which the test itself passes. The estimate solves
+		// prev*(w-el)/w + cur = the largest real sum that the two
+		// roundings of fits still admit (sumBound), not l-c: at large
+		// limits the sums round to steps worth many microseconds of
+		// decay, and the half step is where they change.
+		est := counterEstimate(prev, w, float64(sumBound(l, c, true)-float64(cur)))
 		at := firstPass(el, w, est, func(at int64) bool { return fits(weigh(prev, w, at), cur, c, l) })
 		o.wait = ws + at - now
 	} else {
 		// This window's own count blocks: wait into the next window, where
 		// cur becomes the previous count and the new window starts empty.
-		est := w - int64(math.Floor(min(float64(l-c)*float64(w)/float64(cur), float64(w))))
+		// The weight is a float already: one rounding, of its sum with c.
+		est := counterEstimate(cur, w, sumBound(l, c, false))
 		at := firstPass(0, w, est, func(at int64) bool { return fits(weigh(cur, w, at), 0, c, l) })
 		o.wait = ws + w + at - now
 	}
@@ -323,8 +325,8 @@ func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 		// Not fresh: a fresh bucket holds b >= c tokens. So does the
 		// state from st.expires on, when it decides like none, even if
 		// the refill leaves a float residue there.
-		est := int64(math.Ceil(float64(float64(c)-tokens) * float64(w) / float64(l)))
 		el := now - st.last
+		est := tokenEstimate(st.level, l, w, c) - el
 		o.wait = firstPass(0, st.expires-now, est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
 	}
 	o.remaining = int64(math.Floor(tokens))
@@ -355,8 +357,8 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	} else {
 		// Not fresh: an empty queue has room for c <= b, and the state
 		// decides like none from st.expires on.
-		est := int64(math.Ceil(float64(level+float64(c)-float64(b)) * float64(w) / float64(l)))
 		el := now - st.last
+		est := leakyEstimate(st.level, l, b, w, c) - el
 		o.wait = firstPass(0, st.expires-now, est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
 	}
 	o.remaining = int64(math.Floor(float64(b) - level))
@@ -408,6 +410,74 @@ func firstPass(lo, hi, est int64, passes func(k int64) bool) int64 {
 		}
 	}
 	return good
+}
+
+// The estimates below put firstPass within a microsecond or two of the
+// answer, so that a denial costs a few admission tests, not the ~50 that a
+// gallop from a real-number estimate takes where float64 steps are coarse.
+// They are only estimates: firstPass still tests its way to the exact
+// first passing microsecond, so a rounding in them costs a test, never a
+// wrong answer. core/redisstore/prelude.lua has the same functions.
+
+// gapAbove is the distance from x >= 0 to the next float64 above it; 0 for
+// 0 (whose gap the estimates may ignore).
+func gapAbove(x float64) float64 {
+	if x == 0 {
+		return 0
+	}
+	_, e := math.Frexp(x)
+	return math.Ldexp(1, e-53)
+}
+
+// halfGapBelow is half the distance from x > 0 to the float64 below it: a
+// sum rounds to x or more when its real value is at least x less this.
+func halfGapBelow(x float64) float64 {
+	m, e := math.Frexp(x)
+	if m == 0.5 { // a power of two: the gap below is half the one above
+		return math.Ldexp(1, e-55)
+	}
+	return math.Ldexp(1, e-54)
+}
+
+// sumBound is, about, the largest real v at which fl(fl(v) + c) <= b
+// (rounded) or fl(v + c) <= b for a float v (not rounded): the admission
+// tests of the leaky bucket and the sliding window counter. b and c are
+// integers, b >= c.
+func sumBound(b, c int64, rounded bool) float64 {
+	d := float64(b - c) // exact: integers below 2^53
+	h := gapAbove(float64(b)) / 2
+	y := d // the largest float64 y with fl(y + c) <= b
+	if gapAbove(d) <= h {
+		y = float64(d + h)
+	}
+	if rounded {
+		return float64(y + gapAbove(y)/2)
+	}
+	return y
+}
+
+// counterEstimate is the elapsed time into the window at which count,
+// weighed by the part of the previous window still in the sliding one,
+// falls to bound: count*(w-el)/w = bound.
+func counterEstimate(count, w int64, bound float64) int64 {
+	return w - int64(math.Floor(min(float64(bound*float64(w))/float64(count), float64(w))))
+}
+
+// tokenEstimate is the time after the last admission, at level, at which
+// level + refill rounds to c or more: where the refill reaches c - level
+// less half the gap below c. It counts from the last admission, not from
+// now, since the refill since then is one product, not a sum of two.
+func tokenEstimate(level float64, l, w, c int64) int64 {
+	need := float64(float64(float64(c)-level) - halfGapBelow(float64(c)))
+	return int64(math.Ceil(float64(need*float64(w)) / float64(l)))
+}
+
+// leakyEstimate is the time after the last admission, at level, at which
+// the drained level, rounded, and c round to b or less (sumBound); from
+// the last admission, as tokenEstimate.
+func leakyEstimate(level float64, l, b, w, c int64) int64 {
+	need := float64(level - sumBound(b, c, true))
+	return int64(math.Ceil(float64(need*float64(w)) / float64(l)))
 }
 
 // msUp converts microseconds to a Duration of whole milliseconds, rounding
