@@ -38,8 +38,9 @@ if level + cost <= capacity then
 else
   -- Not fresh: an empty queue has room for cost <= capacity, and the
   -- state decides like none from its expiry on.
-  local estimate = math.ceil((level + cost - capacity) * window / limit)
+  -- From the last admission (leakyEstimate in core/memstore/algo.go).
   local elapsed = at - last
+  local estimate = math.ceil((stored_level - sum_bound(capacity, cost, true)) * window / limit) - elapsed
   local expires = last + math.ceil(stored_level * window / limit)
   retry = first_pass(0, expires - at, estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
 end

@@ -24,6 +24,12 @@ local function fits(previous_weight, current)
   return previous_weight + current + cost <= limit
 end
 
+-- counter_estimate is the elapsed time into the window at which count,
+-- weighed, falls to bound: count * (window - elapsed) / window = bound.
+local function counter_estimate(count, bound)
+  return window - math.floor(math.min(bound * window / count, window))
+end
+
 local stored = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 't')
 local at = now
 if stored[1] then
@@ -56,14 +62,16 @@ else
     -- The previous window's weight blocks; it decays to nothing at the
     -- window's end, where current + cost <= limit passes. Find the first
     -- elapsed time at which the admission test passes, from the estimate
-    -- previous * (window - elapsed) / window = need.
-    local estimate = window - math.floor(math.min(need * window / previous, window))
+    -- previous * (window - elapsed) / window + current = the largest sum
+    -- the test's two roundings admit (sum_bound).
+    local estimate = counter_estimate(previous, sum_bound(limit, cost, true) - current)
     local first = first_pass(elapsed, window, estimate, function(k) return fits(weigh(previous, k), current) end)
     retry = window_start + first - at
   else
     -- This window's own count blocks: wait into the next window, where
     -- current becomes the previous count and the new window starts empty.
-    local estimate = window - math.floor(math.min((limit - cost) * window / current, window))
+    -- The weight is a float already: one rounding, of its sum with cost.
+    local estimate = counter_estimate(current, sum_bound(limit, cost, false))
     local first = first_pass(0, window, estimate, function(k) return fits(weigh(current, k), 0) end)
     retry = window_start + window + first - at
   end

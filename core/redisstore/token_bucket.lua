@@ -36,8 +36,10 @@ if tokens >= cost then
 else
   -- Not fresh: a fresh bucket holds capacity >= cost tokens. So does the
   -- state from its expiry on, when it decides like none.
-  local estimate = math.ceil((cost - tokens) * window / limit)
+  -- From the last admission: where the refill reaches cost - level less
+  -- half the gap below cost (tokenEstimate in core/memstore/algo.go).
   local elapsed = at - last
+  local estimate = math.ceil((cost - stored_tokens - half_gap_below(cost)) * window / limit) - elapsed
   local expires = last + math.ceil((capacity - stored_tokens) * window / limit)
   retry = first_pass(0, expires - at, estimate, function(k) return tokens_at(elapsed + k) >= cost end)
 end
