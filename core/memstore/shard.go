@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/apigate/ratelimit/core"
@@ -39,7 +38,7 @@ type shard struct {
 }
 
 type shardFields struct {
-	mu sync.Mutex
+	mu shardLock
 	t  table
 	// n is the number of entries.
 	n int
