@@ -59,6 +59,7 @@ func (m FailMode) String() string {
 type Limiter struct {
 	store     Store
 	call      CallMode
+	boundedBy BoundedTaker // store, when CallBounded and a BoundedTaker
 	policy    Policy
 	capacity  int64
 	failMode  FailMode
@@ -118,6 +119,9 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		shadow:    c.shadow,
 	}
 	l.bornNs = unixNano(l.born)
+	if bt, ok := store.(BoundedTaker); ok && call == CallBounded {
+		l.boundedBy = bt
+	}
 	if c.denyCacheKeys > 0 {
 		l.denied = &denyCache{max: c.denyCacheKeys, m: make(map[string]denial)}
 	}
@@ -424,7 +428,10 @@ func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (
 	case CallWithDeadline:
 		d, err = l.withDeadline(ctx, op, req)
 	default:
-		return l.bounded(ctx, op, req, probe)
+		if l.boundedBy == nil || op != opTake {
+			return l.bounded(ctx, op, req, probe)
+		}
+		d, err = l.takeBy(ctx, req)
 	}
 	if probe {
 		l.brk.probed(err == nil, l.elapsed(req.Now))
@@ -499,6 +506,23 @@ func (l *Limiter) timedOut(sctx context.Context, err error) error {
 		return fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
 	}
 	return err
+}
+
+// takeBy asks a BoundedTaker store to decide req by the Limiter's timeout
+// or the caller's deadline, whichever is earlier.
+func (l *Limiter) takeBy(ctx context.Context, req Request) (Decision, error) {
+	deadline := time.Now().Add(l.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	d, err := l.boundedBy.TakeBy(ctx, req, deadline)
+	if err != nil {
+		if !time.Now().Before(deadline) {
+			return Decision{}, fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
+		}
+		return Decision{}, err
+	}
+	return d, nil
 }
 
 type takeResult struct {

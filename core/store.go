@@ -183,3 +183,21 @@ type CallModer interface {
 	// CallMode reports the Store's CallMode.
 	CallMode() CallMode
 }
+
+// BoundedTaker is implemented by a CallBounded store that bounds its own
+// decisions, cheaper than the Limiter's goroutine can: such as redisstore
+// over a *redis.Client, which hands each request to goroutines of its own
+// (that batch concurrent requests into pipelines) and waits for the answer
+// on a pooled timer. A Limiter over a CallBounded store that implements
+// it calls TakeBy instead of Take, on the caller's goroutine; Reset is
+// still called on a goroutine of the Limiter's.
+type BoundedTaker interface {
+	// TakeBy is Take, bounded: it returns by deadline (the earlier of the
+	// Limiter's timeout and the caller's deadline) or as soon as ctx ends,
+	// whichever comes first, however long the store's client would wait.
+	// ctx is the caller's, cancellation included: when TakeBy returns
+	// early, the request may still be decided in the background, and its
+	// result is dropped, as a CallBounded Take's is. An error returned at
+	// or after deadline is a timeout to the Limiter (ErrTimeout).
+	TakeBy(ctx context.Context, req Request, deadline time.Time) (Decision, error)
+}
