@@ -2,17 +2,14 @@
 -- limit per window. Mirrors leakyBucket in core/memstore/algo.go, operation
 -- for operation (Lua numbers are float64, as there).
 --
--- KEYS[1] is a HASH: field 'v', the queue's level (%.17g, so that the
--- float64 round-trips exactly), and 't', the time of the last admission
--- (µs). An admitted request rewrites both; its TTL is the time the queue
--- is empty again (at least 1 ms). delay_ms is how long an admitted request
--- waits in the queue.
+-- KEYS[1] is a string (read_bucket in prelude.lua): the queue's level and
+-- the time of the last admission. An admitted request rewrites it; its TTL
+-- is the time the queue is empty again (at least 1 ms). delay_ms is how
+-- long an admitted request waits in the queue.
 
 local at, level = now, 0
-local stored_level, last
-local stored = redis.call('HMGET', KEYS[1], 'v', 't')
-if stored[1] then
-  stored_level, last = tonumber(stored[1]), tonumber(stored[2])
+local stored_level, last = read_bucket(KEYS[1])
+if stored_level then
   -- The state expires when the queue is empty again: from then on it
   -- decides like no state at all, whatever the key's remaining TTL.
   if now >= last + math.ceil(stored_level * window / limit) then
@@ -47,7 +44,6 @@ end
 local remaining = math.floor(capacity - level)
 local reset = math.ceil(level * window / limit)
 if allowed == 1 then
-  redis.call('HSET', KEYS[1], 'v', string.format('%.17g', level), 't', string.format('%d', at))
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms_up(at + reset - now), 1, min_ttl)))
+  write_bucket(KEYS[1], level, at, math.max(ms_up(at + reset - now), 1, min_ttl))
 end
 return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay)}

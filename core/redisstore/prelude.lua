@@ -27,8 +27,9 @@
 -- needs script effects replication: the default from Redis 5.0 (Redis 7.0
 -- has no other), refused with "Write commands not allowed after non
 -- deterministic commands" before. Otherwise they call only HMGET, HSET
--- with several fields (4.0), PEXPIRE, DEL and the sorted-set commands ZADD,
--- ZRANGE by rank, ZREMRANGEBYSCORE, ZREM and ZCARD, all older.
+-- with several fields (4.0), PEXPIRE, GET, SET with PX, DEL and the
+-- sorted-set commands ZADD, ZRANGE by rank, ZREMRANGEBYSCORE, ZREM and
+-- ZCARD, all older, and Lua's struct library (Redis 2.6).
 -- version_test.go checks this against the commands' own history.
 --
 -- Times are microseconds and Lua numbers float64, exact up to 2^53 µs;
@@ -127,4 +128,27 @@ local function sum_bound(b, c, rounded)
   if gap_above(d) <= h then y = d + h end
   if rounded then return y + gap_above(y) / 2 end
   return y
+end
+
+-- The buckets keep their state in one string: struct.pack('<dd', level,
+-- last), the level (float64, exact) and the time of the last admission
+-- (µs, exact below 2^53), 16 bytes: no larger than go-redis/redis_rate's
+-- one number per key, where a HASH of two fields costs twice as much.
+-- read_bucket returns the two, or nil for no state. A HASH of fields 'v'
+-- and 't' is the layout before, read alike (GET fails on it), and
+-- replaced by the next admission's SET.
+local function read_bucket(key)
+  local packed = redis.pcall('GET', key)
+  if type(packed) == 'table' and packed.err then
+    local stored = redis.call('HMGET', key, 'v', 't')
+    if not stored[1] then return nil end
+    return tonumber(stored[1]), tonumber(stored[2])
+  end
+  if not packed then return nil end
+  return struct.unpack('<dd', packed)
+end
+
+-- write_bucket stores level and last in key, for ttl_ms.
+local function write_bucket(key, level, last, ttl_ms)
+  redis.call('SET', key, struct.pack('<dd', level, last), 'PX', string.format('%d', ttl_ms))
 end

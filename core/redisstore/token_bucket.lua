@@ -2,16 +2,13 @@
 -- window. Mirrors tokenBucket in core/memstore/algo.go, operation for
 -- operation (Lua numbers are float64, as there).
 --
--- KEYS[1] is a HASH: field 'v', the tokens left (%.17g, so that the
--- float64 round-trips exactly), and 't', the time of the last admission
--- (µs). An admitted request rewrites both; its TTL is the time the bucket
--- is full again (at least 1 ms). delay_ms is 0.
+-- KEYS[1] is a string (read_bucket in prelude.lua): the tokens left and
+-- the time of the last admission. An admitted request rewrites it; its TTL
+-- is the time the bucket is full again (at least 1 ms). delay_ms is 0.
 
 local at, tokens = now, capacity
-local stored_tokens, last
-local stored = redis.call('HMGET', KEYS[1], 'v', 't')
-if stored[1] then
-  stored_tokens, last = tonumber(stored[1]), tonumber(stored[2])
+local stored_tokens, last = read_bucket(KEYS[1])
+if stored_tokens then
   -- The state expires when the bucket is full again: from then on it
   -- decides like no state at all, whatever the key's remaining TTL.
   if now >= last + math.ceil((capacity - stored_tokens) * window / limit) then
@@ -46,7 +43,6 @@ end
 local remaining = math.floor(tokens)
 local reset = math.ceil((capacity - tokens) * window / limit)
 if allowed == 1 then
-  redis.call('HSET', KEYS[1], 'v', string.format('%.17g', tokens), 't', string.format('%d', at))
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms_up(at + reset - now), 1, min_ttl)))
+  write_bucket(KEYS[1], tokens, at, math.max(ms_up(at + reset - now), 1, min_ttl))
 end
 return {allowed, remaining, ms_up(reset), ms_up(retry), 0}

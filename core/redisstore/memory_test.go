@@ -1,0 +1,182 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// memoryUsage returns MEMORY USAGE of key, every element counted.
+func memoryUsage(tb testing.TB, c redis.UniversalClient, key string) int64 {
+	tb.Helper()
+	n, err := c.MemoryUsage(context.Background(), key, 0).Result()
+	require.NoError(tb, err, "MEMORY USAGE %s", key)
+	return n
+}
+
+// redisRateKey writes, with go-redis/redis_rate's own script, the state of
+// one admitted request (10 per second) to key.
+func redisRateKey(tb testing.TB, c redis.UniversalClient, key string) {
+	tb.Helper()
+	r, err := redis.NewScript(redisRateAllowN).Run(context.Background(), c, []string{key}, 10, 10, 1, 1).Slice()
+	require.NoError(tb, err)
+	require.EqualValues(tb, 1, r[0], "redis_rate admits its first request")
+}
+
+// TestTokenBucketMemory: the key of a token bucket costs Redis no more
+// memory (MEMORY USAGE) than go-redis/redis_rate's key of the same name,
+// whatever the state's values: a full bucket's time, a fraction of a token,
+// a deep bucket near core.MaxLimit.
+func TestTokenBucketMemory(t *testing.T) {
+	s, _, c := newStore(t)
+	ctx := context.Background()
+	for _, p := range []core.Policy{
+		{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second},
+		{Name: "p", Algorithm: core.TokenBucket, Limit: 7, Window: 3*time.Second + time.Microsecond, Burst: 13},
+		{Name: "p", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour},
+	} {
+		for _, req := range []core.Request{
+			{Key: "203.0.113.7", Policy: p, Cost: 1},
+			{Key: "203.0.113.7", Policy: p, Cost: 1, Now: t0.Add(123_457 * time.Microsecond)},
+		} {
+			key := s.stateKey(req.Key, p)
+			d, err := s.Take(ctx, req)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			ours := memoryUsage(t, c, key)
+			require.NoError(t, c.Del(ctx, key).Err())
+			redisRateKey(t, c, key)
+			theirs := memoryUsage(t, c, key)
+			require.NoError(t, c.Del(ctx, key).Err())
+			assert.LessOrEqual(t, ours, theirs, "%+v: MEMORY USAGE of the key %s: ours against redis_rate's", p, key)
+		}
+	}
+}
+
+// TestBucketLegacyHash: a bucket's state in the HASH of fields 'v' and 't'
+// that the scripts wrote before the one-string layout is read as it was,
+// and the next admission replaces it by the string.
+func TestBucketLegacyHash(t *testing.T) {
+	s, _, c := newStore(t)
+	ms := newMemStore(t)
+	ctx := context.Background()
+	for _, a := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
+		p := core.Policy{Name: "p", Algorithm: a, Limit: 10, Window: time.Second}
+		key := s.stateKey("k", p)
+		// memstore's state after 7 units at t0, as the old layout wrote it.
+		first := core.Request{Key: "k", Policy: p, Cost: 7, Now: t0}
+		_, err := ms.Take(ctx, first)
+		require.NoError(t, err)
+		level := "3"
+		if a == core.LeakyBucket {
+			level = "7"
+		}
+		require.NoError(t, c.HSet(ctx, key, "v", level, "t", strconv.FormatInt(t0.UnixMicro(), 10)).Err())
+		require.NoError(t, c.PExpire(ctx, key, time.Minute).Err())
+		for i, cost := range []int64{5, 3, 5} {
+			req := core.Request{Key: "k", Policy: p, Cost: cost, Now: t0.Add(time.Duration(i+1) * 10 * time.Millisecond)}
+			want, err := ms.Take(ctx, req)
+			require.NoError(t, err)
+			got, err := s.Take(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s: request %d over the old layout", a, i)
+		}
+		typ, err := c.Type(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "string", typ, "%s: the key after an admission", a)
+		assert.Positive(t, c.PTTL(ctx, key).Val(), "%s: the key's TTL", a)
+	}
+}
+
+// BenchmarkMemoryUsage writes the state of one admitted request on each of
+// 1000 keys per algorithm (and 100 requests a key for sliding_window_log
+// /100), and reports, per key, Redis's MEMORY USAGE (bytes/key, the key,
+// its value and their overhead in the keyspace) and the growth of
+// used_memory (used-bytes/key, which counts the expiry too, and the
+// keyspace's tables, which grow in steps: a rougher figure); beside them
+// go-redis/redis_rate's key (redis_rate), written by its own script. Keys
+// are named alike: rl:{client-<n>}:<policy>:<code>. Each case has a
+// redis-server of its own; b.N does not matter.
+func BenchmarkMemoryUsage(b *testing.B) {
+	const keys = 1000
+	ctx := context.Background()
+	measure := func(b *testing.B, c redis.UniversalClient, write func(i int) string) {
+		b.Helper()
+		write(keys) // loads the script, outside the measure
+		before := usedMemory(b, c)
+		var usage int64
+		for i := range keys {
+			usage += memoryUsage(b, c, write(i))
+		}
+		used := usedMemory(b, c) - before
+		for b.Loop() {
+		}
+		b.ReportMetric(float64(usage)/keys, "bytes/key")
+		b.ReportMetric(float64(used)/keys, "used-bytes/key")
+	}
+	type shape struct {
+		name     string
+		alg      core.Algorithm
+		requests int
+	}
+	shapes := []shape{}
+	for _, a := range core.Algorithms() {
+		shapes = append(shapes, shape{string(a), a, 1})
+	}
+	shapes = append(shapes, shape{"sliding_window_log/100", core.SlidingWindowLog, 100})
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			s, _, c := newStore(b, WithPrefix("rl:"))
+			p := core.Policy{Name: "api", Algorithm: sh.alg, Limit: 1000, Window: time.Minute}
+			measure(b, c, func(i int) string {
+				key := "client-" + strconv.Itoa(i)
+				for j := range sh.requests {
+					d, err := s.Take(ctx, core.Request{Key: key, Policy: p, Cost: 1, Now: t0.Add(time.Duration(j) * time.Millisecond)})
+					if err != nil || !d.Allowed {
+						b.Fatalf("%+v, %v", d, err)
+					}
+				}
+				return s.stateKey(key, p)
+			})
+		})
+	}
+	b.Run("redis_rate", func(b *testing.B) {
+		s, _, c := newStore(b, WithPrefix("rl:"))
+		p := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute}
+		measure(b, c, func(i int) string {
+			key := s.stateKey("client-"+strconv.Itoa(i), p)
+			redisRateKey(b, c, key)
+			return key
+		})
+	})
+}
+
+// usedMemory returns INFO memory's used_memory.
+func usedMemory(tb testing.TB, c redis.UniversalClient) int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "memory").Result()
+	require.NoError(tb, err)
+	return infoValue(tb, info, "used_memory")
+}
+
+// infoValue returns the integer field name of an INFO reply.
+func infoValue(tb testing.TB, info, name string) int64 {
+	tb.Helper()
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(tb, err, "INFO %s", name)
+			return n
+		}
+	}
+	tb.Fatalf("INFO has no %s", name)
+	return 0
+}
