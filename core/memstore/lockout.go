@@ -1,8 +1,6 @@
 package memstore
 
 import (
-	"strings"
-
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -70,7 +68,8 @@ func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capaci
 	resetAt := now + msUp(o.reset).Microseconds()
 	if lock == nil {
 		lock = &entry{st: state{kind: k | lockBit, capacity: float32(capacity)}}
-		lock.key, lock.name = strings.Clone(key), sh.intern(p.Name)
+		lock.setKey(key)
+		lock.name = sh.intern(p.Name)
 		sh.insert(h, lock, now)
 	}
 	st := &lock.st

@@ -21,8 +21,8 @@ const (
 	// MaxShards is the largest number of shards.
 	MaxShards = 1 << 16
 	// DefaultMaxKeys is the number of keys a Store holds at most when
-	// WithMaxKeys is not given: about 85 MB of state at 170 bytes per key
-	// (an IP address under a window or bucket policy), 140 MB at most
+	// WithMaxKeys is not given: about 80 MB of state at 160 bytes per key
+	// (an IP address under a window or bucket policy), 145 MB at most
 	// with keys of core.MaxKeyLen bytes (plus, for the sliding window
 	// log, 16 bytes per logged microsecond). It suits an API server whose
 	// clients, times its policies, stay below 500,000 within a window;
@@ -69,8 +69,9 @@ func WithShards(n int) Option {
 // windows for the sliding window counter, the time to refill for the
 // buckets), summed over the policies sharing the Store, with some headroom:
 // the bound is split evenly among the shards, and keys do not spread
-// perfectly evenly over them. Each key costs about 170 bytes with a short
-// client key (an IP address), up to 280 with a key of core.MaxKeyLen bytes,
+// perfectly evenly over them. Each key costs about 160 bytes with a client
+// key of up to 24 bytes (any IP address key), up to 290 with a key of
+// core.MaxKeyLen bytes,
 // plus 16 bytes per logged microsecond for the sliding window log.
 //
 // A full shard makes room for a new key by evicting. It looks at a small

@@ -15,13 +15,38 @@ import (
 // key and name are the store's own copies: the caller's strings may point
 // into memory it reuses (Fiber's zero-copy header values are rewritten by
 // the next request) or into a larger buffer the table should not pin. The
-// key is copied for each entry, on insert only; the name once for the many
-// entries of one policy (see shard.intern).
+// key is copied for each entry, on insert only (see setKey): into inline
+// when it fits, which holds any IP address key, so that matching a key
+// reads no memory beyond the entry, and an entry is one allocation; a
+// longer key is a string of its own. The name is copied once for the many
+// entries of one policy (see shard.intern). An entry is never copied by
+// value, since its key may point into itself.
 type entry struct {
 	key  string
 	name string
 	next *entry
 	st   state
+	// inline holds key when it fits; it pads the entry to 128 bytes, one
+	// size class of Go's allocator, two cache lines.
+	inline [inlineKey]byte
+}
+
+// inlineKey is the longest key an entry holds inline: what is left of
+// entrySize after the other fields, 24 bytes beside today's state.
+const inlineKey = max(8, entrySize-int(2*unsafe.Sizeof("")+unsafe.Sizeof(uintptr(0))+unsafe.Sizeof(state{})))
+
+// entrySize is the size an entry is padded to with its inline key.
+const entrySize = 128
+
+// setKey makes e's key a copy of key, inline when it fits. It is called
+// once, before e is inserted.
+func (e *entry) setKey(key string) {
+	if len(key) > len(e.inline) || key == "" {
+		e.key = strings.Clone(key)
+		return
+	}
+	n := copy(e.inline[:], key)
+	e.key = unsafe.String(&e.inline[0], n)
 }
 
 // is reports whether e is the state of key under the policy named name,
@@ -108,7 +133,8 @@ func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, co
 	e := &entry{st: state{kind: k, capacity: float32(capacity)}}
 	o := step(&e.st, true, p, cost, now)
 	if o.allowed { // always, since cost <= capacity; denials store nothing
-		e.key, e.name = strings.Clone(key), sh.intern(p.Name)
+		e.setKey(key)
+		e.name = sh.intern(p.Name)
 		sh.insert(h, e, now)
 	}
 	return o, true
