@@ -45,6 +45,8 @@ func TestTokenBucketMemory(t *testing.T) {
 	} {
 		for _, req := range []core.Request{
 			{Key: "203.0.113.7", Policy: p, Cost: 1},
+			{Key: "203.0.113.7", Policy: p, Cost: 1, Now: t0},
+			// A fraction of a token since the request before.
 			{Key: "203.0.113.7", Policy: p, Cost: 1, Now: t0.Add(123_457 * time.Microsecond)},
 		} {
 			key := s.stateKey(req.Key, p)
@@ -52,10 +54,13 @@ func TestTokenBucketMemory(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 			ours := memoryUsage(t, c, key)
+			state, err := c.Get(ctx, key).Result()
+			require.NoError(t, err)
 			require.NoError(t, c.Del(ctx, key).Err())
 			redisRateKey(t, c, key)
 			theirs := memoryUsage(t, c, key)
-			require.NoError(t, c.Del(ctx, key).Err())
+			// Ours again, for the next request.
+			require.NoError(t, c.Set(ctx, key, state, time.Minute).Err())
 			assert.LessOrEqual(t, ours, theirs, "%+v: MEMORY USAGE of the key %s: ours against redis_rate's", p, key)
 		}
 	}
@@ -97,8 +102,9 @@ func TestBucketLegacyHash(t *testing.T) {
 }
 
 // BenchmarkMemoryUsage writes the state of one admitted request on each of
-// 1000 keys per algorithm (and 100 requests a key for sliding_window_log
-// /100), and reports, per key, Redis's MEMORY USAGE (bytes/key, the key,
+// 1000 keys per algorithm, 1000 per minute (and 100 requests a key for
+// sliding_window_log/100; two for the buckets at core.MaxLimit per minute,
+// .../max, whose levels have many digits), and reports, per key, Redis's MEMORY USAGE (bytes/key, the key,
 // its value and their overhead in the keyspace) and the growth of
 // used_memory (used-bytes/key, which counts the expiry too, and the
 // keyspace's tables, which grow in steps: a rougher figure); beside them
@@ -125,17 +131,23 @@ func BenchmarkMemoryUsage(b *testing.B) {
 	type shape struct {
 		name     string
 		alg      core.Algorithm
+		limit    int64
 		requests int
 	}
 	shapes := []shape{}
 	for _, a := range core.Algorithms() {
-		shapes = append(shapes, shape{string(a), a, 1})
+		shapes = append(shapes, shape{string(a), a, 1000, 1})
 	}
-	shapes = append(shapes, shape{"sliding_window_log/100", core.SlidingWindowLog, 100})
+	shapes = append(shapes,
+		shape{"sliding_window_log/100", core.SlidingWindowLog, 1000, 100},
+		// Levels of many digits (a fraction of a unit after the second).
+		shape{"token_bucket/max", core.TokenBucket, core.MaxLimit, 2},
+		shape{"leaky_bucket/max", core.LeakyBucket, core.MaxLimit, 2},
+	)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
 			s, _, c := newStore(b, WithPrefix("rl:"))
-			p := core.Policy{Name: "api", Algorithm: sh.alg, Limit: 1000, Window: time.Minute}
+			p := core.Policy{Name: "api", Algorithm: sh.alg, Limit: sh.limit, Window: time.Minute}
 			measure(b, c, func(i int) string {
 				key := "client-" + strconv.Itoa(i)
 				for j := range sh.requests {
