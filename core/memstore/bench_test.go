@@ -107,35 +107,41 @@ func heapInUse() int64 {
 	return int64(m.HeapAlloc)
 }
 
-// BenchmarkAllowParallel decides from GOMAXPROCS goroutines, on one hot
-// key and over 100 000 keys.
+// BenchmarkAllowParallel decides from GOMAXPROCS goroutines, and from 16
+// whatever GOMAXPROCS (the hot-key case: more request goroutines
+// than CPUs, contending for one shard's lock), on one hot key and over
+// 100 000 keys.
 func BenchmarkAllowParallel(b *testing.B) {
 	ctx := context.Background()
-	for _, n := range []int{1, 100_000} {
-		b.Run(fmt.Sprintf("token_bucket/keys=%d", n), func(b *testing.B) {
-			s := mustNew(b)
-			l := newLimiter(b, s, benchPolicy(core.TokenBucket))
-			keys := makeKeys(n)
-			for _, k := range keys {
-				_, _ = l.Allow(ctx, k)
-			}
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seq.Add(7919)) % n
-				for pb.Next() {
-					if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
-						b.Errorf("got %+v, %v", d, err)
-						return
-					}
-					if i++; i == n {
-						i = 0
-					}
+	procs := runtime.GOMAXPROCS(0)
+	for _, g := range []int{procs, 16} {
+		for _, n := range []int{1, 100_000} {
+			b.Run(fmt.Sprintf("token_bucket/goroutines=%d/keys=%d", g, n), func(b *testing.B) {
+				s := mustNew(b)
+				l := newLimiter(b, s, benchPolicy(core.TokenBucket))
+				keys := makeKeys(n)
+				for _, k := range keys {
+					_, _ = l.Allow(ctx, k)
 				}
+				var seq atomic.Int64
+				b.SetParallelism((g + procs - 1) / procs)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(7919)) % n
+					for pb.Next() {
+						if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+							b.Errorf("got %+v, %v", d, err)
+							return
+						}
+						if i++; i == n {
+							i = 0
+						}
+					}
+				})
+				reportRate(b)
 			})
-			reportRate(b)
-		})
+		}
 	}
 }
 
