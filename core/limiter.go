@@ -59,7 +59,7 @@ func (m FailMode) String() string {
 type Limiter struct {
 	store     Store
 	call      CallMode
-	boundedBy BoundedTaker // store, when CallBounded and a BoundedTaker
+	boundedBy BoundedTaker // store, when not CallDirect and a BoundedTaker
 	policy    Policy
 	capacity  int64
 	failMode  FailMode
@@ -119,7 +119,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		shadow:    c.shadow,
 	}
 	l.bornNs = unixNano(l.born)
-	if bt, ok := store.(BoundedTaker); ok && call == CallBounded {
+	if bt, ok := store.(BoundedTaker); ok && call != CallDirect {
 		l.boundedBy = bt
 	}
 	if c.denyCacheKeys > 0 {
@@ -426,7 +426,11 @@ func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (
 	case CallDirect:
 		d, err = l.run(ctx, op, req)
 	case CallWithDeadline:
-		d, err = l.withDeadline(ctx, op, req)
+		if l.boundedBy != nil && op == opTake {
+			d, err = l.takeBy(ctx, req)
+		} else {
+			d, err = l.withDeadline(ctx, op, req)
+		}
 	default:
 		if l.boundedBy == nil || op != opTake {
 			return l.bounded(ctx, op, req, probe)

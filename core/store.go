@@ -184,20 +184,20 @@ type CallModer interface {
 	CallMode() CallMode
 }
 
-// BoundedTaker is implemented by a CallBounded store that bounds its own
-// decisions, cheaper than the Limiter's goroutine can: such as redisstore
+// BoundedTaker is implemented by a store that bounds its own decisions, cheaper than the Limiter's goroutine can: such as redisstore
 // over a *redis.Client, which hands each request to goroutines of its own
 // (that batch concurrent requests into pipelines) and waits for the answer
-// on a pooled timer. A Limiter over a CallBounded store that implements
-// it calls TakeBy instead of Take, on the caller's goroutine; Reset is
-// still called on a goroutine of the Limiter's.
+// on a pooled timer. A Limiter over a store that implements it and is not
+// CallDirect calls TakeBy instead of Take, on the caller's goroutine;
+// Reset is still called as the store's CallMode says.
 type BoundedTaker interface {
 	// TakeBy is Take, bounded: it returns by deadline (the earlier of the
 	// Limiter's timeout and the caller's deadline) or as soon as ctx ends,
 	// whichever comes first, however long the store's client would wait.
 	// ctx is the caller's, cancellation included: when TakeBy returns
 	// early, the request may still be decided in the background, and its
-	// result is dropped, as a CallBounded Take's is. An error returned at
+	// result is dropped, as a CallBounded Take's is. Like Take, TakeBy
+	// leaves Decision.Policy and Decision.Source zero. An error returned at
 	// or after deadline is a timeout to the Limiter (ErrTimeout).
 	TakeBy(ctx context.Context, req Request, deadline time.Time) (Decision, error)
 }

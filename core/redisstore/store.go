@@ -72,12 +72,15 @@ func WithPrefix(p string) Option {
 // no state of its own besides its configuration, so any number of Stores,
 // in any number of processes, may share one Redis.
 type Store struct {
-	client   redis.UniversalClient
-	config   // as the options left it
-	scripts  [len(algos)]*redis.Script
-	locked   [len(algos)]*redis.Script // the scripts wrapped in lockout.lua
-	recovery *clusterRecovery          // nil unless client is a cluster client
-	checked  chan struct{}             // closed once the check New starts is done
+	client    redis.UniversalClient
+	config    // as the options left it
+	scripts   [len(algos)]*redis.Script
+	locked    [len(algos)]*redis.Script // the scripts wrapped in lockout.lua
+	src       [len(algos)]string        // the sources of scripts
+	lockedSrc [len(algos)]string        // and of locked
+	recovery  *clusterRecovery          // nil unless client is a cluster client
+	checked   chan struct{}             // closed once the check New starts is done
+	batch     *batcher                  // nil unless client is a *redis.Client
 }
 
 var (
@@ -130,9 +133,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	}
 	s := &Store{client: client, config: c, recovery: newClusterRecovery(client), checked: make(chan struct{})}
+	if rc, ok := client.(*redis.Client); ok {
+		s.batch = newBatcher(rc)
+	}
 	for i, a := range algos {
-		s.scripts[i] = redis.NewScript(preludeLua + *a.lua)
-		s.locked[i] = redis.NewScript(lockedScript(*a.lua))
+		s.src[i], s.lockedSrc[i] = preludeLua+*a.lua, lockedScript(*a.lua)
+		s.scripts[i] = redis.NewScript(s.src[i])
+		s.locked[i] = redis.NewScript(s.lockedSrc[i])
 	}
 	go s.checkAtStart()
 	return s, nil
@@ -174,54 +181,68 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // A request with a zero Now is decided at Redis TIME. One with an explicit
 // Now (a test's time) is decided at that time, and the key it writes lives
 // at least a minute, however near the end of its state that time is.
+//
+// Take runs on the caller's goroutine, bounded as the client bounds it; a
+// core.Limiter calls TakeBy instead.
 func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	return s.take(ctx, req, time.Time{})
+}
+
+// take is Take, through the batcher when deadline is set.
+func (s *Store) take(ctx context.Context, req core.Request, deadline time.Time) (core.Decision, error) {
 	if err := req.Validate(); err != nil {
 		return core.Decision{}, err
 	}
 	p := req.Policy
 	i := algo(p.Algorithm)
-	keys := []string{s.key(req.Key, p, i)}
+	key := s.key(req.Key, p, i)
 	// ARGV: limit, window µs, capacity, cost, now µs ("" for Redis TIME),
-	// minimum TTL ms. go-redis writes integers without formatting them
-	// into strings first.
-	var now, minTTL any = "", 0
-	if !req.Now.IsZero() {
+	// minimum TTL ms, and for a lockout its three durations in µs. The
+	// client writes integers without formatting them into strings first.
+	var now, minTTL int64
+	explicit := !req.Now.IsZero()
+	if explicit {
 		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
 	}
 	capacity := p.Capacity()
-	if p.Lockout != nil && p.Lockout.Enabled() {
-		return s.takeLocked(ctx, req, i, keys[0], capacity, now, minTTL)
+	c := callPool.Get().(*call)
+	locked := p.Lockout != nil && p.Lockout.Enabled()
+	what, want := string(p.Algorithm), 5
+	if locked {
+		lo := *p.Lockout
+		what, want = what+" with lockout", 6
+		c.prepare(s.locked[i], s.lockedSrc[i], key, lockKey(key), explicit,
+			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
+			lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds())
+	} else {
+		c.prepare(s.scripts[i], s.src[i], key, "", explicit,
+			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL)
 	}
-	r, err := s.scripts[i].Run(ctx, s.client, keys,
-		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL).Int64Slice()
+	var err error
+	if deadline.IsZero() || s.batch == nil {
+		c.run(ctx, s.client)
+	} else {
+		c.deadline, c.parent = deadline, ctx
+		var owned bool
+		if owned, err = s.batch.do(ctx, c); !owned {
+			return core.Decision{}, fmt.Errorf("redisstore: %s: %w", what, err)
+		}
+	}
+	r := c.reply
+	if err == nil {
+		err = c.err
+	}
+	c.key, c.lock, c.reply, c.cmd, c.err, c.parent = "", "", nil, nil, nil, nil
+	callPool.Put(c)
 	if err != nil {
 		s.recovery.failed(err)
-		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", p.Algorithm, err)
+		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", what, err)
 	}
-	if len(r) != 5 {
-		return core.Decision{}, fmt.Errorf("redisstore: %s: script returned %d values, want 5", p.Algorithm, len(r))
-	}
-	return decision(r, capacity), nil
-}
-
-// takeLocked is Take for a policy with a core.Lockout: the algorithm's
-// script wrapped in lockout.lua, over the state key and the lockout key
-// (lockKey), with the Lockout's three durations as ARGV[7..9].
-func (s *Store) takeLocked(ctx context.Context, req core.Request, i int, key string, capacity int64, now, minTTL any) (core.Decision, error) {
-	p := req.Policy
-	lo := *p.Lockout
-	r, err := s.locked[i].Run(ctx, s.client, []string{key, lockKey(key)},
-		p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
-		lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds()).Int64Slice()
-	if err != nil {
-		s.recovery.failed(err)
-		return core.Decision{}, fmt.Errorf("redisstore: %s with lockout: %w", p.Algorithm, err)
-	}
-	if len(r) != 6 {
-		return core.Decision{}, fmt.Errorf("redisstore: %s with lockout: script returned %d values, want 6", p.Algorithm, len(r))
+	if len(r) != want {
+		return core.Decision{}, fmt.Errorf("redisstore: %s: script returned %d values, want %d", what, len(r), want)
 	}
 	d := decision(r, capacity)
-	d.LockedOut = r[5] == 1
+	d.LockedOut = locked && r[5] == 1
 	return d, nil
 }
 
@@ -282,7 +303,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // core.Limiter then calls the Store directly with its timeout as the
 // deadline, instead of on a goroutine it abandons after the timeout, which
 // saves a goroutine, a channel and a few allocations per decision.
-// Otherwise it reports core.CallBounded.
+// Otherwise it reports core.CallBounded. Over a *redis.Client, of either
+// kind, the Store is a core.BoundedTaker too: a Limiter calls its TakeBy
+// for decisions, which batches concurrent ones (see TakeBy), and the
+// CallMode only for Reset.
 func (s *Store) CallMode() core.CallMode {
 	switch c := s.client.(type) {
 	case *redis.Client:

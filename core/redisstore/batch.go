@@ -1,0 +1,454 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// maxBatch is the most decisions one pipeline carries.
+const maxBatch = 128
+
+// queueLen is how many decisions may wait for a flusher.
+const queueLen = 4096
+
+// errExpired completes a call whose deadline passed before a flusher
+// reached it: it is never sent.
+var errExpired = errors.New("redisstore: deadline passed before the request was sent")
+
+// call is one script run: its command's arguments live in the call itself,
+// as pointers the client writes without boxing, so that a call from the
+// pool costs no allocation but its command and reply.
+type call struct {
+	key, lock string
+	sha, src  string // of the script
+	nkeys     int64
+	ints      [9]int64 // ARGV but the time: limit, window, capacity, cost, (time), min TTL, lockout
+	args      [16]any
+	nargs     int
+	cmd       *redis.IntSliceCmd
+
+	parent   context.Context // the caller's: its values, not its cancellation
+	deadline time.Time
+	state    atomic.Int32  // callPending, callDone or callAbandoned
+	done     chan struct{} // receives once the call is done
+	taken    atomic.Bool   // a flusher has taken the call from the queue
+	abort    chan struct{} // closed when the caller abandoned the call and its deadline passed
+	reply    []int64
+	err      error
+}
+
+const (
+	callPending int32 = iota
+	callDone
+	callAbandoned
+)
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), abort: make(chan struct{})} }}
+
+// A call is the context its command runs with, so that a batch costs no
+// context of its own: the caller's values, the caller's deadline, and done
+// once the caller has abandoned the call and the deadline has passed (so
+// that the client stops retrying). The caller's cancellation does not end
+// it: a client that disconnects does not abort a call in flight.
+var _ context.Context = (*call)(nil)
+
+// Deadline returns the caller's deadline.
+func (c *call) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done is closed once the caller has left and the deadline has passed.
+func (c *call) Done() <-chan struct{} { return c.abort }
+
+// Err returns context.DeadlineExceeded once Done is closed.
+func (c *call) Err() error {
+	select {
+	case <-c.abort:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// Value returns the caller's value for key.
+func (c *call) Value(key any) any { return c.parent.Value(key) }
+
+// timerPool holds stopped timers (their channels empty: Go 1.23 timers).
+var timerPool = sync.Pool{New: func() any { return time.NewTimer(time.Hour) }}
+
+// prepare fills c's arguments for the script s over keys key (and lock,
+// when not empty), with ARGV ints, now standing in ARGV[5] ("" for Redis
+// TIME, else the time in µs).
+func (c *call) prepare(sc *redis.Script, src, key, lock string, explicit bool, ints ...int64) {
+	c.key, c.lock, c.sha, c.src = key, lock, sc.Hash(), src
+	c.err, c.reply, c.cmd = nil, nil, nil
+	c.state.Store(callPending)
+	c.taken.Store(false)
+	n := 0
+	c.args[n], c.args[n+1] = "evalsha", &c.sha
+	n += 2
+	if lock == "" {
+		c.nkeys = 1
+		c.args[n+1] = &c.key
+		n += 2
+	} else {
+		c.nkeys = 2
+		c.args[n+1], c.args[n+2] = &c.key, &c.lock
+		n += 3
+	}
+	c.args[2] = c.nkeys // below 256: boxed without allocating
+	copy(c.ints[:], ints)
+	for i := range ints {
+		if i == 4 && !explicit {
+			c.args[n] = ""
+		} else {
+			c.args[n] = &c.ints[i]
+		}
+		n++
+	}
+	c.nargs = n
+}
+
+// command returns a new command of c: EVALSHA, or EVAL with the source.
+func (c *call) command(eval bool) *redis.IntSliceCmd {
+	if eval {
+		c.args[0], c.args[1] = "eval", &c.src
+	} else {
+		c.args[0], c.args[1] = "evalsha", &c.sha
+	}
+	c.cmd = redis.NewIntSliceCmd(context.Background(), c.args[:c.nargs]...)
+	return c.cmd
+}
+
+// noScript reports whether err is Redis's NOSCRIPT reply.
+func noScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// run runs c alone on client with ctx, EVAL after a NOSCRIPT.
+func (c *call) run(ctx context.Context, client redis.UniversalClient) {
+	cmd := c.command(false)
+	_ = client.Process(ctx, cmd)
+	if noScript(cmd.Err()) {
+		cmd = c.command(true)
+		_ = client.Process(ctx, cmd)
+	}
+	c.reply, c.err = cmd.Val(), cmd.Err()
+}
+
+// batcher hands decisions to flusher goroutines, each of which sends what
+// has queued while the others were busy as one pipeline (one write, one
+// read); a lone decision goes out at once, as a plain command.
+type batcher struct {
+	client   *redis.Client
+	queue    chan *call
+	start    sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+	flushers int
+	idle     atomic.Int32 // flushers waiting for a call
+	running  atomic.Int32 // flushers
+	progress atomic.Int64 // when a flusher last finished a batch, in Unix ns
+}
+
+// stuckAfter is how long every flusher may be busy, without one finishing
+// a batch, before a caller starts another: so that a Redis that stopped
+// answering holds only the calls sent to it, as a goroutine per call
+// would, and the calls behind them reach the client (whose hooks see
+// them) instead of waiting in the queue for their deadlines.
+const stuckAfter = 10 * time.Millisecond
+
+// maxRunning caps the flushers, the extra ones included.
+const maxRunning = 4096
+
+// maxFlushers caps the flushers of one Store.
+const maxFlushers = 128
+
+// newBatcher returns the batcher of client: one flusher per connection of
+// its pool (PoolSize), so that a caller whose request is on its way to a
+// slow Redis holds a connection, as it would calling the client itself,
+// and the requests of the others queue behind, to go out together.
+func newBatcher(client *redis.Client) *batcher {
+	o := client.Options()
+	n := o.PoolSize
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return &batcher{client: client, queue: make(chan *call, queueLen), stop: make(chan struct{}), flushers: min(n, maxFlushers)}
+}
+
+// do sends c and waits for its reply until its deadline or ctx's end. It
+// returns false, with the error of the wait, when it stopped waiting after
+// c was queued: c then belongs to the flusher, which drops it.
+func (b *batcher) do(ctx context.Context, c *call) (bool, error) {
+	b.start.Do(func() {
+		b.progress.Store(time.Now().UnixNano())
+		b.running.Add(int32(b.flushers))
+		for range b.flushers {
+			go b.flush(false)
+		}
+	})
+	select {
+	case <-b.stop:
+		return true, redis.ErrClosed
+	default:
+	}
+	// The timer wakes the caller at the deadline, and every stuckAfter
+	// before it, to check on the flushers.
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(min(time.Until(c.deadline), stuckAfter))
+	defer func() {
+		t.Stop()
+		timerPool.Put(t)
+	}()
+	queued := false
+	for !queued {
+		select {
+		case b.queue <- c:
+			queued = true
+			b.unstick()
+		case <-t.C:
+			if !b.rearm(t, c) {
+				return true, context.DeadlineExceeded // never queued: still the caller's
+			}
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-b.stop:
+			return true, redis.ErrClosed
+		}
+	}
+	var err error
+wait:
+	for {
+		select {
+		case <-c.done:
+			return true, nil
+		case <-t.C:
+			if !b.rearm(t, c) {
+				err = context.DeadlineExceeded
+				break wait
+			}
+			if !c.taken.Load() {
+				b.unstick()
+			}
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		}
+	}
+	if c.state.CompareAndSwap(callPending, callAbandoned) {
+		// Never pooled again: abort may close.
+		if err == context.DeadlineExceeded {
+			close(c.abort)
+		} else {
+			time.AfterFunc(time.Until(c.deadline), func() { close(c.abort) })
+		}
+		return false, err
+	}
+	<-c.done // completed meanwhile
+	return true, nil
+}
+
+// rearm sets t to fire at c's deadline or in stuckAfter, whichever is
+// sooner, and reports false, setting nothing, when the deadline has
+// passed.
+func (b *batcher) rearm(t *time.Timer, c *call) bool {
+	left := time.Until(c.deadline)
+	if left <= 0 {
+		return false
+	}
+	t.Reset(min(left, stuckAfter))
+	return true
+}
+
+// unstick starts an extra flusher, for the call just queued, when every
+// flusher is busy and none has finished a batch for stuckAfter.
+func (b *batcher) unstick() {
+	if b.idle.Load() == 0 && time.Now().UnixNano()-b.progress.Load() > int64(stuckAfter) && b.running.Load() < maxRunning {
+		b.running.Add(1)
+		go b.flush(true)
+	}
+}
+
+// close stops the flushers once the queue is empty of waiting callers.
+func (b *batcher) close() {
+	b.stopOnce.Do(func() { close(b.stop) })
+}
+
+// flush is one flusher: it takes the first call waiting, and every call
+// queued behind it, up to maxBatch, and sends them. An extra flusher
+// (started while the others are stuck) returns once the queue is empty.
+func (b *batcher) flush(extra bool) {
+	defer b.running.Add(-1)
+	batch := make([]*call, 0, maxBatch)
+	cmds := make([]redis.Cmder, 0, maxBatch)
+	for {
+		var c *call
+		if extra {
+			select {
+			case c = <-b.queue:
+			default:
+				return
+			}
+		} else {
+			b.idle.Add(1)
+			select {
+			case c = <-b.queue:
+			case <-b.stop:
+				b.idle.Add(-1)
+				return
+			}
+			b.idle.Add(-1)
+		}
+		batch = append(batch[:0], c)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case c = <-b.queue:
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		b.send(batch, cmds[:0])
+		b.progress.Store(time.Now().UnixNano())
+	}
+}
+
+// send runs the live calls of batch, one pipeline for several, and
+// completes every call.
+func (b *batcher) send(batch []*call, cmds []redis.Cmder) {
+	now := time.Now()
+	live := batch[:0]
+	var latest *call
+	for _, c := range batch {
+		c.taken.Store(true)
+		if !now.Before(c.deadline) || c.state.Load() != callPending {
+			c.err = errExpired
+			complete(c)
+			continue
+		}
+		if latest == nil || c.deadline.After(latest.deadline) {
+			latest = c
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The call with the latest deadline is the batch's context: its
+	// values go to the client's hooks, and it ends when every call of the
+	// batch has expired.
+	var ctx context.Context = latest
+	if len(live) == 1 {
+		live[0].run(ctx, b.client)
+		complete(live[0])
+		return
+	}
+	b.pipeline(ctx, live, cmds, false)
+	retry := live[:0]
+	for _, c := range live {
+		if noScript(c.cmd.Err()) {
+			retry = append(retry, c)
+			continue
+		}
+		c.reply, c.err = c.cmd.Val(), c.cmd.Err()
+		complete(c)
+	}
+	if len(retry) == 0 {
+		return
+	}
+	b.pipeline(ctx, retry, cmds, true)
+	for _, c := range retry {
+		c.reply, c.err = c.cmd.Val(), c.cmd.Err()
+		complete(c)
+	}
+}
+
+// pipeline sends the commands of calls as one pipeline.
+func (b *batcher) pipeline(ctx context.Context, calls []*call, cmds []redis.Cmder, eval bool) {
+	cmds = cmds[:0]
+	for _, c := range calls {
+		cmds = append(cmds, c.command(eval))
+	}
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, cmd := range cmds {
+			_ = p.Process(ctx, cmd)
+		}
+		return nil
+	})
+}
+
+// complete hands c's result to its caller, or drops c if the caller left.
+func complete(c *call) {
+	if c.state.CompareAndSwap(callPending, callDone) {
+		c.done <- struct{}{}
+	}
+}
+
+// TakeBy is Take bounded by deadline and ctx, for a core.Limiter (see
+// core.BoundedTaker): over a *redis.Client, the script runs on one of the
+// Store's flusher goroutines, which sends the decisions that arrive while
+// the others are busy as one pipeline (a lone decision goes out at once,
+// as one EVALSHA), and TakeBy stops waiting at deadline or when ctx ends,
+// however the client is configured. A decision whose deadline passes
+// before a flusher reaches it is never sent. Over any other client (a
+// cluster client, a Ring), TakeBy is Take with deadline as its context's,
+// on a goroutine of its own that it stops waiting for at the deadline,
+// unless the client honours context deadlines (see CallMode).
+func (s *Store) TakeBy(ctx context.Context, req core.Request, deadline time.Time) (core.Decision, error) {
+	if s.batch != nil {
+		return s.take(ctx, req, deadline)
+	}
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	if s.CallMode() == core.CallWithDeadline {
+		defer cancel()
+		return s.Take(sctx, req)
+	}
+	type result struct {
+		d   core.Decision
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer cancel()
+		d, err := s.Take(sctx, req)
+		ch <- result{d, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-sctx.Done():
+		select {
+		case r = <-ch: // it answered just in time
+		default:
+			r.err = sctx.Err()
+		}
+	case <-ctx.Done():
+		select {
+		case r = <-ch:
+		default:
+			r.err = ctx.Err()
+		}
+	}
+	return r.d, r.err
+}
+
+// Close stops the Store's flusher goroutines (see TakeBy), if it started
+// any; decisions asked of it afterwards through a core.Limiter fail. It
+// does not close the client.
+func (s *Store) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
+	return nil
+}
+
+var _ core.BoundedTaker = (*Store)(nil)
