@@ -375,11 +375,14 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 // exact: it is the first microsecond at which the store's own admission
 // test passes, not a rounded formula that may be off.
 //
-// est is the real-number estimate of k. float64 rounding usually puts it
-// a microsecond or two off, but where a sum rounds in steps larger than
-// one microsecond's change (a limit near core.MaxLimit, a long window), by
-// up to hours. firstPass gallops from est, 1, 2, 4... steps, then bisects:
-// O(log |k-est|) calls, and at most about 90 over core.MaxWindow.
+// est is the estimate of k. A real-number one may be off by hours where a
+// sum rounds in steps larger than one microsecond's change (a limit near
+// core.MaxLimit, a long window); the algorithms' estimates (tokenEstimate,
+// leakyEstimate, counterEstimate, below) solve for the sums' rounding
+// bounds instead, and land within a microsecond or two: a denial makes at
+// most 4 calls over random and extreme policies (TestDenialSearchIsShort).
+// firstPass gallops from est, 1, 2, 4... steps, then bisects: O(log
+// |k-est|) calls, and at most about 90 over core.MaxWindow whatever est.
 func firstPass(lo, hi, est int64, passes func(k int64) bool) int64 {
 	good := min(max(est, lo), hi)
 	bad := lo - 1 // fails; never called

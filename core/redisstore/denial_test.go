@@ -15,12 +15,21 @@ import (
 )
 
 // countingScript returns the script of the algorithm algos[i] with
-// first_pass counting the admission tests it makes: its reply is the
-// algorithm's, and a sixth integer, the count. The algorithm runs as the
-// body of a function, as under lockout.lua, after a first_pass of the same
-// name that shadows the prelude's.
+// first_pass counting the admission tests it makes, and redis.call and
+// redis.pcall the commands: its reply is the algorithm's, then the two
+// counts. A local redis, ahead of the prelude, shadows the global for the
+// whole script; the algorithm runs as the body of a function, as under
+// lockout.lua, after a first_pass of the same name that shadows the
+// prelude's.
 func countingScript(i int) *redis.Script {
-	return redis.NewScript(preludeLua + `
+	return redis.NewScript(`
+local commands = 0
+local real_redis = redis
+local redis = setmetatable({
+  call = function(...) commands = commands + 1; return real_redis.call(...) end,
+  pcall = function(...) commands = commands + 1; return real_redis.pcall(...) end,
+}, {__index = real_redis})
+` + preludeLua + `
 local admission_tests = 0
 local counted_first_pass = first_pass
 local function first_pass(lo, hi, estimate, passes)
@@ -34,6 +43,7 @@ local function decide()
 end
 local reply = decide()
 reply[6] = admission_tests
+reply[7] = commands
 return reply
 `)
 }
@@ -76,11 +86,14 @@ func randomPolicy(r *rand.Rand, a core.Algorithm) core.Policy {
 // real redis-server, with first_pass counting its admission tests; memstore
 // decides the same requests. Every Decision must be memstore's (so every
 // RetryAfter exact, as core/memstore's TestDenialSearchIsShort checks
-// there), and every denial make at most 4 admission tests: a denial costs
-// no more steps than an admission's few commands, at any policy. Count
-// based; nothing here is timed.
+// there), every denial make at most 4 admission tests and one command (the
+// state's read; an admission also writes): a denial costs Redis no more
+// than an admission, at any policy. Count based; nothing here is timed.
 func TestDenialSearchIsShort(t *testing.T) {
 	const maxTests = 4
+	// The state's read and write: GET and SET for the buckets; HMGET,
+	// HSET and PEXPIRE for the counter.
+	admittedCommands := map[core.Algorithm]int64{core.TokenBucket: 2, core.LeakyBucket: 2, core.SlidingWindowCounter: 3}
 	_, _, c := newStore(t)
 	ms := newMemStore(t)
 	ctx := context.Background()
@@ -118,7 +131,7 @@ func TestDenialSearchIsShort(t *testing.T) {
 				require.NoError(t, err)
 				reply, err := script.Run(ctx, c, []string{key}, p.Limit, w, b, cost, now, 60_000).Int64Slice()
 				require.NoError(t, err, "%+v: step %d", p, step)
-				require.Len(t, reply, 6)
+				require.Len(t, reply, 7)
 				got := core.Decision{
 					Allowed: reply[0] == 1, Limit: b, Remaining: reply[1],
 					ResetAfter: time.Duration(reply[2]) * time.Millisecond,
@@ -128,8 +141,11 @@ func TestDenialSearchIsShort(t *testing.T) {
 				require.Equal(t, want, got, "%+v: step %d, cost %d at %d: the script against memstore", p, step, cost, now)
 				if got.Allowed {
 					require.Zero(t, reply[5], "%+v: step %d: an admission searches nothing", p, step)
+					require.Equal(t, admittedCommands[a], reply[6], "%+v: step %d: commands of an admission", p, step)
 					continue
 				}
+				// A denial reads the state, and that is all.
+				require.EqualValues(t, 1, reply[6], "%+v: step %d: commands of a denial", p, step)
 				denials++
 				total += int(reply[5])
 				worst = max(worst, int(reply[5]))

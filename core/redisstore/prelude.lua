@@ -58,7 +58,8 @@ end
 -- passes is monotonic on [lo, hi) and hi counts as passing (passes(hi) is
 -- never called). It gallops from the estimate, 1, 2, 4... steps, then
 -- bisects, so that RetryAfter is the first microsecond at which the
--- admission test passes however far float64 rounding put the estimate.
+-- admission test passes however far float64 rounding put the estimate
+-- (the rounding-aware estimates below keep it to a few tests).
 -- Same search as firstPass in core/memstore/algo.go.
 local function first_pass(lo, hi, estimate, passes)
   local good = math.min(math.max(estimate, lo), hi)
