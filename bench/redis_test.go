@@ -50,6 +50,7 @@ func ours(opts ...core.Option) func(tb testing.TB, client *redis.Client, algo st
 	return func(tb testing.TB, client *redis.Client, algo string, limit int64, window time.Duration) redisAllow {
 		st, err := redisstore.New(client)
 		require.NoError(tb, err)
+		tb.Cleanup(func() { _ = st.Close() })
 		a := core.TokenBucket
 		if algo != "" {
 			a = ourAlgorithms[algo]
