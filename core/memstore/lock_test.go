@@ -1,8 +1,10 @@
 package memstore
 
 import (
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -31,8 +33,9 @@ func TestShardLockExcludes(t *testing.T) {
 }
 
 // TestShardLockWaitersBehindAHold starts waiters while the lock is held,
-// so that they spin, yield and may sleep in sync.Mutex.Lock (none can take
-// it before it is released), then releases it: each waiter gets it once.
+// so that they spin, yield and sleep (none can take it before it is
+// released), then releases it: each waiter gets it once, every sleeper
+// woken.
 func TestShardLockWaitersBehindAHold(t *testing.T) {
 	const waiters = 8
 	var (
@@ -52,9 +55,38 @@ func TestShardLockWaitersBehindAHold(t *testing.T) {
 		})
 	}
 	started.Wait()
-	require.False(t, l.mu.TryLock(), "the lock is held")
+	require.False(t, l.tryLock(), "the lock is held")
+	require.Eventually(t, func() bool { return l.state.Load() == contended },
+		10*time.Second, time.Millisecond, "a waiter goes to sleep")
 	l.Unlock()
 	done.Wait()
 	require.Len(t, got, waiters)
 	require.ElementsMatch(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, got)
+}
+
+// TestShardLockLongHolds holds the lock across yields, so that waiters
+// keep running out of spins and yields and sleep: every increment still
+// counts, and no sleeper is left behind (the test would hang).
+func TestShardLockLongHolds(t *testing.T) {
+	const goroutines, each = 16, 300
+	var (
+		l  shardLock
+		n  int
+		wg sync.WaitGroup
+	)
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				l.Lock()
+				v := n
+				runtime.Gosched()
+				runtime.Gosched()
+				n = v + 1
+				l.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, goroutines*each, n)
+	require.Equal(t, unlocked, l.state.Load())
 }
