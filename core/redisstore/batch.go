@@ -168,20 +168,15 @@ const stuckAfter = 10 * time.Millisecond
 // maxRunning caps the flushers, the extra ones included.
 const maxRunning = 4096
 
-// maxFlushers caps the flushers of one Store.
-const maxFlushers = 128
-
-// newBatcher returns the batcher of client: one flusher per connection of
-// its pool (PoolSize), so that a caller whose request is on its way to a
-// slow Redis holds a connection, as it would calling the client itself,
-// and the requests of the others queue behind, to go out together.
+// newBatcher returns the batcher of client: GOMAXPROCS flushers (at least
+// two, at most the client's PoolSize), so that concurrent decisions share
+// few pipelines, plus extras while those are stuck (see unstick).
 func newBatcher(client *redis.Client) *batcher {
-	o := client.Options()
-	n := o.PoolSize
-	if n <= 0 {
-		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	n := max(2, runtime.GOMAXPROCS(0))
+	if o := client.Options(); o.PoolSize > 0 {
+		n = min(n, o.PoolSize)
 	}
-	return &batcher{client: client, queue: make(chan *call, queueLen), stop: make(chan struct{}), flushers: min(n, maxFlushers)}
+	return &batcher{client: client, queue: make(chan *call, queueLen), stop: make(chan struct{}), flushers: n}
 }
 
 // do sends c and waits for its reply until its deadline or ctx's end. It
