@@ -93,7 +93,9 @@ func scriptCalls(tb testing.TB, c redis.UniversalClient) (calls, usec int64) {
 //   - admitted: one hot key, requests at explicit times 20µs apart under
 //     100 000 per second (the log holds up to 50 000 members).
 //   - denied: another key, exhausted by a request of the whole capacity,
-//     then requests of cost 1 a microsecond later.
+//     then requests of cost 1 a microsecond later; for
+//     sliding_window_counter/whole-limit, at core.MaxLimit per hour, 27
+//     units, then requests of the whole limit.
 //
 // redis_rate's requests are at Redis TIME: 1e9 per second (burst 1e9) for
 // admitted; one per hour (burst 10) on a key used up by its first ten for
@@ -145,18 +147,34 @@ func BenchmarkDenial(b *testing.B) {
 		}
 		return d.Allowed
 	}
+	type denialCase struct {
+		name        string
+		p           core.Policy
+		first, deny int64 // the cost that exhausts the key, and the denied one
+	}
+	var cases []denialCase
 	for _, a := range core.Algorithms() {
 		p := core.Policy{Name: "bench", Algorithm: a, Limit: core.MaxLogLimit, Window: time.Second}
-		b.Run(string(a), func(b *testing.B) {
+		cases = append(cases, denialCase{string(a), p, p.Capacity(), 1})
+	}
+	// Where float64 steps are coarse: a request of the whole limit, behind
+	// 27 units, waits for their weight to round away in L + weight. The
+	// real-number estimate (the window's end) took ~50 admission tests.
+	cases = append(cases, denialCase{"sliding_window_counter/whole-limit",
+		core.Policy{Name: "bench", Algorithm: core.SlidingWindowCounter, Limit: core.MaxLimit, Window: time.Hour},
+		27, core.MaxLimit})
+	for _, dc := range cases {
+		p := dc.p
+		b.Run(dc.name, func(b *testing.B) {
 			s, _, c := newStore(b)
-			if !take(b, s, core.Request{Key: "full", Policy: p, Cost: p.Capacity(), Now: t0}) {
-				b.Fatal("the first request of the whole capacity is denied")
+			if !take(b, s, core.Request{Key: "full", Policy: p, Cost: dc.first, Now: t0}) {
+				b.Fatal("the first request is denied")
 			}
 			at := t0.Add(time.Microsecond)
 			run(b, c, func(i int) bool {
 				return take(b, s, core.Request{Key: "hot", Policy: p, Cost: 1, Now: t0.Add(time.Duration(i) * 20 * time.Microsecond)})
 			}, func() bool {
-				return take(b, s, core.Request{Key: "full", Policy: p, Cost: 1, Now: at})
+				return take(b, s, core.Request{Key: "full", Policy: p, Cost: dc.deny, Now: at})
 			})
 		})
 	}
