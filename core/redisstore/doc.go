@@ -17,6 +17,15 @@
 // same key followed by ":lock", in the same slot, decided by the same
 // script run (the algorithm's script wrapped in lockout.lua).
 //
+// Over a *redis.Client, decisions asked through a core.Limiter
+// (Store.TakeBy) are batched: a few flusher goroutines, started at the
+// first decision, send the decisions that arrive while the others are busy
+// as one pipeline (one write and one read for many scripts), and a lone
+// decision at once, as one EVALSHA, so no request waits for others to
+// come. Each still waits no longer than the Limiter's timeout, whatever
+// the client's options. Close stops the flushers. Over a cluster client
+// or a Ring, decisions are not batched.
+//
 // The README's "Redis and Redis Cluster" section says more: client
 // options, timeouts and fail modes, failover, and memory (run Redis with
 // maxmemory-policy volatile-ttl).
