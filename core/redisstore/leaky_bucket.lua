@@ -2,13 +2,13 @@
 -- limit per window. Mirrors leakyBucket in core/memstore/algo.go, operation
 -- for operation (Lua numbers are float64, as there).
 --
--- KEYS[1] is a string (read_bucket in prelude.lua): the queue's level and
+-- KEYS[1] is a string (read_state in prelude.lua), '<dd': the queue's level and
 -- the time of the last admission. An admitted request rewrites it; its TTL
 -- is the time the queue is empty again (at least 1 ms). delay_ms is how
 -- long an admitted request waits in the queue.
 
 local at, level = now, 0
-local stored_level, last = read_bucket(KEYS[1])
+local stored_level, last = read_state(KEYS[1], '<dd', 'v', 't')
 if stored_level then
   -- The state expires when the queue is empty again: from then on it
   -- decides like no state at all, whatever the key's remaining TTL.
@@ -44,6 +44,6 @@ end
 local remaining = math.floor(capacity - level)
 local reset = math.ceil(level * window / limit)
 if allowed == 1 then
-  write_bucket(KEYS[1], level, at, math.max(ms_up(at + reset - now), 1, min_ttl))
+  write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end
 return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay)}

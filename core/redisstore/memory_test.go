@@ -66,25 +66,29 @@ func TestTokenBucketMemory(t *testing.T) {
 	}
 }
 
-// TestBucketLegacyHash: a bucket's state in the HASH of fields 'v' and 't'
-// that the scripts wrote before the one-string layout is read as it was,
-// and the next admission replaces it by the string.
-func TestBucketLegacyHash(t *testing.T) {
+// TestLegacyHash: a state in the HASH that the scripts wrote before the
+// one-string layout is read as it was, and the next admission replaces it
+// by the string.
+func TestLegacyHash(t *testing.T) {
 	s, _, c := newStore(t)
 	ms := newMemStore(t)
 	ctx := context.Background()
-	for _, a := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
-		p := core.Policy{Name: "p", Algorithm: a, Limit: 10, Window: time.Second}
+	p := core.Policy{Name: "p", Limit: 10, Window: time.Second}
+	now := t0.UnixMicro()
+	start := strconv.FormatInt(now-now%p.Window.Microseconds(), 10)
+	last := strconv.FormatInt(now, 10)
+	// memstore's state after 7 units at t0, as the old layout wrote it.
+	for a, fields := range map[core.Algorithm][]any{
+		core.TokenBucket:          {"v", "3", "t", last},
+		core.LeakyBucket:          {"v", "7", "t", last},
+		core.FixedWindow:          {"w", start, "n", "7", "t", last},
+		core.SlidingWindowCounter: {"w", start, "c", "7", "p", "0", "t", last},
+	} {
+		p.Algorithm = a
 		key := s.stateKey("k", p)
-		// memstore's state after 7 units at t0, as the old layout wrote it.
-		first := core.Request{Key: "k", Policy: p, Cost: 7, Now: t0}
-		_, err := ms.Take(ctx, first)
+		_, err := ms.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 7, Now: t0})
 		require.NoError(t, err)
-		level := "3"
-		if a == core.LeakyBucket {
-			level = "7"
-		}
-		require.NoError(t, c.HSet(ctx, key, "v", level, "t", strconv.FormatInt(t0.UnixMicro(), 10)).Err())
+		require.NoError(t, c.HSet(ctx, key, fields...).Err())
 		require.NoError(t, c.PExpire(ctx, key, time.Minute).Err())
 		for i, cost := range []int64{5, 3, 5} {
 			req := core.Request{Key: "k", Policy: p, Cost: cost, Now: t0.Add(time.Duration(i+1) * 10 * time.Millisecond)}

@@ -131,25 +131,29 @@ local function sum_bound(b, c, rounded)
   return y
 end
 
--- The buckets keep their state in one string: struct.pack('<dd', level,
--- last), the level (float64, exact) and the time of the last admission
--- (µs, exact below 2^53), 16 bytes: no larger than go-redis/redis_rate's
--- one number per key, where a HASH of two fields costs twice as much.
--- read_bucket returns the two, or nil for no state. A HASH of fields 'v'
--- and 't' is the layout before, read alike (GET fails on it), and
+-- Every script but the log keeps its state in one string: its numbers
+-- packed by struct.pack with a format of float64s ('<dd' for the buckets'
+-- level and last admission), exact (times are below 2^53 µs, counts below
+-- 2^53), 8 bytes each: the token bucket's 16 bytes are no larger than
+-- go-redis/redis_rate's one number per key, where a HASH of the same
+-- fields costs up to half as much again (MEMORY USAGE, memory_test.go).
+-- read_state returns the numbers, or nil for no state. A HASH of the
+-- fields named is the layout before, read alike (GET fails on it), and
 -- replaced by the next admission's SET.
-local function read_bucket(key)
+local function read_state(key, format, ...)
   local packed = redis.pcall('GET', key)
   if type(packed) == 'table' and packed.err then
-    local stored = redis.call('HMGET', key, 'v', 't')
+    local stored = redis.call('HMGET', key, ...)
     if not stored[1] then return nil end
-    return tonumber(stored[1]), tonumber(stored[2])
+    local n = select('#', ...)
+    for i = 1, n do stored[i] = tonumber(stored[i]) end
+    return unpack(stored, 1, n)
   end
   if not packed then return nil end
-  return struct.unpack('<dd', packed)
+  return struct.unpack(format, packed)
 end
 
--- write_bucket stores level and last in key, for ttl_ms.
-local function write_bucket(key, level, last, ttl_ms)
-  redis.call('SET', key, struct.pack('<dd', level, last), 'PX', string.format('%d', ttl_ms))
+-- write_state stores the numbers packed with format in key, for ttl_ms.
+local function write_state(key, ttl_ms, format, ...)
+  redis.call('SET', key, struct.pack(format, ...), 'PX', string.format('%d', ttl_ms))
 end

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -177,10 +179,11 @@ func TestRedisTime(t *testing.T) {
 	require.NoError(t, err)
 	end := now.Truncate(time.Hour).Add(time.Hour)
 	assert.InDelta(t, end.Sub(now), d.ResetAfter, float64(time.Second), "ResetAfter: Redis TIME says %v to the end of the window", end.Sub(now))
-	state, err := c.HGetAll(ctx, s.stateKey("k", p)).Result()
+	// The state: window start, count, last admission, float64s.
+	state, err := c.Get(ctx, s.stateKey("k", p)).Bytes()
 	require.NoError(t, err)
-	last, err := strconv.ParseInt(state["t"], 10, 64)
-	require.NoError(t, err, "the state's time field")
+	require.Len(t, state, 24, "the state")
+	last := int64(math.Float64frombits(binary.LittleEndian.Uint64(state[16:])))
 	assert.WithinDuration(t, now, time.UnixMicro(last), time.Second, "the state's time against Redis TIME")
 }
 
@@ -214,8 +217,21 @@ func TestTakeRejects(t *testing.T) {
 func TestWrongType(t *testing.T) {
 	s, _, c := newStore(t)
 	ctx := context.Background()
-	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
+	for _, p := range policies(10, time.Second) {
+		if p.Algorithm == core.SlidingWindowLog {
+			continue // a ZSET: a string is of another type
+		}
+		key := s.stateKey("k", p)
+		require.NoError(t, c.RPush(ctx, key, "x").Err())
+		_, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1})
+		assert.ErrorContains(t, err, "WRONGTYPE", "%s: Take over a list key", p.Algorithm)
+		// A string, but not the state's.
+		require.NoError(t, c.Set(ctx, key, "x", time.Minute).Err())
+		_, err = s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1})
+		assert.ErrorContains(t, err, "data string too short", "%s: Take over a string of 1 byte", p.Algorithm)
+	}
+	p := core.Policy{Name: "p", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second}
 	require.NoError(t, c.Set(ctx, s.stateKey("k", p), "x", time.Minute).Err())
 	_, err := s.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 1})
-	assert.ErrorContains(t, err, "WRONGTYPE", "Take over a string key")
+	assert.ErrorContains(t, err, "WRONGTYPE", "%s: Take over a string key", p.Algorithm)
 }

@@ -4,11 +4,11 @@
 -- for operation (Lua numbers are float64, as there). It ignores capacity:
 -- cost is in [1, limit].
 --
--- KEYS[1] is a HASH: field 'w', the start of the current window (µs); 'c',
--- its count; 'p', the count of the window before it; 't', the time of the
--- last admission (µs). An admitted request rewrites all four; its TTL is
--- the end of the next window, when this window's count stops weighing.
--- delay_ms is 0.
+-- KEYS[1] is a string (read_state in prelude.lua), '<dddd': the start of
+-- the current window (µs), its count, the count of the window before it,
+-- and the time of the last admission (µs). An admitted request rewrites
+-- it; its TTL is the end of the next window, when this window's count
+-- stops weighing. delay_ms is 0.
 
 -- weigh is a window's count weighed by the part of it still inside the
 -- sliding window, elapsed microseconds into the next one: the count itself
@@ -30,21 +30,18 @@ local function counter_estimate(count, bound)
   return window - math.floor(math.min(bound * window / count, window))
 end
 
-local stored = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 't')
+local stored_start, stored_current, stored_previous, last = read_state(KEYS[1], '<dddd', 'w', 'c', 'p', 't')
 local at = now
-if stored[1] then
-  at = math.max(now, tonumber(stored[4]) or now)
+if stored_start then
+  at = math.max(now, last or now)
 end
 -- math.fmod truncates like Go's %, and is exact.
 local window_start = at - math.fmod(at, window)
 local current, previous = 0, 0
-if stored[1] then
-  local stored_start = tonumber(stored[1])
-  if stored_start == window_start then
-    current, previous = tonumber(stored[2]), tonumber(stored[3])
-  elseif stored_start == window_start - window then
-    previous = tonumber(stored[2])
-  end
+if stored_start == window_start then
+  current, previous = stored_current, stored_previous
+elseif stored_start == window_start - window then
+  previous = stored_current
 end
 
 local elapsed = at - window_start
@@ -53,9 +50,8 @@ local allowed, reset, retry = 0, 0, 0
 if fits(previous_weight, current) then
   current = current + cost
   allowed = 1
-  redis.call('HSET', KEYS[1], 'w', string.format('%d', window_start), 'c', string.format('%d', current),
-    'p', string.format('%d', previous), 't', string.format('%d', at))
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ms_up(window_start + 2 * window - now), min_ttl)))
+  write_state(KEYS[1], math.max(ms_up(window_start + 2 * window - now), min_ttl), '<dddd', window_start, current,
+    previous, at)
 else
   local need = limit - current - cost
   if need >= 0 then

@@ -2,12 +2,12 @@
 -- window. Mirrors tokenBucket in core/memstore/algo.go, operation for
 -- operation (Lua numbers are float64, as there).
 --
--- KEYS[1] is a string (read_bucket in prelude.lua): the tokens left and
+-- KEYS[1] is a string (read_state in prelude.lua), '<dd': the tokens left and
 -- the time of the last admission. An admitted request rewrites it; its TTL
 -- is the time the bucket is full again (at least 1 ms). delay_ms is 0.
 
 local at, tokens = now, capacity
-local stored_tokens, last = read_bucket(KEYS[1])
+local stored_tokens, last = read_state(KEYS[1], '<dd', 'v', 't')
 if stored_tokens then
   -- The state expires when the bucket is full again: from then on it
   -- decides like no state at all, whatever the key's remaining TTL.
@@ -43,6 +43,6 @@ end
 local remaining = math.floor(tokens)
 local reset = math.ceil((capacity - tokens) * window / limit)
 if allowed == 1 then
-  write_bucket(KEYS[1], tokens, at, math.max(ms_up(at + reset - now), 1, min_ttl))
+  write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', tokens, at)
 end
 return {allowed, remaining, ms_up(reset), ms_up(retry), 0}
