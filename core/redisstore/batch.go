@@ -155,7 +155,7 @@ type batcher struct {
 	flushers int
 	idle     atomic.Int32 // flushers waiting for a call
 	running  atomic.Int32 // flushers
-	progress atomic.Int64 // when a flusher last finished a batch, in Unix ns
+	progress atomic.Int64 // when a flusher last finished a batch, or an extra was started, in Unix ns
 }
 
 // stuckAfter is how long every flusher may be busy, without one finishing
@@ -264,9 +264,15 @@ func (b *batcher) rearm(t *time.Timer, c *call) bool {
 }
 
 // unstick starts an extra flusher, for the call just queued, when every
-// flusher is busy and none has finished a batch for stuckAfter.
+// flusher is busy and none has finished a batch, nor has another extra
+// been started, for stuckAfter: at most one extra per stuckAfter, so that
+// a merely slow Redis does not get a storm of them.
 func (b *batcher) unstick() {
-	if b.idle.Load() == 0 && time.Now().UnixNano()-b.progress.Load() > int64(stuckAfter) && b.running.Load() < maxRunning {
+	if b.idle.Load() != 0 || b.running.Load() >= maxRunning {
+		return
+	}
+	now, last := time.Now().UnixNano(), b.progress.Load()
+	if now-last > int64(stuckAfter) && b.progress.CompareAndSwap(last, now) {
 		b.running.Add(1)
 		go b.flush(true)
 	}
