@@ -12,7 +12,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-var debugHist = flag.Bool("denialhist", false, "TestDenialSearchIsShort: log the histogram, do not bound it, and compare with the old estimates")
+var debugHist = flag.Bool("denialhist", false, "TestDenialSearchIsShort: log the histograms of admission tests, with the old estimates too, and do not bound them")
 
 // logUniform returns an integer in [lo, hi], log-uniformly, so that small
 // and extreme values are both drawn often.
@@ -143,7 +143,8 @@ func retrySearch(st *state, p *core.Policy, c, now int64, old bool) (wait int64,
 //
 //   - RetryAfter is exact: the same request is admitted at now + wait and
 //     denied a microsecond before;
-//   - the search from the estimate gives what bisection alone gives;
+//   - the search from the estimate gives what bisection alone gives, and
+//     what the search from the real-number estimates of before gave;
 //   - it makes at most maxDenialTests admission tests.
 func TestDenialSearchIsShort(t *testing.T) {
 	maxDenialTests := 4
@@ -185,9 +186,9 @@ func TestDenialSearchIsShort(t *testing.T) {
 				}
 				denials++
 				wait, tests, ref := retrySearch(&before, &p, c, now, false)
+				oldWait, oldTests, _ := retrySearch(&before, &p, c, now, true)
+				require.Equal(t, oldWait, wait, "%+v: cost %d at %d: the search from the old estimate", p, c, now)
 				if *debugHist {
-					oldWait, oldTests, _ := retrySearch(&before, &p, c, now, true)
-					require.Equal(t, oldWait, wait, "%+v: cost %d at %d: old estimate", p, c, now)
 					if oldHist[a] == nil {
 						oldHist[a] = map[int]int{}
 					}
