@@ -77,8 +77,14 @@ func (c *call) Err() error {
 	}
 }
 
-// Value returns the caller's value for key.
-func (c *call) Value(key any) any { return c.parent.Value(key) }
+// Value returns the caller's value for key (nil once the call is over:
+// the context is for the command's run, not to be kept).
+func (c *call) Value(key any) any {
+	if p := c.parent; p != nil {
+		return p.Value(key)
+	}
+	return nil
+}
 
 // timerPool holds stopped timers (their channels empty: Go 1.23 timers).
 var timerPool = sync.Pool{New: func() any { return time.NewTimer(time.Hour) }}
