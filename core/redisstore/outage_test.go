@@ -66,6 +66,17 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 		}
 		lims = append(lims, l)
 	}
+	// Dial and load the scripts first, unhurried: a fresh client's first
+	// decision (a dial, NOSCRIPT, then EVAL) may take longer than
+	// outageTimeout on a loaded machine, which is not what these tests
+	// are about.
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range lims {
+		if _, err := s.Take(wctx, core.Request{Key: "warm-up", Policy: l.Policy(), Cost: 1}); err != nil {
+			t.Fatalf("warming up: %v", err)
+		}
+	}
 	for _, l := range lims {
 		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
 			t.Fatalf("before the outage: %+v, %v", d, err)
