@@ -77,7 +77,7 @@ func TestOptions(t *testing.T) {
 			assert.Equal(t, explicitNowMinTTL, s.explicitMinTTL, "explicitMinTTL")
 			assert.Equal(t, configCheckTimeout, s.checkTimeout, "checkTimeout")
 			p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}
-			assert.Equal(t, tt.prefix+"{k}:p:fw", s.stateKey("k", p), "key")
+			assert.Equal(t, tt.prefix+"{k}:p:fw2", s.stateKey("k", p), "key")
 		})
 	}
 }
@@ -92,5 +92,5 @@ func TestEmptyPrefix(t *testing.T) {
 	d, err := s.Take(ctx, core.Request{Key: key, Policy: p, Cost: 1})
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "Allowed")
-	assert.EqualValues(t, 1, c.Exists(ctx, "{"+key+"}:p:fw").Val(), "the key without a prefix")
+	assert.EqualValues(t, 1, c.Exists(ctx, "{"+key+"}:p:fw2").Val(), "the key without a prefix")
 }

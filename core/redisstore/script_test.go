@@ -72,8 +72,8 @@ func TestKeys(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range policies(5, time.Minute) {
 		code := map[core.Algorithm]string{
-			core.FixedWindow: "fw", core.SlidingWindowLog: "swl2", core.SlidingWindowCounter: "swc",
-			core.TokenBucket: "tb", core.LeakyBucket: "lb",
+			core.FixedWindow: "fw2", core.SlidingWindowLog: "swl2", core.SlidingWindowCounter: "swc2",
+			core.TokenBucket: "tb2", core.LeakyBucket: "lb2",
 		}[p.Algorithm]
 		base := s.prefix + "{user:42}:p:" + code
 		require.Equal(t, base, s.stateKey("user:42", p), "%s: key", p.Algorithm)

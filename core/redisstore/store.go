@@ -94,13 +94,18 @@ var algos = [...]struct {
 	code string
 	lua  *string
 }{
-	{core.FixedWindow, "fw", &fixedWindowLua},
+	// fw2, swc2, tb2, lb2: the state packed in one string; "fw", "swc",
+	// "tb" and "lb" held a HASH, which a server of an older version would
+	// meet as WRONGTYPE in the string: new names, so that old and new
+	// servers in a rolling deploy never read each other's keys (an upgrade
+	// starts each client on a whole quota once). The old keys expire.
+	{core.FixedWindow, "fw2", &fixedWindowLua},
 	// swl2: the log of one member per request; "swl", one member per
 	// unit, is another format, left to expire.
 	{core.SlidingWindowLog, "swl2", &slidingLogLua},
-	{core.SlidingWindowCounter, "swc", &slidingCounterLua},
-	{core.TokenBucket, "tb", &tokenBucketLua},
-	{core.LeakyBucket, "lb", &leakyBucketLua},
+	{core.SlidingWindowCounter, "swc2", &slidingCounterLua},
+	{core.TokenBucket, "tb2", &tokenBucketLua},
+	{core.LeakyBucket, "lb2", &leakyBucketLua},
 }
 
 // New returns a Store keeping its state in the Redis behind client, which
