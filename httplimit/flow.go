@@ -39,7 +39,11 @@ import (
 // framework's own header map); Write sends status, Content-Type and body,
 // ending the response. The flow calls Write at most once, and only for a
 // request that does not proceed; the Response it hands to handlers and
-// responders refuses a second Write with an error.
+// responders refuses a second Write with an error. The Request and the
+// Response are valid only until Handle returns: adapters reuse them (chi's
+// responses and Echo's requests come from pools, to spare an allocation a
+// request), so a handler, key, skip or cost function must not keep them,
+// nor use them from a goroutine of its own, past its call.
 type Response interface {
 	headers.Setter
 	Write(status int, contentType string, body []byte) error
