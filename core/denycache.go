@@ -53,14 +53,18 @@ type denial struct {
 	remaining      int64
 	until, resetAt time.Time
 	lockedOut      bool
+	// limit, burst and window are the policy's the denial was made
+	// under: a policy changed since (WithPolicySource) is asked anew.
+	limit, burst int64
+	window       time.Duration
 }
 
 // get returns the remembered denial of a request of cost for key at now.
-func (c *denyCache) get(key string, cost int64, now time.Time) (Decision, bool) {
+func (c *denyCache) get(key string, cost int64, now time.Time, p *Policy) (Decision, bool) {
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
-	if !ok || cost < e.cost || !now.Before(e.until) {
+	if !ok || cost < e.cost || !now.Before(e.until) || e.limit != p.Limit || e.burst != p.Burst || e.window != p.Window {
 		return Decision{}, false
 	}
 	retry := msCeil(e.until.Sub(now))
@@ -82,7 +86,8 @@ func (c *denyCache) generation() uint64 { return c.gen.Load() }
 // the caller's may live in a buffer that is reused (zero-copy strings, as
 // in Fiber). Lookups copy nothing.
 func (c *denyCache) put(key string, cost int64, now time.Time, d Decision, gen uint64) {
-	e := denial{cost: cost, remaining: d.Remaining, until: now.Add(d.RetryAfter), resetAt: now.Add(d.ResetAfter), lockedOut: d.LockedOut}
+	e := denial{cost: cost, remaining: d.Remaining, until: now.Add(d.RetryAfter), resetAt: now.Add(d.ResetAfter), lockedOut: d.LockedOut,
+		limit: d.Policy.Limit, burst: d.Policy.Burst, window: d.Policy.Window}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen.Load() != gen {

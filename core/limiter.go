@@ -73,6 +73,8 @@ type Limiter struct {
 	openErr   error     // the error of decisions made while the breaker is open
 	observers []Observer
 	shadow    bool
+	layered   *layered       // nil but for NewLayered
+	sources   []PolicySource // WithPolicySource, in order; nil when none
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -117,6 +119,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		fallback:  c.fallback,
 		born:      time.Now(),
 		shadow:    c.shadow,
+		sources:   c.sources,
 	}
 	l.bornNs = unixNano(l.born)
 	if bt, ok := store.(BoundedTaker); ok && call != CallDirect {
@@ -207,6 +210,9 @@ func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Ti
 
 // allow is AllowNAt; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
+	if l.layered != nil {
+		return l.allowEvery(ctx, key, n, at)
+	}
 	if l.observers == nil && !l.shadow {
 		return l.decide(ctx, key, n, at, nil) // the hot path
 	}
@@ -241,8 +247,16 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if n < 1 {
 		return Decision{}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, n)
 	}
-	if n > l.capacity {
-		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, l.capacity, l.policy.Name)
+	policy, capacity := l.policy, l.capacity
+	if l.sources != nil {
+		p, err := l.adjust(policy)
+		if err != nil {
+			return l.failed(), err
+		}
+		policy, capacity = p, p.Capacity()
+	}
+	if n > capacity {
+		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, capacity, policy.Name)
 	}
 	key, err := normalizeKey(key)
 	if err != nil {
@@ -254,15 +268,15 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if ctx.Err() != nil {
 		return l.canceled(ctx, nil)
 	}
-	req := Request{Key: key, Policy: l.policy, Cost: n, Now: at}
+	req := Request{Key: key, Policy: policy, Cost: n, Now: at}
 	var now time.Time // the deny cache's clock, read before the store decides
 	var gen uint64    // the deny cache's generation, likewise
 	if l.denied != nil {
 		if now = at; now.IsZero() {
 			now = time.Now()
 		}
-		if d, ok := l.denied.get(key, n, now); ok {
-			d.Limit, d.Policy = l.capacity, l.policy
+		if d, ok := l.denied.get(key, n, now, &policy); ok {
+			d.Limit, d.Policy = capacity, policy
 			return d, nil
 		}
 		gen = l.denied.generation()
@@ -299,7 +313,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if state&brkCount != 0 {
 		l.brk.succeed()
 	}
-	d.Policy, d.Source = l.policy, SourceStore
+	d.Policy, d.Source = policy, SourceStore
 	if l.fallback != nil && d.Allowed {
 		d = l.mirror(ctx, req, d)
 	}
@@ -317,7 +331,7 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Dec
 		// the fallback refuses sees the degraded period (see mirror).
 		l.brk.degrade(l.elapsed(req.Now))
 		if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
-			d.Policy, d.Source = l.policy, SourceFallback
+			d.Policy, d.Source = req.Policy, SourceFallback
 			return d, err
 		}
 	}
@@ -341,7 +355,7 @@ func (l *Limiter) mirror(ctx context.Context, req Request, d Decision) Decision 
 		return d
 	}
 	if !fd.Allowed {
-		fd.Policy, fd.Source = l.policy, SourceFallback
+		fd.Policy, fd.Source = req.Policy, SourceFallback
 		return fd
 	}
 	d.Remaining = min(d.Remaining, fd.Remaining)
@@ -382,6 +396,14 @@ func unixNano(t time.Time) int64 { return int64(t.Sub(time.Unix(0, 0))) }
 // state may or may not have been forgotten. It asks the store even while
 // the circuit breaker is open.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.layered != nil {
+		return l.resetEvery(ctx, key)
+	}
+	return l.resetPolicy(ctx, key, l.policy)
+}
+
+// resetPolicy is Reset of key under policy.
+func (l *Limiter) resetPolicy(ctx context.Context, key string, policy Policy) error {
 	key, err := normalizeKey(key)
 	if err != nil {
 		return err
@@ -390,9 +412,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		_, err := l.canceled(ctx, nil)
 		return err
 	}
-	_, err = l.do(ctx, opReset, Request{Key: key, Policy: l.policy}, false)
+	_, err = l.do(ctx, opReset, Request{Key: key, Policy: policy}, false)
 	if l.fallback != nil {
-		_ = l.fallback.Reset(ctx, key, l.policy)
+		_ = l.fallback.Reset(ctx, key, policy)
 	}
 	if l.denied != nil {
 		l.denied.reset(key)

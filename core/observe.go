@@ -247,17 +247,22 @@ type watch struct {
 // observe reports a call of cost n that returned *d and err to every
 // observer.
 func (l *Limiter) observe(n int64, p *watch, d *Decision, err error) {
+	l.observeAs(&l.policy, n, p, d, err)
+}
+
+// observeAs is observe of a decision under policy (a layer's).
+func (l *Limiter) observeAs(policy *Policy, n int64, p *watch, d *Decision, err error) {
 	outcome := OutcomeAllowed // the hot path's, without a call
 	if err != nil || d.Source != SourceStore || !d.Allowed || d.Shadowed {
 		outcome = outcomeOf(d, err)
 	}
 	if len(l.observers) == 1 {
 		// Built in the argument's place: one copy of the Event, not two.
-		l.observers[0].Observe(Event{Policy: &l.policy, Key: p.key, Cost: n, Outcome: outcome,
+		l.observers[0].Observe(Event{Policy: policy, Key: p.key, Cost: n, Outcome: outcome,
 			Decision: *d, Err: err, StoreLatency: p.latency})
 		return
 	}
-	e := Event{Policy: &l.policy, Key: p.key, Cost: n, Outcome: outcome,
+	e := Event{Policy: policy, Key: p.key, Cost: n, Outcome: outcome,
 		Decision: *d, Err: err, StoreLatency: p.latency}
 	for _, o := range l.observers {
 		o.Observe(e)

@@ -21,6 +21,7 @@ type config struct {
 	probeInterval time.Duration
 	observers     []Observer
 	shadow        bool
+	sources       []PolicySource
 }
 
 func defaultConfig() config {
