@@ -73,7 +73,7 @@ func TestKeys(t *testing.T) {
 	for _, p := range policies(5, time.Minute) {
 		code := map[core.Algorithm]string{
 			core.FixedWindow: "fw2", core.SlidingWindowLog: "swl2", core.SlidingWindowCounter: "swc2",
-			core.TokenBucket: "tb2", core.LeakyBucket: "lb2",
+			core.TokenBucket: "tb3", core.LeakyBucket: "lb2",
 		}[p.Algorithm]
 		base := s.prefix + "{user:42}:p:" + code
 		require.Equal(t, base, s.stateKey("user:42", p), "%s: key", p.Algorithm)

@@ -104,7 +104,10 @@ var algos = [...]struct {
 	// unit, is another format, left to expire.
 	{core.SlidingWindowLog, "swl2", &slidingLogLua},
 	{core.SlidingWindowCounter, "swc2", &slidingCounterLua},
-	{core.TokenBucket, "tb2", &tokenBucketLua},
+	// tb3: the bucket's level (units used) and last admission, as the
+	// leaky bucket keeps them, so that a client moved to another plan
+	// keeps its usage; "tb2" held the tokens left, in the same layout.
+	{core.TokenBucket, "tb3", &tokenBucketLua},
 	{core.LeakyBucket, "lb2", &leakyBucketLua},
 }
 

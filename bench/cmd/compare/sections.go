@@ -99,7 +99,7 @@ var sections = map[string][]*table{
 			},
 			cols:  []column{{"ours", "ours"}, {"redis_rate", "redis_rate"}, {"ulule", "ulule/limiter"}, {"throttled", "throttled"}},
 			peers: redisPeers, unit: "bytes/key", lowerBetter: true, format: withUnit(" B"),
-			note:      "`MEMORY USAGE key SAMPLES 0` after one request on each of many new keys, averaged over 200 keys, key name included (ours: `rl:{b12-345}:bench:tb2`, redis_rate: `rate:b12-345`, ulule: `ulule:b12-345`, throttled: `throttled:b12-345`).",
+			note:      "`MEMORY USAGE key SAMPLES 0` after one request on each of many new keys, averaged over 200 keys, key name included (ours: `rl:{b12-345}:bench:tb3`, redis_rate: `rate:b12-345`, ulule: `ulule:b12-345`, throttled: `throttled:b12-345`).",
 			footnotes: []string{"", "n/a: the library has no such algorithm."},
 		},
 	},
