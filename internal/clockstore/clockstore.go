@@ -5,6 +5,7 @@ package clockstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
@@ -34,4 +35,21 @@ func (s store) CallMode() core.CallMode {
 		return m.CallMode()
 	}
 	return core.CallBounded
+}
+
+// TakeAll is the inner store's TakeAll, every zero Now set to the store's
+// time; it fails when the inner store is not a core.MultiTaker.
+func (s store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	m, ok := s.Store.(core.MultiTaker)
+	if !ok {
+		return fmt.Errorf("clockstore: %T is not a core.MultiTaker", s.Store)
+	}
+	var own [core.MaxLayers]core.Request
+	n := copy(own[:], reqs)
+	for i := range own[:n] {
+		if own[i].Now.IsZero() {
+			own[i].Now = s.now
+		}
+	}
+	return m.TakeAll(ctx, own[:n], out)
 }
