@@ -24,6 +24,14 @@ type Layer struct {
 	// Policy is the layer's policy, unless a request brings its own
 	// (Check.Policy). Its Name must be empty or Name.
 	Policy Policy
+	// FailClosed makes the layer deny when the store fails, or is not
+	// asked (an open circuit breaker), and no fallback store decides,
+	// whatever the Limiter's FailMode: a login guard that must not open
+	// during an outage, on a Limiter that fails open for the rest of the
+	// API. A request is then admitted only when every layer that applies
+	// fails open; its RetryAfter is the fail-closed retry
+	// (WithFailClosedRetry).
+	FailClosed bool
 }
 
 // Check is one layer's part of a request to a layered Limiter: the client
@@ -283,8 +291,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		reqs[i] = Request{Key: key, Policy: p, Cost: c.Cost, Now: at}
 	}
 	if policyErr != nil {
-		v.Decision = l.failedAs(&ls.layers[checks[0].Layer].Policy)
-		v.Binding = 0
+		l.failLayers(reqs, v)
 		return policyErr
 	}
 	var w *watch
@@ -521,12 +528,22 @@ func (l *Limiter) layersWithoutStore(ctx context.Context, reqs []Request, v *Ver
 			return err
 		}
 	}
-	for i := range v.Decisions {
-		v.Decisions[i] = l.failedAs(&reqs[i].Policy)
-	}
-	v.Binding = 0
-	v.Decision = v.Decisions[0]
+	l.failLayers(reqs, v)
 	return err
+}
+
+// failLayers fills v with the FailMode's decisions of reqs: each layer's
+// fails closed when the Limiter's FailMode or the layer says so.
+func (l *Limiter) failLayers(reqs []Request, v *Verdict) {
+	v.Decisions = growDecisions(v.Decisions, len(reqs))
+	for i := range reqs {
+		closed := l.failMode == FailClosed
+		if j, ok := l.layered.index[reqs[i].Policy.Name]; ok && l.layered.layers[j].FailClosed {
+			closed = true
+		}
+		v.Decisions[i] = l.failedAs(&reqs[i].Policy, closed)
+	}
+	l.verdict(reqs, v, SourceFailMode)
 }
 
 // mirrorLayers takes reqs, which the store admitted, in the fallback too,
@@ -559,10 +576,11 @@ func (l *Limiter) canceledLayers(ctx context.Context, storeErr error, reqs []Req
 	return err
 }
 
-// failedAs is the Decision of the FailMode under policy p.
-func (l *Limiter) failedAs(p *Policy) Decision {
+// failedAs is the Decision of a store failure under policy p: a denial
+// when closed, else an admission.
+func (l *Limiter) failedAs(p *Policy, closed bool) Decision {
 	c := p.Capacity()
-	if l.failMode == FailClosed {
+	if closed {
 		return Decision{Limit: c, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: *p, Source: SourceFailMode}
 	}
 	return Decision{Allowed: true, Limit: c, Remaining: c, Policy: *p, Source: SourceFailMode}

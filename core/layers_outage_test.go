@@ -1,0 +1,101 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// TestLayeredRedisOutage: a layered Limiter over a frozen, then a dead,
+// Redis decides every request within its timeout, by its FailMode or its
+// fallback store, with an error wrapping ErrStore.
+func TestLayeredRedisOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("needs a redis-server of its own to freeze and kill")
+	}
+	client := redis.NewClient(srv.Options()) // a default client: it ignores deadlines on a frozen server
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client)
+	require.NoError(t, err)
+	const timeout = 50 * time.Millisecond
+	open, err := core.NewLayered(store, fourLayers(), core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	closed, err := core.NewLayered(store, fourLayers(), core.WithTimeout(timeout), core.WithFailMode(core.FailClosed), core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	fb := newMemStore(t)
+	fallback, err := core.NewLayered(store, fourLayers(), core.WithTimeout(timeout), core.WithFallback(fb), core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	guarded := fourLayers()
+	guarded[2].FailClosed = true // the login guard stays shut in an outage
+	mixed, err := core.NewLayered(store, guarded, core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	checks := []core.Check{{Layer: 0, Key: "api", Cost: 1}, {Layer: 2, Key: "ip:1", Cost: 1}, {Layer: 3, Key: "ip:1", Cost: 1}}
+	ctx := context.Background()
+
+	// Healthy: one layered decision, from the store.
+	var v core.Verdict
+	require.NoError(t, open.AllowLayers(ctx, checks, &v))
+	require.True(t, v.Allowed)
+	assert.Equal(t, core.SourceStore, v.Source)
+
+	for _, phase := range []struct {
+		name  string
+		break_ func()
+	}{{"frozen", srv.Freeze}, {"dead", func() { srv.Thaw(); srv.Kill() }}} {
+		t.Run(phase.name, func(t *testing.T) {
+			phase.break_()
+			for name, tc := range map[string]struct {
+				l       *core.Limiter
+				allowed bool
+				source  core.Source
+			}{
+				"open":     {open, true, core.SourceFailMode},
+				"closed":   {closed, false, core.SourceFailMode},
+				"fallback": {fallback, true, core.SourceFallback},
+				"mixed":    {mixed, false, core.SourceFailMode},
+			} {
+				start := time.Now()
+				var v core.Verdict
+				err := tc.l.AllowLayers(ctx, checks, &v)
+				took := time.Since(start)
+				require.ErrorIs(t, err, core.ErrStore, name)
+				assert.Equal(t, tc.allowed, v.Allowed, name)
+				assert.Equal(t, tc.source, v.Source, name)
+				assert.Less(t, took, timeout+time.Second, "%s: bounded by the timeout, not the client", name)
+				if name == "mixed" {
+					assert.Equal(t, "login", v.Policy.Name, "the layer that failed closed binds")
+					assert.Equal(t, time.Second, v.RetryAfter)
+					assert.True(t, v.Decisions[0].Allowed, "the global layer failed open")
+					var other core.Verdict
+					require.ErrorIs(t, mixed.AllowLayers(ctx, []core.Check{checks[0], checks[2]}, &other), core.ErrStore)
+					assert.True(t, other.Allowed, "without the login layer, the request fails open")
+				}
+				if tc.source == core.SourceFallback {
+					require.Len(t, v.Decisions, 3, name)
+					assert.Equal(t, "login", v.Policy.Name, "%s: the fallback's own layered decision", name)
+				}
+			}
+		})
+	}
+	// The fallback decided all or nothing too: its login layer, five a
+	// quarter hour, denies the sixth, and that denial took nothing from
+	// the ip layer.
+	for i := 0; i < 4; i++ {
+		var v core.Verdict
+		require.ErrorIs(t, fallback.AllowLayers(ctx, checks, &v), core.ErrStore)
+	}
+	var fv core.Verdict
+	require.ErrorIs(t, fallback.AllowLayers(ctx, checks, &fv), core.ErrStore)
+	assert.False(t, fv.Allowed)
+	assert.Equal(t, "login", fv.Policy.Name)
+	assert.Equal(t, int64(300-5), fv.Decisions[2].Remaining, "the mirrored request and four more were admitted")
+}

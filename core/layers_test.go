@@ -1,0 +1,499 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+var layerT0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+func fourLayers() []core.Layer {
+	return []core.Layer{
+		{Name: "global", Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1_000_000, Window: time.Minute}},
+		{Name: "user", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute}},
+		{Name: "login", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}},
+		{Name: "ip", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 300, Window: time.Minute}},
+	}
+}
+
+// onlyStore hides every method of a store but core.Store's.
+type onlyStore struct{ core.Store }
+
+func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
+	s := newMemStore(t)
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
+	many := make([]core.Layer, core.MaxLayers+1)
+	for i := range many {
+		many[i] = core.Layer{Name: "l" + string(rune('a'+i)), Policy: p}
+	}
+	for name, tc := range map[string]struct {
+		store  core.Store
+		layers []core.Layer
+		opts   []core.Option
+		want   error
+	}{
+		"no layer":          {s, nil, nil, core.ErrInvalidOption},
+		"too many":          {s, many, nil, core.ErrInvalidOption},
+		"no name":           {s, []core.Layer{{Policy: p}}, nil, core.ErrInvalidOption},
+		"bad name":          {s, []core.Layer{{Name: "a b", Policy: p}}, nil, core.ErrInvalidOption},
+		"duplicate":         {s, []core.Layer{{Name: "a", Policy: p}, {Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
+		"policy named else": {s, []core.Layer{{Name: "a", Policy: core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}}}, nil, core.ErrInvalidOption},
+		"invalid policy":    {s, []core.Layer{{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Window: time.Second}}}, nil, core.ErrInvalidPolicy},
+		"nil store":         {nil, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
+		"not a MultiTaker":  {onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
+		"deny cache":        {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithDenyCache(10)}, core.ErrInvalidOption},
+		"fallback not multi": {
+			onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithFallback(onlyStore{newMemStore(t)})}, core.ErrInvalidOption,
+		},
+		"nil source": {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithPolicySource(nil)}, core.ErrInvalidOption},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := core.NewLayered(tc.store, tc.layers, tc.opts...)
+			require.ErrorIs(t, err, tc.want)
+			assert.Nil(t, l)
+		})
+	}
+}
+
+func TestAllowLayersRefusesBadChecks(t *testing.T) {
+	l, err := core.NewLayered(newMemStore(t), fourLayers())
+	require.NoError(t, err)
+	ctx := context.Background()
+	var v core.Verdict
+	for name, tc := range map[string]struct {
+		checks []core.Check
+		want   error
+	}{
+		"layer out of range": {[]core.Check{{Layer: 4, Key: "k", Cost: 1}}, core.ErrInvalidOption},
+		"negative layer":     {[]core.Check{{Layer: -1, Key: "k", Cost: 1}}, core.ErrInvalidOption},
+		"layer twice":        {[]core.Check{{Layer: 1, Key: "k", Cost: 1}, {Layer: 1, Key: "j", Cost: 1}}, core.ErrInvalidOption},
+		"empty key":          {[]core.Check{{Layer: 0, Key: "", Cost: 1}}, core.ErrInvalidKey},
+		"zero cost":          {[]core.Check{{Layer: 0, Key: "k"}}, core.ErrInvalidCost},
+		"cost over capacity": {[]core.Check{{Layer: 2, Key: "k", Cost: 6}}, core.ErrCostExceedsLimit},
+		"huge cost":          {[]core.Check{{Layer: 1, Key: "k", Cost: math.MaxInt64}}, core.ErrCostExceedsLimit},
+		"too many checks": {[]core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1},
+			{Layer: 2, Key: "k", Cost: 1}, {Layer: 3, Key: "k", Cost: 1}, {Layer: 3, Key: "k", Cost: 1}}, core.ErrInvalidOption},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := l.AllowLayersAt(ctx, tc.checks, layerT0, &v)
+			require.ErrorIs(t, err, tc.want)
+			assert.False(t, v.Allowed)
+		})
+	}
+	require.ErrorIs(t, l.AllowLayers(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, nil), core.ErrInvalidOption)
+
+	// Nothing was taken by the refused checks: the login layer is whole.
+	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 2, Key: "k", Cost: 1}}, layerT0, &v))
+	assert.True(t, v.Allowed)
+	assert.Equal(t, int64(4), v.Remaining)
+}
+
+func TestAllowLayersAllOrNothing(t *testing.T) {
+	l, err := core.NewLayered(newMemStore(t), fourLayers())
+	require.NoError(t, err)
+	ctx := context.Background()
+	login := func(at time.Time) core.Verdict {
+		var v core.Verdict
+		require.NoError(t, l.AllowLayersAt(ctx, []core.Check{
+			{Layer: 0, Key: "api", Cost: 1},
+			{Layer: 1, Key: "user:7", Cost: 1},
+			{Layer: 2, Key: "ip:192.0.2.1", Cost: 1},
+			{Layer: 3, Key: "ip:192.0.2.1", Cost: 1},
+		}, at, &v))
+		return v
+	}
+	for i := 1; i <= 5; i++ {
+		v := login(layerT0)
+		require.True(t, v.Allowed, "login %d", i)
+		require.Len(t, v.Decisions, 4)
+		// The login layer binds: it has the least left.
+		assert.Equal(t, 2, v.Binding)
+		assert.Equal(t, "login", v.Policy.Name)
+		assert.Equal(t, int64(5-i), v.Remaining)
+		assert.Equal(t, int64(1000-i), v.Decisions[1].Remaining)
+		assert.Equal(t, int64(300-i), v.Decisions[3].Remaining)
+	}
+	// Ten denied logins take nothing from the other layers.
+	for i := 0; i < 10; i++ {
+		v := login(layerT0)
+		require.False(t, v.Allowed)
+		assert.Equal(t, 2, v.Binding)
+		assert.Equal(t, "login", v.Policy.Name)
+		assert.Equal(t, int64(0), v.Remaining)
+		assert.Equal(t, 15*time.Minute, v.RetryAfter)
+		assert.True(t, v.Decisions[1].Allowed)
+		assert.Equal(t, int64(995), v.Decisions[1].Remaining, "the user layer says what it has, not what it would have")
+		assert.Equal(t, int64(295), v.Decisions[3].Remaining)
+		assert.Zero(t, v.Decisions[1].RetryAfter)
+	}
+	// The other layers' states were not charged: a request outside /login
+	// finds them as the five logins left them.
+	var v core.Verdict
+	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{
+		{Layer: 1, Key: "user:7", Cost: 1},
+		{Layer: 3, Key: "ip:192.0.2.1", Cost: 1},
+	}, layerT0, &v))
+	require.True(t, v.Allowed)
+	assert.Equal(t, int64(994), v.Decisions[0].Remaining)
+	assert.Equal(t, int64(294), v.Decisions[1].Remaining)
+	assert.Equal(t, 1, v.Binding, "the ip layer has the least left")
+	assert.Equal(t, int64(294), v.Remaining)
+
+	// No check: passes, untouched.
+	require.NoError(t, l.AllowLayersAt(ctx, nil, layerT0, &v))
+	assert.True(t, v.Allowed)
+	assert.Equal(t, -1, v.Binding)
+	assert.Empty(t, v.Decisions)
+}
+
+func TestAllowLayersRetryAfterIsWhenEveryLayerAdmits(t *testing.T) {
+	l, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "short", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}},
+		{Name: "long", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}},
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	both := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	var v core.Verdict
+	require.NoError(t, l.AllowLayersAt(ctx, both, layerT0, &v))
+	require.True(t, v.Allowed)
+	require.NoError(t, l.AllowLayersAt(ctx, both, layerT0.Add(time.Second), &v))
+	require.True(t, v.Allowed)
+	// Both layers deny now: the short one for a second, the long one
+	// until its minute ends. Retry-After is the later.
+	at := layerT0.Add(1500 * time.Millisecond)
+	require.NoError(t, l.AllowLayersAt(ctx, both, at, &v))
+	require.False(t, v.Allowed)
+	assert.Equal(t, 1, v.Binding)
+	assert.Equal(t, time.Minute-1500*time.Millisecond, v.RetryAfter)
+	assert.False(t, v.Decisions[0].Allowed)
+	assert.False(t, v.Decisions[1].Allowed)
+	// One millisecond before it, still denied; at it, admitted.
+	require.NoError(t, l.AllowLayersAt(ctx, both, at.Add(v.RetryAfter-time.Millisecond), &v))
+	assert.False(t, v.Allowed)
+	require.NoError(t, l.AllowLayersAt(ctx, both, layerT0.Add(time.Minute), &v))
+	assert.True(t, v.Allowed)
+}
+
+func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
+	l, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "fast", Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Burst: 5}},
+		{Name: "slow", Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 2, Window: time.Second, Burst: 5}},
+	})
+	require.NoError(t, err)
+	var v core.Verdict
+	checks := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	require.NoError(t, l.AllowLayersAt(context.Background(), checks, layerT0, &v))
+	require.NoError(t, l.AllowLayersAt(context.Background(), checks, layerT0, &v))
+	require.True(t, v.Allowed)
+	assert.Equal(t, 100*time.Millisecond, v.Decisions[0].Delay)
+	assert.Equal(t, 500*time.Millisecond, v.Decisions[1].Delay)
+	assert.Equal(t, 500*time.Millisecond, v.Delay)
+}
+
+func TestAllowLayersPerRequestPolicy(t *testing.T) {
+	l, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "user", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	ask := func(p *core.Policy, cost int64) (core.Verdict, error) {
+		var v core.Verdict
+		err := l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "user:1", Cost: cost, Policy: p}}, layerT0, &v)
+		return v, err
+	}
+	// 900 of the free plan's 1,000.
+	v, err := ask(nil, 900)
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	small := &core.Policy{Name: "ignored", Algorithm: core.FixedWindow, Limit: 500, Window: time.Minute}
+	v, err = ask(small, 1)
+	require.NoError(t, err)
+	assert.False(t, v.Allowed, "moved to 500, a client that used 900 is denied")
+	assert.Equal(t, "user", v.Policy.Name, "the layer's name, whatever the plan says")
+	assert.Equal(t, int64(500), v.Limit)
+	big := &core.Policy{Algorithm: core.FixedWindow, Limit: 10_000, Window: time.Minute}
+	v, err = ask(big, 1)
+	require.NoError(t, err)
+	require.True(t, v.Allowed, "moved to 10,000, it gets the room at once")
+	assert.Equal(t, int64(10_000-901), v.Remaining)
+
+	// A plan of another algorithm, or an invalid one, is decided by the
+	// FailMode (FailOpen here), with an error wrapping ErrInvalidPolicy.
+	for name, p := range map[string]*core.Policy{
+		"other algorithm": {Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute},
+		"invalid":         {Algorithm: core.FixedWindow, Limit: -1, Window: time.Minute},
+	} {
+		v, err := ask(p, 1)
+		require.ErrorIs(t, err, core.ErrInvalidPolicy, name)
+		assert.True(t, v.Allowed, name)
+		assert.Equal(t, core.SourceFailMode, v.Source, name)
+	}
+	closed, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "user", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+	}, core.WithFailMode(core.FailClosed))
+	require.NoError(t, err)
+	var cv core.Verdict
+	err = closed.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{Algorithm: core.FixedWindow, Window: time.Minute}}}, layerT0, &cv)
+	require.ErrorIs(t, err, core.ErrInvalidPolicy)
+	assert.False(t, cv.Allowed)
+	assert.Equal(t, core.SourceFailMode, cv.Source)
+	assert.Equal(t, time.Second, cv.RetryAfter)
+}
+
+// scale is a PolicySource that multiplies every Limit by an atomic-ish
+// factor, set between decisions.
+type scale struct {
+	mu     sync.Mutex
+	factor float64
+	name   string // when set, renames the policy (invalid)
+}
+
+func (s *scale) Adjust(p core.Policy) core.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.factor != 0 {
+		p.Limit = int64(float64(p.Limit) * s.factor)
+	}
+	if s.name != "" {
+		p.Name = s.name
+	}
+	return p
+}
+
+func (s *scale) set(f float64, name string) {
+	s.mu.Lock()
+	s.factor, s.name = f, name
+	s.mu.Unlock()
+}
+
+func TestPolicySourceTakesEffectOnTheNextRequest(t *testing.T) {
+	ctx := context.Background()
+	src := &scale{}
+	single, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute},
+		core.WithPolicySource(src))
+	require.NoError(t, err)
+	layered, err := core.NewLayered(newMemStore(t), []core.Layer{{Name: "api", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}}},
+		core.WithPolicySource(src))
+	require.NoError(t, err)
+	for name, l := range map[string]*core.Limiter{"single": single, "layered": layered} {
+		t.Run(name, func(t *testing.T) {
+			src.set(0, "")
+			d, err := l.AllowNAt(ctx, "k", 6, layerT0)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			assert.Equal(t, int64(4), d.Remaining)
+
+			src.set(0.5, "") // an incident: half the limit
+			d, err = l.AllowAt(ctx, "k", layerT0)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed, "6 used of a limit now 5")
+			assert.Equal(t, int64(5), d.Limit)
+
+			src.set(2, "")
+			d, err = l.AllowAt(ctx, "k", layerT0)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed)
+			assert.Equal(t, int64(13), d.Remaining)
+
+			src.set(0, "renamed") // a source that breaks the contract: the FailMode decides
+			d, err = l.AllowAt(ctx, "k", layerT0)
+			require.ErrorIs(t, err, core.ErrInvalidPolicy)
+			assert.True(t, d.Allowed)
+			assert.Equal(t, core.SourceFailMode, d.Source)
+
+			src.set(-1, "") // a negative limit: invalid, the FailMode decides
+			d, err = l.AllowAt(ctx, "k", layerT0)
+			require.ErrorIs(t, err, core.ErrInvalidPolicy)
+			assert.Equal(t, core.SourceFailMode, d.Source)
+		})
+	}
+}
+
+func TestLayeredAllowAndResetApplyToEveryLayer(t *testing.T) {
+	l, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}},
+		{Name: "b", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}},
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	assert.Equal(t, "a", l.Policy().Name)
+	require.Len(t, l.Layers(), 2)
+	i, ok := l.LayerIndex("b")
+	assert.True(t, ok)
+	assert.Equal(t, 1, i)
+	_, ok = l.LayerIndex("c")
+	assert.False(t, ok)
+
+	for i := 0; i < 2; i++ {
+		d, err := l.AllowAt(ctx, "k", layerT0)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	d, err := l.AllowAt(ctx, "k", layerT0)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "b", d.Policy.Name)
+
+	require.NoError(t, l.ResetLayer(ctx, "b", "k"))
+	d, err = l.AllowAt(ctx, "k", layerT0)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "b was reset; a had one left")
+	d, err = l.AllowAt(ctx, "k", layerT0)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "a", d.Policy.Name)
+
+	require.NoError(t, l.Reset(ctx, "k"))
+	d, err = l.AllowAt(ctx, "k", layerT0)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	require.ErrorIs(t, l.ResetLayer(ctx, "nope", "k"), core.ErrInvalidOption)
+}
+
+func TestSingleLimiterAsOneLayer(t *testing.T) {
+	l, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
+	require.NoError(t, err)
+	assert.Nil(t, l.Layers())
+	ctx := context.Background()
+	var v core.Verdict
+	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	assert.True(t, v.Allowed)
+	assert.Equal(t, 0, v.Binding)
+	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	assert.False(t, v.Allowed)
+	require.ErrorIs(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 1, Key: "k", Cost: 1}}, layerT0, &v), core.ErrInvalidOption)
+	require.ErrorIs(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{}}}, layerT0, &v), core.ErrInvalidOption)
+	require.NoError(t, l.ResetLayer(ctx, "p", "k"))
+	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	assert.True(t, v.Allowed)
+}
+
+func TestLayeredShadowAndObservers(t *testing.T) {
+	var mu sync.Mutex
+	var events []core.Event
+	obs := core.ObserverFunc(func(e core.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})
+	l, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}},
+		{Name: "b", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}},
+	}, core.WithShadow(), core.WithObserver(obs))
+	require.NoError(t, err)
+	ctx := context.Background()
+	checks := []core.Check{{Layer: 0, Key: "x", Cost: 1}, {Layer: 1, Key: "y", Cost: 1}}
+	var v core.Verdict
+	require.NoError(t, l.AllowLayersAt(ctx, checks, layerT0, &v))
+	require.True(t, v.Allowed)
+	require.False(t, v.Shadowed)
+	require.NoError(t, l.AllowLayersAt(ctx, checks, layerT0, &v))
+	assert.True(t, v.Allowed)
+	assert.True(t, v.Shadowed, "b would have denied")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, events, 2, "one event a request, not one a layer")
+	assert.Equal(t, core.OutcomeAllowed, events[0].Outcome)
+	assert.Equal(t, "b", events[0].LimitName(), "b binds: it has the least left")
+	assert.Equal(t, "y", events[0].Key)
+	assert.Equal(t, core.OutcomeShadowDenied, events[1].Outcome)
+	assert.Equal(t, "b", events[1].LimitName())
+	// In shadow mode the denied request took nothing from a.
+	require.NoError(t, l.AllowLayersAt(ctx, checks[:1], layerT0, &v))
+	assert.Equal(t, int64(3), v.Remaining)
+}
+
+func TestLayeredConcurrentExactness(t *testing.T) {
+	// Several Limiters over one store, many goroutines: per layer, what
+	// was admitted never exceeds its limit, and a layer with room counts
+	// exactly the admitted requests (denied ones took nothing).
+	s := newMemStore(t)
+	layers := []core.Layer{
+		{Name: "wide", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Minute}},
+		{Name: "user", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 40, Window: time.Minute}},
+		{Name: "ip", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 25, Window: time.Hour}},
+	}
+	var limiters []*core.Limiter
+	for i := 0; i < 3; i++ {
+		l, err := core.NewLayered(s, layers)
+		require.NoError(t, err)
+		limiters = append(limiters, l)
+	}
+	ctx := context.Background()
+	var admitted sync.Map // user key -> count
+	var wg sync.WaitGroup
+	var total int64
+	var mu sync.Mutex
+	for g := 0; g < 12; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			l := limiters[g%len(limiters)]
+			user := "u" + string(rune('0'+g%4))
+			ip := "ip" + string(rune('0'+g%3))
+			var v core.Verdict
+			for i := 0; i < 60; i++ {
+				err := l.AllowLayersAt(ctx, []core.Check{
+					{Layer: 0, Key: "all", Cost: 1}, {Layer: 1, Key: user, Cost: 1}, {Layer: 2, Key: ip, Cost: 1},
+				}, layerT0, &v)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if v.Allowed {
+					n, _ := admitted.LoadOrStore(user+"/"+ip, new(int64))
+					mu.Lock()
+					*n.(*int64)++
+					total++
+					mu.Unlock()
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	perUser := map[string]int64{}
+	perIP := map[string]int64{}
+	admitted.Range(func(k, v any) bool {
+		var user, ip string
+		for i := 0; i < len(k.(string)); i++ {
+			if k.(string)[i] == '/' {
+				user, ip = k.(string)[:i], k.(string)[i+1:]
+			}
+		}
+		perUser[user] += *v.(*int64)
+		perIP[ip] += *v.(*int64)
+		return true
+	})
+	for u, n := range perUser {
+		assert.LessOrEqual(t, n, int64(40), u)
+	}
+	for ip, n := range perIP {
+		assert.LessOrEqual(t, n, int64(25), ip)
+	}
+	assert.Equal(t, int64(75), total, "3 addresses of 25 each bind before the users' 4*40")
+	var v core.Verdict
+	require.NoError(t, limiters[1].AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "all", Cost: 1}}, layerT0, &v))
+	assert.Equal(t, int64(1_000_000-total-1), v.Remaining, "the wide layer counted the admitted requests only")
+}
+
+func TestLayeredCallerCanceled(t *testing.T) {
+	// The caller's cancellation is ErrCanceled: no FailMode applies.
+	l, err := core.NewLayered(newMemStore(t), fourLayers())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var v core.Verdict
+	err = l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v)
+	require.ErrorIs(t, err, core.ErrCanceled)
+	assert.False(t, v.Allowed)
+	assert.True(t, errors.Is(err, context.Canceled))
+}
