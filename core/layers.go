@@ -473,47 +473,20 @@ func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, o
 }
 
 // boundedAll is bounded for TakeAll: the store decides on a goroutine of
-// its own, into arrays of its own, which are copied out when it answers in
-// time.
+// its own, into arrays of its own (the caller's go back to their pools
+// when it stops waiting), which are copied out when it answers in time.
 func (l *Limiter) boundedAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
-	sctx, cancel := l.storeContext(ctx)
-	type result struct {
-		ds  [MaxLayers]Decision
-		err error
-	}
 	n := len(reqs)
-	own := make([]Request, n) // the caller's array goes back to its pool
+	own := make([]Request, n)
 	copy(own, reqs)
-	ch := make(chan *result, 1)
-	go func() {
-		defer cancel()
-		r := new(result)
-		r.err = store.TakeAll(sctx, own, r.ds[:n])
-		if probe {
-			l.brk.probed(r.err == nil, l.elapsed(own[0].Now))
-		}
-		ch <- r
-	}()
-	var r *result
-	select {
-	case r = <-ch:
-	case <-sctx.Done():
-		select {
-		case r = <-ch:
-		default:
-			return l.timedOut(sctx, sctx.Err())
-		}
-	case <-ctx.Done():
-		select {
-		case r = <-ch:
-		default:
-			return ctx.Err()
-		}
+	ds, err := callBounded(l, ctx, reqs[0].Now, probe, func(sctx context.Context) (*[MaxLayers]Decision, error) {
+		ds := new([MaxLayers]Decision)
+		return ds, store.TakeAll(sctx, own, ds[:n])
+	})
+	if err != nil {
+		return err
 	}
-	if r.err != nil {
-		return l.timedOut(sctx, r.err)
-	}
-	copy(out, r.ds[:n])
+	copy(out, ds[:n])
 	return nil
 }
 

@@ -48,11 +48,11 @@ func TestLayeredRedisOutage(t *testing.T) {
 	assert.Equal(t, core.SourceStore, v.Source)
 
 	for _, phase := range []struct {
-		name  string
-		break_ func()
+		name    string
+		breakIt func()
 	}{{"frozen", srv.Freeze}, {"dead", func() { srv.Thaw(); srv.Kill() }}} {
 		t.Run(phase.name, func(t *testing.T) {
-			phase.break_()
+			phase.breakIt()
 			for name, tc := range map[string]struct {
 				l       *core.Limiter
 				allowed bool

@@ -551,28 +551,37 @@ func (l *Limiter) takeBy(ctx context.Context, req Request) (Decision, error) {
 	return d, nil
 }
 
-type takeResult struct {
-	d   Decision
-	err error
-}
-
 // bounded calls the store on its own goroutine and stops waiting after the
 // timeout, so a frozen store cannot hold the request even when the store's
 // client ignores the context's deadline. It stops waiting too when the
 // caller's ctx ends; the store's call then goes on in the background until
 // it completes or its deadline passes.
 func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request, probe bool) (Decision, error) {
+	return callBounded(l, ctx, req.Now, probe, func(sctx context.Context) (Decision, error) {
+		return l.run(sctx, op, req)
+	})
+}
+
+// callBounded runs call on a goroutine of its own with the store's
+// context (storeContext), and returns what it returned, or the timeout's
+// or the caller's error if either ends first. When probe is set, the call
+// is the circuit breaker's probe, ended as soon as call returns.
+func callBounded[T any](l *Limiter, ctx context.Context, at time.Time, probe bool, call func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
 	sctx, cancel := l.storeContext(ctx)
-	ch := make(chan takeResult, 1)
+	ch := make(chan result, 1)
 	go func() {
 		defer cancel()
-		d, err := l.run(sctx, op, req)
+		v, err := call(sctx)
 		if probe {
-			l.brk.probed(err == nil, l.elapsed(req.Now))
+			l.brk.probed(err == nil, l.elapsed(at))
 		}
-		ch <- takeResult{d, err}
+		ch <- result{v, err}
 	}()
-	var r takeResult
+	var r result
 	select {
 	case r = <-ch:
 	case <-sctx.Done():
@@ -585,13 +594,15 @@ func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request, probe bo
 		select {
 		case r = <-ch: // it answered before the caller left
 		default:
-			return Decision{}, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		}
 	}
 	if r.err != nil {
-		return Decision{}, l.timedOut(sctx, r.err)
+		var zero T
+		return zero, l.timedOut(sctx, r.err)
 	}
-	return r.d, nil
+	return r.v, nil
 }
 
 // failed is the Decision of the FailMode.
