@@ -274,8 +274,8 @@ func testLayersBadInput(t *testing.T, s core.MultiTaker, run string) {
 	// None of them took anything, from good or the others.
 	got := takeAll(t, s, []core.Request{good, {Key: run + "-other", Policy: p, Cost: 1, Now: t0}, many[1]})
 	for i, d := range got {
-		if !sameDecision(d, ok(4, 10*time.Second), false) {
-			t.Errorf("after the bad input, request %d: %s, want %s: bad input took nothing", i, show(d), show(ok(4, 10*time.Second)))
+		if want := withLimit(ok(4, 10*time.Second), 5); !sameDecision(d, want, false) {
+			t.Errorf("after the bad input, request %d: %s, want %s: bad input took nothing", i, show(d), show(want))
 		}
 	}
 }

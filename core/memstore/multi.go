@@ -1,0 +1,236 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Compile-time check.
+var _ core.MultiTaker = (*Store)(nil)
+
+// TakeAll decides reqs all or nothing, as one atomic step, and fills
+// out[i] with the decision of reqs[i] (see core.MultiTaker): when every
+// request is allowed it records them all, and when any is denied it
+// records none, out[i] of a request that would have been admitted alone
+// being Allowed with what it would have left had it been taken. A denied
+// request's lockout strike (core.Lockout) is kept, as Take keeps it.
+//
+// It locks the shards the requests' keys hash to, each once, in ascending
+// order, so that TakeAlls and Takes never deadlock and decisions on other
+// shards never wait; it decides every request, then undoes the steps of
+// the admitted ones if any was denied: it restores the state each held
+// before, and a state created for the request is never stored. It decides
+// at reqs[0].Now, or at the Store's clock when that is zero, as Take does.
+// It never blocks on I/O and ignores ctx.
+//
+// Bad input is an error and records nothing: len(out) not len(reqs), more
+// than core.MaxLayers requests, two with the same Key and Policy.Name, two
+// with different Now, or a request that Take refuses (wrapping the same
+// errors). Requests on keys that exist already cost no allocation.
+func (s *Store) TakeAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
+	n := len(reqs)
+	if n != len(out) {
+		return fmt.Errorf("%w: memstore: TakeAll: %d requests and %d decisions", core.ErrInvalidOption, n, len(out))
+	}
+	if n > core.MaxLayers {
+		return fmt.Errorf("%w: memstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, n, core.MaxLayers)
+	}
+	if n == 0 {
+		return nil
+	}
+	if len(s.shards) == 0 {
+		return errNoStore
+	}
+	var (
+		ts     [core.MaxLayers]taken
+		shards [core.MaxLayers]uint32 // distinct, ascending
+		m      int                    // len(shards)
+	)
+	for i := range reqs {
+		r := &reqs[i]
+		t := &ts[i]
+		if err := s.stageOf(t, r); err != nil {
+			return fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
+		}
+		if i > 0 && !r.Now.Equal(reqs[0].Now) {
+			return fmt.Errorf("%w: memstore: TakeAll: request %d is at %v, request 0 at %v", core.ErrInvalidOption, i, r.Now, reqs[0].Now)
+		}
+		for j := range i {
+			if ts[j].h == t.h && reqs[j].Key == r.Key && reqs[j].Policy.Name == r.Policy.Name {
+				return fmt.Errorf("%w: memstore: TakeAll: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, r.Key, r.Policy.Name)
+			}
+		}
+		ix := uint32(t.h & s.mask)
+		k := m
+		for k > 0 && shards[k-1] > ix {
+			k--
+		}
+		if k == 0 || shards[k-1] != ix {
+			copy(shards[k+1:m+1], shards[k:m])
+			shards[k] = ix
+			m++
+		}
+	}
+	var now int64
+	if reqs[0].Now.IsZero() {
+		now = s.clock.now()
+	} else {
+		now = reqs[0].Now.UnixMicro()
+	}
+
+	for _, ix := range shards[:m] {
+		s.shards[ix].mu.Lock()
+	}
+	allowed := true
+	for i := range reqs {
+		t := &ts[i]
+		s.shards[t.h&s.mask].stage(t, &reqs[i], now)
+		allowed = allowed && t.o.allowed
+	}
+	for i := range reqs {
+		t := &ts[i]
+		switch {
+		case !t.o.allowed || t.e == nil:
+		case allowed && t.created:
+			sh := &s.shards[t.h&s.mask]
+			t.e.setKey(reqs[i].Key)
+			t.e.name = sh.intern(reqs[i].Policy.Name)
+			sh.insert(t.h, t.e, now)
+		case !allowed && !t.created:
+			t.undo()
+		}
+	}
+	for i := m - 1; i >= 0; i-- {
+		s.shards[shards[i]].mu.Unlock()
+	}
+
+	for i := range reqs {
+		t := &ts[i]
+		d := &out[i]
+		*d = core.Decision{}
+		t.o.decide(d, t.capacity)
+		d.LockedOut = t.locked
+	}
+	return nil
+}
+
+// taken is one request of a TakeAll: what it was decided by, and how to
+// undo its step.
+type taken struct {
+	h        uint64
+	capacity int64
+	k        kind
+	lockout  bool // the policy has an Enabled Lockout
+	locked   bool // the outcome is the lockout's
+	o        outcome
+	// e is the state the request stepped, nil when it stepped none; created
+	// says e is new, not in the shard's table.
+	e       *entry
+	created bool
+	// fresh says e had expired, and was cleared for the request.
+	fresh bool
+	// saved is e's state before the step, and mark its log's.
+	saved state
+	mark  logMark
+}
+
+// logMark is what undoing a sliding log's add needs: its entries and head
+// before it, and the value of its newest entry, which the add may have
+// grown.
+type logMark struct {
+	entries []logEntry
+	head    int
+	newest  logEntry
+}
+
+// stageOf checks r as Take does and fills in t what deciding it needs, or
+// returns the error Take would.
+func (s *Store) stageOf(t *taken, r *core.Request) error {
+	p := &r.Policy
+	capacity := p.Limit
+	if p.Burst > 0 && p.Algorithm.IsBucket() {
+		capacity = p.Burst
+	}
+	if !valid(r, capacity) {
+		return invalid(r)
+	}
+	k := kindOf(p.Algorithm)
+	if k == unknownKind {
+		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
+	}
+	*t = taken{h: s.hash(r.Key), capacity: capacity, k: k}
+	if p.Lockout != nil {
+		if err := p.Lockout.Validate(); err != nil {
+			return err
+		}
+		t.lockout = p.Lockout.Enabled()
+	}
+	return nil
+}
+
+// stage decides r at now into t, as Take would, but keeps what undoing it
+// needs, and leaves a state it creates out of the table: TakeAll inserts it
+// once every request is admitted. A denial is final: its lockout strike is
+// recorded at once. The caller holds sh.mu.
+func (sh *shard) stage(t *taken, r *core.Request, now int64) {
+	p := &r.Policy
+	if t.lockout {
+		if lock := sh.find(t.h, r.Key, p.Name, t.k|lockBit); lock != nil && now < lock.st.win {
+			// Locked out: takeLocked denies without deciding.
+			t.o, _, t.locked = sh.takeLocked(t.h, r.Key, p, t.k, t.capacity, r.Cost, now)
+			return
+		}
+	}
+	if e := sh.find(t.h, r.Key, p.Name, t.k); e != nil {
+		st := &e.st
+		t.e, t.saved = e, *st
+		t.fresh = st.expires <= now
+		if t.fresh {
+			// Expired state decides like none at all.
+			st.clear()
+			st.capacity = float32(t.capacity)
+		} else if lg := st.log; lg != nil {
+			// Forget what the step would forget (which a denial forgets
+			// too), so that the step only adds, and its add can be undone.
+			lg.forget(max(now, st.last) - p.Window.Microseconds())
+			t.mark = logMark{entries: lg.entries, head: lg.head}
+			if len(lg.entries) > 0 {
+				t.mark.newest = lg.entries[len(lg.entries)-1]
+			}
+		}
+		t.o = step(st, t.fresh, p, r.Cost, now)
+	} else {
+		t.e = &entry{st: state{kind: t.k, capacity: float32(t.capacity)}}
+		t.created, t.fresh = true, true
+		t.o = step(&t.e.st, true, p, r.Cost, now)
+	}
+	if t.lockout && !t.o.allowed {
+		// The step changed nothing: takeLocked decides again, alike,
+		// and records the strike.
+		t.e = nil
+		t.o, _, t.locked = sh.takeLocked(t.h, r.Key, p, t.k, t.capacity, r.Cost, now)
+	}
+}
+
+// undo restores the state t's admitted step changed, which is in the
+// table. The caller holds its shard's lock.
+func (t *taken) undo() {
+	st := &t.e.st
+	if t.fresh {
+		// It had expired: it decides like none again. (Its log's array
+		// was reused by the step.)
+		capacity := t.saved.capacity
+		st.clear()
+		st.capacity = capacity
+		return
+	}
+	*st = t.saved
+	if lg := st.log; lg != nil {
+		lg.entries, lg.head = t.mark.entries, t.mark.head
+		if k := len(lg.entries); k > 0 {
+			lg.entries[k-1] = t.mark.newest
+		}
+	}
+}
