@@ -43,8 +43,22 @@ func (s *Store) TakeAll(_ context.Context, reqs []core.Request, out []core.Decis
 	if len(s.shards) == 0 {
 		return errNoStore
 	}
+	// The stack array of what undoing needs is a few kB at MaxLayers:
+	// zeroing it would cost a single layer more than its decision.
+	if n <= smallLayers {
+		var ts [smallLayers]taken
+		return s.takeAll(reqs, out, ts[:n])
+	}
+	var ts [core.MaxLayers]taken
+	return s.takeAll(reqs, out, ts[:n])
+}
+
+// smallLayers is how many requests TakeAll decides with a small array.
+const smallLayers = 4
+
+// takeAll is TakeAll on valid lengths, with ts, len(reqs) long, to work in.
+func (s *Store) takeAll(reqs []core.Request, out []core.Decision, ts []taken) error {
 	var (
-		ts     [core.MaxLayers]taken
 		shards [core.MaxLayers]uint32 // distinct, ascending
 		m      int                    // len(shards)
 	)

@@ -114,7 +114,7 @@ func errNoStoreOf(t *testing.T) error {
 func TestTakeAllAllocs(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
-	keys := [4]string{"global", "user-42", "GET /items", "203.0.113.7"}
+	keys := [4]string{"global", "user-42", "GET:/items", "203.0.113.7"}
 	admit := fourLayers(keys, [4]int64{core.MaxLogLimit, core.MaxLogLimit, 1e9, 1e9}, multiT0)
 	deny := append(fourLayers(keys, [4]int64{core.MaxLogLimit, core.MaxLogLimit, 1e9, 1e9}, multiT0),
 		core.Request{Key: "full", Policy: core.Policy{Name: "full", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, Cost: 1, Now: multiT0})
