@@ -65,7 +65,8 @@ type state struct {
 	// fixed and sliding window counter: the window start, its count and
 	// the count of the window before it.
 	win, cur, prev int64
-	// token bucket (tokens) and leaky bucket (queue level), as of last.
+	// the buckets' level, the units used (tokens taken, units queued), as
+	// of last.
 	level float64
 	// last is the time of the last admission, for every algorithm. A
 	// request that arrives with an earlier time (a clock stepping back) is
@@ -116,9 +117,7 @@ func (st *state) worth(now int64) float64 {
 		if st.log != nil {
 			used = float64(st.log.units())
 		}
-	case tokenBucketKind:
-		used = (float64(st.capacity) - st.level) * decay
-	case leakyBucketKind:
+	case tokenBucketKind, leakyBucketKind:
 		used = st.level * decay
 	}
 	if st.capacity <= 0 { // not made by shard.take
@@ -203,7 +202,8 @@ func fixedWindow(st *state, fresh bool, l, w, c, now int64) outcome {
 	} else {
 		o.wait = ws + w - now
 	}
-	o.remaining = l - n
+	// n exceeds l when the client was moved to a smaller plan.
+	o.remaining = max(0, l-n)
 	if n > 0 {
 		o.reset = ws + w - now
 	}
@@ -297,7 +297,8 @@ func slidingLog(st *state, l, w, c, now int64) outcome {
 		// The k-th oldest unit must leave the window first.
 		o.wait = lg.unitAt(n+c-l) + w - now
 	}
-	o.remaining = l - n
+	// n exceeds l when the client was moved to a smaller plan.
+	o.remaining = max(0, l-n)
 	if n > 0 {
 		o.reset = lg.entries[len(lg.entries)-1].at + w - now
 	}
@@ -306,62 +307,65 @@ func slidingLog(st *state, l, w, c, now int64) outcome {
 }
 
 func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
-	// tokensAt is the bucket el microseconds after the last admission.
-	// Here and below, float64(...) forces roundings, as in Lua: see the
-	// top of this file.
-	tokensAt := func(el int64) float64 {
-		// Lua: math.min(capacity, stored_tokens + elapsed * limit / window)
-		return min(float64(b), st.level+float64(float64(el)*float64(l)/float64(w)))
-	}
-	tokens := float64(b)
-	if !fresh {
-		tokens = tokensAt(now - st.last)
-	}
-	o := outcome{}
-	if tokens >= float64(c) {
-		tokens -= float64(c)
-		o.allowed = true
-	} else {
-		// Not fresh: a fresh bucket holds b >= c tokens. So does the
-		// state from st.expires on, when it decides like none, even if
-		// the refill leaves a float residue there.
-		el := now - st.last
-		est := tokenEstimate(st.level, l, w, c) - el
-		o.wait = firstPass(0, st.expires-now, est, func(k int64) bool { return tokensAt(el+k) >= float64(c) })
-	}
-	o.remaining = int64(math.Floor(tokens))
-	o.reset = int64(math.Ceil(float64(float64(b)-tokens) * float64(w) / float64(l)))
-	if o.allowed {
-		st.level, st.last, st.expires = tokens, now, now+o.reset
-	}
-	return o
+	return bucket(st, fresh, l, b, w, c, now, false)
 }
 
 func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
-	// levelAt is the queue el microseconds after the last admission.
+	return bucket(st, fresh, l, b, w, c, now, true)
+}
+
+// bucket is the arithmetic of both buckets, which keep the same state: the
+// level, the units used (the tokens taken from a token bucket, the units
+// queued in a leaky one), drained at l per w since the last admission. A
+// request passes when the level has room for c more below b. shape makes
+// it the leaky bucket's, whose admitted request waits Delay, the queue
+// ahead of it; the token bucket's is let through at once.
+//
+// The level is the usage, not what is left of b, so that a client moved to
+// another plan (the same Name and Algorithm, another Limit or Burst) keeps
+// it: moved to a smaller b it is denied until its level has drained below
+// that b, moved to a larger one it has the room at once. The level drains
+// at the rate of the plan in force, and is forgotten when it has drained at
+// that rate, or at st.expires, when the plan that wrote it would have
+// forgotten it, whichever comes first: the Redis scripts forget it at the
+// first moment too, and at the second by the key's TTL.
+func bucket(st *state, fresh bool, l, b, w, c, now int64, shape bool) outcome {
+	// levelAt is the level el microseconds after the last admission.
 	// Here and below, float64(...) forces roundings, as in Lua: see the
 	// top of this file.
 	levelAt := func(el int64) float64 {
 		// Lua: math.max(0, stored_level - elapsed * limit / window)
 		return max(0, st.level-float64(float64(el)*float64(l)/float64(w)))
 	}
+	expires := st.expires
 	level := 0.0
 	if !fresh {
-		level = levelAt(now - st.last)
+		// Lua: last + math.ceil(stored_level * window / limit): when the
+		// level has drained at this plan's rate. It is st.expires under
+		// the plan that wrote the state.
+		expires = min(expires, st.last+int64(math.Ceil(st.level*float64(w)/float64(l))))
+		if now >= expires {
+			fresh = true // decides like no state at all
+		} else {
+			level = levelAt(now - st.last)
+		}
 	}
 	o := outcome{}
 	if float64(level+float64(c)) <= float64(b) {
-		o.wait = int64(math.Ceil(level * float64(w) / float64(l)))
+		if shape {
+			o.wait = int64(math.Ceil(level * float64(w) / float64(l)))
+		}
 		level += float64(c)
 		o.allowed = true
 	} else {
-		// Not fresh: an empty queue has room for c <= b, and the state
-		// decides like none from st.expires on.
+		// Not fresh: an empty bucket has room for c <= b, and the state
+		// decides like none from expires on.
 		el := now - st.last
 		est := leakyEstimate(st.level, l, b, w, c) - el
-		o.wait = firstPass(0, st.expires-now, est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
+		o.wait = firstPass(0, expires-now, est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
 	}
-	o.remaining = int64(math.Floor(float64(b) - level))
+	// The level exceeds b when the client was moved to a smaller plan.
+	o.remaining = max(0, int64(math.Floor(float64(b)-level)))
 	o.reset = int64(math.Ceil(level * float64(w) / float64(l)))
 	if o.allowed {
 		st.level, st.last, st.expires = level, now, now+o.reset
@@ -377,10 +381,10 @@ func leakyBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 //
 // est is the estimate of k. A real-number one may be off by hours where a
 // sum rounds in steps larger than one microsecond's change (a limit near
-// core.MaxLimit, a long window); the algorithms' estimates (tokenEstimate,
-// leakyEstimate, counterEstimate, below) solve for the sums' rounding
-// bounds instead, and land within a microsecond or two: a denial makes at
-// most 4 calls over random and extreme policies (TestDenialSearchIsShort).
+// core.MaxLimit, a long window); the algorithms' estimates (leakyEstimate
+// and counterEstimate, below) solve for the sums' rounding bounds instead,
+// and land within a microsecond or two: a denial makes at most 4 calls
+// over random and extreme policies (TestDenialSearchIsShort).
 // firstPass gallops from est, 1, 2, 4... steps, then bisects: O(log
 // |k-est|) calls, and at most about 90 over core.MaxWindow whatever est.
 func firstPass(lo, hi, est int64, passes func(k int64) bool) int64 {
@@ -432,16 +436,6 @@ func gapAbove(x float64) float64 {
 	return math.Ldexp(1, e-53)
 }
 
-// halfGapBelow is half the distance from x > 0 to the float64 below it: a
-// sum rounds to x or more when its real value is at least x less this.
-func halfGapBelow(x float64) float64 {
-	m, e := math.Frexp(x)
-	if m == 0.5 { // a power of two: the gap below is half the one above
-		return math.Ldexp(1, e-55)
-	}
-	return math.Ldexp(1, e-54)
-}
-
 // sumBound is, about, the largest real v at which fl(fl(v) + c) <= b
 // (rounded) or fl(v + c) <= b for a float v (not rounded): the admission
 // tests of the leaky bucket and the sliding window counter. b and c are
@@ -466,18 +460,10 @@ func counterEstimate(count, w int64, bound float64) int64 {
 	return w - int64(math.Floor(min(float64(bound*float64(w))/float64(count), float64(w))))
 }
 
-// tokenEstimate is the time after the last admission, at level, at which
-// level + refill rounds to c or more: where the refill reaches c - level
-// less half the gap below c. It counts from the last admission, not from
-// now, since the refill since then is one product, not a sum of two.
-func tokenEstimate(level float64, l, w, c int64) int64 {
-	need := float64(float64(float64(c)-level) - halfGapBelow(float64(c)))
-	return int64(math.Ceil(float64(need*float64(w)) / float64(l)))
-}
-
 // leakyEstimate is the time after the last admission, at level, at which
-// the drained level, rounded, and c round to b or less (sumBound); from
-// the last admission, as tokenEstimate.
+// the drained level, rounded, and c round to b or less (sumBound), for
+// both buckets. It counts from the last admission, not from now, since the
+// drain since then is one product, not a sum of two.
 func leakyEstimate(level float64, l, b, w, c int64) int64 {
 	need := float64(level - sumBound(b, c, true))
 	return int64(math.Ceil(float64(need*float64(w)) / float64(l)))

@@ -85,18 +85,7 @@ func retrySearch(st *state, p *core.Policy, c, now int64, old bool) (wait int64,
 	el := now - st.last
 	fl, fw := float64(l), float64(w)
 	switch st.kind {
-	case tokenBucketKind:
-		passes := func(k int64) bool {
-			return min(float64(b), st.level+float64(float64(el+k)*float64(l)/float64(w))) >= float64(c)
-		}
-		est := tokenEstimate(st.level, l, w, c) - el
-		if old {
-			tokens := min(float64(b), st.level+float64(float64(el)*fl/fw))
-			est = int64(math.Ceil(float64(float64(c)-tokens) * fw / fl))
-		}
-		wait, tests = searchRef(0, st.expires-now, est, passes)
-		return wait, tests, bisect(0, st.expires-now, passes)
-	case leakyBucketKind:
+	case tokenBucketKind, leakyBucketKind:
 		passes := func(k int64) bool {
 			return float64(max(0, st.level-float64(float64(el+k)*float64(l)/float64(w)))+float64(c)) <= float64(b)
 		}

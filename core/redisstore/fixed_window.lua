@@ -31,4 +31,5 @@ end
 if count > 0 then
   reset = window_start + window - at
 end
-return {allowed, limit - count, ms_up(reset), ms_up(retry), 0}
+-- count exceeds limit when the client was moved to a smaller plan.
+return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0}

@@ -41,7 +41,8 @@ else
   local expires = last + math.ceil(stored_level * window / limit)
   retry = first_pass(0, expires - at, estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
 end
-local remaining = math.floor(capacity - level)
+-- The level exceeds capacity when the client was moved to a smaller plan.
+local remaining = math.max(0, math.floor(capacity - level))
 local reset = math.ceil(level * window / limit)
 if allowed == 1 then
   write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)

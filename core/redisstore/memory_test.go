@@ -79,7 +79,7 @@ func TestLegacyHash(t *testing.T) {
 	last := strconv.FormatInt(now, 10)
 	// memstore's state after 7 units at t0, as the old layout wrote it.
 	for a, fields := range map[core.Algorithm][]any{
-		core.TokenBucket:          {"v", "3", "t", last},
+		core.TokenBucket:          {"v", "7", "t", last},
 		core.LeakyBucket:          {"v", "7", "t", last},
 		core.FixedWindow:          {"w", start, "n", "7", "t", last},
 		core.SlidingWindowCounter: {"w", start, "c", "7", "p", "0", "t", last},

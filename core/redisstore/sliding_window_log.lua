@@ -125,4 +125,5 @@ else
   end
   reset = last + window - at
 end
-return {allowed, limit - count, ms_up(reset), ms_up(retry), 0}
+-- count exceeds limit when the client was moved to a smaller plan.
+return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0}

@@ -1,48 +1,58 @@
--- Token bucket: up to capacity tokens, refilled continuously at limit per
--- window. Mirrors tokenBucket in core/memstore/algo.go, operation for
--- operation (Lua numbers are float64, as there).
+-- Token bucket: capacity tokens, refilled continuously at limit per
+-- window, kept as the level of the tokens taken (the units used), which
+-- drains at limit per window: a request passes when level + cost <=
+-- capacity. Mirrors bucket in core/memstore/algo.go, operation for
+-- operation (Lua numbers are float64, as there): the leaky bucket's
+-- arithmetic, but an admitted request passes at once.
 --
--- KEYS[1] is a string (read_state in prelude.lua), '<dd': the tokens left and
+-- KEYS[1] is a string (read_state in prelude.lua), '<dd': the level and
 -- the time of the last admission. An admitted request rewrites it; its TTL
--- is the time the bucket is full again (at least 1 ms). delay_ms is 0.
+-- is the time the level has drained (at least 1 ms). delay_ms is 0.
+--
+-- The level is the usage, not the tokens left, so that a client moved to
+-- another plan (same policy name, another limit or burst) keeps it. It
+-- drains at the rate of the plan in force, and is forgotten once drained
+-- at that rate, or when the key's TTL, set by the plan that wrote it,
+-- runs out, whichever comes first.
 
-local at, tokens = now, capacity
-local stored_tokens, last = read_state(KEYS[1], '<dd', 'v', 't')
-if stored_tokens then
-  -- The state expires when the bucket is full again: from then on it
+local at, level = now, 0
+local stored_level, last = read_state(KEYS[1], '<dd', 'v', 't')
+local expires
+if stored_level then
+  -- The state expires when the level has drained: from then on it
   -- decides like no state at all, whatever the key's remaining TTL.
-  if now >= last + math.ceil((capacity - stored_tokens) * window / limit) then
-    stored_tokens = nil
+  expires = last + math.ceil(stored_level * window / limit)
+  if now >= expires then
+    stored_level = nil
   end
 end
 
--- tokens_at is the bucket elapsed microseconds after the last admission.
-local function tokens_at(elapsed)
-  return math.min(capacity, stored_tokens + elapsed * limit / window)
+-- level_at is the level elapsed microseconds after the last admission.
+local function level_at(elapsed)
+  return math.max(0, stored_level - elapsed * limit / window)
 end
 
-if stored_tokens then
+if stored_level then
   at = math.max(now, last)
-  tokens = tokens_at(at - last)
+  level = level_at(at - last)
 end
 
 local allowed, retry = 0, 0
-if tokens >= cost then
-  tokens = tokens - cost
+if level + cost <= capacity then
+  level = level + cost
   allowed = 1
 else
-  -- Not fresh: a fresh bucket holds capacity >= cost tokens. So does the
-  -- state from its expiry on, when it decides like none.
-  -- From the last admission: where the refill reaches cost - level less
-  -- half the gap below cost (tokenEstimate in core/memstore/algo.go).
+  -- Not fresh: an empty bucket has room for cost <= capacity, and the
+  -- state decides like none from its expiry on.
+  -- From the last admission (leakyEstimate in core/memstore/algo.go).
   local elapsed = at - last
-  local estimate = math.ceil((cost - stored_tokens - half_gap_below(cost)) * window / limit) - elapsed
-  local expires = last + math.ceil((capacity - stored_tokens) * window / limit)
-  retry = first_pass(0, expires - at, estimate, function(k) return tokens_at(elapsed + k) >= cost end)
+  local estimate = math.ceil((stored_level - sum_bound(capacity, cost, true)) * window / limit) - elapsed
+  retry = first_pass(0, expires - at, estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
 end
-local remaining = math.floor(tokens)
-local reset = math.ceil((capacity - tokens) * window / limit)
+-- The level exceeds capacity when the client was moved to a smaller plan.
+local remaining = math.max(0, math.floor(capacity - level))
+local reset = math.ceil(level * window / limit)
 if allowed == 1 then
-  write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', tokens, at)
+  write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end
 return {allowed, remaining, ms_up(reset), ms_up(retry), 0}

@@ -58,6 +58,7 @@ func epoch() time.Time { return Epoch() }
 func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 	runSuite(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
 	RunLayers(t, newStore)
+	RunPlans(t, newStore)
 }
 
 // runSuite is Run on any tester, so that the suite's own tests can run it
