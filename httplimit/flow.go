@@ -24,7 +24,6 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -79,7 +78,8 @@ type Flow struct {
 	allow       []access.Matcher // nil when none
 	deny403     []access.Matcher // nil when none
 	forbidden   ForbiddenHandler
-	shadow      bool // the limiter's shadow mode: never pace
+	shadow      bool      // the limiter's shadow mode: never pace
+	layers      *layerSet // WithLayers; nil for a single limit
 }
 
 // New returns the Flow of l configured by opts, applied in order. It
@@ -115,10 +115,20 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		forbidden:   c.forbidden,
 		shadow:      l.Shadow(),
 	}
-	if f.clientIP == nil && f.keyFunc != nil && (f.allow != nil || f.deny403 != nil) {
+	if c.layers != nil {
+		if c.keyFunc != nil || c.cost != nil {
+			return nil, invalid("New", "WithLayers with WithKeyFunc or WithCost: each layer has its own Key and Cost")
+		}
+		ls, err := bindLayers(l, c.layers)
+		if err != nil {
+			return nil, err
+		}
+		f.layers = ls
+	}
+	if f.clientIP == nil && (f.keyFunc != nil || f.layers != nil) && (f.allow != nil || f.deny403 != nil) {
 		// The lists would see the socket peer while the key function may
 		// believe a proxy's header: say which address they are to match.
-		return nil, invalid("New", "WithAllowList and WithDenyList with WithKeyFunc need WithClientIP, "+
+		return nil, invalid("New", "WithAllowList and WithDenyList with WithKeyFunc or WithLayers need WithClientIP, "+
 			"the client address under the key function's trust model (keyfuncs.NewClientIP() for the socket peer)")
 	}
 	if f.clientIP == nil {
@@ -173,6 +183,9 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			return true
 		}
 	}
+	if f.layers != nil {
+		return f.handleLayers(&st, r, w)
+	}
 	st.in = inKey
 	key, err := f.keyFunc(r)
 	if f.allow != nil || f.deny403 != nil {
@@ -204,7 +217,10 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 	ctx := r.Context()
 	d, err := f.limiter.AllowN(ctx, key, cost)
 	if err != nil {
-		if !errors.Is(err, core.ErrStore) || errors.Is(err, core.ErrCanceled) {
+		// A decision of the fail mode or the fallback store, whatever err
+		// wraps (a failed store, a PolicySource's invalid policy), is
+		// honoured; any other error came with no decision.
+		if !failModeDecided(err, d.Source) {
 			f.fail(&st, r, w, err) // bad input, or the client left: no decision
 			return false
 		}

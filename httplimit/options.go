@@ -38,6 +38,7 @@ type config struct {
 	allow       []access.Matcher
 	deny403     []access.Matcher
 	forbidden   ForbiddenHandler
+	layers      []Layer // WithLayers
 }
 
 // invalid returns the error of the option named fn given a bad value.

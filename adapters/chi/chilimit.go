@@ -89,6 +89,9 @@ func (q request) Query(name string) string          { return q.r.URL.Query().Get
 func (q request) Method() string                    { return q.r.Method }
 func (q request) Context() context.Context          { return q.r.Context() }
 
+// Path is the request's path, for the routes of httplimit layers.
+func (q request) Path() string { return q.r.URL.Path }
+
 // Route returns the pattern of the route the request matches:
 //
 //   - chi, routing done (middleware given to With, or to Use inside Route or

@@ -122,6 +122,9 @@ func (q *request) Method() string                    { return q.c.Request().Meth
 func (q *request) Route() string                     { return q.c.Path() }
 func (q *request) Context() context.Context          { return q.c.Request().Context() }
 
+// Path is the request's path, for the routes of httplimit layers.
+func (q *request) Path() string { return q.c.Request().URL.Path }
+
 // response is Echo's response as a httplimit.Response. Holding one
 // pointer, it converts to an interface without allocating.
 type response struct{ r *echo.Response }

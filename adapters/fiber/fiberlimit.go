@@ -159,6 +159,10 @@ func (q request) Method() string {
 func (q request) Route() string            { return q.c.Route().Path }
 func (q request) Context() context.Context { return q.c.UserContext() }
 
+// Path is the request's path, for the routes of httplimit layers: the
+// bytes of the request's URI, valid only while the flow runs.
+func (q request) Path() string { return q.c.Path() }
+
 // response is Fiber's response as a httplimit.Response.
 type response struct{ c *fiber.Ctx }
 

@@ -94,6 +94,9 @@ func (q request) Method() string                    { return q.c.Request.Method 
 func (q request) Route() string                     { return q.c.FullPath() }
 func (q request) Context() context.Context          { return q.c.Request.Context() }
 
+// Path is the request's path, for the routes of httplimit layers.
+func (q request) Path() string { return q.c.Request.URL.Path }
+
 // response is Gin's response as a httplimit.Response.
 type response struct{ c *gin.Context }
 

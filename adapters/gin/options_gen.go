@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -35,6 +36,12 @@ func WithDenyList(m access.Matcher) Option { return httplimit.WithDenyList(m) }
 func WithForbiddenHandler(h httplimit.ForbiddenHandler) Option {
 	return httplimit.WithForbiddenHandler(h)
 }
+
+// WithLayers makes the flow check every request against layers, in one
+// Limiter call: the Limiter must have been built with the same layers
+// (NewLayered; by name, one to one, in any order). See
+// [httplimit.WithLayers].
+func WithLayers(layers ...httplimit.Layer) Option { return httplimit.WithLayers(layers...) }
 
 // WithKeyFunc sets who the client is. See [httplimit.WithKeyFunc].
 func WithKeyFunc(fn keyfuncs.Func) Option { return httplimit.WithKeyFunc(fn) }
@@ -72,3 +79,24 @@ func WithErrorResponder(h httplimit.ErrorResponder) Option { return httplimit.Wi
 // WithMaxDelay caps the pacing of leaky-bucket decisions. See
 // [httplimit.WithMaxDelay].
 func WithMaxDelay(d time.Duration) Option { return httplimit.WithMaxDelay(d) }
+
+// Layer is one named limit of a layered middleware (WithLayers): the whole
+// API, a user, an endpoint, an address. It is [httplimit.Layer].
+type Layer = httplimit.Layer
+
+// NewLayered returns the Limiter of layers over store, for WithLayers with
+// the same layers: core.NewLayered with each layer's Name, Policy and
+// FailClosed, the layers checked as WithLayers checks them. See
+// [httplimit.NewLayered].
+func NewLayered(store core.Store, layers []httplimit.Layer, opts ...core.Option) (*core.Limiter, error) {
+	return httplimit.NewLayered(store, layers, opts...)
+}
+
+// CostByRoute returns a Layer.Cost (or WithCost) function weighing requests
+// by route: costs maps "METHOD /pattern", or "/pattern" for every method, to
+// the cost of the requests it matches, with patterns as Layer.Routes takes
+// them ("GET /search": 5, "POST /export/*": 100). See
+// [httplimit.CostByRoute].
+func CostByRoute(costs map[string]int64) func(keyfuncs.Request) int64 {
+	return httplimit.CostByRoute(costs)
+}

@@ -80,13 +80,27 @@ func moduleRoot(dir string) (string, error) {
 	}
 }
 
-// option is one httplimit option to wrap.
+// option is one httplimit option, or other function, to wrap.
 type option struct {
-	Name   string   // WithKeyFunc
-	Doc    []string // comment lines, without "// "
-	Params string   // "fn keyfuncs.Func"
-	Args   string   // "fn"
+	Name    string   // WithKeyFunc
+	Doc     []string // comment lines, without "// "
+	Params  string   // "fn keyfuncs.Func"
+	Args    string   // "fn"
+	Results string   // "Option"; "(*core.Limiter, error)" for NewLayered
 }
+
+// alias is one httplimit type an adapter re-exports as an alias.
+type alias struct {
+	Name string
+	Doc  []string
+}
+
+// extraTypes are the httplimit types an adapter re-exports, and
+// extraFuncs its functions other than options: those of layered limits.
+var (
+	extraTypes = []string{"Layer"}
+	extraFuncs = []string{"NewLayered", "CostByRoute"}
+)
 
 // render returns the options_gen.go of the adapter package pkg, from the
 // options of the httplimit package of the module at root.
@@ -95,6 +109,16 @@ func render(root, pkg string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	types, funcs, extra, err := parseExtras(filepath.Join(root, httplimitDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range extra {
+		if !slices.Contains(imports, p) {
+			imports = append(imports, p)
+		}
+	}
+	slices.Sort(imports)
 	var buf bytes.Buffer
 	// The standard library first, as goimports groups it.
 	std := slices.DeleteFunc(slices.Clone(imports), func(p string) bool { return strings.Contains(p, ".") })
@@ -103,7 +127,9 @@ func render(root, pkg string) ([]byte, error) {
 		Package      string
 		Std, Imports []string
 		Options      []option
-	}{pkg, std, imports, opts})
+		Types        []alias
+		Funcs        []option
+	}{pkg, std, imports, opts, types, funcs})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +160,137 @@ type Option = httplimit.Option
 {{range .Doc}}// {{.}}
 {{end -}}
 func {{.Name}}({{.Params}}) Option { return httplimit.{{.Name}}({{.Args}}) }
+{{end}}{{range .Types}}
+{{range .Doc}}// {{.}}
+{{end -}}
+type {{.Name}} = httplimit.{{.Name}}
+{{end}}{{range .Funcs}}
+{{range .Doc}}// {{.}}
+{{end -}}
+func {{.Name}}({{.Params}}) {{.Results}} { return httplimit.{{.Name}}({{.Args}}) }
 {{end}}`))
+
+// parseExtras returns the wrappers of extraTypes and extraFuncs, from the
+// package in dir, and the import paths their signatures need.
+func parseExtras(dir string) ([]alias, []option, []string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fset := token.NewFileSet()
+	types := map[string]alias{}
+	funcs := map[string]option{}
+	var used []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		paths, err := importPaths(f)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				for _, sp := range d.Specs {
+					ts, ok := sp.(*ast.TypeSpec)
+					if !ok || !slices.Contains(extraTypes, ts.Name.Name) {
+						continue
+					}
+					text := d.Doc.Text()
+					if ts.Doc != nil {
+						text = ts.Doc.Text()
+					}
+					synopsis := new(doc.Package).Synopsis(text)
+					if synopsis == "" {
+						return nil, nil, nil, fmt.Errorf("%s: no doc comment", fset.Position(ts.Pos()))
+					}
+					types[ts.Name.Name] = alias{Name: ts.Name.Name, Doc: wrapText(synopsis+" It is [httplimit."+ts.Name.Name+"].", 77-len("// "))}
+				}
+			case *ast.FuncDecl:
+				if d.Recv != nil || !slices.Contains(extraFuncs, d.Name.Name) {
+					continue
+				}
+				o, pkgs, err := wrap(fset, d)
+				if err != nil {
+					return nil, nil, nil, fmt.Errorf("%s: %w", fset.Position(d.Pos()), err)
+				}
+				res, rpkgs, err := results(fset, d.Type)
+				if err != nil {
+					return nil, nil, nil, fmt.Errorf("%s: %w", fset.Position(d.Pos()), err)
+				}
+				o.Results = res
+				for _, p := range append(pkgs, rpkgs...) {
+					path, ok := paths[p]
+					if !ok {
+						return nil, nil, nil, fmt.Errorf("%s: package %s not imported", fset.Position(d.Pos()), p)
+					}
+					used = append(used, path)
+				}
+				funcs[d.Name.Name] = o
+			}
+		}
+	}
+	var ts []alias
+	for _, n := range extraTypes {
+		a, ok := types[n]
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("no type %s in %s", n, dir)
+		}
+		ts = append(ts, a)
+	}
+	var fs []option
+	for _, n := range extraFuncs {
+		o, ok := funcs[n]
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("no function %s in %s", n, dir)
+		}
+		fs = append(fs, o)
+	}
+	return ts, fs, used, nil
+}
+
+// results returns the result list of ft as source, httplimit's exported
+// names qualified, and the packages it names.
+func results(fset *token.FileSet, ft *ast.FuncType) (string, []string, error) {
+	if ft.Results == nil {
+		return "", nil, nil
+	}
+	var pkgs, parts []string
+	for _, field := range ft.Results.List {
+		if len(field.Names) > 0 {
+			return "", nil, errors.New("named results")
+		}
+		ast.Inspect(field.Type, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok {
+					pkgs = append(pkgs, x.Name)
+				}
+				return false
+			case *ast.Ident:
+				if n.IsExported() {
+					n.Name = "httplimit." + n.Name
+				}
+			}
+			return true
+		})
+		var b strings.Builder
+		if err := printer.Fprint(&b, fset, field.Type); err != nil {
+			return "", nil, err
+		}
+		parts = append(parts, b.String())
+	}
+	if len(parts) == 1 {
+		return parts[0], pkgs, nil
+	}
+	return "(" + strings.Join(parts, ", ") + ")", pkgs, nil
+}
 
 // parseOptions returns, in source order, the exported functions of the
 // package in dir that return an Option, and the sorted import paths their

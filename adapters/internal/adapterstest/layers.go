@@ -1,0 +1,401 @@
+package adapterstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// The issue's layers, scaled down so that a test exhausts them in a few
+// requests: the login guard is the issue's own.
+const (
+	layersGlobal  = 1_000_000
+	layersUser    = 20
+	layersPremium = 50
+	layersIP      = 300
+	layersLogin   = 5
+	searchCost    = 5
+)
+
+// multiClocked is AtClock for a store that is also a core.MultiTaker.
+type multiClocked struct{ clocked }
+
+// AtClockMulti returns s deciding at c's time, Take and TakeAll, keeping
+// s's CallMode; s must be a core.MultiTaker.
+func AtClockMulti(s core.Store, c *Clock) core.Store { return multiClocked{clocked{s, c}} }
+
+func (s multiClocked) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	m, ok := s.Store.(core.MultiTaker)
+	if !ok {
+		return fmt.Errorf("adapterstest: %T is not a core.MultiTaker", s.Store)
+	}
+	var own [core.MaxLayers]core.Request
+	n := copy(own[:], reqs)
+	now := s.c.Now()
+	for i := range own[:n] {
+		if own[i].Now.IsZero() {
+			own[i].Now = now
+		}
+	}
+	return m.TakeAll(ctx, own[:n], out)
+}
+
+// errPlan is what the layers' PolicyFor returns for "X-Plan: broken".
+var errPlan = errors.New("adapterstest: the plan service is down")
+
+// IssueLayers returns the issue's four layers: global (one shared key),
+// user (by X-User, else by address; premium by "X-Plan: premium"; GET
+// /search costs 5), login (POST /login, 5 per 15 minutes per address) and
+// ip. "X-Plan: broken" makes PolicyFor fail, "X-Plan: invalid" return an
+// invalid policy.
+func IssueLayers(t testing.TB) []httplimit.Layer {
+	t.Helper()
+	ip, err := keyfuncs.IP()
+	require.NoError(t, err)
+	global, err := keyfuncs.Static("api")
+	require.NoError(t, err)
+	user := func(r keyfuncs.Request) (string, error) {
+		if u := r.Header("X-User"); u != "" {
+			return "user:" + u, nil
+		}
+		return "", keyfuncs.ErrNoKey
+	}
+	userOrIP, err := keyfuncs.FirstOf(user, ip)
+	require.NoError(t, err)
+	perMinute := func(n int64) core.Policy {
+		return core.Policy{Algorithm: core.SlidingWindowCounter, Limit: n, Window: time.Minute}
+	}
+	premium := perMinute(layersPremium)
+	invalidPlan := core.Policy{Algorithm: core.SlidingWindowCounter, Limit: -1, Window: time.Minute}
+	plan := func(r keyfuncs.Request, _ string) (*core.Policy, error) {
+		switch r.Header("X-Plan") {
+		case "premium":
+			return &premium, nil
+		case "broken":
+			return nil, errPlan
+		case "invalid":
+			return &invalidPlan, nil
+		}
+		return nil, nil
+	}
+	return []httplimit.Layer{
+		{Name: "global", Policy: perMinute(layersGlobal), Key: global},
+		{Name: "user", Policy: perMinute(layersUser), Key: userOrIP, PolicyFor: plan,
+			Cost: httplimit.CostByRoute(map[string]int64{"GET /search": searchCost})},
+		{Name: "login", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: layersLogin, Window: 15 * time.Minute},
+			Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
+		{Name: "ip", Policy: perMinute(layersIP), Key: ip},
+	}
+}
+
+// layersHeaders is every family of fields.
+var layersHeaders = headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
+
+// layersApp is one app of the suite: its address, clock, limiter and the
+// errors its flow reported.
+type layersApp struct {
+	addr    string
+	clock   *Clock
+	limiter *core.Limiter
+	spec    *Spec
+	errs    *errorRecorder
+}
+
+// layersRoutes are the routes of the suite's apps.
+var layersRoutes = []Route{
+	{Method: "GET", Path: "/items"},
+	{Method: "GET", Path: "/search"},
+	{Method: "POST", Path: "/login"},
+	{Method: "GET", Path: "/users/:id"},
+}
+
+// RunLayers checks layered limits (httplimit.WithLayers) over real sockets,
+// with a test clock, on a memory store and on Redis: the issue's four
+// layers in one r.Use; all or nothing; the binding layer's headers and
+// the draft-10 list of every layer; Retry-After when every layer admits;
+// a client that follows the headers is never surprised; plans through
+// PolicyFor, its failures decided by the FailMode; costs by route; and
+// hostile spellings of POST /login, which never reach its handler
+// uncounted.
+func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
+	var prefixes atomic.Int64
+	stores := []struct {
+		name string
+		new  func(t testing.TB) core.Store
+	}{
+		{"memory", func(t testing.TB) core.Store { return NewStore(t) }},
+		{"redis", func(t testing.TB) core.Store {
+			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("layers%d:", prefixes.Add(1))))
+			require.NoError(t, err)
+			return s
+		}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			serve := func(t *testing.T, mode core.FailMode, routes []Route) *layersApp {
+				t.Helper()
+				a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
+				layers := IssueLayers(t)
+				l, err := httplimit.NewLayered(AtClockMulti(st.new(t), a.clock), layers,
+					core.WithFailMode(mode), core.WithTimeout(2*time.Second))
+				require.NoError(t, err)
+				a.limiter = l
+				a.spec = &Spec{
+					Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), a.errs.option())},
+					Routes: routes,
+				}
+				a.addr = h.Serve(t, a.spec)
+				return a
+			}
+			t.Run("all or nothing", func(t *testing.T) { layersAllOrNothing(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("binding headers", func(t *testing.T) { layersBinding(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("retry after", func(t *testing.T) { layersRetryAfter(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("never surprised", func(t *testing.T) { layersNeverSurprised(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("plans", func(t *testing.T) { layersPlans(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("plan failures", func(t *testing.T) {
+				layersPlanFailures(t, serve(t, core.FailOpen, layersRoutes), serve(t, core.FailClosed, layersRoutes))
+			})
+			t.Run("costs", func(t *testing.T) { layersCosts(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("hostile login paths", func(t *testing.T) {
+				layersHostile(t, serve(t, core.FailOpen, []Route{{Method: "POST", Path: "/login"}}))
+			})
+		})
+	}
+}
+
+// send sends a request with the given headers ("X-User", "u1", ...).
+func (a *layersApp) send(t *testing.T, method, path string, kv ...string) Response {
+	t.Helper()
+	hd := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		hd.Set(kv[i], kv[i+1])
+	}
+	return Send(t, a.addr, RawRequest{Method: method, Path: path, Header: hd})
+}
+
+// layerItems returns the draft-10 items of res by layer name.
+func layerItems(t *testing.T, res Response) map[string]headers.LayerInfo {
+	t.Helper()
+	items, err := headers.ParseLayers(res.Header)
+	require.NoError(t, err)
+	m := map[string]headers.LayerInfo{}
+	for _, it := range items {
+		m[it.Name] = it
+	}
+	return m
+}
+
+// remainingOf returns the draft-10 r of every layer of res.
+func remainingOf(t *testing.T, res Response) map[string]int64 {
+	t.Helper()
+	m := map[string]int64{}
+	for name, it := range layerItems(t, res) {
+		m[name] = it.Remaining
+	}
+	return m
+}
+
+func layersAllOrNothing(t *testing.T, a *layersApp) {
+	for i := range layersLogin {
+		res := a.send(t, "POST", "/login", "X-User", "u1")
+		require.Equal(t, http.StatusOK, res.Status, "login %d", i+1)
+	}
+	for i := range 3 {
+		res := a.send(t, "POST", "/login", "X-User", "u1")
+		require.Equal(t, http.StatusTooManyRequests, res.Status, "login %d over the limit", i+1)
+		assert.Equal(t, map[string]int64{
+			"login": 0, "global": layersGlobal - layersLogin, "user": layersUser - layersLogin, "ip": layersIP - layersLogin,
+		}, remainingOf(t, res), "the denied login took nothing from the other layers")
+	}
+	res := a.send(t, "GET", "/items", "X-User", "u1")
+	require.Equal(t, http.StatusOK, res.Status)
+	assert.Equal(t, map[string]int64{
+		"global": layersGlobal - layersLogin - 1, "user": layersUser - layersLogin - 1, "ip": layersIP - layersLogin - 1,
+	}, remainingOf(t, res), "after 5 logins and 3 denied: GET /items has the quota of 6 requests spent, and no login layer")
+	assert.Equal(t, int64(layersLogin+1), a.spec.Hits())
+}
+
+func layersBinding(t *testing.T, a *layersApp) {
+	for i := range layersUser + 2 {
+		res := a.send(t, "GET", "/items", "X-User", "u1")
+		items := layerItems(t, res)
+		require.Len(t, items, 3, "GET /items: global, user, ip; not login: %v", res.Header.Values(headers.RateLimit))
+		least := int64(-1)
+		for _, it := range items {
+			if least < 0 || it.Remaining < least {
+				least = it.Remaining
+			}
+			assert.Positive(t, it.Quota, "RateLimit-Policy lists %s", it.Name)
+		}
+		assert.Equal(t, strconv.FormatInt(least, 10), res.Header.Get(headers.XRateLimitRemaining), "request %d: X-RateLimit-Remaining is the least remaining", i+1)
+		assert.Equal(t, strconv.FormatInt(least, 10), res.Header.Get(headers.RateLimitRemaining), "request %d: draft-6 too", i+1)
+		info, err := headers.Parse(res.Header)
+		require.NoError(t, err)
+		assert.Equal(t, "user", info.Policy, "request %d: the binding layer is listed first", i+1)
+		if i < layersUser {
+			require.Equal(t, http.StatusOK, res.Status, "request %d", i+1)
+			assert.Equal(t, strconv.Itoa(layersUser), res.Header.Get(headers.XRateLimitLimit))
+			assert.Empty(t, res.Header.Get(headers.RetryAfter))
+		} else {
+			require.Equal(t, http.StatusTooManyRequests, res.Status, "request %d", i+1)
+			assert.NotEmpty(t, res.Header.Get(headers.RetryAfter))
+		}
+	}
+	res := a.send(t, "POST", "/login", "X-User", "u2")
+	require.Equal(t, http.StatusOK, res.Status)
+	assert.Len(t, layerItems(t, res), 4, "POST /login: every layer: %v", res.Header.Values(headers.RateLimit))
+	assert.Equal(t, strconv.Itoa(layersLogin-1), res.Header.Get(headers.XRateLimitRemaining), "the login layer binds")
+}
+
+func layersRetryAfter(t *testing.T, a *layersApp) {
+	for range layersLogin {
+		require.Equal(t, http.StatusOK, a.send(t, "POST", "/login").Status)
+		a.clock.Advance(time.Minute) // the logins spread over 5 minutes
+	}
+	res := a.send(t, "POST", "/login")
+	require.Equal(t, http.StatusTooManyRequests, res.Status)
+	retry, err := strconv.Atoi(res.Header.Get(headers.RetryAfter))
+	require.NoError(t, err)
+	// The first login, at T0, leaves the 15-minute log at T0+15m.
+	assert.Equal(t, int((15*time.Minute-5*time.Minute)/time.Second), retry, "Retry-After: when the login layer admits again")
+	assert.Equal(t, exceededBody(strconv.Itoa(retry)), res.Body)
+	a.clock.Advance(time.Duration(retry)*time.Second - time.Second)
+	require.Equal(t, http.StatusTooManyRequests, a.send(t, "POST", "/login").Status, "a second before Retry-After")
+	a.clock.Advance(time.Second)
+	res = a.send(t, "POST", "/login")
+	require.Equal(t, http.StatusOK, res.Status, "at Retry-After, every layer admits")
+}
+
+// layersNeverSurprised runs a client that follows the headers: it sends
+// only while the last response said it had quota, and otherwise waits, on
+// the test clock, for Retry-After or the binding layer's reset. It must
+// never get a 429.
+func layersNeverSurprised(t *testing.T, a *layersApp) {
+	var waitUntil time.Time
+	paths := []string{"/items", "/users/7", "/items", "/items"}
+	sent, served := 0, 0
+	for step := range 400 {
+		a.clock.Advance(700 * time.Millisecond)
+		if a.clock.Now().Before(waitUntil) {
+			continue
+		}
+		path := paths[step%len(paths)]
+		res := a.send(t, "GET", path, "X-User", "careful")
+		sent++
+		require.NotEqual(t, http.StatusTooManyRequests, res.Status,
+			"step %d at %s: a 429 although the last response said there was quota (%s)", step, a.clock.Now().Sub(T0), res.Header)
+		require.Equal(t, http.StatusOK, res.Status)
+		served++
+		rem, err := strconv.ParseInt(res.Header.Get(headers.XRateLimitRemaining), 10, 64)
+		require.NoError(t, err)
+		if rem == 0 {
+			reset, err := strconv.ParseInt(res.Header.Get(headers.RateLimitReset), 10, 64)
+			require.NoError(t, err)
+			waitUntil = a.clock.Now().Add(time.Duration(reset) * time.Second)
+		}
+	}
+	assert.Greater(t, served, layersUser, "the client used more than one window's quota")
+	assert.Equal(t, sent, served)
+}
+
+func layersPlans(t *testing.T, a *layersApp) {
+	for i := range layersUser {
+		require.Equal(t, http.StatusOK, a.send(t, "GET", "/items", "X-User", "free").Status, "free request %d", i+1)
+	}
+	require.Equal(t, http.StatusTooManyRequests, a.send(t, "GET", "/items", "X-User", "free").Status, "free, over its plan")
+	for i := range layersPremium {
+		res := a.send(t, "GET", "/items", "X-User", "rich", "X-Plan", "premium")
+		require.Equal(t, http.StatusOK, res.Status, "premium request %d", i+1)
+		if i == 0 {
+			assert.Equal(t, int64(layersPremium-1), remainingOf(t, res)["user"])
+			assert.Equal(t, int64(layersPremium), layerItems(t, res)["user"].Quota, "RateLimit-Policy says the plan's quota")
+		}
+	}
+	require.Equal(t, http.StatusTooManyRequests, a.send(t, "GET", "/items", "X-User", "rich", "X-Plan", "premium").Status)
+	// The free user upgrades: its usage is kept, and it has room at once.
+	res := a.send(t, "GET", "/items", "X-User", "free", "X-Plan", "premium")
+	require.Equal(t, http.StatusOK, res.Status, "upgraded: room at once")
+	assert.Equal(t, int64(layersPremium-layersUser-1), remainingOf(t, res)["user"], "its usage under the free plan is kept")
+	// Downgraded again, it is over the free plan.
+	require.Equal(t, http.StatusTooManyRequests, a.send(t, "GET", "/items", "X-User", "free").Status, "downgraded")
+}
+
+func layersPlanFailures(t *testing.T, open, closed *layersApp) {
+	for _, plan := range []string{"broken", "invalid"} {
+		res := open.send(t, "GET", "/items", "X-User", "u", "X-Plan", plan)
+		assert.Equal(t, http.StatusOK, res.Status, "%s plan, FailOpen: passes", plan)
+		assert.Empty(t, res.Header.Get(headers.XRateLimitRemaining), "failed open: no quota told")
+		res = closed.send(t, "GET", "/items", "X-User", "u", "X-Plan", plan)
+		assert.Equal(t, http.StatusServiceUnavailable, res.Status, "%s plan, FailClosed: 503: %s", plan, res.Body)
+		assert.NotEmpty(t, res.Header.Get(headers.RetryAfter))
+	}
+	for _, a := range []*layersApp{open, closed} {
+		errs := a.errs.all()
+		require.Len(t, errs, 2, "the ErrorHandler heard both")
+		assert.ErrorIs(t, errs[0], errPlan)
+		assert.ErrorIs(t, errs[0], core.ErrInvalidPolicy)
+		assert.ErrorIs(t, errs[1], core.ErrInvalidPolicy)
+	}
+	assert.Equal(t, int64(2), open.spec.Hits())
+	assert.Zero(t, closed.spec.Hits())
+	// A good plan on the same apps is decided as usual.
+	assert.Equal(t, http.StatusOK, closed.send(t, "GET", "/items", "X-User", "u", "X-Plan", "premium").Status)
+}
+
+func layersCosts(t *testing.T, a *layersApp) {
+	res := a.send(t, "GET", "/search", "X-User", "s")
+	require.Equal(t, http.StatusOK, res.Status)
+	assert.Equal(t, map[string]int64{"global": layersGlobal - 1, "user": layersUser - searchCost, "ip": layersIP - 1},
+		remainingOf(t, res), "GET /search costs 5 in the user layer only")
+	res = a.send(t, "GET", "/items", "X-User", "s")
+	assert.Equal(t, int64(layersUser-searchCost-1), remainingOf(t, res)["user"], "GET /items costs 1")
+	for range 2 {
+		require.Equal(t, http.StatusOK, a.send(t, "GET", "/search", "X-User", "s").Status)
+	}
+	// 20 - 5 - 1 - 10 = 4 left: a search (5) does not fit, an item does.
+	res = a.send(t, "GET", "/search", "X-User", "s")
+	assert.Equal(t, http.StatusTooManyRequests, res.Status, "a search costs more than is left")
+	assert.Equal(t, http.StatusOK, a.send(t, "GET", "/items", "X-User", "s").Status, "the denied search took nothing")
+}
+
+// HostileLoginPaths are spellings of POST /login that a router may or may
+// not send to its handler.
+var HostileLoginPaths = []string{
+	"/login/", "//login", "/LOGIN", "/./login", "/a/../login", "/login%2F", "/%6Cogin",
+	"/login?x", "/login;x", "/login#", "/Login/", "/%2e/login", "/login%3Fx", "//login//",
+}
+
+func layersHostile(t *testing.T, a *layersApp) {
+	ctx := context.Background()
+	ipKey := "ip:127.0.0.1"
+	for i, path := range HostileLoginPaths {
+		require.NoError(t, a.limiter.ResetLayer(ctx, "login", ipKey))
+		user := "hostile" + strconv.Itoa(i) // the user layer has room for each
+		before := a.spec.Hits()
+		res := a.send(t, "POST", path, "X-User", user)
+		reached := a.spec.Hits() > before
+		check := a.send(t, "POST", "/login", "X-User", user)
+		require.Equal(t, http.StatusOK, check.Status, "%s then /login", path)
+		counted := remainingOf(t, check)["login"] == layersLogin-2
+		if reached {
+			assert.True(t, counted, "POST %s reached the login handler (%d) without the login layer counting it", path, res.Status)
+			assert.Equal(t, int64(layersLogin-1), remainingOf(t, res)["login"], "POST %s: its own headers", path)
+		}
+		t.Logf("POST %-14s -> %d, handler reached %v, login layer counted %v", path, res.Status, reached, counted)
+	}
+}
