@@ -161,26 +161,23 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 		}
 		own[i] = ly
 	}
-	l, err := NewLimiter(store, own[0].Policy, opts...)
-	if err != nil {
-		return nil, err
-	}
-	if l.denied != nil {
-		return nil, fmt.Errorf("%w: NewLayered: WithDenyCache applies to single-policy Limiters only", ErrInvalidOption)
-	}
-	ls := &layered{layers: own, multi: multi, index: index}
-	if l.fallback != nil {
-		fm, ok := l.fallback.(MultiTaker)
-		if !ok {
-			return nil, fmt.Errorf("%w: NewLayered: fallback store %T is not a core.MultiTaker", ErrInvalidOption, l.fallback)
+	return newLimiter(store, own[0].Policy, func(l *Limiter, _ config) (*layered, error) {
+		if l.denied != nil {
+			return nil, fmt.Errorf("%w: NewLayered: WithDenyCache applies to single-policy Limiters only", ErrInvalidOption)
 		}
-		ls.fallback = fm
-		for _, ly := range own {
-			l.brk.horizon = max(l.brk.horizon, int64(horizon(ly.Policy)))
+		ls := &layered{layers: own, multi: multi, index: index}
+		if l.fallback != nil {
+			fm, ok := l.fallback.(MultiTaker)
+			if !ok {
+				return nil, fmt.Errorf("%w: NewLayered: fallback store %T is not a core.MultiTaker", ErrInvalidOption, l.fallback)
+			}
+			ls.fallback = fm
+			for _, ly := range own {
+				l.brk.horizon = max(l.brk.horizon, int64(horizon(ly.Policy)))
+			}
 		}
-	}
-	l.layered = ls
-	return l, nil
+		return ls, nil
+	}, opts)
 }
 
 // Layers returns the layers of a layered Limiter (a copy), and nil for a

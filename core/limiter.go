@@ -82,6 +82,12 @@ type Limiter struct {
 // when store is nil, reports an unknown CallMode, or an option is nil or
 // out of range.
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
+	return newLimiter(store, policy, nil, opts)
+}
+
+// newLimiter is NewLimiter, of a layered Limiter when ls is not nil: the
+// observers are bound to the Limiter once it is whole, layers included.
+func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered, error), opts []Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
@@ -133,6 +139,13 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		l.brk.horizon = int64(horizon(policy))
 	}
 	l.openErr = fmt.Errorf("%w: policy %q: %w", ErrStore, policy.Name, ErrCircuitOpen)
+	if ls != nil {
+		layered, err := ls(l, c)
+		if err != nil {
+			return nil, err
+		}
+		l.layered = layered
+	}
 	observers, err := bindObservers(l, c.observers)
 	if err != nil {
 		return nil, err

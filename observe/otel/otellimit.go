@@ -202,26 +202,55 @@ func (m *Metrics) Close() error {
 
 // Bind makes ready the series of l's limit (its policy's Name), creating
 // every counter series at 0, and returns the Observer that records l's
-// events. Bind fails when a Limiter of the same limit name is already
-// bound, since their series would be one, and after Close.
+// events. A layered Limiter (core.NewLayered) has series for each layer:
+// each request is recorded once, under the layer that bound its decision,
+// and the Limiter's health and gauges under every layer. Bind fails when a
+// Limiter of the same limit name is already bound, since their series
+// would be one, and after Close.
 func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 	if l == nil {
 		return nil, errors.New("otellimit: nil Limiter")
 	}
-	name := l.Policy().Name
+	names := []string{l.Policy().Name}
+	if layers := l.Layers(); layers != nil {
+		names = names[:0]
+		for _, ly := range layers {
+			names = append(names, ly.Name)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
-	if _, dup := m.limits[name]; dup {
-		return nil, fmt.Errorf("otellimit: limit %q is already bound: limit names must be unique", name)
+	for _, name := range names {
+		if _, dup := m.limits[name]; dup {
+			return nil, fmt.Errorf("otellimit: limit %q is already bound: limit names must be unique", name)
+		}
 	}
-	b := m.newBound(name, l)
-	b.zero()
-	m.limits[name] = b
-	m.order = append(m.order, b)
-	return b, nil
+	byName := make(layerBounds, len(names))
+	for _, name := range names {
+		b := m.newBound(name, l)
+		b.zero()
+		m.limits[name] = b
+		m.order = append(m.order, b)
+		byName[name] = b
+	}
+	if len(names) == 1 {
+		return byName[names[0]], nil
+	}
+	return byName, nil
+}
+
+// layerBounds records the events of a layered Limiter, each under its
+// binding layer (core.Event.Policy), by name.
+type layerBounds map[string]*bound
+
+// Observe records e in the series of its layer.
+func (lb layerBounds) Observe(e core.Event) {
+	if b := lb[e.LimitName()]; b != nil {
+		b.Observe(e)
+	}
 }
 
 // Observe records e, for a Limiter not bound to m (an Observer that

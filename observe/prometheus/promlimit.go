@@ -135,23 +135,60 @@ func New(opts ...Option) (*Metrics, error) {
 // Bind resolves the series of l's limit, creating each at 0, and returns
 // the Observer that counts l's decisions in them; NewLimiter calls it
 // when given m by core.WithObserver. From then on, every scrape reports
-// l's health, deny cache size and timeout too. It fails when a Limiter of
-// the same policy Name is bound already, since both would count in the
-// same series.
+// l's health, deny cache size and timeout too. A layered Limiter
+// (core.NewLayered) has series for each of its layers: each request counts
+// once, under the layer that bound its decision (the one that denied, or
+// the one with the least left), and the Limiter's health is reported
+// under every layer. It fails when a Limiter of the same policy or layer
+// Name is bound already, since both would count in the same series.
 func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 	if l == nil {
 		return nil, errors.New("promlimit: Bind: nil Limiter")
 	}
-	name := l.Policy().Name
+	names := limitNames(l)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.bound[name] {
-		return nil, fmt.Errorf("promlimit: a Limiter of policy %q is bound already; their counts would merge: give each policy a Name of its own", name)
+	for _, name := range names {
+		if m.bound[name] {
+			return nil, fmt.Errorf("promlimit: a Limiter of policy %q is bound already; their counts would merge: give each policy a Name of its own", name)
+		}
 	}
-	o := m.observer(name)
-	m.bound[name] = true
 	m.limiters = append(m.limiters, l)
-	return o, nil
+	if len(names) == 1 {
+		m.bound[names[0]] = true
+		return m.observer(names[0]), nil
+	}
+	byName := make(layerObservers, len(names))
+	for _, name := range names {
+		m.bound[name] = true
+		byName[name] = m.observer(name)
+	}
+	return byName, nil
+}
+
+// limitNames returns the names l's decisions are labeled with: its
+// layers' (core.NewLayered), or its policy's.
+func limitNames(l *core.Limiter) []string {
+	layers := l.Layers()
+	if layers == nil {
+		return []string{l.Policy().Name}
+	}
+	names := make([]string, len(layers))
+	for i, ly := range layers {
+		names[i] = ly.Name
+	}
+	return names
+}
+
+// layerObservers counts the events of a layered Limiter, each under its
+// binding layer (core.Event.Policy), by name.
+type layerObservers map[string]*observer
+
+// Observe counts e in the series of its layer.
+func (lo layerObservers) Observe(e core.Event) {
+	if o := lo[e.LimitName()]; o != nil {
+		o.Observe(e)
+	}
 }
 
 // Observe counts e under its policy's Name. Limiters given m by
@@ -245,17 +282,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	limiters, stores := m.limiters, m.stores // append only: a snapshot
 	m.mu.Unlock()
 	for _, l := range limiters {
-		name := l.Policy().Name
 		h := l.Health()
-		for _, s := range healthStates {
-			v := 0.0
-			if s == h {
-				v = 1
+		for _, name := range limitNames(l) { // a layered Limiter's health is each layer's
+			for _, s := range healthStates {
+				v := 0.0
+				if s == h {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
 			}
-			ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
+			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
+			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, l.Timeout().Seconds(), name)
 		}
-		ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
-		ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, l.Timeout().Seconds(), name)
 	}
 	for _, s := range stores {
 		ch <- prometheus.MustNewConstMetric(m.memKeys, prometheus.GaugeValue, float64(s.s.Len()), s.name)
