@@ -18,7 +18,7 @@
 //	DENY_FILE=./deny.txt go run ./examples/chi
 //
 // On start it prints the limits and curl command lines to try them. GET
-// /metrics serves the limiters' metrics to Prometheus, never limited.
+// /metrics serves the limiter's metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only chi's wiring.
@@ -45,36 +45,35 @@ func newServer(l demo.Limiters) demo.Server { return demo.HTTPServer(newApp(l)) 
 // newApp returns the demo API on a chi router, limited by l.
 func newApp(l demo.Limiters) http.Handler {
 	r := chi.NewRouter()
-	// Every request, 404s included, per client IP (the socket peer: no
-	// proxy header is believed, and chi's middleware.RealIP must not run
-	// before it); but Prometheus's scrapes of /metrics. l.Guard adds the
-	// deny list, if any, which the skip comes before.
-	r.Use(chilimit.New(l.Global, append([]chilimit.Option{chilimit.WithSkip(demo.SkipMetrics)}, l.Guard...)...))
+	// One layered limiter on every request, 404s included: the global
+	// layer per client IP (the socket peer: no proxy header is believed,
+	// and chi's middleware.RealIP must not run before it), and the login,
+	// API-key and users layers on their routes (demo.NewLimiters), all
+	// decided in one store call; but Prometheus's scrapes of /metrics.
+	// l.Options() adds the deny list, if any, which the skip comes before.
+	r.Use(chilimit.New(l.Limiter, append([]chilimit.Option{chilimit.WithSkip(demo.SkipMetrics)}, l.Options()...)...))
 	r.Method(http.MethodGet, demo.MetricsPath, l.Metrics)
 
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"message": "hello from chi"})
 	})
-	// A brute-force guard on the login form, still per client IP: a
-	// right password clears the client's strikes.
-	r.With(chilimit.New(l.Login)).Post("/login", func(w http.ResponseWriter, r *http.Request) {
+	// The login layer guards the form against brute force, per client
+	// IP: a right password clears the client's strikes.
+	r.Post("/login", func(w http.ResponseWriter, r *http.Request) {
 		status, body := l.Authenticate(r.Context(), r.RemoteAddr, r.PostFormValue(demo.PasswordField))
 		writeJSON(w, status, body)
 	})
-	// Per API key; a request without X-API-Key gets 400.
-	r.With(chilimit.New(l.API, chilimit.WithKeyFunc(l.APIKey))).Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
+	// The API layer: per API key; a request without X-API-Key gets 400.
+	r.Get("/api/data", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"data": []int{1, 2, 3}})
 	})
-	// One limiter, a quota per route and client IP: /users/1 and /users/2
-	// share one, /users/1/posts has another.
-	r.Group(func(r chi.Router) {
-		r.Use(chilimit.New(l.Users, chilimit.WithKeyFunc(l.RouteAndIP)))
-		r.Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]string{"id": chi.URLParam(r, "id")})
-		})
-		r.Get("/users/{id}/posts", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]any{"id": chi.URLParam(r, "id"), "posts": []string{}})
-		})
+	// A quota per route and client IP (the users and posts layers):
+	// /users/1 and /users/2 share one, /users/1/posts has another.
+	r.Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"id": chi.URLParam(r, "id")})
+	})
+	r.Get("/users/{id}/posts", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"id": chi.URLParam(r, "id"), "posts": []string{}})
 	})
 	return r
 }

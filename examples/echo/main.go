@@ -18,7 +18,7 @@
 //	DENY_FILE=./deny.txt go run ./examples/echo
 //
 // On start it prints the limits and curl command lines to try them. GET
-// /metrics serves the limiters' metrics to Prometheus, never limited.
+// /metrics serves the limiter's metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only Echo's wiring.
@@ -44,32 +44,34 @@ func newServer(l demo.Limiters) demo.Server { return demo.HTTPServer(newApp(l)) 
 // newApp returns the demo API on an Echo instance, limited by l.
 func newApp(l demo.Limiters) http.Handler {
 	e := echo.New()
-	// Every request, 404s included, per client IP (the socket peer, not
-	// Echo's RealIP, which believes proxy headers); but Prometheus's
-	// scrapes of /metrics (c.Path() is the route, as Echo routes before
-	// running e.Use's middleware). l.Guard adds the deny list, if any,
-	// which the skip comes before.
-	e.Use(echolimit.New(l.Global, append([]echolimit.Option{echolimit.WithSkipper(func(c echo.Context) bool {
+	// One layered limiter on every request, 404s included: the global
+	// layer per client IP (the socket peer, not Echo's RealIP, which
+	// believes proxy headers), and the login, API-key and users layers on
+	// their routes (demo.NewLimiters), all decided in one store call; but
+	// Prometheus's scrapes of /metrics (c.Path() is the route, as Echo
+	// routes before running e.Use's middleware). l.Options() adds the deny
+	// list, if any, which the skip comes before.
+	e.Use(echolimit.New(l.Limiter, append([]echolimit.Option{echolimit.WithSkipper(func(c echo.Context) bool {
 		return c.Request().Method == http.MethodGet && c.Path() == demo.MetricsPath
-	})}, l.Guard...)...))
+	})}, l.Options()...)...))
 	e.GET(demo.MetricsPath, echo.WrapHandler(l.Metrics))
 
 	e.GET("/", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"message": "hello from echo"})
 	})
-	// A brute-force guard on the login form, still per client IP: a
-	// right password clears the client's strikes.
+	// The login layer guards the form against brute force, per client
+	// IP: a right password clears the client's strikes.
 	e.POST("/login", func(c echo.Context) error {
 		status, body := l.Authenticate(c.Request().Context(), c.Request().RemoteAddr, c.Request().PostFormValue(demo.PasswordField))
 		return c.JSON(status, body)
-	}, echolimit.New(l.Login))
-	// Per API key; a request without X-API-Key gets 400.
+	})
+	// The API layer: per API key; a request without X-API-Key gets 400.
 	e.GET("/api/data", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]any{"data": []int{1, 2, 3}})
-	}, echolimit.New(l.API, echolimit.WithKeyFunc(l.APIKey)))
-	// One limiter, a quota per route and client IP: /users/1 and /users/2
-	// share one, /users/1/posts has another.
-	users := e.Group("/users", echolimit.New(l.Users, echolimit.WithKeyFunc(l.RouteAndIP)))
+	})
+	// A quota per route and client IP (the users and posts layers):
+	// /users/1 and /users/2 share one, /users/1/posts has another.
+	users := e.Group("/users")
 	users.GET("/:id", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"id": c.Param("id")})
 	})

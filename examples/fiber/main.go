@@ -18,7 +18,7 @@
 //	DENY_FILE=./deny.txt go run ./examples/fiber
 //
 // On start it prints the limits and curl command lines to try them. GET
-// /metrics serves the limiters' metrics to Prometheus, never limited.
+// /metrics serves the limiter's metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only Fiber's wiring.
@@ -52,41 +52,39 @@ func newApp(l demo.Limiters) *fiber.App {
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           time.Minute,
 	})
-	// Every request, 404s included, per client IP (the connection's peer,
-	// not c.IP(), which may come from a proxy header); but Prometheus's
-	// scrapes of /metrics. (The route of app.Use's middleware is "/"
-	// whatever the request: the path tells.) l.Guard adds the deny list,
-	// if any, which the skip comes before.
-	app.Use(fiberlimit.New(l.Global, append([]fiberlimit.Option{fiberlimit.WithNext(func(c *fiber.Ctx) bool {
+	// One layered limiter on every request, 404s included: the global
+	// layer per client IP (the connection's peer, not c.IP(), which may
+	// come from a proxy header), and the login, API-key and users layers
+	// on their routes (demo.NewLimiters; their routes are matched on the
+	// path, since app.Use's middleware sees the route "/" whatever the
+	// request), all decided in one store call; but Prometheus's scrapes of
+	// /metrics. l.Options() adds the deny list, if any, which the skip
+	// comes before.
+	app.Use(fiberlimit.New(l.Limiter, append([]fiberlimit.Option{fiberlimit.WithNext(func(c *fiber.Ctx) bool {
 		return c.Method() == fiber.MethodGet && c.Path() == demo.MetricsPath
-	})}, l.Guard...)...))
+	})}, l.Options()...)...))
 	// promhttp is a net/http handler; Fiber's adaptor serves it.
 	app.Get(demo.MetricsPath, adaptor.HTTPHandler(l.Metrics))
 
 	app.Get("/", func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"message": "hello from fiber"})
 	})
-	// Route limiters go on the route, not on app.Use, so that
-	// keyfuncs.Route sees the route's path ("/users/:id").
-	//
-	// A brute-force guard on the login form, still per client IP: a
-	// right password clears the client's strikes.
-	app.Post("/login", fiberlimit.New(l.Login), func(c *fiber.Ctx) error {
+	// The login layer guards the form against brute force, per client
+	// IP: a right password clears the client's strikes.
+	app.Post("/login", func(c *fiber.Ctx) error {
 		status, body := l.Authenticate(c.UserContext(), c.Context().RemoteAddr().String(), string(c.Request().PostArgs().Peek(demo.PasswordField)))
 		return c.Status(status).JSON(body)
 	})
-	// Per API key; a request without X-API-Key gets 400.
-	app.Get("/api/data", fiberlimit.New(l.API, fiberlimit.WithKeyFunc(l.APIKey)), func(c *fiber.Ctx) error {
+	// The API layer: per API key; a request without X-API-Key gets 400.
+	app.Get("/api/data", func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"data": []int{1, 2, 3}})
 	})
-	// One limiter, a quota per route and client IP: /users/1 and /users/2
-	// share one, /users/1/posts has another. The limiter is given to each
-	// route, not to a group's Use, whose path would be "/users".
-	users := fiberlimit.New(l.Users, fiberlimit.WithKeyFunc(l.RouteAndIP))
-	app.Get("/users/:id", users, func(c *fiber.Ctx) error {
+	// A quota per route and client IP (the users and posts layers):
+	// /users/1 and /users/2 share one, /users/1/posts has another.
+	app.Get("/users/:id", func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"id": c.Params("id")})
 	})
-	app.Get("/users/:id/posts", users, func(c *fiber.Ctx) error {
+	app.Get("/users/:id/posts", func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"id": c.Params("id"), "posts": []string{}})
 	})
 	return app

@@ -18,7 +18,7 @@
 //	DENY_FILE=./deny.txt go run ./examples/gin
 //
 // On start it prints the limits and curl command lines to try them. GET
-// /metrics serves the limiters' metrics to Prometheus, never limited.
+// /metrics serves the limiter's metrics to Prometheus, never limited.
 // SIGINT (Ctrl-C) or SIGTERM shuts it down gracefully. The store, limits,
 // banner and lifecycle are shared by every example, in
 // examples/internal/demo; this file is only Gin's wiring.
@@ -45,29 +45,31 @@ func newServer(l demo.Limiters) demo.Server { return demo.HTTPServer(newApp(l)) 
 // newApp returns the demo API on a Gin engine, limited by l.
 func newApp(l demo.Limiters) http.Handler {
 	r := gin.New()
-	// Every request, 404s included, per client IP (the socket peer, not
-	// Gin's ClientIP, which believes proxy headers by default); but
-	// Prometheus's scrapes of /metrics. l.Guard adds the deny list, if
-	// any, which the skip comes before.
-	r.Use(gin.Recovery(), ginlimit.New(l.Global, append([]ginlimit.Option{ginlimit.WithSkip(demo.SkipMetrics)}, l.Guard...)...))
+	// One layered limiter on every request, 404s included: the global
+	// layer per client IP (the socket peer, not Gin's ClientIP, which
+	// believes proxy headers by default), and the login, API-key and
+	// users layers on their routes (demo.NewLimiters), all decided in
+	// one store call; but Prometheus's scrapes of /metrics. l.Options()
+	// adds the deny list, if any, which the skip comes before.
+	r.Use(gin.Recovery(), ginlimit.New(l.Limiter, append([]ginlimit.Option{ginlimit.WithSkip(demo.SkipMetrics)}, l.Options()...)...))
 	r.GET(demo.MetricsPath, gin.WrapH(l.Metrics))
 
 	r.GET("/", func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"message": "hello from gin"})
 	})
-	// A brute-force guard on the login form, still per client IP: a
-	// right password clears the client's strikes.
-	r.POST("/login", ginlimit.New(l.Login), func(c *gin.Context) {
+	// The login layer guards the form against brute force, per client
+	// IP: a right password clears the client's strikes.
+	r.POST("/login", func(c *gin.Context) {
 		status, body := l.Authenticate(c.Request.Context(), c.Request.RemoteAddr, c.Request.PostFormValue(demo.PasswordField))
 		c.JSON(status, body)
 	})
-	// Per API key; a request without X-API-Key gets 400.
-	r.GET("/api/data", ginlimit.New(l.API, ginlimit.WithKeyFunc(l.APIKey)), func(c *gin.Context) {
+	// The API layer: per API key; a request without X-API-Key gets 400.
+	r.GET("/api/data", func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"data": []int{1, 2, 3}})
 	})
-	// One limiter, a quota per route and client IP: /users/1 and /users/2
-	// share one, /users/1/posts has another.
-	users := r.Group("/users", ginlimit.New(l.Users, ginlimit.WithKeyFunc(l.RouteAndIP)))
+	// A quota per route and client IP (the users and posts layers):
+	// /users/1 and /users/2 share one, /users/1/posts has another.
+	users := r.Group("/users")
 	users.GET("/:id", func(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"id": c.Param("id")})
 	})

@@ -45,7 +45,7 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  %-16s %s, per client IP (%s=%s logs in and clears the strikes)\n", "POST /login", Describe(p.Login), PasswordField, DemoPassword)
 	fmt.Fprintf(&b, "  %-16s %s, per %s header\n", "GET /api/data", Describe(p.API), APIKeyHeader)
 	fmt.Fprintf(&b, "  %-16s %s, per route and client IP:\n", "GET /users/{id}", Describe(p.Users))
-	fmt.Fprintf(&b, "  %-16s a quota of its own, under the same limiter\n", "  and /posts")
+	fmt.Fprintf(&b, "  %-16s a quota of its own (layer \"posts\")\n", "  and /posts")
 	fmt.Fprintf(&b, "metrics: GET %s%s, never limited, for Prometheus (limit=%q, %q, %q, %q)\n",
 		u, MetricsPath, p.Global.Name, p.Login.Name, p.API.Name, p.Users.Name)
 	fmt.Fprintf(&b, "try it:\n")
@@ -75,7 +75,7 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 		fmt.Fprintf(&b, "  echo %s >> %s\n", clientAddr(addr), shellQuote(deny.Path()))
 		fmt.Fprintf(&b, "  curl -i %s/\n", u)
 	}
-	fmt.Fprintf(&b, "  # what the limiters decided, as Prometheus scrapes it\n")
+	fmt.Fprintf(&b, "  # what the limiter decided, as Prometheus scrapes it\n")
 	fmt.Fprintf(&b, "  curl -s %s%s | grep '^ratelimit_decisions_total'\n", u, MetricsPath)
 	fmt.Fprintf(&b, "Ctrl-C (SIGINT) or SIGTERM stops the server gracefully.\n")
 	_, err := io.WriteString(w, b.String())

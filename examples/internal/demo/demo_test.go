@@ -42,43 +42,42 @@ func TestNewLimiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, tc := range map[string]struct {
-		l    *core.Limiter
-		mode core.FailMode
-	}{
-		"global": {l.Global, core.FailOpen},
-		"login":  {l.Login, core.FailClosed},
-		"api":    {l.API, core.FailOpen},
-		"users":  {l.Users, core.FailOpen},
-	} {
-		assert.Equal(t, name, tc.l.Policy().Name, "policy name")
-		assert.Equal(t, tc.mode, tc.l.FailMode(), "%s: fail mode", name)
+	layers := l.Limiter.Layers()
+	require.Len(t, layers, 5)
+	require.Len(t, l.Layers, 5)
+	for i, name := range []string{"global", "login", "api", "users", PostsLayer} {
+		assert.Equal(t, name, layers[i].Name, "layer %d", i)
+		assert.Equal(t, name, l.Layers[i].Name, "layer %d", i)
+		assert.Equal(t, name == LoginLayer, layers[i].FailClosed, "%s: fails closed", name)
+		assert.NotNil(t, l.Layers[i].Key, "%s: key", name)
 	}
-
+	assert.Equal(t, core.FailOpen, l.Limiter.FailMode(), "the limiter fails open; the login layer closed")
 	assert.Empty(t, l.Guard, "no deny list unless DENY_FILE gives one")
+	require.Len(t, l.Options(), 2, "WithLayers and WithClientIP, no deny list")
 
-	k, err := l.RouteAndIP(request{route: "/users/:id"})
-	require.NoError(t, err, "RouteAndIP")
-	assert.Equal(t, "route:GET /users/:id|ip:203.0.113.7", k, "RouteAndIP")
-	_, err = l.APIKey(request{})
-	assert.ErrorIs(t, err, keyfuncs.ErrNoKey, "APIKey without the header")
-	k, err = l.APIKey(request{header: http.Header{"X-Api-Key": {"secret"}}})
-	require.NoError(t, err, "APIKey")
-	assert.True(t, strings.HasPrefix(k, "key:"), "APIKey = %q, want a hashed key", k)
-	assert.NotContains(t, k, "secret", "APIKey")
-
-	// Every limiter reports to the metrics, served by l.Metrics.
-	_, err = l.Login.Allow(context.Background(), "203.0.113.7")
+	api := l.Layers[2].Key
+	_, err = api(request{})
+	assert.ErrorIs(t, err, keyfuncs.ErrNoKey, "API key without the header")
+	k, err := api(request{header: http.Header{"X-Api-Key": {"secret"}}})
+	require.NoError(t, err, "API key")
+	assert.True(t, strings.HasPrefix(k, "key:"), "API key = %q, want a hashed key", k)
+	assert.NotContains(t, k, "secret", "API key")
+	k, err = l.Layers[3].Key(request{})
 	require.NoError(t, err)
+	assert.Equal(t, "ip:203.0.113.7", k, "users: per client IP")
+
+	// The limiter reports to the metrics, served by l.Metrics: each
+	// request once, under its binding layer.
+	var v core.Verdict
+	require.NoError(t, l.Limiter.AllowLayers(context.Background(), []core.Check{{Layer: 0, Key: "ip:203.0.113.7", Cost: 1}, {Layer: 1, Key: "ip:203.0.113.7", Cost: 1}}, &v))
+	require.True(t, v.Allowed)
 	rec := httptest.NewRecorder()
 	l.Metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, MetricsPath, nil))
 	assert.Equal(t, http.StatusOK, rec.Code, "GET /metrics")
 	for _, line := range []string{
 		`ratelimit_decisions_total{limit="login",outcome="allowed"} 1`,
 		`ratelimit_decisions_total{limit="global",outcome="allowed"} 0`,
-		`ratelimit_decisions_total{limit="api",outcome="denied"} 0`,
-		`ratelimit_store_health{limit="users",state="healthy"} 1`,
-		`ratelimit_memstore_keys{store="memory"} 1`,
+		`ratelimit_memstore_keys{store="memory"} 2`,
 	} {
 		assert.Contains(t, rec.Body.String(), "\n"+line+"\n", "GET /metrics")
 	}
@@ -87,7 +86,7 @@ func TestNewLimiters(t *testing.T) {
 	p.API.Limit = 0
 	_, err = NewLimiters(store, p)
 	assert.ErrorIs(t, err, core.ErrInvalidPolicy, "invalid API policy")
-	assert.ErrorContains(t, err, "API limit", "the error names the limit")
+	assert.ErrorContains(t, err, `layer "api"`, "the error names the layer")
 }
 
 // request is a keyfuncs.Request from a fixed peer on a fixed route.
@@ -310,8 +309,8 @@ func TestRun(t *testing.T) {
 		}
 		require.False(t, time.Now().After(deadline), "no banner within 10s")
 	}
-	require.NotNil(t, got.Global, "the server's global limiter")
-	assert.Equal(t, DefaultPolicies().Global, got.Global.Policy(), "the server's global policy")
+	require.NotNil(t, got.Limiter, "the server's limiter")
+	assert.Equal(t, DefaultPolicies().Global, got.Limiter.Policy(), "the server's first layer: the global policy")
 	c := &http.Client{Timeout: 5 * time.Second}
 	res, err := c.Get(base + "/")
 	require.NoError(t, err)

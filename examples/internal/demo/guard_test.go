@@ -41,16 +41,25 @@ func loginLimiters(t *testing.T) Limiters {
 	return l
 }
 
+// loginAttempt is one decision of the login layer alone for key.
+func loginAttempt(t *testing.T, l Limiters, key string) (core.Decision, error) {
+	t.Helper()
+	i, ok := l.Limiter.LayerIndex(LoginLayer)
+	require.True(t, ok, "the login layer")
+	var v core.Verdict
+	err := l.Limiter.AllowLayers(context.Background(), []core.Check{{Layer: i, Key: key, Cost: 1}}, &v)
+	return v.Decision, err
+}
+
 // lockOut makes key's 6 login attempts, the 6th locking it out.
 func lockOut(t *testing.T, l Limiters, key string) {
 	t.Helper()
-	ctx := context.Background()
 	for i := range 5 {
-		d, err := l.Login.Allow(ctx, key)
+		d, err := loginAttempt(t, l, key)
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "attempt %d", i+1)
 	}
-	d, err := l.Login.Allow(ctx, key)
+	d, err := loginAttempt(t, l, key)
 	require.NoError(t, err)
 	require.True(t, d.LockedOut, "the 6th attempt locks %s out", key)
 	assert.Equal(t, 30*time.Minute, d.RetryAfter, "the first lockout")
@@ -81,11 +90,11 @@ func TestClearLoginStrikes(t *testing.T) {
 		lockOut(t, l, other)
 
 		require.NoError(t, l.ClearLoginStrikes(ctx, tc.remoteAddr), tc.remoteAddr)
-		d, err := l.Login.Allow(ctx, tc.key)
+		d, err := loginAttempt(t, l, tc.key)
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, "%s: the lockout of %s is lifted", tc.remoteAddr, tc.key)
 		assert.Equal(t, int64(4), d.Remaining, "%s: the attempts are forgotten too", tc.remoteAddr)
-		d, err = l.Login.Allow(ctx, other)
+		d, err = loginAttempt(t, l, other)
 		require.NoError(t, err)
 		assert.True(t, d.LockedOut, "%s: another client stays locked out", tc.remoteAddr)
 	}
@@ -101,7 +110,7 @@ func TestClearLoginStrikes(t *testing.T) {
 // clears is the one the login mount limits, through a real adapter.
 func TestClearLoginStrikesMatchesTheAdapter(t *testing.T) {
 	l := loginLimiters(t)
-	h := chilimit.New(l.Login)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := chilimit.New(l.Limiter, l.Options()...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		status, _ := l.Authenticate(r.Context(), r.RemoteAddr, r.PostFormValue(PasswordField))
 		w.WriteHeader(status)
 	}))
@@ -140,7 +149,7 @@ func TestAuthenticate(t *testing.T) {
 	status, body := l.Authenticate(ctx, "203.0.113.7:1", DemoPassword)
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, map[string]string{"message": "logged in"}, body)
-	d, err := l.Login.Allow(ctx, key)
+	d, err := loginAttempt(t, l, key)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "a login clears the strikes")
 
@@ -220,7 +229,7 @@ func TestRunDenyFile(t *testing.T) {
 			assert.Len(t, l.Guard, 1, "Guard: the deny list")
 			// As the chi example mounts it.
 			r := chi.NewRouter()
-			r.Use(chilimit.New(l.Global, append([]chilimit.Option{chilimit.WithSkip(SkipMetrics)}, l.Guard...)...))
+			r.Use(chilimit.New(l.Limiter, append([]chilimit.Option{chilimit.WithSkip(SkipMetrics)}, l.Options()...)...))
 			r.Method(http.MethodGet, MetricsPath, l.Metrics)
 			r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 			return HTTPServer(r)

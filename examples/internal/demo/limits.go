@@ -1,19 +1,20 @@
 // Package demo is the part the example programs share: the store (memory, or
 // Redis when REDIS_URL is set), the limits of the demo API, the address it
 // listens on (ADDR), the banner that says how to try it, the Prometheus
-// metrics of its limiters, and the lifecycle of the server, graceful
-// shutdown included. Each example keeps only its framework's wiring: which
-// limiter goes on which route.
+// metrics of its limiter, and the lifecycle of the server, graceful
+// shutdown included. Each example keeps only its framework's wiring: one
+// layered limiter mounted on every request, and the routes.
 //
-// The demo API, the same in every framework:
+// The demo API, the same in every framework, each request checked against
+// every layer that applies to it, all or nothing:
 //
-//	every request            Policies.Global, per client IP (the socket peer)
-//	POST /login              Policies.Login, per client IP: a brute-force
+//	every request            layer "global": Policies.Global, per client IP (the socket peer)
+//	POST /login              and layer "login": Policies.Login, per client IP, a brute-force
 //	                         guard, its lockout cleared by a right password
-//	GET  /api/data           Policies.API, per API key (the X-API-Key header)
-//	GET  /users/{id}         Policies.Users, per route and client IP:
-//	GET  /users/{id}/posts   one limiter, a quota for each route
-//	GET  /                   the global limit only
+//	GET  /api/data           and layer "api": Policies.API, per API key (the X-API-Key header)
+//	GET  /users/{id}         and layer "users": Policies.Users, per client IP
+//	GET  /users/{id}/posts   and layer "posts": Policies.Users, per client IP, a quota of its own
+//	GET  /                   the global layer only
 //	GET  /metrics            no limit: Limiters.Metrics, for Prometheus
 //
 // With DENY_FILE set, every request but GET /metrics is also checked
@@ -45,9 +46,9 @@ type Policies struct {
 	Login core.Policy
 	// API applies to GET /api/data, per API key, on top of Global.
 	API core.Policy
-	// Users applies to GET /users/{id} and GET /users/{id}/posts, on top of
-	// Global, per route and client IP: each route has a quota of its own,
-	// which every id shares.
+	// Users applies to GET /users/{id} (layer "users") and, as layer
+	// "posts", to GET /users/{id}/posts, on top of Global, per client IP:
+	// each route has a quota of its own, which every id shares.
 	Users core.Policy
 }
 
@@ -68,51 +69,58 @@ func DefaultPolicies() Policies {
 	}
 }
 
-// Limiters are the limiters of the demo API, one per policy, sharing one
-// store, and the key functions of those not keyed by client IP. Examples
-// mount Global on every request and each other one on its route; tests
-// build them with small limits.
+// Limiters are the limits of the demo API: one layered Limiter over one
+// store, whose layers (Layers) say which requests each limit applies to and
+// who the client is under it. Examples mount it once, on every request:
+//
+//	r.Use(ginlimit.New(l.Limiter, l.Options()...))
+//
+// A request passes only when every layer that applies admits it, and one
+// denied by any layer (a sixth login attempt) takes nothing from the others
+// (the global quota). Tests build it with small limits.
 type Limiters struct {
-	Global *core.Limiter // every request; default key: client IP
-	Login  *core.Limiter // POST /login; default key: client IP
-	API    *core.Limiter // GET /api/data; key: APIKey
-	Users  *core.Limiter // GET /users/{id} and /users/{id}/posts; key: RouteAndIP
+	// Limiter decides every request against the layers, in one store
+	// call: the global limit per client IP on every request, the login
+	// guard on POST /login, the API key's quota on GET /api/data, and the
+	// users' on GET /users/{id} and GET /users/{id}/posts (one layer each,
+	// so that each route has a quota of its own, which every id shares).
+	Limiter *core.Limiter
+	// Layers are the layers of Limiter, for the adapters' WithLayers
+	// (Options has it): their policies, routes and key functions.
+	Layers []httplimit.Layer
 
-	// APIKey is the key function of the API limit: the hashed value of the
-	// X-API-Key header. A request without one is refused by the middleware
-	// with 400 and {"error":"rate_limit_key_missing",...}; the key is not
-	// checked, which is the job of authentication, running before the
-	// limiter in a real API.
-	APIKey keyfuncs.Func
-	// RouteAndIP is the key function of the users limit: one bucket per
-	// route pattern and client IP, so that one limiter mounted on several
-	// routes gives each its own quota, and /users/1 and /users/2 share one.
-	RouteAndIP keyfuncs.Func
-
-	// Guard holds the options that the Global mount adds to its own: the
-	// deny list of DENY_FILE (httplimit.WithDenyList) when it is set,
-	// nothing otherwise. Every adapter re-exports httplimit's options, so
-	// each example appends Guard to its Global options, as they are. The
-	// Global mount skips GET MetricsPath before any list is consulted: a
-	// deny-listed address can still be scraped from.
+	// Guard holds the options that Options adds: the deny list of
+	// DENY_FILE (httplimit.WithDenyList) when it is set, nothing
+	// otherwise. GET MetricsPath is skipped before any list is consulted:
+	// a deny-listed address can still be scraped from.
 	Guard []httplimit.Option
 
-	// Metrics serves, in the Prometheus text format, what the four
-	// limiters decided (promlimit's series, labeled limit="global",
-	// "login", "api" and "users"), the memory store's key count, and the
-	// Go runtime's and the process's metrics. Examples mount it at GET
-	// MetricsPath, which Global skips (SkipMetrics).
+	// Metrics serves, in the Prometheus text format, what the limiter
+	// decided (promlimit's series: each request counted once, labeled
+	// limit= with its binding layer, "global", "login", "api", "users" or
+	// "posts"), the memory store's key count, and the Go runtime's and the
+	// process's metrics. Examples mount it at GET MetricsPath, which
+	// Options skips (SkipMetrics).
 	Metrics http.Handler
 
 	// clientIP is the adapters' default key: "ip:" and the socket peer.
 	clientIP *keyfuncs.ClientIP
 }
 
-// NewLimiters returns the limiters of p over store, each built with opts
-// and observed by one promlimit.Metrics, which Limiters.Metrics serves.
-// The login limiter also fails closed: were the store to fail, a login form
-// left open to unlimited guessing is worse than a login answering 503 for
-// a while. The others fail open, the core's default.
+// Options returns the middleware options every example mounts Limiter
+// with, after its own skip of GET MetricsPath: WithLayers(Layers...), the
+// client address the deny list matches (the socket peer, as the layers'
+// keys see it), then Guard. Every adapter's Option is httplimit.Option, so
+// the slice passes as it is.
+func (l Limiters) Options() []httplimit.Option {
+	return append([]httplimit.Option{httplimit.WithLayers(l.Layers...), httplimit.WithClientIP(l.clientIP)}, l.Guard...)
+}
+
+// NewLimiters returns the layered limiter of p over store, built with opts
+// and observed by one promlimit.Metrics, which Limiters.Metrics serves. The
+// login layer fails closed: were the store to fail, a login form left open
+// to unlimited guessing is worse than a login answering 503 for a while.
+// The other layers fail open, the core's default.
 func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, error) {
 	var l Limiters
 	metrics, handler, err := newMetrics(store)
@@ -120,30 +128,40 @@ func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, e
 		return Limiters{}, fmt.Errorf("metrics: %w", err)
 	}
 	l.Metrics = handler
-	opts = append([]core.Option{core.WithObserver(metrics)}, opts...)
-	if l.Global, err = core.NewLimiter(store, p.Global, opts...); err != nil {
-		return Limiters{}, fmt.Errorf("global limit: %w", err)
-	}
-	loginOpts := append([]core.Option{core.WithFailMode(core.FailClosed)}, opts...)
-	if l.Login, err = core.NewLimiter(store, p.Login, loginOpts...); err != nil {
-		return Limiters{}, fmt.Errorf("login limit: %w", err)
-	}
-	if l.API, err = core.NewLimiter(store, p.API, opts...); err != nil {
-		return Limiters{}, fmt.Errorf("API limit: %w", err)
-	}
-	if l.Users, err = core.NewLimiter(store, p.Users, opts...); err != nil {
-		return Limiters{}, fmt.Errorf("users limit: %w", err)
-	}
-	if l.APIKey, err = keyfuncs.APIKeyHeader(APIKeyHeader); err != nil {
-		return Limiters{}, fmt.Errorf("API key: %w", err)
-	}
-	if l.RouteAndIP, err = routeAndIP(); err != nil {
-		return Limiters{}, fmt.Errorf("users key: %w", err)
-	}
 	if l.clientIP, err = keyfuncs.NewClientIP(); err != nil {
 		return Limiters{}, fmt.Errorf("client IP: %w", err)
 	}
+	apiKey, err := keyfuncs.APIKeyHeader(APIKeyHeader)
+	if err != nil {
+		return Limiters{}, fmt.Errorf("API key: %w", err)
+	}
+	ip := l.clientIP.Key
+	l.Layers = []httplimit.Layer{
+		{Name: p.Global.Name, Policy: unnamed(p.Global), Key: ip},
+		{Name: p.Login.Name, Policy: unnamed(p.Login), Key: ip, Methods: []string{http.MethodPost}, Routes: []string{"/login"}, FailClosed: true},
+		// A request without X-API-Key gets 400 and
+		// {"error":"rate_limit_key_missing",...}; the key is not checked,
+		// which is the job of authentication, running before the limiter
+		// in a real API.
+		{Name: p.API.Name, Policy: unnamed(p.API), Key: apiKey, Methods: []string{http.MethodGet}, Routes: []string{"/api/data"}},
+		{Name: p.Users.Name, Policy: unnamed(p.Users), Key: ip, Methods: []string{http.MethodGet}, Routes: []string{"/users/{id}"}},
+		{Name: PostsLayer, Policy: unnamed(p.Users), Key: ip, Methods: []string{http.MethodGet}, Routes: []string{"/users/{id}/posts"}},
+	}
+	opts = append([]core.Option{core.WithObserver(metrics)}, opts...)
+	if l.Limiter, err = httplimit.NewLayered(store, l.Layers, opts...); err != nil {
+		return Limiters{}, fmt.Errorf("limits: %w", err)
+	}
 	return l, nil
+}
+
+// PostsLayer is the name of the layer of GET /users/{id}/posts, whose
+// policy is Policies.Users with this name.
+const PostsLayer = "posts"
+
+// unnamed is p without its Name: a layer names its policy.
+func unnamed(p core.Policy) core.Policy {
+	p.Name = ""
+	return p
 }
 
 // DemoPassword is the only password POST /login accepts, as the form
@@ -178,21 +196,24 @@ func (l Limiters) Authenticate(ctx context.Context, remoteAddr, password string)
 	return http.StatusOK, map[string]string{"message": "logged in"}
 }
 
-// ClearLoginStrikes forgets what the login limiter holds for the client at
+// LoginLayer is the name of the login layer, Policies.Login's.
+const LoginLayer = "login"
+
+// ClearLoginStrikes forgets what the login layer holds for the client at
 // remoteAddr ("203.0.113.7:4321", "[2001:db8::1]:443"): its attempts, its
 // strikes and any lockout (Limiter.Reset). The key is the one the login
 // mount computes, the adapters' default: "ip:" and the socket peer, an
 // IPv6 address grouped by its /56, no proxy header believed. An address
 // that is no IP is an error wrapping keyfuncs.ErrNoKey.
 func (l Limiters) ClearLoginStrikes(ctx context.Context, remoteAddr string) error {
-	if l.clientIP == nil || l.Login == nil {
+	if l.clientIP == nil || l.Limiter == nil {
 		return fmt.Errorf("demo: ClearLoginStrikes on Limiters not built by NewLimiters")
 	}
 	key, err := l.clientIP.Key(peer(remoteAddr))
 	if err != nil {
 		return err
 	}
-	return l.Login.Reset(ctx, key)
+	return l.Limiter.ResetLayer(ctx, LoginLayer, key)
 }
 
 // peer is a keyfuncs.Request that has nothing but its socket peer.
@@ -205,14 +226,3 @@ func (peer) Query(string) string          { return "" }
 func (peer) Method() string               { return http.MethodPost }
 func (peer) Route() string                { return "" }
 func (peer) Context() context.Context     { return context.Background() }
-
-// routeAndIP returns the key function of Limiters.RouteAndIP. keyfuncs.IP
-// with no option is the adapters' default: the socket peer, no proxy
-// header believed.
-func routeAndIP() (keyfuncs.Func, error) {
-	ip, err := keyfuncs.IP()
-	if err != nil {
-		return nil, err
-	}
-	return keyfuncs.Compose(keyfuncs.Route(), ip)
-}

@@ -143,6 +143,27 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		c.wantDenied(t, c.login(t, "guess"), "5")
 	})
 
+	t.Run("DeniedLoginsTakeNoGlobalQuota", func(t *testing.T) {
+		t.Parallel()
+		p := Generous()
+		p.Global.Limit = 3
+		p.Login.Limit, p.Login.Lockout = 1, nil
+		c := build(t, newApp, p)
+		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
+		// Ten logins over the login limit: denied by the login layer,
+		// they take nothing from the global one...
+		for range 10 {
+			c.wantDenied(t, c.login(t, "wrong"), "1")
+		}
+		// ...which has the two requests left that the one login did not
+		// take, and says so.
+		res := c.do(t, "GET", "/", nil)
+		c.wantStatus(t, res, http.StatusOK)
+		assert.Equal(t, "1", res.Header.Get("X-RateLimit-Remaining"), "the global layer, after one admitted login and this request")
+		c.wantStatus(t, c.do(t, "GET", "/", nil), http.StatusOK)
+		c.wantDenied(t, c.do(t, "GET", "/", nil), "3")
+	})
+
 	t.Run("APIKeyLimit", func(t *testing.T) {
 		t.Parallel()
 		p := Generous()
