@@ -20,6 +20,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 // report is the JSON report, as a CI job reads it.
@@ -337,8 +339,9 @@ func TestProbeInterrupted(t *testing.T) {
 	assert.Contains(t, stderr.String(), "interrupted")
 }
 
-// TestProbeLayeredLimits probes the demo API's wiring of /users/{id}: the
-// global limit and, inside it, the route's. The route's limiter writes its
+// TestProbeLayeredLimits probes two stacked limiters on /users/{id}, as
+// the demo API was wired before layers (TestProbeLayersAgree has the
+// layers): the global limit and, inside it, the route's. The route's limiter writes its
 // fields over the global one's, so a client is told Remaining 29 by the
 // route's limit while the global one is exhausted: the probe says so.
 func TestProbeLayeredLimits(t *testing.T) {
@@ -354,6 +357,33 @@ func TestProbeLayeredLimits(t *testing.T) {
 	assert.Equal(t, "429-with-quota-left", rep.Disagreements[0].Kind)
 	assert.Equal(t, 4, rep.Disagreements[0].Request)
 	assert.Contains(t, rep.Disagreements[0].Message, "request 3 said Remaining 27")
+}
+
+// TestProbeLayersAgree probes the same two limits as
+// TestProbeLayeredLimits, as layers of one limiter (WithLayers): the
+// fields now describe the binding layer, so the client is told Remaining
+// 2, 1, 0 by the global layer, and the 429 that follows surprises no one.
+// The probe finds no disagreement.
+func TestProbeLayersAgree(t *testing.T) {
+	t.Parallel()
+	ip, err := keyfuncs.IP()
+	require.NoError(t, err)
+	layers := []httplimit.Layer{
+		{Name: "global", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3}, Key: ip},
+		{Name: "users", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour}, Key: ip, Routes: []string{"/users/{id}"}},
+	}
+	store, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	l, err := httplimit.NewLayered(store, layers)
+	require.NoError(t, err)
+	r := chi.NewRouter()
+	r.Use(chilimit.New(l, chilimit.WithLayers(layers...)))
+	r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) })
+	code, rep, stderr := probeJSON(t, "--rate", "50", "--requests", "5", "--concurrency", "1", "--max-wait", "0", serve(t, r)+"/users/1")
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Empty(t, rep.Disagreements)
+	assert.Equal(t, map[string]int{"200": 3, "429": 2}, rep.Statuses)
 }
 
 // TestProbeProgress: a run longer than two seconds tells its progress on
