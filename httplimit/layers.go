@@ -75,8 +75,8 @@ type Layer struct {
 // PathRequest is a keyfuncs.Request that knows its path: every adapter's
 // requests do. Path returns the request's path as the server received it,
 // without its query, percent-decoded or not. A layer's Routes are matched
-// against the request's Route pattern and, when the request is a
-// PathRequest, against its normalized path.
+// against the normalized path of a PathRequest, and against the Route
+// pattern of a request that is not one.
 type PathRequest interface {
 	keyfuncs.Request
 	Path() string
@@ -820,8 +820,8 @@ func unhex(c byte) byte {
 }
 
 // matcher matches one request against routes: its normalized path (a
-// PathRequest's) and its Route pattern, each worked out once, when a
-// route first needs it.
+// PathRequest's), else its Route pattern, worked out once, when a route
+// first needs it.
 type matcher struct {
 	r                   keyfuncs.Request
 	path, route         pathSegs
@@ -842,8 +842,8 @@ func (m *matcher) reset() {
 	m.path.more, m.route.more = nil, nil
 }
 
-// matches reports whether the request matches rt, by its path or by its
-// Route pattern.
+// matches reports whether the request matches rt, by its path, or by its
+// Route pattern when it has no path.
 func (m *matcher) matches(rt *route) bool {
 	if !m.pathDone {
 		m.pathDone = true
@@ -852,8 +852,10 @@ func (m *matcher) matches(rt *route) bool {
 			m.hasPath = true
 		}
 	}
-	if m.hasPath && rt.matchSegs(&m.path) {
-		return true
+	if m.hasPath {
+		// The path is what the router routes on: its Route pattern, which
+		// some routers work out at a cost (chi's tree walk), adds nothing.
+		return rt.matchSegs(&m.path)
 	}
 	if !m.routeDone {
 		m.routeDone = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -398,4 +399,55 @@ func layersHostile(t *testing.T, a *layersApp) {
 		}
 		t.Logf("POST %-14s -> %d, handler reached %v, login layer counted %v", path, res.Status, reached, counted)
 	}
+}
+
+// BenchLayers runs an adapter's two layered sub-benchmarks: Single, New(l)
+// of one fixed-window policy as Bench's Limiter, then Layers, New(l,
+// opts...) of the four layers (global, user, login on POST /login
+// only, ip: three apply to the benchmark request), quotas that never run
+// out, over a memory store on the real clock. build mounts New(l,
+// opts...) for every request; serve measures the app with b.Loop.
+func BenchLayers[H any](b *testing.B, build func(l *core.Limiter, opts ...httplimit.Option) H, serve func(b *testing.B, h H)) {
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	single, err := core.NewLimiter(NewStore(b), p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ip, err := keyfuncs.IP()
+	if err != nil {
+		b.Fatal(err)
+	}
+	global, err := keyfuncs.Static("api")
+	if err != nil {
+		b.Fatal(err)
+	}
+	layers := []httplimit.Layer{
+		{Name: "global", Policy: p, Key: global},
+		{Name: "user", Policy: p, Key: ip},
+		{Name: "login", Policy: p, Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
+		{Name: "ip", Policy: p, Key: ip},
+	}
+	layered, err := httplimit.NewLayered(NewStore(b), layers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := build(single)
+	hl := build(layered, httplimit.WithLayers(layers...))
+	b.Run("Single", func(b *testing.B) { serve(b, hs) })
+	b.Run("Layers", func(b *testing.B) { serve(b, hl) })
+}
+
+// BenchLayersHTTP is BenchLayers for a framework whose app is an
+// http.Handler, serving as BenchHTTP does.
+func BenchLayersHTTP(b *testing.B, build func(l *core.Limiter, opts ...httplimit.Option) http.Handler) {
+	BenchLayers(b, build, func(b *testing.B, h http.Handler) {
+		req := httptest.NewRequest("GET", BenchPath, nil)
+		req.RemoteAddr = BenchPeer
+		w := &discard{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			clear(w.h)
+			h.ServeHTTP(w, req)
+		}
+	})
 }
