@@ -26,6 +26,18 @@
 // the client's options. Close stops the flushers. Over a cluster client
 // or a Ring, decisions are not batched.
 //
+// A layered core.Limiter (core.NewLayered) asks Store.TakeAll, which
+// decides every layer of a request all or nothing. Over a *redis.Client
+// one script decides them all, in one round trip, as one atomic step. Over
+// a Redis Cluster one script reaches one slot only: the layers are decided
+// per slot of their client keys, in one pipeline, and when one denies,
+// what the others took is undone in a second round trip. The undo never
+// gives back more than the request took, so no layer ever admits beyond
+// its limit; but under contention on a key between the two round trips it
+// may give back less (a bucket's units, until they drain), so that
+// another request may be denied that would have fitted. Layers that share
+// a client key share a slot, and are one step again.
+//
 // The README's "Redis and Redis Cluster" section says more: client
 // options, timeouts and fail modes, failover, and memory (run Redis with
 // maxmemory-policy volatile-ttl).

@@ -1,0 +1,695 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+//go:embed multi.lua
+var multiLua string
+
+var _ core.MultiTaker = (*Store)(nil)
+
+// layerLocals are the prelude's per-request locals, as every layer's
+// function declares them from its own ARGV, but for the Redis TIME, read
+// once for all layers (redis_now in multi.lua).
+const layerLocals = `  local limit = tonumber(ARGV[1])
+  local window = tonumber(ARGV[2])
+  local capacity = tonumber(ARGV[3])
+  local cost = tonumber(ARGV[4])
+  local now = tonumber(ARGV[5]) or redis_now()
+  local min_ttl = tonumber(ARGV[6])
+`
+
+// preludeLocals is the block of prelude.lua that layerLocals stands for:
+// layeredSource refuses a prelude without it, so that a change to the
+// prelude's arguments cannot pass unseen into the layered scripts.
+const preludeLocals = `local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local now = tonumber(ARGV[5])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local min_ttl = tonumber(ARGV[6])
+`
+
+// layeredScript is the script of one combination of layers (see
+// layeredSource).
+type layeredScript struct {
+	sha, src string
+}
+
+// layeredScripts caches the scripts by combination (layersCode).
+var layeredScripts sync.Map // uint64 -> *layeredScript
+
+// variant is the kind of a layer's script: its algorithm's index in algos,
+// times two, plus one when its policy has a lockout.
+func variant(i int, locked bool) int {
+	v := 2 * i
+	if locked {
+		v++
+	}
+	return v
+}
+
+// layersCode packs variants (at most core.MaxLayers, each below 15) into
+// one number, four bits each.
+func layersCode(vs []int) uint64 {
+	var code uint64
+	for j, v := range vs {
+		code |= uint64(v+1) << (4 * j)
+	}
+	return code
+}
+
+// scriptFor returns the script of variants, generating it at its first
+// use.
+func scriptFor(vs []int) (*layeredScript, error) {
+	code := layersCode(vs)
+	if ls, ok := layeredScripts.Load(code); ok {
+		return ls.(*layeredScript), nil
+	}
+	src, err := layeredSource(vs)
+	if err != nil {
+		return nil, err
+	}
+	sc := redis.NewScript(src)
+	ls, _ := layeredScripts.LoadOrStore(code, &layeredScript{sha: sc.Hash(), src: src})
+	return ls.(*layeredScript), nil
+}
+
+// layeredSource returns the script deciding one layer per variant in vs,
+// in order (see multi.lua): the prelude without its per-request locals,
+// multi.lua, one function per variant, and the calls.
+func layeredSource(vs []int) (string, error) {
+	i := strings.Index(preludeLua, preludeLocals)
+	if i < 0 {
+		return "", errors.New("redisstore: prelude.lua has changed its per-request locals; update layerLocals in multi.go")
+	}
+	var b strings.Builder
+	b.WriteString(preludeLua[:i])
+	b.WriteString(preludeLua[i+len(preludeLocals):])
+	b.WriteString("\n")
+	b.WriteString(multiLua)
+	var defined [2 * len(algos)]bool
+	for _, v := range vs {
+		if v < 0 || v >= len(defined) {
+			return "", fmt.Errorf("redisstore: layer variant %d", v)
+		}
+		if defined[v] {
+			continue
+		}
+		defined[v] = true
+		fmt.Fprintf(&b, "\nlocal function layer_%d(KEYS, ARGV)\n%s  local function decide()\n    local redis = deferring\n", v, layerLocals)
+		b.WriteString(*algos[v/2].lua)
+		b.WriteString("\n  end\n")
+		if v%2 == 1 {
+			b.WriteString(lockoutLua)
+		} else {
+			b.WriteString("  return decide()\n")
+		}
+		b.WriteString("end\n")
+	}
+	b.WriteString("\n")
+	key, arg := 1, 2
+	for _, v := range vs {
+		nk, na := 1, 6
+		if v%2 == 1 {
+			nk, na = 2, 9
+		}
+		fmt.Fprintf(&b, "decide_layer(layer_%d, {", v)
+		for k := range nk {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "KEYS[%d]", key+k)
+		}
+		b.WriteString("}, {")
+		for a := range na {
+			if a > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "ARGV[%d]", arg+a)
+		}
+		b.WriteString("})\n")
+		key, arg = key+nk, arg+na
+	}
+	b.WriteString("return finish()\n")
+	return b.String(), nil
+}
+
+// multiCall is one layered script run (or one undo): its arguments live in
+// the call itself, as in call, so that a pooled one costs no allocation
+// but its command and reply.
+type multiCall struct {
+	sha, src string
+	keys     [2 * core.MaxLayers]string
+	ints     [9 * core.MaxLayers]int64
+	args     [4 + 2*core.MaxLayers + 9*core.MaxLayers]any
+	nargs    int
+	want     int // integers in the reply before any undo record
+	locked   [core.MaxLayers]bool
+	capacity [core.MaxLayers]int64
+	algo     [core.MaxLayers]int
+	n        int // layers
+}
+
+var multiPool = sync.Pool{New: func() any { return new(multiCall) }}
+
+// put clears c and returns it to the pool.
+func (c *multiCall) put() {
+	clear(c.keys[:])
+	clear(c.args[:])
+	multiPool.Put(c)
+}
+
+// prepare fills c's arguments for reqs, valid, with the undo flag.
+func (s *Store) prepare(c *multiCall, reqs []core.Request, undo bool) error {
+	var vs [core.MaxLayers]int
+	c.n = len(reqs)
+	nkeys, want := 0, 0
+	for j := range reqs {
+		p := &reqs[j].Policy
+		i := algo(p.Algorithm)
+		locked := p.Lockout != nil && p.Lockout.Enabled()
+		vs[j] = variant(i, locked)
+		c.algo[j], c.locked[j], c.capacity[j] = i, locked, p.Capacity()
+		c.keys[nkeys] = s.key(reqs[j].Key, *p, i)
+		nkeys++
+		want += 5
+		if locked {
+			c.keys[nkeys] = lockKey(c.keys[nkeys-1])
+			nkeys++
+			want++
+		}
+	}
+	ls, err := scriptFor(vs[:len(reqs)])
+	if err != nil {
+		return err
+	}
+	c.sha, c.src, c.want = ls.sha, ls.src, want
+	c.args[0], c.args[1], c.args[2] = "evalsha", &c.sha, int64(nkeys) // below 256: boxed without allocating
+	n := 3
+	for k := range nkeys {
+		c.args[n] = &c.keys[k]
+		n++
+	}
+	if undo {
+		c.args[n] = "1"
+	} else {
+		c.args[n] = "0"
+	}
+	n++
+	m := 0
+	for j := range reqs {
+		r := &reqs[j]
+		p := &r.Policy
+		var now, minTTL int64
+		explicit := !r.Now.IsZero()
+		if explicit {
+			now, minTTL = r.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
+		}
+		ints := [...]int64{p.Limit, p.Window.Microseconds(), c.capacity[j], r.Cost, now, minTTL, 0, 0, 0}
+		na := 6
+		if c.locked[j] {
+			lo := *p.Lockout
+			ints[6], ints[7], ints[8] = lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds()
+			na = 9
+		}
+		for a := range na {
+			c.ints[m] = ints[a]
+			if a == 4 && !explicit {
+				c.args[n] = ""
+			} else {
+				c.args[n] = &c.ints[m]
+			}
+			m++
+			n++
+		}
+	}
+	c.nargs = n
+	return nil
+}
+
+// command returns c's arguments for EVALSHA, or EVAL with the source.
+func (c *multiCall) command(eval bool) []any {
+	if eval {
+		c.args[0], c.args[1] = "eval", &c.src
+	} else {
+		c.args[0], c.args[1] = "evalsha", &c.sha
+	}
+	return c.args[:c.nargs]
+}
+
+// decisions fills out from the layers' integers r (c.want of them).
+func (c *multiCall) decisions(r []int64, out []core.Decision) {
+	off := 0
+	for j := range c.n {
+		out[j] = decision(r[off:], c.capacity[j])
+		off += 5
+		if c.locked[j] {
+			out[j].LockedOut = r[off] == 1
+			off++
+		}
+	}
+}
+
+// TakeAll decides reqs, one per layer of a layered core.Limiter, all or
+// nothing (see core.MultiTaker): it records them all when every one is
+// allowed, and none when any is denied, but for the lockout strikes of a
+// denied one and the sliding log's trimming of what has left its window,
+// which Take makes too. It fails, without a round trip, on invalid input
+// (an invalid request, two with one Key and Policy.Name, len(out) not
+// len(reqs), more than core.MaxLayers), and, when Redis fails, wraps the
+// client's error.
+//
+// Over a *redis.Client (or any client but a cluster client or a Ring),
+// every layer is decided by one script run, in one round trip, as one
+// atomic step: TakeAll admits exactly what a single process would.
+//
+// Over a *redis.ClusterClient, the layers' keys are in the slots of their
+// client keys (the hash tag), and one script can only reach one slot. The
+// requests are grouped by slot, each group decided as one step by the
+// same script, the groups in one pipeline (one round trip per node); when
+// any group denies, a second round trip undoes what the groups that
+// admitted took. The undo is exact where no other decision has touched
+// the state since (the state is put back as it was), and otherwise never
+// gives back more than this request took: a window counter gets back the
+// units it added, in the same window, a log loses the member it added,
+// and a bucket keeps them. So TakeAll never admits beyond any layer's
+// limit; but under contention on a client key between the two round
+// trips, another request may be denied that would have fitted, and the
+// client loses a little quota (a bucket's units, until they drain). When
+// every request has one client key, as when a Limiter applies the same
+// key to every layer, or the keys share a slot, TakeAll is one step again.
+// Over a *redis.Ring, the groups are by client key, each on its shard.
+//
+// TakeAll runs on the caller's goroutine and honours ctx as the client
+// does (a go-redis client built with ContextTimeoutEnabled stops at its
+// deadline; any client stops at its own timeouts); a core.Limiter bounds
+// it as its CallMode says.
+func (s *Store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if err := checkLayers(reqs, out); err != nil {
+		return err
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: layers: %w", err)
+	}
+	switch s.client.(type) {
+	case *redis.ClusterClient:
+		return s.takeGroups(ctx, reqs, out, func(key string) int { return int(slot(key)) })
+	case *redis.Ring:
+		return s.takeGroups(ctx, reqs, out, nil)
+	}
+	return s.takeOne(ctx, reqs, out)
+}
+
+// checkLayers reports invalid input to TakeAll.
+func checkLayers(reqs []core.Request, out []core.Decision) error {
+	if len(out) != len(reqs) {
+		return fmt.Errorf("%w: redisstore: TakeAll: %d decisions for %d requests", core.ErrInvalidOption, len(out), len(reqs))
+	}
+	if len(reqs) > core.MaxLayers {
+		return fmt.Errorf("%w: redisstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, len(reqs), core.MaxLayers)
+	}
+	for j := range reqs {
+		if err := reqs[j].Validate(); err != nil {
+			return fmt.Errorf("redisstore: TakeAll: request %d: %w", j, err)
+		}
+		name := policyName(&reqs[j].Policy)
+		for k := range j {
+			if reqs[k].Key == reqs[j].Key && policyName(&reqs[k].Policy) == name {
+				return fmt.Errorf("%w: redisstore: TakeAll: requests %d and %d have key %q and policy %q", core.ErrInvalidOption, k, j, reqs[j].Key, name)
+			}
+		}
+	}
+	return nil
+}
+
+// policyName is the name p's keys carry.
+func policyName(p *core.Policy) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.DefaultName()
+}
+
+// takeOne decides reqs with one script run.
+func (s *Store) takeOne(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	c := multiPool.Get().(*multiCall)
+	defer c.put()
+	if err := s.prepare(c, reqs, false); err != nil {
+		return err
+	}
+	cmd := redis.NewIntSliceCmd(ctx, c.command(false)...)
+	_ = s.client.Process(ctx, cmd)
+	if noScript(cmd.Err()) {
+		cmd = redis.NewIntSliceCmd(ctx, c.command(true)...)
+		_ = s.client.Process(ctx, cmd)
+	}
+	if err := cmd.Err(); err != nil {
+		s.recovery.failed(err)
+		return fmt.Errorf("redisstore: layers: %w", err)
+	}
+	r := cmd.Val()
+	if len(r) != c.want {
+		return fmt.Errorf("redisstore: layers: script returned %d values, want %d", len(r), c.want)
+	}
+	c.decisions(r, out)
+	return nil
+}
+
+// group is the requests of TakeAll in one slot (or on one Ring shard).
+type group struct {
+	id        int   // the slot
+	idx       []int // into reqs
+	reqs      []core.Request
+	call      *multiCall
+	cmd       *redis.Cmd
+	admitted  bool
+	committed bool
+	undo      []any // the undo script's ARGV, when committed
+}
+
+// takeGroups decides reqs over a client that spreads keys: grouped by
+// slotOf (by client key when nil), the groups in one pipeline, undoing the
+// groups that admitted when another denied or failed.
+func (s *Store) takeGroups(ctx context.Context, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
+	var gs []*group
+	for j := range reqs {
+		id := -1
+		if slotOf != nil {
+			id = slotOf(reqs[j].Key)
+		}
+		var g *group
+		for _, h := range gs {
+			if (slotOf != nil && h.id == id) || (slotOf == nil && h.reqs[0].Key == reqs[j].Key) {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &group{id: id}
+			gs = append(gs, g)
+		}
+		g.idx = append(g.idx, j)
+		g.reqs = append(g.reqs, reqs[j])
+	}
+	if len(gs) == 1 {
+		return s.takeOne(ctx, reqs, out)
+	}
+	calls := make([]*multiCall, len(gs))
+	for k, g := range gs {
+		g.call = multiPool.Get().(*multiCall)
+		defer g.call.put()
+		if err := s.prepare(g.call, g.reqs, true); err != nil {
+			return err
+		}
+		calls[k] = g.call
+	}
+	cmds := runPipelined(ctx, s.client, calls)
+	var failed error
+	allowed := true
+	for k, g := range gs {
+		g.cmd = cmds[k]
+		if err := g.parse(out); err != nil {
+			s.recovery.failed(err)
+			failed = errors.Join(failed, err)
+			continue
+		}
+		allowed = allowed && g.admitted
+	}
+	if failed == nil && allowed {
+		return nil
+	}
+	if err := s.undo(ctx, gs); err != nil {
+		l := s.logger
+		if l == nil {
+			l = slog.Default()
+		}
+		l.LogAttrs(ctx, slog.LevelWarn, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires",
+			slog.String("error", err.Error()))
+	}
+	if failed != nil {
+		return fmt.Errorf("redisstore: layers: %w", failed)
+	}
+	return nil
+}
+
+// parse fills out from g's reply, and g's admitted, committed and undo.
+func (g *group) parse(out []core.Decision) error {
+	if err := g.cmd.Err(); err != nil {
+		return err
+	}
+	r, err := g.cmd.Slice()
+	if err != nil {
+		return err
+	}
+	c := g.call
+	if len(r) < c.want {
+		return fmt.Errorf("script returned %d values, want %d or more", len(r), c.want)
+	}
+	ints := make([]int64, c.want)
+	for i := range ints {
+		v, ok := r[i].(int64)
+		if !ok {
+			return fmt.Errorf("script returned %T at %d, want an integer", r[i], i)
+		}
+		ints[i] = v
+	}
+	ds := make([]core.Decision, c.n)
+	c.decisions(ints, ds)
+	g.admitted = true
+	for j, d := range ds {
+		out[g.idx[j]] = d
+		g.admitted = g.admitted && d.Allowed
+	}
+	if !g.admitted {
+		return nil
+	}
+	// Committed: one undo record per layer, and the Redis TIME.
+	if len(r) != c.want+c.n+1 {
+		return fmt.Errorf("script returned %d values, want %d", len(r), c.want+c.n+1)
+	}
+	g.committed = true
+	g.undo = append(g.undo, r[len(r)-1])
+	for j := range c.n {
+		rec, _ := r[c.want+j].([]any)
+		if len(rec) == 0 || rec[0] == "x" {
+			continue
+		}
+		if len(rec) != 6 {
+			return fmt.Errorf("undo record of %d values, want 6", len(rec))
+		}
+		g.undo = append(g.undo, j, undoKind(algos[c.algo[j]].alg), rec[1], rec[2], rec[3], rec[4], rec[5], g.reqs[j].Cost)
+	}
+	return nil
+}
+
+// undoKind is what the undo script does with a layer of algorithm a: 'l'
+// removes the log's member, 'c' gives back a window counter's units, 'b'
+// leaves a bucket as it is unless it can be put back exactly.
+func undoKind(a core.Algorithm) string {
+	switch a {
+	case core.SlidingWindowLog:
+		return "l"
+	case core.FixedWindow:
+		return "fw"
+	case core.SlidingWindowCounter:
+		return "swc"
+	}
+	return "b"
+}
+
+// undoFields is the number of ARGV per layer of undoLua.
+const undoFields = 7
+
+// undoLua undoes the writes of the layers of a committed group (see
+// undo_record in multi.lua), never giving back more than they took.
+//
+// KEYS[i]  the state key of the i-th layer to undo
+// ARGV[1]  the Redis TIME, in ms, when the layers were taken
+// ARGV[2 + 7(i-1)] on: the i-th layer's kind ('fw', 'swc', 'b' for a
+// state in a string; 'l' for the log), its undo record's five fields, and
+// its cost
+const undoLua = `
+local time = redis.call('TIME')
+local elapsed = math.max(0, tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) - tonumber(ARGV[1]))
+for i = 1, #KEYS do
+  local key, o = KEYS[i], 1 + 7 * (i - 1)
+  local kind, a, b, c, d, e = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+  local cost = tonumber(ARGV[o + 7])
+  if kind == 'l' then
+    -- a: the member added; b: the member it replaced, '' for none; c:
+    -- that member's score; d: the TTL set; e: the log's PTTL before. The
+    -- units in the log are its newest member's count less its oldest's:
+    -- a member removed inside it gives back its units once the members
+    -- before it have left the window.
+    local newest = redis.call('ZRANGE', key, -1, -1)[1]
+    if redis.call('ZREM', key, a) == 1 then
+      if b ~= '' then redis.call('ZADD', key, c, b) end
+      local ttl = tonumber(e)
+      if newest == a and ttl > 0 then
+        -- Still the newest: the log's TTL as it was.
+        ttl = ttl - elapsed
+        if ttl > 0 then
+          redis.call('PEXPIRE', key, string.format('%d', ttl))
+        else
+          redis.call('DEL', key)
+        end
+      elseif redis.call('PTTL', key) == -1 then
+        redis.call('PEXPIRE', key, d)
+      end
+    end
+  else
+    -- a: the state written; b: the state before, '' for none; c: its
+    -- PTTL then; d: the TTL written.
+    local state = redis.pcall('GET', key)
+    if state == a then
+      -- Nothing decided since: put the state back as it was.
+      local ttl = tonumber(c)
+      if ttl < 0 then ttl = tonumber(d) else ttl = ttl - elapsed end
+      if b == '' or ttl <= 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('SET', key, b, 'PX', string.format('%d', ttl))
+      end
+    elseif type(state) == 'string' and (kind == 'fw' or kind == 'swc') then
+      -- Decided since: give back the units added, in the same window.
+      local ttl = redis.call('PTTL', key)
+      local ours = struct.unpack('<d', a)
+      if ttl > 0 and kind == 'fw' then
+        local start, count, last = struct.unpack('<ddd', state)
+        if start == ours then
+          redis.call('SET', key, struct.pack('<ddd', start, math.max(0, count - cost), last), 'PX', string.format('%d', ttl))
+        end
+      elseif ttl > 0 then
+        local start, current, previous, last = struct.unpack('<dddd', state)
+        if start == ours then
+          redis.call('SET', key, struct.pack('<dddd', start, math.max(0, current - cost), previous, last), 'PX',
+            string.format('%d', ttl))
+        end
+      end
+    end
+    -- A bucket decided since keeps what it took: its level may have
+    -- drained meanwhile, below what giving back would assume.
+  end
+end
+return 0
+`
+
+var undoScript = redis.NewScript(undoLua)
+
+// undo runs the undo script on every committed group, in one pipeline.
+func (s *Store) undo(ctx context.Context, gs []*group) error {
+	var calls []*multiCall
+	for _, g := range gs {
+		if !g.committed || len(g.undo) < 2 {
+			continue
+		}
+		c := multiPool.Get().(*multiCall)
+		defer c.put()
+		c.sha, c.src = undoScript.Hash(), undoLua
+		n := 3
+		nkeys := 0
+		args := []any{g.undo[0]}
+		for k := 1; k+undoFields+1 <= len(g.undo); k += undoFields + 1 {
+			j := g.undo[k].(int)
+			c.keys[nkeys] = g.call.keys[keyIndex(g.call, j)]
+			c.args[n] = &c.keys[nkeys]
+			n++
+			nkeys++
+			args = append(args, g.undo[k+1:k+1+undoFields]...)
+		}
+		c.args[2] = int64(nkeys)
+		n += copy(c.args[n:], args)
+		c.nargs = n
+		calls = append(calls, c)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, cmd := range runPipelined(ctx, s.client, calls) {
+		if err := cmd.Err(); err != nil {
+			s.recovery.failed(err)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// keyIndex returns the index in c.keys of layer j's state key.
+func keyIndex(c *multiCall, j int) int {
+	k := 0
+	for i := range j {
+		k++
+		if c.locked[i] {
+			k++
+		}
+	}
+	return k
+}
+
+// runPipelined sends the calls' EVALSHAs in one pipeline (one round trip
+// per node), then EVAL for those Redis did not have, and returns their
+// commands, in order.
+func runPipelined(ctx context.Context, client redis.UniversalClient, calls []*multiCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	send := func(which []int, eval bool) {
+		_, _ = client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range which {
+				cmds[k] = redis.NewCmd(ctx, calls[k].command(eval)...)
+				_ = p.Process(ctx, cmds[k])
+			}
+			return nil
+		})
+	}
+	all := make([]int, len(calls))
+	for k := range all {
+		all[k] = k
+	}
+	send(all, false)
+	retry := all[:0]
+	for k, cmd := range cmds {
+		if noScript(cmd.Err()) {
+			retry = append(retry, k)
+		}
+	}
+	if len(retry) > 0 {
+		send(retry, true)
+	}
+	return cmds
+}
+
+// slot returns the Redis Cluster slot of the keys of the client key key:
+// CRC16 (XMODEM) of the hash tag, the client key, modulo 16384.
+func slot(key string) uint16 {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}

@@ -1,0 +1,97 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// BenchmarkMultiLayers measures, from one goroutine against a local
+// redis-server with Redis TIME, a Limiter's AllowN on one token bucket
+// ("single") beside a layered Limiter's AllowLayers over four layers of
+// four algorithms on four client keys, one with a lockout ("layers-4"),
+// decided by one script; round-trips/op counts the client's commands and
+// pipelines. The policies are generous, so that every request passes and
+// writes. "direct" runs over a client with ContextTimeoutEnabled (the
+// Limiters call the store on the caller's goroutine), "bounded" over the
+// default client.
+func BenchmarkMultiLayers(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	for _, mode := range []string{"bounded", "direct"} {
+		opts := srv.Options()
+		opts.ContextTimeoutEnabled = mode == "direct"
+		c := redis.NewClient(opts)
+		b.Cleanup(func() { _ = c.Close() })
+		h := newCommandCounter()
+		c.AddHook(h)
+		s := mustNew(b, c, WithPrefix(testPrefix(b)))
+		b.Cleanup(func() { _ = s.Close() })
+		reqs := fourLayers("bench", time.Time{})
+		layers := make([]core.Layer, len(reqs))
+		checks := make([]core.Check, len(reqs))
+		for i, r := range reqs {
+			p := r.Policy
+			p.Name = ""
+			p.Limit = core.MaxLogLimit
+			if p.Lockout != nil {
+				p.Lockout = &core.Lockout{Duration: time.Minute}
+			}
+			p.Window = time.Second
+			layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+			checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+		}
+		single, err := core.NewLimiter(s, core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second},
+			core.WithTimeout(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		layered, err := core.NewLayered(s, layers, core.WithTimeout(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		trips := func(b *testing.B) {
+			names, pipelines := h.snapshot()
+			n := pipelines
+			for _, k := range names {
+				n += k
+			}
+			b.ReportMetric(float64(n)/float64(b.N), "round-trips/op")
+		}
+		b.Run(mode+"/single", func(b *testing.B) {
+			if _, err := single.AllowN(ctx, "user-bench", 1); err != nil { // warm up
+				b.Fatal(err)
+			}
+			h.reset()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := single.AllowN(ctx, "user-bench", 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			trips(b)
+		})
+		b.Run(mode+"/layers-4", func(b *testing.B) {
+			var v core.Verdict
+			if err := layered.AllowLayers(ctx, checks, &v); err != nil { // warm up
+				b.Fatal(err)
+			}
+			h.reset()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := layered.AllowLayers(ctx, checks, &v); err != nil {
+					b.Fatal(err)
+				}
+				if !v.Allowed {
+					b.Fatal("denied")
+				}
+			}
+			trips(b)
+		})
+	}
+}

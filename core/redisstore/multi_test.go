@@ -1,0 +1,362 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// fourLayers returns four layered requests for one client, one per kind of
+// layer a Limiter typically has: a global fixed window, a per-user token
+// bucket with a lockout, a per-endpoint sliding log, and a per-address
+// sliding counter, each on a key of its own, at now (zero: Redis TIME).
+func fourLayers(key string, now time.Time) []core.Request {
+	lo := &core.Lockout{Duration: time.Minute}
+	return []core.Request{
+		{Key: "global", Policy: core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}, Cost: 1, Now: now},
+		{Key: "user-" + key, Policy: core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Lockout: lo}, Cost: 1, Now: now},
+		{Key: "endpoint-" + key, Policy: core.Policy{Name: "endpoint", Algorithm: core.SlidingWindowLog, Limit: 100, Window: time.Minute}, Cost: 1, Now: now},
+		{Key: "ip-" + key, Policy: core.Policy{Name: "ip", Algorithm: core.SlidingWindowCounter, Limit: 100, Window: time.Minute}, Cost: 1, Now: now},
+	}
+}
+
+// TestMultiScriptsLoad generates the script of every kind of layer, alone
+// and with every other, and has Redis compile each (SCRIPT LOAD): the
+// generated Lua is valid, and the script of a combination is generated
+// once.
+func TestMultiScriptsLoad(t *testing.T) {
+	_, _, c := newStore(t)
+	ctx := context.Background()
+	n := 2 * len(algos)
+	for a := range n {
+		for b := range n {
+			vs := []int{a, b, a}
+			ls, err := scriptFor(vs)
+			require.NoError(t, err)
+			sha, err := c.ScriptLoad(ctx, ls.src).Result()
+			require.NoError(t, err, "variants %v", vs)
+			assert.Equal(t, ls.sha, sha, "variants %v", vs)
+			again, err := scriptFor(vs)
+			require.NoError(t, err)
+			assert.Same(t, ls, again, "variants %v: cached", vs)
+			// One function per kind of layer, three calls.
+			assert.Equal(t, 3, strings.Count(ls.src, "\ndecide_layer(layer_"), "variants %v", vs)
+			if a != b {
+				assert.Equal(t, 2, strings.Count(ls.src, "\nlocal function layer_"), "variants %v", vs)
+			}
+		}
+	}
+	// Distinct combinations, distinct codes.
+	seen := map[uint64][]int{}
+	for a := range n {
+		for b := range n {
+			for _, vs := range [][]int{{a}, {a, b}, {b, a, a}} {
+				code := layersCode(vs)
+				if prev, ok := seen[code]; ok && fmt.Sprint(prev) != fmt.Sprint(vs) {
+					t.Fatalf("variants %v and %v share code %#x", prev, vs, code)
+				}
+				seen[code] = vs
+			}
+		}
+	}
+}
+
+// TestMultiOneRoundTrip: four layers of four algorithms, one with a
+// lockout, on four client keys are decided with one EVALSHA and nothing
+// else, by TakeAll and by a layered Limiter, admitted or denied.
+func TestMultiOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	h := newCommandCounter()
+	c.AddHook(h)
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	reqs := fourLayers("a", time.Time{})
+	out := make([]core.Decision, len(reqs))
+	require.NoError(t, s.TakeAll(ctx, reqs, out)) // loads the script (NOSCRIPT, then EVAL)
+	h.reset()
+	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	names, pipelines := h.snapshot()
+	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of one layered decision")
+	assert.Zero(t, pipelines, "pipelines")
+	for i, d := range out {
+		assert.True(t, d.Allowed, "layer %d", i)
+		assert.Equal(t, reqs[i].Policy.Capacity()-2, d.Remaining, "layer %d: remaining after two requests", i)
+	}
+
+	layers := make([]core.Layer, len(reqs))
+	checks := make([]core.Check, len(reqs))
+	for i, r := range reqs {
+		p := r.Policy
+		p.Name = ""
+		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+	}
+	l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	var v core.Verdict
+	h.reset()
+	require.NoError(t, l.AllowLayers(ctx, checks, &v))
+	names, pipelines = h.snapshot()
+	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of AllowLayers")
+	assert.Zero(t, pipelines, "pipelines")
+	assert.True(t, v.Allowed)
+	require.Len(t, v.Decisions, 4)
+	assert.Equal(t, int64(97), v.Decisions[1].Remaining, "the user layer: three requests taken")
+
+	// A denial: the endpoint layer's cost is more than it has left.
+	checks[2].Cost = 98
+	h.reset()
+	require.NoError(t, l.AllowLayers(ctx, checks, &v))
+	names, _ = h.snapshot()
+	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of a denied AllowLayers")
+	assert.False(t, v.Allowed)
+	assert.Equal(t, 2, v.Binding, "the endpoint layer denies")
+}
+
+// TestMultiDeniedWritesNothing: a layered request denied by one layer
+// leaves the keys of every other layer byte for byte as they were (DUMP),
+// their TTLs not longer; and the keys of a request admitted by every layer
+// are all written.
+func TestMultiDeniedWritesNothing(t *testing.T) {
+	s, _, c := newStore(t)
+	ctx := context.Background()
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	for _, tight := range core.Algorithms() {
+		t.Run(string(tight), func(t *testing.T) {
+			var reqs []core.Request
+			for i, a := range core.Algorithms() {
+				p := core.Policy{Name: fmt.Sprintf("room-%d", i), Algorithm: a, Limit: 100, Window: time.Minute}
+				reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: p, Cost: 2, Now: t0})
+			}
+			tp := core.Policy{Name: "tight", Algorithm: tight, Limit: 3, Window: time.Minute}
+			reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: tp, Cost: 2, Now: t0})
+			out := make([]core.Decision, len(reqs))
+			require.NoError(t, s.TakeAll(ctx, reqs, out))
+			dumps := make([]string, len(reqs))
+			ttls := make([]time.Duration, len(reqs))
+			for i, r := range reqs {
+				assert.True(t, out[i].Allowed, "first request, layer %d", i)
+				k := s.stateKey(r.Key, r.Policy)
+				dumps[i] = c.Dump(ctx, k).Val()
+				require.NotEmpty(t, dumps[i], "%s: written", k)
+				ttls[i] = c.PTTL(ctx, k).Val()
+			}
+			later := make([]core.Request, len(reqs))
+			for i := range reqs {
+				later[i] = reqs[i]
+				later[i].Now = t0.Add(time.Second)
+			}
+			require.NoError(t, s.TakeAll(ctx, later, out))
+			for i, r := range reqs {
+				k := s.stateKey(r.Key, r.Policy)
+				if i == len(reqs)-1 {
+					assert.False(t, out[i].Allowed, "the tight layer denies")
+				} else {
+					assert.True(t, out[i].Allowed, "layer %d admits alone", i)
+				}
+				assert.Equal(t, dumps[i], c.Dump(ctx, k).Val(), "%s: unchanged by the denied request", k)
+				assert.LessOrEqual(t, c.PTTL(ctx, k).Val(), ttls[i], "%s: TTL", k)
+			}
+		})
+	}
+}
+
+// TestMultiTTLs decides layered requests, admitted and denied, lockouts
+// struck, at Redis TIME and at explicit times, then scans every key: each
+// has a TTL, and none is longer than its state matters.
+func TestMultiTTLs(t *testing.T) {
+	s, _, c := newStore(t, withExplicitNowMinTTL(0))
+	ctx := context.Background()
+	const window = 10 * time.Second
+	lo := &core.Lockout{Duration: 2 * time.Second, Memory: 20 * time.Second}
+	var reqs []core.Request
+	for i, a := range core.Algorithms() {
+		reqs = append(reqs,
+			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "plain", Algorithm: a, Limit: 5, Window: window}, Cost: 1},
+			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "locked", Algorithm: a, Limit: 3, Window: window, Lockout: lo}, Cost: 1})
+	}
+	out := make([]core.Decision, len(reqs))
+	denied := 0
+	for round := range 6 {
+		for _, explicit := range []bool{false, true} {
+			own := append([]core.Request(nil), reqs...)
+			for i := range own {
+				if explicit {
+					own[i].Key += "-x"
+					own[i].Now = time.Now()
+				}
+			}
+			require.NoError(t, s.TakeAll(ctx, own, out), "round %d", round)
+			for _, d := range out {
+				if !d.Allowed {
+					denied++
+				}
+			}
+		}
+	}
+	assert.Positive(t, denied, "some layers denied")
+	keys := scanKeys(t, ctx, c, s.prefix)
+	locks := 0
+	for _, k := range keys {
+		ttl := c.PTTL(ctx, k).Val()
+		assert.Positive(t, ttl, "%s: PTTL", k)
+		limit := window + time.Second
+		if strings.HasSuffix(k, ":swc2") {
+			limit = 2*window + time.Second // the next window's end
+		}
+		if strings.HasSuffix(k, ":lock") {
+			locks++
+			limit = lo.RememberFor() + time.Second
+		}
+		assert.LessOrEqual(t, ttl, limit, "%s: PTTL", k)
+	}
+	assert.Len(t, keys, 2*len(reqs)+2*len(core.Algorithms()), "a state key per request and client, a lock per locked one")
+	assert.Equal(t, 2*len(core.Algorithms()), locks, "locks")
+}
+
+// TestMultiLockout: a lockout struck by a layered denial is kept, locks
+// the layer's later requests (the others taking nothing), and a locked-out
+// layer reports LockedOut.
+func TestMultiLockout(t *testing.T) {
+	s, _, _ := newStore(t)
+	ctx := context.Background()
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	for _, a := range core.Algorithms() {
+		t.Run(string(a), func(t *testing.T) {
+			room := core.Policy{Name: "room", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
+			login := core.Policy{Name: "login", Algorithm: a, Limit: 1, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Minute}}
+			reqs := func(at time.Duration) []core.Request {
+				return []core.Request{
+					{Key: "u-" + string(a), Policy: room, Cost: 1, Now: t0.Add(at)},
+					{Key: "u-" + string(a), Policy: login, Cost: 1, Now: t0.Add(at)},
+				}
+			}
+			out := make([]core.Decision, 2)
+			require.NoError(t, s.TakeAll(ctx, reqs(0), out))
+			assert.True(t, out[0].Allowed && out[1].Allowed, "first")
+			require.NoError(t, s.TakeAll(ctx, reqs(time.Second), out))
+			assert.False(t, out[1].Allowed, "second: denied")
+			assert.True(t, out[1].LockedOut, "second: starts the lockout")
+			// Well after the window, the lockout still denies.
+			require.NoError(t, s.TakeAll(ctx, reqs(5*time.Minute), out))
+			assert.False(t, out[1].Allowed, "during the lockout")
+			assert.True(t, out[1].LockedOut, "during the lockout")
+			assert.Equal(t, 5*time.Minute+time.Second, out[1].RetryAfter, "the lockout's end")
+			assert.True(t, out[0].Allowed, "the room layer admits alone")
+			assert.Equal(t, int64(98), out[0].Remaining, "the room layer: what it would have left had it taken the request")
+			room1 := make([]core.Decision, 1)
+			require.NoError(t, s.TakeAll(ctx, reqs(5 * time.Minute)[:1], room1))
+			assert.Equal(t, int64(98), room1[0].Remaining, "the room layer took only the first request, and this one")
+		})
+	}
+}
+
+// TestMultiBadInput: invalid input is an error before any round trip.
+func TestMultiBadInput(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	h := newCommandCounter()
+	c.AddHook(h)
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	good := fourLayers("a", time.Time{})
+	bad := append([]core.Request(nil), good...)
+	bad[2].Cost = 0
+	err := s.TakeAll(ctx, bad, make([]core.Decision, 4))
+	assert.ErrorIs(t, err, core.ErrInvalidCost)
+	bad[2] = good[2]
+	bad[3].Policy.Algorithm = "nope"
+	assert.ErrorIs(t, s.TakeAll(ctx, bad, make([]core.Decision, 4)), core.ErrInvalidPolicy)
+	assert.ErrorIs(t, s.TakeAll(ctx, good, make([]core.Decision, 3)), core.ErrInvalidOption)
+	dup := append(good[:2:2], good[1])
+	assert.ErrorIs(t, s.TakeAll(ctx, dup, make([]core.Decision, 3)), core.ErrInvalidOption)
+	names, pipelines := h.snapshot()
+	assert.Empty(t, names, "commands")
+	assert.Zero(t, pipelines)
+	require.NoError(t, s.TakeAll(ctx, nil, nil), "no request: nothing to do")
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, s.TakeAll(canceled, good, make([]core.Decision, 4)), context.Canceled)
+	names, _ = h.snapshot()
+	assert.Empty(t, names, "commands after a canceled context")
+}
+
+// TestMultiFrozenRedis: while Redis is frozen (SIGSTOP), TakeAll over a
+// client that honours context deadlines returns at its context's
+// deadline, and a layered Limiter over the default client answers by its
+// timeout from its FailMode.
+func TestMultiFrozenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("needs a local redis-server to freeze")
+	}
+	opts := srv.Options()
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	direct := redis.NewClient(opts)
+	t.Cleanup(func() { _ = direct.Close() })
+	sd := mustNew(t, direct, WithPrefix(testPrefix(t)))
+	sb := mustNew(t, srv.Client(), WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	reqs := fourLayers("f", time.Time{})
+	out := make([]core.Decision, len(reqs))
+	// Warm up: connections dialled, scripts loaded.
+	require.NoError(t, sd.TakeAll(ctx, reqs, out))
+	require.NoError(t, sb.TakeAll(ctx, reqs, out))
+	layers := make([]core.Layer, len(reqs))
+	checks := make([]core.Check, len(reqs))
+	for i, r := range reqs {
+		p := r.Policy
+		p.Name = ""
+		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+	}
+	const timeout = 100 * time.Millisecond
+	l, err := core.NewLayered(sb, layers, core.WithTimeout(timeout), core.WithFailMode(core.FailClosed))
+	require.NoError(t, err)
+
+	srv.Freeze()
+	defer srv.Thaw()
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	start := time.Now()
+	err = sd.TakeAll(dctx, reqs, out)
+	took := time.Since(start)
+	cancel()
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"), "error: %v", err)
+	assert.Less(t, took, timeout+time.Second, "TakeAll with a deadline, over a frozen Redis")
+
+	var v core.Verdict
+	start = time.Now()
+	err = l.AllowLayers(ctx, checks, &v)
+	took = time.Since(start)
+	assert.ErrorIs(t, err, core.ErrStore)
+	assert.False(t, v.Allowed, "fail closed")
+	assert.Equal(t, core.SourceFailMode, v.Source)
+	assert.Less(t, took, timeout+time.Second, "AllowLayers over a frozen Redis")
+}
+
+// TestMultiExactness races layered Limiters on four Stores over one Redis
+// (storetest.RunLayersExactness): every layer admits exactly, and charges
+// exactly what was admitted.
+func TestMultiExactness(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := testPrefix(t)
+	stores := make([]core.Store, 4)
+	for i := range stores {
+		stores[i] = mustNew(t, srv.Client(), WithPrefix(prefix))
+	}
+	storetest.RunLayersExactness(t, stores, 4)
+}
