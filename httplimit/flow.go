@@ -3,6 +3,10 @@
 //
 //	skip? -> key -> allow list? deny list? -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
 //
+// With WithLayers, a request is checked against several named limits at
+// once (global, per user, per endpoint, per IP: see Layer), in one
+// Limiter.AllowLayers call, all or nothing.
+//
 // Applications use it through an adapter (ginlimit, echolimit, chilimit,
 // fiberlimit), which re-exports its options. An adapter for another
 // framework translates the framework's request into a keyfuncs.Request

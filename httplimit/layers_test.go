@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,4 +313,26 @@ func BenchmarkHandleLayers(b *testing.B) {
 			b.Fatal("denied")
 		}
 	}
+}
+
+// TestLayersConcurrent sends logins from many goroutines at once: exactly
+// the login layer's quota passes, and the denied ones took nothing from
+// the other layer.
+func TestLayersConcurrent(t *testing.T) {
+	f, _ := layeredFlow(t, testLayers(t), nil)
+	const n = 40
+	var wg sync.WaitGroup
+	var passed atomic.Int64
+	for range n {
+		wg.Go(func() {
+			if f.Handle(newPathRequest("POST", "/login"), newResponse()) {
+				passed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(5), passed.Load())
+	w := newResponse()
+	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+	assert.Equal(t, `"all";r=94;t=55`, w.header.Get(headers.RateLimit), "5 logins and this request")
 }

@@ -51,7 +51,8 @@ func invalid(fn, detail string) error {
 // with no trusted proxy: the socket peer's address, IPv6 grouped by /56,
 // and no forwarding header believed. To fall back from one key to another, pass
 // keyfuncs.FirstOf; to limit per endpoint, keyfuncs.Compose with
-// keyfuncs.Route. A nil fn is invalid.
+// keyfuncs.Route; for several limits on one request, WithLayers, which
+// WithKeyFunc cannot be given with. A nil fn is invalid.
 func WithKeyFunc(fn keyfuncs.Func) Option {
 	return func(c *config) error {
 		if fn == nil {
@@ -93,7 +94,8 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 // quota a request takes (1 when WithCost is not given). A cost below 1 or
 // above the policy's capacity is a programming error: the request gets
 // the ErrorResponder's answer (500 by default), never a panic and never a
-// 429. A nil cost is invalid.
+// 429. With WithLayers, which it cannot be given with, each Layer has its
+// own Cost. A nil cost is invalid.
 func WithCost(cost func(keyfuncs.Request) int64) Option {
 	return func(c *config) error {
 		if cost == nil {
