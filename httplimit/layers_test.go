@@ -336,3 +336,22 @@ func TestLayersConcurrent(t *testing.T) {
 	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
 	assert.Equal(t, `"all";r=94;t=55`, w.header.Get(headers.RateLimit), "5 logins and this request")
 }
+
+// TestLayersPacing: a leaky-bucket layer paces the request by its Delay,
+// the longest of the layers', capped by WithMaxDelay.
+func TestLayersPacing(t *testing.T) {
+	ip := mustKeyFunc(t)(keyfuncs.IP())
+	layers := []httplimit.Layer{
+		{Name: "all", Policy: perMin(100), Key: ip},
+		// 20 per second: each queued unit delays the next by 50ms.
+		{Name: "leaky", Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 20, Window: time.Second, Burst: 3}, Key: ip},
+	}
+	l, err := httplimit.NewLayered(memStore(t), layers) // the real clock: the delay is real
+	require.NoError(t, err)
+	f, err := httplimit.New(l, httplimit.WithLayers(layers...))
+	require.NoError(t, err)
+	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
+	start := time.Now()
+	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
+	assert.GreaterOrEqual(t, time.Since(start), 45*time.Millisecond, "the second request waited its delay")
+}
