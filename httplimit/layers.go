@@ -100,7 +100,8 @@ func NewLayered(store core.Store, layers []Layer, opts ...core.Option) (*core.Li
 
 // WithLayers makes the flow check every request against layers, in one
 // Limiter call: the Limiter must have been built with the same layers
-// (NewLayered; by name, one to one, in any order). The flow then runs
+// (NewLayered; by name, one to one, in any order, with the same Policy and
+// FailClosed). The flow then runs
 //
 //	skip? -> the layers that apply -> their keys -> allow list? deny list? -> costs, policies -> Limiter.AllowLayers -> headers -> pass (paced) or deny
 //
@@ -276,7 +277,7 @@ func compileLayers(fn string, layers []Layer) ([]flowLayer, error) {
 }
 
 // bindLayers returns the layer set of layers for l, whose layers must be
-// the same, by name, one to one.
+// the same, by name, one to one, with the same policies.
 func bindLayers(l *core.Limiter, layers []Layer) (*layerSet, error) {
 	fls, err := compileLayers("WithLayers", layers)
 	if err != nil {
@@ -296,11 +297,28 @@ func bindLayers(l *core.Limiter, layers []Layer) (*layerSet, error) {
 			return nil, invalid("New", fmt.Sprintf("the Limiter has no layer %q", fls[i].name))
 		}
 		fls[i].index = j
+		if !samePolicy(own[j].Policy, layers[i].Policy) || own[j].FailClosed != layers[i].FailClosed {
+			return nil, invalid("New", fmt.Sprintf("the Limiter's layer %q has another policy or FailClosed than WithLayers's", fls[i].name))
+		}
 		if fls[i].routes != nil {
 			ls.needsPath = true
 		}
 	}
 	return ls, nil
+}
+
+// samePolicy reports whether the Limiter's policy of a layer, own, is
+// the policy p given for it (whose Name may be empty), Lockout compared
+// by value.
+func samePolicy(own, p core.Policy) bool {
+	if p.Name == "" {
+		p.Name = own.Name
+	}
+	if (own.Lockout == nil) != (p.Lockout == nil) || own.Lockout != nil && *own.Lockout != *p.Lockout {
+		return false
+	}
+	own.Lockout, p.Lockout = nil, nil
+	return own == p
 }
 
 // validMethod reports whether m is an HTTP method token.

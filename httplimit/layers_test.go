@@ -97,6 +97,8 @@ func TestLayersConstruction(t *testing.T) {
 		"single limiter":   {httplimit.WithLayers(good...)},
 		"other layers":     {httplimit.WithLayers(good[0], httplimit.Layer{Name: "other", Policy: perMin(5), Key: ip})},
 		"one layer of two": {httplimit.WithLayers(good[0])},
+		"other policy":     {httplimit.WithLayers(good[0], httplimit.Layer{Name: "login", Policy: perMin(6), Key: ip})},
+		"other FailClosed": {httplimit.WithLayers(good[0], httplimit.Layer{Name: "login", Policy: perMin(5), Key: ip, FailClosed: true})},
 		"with key func":    {httplimit.WithLayers(good...), httplimit.WithKeyFunc(ip)},
 		"with cost":        {httplimit.WithLayers(good...), httplimit.WithCost(func(keyfuncs.Request) int64 { return 1 })},
 		"lists, no IP":     {httplimit.WithLayers(good...), httplimit.WithDenyList(mustList(t, "user:x"))},
