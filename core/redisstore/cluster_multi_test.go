@@ -304,3 +304,45 @@ func TestMultiClusterExactness(t *testing.T) {
 		assert.Positive(t, c.PTTL(ctx, k).Val(), "%s: PTTL", k)
 	}
 }
+
+// TestMultiRing: over a *redis.Ring of two servers, the layers are
+// grouped by client key, each group on its shard; a denial by one undoes
+// the others, and every state is left as it was.
+func TestMultiRing(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	if a.External() {
+		t.Skip("needs two local redis-servers")
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	s := mustNew(t, ring, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	var reqs []core.Request
+	for i, alg := range core.Algorithms() {
+		p := core.Policy{Name: "room", Algorithm: alg, Limit: 10, Window: 10 * time.Second}
+		reqs = append(reqs, core.Request{Key: fmt.Sprintf("ring-%d", i), Policy: p, Cost: 2, Now: t0})
+	}
+	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: 10 * time.Second}
+	reqs = append(reqs, core.Request{Key: "ring-tight", Policy: tight, Cost: 1, Now: t0})
+	out := make([]core.Decision, len(reqs))
+	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	before := make([]string, len(reqs))
+	for i, r := range reqs {
+		require.True(t, out[i].Allowed, "first request, layer %d", i)
+		before[i] = snapshot(t, ring, s.stateKey(r.Key, r.Policy))
+		require.NotEmpty(t, before[i])
+	}
+	for i := range reqs {
+		reqs[i].Now = t0.Add(time.Second)
+	}
+	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	assert.False(t, out[5].Allowed, "the tight layer denies")
+	for i, r := range reqs {
+		k := s.stateKey(r.Key, r.Policy)
+		assert.Equal(t, before[i], snapshot(t, ring, k), "%s: as it was", k)
+	}
+	// Both shards hold keys.
+	assert.Positive(t, a.Client().DBSize(ctx).Val(), "shard a")
+	assert.Positive(t, b.Client().DBSize(ctx).Val(), "shard b")
+}

@@ -16,7 +16,8 @@ import (
 // ("single") beside a layered Limiter's AllowLayers over four layers of
 // four algorithms on four client keys, one with a lockout ("layers-4"),
 // decided by one script; round-trips/op counts the client's commands and
-// pipelines. The policies are generous, so that every request passes and
+// pipelines, redis-µs/op the time Redis spent in the scripts (INFO
+// commandstats). The policies are generous, so that every request passes and
 // writes. "direct" runs over a client with ContextTimeoutEnabled (the
 // Limiters call the store on the caller's goroutine), "bounded" over the
 // default client.
@@ -55,7 +56,13 @@ func BenchmarkMultiLayers(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		var before int64
+		start := func() {
+			h.reset()
+			before = scriptMicros(b, srv)
+		}
 		trips := func(b *testing.B) {
+			b.ReportMetric(float64(scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
 			names, pipelines := h.snapshot()
 			n := pipelines
 			for _, k := range names {
@@ -67,7 +74,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 			if _, err := single.AllowN(ctx, "user-bench", 1); err != nil { // warm up
 				b.Fatal(err)
 			}
-			h.reset()
+			start()
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := single.AllowN(ctx, "user-bench", 1); err != nil {
@@ -81,7 +88,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 			if err := layered.AllowLayers(ctx, checks, &v); err != nil { // warm up
 				b.Fatal(err)
 			}
-			h.reset()
+			start()
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := layered.AllowLayers(ctx, checks, &v); err != nil {
