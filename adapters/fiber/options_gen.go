@@ -39,8 +39,8 @@ func WithForbiddenHandler(h httplimit.ForbiddenHandler) Option {
 
 // WithLayers makes the flow check every request against layers, in one
 // Limiter call: the Limiter must have been built with the same layers
-// (NewLayered; by name, one to one, in any order). See
-// [httplimit.WithLayers].
+// (NewLayered; by name, one to one, in any order, with the same Policy and
+// FailClosed). See [httplimit.WithLayers].
 func WithLayers(layers ...httplimit.Layer) Option { return httplimit.WithLayers(layers...) }
 
 // WithKeyFunc sets who the client is. See [httplimit.WithKeyFunc].
