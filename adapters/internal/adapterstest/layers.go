@@ -131,8 +131,8 @@ var layersRoutes = []Route{
 // the draft-10 list of every layer; Retry-After when every layer admits;
 // a client that follows the headers is never surprised; plans through
 // PolicyFor, its failures decided by the FailMode; costs by route; and
-// hostile spellings of POST /login, which never reach its handler
-// uncounted.
+// two app servers sharing one store; hostile spellings of POST /login,
+// which never reach its handler uncounted.
 func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	var prefixes atomic.Int64
 	stores := []struct {
@@ -172,6 +172,33 @@ func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				layersPlanFailures(t, serve(t, core.FailOpen, layersRoutes), serve(t, core.FailClosed, layersRoutes))
 			})
 			t.Run("costs", func(t *testing.T) { layersCosts(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("two servers", func(t *testing.T) {
+				// Two app servers, each its own Limiter, one store: the
+				// layers' usage is shared, all or nothing on either.
+				clock := NewClock(T0)
+				store := AtClockMulti(st.new(t), clock)
+				var apps []*layersApp
+				for range 2 {
+					layers := IssueLayers(t)
+					l, err := httplimit.NewLayered(store, layers, core.WithTimeout(2*time.Second))
+					require.NoError(t, err)
+					spec := &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders))}, Routes: layersRoutes}
+					apps = append(apps, &layersApp{addr: h.Serve(t, spec), clock: clock, limiter: l, spec: spec, errs: new(errorRecorder)})
+				}
+				for i := range layersLogin {
+					require.Equal(t, http.StatusOK, apps[i%2].send(t, "POST", "/login", "X-User", "two").Status, "login %d", i+1)
+				}
+				for i := range 2 {
+					res := apps[i].send(t, "POST", "/login", "X-User", "two")
+					require.Equal(t, http.StatusTooManyRequests, res.Status, "server %d: the login layer is shared", i)
+					assert.Equal(t, layersUser-layersLogin, int(remainingOf(t, res)["user"]), "server %d: the denied login took nothing", i)
+				}
+				res := apps[1].send(t, "GET", "/items", "X-User", "two")
+				require.Equal(t, http.StatusOK, res.Status)
+				assert.Equal(t, map[string]int64{
+					"global": layersGlobal - layersLogin - 1, "user": layersUser - layersLogin - 1, "ip": layersIP - layersLogin - 1,
+				}, remainingOf(t, res))
+			})
 			t.Run("hostile login paths", func(t *testing.T) {
 				layersHostile(t, serve(t, core.FailOpen, []Route{{Method: "POST", Path: "/login"}}))
 			})
