@@ -476,14 +476,14 @@ func (l *Limiter) boundedAll(ctx context.Context, store MultiTaker, reqs []Reque
 	n := len(reqs)
 	own := make([]Request, n)
 	copy(own, reqs)
-	ds, err := callBounded(l, ctx, reqs[0].Now, probe, func(sctx context.Context) (*[MaxLayers]Decision, error) {
-		ds := new([MaxLayers]Decision)
-		return ds, store.TakeAll(sctx, own, ds[:n])
+	ds, err := callBounded(l, ctx, reqs[0].Now, probe, func(sctx context.Context) ([]Decision, error) {
+		ds := make([]Decision, n)
+		return ds, store.TakeAll(sctx, own, ds)
 	})
 	if err != nil {
 		return err
 	}
-	copy(out, ds[:n])
+	copy(out, ds)
 	return nil
 }
 

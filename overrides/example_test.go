@@ -1,0 +1,68 @@
+package overrides_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/overrides"
+)
+
+// An operator halves the search layer's limit during an incident, then
+// lifts the override: each change takes effect on the next request.
+func ExampleSet() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	live := overrides.New()
+	l, err := core.NewLayered(store, []core.Layer{
+		{Name: "search", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}},
+	}, core.WithPolicySource(live))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	d, _ := l.AllowNAt(ctx, "user:42", 6, now)
+	fmt.Println("6 of 10:", d.Allowed, d.Remaining)
+
+	o, err := overrides.Parse("scale=0.5")
+	if err != nil {
+		panic(err)
+	}
+	if err := live.Put("search", o); err != nil {
+		panic(err)
+	}
+	d, _ = l.AllowAt(ctx, "user:42", now)
+	fmt.Println("halved to", d.Limit, "allowed:", d.Allowed)
+
+	live.Delete("search")
+	d, _ = l.AllowAt(ctx, "user:42", now)
+	fmt.Println("lifted:", d.Allowed, d.Remaining)
+	// Output:
+	// 6 of 10: true 4
+	// halved to 5 allowed: false
+	// lifted: true 3
+}
+
+// Limits shrink while more than 100 requests are in flight, and recover
+// once fewer than 50 are.
+func ExampleNewLoad() {
+	var inflight overrides.InFlight // Inc when a request starts, defer Dec
+	load, err := overrides.NewLoad(inflight.Value, overrides.LoadConfig{High: 100, Low: 50})
+	if err != nil {
+		panic(err)
+	}
+	load.Start() // reads the signal every second
+	defer load.Close()
+	// core.NewLimiter(store, policy, core.WithPolicySource(load)) ...
+	for range 150 {
+		inflight.Inc()
+	}
+	fmt.Println(load.Update()) // an Update now, as the ticker's would be
+	// Output: 0.9
+}

@@ -1,0 +1,308 @@
+package overrides_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/overrides"
+)
+
+var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+func newStore(t *testing.T) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestParseAndString(t *testing.T) {
+	for text, want := range map[string]overrides.Override{
+		"limit=500":               {Limit: 500},
+		"scale=0.5":               {Scale: 0.5},
+		"limit=500 burst=50":      {Limit: 500, Burst: 50},
+		"limit=500, burst=50":     {Limit: 500, Burst: 50},
+		" LIMIT=7\tscale=2 ":      {Limit: 7, Scale: 2},
+		"burst=9":                 {Burst: 9},
+		"limit=1 burst=2 scale=3": {Limit: 1, Burst: 2, Scale: 3},
+	} {
+		got, err := overrides.Parse(text)
+		require.NoError(t, err, text)
+		assert.Equal(t, want, got, text)
+		again, err := overrides.Parse(got.String())
+		require.NoError(t, err, got.String())
+		assert.Equal(t, got, again, "String and Parse agree")
+	}
+	for _, text := range []string{
+		"", "   ", "limit", "limit=", "limit=0", "limit=-5", "limit=1.5", "limit=abc",
+		"limit=9223372036854775807", "limit=99999999999999999999", "scale=0", "scale=-1", "scale=NaN",
+		"scale=Inf", "scale=1e9", "rate=5", "limit=5 limit=6", "limit=5 =6",
+		strings.Repeat("limit=5 ", 40), "limit=5\x00",
+	} {
+		_, err := overrides.Parse(text)
+		assert.ErrorIs(t, err, core.ErrInvalidOption, "%q", text)
+	}
+}
+
+func TestApply(t *testing.T) {
+	bucket := core.Policy{Name: "b", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}
+	window := core.Policy{Name: "w", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	assert.Equal(t, int64(50), overrides.Override{Limit: 50}.Apply(window).Limit)
+	assert.Equal(t, int64(0), overrides.Override{Burst: 5}.Apply(window).Burst, "a window has no burst")
+	b := overrides.Override{Scale: 0.5}.Apply(bucket)
+	assert.Equal(t, int64(50), b.Limit)
+	assert.Equal(t, int64(10), b.Burst)
+	b = overrides.Override{Limit: 10, Burst: 4, Scale: 0.01}.Apply(bucket)
+	assert.Equal(t, int64(1), b.Limit, "never below 1")
+	assert.Equal(t, int64(1), b.Burst)
+	huge := overrides.Override{Limit: core.MaxLimit, Scale: overrides.MaxScale}.Apply(window)
+	assert.Equal(t, int64(core.MaxLimit), huge.Limit, "never above MaxLimit")
+	assert.NoError(t, huge.Validate())
+}
+
+func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
+	live := overrides.New()
+	l, err := core.NewLayered(newStore(t), []core.Layer{
+		{Name: "api", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+		{Name: "other", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+	}, core.WithPolicySource(live))
+	require.NoError(t, err)
+	ctx := context.Background()
+	ask := func(cost int64) core.Verdict {
+		var v core.Verdict
+		require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "c", Cost: cost}, {Layer: 1, Key: "c", Cost: 1}}, t0, &v))
+		return v
+	}
+	require.True(t, ask(900).Allowed)
+
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 500}))
+	v := ask(1)
+	assert.False(t, v.Allowed, "900 used of a limit now 500")
+	assert.Equal(t, "api", v.Policy.Name)
+	assert.Equal(t, int64(500), v.Limit)
+	assert.Equal(t, int64(1000-1), v.Decisions[1].Remaining, "the other layer is not overridden, and the denied request took nothing from it")
+
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 10_000}))
+	v = ask(1)
+	require.True(t, v.Allowed, "raised: the room at once")
+	assert.Equal(t, int64(10_000-901), v.Decisions[0].Remaining)
+
+	live.Delete("api")
+	live.Delete("api") // twice: nothing
+	v = ask(1)
+	require.True(t, v.Allowed)
+	assert.Equal(t, int64(1000-902), v.Decisions[0].Remaining)
+
+	require.NoError(t, live.Replace(map[string]overrides.Override{"api": {Scale: 0.5}, "other": {Limit: 3}}))
+	v = ask(1)
+	assert.False(t, v.Allowed, "902 used of 500; other has 2 used of 3")
+	assert.Equal(t, map[string]overrides.Override{"api": {Scale: 0.5}, "other": {Limit: 3}}, live.Snapshot())
+	require.NoError(t, live.Replace(nil))
+	assert.Empty(t, live.Snapshot())
+}
+
+func TestSetRefusesBadEntries(t *testing.T) {
+	live := overrides.New()
+	for name, tc := range map[string]struct {
+		layer string
+		o     overrides.Override
+	}{
+		"empty override": {"api", overrides.Override{}},
+		"negative limit": {"api", overrides.Override{Limit: -1}},
+		"NaN scale":      {"api", overrides.Override{Scale: math.NaN()}},
+		"huge burst":     {"api", overrides.Override{Burst: core.MaxLimit + 1}},
+		"empty layer":    {"", overrides.Override{Limit: 1}},
+		"bad layer":      {"a b", overrides.Override{Limit: 1}},
+		"long layer":     {strings.Repeat("a", core.MaxNameLen+1), overrides.Override{Limit: 1}},
+	} {
+		assert.ErrorIs(t, live.Put(tc.layer, tc.o), core.ErrInvalidOption, name)
+		assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"ok": {Limit: 1}, tc.layer: tc.o}), core.ErrInvalidOption, name)
+	}
+	assert.Empty(t, live.Snapshot(), "a refused Replace changes nothing")
+}
+
+func TestOverrideThatBreaksAPolicyGoesToTheFailMode(t *testing.T) {
+	// A burst that would take more than core.MaxWindow to fill.
+	live := overrides.New()
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 1, Burst: core.MaxLimit}))
+	l, err := core.NewLimiter(newStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour},
+		core.WithPolicySource(live), core.WithFailMode(core.FailClosed))
+	require.NoError(t, err)
+	d, err := l.AllowAt(context.Background(), "c", t0)
+	require.ErrorIs(t, err, core.ErrInvalidPolicy)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, core.SourceFailMode, d.Source)
+}
+
+func TestSetAdjustAllocatesNothing(t *testing.T) {
+	live := overrides.New()
+	require.NoError(t, live.Put("api", overrides.Override{Scale: 0.5}))
+	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	q := core.Policy{Name: "other", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		_ = live.Adjust(p)
+		_ = live.Adjust(q)
+	}))
+}
+
+func TestSetConcurrentChanges(t *testing.T) {
+	live := overrides.New()
+	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if lim := live.Adjust(p).Limit; lim != 100 && lim != 7 && lim != 9 {
+					t.Errorf("limit %d: neither the policy's nor an override's", lim)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 2000; i++ {
+		require.NoError(t, live.Put("api", overrides.Override{Limit: int64(7 + 2*(i%2))}))
+		if i%3 == 0 {
+			live.Delete("api")
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+}
+
+func TestLoadShrinksAndRecoversWithHysteresis(t *testing.T) {
+	var signal atomic.Uint64 // float64 bits
+	set := func(v float64) { signal.Store(math.Float64bits(v)) }
+	set(0)
+	load, err := overrides.NewLoad(func() float64 { return math.Float64frombits(signal.Load()) },
+		overrides.LoadConfig{High: 100, Low: 50, Step: 0.25, MinScale: 0.25, Layers: []string{"api"}})
+	require.NoError(t, err)
+	l, err := core.NewLimiter(newStore(t), core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 8, Window: time.Minute},
+		core.WithPolicySource(load))
+	require.NoError(t, err)
+	ctx := context.Background()
+	// admitted counts what one fresh client gets in one window under the
+	// scale in force.
+	n := 0
+	admitted := func() int {
+		n++
+		key := "c" + string(rune('a'+n))
+		got := 0
+		for range 20 {
+			d, err := l.AllowAt(ctx, key, t0)
+			require.NoError(t, err)
+			if d.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	require.Equal(t, 8, admitted(), "calm: the whole limit")
+
+	steps := []struct {
+		signal float64
+		scale  float64
+		limit  int
+		why    string
+	}{
+		{150, 0.75, 6, "past High: shrinks a step"},
+		{150, 0.5, 4, "still past High: another step"},
+		{150, 0.25, 2, "another"},
+		{500, 0.25, 2, "at MinScale: no lower"},
+		{80, 0.25, 2, "between Low and High: holds"},
+		{101, 0.25, 2, "past High again, at the floor"},
+		{99, 0.25, 2, "flapping around High: holds"},
+		{51, 0.25, 2, "above Low: holds"},
+		{10, 0.5, 4, "below Low: recovers a step"},
+		{70, 0.5, 4, "between: holds"},
+		{10, 0.75, 6, "below Low: another step"},
+		{10, 1, 8, "whole again"},
+		{0, 1, 8, "no higher than 1"},
+		{math.NaN(), 1, 8, "a NaN reading changes nothing"},
+	}
+	for _, s := range steps {
+		set(s.signal)
+		assert.InDelta(t, s.scale, load.Update(), 1e-9, s.why)
+		assert.Equal(t, s.limit, admitted(), s.why)
+	}
+	// A layer Load does not scale keeps its limit.
+	set(1000)
+	load.Update()
+	other, err := core.NewLimiter(newStore(t), core.Policy{Name: "other", Algorithm: core.FixedWindow, Limit: 8, Window: time.Minute},
+		core.WithPolicySource(load))
+	require.NoError(t, err)
+	d, err := other.AllowAt(ctx, "c", t0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), d.Limit)
+}
+
+func TestLoadStartUpdatesUntilClose(t *testing.T) {
+	var reads atomic.Int64
+	var inflight overrides.InFlight
+	for range 5 {
+		inflight.Inc()
+	}
+	inflight.Dec()
+	assert.Equal(t, 4.0, inflight.Value())
+	load, err := overrides.NewLoad(func() float64 { reads.Add(1); return inflight.Value() },
+		overrides.LoadConfig{High: 3, Low: 1, Interval: time.Millisecond})
+	require.NoError(t, err)
+	load.Start()
+	load.Start() // a second Start does nothing
+	deadline := time.Now().Add(5 * time.Second)
+	for load.Scale() > 0.5 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	assert.LessOrEqual(t, load.Scale(), 0.5, "4 in flight, above High: the ticker shrank the limits")
+	require.NoError(t, load.Close())
+	require.NoError(t, load.Close())
+	after := reads.Load()
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, after, reads.Load(), "no Update after Close")
+}
+
+func TestNewLoadRefusesBadConfig(t *testing.T) {
+	sig := func() float64 { return 0 }
+	for name, tc := range map[string]struct {
+		signal func() float64
+		cfg    overrides.LoadConfig
+	}{
+		"nil signal":   {nil, overrides.LoadConfig{High: 2, Low: 1}},
+		"low = high":   {sig, overrides.LoadConfig{High: 1, Low: 1}},
+		"low > high":   {sig, overrides.LoadConfig{High: 1, Low: 2}},
+		"NaN":          {sig, overrides.LoadConfig{High: math.NaN(), Low: 1}},
+		"inf":          {sig, overrides.LoadConfig{High: math.Inf(1), Low: 1}},
+		"step":         {sig, overrides.LoadConfig{High: 2, Low: 1, Step: 2}},
+		"min scale":    {sig, overrides.LoadConfig{High: 2, Low: 1, MinScale: -1}},
+		"min scale >1": {sig, overrides.LoadConfig{High: 2, Low: 1, MinScale: 1.5}},
+		"interval":     {sig, overrides.LoadConfig{High: 2, Low: 1, Interval: time.Microsecond}},
+	} {
+		_, err := overrides.NewLoad(tc.signal, tc.cfg)
+		assert.ErrorIs(t, err, core.ErrInvalidOption, name)
+	}
+}
+
+func BenchmarkSetAdjust(b *testing.B) {
+	live := overrides.New()
+	for _, name := range []string{"api", "login", "search"} {
+		require.NoError(b, live.Put(name, overrides.Override{Scale: 0.5}))
+	}
+	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = live.Adjust(p)
+	}
+}
