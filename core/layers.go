@@ -94,10 +94,26 @@ type MultiTaker interface {
 	TakeAll(ctx context.Context, reqs []Request, out []Decision) error
 }
 
+// BoundedMultiTaker is to TakeAll what BoundedTaker is to Take: a store
+// that bounds its own layered decisions, cheaper than the Limiter's
+// goroutine can (redisstore over a *redis.Client, through its batcher).
+// A layered Limiter over a store that implements it and is not CallDirect
+// calls TakeAllBy instead of TakeAll, on the caller's goroutine.
+type BoundedMultiTaker interface {
+	// TakeAllBy is TakeAll, bounded as BoundedTaker.TakeBy is: it returns
+	// by deadline or as soon as ctx ends, whichever comes first; the
+	// requests may still be decided in the background, their result
+	// dropped. It must not keep reqs or out once it has returned.
+	TakeAllBy(ctx context.Context, reqs []Request, out []Decision, deadline time.Time) error
+}
+
 // layered is a layered Limiter's own state.
 type layered struct {
 	layers []Layer // validated, Names filled, Lockouts copied
 	multi  MultiTaker
+	// boundedBy is multi, when it is a BoundedMultiTaker and the store is
+	// not CallDirect.
+	boundedBy BoundedMultiTaker
 	// fallback is the fallback store's MultiTaker, when the Limiter has a
 	// fallback.
 	fallback MultiTaker
@@ -166,6 +182,9 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: NewLayered: WithDenyCache applies to single-policy Limiters only", ErrInvalidOption)
 		}
 		ls := &layered{layers: own, multi: multi, index: index}
+		if bt, ok := store.(BoundedMultiTaker); ok && l.call != CallDirect {
+			ls.boundedBy = bt
+		}
 		if l.fallback != nil {
 			fm, ok := l.fallback.(MultiTaker)
 			if !ok {
@@ -450,10 +469,19 @@ func binds(d, e *Decision, allowed bool) bool {
 // one request.
 func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
 	var err error
-	switch l.call {
-	case CallDirect:
+	switch {
+	case l.call == CallDirect:
 		err = store.TakeAll(ctx, reqs, out)
-	case CallWithDeadline:
+	case l.layered.boundedBy != nil && store == l.layered.multi:
+		deadline := time.Now().Add(l.timeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		err = l.layered.boundedBy.TakeAllBy(ctx, reqs, out, deadline)
+		if err != nil && !time.Now().Before(deadline) {
+			err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
+		}
+	case l.call == CallWithDeadline:
 		sctx, cancel := l.storeContext(ctx)
 		err = store.TakeAll(sctx, reqs, out)
 		if err != nil {
