@@ -1,0 +1,103 @@
+package ginlimit_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/apigate/ratelimit/adapters/gin"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// userID is the context key under which an auth middleware would put the
+// user's ID.
+type userID struct{}
+
+// The issue's four layers in one r.Use: a sixth login is denied by the
+// login layer, and takes nothing from the user, ip and global layers.
+func ExampleWithLayers() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	must := func(f keyfuncs.Func, err error) keyfuncs.Func {
+		if err != nil {
+			panic(err)
+		}
+		return f
+	}
+	ip := must(keyfuncs.IP())
+	user := must(keyfuncs.FirstOf(must(keyfuncs.ContextValue(userID{})), ip)) // anonymous: by address
+	perMinute := func(n int64) core.Policy {
+		return core.Policy{Algorithm: core.TokenBucket, Limit: n, Window: time.Minute}
+	}
+	plan := func(r keyfuncs.Request, _ string) (*core.Policy, error) {
+		if r.Header("X-Plan") == "premium" { // from your auth middleware, in a real API
+			p := perMinute(10_000)
+			return &p, nil
+		}
+		return nil, nil // the layer's own
+	}
+	layers := []ginlimit.Layer{
+		{Name: "global", Key: must(keyfuncs.Static("api")),
+			Policy: perMinute(1_000_000)},
+		{Name: "user", Key: user, Policy: perMinute(1000), PolicyFor: plan,
+			Cost: ginlimit.CostByRoute(map[string]int64{"GET /search": 5})},
+		{Name: "login", Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"}, FailClosed: true,
+			Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}},
+		{Name: "ip", Key: ip, Policy: perMinute(300)},
+	}
+	limiter, err := ginlimit.NewLayered(store, layers)
+	if err != nil {
+		panic(err) // invalid layers fail here, never later
+	}
+
+	r := gin.New()
+	all := headers.Default()
+	all.Structured = true // the draft-10 fields too: they list every layer
+	r.Use(ginlimit.New(limiter, ginlimit.WithLayers(layers...), ginlimit.WithHeaders(all)))
+	r.POST("/login", func(c *gin.Context) { c.Status(http.StatusUnauthorized) })
+	r.GET("/search", func(c *gin.Context) { c.String(http.StatusOK, "results") })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	send := func(method, path string) *http.Response {
+		req, err := http.NewRequestWithContext(context.Background(), method, srv.URL+path, strings.NewReader(""))
+		if err != nil {
+			panic(err)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	for range 6 {
+		res := send("POST", "/login")
+		fmt.Println(res.StatusCode, res.Header.Get("X-RateLimit-Remaining"))
+	}
+	res := send("GET", "/search")
+	// The ip layer binds (the least left: 300 less 5 logins and this
+	// search); the draft-10 RateLimit field lists the three layers that
+	// applied, the binding one first.
+	rl := res.Header.Get("RateLimit")
+	fmt.Println(res.StatusCode, res.Header.Get("X-RateLimit-Remaining"), strings.Count(rl, ";r="), strings.HasPrefix(rl, `"ip"`))
+	// Output:
+	// 401 4
+	// 401 3
+	// 401 2
+	// 401 1
+	// 401 0
+	// 429 0
+	// 200 294 3 true
+}
