@@ -1,0 +1,84 @@
+package adapterstest
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// RunLayersOutage serves the issue's layers over a Redis of their own,
+// with a default go-redis client, the login layer failing closed on a
+// Limiter that fails open, and checks over real sockets what clients get
+// while Redis is frozen, then dead: every request answered within the
+// Limiter's timeout; GET /items passes without a rate-limit header (the
+// store told nothing); POST /login gets 503 with Retry-After (the login
+// layer's fail-closed retry), never reaching its handler. Once Redis is
+// back, the layers decide again.
+func RunLayersOutage(t *testing.T, h SocketHarness) {
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("needs a redis-server of its own to freeze and kill")
+	}
+	client := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client)
+	require.NoError(t, err)
+	layers := IssueLayers(t)
+	for i := range layers {
+		if layers[i].Name == "login" {
+			layers[i].FailClosed = true
+		}
+	}
+	const timeout = 100 * time.Millisecond
+	l, err := httplimit.NewLayered(store, layers, core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	errs := new(errorRecorder)
+	spec := &Spec{
+		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), errs.option())},
+		Routes: layersRoutes,
+	}
+	a := &layersApp{addr: h.Serve(t, spec), limiter: l, spec: spec, errs: errs}
+
+	res := a.send(t, "GET", "/items", "X-User", "o")
+	require.Equal(t, http.StatusOK, res.Status, "healthy")
+	require.NotEmpty(t, res.Header.Get(headers.XRateLimitRemaining), "healthy: the layers decided")
+
+	for _, phase := range []struct {
+		name string
+		cut  func()
+	}{{"frozen", srv.Freeze}, {"dead", func() { srv.Thaw(); srv.Kill() }}} {
+		t.Run(phase.name, func(t *testing.T) {
+			phase.cut()
+			hits := spec.Hits()
+			start := time.Now()
+			res := a.send(t, "GET", "/items", "X-User", "o")
+			assert.Less(t, time.Since(start), timeout+2*time.Second, "bounded by the timeout")
+			assert.Equal(t, http.StatusOK, res.Status, "GET /items fails open")
+			assert.Empty(t, res.Header.Get(headers.XRateLimitRemaining), "no header: the store told nothing")
+			assert.Equal(t, hits+1, spec.Hits())
+
+			start = time.Now()
+			res = a.send(t, "POST", "/login", "X-User", "o")
+			assert.Less(t, time.Since(start), timeout+2*time.Second, "bounded by the timeout")
+			assert.Equal(t, http.StatusServiceUnavailable, res.Status, "the login layer fails closed")
+			assert.Equal(t, "1", res.Header.Get(headers.RetryAfter), "the fail-closed retry")
+			assert.Equal(t, hits+1, spec.Hits(), "the login handler never ran")
+		})
+	}
+	srv.Restart()
+	require.Eventually(t, func() bool {
+		res := a.send(t, "POST", "/login", "X-User", "o")
+		return res.Status == http.StatusOK && res.Header.Get(headers.XRateLimitRemaining) != ""
+	}, 10*time.Second, 50*time.Millisecond, "Redis back: the layers decide again")
+	assert.NotEmpty(t, errs.all(), "the error handler heard the outage")
+}
