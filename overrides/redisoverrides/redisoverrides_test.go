@@ -1,0 +1,509 @@
+package redisoverrides_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/overrides"
+	"github.com/apigate/ratelimit/overrides/redisoverrides"
+)
+
+// within is the issue's bound: every server picks a change up in a second.
+const within = time.Second
+
+var keys atomic.Int64
+
+// newKey returns a hash key of the test's own, so that tests sharing a
+// REDIS_URL server do not meet.
+func newKey() string { return fmt.Sprintf("rl:overrides:test%d", keys.Add(1)) }
+
+// open returns a Watcher of key logging to its own buffer, closed when the
+// test ends.
+func open(t testing.TB, c redis.UniversalClient, key string, opts ...redisoverrides.Option) (*redisoverrides.Watcher, *syncbuf.Buffer) {
+	t.Helper()
+	logs := new(syncbuf.Buffer)
+	opts = append([]redisoverrides.Option{redisoverrides.WithKey(key),
+		redisoverrides.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	w, err := redisoverrides.New(context.Background(), c, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w, logs
+}
+
+var api = core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+
+// limitOf returns the limit w puts on api.
+func limitOf(w *redisoverrides.Watcher) int64 { return w.Adjust(api).Limit }
+
+// waitLimit waits, in a bounded loop, until every watcher puts want on
+// api, and returns how long that took.
+func waitLimit(t *testing.T, want int64, ws ...*redisoverrides.Watcher) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		all := true
+		for _, w := range ws {
+			all = all && limitOf(w) == want
+		}
+		if all {
+			return time.Since(start)
+		}
+		if time.Since(start) > 5*within {
+			for i, w := range ws {
+				t.Logf("watcher %d: limit %d", i, limitOf(w))
+			}
+			t.Fatalf("limit %d not in force on every server after %v", want, 5*within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitReads waits, in a bounded loop, until w has run n more reads.
+func waitReads(t *testing.T, w *redisoverrides.Watcher, n int64) {
+	t.Helper()
+	from := w.Reads()
+	require.Eventually(t, func() bool { return w.Reads() >= from+n }, 10*time.Second, 5*time.Millisecond, "%d more reads", n)
+}
+
+func TestWatcherTwoServersWithinASecond(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	a, _ := open(t, srv.Client(), key)
+	b, _ := open(t, srv.Client(), key)
+	ctx := context.Background()
+
+	// A Limiter on each server, over a store of its own.
+	limiters := make([]*core.Limiter, 2)
+	for i, w := range []*redisoverrides.Watcher{a, b} {
+		store, err := memstore.New()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = store.Close() })
+		limiters[i], err = core.NewLimiter(store, api, core.WithPolicySource(w))
+		require.NoError(t, err)
+	}
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	d, err := limiters[1].AllowAt(ctx, "client", now)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), d.Limit)
+
+	start := time.Now()
+	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 3}))
+	assert.Equal(t, int64(3), limitOf(a), "in force on the server that wrote before Put returns")
+	waitLimit(t, 3, a, b)
+	took := time.Since(start)
+	t.Logf("Put on A in force on B after %v", took)
+	assert.Less(t, took, within)
+
+	// The next request after the watcher saw it is decided by it.
+	for i, l := range limiters {
+		admitted := 0
+		for range 10 {
+			d, err := l.AllowAt(ctx, "other", now)
+			require.NoError(t, err)
+			assert.Equal(t, int64(3), d.Limit)
+			if d.Allowed {
+				admitted++
+			}
+		}
+		assert.Equal(t, 3, admitted, "server %d admits the override's limit", i)
+	}
+
+	// An operator's change by hand, as with redis-cli.
+	raw := srv.Client()
+	start = time.Now()
+	require.NoError(t, raw.HSet(ctx, key, "api", "scale=0.5").Err())
+	waitLimit(t, 50, a, b)
+	took = time.Since(start)
+	t.Logf("HSET by hand in force on both after %v", took)
+	assert.Less(t, took, within)
+	assert.Equal(t, map[string]overrides.Override{"api": {Scale: 0.5}}, b.Snapshot())
+
+	require.NoError(t, raw.HDel(ctx, key, "api").Err())
+	took = waitLimit(t, 100, a, b)
+	assert.Less(t, took, within, "HDEL lifts the override")
+
+	require.NoError(t, b.Put(ctx, "api", overrides.Override{Limit: 7}))
+	assert.Less(t, waitLimit(t, 7, a, b), within)
+	require.NoError(t, a.Delete(ctx, "api"))
+	assert.Equal(t, int64(100), limitOf(a), "lifted on the server that deleted before Delete returns")
+	assert.Less(t, waitLimit(t, 100, a, b), within)
+	n, err := raw.HLen(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestWatcherMalformedFieldKeepsItsLastGoodValue(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	raw := srv.Client()
+	ctx := context.Background()
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit=10", "other", "limit=20").Err())
+	w, logs := open(t, srv.Client(), key)
+	require.Equal(t, int64(10), limitOf(w), "loaded before New returns")
+
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit=ten", "other", "limit=21", "new", "scale=NaN").Err())
+	require.NoError(t, w.Sync(ctx))
+	assert.Equal(t, map[string]overrides.Override{"api": {Limit: 10}, "other": {Limit: 21}}, w.Snapshot(),
+		"api keeps its last good value, other loads, new (never good) has none")
+	require.NoError(t, w.Sync(ctx))
+	waitReads(t, w, 2) // the goroutine's polls log nothing more either
+	out := logs.String()
+	assert.Equal(t, 1, strings.Count(out, "field=api "), "logged once: %s", out)
+	assert.Contains(t, out, `kept="limit=10"`)
+	assert.Equal(t, 1, strings.Count(out, "field=new "), out)
+
+	// A bad layer name, a negative limit, a value with a NUL: the same.
+	require.NoError(t, raw.HSet(ctx, key, "bad name!", "limit=5", "other", "limit=-1", "nul", "\x00limit=1").Err())
+	require.NoError(t, w.Sync(ctx))
+	assert.Equal(t, map[string]overrides.Override{"api": {Limit: 10}, "other": {Limit: 21}}, w.Snapshot())
+	out = logs.String()
+	assert.Contains(t, out, `field="bad name!"`)
+	assert.Contains(t, out, "field=other ")
+	assert.Contains(t, out, "field=nul ")
+
+	// Fixed: the field loads again; a field removed is removed.
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit=12").Err())
+	require.NoError(t, raw.HDel(ctx, key, "other").Err())
+	require.NoError(t, w.Sync(ctx))
+	assert.Equal(t, map[string]overrides.Override{"api": {Limit: 12}}, w.Snapshot())
+	// Broken again with the same bad value: logged again, as a new event.
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit=ten").Err())
+	require.NoError(t, w.Sync(ctx))
+	assert.Equal(t, 2, strings.Count(logs.String(), "field=api "))
+	assert.Contains(t, logs.String(), `kept="limit=12"`)
+
+	// Put refuses what Parse would, writing nothing.
+	assert.ErrorIs(t, w.Put(ctx, "api", overrides.Override{Limit: -1}), core.ErrInvalidOption)
+	assert.ErrorIs(t, w.Put(ctx, "bad name!", overrides.Override{Limit: 1}), core.ErrInvalidOption)
+	assert.ErrorIs(t, w.Put(ctx, "api", overrides.Override{}), core.ErrInvalidOption)
+	v, err := raw.HGet(ctx, key, "api").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "limit=ten", v)
+}
+
+// TestWatcherOutage kills Redis twice: the overrides stay, each outage is
+// logged once however many polls fail, and its end once.
+func TestWatcherOutage(t *testing.T) {
+	srv := redistest.StartWith(t, "--appendonly", "yes", "--appendfsync", "always")
+	key := newKey()
+	// A client that fails fast while Redis is down, so that polls fail
+	// every interval rather than every few seconds of dial retries.
+	opt := srv.Options()
+	opt.MaxRetries, opt.DialerRetries = -1, 1
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	w, logs := open(t, c, key, redisoverrides.WithPollInterval(20*time.Millisecond))
+	ctx := context.Background()
+	require.NoError(t, w.Put(ctx, "api", overrides.Override{Limit: 5}))
+	for outage := 1; outage <= 2; outage++ {
+		srv.Kill()
+		waitReads(t, w, 5)
+		assert.Equal(t, int64(5), limitOf(w), "kept through the outage")
+		assert.Error(t, w.Sync(ctx))
+		assert.Equal(t, outage, strings.Count(logs.String(), "cannot read the overrides"), "each outage is logged once")
+		srv.Restart()
+		require.Eventually(t, func() bool { return strings.Count(logs.String(), "from Redis again") == outage },
+			10*time.Second, 5*time.Millisecond)
+		assert.Equal(t, int64(5), limitOf(w))
+	}
+	assert.NotContains(t, logs.String(), "lost the overrides", "Redis kept its data")
+}
+
+// TestWatcherRestartWithItsData restarts a Redis that keeps its data (AOF,
+// fsync always): the overrides come back as they were, and a change after
+// the restart is picked up.
+func TestWatcherRestartWithItsData(t *testing.T) {
+	srv := redistest.StartWith(t, "--appendonly", "yes", "--appendfsync", "always")
+	key := newKey()
+	a, logs := open(t, srv.Client(), key)
+	b, _ := open(t, srv.Client(), key)
+	ctx := context.Background()
+	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
+	waitLimit(t, 5, a, b)
+
+	srv.Restart()
+	v, err := srv.Client().HGet(ctx, key, "api").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "limit=5", v, "Redis kept the hash")
+	start := time.Now()
+	require.NoError(t, srv.Client().HSet(ctx, key, "api", "limit=8").Err())
+	took := waitLimit(t, 8, a, b)
+	t.Logf("after the restart, a change in force on both after %v", took)
+	assert.Less(t, took, within)
+	assert.NotContains(t, logs.String(), "lost the overrides")
+	assert.Less(t, time.Since(start), within)
+}
+
+// TestWatcherRestartEmpty restarts a Redis without its data: the servers
+// keep the overrides, the first to notice writes them back, and changes
+// afterwards are followed.
+func TestWatcherRestartEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	a, logsA := open(t, srv.Client(), key)
+	b, logsB := open(t, srv.Client(), key)
+	ctx := context.Background()
+	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
+	require.NoError(t, a.Put(ctx, "search", overrides.Override{Scale: 0.5}))
+	waitLimit(t, 5, a, b)
+
+	srv.Restart() // empty
+	raw := srv.Client()
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		m, err := raw.HGetAll(ctx, key).Result()
+		return err == nil && m["api"] == "limit=5" && m["search"] == "scale=0.5"
+	}, 5*within, 5*time.Millisecond, "written back")
+	t.Logf("written back %v after the restart", time.Since(start))
+	ok, err := raw.Exists(ctx, a.Marker()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), ok, "the marker is back")
+	for _, w := range []*redisoverrides.Watcher{a, b} {
+		assert.Equal(t, map[string]overrides.Override{"api": {Limit: 5}, "search": {Scale: 0.5}}, w.Snapshot())
+	}
+	restored := strings.Count(logsA.String(), "lost the overrides") + strings.Count(logsB.String(), "lost the overrides")
+	assert.Equal(t, 1, restored, "one server wrote them back")
+
+	start = time.Now()
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit=9").Err())
+	assert.Less(t, waitLimit(t, 9, a, b), within, "a change after the restart propagates")
+	t.Logf("a change after the restart in force on both after %v", time.Since(start))
+	require.NoError(t, raw.HDel(ctx, key, "api").Err())
+	assert.Less(t, waitLimit(t, 100, a, b), within)
+	assert.Equal(t, map[string]overrides.Override{"search": {Scale: 0.5}}, b.Snapshot())
+
+	// DEL of the hash (the marker stays): an operator cleared every
+	// override, and nothing is written back.
+	require.NoError(t, raw.Del(ctx, key).Err())
+	require.Eventually(t, func() bool { return len(a.Snapshot()) == 0 && len(b.Snapshot()) == 0 }, within, 2*time.Millisecond)
+	waitReads(t, a, 2)
+	n, err := raw.Exists(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a cleared hash stays cleared")
+}
+
+// TestWatcherPutJustAfterARestart writes into a Redis restarted empty
+// before any watcher noticed: Put writes the lost overrides back first,
+// so they are not taken as cleared.
+func TestWatcherPutJustAfterARestart(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	a, _ := open(t, srv.Client(), key, redisoverrides.WithPollInterval(time.Second))
+	ctx := context.Background()
+	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
+	srv.Restart()
+	require.NoError(t, a.Put(ctx, "search", overrides.Override{Limit: 7}))
+	m, err := srv.Client().HGetAll(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"api": "limit=5", "search": "limit=7"}, m)
+	assert.Equal(t, map[string]overrides.Override{"api": {Limit: 5}, "search": {Limit: 7}}, a.Snapshot())
+
+	srv.Restart()
+	require.NoError(t, a.Delete(ctx, "api"))
+	m, err = srv.Client().HGetAll(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"search": "limit=7"}, m)
+}
+
+// netOut returns the bytes Redis has sent to its clients.
+func netOut(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no total_net_output_bytes in INFO stats")
+	return 0
+}
+
+func TestWatcherHostileHash(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	raw := srv.Client()
+	ctx := context.Background()
+	w, logs := open(t, srv.Client(), key, redisoverrides.WithPollInterval(time.Second))
+	require.NoError(t, w.Put(ctx, "api", overrides.Override{Limit: 5}))
+
+	// A 1 MiB value and a 1 MiB name: malformed, and not sent.
+	giant := strings.Repeat("9", 1<<20)
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit="+giant, strings.Repeat("n", 1<<20), "limit=1").Err())
+	before := netOut(t, raw)
+	require.NoError(t, w.Sync(ctx))
+	sent := netOut(t, raw) - before
+	t.Logf("Redis sent %d bytes for a sync of a hash holding 2 MiB", sent)
+	assert.Less(t, sent, int64(16<<10), "the giant value and name did not cross the network")
+	assert.Equal(t, map[string]overrides.Override{"api": {Limit: 5}}, w.Snapshot())
+	assert.Contains(t, logs.String(), "a value of 1048582 bytes")
+	assert.Less(t, len(logs.String()), 4096, "a giant field is clipped in the log")
+
+	// 10,000 fields load; 10,001 are refused as a whole, the last good
+	// overrides kept, and nothing sent.
+	require.NoError(t, raw.Del(ctx, key).Err())
+	pipe := raw.Pipeline()
+	for i := range 10_000 {
+		pipe.HSet(ctx, key, fmt.Sprintf("layer%d", i), "limit="+strconv.Itoa(i+1))
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, w.Sync(ctx))
+	t.Logf("a sync of a hash of 10,000 fields took %v", time.Since(start))
+	require.Len(t, w.Snapshot(), 10_000)
+	fastest := time.Hour
+	for range 3 {
+		start = time.Now()
+		require.NoError(t, w.Sync(ctx))
+		fastest = min(fastest, time.Since(start))
+	}
+	// (The first may see a new DUMP while Redis still rehashes the hash.)
+	t.Logf("a sync of the same 10,000 fields, unchanged, took %v", fastest)
+
+	require.NoError(t, raw.HSet(ctx, key, "layer10000", "limit=1").Err())
+	before = netOut(t, raw)
+	assert.ErrorIs(t, w.Sync(ctx), redisoverrides.ErrTooManyFields)
+	assert.Less(t, netOut(t, raw)-before, int64(4<<10), "a refused hash sends no field")
+	snap := w.Snapshot()
+	assert.Len(t, snap, 10_000, "the last good overrides kept")
+	assert.Equal(t, overrides.Override{Limit: 42}, snap["layer41"])
+	assert.ErrorIs(t, w.Sync(ctx), redisoverrides.ErrTooManyFields)
+	assert.Equal(t, 1, strings.Count(logs.String(), "too many fields"), "logged once while it lasts")
+
+	// Back to a sane hash: it loads.
+	require.NoError(t, raw.Del(ctx, key).Err())
+	require.NoError(t, raw.HSet(ctx, key, "api", "limit=9").Err())
+	require.NoError(t, w.Sync(ctx))
+	assert.Equal(t, map[string]overrides.Override{"api": {Limit: 9}}, w.Snapshot())
+	assert.Contains(t, logs.String(), "within its bound again")
+}
+
+// TestWatcherCloseStopsPolling closes one of two watchers: while the other
+// polls three times, the closed one reads nothing.
+func TestWatcherCloseStopsPolling(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	a, _ := open(t, srv.Client(), key, redisoverrides.WithPollInterval(10*time.Millisecond))
+	b, _ := open(t, srv.Client(), key, redisoverrides.WithPollInterval(10*time.Millisecond))
+	ctx := context.Background()
+	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
+	waitReads(t, a, 2)
+	require.NoError(t, a.Close())
+	require.NoError(t, a.Close(), "Close twice")
+	reads := a.Reads()
+	waitReads(t, b, 3)
+	assert.Equal(t, reads, a.Reads(), "no poll after Close")
+	assert.ErrorIs(t, a.Sync(ctx), redisoverrides.ErrClosed)
+	assert.ErrorIs(t, a.Put(ctx, "api", overrides.Override{Limit: 1}), redisoverrides.ErrClosed)
+	assert.ErrorIs(t, a.Delete(ctx, "api"), redisoverrides.ErrClosed)
+	assert.Equal(t, int64(5), limitOf(a), "the overrides in force stay")
+}
+
+func TestWatcherOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	key := newKey()
+	a, _ := open(t, cl.Client(), key)
+	b, _ := open(t, cl.Client(), key)
+	ctx := context.Background()
+	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 4}))
+	assert.Less(t, waitLimit(t, 4, a, b), within)
+	require.NoError(t, b.Delete(ctx, "api"))
+	assert.Less(t, waitLimit(t, 100, a, b), within)
+}
+
+func TestWatcherMarkerKey(t *testing.T) {
+	assert.Equal(t, "{rl:overrides}:alive", redisoverrides.MarkerOf("rl:overrides"))
+	assert.Equal(t, "{rl}:overrides:alive", redisoverrides.MarkerOf("{rl}:overrides"))
+}
+
+func TestWatcherNewRefusesBadInput(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	_, err := redisoverrides.New(ctx, nil)
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	var nilClient *redis.Client
+	_, err = redisoverrides.New(ctx, nilClient)
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	for i, opt := range []redisoverrides.Option{
+		nil, redisoverrides.WithKey(""), redisoverrides.WithKey("a\nb"), redisoverrides.WithKey("a}b"),
+		redisoverrides.WithKey("a{}b"), redisoverrides.WithKey(strings.Repeat("k", 257)),
+		redisoverrides.WithPollInterval(time.Millisecond), redisoverrides.WithPollInterval(1001 * time.Millisecond),
+		redisoverrides.WithMaxFields(0), redisoverrides.WithMaxFields(100_001), redisoverrides.WithLogger(nil),
+	} {
+		_, err = redisoverrides.New(ctx, srv.Client(), opt)
+		assert.ErrorIs(t, err, core.ErrInvalidOption, "option %d", i)
+	}
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer down.Close()
+	_, err = redisoverrides.New(ctx, down)
+	assert.Error(t, err, "Redis unreachable at start")
+	frozen := redistest.Start(t)
+	frozen.Freeze()
+	defer frozen.Thaw()
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{Addr: frozen.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	start := time.Now()
+	_, err = redisoverrides.New(tctx, c)
+	assert.Error(t, err, "Redis not answering within ctx")
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestWatcherAdjustAllocatesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	w, _ := open(t, srv.Client(), newKey())
+	require.NoError(t, w.Put(context.Background(), "api", overrides.Override{Scale: 0.5}))
+	var p core.Policy
+	allocs := testing.AllocsPerRun(1000, func() { p = w.Adjust(api) })
+	assert.Zero(t, allocs)
+	assert.Equal(t, int64(50), p.Limit)
+}
+
+func BenchmarkWatcherAdjust(b *testing.B) {
+	srv := redistest.Start(b)
+	w, _ := open(b, srv.Client(), newKey())
+	require.NoError(b, w.Put(context.Background(), "api", overrides.Override{Scale: 0.5}))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = w.Adjust(api)
+		}
+	})
+}
+
+// BenchmarkWatcherSync measures one read of an unchanged hash of 100
+// fields: what each poll costs.
+func BenchmarkWatcherSync(b *testing.B) {
+	srv := redistest.Start(b)
+	key := newKey()
+	raw := srv.Client()
+	for i := range 100 {
+		require.NoError(b, raw.HSet(context.Background(), key, fmt.Sprintf("layer%d", i), "limit=5").Err())
+	}
+	w, _ := open(b, raw, key, redisoverrides.WithPollInterval(time.Second))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := w.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
