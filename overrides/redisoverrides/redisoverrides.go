@@ -133,7 +133,9 @@ var _ core.PolicySource = (*Watcher)(nil)
 
 // New returns a Watcher of the hash (WithKey) on client: a *redis.Client,
 // a *redis.ClusterClient or a Ring, which it does not own. It reads the
-// hash before it returns, within ctx, and fails when it cannot; it sets
+// hash before it returns, within ctx (a go-redis client bounds a read by
+// ctx only with ContextTimeoutEnabled; else by its ReadTimeout), and
+// fails when it cannot; it sets
 // the marker (see the package doc) if none exists. A hash found malformed
 // or too big does not fail New: it is logged, and the Watcher starts with
 // the fields it could read. A nil client, or an option nil or refusing

@@ -223,6 +223,44 @@ func TestWatcherOutage(t *testing.T) {
 	assert.NotContains(t, logs.String(), "lost the overrides", "Redis kept its data")
 }
 
+// TestWatcherFrozenRedis freezes Redis: Adjust never waits for it, the
+// overrides stay, and a change made once it thaws is followed.
+func TestWatcherFrozenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	opt := srv.Options()
+	opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	w, logs := open(t, c, key, redisoverrides.WithPollInterval(20*time.Millisecond))
+	ctx := context.Background()
+	require.NoError(t, w.Put(ctx, "api", overrides.Override{Limit: 5}))
+	srv.Freeze()
+	thawed := false
+	defer func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	}()
+	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	assert.Error(t, w.Sync(tctx), "a read of a frozen Redis fails by its context")
+	start := time.Now()
+	for range 1000 {
+		require.Equal(t, int64(5), limitOf(w))
+	}
+	assert.Less(t, time.Since(start), 50*time.Millisecond, "Adjust does no I/O")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read the overrides") },
+		5*time.Second, 5*time.Millisecond)
+	srv.Thaw()
+	thawed = true
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "from Redis again") }, 5*time.Second, 5*time.Millisecond)
+	start = time.Now()
+	require.NoError(t, srv.Client().HSet(ctx, key, "api", "limit=6").Err())
+	waitLimit(t, 6, w)
+	assert.Less(t, time.Since(start), within)
+}
+
 // TestWatcherRestartWithItsData restarts a Redis that keeps its data (AOF,
 // fsync always): the overrides come back as they were, and a change after
 // the restart is picked up.
