@@ -545,3 +545,27 @@ func BenchmarkWatcherSync(b *testing.B) {
 		}
 	}
 }
+
+// TestWatcherPropagationTimes makes ten changes on one server and
+// measures when each is in force on the other: all within a second,
+// about one poll interval on average.
+func TestWatcherPropagationTimes(t *testing.T) {
+	srv := redistest.Start(t)
+	key := newKey()
+	a, _ := open(t, srv.Client(), key)
+	b, _ := open(t, srv.Client(), key)
+	ctx := context.Background()
+	var total, worst time.Duration
+	const changes = 10
+	for i := range changes {
+		start := time.Now()
+		require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: int64(10 + i)}))
+		waitLimit(t, int64(10+i), b)
+		took := time.Since(start)
+		total += took
+		worst = max(worst, took)
+	}
+	t.Logf("%d changes: in force on the other server after %v on average, %v at worst (poll interval %v)",
+		changes, total/changes, worst, redisoverrides.DefaultPollInterval)
+	assert.Less(t, worst, within)
+}
