@@ -35,6 +35,7 @@ type call struct {
 	args      [16]any
 	nargs     int
 	cmd       *redis.IntSliceCmd
+	multi     *multiCall // a layered decision's arguments, in place of the above (TakeAllBy)
 
 	parent   context.Context // the caller's: its values, not its cancellation
 	deadline time.Time
@@ -94,9 +95,7 @@ var timerPool = sync.Pool{New: func() any { return time.NewTimer(time.Hour) }}
 // TIME, else the time in µs).
 func (c *call) prepare(sc *redis.Script, src, key, lock string, explicit bool, ints ...int64) {
 	c.key, c.lock, c.sha, c.src = key, lock, sc.Hash(), src
-	c.err, c.reply, c.cmd = nil, nil, nil
-	c.state.Store(callPending)
-	c.taken.Store(false)
+	c.reset(nil)
 	n := 0
 	c.args[n], c.args[n+1] = "evalsha", &c.sha
 	n += 2
@@ -122,8 +121,20 @@ func (c *call) prepare(sc *redis.Script, src, key, lock string, explicit bool, i
 	c.nargs = n
 }
 
+// reset readies c, from the pool, for a run of the script of m (nil for
+// c's own arguments).
+func (c *call) reset(m *multiCall) {
+	c.err, c.reply, c.cmd, c.multi = nil, nil, nil, m
+	c.state.Store(callPending)
+	c.taken.Store(false)
+}
+
 // command returns a new command of c: EVALSHA, or EVAL with the source.
 func (c *call) command(eval bool) *redis.IntSliceCmd {
+	if m := c.multi; m != nil {
+		c.cmd = redis.NewIntSliceCmd(context.Background(), m.command(eval)...)
+		return c.cmd
+	}
 	if eval {
 		c.args[0], c.args[1] = "eval", &c.src
 	} else {

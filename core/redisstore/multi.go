@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,15 +22,66 @@ var multiLua string
 var _ core.MultiTaker = (*Store)(nil)
 
 // layerLocals are the prelude's per-request locals, as every layer's
-// function declares them from its own ARGV, but for the Redis TIME, read
-// once for all layers (redis_now in multi.lua).
-const layerLocals = `  local limit = tonumber(ARGV[1])
-  local window = tonumber(ARGV[2])
-  local capacity = tonumber(ARGV[3])
-  local cost = tonumber(ARGV[4])
-  local now = tonumber(ARGV[5]) or redis_now()
-  local min_ttl = tonumber(ARGV[6])
+// function declares them from its own ARGV (at offset ab), but for the
+// Redis TIME, read once for all layers (shared_now in multi.lua).
+const layerLocals = `  local limit = tonumber(ARGV[ab + 1])
+  local window = tonumber(ARGV[ab + 2])
+  local capacity = tonumber(ARGV[ab + 3])
+  local cost = tonumber(ARGV[ab + 4])
+  local now = tonumber(ARGV[ab + 5])
+  if not now then
+    if not shared_now then
+      local time = redis.call('TIME')
+      shared_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = shared_now
+  end
+  local min_ttl = tonumber(ARGV[ab + 6])
 `
+
+// deferringLua is the redis the log's script sees in a layer's function
+// (see multi.lua): its writes wait in w, its reads run at once.
+const deferringLua = `  local redis = {pcall = redis.pcall, call = function(command, ...)
+    if command == 'ZADD' or command == 'ZREM' or command == 'PEXPIRE' or command == 'DEL' or command == 'SET' then
+      local o = 4 * writes
+      writes = writes + 1
+      w[o + 1], w[o + 2], w[o + 3], w[o + 4] = layer, false, {command, ...}, false
+      return 0
+    end
+    return run(command, ...)
+  end}
+`
+
+// The parts of multi.lua: its runtime (multiHead), what follows each
+// layer's call (multiAfter), and its end (multiTail); multiParts reports
+// a multi.lua without its markers.
+var multiHead, multiAfter, multiTail, multiParts = splitMulti(multiLua)
+
+// splitMulti splits lua at the markers of multi.lua.
+func splitMulti(lua string) (head, after, tail string, err error) {
+	const calls, each, end = "-- The calls of the layers' functions go here", "-- after each layer\n", "-- end after each layer\n"
+	i, j, k := strings.Index(lua, calls), strings.Index(lua, each), strings.Index(lua, end)
+	if i < 0 || j < i || k < j {
+		return "", "", "", errors.New("redisstore: multi.lua has lost its markers; update splitMulti in multi.go")
+	}
+	return lua[:i], lua[j+len(each) : k], lua[k+len(end):], nil
+}
+
+// layerRefs matches the KEYS[i] and ARGV[i] of an algorithm's script and
+// of lockout.lua, which a layer's function reads at its offsets.
+var layerRefs = regexp.MustCompile(`\b(KEYS|ARGV)\[(\d+)\]`)
+
+// layerBody returns lua with its KEYS[i] and ARGV[i] read at a layer's
+// offsets kb and ab.
+func layerBody(lua string) string {
+	return layerRefs.ReplaceAllStringFunc(lua, func(ref string) string {
+		m := layerRefs.FindStringSubmatch(ref)
+		if m[1] == "KEYS" {
+			return "KEYS[kb + " + m[2] + "]"
+		}
+		return "ARGV[ab + " + m[2] + "]"
+	})
+}
 
 // preludeLocals is the block of prelude.lua that layerLocals stands for:
 // layeredSource refuses a prelude without it, so that a change to the
@@ -92,7 +145,9 @@ func scriptFor(vs []int) (*layeredScript, error) {
 
 // layeredSource returns the script deciding one layer per variant in vs,
 // in order (see multi.lua): the prelude without its per-request locals,
-// multi.lua, one function per variant, and the calls.
+// multi.lua's runtime, one function per variant (its KEYS and ARGV read
+// at the layer's offsets, layerBody), the calls, each followed by
+// multi.lua's code for after a layer, and multi.lua's end.
 func layeredSource(vs []int) (string, error) {
 	i := strings.Index(preludeLua, preludeLocals)
 	if i < 0 {
@@ -102,7 +157,10 @@ func layeredSource(vs []int) (string, error) {
 	b.WriteString(preludeLua[:i])
 	b.WriteString(preludeLua[i+len(preludeLocals):])
 	b.WriteString("\n")
-	b.WriteString(multiLua)
+	if multiParts != nil {
+		return "", multiParts
+	}
+	b.WriteString(multiHead)
 	var defined [2 * len(algos)]bool
 	for _, v := range vs {
 		if v < 0 || v >= len(defined) {
@@ -112,41 +170,35 @@ func layeredSource(vs []int) (string, error) {
 			continue
 		}
 		defined[v] = true
-		fmt.Fprintf(&b, "\nlocal function layer_%d(KEYS, ARGV)\n%s  local function decide()\n    local redis = deferring\n", v, layerLocals)
-		b.WriteString(*algos[v/2].lua)
-		b.WriteString("\n  end\n")
-		if v%2 == 1 {
-			b.WriteString(lockoutLua)
-		} else {
-			b.WriteString("  return decide()\n")
+		fmt.Fprintf(&b, "\nlocal function layer_%d(kb, ab)\n%s", v, layerLocals)
+		a := &algos[v/2]
+		body := layerBody(*a.lua)
+		if a.alg == core.SlidingWindowLog {
+			// The log writes with redis.call: deferred (see deferring).
+			body = deferringLua + body
 		}
-		b.WriteString("end\n")
+		if v%2 == 1 {
+			b.WriteString("  local function decide()\n")
+			b.WriteString(body)
+			b.WriteString("\n  end\n")
+			b.WriteString(layerBody(lockoutLua))
+		} else {
+			b.WriteString(body)
+		}
+		b.WriteString("\nend\n")
 	}
 	b.WriteString("\n")
 	key, arg := 1, 2
-	for _, v := range vs {
-		nk, na := 1, 6
+	for j, v := range vs {
+		fmt.Fprintf(&b, "layer = %d\nr = layer_%d(%d, %d)\n", j+1, v, key-1, arg-1)
+		b.WriteString(multiAfter)
 		if v%2 == 1 {
-			nk, na = 2, 9
+			key, arg = key+2, arg+9
+		} else {
+			key, arg = key+1, arg+6
 		}
-		fmt.Fprintf(&b, "decide_layer(layer_%d, {", v)
-		for k := range nk {
-			if k > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "KEYS[%d]", key+k)
-		}
-		b.WriteString("}, {")
-		for a := range na {
-			if a > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "ARGV[%d]", arg+a)
-		}
-		b.WriteString("})\n")
-		key, arg = key+nk, arg+na
 	}
-	b.WriteString("return finish()\n")
+	b.WriteString(multiTail)
 	return b.String(), nil
 }
 
@@ -624,4 +676,116 @@ func slot(key string) uint16 {
 		}
 	}
 	return crc % 16384
+}
+
+var _ core.BoundedMultiTaker = (*Store)(nil)
+
+// TakeAllBy is TakeAll bounded by deadline and ctx, for a layered
+// core.Limiter (see core.BoundedMultiTaker), as TakeBy is Take: over a
+// *redis.Client, the layered script runs on one of the Store's flusher
+// goroutines, in the pipeline of the decisions that arrive while the
+// others are busy (a lone decision goes out at once, as one EVALSHA), and
+// TakeAllBy stops waiting at deadline or when ctx ends, however the client
+// is configured; a decision whose deadline passes before a flusher
+// reaches it is never sent. Over any other client (a cluster client, a
+// Ring), TakeAllBy is TakeAll with deadline as its context's, on a
+// goroutine of its own that it stops waiting for at the deadline, unless
+// the client honours context deadlines (see CallMode). It fails as TakeAll
+// does, and with the context's error when it stops waiting.
+func (s *Store) TakeAllBy(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+	if s.batch == nil || deadline.IsZero() {
+		return s.takeAllBounded(ctx, reqs, out, deadline)
+	}
+	if err := checkLayers(reqs, out); err != nil {
+		return err
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: layers: %w", err)
+	}
+	m := multiPool.Get().(*multiCall)
+	if err := s.prepare(m, reqs, false); err != nil {
+		m.put()
+		return err
+	}
+	c := callPool.Get().(*call)
+	c.reset(m)
+	c.deadline, c.parent = deadline, ctx
+	owned, err := s.batch.do(ctx, c)
+	if !owned {
+		// The flusher may still send m's arguments: neither goes back
+		// to its pool.
+		return fmt.Errorf("redisstore: layers: %w", err)
+	}
+	r := c.reply
+	if err == nil {
+		err = c.err
+	}
+	c.reply, c.cmd, c.err, c.parent, c.multi = nil, nil, nil, nil, nil
+	callPool.Put(c)
+	defer m.put()
+	if err != nil {
+		s.recovery.failed(err)
+		return fmt.Errorf("redisstore: layers: %w", err)
+	}
+	if len(r) != m.want {
+		return fmt.Errorf("redisstore: layers: script returned %d values, want %d", len(r), m.want)
+	}
+	m.decisions(r, out)
+	return nil
+}
+
+// takeAllBounded is TakeAllBy over a client without a batcher: TakeAll,
+// with deadline as its context's, on a goroutine of its own unless the
+// client honours context deadlines.
+func (s *Store) takeAllBounded(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+	if deadline.IsZero() {
+		return s.TakeAll(ctx, reqs, out)
+	}
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	if s.CallMode() == core.CallWithDeadline {
+		defer cancel()
+		return s.TakeAll(sctx, reqs, out)
+	}
+	if len(reqs) > core.MaxLayers || len(out) != len(reqs) {
+		cancel()
+		return checkLayers(reqs, out)
+	}
+	// The goroutine's own copies: reqs and out are the caller's again
+	// once TakeAllBy has returned.
+	type result struct {
+		ds  [core.MaxLayers]core.Decision
+		err error
+	}
+	own := make([]core.Request, len(reqs))
+	copy(own, reqs)
+	ch := make(chan *result, 1)
+	go func() {
+		defer cancel()
+		r := new(result)
+		r.err = s.TakeAll(sctx, own, r.ds[:len(own)])
+		ch <- r
+	}()
+	var r *result
+	select {
+	case r = <-ch:
+	case <-sctx.Done():
+	case <-ctx.Done():
+	}
+	if r == nil {
+		select {
+		case r = <-ch: // it answered just in time
+		default:
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("redisstore: layers: %w", err)
+			}
+			return fmt.Errorf("redisstore: layers: %w", sctx.Err())
+		}
+	}
+	if r.err == nil {
+		copy(out, r.ds[:len(out)])
+	}
+	return r.err
 }

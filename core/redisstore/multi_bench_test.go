@@ -15,6 +15,7 @@ import (
 // redis-server with Redis TIME, a Limiter's AllowN on one token bucket
 // ("single") beside a layered Limiter's AllowLayers over four layers of
 // four algorithms on four client keys, one with a lockout ("layers-4"),
+// over four token buckets ("buckets-4") and over one ("buckets-1"), each
 // decided by one script; round-trips/op counts the client's commands and
 // pipelines, redis-µs/op the time Redis spent in the scripts (INFO
 // commandstats). The policies are generous, so that every request passes and
@@ -34,28 +35,44 @@ func BenchmarkMultiLayers(b *testing.B) {
 		s := mustNew(b, c, WithPrefix(testPrefix(b)))
 		b.Cleanup(func() { _ = s.Close() })
 		<-s.checked // New's check of the configuration is done: its commands are not counted
-		reqs := fourLayers("bench", time.Time{})
-		layers := make([]core.Layer, len(reqs))
-		checks := make([]core.Check, len(reqs))
-		for i, r := range reqs {
-			p := r.Policy
-			p.Name = ""
-			p.Limit = core.MaxLogLimit
-			if p.Lockout != nil {
-				p.Lockout = &core.Lockout{Duration: time.Minute}
-			}
-			p.Window = time.Second
-			layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
-			checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
-		}
 		single, err := core.NewLimiter(s, core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second},
 			core.WithTimeout(time.Second))
 		if err != nil {
 			b.Fatal(err)
 		}
-		layered, err := core.NewLayered(s, layers, core.WithTimeout(time.Second))
-		if err != nil {
-			b.Fatal(err)
+		sets := []struct {
+			name    string
+			layered *core.Limiter
+			checks  []core.Check
+		}{
+			{name: "layers-4"}, {name: "buckets-4"}, {name: "buckets-1"},
+		}
+		for k := range sets {
+			reqs := fourLayers("bench", time.Time{})
+			layers := make([]core.Layer, len(reqs))
+			checks := make([]core.Check, len(reqs))
+			for i, r := range reqs {
+				p := r.Policy
+				p.Name = ""
+				p.Limit = core.MaxLogLimit
+				if p.Lockout != nil {
+					p.Lockout = &core.Lockout{Duration: time.Minute}
+				}
+				if sets[k].name != "layers-4" {
+					p.Algorithm, p.Lockout = core.TokenBucket, nil
+				}
+				p.Window = time.Second
+				layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+				checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+			}
+			if sets[k].name == "buckets-1" {
+				layers, checks = layers[1:2], []core.Check{{Layer: 0, Key: "user-bench", Cost: 1}}
+			}
+			l, err := core.NewLayered(s, layers, core.WithTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sets[k].layered, sets[k].checks = l, checks
 		}
 		var before int64
 		start := func() {
@@ -84,22 +101,25 @@ func BenchmarkMultiLayers(b *testing.B) {
 			}
 			trips(b)
 		})
-		b.Run(mode+"/layers-4", func(b *testing.B) {
-			var v core.Verdict
-			if err := layered.AllowLayers(ctx, checks, &v); err != nil { // warm up
-				b.Fatal(err)
-			}
-			start()
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := layered.AllowLayers(ctx, checks, &v); err != nil {
+		for _, set := range sets {
+			layered, checks := set.layered, set.checks
+			b.Run(mode+"/"+set.name, func(b *testing.B) {
+				var v core.Verdict
+				if err := layered.AllowLayers(ctx, checks, &v); err != nil { // warm up
 					b.Fatal(err)
 				}
-				if !v.Allowed {
-					b.Fatal("denied")
+				start()
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := layered.AllowLayers(ctx, checks, &v); err != nil {
+						b.Fatal(err)
+					}
+					if !v.Allowed {
+						b.Fatal("denied")
+					}
 				}
-			}
-			trips(b)
-		})
+				trips(b)
+			})
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +53,7 @@ func TestMultiScriptsLoad(t *testing.T) {
 			require.NoError(t, err)
 			assert.Same(t, ls, again, "variants %v: cached", vs)
 			// One function per kind of layer, three calls.
-			assert.Equal(t, 3, strings.Count(ls.src, "\ndecide_layer(layer_"), "variants %v", vs)
+			assert.Equal(t, 3, strings.Count(ls.src, "\nr = layer_"), "variants %v", vs)
 			if a != b {
 				assert.Equal(t, 2, strings.Count(ls.src, "\nlocal function layer_"), "variants %v", vs)
 			}
@@ -362,4 +364,205 @@ func TestMultiExactness(t *testing.T) {
 		stores[i] = mustNew(t, srv.Client(), WithPrefix(prefix))
 	}
 	storetest.RunLayersExactness(t, stores, 4)
+}
+
+// batchHook records, per command, whether it ran with the context of a
+// batcher's call of a layered decision (TakeAllBy's).
+type batchHook struct {
+	mu      sync.Mutex
+	batched int // commands run for a TakeAllBy call
+	other   int
+}
+
+func (*batchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *batchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c, ok := ctx.(*call)
+		h.mu.Lock()
+		if ok && c.multi != nil {
+			h.batched++
+		} else {
+			h.other++
+		}
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *batchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestMultiLimiterUsesTakeAllBy: a layered Limiter over a default
+// *redis.Client decides through the Store's batcher (TakeAllBy, on a
+// flusher, with the call as its context), with exactly one EVALSHA per
+// decision, admitted or denied; and concurrent layered decisions are
+// each one EVALSHA, in shared pipelines or not.
+func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	counter, bh := newCommandCounter(), &batchHook{}
+	c.AddHook(counter)
+	c.AddHook(bh)
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	reqs := fourLayers("by", time.Time{})
+	layers := make([]core.Layer, len(reqs))
+	checks := make([]core.Check, len(reqs))
+	for i, r := range reqs {
+		p := r.Policy
+		p.Name = ""
+		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+	}
+	l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	var v core.Verdict
+	require.NoError(t, l.AllowLayers(ctx, checks, &v)) // loads the script
+	<-s.checked
+	counter.reset()
+	bh.mu.Lock()
+	bh.batched, bh.other = 0, 0
+	bh.mu.Unlock()
+	for range 3 {
+		require.NoError(t, l.AllowLayers(ctx, checks, &v))
+		assert.True(t, v.Allowed)
+	}
+	checks[2].Cost = 99 // more than the endpoint layer has left
+	require.NoError(t, l.AllowLayers(ctx, checks, &v))
+	assert.False(t, v.Allowed)
+	assert.Equal(t, 2, v.Binding)
+	names, pipelines := counter.snapshot()
+	assert.Equal(t, map[string]int{"evalsha": 4}, names, "four layered decisions")
+	assert.Zero(t, pipelines)
+	bh.mu.Lock()
+	assert.Equal(t, 4, bh.batched, "commands run by the batcher for TakeAllBy")
+	assert.Zero(t, bh.other, "commands run otherwise")
+	bh.mu.Unlock()
+	assert.Equal(t, int64(96), v.Decisions[1].Remaining, "the user layer: four admissions, the denial took nothing")
+
+	// Concurrent decisions: each admitted exactly once by the global
+	// layer, whatever pipelines the flushers made of them.
+	require.NoError(t, l.AllowLayers(ctx, []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: "ip-x", Cost: 1}}, &v)) // loads this combination's script
+	counter.reset()
+	const workers, each = 8, 10
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			own := []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: fmt.Sprintf("ip-%d", w), Cost: 1}}
+			var v core.Verdict
+			for range each {
+				if err := l.AllowLayers(ctx, own, &v); err == nil && v.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(workers*each), admitted.Load())
+	names, pipelines = counter.snapshot()
+	for name := range names {
+		assert.Equal(t, "evalsha", name, "commands run alone")
+	}
+	assert.LessOrEqual(t, names["evalsha"]+pipelines, workers*each, "round trips: one per decision at most")
+}
+
+// TestMultiTakeAllByFrozenRedis: over a frozen Redis (SIGSTOP), TakeAllBy
+// returns by its deadline over the default client (through the batcher)
+// and over one that honours context deadlines, a later call too (its
+// decision is never sent once its deadline passed), and answers again
+// once Redis is thawed.
+func TestMultiTakeAllByFrozenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("needs a local redis-server to freeze")
+	}
+	opts := srv.Options()
+	opts.ContextTimeoutEnabled = true
+	direct := redis.NewClient(opts)
+	t.Cleanup(func() { _ = direct.Close() })
+	stores := map[string]*Store{
+		"default": mustNew(t, srv.Client(), WithPrefix(testPrefix(t))),
+		"direct":  mustNew(t, direct, WithPrefix(testPrefix(t))),
+	}
+	ctx := context.Background()
+	reqs := fourLayers("fz", time.Time{})
+	out := make([]core.Decision, len(reqs))
+	for _, s := range stores {
+		require.NoError(t, s.TakeAllBy(ctx, reqs, out, time.Now().Add(5*time.Second))) // warm up
+	}
+	srv.Freeze()
+	thawed := false
+	defer func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	}()
+	const timeout = 100 * time.Millisecond
+	for name, s := range stores {
+		for i := range 2 {
+			start := time.Now()
+			err := s.TakeAllBy(ctx, reqs, out, start.Add(timeout))
+			took := time.Since(start)
+			require.Error(t, err, "%s %d", name, i)
+			assert.Less(t, took, timeout+500*time.Millisecond, "%s %d: TakeAllBy over a frozen Redis", name, i)
+		}
+		// A canceled caller stops waiting at once.
+		cctx, cancel := context.WithCancel(ctx)
+		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+		start := time.Now()
+		err := s.TakeAllBy(cctx, reqs, out, start.Add(time.Minute))
+		assert.ErrorIs(t, err, context.Canceled, name)
+		assert.Less(t, time.Since(start), 10*time.Second, "%s: canceled", name)
+	}
+	srv.Thaw()
+	thawed = true
+	for name, s := range stores {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.NoError(c, s.TakeAllBy(ctx, reqs, out, time.Now().Add(time.Second)))
+		}, 10*time.Second, 10*time.Millisecond, "%s after the thaw", name)
+		assert.True(t, out[0].Allowed, name)
+	}
+}
+
+// TestMultiTakeAllByMatchesTakeAll: the same layered requests, at the same
+// explicit times, get the same decisions from TakeAllBy as from TakeAll
+// (on other keys), admitted and denied, locked out included, over a
+// *redis.Client (the batcher) and a cluster client (TakeAll bounded).
+func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t)
+	clients := map[string]redis.UniversalClient{"client": srv.Client(), "cluster": cl.Client()}
+	ctx := context.Background()
+	for name, c := range clients {
+		t.Run(name, func(t *testing.T) {
+			a := mustNew(t, c, WithPrefix(testPrefix(t)+"a:"))
+			b := mustNew(t, c, WithPrefix(testPrefix(t)+"b:"))
+			now := time.UnixMicro(1_700_000_000_000_000)
+			denied := 0
+			for i := range 60 {
+				at := now.Add(time.Duration(i) * 700 * time.Millisecond)
+				reqs := fourLayers("m", at)
+				for j := range reqs {
+					reqs[j].Policy.Limit = 10
+					reqs[j].Cost = int64(1 + (i*(j+1))%4)
+				}
+				want := make([]core.Decision, len(reqs))
+				got := make([]core.Decision, len(reqs))
+				require.NoError(t, a.TakeAll(ctx, reqs, want), "request %d", i)
+				require.NoError(t, b.TakeAllBy(ctx, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
+				assert.Equal(t, want, got, "request %d", i)
+				if !want[0].Allowed || !want[1].Allowed || !want[2].Allowed || !want[3].Allowed {
+					denied++
+				}
+			}
+			assert.Positive(t, denied, "some requests denied")
+			assert.Less(t, denied, 60, "some admitted")
+			// Bad input is TakeAll's error, without a round trip.
+			err := b.TakeAllBy(ctx, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
+			assert.ErrorIs(t, err, core.ErrInvalidOption)
+		})
+	}
 }
