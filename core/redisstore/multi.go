@@ -160,6 +160,22 @@ func layeredSource(vs []int) (string, error) {
 	if multiParts != nil {
 		return "", multiParts
 	}
+	// reply and w, at their sizes (see multi.lua).
+	b.WriteString("local reply, w = {")
+	for k := range replySize(vs) {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("0")
+	}
+	b.WriteString("}, {")
+	for k := range 4 * len(vs) {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("false")
+	}
+	b.WriteString("}\n")
 	b.WriteString(multiHead)
 	var defined [2 * len(algos)]bool
 	for _, v := range vs {
@@ -200,6 +216,16 @@ func layeredSource(vs []int) (string, error) {
 	}
 	b.WriteString(multiTail)
 	return b.String(), nil
+}
+
+// replySize is the number of integers in the reply of the layers of
+// variants vs: 5 per layer, 6 with a lockout.
+func replySize(vs []int) int {
+	n := 0
+	for _, v := range vs {
+		n += 5 + v%2
+	}
+	return n
 }
 
 // multiCall is one layered script run (or one undo): its arguments live in

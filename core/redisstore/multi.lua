@@ -38,8 +38,10 @@ local shared_now
 -- The pending writes, in order, 4 slots each in w: the layer that made
 -- it, then a SET's key, packed state and TTL in ms, or false and the
 -- command (its arguments as a table) of any other write. layer is the
--- layer being decided.
-local w, writes, layer = {}, 0, 0
+-- layer being decided. w, and reply (the script's reply), are declared
+-- before this, made by layeredSource at their sizes (4 slots per layer
+-- for w), so that they never grow as the layers fill them.
+local writes, layer = 0, 0
 
 -- run is redis.call, for the commands the algorithms' scripts name
 -- (version_test.go checks those): the layers' calls and their pending
@@ -56,7 +58,7 @@ local function write_state(key, ttl_ms, format, ...)
   w[o + 1], w[o + 2], w[o + 3], w[o + 4] = layer, key, struct.pack(format, ...), string.format('%d', ttl_ms)
 end
 
-local reply, replied, admitted, r = {}, 0, true, nil
+local replied, admitted, r = 0, true, nil
 
 -- The calls of the layers' functions go here, each followed by:
 -- after each layer
