@@ -97,8 +97,9 @@ type MultiTaker interface {
 // BoundedMultiTaker is to TakeAll what BoundedTaker is to Take: a store
 // that bounds its own layered decisions, cheaper than the Limiter's
 // goroutine can (redisstore over a *redis.Client, through its batcher).
-// A layered Limiter over a store that implements it and is not CallDirect
-// calls TakeAllBy instead of TakeAll, on the caller's goroutine.
+// A layered Limiter over a store that implements it and is CallBounded
+// calls TakeAllBy instead of TakeAll, on the caller's goroutine (a
+// CallWithDeadline store's TakeAll is called directly, under the deadline).
 type BoundedMultiTaker interface {
 	// TakeAllBy is TakeAll, bounded as BoundedTaker.TakeBy is: it returns
 	// by deadline or as soon as ctx ends, whichever comes first; the
@@ -472,6 +473,15 @@ func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, o
 	switch {
 	case l.call == CallDirect:
 		err = store.TakeAll(ctx, reqs, out)
+	case l.call == CallWithDeadline:
+		// The store honours the deadline: on the caller's goroutine,
+		// measured faster at one goroutine than through TakeAllBy.
+		sctx, cancel := l.storeContext(ctx)
+		err = store.TakeAll(sctx, reqs, out)
+		if err != nil {
+			err = l.timedOut(sctx, err)
+		}
+		cancel()
 	case l.layered.boundedBy != nil && store == l.layered.multi:
 		deadline := time.Now().Add(l.timeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -481,13 +491,6 @@ func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, o
 		if err != nil && !time.Now().Before(deadline) {
 			err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
 		}
-	case l.call == CallWithDeadline:
-		sctx, cancel := l.storeContext(ctx)
-		err = store.TakeAll(sctx, reqs, out)
-		if err != nil {
-			err = l.timedOut(sctx, err)
-		}
-		cancel()
 	default:
 		return l.boundedAll(ctx, store, reqs, out, probe)
 	}
