@@ -1,0 +1,185 @@
+package adapterstest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/overrides"
+	"github.com/apigate/ratelimit/overrides/redisoverrides"
+)
+
+// overrideWithin is how soon an override written on one app server must
+// be in force on every other: the second.
+const overrideWithin = time.Second
+
+var overrideKeys atomic.Int64
+
+// userKey keys a request by its X-User header.
+func userKey(r keyfuncs.Request) (string, error) { return "user:" + r.Header("X-User"), nil }
+
+// RunOverrides checks limits changed live, over real sockets. In process
+// (overrides.Set): an override put from code is in force at the next
+// request, and its removal too. Through Redis (redisoverrides): two app
+// servers, each with its own Limiter and its own Watcher, over one store
+// and one overrides hash in one real redis-server; an operator's Put on
+// server A lowers the layer's limit, and server B denies past the new
+// limit within a second (the time it took is measured), both then admit
+// exactly the new limit to a new client; an override written by hand
+// (HSET) and its removal (HDEL) are followed the same way. A layered
+// app (httplimit.WithLayers) has one of its layers overridden.
+func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
+	get := func(addr, user string) Response {
+		return Send(t, addr, RawRequest{Header: hdr("X-User", user)})
+	}
+
+	t.Run("in process", func(t *testing.T) {
+		live := overrides.New()
+		l := NewLimiter(t, NewStore(t), fixed("api", 1000), core.WithPolicySource(live))
+		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithKeyFunc(userKey))},
+			Routes: []Route{{Method: "GET", Path: "/"}}})
+		for range 2 {
+			require.Equal(t, http.StatusOK, get(addr, "1").Status)
+		}
+		require.NoError(t, live.Put("api", overrides.Override{Limit: 3}))
+		res := get(addr, "1")
+		require.Equal(t, http.StatusOK, res.Status, "the third of 3")
+		assert.Equal(t, "3", res.Header.Get("X-RateLimit-Limit"), "the next request is decided by the override")
+		require.Equal(t, http.StatusTooManyRequests, get(addr, "1").Status, "past the override")
+		live.Delete("api")
+		res = get(addr, "1")
+		require.Equal(t, http.StatusOK, res.Status, "the override lifted at the next request")
+		assert.Equal(t, "1000", res.Header.Get("X-RateLimit-Limit"))
+	})
+
+	t.Run("through Redis, two servers", func(t *testing.T) {
+		n := overrideKeys.Add(1)
+		hash := fmt.Sprintf("rl:overrides:adapters%d", n)
+		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)))
+		require.NoError(t, err)
+		shared := clockstore.At(store, T0) // one window for the whole test
+		ctx := context.Background()
+		var servers []string
+		var watchers []*redisoverrides.Watcher
+		for range 2 {
+			w, err := redisoverrides.New(ctx, srv.Client(), redisoverrides.WithKey(hash))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = w.Close() })
+			watchers = append(watchers, w)
+			l, err := core.NewLimiter(shared, fixed("api", 1000), core.WithPolicySource(w))
+			require.NoError(t, err)
+			servers = append(servers, h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithKeyFunc(userKey))},
+				Routes: []Route{{Method: "GET", Path: "/"}}}))
+		}
+		a, b := servers[0], servers[1]
+		for i := range 4 {
+			require.Equal(t, http.StatusOK, get(servers[i%2], "1").Status)
+		}
+
+		// The operator lowers the limit to 5 on server A: client 1 has
+		// used 4, so it gets at most one more on either server.
+		start := time.Now()
+		require.NoError(t, watchers[0].Put(ctx, "api", overrides.Override{Limit: 5}))
+		took := deniedWithin(t, func() Response { return get(b, "1") }, "5")
+		t.Logf("an override put on server A denied on server B after %v", took.Round(time.Millisecond))
+		assert.Less(t, took, overrideWithin)
+		require.Equal(t, http.StatusTooManyRequests, get(a, "1").Status, "and on server A")
+		// A new client: exactly 5 admitted across both servers.
+		admitted := 0
+		for i := range 10 {
+			if get(servers[i%2], "2").Status == http.StatusOK {
+				admitted++
+			}
+		}
+		assert.Equal(t, 5, admitted, "the new limit, shared by both servers, %v after the Put", time.Since(start).Round(time.Millisecond))
+
+		// By hand: scale the configured limit down, then lift it.
+		raw := srv.Client()
+		require.NoError(t, raw.HSet(ctx, hash, "api", "scale=0.003").Err()) // 1000 * 0.003 = 3
+		took = deniedWithin(t, func() Response { return get(a, "3") }, "3")
+		t.Logf("an HSET by hand in force on server A after %v", took.Round(time.Millisecond))
+		assert.Less(t, took, overrideWithin)
+		require.NoError(t, raw.HDel(ctx, hash, "api").Err())
+		took = admittedWithin(t, func() Response { return get(b, "1") }, "1000")
+		assert.Less(t, took, overrideWithin, "HDEL lifts the override on server B")
+		took = admittedWithin(t, func() Response { return get(a, "1") }, "1000")
+		assert.Less(t, took, overrideWithin, "and on server A")
+	})
+
+	t.Run("through Redis, one layer of several", func(t *testing.T) {
+		n := overrideKeys.Add(1)
+		hash := fmt.Sprintf("rl:overrides:adapters%d", n)
+		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)))
+		require.NoError(t, err)
+		ctx := context.Background()
+		w, err := redisoverrides.New(ctx, srv.Client(), redisoverrides.WithKey(hash))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = w.Close() })
+		layers := []httplimit.Layer{
+			{Name: "global", Policy: fixed("", 1000), Key: func(keyfuncs.Request) (string, error) { return "all", nil }},
+			{Name: "user", Policy: fixed("", 100), Key: userKey},
+		}
+		l, err := httplimit.NewLayered(AtClockMulti(store, NewClock(T0)), layers, core.WithPolicySource(w))
+		require.NoError(t, err)
+		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...))},
+			Routes: []Route{{Method: "GET", Path: "/"}}})
+		require.NoError(t, w.Put(ctx, "user", overrides.Override{Limit: 2}))
+		for range 2 {
+			require.Equal(t, http.StatusOK, get(addr, "1").Status)
+		}
+		res := get(addr, "1")
+		require.Equal(t, http.StatusTooManyRequests, res.Status, "the user layer's override binds")
+		assert.Equal(t, "2", res.Header.Get("X-RateLimit-Limit"))
+		res = get(addr, "2")
+		require.Equal(t, http.StatusOK, res.Status, "another user")
+		assert.Equal(t, "2", res.Header.Get("X-RateLimit-Limit"), "the binding layer is the overridden one")
+		require.NoError(t, w.Delete(ctx, "user"))
+		require.Equal(t, http.StatusOK, get(addr, "1").Status, "lifted on this server when Delete returns")
+	})
+}
+
+// deniedWithin sends requests, in a bounded loop, until one is denied with
+// X-RateLimit-Limit limit, and returns how long that took.
+func deniedWithin(t *testing.T, send func() Response, limit string) time.Duration {
+	t.Helper()
+	return untilWithin(t, send, func(res Response) bool {
+		return res.Status == http.StatusTooManyRequests && res.Header.Get("X-RateLimit-Limit") == limit
+	}, "denied at limit "+limit)
+}
+
+// admittedWithin sends requests, in a bounded loop, until one is admitted
+// with X-RateLimit-Limit limit, and returns how long that took.
+func admittedWithin(t *testing.T, send func() Response, limit string) time.Duration {
+	t.Helper()
+	return untilWithin(t, send, func(res Response) bool {
+		return res.Status == http.StatusOK && res.Header.Get("X-RateLimit-Limit") == limit
+	}, "admitted at limit "+limit)
+}
+
+func untilWithin(t *testing.T, send func() Response, ok func(Response) bool, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for i := 0; ; i++ {
+		res := send()
+		if ok(res) {
+			return time.Since(start)
+		}
+		if time.Since(start) > 5*overrideWithin {
+			t.Fatalf("not %s after %v (%d requests; last: %d, X-RateLimit-Limit %q)", what, 5*overrideWithin, i+1,
+				res.Status, res.Header.Get("X-RateLimit-Limit"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
