@@ -262,16 +262,13 @@ func TestLoadStartUpdatesUntilClose(t *testing.T) {
 	require.NoError(t, err)
 	load.Start()
 	load.Start() // a second Start does nothing
-	deadline := time.Now().Add(5 * time.Second)
-	for load.Scale() > 0.5 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	assert.LessOrEqual(t, load.Scale(), 0.5, "4 in flight, above High: the ticker shrank the limits")
-	require.NoError(t, load.Close())
+	require.Eventually(t, func() bool { return load.Scale() <= 0.5 }, 5*time.Second, time.Millisecond,
+		"4 in flight, above High: the ticker shrank the limits")
+	require.NoError(t, load.Close()) // joins the ticker's goroutine
 	require.NoError(t, load.Close())
 	after := reads.Load()
-	time.Sleep(20 * time.Millisecond)
-	assert.Equal(t, after, reads.Load(), "no Update after Close")
+	load.Update()
+	assert.Equal(t, after+1, reads.Load(), "after Close only an explicit Update reads the signal")
 }
 
 func TestNewLoadRefusesBadConfig(t *testing.T) {
