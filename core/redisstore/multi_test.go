@@ -464,6 +464,9 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 	assert.Equal(t, int64(workers*each), admitted.Load())
 	names, pipelines = counter.snapshot()
 	for name := range names {
+		if name == "hello" || name == "client" {
+			continue // a new pooled connection's handshake, not a decision
+		}
 		assert.Equal(t, "evalsha", name, "commands run alone")
 	}
 	assert.LessOrEqual(t, names["evalsha"]+pipelines, workers*each, "round trips: one per decision at most")
