@@ -313,8 +313,16 @@ func TestWatcherRestartEmpty(t *testing.T) {
 	for _, w := range []*redisoverrides.Watcher{a, b} {
 		assert.Equal(t, map[string]overrides.Override{"api": {Limit: 5}, "search": {Scale: 0.5}}, w.Snapshot())
 	}
-	restored := strings.Count(logsA.String(), "lost the overrides") + strings.Count(logsB.String(), "lost the overrides")
-	assert.Equal(t, 1, restored, "one server wrote them back")
+	// The writer logs after its script returns, so the hash can be seen
+	// before the line: wait for the line, then let both watchers read
+	// twice more, and count.
+	restored := func() int {
+		return strings.Count(logsA.String(), "lost the overrides") + strings.Count(logsB.String(), "lost the overrides")
+	}
+	require.Eventually(t, func() bool { return restored() >= 1 }, within, 2*time.Millisecond, "a server logged its write-back")
+	waitReads(t, a, 2)
+	waitReads(t, b, 2)
+	assert.Equal(t, 1, restored(), "one server wrote them back")
 
 	start = time.Now()
 	require.NoError(t, raw.HSet(ctx, key, "api", "limit=9").Err())
