@@ -124,6 +124,12 @@ type layered struct {
 // reqPool holds the arrays of requests a layered decision hands its store.
 var reqPool = sync.Pool{New: func() any { return new([MaxLayers]Request) }}
 
+// decisionPool holds the arrays of decisions that Allow and AllowN on a
+// layered Limiter have the store fill: the array reaches the store through
+// an interface (MultiTaker.TakeAll), so escape analysis would move one on
+// the stack to the heap, 2 KB per call.
+var decisionPool = sync.Pool{New: func() any { return new([MaxLayers]Decision) }}
+
 // NewLayered returns a Limiter that decides each request against several
 // layers at once (AllowLayers): a request passes only when every layer
 // that applies admits it, and one denied by any layer takes nothing from
@@ -247,10 +253,11 @@ func (l *Limiter) allowEvery(ctx context.Context, key string, n int64, at time.T
 	for i := range l.layered.layers {
 		checks[i] = Check{Layer: i, Key: key, Cost: n}
 	}
-	var v Verdict
-	var ds [MaxLayers]Decision
-	v.Decisions = ds[:0]
+	ds := decisionPool.Get().(*[MaxLayers]Decision)
+	v := Verdict{Decisions: ds[:0]}
 	err := l.allowLayers(ctx, checks[:len(l.layered.layers)], at, &v)
+	clear(ds[:len(l.layered.layers)]) // drop the policies
+	decisionPool.Put(ds)
 	return v.Decision, err
 }
 
