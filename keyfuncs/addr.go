@@ -21,6 +21,14 @@ import (
 // to IPv4, zone removed. Anything else ("unknown", "_hidden", a list,
 // garbage) is not an address. Parsing costs no allocation on success.
 func parseNode(s string) (netip.Addr, bool) {
+	if a, ok := parseIPv4Port(s); ok {
+		return a, true
+	}
+	return parseNodeFull(s)
+}
+
+// parseNodeFull is parseNode without its fast path for IPv4.
+func parseNodeFull(s string) (netip.Addr, bool) {
 	if s == "" || len(s) > maxNodeLen {
 		return netip.Addr{}, false
 	}
@@ -45,6 +53,45 @@ func parseNode(s string) (netip.Addr, bool) {
 		}
 	}
 	return parseHost(host)
+}
+
+// parseIPv4Port is parseNode's fast path for the common forms of an IPv4
+// peer, "203.0.113.7" and "203.0.113.7:4711": four decimal octets of one
+// to three digits, without leading zero, at most 255, and optionally ":"
+// and one to five digits. ok is false for anything else, which parseNode
+// then parses in full: whenever ok, parseNode's full parse gives the same
+// address.
+func parseIPv4Port(s string) (a netip.Addr, ok bool) {
+	var ip [4]byte
+	i := 0
+	for field := range 4 {
+		if field > 0 {
+			if i == len(s) || s[i] != '.' {
+				return netip.Addr{}, false
+			}
+			i++
+		}
+		start, n := i, 0
+		for i < len(s) && i-start < 3 && '0' <= s[i] && s[i] <= '9' {
+			n = n*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || n > 255 || (s[start] == '0' && i-start > 1) {
+			return netip.Addr{}, false
+		}
+		ip[field] = byte(n)
+	}
+	if i < len(s) {
+		if s[i] != ':' || len(s)-i < 2 || len(s)-i > 6 {
+			return netip.Addr{}, false
+		}
+		for i++; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return netip.Addr{}, false
+			}
+		}
+	}
+	return netip.AddrFrom4(ip), true
 }
 
 // parseHost parses a bare address, dropping an IPv6 zone before parsing

@@ -11,6 +11,7 @@ package keyfuncs
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/apigate/ratelimit/internal/userkey"
 )
@@ -36,6 +37,16 @@ type Request interface {
 	Route() string
 	// Context is the request's context (for values such as a user ID).
 	Context() context.Context
+}
+
+// PeerRequest is a Request that holds its socket peer as a
+// netip.AddrPort, so that the IP key functions need not parse RemoteAddr,
+// nor the adapter format it (Fiber's does). PeerAddrPort reports ok only
+// for an address without zone whose text, with its port, RemoteAddr
+// returns; the key functions read RemoteAddr otherwise.
+type PeerRequest interface {
+	Request
+	PeerAddrPort() (ap netip.AddrPort, ok bool)
 }
 
 // Func extracts the rate-limit key of a request. It never returns an empty

@@ -85,10 +85,12 @@ func IP(opts ...IPOption) (Func, error) {
 
 // ipResolver finds the client address of a request according to a trust
 // model (see [IP]) and turns it into a rate-limit key. The zero
-// ipResolver trusts no proxy and uses the default prefixes. It is
-// immutable once built.
+// ipResolver trusts no proxy and uses the default prefixes. Its
+// configuration is immutable once built; its key cache is safe for
+// concurrent use.
 type ipResolver struct {
 	ipConfig
+	keys keyCache // the keys of the last clients, for keyOf
 }
 
 // ipConfig is what IPOptions set.
@@ -118,7 +120,7 @@ func newIPResolver(opts ...IPOption) (*ipResolver, error) {
 	case c.forwarded && c.header != "":
 		return nil, fmt.Errorf("%w: keyfuncs.IP: UseForwarded and TrustedHeader exclude each other", core.ErrInvalidOption)
 	}
-	return &ipResolver{c}, nil
+	return &ipResolver{ipConfig: c}, nil
 }
 
 // clientIP returns the client's address: IPv4-mapped addresses folded to
@@ -158,11 +160,18 @@ func (r *ipResolver) key(req Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return r.format(a), nil
+	return r.keyOf(a), nil
 }
 
-// format returns the key of a (normalised) client address.
+// format returns the key of a (normalised) client address. keyOf is the
+// same, cached.
 func (r *ipResolver) format(a netip.Addr) string {
+	var buf [64]byte
+	return string(r.appendKey(buf[:0], a))
+}
+
+// appendKey appends the key of a (normalised) client address to b.
+func (r *ipResolver) appendKey(b []byte, a netip.Addr) []byte {
 	bits, full := r.v4bits, 32
 	if bits == 0 {
 		bits = defaultIPv4Prefix
@@ -173,16 +182,14 @@ func (r *ipResolver) format(a netip.Addr) string {
 			bits = defaultIPv6Prefix
 		}
 	}
-	var buf [64]byte
-	b := append(buf[:0], "ip:"...)
+	b = append(b, "ip:"...)
 	if bits >= full {
-		return string(a.AppendTo(b))
+		return a.AppendTo(b)
 	}
 	p, _ := a.Prefix(bits) // bits is in range and a has no zone
 	b = p.Addr().AppendTo(b)
 	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(bits), 10)
-	return string(b)
+	return strconv.AppendInt(b, int64(bits), 10)
 }
 
 // trusted reports whether a is one of the trusted proxies.
@@ -226,8 +233,16 @@ func (r *ipResolver) walk(lines []string, peer netip.Addr) netip.Addr {
 	return last
 }
 
-// peerAddr parses the socket peer's address.
+// peerAddr parses the socket peer's address, or takes it from a
+// PeerRequest.
 func peerAddr(req Request) (netip.Addr, error) {
+	if p, ok := req.(PeerRequest); ok {
+		if ap, ok := p.PeerAddrPort(); ok {
+			if a := ap.Addr().Unmap(); a.IsValid() && a.Zone() == "" {
+				return a, nil
+			}
+		}
+	}
 	ra := req.RemoteAddr()
 	if a, ok := parseNode(ra); ok {
 		return a, nil

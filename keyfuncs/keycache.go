@@ -1,0 +1,63 @@
+package keyfuncs
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync/atomic"
+	"unsafe"
+)
+
+// keyCacheSlots is the number of client keys an ipResolver remembers: a
+// direct-mapped table indexed by a hash of the address, so that a busy
+// client, or a few, gets its key without formatting or allocating it.
+const keyCacheSlots = 16
+
+// keyCache remembers the keys of the last client addresses seen, one per
+// slot. An entry is immutable once stored; a miss formats the key into a
+// new entry, in one allocation as formatting alone would cost, and stores
+// it in its slot. The zero keyCache is empty and ready.
+type keyCache struct {
+	slots [keyCacheSlots]atomic.Pointer[keyEntry]
+}
+
+// keyEntry is the key of one address. key points into buf, so that the
+// entry and the string it returns are one allocation.
+type keyEntry struct {
+	addr netip.Addr
+	key  string
+	buf  [maxKeyText]byte
+}
+
+// maxKeyText is the longest key format writes: "ip:", an IPv6 address
+// (at most 39 characters without zone), "/" and three digits.
+const maxKeyText = len("ip:") + 39 + len("/128")
+
+// keyOf returns the key of a, a normalised client address: what format
+// returns, from the cache when a was seen lately.
+func (r *ipResolver) keyOf(a netip.Addr) string {
+	slot := &r.keys.slots[addrHash(a)%keyCacheSlots]
+	if e := slot.Load(); e != nil && e.addr == a {
+		return e.key
+	}
+	e := &keyEntry{addr: a}
+	b := r.appendKey(e.buf[:0], a)
+	if len(b) == 0 || len(b) > len(e.buf) || &b[0] != &e.buf[0] {
+		return string(b) // longer than any key format writes: never cached
+	}
+	e.key = unsafe.String(&e.buf[0], len(b)) // buf is never written again
+	slot.Store(e)
+	return e.key
+}
+
+// addrHash mixes the bits of a into a slot index.
+func addrHash(a netip.Addr) uint64 {
+	var x uint64
+	if a.Is4() {
+		b := a.As4()
+		x = uint64(binary.LittleEndian.Uint32(b[:]))
+	} else {
+		b := a.As16()
+		x = binary.LittleEndian.Uint64(b[:8])*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(b[8:])
+	}
+	return (x * 0xff51afd7ed558ccd) >> 60
+}
