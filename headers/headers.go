@@ -36,7 +36,9 @@ package headers
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -103,14 +105,16 @@ func Default() Config {
 // How the fields are set depends on h. When h is a [HeaderMap] (the
 // adapters' responses are), they go straight into its net/http Header map
 // under the names as the standards spell them ("X-RateLimit-Limit",
-// "RateLimit-Limit"), which net/http writes on the wire as they are: two
-// allocations for all the fields, their values sharing one string and
-// their value slices one array. An http.Header itself gets the same two
-// allocations, but the names in canonical form ("X-Ratelimit-Limit", the
-// constants below), as http.Header.Set would put them, so that Get finds
-// them. Any other Setter (Fiber's response) gets Set calls with the names
-// as the standards spell them and values that share one string: one
-// allocation for all of them.
+// "RateLimit-Limit"), which net/http writes on the wire as they are: their
+// values share one string and their value slices one array, in one
+// allocation for the fields of Default() (two for more fields). An
+// http.Header itself gets the same, but the names in canonical form
+// ("X-Ratelimit-Limit", the constants below), as http.Header.Set would put
+// them, so that Get finds them. A [BytesSetter] (Fiber's response) gets
+// SetBytes calls with the names as the standards spell them, from a
+// reused buffer: no allocation. Any other Setter gets Set calls with the
+// names as spelled and values that share one string: one allocation for
+// all of them. A [Writer] does the same with less formatting.
 //
 // Field names are case-insensitive on the wire, and clients that parse a
 // response (net/http's among them) canonicalize them; but a server-side
@@ -130,25 +134,82 @@ func Write(h Setter, d core.Decision, now time.Time, cfg Config) {
 	if fs.n == 0 {
 		return
 	}
-	v := string(buf)
+	emit(h, &fs, buf)
+}
+
+// emit sets the fields of fs, whose values are in buf, in h: see Write.
+func emit(h Setter, fs *fieldSet, buf []byte) {
 	switch h := h.(type) {
 	case HeaderMap:
-		setMap(h.HeaderMap(), &fs, v, false)
+		setMap(h.HeaderMap(), fs, buf, false)
 		return
 	case http.Header:
-		setMap(h, &fs, v, true)
+		setMap(h, fs, buf, true)
 		return
+	case BytesSetter:
+		if len(buf) <= len(bytesBuf{}) {
+			// From a pooled copy: buf itself stays on the caller's stack,
+			// where it could not if an interface method were given it.
+			p := bytesBufs.Get().(*bytesBuf)
+			b := p[:copy(p[:], buf)]
+			for _, f := range fs.fields[:fs.n] {
+				h.SetBytes(f.name, b[f.start:f.end])
+			}
+			bytesBufs.Put(p)
+			return
+		}
 	}
+	v := string(buf)
 	for _, f := range fs.fields[:fs.n] {
 		h.Set(f.name, v[f.start:f.end])
 	}
 }
 
-// setMap sets the fields of fs, whose values are in v, in h: under their
-// canonical names when canonical, else as the standards spell them. The
-// value slices share one array.
-func setMap(h http.Header, fs *fieldSet, v string, canonical bool) {
-	vals := make([]string, fs.n)
+// BytesSetter is a response that copies the value it is set, as
+// fasthttp's header (Fiber's response) does: Write then sets it every
+// field from a buffer of its own, reused, without allocating. SetBytes
+// replaces any value the field had; it must not keep value past its call.
+type BytesSetter interface {
+	Setter
+	SetBytes(key string, value []byte)
+}
+
+// bytesBuf is the buffer from which Write sets a BytesSetter's fields.
+type bytesBuf [512]byte
+
+// bytesBufs holds the bytesBufs not in use.
+var bytesBufs = sync.Pool{New: func() any { return new(bytesBuf) }}
+
+// Sizes of a valueBlock: the fields of headers.Default() on an allowed
+// decision, with counts of up to 19 digits.
+const (
+	blockFields = 6
+	blockBytes  = 64
+)
+
+// valueBlock holds the value slices and the value bytes of the fields
+// one Write sets in a header map, so that they cost one allocation. buf
+// is never written once the values point into it.
+type valueBlock struct {
+	vals [blockFields]string
+	buf  [blockBytes]byte
+}
+
+// setMap sets the fields of fs, whose values are in buf, in h: under
+// their canonical names when canonical, else as the standards spell them.
+// The value slices share one array, of capacity 1 each, and the values one
+// string: a single allocation for all when they fit in a valueBlock, two
+// otherwise.
+func setMap(h http.Header, fs *fieldSet, buf []byte, canonical bool) {
+	var vals []string
+	var v string
+	if fs.n <= blockFields && len(buf) <= blockBytes && len(buf) > 0 {
+		b := new(valueBlock)
+		copy(b.buf[:], buf)
+		vals, v = b.vals[:fs.n], unsafe.String(&b.buf[0], len(buf))
+	} else {
+		vals, v = make([]string, fs.n), string(buf)
+	}
 	for i, f := range fs.fields[:fs.n] {
 		vals[i] = v[f.start:f.end]
 		name := f.name

@@ -53,18 +53,7 @@ func WriteLayers(h Setter, v *core.Verdict, now time.Time, cfg Config) {
 	if fs.n == 0 {
 		return
 	}
-	val := string(buf)
-	switch h := h.(type) {
-	case HeaderMap:
-		setMap(h.HeaderMap(), &fs, val, false)
-		return
-	case http.Header:
-		setMap(h, &fs, val, true)
-		return
-	}
-	for _, f := range fs.fields[:fs.n] {
-		h.Set(f.name, val[f.start:f.end])
-	}
+	emit(h, &fs, buf)
 }
 
 // addStructuredList appends RateLimit and RateLimit-Policy listing every

@@ -73,6 +73,7 @@ type Flow struct {
 	skips       []func(keyfuncs.Request) bool
 	cost        func(keyfuncs.Request) int64
 	headers     headers.Config
+	writer      *headers.Writer // of headers
 	deny        DenyHandler
 	unavailable DenyHandler
 	onError     ErrorHandler
@@ -151,6 +152,7 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 	if !c.headersSet && !l.Shadow() {
 		f.headers = headers.Default()
 	}
+	f.writer = headers.NewWriter(f.headers)
 	if f.deny == nil {
 		f.deny = DefaultDenyHandler
 	}
@@ -250,7 +252,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 // decided tells the client about d and passes (paced) or denies.
 func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
 	st.in = inHeaders
-	headers.Write(w, d, time.Now(), f.headers)
+	f.writer.Write(w, d, time.Time{}) // now, read only if a field needs it
 	if !d.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), d)

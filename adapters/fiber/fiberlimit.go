@@ -114,6 +114,18 @@ func (q request) RemoteAddr() string {
 	return addr.String()
 }
 
+// PeerAddrPort is the connection's peer without formatting it, for the
+// IP key functions (keyfuncs.PeerRequest): ok for a TCP peer without zone,
+// whose text RemoteAddr returns.
+func (q request) PeerAddrPort() (netip.AddrPort, bool) {
+	a, ok := q.c.Context().RemoteAddr().(*net.TCPAddr)
+	if !ok || a.Zone != "" {
+		return netip.AddrPort{}, false
+	}
+	ap := a.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), ap.Addr().IsValid()
+}
+
 func (q request) Header(name string) string {
 	return string(q.c.Request().Header.Peek(name)) // a copy
 }
@@ -171,6 +183,12 @@ type response struct{ c *fiber.Ctx }
 // value.
 func (w response) Set(key, value string) {
 	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), unsafe.Slice(unsafe.StringData(value), len(value)))
+}
+
+// SetBytes is Set with the value in bytes, which fasthttp copies
+// (headers.BytesSetter): the fields are set without allocating.
+func (w response) SetBytes(key string, value []byte) {
+	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), value)
 }
 
 func (w response) Write(status int, contentType string, body []byte) error {

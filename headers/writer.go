@@ -1,0 +1,141 @@
+package headers
+
+import (
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Writer is Write for one Config, with a memory: it writes the same
+// fields with the same values as Write(h, d, now, cfg), but on a header
+// map (a HeaderMap or an http.Header) it shares the text of the values
+// that change seldom (Limit, and Reset, whether X-RateLimit-Reset in
+// epoch seconds or RateLimit-Reset in delay seconds) with the last
+// response that had the same ones, and formats only Remaining. A
+// response then costs one allocation, for its value slices and their
+// text. Build it with NewWriter; it is safe for concurrent use.
+type Writer struct {
+	cfg  Config
+	last atomic.Pointer[sharedBlock] // the last block that formatted all its values
+}
+
+// NewWriter returns the Writer of cfg.
+func NewWriter(cfg Config) *Writer { return &Writer{cfg: cfg} }
+
+// Config returns the Config the Writer writes.
+func (w *Writer) Config() Config { return w.cfg }
+
+// sharedBlock holds the value slices and the text of the fields one
+// Writer.Write sets in a header map, in one allocation, with the numbers
+// its values were formatted from; it may become the Writer's last block,
+// whose text later responses share. Its strings point into its own text
+// only. A leanBlock's point into its own text or into the last block's,
+// and it never becomes the last one, so no chain of blocks is ever kept
+// alive. No text is written once a value points into it.
+type sharedBlock struct {
+	limit, xreset, reset int64
+	vals                 [blockFields]string
+	buf                  [blockBytes]byte
+}
+
+// leanBlock is a block that borrows Limit and Reset from the Writer's
+// last sharedBlock: its own text is Remaining's.
+type leanBlock struct {
+	vals [blockFields]string
+	buf  [16]byte // Remaining below 10^16; a larger one has text of its own
+}
+
+// Write sets the fields of the Writer's Config from d, the decision made
+// at time now, in h, as Write(h, d, now, w.Config()) does.
+func (w *Writer) Write(h Setter, d core.Decision, now time.Time) {
+	cfg := w.cfg
+	if (!cfg.XRateLimit && !cfg.Draft6) || cfg.Structured || (cfg.RetryAfter && !d.Allowed) ||
+		(d.Allowed && d.Source == core.SourceFailMode) {
+		Write(h, d, now, cfg)
+		return
+	}
+	switch m := h.(type) {
+	case HeaderMap:
+		w.writeMap(m.HeaderMap(), d, now, false)
+	case http.Header:
+		w.writeMap(m, d, now, true)
+	default:
+		Write(h, d, now, cfg)
+	}
+}
+
+// writeMap is Write of X-RateLimit-* and RateLimit-*, the families of
+// w.cfg (at least one of them, and only them), in m.
+func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonical bool) {
+	cfg := w.cfg
+	lim, reset := max(d.Limit, 0), ceilSeconds(d.ResetAfter)
+	var xreset int64
+	if cfg.XRateLimit {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		xreset = ceilUnix(now.Add(max(d.ResetAfter, 0)))
+	}
+	// vals[0] is Limit, vals[1] Remaining, vals[2] X-RateLimit-Reset,
+	// vals[5] RateLimit-Reset, whichever families are written, so that a
+	// later block finds them.
+	var vals *[blockFields]string
+	last := w.last.Load()
+	if last != nil && last.limit == lim && last.xreset == xreset && last.reset == reset {
+		b := new(leanBlock)
+		remaining, _ := appendValue(b.buf[:0], max(d.Remaining, 0))
+		l := &last.vals
+		b.vals = [blockFields]string{l[0], remaining, l[2], l[3], remaining, l[5]}
+		vals = &b.vals
+	} else {
+		b := &sharedBlock{limit: lim, xreset: xreset, reset: reset}
+		text := b.buf[:0]
+		var limitText, remaining, xresetText, resetText string
+		limitText, text = appendValue(text, lim)
+		if cfg.XRateLimit {
+			xresetText, text = appendValue(text, xreset)
+		}
+		if cfg.Draft6 {
+			resetText, text = appendValue(text, reset)
+		}
+		remaining, _ = appendValue(text, max(d.Remaining, 0))
+		b.vals = [blockFields]string{limitText, remaining, xresetText, limitText, remaining, resetText}
+		vals = &b.vals
+		if last == nil || last.limit != lim || last.xreset <= xreset {
+			// A decision that moves the reset backwards (a client whose
+			// bucket is fuller than the last one's) does not displace it.
+			w.last.Store(b)
+		}
+	}
+	if cfg.XRateLimit {
+		set(m, wireXRateLimitLimit, vals[0:1:1], canonical)
+		set(m, wireXRateLimitRemaining, vals[1:2:2], canonical)
+		set(m, wireXRateLimitReset, vals[2:3:3], canonical)
+	}
+	if cfg.Draft6 {
+		set(m, wireRateLimitLimit, vals[3:4:4], canonical)
+		set(m, wireRateLimitRemaining, vals[4:5:5], canonical)
+		set(m, wireRateLimitReset, vals[5:6:6], canonical)
+	}
+}
+
+// set sets m's field name, canonicalized when canonical, to vals.
+func set(m http.Header, name string, vals []string, canonical bool) {
+	if canonical {
+		name = canonicalName(name)
+	}
+	m[name] = vals
+}
+
+// appendValue appends n to text and returns it as a string, with text:
+// the string shares text's array, which must never be written again
+// where the string lies.
+func appendValue(text []byte, n int64) (string, []byte) {
+	start := len(text)
+	text = strconv.AppendInt(text, n, 10)
+	return unsafe.String(&text[start], len(text)-start), text
+}

@@ -1,0 +1,175 @@
+package headers
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// writerConfigs is every combination of the four families.
+func writerConfigs() []Config {
+	var cs []Config
+	for i := range 16 {
+		cs = append(cs, Config{XRateLimit: i&1 != 0, Draft6: i&2 != 0, Structured: i&4 != 0, RetryAfter: i&8 != 0})
+	}
+	return cs
+}
+
+// writerDecisions are decisions whose values repeat, change and go
+// negative, in an order that makes the Writer share, then not.
+func writerDecisions() []core.Decision {
+	bucket := core.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: 3599 * time.Millisecond,
+		Policy: core.Policy{Name: "per-user", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Hour}}
+	ds := []core.Decision{allowedDecision, allowedDecision, deniedDecision, allowedDecision, bucket, bucket}
+	for i := range 5 {
+		d := bucket
+		d.Remaining -= int64(i)
+		d.ResetAfter += time.Duration(i) * 700 * time.Millisecond
+		ds = append(ds, d, d)
+	}
+	ds = append(ds,
+		core.Decision{Allowed: true, Limit: -1, Remaining: -5, ResetAfter: -time.Second},
+		core.Decision{Allowed: true, Limit: 1 << 62, Remaining: 1<<62 - 1, ResetAfter: 1 << 62},
+		core.Decision{Allowed: true, Source: core.SourceFailMode, Limit: 10, Remaining: 10},
+		core.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: 0},
+		allowedDecision, bucket)
+	return ds
+}
+
+// TestWriterIsWrite: a Writer sets exactly what Write sets, for every
+// Config, on a HeaderMap, an http.Header and a plain Setter, response
+// after response, at times that move on and back.
+func TestWriterIsWrite(t *testing.T) {
+	times := []time.Time{t0, t0, t0.Add(400 * time.Millisecond), t0.Add(2 * time.Second), t0, {}}
+	for _, cfg := range writerConfigs() {
+		w := NewWriter(cfg)
+		require.Equal(t, cfg, w.Config())
+		for i, d := range writerDecisions() {
+			now := times[i%len(times)]
+			if now.IsZero() && cfg.XRateLimit {
+				now = t0.Add(time.Hour) // Write would read the clock
+			}
+			want, got := mapResponse{http.Header{}}, mapResponse{http.Header{}}
+			Write(want, d, now, cfg)
+			w.Write(got, d, now)
+			require.Equal(t, want.h, got.h, "%+v, decision %d: HeaderMap", cfg, i)
+
+			wantH, gotH := http.Header{}, http.Header{}
+			Write(wantH, d, now, cfg)
+			w.Write(gotH, d, now)
+			require.Equal(t, wantH, gotH, "%+v, decision %d: http.Header", cfg, i)
+
+			wantS, gotS := &recordingSetter{}, &recordingSetter{}
+			Write(wantS, d, now, cfg)
+			w.Write(gotS, d, now)
+			require.Equal(t, wantS.m, gotS.m, "%+v, decision %d: Setter", cfg, i)
+		}
+	}
+}
+
+// TestWriterShares: values that repeat share the last block's text, the
+// value slices stay apart, and a response costs one allocation.
+func TestWriterShares(t *testing.T) {
+	w := NewWriter(Default())
+	a, b := mapResponse{http.Header{}}, mapResponse{http.Header{}}
+	w.Write(a, allowedDecision, t0)
+	last := w.last.Load()
+	require.NotNil(t, last)
+	d := allowedDecision
+	d.Remaining--
+	w.Write(b, d, t0)
+	assert.Same(t, last, w.last.Load(), "a block that borrows is not the last one")
+	limit, remaining := wireXRateLimitLimit, wireXRateLimitRemaining
+	assert.Equal(t, []string{"100"}, b.h[limit])
+	assert.Equal(t, []string{"41"}, b.h[remaining])
+	assert.Equal(t, []string{"42"}, a.h[remaining])
+	assert.Same(t, unsafeStringData(a.h[limit][0]), unsafeStringData(b.h[limit][0]), "Limit's text is shared")
+	// Appending to one value slice cannot reach another's.
+	b.h[limit] = append(b.h[limit], "x")
+	assert.Equal(t, []string{"41"}, b.h[remaining])
+	assert.Equal(t, []string{"100"}, a.h[limit])
+	assert.Equal(t, []string{"100"}, b.h[Fields()[3]], "RateLimit-Limit")
+
+	// A new reset: formatted in full, and the last block from then on.
+	w.Write(b, allowedDecision, t0.Add(time.Second))
+	assert.NotSame(t, last, w.last.Load())
+
+	h := http.Header{}
+	allocs := testing.AllocsPerRun(100, func() {
+		clear(h)
+		w.Write(mapResponse{h}, d, t0.Add(time.Second))
+	})
+	assert.Equal(t, 1.0, allocs)
+	allocs = testing.AllocsPerRun(100, func() {
+		clear(h)
+		w.Write(h, d, t0.Add(time.Second))
+	})
+	assert.Equal(t, 1.0, allocs, "http.Header")
+}
+
+// TestWriterBackwards: a decision whose reset is earlier than the last
+// block's does not displace it; a later one does.
+func TestWriterBackwards(t *testing.T) {
+	w := NewWriter(Default())
+	h := http.Header{}
+	w.Write(h, allowedDecision, t0.Add(time.Minute))
+	last := w.last.Load()
+	w.Write(h, allowedDecision, t0)
+	assert.Same(t, last, w.last.Load())
+	w.Write(h, allowedDecision, t0.Add(2*time.Minute))
+	assert.NotSame(t, last, w.last.Load())
+}
+
+// TestWriterConcurrent writes from several goroutines, with values that
+// share and values that do not (run with -race).
+func TestWriterConcurrent(t *testing.T) {
+	w := NewWriter(Default())
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				d := allowedDecision
+				d.Remaining = int64(i)
+				d.ResetAfter = time.Duration(g) * time.Second
+				now := t0.Add(time.Duration(i/500) * time.Second)
+				want, got := http.Header{}, http.Header{}
+				Write(want, d, now, Default())
+				w.Write(got, d, now)
+				if !assert.Equal(t, want, got) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func BenchmarkWriter(b *testing.B) {
+	bucket := core.Decision{Allowed: true, Limit: 1_000_000_000, Remaining: 999_999_999, ResetAfter: 59 * time.Millisecond}
+	for _, name := range []string{"Write", "Writer"} {
+		b.Run("default/HeaderMap/"+name, func(b *testing.B) {
+			w := NewWriter(Default())
+			h := http.Header{}
+			m := mapResponse{h}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(h)
+				if name == "Write" {
+					Write(m, bucket, t0, Default())
+				} else {
+					w.Write(m, bucket, t0)
+				}
+			}
+		})
+	}
+}
+
+// unsafeStringData is the address of s's text.
+func unsafeStringData(s string) *byte { return unsafe.StringData(s) }
