@@ -167,8 +167,9 @@ func emit(h Setter, fs *fieldSet, buf []byte) {
 
 // BytesSetter is a response that copies the value it is set, as
 // fasthttp's header (Fiber's response) does: Write then sets it every
-// field from a buffer of its own, reused, without allocating. SetBytes
-// replaces any value the field had; it must not keep value past its call.
+// field from a buffer of its own, reused, or from text that other
+// responses share, without allocating. SetBytes replaces any value the
+// field had; it must neither keep value past its call nor write to it.
 type BytesSetter interface {
 	Setter
 	SetBytes(key string, value []byte)

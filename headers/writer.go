@@ -63,29 +63,66 @@ func (w *Writer) Write(h Setter, d core.Decision, now time.Time) {
 		w.writeMap(m.HeaderMap(), d, now, false)
 	case http.Header:
 		w.writeMap(m, d, now, true)
+	case BytesSetter:
+		w.writeBytes(m, d, now)
 	default:
 		Write(h, d, now, cfg)
 	}
+}
+
+// numbers returns the values of d that a sharedBlock remembers: Limit,
+// X-RateLimit-Reset (0 unless written) and RateLimit-Reset.
+func (w *Writer) numbers(d core.Decision, now time.Time) (lim, xreset, reset int64) {
+	lim, reset = max(d.Limit, 0), ceilSeconds(d.ResetAfter)
+	if w.cfg.XRateLimit {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		xreset = ceilUnix(now.Add(max(d.ResetAfter, 0)))
+	}
+	return lim, xreset, reset
+}
+
+// same reports whether b holds the text of these numbers.
+func (b *sharedBlock) same(lim, xreset, reset int64) bool {
+	return b != nil && b.limit == lim && b.xreset == xreset && b.reset == reset
+}
+
+// later reports whether numbers of the same Limit as b's reset later than
+// b's: they displace b as the Writer's last block, and a decision that
+// moves the reset backwards (a client whose bucket is fuller than the
+// last one's) does not, so that clients of different fill levels do not
+// take turns.
+func (b *sharedBlock) later(xreset, reset int64) bool {
+	return xreset > b.xreset || xreset == b.xreset && reset > b.reset
+}
+
+// format fills b's values but Remaining's from its numbers, and returns
+// the rest of its text.
+func (b *sharedBlock) format(cfg Config) []byte {
+	text := b.buf[:0]
+	var limitText, xresetText, resetText string
+	limitText, text = appendValue(text, b.limit)
+	if cfg.XRateLimit {
+		xresetText, text = appendValue(text, b.xreset)
+	}
+	if cfg.Draft6 {
+		resetText, text = appendValue(text, b.reset)
+	}
+	b.vals = [blockFields]string{limitText, "", xresetText, limitText, "", resetText}
+	return text
 }
 
 // writeMap is Write of X-RateLimit-* and RateLimit-*, the families of
 // w.cfg (at least one of them, and only them), in m.
 func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonical bool) {
 	cfg := w.cfg
-	lim, reset := max(d.Limit, 0), ceilSeconds(d.ResetAfter)
-	var xreset int64
-	if cfg.XRateLimit {
-		if now.IsZero() {
-			now = time.Now()
-		}
-		xreset = ceilUnix(now.Add(max(d.ResetAfter, 0)))
-	}
+	lim, xreset, reset := w.numbers(d, now)
 	// vals[0] is Limit, vals[1] Remaining, vals[2] X-RateLimit-Reset,
 	// vals[5] RateLimit-Reset, whichever families are written, so that a
 	// later block finds them.
 	var vals *[blockFields]string
-	last := w.last.Load()
-	if last != nil && last.limit == lim && last.xreset == xreset && last.reset == reset {
+	if last := w.last.Load(); last.same(lim, xreset, reset) {
 		b := new(leanBlock)
 		remaining, _ := appendValue(b.buf[:0], max(d.Remaining, 0))
 		l := &last.vals
@@ -93,21 +130,10 @@ func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonic
 		vals = &b.vals
 	} else {
 		b := &sharedBlock{limit: lim, xreset: xreset, reset: reset}
-		text := b.buf[:0]
-		var limitText, remaining, xresetText, resetText string
-		limitText, text = appendValue(text, lim)
-		if cfg.XRateLimit {
-			xresetText, text = appendValue(text, xreset)
-		}
-		if cfg.Draft6 {
-			resetText, text = appendValue(text, reset)
-		}
-		remaining, _ = appendValue(text, max(d.Remaining, 0))
-		b.vals = [blockFields]string{limitText, remaining, xresetText, limitText, remaining, resetText}
+		remaining, _ := appendValue(b.format(cfg), max(d.Remaining, 0))
+		b.vals[1], b.vals[4] = remaining, remaining
 		vals = &b.vals
-		if last == nil || last.limit != lim || last.xreset <= xreset {
-			// A decision that moves the reset backwards (a client whose
-			// bucket is fuller than the last one's) does not displace it.
+		if last == nil || last.limit != lim || last.later(xreset, reset) {
 			w.last.Store(b)
 		}
 	}
@@ -122,6 +148,64 @@ func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonic
 		set(m, wireRateLimitReset, vals[5:6:6], canonical)
 	}
 }
+
+// writeBytes is writeMap for a BytesSetter, which copies what it is set:
+// Remaining, and the values the last block does not hold, are formatted
+// into a pooled buffer, without allocating. Only a decision that resets
+// later, under the same Limit, makes a new last block (one allocation);
+// a Writer whose last block has another Limit keeps it, for a client of
+// another limit (a policy source's plan) could take turns with it.
+func (w *Writer) writeBytes(h BytesSetter, d core.Decision, now time.Time) {
+	cfg := w.cfg
+	lim, xreset, reset := w.numbers(d, now)
+	p := bytesBufs.Get().(*bytesBuf)
+	text := p[:0]
+	var vals [blockFields]string
+	last := w.last.Load()
+	switch {
+	case last.same(lim, xreset, reset):
+		vals = last.vals
+	case last == nil || last.limit == lim && last.later(xreset, reset):
+		b := &sharedBlock{limit: lim, xreset: xreset, reset: reset}
+		b.format(cfg)
+		vals = b.vals
+		w.last.Store(b)
+	default:
+		var limitText, xresetText, resetText []byte
+		limitText, text = appendBytes(text, lim)
+		xresetText, text = appendBytes(text, xreset)
+		resetText, text = appendBytes(text, reset)
+		vals = [blockFields]string{bytesString(limitText), "", bytesString(xresetText), "", "", bytesString(resetText)}
+		vals[3] = vals[0]
+	}
+	remaining, _ := appendBytes(text, max(d.Remaining, 0))
+	vals[1], vals[4] = bytesString(remaining), bytesString(remaining)
+	if cfg.XRateLimit {
+		h.SetBytes(wireXRateLimitLimit, stringBytes(vals[0]))
+		h.SetBytes(wireXRateLimitRemaining, stringBytes(vals[1]))
+		h.SetBytes(wireXRateLimitReset, stringBytes(vals[2]))
+	}
+	if cfg.Draft6 {
+		h.SetBytes(wireRateLimitLimit, stringBytes(vals[3]))
+		h.SetBytes(wireRateLimitRemaining, stringBytes(vals[4]))
+		h.SetBytes(wireRateLimitReset, stringBytes(vals[5]))
+	}
+	bytesBufs.Put(p)
+}
+
+// appendBytes appends n to text and returns its bytes, with text.
+func appendBytes(text []byte, n int64) ([]byte, []byte) {
+	start := len(text)
+	text = strconv.AppendInt(text, n, 10)
+	return text[start:], text
+}
+
+// bytesString is b as a string, for the duration of writeBytes only: the
+// pooled buffer under it is rewritten by the next call.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// stringBytes is s as bytes, never written: a BytesSetter copies them.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // set sets m's field name, canonicalized when canonical, to vals.
 func set(m http.Header, name string, vals []string, canonical bool) {

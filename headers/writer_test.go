@@ -70,6 +70,13 @@ func TestWriterIsWrite(t *testing.T) {
 			Write(wantS, d, now, cfg)
 			w.Write(gotS, d, now)
 			require.Equal(t, wantS.m, gotS.m, "%+v, decision %d: Setter", cfg, i)
+
+			gotB := &bytesSetter{}
+			w.Write(gotB, d, now)
+			require.Equal(t, wantS.m, gotB.m, "%+v, decision %d: BytesSetter", cfg, i)
+			gotB.m = nil
+			Write(gotB, d, now, cfg)
+			require.Equal(t, wantS.m, gotB.m, "%+v, decision %d: BytesSetter, Write", cfg, i)
 		}
 	}
 }
@@ -114,6 +121,46 @@ func TestWriterShares(t *testing.T) {
 	assert.Equal(t, 1.0, allocs, "http.Header")
 }
 
+// bytesSetter is a BytesSetter that keeps a copy of what it is set.
+type bytesSetter struct{ m map[string]string }
+
+func (s *bytesSetter) Set(k, v string) {
+	if s.m == nil {
+		s.m = map[string]string{}
+	}
+	s.m[k] = v
+}
+
+func (s *bytesSetter) SetBytes(k string, v []byte) { s.Set(k, string(v)) }
+
+// TestWriterBytes: a BytesSetter's fields cost no allocation, whether the
+// last block holds their text or not; a later reset of the same Limit
+// makes a new last block, another Limit does not.
+func TestWriterBytes(t *testing.T) {
+	w := NewWriter(Default())
+	s := &countingBytesSetter{}
+	d := allowedDecision
+	w.Write(s, d, t0)
+	last := w.last.Load()
+	require.NotNil(t, last, "the first decision makes the last block")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, d, t0) }), "shared")
+	other := d
+	other.Limit = 7
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, other, t0) }), "another Limit")
+	earlier := d
+	earlier.ResetAfter = 0
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, earlier, t0) }), "an earlier reset")
+	assert.Same(t, last, w.last.Load())
+	w.Write(s, d, t0.Add(time.Second))
+	assert.NotSame(t, last, w.last.Load(), "a later reset")
+}
+
+// countingBytesSetter counts the bytes it is set, without allocating.
+type countingBytesSetter struct{ n int }
+
+func (s *countingBytesSetter) Set(_, v string)             { s.n += len(v) }
+func (s *countingBytesSetter) SetBytes(_ string, v []byte) { s.n += len(v) }
+
 // TestWriterBackwards: a decision whose reset is earlier than the last
 // block's does not displace it; a later one does.
 func TestWriterBackwards(t *testing.T) {
@@ -143,6 +190,12 @@ func TestWriterConcurrent(t *testing.T) {
 				Write(want, d, now, Default())
 				w.Write(got, d, now)
 				if !assert.Equal(t, want, got) {
+					return
+				}
+				wantS, gotB := &recordingSetter{}, &bytesSetter{}
+				Write(wantS, d, now, Default())
+				w.Write(gotB, d, now)
+				if !assert.Equal(t, wantS.m, gotB.m) {
 					return
 				}
 			}
