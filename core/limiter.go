@@ -75,6 +75,11 @@ type Limiter struct {
 	shadow    bool
 	layered   *layered       // nil but for NewLayered
 	sources   []PolicySource // WithPolicySource, in order; nil when none
+	// direct says that allow may ask the store itself, without decide,
+	// when the request is plain: the store is CallDirect, and there is no
+	// observer, shadow mode, policy source, deny cache, fallback or layer
+	// to attend to.
+	direct bool
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -151,6 +156,8 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 		return nil, err
 	}
 	l.observers = observers
+	l.direct = call == CallDirect && l.observers == nil && !l.shadow && l.sources == nil &&
+		l.denied == nil && l.fallback == nil && l.layered == nil
 	return l, nil
 }
 
@@ -222,22 +229,35 @@ func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Ti
 }
 
 // allow is AllowNAt; a zero at is the store's clock.
-func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
+func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (d Decision, err error) {
+	if l.direct && l.plain(ctx, key, n) {
+		// The hot path (memstore's): decide, spared its tests for what
+		// this Limiter does not have, and two copies of the Decision.
+		d, err = l.store.Take(ctx, Request{Key: key, Policy: l.policy, Cost: n, Now: at})
+		if err != nil {
+			return l.storeFailed(ctx, Request{Key: key, Policy: l.policy, Cost: n, Now: at}, false, err)
+		}
+		d.Policy = l.policy
+		if d.Source != SourceStore {
+			d.Source = SourceStore
+		}
+		return d, nil
+	}
 	if l.layered != nil {
 		return l.allowEvery(ctx, key, n, at)
 	}
 	if l.observers == nil && !l.shadow {
-		return l.decide(ctx, key, n, at, nil) // the hot path
+		return l.decide(ctx, key, n, at, nil)
 	}
 	if l.observers == nil {
-		d, err := l.decide(ctx, key, n, at, nil)
+		d, err = l.decide(ctx, key, n, at, nil)
 		if !d.Allowed {
 			shade(&d, err)
 		}
 		return d, err
 	}
 	var w watch
-	d, err := l.decide(ctx, key, n, at, &w)
+	d, err = l.decide(ctx, key, n, at, &w)
 	if l.shadow && !d.Allowed {
 		shade(&d, err)
 	}
@@ -315,13 +335,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		w.latency = time.Since(start)
 	}
 	if err != nil {
-		if callerDone(ctx) {
-			return l.canceled(ctx, err)
-		}
-		if !probe && countsAsFailure(err) {
-			l.brk.fail(l.elapsed(at))
-		}
-		return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err))
+		return l.storeFailed(ctx, req, probe, err)
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
@@ -334,6 +348,29 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		l.denied.put(key, n, now, d, gen)
 	}
 	return d, nil
+}
+
+// plain reports whether a request for key and cost n on a direct Limiter
+// may skip decide: its input is valid as it is (no key to digest), ctx has
+// not ended and the breaker is closed with no failure counted.
+func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
+	return uint64(n-1) < uint64(l.capacity) && key != "" && len(key) <= MaxKeyLen && plainKey(key) &&
+		l.brk.state.Load() == 0 && ctx.Err() == nil
+}
+
+// storeFailed is the answer to req, which the store failed with err:
+// ErrCanceled when the caller has left meanwhile, else the fallback's or
+// the FailMode's decision, with an error wrapping ErrStore. The failure
+// counts toward opening the breaker unless it was the breaker's probe (the
+// probe reports itself) or it reports invalid input.
+func (l *Limiter) storeFailed(ctx context.Context, req Request, probe bool, err error) (Decision, error) {
+	if callerDone(ctx) {
+		return l.canceled(ctx, err)
+	}
+	if !probe && countsAsFailure(err) {
+		l.brk.fail(l.elapsed(req.Now))
+	}
+	return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err))
 }
 
 // withoutStore decides req by the fallback or else the FailMode, for a

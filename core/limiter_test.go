@@ -399,3 +399,62 @@ func TestAlgorithmsReturnsAFreshSlice(t *testing.T) {
 	a[0] = "gcra"
 	assert.Equal(t, want, core.Algorithms(), "a caller's change reached the next call")
 }
+
+// TestDirectPathDecidesAsDecide: a Limiter over a CallDirect store with
+// nothing configured asks the store on a path of its own, which must
+// answer every request as the general path does (taken here because an
+// observer is configured): the request the store sees, the Decision, the
+// error, and the circuit breaker's count of failures.
+func TestDirectPathDecidesAsDecide(t *testing.T) {
+	long := strings.Repeat("k", core.MaxKeyLen+1)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range []struct {
+		name   string
+		ctx    context.Context
+		key    string
+		cost   int64
+		answer core.Decision
+		err    error
+	}{
+		{name: "allowed", key: "203.0.113.7", cost: 1, answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Second}},
+		{name: "denied", key: "203.0.113.7", cost: 3, answer: core.Decision{Limit: 10, RetryAfter: time.Second, ResetAfter: time.Second}},
+		{name: "a store's source is overwritten", key: "k", cost: 1, answer: core.Decision{Allowed: true, Source: core.SourceFallback}},
+		{name: "hashed key", key: long, cost: 1, answer: core.Decision{Allowed: true}},
+		{name: "key with a brace", key: "a{b}", cost: 1, answer: core.Decision{Allowed: true}},
+		{name: "empty key", key: "", cost: 1},
+		{name: "zero cost", key: "k", cost: 0},
+		{name: "cost over capacity", key: "k", cost: 11},
+		{name: "full capacity", key: "k", cost: 10, answer: core.Decision{Allowed: true}},
+		{name: "canceled", ctx: canceled, key: "k", cost: 1},
+		{name: "store failure", key: "k", cost: 1, err: errDown},
+		{name: "store refuses the input", key: "k", cost: 1, err: core.ErrInvalidKey},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := tt.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			type result struct {
+				d    core.Decision
+				err  string
+				reqs []core.Request
+				h    core.Health
+			}
+			decide := func(opts ...core.Option) result {
+				s := &fakeStore{answer: tt.answer, err: tt.err}
+				l, err := core.NewLimiter(directStore{s}, tb10, append(opts, core.WithCircuitBreaker(1, time.Hour))...)
+				require.NoError(t, err)
+				d, err := l.AllowNAt(ctx, tt.key, tt.cost, t0)
+				r := result{d: d, reqs: s.reqs, h: l.HealthAt(t0)}
+				if err != nil {
+					r.err = err.Error()
+				}
+				return r
+			}
+			direct := decide()
+			general := decide(core.WithObserver(core.ObserverFunc(func(core.Event) {})))
+			assert.Equal(t, general, direct)
+		})
+	}
+}
