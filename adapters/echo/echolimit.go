@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/labstack/echo/v4"
 
@@ -42,19 +44,88 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 	if err != nil {
 		panic(fmt.Sprintf("echolimit.New: %v", err))
 	}
+	chains := new(chainCache)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			q := requests.Get().(*request)
-			q.c = c
-			proceed := f.Handle(q, response{c.Response()})
-			q.c = nil
-			requests.Put(q)
-			if !proceed {
-				return nil
-			}
-			return next(c)
+		if h, ok := chains.get(next); ok {
+			return h
 		}
+		h := handler(f, next)
+		chains.put(next, h)
+		return h
 	}
+}
+
+// handler is the handler that runs f, then next if the request proceeds.
+func handler(f *httplimit.Flow, next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		q := requests.Get().(*request)
+		q.c = c
+		proceed := f.Handle(q, response{c.Response()})
+		q.c = nil
+		requests.Put(q)
+		if !proceed {
+			return nil
+		}
+		return next(c)
+	}
+}
+
+// chainCache remembers the handlers that one New's middleware built for
+// the last next handlers it was given. Echo applies the middleware of
+// e.Use to the route's handler on every request, and a new handler would
+// cost an allocation each time: for the same next (the same func value,
+// the same closure), the handler built before is the same handler. Once
+// it has missed maxChainMisses times (a middleware after this one, or in
+// e.Pre, hands it a new closure on every request; or too many routes take
+// turns in its slots), it stops looking. It is safe for concurrent use.
+type chainCache struct {
+	slots  [chainSlots]atomic.Pointer[chain]
+	misses atomic.Int64
+}
+
+// chain is one next handler and the handler built for it.
+type chain struct {
+	next, h echo.HandlerFunc
+}
+
+const (
+	chainSlots     = 8
+	maxChainMisses = 1024
+)
+
+// funcPointer is the identity of fn: the address of its closure. Two func
+// values with the same address are the same code over the same captured
+// variables. A chain holds its next, so that the address cannot be reused
+// by another closure while it is cached.
+func funcPointer(fn echo.HandlerFunc) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&fn))
+}
+
+// slot returns the slot of the closure at p.
+func (cc *chainCache) slot(p unsafe.Pointer) *atomic.Pointer[chain] {
+	return &cc.slots[(uint64(uintptr(p))>>4*0x9e3779b97f4a7c15)>>61]
+}
+
+// get returns the handler built for next, if cached.
+func (cc *chainCache) get(next echo.HandlerFunc) (echo.HandlerFunc, bool) {
+	p := funcPointer(next)
+	if p == nil {
+		return nil, false
+	}
+	if c := cc.slot(p).Load(); c != nil && funcPointer(c.next) == p {
+		return c.h, true
+	}
+	return nil, false
+}
+
+// put caches h, the handler built for next, until maxChainMisses.
+func (cc *chainCache) put(next, h echo.HandlerFunc) {
+	p := funcPointer(next)
+	if p == nil || cc.misses.Load() >= maxChainMisses {
+		return
+	}
+	cc.misses.Add(1)
+	cc.slot(p).Store(&chain{next: next, h: h})
 }
 
 // WithSkipper exempts the requests for which skip reports true, in Echo's
