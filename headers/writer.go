@@ -21,6 +21,7 @@ import (
 type Writer struct {
 	cfg  Config
 	last atomic.Pointer[sharedBlock] // the last block that formatted all its values
+	wall atomic.Pointer[time.Time]   // the last reading of time.Now, for now
 }
 
 // NewWriter returns the Writer of cfg.
@@ -50,7 +51,10 @@ type leanBlock struct {
 }
 
 // Write sets the fields of the Writer's Config from d, the decision made
-// at time now, in h, as Write(h, d, now, w.Config()) does.
+// at time now, in h, as Write(h, d, now, w.Config()) does. A zero now is
+// the current time, as for Write, but read at half the cost: from the
+// monotonic clock since the Writer last read the wall clock, which it does
+// once a second.
 func (w *Writer) Write(h Setter, d core.Decision, now time.Time) {
 	cfg := w.cfg
 	if (!cfg.XRateLimit && !cfg.Draft6) || cfg.Structured || (cfg.RetryAfter && !d.Allowed) ||
@@ -76,11 +80,26 @@ func (w *Writer) numbers(d core.Decision, now time.Time) (lim, xreset, reset int
 	lim, reset = max(d.Limit, 0), ceilSeconds(d.ResetAfter)
 	if w.cfg.XRateLimit {
 		if now.IsZero() {
-			now = time.Now()
+			now = w.now()
 		}
 		xreset = ceilUnix(now.Add(max(d.ResetAfter, 0)))
 	}
 	return lim, xreset, reset
+}
+
+// now returns the current time: the last reading of the wall clock, when
+// it is less than a second old, advanced by the monotonic clock, which
+// costs half a reading of both. The wall clock is read again every second,
+// so that a step of it is followed within a second.
+func (w *Writer) now() time.Time {
+	if t := w.wall.Load(); t != nil {
+		if e := time.Since(*t); e >= 0 && e < time.Second {
+			return t.Add(e)
+		}
+	}
+	t := time.Now()
+	w.wall.Store(&t)
+	return t
 }
 
 // same reports whether b holds the text of these numbers.

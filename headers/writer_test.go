@@ -226,3 +226,27 @@ func BenchmarkWriter(b *testing.B) {
 
 // unsafeStringData is the address of s's text.
 func unsafeStringData(s string) *byte { return unsafe.StringData(s) }
+
+// TestWriterNow: the Writer's clock is the wall clock, advanced by the
+// monotonic clock for at most a second before it is read again.
+func TestWriterNow(t *testing.T) {
+	w := NewWriter(Default())
+	for range 3 {
+		before := time.Now()
+		got := w.now()
+		after := time.Now()
+		assert.False(t, got.Before(before), "%v before %v", got, before)
+		assert.False(t, got.After(after), "%v after %v", got, after)
+	}
+	stale := time.Now().Add(-2 * time.Second)
+	w.wall.Store(&stale)
+	before := time.Now()
+	got := w.now()
+	assert.False(t, got.Before(before), "a reading two seconds old is not used")
+	assert.NotSame(t, &stale, w.wall.Load())
+	// A reading without a monotonic clock, as after a step, is not
+	// advanced either.
+	wallOnly := time.Unix(before.Unix(), 0)
+	w.wall.Store(&wallOnly)
+	assert.False(t, w.now().Before(before))
+}
