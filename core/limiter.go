@@ -230,18 +230,24 @@ func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Ti
 
 // allow is AllowNAt; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (d Decision, err error) {
-	if l.direct && l.plain(ctx, key, n) {
+	if l.direct {
 		// The hot path (memstore's): decide, spared its tests for what
 		// this Limiter does not have, and two copies of the Decision.
-		d, err = l.store.Take(ctx, Request{Key: key, Policy: l.policy, Cost: n, Now: at})
-		if err != nil {
-			return l.storeFailed(ctx, Request{Key: key, Policy: l.policy, Cost: n, Now: at}, false, err)
+		// req is built before plain's call, so that its stores have
+		// landed when it is copied into Take's arguments (a copy right
+		// after them waits for them: a store-forwarding stall).
+		req := Request{Key: key, Policy: l.policy, Cost: n, Now: at}
+		if l.plain(ctx, key, n) {
+			d, err = l.store.Take(ctx, req)
+			if err != nil {
+				return l.storeFailed(ctx, req, false, err)
+			}
+			d.Policy = l.policy
+			if d.Source != SourceStore {
+				d.Source = SourceStore
+			}
+			return d, nil
 		}
-		d.Policy = l.policy
-		if d.Source != SourceStore {
-			d.Source = SourceStore
-		}
-		return d, nil
 	}
 	if l.layered != nil {
 		return l.allowEvery(ctx, key, n, at)
