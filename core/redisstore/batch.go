@@ -3,11 +3,13 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,7 +44,10 @@ type call struct {
 	state    atomic.Int32  // callPending, callDone or callAbandoned
 	done     chan struct{} // receives once the call is done
 	taken    atomic.Bool   // a flusher has taken the call from the queue
-	abort    chan struct{} // closed when the caller abandoned the call and its deadline passed
+	abort    chan struct{} // closed when the caller abandoned the call and its deadline passed, or by expire
+	expire   *time.Timer   // closes abort at the deadline of a call run alone (see batcher.alone)
+	burnt    bool          // expire fired: abort is closed, and the call is not pooled again
+	alone    *redis.Client // while the call runs alone, the clone it runs over
 	reply    []int64
 	err      error
 }
@@ -65,7 +70,8 @@ var _ context.Context = (*call)(nil)
 // Deadline returns the caller's deadline.
 func (c *call) Deadline() (time.Time, bool) { return c.deadline, true }
 
-// Done is closed once the caller has left and the deadline has passed.
+// Done is closed once the caller has left and the deadline has passed
+// (or, for a call run alone, at the deadline).
 func (c *call) Done() <-chan struct{} { return c.abort }
 
 // Err returns context.DeadlineExceeded once Done is closed.
@@ -81,6 +87,9 @@ func (c *call) Err() error {
 // Value returns the caller's value for key (nil once the call is over:
 // the context is for the command's run, not to be kept).
 func (c *call) Value(key any) any {
+	if _, ok := key.(aloneKey); ok {
+		return c.alone
+	}
 	if p := c.parent; p != nil {
 		return p.Value(key)
 	}
@@ -162,9 +171,15 @@ func (c *call) run(ctx context.Context, client redis.UniversalClient) {
 
 // batcher hands decisions to flusher goroutines, each of which sends what
 // has queued while the others were busy as one pipeline (one write, one
-// read); a lone decision goes out at once, as a plain command.
+// read); a lone decision goes out at once, as a plain command. A decision
+// asked while no other is in the batcher runs on its caller's goroutine
+// instead, over direct (see alone), sparing the two goroutine switches of a
+// handoff.
 type batcher struct {
 	client   *redis.Client
+	direct   *redis.Client // client's clone for lone decisions: deadlines in every phase, no retries
+	retries  bool          // client retries a failed command
+	inside   atomic.Int32  // callers in do
 	queue    chan *call
 	start    sync.Once
 	stop     chan struct{}
@@ -182,6 +197,12 @@ type batcher struct {
 // them) instead of waiting in the queue for their deadlines.
 const stuckAfter = 10 * time.Millisecond
 
+// maxAlone is the longest time to its deadline of a decision run alone on
+// its caller's goroutine (see batcher.alone). Such a decision ends by its
+// deadline, not when its caller leaves, so a decision given longer goes
+// to the flushers, and its caller may stop waiting at once.
+const maxAlone = time.Second
+
 // maxRunning caps the flushers, the extra ones included.
 const maxRunning = 4096
 
@@ -193,13 +214,136 @@ func newBatcher(client *redis.Client) *batcher {
 	if o := client.Options(); o.PoolSize > 0 {
 		n = min(n, o.PoolSize)
 	}
-	return &batcher{client: client, queue: make(chan *call, queueLen), stop: make(chan struct{}), flushers: n}
+	return &batcher{client: client, direct: directOf(client), retries: client.Options().MaxRetries > 0,
+		queue: make(chan *call, queueLen), stop: make(chan struct{}), flushers: n}
+}
+
+// directs holds, per *redis.Client that a Store was made over, its clone
+// for lone decisions (see directOf); an entry goes with its client.
+var (
+	directs   sync.Map // weak.Pointer[redis.Client] -> *redis.Client
+	directsMu sync.Mutex
+)
+
+// directOf returns the clone of client over which a batcher runs a lone
+// decision (see batcher.alone), making it, and adding aloneHook to
+// client, on the first Store over client. The clone shares client's
+// connection pool, not its hooks: ContextTimeoutEnabled with zero timeouts
+// puts a decision's deadline on its dial, its connection's handshake, and
+// its write and read; with no retries it is one attempt, so it ends by
+// that deadline. Its options are its own copy.
+func directOf(client *redis.Client) *redis.Client {
+	k := weak.Make(client)
+	if d, ok := directs.Load(k); ok {
+		return d.(*redis.Client)
+	}
+	directsMu.Lock()
+	defer directsMu.Unlock()
+	if d, ok := directs.Load(k); ok {
+		return d.(*redis.Client)
+	}
+	d := client.WithTimeout(0)
+	o := d.Options()
+	o.ContextTimeoutEnabled, o.MaxRetries = true, 0
+	client.AddHook(aloneHook{})
+	directs.Store(k, d)
+	runtime.AddCleanup(client, func(k weak.Pointer[redis.Client]) { directs.Delete(k) }, k)
+	return d
+}
+
+// aloneKey is the context key under which a call run alone gives the
+// clone to run it over (see call.Value).
+type aloneKey struct{}
+
+// aloneHook is the innermost of a client's hooks when the first Store over
+// the client adds it: a command of a call run alone goes through the hooks
+// added before it (a user's tracing, say), and then, in place of the
+// client's own processing, to the clone its context names. Every other
+// command passes on untouched.
+type aloneHook struct{}
+
+// DialHook passes next on.
+func (aloneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook sends the commands of calls run alone over their clone.
+func (aloneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if d, _ := ctx.Value(aloneKey{}).(*redis.Client); d != nil {
+			return d.Process(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook passes next on.
+func (aloneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// alone runs c, the only decision in the batcher, on the caller's
+// goroutine over the clone of the client that bounds every phase of a
+// command by c's deadline: so that a decision without concurrency costs
+// what one EVALSHA costs, no goroutine switch, and still returns by its
+// deadline however the client is configured. c is the command's context:
+// the caller's values, c's deadline, and done at that deadline (c's
+// expire timer closes abort: a call whose timer fired is burnt, never
+// pooled again); not the caller's cancellation, as in the batch: a client
+// that disconnects does not abort a decision in flight. A command that
+// fails but for its deadline or a Redis error reply (a stale connection,
+// say), while time is left and the client would retry, goes to the
+// flushers, which retry as the client does.
+func (b *batcher) alone(ctx context.Context, c *call) (retry bool) {
+	if c.expire == nil {
+		c.expire = time.AfterFunc(time.Until(c.deadline), func() { close(c.abort) })
+	} else {
+		c.expire.Reset(time.Until(c.deadline))
+	}
+	c.alone = b.direct
+	c.run(c, b.client)
+	c.alone = nil
+	stopped := c.expire.Stop()
+	c.burnt = !stopped // its abort is closed, or about to be
+	if c.err == nil {
+		return false
+	}
+	if !stopped || !time.Now().Before(c.deadline) {
+		// Ended by its deadline: the same error as a call the batch gave
+		// up on, with the client's.
+		if !errors.Is(c.err, context.DeadlineExceeded) {
+			c.err = fmt.Errorf("%w: %w", context.DeadlineExceeded, c.err)
+		}
+		return false
+	}
+	if !b.retries || ctx.Err() != nil {
+		return false
+	}
+	var reply redis.Error
+	if errors.As(c.err, &reply) || errors.Is(c.err, context.DeadlineExceeded) || errors.Is(c.err, redis.ErrClosed) {
+		return false
+	}
+	c.reset(c.multi)
+	return true
 }
 
 // do sends c and waits for its reply until its deadline or ctx's end. It
 // returns false, with the error of the wait, when it stopped waiting after
 // c was queued: c then belongs to the flusher, which drops it.
 func (b *batcher) do(ctx context.Context, c *call) (bool, error) {
+	select {
+	case <-b.stop:
+		return true, redis.ErrClosed
+	default:
+	}
+	if !time.Now().Before(c.deadline) {
+		return true, context.DeadlineExceeded // never sent
+	}
+	if err := ctx.Err(); err != nil {
+		return true, err // never sent
+	}
+	defer b.inside.Add(-1)
+	if b.inside.Add(1) == 1 && time.Until(c.deadline) <= maxAlone && !b.alone(ctx, c) {
+		return true, nil
+	}
 	b.start.Do(func() {
 		b.progress.Store(time.Now().UnixNano())
 		b.running.Add(int32(b.flushers))
@@ -207,11 +351,6 @@ func (b *batcher) do(ctx context.Context, c *call) (bool, error) {
 			go b.flush(false)
 		}
 	})
-	select {
-	case <-b.stop:
-		return true, redis.ErrClosed
-	default:
-	}
 	// The timer wakes the caller at the deadline, and every stuckAfter
 	// before it, to check on the flushers.
 	t := timerPool.Get().(*time.Timer)
@@ -416,7 +555,10 @@ func complete(c *call) {
 // Store's flusher goroutines, which sends the decisions that arrive while
 // the others are busy as one pipeline (a lone decision goes out at once,
 // as one EVALSHA), and TakeBy stops waiting at deadline or when ctx ends,
-// however the client is configured. A decision whose deadline passes
+// however the client is configured; a decision asked while no other is
+// under way, with at most a second to its deadline, runs on the caller's
+// goroutine instead (see the package documentation) and ends by deadline,
+// not at ctx's end. A decision whose deadline passes
 // before a flusher reaches it is never sent. Over any other client (a
 // cluster client, a Ring), TakeBy is Take with deadline as its context's,
 // on a goroutine of its own that it stops waiting for at the deadline,

@@ -22,9 +22,17 @@
 // first decision, send the decisions that arrive while the others are busy
 // as one pipeline (one write and one read for many scripts), and a lone
 // decision at once, as one EVALSHA, so no request waits for others to
-// come. Each still waits no longer than the Limiter's timeout, whatever
-// the client's options. Close stops the flushers. Over a cluster client
-// or a Ring, decisions are not batched.
+// come. A decision asked while no other is under way (and with at most a
+// second to its deadline) runs on its caller's goroutine instead, sparing
+// a goroutine handoff each way: over a clone of the client that shares its
+// connection pool and puts the decision's deadline on every phase of the
+// command (ContextTimeoutEnabled, no retries). The first Store over a
+// client adds a hook to it that sends those commands over the clone,
+// after the hooks added before it (tracing, metrics); hooks added after
+// that Store was made do not see them. Each decision still waits no
+// longer than the Limiter's timeout, whatever the client's options. Close
+// stops the flushers. Over a cluster client or a Ring, decisions are not
+// batched.
 //
 // A layered core.Limiter (core.NewLayered) asks Store.TakeAll, which
 // decides every layer of a request all or nothing. Over a *redis.Client

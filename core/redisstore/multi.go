@@ -750,7 +750,9 @@ func (s *Store) TakeAllBy(ctx context.Context, reqs []core.Request, out []core.D
 		err = c.err
 	}
 	c.reply, c.cmd, c.err, c.parent, c.multi = nil, nil, nil, nil, nil
-	callPool.Put(c)
+	if !c.burnt {
+		callPool.Put(c)
+	}
 	defer m.put()
 	if err != nil {
 		s.recovery.failed(err)

@@ -118,6 +118,11 @@ var algos = [...]struct {
 // node also asks the client to reload its slot map (at most five times a
 // second, without waiting), so that the Store follows a promoted replica.
 //
+// Over a *redis.Client, the first Store adds a hook to the client (see
+// the package documentation: lone decisions run over a clone of it that
+// bounds them by their deadline); the client's other commands pass through
+// it untouched.
+//
 // New does no I/O. It starts one goroutine that runs CheckConfig, for at
 // most a few seconds, and logs a warning (WithLogger) if Redis has a
 // maxmemory and the noeviction policy.
@@ -241,7 +246,9 @@ func (s *Store) take(ctx context.Context, req core.Request, deadline time.Time) 
 		err = c.err
 	}
 	c.key, c.lock, c.reply, c.cmd, c.err, c.parent = "", "", nil, nil, nil, nil
-	callPool.Put(c)
+	if !c.burnt {
+		callPool.Put(c)
+	}
 	if err != nil {
 		s.recovery.failed(err)
 		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", what, err)

@@ -1,0 +1,167 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// TestAloneRunsOnTheCaller: decisions made one at a time through a
+// Limiter over a default client run on their callers' goroutines (no
+// flusher is ever started), one EVALSHA each, seen by a hook the user
+// added before New; they decide exactly.
+func TestAloneRunsOnTheCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = client.Close() })
+	counter := newCommandCounter()
+	client.AddHook(counter)
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
+	t.Cleanup(func() { _ = s.Close() })
+	waitChecked(t, s, 10*time.Second)
+	require.Same(t, s.batch.direct, mustNew(t, client).batch.direct, "one clone per client")
+	for _, p := range policies(50, time.Hour) {
+		p.Name = "alone"
+		l, err := core.NewLimiter(s, p)
+		require.NoError(t, err)
+		counter.reset()
+		admitted := 0
+		for range 80 {
+			d, err := l.Allow(context.Background(), "k")
+			require.NoError(t, err)
+			if d.Allowed {
+				admitted++
+			}
+		}
+		assert.Equal(t, 50, admitted, p.Algorithm)
+		names, pipelines := counter.snapshot()
+		assert.Equal(t, 80, names["evalsha"], "%s: %v", p.Algorithm, names)
+		assert.LessOrEqual(t, names["eval"], 1, "%s: one NOSCRIPT at most, on a new server: %v", p.Algorithm, names)
+		// A new connection's handshake (HELLO, CLIENT SETINFO) is a
+		// pipeline; no decision is.
+		assert.LessOrEqual(t, pipelines, names["hello"], "%s: %v", p.Algorithm, names)
+	}
+	assert.Zero(t, s.batch.running.Load(), "no flusher started")
+
+	// Layered decisions too.
+	reqs := fourLayers("alone", time.Time{})
+	out := make([]core.Decision, len(reqs))
+	counter.reset()
+	for range 5 {
+		require.NoError(t, s.TakeAllBy(context.Background(), reqs, out, time.Now().Add(time.Second)))
+	}
+	names, _ := counter.snapshot()
+	assert.Equal(t, 5, names["evalsha"], "%v", names)
+	assert.Zero(t, s.batch.running.Load(), "no flusher started")
+}
+
+// TestAloneBoundedByAFullPool: a lone decision waiting for a connection
+// of a pool that other work holds gives up at its deadline, not at the
+// pool's PoolTimeout (4s here); and once the pool frees, decides again.
+func TestAloneBoundedByAFullPool(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := srv.Options()
+	opts.PoolSize = 1
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "pool", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}}
+	_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
+	require.NoError(t, err)
+
+	// The pool's only connection, held by a blocking command.
+	held := make(chan error, 1)
+	go func() { held <- client.BLPop(ctx, 1500*time.Millisecond, testPrefix(t)+"nothing").Err() }()
+	require.Eventually(t, func() bool { return client.PoolStats().IdleConns == 0 }, 5*time.Second, time.Millisecond)
+	for range 3 {
+		start := time.Now()
+		_, err := s.TakeBy(ctx, req, start.Add(100*time.Millisecond))
+		took := time.Since(start)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, took, 100*time.Millisecond+slack, "waited for the pool past the deadline")
+	}
+	require.ErrorIs(t, <-held, redis.Nil)
+	_, err = s.TakeBy(ctx, req, time.Now().Add(time.Second))
+	require.NoError(t, err)
+}
+
+// TestAloneAfterRestart: Redis restarts under a pool of idle connections
+// to the old process; the next lone decision still gets an answer (a dead
+// connection is found and replaced, or the decision is retried through the
+// flushers, as the client would retry it).
+func TestAloneAfterRestart(t *testing.T) {
+	srv := redistest.StartWith(t)
+	if srv.External() {
+		t.Skip("REDIS_URL is set: this test restarts a server of its own")
+	}
+	client := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = client.Close() })
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
+	t.Cleanup(func() { _ = s.Close() })
+	waitChecked(t, s, 10*time.Second)
+	ctx := context.Background()
+	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "restart", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}}
+	for range 3 {
+		_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
+		require.NoError(t, err)
+	}
+	srv.Restart()
+	for i := range 5 {
+		d, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
+		require.NoError(t, err, "decision %d after the restart", i)
+		assert.True(t, d.Allowed)
+	}
+}
+
+// TestAloneFrozenRedis: one decision at a time on a frozen Redis, with a
+// default client (ReadTimeout 3s, 3 retries): each ends at its deadline
+// with an error that says so, and none leaves a flusher stuck.
+func TestAloneFrozenRedis(t *testing.T) {
+	srv := redistest.StartWith(t)
+	if srv.External() {
+		t.Skip("REDIS_URL is set: this test freezes a server of its own")
+	}
+	client := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = client.Close() })
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
+	t.Cleanup(func() { _ = s.Close() })
+	waitChecked(t, s, 10*time.Second)
+	ctx := context.Background()
+	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "frozen", Algorithm: core.SlidingWindowLog, Limit: 100, Window: time.Hour}}
+	_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
+	require.NoError(t, err)
+	srv.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	})
+	for range 5 {
+		start := time.Now()
+		_, err := s.TakeBy(ctx, req, start.Add(60*time.Millisecond))
+		took := time.Since(start)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var ne net.Error
+		assert.True(t, errors.As(err, &ne) && ne.Timeout(), "the client's own timeout in the chain: %v", err)
+		require.Less(t, took, 60*time.Millisecond+slack)
+	}
+	assert.Zero(t, s.batch.running.Load(), "no flusher started")
+	srv.Thaw()
+	thawed = true
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
+		assert.NoError(c, err)
+	}, 10*time.Second, 10*time.Millisecond)
+}
