@@ -17,7 +17,9 @@ import (
 // epoch seconds or RateLimit-Reset in delay seconds) with the last
 // response that had the same ones, and formats only Remaining. A
 // response then costs one allocation, for its value slices and their
-// text. Build it with NewWriter; it is safe for concurrent use.
+// text; a BytesSetter's fields are set from that text and a pooled
+// buffer, with none. The other families, and Retry-After, are written by
+// Write itself. Build it with NewWriter; it is safe for concurrent use.
 type Writer struct {
 	cfg  Config
 	last atomic.Pointer[sharedBlock] // the last block that formatted all its values
