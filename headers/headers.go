@@ -170,9 +170,11 @@ func emit(h Setter, fs *fieldSet, buf []byte) {
 // field from a buffer of its own, reused, or from text that other
 // responses share, without allocating. SetBytes replaces any value the
 // field had; it must neither keep value past its call nor write to it.
+// SetInt sets the field to the decimal text of n, as SetBytes would.
 type BytesSetter interface {
 	Setter
 	SetBytes(key string, value []byte)
+	SetInt(key string, n int64)
 }
 
 // bytesBuf is the buffer from which Write sets a BytesSetter's fields.

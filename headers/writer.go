@@ -17,8 +17,8 @@ import (
 // epoch seconds or RateLimit-Reset in delay seconds) with the last
 // response that had the same ones, and formats only Remaining. A
 // response then costs one allocation, for its value slices and their
-// text; a BytesSetter's fields are set from that text and a pooled
-// buffer, with none. The other families, and Retry-After, are written by
+// text; a BytesSetter's fields are set from that text and with SetInt,
+// with none. The other families, and Retry-After, are written by
 // Write itself. Build it with NewWriter; it is safe for concurrent use.
 type Writer struct {
 	cfg  Config
@@ -171,59 +171,45 @@ func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonic
 }
 
 // writeBytes is writeMap for a BytesSetter, which copies what it is set:
-// Remaining, and the values the last block does not hold, are formatted
-// into a pooled buffer, without allocating. Only a decision that resets
-// later, under the same Limit, makes a new last block (one allocation);
-// a Writer whose last block has another Limit keeps it, for a client of
-// another limit (a policy source's plan) could take turns with it.
+// the values the last block holds are set from its text, the others with
+// SetInt, without allocating. Only a decision that resets later, under
+// the same Limit, makes a new last block (one allocation); a Writer whose
+// last block has another Limit keeps it, for a client of another limit (a
+// policy source's plan) could take turns with it.
 func (w *Writer) writeBytes(h BytesSetter, d core.Decision, now time.Time) {
 	cfg := w.cfg
 	lim, xreset, reset := w.numbers(d, now)
-	p := bytesBufs.Get().(*bytesBuf)
-	text := p[:0]
-	var vals [blockFields]string
+	remaining := max(d.Remaining, 0)
 	last := w.last.Load()
-	switch {
-	case last.same(lim, xreset, reset):
-		vals = last.vals
-	case last == nil || last.limit == lim && last.later(xreset, reset):
-		b := &sharedBlock{limit: lim, xreset: xreset, reset: reset}
-		b.format(cfg)
-		vals = b.vals
-		w.last.Store(b)
-	default:
-		var limitText, xresetText, resetText []byte
-		limitText, text = appendBytes(text, lim)
-		xresetText, text = appendBytes(text, xreset)
-		resetText, text = appendBytes(text, reset)
-		vals = [blockFields]string{bytesString(limitText), "", bytesString(xresetText), "", "", bytesString(resetText)}
-		vals[3] = vals[0]
+	if !last.same(lim, xreset, reset) {
+		if last != nil && (last.limit != lim || !last.later(xreset, reset)) {
+			if cfg.XRateLimit {
+				h.SetInt(wireXRateLimitLimit, lim)
+				h.SetInt(wireXRateLimitRemaining, remaining)
+				h.SetInt(wireXRateLimitReset, xreset)
+			}
+			if cfg.Draft6 {
+				h.SetInt(wireRateLimitLimit, lim)
+				h.SetInt(wireRateLimitRemaining, remaining)
+				h.SetInt(wireRateLimitReset, reset)
+			}
+			return
+		}
+		last = &sharedBlock{limit: lim, xreset: xreset, reset: reset}
+		last.format(cfg)
+		w.last.Store(last)
 	}
-	remaining, _ := appendBytes(text, max(d.Remaining, 0))
-	vals[1], vals[4] = bytesString(remaining), bytesString(remaining)
 	if cfg.XRateLimit {
-		h.SetBytes(wireXRateLimitLimit, stringBytes(vals[0]))
-		h.SetBytes(wireXRateLimitRemaining, stringBytes(vals[1]))
-		h.SetBytes(wireXRateLimitReset, stringBytes(vals[2]))
+		h.SetBytes(wireXRateLimitLimit, stringBytes(last.vals[0]))
+		h.SetInt(wireXRateLimitRemaining, remaining)
+		h.SetBytes(wireXRateLimitReset, stringBytes(last.vals[2]))
 	}
 	if cfg.Draft6 {
-		h.SetBytes(wireRateLimitLimit, stringBytes(vals[3]))
-		h.SetBytes(wireRateLimitRemaining, stringBytes(vals[4]))
-		h.SetBytes(wireRateLimitReset, stringBytes(vals[5]))
+		h.SetBytes(wireRateLimitLimit, stringBytes(last.vals[3]))
+		h.SetInt(wireRateLimitRemaining, remaining)
+		h.SetBytes(wireRateLimitReset, stringBytes(last.vals[5]))
 	}
-	bytesBufs.Put(p)
 }
-
-// appendBytes appends n to text and returns its bytes, with text.
-func appendBytes(text []byte, n int64) ([]byte, []byte) {
-	start := len(text)
-	text = strconv.AppendInt(text, n, 10)
-	return text[start:], text
-}
-
-// bytesString is b as a string, for the duration of writeBytes only: the
-// pooled buffer under it is rewritten by the next call.
-func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // stringBytes is s as bytes, never written: a BytesSetter copies them.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

@@ -2,6 +2,7 @@ package headers
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -132,6 +133,7 @@ func (s *bytesSetter) Set(k, v string) {
 }
 
 func (s *bytesSetter) SetBytes(k string, v []byte) { s.Set(k, string(v)) }
+func (s *bytesSetter) SetInt(k string, n int64)    { s.Set(k, strconv.FormatInt(n, 10)) }
 
 // TestWriterBytes: a BytesSetter's fields cost no allocation, whether the
 // last block holds their text or not; a later reset of the same Limit
@@ -160,6 +162,7 @@ type countingBytesSetter struct{ n int }
 
 func (s *countingBytesSetter) Set(_, v string)             { s.n += len(v) }
 func (s *countingBytesSetter) SetBytes(_ string, v []byte) { s.n += len(v) }
+func (s *countingBytesSetter) SetInt(_ string, n int64)    { s.n += int(n % 10) }
 
 // TestWriterBackwards: a decision whose reset is earlier than the last
 // block's does not displace it; a later one does.

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -189,6 +190,13 @@ func (w response) Set(key, value string) {
 // (headers.BytesSetter): the fields are set without allocating.
 func (w response) SetBytes(key string, value []byte) {
 	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), value)
+}
+
+// SetInt sets the field key to the decimal text of n, formatted on the
+// stack, since fasthttp copies it (headers.BytesSetter).
+func (w response) SetInt(key string, n int64) {
+	var b [20]byte
+	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), strconv.AppendInt(b[:0], n, 10))
 }
 
 func (w response) Write(status int, contentType string, body []byte) error {
