@@ -23,7 +23,7 @@ import (
 type Writer struct {
 	cfg  Config
 	last atomic.Pointer[sharedBlock] // the last block that formatted all its values
-	wall atomic.Pointer[time.Time]   // the last reading of time.Now, for now
+	wall atomic.Pointer[wallReading] // the last reading of the wall clock, for nowUnixNano
 }
 
 // NewWriter returns the Writer of cfg.
@@ -81,27 +81,48 @@ func (w *Writer) Write(h Setter, d core.Decision, now time.Time) {
 func (w *Writer) numbers(d core.Decision, now time.Time) (lim, xreset, reset int64) {
 	lim, reset = max(d.Limit, 0), ceilSeconds(d.ResetAfter)
 	if w.cfg.XRateLimit {
-		if now.IsZero() {
-			now = w.now()
+		after := max(d.ResetAfter, 0)
+		switch {
+		case !now.IsZero():
+			xreset = ceilUnix(now.Add(after))
+		case after < maxFastReset:
+			// ceilUnix of the time, in Unix nanoseconds (positive).
+			ns := w.nowUnixNano() + int64(after)
+			xreset = ns / 1e9
+			if ns%1e9 != 0 {
+				xreset++
+			}
+		default:
+			xreset = ceilUnix(time.Unix(0, w.nowUnixNano()).Add(after))
 		}
-		xreset = ceilUnix(now.Add(max(d.ResetAfter, 0)))
 	}
 	return lim, xreset, reset
 }
 
-// now returns the current time: the last reading of the wall clock, when
-// it is less than a second old, advanced by the monotonic clock, which
-// costs half a reading of both. The wall clock is read again every second,
-// so that a step of it is followed within a second.
-func (w *Writer) now() time.Time {
-	if t := w.wall.Load(); t != nil {
-		if e := time.Since(*t); e >= 0 && e < time.Second {
-			return t.Add(e)
+// maxFastReset bounds the ResetAfter that numbers adds to the time in
+// Unix nanoseconds, far from overflowing them.
+const maxFastReset = 1 << 60 // 36 years
+
+// wallReading is a reading of the wall clock, with its monotonic clock.
+type wallReading struct {
+	at     time.Time
+	unixNs int64
+}
+
+// nowUnixNano returns the current time in Unix nanoseconds: the last
+// reading of the wall clock, when it is less than a second old, advanced
+// by the monotonic clock, which costs half a reading of both. The wall
+// clock is read again every second, so that a step of it is followed
+// within a second.
+func (w *Writer) nowUnixNano() int64 {
+	if r := w.wall.Load(); r != nil {
+		if e := time.Since(r.at); e >= 0 && e < time.Second {
+			return r.unixNs + int64(e)
 		}
 	}
 	t := time.Now()
-	w.wall.Store(&t)
-	return t
+	w.wall.Store(&wallReading{at: t, unixNs: t.UnixNano()})
+	return t.UnixNano()
 }
 
 // same reports whether b holds the text of these numbers.

@@ -235,21 +235,38 @@ func unsafeStringData(s string) *byte { return unsafe.StringData(s) }
 func TestWriterNow(t *testing.T) {
 	w := NewWriter(Default())
 	for range 3 {
-		before := time.Now()
-		got := w.now()
-		after := time.Now()
-		assert.False(t, got.Before(before), "%v before %v", got, before)
-		assert.False(t, got.After(after), "%v after %v", got, after)
+		before := time.Now().UnixNano()
+		got := w.nowUnixNano()
+		after := time.Now().UnixNano()
+		assert.GreaterOrEqual(t, got, before)
+		assert.LessOrEqual(t, got, after)
 	}
-	stale := time.Now().Add(-2 * time.Second)
-	w.wall.Store(&stale)
-	before := time.Now()
-	got := w.now()
-	assert.False(t, got.Before(before), "a reading two seconds old is not used")
-	assert.NotSame(t, &stale, w.wall.Load())
+	stale := &wallReading{at: time.Now().Add(-2 * time.Second)}
+	stale.unixNs = stale.at.UnixNano()
+	w.wall.Store(stale)
+	before := time.Now().UnixNano()
+	assert.GreaterOrEqual(t, w.nowUnixNano(), before, "a reading two seconds old is not used")
+	assert.NotSame(t, stale, w.wall.Load())
 	// A reading without a monotonic clock, as after a step, is not
-	// advanced either.
-	wallOnly := time.Unix(before.Unix(), 0)
-	w.wall.Store(&wallOnly)
-	assert.False(t, w.now().Before(before))
+	// advanced past the wall clock either.
+	at := time.Unix(0, before)
+	w.wall.Store(&wallReading{at: at, unixNs: before})
+	assert.GreaterOrEqual(t, w.nowUnixNano(), before)
+}
+
+// TestWriterClockReset: with the time left to the Writer, X-RateLimit-Reset
+// is the current time plus ResetAfter, rounded up, for every ResetAfter.
+func TestWriterClockReset(t *testing.T) {
+	w := NewWriter(Default())
+	for _, after := range []time.Duration{0, 1, time.Millisecond, 999 * time.Millisecond, time.Second, 90 * time.Minute, maxFastReset - 1, maxFastReset, 1<<63 - 1} {
+		d := allowedDecision
+		d.ResetAfter = after
+		before := time.Now()
+		_, xreset, _ := w.numbers(d, time.Time{})
+		after2 := time.Now()
+		assert.GreaterOrEqual(t, xreset, ceilUnix(before.Add(after)), "%v", after)
+		assert.LessOrEqual(t, xreset, ceilUnix(after2.Add(after)), "%v", after)
+		_, atT0, _ := w.numbers(d, t0)
+		assert.Equal(t, ceilUnix(t0.Add(after)), atT0, "%v: an explicit time", after)
+	}
 }
