@@ -557,9 +557,17 @@ func (l *Limiter) failLayers(reqs []Request, v *Verdict) {
 // mirrorLayers takes reqs, which the store admitted, in the fallback too,
 // as mirror does for one request.
 func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, v *Verdict) {
-	var own [MaxLayers]Request
-	var fds [MaxLayers]Decision
+	// From the pools: arrays handed to the fallback's TakeAll, an
+	// interface call, would each go to the heap.
+	own := reqPool.Get().(*[MaxLayers]Request)
+	fds := decisionPool.Get().(*[MaxLayers]Decision)
 	n := copy(own[:], reqs)
+	defer func() {
+		clear(own[:n]) // drop the keys and policies
+		clear(fds[:n])
+		reqPool.Put(own)
+		decisionPool.Put(fds)
+	}()
 	for i := range own[:n] {
 		own[i].Policy.Lockout = nil
 	}

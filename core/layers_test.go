@@ -542,4 +542,21 @@ func TestLayeredAllowAllocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs, "allocations per denied layered Allow")
+
+	// With a fallback, which every admission is mirrored in.
+	mirrored, err := core.NewLayered(newMemStore(t), []core.Layer{
+		{Name: "a", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Second}},
+		{Name: "b", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Hour}},
+	}, core.WithFallback(newMemStore(t)))
+	require.NoError(t, err)
+	d, err = mirrored.AllowAt(ctx, "k", layerT0)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	allocs = testing.AllocsPerRun(200, func() {
+		d, err := mirrored.AllowAt(ctx, "k", layerT0)
+		if err != nil || !d.Allowed {
+			t.Fatalf("AllowAt: %+v, %v", d, err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations per layered Allow mirrored in a fallback")
 }
