@@ -1,6 +1,9 @@
 package keyfuncs
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func benchKey(b *testing.B, fn Func, r Request) {
 	b.Helper()
@@ -20,6 +23,19 @@ func BenchmarkIPKey(b *testing.B) {
 	header := mustResolver(b, TrustedProxies("10.0.0.0/8"), TrustedHeader("CF-Connecting-IP")).key
 	b.Run("peer/ipv4", func(b *testing.B) { benchKey(b, peer, req("203.0.113.7:54321")) })
 	b.Run("peer/ipv6", func(b *testing.B) { benchKey(b, peer, req("[2001:db8:1:1a0::7]:54321")) })
+	b.Run("peer/ipv4-1000-clients", func(b *testing.B) {
+		// Clients taking turns: the key cache misses, as formatting costs.
+		reqs := make([]Request, 1000)
+		for i := range reqs {
+			reqs[i] = req(fmt.Sprintf("198.51.%d.%d:54321", i/250, i%250))
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			peer(reqs[i%len(reqs)])
+			i++
+		}
+	})
 	b.Run("peer/forged-xff", func(b *testing.B) {
 		benchKey(b, peer, req("203.0.113.7:54321", "X-Forwarded-For", "6.6.6.6, 7.7.7.7"))
 	})

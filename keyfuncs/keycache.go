@@ -2,6 +2,7 @@ package keyfuncs
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"sync/atomic"
 	"unsafe"
@@ -12,10 +13,15 @@ import (
 // client, or a few, gets its key without formatting or allocating it.
 const keyCacheSlots = 16
 
-// keyCache remembers the keys of the last client addresses seen, one per
-// slot. An entry is immutable once stored; a miss formats the key into a
-// new entry, in one allocation as formatting alone would cost, and stores
-// it in its slot. The zero keyCache is empty and ready.
+// keyCacheSample is how many misses, on average, make one cache entry.
+const keyCacheSample = 8
+
+// keyCache remembers the keys of client addresses seen lately, one per
+// slot. An entry is immutable once stored. A miss formats the key, and
+// one miss in keyCacheSample, at random, formats it into a new entry
+// stored in its slot instead: a client that keeps coming is cached after
+// a few requests, and clients that take turns cost hardly more than
+// formatting their keys. The zero keyCache is empty and ready.
 type keyCache struct {
 	slots [keyCacheSlots]atomic.Pointer[keyEntry]
 }
@@ -38,6 +44,9 @@ func (r *ipResolver) keyOf(a netip.Addr) string {
 	slot := &r.keys.slots[addrHash(a)%keyCacheSlots]
 	if e := slot.Load(); e != nil && e.addr == a {
 		return e.key
+	}
+	if rand.Uint32()%keyCacheSample != 0 {
+		return r.format(a)
 	}
 	e := &keyEntry{addr: a}
 	b := r.appendKey(e.buf[:0], a)
