@@ -36,8 +36,8 @@ func (w *Writer) Config() Config { return w.cfg }
 // Writer.Write sets in a header map, in one allocation, with the numbers
 // its values were formatted from; it may become the Writer's last block,
 // whose text later responses share. Its strings point into its own text
-// only. A leanBlock's point into its own text or into the last block's,
-// and it never becomes the last one, so no chain of blocks is ever kept
+// only. A leanBlock's and a partBlock's point into their own text or
+// into the last block's, and they never become the last one, so no chain of blocks is ever kept
 // alive. No text is written once a value points into it.
 type sharedBlock struct {
 	limit, xreset, reset int64
@@ -50,6 +50,13 @@ type sharedBlock struct {
 type leanBlock struct {
 	vals [blockFields]string
 	buf  [16]byte // Remaining below 10^16; a larger one has text of its own
+}
+
+// partBlock is a block that borrows Limit from the Writer's last
+// sharedBlock: its own text is Remaining's and the resets'.
+type partBlock struct {
+	vals [blockFields]string
+	buf  [48]byte
 }
 
 // Write sets the fields of the Writer's Config from d, the decision made
@@ -164,20 +171,35 @@ func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonic
 	// vals[5] RateLimit-Reset, whichever families are written, so that a
 	// later block finds them.
 	var vals *[blockFields]string
-	if last := w.last.Load(); last.same(lim, xreset, reset) {
+	switch last := w.last.Load(); {
+	case last.same(lim, xreset, reset):
 		b := new(leanBlock)
 		remaining, _ := appendValue(b.buf[:0], max(d.Remaining, 0))
 		l := &last.vals
 		b.vals = [blockFields]string{l[0], remaining, l[2], l[3], remaining, l[5]}
 		vals = &b.vals
-	} else {
+	case last != nil && last.limit == lim && !last.later(xreset, reset):
+		// Another client's reset, earlier than the last block's: Limit
+		// is borrowed, the rest formatted.
+		b := new(partBlock)
+		text := b.buf[:0]
+		var xresetText, resetText, remaining string
+		if cfg.XRateLimit {
+			xresetText, text = appendValue(text, xreset)
+		}
+		if cfg.Draft6 {
+			resetText, text = appendValue(text, reset)
+		}
+		remaining, _ = appendValue(text, max(d.Remaining, 0))
+		l := &last.vals
+		b.vals = [blockFields]string{l[0], remaining, xresetText, l[3], remaining, resetText}
+		vals = &b.vals
+	default:
 		b := &sharedBlock{limit: lim, xreset: xreset, reset: reset}
 		remaining, _ := appendValue(b.format(cfg), max(d.Remaining, 0))
 		b.vals[1], b.vals[4] = remaining, remaining
 		vals = &b.vals
-		if last == nil || last.limit != lim || last.later(xreset, reset) {
-			w.last.Store(b)
-		}
+		w.last.Store(b)
 	}
 	if cfg.XRateLimit {
 		set(m, wireXRateLimitLimit, vals[0:1:1], canonical)

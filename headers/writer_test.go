@@ -35,6 +35,12 @@ func writerDecisions() []core.Decision {
 		d.ResetAfter += time.Duration(i) * 700 * time.Millisecond
 		ds = append(ds, d, d)
 	}
+	for i := range 3 { // earlier resets of the same Limit: Limit borrowed
+		d := bucket
+		d.Remaining -= int64(10 * i)
+		d.ResetAfter = time.Duration(i) * 300 * time.Millisecond
+		ds = append(ds, d)
+	}
 	ds = append(ds,
 		core.Decision{Allowed: true, Limit: -1, Remaining: -5, ResetAfter: -time.Second},
 		core.Decision{Allowed: true, Limit: 1 << 62, Remaining: 1<<62 - 1, ResetAfter: 1 << 62},
@@ -209,6 +215,30 @@ func TestWriterConcurrent(t *testing.T) {
 
 func BenchmarkWriter(b *testing.B) {
 	bucket := core.Decision{Allowed: true, Limit: 1_000_000_000, Remaining: 999_999_999, ResetAfter: 59 * time.Millisecond}
+	// Clients of different fill levels taking turns: their resets differ.
+	clients := make([]core.Decision, 64)
+	for i := range clients {
+		clients[i] = core.Decision{Allowed: true, Limit: 1000, Remaining: int64(1000 - 10*i), ResetAfter: time.Duration(i) * 3600 * time.Millisecond}
+	}
+	for _, name := range []string{"Write", "Writer"} {
+		b.Run("default/HeaderMap/clients/"+name, func(b *testing.B) {
+			w := NewWriter(Default())
+			h := http.Header{}
+			m := mapResponse{h}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				clear(h)
+				d := clients[i%len(clients)]
+				i++
+				if name == "Write" {
+					Write(m, d, t0, Default())
+				} else {
+					w.Write(m, d, t0)
+				}
+			}
+		})
+	}
 	for _, name := range []string{"Write", "Writer"} {
 		b.Run("default/HeaderMap/"+name, func(b *testing.B) {
 			w := NewWriter(Default())
