@@ -162,7 +162,10 @@ func TestProbeExampleConcurrent(t *testing.T) {
 	assert.Empty(t, rep.Disagreements)
 	assert.Equal(t, map[string]int{"200": 10, "429": 30}, rep.Statuses)
 	require.NotNil(t, rep.FirstDenied)
-	assert.GreaterOrEqual(t, rep.FirstDenied.Request, 11, "10 pass before any 429")
+	// FirstDenied counts in the order sent; with 8 workers a request sent
+	// early may be decided after later ones, so only the bounds are sure.
+	assert.GreaterOrEqual(t, rep.FirstDenied.Request, 1)
+	assert.LessOrEqual(t, rep.FirstDenied.Request, 40)
 	assert.Nil(t, rep.RetryCheck, "--max-wait 0: no check")
 }
 
