@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ type call struct {
 	abort    chan struct{} // closed when the caller abandoned the call and its deadline passed, or by expire
 	expire   *time.Timer   // closes abort at the deadline of a call run alone (see batcher.alone)
 	burnt    bool          // expire fired: abort is closed, and the call is not pooled again
-	alone    *redis.Client // while the call runs alone, the clone it runs over
+	alone    *redis.Client // while the call runs alone, the direct client it runs over
 	reply    []int64
 	err      error
 }
@@ -177,7 +178,7 @@ func (c *call) run(ctx context.Context, client redis.UniversalClient) {
 // handoff.
 type batcher struct {
 	client   *redis.Client
-	direct   *redis.Client // client's clone for lone decisions: deadlines in every phase, no retries
+	direct   *redis.Client // for lone decisions: deadlines in every phase, no retries, a pool of its own (see newDirect)
 	retries  bool          // client retries a failed command
 	inside   atomic.Int32  // callers in do
 	queue    chan *call
@@ -208,64 +209,95 @@ const maxRunning = 4096
 
 // newBatcher returns the batcher of client: GOMAXPROCS flushers (at least
 // two, at most the client's PoolSize), so that concurrent decisions share
-// few pipelines, plus extras while those are stuck (see unstick).
-func newBatcher(client *redis.Client) *batcher {
+// few pipelines, plus extras while those are stuck (see unstick); lone
+// decisions run over a client of its own (see newDirect), whose reads
+// spin for up to spin.
+func newBatcher(client *redis.Client, spin time.Duration) *batcher {
 	n := max(2, runtime.GOMAXPROCS(0))
 	if o := client.Options(); o.PoolSize > 0 {
 		n = min(n, o.PoolSize)
 	}
-	return &batcher{client: client, direct: directOf(client), retries: client.Options().MaxRetries > 0,
+	hookOnce(client)
+	return &batcher{client: client, direct: newDirect(client, spin), retries: client.Options().MaxRetries > 0,
 		queue: make(chan *call, queueLen), stop: make(chan struct{}), flushers: n}
 }
 
-// directs holds, per *redis.Client that a Store was made over, its clone
-// for lone decisions (see directOf); an entry goes with its client.
+// hooked holds the *redis.Client values that have aloneHook; an entry goes
+// with its client.
 var (
-	directs   sync.Map // weak.Pointer[redis.Client] -> *redis.Client
-	directsMu sync.Mutex
+	hooked   sync.Map // weak.Pointer[redis.Client] -> struct{}
+	hookedMu sync.Mutex
 )
 
-// directOf returns the clone of client over which a batcher runs a lone
-// decision (see batcher.alone), making it, and adding aloneHook to
-// client, on the first Store over client. The clone shares client's
-// connection pool, not its hooks: ContextTimeoutEnabled with zero timeouts
-// puts a decision's deadline on its dial, its connection's handshake, and
-// its write and read; with no retries it is one attempt, so it ends by
-// that deadline. Its options are its own copy.
-func directOf(client *redis.Client) *redis.Client {
+// hookOnce adds aloneHook to client, on the first Store over client.
+func hookOnce(client *redis.Client) {
 	k := weak.Make(client)
-	if d, ok := directs.Load(k); ok {
-		return d.(*redis.Client)
+	if _, ok := hooked.Load(k); ok {
+		return
 	}
-	directsMu.Lock()
-	defer directsMu.Unlock()
-	if d, ok := directs.Load(k); ok {
-		return d.(*redis.Client)
+	hookedMu.Lock()
+	defer hookedMu.Unlock()
+	if _, ok := hooked.Load(k); ok {
+		return
 	}
-	d := client.WithTimeout(0)
-	o := d.Options()
-	o.ContextTimeoutEnabled, o.MaxRetries = true, 0
 	client.AddHook(aloneHook{})
-	directs.Store(k, d)
-	runtime.AddCleanup(client, func(k weak.Pointer[redis.Client]) { directs.Delete(k) }, k)
-	return d
+	hooked.Store(k, struct{}{})
+	runtime.AddCleanup(client, func(k weak.Pointer[redis.Client]) { hooked.Delete(k) }, k)
+}
+
+// newDirect returns the client over which a batcher runs a lone decision
+// (see batcher.alone): client's options (address, credentials, database,
+// protocol, TLS, dialer), with a pool of its own of at most two
+// connections (one is in use at a time: a batcher runs one decision alone
+// at a time; the other replaces one a deadline broke), opened as lone
+// decisions need them, whose reads spin for up to spin before they park
+// (see busyConn). ContextTimeoutEnabled with zero timeouts puts a
+// decision's deadline on its dial, its connection's handshake, and its
+// write and read; with no retries it is one attempt, so it ends by that
+// deadline. It has none of client's hooks: aloneHook sends it a command
+// after they have run.
+func newDirect(client *redis.Client, spin time.Duration) *redis.Client {
+	o := *client.Options()
+	o.ContextTimeoutEnabled, o.MaxRetries = true, 0
+	// State that NewClient set up for client, and made anew here: its
+	// push notification processor (its handlers are client's), its
+	// maintenance notifications' configuration (as redis.Options' own
+	// clone copies it); no client-side cache (scripts are never cached).
+	o.PushNotificationProcessor = nil
+	if m := o.MaintNotificationsConfig; m != nil {
+		c := *m
+		o.MaintNotificationsConfig = &c
+	}
+	o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
+	o.PoolSize = min(2, max(o.PoolSize, 1))
+	o.MinIdleConns, o.MaxActiveConns = 0, 0
+	if dial := o.Dialer; dial != nil && spin > 0 {
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return busyPoll(conn, spin), nil
+		}
+	}
+	return redis.NewClient(&o).WithTimeout(0)
 }
 
 // aloneKey is the context key under which a call run alone gives the
-// clone to run it over (see call.Value).
+// direct client to run it over (see call.Value).
 type aloneKey struct{}
 
 // aloneHook is the innermost of a client's hooks when the first Store over
 // the client adds it: a command of a call run alone goes through the hooks
 // added before it (a user's tracing, say), and then, in place of the
-// client's own processing, to the clone its context names. Every other
+// client's own processing, to the direct client its context names. Every other
 // command passes on untouched.
 type aloneHook struct{}
 
 // DialHook passes next on.
 func (aloneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// ProcessHook sends the commands of calls run alone over their clone.
+// ProcessHook sends the commands of calls run alone over their direct client.
 func (aloneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if d, _ := ctx.Value(aloneKey{}).(*redis.Client); d != nil {
@@ -281,7 +313,7 @@ func (aloneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 }
 
 // alone runs c, the only decision in the batcher, on the caller's
-// goroutine over the clone of the client that bounds every phase of a
+// goroutine over the Store's direct client, which bounds every phase of a
 // command by c's deadline: so that a decision without concurrency costs
 // what one EVALSHA costs, no goroutine switch, and still returns by its
 // deadline however the client is configured. c is the command's context:
@@ -436,7 +468,10 @@ func (b *batcher) unstick() {
 
 // close stops the flushers once the queue is empty of waiting callers.
 func (b *batcher) close() {
-	b.stopOnce.Do(func() { close(b.stop) })
+	b.stopOnce.Do(func() {
+		close(b.stop)
+		_ = b.direct.Close()
+	})
 }
 
 // flush is one flusher: it takes the first call waiting, and every call
