@@ -94,6 +94,13 @@ type state struct {
 // times: the sliding counter's window is half its lifetime, and a bucket's
 // debt drains linearly to nothing at expires. The sliding log counts the
 // units logged, some of which may have left the window.
+//
+// What is held back is counted in whole units, rounded up, as admission
+// counts it: a bucket that has drained a fraction of a unit since its
+// last admission still admits nothing more, and forgetting it gives its
+// client as much as forgetting a fuller one. So a flood of states each
+// at its limit ties with an older state at its limit, which is then kept
+// as the older (see cheaper), for the buckets as for the windows.
 func (st *state) worth(now int64) float64 {
 	if st.kind&lockBit != 0 {
 		return st.lockWorth(now)
@@ -120,11 +127,18 @@ func (st *state) worth(now int64) float64 {
 	case tokenBucketKind, leakyBucketKind:
 		used = st.level * decay
 	}
+	// The slack keeps float64 rounding (3.0000000001 units) from counting
+	// a unit more.
+	used = math.Ceil(used - wholeUnitSlack)
 	if st.capacity <= 0 { // not made by shard.take
 		return used
 	}
 	return used / float64(st.capacity)
 }
+
+// wholeUnitSlack is how far above a whole number of units worth still
+// counts that number.
+const wholeUnitSlack = 1e-6
 
 // clear makes st decide like no state at all, keeping its kind and its
 // log's array (shrink bounds it).

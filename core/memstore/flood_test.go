@@ -87,7 +87,7 @@ func TestRotatingKeysFloodStaysBounded(t *testing.T) {
 // back: the flood's newer states are evicted before the victim's.
 func TestFloodOfEqualStatesKeepsTheOldOnes(t *testing.T) {
 	const maxKeys = 2_000
-	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter} {
+	for _, alg := range core.Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
 			s := newStore(t, memstore.WithMaxKeys(maxKeys))
 			p := core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour}

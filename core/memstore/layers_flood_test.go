@@ -1,0 +1,80 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+// TestLayeredFloodKeepsTheLoginGuard floods a full Store through a layered
+// Limiter (the four layers: global, user, login, ip) with logins
+// from rotating addresses and users, each a fresh key in three layers, while
+// a victim address keeps trying to log in: the victim gets exactly its 5
+// logins, however many keys the flood pushes through, and the store stays
+// within its cap. A flood address that uses its whole login quota holds
+// back as much as the victim: the flood's newer states are evicted first,
+// under the buckets too, whose older state has drained a fraction of a
+// unit more.
+func TestLayeredFloodKeepsTheLoginGuard(t *testing.T) {
+	const maxKeys = 2_000
+	perMinute := func(n int64) core.Policy {
+		return core.Policy{Algorithm: core.SlidingWindowCounter, Limit: n, Window: time.Minute}
+	}
+	for _, attempts := range []int{1, 5} { // each flood address logs in once, or uses its whole login quota
+		for _, alg := range core.Algorithms() {
+			t.Run(fmt.Sprintf("%s/%d-per-address", alg, attempts), func(t *testing.T) {
+				s := newStore(t, memstore.WithMaxKeys(maxKeys))
+				login := core.Policy{Algorithm: alg, Limit: 5, Window: 15 * time.Minute}
+				l, err := core.NewLayered(s, []core.Layer{
+					{Name: "global", Policy: perMinute(core.MaxLimit)},
+					{Name: "user", Policy: perMinute(20)},
+					{Name: "login", Policy: login},
+					{Name: "ip", Policy: perMinute(300)},
+				})
+				require.NoError(t, err)
+				ctx := context.Background()
+				var v core.Verdict
+				now := t0
+				logIn := func(ip, user string) bool {
+					now = now.Add(time.Microsecond)
+					err := l.AllowLayersAt(ctx, []core.Check{
+						{Layer: 0, Key: "api", Cost: 1},
+						{Layer: 1, Key: user, Cost: 1},
+						{Layer: 2, Key: ip, Cost: 1},
+						{Layer: 3, Key: ip, Cost: 1},
+					}, now, &v)
+					require.NoError(t, err)
+					return v.Allowed
+				}
+				victim := 0
+				for range 5 {
+					if logIn("ip:victim", "user:victim") {
+						victim++
+					}
+				}
+				require.Equal(t, 5, victim)
+				// A minute on, a bucket has drained a third of a login:
+				// not enough for one more.
+				now = now.Add(time.Minute)
+				for i := range 3 * maxKeys {
+					ip, user := "ip:"+floodKey(i), fmt.Sprintf("user:%d", i)
+					for range attempts {
+						require.True(t, logIn(ip, user), "flood address %d", i)
+					}
+					if i%50 == 0 && logIn("ip:victim", "user:victim") {
+						victim++
+					}
+				}
+				assert.Equal(t, 5, victim, "the victim's login layer admitted more than 5 within its window under the flood")
+				assert.LessOrEqual(t, s.Len(), maxKeys)
+			})
+		}
+	}
+}
