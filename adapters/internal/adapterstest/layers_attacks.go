@@ -1,0 +1,413 @@
+package adapterstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// OddLoginPaths are spellings of POST /login that HostileLoginPaths does
+// not try: NUL, control and space bytes, a trailing dot, encoded dots and
+// slashes (once and twice), Unicode look-alikes and letters that Unicode
+// case folding maps to ASCII, path parameters, an absolute-form target, a
+// long query, more segments than the matcher keeps inline, and paths of
+// 64 KiB and more.
+var OddLoginPaths = []string{
+	"/login%00", "/login%09", "/login%20", "/login.", "/login%2e", "/login/.", "/login/x/..",
+	"/login%2f", "/LOGIN%2F", "/%252Flogin", "/x%252F..%252Flogin", "/%2e%2e/login", "/.%2e/login",
+	"/log%C4%B0n", "/LOG%C4%B0N", "/log\xc4\xb0n", "/%EF%BD%8Cogin", "/login%E2%80%8B",
+	"/login;jsessionid=1", "/login;a/", "http://127.0.0.1/login", "http://127.0.0.1//LOGIN/",
+	"/login?" + strings.Repeat("q", 60<<10),
+	strings.Repeat("/a", 40) + strings.Repeat("/..", 40) + "/login",
+	"/" + strings.Repeat("/", 64<<10) + "login",
+	strings.Repeat("/a", 16<<10) + strings.Repeat("/..", 16<<10) + "/login",
+	"/" + strings.Repeat("./", 32<<10) + "login",
+}
+
+// RunLayersAttacks attacks layered limits (httplimit.WithLayers) over real
+// sockets as a hostile client would, on a memory store and on Redis (srv):
+//
+//   - odd login paths: no spelling of POST /login in OddLoginPaths reaches
+//     the login handler without the login layer counting it;
+//   - odd costs: a layer's cost of 0, below 0, above its capacity or
+//     math.MaxInt64 is a 500 that takes nothing from any layer and tells
+//     no quota; a cost of the whole capacity (core.MaxLimit) is admitted,
+//     and the next request denied with a Retry-After;
+//   - disconnects: clients that close their side of the connection, before
+//     the decision, while a layer's PolicyFor runs, or in the middle of
+//     their body, whatever the store and the fail mode: the handler runs
+//     at most as often as the tightest layer admits, never for a client
+//     that left before the decision, and every other answer is 429 or 499;
+//     and, where the framework tells handlers that a client left, one that
+//     leaves while a leaky-bucket layer paces its request gets 499 and
+//     never reaches the handler.
+func RunLayersAttacks(t *testing.T, h SocketHarness, srv *redistest.Server) {
+	t.Run("odd login paths", func(t *testing.T) {
+		a := serveLayers(t, h, NewStore(t), core.FailOpen, []Route{{Method: "POST", Path: "/login"}})
+		layersOddPaths(t, a, OddLoginPaths)
+	})
+
+	opts := srv.Options()
+	opts.ContextTimeoutEnabled = true
+	ctxClient := redis.NewClient(opts)
+	t.Cleanup(func() { _ = ctxClient.Close() })
+	var prefixes atomic.Int64
+	redisStore := func(c redis.UniversalClient) func(t testing.TB) core.Store {
+		return func(t testing.TB) core.Store {
+			s, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("attacks%d:", prefixes.Add(1))))
+			require.NoError(t, err)
+			return s
+		}
+	}
+	stores := []struct {
+		name string
+		new  func(t testing.TB) core.Store
+	}{
+		{"memory", func(t testing.TB) core.Store { return NewStore(t) }},
+		{"redis default client", redisStore(srv.Client())},
+		{"redis ContextTimeoutEnabled", redisStore(ctxClient)},
+	}
+	for _, st := range stores[:2] {
+		t.Run("odd costs/"+st.name, func(t *testing.T) { layersOddCosts(t, h, st.new(t)) })
+	}
+	modes := []struct {
+		name string
+		opts func(t testing.TB) []core.Option
+	}{
+		{"fail open", func(testing.TB) []core.Option { return nil }},
+		{"fail closed", func(testing.TB) []core.Option { return []core.Option{core.WithFailMode(core.FailClosed)} }},
+		{"fallback", func(t testing.TB) []core.Option { return []core.Option{core.WithFallback(NewStore(t))} }},
+	}
+	for _, st := range stores {
+		for _, m := range modes {
+			t.Run("disconnects/"+st.name+"/"+m.name, func(t *testing.T) {
+				layersDisconnects(t, h, st.new(t), m.opts(t))
+			})
+		}
+	}
+	if h.CancelsOnDisconnect() {
+		t.Run("disconnects/while paced", func(t *testing.T) { layersPacedDisconnects(t, h) })
+	}
+}
+
+// serveLayers serves the issue's layers (IssueLayers) over store, on a
+// test clock, with routes.
+func serveLayers(t *testing.T, h SocketHarness, store core.Store, mode core.FailMode, routes []Route) *layersApp {
+	t.Helper()
+	a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
+	layers := IssueLayers(t)
+	l, err := httplimit.NewLayered(AtClockMulti(store, a.clock), layers, core.WithFailMode(mode), core.WithTimeout(2*time.Second))
+	require.NoError(t, err)
+	a.limiter = l
+	a.spec = &Spec{
+		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), a.errs.option())},
+		Routes: routes,
+	}
+	a.addr = h.Serve(t, a.spec)
+	return a
+}
+
+// layersOddPaths is layersHostile for paths that a server may refuse
+// outright (431 for a long one), named clipped in the log.
+func layersOddPaths(t *testing.T, a *layersApp, paths []string) {
+	ctx := context.Background()
+	ipKey := "ip:127.0.0.1"
+	for i, path := range paths {
+		name := strconv.Quote(path)
+		if len(name) > 32 {
+			name = fmt.Sprintf("%s... (%d bytes)", name[:32], len(path))
+		}
+		require.NoError(t, a.limiter.ResetLayer(ctx, "login", ipKey))
+		user := "odd" + strconv.Itoa(i) // the user layer has room for each
+		before := a.spec.Hits()
+		res, err := Dial(t, a.addr).Try(RawRequest{Method: "POST", Path: path, Header: http.Header{"X-User": {user}}})
+		if err != nil {
+			// A server may close the connection on a request it refuses
+			// to parse: nothing reached the handler.
+			assert.Equal(t, before, a.spec.Hits(), "POST %s: no response (%v), yet the handler ran", name, err)
+			t.Logf("POST %-48s -> %v", name, err)
+			continue
+		}
+		reached := a.spec.Hits() > before
+		check := a.send(t, "POST", "/login", "X-User", user)
+		require.Equal(t, http.StatusOK, check.Status, "%s then /login", name)
+		counted := remainingOf(t, check)["login"] == layersLogin-2
+		if reached {
+			assert.True(t, counted, "POST %s reached the login handler (%d) without the login layer counting it", name, res.Status)
+			assert.Equal(t, int64(layersLogin-1), remainingOf(t, res)["login"], "POST %s: its own headers", name)
+		}
+		t.Logf("POST %-48s -> %d, handler reached %v, login layer counted %v", name, res.Status, reached, counted)
+	}
+}
+
+// costHeader carries the cost of a request in the odd costs app.
+const costHeader = "X-Cost"
+
+// layersOddCosts sends requests whose cost in one layer is odd through
+// three layers: global (every request, cost 1), items (GET /items, 10 a
+// minute, the request's cost) and bulk (GET /bulk, a token bucket of
+// core.MaxLimit, the request's cost).
+func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
+	clock := NewClock(T0)
+	global, err := keyfuncs.Static("api")
+	require.NoError(t, err)
+	ip, err := keyfuncs.IP()
+	require.NoError(t, err)
+	cost := func(r keyfuncs.Request) int64 {
+		n, err := strconv.ParseInt(r.Header(costHeader), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+	const globalLimit, itemsLimit = 1_000_000, 10
+	layers := []httplimit.Layer{
+		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: globalLimit, Window: time.Minute}},
+		{Name: "items", Key: ip, Routes: []string{"/items"}, Cost: cost,
+			Policy: core.Policy{Algorithm: core.FixedWindow, Limit: itemsLimit, Window: time.Minute}},
+		{Name: "bulk", Key: ip, Routes: []string{"/bulk"}, Cost: cost,
+			Policy: core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour}},
+	}
+	l, err := httplimit.NewLayered(AtClockMulti(store, clock), layers, core.WithTimeout(2*time.Second))
+	require.NoError(t, err)
+	var errs errorRecorder
+	spec := &Spec{
+		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), errs.option())},
+		Routes: []Route{{Method: "GET", Path: "/items"}, {Method: "GET", Path: "/bulk"}, {Method: "GET", Path: "/other"}},
+	}
+	addr := h.Serve(t, spec)
+	send := func(path, cost string) Response {
+		t.Helper()
+		return Send(t, addr, RawRequest{Path: path, Header: http.Header{costHeader: {cost}}})
+	}
+
+	bad := []struct {
+		path, cost string
+		err        error
+	}{
+		{"/items", "0", core.ErrInvalidCost},
+		{"/items", "-1", core.ErrInvalidCost},
+		{"/items", "x", core.ErrInvalidCost},
+		{"/items", strconv.FormatInt(math.MinInt64, 10), core.ErrInvalidCost},
+		{"/items", strconv.Itoa(itemsLimit + 1), core.ErrCostExceedsLimit},
+		{"/items", strconv.FormatInt(math.MaxInt64, 10), core.ErrCostExceedsLimit},
+		{"/bulk", strconv.FormatInt(core.MaxLimit+1, 10), core.ErrCostExceedsLimit},
+		{"/bulk", strconv.FormatInt(math.MaxInt64, 10), core.ErrCostExceedsLimit},
+	}
+	for _, b := range bad {
+		res := send(b.path, b.cost)
+		assert.Equal(t, http.StatusInternalServerError, res.Status, "%s cost %s", b.path, b.cost)
+		assert.Equal(t, internalBody, res.Body, "%s cost %s", b.path, b.cost)
+		for _, f := range []string{headers.RetryAfter, headers.XRateLimitRemaining, headers.RateLimitRemaining, headers.RateLimit} {
+			assert.Empty(t, res.Header.Get(f), "%s cost %s: %s tells a quota that nobody decided", b.path, b.cost, f)
+		}
+	}
+	got := errs.all()
+	require.Len(t, got, len(bad), "the ErrorHandler heard each")
+	for i, b := range bad {
+		assert.ErrorIs(t, got[i], b.err, "%s cost %s", b.path, b.cost)
+	}
+	require.Zero(t, spec.Hits(), "a request of a bad cost reached its handler")
+
+	// The whole capacity in one request, on both layers.
+	res := send("/bulk", strconv.FormatInt(core.MaxLimit, 10))
+	require.Equal(t, http.StatusOK, res.Status, res.Body)
+	assert.Equal(t, map[string]int64{"global": globalLimit - 1, "bulk": 0}, remainingOf(t, res), "the bad costs took nothing")
+	res = send("/bulk", "1")
+	require.Equal(t, http.StatusTooManyRequests, res.Status)
+	assert.Equal(t, "1", res.Header.Get(headers.RetryAfter), "a token comes back within the second")
+	res = send("/items", strconv.Itoa(itemsLimit))
+	require.Equal(t, http.StatusOK, res.Status)
+	assert.Equal(t, map[string]int64{"global": globalLimit - 2, "items": 0}, remainingOf(t, res))
+	res = send("/items", "1")
+	require.Equal(t, http.StatusTooManyRequests, res.Status)
+	windowEnd := strconv.Itoa(int(T0.Truncate(time.Minute).Add(time.Minute).Sub(T0) / time.Second))
+	assert.Equal(t, windowEnd, res.Header.Get(headers.RetryAfter), "when the items window ends")
+	assert.Equal(t, exceededBody(windowEnd), res.Body)
+	res = send("/other", "1")
+	require.Equal(t, http.StatusOK, res.Status)
+	assert.Equal(t, map[string]int64{"global": globalLimit - 3}, remainingOf(t, res), "the denied requests took nothing from global")
+	assert.Equal(t, int64(3), spec.Hits())
+}
+
+// holdPlanHeader asks the login layer's PolicyFor of the layered
+// disconnect attack to wait until the request's context ends.
+const holdPlanHeader = "X-Test-Hold-Plan"
+
+// layersDisconnects is runDisconnects against a login layer of
+// disconnectLimit per hour under a global layer, over store: half-closed
+// requests, some of whose clients leave while the login layer's key
+// function or PolicyFor runs (a plan service that is slow to answer).
+
+func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []core.Option) {
+	ip, err := keyfuncs.IP()
+	require.NoError(t, err)
+	global, err := keyfuncs.Static("api")
+	require.NoError(t, err)
+	hold := func(header string) func(r keyfuncs.Request) {
+		return func(r keyfuncs.Request) {
+			if r.Header(header) != "" {
+				select {
+				case <-r.Context().Done():
+				case <-time.After(ioGuard):
+				}
+			}
+		}
+	}
+	holdKey, holdPlan := hold(holdHeader), hold(holdPlanHeader)
+	layers := []httplimit.Layer{
+		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1000, Window: time.Hour}},
+		{Name: "login", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour},
+			Key: func(r keyfuncs.Request) (string, error) { holdKey(r); return ip(r) },
+			PolicyFor: func(r keyfuncs.Request, _ string) (*core.Policy, error) {
+				holdPlan(r)
+				return nil, nil
+			}},
+	}
+	l, err := httplimit.NewLayered(store, layers, append([]core.Option{core.WithTimeout(2 * time.Second)}, lopts...)...)
+	require.NoError(t, err)
+	var errs errorRecorder
+	spec := &Spec{
+		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), errs.option())},
+		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
+	}
+	addr := h.Serve(t, spec)
+
+	type kind struct {
+		name  string
+		req   RawRequest
+		early bool // the client is gone before the decision
+	}
+	kinds := []kind{
+		{"after request", RawRequest{HalfClose: true}, false},
+		{"mid body", disconnectKind(leaveBeforeBody).request(), false},
+	}
+	if h.CancelsOnDisconnect() {
+		// First: the first requests find the quota whole.
+		kinds = append([]kind{
+			{"before key", RawRequest{Header: http.Header{holdHeader: {"1"}}, HalfClose: true}, true},
+			{"in PolicyFor", RawRequest{Header: http.Header{holdPlanHeader: {"1"}}, HalfClose: true}, true},
+		}, kinds...)
+	}
+	var ok int64
+	statuses := map[int]int{}
+	for i := range disconnectRequests {
+		k := kinds[i%len(kinds)]
+		res, err := Dial(t, addr).Try(k.req)
+		if k.name == "mid body" && err != nil {
+			statuses[0]++ // a server that reads the body first may drop the connection
+			continue
+		}
+		require.NoError(t, err, "request %d (%s)", i, k.name)
+		statuses[res.Status]++
+		switch res.Status {
+		case http.StatusOK:
+			ok++
+			assert.False(t, k.early, "request %d: the client left %s, yet got 200", i, k.name)
+		case http.StatusTooManyRequests, statusClientClosed:
+		case http.StatusBadRequest:
+			assert.Equal(t, "mid body", k.name, "request %d: 400", i) // the server's own answer to a short body
+		default:
+			t.Errorf("request %d (%s): status %d, body %q", i, k.name, res.Status, res.Body)
+		}
+	}
+	t.Logf("statuses %v, handler ran %d times", statuses, spec.Hits())
+	assert.LessOrEqual(t, spec.Hits(), int64(disconnectLimit), "handler runs over the login layer's limit of %d", disconnectLimit)
+	assert.Equal(t, spec.Hits(), ok, "200s and handler runs differ")
+	var canceled int
+	for _, err := range errs.all() {
+		assert.NotErrorIs(t, err, core.ErrStore, "a disconnect reported as a store failure")
+		assert.NotErrorIs(t, err, core.ErrInvalidPolicy, "a disconnect in PolicyFor reported as a bad policy")
+		if errors.Is(err, core.ErrCanceled) {
+			canceled++
+		}
+	}
+	if h.CancelsOnDisconnect() {
+		assert.Positive(t, canceled, "no disconnect was reported as core.ErrCanceled")
+	}
+	// The login layer applies to every request: the global layer counted
+	// only the requests it admitted, not those it denied nor those whose
+	// client left before the decision.
+	var v core.Verdict
+	require.NoError(t, l.AllowLayers(context.Background(), []core.Check{{Layer: 0, Key: "api", Cost: 1}}, &v))
+	assert.LessOrEqual(t, v.Limit-v.Remaining, int64(disconnectLimit+1), "the global layer counted requests that the login layer denied or that were never decided")
+}
+
+// multiDecided is a memory store that signals each layered decision it
+// made.
+type multiDecided struct {
+	decidedStore
+}
+
+func (s multiDecided) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	defer func() { s.decided <- struct{}{} }()
+	return s.Store.TakeAll(ctx, reqs, out)
+}
+
+// layersPacedDisconnects is runPacedDisconnects with a leaky-bucket layer
+// under a global one: a client that leaves while its admitted request is
+// paced gets 499, and the handler never runs for it.
+func layersPacedDisconnects(t *testing.T, h SocketHarness) {
+	store := multiDecided{decidedStore{Store: NewStore(t), decided: make(chan struct{}, 8)}}
+	global, err := keyfuncs.Static("api")
+	require.NoError(t, err)
+	ip, err := keyfuncs.IP()
+	require.NoError(t, err)
+	layers := []httplimit.Layer{
+		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}},
+		{Name: "paced", Key: ip, Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}},
+	}
+	l, err := httplimit.NewLayered(store, layers)
+	require.NoError(t, err)
+	var errs errorRecorder
+	spec := &Spec{
+		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithMaxDelay(time.Hour), errs.option())},
+		Routes: []Route{{Method: "GET", Path: "/"}},
+	}
+	addr := h.Serve(t, spec)
+	waitDecided := func() {
+		t.Helper()
+		select {
+		case <-store.decided:
+		case <-time.After(ioGuard):
+			t.Fatal("no decision")
+		}
+	}
+	res := Send(t, addr, RawRequest{})
+	require.Equal(t, http.StatusOK, res.Status, "the first request leaves at once")
+	waitDecided()
+	for i := range 3 {
+		c := Dial(t, addr)
+		require.NoError(t, c.Write(RawRequest{}))
+		waitDecided() // admitted with an hour's Delay: now paced
+		require.NoError(t, c.CloseWrite())
+		res, err := c.Read()
+		require.NoError(t, err)
+		assert.Equal(t, statusClientClosed, res.Status, "paced request %d", i)
+		assert.Equal(t, canceledBody, res.Body, "paced request %d", i)
+	}
+	assert.Equal(t, int64(1), spec.Hits(), "handler runs")
+	got := errs.all()
+	require.Len(t, got, 3)
+	for _, err := range got {
+		assert.ErrorIs(t, err, core.ErrCanceled)
+	}
+}
