@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -18,8 +19,8 @@ const MaxLayers = 16
 // moved from one policy to another within the layer (a plan, an override)
 // keeps its usage.
 type Layer struct {
-	// Name identifies the layer: unique within the Limiter, at most
-	// MaxNameLen characters of [A-Za-z0-9._-].
+	// Name identifies the layer: unique within the Limiter whatever the
+	// case, at most MaxNameLen characters of [A-Za-z0-9._-].
 	Name string
 	// Policy is the layer's policy, unless a request brings its own
 	// (Check.Policy). Its Name must be empty or Name.
@@ -139,7 +140,9 @@ var decisionPool = sync.Pool{New: func() any { return new([MaxLayers]Decision) }
 //
 // NewLayered fails with ErrInvalidPolicy when a layer's policy does not
 // validate, and ErrInvalidOption for no layer, more than MaxLayers, a
-// duplicate or invalid layer name, a policy whose Name is not its layer's,
+// duplicate or invalid layer name (names that differ only in case are
+// duplicates: a client reading the headers, an operator writing an
+// override, would take one for the other), a policy whose Name is not its layer's,
 // a store that is not a MultiTaker, or a bad option.
 //
 // Allow, AllowN and Reset on a layered Limiter apply to every layer with
@@ -169,6 +172,11 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 		}
 		if _, dup := index[ly.Name]; dup {
 			return nil, fmt.Errorf("%w: NewLayered: two layers are named %q", ErrInvalidOption, ly.Name)
+		}
+		for other := range index {
+			if strings.EqualFold(other, ly.Name) {
+				return nil, fmt.Errorf("%w: NewLayered: layers %q and %q differ only in case", ErrInvalidOption, other, ly.Name)
+			}
 		}
 		index[ly.Name] = i
 		if ly.Policy.Name != "" && ly.Policy.Name != ly.Name {

@@ -41,16 +41,17 @@ func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 		opts   []core.Option
 		want   error
 	}{
-		"no layer":          {s, nil, nil, core.ErrInvalidOption},
-		"too many":          {s, many, nil, core.ErrInvalidOption},
-		"no name":           {s, []core.Layer{{Policy: p}}, nil, core.ErrInvalidOption},
-		"bad name":          {s, []core.Layer{{Name: "a b", Policy: p}}, nil, core.ErrInvalidOption},
-		"duplicate":         {s, []core.Layer{{Name: "a", Policy: p}, {Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
-		"policy named else": {s, []core.Layer{{Name: "a", Policy: core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}}}, nil, core.ErrInvalidOption},
-		"invalid policy":    {s, []core.Layer{{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Window: time.Second}}}, nil, core.ErrInvalidPolicy},
-		"nil store":         {nil, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
-		"not a MultiTaker":  {onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
-		"deny cache":        {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithDenyCache(10)}, core.ErrInvalidOption},
+		"no layer":           {s, nil, nil, core.ErrInvalidOption},
+		"too many":           {s, many, nil, core.ErrInvalidOption},
+		"no name":            {s, []core.Layer{{Policy: p}}, nil, core.ErrInvalidOption},
+		"bad name":           {s, []core.Layer{{Name: "a b", Policy: p}}, nil, core.ErrInvalidOption},
+		"duplicate":          {s, []core.Layer{{Name: "a", Policy: p}, {Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
+		"duplicate but case": {s, []core.Layer{{Name: "login", Policy: p}, {Name: "Login", Policy: p}}, nil, core.ErrInvalidOption},
+		"policy named else":  {s, []core.Layer{{Name: "a", Policy: core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}}}, nil, core.ErrInvalidOption},
+		"invalid policy":     {s, []core.Layer{{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Window: time.Second}}}, nil, core.ErrInvalidPolicy},
+		"nil store":          {nil, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
+		"not a MultiTaker":   {onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
+		"deny cache":         {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithDenyCache(10)}, core.ErrInvalidOption},
 		"fallback not multi": {
 			onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithFallback(onlyStore{newMemStore(t)})}, core.ErrInvalidOption,
 		},

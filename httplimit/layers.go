@@ -32,8 +32,9 @@ import (
 //	lim, err := httplimit.NewLayered(store, layers, core.WithFailMode(core.FailOpen))
 //	mw := ginlimit.New(lim, ginlimit.WithLayers(layers...))
 type Layer struct {
-	// Name identifies the layer: unique, at most core.MaxNameLen
-	// characters of [A-Za-z0-9._-]. It names the layer's item in the
+	// Name identifies the layer: unique whatever the case ("login" and
+	// "Login" are one name twice), at most core.MaxNameLen characters of
+	// [A-Za-z0-9._-]. It names the layer's item in the
 	// RateLimit and RateLimit-Policy headers, and its state in the store.
 	Name string
 	// Policy is the layer's policy, unless PolicyFor chooses another for a
@@ -250,10 +251,10 @@ func compileLayers(fn string, layers []Layer) ([]flowLayer, error) {
 		if ly.Name == "" {
 			return nil, invalid(fn, fmt.Sprintf("layer %d has no name", i))
 		}
-		if seen[ly.Name] {
-			return nil, invalid(fn, fmt.Sprintf("two layers are named %q", ly.Name))
+		if seen[strings.ToLower(ly.Name)] {
+			return nil, invalid(fn, fmt.Sprintf("two layers are named %q, in some case", ly.Name))
 		}
-		seen[ly.Name] = true
+		seen[strings.ToLower(ly.Name)] = true
 		if ly.Key == nil {
 			return nil, invalid(fn, fmt.Sprintf("layer %q has no Key", ly.Name))
 		}

@@ -83,6 +83,7 @@ func TestLayersConstruction(t *testing.T) {
 		"no key":     with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Key = nil; return ls }),
 		"no name":    with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Name = ""; return ls }),
 		"duplicate":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Name = "all"; return ls }),
+		"dup case":   with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Name = "ALL"; return ls }),
 		"bad route":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Routes = []string{"login"}; return ls }),
 		"mid *":      with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Routes = []string{"/a/*/b"}; return ls }),
 		"dot route":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Routes = []string{"/a/../login"}; return ls }),

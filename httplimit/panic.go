@@ -18,9 +18,9 @@ var ErrPanic = errors.New("httplimit: panic")
 // nothing else: a panic is a 500 whatever its value.
 type PanicError struct {
 	// In names where the panic happened: "key function", "cost function",
-	// "skip function", "limiter", "deny handler", "unavailable handler",
-	// "error handler", "error responder", "headers", "access list" or
-	// "forbidden handler".
+	// "skip function", "layer policy function" (a Layer's PolicyFor),
+	// "limiter", "deny handler", "unavailable handler", "error handler",
+	// "error responder", "headers", "access list" or "forbidden handler".
 	In string
 	// Value is what was passed to panic.
 	Value any
