@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,4 +166,41 @@ func TestAloneFrozenRedis(t *testing.T) {
 		_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
 		assert.NoError(c, err)
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestAloneKilledRedisFailsAtOnce: with Redis killed, a lone decision over
+// a client that does not retry fails at once with the refused connection
+// (the Store's own client never retries, and never waits out a retry
+// backoff), not at its deadline.
+func TestAloneKilledRedisFailsAtOnce(t *testing.T) {
+	srv := redistest.StartWith(t)
+	if srv.External() {
+		t.Skip("REDIS_URL is set: this test kills a server of its own")
+	}
+	opts := srv.Options()
+	opts.MaxRetries = -1
+	opts.DialerRetryBackoff = func(int) time.Duration { return 0 }
+	opts.DialerRetries = 2
+	var dials atomic.Int32
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
+	t.Cleanup(func() { _ = s.Close() })
+	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "killed", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}}
+	_, err := s.TakeBy(context.Background(), req, time.Now().Add(time.Second))
+	require.NoError(t, err)
+	srv.Kill()
+	for i := range 3 {
+		dials.Store(0)
+		start := time.Now()
+		_, err := s.TakeBy(context.Background(), req, start.Add(time.Second))
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, time.Since(start), 500*time.Millisecond, "failed at once: %v", err)
+		assert.LessOrEqual(t, dials.Load(), int32(2), "decision %d: one dial of DialerRetries attempts, no retry", i)
+	}
 }

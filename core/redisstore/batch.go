@@ -258,7 +258,8 @@ func hookOnce(client *redis.Client) {
 // after they have run.
 func newDirect(client *redis.Client, spin time.Duration) *redis.Client {
 	o := *client.Options()
-	o.ContextTimeoutEnabled, o.MaxRetries = true, 0
+	// No retries: -1, as NewClient reads 0 as its default of 3.
+	o.ContextTimeoutEnabled, o.MaxRetries = true, -1
 	// State that NewClient set up for client, and made anew here: its
 	// push notification processor (its handlers are client's), its
 	// maintenance notifications' configuration (as redis.Options' own
