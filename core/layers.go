@@ -238,6 +238,12 @@ func (l *Limiter) LayerIndex(name string) (int, bool) {
 // every layer admits it; when any denies, no layer records it. A request
 // with no check passes (v.Binding is -1), without a store call.
 //
+// A cost above the capacity of the policy in force, but within a policy
+// configured for the request (the layer's own, or its Check.Policy before
+// a PolicySource shrank it), is a denial, not an error: the request is
+// denied without asking the store, takes nothing from any layer, and the
+// layer's RetryAfter is its Window (see overLayers).
+//
 // Bad input (a layer index out of range or repeated, an empty key, a cost
 // out of range, a Check.Policy that is invalid or of another algorithm)
 // returns an error wrapping ErrInvalidOption, ErrInvalidKey,
@@ -292,7 +298,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		reqPool.Put(arr)
 	}()
 	reqs := arr[:len(checks)]
-	var seen uint32
+	var seen, over uint32 // over: the checks whose cost exceeds their policy's capacity
 	var policyErr error
 	for i := range checks {
 		c := &checks[i]
@@ -318,13 +324,35 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidCost, p.Name, c.Cost)
 		}
 		if capacity := p.Capacity(); c.Cost > capacity {
-			return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrCostExceedsLimit, p.Name, c.Cost, capacity)
+			// Within a policy configured for the request (the layer's, or
+			// the plan's before a policy source shrank it), the request is
+			// too costly for the policy in force: a denial. Beyond every
+			// one, the cost is the caller's mistake.
+			configured := ls.layers[c.Layer].Policy.Capacity()
+			if c.Policy != nil && policyErr == nil {
+				configured = max(configured, c.Policy.Capacity())
+			}
+			if c.Cost > configured {
+				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrCostExceedsLimit, p.Name, c.Cost, capacity)
+			}
+			over |= 1 << i
 		}
 		reqs[i] = Request{Key: key, Policy: p, Cost: c.Cost, Now: at}
 	}
 	if policyErr != nil {
 		l.failLayers(reqs, v)
 		return policyErr
+	}
+	if over != 0 {
+		l.overLayers(reqs, over, v)
+		if l.shadow {
+			shade(&v.Decision, nil)
+		}
+		if l.observers != nil {
+			wv := watch{key: reqs[v.Binding].Key}
+			l.observeAs(&ls.layers[checks[v.Binding].Layer].Policy, reqs[v.Binding].Cost, &wv, &v.Decision, nil)
+		}
+		return nil
 	}
 	var w *watch
 	var wv watch
@@ -560,6 +588,30 @@ func (l *Limiter) failLayers(reqs []Request, v *Verdict) {
 		v.Decisions[i] = l.failedAs(&reqs[i].Policy, closed)
 	}
 	l.verdict(reqs, v, SourceFailMode)
+}
+
+// overLayers fills v for reqs, some of which (the bits of over) cost more
+// than their policy's capacity: a request that could not pass under the
+// policies in force (a plan, or a policy source that shrank the limit),
+// denied without asking the store, so that it takes nothing from any
+// layer. Each such layer denies it with RetryAfter its Window, after which
+// the policy in force may have changed. The store was not asked what the
+// others have left: they say nothing left until their Window has passed,
+// so that a client that heeds them is never surprised.
+func (l *Limiter) overLayers(reqs []Request, over uint32, v *Verdict) {
+	v.Decisions = growDecisions(v.Decisions, len(reqs))
+	for i := range reqs {
+		p := &reqs[i].Policy
+		v.Decisions[i] = Decision{Allowed: over&(1<<i) == 0, Limit: p.Capacity(), ResetAfter: p.Window}
+		if !v.Decisions[i].Allowed {
+			v.Decisions[i].RetryAfter = p.Window
+		}
+	}
+	l.verdict(reqs, v, SourceStore)
+	for i := range v.Decisions {
+		v.Decisions[i].Remaining = 0 // not the cost back that verdict gives a layer that took nothing
+	}
+	v.Remaining = 0
 }
 
 // mirrorLayers takes reqs, which the store admitted, in the fallback too,

@@ -294,7 +294,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		}
 		policy, capacity = p, p.Capacity()
 	}
-	if n > capacity {
+	if n > capacity && n > l.capacity {
 		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, capacity, policy.Name)
 	}
 	key, err := normalizeKey(key)
@@ -303,6 +303,12 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	}
 	if w != nil {
 		w.key = key
+	}
+	if n > capacity {
+		// Within the configured policy, but not the one a policy source
+		// made of it (limits shrunk under load): a denial, without asking
+		// the store (see overLayers).
+		return Decision{Limit: capacity, ResetAfter: policy.Window, RetryAfter: policy.Window, Policy: policy, Source: SourceStore}, nil
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx, nil)

@@ -148,6 +148,41 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		require.NoError(t, w.Delete(ctx, "user"))
 		require.Equal(t, http.StatusOK, get(addr, "1").Status, "lifted on this server when Delete returns")
 	})
+
+	// Limits shrunk under load below a route's cost: that route's
+	// requests are denied (429, Retry-After the layer's window), not a
+	// server error, and take nothing from any layer.
+	t.Run("in process, shrunk below a route's cost", func(t *testing.T) {
+		live := overrides.New()
+		layers := []httplimit.Layer{
+			{Name: "global", Policy: fixed("", 6), Key: func(keyfuncs.Request) (string, error) { return "all", nil }},
+			{Name: "user", Policy: fixed("", 20), Key: userKey, Cost: httplimit.CostByRoute(map[string]int64{"GET /search": 5})},
+		}
+		l, err := httplimit.NewLayered(NewStore(t), layers, core.WithPolicySource(live))
+		require.NoError(t, err)
+		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...))},
+			Routes: []Route{{Method: "GET", Path: "/"}, {Method: "GET", Path: "/search"}}})
+		search := func() Response {
+			return Send(t, addr, RawRequest{Path: "/search", Header: hdr("X-User", "1")})
+		}
+		require.Equal(t, http.StatusOK, search().Status)                     // global 1 of 6
+		require.NoError(t, live.Put("user", overrides.Override{Scale: 0.1})) // user: 20 -> 2
+		for range 3 {
+			res := search()
+			require.Equal(t, http.StatusTooManyRequests, res.Status, "a cost of 5 under a limit of 2: denied, not a 500")
+			assert.Equal(t, "2", res.Header.Get("X-RateLimit-Limit"))
+			assert.Equal(t, "60", res.Header.Get("Retry-After"))
+		}
+		live.Delete("user")
+		require.Equal(t, http.StatusOK, search().Status, "lifted") // global 2 of 6
+		admitted := 0
+		for range 10 {
+			if get(addr, "3").Status == http.StatusOK {
+				admitted++
+			}
+		}
+		assert.Equal(t, 4, admitted, "the three denials took nothing from the global layer")
+	})
 }
 
 // deniedWithin sends requests, in a bounded loop, until one is denied with
