@@ -88,9 +88,9 @@ type state struct {
 	kind kind
 }
 
-// worth is the share of its policy's capacity that st still holds back at
-// now, which it has not expired at: what evicting it would give its client
-// early. Each algorithm's window or rate is known from the state's own
+// worth is the share of its policy's capacity (or of worthUnits, if that
+// is less) that st still holds back at now, which it has not expired at:
+// what evicting it would give its client early. Each algorithm's window or rate is known from the state's own
 // times: the sliding counter's window is half its lifetime, and a bucket's
 // debt drains linearly to nothing at expires. The sliding log counts the
 // units logged, some of which may have left the window.
@@ -133,12 +133,23 @@ func (st *state) worth(now int64) float64 {
 	if st.capacity <= 0 { // not made by shard.take
 		return used
 	}
-	return used / float64(st.capacity)
+	return used / min(float64(st.capacity), worthUnits)
 }
 
 // wholeUnitSlack is how far above a whole number of units worth still
 // counts that number.
 const wholeUnitSlack = 1e-6
+
+// worthUnits is how many units a state holds back to be worth as much as
+// a client at its limit: the share worth weighs is of the policy's
+// capacity or of worthUnits, whichever is less. Forgetting a hundred
+// units of a large policy (a global layer's one shared key, at 1,000,000
+// an hour) gives back as many requests as forgetting a hundred one-request
+// clients: by its share of its own capacity alone such a key would be
+// worth less than one new key of a 300 a minute policy, and a flood of new
+// addresses would evict it over and over, so that its limit was never
+// enforced.
+const worthUnits = 100
 
 // clear makes st decide like no state at all, keeping its kind and its
 // log's array (shrink bounds it).

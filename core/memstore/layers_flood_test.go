@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -76,5 +77,45 @@ func TestLayeredFloodKeepsTheLoginGuard(t *testing.T) {
 				assert.LessOrEqual(t, s.Len(), maxKeys)
 			})
 		}
+	}
+}
+
+// TestLayeredFloodKeepsTheGlobalLayer floods a full Store through a
+// layered Limiter (a global layer, one key for every request, and a per-IP
+// layer) with one request from each of many new addresses, three times
+// the global limit: the global layer admits exactly its limit. Each new
+// address holds back a tenth of its per-IP policy, more than the global
+// key's share of its own large capacity; were eviction to weigh shares
+// alone, the flood would evict the global key over and over, and its
+// count with it.
+func TestLayeredFloodKeepsTheGlobalLayer(t *testing.T) {
+	const (
+		maxKeys = 1_000
+		global  = 20_000
+	)
+	for _, alg := range core.Algorithms() {
+		t.Run(string(alg), func(t *testing.T) {
+			s := newStore(t, memstore.WithMaxKeys(maxKeys))
+			l, err := core.NewLayered(s, []core.Layer{
+				{Name: "global", Policy: core.Policy{Algorithm: alg, Limit: global, Window: time.Hour}},
+				{Name: "ip", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}},
+			})
+			require.NoError(t, err)
+			ctx := context.Background()
+			var v core.Verdict
+			admitted := 0
+			for i := range 3 * global {
+				err := l.AllowLayersAt(ctx, []core.Check{
+					{Layer: 0, Key: "api", Cost: 1},
+					{Layer: 1, Key: "ip:" + strconv.Itoa(i), Cost: 1},
+				}, t0.Add(time.Duration(i)*time.Microsecond), &v)
+				require.NoError(t, err)
+				if v.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, global, admitted, "the global layer's limit, through a flood of %d new addresses", 3*global)
+			assert.LessOrEqual(t, s.Len(), maxKeys)
+		})
 	}
 }

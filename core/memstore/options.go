@@ -77,8 +77,11 @@ func WithShards(n int) Option {
 // A full shard makes room for a new key by evicting. It looks at a small
 // sample of its keys, removes those whose state has expired and, when none
 // has, the one whose loss forgets least: the smallest share of its policy's
-// capacity still in use (a bucket's debt drains with time; a window's
-// count is taken as of its last admission); among equals, the most
+// capacity still in use, counted in whole requests (a bucket's debt drains
+// with time; a window's count is taken as of its last admission), where a
+// policy of more than 100 counts its share of 100, so that a key holding
+// back hundreds of requests (a global limit's one shared key) outweighs a
+// flood of one-request keys of a smaller policy; among equals, the most
 // recently admitted; then the one that expires soonest. A flood of new
 // keys, each worth one request, thus mostly evicts itself: a client at its
 // limit, such as a locked-out login, is evicted only when every key
