@@ -52,7 +52,10 @@ type Layer struct {
 	// client moved from one plan to another keeps its usage. An error, or
 	// an invalid policy, decides the request by the Limiter's FailMode
 	// (core.FailOpen passes, core.FailClosed answers 503), and is passed
-	// to the ErrorHandler; never a 500 nor a panic.
+	// to the ErrorHandler; never a 500 nor a panic (a PolicyFor that
+	// panics is recovered, and answered 500 like any handler's panic). It
+	// runs on the request's goroutine before the store is asked, outside
+	// the Limiter's timeout: keep it fast (a lookup in memory, not I/O).
 	PolicyFor func(r keyfuncs.Request, key string) (*core.Policy, error)
 	// Methods limits the layer to requests of these methods, compared
 	// case-insensitively; a layer on GET applies to HEAD too, which most
