@@ -119,7 +119,8 @@ type layered struct {
 	// fallback is the fallback store's MultiTaker, when the Limiter has a
 	// fallback.
 	fallback MultiTaker
-	index    map[string]int // layer name -> index
+	index    map[string]int   // layer name -> index
+	capacity [MaxLayers]int64 // each layer's Policy.Capacity()
 }
 
 // reqPool holds the arrays of requests a layered decision hands its store.
@@ -197,6 +198,9 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: NewLayered: WithDenyCache applies to single-policy Limiters only", ErrInvalidOption)
 		}
 		ls := &layered{layers: own, multi: multi, index: index}
+		for i := range own {
+			ls.capacity[i] = own[i].Policy.Capacity()
+		}
 		if bt, ok := store.(BoundedMultiTaker); ok && l.call != CallDirect {
 			ls.boundedBy = bt
 		}
@@ -313,31 +317,39 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		if err != nil {
 			return fmt.Errorf("layer %q: %w", ls.layers[c.Layer].Name, err)
 		}
-		p, err := l.resolve(&ls.layers[c.Layer], c.Policy)
-		if err != nil {
-			if policyErr == nil {
-				policyErr = err
+		ly := &ls.layers[c.Layer]
+		r := &reqs[i] // built in place: a Request is 112 bytes
+		r.Key, r.Cost, r.Now = key, c.Cost, at
+		capacity := ls.capacity[c.Layer]
+		if c.Policy == nil && l.sources == nil {
+			r.Policy = ly.Policy
+		} else {
+			p, err := l.resolve(ly, c.Policy)
+			if err != nil {
+				if policyErr == nil {
+					policyErr = err
+				}
+				p = ly.Policy
 			}
-			p = ls.layers[c.Layer].Policy
+			r.Policy, capacity = p, p.Capacity()
 		}
 		if c.Cost < 1 {
-			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidCost, p.Name, c.Cost)
+			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidCost, ly.Name, c.Cost)
 		}
-		if capacity := p.Capacity(); c.Cost > capacity {
+		if c.Cost > capacity {
 			// Within a policy configured for the request (the layer's, or
 			// the plan's before a policy source shrank it), the request is
 			// too costly for the policy in force: a denial. Beyond every
 			// one, the cost is the caller's mistake.
-			configured := ls.layers[c.Layer].Policy.Capacity()
+			configured := ls.capacity[c.Layer]
 			if c.Policy != nil && policyErr == nil {
 				configured = max(configured, c.Policy.Capacity())
 			}
 			if c.Cost > configured {
-				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrCostExceedsLimit, p.Name, c.Cost, capacity)
+				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrCostExceedsLimit, ly.Name, c.Cost, capacity)
 			}
 			over |= 1 << i
 		}
-		reqs[i] = Request{Key: key, Policy: p, Cost: c.Cost, Now: at}
 	}
 	if policyErr != nil {
 		l.failLayers(reqs, v)
