@@ -201,6 +201,12 @@ func TestAloneKilledRedisFailsAtOnce(t *testing.T) {
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded)
 		assert.Less(t, time.Since(start), 500*time.Millisecond, "failed at once: %v", err)
-		assert.LessOrEqual(t, dials.Load(), int32(2), "decision %d: one dial of DialerRetries attempts, no retry", i)
+		if i == 0 {
+			// The first decision dials once (DialerRetries attempts), and
+			// is not retried. (Once dials have failed PoolSize times, the
+			// pool probes in the background, through the same dialer:
+			// later decisions' counts would include those.)
+			assert.LessOrEqual(t, dials.Load(), int32(2), "one dial of DialerRetries attempts, no retry")
+		}
 	}
 }

@@ -16,7 +16,10 @@
 -- ARGV[1]  '1' when the caller may have to undo the writes (the layers of
 --          a request span several Redis Cluster slots, one script each):
 --          the reply then carries what the undo needs; else '0'
--- ARGV[2]  on: every layer's ARGV, 6 values (9 with a lockout), in order
+-- ARGV[2]  on: one per layer, in order: the layer's ARGV (6 values, 9
+--          with a lockout: prelude.lua's, then lockout.lua's) packed as
+--          little-endian doubles (struct '<dddddd'), now NaN when the
+--          script reads Redis's TIME (layerLocals, packLayer in multi.go)
 -- Returns  every layer's reply, 5 integers (6 with a lockout), in order.
 --          With ARGV[1] '1', when every layer admitted: then one undo
 --          record per layer (undo_record), and the Redis TIME in ms.
