@@ -173,16 +173,25 @@ func runPacedDisconnects(t *testing.T, h SocketHarness) {
 	p := core.Policy{Name: "paced", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}
 	l, err := core.NewLimiter(store, p)
 	require.NoError(t, err)
+	checkPacedDisconnects(t, h, l, store.decided)
+}
+
+// checkPacedDisconnects serves l, whose store signals each decision on
+// decided, mounted with opts, and sends a request that leaves at once,
+// then three that the limiter paces for an hour and whose clients leave
+// meanwhile: they read 499, the handler runs for the first only, and the
+// error handler hears core.ErrCanceled three times.
+func checkPacedDisconnects(t *testing.T, h SocketHarness, l *core.Limiter, decided <-chan struct{}, opts ...httplimit.Option) {
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []httplimit.Option{httplimit.WithMaxDelay(time.Hour), errs.option()}}},
+		Global: []Mount{NewMount(l, append(opts, httplimit.WithMaxDelay(time.Hour), errs.option())...)},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	addr := h.Serve(t, spec)
 	waitDecided := func() {
 		t.Helper()
 		select {
-		case <-store.decided:
+		case <-decided:
 		case <-time.After(ioGuard):
 			t.Fatal("no decision")
 		}

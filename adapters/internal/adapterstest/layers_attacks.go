@@ -377,37 +377,5 @@ func layersPacedDisconnects(t *testing.T, h SocketHarness) {
 	}
 	l, err := httplimit.NewLayered(store, layers)
 	require.NoError(t, err)
-	var errs errorRecorder
-	spec := &Spec{
-		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithMaxDelay(time.Hour), errs.option())},
-		Routes: []Route{{Method: "GET", Path: "/"}},
-	}
-	addr := h.Serve(t, spec)
-	waitDecided := func() {
-		t.Helper()
-		select {
-		case <-store.decided:
-		case <-time.After(ioGuard):
-			t.Fatal("no decision")
-		}
-	}
-	res := Send(t, addr, RawRequest{})
-	require.Equal(t, http.StatusOK, res.Status, "the first request leaves at once")
-	waitDecided()
-	for i := range 3 {
-		c := Dial(t, addr)
-		require.NoError(t, c.Write(RawRequest{}))
-		waitDecided() // admitted with an hour's Delay: now paced
-		require.NoError(t, c.CloseWrite())
-		res, err := c.Read()
-		require.NoError(t, err)
-		assert.Equal(t, statusClientClosed, res.Status, "paced request %d", i)
-		assert.Equal(t, canceledBody, res.Body, "paced request %d", i)
-	}
-	assert.Equal(t, int64(1), spec.Hits(), "handler runs")
-	got := errs.all()
-	require.Len(t, got, 3)
-	for _, err := range got {
-		assert.ErrorIs(t, err, core.ErrCanceled)
-	}
+	checkPacedDisconnects(t, h, l, store.decided, httplimit.WithLayers(layers...))
 }
