@@ -272,6 +272,11 @@ func newDirect(client *redis.Client, spin time.Duration) *redis.Client {
 	o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
 	o.PoolSize = min(2, max(o.PoolSize, 1))
 	o.MinIdleConns, o.MaxActiveConns = 0, 0
+	if runtime.NumCPU() < 2 {
+		// One CPU: while the caller polls, a Redis on the same machine
+		// could not answer.
+		spin = 0
+	}
 	if dial := o.Dialer; dial != nil && spin > 0 {
 		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := dial(ctx, network, addr)

@@ -71,8 +71,10 @@ const maxBusyPoll = time.Millisecond
 // decision that would otherwise have slept: the poll yields to every
 // goroutine ready to run, and a connection whose polls keep running out
 // (a slow network) stops polling for a while. Concurrent decisions share
-// pipelines and never poll. Only Linux polls, and only plain TCP and Unix
-// sockets (not TLS). A d below 0 or above 1ms is an error.
+// pipelines and never poll. Only Linux polls, only on a machine with more
+// than one CPU (with one, a Redis beside the app could not answer while
+// the app polls), and only plain TCP and Unix sockets (not TLS). A d below
+// 0 or above 1ms is an error.
 func WithBusyPoll(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 || d > maxBusyPoll {
