@@ -150,18 +150,7 @@ func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		t.Run(st.name, func(t *testing.T) {
 			serve := func(t *testing.T, mode core.FailMode, routes []Route) *layersApp {
 				t.Helper()
-				a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
-				layers := IssueLayers(t)
-				l, err := httplimit.NewLayered(AtClockMulti(st.new(t), a.clock), layers,
-					core.WithFailMode(mode), core.WithTimeout(2*time.Second))
-				require.NoError(t, err)
-				a.limiter = l
-				a.spec = &Spec{
-					Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), a.errs.option())},
-					Routes: routes,
-				}
-				a.addr = h.Serve(t, a.spec)
-				return a
+				return serveLayers(t, h, st.new(t), mode, routes)
 			}
 			t.Run("all or nothing", func(t *testing.T) { layersAllOrNothing(t, serve(t, core.FailOpen, layersRoutes)) })
 			t.Run("binding headers", func(t *testing.T) { layersBinding(t, serve(t, core.FailOpen, layersRoutes)) })
