@@ -3,21 +3,17 @@ package adapterstest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -64,41 +60,9 @@ func (k disconnectKind) request() RawRequest {
 // other answer is 429 or 499. srv is the Redis server, shared by the
 // subtests (each with a key prefix of its own).
 func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
-	opts := srv.Options()
-	opts.ContextTimeoutEnabled = true
-	ctxClient := redis.NewClient(opts)
-	t.Cleanup(func() { _ = ctxClient.Close() })
-	defaultClient := srv.Client()
-
-	var prefixes atomic.Int64
-	redisStore := func(c redis.UniversalClient) func(t testing.TB) core.Store {
-		return func(t testing.TB) core.Store {
-			t.Helper()
-			s, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("disconnect%d:", prefixes.Add(1))))
-			if err != nil {
-				t.Fatalf("redisstore.New: %v", err)
-			}
-			return s
-		}
-	}
-	stores := []struct {
-		name string
-		new  func(t testing.TB) core.Store
-	}{
-		{"memory", func(t testing.TB) core.Store { return NewStore(t) }},
-		{"redis default client", redisStore(defaultClient)},
-		{"redis ContextTimeoutEnabled", redisStore(ctxClient)},
-	}
-	modes := []struct {
-		name string
-		opts func(t testing.TB) []core.Option
-	}{
-		{"fail open", func(testing.TB) []core.Option { return nil }},
-		{"fail closed", func(testing.TB) []core.Option { return []core.Option{core.WithFailMode(core.FailClosed)} }},
-		{"fallback", func(t testing.TB) []core.Option { return []core.Option{core.WithFallback(NewStore(t))} }},
-	}
+	stores := socketStores(t, srv, "disconnect", true)
 	for _, s := range stores {
-		for _, m := range modes {
+		for _, m := range failModes {
 			t.Run(s.name+"/"+m.name, func(t *testing.T) {
 				runDisconnects(t, h, s.new(t), m.opts(t))
 			})

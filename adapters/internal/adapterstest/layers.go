@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
@@ -134,18 +132,7 @@ var layersRoutes = []Route{
 // two app servers sharing one store; hostile spellings of POST /login,
 // which never reach its handler uncounted.
 func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
-	var prefixes atomic.Int64
-	stores := []struct {
-		name string
-		new  func(t testing.TB) core.Store
-	}{
-		{"memory", func(t testing.TB) core.Store { return NewStore(t) }},
-		{"redis", func(t testing.TB) core.Store {
-			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("layers%d:", prefixes.Add(1))))
-			require.NoError(t, err)
-			return s
-		}},
-	}
+	stores := socketStores(t, srv, "layers", false)
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			serve := func(t *testing.T, mode core.FailMode, routes []Route) *layersApp {

@@ -8,16 +8,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
@@ -65,39 +62,12 @@ func RunLayersAttacks(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		layersOddPaths(t, a, OddLoginPaths)
 	})
 
-	opts := srv.Options()
-	opts.ContextTimeoutEnabled = true
-	ctxClient := redis.NewClient(opts)
-	t.Cleanup(func() { _ = ctxClient.Close() })
-	var prefixes atomic.Int64
-	redisStore := func(c redis.UniversalClient) func(t testing.TB) core.Store {
-		return func(t testing.TB) core.Store {
-			s, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("attacks%d:", prefixes.Add(1))))
-			require.NoError(t, err)
-			return s
-		}
-	}
-	stores := []struct {
-		name string
-		new  func(t testing.TB) core.Store
-	}{
-		{"memory", func(t testing.TB) core.Store { return NewStore(t) }},
-		{"redis default client", redisStore(srv.Client())},
-		{"redis ContextTimeoutEnabled", redisStore(ctxClient)},
-	}
+	stores := socketStores(t, srv, "attacks", true)
 	for _, st := range stores[:2] {
 		t.Run("odd costs/"+st.name, func(t *testing.T) { layersOddCosts(t, h, st.new(t)) })
 	}
-	modes := []struct {
-		name string
-		opts func(t testing.TB) []core.Option
-	}{
-		{"fail open", func(testing.TB) []core.Option { return nil }},
-		{"fail closed", func(testing.TB) []core.Option { return []core.Option{core.WithFailMode(core.FailClosed)} }},
-		{"fallback", func(t testing.TB) []core.Option { return []core.Option{core.WithFallback(NewStore(t))} }},
-	}
 	for _, st := range stores {
-		for _, m := range modes {
+		for _, m := range failModes {
 			t.Run("disconnects/"+st.name+"/"+m.name, func(t *testing.T) {
 				layersDisconnects(t, h, st.new(t), m.opts(t))
 			})
