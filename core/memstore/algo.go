@@ -90,9 +90,10 @@ type state struct {
 
 // worth is the share of its policy's capacity (or of worthUnits, if that
 // is less) that st still holds back at now, which it has not expired at:
-// what evicting it would give its client early. Each algorithm's window or rate is known from the state's own
-// times: the sliding counter's window is half its lifetime, and a bucket's
-// debt drains linearly to nothing at expires. The sliding log counts the
+// what evicting it would give its client early. Each algorithm's window
+// or rate is known from the state's own times: the sliding counter's
+// window is half its lifetime, and a bucket's debt drains linearly to
+// nothing at expires. The sliding log counts the
 // units logged, some of which may have left the window.
 //
 // What is held back is counted in whole units, rounded up, as admission

@@ -20,8 +20,9 @@ var (
 
 // TestMatchesMemstore drives the same randomized history (seeded; random
 // keys, costs, time steps, clocks stepping back and resets, all at explicit
-// times) into memstore, the reference arithmetic, and into Redis, and
-// requires identical Decisions at every step.
+// times) into memstore, the reference arithmetic, and into Redis, half of
+// it through the layered script (TakeAll of one request), and requires
+// identical Decisions at every step.
 func TestMatchesMemstore(t *testing.T) {
 	rs, _, _ := newStore(t)
 	ms := newMemStore(t)
@@ -103,7 +104,17 @@ func TestMatchesMemstore(t *testing.T) {
 					history = append(history, fmt.Sprintf("%d %s c=%d at=%d", i, key, cost, at))
 					want, err := ms.Take(ctx, req)
 					require.NoError(t, err, "step %d: memory", i)
-					got, err := rs.Take(ctx, req)
+					// Half the steps through TakeAll, the layered script
+					// (its packed arguments, multi.go's packLayer).
+					var got core.Decision
+					if rng.IntN(2) == 0 {
+						history[len(history)-1] += " (layered)"
+						out := []core.Decision{{}}
+						err = rs.TakeAll(ctx, []core.Request{req}, out)
+						got = out[0]
+					} else {
+						got, err = rs.Take(ctx, req)
+					}
 					require.NoError(t, err, "step %d: redis", i)
 					if got != want {
 						for _, h := range history[max(0, len(history)-40):] {

@@ -54,10 +54,11 @@ local lock_memory = tonumber(ARGV[9])
 // min_ttl, then a lockout's three) into b as little-endian float64s, the
 // one ARGV its function unpacks (layerLocals): one argument a layer, not
 // six to nine that the script would parse one by one, which takes a
-// quarter off Redis's time for a 4-layer request. Every value is an
-// integer below 2^53 (core.MaxLimit, core.MaxWindow in microseconds, a
-// time in microseconds), so the float64 is exactly what tonumber gave.
-// now is NaN when the script is to read Redis's TIME.
+// quarter off Redis's time for a 4-layer request. Each value is the
+// float64 nearest the integer, as tonumber made it of the decimal text
+// (both round to nearest; below 2^53, as every limit and window is, it is
+// the integer itself), so the script decides as before. now is NaN when
+// the script is to read Redis's TIME.
 func packLayer(b []byte, vals []int64, explicitNow bool) []byte {
 	for a, v := range vals {
 		f := float64(v)
