@@ -53,19 +53,32 @@ func busyPoll(conn net.Conn, spin time.Duration) net.Conn {
 
 // Read reads from the connection, spinning first as busyConn says.
 func (c *busyConn) Read(b []byte) (int, error) {
-	if len(b) > 0 {
-		switch {
-		case c.skip > 0:
-			c.skip--
-		case c.await():
-			c.misses = 0
-		default:
-			if c.misses++; c.misses >= busyMisses {
-				c.misses, c.skip = 0, busySkip
-			}
-		}
+	if len(b) > 0 && c.spins() {
+		c.count(c.await())
 	}
 	return c.Conn.Read(b)
+}
+
+// spins reports whether the next read is to spin, counting down the
+// reads to park without spinning.
+func (c *busyConn) spins() bool {
+	if c.skip > 0 {
+		c.skip--
+		return false
+	}
+	return true
+}
+
+// count records a spin that found something to read, or ran out: after
+// busyMisses that ran out in a row, the next busySkip reads park at once.
+func (c *busyConn) count(found bool) {
+	if found {
+		c.misses = 0
+		return
+	}
+	if c.misses++; c.misses >= busyMisses {
+		c.misses, c.skip = 0, busySkip
+	}
 }
 
 // await polls the socket until it has something to read (a byte, the end

@@ -86,40 +86,45 @@ func TestBusyConnReads(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 }
 
-// TestBusyConnBacksOff: a connection whose spins keep running out with
-// nothing to read stops spinning for busySkip reads, then tries again; a
-// spin that finds a reply clears the count.
+// TestBusyConnBacksOff: a spin over a socket with nothing to read runs
+// out after its spin and says so, one with a byte waiting finds it at
+// once; after busyMisses spins in a row that ran out, the next busySkip
+// reads park without spinning, then spinning resumes; a spin that found a
+// reply clears the count.
 func TestBusyConnBacksOff(t *testing.T) {
 	raw, peer := tcpPair(t)
-	conn := busyPoll(raw, 20*time.Microsecond).(*busyConn)
-	buf := make([]byte, 8)
-	late := func() {
-		go func() {
-			time.Sleep(5 * time.Millisecond) // well after the spin: it runs out
-			_, _ = peer.Write([]byte("x"))
-		}()
-		_, err := conn.Read(buf)
-		require.NoError(t, err)
-	}
-	for i := 1; i < busyMisses; i++ {
-		late()
-		require.Equal(t, uint8(i), conn.misses)
-		require.Zero(t, conn.skip)
-	}
-	late()
-	assert.Zero(t, conn.misses)
-	assert.Equal(t, uint16(busySkip), conn.skip, "spinning stopped")
-	late()
-	assert.Equal(t, uint16(busySkip-1), conn.skip)
+	const spin = 2 * time.Millisecond
+	conn := busyPoll(raw, spin).(*busyConn)
 
-	conn.skip = 0
-	conn.misses = busyMisses - 1
-	_, err := peer.Write([]byte("y"))
+	start := time.Now()
+	require.False(t, conn.await(), "nothing was sent")
+	assert.GreaterOrEqual(t, time.Since(start), spin, "it spun for its spin")
+	_, err := peer.Write([]byte("x"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return conn.await() }, time.Second, time.Millisecond)
-	_, err = conn.Read(buf)
-	require.NoError(t, err)
+	require.Eventually(t, conn.await, time.Second, time.Millisecond, "the byte sent")
+
+	for i := 1; i < busyMisses; i++ {
+		require.True(t, conn.spins())
+		conn.count(false)
+		require.Equal(t, uint8(i), conn.misses)
+	}
+	require.True(t, conn.spins())
+	conn.count(false)
+	assert.Zero(t, conn.misses)
+	for i := range busySkip {
+		require.False(t, conn.spins(), "read %d of the back-off parks at once", i)
+	}
+	require.True(t, conn.spins(), "then spinning resumes")
+	conn.count(false)
+	conn.count(true)
 	assert.Zero(t, conn.misses, "a spin that found a reply clears the count")
+
+	// Through Read: the byte waiting is read, after a spin that found it.
+	buf := make([]byte, 8)
+	n, err := conn.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "x", string(buf[:n]))
+	assert.Zero(t, conn.misses)
 }
 
 // TestBusyPollWrapsSocketsOnly: TLS connections (whose reads are the TLS
