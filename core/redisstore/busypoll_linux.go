@@ -27,6 +27,10 @@ type busyConn struct {
 	spin   time.Duration
 	misses uint8  // spins in a row that ran out with nothing to read
 	skip   uint16 // reads left to park without spinning
+	// poll is c.pollSocket, made once: a func literal handed to
+	// raw.Read would be three allocations a read.
+	poll  func(fd uintptr) bool
+	ready bool // the last poll found something to read
 }
 
 // busyMisses is how many spins in a row may run out before a connection
@@ -48,7 +52,9 @@ func busyPoll(conn net.Conn, spin time.Duration) net.Conn {
 	if err != nil {
 		return conn
 	}
-	return &busyConn{Conn: conn, raw: raw, spin: spin}
+	c := &busyConn{Conn: conn, raw: raw, spin: spin}
+	c.poll = c.pollSocket
+	return c
 }
 
 // Read reads from the connection, spinning first as busyConn says.
@@ -85,24 +91,28 @@ func (c *busyConn) count(found bool) {
 // of the stream or an error, each of which Read then reports) or spin has
 // passed, and reports whether it had.
 func (c *busyConn) await() bool {
-	ready := false
+	c.ready = false
+	_ = c.raw.Read(c.poll)
+	return c.ready
+}
+
+// pollSocket is await's poll of the socket fd, under raw.Read: it always
+// reports done, having set c.ready or run out of spin.
+func (c *busyConn) pollSocket(fd uintptr) bool {
+	var b byte
 	var start time.Time
-	_ = c.raw.Read(func(fd uintptr) bool {
-		var b byte
-		for i := 0; ; i++ {
-			_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b)), 1,
-				syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-			if errno != syscall.EAGAIN && errno != syscall.EINTR {
-				ready = true
-				return true
-			}
-			if i == 0 {
-				start = time.Now()
-			} else if time.Since(start) >= c.spin {
-				return true
-			}
-			runtime.Gosched()
+	for i := 0; ; i++ {
+		_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b)), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if errno != syscall.EAGAIN && errno != syscall.EINTR {
+			c.ready = true
+			return true
 		}
-	})
-	return ready
+		if i == 0 {
+			start = time.Now()
+		} else if time.Since(start) >= c.spin {
+			return true
+		}
+		runtime.Gosched()
+	}
 }

@@ -186,3 +186,20 @@ func TestDirectClientBusyPolls(t *testing.T) {
 		require.ErrorIs(t, err, core.ErrInvalidOption, d)
 	}
 }
+
+// TestBusyConnReadAllocatesNothing: a read that spins allocates nothing
+// (its poll is made once per connection, not per read).
+func TestBusyConnReadAllocatesNothing(t *testing.T) {
+	raw, peer := tcpPair(t)
+	conn := busyPoll(raw, time.Millisecond)
+	out, in := []byte("x"), make([]byte, 8)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := peer.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, in[:1]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
+}
