@@ -210,3 +210,28 @@ func TestAloneKilledRedisFailsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestNewWhileTheClientConnects: Stores made over a client while it opens
+// connections (go-redis writes its options then, under a lock of its own)
+// copy the options without racing with those writes (run under -race).
+func TestNewWhileTheClientConnects(t *testing.T) {
+	srv := redistest.Start(t)
+	for range 5 {
+		opts := srv.Options()
+		opts.PoolSize = 8
+		client := redis.NewClient(opts)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 8 {
+				_ = client.Ping(context.Background()).Err()
+			}
+		}()
+		for range 8 {
+			s := mustNew(t, client)
+			require.NoError(t, s.Close())
+		}
+		<-done
+		require.NoError(t, client.Close())
+	}
+}

@@ -257,18 +257,18 @@ func hookOnce(client *redis.Client) {
 // deadline. It has none of client's hooks: aloneHook sends it a command
 // after they have run.
 func newDirect(client *redis.Client, spin time.Duration) *redis.Client {
-	o := *client.Options()
+	// client's options as WithTimeout copies them: under the lock that
+	// guards what go-redis writes in them as connections start (a bare
+	// copy of client.Options() races with that), the maintenance
+	// notifications' configuration copied too. The clone is used for
+	// nothing else (closing it would close client's pool).
+	o := *client.WithTimeout(0).Options()
 	// No retries: -1, as NewClient reads 0 as its default of 3.
 	o.ContextTimeoutEnabled, o.MaxRetries = true, -1
-	// State that NewClient set up for client, and made anew here: its
-	// push notification processor (its handlers are client's), its
-	// maintenance notifications' configuration (as redis.Options' own
-	// clone copies it); no client-side cache (scripts are never cached).
+	// Made anew by NewClient: the push notification processor (its
+	// handlers are client's); no client-side cache (scripts are never
+	// cached).
 	o.PushNotificationProcessor = nil
-	if m := o.MaintNotificationsConfig; m != nil {
-		c := *m
-		o.MaintNotificationsConfig = &c
-	}
 	o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
 	o.PoolSize = min(2, max(o.PoolSize, 1))
 	o.MinIdleConns, o.MaxActiveConns = 0, 0
