@@ -86,6 +86,54 @@ func ululeLimiter() *limiter.Limiter {
 	return limiter.New(umemory.NewStore(), limiter.Rate{Period: window, Limit: memNeverLimit})
 }
 
+// floorFields are the six rate-limit fields ours writes, with constant
+// values: what the floor middlewares add to a peer.
+var floorFields = [6][2]string{
+	{"X-RateLimit-Limit", "1000000000"}, {"X-RateLimit-Remaining", "999999999"}, {"X-RateLimit-Reset", "1796000000"},
+	{"RateLimit-Limit", "1000000000"}, {"RateLimit-Remaining", "999999999"}, {"RateLimit-Reset", "1"},
+}
+
+// floorMap returns net/http middleware that sets, in the response's header
+// map, the fields of floorFields from the first that are not set yet: a
+// peer's limiter followed by it writes the six fields ours writes, at the
+// least cost there can be (constant text, value slices made once and
+// shared by every response, which no real limiter may do). It is a floor,
+// not a contender: what the peer would cost if it told clients what ours
+// does.
+func floorMap(from int) func(http.ResponseWriter) {
+	vals := make([][]string, len(floorFields))
+	for i, f := range floorFields {
+		vals[i] = []string{f[1]}
+	}
+	return func(w http.ResponseWriter) {
+		h := w.Header()
+		for i := from; i < len(floorFields); i++ {
+			h[floorFields[i][0]] = vals[i]
+		}
+	}
+}
+
+// floorHTTP is floorMap(from) as net/http middleware.
+func floorHTTP(from int) func(http.Handler) http.Handler {
+	set := floorMap(from)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			set(w)
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// chainHTTP applies mws in order: the first is the outermost.
+func chainHTTP(mws ...func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		for i := len(mws) - 1; i >= 0; i-- {
+			h = mws[i](h)
+		}
+		return h
+	}
+}
+
 var mwContenders = []mwContender{
 	{"echo", "bare", func(tb testing.TB) app { return echoApp(nil) }},
 	{"echo", "ours", func(tb testing.TB) app { return echoApp(echolimit.New(ourLimiter(tb))) }},
@@ -100,6 +148,15 @@ var mwContenders = []mwContender{
 		})
 		return echoApp(echomw.RateLimiter(st))
 	}},
+	{"echo", "peer-6h", func(tb testing.TB) app {
+		// The peer, then the six fields (it writes none): the floor.
+		st := echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
+			Rate: rate.Limit(float64(memNeverLimit) / window.Seconds()), Burst: memNeverLimit,
+		})
+		// Set by the route's handler: one more Echo middleware would cost
+		// a closure (an allocation) a request, which ours does not.
+		return serveHTTP(echoHandler(echomw.RateLimiter(st), floorMap(0)))
+	}},
 
 	{"fiber", "bare", func(tb testing.TB) app { return fiberApp(tb, nil) }},
 	{"fiber", "ours", func(tb testing.TB) app { return fiberApp(tb, fiberlimit.New(ourLimiter(tb))) }},
@@ -111,6 +168,20 @@ var mwContenders = []mwContender{
 		// c.IP().
 		return fiberApp(tb, fiberlimiter.New(fiberlimiter.Config{Max: memNeverLimit, Expiration: window}))
 	}},
+	{"fiber", "peer-6h", func(tb testing.TB) app {
+		// The peer, then the three RateLimit-* fields it does not write:
+		// the floor.
+		var kv [3][2][]byte
+		for i, f := range floorFields[3:] {
+			kv[i] = [2][]byte{[]byte(f[0]), []byte(f[1])}
+		}
+		return fiberApp(tb, fiberlimiter.New(fiberlimiter.Config{Max: memNeverLimit, Expiration: window}), func(c *fiber.Ctx) error {
+			for _, f := range kv {
+				c.Response().Header.SetCanonical(f[0], f[1])
+			}
+			return c.Next()
+		})
+	}},
 
 	{"chi", "bare", func(tb testing.TB) app { return chiApp(nil) }},
 	{"chi", "ours", func(tb testing.TB) app { return chiApp(chilimit.New(ourLimiter(tb))) }},
@@ -119,6 +190,11 @@ var mwContenders = []mwContender{
 	}},
 	{"chi", "peer", func(tb testing.TB) app {
 		return chiApp(httprateByIP(memNeverLimit))
+	}},
+	{"chi", "peer-6h", func(tb testing.TB) app {
+		// The peer, then the three RateLimit-* fields it does not write:
+		// the floor.
+		return chiApp(chainHTTP(httprateByIP(memNeverLimit), floorHTTP(3)))
 	}},
 	{"chi", "ulule", func(tb testing.TB) app {
 		// ulule/limiter's net/http middleware.
@@ -133,6 +209,12 @@ var mwContenders = []mwContender{
 	{"gin", "peer", func(tb testing.TB) app {
 		// ulule/limiter's Gin middleware (Gin has no limiter of its own).
 		return ginApp(mgin.NewMiddleware(ululeLimiter()))
+	}},
+	{"gin", "peer-6h", func(tb testing.TB) app {
+		// The peer, then the three RateLimit-* fields it does not write:
+		// the floor.
+		set := floorMap(3)
+		return ginApp(mgin.NewMiddleware(ululeLimiter()), func(c *gin.Context) { set(c.Writer) })
 	}},
 }
 
@@ -230,16 +312,23 @@ func serveHTTP(h http.Handler) app {
 	}
 }
 
-func echoHandler(mw echo.MiddlewareFunc) http.Handler {
+// echoHandler is an Echo app with mw, if not nil; its route's handler
+// calls pre, if not nil, first.
+func echoHandler(mw echo.MiddlewareFunc, pre func(http.ResponseWriter)) http.Handler {
 	e := echo.New()
 	if mw != nil {
 		e.Use(mw)
 	}
-	e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	e.GET("/users/:id", func(c echo.Context) error {
+		if pre != nil {
+			pre(c.Response())
+		}
+		return c.NoContent(http.StatusOK)
+	})
 	return e
 }
 
-func echoApp(mw echo.MiddlewareFunc) app { return serveHTTP(echoHandler(mw)) }
+func echoApp(mw echo.MiddlewareFunc) app { return serveHTTP(echoHandler(mw, nil)) }
 
 func chiHandler(mw func(http.Handler) http.Handler) http.Handler {
 	r := chi.NewRouter()
@@ -252,25 +341,31 @@ func chiHandler(mw func(http.Handler) http.Handler) http.Handler {
 
 func chiApp(mw func(http.Handler) http.Handler) app { return serveHTTP(chiHandler(mw)) }
 
-func ginHandler(mw gin.HandlerFunc) http.Handler {
+func ginHandler(mw gin.HandlerFunc, more ...gin.HandlerFunc) http.Handler {
 	e := gin.New()
 	if mw != nil {
 		e.Use(mw)
 	}
+	e.Use(more...)
 	e.GET("/users/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
 	return e
 }
 
-func ginApp(mw gin.HandlerFunc) app { return serveHTTP(ginHandler(mw)) }
+func ginApp(mw gin.HandlerFunc, more ...gin.HandlerFunc) app {
+	return serveHTTP(ginHandler(mw, more...))
+}
 
 // fiberApp serves through the app's fasthttp handler with a reused
 // RequestCtx, as Fiber's own benchmarks do (app.Test goes through a
 // connection and costs far more than the limiter).
-func fiberApp(tb testing.TB, mw fiber.Handler) app {
+func fiberApp(tb testing.TB, mw fiber.Handler, more ...fiber.Handler) app {
 	tb.Helper()
 	f := fiber.New(fiber.Config{DisableStartupMessage: true})
 	if mw != nil {
 		f.Use(mw)
+	}
+	for _, m := range more {
+		f.Use(m)
 	}
 	f.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	h := f.Handler()
