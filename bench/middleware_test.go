@@ -99,7 +99,9 @@ var floorFields = [6][2]string{
 // least cost there can be (constant text, value slices made once and
 // shared by every response, which no real limiter may do). It is a floor,
 // not a contender: what the peer would cost if it told clients what ours
-// does.
+// does. The floors call it from the route's handler: one more middleware
+// would cost its framework's dispatch, and in Echo a closure (an
+// allocation) a request, which ours does not.
 func floorMap(from int) func(http.ResponseWriter) {
 	vals := make([][]string, len(floorFields))
 	for i, f := range floorFields {
@@ -110,27 +112,6 @@ func floorMap(from int) func(http.ResponseWriter) {
 		for i := from; i < len(floorFields); i++ {
 			h[floorFields[i][0]] = vals[i]
 		}
-	}
-}
-
-// floorHTTP is floorMap(from) as net/http middleware.
-func floorHTTP(from int) func(http.Handler) http.Handler {
-	set := floorMap(from)
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			set(w)
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-// chainHTTP applies mws in order: the first is the outermost.
-func chainHTTP(mws ...func(http.Handler) http.Handler) func(http.Handler) http.Handler {
-	return func(h http.Handler) http.Handler {
-		for i := len(mws) - 1; i >= 0; i-- {
-			h = mws[i](h)
-		}
-		return h
 	}
 }
 
@@ -153,8 +134,6 @@ var mwContenders = []mwContender{
 		st := echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
 			Rate: rate.Limit(float64(memNeverLimit) / window.Seconds()), Burst: memNeverLimit,
 		})
-		// Set by the route's handler: one more Echo middleware would cost
-		// a closure (an allocation) a request, which ours does not.
 		return serveHTTP(echoHandler(echomw.RateLimiter(st), floorMap(0)))
 	}},
 
@@ -175,11 +154,10 @@ var mwContenders = []mwContender{
 		for i, f := range floorFields[3:] {
 			kv[i] = [2][]byte{[]byte(f[0]), []byte(f[1])}
 		}
-		return fiberApp(tb, fiberlimiter.New(fiberlimiter.Config{Max: memNeverLimit, Expiration: window}), func(c *fiber.Ctx) error {
+		return fiberHandlerApp(tb, fiberlimiter.New(fiberlimiter.Config{Max: memNeverLimit, Expiration: window}), func(c *fiber.Ctx) {
 			for _, f := range kv {
 				c.Response().Header.SetCanonical(f[0], f[1])
 			}
-			return c.Next()
 		})
 	}},
 
@@ -194,7 +172,7 @@ var mwContenders = []mwContender{
 	{"chi", "peer-6h", func(tb testing.TB) app {
 		// The peer, then the three RateLimit-* fields it does not write:
 		// the floor.
-		return chiApp(chainHTTP(httprateByIP(memNeverLimit), floorHTTP(3)))
+		return serveHTTP(chiHandler(httprateByIP(memNeverLimit), floorMap(3)))
 	}},
 	{"chi", "ulule", func(tb testing.TB) app {
 		// ulule/limiter's net/http middleware.
@@ -213,8 +191,7 @@ var mwContenders = []mwContender{
 	{"gin", "peer-6h", func(tb testing.TB) app {
 		// The peer, then the three RateLimit-* fields it does not write:
 		// the floor.
-		set := floorMap(3)
-		return ginApp(mgin.NewMiddleware(ululeLimiter()), func(c *gin.Context) { set(c.Writer) })
+		return serveHTTP(ginHandler(mgin.NewMiddleware(ululeLimiter()), floorMap(3)))
 	}},
 }
 
@@ -330,44 +307,61 @@ func echoHandler(mw echo.MiddlewareFunc, pre func(http.ResponseWriter)) http.Han
 
 func echoApp(mw echo.MiddlewareFunc) app { return serveHTTP(echoHandler(mw, nil)) }
 
-func chiHandler(mw func(http.Handler) http.Handler) http.Handler {
+// chiHandler is a chi app with mw, if not nil; its route's handler calls
+// pre, if not nil, first.
+func chiHandler(mw func(http.Handler) http.Handler, pre func(http.ResponseWriter)) http.Handler {
 	r := chi.NewRouter()
 	if mw != nil {
 		r.Use(mw)
 	}
-	r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) {
+		if pre != nil {
+			pre(w)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
 	return r
 }
 
-func chiApp(mw func(http.Handler) http.Handler) app { return serveHTTP(chiHandler(mw)) }
+func chiApp(mw func(http.Handler) http.Handler) app { return serveHTTP(chiHandler(mw, nil)) }
 
-func ginHandler(mw gin.HandlerFunc, more ...gin.HandlerFunc) http.Handler {
+// ginHandler is a Gin app with mw, if not nil; its route's handler calls
+// pre, if not nil, first.
+func ginHandler(mw gin.HandlerFunc, pre func(http.ResponseWriter)) http.Handler {
 	e := gin.New()
 	if mw != nil {
 		e.Use(mw)
 	}
-	e.Use(more...)
-	e.GET("/users/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
+	e.GET("/users/:id", func(c *gin.Context) {
+		if pre != nil {
+			pre(c.Writer)
+		}
+		c.Status(http.StatusOK)
+	})
 	return e
 }
 
-func ginApp(mw gin.HandlerFunc, more ...gin.HandlerFunc) app {
-	return serveHTTP(ginHandler(mw, more...))
-}
+func ginApp(mw gin.HandlerFunc) app { return serveHTTP(ginHandler(mw, nil)) }
 
 // fiberApp serves through the app's fasthttp handler with a reused
 // RequestCtx, as Fiber's own benchmarks do (app.Test goes through a
 // connection and costs far more than the limiter).
-func fiberApp(tb testing.TB, mw fiber.Handler, more ...fiber.Handler) app {
+func fiberApp(tb testing.TB, mw fiber.Handler) app { return fiberHandlerApp(tb, mw, nil) }
+
+// fiberHandlerApp is fiberApp whose route's handler calls pre, if not nil,
+// first.
+func fiberHandlerApp(tb testing.TB, mw fiber.Handler, pre func(*fiber.Ctx)) app {
 	tb.Helper()
 	f := fiber.New(fiber.Config{DisableStartupMessage: true})
 	if mw != nil {
 		f.Use(mw)
 	}
-	for _, m := range more {
-		f.Use(m)
-	}
-	f.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	f.Get("/users/:id", func(c *fiber.Ctx) error {
+		if pre != nil {
+			pre(c)
+		}
+		return c.SendStatus(fiber.StatusOK)
+	})
 	h := f.Handler()
 	var req fasthttp.Request
 	req.Header.SetMethod(fasthttp.MethodGet)
