@@ -80,6 +80,10 @@ func httprateByIP(limit int) func(http.Handler) http.Handler {
 // Retry-After on a denial) only, the three fields most peers write.
 var threeHeaders = headers.Config{XRateLimit: true, RetryAfter: true}
 
+// noHeaders is the headers.Config of ours-0h: no rate-limit field at all,
+// to set our decision beside a peer's, whatever fields either writes.
+var noHeaders = headers.Config{}
+
 // ululeLimiter is ulule/limiter over its memory store, the never-reached
 // policy.
 func ululeLimiter() *limiter.Limiter {
@@ -121,6 +125,9 @@ var mwContenders = []mwContender{
 	{"echo", "ours-3h", func(tb testing.TB) app {
 		return echoApp(echolimit.New(ourLimiter(tb), echolimit.WithHeaders(threeHeaders)))
 	}},
+	{"echo", "ours-0h", func(tb testing.TB) app {
+		return echoApp(echolimit.New(ourLimiter(tb), echolimit.WithHeaders(noHeaders)))
+	}},
 	{"echo", "peer", func(tb testing.TB) app {
 		// Echo's own middleware.RateLimiter over its memory store
 		// (x/time/rate per identifier, ctx.RealIP()).
@@ -141,6 +148,9 @@ var mwContenders = []mwContender{
 	{"fiber", "ours", func(tb testing.TB) app { return fiberApp(tb, fiberlimit.New(ourLimiter(tb))) }},
 	{"fiber", "ours-3h", func(tb testing.TB) app {
 		return fiberApp(tb, fiberlimit.New(ourLimiter(tb), fiberlimit.WithHeaders(threeHeaders)))
+	}},
+	{"fiber", "ours-0h", func(tb testing.TB) app {
+		return fiberApp(tb, fiberlimit.New(ourLimiter(tb), fiberlimit.WithHeaders(noHeaders)))
 	}},
 	{"fiber", "peer", func(tb testing.TB) app {
 		// Fiber's own middleware/limiter: fixed window, memory storage,
@@ -166,6 +176,9 @@ var mwContenders = []mwContender{
 	{"chi", "ours-3h", func(tb testing.TB) app {
 		return chiApp(chilimit.New(ourLimiter(tb), chilimit.WithHeaders(threeHeaders)))
 	}},
+	{"chi", "ours-0h", func(tb testing.TB) app {
+		return chiApp(chilimit.New(ourLimiter(tb), chilimit.WithHeaders(noHeaders)))
+	}},
 	{"chi", "peer", func(tb testing.TB) app {
 		return chiApp(httprateByIP(memNeverLimit))
 	}},
@@ -183,6 +196,9 @@ var mwContenders = []mwContender{
 	{"gin", "ours", func(tb testing.TB) app { return ginApp(ginlimit.New(ourLimiter(tb))) }},
 	{"gin", "ours-3h", func(tb testing.TB) app {
 		return ginApp(ginlimit.New(ourLimiter(tb), ginlimit.WithHeaders(threeHeaders)))
+	}},
+	{"gin", "ours-0h", func(tb testing.TB) app {
+		return ginApp(ginlimit.New(ourLimiter(tb), ginlimit.WithHeaders(noHeaders)))
 	}},
 	{"gin", "peer", func(tb testing.TB) app {
 		// ulule/limiter's Gin middleware (Gin has no limiter of its own).
@@ -222,7 +238,7 @@ func TestMiddlewareContenders(t *testing.T) {
 			require.Equal(t, http.StatusOK, a.serve())
 			require.Equal(t, http.StatusOK, a.serve())
 			switch {
-			case c.name == "bare":
+			case c.name == "bare" || c.name == "ours-0h":
 				require.Empty(t, a.header("X-RateLimit-Remaining"))
 			case c.framework == "echo" && c.name == "peer":
 				require.Empty(t, a.header("X-RateLimit-Remaining"))

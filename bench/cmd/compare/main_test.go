@@ -76,7 +76,7 @@ func TestRender(t *testing.T) {
 
 	w.Reset()
 	sections["middleware"][1].render(&w, rs)
-	assert.Contains(t, w.String(), "| Gin (peer: ulule/limiter's Gin middleware) | 0 allocs, 0 B | 10 allocs (+10), 160 B | n/a | 13 allocs (+13), 232 B | n/a | n/a | 0.77 |")
+	assert.Contains(t, w.String(), "| Gin (peer: ulule/limiter's Gin middleware) | 0 allocs, 0 B | 10 allocs (+10), 160 B | n/a | n/a | 13 allocs (+13), 232 B | n/a | n/a | 0.77 |")
 
 	w.Reset()
 	sections["memory"][1].render(&w, rs)

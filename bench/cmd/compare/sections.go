@@ -56,6 +56,7 @@ var (
 		{"bare", "bare framework"},
 		{"ours", "ours (token bucket)"},
 		{"ours-3h", "ours, X-RateLimit-* only"},
+		{"ours-0h", "ours, no field"},
 		{"peer", "peer"},
 		{"peer-6h", "peer + the six fields, floor"},
 		{"ulule", "ulule/limiter net/http"},
@@ -125,7 +126,7 @@ var sections = map[string][]*table{
 		{
 			title: "Middleware: ns per request", bench: "Middleware", rows: mwRows, cols: mwCols, peers: mwPeers,
 			unit: "ns/op", lowerBetter: true, format: withUnit(" ns"),
-			note: "One goroutine, one client IP, memory store, 1,000,000,000 per minute (never reached), `GET /users/42` through the framework's ServeHTTP into a reused recorder (Fiber: its fasthttp handler with a reused RequestCtx). Each adapter of ours with default options, which write six headers (X-RateLimit-Limit/Remaining/Reset, RateLimit-Limit/Remaining/Reset); Fiber's limiter, httprate and ulule write three, Echo's none; \"ours, X-RateLimit-* only\" is ours with `WithHeaders(headers.Config{XRateLimit: true, RetryAfter: true})`, three headers like most peers (not in the ratio). \"peer + the six fields, floor\" is the peer followed by the fields it does not write, with constant values in value slices made once and shared by every response (no real limiter may share them): the least the peer could cost if it told clients what ours does (not in the ratio).",
+			note: "One goroutine, one client IP, memory store, 1,000,000,000 per minute (never reached), `GET /users/42` through the framework's ServeHTTP into a reused recorder (Fiber: its fasthttp handler with a reused RequestCtx). Each adapter of ours with default options, which write six headers (X-RateLimit-Limit/Remaining/Reset, RateLimit-Limit/Remaining/Reset); Fiber's limiter, httprate and ulule write three, Echo's none; \"ours, X-RateLimit-* only\" is ours with `WithHeaders(headers.Config{XRateLimit: true, RetryAfter: true})`, three headers like most peers, and \"ours, no field\" with `WithHeaders(headers.Config{})`, none (neither in the ratio). \"peer + the six fields, floor\" is the peer followed by the fields it does not write, with constant values in value slices made once and shared by every response (no real limiter may share them): the least the peer could cost if it told clients what ours does (not in the ratio).",
 		},
 		{
 			title: "Middleware: allocations per request (over the bare framework)", bench: "Middleware", rows: mwRows, cols: mwCols, peers: mwPeers,
