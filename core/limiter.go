@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -80,6 +81,9 @@ type Limiter struct {
 	// observer, shadow mode, policy source, deny cache, fallback or layer
 	// to attend to.
 	direct bool
+	// timed is the store as a TimedStore, when the Limiter is direct and
+	// the store is one: AllowNTimed's hot path.
+	timed TimedStore
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with
@@ -158,6 +162,9 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 	l.observers = observers
 	l.direct = call == CallDirect && l.observers == nil && !l.shadow && l.sources == nil &&
 		l.denied == nil && l.fallback == nil && l.layered == nil
+	if t, ok := store.(TimedStore); ok && l.direct && reflect.TypeOf(t.TimedStore()) == reflect.TypeOf(store) {
+		l.timed = t
+	}
 	return l, nil
 }
 
@@ -210,6 +217,33 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // and ctx's error: no FailMode or fallback applies.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	return l.allow(ctx, key, n, time.Time{})
+}
+
+// AllowNTimed is AllowN that also returns the time the store decided at,
+// when the Limiter asked the store itself and the store reports it (a
+// TimedStore, such as the memory store, on a Limiter with no observer,
+// shadow mode, policy source, deny cache, fallback or layer); otherwise
+// the zero Time, and the caller reads its clock if it needs the time.
+// The headers of a response, X-RateLimit-Reset an absolute time among
+// them, are then written without reading the clock a second time.
+func (l *Limiter) AllowNTimed(ctx context.Context, key string, n int64) (Decision, time.Time, error) {
+	if l.timed != nil {
+		req := Request{Key: key, Policy: l.policy, Cost: n}
+		if l.plain(ctx, key, n) {
+			d, at, err := l.timed.TakeTimed(ctx, req)
+			if err != nil {
+				d, err = l.storeFailed(ctx, req, false, err)
+				return d, time.Time{}, err
+			}
+			d.Policy = l.policy
+			if d.Source != SourceStore {
+				d.Source = SourceStore
+			}
+			return d, at, nil
+		}
+	}
+	d, err := l.allow(ctx, key, n, time.Time{})
+	return d, time.Time{}, err
 }
 
 // AllowAt is AllowNAt(ctx, key, 1, now).

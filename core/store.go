@@ -117,6 +117,24 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
+// TimedStore is a Store that also reports the time it decided at: the
+// Request's Now, or the reading of its own clock (the memory store is one).
+// Limiter.AllowNTimed hands that time on, so that a caller writing an
+// absolute time from the Decision, such as X-RateLimit-Reset, need not
+// read the clock again.
+type TimedStore interface {
+	Store
+	// TakeTimed is Take, with the time it decided at; on an error the
+	// time is zero.
+	TakeTimed(ctx context.Context, req Request) (Decision, time.Time, error)
+	// TimedStore returns the store itself. A type that embeds a
+	// TimedStore is promoted its methods, this one and TakeTimed among
+	// them, and may override Take (to count, delay or fail calls): a
+	// Limiter calls TakeTimed only on a store whose TimedStore is of the
+	// store's own type, so that such a wrapper's Take is never bypassed.
+	TimedStore() TimedStore
+}
+
 // Store holds rate-limit state and decides atomically. Implementations must
 // be safe for concurrent use, implement every Algorithm with the semantics
 // documented on its constant, and pass the suite in core/storetest. A Store

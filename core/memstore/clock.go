@@ -23,3 +23,12 @@ func newClock() clock {
 func (c clock) now() int64 {
 	return c.baseUS + time.Since(c.base).Microseconds()
 }
+
+// at returns the time us, a reading of now, as a time.Time that carries
+// the monotonic reading it was made from: its wall time is the store's
+// (base's, plus the time elapsed), which a step of the wall clock since New
+// leaves behind, and a reader that needs the wall time maps the monotonic
+// reading onto a recent reading of the wall clock (as headers.Writer does).
+func (c clock) at(us int64) time.Time {
+	return c.base.Add(time.Duration(us-c.baseUS) * time.Microsecond)
+}

@@ -107,22 +107,49 @@ func New(opts ...Option) (*Store, error) {
 // limit, window or lockout out of range, and a cost out of [1, Capacity]
 // return an error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy,
 // core.ErrInvalidCost or core.ErrCostExceedsLimit.
-func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err error) {
+func (s *Store) Take(_ context.Context, req core.Request) (core.Decision, error) {
+	d, _, err := s.take(&req)
+	return d, err
+}
+
+// TakeTimed is Take that also returns the time it decided at
+// (core.TimedStore): req.Now, or else the reading of the Store's clock, to
+// the microsecond, with its monotonic reading. A caller writing an absolute
+// time from the Decision, such as X-RateLimit-Reset, then need not read
+// the clock again; the Store's clock counts from the wall clock at New, so
+// such a caller takes the wall time from the monotonic reading and a recent
+// reading of the wall clock, as headers.Writer does. On an error the time
+// is zero.
+func (s *Store) TakeTimed(_ context.Context, req core.Request) (core.Decision, time.Time, error) {
+	d, now, err := s.take(&req)
+	switch {
+	case err != nil:
+		return d, time.Time{}, err
+	case !req.Now.IsZero():
+		return d, req.Now, nil
+	}
+	return d, s.clock.at(now), nil
+}
+
+// TimedStore returns s (core.TimedStore).
+func (s *Store) TimedStore() core.TimedStore { return s }
+
+// take is Take, with the time it decided at in µs since the Unix epoch.
+func (s *Store) take(req *core.Request) (d core.Decision, now int64, err error) {
 	p := &req.Policy
 	// p.Capacity(), comparing strings only for a policy with a Burst.
 	capacity := p.Limit
 	if p.Burst > 0 && p.Algorithm.IsBucket() {
 		capacity = p.Burst
 	}
-	if !valid(&req, capacity) {
-		return d, invalid(&req)
+	if !valid(req, capacity) {
+		return d, 0, invalid(req)
 	}
 	if len(s.shards) == 0 {
-		return d, errNoStore
+		return d, 0, errNoStore
 	}
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
-	var now int64
 	if req.Now.IsZero() {
 		now = s.clock.now()
 	} else {
@@ -131,20 +158,21 @@ func (s *Store) Take(_ context.Context, req core.Request) (d core.Decision, err 
 	k := kindOf(p.Algorithm)
 	if p.Lockout != nil {
 		if err := p.Lockout.Validate(); err != nil {
-			return d, err
+			return d, 0, err
 		}
 		if p.Lockout.Enabled() {
-			return takeLocked(sh, h, &req, k, capacity, now)
+			d, err = takeLocked(sh, h, req, k, capacity, now)
+			return d, now, err
 		}
 	}
 	sh.mu.Lock()
 	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
+		return d, 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
 	}
 	o.decide(&d, capacity)
-	return d, nil
+	return d, now, nil
 }
 
 // takeLocked is Take for a policy with a Lockout, on shard sh.

@@ -1,0 +1,139 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+)
+
+// countingTake is a memory store behind a wrapper that overrides Take to
+// count its calls, and is promoted the memory store's TakeTimed and
+// TimedStore: the Limiter must not bypass its Take.
+type countingTake struct {
+	*memstore.Store
+	calls *atomic.Int64
+}
+
+func (s countingTake) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	s.calls.Add(1)
+	return s.Store.Take(ctx, req)
+}
+
+// fixedTime is a TimedStore of its own type that decides through a memory
+// store at the real time but reports the time at, or fails with err.
+type fixedTime struct {
+	*memstore.Store
+	at  time.Time
+	err error
+}
+
+func (s *fixedTime) TakeTimed(ctx context.Context, req core.Request) (core.Decision, time.Time, error) {
+	if s.err != nil {
+		return core.Decision{}, time.Time{}, s.err
+	}
+	d, err := s.Store.Take(ctx, req)
+	return d, s.at, err
+}
+
+func (s *fixedTime) TimedStore() core.TimedStore { return s }
+
+// TestAllowNTimed: over the memory store, AllowNTimed returns the time the
+// store read, to the microsecond, with its monotonic reading, and the
+// decision AllowN would have made.
+func TestAllowNTimed(t *testing.T) {
+	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 3, Window: time.Minute}
+	l, err := core.NewLimiter(newMemStore(t), p)
+	require.NoError(t, err)
+	twin, err := core.NewLimiter(newMemStore(t), p)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 5 {
+		// The store's reading is truncated to the microsecond.
+		before := time.Now().Add(-time.Microsecond)
+		d, at, err := l.AllowNTimed(ctx, "203.0.113.7", 1)
+		after := time.Now()
+		require.NoError(t, err)
+		assert.NotEqual(t, at, at.Round(0), "request %d: a monotonic reading", i)
+		assert.False(t, at.Before(before), "request %d: decided at %v, before %v", i, at, before)
+		assert.False(t, at.After(after), "request %d: decided at %v, after %v", i, at, after)
+		want, err := twin.AllowN(ctx, "203.0.113.7", 1)
+		require.NoError(t, err)
+		// The twin decided a little later: only the durations differ.
+		d.ResetAfter, want.ResetAfter = 0, 0
+		d.RetryAfter, want.RetryAfter = 0, 0
+		assert.Equal(t, want, d, "request %d", i)
+	}
+}
+
+// TestAllowNTimedZero: the time is zero, and the decision AllowN's, when
+// the Limiter does not ask a TimedStore of the store's own type itself:
+// a wrapper that overrides Take (whose Take is called), a store that is
+// not timed, a Limiter with an observer or in shadow mode, invalid input,
+// and a store that fails.
+func TestAllowNTimedZero(t *testing.T) {
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}
+	ctx := context.Background()
+	var calls atomic.Int64
+	wrapped, err := core.NewLimiter(countingTake{Store: newMemStore(t), calls: &calls}, p)
+	require.NoError(t, err)
+	for i := range 3 {
+		d, at, err := wrapped.AllowNTimed(ctx, "k", 1)
+		require.NoError(t, err)
+		assert.True(t, at.IsZero(), "a wrapper's time")
+		assert.Equal(t, i < 2, d.Allowed, "request %d", i)
+	}
+	assert.EqualValues(t, 3, calls.Load(), "the wrapper's Take, every time")
+
+	for name, opts := range map[string][]core.Option{
+		"observer": {core.WithObserver(core.ObserverFunc(func(core.Event) {}))},
+		"shadow":   {core.WithShadow()},
+	} {
+		l, err := core.NewLimiter(newMemStore(t), p, opts...)
+		require.NoError(t, err)
+		d, at, err := l.AllowNTimed(ctx, "k", 1)
+		require.NoError(t, err, name)
+		assert.True(t, d.Allowed, name)
+		assert.True(t, at.IsZero(), name)
+	}
+
+	l, err := core.NewLimiter(newMemStore(t), p)
+	require.NoError(t, err)
+	_, at, err := l.AllowNTimed(ctx, "k", 0)
+	require.ErrorIs(t, err, core.ErrInvalidCost)
+	assert.True(t, at.IsZero(), "invalid cost")
+	_, at, err = l.AllowNTimed(ctx, "k", 3)
+	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	assert.True(t, at.IsZero(), "cost over the limit")
+
+	down := errors.New("down")
+	failing, err := core.NewLimiter(&fixedTime{Store: newMemStore(t), err: down}, p, core.WithFailMode(core.FailOpen))
+	require.NoError(t, err)
+	d, at, err := failing.AllowNTimed(ctx, "k", 1)
+	require.ErrorIs(t, err, core.ErrStore)
+	require.ErrorIs(t, err, down)
+	assert.True(t, d.Allowed, "failed open")
+	assert.Equal(t, core.SourceFailMode, d.Source)
+	assert.True(t, at.IsZero(), "a failed store's time")
+}
+
+// TestAllowNTimedOwnType: a TimedStore of its own type is asked for the
+// time, and its time is handed on as it is.
+func TestAllowNTimedOwnType(t *testing.T) {
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	l, err := core.NewLimiter(&fixedTime{Store: newMemStore(t), at: at}, core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute})
+	require.NoError(t, err)
+	d, got, err := l.AllowNTimed(context.Background(), "k", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, core.SourceStore, d.Source)
+	assert.Equal(t, "p", d.Policy.Name)
+	assert.True(t, at.Equal(got), "got %v", got)
+}
