@@ -63,8 +63,18 @@ type partBlock struct {
 // at time now, in h, as Write(h, d, now, w.Config()) does. A zero now is
 // the current time, as for Write, but read at half the cost: from the
 // monotonic clock since the Writer last read the wall clock, which it does
-// once a second.
+// once a second. A now that carries a monotonic clock reading (from
+// time.Now, or a memory store's core.TimedStore) is a moment of the
+// monotonic clock: the Writer takes its wall time the same way, from its
+// last reading of the wall clock when that is less than a second older,
+// without reading the clock, so that a clock whose wall time was fixed
+// long ago (the memory store's) does not carry a step of the wall clock
+// since into X-RateLimit-Reset. A now without one (an explicit time, as
+// in tests) is used as it is.
 func (w *Writer) Write(h Setter, d core.Decision, now time.Time) {
+	if !now.IsZero() && now != now.Round(0) {
+		now = time.Unix(0, w.unixNanoAt(now))
+	}
 	cfg := w.cfg
 	if (!cfg.XRateLimit && !cfg.Draft6) || cfg.Structured || (cfg.RetryAfter && !d.Allowed) ||
 		(d.Allowed && d.Source == core.SourceFailMode) {
@@ -130,6 +140,20 @@ func (w *Writer) nowUnixNano() int64 {
 	t := time.Now()
 	w.wall.Store(&wallReading{at: t, unixNs: t.UnixNano()})
 	return t.UnixNano()
+}
+
+// unixNanoAt returns the time t, which carries a monotonic clock reading,
+// in Unix nanoseconds: the last reading of the wall clock advanced by the
+// monotonic clock to t, when t is within a second after it; else the
+// current time (nowUnixNano), which t, a decision's time, precedes by
+// little.
+func (w *Writer) unixNanoAt(t time.Time) int64 {
+	if r := w.wall.Load(); r != nil {
+		if e := t.Sub(r.at); e >= 0 && e < time.Second {
+			return r.unixNs + int64(e)
+		}
+	}
+	return w.nowUnixNano()
 }
 
 // same reports whether b holds the text of these numbers.

@@ -300,3 +300,45 @@ func TestWriterClockReset(t *testing.T) {
 		assert.Equal(t, ceilUnix(t0.Add(after)), atT0, "%v: an explicit time", after)
 	}
 }
+
+// TestWriterMonotonicNow: a now that carries a monotonic reading (a memory
+// store's core.TimedStore time, whose wall time was fixed when the store
+// was made) takes its wall time from the Writer's last reading of the wall
+// clock, when that is less than a second older, and from the clock
+// otherwise; a now without one is used as it is. Every family's reset, and
+// a denial's, follow.
+func TestWriterMonotonicNow(t *testing.T) {
+	d := allowedDecision
+	d.ResetAfter = 2 * time.Second
+	denied := d
+	denied.Allowed, denied.Remaining, denied.RetryAfter = false, 0, time.Second
+	xreset := func(w *Writer, d core.Decision, now time.Time) int64 {
+		h := http.Header{}
+		w.Write(mapResponse{h}, d, now)
+		name := Fields()[2] // X-RateLimit-Reset, as spelled
+		require.Len(t, h[name], 1, "%v", h)
+		n, err := strconv.ParseInt(h[name][0], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	for _, dec := range []core.Decision{d, denied} {
+		w := NewWriter(Default())
+		// The wall clock stepped 10 s forward since the store's clock was
+		// set: the Writer's reading has the step.
+		anchor := time.Now()
+		stepped := anchor.UnixNano() + 10e9
+		w.wall.Store(&wallReading{at: anchor, unixNs: stepped})
+		now := anchor.Add(300 * time.Millisecond)
+		want := (stepped + int64(300*time.Millisecond) + int64(dec.ResetAfter) + 1e9 - 1) / 1e9
+		assert.Equal(t, want, xreset(w, dec, now), "allowed %v: the wall time of the Writer's reading", dec.Allowed)
+		assert.Equal(t, ceilUnix(now.Round(0).Add(dec.ResetAfter)), xreset(w, dec, now.Round(0)), "allowed %v: an explicit time", dec.Allowed)
+
+		// A reading over a second old is not used: the clock is read.
+		w.wall.Store(&wallReading{at: anchor.Add(-5 * time.Second), unixNs: stepped})
+		before := time.Now()
+		got := xreset(w, dec, time.Now())
+		after := time.Now()
+		assert.GreaterOrEqual(t, got, ceilUnix(before.Add(dec.ResetAfter)), "allowed %v", dec.Allowed)
+		assert.LessOrEqual(t, got, ceilUnix(after.Add(dec.ResetAfter)), "allowed %v", dec.Allowed)
+	}
+}
