@@ -221,7 +221,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 	}
 	st.in = inLimiter
 	ctx := r.Context()
-	d, err := f.limiter.AllowN(ctx, key, cost)
+	d, at, err := f.limiter.AllowNTimed(ctx, key, cost)
 	if err != nil {
 		// A decision of the fail mode or the fallback store, whatever err
 		// wraps (a failed store, a PolicySource's invalid policy), is
@@ -233,7 +233,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		st.in = inErrorHandler
 		f.onError(r, err)
 		if d.Source == core.SourceFallback {
-			return f.decided(&st, ctx, r, w, d) // a real decision, from the fallback store
+			return f.decided(&st, ctx, r, w, d, at) // a real decision, from the fallback store
 		}
 		if d.Allowed {
 			return f.proceed(&st, ctx, r, w) // failed open: no header, the store told nothing
@@ -246,13 +246,15 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		f.unavailable(r, st.guard(w), d)
 		return false
 	}
-	return f.decided(&st, ctx, r, w, d)
+	return f.decided(&st, ctx, r, w, d, at)
 }
 
-// decided tells the client about d and passes (paced) or denies.
-func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision) bool {
+// decided tells the client about d, decided at the time at (zero when the
+// Limiter does not say, and then read only if a field needs it), and
+// passes (paced) or denies.
+func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision, at time.Time) bool {
 	st.in = inHeaders
-	f.writer.Write(w, d, time.Time{}) // now, read only if a field needs it
+	f.writer.Write(w, d, at)
 	if !d.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), d)

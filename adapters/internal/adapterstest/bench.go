@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 )
 
 // The request every adapter benchmark serves: GET BenchPath from
@@ -16,28 +17,36 @@ const (
 	BenchPeer = "203.0.113.7:51234"
 )
 
-// Bench runs an adapter's two sub-benchmarks, NoLimiter then Limiter.
-// build returns the app to measure: with no limiter when l is nil, else
-// with New(l) mounted for every request, l being a fixed window whose
-// quota never runs out, over a memory store, on the real clock. serve
+// Bench runs an adapter's three sub-benchmarks, NoLimiter, Limiter and
+// LimiterUntimed. build returns the app to measure: with no limiter when l
+// is nil, else with New(l) mounted for every request, l being a fixed
+// window whose quota never runs out, over a memory store (LimiterUntimed:
+// one that does not tell the time it decided at), on the real clock. serve
 // measures the app with b.Loop. Apps are built outside the measurement.
 func Bench[H any](b *testing.B, build func(l *core.Limiter) H, serve func(b *testing.B, h H)) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	for _, withLimiter := range []bool{false, true} {
-		name := "NoLimiter"
+	for _, name := range []string{"NoLimiter", "Limiter", "LimiterUntimed"} {
 		var l *core.Limiter
-		if withLimiter {
-			name = "Limiter"
-			var err error
+		var err error
+		switch name {
+		case "Limiter":
 			l, err = core.NewLimiter(NewStore(b), p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		case "LimiterUntimed":
+			l, err = core.NewLimiter(untimed{NewStore(b)}, p)
+		}
+		if err != nil {
+			b.Fatal(err)
 		}
 		h := build(l)
 		b.Run(name, func(b *testing.B) { serve(b, h) })
 	}
 }
+
+// untimed is a memory store behind a wrapper: a Limiter does not take the
+// time it decided at from it (core.TimedStore), and the headers' Writer
+// reads the clock instead. Beside Limiter, LimiterUntimed measures what
+// that time saves.
+type untimed struct{ *memstore.Store }
 
 // BenchHTTP is Bench for a framework whose app is an http.Handler: it
 // serves the benchmark request, reused, into a ResponseWriter that keeps

@@ -1,0 +1,54 @@
+package httplimit_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
+)
+
+// reportsAt is a core.TimedStore of its own type that decides through a
+// memory store at the real time and says it decided at at.
+type reportsAt struct {
+	*memstore.Store
+	at time.Time
+}
+
+func (s *reportsAt) TakeTimed(ctx context.Context, req core.Request) (core.Decision, time.Time, error) {
+	d, err := s.Store.Take(ctx, req)
+	return d, s.at, err
+}
+
+func (s *reportsAt) TimedStore() core.TimedStore { return s }
+
+// TestFlowWritesTheStoresTime: the flow writes X-RateLimit-Reset from the
+// time the store says it decided at (Limiter.AllowNTimed), not from a
+// reading of its own clock, on admissions and denials.
+func TestFlowWritesTheStoresTime(t *testing.T) {
+	at := time.Date(2031, 5, 6, 7, 8, 9, 500_000_000, time.UTC)
+	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute}
+	l, err := core.NewLimiter(&reportsAt{Store: memStore(t), at: at}, p)
+	require.NoError(t, err)
+	f, err := httplimit.New(l, httplimit.WithHeaders(headers.Default()))
+	require.NoError(t, err)
+	for i, allowed := range []bool{true, true, false} {
+		w := newResponse()
+		assert.Equal(t, allowed, f.Handle(newRequest(), w), "request %d", i)
+		d, err := headers.Parse(w.header)
+		require.NoError(t, err, "request %d", i)
+		reset, err := strconv.ParseInt(w.header.Get(headers.XRateLimitReset), 10, 64)
+		require.NoError(t, err, "request %d: %v", i, w.header)
+		// The bucket refills a token every 30 s: the reset is the store's
+		// time plus the ResetAfter the headers tell, rounded up.
+		assert.InDelta(t, at.Add(d.ResetAfter).Unix(), reset, 1, "request %d", i)
+		assert.Greater(t, reset, time.Now().Add(365*24*time.Hour).Unix(), "request %d: the store's time, years ahead", i)
+	}
+}
