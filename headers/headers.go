@@ -177,6 +177,15 @@ type BytesSetter interface {
 	SetInt(key string, n int64)
 }
 
+// IntPairSetter is a BytesSetter that also sets two fields to the decimal
+// text of one number, formatted once, as SetInt of each would: a Writer
+// sets both Remaining fields (X-RateLimit-Remaining, RateLimit-Remaining)
+// so. Fiber's response is one.
+type IntPairSetter interface {
+	BytesSetter
+	SetIntPair(key1, key2 string, n int64)
+}
+
 // bytesBuf is the buffer from which Write sets a BytesSetter's fields.
 type bytesBuf [512]byte
 

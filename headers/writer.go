@@ -266,6 +266,17 @@ func (w *Writer) writeBytes(h BytesSetter, d core.Decision, now time.Time) {
 		last.format(cfg)
 		w.last.Store(last)
 	}
+	if p, ok := h.(IntPairSetter); ok && cfg.XRateLimit && cfg.Draft6 {
+		// Remaining formatted once, for both families, in the order
+		// X-RateLimit-Limit, -Remaining, RateLimit-Remaining, then the
+		// rest.
+		p.SetBytes(wireXRateLimitLimit, stringBytes(last.vals[0]))
+		p.SetIntPair(wireXRateLimitRemaining, wireRateLimitRemaining, remaining)
+		p.SetBytes(wireXRateLimitReset, stringBytes(last.vals[2]))
+		p.SetBytes(wireRateLimitLimit, stringBytes(last.vals[3]))
+		p.SetBytes(wireRateLimitReset, stringBytes(last.vals[5]))
+		return
+	}
 	if cfg.XRateLimit {
 		h.SetBytes(wireXRateLimitLimit, stringBytes(last.vals[0]))
 		h.SetInt(wireXRateLimitRemaining, remaining)

@@ -170,6 +170,40 @@ func (s *countingBytesSetter) Set(_, v string)             { s.n += len(v) }
 func (s *countingBytesSetter) SetBytes(_ string, v []byte) { s.n += len(v) }
 func (s *countingBytesSetter) SetInt(_ string, n int64)    { s.n += int(n % 10) }
 
+// pairSetter is a bytesSetter that is an IntPairSetter, and counts the
+// calls of SetIntPair.
+type pairSetter struct {
+	bytesSetter
+	pairs [][2]string
+}
+
+func (s *pairSetter) SetIntPair(k1, k2 string, n int64) {
+	s.pairs = append(s.pairs, [2]string{k1, k2})
+	s.Set(k1, strconv.FormatInt(n, 10))
+	s.Set(k2, strconv.FormatInt(n, 10))
+}
+
+// TestWriterIntPair: an IntPairSetter has both Remaining fields set by one
+// SetIntPair, when both families are written and the last block holds the
+// other values, and the same fields as any BytesSetter.
+func TestWriterIntPair(t *testing.T) {
+	for _, cfg := range []Config{Default(), {XRateLimit: true}, {Draft6: true}} {
+		w := NewWriter(cfg)
+		for i, d := range []core.Decision{allowedDecision, allowedDecision, func() core.Decision { d := allowedDecision; d.Limit = 7; return d }()} {
+			want, got := &bytesSetter{}, &pairSetter{}
+			Write(want, d, t0, cfg)
+			w.Write(got, d, t0)
+			assert.Equal(t, want.m, got.m, "%+v, decision %d", cfg, i)
+			switch {
+			case cfg.XRateLimit && cfg.Draft6 && d.Limit == allowedDecision.Limit:
+				assert.Equal(t, [][2]string{{"X-RateLimit-Remaining", "RateLimit-Remaining"}}, got.pairs, "%+v, decision %d", cfg, i)
+			default:
+				assert.Empty(t, got.pairs, "%+v, decision %d", cfg, i)
+			}
+		}
+	}
+}
+
 // TestWriterBackwards: a decision whose reset is earlier than the last
 // block's does not displace it; a later one does.
 func TestWriterBackwards(t *testing.T) {

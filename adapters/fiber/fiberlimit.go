@@ -199,6 +199,16 @@ func (w response) SetInt(key string, n int64) {
 	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), strconv.AppendInt(b[:0], n, 10))
 }
 
+// SetIntPair sets the fields key1 and key2 to the decimal text of n,
+// formatted once on the stack (headers.IntPairSetter).
+func (w response) SetIntPair(key1, key2 string, n int64) {
+	var b [20]byte
+	v := strconv.AppendInt(b[:0], n, 10)
+	h := &w.c.Response().Header
+	h.SetCanonical(unsafe.Slice(unsafe.StringData(key1), len(key1)), v)
+	h.SetCanonical(unsafe.Slice(unsafe.StringData(key2), len(key2)), v)
+}
+
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.c.Set(fiber.HeaderContentType, contentType)
 	return w.c.Status(status).Send(body)
