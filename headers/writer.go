@@ -143,17 +143,20 @@ func (w *Writer) nowUnixNano() int64 {
 }
 
 // unixNanoAt returns the time t, which carries a monotonic clock reading,
-// in Unix nanoseconds: the last reading of the wall clock advanced by the
-// monotonic clock to t, when t is within a second after it; else the
-// current time (nowUnixNano), which t, a decision's time, precedes by
-// little.
+// in Unix nanoseconds: the Writer's last reading of the wall clock moved by
+// the monotonic clock to t. When t is within a second after that reading
+// (a decision just made), the reading is recent enough and the clock is
+// not read; otherwise the reading is first renewed if it is a second old
+// (nowUnixNano), and t taken from it.
 func (w *Writer) unixNanoAt(t time.Time) int64 {
 	if r := w.wall.Load(); r != nil {
 		if e := t.Sub(r.at); e >= 0 && e < time.Second {
 			return r.unixNs + int64(e)
 		}
 	}
-	return w.nowUnixNano()
+	w.nowUnixNano()
+	r := w.wall.Load() // not nil: nowUnixNano stores a reading when there is none
+	return r.unixNs + int64(t.Sub(r.at))
 }
 
 // same reports whether b holds the text of these numbers.

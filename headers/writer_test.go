@@ -367,6 +367,12 @@ func TestWriterMonotonicNow(t *testing.T) {
 		assert.Equal(t, want, xreset(w, dec, now), "allowed %v: the wall time of the Writer's reading", dec.Allowed)
 		assert.Equal(t, ceilUnix(now.Round(0).Add(dec.ResetAfter)), xreset(w, dec, now.Round(0)), "allowed %v: an explicit time", dec.Allowed)
 
+		// A time over a second before the reading, which is recent, is
+		// taken from it all the same.
+		old := anchor.Add(-3 * time.Second)
+		want = (stepped - int64(3*time.Second) + int64(dec.ResetAfter) + 1e9 - 1) / 1e9
+		assert.Equal(t, want, xreset(w, dec, old), "allowed %v: an older time, from the recent reading", dec.Allowed)
+
 		// A reading over a second old is not used: the clock is read.
 		w.wall.Store(&wallReading{at: anchor.Add(-5 * time.Second), unixNs: stepped})
 		before := time.Now()
