@@ -28,9 +28,9 @@
 // from the client's options with a pool of at most two connections
 // opened as needed, that puts the decision's deadline on every phase of
 // the command (ContextTimeoutEnabled, no retries) and, on Linux with more
-// than one CPU, polls the socket for the reply for up to 50 µs before it
-// parks (WithBusyPoll), which takes about a quarter off a lone decision on
-// loopback or a fast LAN. The first Store over a client adds a hook to it that sends those
+// than one CPU, polls the socket for the reply for up to 200 µs before it
+// parks (WithBusyPoll), which takes a quarter to a half off a lone
+// decision on loopback or a fast LAN. The first Store over a client adds a hook to it that sends those
 // commands over the Store's own client, after the hooks added before it
 // (tracing, metrics); hooks added after that Store was made do not see
 // them, nor do dial hooks. Each decision still waits no longer than the

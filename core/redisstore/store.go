@@ -55,8 +55,11 @@ type config struct {
 }
 
 // DefaultBusyPoll is how long, by default, a lone decision's read spins
-// before it parks (see WithBusyPoll).
-const DefaultBusyPoll = 50 * time.Microsecond
+// before it parks (see WithBusyPoll): long enough for a loopback or LAN
+// round trip on a loaded machine, which takes 40 to 150 µs. With 50 µs, on
+// a 2-core VM whose loopback round trip took 45 to 110 µs, most polls ran
+// out and a lone decision took half as long again, for more CPU.
+const DefaultBusyPoll = 200 * time.Microsecond
 
 // maxBusyPoll bounds WithBusyPoll.
 const maxBusyPoll = time.Millisecond
@@ -65,10 +68,11 @@ const maxBusyPoll = time.Millisecond
 // decision of the Store under way, over a *redis.Client) polls its socket
 // for Redis's reply before it parks its goroutine in the network poller;
 // the default is DefaultBusyPoll, and 0 turns polling off. On loopback or
-// a fast LAN a reply comes back in tens of microseconds, about what
-// parking and waking a goroutine costs, so polling takes about a quarter
-// off a lone decision's latency, at the price of up to d of CPU a
-// decision that would otherwise have slept: the poll yields to every
+// a fast LAN a reply comes back in tens to a hundred or so microseconds,
+// not much more than parking and waking a goroutine costs, so polling
+// takes a quarter to a half off a lone decision's latency, for about the
+// CPU that parking and waking would have cost, and at worst d of CPU a
+// decision whose reply comes later: the poll yields to every
 // goroutine ready to run, and a connection whose polls keep running out
 // (a slow network) stops polling for a while. Concurrent decisions share
 // pipelines and never poll. Only Linux polls, only on a machine with more
