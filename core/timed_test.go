@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
 
 // countingTake is a memory store behind a wrapper that overrides Take to
@@ -26,24 +28,6 @@ func (s countingTake) Take(ctx context.Context, req core.Request) (core.Decision
 	s.calls.Add(1)
 	return s.Store.Take(ctx, req)
 }
-
-// fixedTime is a TimedStore of its own type that decides through a memory
-// store at the real time but reports the time at, or fails with err.
-type fixedTime struct {
-	*memstore.Store
-	at  time.Time
-	err error
-}
-
-func (s *fixedTime) TakeTimed(ctx context.Context, req core.Request) (core.Decision, time.Time, error) {
-	if s.err != nil {
-		return core.Decision{}, time.Time{}, s.err
-	}
-	d, err := s.Store.Take(ctx, req)
-	return d, s.at, err
-}
-
-func (s *fixedTime) TimedStore() core.TimedStore { return s }
 
 // TestAllowNTimed: over the memory store, AllowNTimed returns the time the
 // store read, to the microsecond, with its monotonic reading, and the
@@ -77,7 +61,8 @@ func TestAllowNTimed(t *testing.T) {
 // the Limiter does not ask a TimedStore of the store's own type itself:
 // a wrapper that overrides Take (whose Take is called), a store that is
 // not timed, a Limiter with an observer or in shadow mode, invalid input,
-// and a store that fails.
+// a client that has left, a key the Limiter digests, and a store that
+// fails.
 func TestAllowNTimedZero(t *testing.T) {
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}
 	ctx := context.Background()
@@ -113,8 +98,39 @@ func TestAllowNTimedZero(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
 	assert.True(t, at.IsZero(), "cost over the limit")
 
+	// A client that has left: no decision, no time, the store not asked.
+	left, cancel := context.WithCancel(ctx)
+	cancel()
+	var leftCalls atomic.Int64
+	counted, err := core.NewLimiter(countingTake{Store: newMemStore(t), calls: &leftCalls}, p)
+	require.NoError(t, err)
+	for name, lim := range map[string]*core.Limiter{"timed": l, "wrapped": counted} {
+		d, at, err := lim.AllowNTimed(left, "k", 1)
+		require.ErrorIs(t, err, core.ErrCanceled, name)
+		assert.False(t, d.Allowed, name)
+		assert.True(t, at.IsZero(), name)
+	}
+	assert.Zero(t, leftCalls.Load(), "a client that left: the store not asked")
+
+	// A key that is digested (too long, or a byte outside printable
+	// ASCII) goes the long way: AllowN's decision, under the digest.
+	for _, key := range []string{strings.Repeat("k", core.MaxKeyLen+1), "k\x00{x}"} {
+		twin, err := core.NewLimiter(newMemStore(t), p)
+		require.NoError(t, err)
+		for i := range 3 {
+			d, at, err := l.AllowNTimed(ctx, key, 1)
+			require.NoError(t, err)
+			assert.True(t, at.IsZero(), "%q: a digested key's time", key)
+			want, err := twin.AllowN(ctx, key, 1)
+			require.NoError(t, err)
+			d.ResetAfter, want.ResetAfter = 0, 0
+			d.RetryAfter, want.RetryAfter = 0, 0
+			assert.Equal(t, want, d, "%q, request %d", key, i)
+		}
+	}
+
 	down := errors.New("down")
-	failing, err := core.NewLimiter(&fixedTime{Store: newMemStore(t), err: down}, p, core.WithFailMode(core.FailOpen))
+	failing, err := core.NewLimiter(&limitertest.Timed{Store: newMemStore(t), Err: down}, p, core.WithFailMode(core.FailOpen))
 	require.NoError(t, err)
 	d, at, err := failing.AllowNTimed(ctx, "k", 1)
 	require.ErrorIs(t, err, core.ErrStore)
@@ -128,7 +144,7 @@ func TestAllowNTimedZero(t *testing.T) {
 // time, and its time is handed on as it is.
 func TestAllowNTimedOwnType(t *testing.T) {
 	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
-	l, err := core.NewLimiter(&fixedTime{Store: newMemStore(t), at: at}, core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute})
+	l, err := core.NewLimiter(&limitertest.Timed{Store: newMemStore(t), At: at}, core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute})
 	require.NoError(t, err)
 	d, got, err := l.AllowNTimed(context.Background(), "k", 1)
 	require.NoError(t, err)

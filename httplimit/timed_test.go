@@ -1,7 +1,6 @@
 package httplimit_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -10,24 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
-
-// reportsAt is a core.TimedStore of its own type that decides through a
-// memory store at the real time and says it decided at at.
-type reportsAt struct {
-	*memstore.Store
-	at time.Time
-}
-
-func (s *reportsAt) TakeTimed(ctx context.Context, req core.Request) (core.Decision, time.Time, error) {
-	d, err := s.Store.Take(ctx, req)
-	return d, s.at, err
-}
-
-func (s *reportsAt) TimedStore() core.TimedStore { return s }
 
 // TestFlowWritesTheStoresTime: the flow writes X-RateLimit-Reset from the
 // time the store says it decided at (Limiter.AllowNTimed), not from a
@@ -35,7 +20,7 @@ func (s *reportsAt) TimedStore() core.TimedStore { return s }
 func TestFlowWritesTheStoresTime(t *testing.T) {
 	at := time.Date(2031, 5, 6, 7, 8, 9, 500_000_000, time.UTC)
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute}
-	l, err := core.NewLimiter(&reportsAt{Store: memStore(t), at: at}, p)
+	l, err := core.NewLimiter(&limitertest.Timed{Store: memStore(t), At: at}, p)
 	require.NoError(t, err)
 	f, err := httplimit.New(l, httplimit.WithHeaders(headers.Default()))
 	require.NoError(t, err)
