@@ -97,15 +97,16 @@ var floorFields = [6][2]string{
 	{"RateLimit-Limit", "1000000000"}, {"RateLimit-Remaining", "999999999"}, {"RateLimit-Reset", "1"},
 }
 
-// floorMap returns net/http middleware that sets, in the response's header
-// map, the fields of floorFields from the first that are not set yet: a
-// peer's limiter followed by it writes the six fields ours writes, at the
-// least cost there can be (constant text, value slices made once and
-// shared by every response, which no real limiter may do). It is a floor,
-// not a contender: what the peer would cost if it told clients what ours
-// does. The floors call it from the route's handler: one more middleware
-// would cost its framework's dispatch, and in Echo a closure (an
-// allocation) a request, which ours does not.
+// floorMap returns a function that sets, in a response's header map, the
+// fields of floorFields from index from on (0: all six; 3: the RateLimit-*
+// ones, for a peer that writes X-RateLimit-* itself): a peer's limiter
+// followed by it writes the six fields ours writes, at the least cost there
+// can be (constant text, value slices made once and shared by every
+// response, which no real limiter may do). It is a floor, not a contender:
+// what the peer would cost if it told clients what ours does. The floors
+// call it from the route's handler: one more middleware would cost its
+// framework's dispatch, and in Echo a closure (an allocation) a request,
+// which ours does not.
 func floorMap(from int) func(http.ResponseWriter) {
 	vals := make([][]string, len(floorFields))
 	for i, f := range floorFields {
