@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,12 +46,11 @@ func spreadKeys(t *testing.T, s *Store, c *redis.ClusterClient, n int) []string 
 	return keys
 }
 
-// afterPipeline is a go-redis hook that calls do, once, after the first
-// pipeline that follows arm.
+// afterPipeline is a go-redis hook that calls the functions armed, one
+// after each of the pipelines that follow arm.
 type afterPipeline struct {
-	mu    sync.Mutex
-	armed bool
-	do    func()
+	mu sync.Mutex
+	do []func()
 }
 
 func (*afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -60,19 +60,21 @@ func (h *afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		h.mu.Lock()
-		fire := h.armed
-		h.armed = false
+		var do func()
+		if len(h.do) > 0 {
+			do, h.do = h.do[0], h.do[1:]
+		}
 		h.mu.Unlock()
-		if fire {
-			h.do()
+		if do != nil {
+			do()
 		}
 		return err
 	}
 }
 
-func (h *afterPipeline) arm(do func()) {
+func (h *afterPipeline) arm(do ...func()) {
 	h.mu.Lock()
-	h.armed, h.do = true, do
+	h.do = do
 	h.mu.Unlock()
 }
 
@@ -152,11 +154,14 @@ func TestMultiClusterUndo(t *testing.T) {
 	}
 }
 
-// TestMultiClusterUndoContended: another decision on the layers' keys
-// between a layered request's decision and its undo. The undo gives back
-// exactly the units the request took from the window counters, removes
-// exactly its member from the log, and leaves the buckets as they are:
-// never more than it took.
+// TestMultiClusterUndoContended: a layered request over a Redis Cluster
+// whose check admits, and that loses a race on one slot before it takes:
+// another app server fills the tight layer between the check and the
+// take, and takes from every other layer between the take and the undo.
+// The undo gives back exactly the units the request took, in every
+// algorithm: each layer is left as a twin key that never saw the request,
+// whether the other server decided a second later or in the same
+// microsecond (the log's member widened by it).
 func TestMultiClusterUndoContended(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
@@ -166,86 +171,88 @@ func TestMultiClusterUndoContended(t *testing.T) {
 	s := mustNew(t, c, WithPrefix(prefix))
 	other := mustNew(t, cl.Client(), WithPrefix(prefix)) // another app server
 	ctx := context.Background()
-	keys := spreadKeys(t, s, c, 6)
-	t0 := time.UnixMicro(1_700_000_000_000_000)
 	const window = 10 * time.Second
-	var reqs []core.Request
-	for i, a := range core.Algorithms() {
-		p := core.Policy{Name: "room", Algorithm: a, Limit: 10, Window: window}
-		reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2, Now: t0})
-	}
-	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: window}
-	reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1, Now: t0})
-	out := make([]core.Decision, len(reqs))
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
-
-	// The denied request, cost 3, at t0+1s; the other server takes 1 from
-	// every room layer at t0+2s, after the decision, before the undo.
-	for i := range reqs {
-		reqs[i].Now = t0.Add(time.Second)
-		if i < 5 {
-			reqs[i].Cost = 3
-		}
-	}
-	var interloper []error
-	hook.arm(func() {
-		for _, r := range reqs[:5] {
-			r.Cost, r.Now = 1, t0.Add(2*time.Second)
-			d, err := other.Take(ctx, r)
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("%s: the other server's request denied", r.Policy.Algorithm)
+	keys := spreadKeys(t, s, c, 6)
+	for _, later := range []time.Duration{time.Second, 0} {
+		t.Run(fmt.Sprintf("other-%v-later", later), func(t *testing.T) {
+			run := fmt.Sprintf("-%v", later)
+			t0 := time.UnixMicro(1_700_000_000_000_000)
+			var reqs []core.Request
+			for i, a := range core.Algorithms() {
+				p := core.Policy{Name: "room" + run, Algorithm: a, Limit: 10, Window: window}
+				reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2, Now: t0})
 			}
-			interloper = append(interloper, err)
-		}
-	})
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
-	require.Len(t, interloper, 5, "the other server decided between decision and undo")
-	for _, err := range interloper {
-		require.NoError(t, err)
-	}
-	assert.False(t, out[5].Allowed, "the tight layer denies")
-
-	// What each room layer has left at t0+3s, for a request of cost 1.
-	left := func(r core.Request, at time.Duration) int64 {
-		r.Cost, r.Now = 1, t0.Add(at)
-		d, err := other.Take(ctx, r)
-		require.NoError(t, err)
-		require.True(t, d.Allowed, "%s at %v", r.Policy.Algorithm, at)
-		return d.Remaining
-	}
-	// twin is what a key that saw the costs given, at t0, t0+1s, t0+2s,
-	// has left at t0+3s.
-	twins := 0
-	twin := func(r core.Request, costs ...int64) int64 {
-		twins++
-		r.Key += fmt.Sprintf("-twin%d", twins)
-		for i, cost := range costs {
-			if cost == 0 {
-				continue
+			tight := core.Policy{Name: "tight" + run, Algorithm: core.FixedWindow, Limit: 2, Window: window}
+			reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1, Now: t0})
+			out := make([]core.Decision, len(reqs))
+			require.NoError(t, s.TakeAll(ctx, reqs, out))
+			for i := range out {
+				require.True(t, out[i].Allowed, "first request, layer %d", i)
 			}
-			r.Cost, r.Now = cost, t0.Add(time.Duration(i)*time.Second)
-			_, err := other.Take(ctx, r)
-			require.NoError(t, err)
-		}
-		return left(r, 3*time.Second)
-	}
-	for _, r := range reqs[:5] {
-		got := left(r, 3*time.Second)
-		switch a := r.Policy.Algorithm; a {
-		case core.FixedWindow, core.SlidingWindowCounter:
-			// 2 at t0 and 1 at t0+2s taken; the 3 given back.
-			assert.Equal(t, int64(10-2-1-1), got, "%s: the units given back", a)
-		case core.SlidingWindowLog:
-			// The member removed from inside the log: its units count
-			// until the one before it leaves the window (at t0+10s),
-			// never after.
-			assert.Equal(t, int64(10-2-3-1-1), got, "%s: while the first member is in the window", a)
-			assert.Equal(t, int64(10-1-1-1), left(r, window+500*time.Millisecond), "%s: once it has left", a)
-		default:
-			// A bucket keeps what the request took.
-			assert.Equal(t, twin(r, 2, 3, 1), got, "%s: kept", a)
-			assert.Less(t, got, twin(r, 2, 0, 1), "%s: kept", a)
-		}
+
+			// The request, cost 3, at t0+1s.
+			for i := range reqs {
+				reqs[i].Now = t0.Add(time.Second)
+				if i < 5 {
+					reqs[i].Cost = 3
+				}
+			}
+			var interloper []error
+			take := func(r core.Request) {
+				d, err := other.Take(ctx, r)
+				if err == nil && !d.Allowed {
+					err = fmt.Errorf("%s %s: the other server's request denied", r.Policy.Name, r.Policy.Algorithm)
+				}
+				interloper = append(interloper, err)
+			}
+			hook.arm(func() {
+				// After the check: the tight layer's last unit.
+				r := reqs[5]
+				r.Now = t0.Add(time.Second)
+				take(r)
+			}, func() {
+				// After the take: 1 from every room layer.
+				for _, r := range reqs[:5] {
+					r.Cost, r.Now = 1, t0.Add(time.Second+later)
+					take(r)
+				}
+			})
+			require.NoError(t, s.TakeAll(ctx, reqs, out))
+			require.Len(t, interloper, 6, "the other server decided between check and take, and between take and undo")
+			for _, err := range interloper {
+				require.NoError(t, err)
+			}
+			assert.False(t, out[5].Allowed, "the tight layer denies: its race is lost")
+
+			// What each room layer has left at t0+3s, for a request of
+			// cost 1, against a twin that saw the costs 2 at t0 and 1 at
+			// t0+1s+later, and not this request's 3.
+			left := func(r core.Request) int64 {
+				r.Cost, r.Now = 1, t0.Add(3*time.Second)
+				d, err := other.Take(ctx, r)
+				require.NoError(t, err)
+				require.True(t, d.Allowed, "%s", r.Policy.Algorithm)
+				return d.Remaining
+			}
+			for _, r := range reqs[:5] {
+				twin := r
+				twin.Key += "-twin"
+				for _, step := range []struct {
+					cost int64
+					at   time.Duration
+				}{{2, 0}, {1, time.Second + later}} {
+					twin.Cost, twin.Now = step.cost, t0.Add(step.at)
+					d, err := other.Take(ctx, twin)
+					require.NoError(t, err)
+					require.True(t, d.Allowed)
+				}
+				want := left(twin)
+				assert.Equal(t, want, left(r), "%s: all 3 units given back", r.Policy.Algorithm)
+				if !r.Policy.Algorithm.IsBucket() {
+					assert.Equal(t, int64(10-2-1-1), want, "%s: the twin", r.Policy.Algorithm)
+				}
+			}
+		})
 	}
 }
 
@@ -346,4 +353,122 @@ func TestMultiRing(t *testing.T) {
 	// Both shards hold keys.
 	assert.Positive(t, a.Client().DBSize(ctx).Val(), "shard a")
 	assert.Positive(t, b.Client().DBSize(ctx).Val(), "shard b")
+}
+
+// TestMultiClusterDeniedFloodTakesNothing: the attack, at scale,
+// over a real Redis Cluster with default ClusterClients. Two app servers
+// (two Stores, two layered Limiters each) decide 3,000 mixed requests at
+// once, all at one time: every request passes a global layer, a layer per
+// user and an endpoint layer with room; a third of them are logins, which
+// also pass a layer of 5 per address with a lockout, so that most logins
+// are denied, and then locked out, on that layer alone; the users' layers
+// (16 of 15) bind before the global one (300). The keys are in
+// many slots. Afterwards every key of every layer has been charged
+// exactly what it admitted: the denied logins took nothing from the
+// global, user and endpoint layers.
+func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	prefix := testPrefix(t)
+	ctx := context.Background()
+	now := time.UnixMicro(1_700_000_000_000_000)
+	const (
+		attempts   = 3000
+		goroutines = 64
+		users      = 16
+		addrs      = 8
+	)
+	type layerSpec struct {
+		name  string
+		limit int64
+		keys  int
+	}
+	specs := []layerSpec{{"global", 300, 1}, {"user", 15, users}, {"endpoint", 100_000, 1}, {"login", 5, addrs}}
+	keyOf := func(layer, attempt int) string {
+		return fmt.Sprintf("%s-%d", specs[layer].name, attempt%specs[layer].keys)
+	}
+	for _, alg := range core.Algorithms() {
+		t.Run(string(alg), func(t *testing.T) {
+			run := fmt.Sprintf("%s-%s-", prefix, alg)
+			layers := make([]core.Layer, len(specs))
+			for i, sp := range specs {
+				p := core.Policy{Algorithm: alg, Limit: sp.limit, Window: time.Hour}
+				if sp.name == "login" {
+					p.Lockout = &core.Lockout{Duration: time.Minute}
+				}
+				layers[i] = core.Layer{Name: sp.name, Policy: p}
+			}
+			var limiters []*core.Limiter
+			var stores []*Store
+			for range 2 {
+				s := mustNew(t, cl.Client(), WithPrefix(run))
+				stores = append(stores, s)
+				for range 2 {
+					// Generous: this test is about what is charged, and a
+					// busy machine must not turn a slow decision into an
+					// error.
+					l, err := core.NewLayered(s, layers, core.WithTimeout(10*time.Second))
+					require.NoError(t, err)
+					limiters = append(limiters, l)
+				}
+			}
+			admitted := make([][]atomic.Int64, len(specs))
+			for i, sp := range specs {
+				admitted[i] = make([]atomic.Int64, sp.keys)
+			}
+			var total, errs atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := range goroutines {
+				l := limiters[g%len(limiters)]
+				wg.Go(func() {
+					<-start
+					v := core.Verdict{Decisions: make([]core.Decision, 0, len(specs))}
+					for a := g; a < attempts; a += goroutines {
+						n := 3
+						if a%3 == 0 {
+							n = 4 // a login
+						}
+						checks := make([]core.Check, n)
+						for i := range checks {
+							checks[i] = core.Check{Layer: i, Key: keyOf(i, a), Cost: 1}
+						}
+						if err := l.AllowLayersAt(ctx, checks, now, &v); err != nil {
+							if errs.Add(1) == 1 {
+								t.Errorf("AllowLayersAt: %v", err)
+							}
+							continue
+						}
+						if !v.Allowed {
+							continue
+						}
+						total.Add(1)
+						for i := range checks {
+							admitted[i][a%specs[i].keys].Add(1)
+						}
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			require.Zero(t, errs.Load())
+			t.Logf("%d of %d admitted", total.Load(), attempts)
+			require.Positive(t, total.Load())
+			for i, sp := range specs {
+				p := core.Policy{Name: sp.name, Algorithm: alg, Limit: sp.limit, Window: time.Hour}
+				for k := range sp.keys {
+					out := make([]core.Decision, 1)
+					// The whole limit: denied, taking nothing, unless
+					// nothing was charged.
+					require.NoError(t, stores[1].TakeAll(ctx, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: sp.limit, Now: now}}, out))
+					charged := int64(0)
+					if !out[0].Allowed {
+						charged = sp.limit - out[0].Remaining
+					}
+					want := admitted[i][k].Load()
+					assert.LessOrEqual(t, want, sp.limit+1, "layer %s, key %d: admitted past its limit", sp.name, k)
+					assert.Equal(t, min(want, sp.limit), charged, "layer %s, key %d: charged, against admitted", sp.name, k)
+				}
+			}
+		})
+	}
 }

@@ -276,6 +276,7 @@ type multiCall struct {
 	pstr     [core.MaxLayers]string      // packed, as the argument written
 	args     [4 + 2*core.MaxLayers + core.MaxLayers]any
 	nargs    int
+	modeAt   int // the index in args of the mode (see prepare)
 	want     int // integers in the reply before any undo record
 	locked   [core.MaxLayers]bool
 	capacity [core.MaxLayers]int64
@@ -293,8 +294,16 @@ func (c *multiCall) put() {
 	multiPool.Put(c)
 }
 
-// prepare fills c's arguments for reqs, valid, with the undo flag.
-func (s *Store) prepare(c *multiCall, reqs []core.Request, undo bool) error {
+// The modes of a layered script (multi.lua's ARGV[1]).
+const (
+	modeTake     = "0" // decide, and write when every layer admits
+	modeUndoable = "1" // as modeTake, and reply what an undo needs
+	modeCheck    = "2" // decide, and write nothing an admission would
+)
+
+// prepare fills c's arguments for reqs, valid, in mode (modeTake,
+// modeUndoable or modeCheck).
+func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
 	var vs [core.MaxLayers]int
 	c.n = len(reqs)
 	nkeys, want := 0, 0
@@ -324,11 +333,8 @@ func (s *Store) prepare(c *multiCall, reqs []core.Request, undo bool) error {
 		c.args[n] = &c.keys[k]
 		n++
 	}
-	if undo {
-		c.args[n] = "1"
-	} else {
-		c.args[n] = "0"
-	}
+	c.modeAt = n
+	c.args[n] = mode
 	n++
 	for j := range reqs {
 		r := &reqs[j]
@@ -393,18 +399,17 @@ func (c *multiCall) decisions(r []int64, out []core.Decision) {
 // Over a *redis.ClusterClient, the layers' keys are in the slots of their
 // client keys (the hash tag), and one script can only reach one slot. The
 // requests are grouped by slot, each group decided as one step by the
-// same script, the groups in one pipeline (one round trip per node); when
-// any group denies, a second round trip undoes what the groups that
-// admitted took. The undo is exact where no other decision has touched
-// the state since (the state is put back as it was), and otherwise never
-// gives back more than this request took: a window counter gets back the
-// units it added, in the same window, a log loses the member it added,
-// and a bucket keeps them. So TakeAll never admits beyond any layer's
-// limit; but under contention on a client key between the two round
-// trips, another request may be denied that would have fitted, and the
-// client loses a little quota (a bucket's units, until they drain). When
-// every request has one client key, as when a Limiter applies the same
-// key to every layer, or the keys share a slot, TakeAll is one step again.
+// same script, and a request whose groups are in several slots goes in two
+// pipelined steps (see takeGroups): every group checks without taking,
+// and only when every one would admit do they take. A request denied by
+// any layer therefore takes nothing from any layer, whatever floods it
+// is part of; only a request whose check admitted and that then loses a
+// race on one slot (in the moment between the two steps) has the other
+// slots undone, at once and exactly, but for the part of a bucket's units
+// that drained meanwhile. TakeAll never admits beyond any layer's limit.
+// When every request has one client key, as when a Limiter applies the
+// same key to every layer, or the keys share a slot, TakeAll is one step
+// and one round trip again.
 // Over a *redis.Ring, the groups are by client key, each on its shard.
 //
 // TakeAll runs on the caller's goroutine and honours ctx as the client
@@ -464,7 +469,7 @@ func policyName(p *core.Policy) string {
 func (s *Store) takeOne(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	c := multiPool.Get().(*multiCall)
 	defer c.put()
-	if err := s.prepare(c, reqs, false); err != nil {
+	if err := s.prepare(c, reqs, modeTake); err != nil {
 		return err
 	}
 	cmd := redis.NewIntSliceCmd(ctx, c.command(false)...)
@@ -498,8 +503,26 @@ type group struct {
 }
 
 // takeGroups decides reqs over a client that spreads keys: grouped by
-// slotOf (by client key when nil), the groups in one pipeline, undoing the
-// groups that admitted when another denied or failed.
+// slotOf (by client key when nil). No script can reach two slots, so that
+// a request denied by one group must take nothing in another, it goes in
+// two steps, each one pipeline (one round trip per node):
+//
+//  1. check: every group decides without writing what an admission
+//     would (modeCheck). When any group denies (or fails), that is the
+//     decision, and no group took anything: a client denied on one layer
+//     (a lockout, its own limit) cannot spend a shared layer's quota
+//     however many requests it sends at once.
+//  2. take: when every group would admit, every group decides again and
+//     writes (modeUndoable). When one now denies, it lost a race with
+//     another request in the moment between the two steps, and the
+//     groups that admitted are undone at once (undo.lua): exactly, but
+//     for a bucket's part that drained meanwhile (never more than it
+//     took).
+//
+// So the units lost to denied requests are bounded by the requests that
+// race in that moment, and given back at once, not when the window
+// slides. A request whose layers all admit costs two round trips, one
+// whose check denies costs one.
 func (s *Store) takeGroups(ctx context.Context, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
 	var gs []*group
 	for j := range reqs {
@@ -528,42 +551,60 @@ func (s *Store) takeGroups(ctx context.Context, reqs []core.Request, out []core.
 	for k, g := range gs {
 		g.call = multiPool.Get().(*multiCall)
 		defer g.call.put()
-		if err := s.prepare(g.call, g.reqs, true); err != nil {
+		if err := s.prepare(g.call, g.reqs, modeCheck); err != nil {
 			return err
 		}
 		calls[k] = g.call
 	}
+	// 1. Check.
+	if admitted, err := s.runGroups(ctx, gs, calls, out, false); err != nil || !admitted {
+		return err
+	}
+	// 2. Take.
+	for _, g := range gs {
+		g.call.args[g.call.modeAt] = modeUndoable
+	}
+	admitted, err := s.runGroups(ctx, gs, calls, out, true)
+	if err == nil && admitted {
+		return nil
+	}
+	if uerr := s.undo(ctx, gs); uerr != nil {
+		l := s.logger
+		if l == nil {
+			l = slog.Default()
+		}
+		l.LogAttrs(ctx, slog.LevelWarn, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires",
+			slog.String("error", uerr.Error()))
+	}
+	return err
+}
+
+// runGroups runs the groups' calls in one pipeline and fills out from
+// their replies: it reports whether every group admitted, and the groups'
+// failures. take says the calls write (modeUndoable) rather than check.
+func (s *Store) runGroups(ctx context.Context, gs []*group, calls []*multiCall, out []core.Decision, take bool) (bool, error) {
 	cmds := runPipelined(ctx, s.client, calls)
 	var failed error
 	allowed := true
 	for k, g := range gs {
 		g.cmd = cmds[k]
-		if err := g.parse(out); err != nil {
+		if err := g.parse(out, take); err != nil {
 			s.recovery.failed(err)
 			failed = errors.Join(failed, err)
 			continue
 		}
 		allowed = allowed && g.admitted
 	}
-	if failed == nil && allowed {
-		return nil
-	}
-	if err := s.undo(ctx, gs); err != nil {
-		l := s.logger
-		if l == nil {
-			l = slog.Default()
-		}
-		l.LogAttrs(ctx, slog.LevelWarn, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires",
-			slog.String("error", err.Error()))
-	}
 	if failed != nil {
-		return fmt.Errorf("redisstore: layers: %w", failed)
+		return false, fmt.Errorf("redisstore: layers: %w", failed)
 	}
-	return nil
+	return allowed, nil
 }
 
 // parse fills out from g's reply, and g's admitted, committed and undo.
-func (g *group) parse(out []core.Decision) error {
+// take says the call wrote (modeUndoable) rather than checked.
+func (g *group) parse(out []core.Decision, take bool) error {
+	g.admitted, g.committed, g.undo = false, false, g.undo[:0]
 	if err := g.cmd.Err(); err != nil {
 		return err
 	}
@@ -590,7 +631,10 @@ func (g *group) parse(out []core.Decision) error {
 		out[g.idx[j]] = d
 		g.admitted = g.admitted && d.Allowed
 	}
-	if !g.admitted {
+	if !g.admitted || !take {
+		if len(r) != c.want {
+			return fmt.Errorf("script returned %d values, want %d", len(r), c.want)
+		}
 		return nil
 	}
 	// Committed: one undo record per layer, and the Redis TIME.
@@ -607,7 +651,9 @@ func (g *group) parse(out []core.Decision) error {
 		if len(rec) != 6 {
 			return fmt.Errorf("undo record of %d values, want 6", len(rec))
 		}
-		g.undo = append(g.undo, j, undoKind(algos[c.algo[j]].alg), rec[1], rec[2], rec[3], rec[4], rec[5], g.reqs[j].Cost)
+		p := &g.reqs[j].Policy
+		g.undo = append(g.undo, j, undoKind(algos[c.algo[j]].alg), rec[1], rec[2], rec[3], rec[4], rec[5],
+			g.reqs[j].Cost, p.Limit, p.Window.Microseconds())
 	}
 	return nil
 }
@@ -628,7 +674,7 @@ func undoKind(a core.Algorithm) string {
 }
 
 // undoFields is the number of ARGV per layer of undoLua.
-const undoFields = 7
+const undoFields = 9
 
 // undoLua undoes the writes of the layers of a committed group (see
 // undo.lua).
@@ -765,7 +811,7 @@ func (s *Store) TakeAllBy(ctx context.Context, reqs []core.Request, out []core.D
 		return fmt.Errorf("redisstore: layers: %w", err)
 	}
 	m := multiPool.Get().(*multiCall)
-	if err := s.prepare(m, reqs, false); err != nil {
+	if err := s.prepare(m, reqs, modeTake); err != nil {
 		m.put()
 		return err
 	}

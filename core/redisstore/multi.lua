@@ -13,9 +13,16 @@
 --
 -- KEYS     every layer's keys, in order: its state key, then its lockout
 --          key when its policy has a lockout
--- ARGV[1]  '1' when the caller may have to undo the writes (the layers of
---          a request span several Redis Cluster slots, one script each):
---          the reply then carries what the undo needs; else '0'
+-- ARGV[1]  the mode: '0' decides and, when every layer admits, writes;
+--          '2' only checks: it decides every layer and writes nothing
+--          the layers' admissions would write (a denial's own effects,
+--          the log's trimming and a lockout's strike, are made as in
+--          '0'); '1' decides and writes as '0', and the reply then
+--          carries what an undo needs. Over a Redis Cluster, where the
+--          layers of a request span several slots (one script each), the
+--          Store checks every slot first ('2') and takes ('1') only when
+--          every slot would admit, undoing only a slot that admitted when
+--          another lost a race in between (see takeGroups in multi.go).
 -- ARGV[2]  on: one per layer, in order: the layer's ARGV (6 values, 9
 --          with a lockout: prelude.lua's, then lockout.lua's) packed as
 --          little-endian doubles (struct '<dddddd'), now NaN when the
@@ -32,7 +39,7 @@
 -- its window, and a lockout's strikes, are made at once, as the
 -- single-layer scripts make them.
 
-local undoable = ARGV[1] == '1'
+local undoable, checking = ARGV[1] == '1', ARGV[1] == '2'
 
 -- shared_now is the Redis TIME in µs, once a layer's function has read it
 -- (for every other to use).
@@ -71,17 +78,18 @@ replied = replied + #r
 -- end after each layer
 
 -- The pending writes are made when every layer admitted.
-if not admitted then return reply end
+if not admitted or checking then return reply end
 if undoable then
   -- undo_record returns, before layer j's writes are made, what undoing
   -- them needs: {'s', state written, state before ('' for none), its
-  -- PTTL, TTL written, 0} for a state in a string; {'l', member added,
-  -- member it replaced ('' for none), that member's score, TTL written,
-  -- the log's PTTL} for the log; {'x'} when there is nothing to undo, or
-  -- no safe way to: a state in the HASH of the layout before, a log
-  -- rebased.
+  -- PTTL, TTL written, 0} for a state in a string; {'l', the score of
+  -- the member added, that member, '', TTL written, the log's PTTL} for
+  -- the log (the undo finds the member by its score, which no other
+  -- member has, whatever the members have been renamed to since);
+  -- {'x'} when there is nothing to undo, or no safe way to: a state in
+  -- the HASH of the layout before, a log rebased.
   local function undo_record(j)
-    local added, removed, score, ttl, log_ttl = '', '', '', '', 0
+    local added, score, ttl, log_ttl = '', '', '', 0
     for i = 0, writes - 1 do
       local o = 4 * i
       if w[o + 1] == j then
@@ -90,10 +98,8 @@ if undoable then
           local old = redis.pcall('GET', w[o + 2])
           if type(old) == 'table' then return {'x'} end
           return {'s', c, old or '', redis.call('PTTL', w[o + 2]), w[o + 4], 0}
-        elseif c[1] == 'ZREM' then
-          removed, score = c[3], redis.call('ZSCORE', c[2], c[3]) or ''
         elseif c[1] == 'ZADD' then
-          added, log_ttl = c[4], redis.call('PTTL', c[2])
+          added, score, log_ttl = c[4], c[3], redis.call('PTTL', c[2])
         elseif c[1] == 'PEXPIRE' then
           ttl = c[3]
         elseif c[1] == 'DEL' then
@@ -102,7 +108,7 @@ if undoable then
       end
     end
     if added == '' then return {'x'} end
-    return {'l', added, removed, score, ttl, log_ttl}
+    return {'l', score, added, '', ttl, log_ttl}
   end
   for j = 1, layer do reply[#reply + 1] = undo_record(j) end
   local time = redis.call('TIME')

@@ -29,7 +29,7 @@
 -- deterministic commands" before. Otherwise they call only HMGET, HSET
 -- with several fields (4.0), PEXPIRE, GET, SET with PX, DEL and the
 -- sorted-set commands ZADD, ZRANGE by rank, ZREMRANGEBYSCORE, ZREM and
--- ZCARD, all older, and Lua's struct library (Redis 2.6).
+-- ZCARD (and, for a Cluster's undo, PTTL and ZRANGEBYSCORE), all older, and Lua's struct library (Redis 2.6).
 -- version_test.go checks this against the commands' own history.
 --
 -- Times are microseconds and Lua numbers float64, exact up to 2^53 µs;

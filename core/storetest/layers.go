@@ -342,9 +342,9 @@ const (
 // In the spread race the layers have keys of their own (a global one,
 // eight users, sixteen addresses, an endpoint that never denies): no key's
 // admissions may exceed its layer's limit (the leaky bucket one more), and
-// the endpoint must have been charged at least what was admitted. A store
-// that cannot decide keys in several cluster slots in one step may deny
-// more than it had to here, and is not held to charging exactly.
+// every key of every layer must have been charged exactly what it
+// admitted, however many slots its keys are in: a request denied by one
+// layer takes nothing from the others.
 func RunLayersExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
 	t.Helper()
 	if len(stores) == 0 || goroutinesPerStore < 1 {
@@ -470,29 +470,25 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 		t.Errorf("%s: want some admitted", race)
 	}
 
-	// What each layer was charged: a probe of cost 1 at the same time
-	// sees it, in the Remaining of a layer with room.
+	// What each key of each layer was charged: a probe of its whole
+	// limit at the same time is denied unless nothing was, and takes
+	// nothing; a denial's Remaining is what is left. Every key must have
+	// been charged exactly what it admitted: nothing for the requests
+	// another layer denied, whatever slots the keys are in.
 	multi := stores[0].(core.MultiTaker)
 	for i, ly := range layers {
-		if spread && ly.limit != layersRoom {
-			continue
-		}
-		if ly.limit-got-1 < 0 {
-			continue // the smallest layer: full
-		}
 		p := spec[i].Policy
 		p.Name = ly.name
-		d := takeAll(t, multi, []core.Request{{Key: keyOf(i, 0), Policy: p, Cost: 1, Now: now}})[0]
-		if !d.Allowed {
-			t.Errorf("%s: layer %s (limit %d) denies a probe: %s", race, ly.name, ly.limit, show(d))
-			continue
-		}
-		charged := ly.limit - 1 - d.Remaining
-		switch {
-		case charged < got:
-			t.Errorf("%s: layer %s (limit %d) was charged %d: less than it admitted", race, ly.name, ly.limit, charged)
-		case !spread && charged != got:
-			t.Errorf("%s: layer %s (limit %d) was charged %d: for requests other layers denied", race, ly.name, ly.limit, charged)
+		for k := range admitted[i] {
+			d := takeAll(t, multi, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: ly.limit, Now: now}})[0]
+			charged := int64(0)
+			if !d.Allowed {
+				charged = ly.limit - d.Remaining
+			}
+			want := min(admitted[i][k].Load(), ly.limit) // the leaky bucket's one more is not in its Remaining
+			if charged != want {
+				t.Errorf("%s: layer %s (limit %d), key %d: charged %d, admitted %d", race, ly.name, ly.limit, k, charged, admitted[i][k].Load())
+			}
 		}
 	}
 }
