@@ -20,7 +20,7 @@ import (
 // spreadKeys returns n client keys whose state keys are in n distinct
 // slots, spread over every master of c, and checks slot against CLUSTER
 // KEYSLOT on the way.
-func spreadKeys(t *testing.T, s *Store, c *redis.ClusterClient, n int) []string {
+func spreadKeys(t testing.TB, s *Store, c *redis.ClusterClient, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}

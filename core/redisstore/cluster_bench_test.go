@@ -1,0 +1,57 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/redistest"
+)
+
+// BenchmarkMultiClusterSpread measures, from one goroutine against a local
+// 3-master Redis Cluster, a layered Limiter's AllowLayers over four token
+// buckets whose client keys are in four slots on the three masters:
+// "admitted", every layer with room (a check, then a take: two pipelined
+// round trips), and "denied", the last layer full (the check alone: one).
+func BenchmarkMultiClusterSpread(b *testing.B) {
+	cl := redistest.StartCluster(b)
+	c := cl.Client()
+	s := mustNew(b, c, WithPrefix(testPrefix(b)))
+	b.Cleanup(func() { _ = s.Close() })
+	keys := spreadKeys(b, s, c, 4)
+	ctx := context.Background()
+	for _, name := range []string{"admitted", "denied"} {
+		layers := make([]core.Layer, 4)
+		checks := make([]core.Check, 4)
+		for i := range layers {
+			p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second}
+			if name == "denied" && i == 3 {
+				p = core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
+			}
+			layers[i] = core.Layer{Name: fmt.Sprintf("%s%d", name, i), Policy: p}
+			checks[i] = core.Check{Layer: i, Key: keys[i], Cost: 1}
+		}
+		l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var v core.Verdict
+		if err := l.AllowLayers(ctx, checks, &v); err != nil { // loads the scripts; fills the denying layer
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.AllowLayers(ctx, checks, &v); err != nil {
+					b.Fatal(err)
+				}
+				if v.Allowed != (name == "admitted") {
+					b.Fatalf("%s: allowed %v", name, v.Allowed)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
