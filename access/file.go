@@ -7,13 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/fsnotify/fsnotify"
@@ -119,6 +125,17 @@ func WithDebounce(d time.Duration) FileOption {
 // after it changes. A reload that fails (a malformed line, a missing or
 // unreadable file) is logged and the last good list stays in force.
 //
+// The path may be a symbolic link, or pass through links (a linked
+// directory, a chain of links, a ConfigMap's "..data" link to a
+// timestamped directory), into other directories. A File then watches the
+// directory of every link on the way as well as the directory of the file
+// the path ends at, and follows the links again on each change: a change
+// to the file, a link re-pointed (ln -sfn, or a new link renamed over the
+// old one), or the file deleted and recreated is seen wherever it
+// happens, and a directory no longer on the way is no longer watched. A
+// link that dangles is a failed reload (logged, the last good list kept)
+// until it or its target is fixed.
+//
 // A malformed line on reload is "logged and skipped" in the strictest
 // sense: the whole new version of the file is skipped, not only that line.
 // Applying the other lines would half-apply an edit (a deny entry removed
@@ -141,7 +158,11 @@ type File struct {
 	goodSum [sha256.Size]byte
 	lastBad string // what the last failed reload read, "" after a good one
 
-	watcher   *fsnotify.Watcher
+	watcher *fsnotify.Watcher
+	// watching is what the path resolved to when last followed, and so
+	// which events concern it; written under mu, read by the watching
+	// goroutine without it.
+	watching  atomic.Pointer[watchSet]
 	done      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
@@ -153,7 +174,8 @@ var _ Matcher = (*File)(nil)
 // WatchFile loads the file at path and watches it for changes. A file
 // that does not load at start is an error (wrapping a *ParseError for a
 // malformed line), as is a bad option or a directory that cannot be
-// watched. Close stops the watching.
+// watched (the file's, or that of a link on the way to it; see [File]).
+// Close stops the watching.
 func WatchFile(path string, opts ...FileOption) (*File, error) {
 	cfg := fileConfig{logger: slog.Default(), debounce: DefaultDebounce}
 	for _, o := range opts {
@@ -172,24 +194,26 @@ func WatchFile(path string, opts ...FileOption) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("access: watching %s: %w", abs, err)
 	}
-	// Watch before the first load, so that no change falls between them.
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("access: watching %s: %w", abs, err)
-	}
-	l, sum, err := loadFile(abs)
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
 	f := &File{
 		path:    abs,
 		cfg:     cfg,
-		goodSum: sum,
 		watcher: w,
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	f.watching.Store(&watchSet{})
+	// Watch before the first load, so that no change falls between them.
+	ld := f.load()
+	if ld.watchErr != nil {
+		w.Close()
+		return nil, fmt.Errorf("access: watching %s: %w", abs, ld.watchErr)
+	}
+	l, sum, err := ld.list, ld.sum, ld.err
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	f.goodSum = sum
 	f.list.Store(l)
 	go f.watch()
 	return f, nil
@@ -212,12 +236,19 @@ func (f *File) Path() string { return f.path }
 // good list stays.
 func (f *File) Reload() error { return f.reload(true) }
 
-// reload loads the file; explicit reloads log and report a bad file even
+// reload follows the path's links again (watching where they now lead)
+// and loads the file; explicit reloads log and report a bad file even
 // when it is the same bad file as last time.
 func (f *File) reload(explicit bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l, sum, err := loadFile(f.path)
+	ld := f.load()
+	s, l, sum, err := ld.way, ld.list, ld.sum, ld.err
+	if ld.watchErr != nil {
+		// The list can still be read; only later changes may be missed.
+		f.cfg.logger.Error("access: watching a list file failed; later changes to it may be missed",
+			f.pathAttrs(s, slog.Any("error", ld.watchErr))...)
+	}
 	if err != nil {
 		bad := err.Error()
 		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
@@ -226,7 +257,7 @@ func (f *File) reload(explicit bool) error {
 		if explicit || bad != f.lastBad {
 			f.lastBad = bad
 			f.cfg.logger.Error("access: reloading a list failed; keeping the last good one",
-				slog.String("path", f.path), slog.Any("error", err))
+				f.pathAttrs(s, slog.Any("error", err))...)
 			if f.cfg.onReload != nil {
 				f.cfg.onReload(nil, err)
 			}
@@ -239,11 +270,53 @@ func (f *File) reload(explicit bool) error {
 	}
 	f.goodSum = sum
 	f.list.Store(l)
-	f.cfg.logger.Info("access: list reloaded", slog.String("path", f.path), slog.Int("entries", l.Len()))
+	f.cfg.logger.Info("access: list reloaded", f.pathAttrs(s, slog.Int("entries", l.Len()))...)
 	if f.cfg.onReload != nil {
 		f.cfg.onReload(l, nil)
 	}
 	return nil
+}
+
+// loaded is what load did.
+type loaded struct {
+	way      *watchSet // where the path led, now watched
+	watchErr error     // of directories on the way that could not be watched
+	list     *List     // and the rest as from loadFile, the error explained
+	sum      [sha256.Size]byte
+	err      error
+}
+
+// load follows the path's links, watches their way (rewatch) and loads
+// the file. The links may move while the file is read, and what was read
+// then be the file at the end of a way not yet watched: so the links are
+// followed again after the read, and all of it done again if they moved,
+// until they stay put (at most maxRewatch times). A move has an event on
+// its way in any case; this makes the watches cover the file read before
+// its list is put in force and reported, so that a reported list always
+// came from a watched file.
+func (f *File) load() loaded {
+	var ld loaded
+	for round := 1; ; round++ {
+		ld.way, ld.watchErr = f.rewatch()
+		ld.list, ld.sum, ld.err = loadFile(f.path)
+		if round == maxRewatch || ld.way.sameWay(resolve(f.path)) {
+			break
+		}
+	}
+	if ld.err != nil {
+		ld.err = ld.way.explain(f.path, ld.err)
+	}
+	return ld
+}
+
+// pathAttrs are the attributes of a log line about the file: its path,
+// where it led if that is elsewhere, and more.
+func (f *File) pathAttrs(s *watchSet, more ...any) []any {
+	attrs := []any{slog.String("path", f.path)}
+	if s.target != "" && s.target != f.path {
+		attrs = append(attrs, slog.String("target", s.target))
+	}
+	return append(attrs, more...)
 }
 
 // watch reloads after events that concern the file, debounced, until
@@ -292,11 +365,190 @@ func (f *File) watch() {
 	}
 }
 
-// concerns reports whether ev may have changed the file: an event on its
-// name, or on the "..data" link that Kubernetes swaps to update a volume.
+// concerns reports whether ev may have changed what the path reads: an
+// event on a link on the way, on the file it led to (or the first part of
+// the way missing), or on a watched directory itself (deleted or moved).
 func (f *File) concerns(ev fsnotify.Event) bool {
 	name := filepath.Clean(ev.Name)
-	return name == f.path || filepath.Base(name) == "..data"
+	s := f.watching.Load()
+	_, ok := s.names[name]
+	if !ok {
+		_, ok = s.dirs[name]
+	}
+	return ok
+}
+
+// maxLinks bounds the links followed on the way to the file; more is a
+// loop. (Linux itself gives up after 40.)
+const maxLinks = 255
+
+// maxRewatch bounds the rounds of rewatch; see there.
+const maxRewatch = 8
+
+// errLinkLoop is the error of a path with more than maxLinks links on the
+// way.
+var errLinkLoop = errors.New("too many links (a loop?)")
+
+// watchSet is where a path led when its links were last followed: the
+// names whose change may change what the path reads, and the directories
+// watched for events on them.
+type watchSet struct {
+	// names holds each link on the way and the file at its end, or the
+	// first part of the way that is missing or unusable, all without links
+	// in their directory part (as the watcher names its events).
+	names map[string]struct{}
+	// dirs holds the directory of each name: the ones watched.
+	dirs map[string]struct{}
+	// target is the last name: the file, or where the way stopped.
+	target string
+	// links counts the links followed.
+	links int
+	// err is why the way stopped short of a file, nil if it did not.
+	err error
+}
+
+// sameWay reports whether s and o are the same way to the same place.
+func (s *watchSet) sameWay(o *watchSet) bool {
+	return s.target == o.target && (s.err == nil) == (o.err == nil) && maps.Equal(s.names, o.names)
+}
+
+// explain makes a failed load of path that the links of s explain
+// (a link that dangles) say so; other errors it returns as they are.
+func (s *watchSet) explain(path string, err error) error {
+	if s.links > 0 && s.err != nil && errors.Is(err, os.ErrNotExist) && errors.Is(s.err, os.ErrNotExist) {
+		return fmt.Errorf("access: %s: dangling link: %w", path, s.err)
+	}
+	return err
+}
+
+// resolve follows the links on the way to path (absolute and clean) one
+// part at a time, as the kernel does, and notes every link it passes and
+// where it ends. It never fails: a way that stops short (a part missing,
+// not a directory, unreadable, or a loop) ends there with the error, so
+// that its fixing, an event in a directory that exists, is seen.
+func resolve(path string) *watchSet {
+	s := &watchSet{names: map[string]struct{}{}, dirs: map[string]struct{}{}}
+	note := func(name string, err error) *watchSet {
+		s.names[name] = struct{}{}
+		s.dirs[filepath.Dir(name)] = struct{}{}
+		s.target, s.err = name, err
+		return s
+	}
+	// done is the way so far, with no links in it; todo the parts to go.
+	vol := filepath.VolumeName(path)
+	done := vol + string(filepath.Separator)
+	todo := splitPath(path[len(vol):])
+	for len(todo) > 0 {
+		part := todo[0]
+		todo = todo[1:]
+		switch part {
+		case ".":
+			continue
+		case "..":
+			done = filepath.Dir(done) // done has no links, so this is its parent
+			continue
+		}
+		p := filepath.Join(done, part)
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			return note(p, err)
+		case fi.Mode()&fs.ModeSymlink == 0:
+			if len(todo) > 0 && !fi.IsDir() {
+				return note(p, &fs.PathError{Op: "lstat", Path: p, Err: syscall.ENOTDIR})
+			}
+			done = p
+			continue
+		}
+		s.links++
+		if s.links > maxLinks {
+			return note(p, &fs.PathError{Op: "readlink", Path: p, Err: errLinkLoop})
+		}
+		dest, err := os.Readlink(p)
+		if err != nil {
+			return note(p, err)
+		}
+		note(p, nil)
+		if v := filepath.VolumeName(dest); v != "" || (dest != "" && os.IsPathSeparator(dest[0])) {
+			if v == "" {
+				v = filepath.VolumeName(done)
+			}
+			done = v + string(filepath.Separator)
+			dest = dest[len(filepath.VolumeName(dest)):]
+		}
+		todo = append(splitPath(dest), todo...)
+	}
+	return note(done, nil)
+}
+
+// splitPath returns the parts of p between separators, without empty
+// ones.
+func splitPath(p string) []string {
+	return strings.FieldsFunc(p, func(r rune) bool { return r < utf8.RuneSelf && os.IsPathSeparator(uint8(r)) })
+}
+
+// rewatch follows the path's links and watches the directories of what it
+// passes, stops watching directories no longer on the way, and returns
+// where the path now leads, for concerns. The error is of directories it
+// could not watch; after Close it watches nothing and reports nothing.
+//
+// A link could change between being read and its directory (or the
+// directory of where it leads) being watched, and that change would be
+// missed. So the links are followed again once the directories are
+// watched, until a round needs no new directory: that round's links were
+// all read, and its file's directory watched, with their directories
+// watched already, so any later change is an event. (A link re-pointed
+// without end gives up after maxRewatch rounds, with every directory seen
+// watched.)
+func (f *File) rewatch() (*watchSet, error) {
+	select {
+	case <-f.done:
+		return resolve(f.path), nil
+	default:
+	}
+	added := map[string]error{}
+	var s *watchSet
+	for round := 1; ; round++ {
+		s = resolve(f.path)
+		fresh := false
+		for d := range s.dirs {
+			if _, ok := added[d]; ok {
+				continue
+			}
+			fresh = true
+			// Adding a directory already watched only renews its watch; it
+			// is added again each time because the system drops the watch
+			// of a directory that was deleted (and one of that name may be
+			// back).
+			added[d] = f.watcher.Add(d)
+		}
+		if !fresh || round == maxRewatch {
+			break
+		}
+	}
+	prev := f.watching.Swap(s)
+	stale := make(map[string]struct{}, len(prev.dirs)+len(added))
+	for d := range prev.dirs {
+		stale[d] = struct{}{}
+	}
+	for d := range added {
+		stale[d] = struct{}{}
+	}
+	for d := range stale {
+		if _, ok := s.dirs[d]; !ok {
+			// An error is a watch already gone (the directory deleted)
+			// or a watcher closed: nothing is left watched either way.
+			_ = f.watcher.Remove(d)
+		}
+	}
+	var errs []error
+	for d := range s.dirs {
+		if err := added[d]; err != nil && !errors.Is(err, fsnotify.ErrClosed) {
+			errs = append(errs, fmt.Errorf("%s: %w", d, err))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return s, errors.Join(errs...)
 }
 
 // Close stops watching the file; the last List stays in force for Match.

@@ -35,6 +35,14 @@ func watched(t *testing.T, content string, opts ...access.FileOption) (*access.F
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "deny.list")
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	f, reloads, logs := watchPath(t, path, opts...)
+	return f, path, reloads, logs
+}
+
+// watchPath starts a File on path, reporting its reloads on the returned
+// channel and its logs in the buffer.
+func watchPath(t *testing.T, path string, opts ...access.FileOption) (*access.File, <-chan reload, *syncBuffer) {
+	t.Helper()
 	reloads := make(chan reload, 64)
 	logs := new(syncBuffer)
 	opts = append([]access.FileOption{
@@ -44,7 +52,7 @@ func watched(t *testing.T, content string, opts ...access.FileOption) (*access.F
 	f, err := access.WatchFile(path, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, f.Close()) })
-	return f, path, reloads, logs
+	return f, reloads, logs
 }
 
 // await waits, at most 10 s, for a reload that satisfies ok; other
