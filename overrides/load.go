@@ -157,7 +157,10 @@ func (l *Load) Close() error {
 }
 
 // Adjust returns p with its Limit and Burst multiplied by the scale, when
-// Load scales p's layer.
+// Load scales p's layer: rounded down, at least 1, and a burst the scaled
+// rate cannot refill within core.MaxWindow clamped down to what it
+// refills (see Override), so that a valid p stays valid and a scale below
+// 1 never loosens it.
 func (l *Load) Adjust(p core.Policy) core.Policy {
 	s := l.Scale()
 	if s == 1 || (len(l.cfg.Layers) > 0 && !slices.Contains(l.cfg.Layers, p.Name)) {

@@ -19,6 +19,13 @@
 // used 900 of 1,000 is denied under an override to 500 until its usage
 // falls below 500, and gets the room at once under one to 10,000.
 //
+// No source here ever hands the Limiter an invalid policy, which it would
+// decide by its FailMode (open by default: limiting switched off), nor one
+// looser than the override asks: what an override derives (a burst a
+// slower rate cannot refill, a limit scaled to nothing) is clamped down to
+// the nearest valid value, and what it sets itself that no valid policy
+// has is refused (see Override).
+//
 //	live := overrides.New()
 //	limiter, err := httplimit.NewLayered(store, layers, core.WithPolicySource(live))
 //	...
@@ -27,14 +34,19 @@ package overrides
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 // MaxScale is the largest Override.Scale.
@@ -46,10 +58,22 @@ const MaxTextLen = 256
 // Override changes one layer's policy. Its zero fields change nothing:
 // Limit and Burst replace the policy's when set (Burst only for the
 // buckets, which have one), then Scale, when set, multiplies both (each
-// rounded to the nearest integer, at least 1, at most core.MaxLimit). An
-// Override that leaves a policy invalid (a burst that takes more than
-// core.MaxWindow to fill) makes the Limiter decide by its FailMode, with an
-// error wrapping core.ErrInvalidPolicy.
+// rounded down, at least 1, at most core.MaxLimit).
+//
+// An Override never makes a policy invalid, and never looser than it
+// asks. What it derives is clamped down to the nearest valid value: a
+// bucket's burst it keeps (or scales) but the new rate cannot refill
+// within core.MaxWindow becomes the most that rate refills in that time
+// (limit=1 on a bucket of 100 an hour with a burst of 10,000 makes 1 an
+// hour with a burst of 8,784); a sliding log's limit scaled above
+// core.MaxLogLimit becomes MaxLogLimit. What it sets itself, read before
+// Scale, no clamp changes: where no valid policy can have it (a Limit
+// above core.MaxLogLimit on a sliding window log, a Burst the rate cannot
+// refill within core.MaxWindow), the override does not apply. A Set
+// refuses such an override when it is put, for the policies it has
+// adjusted; one it meets later (a policy it had not seen, an override
+// another writer stored in Redis) it does not apply, keeping the layer's
+// last good override (see Set).
 type Override struct {
 	// Limit, when not 0, replaces the policy's Limit, in [1, core.MaxLimit].
 	Limit int64
@@ -60,8 +84,8 @@ type Override struct {
 	Scale float64
 }
 
-// Validate reports whether o is usable: at least one field set, each in
-// range. The error wraps core.ErrInvalidOption.
+// Validate reports whether o is usable, whatever the policy: at least one
+// field set, each in range. The error wraps core.ErrInvalidOption.
 func (o Override) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: override: %s", core.ErrInvalidOption, fmt.Sprintf(format, args...))
@@ -79,13 +103,46 @@ func (o Override) Validate() error {
 	return nil
 }
 
-// Apply returns p as o changes it.
+// Apply returns p as o changes it, valid when p is (see Override). When
+// o's own values cannot make a valid policy of p, it returns p unchanged.
 func (o Override) Apply(p core.Policy) core.Policy {
+	q := p
+	if o.apply(&q) != nil {
+		return p
+	}
+	return q
+}
+
+// apply changes *p as o does, what o derives clamped (see Override), or
+// returns an error wrapping core.ErrInvalidPolicy when what o sets itself
+// cannot be valid for *p (then *p is half changed: the caller drops it).
+// It works in place, on the hot path of every request: a Policy is 72
+// bytes, too big to copy at every step.
+//
+// Design: the line between refusing and clamping is who chose the value.
+// A value the operator wrote (limit=200000 on a log, burst=10000 at 1 an
+// hour) has no valid policy as written: any clamp would decide by a
+// policy nobody asked for, so it is refused, and the operator told at Put.
+// A value o only carries over (the burst under a new, slower rate) or
+// rounds (Scale) was not asked for as such: clamping it down keeps the
+// policy valid and makes it tighter, never looser, so that an override
+// that tightens always tightens, and the Limiter never falls to its
+// FailMode (open by default) on it.
+func (o Override) apply(p *core.Policy) error {
+	bucket := p.Algorithm.IsBucket()
 	if o.Limit > 0 {
 		p.Limit = o.Limit
+		if p.Algorithm == core.SlidingWindowLog && p.Limit > core.MaxLogLimit {
+			return fmt.Errorf("%w: override %q: limit %d is above %d, the most a sliding window log keeps per key",
+				core.ErrInvalidPolicy, o.String(), p.Limit, core.MaxLogLimit)
+		}
 	}
-	if o.Burst > 0 && p.Algorithm.IsBucket() {
+	if o.Burst > 0 && bucket {
 		p.Burst = o.Burst
+		if most := maxBurst(p.Limit, p.Window); p.Burst > most {
+			return fmt.Errorf("%w: override %q: burst %d takes more than MaxWindow (366 days) to fill at %d per %v; at most %d",
+				core.ErrInvalidPolicy, o.String(), p.Burst, p.Limit, p.Window, most)
+		}
 	}
 	if o.Scale > 0 && o.Scale != 1 {
 		p.Limit = scaled(p.Limit, o.Scale)
@@ -93,12 +150,54 @@ func (o Override) Apply(p core.Policy) core.Policy {
 			p.Burst = scaled(p.Burst, o.Scale)
 		}
 	}
-	return p
+	clamp(p)
+	return nil
 }
 
-// scaled is n*f rounded, in [1, core.MaxLimit].
+// clamp lowers what p cannot keep to the nearest valid value: a sliding
+// log's limit to core.MaxLogLimit, a bucket's burst to what its rate
+// refills within core.MaxWindow. Both only tighten.
+func clamp(p *core.Policy) {
+	if p.Algorithm == core.SlidingWindowLog && p.Limit > core.MaxLogLimit {
+		p.Limit = core.MaxLogLimit
+	}
+	if p.Burst > 0 {
+		// At least p.Limit for any window up to MaxWindow: a clamped
+		// burst never falls below the limit.
+		p.Burst = min(p.Burst, maxBurst(p.Limit, p.Window))
+	}
+}
+
+// maxBurst is the largest burst a bucket refilled at limit per window
+// fills from empty within core.MaxWindow, as core.Policy.Validate counts
+// it (the window in whole microseconds): floor(MaxWindow*limit/window),
+// at most core.MaxLimit. A limit or window out of range gives MaxLimit,
+// and Validate the policy's error.
+func maxBurst(limit int64, window time.Duration) int64 {
+	w := uint64(window.Microseconds())
+	if limit < 1 || window.Microseconds() < 1 {
+		return core.MaxLimit
+	}
+	hi, lo := bits.Mul64(uint64(core.MaxWindow.Microseconds()), uint64(limit))
+	if hi >= w { // a quotient of 64 bits or more
+		return core.MaxLimit
+	}
+	q, _ := bits.Div64(hi, lo, w)
+	return int64(min(q, core.MaxLimit))
+}
+
+// scaled is n*f rounded down, in [1, core.MaxLimit]: a scaled limit is
+// never looser than the scale asks (3 at 0.5 is 1, not 2), and never 0.
+// A product within a few float64 ulps of an integer (1e-15 of it) is that
+// integer, so that 0.003 of 1,000, 2.9999999999999996 in float64, is 3:
+// the error of the decimal scale's binary form and of the product, not a
+// fraction anyone asked for.
 func scaled(n int64, f float64) int64 {
-	v := math.Round(float64(n) * f)
+	v := float64(n) * f
+	if r := math.Round(v); math.Abs(v-r) <= 1e-15*max(1, r) {
+		v = r
+	}
+	v = math.Floor(v)
 	switch {
 	case v < 1:
 		return 1
@@ -190,31 +289,132 @@ func clip(s string) string {
 
 // Set holds overrides in process, by layer name (or, for a Limiter built
 // by core.NewLimiter, policy name). It is a core.PolicySource: Adjust is
-// one atomic load of an immutable map, and a change is seen by the next
-// request. It is safe for concurrent use.
+// an atomic load and a lookup in an immutable map, and a change is seen
+// by the next request. It is safe for concurrent use.
+//
+// A Set remembers the policies it has adjusted, by layer (their
+// algorithm, limit, window and burst; at most 8 per layer and 4,096
+// layers), so that Put and Replace refuse an override that cannot apply
+// to one of them (see Override). An override that meets, in Adjust, a
+// policy it cannot apply to (one the Set had not seen when the override
+// was put: the first request came after the Put, or a request brought a
+// plan of its own) is not applied: the policy is adjusted by the layer's
+// last good override, the one in force before that was good for every
+// policy the Set knew, or left as it came if there is none; and the Set
+// logs it once, to slog.Default(), not at every request.
 type Set struct {
-	mu sync.Mutex // serializes changes
-	m  atomic.Pointer[map[string]Override]
+	mu       sync.Mutex                       // serializes changes, learning and reports
+	m        atomic.Pointer[map[string]*slot] // each slot immutable once stored
+	full     atomic.Bool                      // m has maxKnownNames names: no new one is learned
+	reported atomic.Pointer[map[report]struct{}]
+	logger   atomic.Pointer[slog.Logger] // nil: slog.Default()
+}
+
+// Bounds of what a Set remembers, so that requests bringing ever new
+// plans cannot grow it without end. Past them, Put checks what it has,
+// and Adjust still never applies an override to a policy it cannot.
+const (
+	maxKnownNames  = 4096
+	maxKnownShapes = 8
+	maxReports     = 1024
+)
+
+// slot is what a Set holds of one name: its override, if any, and the
+// policies it has adjusted. One map of both keeps Adjust to one lookup,
+// and a pointer to it, to a copy of 8 bytes. A change stores a new slot.
+type slot struct {
+	e      entry
+	set    bool    // e is in force
+	known  []shape // the policies of the name adjusted; never changed, replaced
+	filled bool    // known has maxKnownShapes: no more are added
+}
+
+// entry is one layer's override, with the last good one before it.
+type entry struct {
+	o Override
+	// good is the override of the layer in force before o that was good
+	// for every policy the Set knew when o replaced it, or zero: what
+	// Adjust decides by where o cannot apply.
+	good Override
+}
+
+// shape is what of a policy an override's fit depends on.
+type shape struct {
+	alg    core.Algorithm
+	limit  int64
+	window time.Duration
+	burst  int64
+}
+
+func shapeOf(p core.Policy) shape { return shape{p.Algorithm, p.Limit, p.Window, p.Burst} }
+
+func (sh shape) policy(name string) core.Policy {
+	return core.Policy{Name: name, Algorithm: sh.alg, Limit: sh.limit, Window: sh.window, Burst: sh.burst}
+}
+
+// report is an override Adjust could not apply to a policy, logged once.
+type report struct {
+	layer string
+	o     Override
+	sh    shape
 }
 
 // New returns an empty Set.
 func New() *Set {
 	s := new(Set)
-	s.m.Store(&map[string]Override{})
+	s.m.Store(&map[string]*slot{})
+	s.reported.Store(&map[report]struct{}{})
 	return s
 }
 
+func init() {
+	// For redisoverrides: see package peer.
+	peer.Check = func(set any, layer string, o any) error {
+		s, ok := set.(*Set)
+		ov, ok2 := o.(Override)
+		if !ok || !ok2 || s == nil {
+			return fmt.Errorf("%w: override: a %T and a %T, not a *Set and an Override", core.ErrInvalidOption, set, o)
+		}
+		if err := checkEntry(layer, ov); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return fits((*s.m.Load())[layer], layer, ov)
+	}
+	peer.Store = func(set any, m any) error {
+		s, ok := set.(*Set)
+		om, ok2 := m.(map[string]Override)
+		if !ok || !ok2 || s == nil {
+			return fmt.Errorf("%w: overrides: a %T and a %T, not a *Set and a map[string]Override", core.ErrInvalidOption, set, m)
+		}
+		return s.replace(om, false)
+	}
+	peer.SetLogger = func(set any, l *slog.Logger) {
+		if s, ok := set.(*Set); ok && s != nil {
+			s.logger.Store(l)
+		}
+	}
+}
+
 // Put sets the override of layer, replacing any. It fails, with an error
-// wrapping core.ErrInvalidOption, when o does not validate or layer is no
-// valid name (core.Policy's Name rules).
+// wrapping core.ErrInvalidOption, when o does not validate, layer is no
+// valid name (core.Policy's Name rules), or o cannot apply to a policy of
+// layer the Set has adjusted (the error then wraps core.ErrInvalidPolicy
+// too): a Limit a sliding log cannot keep, a Burst its rate cannot refill
+// within core.MaxWindow.
 func (s *Set) Put(layer string, o Override) error {
 	if err := checkEntry(layer, o); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := maps.Clone(*s.m.Load())
-	next[layer] = o
+	cur := *s.m.Load()
+	if err := fits(cur[layer], layer, o); err != nil {
+		return err
+	}
+	next := maps.Clone(cur)
+	next[layer] = successor(cur[layer], layer, o)
 	s.m.Store(&next)
 	return nil
 }
@@ -224,47 +424,197 @@ func (s *Set) Delete(layer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := *s.m.Load()
-	if _, ok := cur[layer]; !ok {
+	sl := cur[layer]
+	if sl == nil || !sl.set {
 		return
 	}
 	next := maps.Clone(cur)
-	delete(next, layer)
+	next[layer] = &slot{known: sl.known, filled: sl.filled}
 	s.m.Store(&next)
 }
 
 // Replace sets every override at once, as one change: the requests see
 // either the old set or m, never a mix. It fails, changing nothing, when
-// any entry is invalid.
-func (s *Set) Replace(m map[string]Override) error {
+// any entry is one Put would refuse.
+func (s *Set) Replace(m map[string]Override) error { return s.replace(m, true) }
+
+// replace is Replace; without fit, it takes an override that cannot
+// apply to a policy the Set knows (Adjust then decides by the last good
+// one), as a Watcher does with what it reads from Redis.
+func (s *Set) replace(m map[string]Override, fit bool) error {
 	for layer, o := range m {
 		if err := checkEntry(layer, o); err != nil {
 			return err
 		}
 	}
-	next := maps.Clone(m)
-	if next == nil {
-		next = map[string]Override{}
-	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.m.Load()
+	if fit {
+		for layer, o := range m {
+			if err := fits(cur[layer], layer, o); err != nil {
+				return err
+			}
+		}
+	}
+	next := make(map[string]*slot, max(len(cur), len(m)))
+	for name, sl := range cur {
+		if len(sl.known) > 0 { // the policies stay known; the overrides go
+			next[name] = &slot{known: sl.known, filled: sl.filled}
+		}
+	}
+	for layer, o := range m {
+		next[layer] = successor(cur[layer], layer, o)
+	}
 	s.m.Store(&next)
-	s.mu.Unlock()
+	return nil
+}
+
+// successor is the slot of layer once o replaces the override of cur
+// (nil for a name the Set has nothing of).
+func successor(cur *slot, layer string, o Override) *slot {
+	next := &slot{set: true}
+	if cur == nil {
+		next.e = entry{o: o}
+		return next
+	}
+	next.known, next.filled = cur.known, cur.filled
+	switch {
+	case !cur.set:
+		next.e = entry{o: o}
+	case cur.e.o == o:
+		next.e = cur.e
+	case fits(cur, layer, cur.e.o) == nil:
+		next.e = entry{o: o, good: cur.e.o}
+	default:
+		next.e = entry{o: o, good: cur.e.good}
+	}
+	return next
+}
+
+// fits reports, with an error wrapping core.ErrInvalidOption and
+// core.ErrInvalidPolicy, whether o cannot apply to a policy of layer (the
+// policies of sl, which may be nil) the Set has adjusted.
+func fits(sl *slot, layer string, o Override) error {
+	if sl == nil {
+		return nil
+	}
+	for _, sh := range sl.known {
+		p := sh.policy(layer)
+		if err := o.apply(&p); err != nil {
+			return fmt.Errorf("%w: override of %q for its policy %s: %w", core.ErrInvalidOption, clip(layer), sh.policy("").DefaultName(), err)
+		}
+	}
 	return nil
 }
 
 // Snapshot returns a copy of the overrides in force.
 func (s *Set) Snapshot() map[string]Override {
-	return maps.Clone(*s.m.Load())
-}
-
-// Adjust returns p as the override of p.Name changes it, or p.
-func (s *Set) Adjust(p core.Policy) core.Policy {
-	if o, ok := (*s.m.Load())[p.Name]; ok {
-		return o.Apply(p)
+	out := map[string]Override{}
+	for layer, sl := range *s.m.Load() {
+		if sl.set {
+			out[layer] = sl.e.o
+		}
 	}
-	return p
+	return out
 }
 
-// checkEntry checks one override of layer.
+// Adjust returns p as the override of p.Name changes it, or p; never an
+// invalid policy for a valid p, and never one looser than the override
+// asks (see Override). Where the override cannot apply to p, it returns p
+// as the layer's last good override changes it, or p, and logs it once
+// (see Set).
+func (s *Set) Adjust(p core.Policy) core.Policy {
+	sl := (*s.m.Load())[p.Name]
+	if sl == nil {
+		if !s.full.Load() {
+			s.learn(p.Name, shapeOf(p))
+		}
+		return p
+	}
+	if !sl.filled && !sl.knows(&p) {
+		s.learn(p.Name, shapeOf(p))
+	}
+	if !sl.set {
+		return p
+	}
+	q := p
+	if err := sl.e.o.apply(&q); err != nil {
+		return s.unfit(p, sl.e, err)
+	}
+	return q
+}
+
+// knows reports whether sl has p's shape.
+func (sl *slot) knows(p *core.Policy) bool {
+	for i := range sl.known {
+		if k := &sl.known[i]; k.limit == p.Limit && k.window == p.Window && k.burst == p.Burst && k.alg == p.Algorithm {
+			return true
+		}
+	}
+	return false
+}
+
+// learn remembers sh under name, for Put's checks: Adjust's slow path,
+// once per name and policy.
+func (s *Set) learn(name string, sh shape) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.m.Load()
+	sl := cur[name]
+	switch {
+	case sl == nil && len(cur) >= maxKnownNames:
+		s.full.Store(true)
+		return
+	case sl == nil:
+		sl = &slot{}
+	case sl.filled || slices.Contains(sl.known, sh):
+		return
+	}
+	next := maps.Clone(cur)
+	known := append(slices.Clip(sl.known), sh) // a new array: readers hold the old one
+	next[name] = &slot{e: sl.e, set: sl.set, known: known, filled: len(known) >= maxKnownShapes}
+	s.m.Store(&next)
+}
+
+// unfit is Adjust of p, whose override e.o cannot apply to it (err): p as
+// the last good override changes it, or p; reported once.
+func (s *Set) unfit(p core.Policy, e entry, err error) core.Policy {
+	q, kept := p, "none: the policy as it came"
+	if e.good != (Override{}) {
+		if g := p; e.good.apply(&g) == nil {
+			q, kept = g, e.good.String()
+		}
+	}
+	r := report{layer: p.Name, o: e.o, sh: shapeOf(p)}
+	if _, done := (*s.reported.Load())[r]; done {
+		return q
+	}
+	s.mu.Lock()
+	cur := *s.reported.Load()
+	_, done := cur[r]
+	if !done {
+		next := map[report]struct{}{}
+		if len(cur) < maxReports { // else forget them: some may be logged again
+			next = maps.Clone(cur)
+		}
+		next[r] = struct{}{}
+		s.reported.Store(&next)
+	}
+	s.mu.Unlock()
+	if !done {
+		l := s.logger.Load()
+		if l == nil {
+			l = slog.Default()
+		}
+		l.Warn("overrides: an override cannot apply to its layer's policy; deciding by the last good one",
+			slog.String("layer", clip(p.Name)), slog.String("override", e.o.String()),
+			slog.String("policy", p.DefaultName()), slog.String("kept", kept), slog.Any("error", err))
+	}
+	return q
+}
+
+// checkEntry checks one override of layer, whatever its policy.
 func checkEntry(layer string, o Override) error {
 	if layer == "" {
 		return fmt.Errorf("%w: override: empty layer name", core.ErrInvalidOption)

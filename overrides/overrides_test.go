@@ -2,6 +2,7 @@ package overrides_test
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
+	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -69,6 +72,37 @@ func TestApply(t *testing.T) {
 	huge := overrides.Override{Limit: core.MaxLimit, Scale: overrides.MaxScale}.Apply(window)
 	assert.Equal(t, int64(core.MaxLimit), huge.Limit, "never above MaxLimit")
 	assert.NoError(t, huge.Validate())
+
+	// Scale rounds down: never looser than it asks.
+	assert.Equal(t, int64(1), overrides.Override{Limit: 3, Scale: 0.5}.Apply(window).Limit, "1.5 is 1, not 2")
+	assert.Equal(t, int64(4), overrides.Override{Limit: 3, Scale: 1.5}.Apply(window).Limit, "4.5 is 4")
+	assert.Equal(t, int64(3), overrides.Override{Limit: 1000, Scale: 0.003}.Apply(window).Limit, "0.003 of 1,000 is 3, float64 error aside")
+	assert.Equal(t, int64(29), overrides.Override{Limit: 100, Scale: 0.29}.Apply(window).Limit, "28.999999999999996 is 29")
+
+	// Derived values are clamped down to valid ones, never up.
+	issue := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
+	got := overrides.Override{Limit: 1}.Apply(issue)
+	assert.Equal(t, core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour, Burst: 8784}, got,
+		"the kept burst, which 1 an hour cannot refill within MaxWindow, clamped to what it refills")
+	require.NoError(t, got.Validate())
+	edge := core.Policy{Name: "e", Algorithm: core.LeakyBucket, Limit: 3, Window: time.Hour, Burst: 3 * 8784}
+	got = overrides.Override{Scale: 0.5}.Apply(edge)
+	assert.Equal(t, int64(1), got.Limit)
+	assert.Equal(t, int64(8784), got.Burst, "13,176 at 1 an hour is past MaxWindow: clamped")
+	require.NoError(t, got.Validate())
+	slowest := core.Policy{Name: "s", Algorithm: core.TokenBucket, Limit: 5, Window: core.MaxWindow}
+	got = overrides.Override{Scale: 1e-6}.Apply(slowest)
+	assert.Equal(t, int64(1), got.Limit, "scaled to 0: 1, the least limit")
+	require.NoError(t, got.Validate())
+	logPolicy := core.Policy{Name: "l", Algorithm: core.SlidingWindowLog, Limit: 50_000, Window: time.Second}
+	got = overrides.Override{Scale: 10}.Apply(logPolicy)
+	assert.Equal(t, int64(core.MaxLogLimit), got.Limit, "a log scaled past MaxLogLimit: clamped")
+	require.NoError(t, got.Validate())
+
+	// Values the override sets itself that no valid policy has: not
+	// applied (Apply leaves the policy as it is).
+	assert.Equal(t, issue, overrides.Override{Limit: 1, Burst: 10_000}.Apply(issue))
+	assert.Equal(t, logPolicy, overrides.Override{Limit: core.MaxLogLimit + 1}.Apply(logPolicy))
 }
 
 func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
@@ -132,17 +166,93 @@ func TestSetRefusesBadEntries(t *testing.T) {
 	assert.Empty(t, live.Snapshot(), "a refused Replace changes nothing")
 }
 
-func TestOverrideThatBreaksAPolicyGoesToTheFailMode(t *testing.T) {
-	// A burst that would take more than core.MaxWindow to fill.
+// captured returns a Set that logs to a buffer, and the buffer.
+func captured() (*overrides.Set, *syncbuf.Buffer) {
 	live := overrides.New()
-	require.NoError(t, live.Put("api", overrides.Override{Limit: 1, Burst: core.MaxLimit}))
-	l, err := core.NewLimiter(newStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour},
-		core.WithPolicySource(live), core.WithFailMode(core.FailClosed))
+	logs := new(syncbuf.Buffer)
+	peer.SetLogger(live, slog.New(slog.NewTextHandler(logs, nil)))
+	return live, logs
+}
+
+// TestOverrideThatCannotApplyKeepsTheLastGoodPolicy: an override whose
+// own values make no valid policy of the layer's (a burst of a trillion
+// at 1 an hour) used to send every request to the FailMode, open by
+// default: each admitted, with an error. Put before the Set had seen the
+// policy, it is kept out of force: the configured policy decides, without
+// an error, and the Set logs it once, not at every request. Once the Set
+// has seen the policy, Put refuses it.
+func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
+	live, logs := captured()
+	unfit := overrides.Override{Limit: 1, Burst: core.MaxLimit}
+	require.NoError(t, live.Put("api", unfit), "no policy of api seen yet: nothing to refuse it for")
+	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour}
+	l, err := core.NewLimiter(newStore(t), policy, core.WithPolicySource(live))
 	require.NoError(t, err)
-	d, err := l.AllowAt(context.Background(), "c", t0)
-	require.ErrorIs(t, err, core.ErrInvalidPolicy)
-	assert.False(t, d.Allowed)
-	assert.Equal(t, core.SourceFailMode, d.Source)
+	ctx := context.Background()
+	admitted := 0
+	for i := range 100 {
+		d, err := l.AllowAt(ctx, "c", t0.Add(time.Duration(i)*time.Millisecond))
+		require.NoError(t, err, "decided by the last good policy, not the FailMode")
+		require.Equal(t, core.SourceStore, d.Source)
+		assert.Equal(t, policy, d.Policy)
+		if d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 10, admitted, "the configured policy's 10, not 100 (fail open)")
+	out := logs.String()
+	assert.Equal(t, 1, strings.Count(out, "cannot apply"), "logged once, not per request: %s", out)
+	assert.Contains(t, out, "layer=api")
+	assert.Contains(t, out, `override="limit=1 burst=1000000000000"`)
+	assert.Contains(t, out, `kept="none: the policy as it came"`)
+
+	// The Set has seen the policy: the same override is refused where it
+	// is written, and so is a limit a sliding log cannot keep.
+	err = live.Put("api", unfit)
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	assert.ErrorIs(t, err, core.ErrInvalidPolicy)
+	assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"api": unfit}), core.ErrInvalidPolicy)
+	assert.Equal(t, map[string]overrides.Override{"api": unfit}, live.Snapshot(), "a refused Replace changes nothing")
+	_ = live.Adjust(core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second})
+	assert.ErrorIs(t, live.Put("log", overrides.Override{Limit: core.MaxLogLimit + 1}), core.ErrInvalidPolicy)
+	require.NoError(t, live.Put("log", overrides.Override{Limit: core.MaxLogLimit}))
+	// What the override only carries over is clamped, never refused.
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 1}))
+	q := live.Adjust(core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000})
+	assert.Equal(t, int64(8784), q.Burst, "1 an hour refills 8,784 in 366 days")
+}
+
+// TestOverrideUnfitForAPlanKeepsTheLastGoodOverride: a layer whose
+// requests bring plans of their own (Check.Policy). An override that fits
+// the plans the Set has seen, but not a plan it meets later, decides that
+// plan by the override in force before it: the last good one.
+func TestOverrideUnfitForAPlanKeepsTheLastGoodOverride(t *testing.T) {
+	live, logs := captured()
+	perMinute := core.Policy{Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute}
+	l, err := core.NewLayered(newStore(t), []core.Layer{{Name: "api", Policy: perMinute}}, core.WithPolicySource(live))
+	require.NoError(t, err)
+	ctx := context.Background()
+	ask := func(key string, plan *core.Policy) core.Decision {
+		var v core.Verdict
+		require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: key, Cost: 1, Policy: plan}}, t0, &v))
+		return v.Decision
+	}
+	ask("seen", nil) // the Set learns the per-minute policy
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 5}))
+	// 1 a minute with a burst of 9,000: 150 hours to fill, valid for the
+	// policy the Set knows, but not for an hourly plan (375 days).
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 1, Burst: 9000}))
+	assert.Equal(t, int64(9000), ask("a", nil).Policy.Burst)
+
+	hourly := core.Policy{Algorithm: core.TokenBucket, Limit: 50, Window: time.Hour}
+	for range 20 {
+		d := ask("b", &hourly)
+		assert.Equal(t, int64(5), d.Policy.Limit, "the last good override, limit=5, on the hourly plan")
+		assert.Equal(t, time.Hour, d.Policy.Window)
+	}
+	out := logs.String()
+	assert.Equal(t, 1, strings.Count(out, "cannot apply"), out)
+	assert.Contains(t, out, `kept="limit=5"`)
 }
 
 func TestSetAdjustAllocatesNothing(t *testing.T) {

@@ -112,8 +112,9 @@ func WithMaxFields(n int) Option {
 }
 
 // WithLogger sets where a Watcher logs: an outage of Redis and its end, a
-// malformed field, a hash with too many fields, overrides written back
-// after Redis lost them. Without it, it logs to slog.Default() as it is
+// malformed field, an override that cannot apply to its layer's policy, a
+// hash with too many fields, overrides written back after Redis lost
+// them. Without it, it logs to slog.Default() as it is
 // at the time of logging; a nil l is an error.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {

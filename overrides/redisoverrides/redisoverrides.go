@@ -31,6 +31,12 @@
 //     it never had one; the other fields load. The script sends a marker
 //     instead of a value over MaxTextLen bytes, and cuts a name over
 //     core.MaxNameLen, so that giant data never crosses the network.
+//   - A value that parses but cannot apply to its layer's policy (a
+//     burst its rate cannot refill within core.MaxWindow; see
+//     overrides.Override) is not applied: the layer's last good override
+//     stays in force for that policy, and the Watcher logs it once, when
+//     a request first meets it. Put refuses such a value, for the
+//     policies this Watcher has adjusted.
 //   - A hash of more than WithMaxFields fields is refused whole: logged,
 //     the last good overrides kept, no field sent.
 //   - A field removed from the hash is removed.
@@ -78,6 +84,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/overrides"
+	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 var (
@@ -158,6 +165,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Wa
 		}
 	}
 	w := &Watcher{client: client, cfg: cfg, set: overrides.New(), bad: map[string]string{}, done: make(chan struct{})}
+	if cfg.logger != nil {
+		peer.SetLogger(w.set, cfg.logger)
+	}
 	w.mu.Lock()
 	err := w.syncLocked(ctx)
 	w.mu.Unlock()
@@ -169,8 +179,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Wa
 	return w, nil
 }
 
-// Adjust returns p as the override of p.Name changes it, or p: one atomic
-// load, no I/O.
+// Adjust returns p as the override of p.Name changes it, or p, as
+// overrides.Set.Adjust does: an atomic load and a lookup, no I/O.
 func (w *Watcher) Adjust(p core.Policy) core.Policy { return w.set.Adjust(p) }
 
 // Snapshot returns a copy of the overrides in force, by layer name.
@@ -192,12 +202,14 @@ func (w *Watcher) Sync(ctx context.Context) error {
 
 // Put sets the override of layer in Redis, for every server; it is in
 // force here before Put returns, on the other servers within a poll
-// interval. It fails, writing nothing, when o does not validate or layer
-// is no valid policy name (errors wrapping core.ErrInvalidOption), and
-// when Redis cannot be written. If Redis lost its data, Put writes the
-// last good overrides back first (see the package doc).
+// interval. It fails, writing nothing, when o does not validate, layer is
+// no valid policy name, or o cannot apply to a policy of layer this
+// Watcher has adjusted, as overrides.Set.Put refuses it (errors wrapping
+// core.ErrInvalidOption), and when Redis cannot be written. If Redis lost
+// its data, Put writes the last good overrides back first (see the
+// package doc).
 func (w *Watcher) Put(ctx context.Context, layer string, o overrides.Override) error {
-	if err := overrides.New().Put(layer, o); err != nil {
+	if err := peer.Check(w.set, layer, o); err != nil {
 		return err
 	}
 	return w.write(ctx, layer, o)
@@ -239,10 +251,19 @@ func (w *Watcher) write(ctx context.Context, layer string, o overrides.Override)
 			return err
 		}
 	}
+	next := w.set.Snapshot()
 	if len(args) == 2 {
-		_ = w.set.Put(layer, o) // validated by Put
+		next[layer] = o
 	} else {
-		w.set.Delete(layer)
+		delete(next, layer)
+	}
+	// Put checked o against the policies the Watcher knew; one learned
+	// since does not refuse it here (it is in Redis already): the Set
+	// keeps it, and decides by the last good override where it cannot
+	// apply, as it does with what it reads.
+	if err := peer.Store(w.set, next); err != nil {
+		// Unreachable: Put validated o, and the rest was in force.
+		return fmt.Errorf("redisoverrides: applying %q: %w", clip(layer), err)
 	}
 	delete(w.bad, layer)
 	w.digest = "" // the next poll applies the whole hash
@@ -366,8 +387,7 @@ func (w *Watcher) syncLocked(ctx context.Context) error {
 		w.cfg.log().Info("redisoverrides: the overrides hash is within its bound again",
 			slog.String("key", w.cfg.key), slog.Int64("fields", r.count))
 	}
-	if r.changed {
-		w.applyLocked(r.fields)
+	if r.changed && w.applyLocked(r.fields) {
 		w.digest = r.digest
 	}
 	return nil
@@ -394,8 +414,12 @@ func (w *Watcher) restoreLocked(ctx context.Context) error {
 }
 
 // applyLocked makes fields (name, value, ...) the overrides in force: a
-// malformed field keeps its last good value, or stays absent.
-func (w *Watcher) applyLocked(fields []string) {
+// malformed field keeps its last good value, or stays absent. An override
+// that parses but cannot apply to its layer's policy (a burst its rate
+// cannot refill within core.MaxWindow) is kept too, as the Set takes it:
+// the Set's Adjust decides by the layer's last good override where it
+// cannot apply, and logs that once. It reports whether it applied them.
+func (w *Watcher) applyLocked(fields []string) bool {
 	last := w.set.Snapshot()
 	next := make(map[string]overrides.Override, len(fields)/2)
 	seen := make(map[string]bool, len(fields)/2)
@@ -428,12 +452,15 @@ func (w *Watcher) applyLocked(fields []string) {
 		}
 	}
 	if maps.Equal(next, last) {
-		return
+		return true
 	}
-	if err := w.set.Replace(next); err != nil {
-		// Unreachable: parseField checks each entry as Replace does.
+	if err := peer.Store(w.set, next); err != nil {
+		// Unreachable: parseField checks each entry as Store does. Not
+		// applied: the next poll reads the hash again.
 		w.cfg.log().Error("redisoverrides: cannot apply the overrides", slog.Any("error", err))
+		return false
 	}
+	return true
 }
 
 // parseField reads one field of the hash.
