@@ -1,8 +1,11 @@
 package client
 
 import (
+	"errors"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +49,104 @@ func TestServerWait(t *testing.T) {
 			assert.Equal(t, tt.want, d)
 		})
 	}
+}
+
+// TestServerWaitForms: how each form of the delay fields is read. A delay
+// too long for a time.Duration is maxDuration (which every limit refuses),
+// not malformed; anything but digits or an HTTP-date is malformed and
+// ignored; a repeated field counts as its longest readable value; each
+// field spoils only itself.
+func TestServerWaitForms(t *testing.T) {
+	at := func(d time.Duration, layout string) string {
+		return strings.Replace(t0.Add(d).Format(layout), "UTC", "GMT", 1)
+	}
+	for _, tt := range []struct {
+		name   string
+		header http.Header
+		want   time.Duration
+		told   bool
+	}{
+		{"leading zeros", http.Header{"Retry-After": {"0000000000000000000000003"}}, 3 * time.Second, true},
+		{"spaces around", http.Header{"Retry-After": {" 3\t"}}, 3 * time.Second, true},
+		{"largest Duration in seconds", http.Header{"Retry-After": {"9223372036"}}, 9223372036 * time.Second, true},
+		{"just over a Duration", http.Header{"Retry-After": {"9223372037"}}, maxDuration, true},
+		{"MaxInt64 seconds", http.Header{"Retry-After": {"9223372036854775807"}}, maxDuration, true},
+		{"30 digits", http.Header{"Retry-After": {strings.Repeat("9", 30)}}, maxDuration, true},
+		{"one year", http.Header{"Retry-After": {"31536000"}}, 365 * 24 * time.Hour, true},
+		{"empty", http.Header{"Retry-After": {""}}, 0, false},
+		{"plus sign", http.Header{"Retry-After": {"+3"}}, 0, false},
+		{"minus zero", http.Header{"Retry-After": {"-0"}}, 0, false},
+		{"space within", http.Header{"Retry-After": {"3 3"}}, 0, false},
+		{"unit", http.Header{"Retry-After": {"3s"}}, 0, false},
+		{"exponent", http.Header{"Retry-After": {"3e2"}}, 0, false},
+		{"non-ASCII digit", http.Header{"Retry-After": {"\u0663"}}, 0, false},
+		{"repeated: the longest", http.Header{"Retry-After": {"2", "7"}}, 7 * time.Second, true},
+		{"repeated: the readable one", http.Header{"Retry-After": {"soon", "2"}}, 2 * time.Second, true},
+		{"IMF-fixdate", http.Header{"Retry-After": {at(5*time.Second, http.TimeFormat)}}, 5 * time.Second, true},
+		{"RFC 850 date", http.Header{"Retry-After": {at(5*time.Second, time.RFC850)}}, 5 * time.Second, true},
+		{"asctime date", http.Header{"Retry-After": {at(5*time.Second, time.ANSIC)}}, 5 * time.Second, true},
+		{"year 9999", http.Header{"Retry-After": {"Fri, 31 Dec 9999 23:59:59 GMT"}}, time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Sub(t0), true},
+		{"RFC 850 year 68 is 2068", http.Header{"Retry-After": {"Saturday, 31-Dec-68 23:59:59 GMT"}}, time.Date(2068, 12, 31, 23, 59, 59, 0, time.UTC).Sub(t0), true},
+		// time.Parse reads a two-digit year 69 to 99 as 19xx: in the past.
+		{"RFC 850 year 69 is 1969", http.Header{"Retry-After": {"Tuesday, 31-Dec-69 23:59:59 GMT"}}, 0, false},
+		{"five-digit year", http.Header{"Retry-After": {"Fri, 31 Dec 99999 23:59:59 GMT"}}, 0, false},
+		{"zero falls through to the reset", http.Header{"Retry-After": {"0"}, "Ratelimit-Reset": {"4"}}, 4 * time.Second, true},
+		{"malformed falls through to the reset", http.Header{"Retry-After": {"soon"}, "Ratelimit-Reset": {"4"}}, 4 * time.Second, true},
+		{"reset over a Duration", http.Header{"Ratelimit-Reset": {"9300000000"}}, maxDuration, true},
+		{"structured first", http.Header{"Ratelimit": {`"api";r=0;t=7`}, "Ratelimit-Reset": {"4"}}, 7 * time.Second, true},
+		{"malformed structured falls through", http.Header{"Ratelimit": {`"api";t=7`}, "Ratelimit-Reset": {"4"}}, 4 * time.Second, true},
+		// headers.Parse rejects a t over a Duration as malformed (the
+		// client cannot read RFC 9651 fields itself): ignored.
+		{"structured t over a Duration", http.Header{"Ratelimit": {`"api";r=0;t=9300000000`}}, 0, false},
+		{"epoch MaxInt64", http.Header{"X-Ratelimit-Reset": {"9223372036854775807"}}, maxDuration, true},
+		{"epoch of 30 digits", http.Header{"X-Ratelimit-Reset": {strings.Repeat("9", 30)}}, maxDuration, true},
+		{"epoch 292 years ahead", http.Header{"X-Ratelimit-Reset": {strconv.FormatInt(t0.Unix()+maxDelaySeconds, 10)}}, maxDuration / time.Second * time.Second, true},
+		{"epoch in the past", http.Header{"X-Ratelimit-Reset": {"1"}}, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, told := serverWait(tt.header, t0)
+			assert.Equal(t, tt.told, told)
+			assert.Equal(t, tt.want, d)
+		})
+	}
+}
+
+// FuzzDigits checks digits against strconv, saturating at MaxInt64.
+func FuzzDigits(f *testing.F) {
+	for _, s := range []string{"", "0", "007", "9223372036854775807", "9223372036854775808", strings.Repeat("9", 40), "+1", "-1", "1_0", " 1", "1x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		n, ok := digits(v)
+		want, err := strconv.ParseInt(v, 10, 64)
+		plain := v != "" && strings.Trim(v, "0123456789") == ""
+		switch {
+		case !plain:
+			assert.False(t, ok, "%q", v)
+		case errors.Is(err, strconv.ErrRange):
+			assert.True(t, ok, "%q", v)
+			assert.Equal(t, int64(math.MaxInt64), n, "%q", v)
+		default:
+			require.NoError(t, err)
+			assert.True(t, ok, "%q", v)
+			assert.Equal(t, want, n, "%q", v)
+		}
+	})
+}
+
+// TestIdempotent: the methods of RFC 9110 section 9.2.2, and an
+// idempotency key under either name, even with a nil value.
+func TestIdempotent(t *testing.T) {
+	for method, want := range map[string]bool{
+		"": true, "GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true,
+		"POST": false, "PATCH": false, "CONNECT": false, "PURGE": false, "get": false, "put": false,
+	} {
+		assert.Equal(t, want, idempotent(&http.Request{Method: method}), "%q", method)
+	}
+	for _, h := range []http.Header{{"Idempotency-Key": {"k"}}, {"X-Idempotency-Key": {"k"}}, {"Idempotency-Key": nil}, {"Idempotency-Key": {""}}} {
+		assert.True(t, idempotent(&http.Request{Method: http.MethodPost, Header: h}), "%v", h)
+	}
+	assert.False(t, idempotent(&http.Request{Method: http.MethodPost, Header: http.Header{"Idempotency": {"k"}}}))
 }
 
 func TestBackoff(t *testing.T) {
@@ -101,6 +202,9 @@ func FuzzRetryWait(f *testing.F) {
 		{"", "", "", `"api";r=0;t=NaN`},
 		{"", "", "", `"api";r=-1;t=-1`},
 		{"1e9", "NaN", "-0", `"a";t=99999999999999999`},
+		{"9300000000", "9300000000", "", ""},
+		{"000000000000000000000000000001", "", strings.Repeat("9", 30), ""},
+		{"+5", "-5", "", `"a";r=0;t=9300000000`},
 	} {
 		f.Add(seed[0], seed[1], seed[2], seed[3], 2)
 	}
@@ -219,4 +323,18 @@ func FuzzPacerObserve(f *testing.F) {
 		}
 		checkObserve(t, h)
 	})
+}
+
+// TestEpochSecondsAnyClock: an epoch too far ahead is maxDuration ahead
+// whatever the clock says, a clock before 1970 included (no overflow into
+// the past).
+func TestEpochSecondsAnyClock(t *testing.T) {
+	for _, now := range []time.Time{t0, time.Unix(-1<<40, 0), time.Unix(0, 0)} {
+		d, told := epochSeconds("9223372036854775807", now)
+		assert.True(t, told, "%v", now)
+		assert.Equal(t, maxDuration, d, "%v", now)
+	}
+	d, told := epochSeconds(strconv.FormatInt(t0.Unix()+60, 10), t0)
+	assert.True(t, told)
+	assert.Equal(t, time.Minute, d)
 }
