@@ -332,6 +332,13 @@ func slidingLog(st *state, l, w, c, now int64) outcome {
 	return o
 }
 
+// horizon bounds a bucket's reset and wait, in microseconds: 2^52 (about
+// 142 years), as in the Redis scripts (prelude.lua), where a longer search
+// could not step by a microsecond. A bucket filled under a fast plan and
+// decided under a slow one (an override that cuts 10,000,000 an hour to 1)
+// may hold centuries of usage, past what a time.Duration holds.
+const horizon = 1 << 52
+
 func tokenBucket(st *state, fresh bool, l, b, w, c, now int64) outcome {
 	return bucket(st, fresh, l, b, w, c, now, false)
 }
@@ -388,11 +395,11 @@ func bucket(st *state, fresh bool, l, b, w, c, now int64, shape bool) outcome {
 		// decides like none from expires on.
 		el := now - st.last
 		est := leakyEstimate(st.level, l, b, w, c) - el
-		o.wait = firstPass(0, expires-now, est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
+		o.wait = firstPass(0, min(expires-now, horizon), est, func(k int64) bool { return float64(levelAt(el+k)+float64(c)) <= float64(b) })
 	}
 	// The level exceeds b when the client was moved to a smaller plan.
 	o.remaining = max(0, int64(math.Floor(float64(b)-level)))
-	o.reset = int64(math.Ceil(level * float64(w) / float64(l)))
+	o.reset = min(int64(math.Ceil(level*float64(w)/float64(l))), horizon)
 	if o.allowed {
 		st.level, st.last, st.expires = level, now, now+o.reset
 	}

@@ -39,11 +39,11 @@ else
   local elapsed = at - last
   local estimate = math.ceil((stored_level - sum_bound(capacity, cost, true)) * window / limit) - elapsed
   local expires = last + math.ceil(stored_level * window / limit)
-  retry = first_pass(0, expires - at, estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
+  retry = first_pass(0, math.min(expires - at, horizon), estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
 end
 -- The level exceeds capacity when the client was moved to a smaller plan.
 local remaining = math.max(0, math.floor(capacity - level))
-local reset = math.ceil(level * window / limit)
+local reset = math.min(math.ceil(level * window / limit), horizon)
 if allowed == 1 then
   write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end

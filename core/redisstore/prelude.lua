@@ -47,6 +47,15 @@ if not now then
 end
 local min_ttl = tonumber(ARGV[6])
 
+-- horizon bounds a bucket's ResetAfter and RetryAfter: 2^52 µs (about 142
+-- years), below which every microsecond is a float64 integer. A bucket
+-- filled under a fast plan and decided under a slow one (an override that
+-- cuts 10,000,000 an hour to 1) may hold centuries of usage; past 2^53 µs
+-- the search for RetryAfter could no longer step by a microsecond, and a
+-- script that never ends blocks the whole Redis. Mirrors horizon in
+-- core/memstore/algo.go.
+local horizon = 4503599627370496
+
 -- ms_up converts microseconds to whole milliseconds, rounding up (msUp in
 -- core/memstore/algo.go).
 local function ms_up(us)

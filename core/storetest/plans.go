@@ -63,8 +63,54 @@ func runPlans(t tester, newStore func(t tester) core.Store) {
 			t.run(string(alg), func(t tester) {
 				playPlans(t, newStore(t), run+"-plans-"+string(alg), alg, planSteps(alg))
 			})
+			if alg.IsBucket() {
+				t.run(string(alg)+"/cliff", func(t tester) {
+					testPlanCliff(t, newStore(t), run+"-cliff-"+string(alg), alg)
+				})
+			}
 		}
 	})
+}
+
+// cliffHorizon is the longest ResetAfter or RetryAfter a store returns for
+// a bucket: 2^52 µs (about 142 years), rounded up to the millisecond.
+const cliffHorizon = 4503599627371 * time.Millisecond
+
+// testPlanCliff: a bucket filled under a fast plan, then decided under one
+// ten million times slower (an override that cuts 10,000,000 an hour to 1
+// an hour, an emergency block), holds over a thousand years of usage. The
+// store must still answer at once, and deny: ResetAfter and RetryAfter
+// bounded by cliffHorizon, never negative (an overflowed Duration), never
+// an error. Over Redis, a search that cannot end there would block the
+// whole server.
+func testPlanCliff(t tester, store core.Store, key string, alg core.Algorithm) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := epoch().Add(time.Hour)
+	for _, fast := range []int64{10_000_000, 1_000_000} {
+		k := fmt.Sprintf("%s-%d", key, fast)
+		p := core.Policy{Name: "cliff", Algorithm: alg, Limit: fast, Window: time.Hour}
+		d, err := store.Take(ctx, core.Request{Key: k, Policy: p, Cost: fast, Now: now})
+		if err != nil || !d.Allowed {
+			t.Fatalf("%d an hour, cost %d: got %s, %v; want it admitted", fast, fast, show(d), err)
+		}
+		p.Limit = 1
+		for i, at := range []time.Duration{0, time.Minute} {
+			d, err = store.Take(ctx, core.Request{Key: k, Policy: p, Cost: 1, Now: now.Add(at)})
+			where := fmt.Sprintf("%d an hour, then 1 an hour, %v later (request %d)", fast, at, i)
+			switch {
+			case err != nil:
+				t.Fatalf("%s: %v", where, err)
+			case d.Allowed:
+				t.Errorf("%s: admitted: %s", where, show(d))
+			case d.RetryAfter <= 0 || d.RetryAfter > cliffHorizon:
+				t.Errorf("%s: RetryAfter %v, want in (0, %v]", where, d.RetryAfter, cliffHorizon)
+			case d.ResetAfter < d.RetryAfter || d.ResetAfter > cliffHorizon:
+				t.Errorf("%s: ResetAfter %v, want in [RetryAfter %v, %v]", where, d.ResetAfter, d.RetryAfter, cliffHorizon)
+			}
+		}
+	}
 }
 
 // planWindow is the Window of every plan.
