@@ -51,3 +51,26 @@ func ExampleNew() {
 		log.Print(err)
 	}
 }
+
+// An abuse detector bans a burst of addresses in one call: all of them or
+// none, in force here when BanMany returns, on the other servers within a
+// poll.
+func ExampleBans_BanMany() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	bans, err := redisbans.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bans.Close()
+
+	until := time.Now().Add(time.Hour)
+	var burst []access.Entry
+	for _, a := range []string{"198.51.100.7", "198.51.100.9", "2001:db8::42"} {
+		addr := netip.MustParseAddr(a)
+		burst = append(burst, access.Entry{Prefix: netip.PrefixFrom(addr, addr.BitLen()), Expires: until, Reason: "credential stuffing"})
+	}
+	if _, err := bans.BanMany(context.Background(), burst); err != nil {
+		log.Print(err) // nothing was banned
+	}
+}
