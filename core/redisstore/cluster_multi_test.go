@@ -46,33 +46,27 @@ func spreadKeys(t testing.TB, s *Store, c *redis.ClusterClient, n int) []string 
 	return keys
 }
 
-// afterPipeline is a go-redis hook that calls the functions armed, one
-// after each of the pipelines that follow arm.
-type afterPipeline struct {
+// afterSteps calls the functions armed, one after each of the steps
+// (check, take) of the layered requests that follow arm: a Store's
+// afterStep.
+type afterSteps struct {
 	mu sync.Mutex
 	do []func()
 }
 
-func (*afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h *afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		h.mu.Lock()
-		var do func()
-		if len(h.do) > 0 {
-			do, h.do = h.do[0], h.do[1:]
-		}
-		h.mu.Unlock()
-		if do != nil {
-			do()
-		}
-		return err
+func (h *afterSteps) step() {
+	h.mu.Lock()
+	var do func()
+	if len(h.do) > 0 {
+		do, h.do = h.do[0], h.do[1:]
+	}
+	h.mu.Unlock()
+	if do != nil {
+		do()
 	}
 }
 
-func (h *afterPipeline) arm(do ...func()) {
+func (h *afterSteps) arm(do ...func()) {
 	h.mu.Lock()
 	h.do = do
 	h.mu.Unlock()
@@ -95,9 +89,9 @@ func snapshot(t *testing.T, c redis.UniversalClient, key string) string {
 
 // TestMultiClusterUndo: over a Redis Cluster, five layers of five
 // algorithms on client keys in five slots over the three masters, and a
-// sixth that denies: the groups that admitted are undone, every state
-// left as it was before the denied request, and their TTLs kept; one
-// pipeline decides, one undoes.
+// sixth that denies: the check of each slot (one command each, sent at
+// once) finds the denial, and no slot takes anything: every state is left
+// as it was before the denied request, and its TTL kept.
 func TestMultiClusterUndo(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
@@ -131,8 +125,8 @@ func TestMultiClusterUndo(t *testing.T) {
 	counter.reset()
 	require.NoError(t, s.TakeAll(ctx, reqs, out))
 	names, pipelines := counter.snapshot()
-	assert.Empty(t, names, "commands outside pipelines")
-	assert.LessOrEqual(t, pipelines, 3, "pipelines: the decision, the undo (and its script's load)")
+	assert.Equal(t, map[string]int{"evalsha": 6}, names, "the check of each of the six slots, and nothing taken nor undone")
+	assert.Zero(t, pipelines)
 	for i, r := range reqs {
 		k := s.stateKey(r.Key, r.Policy)
 		assert.Equal(t, i < 5, out[i].Allowed, "layer %d", i)
@@ -165,10 +159,10 @@ func TestMultiClusterUndo(t *testing.T) {
 func TestMultiClusterUndoContended(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
-	hook := &afterPipeline{}
-	c.AddHook(hook)
+	hook := &afterSteps{}
 	prefix := testPrefix(t)
 	s := mustNew(t, c, WithPrefix(prefix))
+	s.afterStep = hook.step
 	other := mustNew(t, cl.Client(), WithPrefix(prefix)) // another app server
 	ctx := context.Background()
 	const window = 10 * time.Second
@@ -471,4 +465,74 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMultiClusterUndoAfterDeadline: a layered request over a Cluster
+// whose check admits, and whose take then fails on a node that froze
+// between the two steps, past the request's deadline, while the other
+// nodes took. The other slots' units are given back all the same, once
+// the request has returned: a slow node does not leave them taken until
+// their windows pass.
+func TestMultiClusterUndoAfterDeadline(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	// A default client: it stops waiting at its read timeout (3 s), not at
+	// the context's deadline, so that the nodes that took answer, and
+	// their undo records arrive after the deadline. (A client that stops
+	// at the deadline, ContextTimeoutEnabled, loses those replies: what
+	// the other slots took cannot be told, and is kept.)
+	c := cl.Client()
+	hook := &afterSteps{}
+	s := mustNew(t, c, WithPrefix(testPrefix(t)))
+	s.afterStep = hook.step
+	ctx := context.Background()
+	keys := spreadKeys(t, s, c, 3) // on three masters
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}
+	reqs := []core.Request{{Key: keys[0], Policy: tight, Cost: 1, Now: t0}}
+	for i, a := range []core.Algorithm{core.SlidingWindowLog, core.TokenBucket} {
+		p := core.Policy{Name: "room", Algorithm: a, Limit: 10, Window: time.Hour}
+		reqs = append(reqs, core.Request{Key: keys[i+1], Policy: p, Cost: 2, Now: t0})
+	}
+	out := make([]core.Decision, len(reqs))
+	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	before := make([]string, len(reqs))
+	for i, r := range reqs {
+		require.True(t, out[i].Allowed)
+		before[i] = snapshot(t, c, s.stateKey(r.Key, r.Policy))
+	}
+	m, err := c.MasterForKey(ctx, s.stateKey(keys[0], tight))
+	require.NoError(t, err)
+	var frozen *redistest.Server
+	for _, n := range cl.Nodes() {
+		if n.Addr() == m.Options().Addr {
+			frozen = n
+		}
+	}
+	require.NotNil(t, frozen, "the tight layer's master")
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			frozen.Thaw()
+		}
+	}
+	t.Cleanup(thaw)
+
+	for i := range reqs {
+		reqs[i].Now = t0.Add(time.Second)
+	}
+	hook.arm(frozen.Freeze) // after the check
+	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	err = s.TakeAll(dctx, reqs, out)
+	require.Error(t, err, "the frozen node's take")
+	require.Error(t, dctx.Err(), "TakeAll returned before the deadline")
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = other.Close() })
+	for i, r := range reqs[1:] {
+		k := s.stateKey(r.Key, r.Policy)
+		require.Eventually(t, func() bool { return snapshot(t, other, k) == before[i+1] }, 10*time.Second, 10*time.Millisecond,
+			"%s: given back after the deadline", r.Policy.Algorithm)
+	}
+	thaw()
 }

@@ -557,26 +557,76 @@ func (s *Store) takeGroups(ctx context.Context, reqs []core.Request, out []core.
 		calls[k] = g.call
 	}
 	// 1. Check.
-	if admitted, err := s.runGroups(ctx, gs, calls, out, false); err != nil || !admitted {
+	admitted, err := s.runGroups(ctx, gs, calls, out, false)
+	if s.afterStep != nil {
+		s.afterStep()
+	}
+	if err != nil || !admitted {
 		return err
 	}
 	// 2. Take.
 	for _, g := range gs {
 		g.call.args[g.call.modeAt] = modeUndoable
 	}
-	admitted, err := s.runGroups(ctx, gs, calls, out, true)
+	admitted, err = s.runGroups(ctx, gs, calls, out, true)
+	if s.afterStep != nil {
+		s.afterStep()
+	}
 	if err == nil && admitted {
 		return nil
 	}
-	if uerr := s.undo(ctx, gs); uerr != nil {
+	s.giveBack(ctx, gs)
+	return err
+}
+
+// undoTimeout bounds an undo sent after its request's context had ended.
+const undoTimeout = time.Second
+
+// giveBack undoes the groups of gs that committed (see undo). When ctx
+// has already ended (a node slower than the Limiter's deadline failed the
+// take, and the others took), the undo is sent all the same, on a
+// goroutine of its own with a context of undoTimeout, so that a slow node
+// neither holds the caller past its deadline nor leaves the other slots'
+// units taken until they expire. An undo is sent once, never retried: one
+// whose reply was lost may have been made, and a second would give back
+// more than was taken.
+func (s *Store) giveBack(ctx context.Context, gs []*group) {
+	calls := undoCalls(gs)
+	if len(calls) == 0 {
+		return
+	}
+	if ctx.Err() == nil {
+		s.sendUndo(ctx, calls)
+		return
+	}
+	go func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		s.sendUndo(uctx, calls)
+	}()
+}
+
+// sendUndo runs the undo calls in one pipeline, logs a failure, and puts
+// the calls back in their pool.
+func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
+	var errs []error
+	for _, cmd := range runPipelined(ctx, s.client, calls) {
+		if err := cmd.Err(); err != nil {
+			s.recovery.failed(err)
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range calls {
+		c.put()
+	}
+	if err := errors.Join(errs...); err != nil {
 		l := s.logger
 		if l == nil {
 			l = slog.Default()
 		}
 		l.LogAttrs(ctx, slog.LevelWarn, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires",
-			slog.String("error", uerr.Error()))
+			slog.String("error", err.Error()))
 	}
-	return err
 }
 
 // runGroups runs the groups' calls in one pipeline and fills out from
@@ -684,15 +734,16 @@ var undoLua string
 
 var undoScript = redis.NewScript(undoLua)
 
-// undo runs the undo script on every committed group, in one pipeline.
-func (s *Store) undo(ctx context.Context, gs []*group) error {
+// undoCalls returns the undo script's calls for every committed group of
+// gs (see undo.lua), from the pool; they hold copies of what they need of
+// the groups' calls.
+func undoCalls(gs []*group) []*multiCall {
 	var calls []*multiCall
 	for _, g := range gs {
 		if !g.committed || len(g.undo) < 2 {
 			continue
 		}
 		c := multiPool.Get().(*multiCall)
-		defer c.put()
 		c.sha, c.src = undoScript.Hash(), undoLua
 		n := 3
 		nkeys := 0
@@ -710,17 +761,7 @@ func (s *Store) undo(ctx context.Context, gs []*group) error {
 		c.nargs = n
 		calls = append(calls, c)
 	}
-	if len(calls) == 0 {
-		return nil
-	}
-	var errs []error
-	for _, cmd := range runPipelined(ctx, s.client, calls) {
-		if err := cmd.Err(); err != nil {
-			s.recovery.failed(err)
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return calls
 }
 
 // keyIndex returns the index in c.keys of layer j's state key.
@@ -735,34 +776,30 @@ func keyIndex(c *multiCall, j int) int {
 	return k
 }
 
-// runPipelined sends the calls' EVALSHAs in one pipeline (one round trip
-// per node), then EVAL for those Redis did not have, and returns their
-// commands, in order.
+// runPipelined sends the calls' EVALSHAs at once, each as a command of
+// its own on its own goroutine (its node's, in parallel: one round trip
+// per node), EVAL after a NOSCRIPT, and returns their commands, in order.
+// Not one go-redis pipeline: a cluster pipeline whose one node fails
+// retries after a back-off that ends with the context, and then marks
+// every command of the pipeline failed, the others' replies included; a
+// slot that took would then have taken without the undo record its reply
+// carries. Each command on its own keeps its reply, whatever another
+// node does.
 func runPipelined(ctx context.Context, client redis.UniversalClient, calls []*multiCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	send := func(which []int, eval bool) {
-		_, _ = client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, k := range which {
-				cmds[k] = redis.NewCmd(ctx, calls[k].command(eval)...)
-				_ = p.Process(ctx, cmds[k])
+	var wg sync.WaitGroup
+	for k := range calls {
+		wg.Go(func() {
+			cmd := redis.NewCmd(ctx, calls[k].command(false)...)
+			_ = client.Process(ctx, cmd)
+			if noScript(cmd.Err()) {
+				cmd = redis.NewCmd(ctx, calls[k].command(true)...)
+				_ = client.Process(ctx, cmd)
 			}
-			return nil
+			cmds[k] = cmd
 		})
 	}
-	all := make([]int, len(calls))
-	for k := range all {
-		all[k] = k
-	}
-	send(all, false)
-	retry := all[:0]
-	for k, cmd := range cmds {
-		if noScript(cmd.Err()) {
-			retry = append(retry, k)
-		}
-	}
-	if len(retry) > 0 {
-		send(retry, true)
-	}
+	wg.Wait()
 	return cmds
 }
 

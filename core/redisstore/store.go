@@ -118,6 +118,7 @@ type Store struct {
 	recovery  *clusterRecovery          // nil unless client is a cluster client
 	checked   chan struct{}             // closed once the check New starts is done
 	batch     *batcher                  // nil unless client is a *redis.Client
+	afterStep func()                    // tests only: called after each step of takeGroups
 }
 
 var (
