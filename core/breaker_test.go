@@ -260,7 +260,11 @@ func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
 	clock := &testClock{}
 	gate := newGateStore()
 	gate.ignoreCtx = true
-	l, err := core.NewLimiter(gate, tb10, core.WithTimeout(20*time.Millisecond))
+	// The probe must outlast the timeout; every other call must not, and
+	// each waits for the test's answer: the timeout is a second, which a
+	// busy machine does not reach between the store's call and the answer.
+	const timeout = time.Second
+	l, err := core.NewLimiter(gate, tb10, core.WithTimeout(timeout))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range core.DefaultBreakerFailures {

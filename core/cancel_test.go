@@ -105,21 +105,28 @@ type cancelCase struct {
 	fallback *fakeStore
 	l        *core.Limiter
 	mode     string
+	// fresh returns a case of the same configuration over a fresh
+	// gateStore, for a test that must try again.
+	fresh func() cancelCase
 }
 
 func forEachCancelCase(t *testing.T, timeout time.Duration, test func(t *testing.T, c cancelCase)) {
 	for _, cm := range callModes {
 		for _, fc := range failConfigs {
 			t.Run(cm.name+"/"+fc.name, func(t *testing.T) {
-				c := cancelCase{gate: newGateStore(), fallback: &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}, mode: cm.name}
-				opts := []core.Option{core.WithTimeout(timeout), core.WithFailMode(fc.mode)}
-				if fc.fallback {
-					opts = append(opts, core.WithFallback(directStore{c.fallback}))
+				var fresh func() cancelCase
+				fresh = func() cancelCase {
+					c := cancelCase{gate: newGateStore(), fallback: &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}, mode: cm.name, fresh: fresh}
+					opts := []core.Option{core.WithTimeout(timeout), core.WithFailMode(fc.mode)}
+					if fc.fallback {
+						opts = append(opts, core.WithFallback(directStore{c.fallback}))
+					}
+					var err error
+					c.l, err = core.NewLimiter(cm.wrap(c.gate), tb10, opts...)
+					require.NoError(t, err)
+					return c
 				}
-				var err error
-				c.l, err = core.NewLimiter(cm.wrap(c.gate), tb10, opts...)
-				require.NoError(t, err)
-				test(t, c)
+				test(t, fresh())
 			})
 		}
 	}
@@ -233,20 +240,51 @@ func TestStoreDecisionOutlivesTheCaller(t *testing.T) {
 // than the Limiter's timeout, passes while the store hangs: ErrCanceled
 // with context.DeadlineExceeded, never ErrTimeout nor a fail-open
 // admission.
+//
+// The deadline must pass while the store hangs. On a busy machine it may
+// pass before the Limiter has asked the store, which is then never asked
+// (TestCanceledBeforeTheStoreIsNeverAllowed): the answer is checked all
+// the same, and the test tries again, on a fresh store, with twice the
+// deadline.
 func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
 	forEachCancelCase(t, time.Hour, func(t *testing.T, c cancelCase) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		defer cancel()
-		res := allowAsync(ctx, c.l)
-		sctx := c.gate.storeCtx(t)
-		want, _ := ctx.Deadline()
-		got, ok := sctx.Deadline()
-		require.True(t, ok, "the store got no deadline")
-		assert.False(t, got.After(want), "the store's deadline %v is after the caller's %v", got, want)
-		a := wait(t, res)
+		for deadline := 20 * time.Millisecond; ; deadline *= 2 {
+			require.Less(t, deadline, waitBound, "the caller's deadline always passed before the store was asked")
+			if callerDeadlinePassedInStore(t, c, deadline) {
+				return
+			}
+			c = c.fresh()
+		}
+	})
+}
+
+// callerDeadlinePassedInStore runs one decision of c's Limiter for a
+// caller whose deadline is deadline away and checks its answer; it reports
+// whether the store was asked before the Limiter answered.
+func callerDeadlinePassedInStore(t *testing.T, c cancelCase, deadline time.Duration) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	res := allowAsync(ctx, c.l)
+	var sctx context.Context
+	select {
+	case sctx = <-c.gate.entered:
+	case a := <-res:
 		requireCanceled(t, c, a.d, a.err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, a.err, core.ErrTimeout)
-	})
+		t.Logf("a deadline of %v passed before the Limiter asked the store", deadline)
+		return false
+	case <-time.After(waitBound):
+		t.Fatal("Allow neither called the store nor returned")
+	}
+	want, _ := ctx.Deadline()
+	got, ok := sctx.Deadline()
+	require.True(t, ok, "the store got no deadline")
+	assert.False(t, got.After(want), "the store's deadline %v is after the caller's %v", got, want)
+	a := wait(t, res)
+	requireCanceled(t, c, a.d, a.err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, a.err, core.ErrTimeout)
+	return true
 }
 
 // TestStoreContextKeepsValues: the store's context carries the caller's

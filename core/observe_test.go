@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
 
 // recorder is an Observer that keeps every event, keys copied.
@@ -170,7 +171,7 @@ func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 	// A store that answers is timed on every decision.
 	rec2 := &recorder{}
 	fast := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
-	l2, err := core.NewLimiter(fast, p, core.WithObserver(rec2))
+	l2, err := core.NewLimiter(fast, p, core.WithObserver(rec2), limitertest.Generous())
 	require.NoError(t, err)
 	for range 20 {
 		_, err := l2.Allow(context.Background(), "k")

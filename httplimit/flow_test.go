@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -63,9 +64,12 @@ func (w *response) Write(status int, contentType string, body []byte) error {
 	return nil
 }
 
+// newLimiter returns a Limiter of p over store, deciding at t0, with a
+// generous timeout unless opts set one: no test here is about the timeout,
+// and a store that is not CallDirect must not time out on a busy machine.
 func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(clockstore.At(store, t0), p, opts...)
+	l, err := core.NewLimiter(clockstore.At(store, t0), p, append([]core.Option{limitertest.Generous()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -94,7 +95,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 		store = failing{}
 		lopts = append(lopts, core.WithFallback(mem()))
 	}
-	l, err := core.NewLimiter(store, p, lopts...)
+	l, err := core.NewLimiter(store, p, append([]core.Option{limitertest.Generous()}, lopts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -353,8 +353,12 @@ func TestLayersPacing(t *testing.T) {
 	require.NoError(t, err)
 	f, err := httplimit.New(l, httplimit.WithLayers(layers...))
 	require.NoError(t, err)
-	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
+	// Timed from before the first request: the second is released no
+	// sooner than 50ms after the first was admitted, however long the
+	// machine took between the two (timed from between them, a stall there
+	// would shorten the wait measured).
 	start := time.Now()
+	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
 	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
 	assert.GreaterOrEqual(t, time.Since(start), 45*time.Millisecond, "the second request waited its delay")
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/apigate/ratelimit/internal/gobuild"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/monitoring"
 )
@@ -71,14 +72,13 @@ func need(t *testing.T, name, install string) string {
 func startStack(t *testing.T, ctx context.Context) *stack {
 	t.Helper()
 	promBin := need(t, "prometheus", "install it with `apt-get install prometheus` (.ci/run does)")
-	goTool := need(t, "go", "the test builds an example with the go command")
+	need(t, "go", "the test builds an example with the go command")
 	dir := t.TempDir() // before the processes: cleanups run last in, first out
 
+	// Built as this test binary was (gobuild: with -race under -race,
+	// sharing the packages the test run compiled).
 	bin := filepath.Join(dir, "chi-example")
-	bctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, "github.com/apigate/ratelimit/examples/chi").CombinedOutput()
-	require.NoError(t, err, "go build: %s", built)
+	gobuild.Build(t, ".", bin, "github.com/apigate/ratelimit/examples/chi")
 
 	// The example: ADDR=127.0.0.1:0, the banner tells the port; no
 	// REDIS_URL: the memory store.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/gobuild"
 )
 
 // TestProbeTheExamples builds the four example programs of examples/, runs
@@ -21,30 +22,32 @@ import (
 // probes its GET / (the global limit: a token bucket of 20, refilled at 100
 // a minute): 429s begin after the burst, the last 429's Retry-After is
 // waited out and holds, and the fields agree with what happened (exit 0).
+//
+// The programs are built as this test binary was (gobuild: with -race
+// under -race, sharing the packages the test run compiled), and probed at
+// once, each in a subtest of its own.
 func TestProbeTheExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the example programs")
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool in PATH")
-	}
 	frameworks := []string{"chi", "echo", "gin", "fiber"}
 	bin := t.TempDir()
-	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(bctx, goTool, "build", "-o", bin+string(filepath.Separator))
+	var pkgs []string
 	for _, fw := range frameworks {
-		build.Args = append(build.Args, "./examples/"+fw)
+		pkgs = append(pkgs, "./examples/"+fw)
 	}
-	build.Dir = filepath.Join("..", "..")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	gobuild.Build(t, filepath.Join("..", ".."), bin+string(filepath.Separator), pkgs...)
 
 	for _, fw := range frameworks {
 		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
 			url := startExample(t, filepath.Join(bin, fw))
-			code, rep, stderr := probeJSON(t, "--rate", "50", "--requests", "25", "--concurrency", "1", "--max-wait", "3s", url+"/")
+			// 200 a second, one at a time: the 25 requests take an eighth
+			// of a second, and the bucket refills a token every 0.6s, so
+			// the 5 past the burst are 429s, the last one included, unless
+			// the machine is five times slower than that (at 50 a second,
+			// the 25 took as long as one refill).
+			code, rep, stderr := probeJSON(t, "--rate", "200", "--requests", "25", "--concurrency", "1", "--max-wait", "3s", url+"/")
 			require.Equal(t, 0, code, "exit code; stderr: %s; report: %+v", stderr, rep)
 			assert.Empty(t, rep.Disagreements)
 			assert.Equal(t, 25, rep.Requests)

@@ -88,6 +88,9 @@ func serve(t *testing.T, h http.Handler) string {
 // in two frameworks over loopback sockets: 429s begin right after the
 // burst, the Retry-After of the last one is waited out and holds, and the
 // fields agree with what happened (exit 0).
+//
+// The limits refill once in 2s, and the 12 requests take a quarter of a
+// second: the counts are exact on a machine eight times slower than that.
 func TestProbeExamples(t *testing.T) {
 	allFields := headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
 	for _, tc := range []struct {
@@ -96,11 +99,11 @@ func TestProbeExamples(t *testing.T) {
 		families []string
 	}{
 		{
-			// A token bucket of 5, refilled at 1 a second, every family
-			// of fields, draft 10's structured ones included.
+			// A token bucket of 5, refilled at 1 in 2 seconds, every
+			// family of fields, draft 10's structured ones included.
 			name: "chi/TokenBucket",
 			url: func(t *testing.T) string {
-				l := newLimiter(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 5})
+				l := newLimiter(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 30, Window: time.Minute, Burst: 5})
 				r := chi.NewRouter()
 				r.Use(chilimit.New(l, chilimit.WithHeaders(allFields)))
 				r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello from chi")) })
@@ -109,11 +112,11 @@ func TestProbeExamples(t *testing.T) {
 			families: []string{"X-RateLimit", "RateLimit (draft 6)", "RateLimit structured (draft 10)", "Retry-After"},
 		},
 		{
-			// At most 5 in any second, the adapter's default fields.
+			// At most 5 in any 2 seconds, the adapter's default fields.
 			name: "gin/SlidingWindowLog",
 			url: func(t *testing.T) string {
 				gin.SetMode(gin.ReleaseMode)
-				l := newLimiter(t, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Second})
+				l := newLimiter(t, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 2 * time.Second})
 				r := gin.New()
 				r.POST("/login", ginlimit.New(l), func(c *gin.Context) { c.String(http.StatusOK, "logged in") })
 				return serve(t, r) + "/login"
@@ -135,7 +138,10 @@ func TestProbeExamples(t *testing.T) {
 			assert.Equal(t, map[string]int{"200": 5, "429": 7}, rep.Statuses)
 			require.NotNil(t, rep.FirstDenied, "429s began")
 			assert.Equal(t, 6, rep.FirstDenied.Request, "the first 429 comes right after the burst of 5")
-			assert.InDelta(t, 100, rep.FirstDenied.ElapsedMS, 80, "request 6 is sent 100ms in, at 50 a second")
+			// Paced, request 6 is not sent before 100ms in, at 50 a
+			// second; how much later a busy machine sends it is not the
+			// probe's to promise.
+			assert.GreaterOrEqual(t, rep.FirstDenied.ElapsedMS, 100.0, "request 6 is sent 100ms in, at 50 a second")
 			assert.Positive(t, rep.Latency.P50)
 			assert.LessOrEqual(t, rep.Latency.P50, rep.Latency.P90)
 			assert.LessOrEqual(t, rep.Latency.P99, rep.Latency.Max)

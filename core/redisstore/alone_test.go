@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -34,7 +35,7 @@ func TestAloneRunsOnTheCaller(t *testing.T) {
 	require.NoError(t, other.Close())
 	for _, p := range policies(50, time.Hour) {
 		p.Name = "alone"
-		l, err := core.NewLimiter(s, p)
+		l, err := core.NewLimiter(s, p, aloneTimeout())
 		require.NoError(t, err)
 		counter.reset()
 		admitted := 0
@@ -67,7 +68,8 @@ func TestAloneRunsOnTheCaller(t *testing.T) {
 	assert.Zero(t, s.batch.running.Load(), "no flusher started")
 }
 
-// TestAloneNotHeldByAFullPool: a lone decision runs over the Store's own
+// TestAloneNotHeldByAFullPool: a lone decision (a deadline within
+// maxAlone) runs over the Store's own
 // connections, so a client pool that other work holds (a blocking command
 // on its only connection) does not hold it up; the Store's own pool stays
 // within two connections, and Close closes them.
@@ -84,16 +86,20 @@ func TestAloneNotHeldByAFullPool(t *testing.T) {
 	_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
 	require.NoError(t, err)
 
-	// The client pool's only connection, held by a blocking command.
+	// The client pool's only connection, held by a blocking command until
+	// the test pushes what it waits for: a decision that waited for the
+	// client's pool would wait past any deadline.
 	held := make(chan error, 1)
-	go func() { held <- client.BLPop(ctx, 1500*time.Millisecond, testPrefix(t)+"nothing").Err() }()
+	list := testPrefix(t) + "nothing"
+	go func() { held <- client.BLPop(ctx, 2*limitertest.StoreTimeout, list).Err() }()
 	require.Eventually(t, func() bool { return client.PoolStats().IdleConns == 0 }, 5*time.Second, time.Millisecond)
 	for range 3 {
-		_, err := s.TakeBy(ctx, req, time.Now().Add(100*time.Millisecond))
+		_, err := s.TakeBy(ctx, req, time.Now().Add(time.Second))
 		require.NoError(t, err, "a lone decision does not wait for the client's pool")
 	}
 	assert.LessOrEqual(t, s.batch.direct.PoolStats().TotalConns, uint32(1), "the Store's own pool: one connection for lone decisions")
-	require.ErrorIs(t, <-held, redis.Nil)
+	require.NoError(t, srv.Client().LPush(ctx, list, "done").Err())
+	require.NoError(t, <-held, "the blocking command got what it waited for")
 	require.NoError(t, s.Close())
 	assert.Zero(t, s.batch.direct.PoolStats().TotalConns, "Close closes the Store's own connections")
 }

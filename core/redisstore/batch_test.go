@@ -148,7 +148,7 @@ func TestTakeByDeadline(t *testing.T) {
 func TestClose(t *testing.T) {
 	s, _, _ := newStore(t)
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
-	l, err := core.NewLimiter(s, p)
+	l, err := core.NewLimiter(s, p, aloneTimeout())
 	require.NoError(t, err)
 	d, err := l.Allow(context.Background(), "k")
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -33,7 +34,7 @@ func TestCluster(t *testing.T) {
 	// the test.
 	lims := make([]*core.Limiter, len(ps))
 	for i, p := range ps {
-		l, err := core.NewLimiter(s, p, core.WithTimeout(5*time.Second))
+		l, err := core.NewLimiter(s, p, limitertest.Generous())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,15 +205,24 @@ func TestClusterRecoveryRateLimited(t *testing.T) {
 	s.recovery.failed(redis.Nil)
 	assert.Zero(t, cc.reloads.Load(), "reloads for errors that are not a node's failure")
 
+	// A failure now asks for a reload; then every goroutine fails until
+	// span has passed, each once more after it has, so that a failure
+	// comes more than reloadEvery after the first however the machine
+	// schedules them: at least two reloads, whatever the load.
 	const span = 500 * time.Millisecond
 	start := time.Now()
+	s.recovery.failed(io.EOF)
 	var wg sync.WaitGroup
 	var calls atomic.Int64
+	calls.Add(1)
 	for range 4 {
 		wg.Go(func() {
-			for time.Since(start) < span {
+			for {
 				s.recovery.failed(io.EOF)
 				calls.Add(1)
+				if time.Since(start) >= span {
+					return
+				}
 				time.Sleep(100 * time.Microsecond)
 			}
 		})

@@ -24,7 +24,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	p := core.Policy{Name: "flood", Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Hour}
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
-	l, err := core.NewLimiter(s, p, core.WithDenyCache(1000))
+	l, err := core.NewLimiter(s, p, aloneTimeout(), core.WithDenyCache(1000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 			// A generous timeout: a fail-open admission would hide nothing,
 			// but it would make a round uncheckable.
 			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
-				core.WithDenyCache(100), core.WithTimeout(5*time.Second))
+				core.WithDenyCache(100), limitertest.Generous())
 			require.NoError(t, err)
 			limitertest.ResetRace(t, l, 300)
 		})

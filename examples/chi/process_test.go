@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/internal/gobuild"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 )
 
@@ -33,15 +34,10 @@ func TestProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the example binary")
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool in PATH")
-	}
+	// Built as this test binary was (gobuild: with -race under -race,
+	// sharing the packages the test run compiled).
 	bin := filepath.Join(t.TempDir(), "chi-example")
-	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", built)
+	gobuild.Build(t, ".", bin, ".")
 
 	deny := filepath.Join(t.TempDir(), "deny.txt")
 	require.NoError(t, os.WriteFile(deny, []byte("192.0.2.0/24 reason=not the test\n"), 0o600))

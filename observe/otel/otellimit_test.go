@@ -101,7 +101,12 @@ func TestStoreFailures(t *testing.T) {
 	m, r := newMetrics(t)
 	ref := newTally()
 	ctx := context.Background()
-	const probe = 250 * time.Millisecond // outlasts the decisions made while open, on a loaded machine too
+	const probe = 250 * time.Millisecond
+	// Every decision is made at a time the test gives (AllowAt), which the
+	// breaker counts its probe interval on: the decisions made while it is
+	// open are all made without the store, and the probe comes when the
+	// test says, however slow the machine.
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	mk := func(name string, opts ...core.Option) (*core.Limiter, *flakyStore) {
 		fs := &flakyStore{Store: newMemStore(t)}
 		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
@@ -115,17 +120,17 @@ func TestStoreFailures(t *testing.T) {
 	stores := []*flakyStore{openStore, closedStore, fbStore}
 
 	for _, l := range lims {
-		_, err := l.Allow(ctx, "k")
+		_, err := l.AllowAt(ctx, "k", at)
 		require.NoError(t, err)
 	}
 	for _, s := range stores {
 		s.down.Store(true)
 	}
 	// Two failures open the breaker; three more are decided without the
-	// store, well within the probe interval.
+	// store, within the probe interval.
 	for range 5 {
 		for _, l := range lims {
-			_, err := l.Allow(ctx, "k")
+			_, err := l.AllowAt(ctx, "k", at)
 			require.ErrorIs(t, err, core.ErrStore)
 		}
 	}
@@ -150,11 +155,12 @@ func TestStoreFailures(t *testing.T) {
 	for _, st := range stores {
 		st.down.Store(false)
 	}
+	// A probe interval later, the first decision probes the store, which
+	// answers: the breaker closes.
 	for _, l := range lims {
-		require.Eventually(t, func() bool {
-			d, err := l.Allow(ctx, "k")
-			return err == nil && d.Source == core.SourceStore
-		}, 5*time.Second, probe/4, l.Policy().Name)
+		d, err := l.AllowAt(ctx, "k", at.Add(probe))
+		require.NoError(t, err, l.Policy().Name)
+		require.Equal(t, core.SourceStore, d.Source, l.Policy().Name)
 	}
 	s = collect(t, r)
 	requireMatches(t, ref, s)

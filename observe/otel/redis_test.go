@@ -15,11 +15,15 @@ import (
 )
 
 const (
-	// redisTimeout is the Limiters' timeout over the frozen Redis.
-	redisTimeout = 50 * time.Millisecond
-	// redisProbe is their breaker's probe interval: long enough that the
-	// decisions made once it opens are all made without the store, even on
-	// a loaded machine.
+	// redisTimeout is the Limiters' timeout over the frozen Redis. Their
+	// healthy decisions, before the freeze, are checked one by one (an
+	// exact count of outcomes), so none may outlast it: a second, which a
+	// warm round trip to a live Redis does not reach even on a busy
+	// machine, as 50ms could.
+	redisTimeout = time.Second
+	// redisProbe is their breaker's probe interval: the decisions made once
+	// it opens are made at the instant it opened (AllowAt), all without the
+	// store.
 	redisProbe = 300 * time.Millisecond
 )
 
@@ -36,9 +40,16 @@ func TestRedisOutage(t *testing.T) {
 	rs, err := redisstore.New(client, redisstore.WithPrefix("otellimit-test:"))
 	require.NoError(t, err)
 
+	ctx := context.Background()
+	// Dial and load the script first, unhurried: a first decision's dial
+	// and NOSCRIPT round trips are no part of the healthy phase.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = rs.Take(wctx, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
+	require.NoError(t, err)
+
 	m, r := newMetrics(t)
 	ref := newTally()
-	ctx := context.Background()
 	mk := func(name string, opts ...core.Option) *core.Limiter {
 		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
 		opts = append(opts, core.WithTimeout(redisTimeout), core.WithCircuitBreaker(2, redisProbe),
@@ -89,13 +100,17 @@ func TestRedisOutage(t *testing.T) {
 			srv.Thaw()
 		}
 	})
+	// Each limiter's five decisions are made at one instant (AllowAt), on
+	// which the breaker counts its probe interval: the three made once it
+	// opened come within the interval, however slow the machine.
 	for _, l := range lims {
+		at := time.Now()
 		for i := range 5 {
 			key := "new"
 			if i >= 2 && l == fb {
 				key = "k"
 			}
-			_, err := l.Allow(ctx, key)
+			_, err := l.AllowAt(ctx, key, at)
 			require.ErrorIs(t, err, core.ErrStore)
 			if i < 2 {
 				require.ErrorIs(t, err, core.ErrTimeout)

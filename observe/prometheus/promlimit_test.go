@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -126,11 +127,13 @@ func TestFailModesAndFallback(t *testing.T) {
 	ctx := context.Background()
 
 	p.Name = "open"
-	open := newLimiter(t, down, p, m, noBreaker)
+	// Each failure is counted by kind: a generous timeout, so that none
+	// is a timeout on a busy machine (the store, bounded, answers at once).
+	open := newLimiter(t, down, p, m, noBreaker, limitertest.Generous())
 	p.Name = "closed"
-	closed := newLimiter(t, down, p, m, noBreaker, core.WithFailMode(core.FailClosed))
+	closed := newLimiter(t, down, p, m, noBreaker, limitertest.Generous(), core.WithFailMode(core.FailClosed))
 	p.Name = "fallback"
-	fallback := newLimiter(t, down, p, m, noBreaker, core.WithFallback(newMemStore(t)))
+	fallback := newLimiter(t, down, p, m, noBreaker, limitertest.Generous(), core.WithFallback(newMemStore(t)))
 	for _, c := range []struct {
 		l     *core.Limiter
 		calls int
@@ -191,7 +194,7 @@ func TestHealthTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
 			m, reg := newMetrics(t)
 			s := &switchStore{store: newMemStore(t)}
-			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond)}
+			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond), limitertest.Generous()}
 			if withFallback {
 				opts = append(opts, core.WithFallback(newMemStore(t)))
 			}
@@ -304,7 +307,7 @@ func TestStoreDuration(t *testing.T) {
 	m, reg := newMetrics(t)
 	ctx := context.Background()
 	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
-	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m)
+	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m, limitertest.Generous())
 	for range 5 {
 		_, err := bounded.Allow(ctx, "alice")
 		require.NoError(t, err)
@@ -445,7 +448,7 @@ func TestLint(t *testing.T) {
 	}
 	down := &switchStore{store: s}
 	down.down.Store(true)
-	f := newLimiter(t, down, core.Policy{Name: "down", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m)
+	f := newLimiter(t, down, core.Policy{Name: "down", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m, limitertest.Generous())
 	for range 4 {
 		_, _ = f.AllowAt(context.Background(), "alice", t0)
 	}

@@ -28,10 +28,17 @@ func newTally() *tally {
 	}}
 }
 
-// allow decides one request and counts it by what it returned.
+// allow decides one request now and counts it by what it returned.
 func (c *tally) allow(t *testing.T, l *core.Limiter, key string) (core.Decision, error) {
 	t.Helper()
-	d, err := l.Allow(context.Background(), key)
+	return c.allowAt(t, l, key, time.Time{})
+}
+
+// allowAt decides one request at the time at (a zero at is now) and
+// counts it by what it returned.
+func (c *tally) allowAt(t *testing.T, l *core.Limiter, key string, at time.Time) (core.Decision, error) {
+	t.Helper()
+	d, err := l.AllowAt(context.Background(), key, at)
 	if err != nil {
 		require.ErrorIs(t, err, core.ErrStore)
 		c.errors[core.StoreErrorKind(err)]++
@@ -84,8 +91,19 @@ func TestRedisOutage(t *testing.T) {
 	rs, err := redisstore.New(client, redisstore.WithPrefix("promlimit-test:"))
 	require.NoError(t, err)
 
+	// Dial and load the script first, unhurried: a first decision's dial
+	// and NOSCRIPT round trips are no part of the healthy phase.
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = rs.Take(wctx, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
+	require.NoError(t, err)
+
 	m, reg := newMetrics(t)
-	const timeout = 50 * time.Millisecond
+	// The timeout under test: the healthy decisions are checked one by one
+	// (an exact count), so none may outlast it, which a warm round trip to
+	// a live Redis does not do in a second, even on a busy machine, as it
+	// might in 50ms.
+	const timeout = time.Second
 	// 1000 a second: the fallback never refuses, so that the health gauge
 	// alone tells where the decisions come from.
 	p := core.Policy{Name: "redis", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Second}
@@ -113,8 +131,12 @@ func TestRedisOutage(t *testing.T) {
 			srv.Thaw()
 		}
 	})
+	// The four decisions are made at one instant (AllowAt), on which the
+	// breaker counts its probe interval: the two made once it opened come
+	// within the interval, without a probe, however slow the machine.
+	at := time.Now()
 	for i := range 4 {
-		d, err := c.allow(t, l, key)
+		d, err := c.allowAt(t, l, key, at)
 		require.Error(t, err, "frozen, call %d", i+1)
 		require.Equal(t, core.SourceFallback, d.Source)
 	}
@@ -139,8 +161,9 @@ func TestRedisOutage(t *testing.T) {
 	// Killed: connections refused, an error of kind "error", until the
 	// breaker opens.
 	srv.Kill()
+	at = time.Now() // one instant again: no probe among the four
 	for i := range 4 {
-		_, err := c.allow(t, l, key)
+		_, err := c.allowAt(t, l, key, at)
 		require.Error(t, err, "killed, call %d", i+1)
 	}
 	assert.Equal(t, 4.0, c.errors[core.StoreErrTimeout]+c.errors[core.StoreErrFailed], "failures before the breaker opened again: %v", c.errors)

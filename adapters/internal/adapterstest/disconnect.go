@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -81,7 +82,7 @@ func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
 // gone. The handler still runs at most disconnectLimit times.
 func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 	p := core.Policy{Name: "pipelined", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour}
-	l, err := core.NewLimiter(store, p, core.WithTimeout(2*time.Second))
+	l, err := core.NewLimiter(store, p, limitertest.Generous())
 	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
@@ -186,7 +187,7 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 	p := core.Policy{Name: "disconnect", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour}
 	// A generous timeout: a store that is merely slow on a loaded machine
 	// must not pass for the failure under test.
-	l, err := core.NewLimiter(store, p, append([]core.Option{core.WithTimeout(2 * time.Second)}, lopts...)...)
+	l, err := core.NewLimiter(store, p, append([]core.Option{limitertest.Generous()}, lopts...)...)
 	require.NoError(t, err)
 	ip, err := keyfuncs.IP()
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -145,10 +146,12 @@ func NewStore(t testing.TB) *memstore.Store {
 }
 
 // NewLimiter returns a limiter over store for p, whose decisions are made
-// at T0 (clockstore.At).
+// at T0 (clockstore.At), with a generous timeout (limitertest.StoreTimeout)
+// unless opts set one: a Redis store merely slow on a busy machine must not
+// pass for a failed one.
 func NewLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(clockstore.At(store, T0), p, opts...)
+	l, err := core.NewLimiter(clockstore.At(store, T0), p, append([]core.Option{limitertest.Generous()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

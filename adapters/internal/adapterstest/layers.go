@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -156,7 +157,7 @@ func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				var apps []*layersApp
 				for range 2 {
 					layers := IssueLayers(t)
-					l, err := httplimit.NewLayered(store, layers, core.WithTimeout(2*time.Second))
+					l, err := httplimit.NewLayered(store, layers, limitertest.Generous())
 					require.NoError(t, err)
 					spec := &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders))}, Routes: layersRoutes}
 					apps = append(apps, &layersApp{addr: h.Serve(t, spec), clock: clock, limiter: l, spec: spec, errs: new(errorRecorder)})

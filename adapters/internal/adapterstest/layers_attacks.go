@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -84,7 +85,7 @@ func serveLayers(t *testing.T, h SocketHarness, store core.Store, mode core.Fail
 	t.Helper()
 	a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
 	layers := IssueLayers(t)
-	l, err := httplimit.NewLayered(AtClockMulti(store, a.clock), layers, core.WithFailMode(mode), core.WithTimeout(2*time.Second))
+	l, err := httplimit.NewLayered(AtClockMulti(store, a.clock), layers, core.WithFailMode(mode), limitertest.Generous())
 	require.NoError(t, err)
 	a.limiter = l
 	a.spec = &Spec{
@@ -161,7 +162,7 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 		{Name: "bulk", Key: ip, Routes: []string{"/bulk"}, Cost: cost,
 			Policy: core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour}},
 	}
-	l, err := httplimit.NewLayered(AtClockMulti(store, clock), layers, core.WithTimeout(2*time.Second))
+	l, err := httplimit.NewLayered(AtClockMulti(store, clock), layers, limitertest.Generous())
 	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
@@ -257,7 +258,7 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []
 				return nil, nil
 			}},
 	}
-	l, err := httplimit.NewLayered(store, layers, append([]core.Option{core.WithTimeout(2 * time.Second)}, lopts...)...)
+	l, err := httplimit.NewLayered(store, layers, append([]core.Option{limitertest.Generous()}, lopts...)...)
 	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{

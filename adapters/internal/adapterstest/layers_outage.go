@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -49,9 +50,15 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 	}
 	a := &layersApp{addr: h.Serve(t, spec), limiter: l, spec: spec, errs: errs}
 
-	res := a.send(t, "GET", "/items", "X-User", "o")
-	require.Equal(t, http.StatusOK, res.Status, "healthy")
-	require.NotEmpty(t, res.Header.Get(headers.XRateLimitRemaining), "healthy: the layers decided")
+	// Healthy: the layers decide. The timeout under test is short, and on
+	// a busy machine a healthy round trip (the first one dials and loads
+	// the script) may outlast it and fail open: the healthy step is a
+	// warm-up, polled with a generous deadline, not a one-shot request.
+	require.Eventually(t, func() bool {
+		res := a.send(t, "GET", "/items", "X-User", "o")
+		return res.Status == http.StatusOK && res.Header.Get(headers.XRateLimitRemaining) != ""
+	}, limitertest.StoreTimeout, 10*time.Millisecond, "healthy: the layers decide")
+	healthyErrs := len(errs.all())
 
 	for _, phase := range []struct {
 		name string
@@ -80,5 +87,5 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 		res := a.send(t, "POST", "/login", "X-User", "o")
 		return res.Status == http.StatusOK && res.Header.Get(headers.XRateLimitRemaining) != ""
 	}, 10*time.Second, 50*time.Millisecond, "Redis back: the layers decide again")
-	assert.NotEmpty(t, errs.all(), "the error handler heard the outage")
+	assert.Greater(t, len(errs.all()), healthyErrs, "the error handler heard the outage")
 }
