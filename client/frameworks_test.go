@@ -142,7 +142,12 @@ func TestFrameworks(t *testing.T) {
 			took := time.Since(start)
 			t.Logf("%s: %d requests in %v (ideal %v), %d sent, %d refused by the server, pacing %v",
 				fw.name, requests, took, ideal, base.sent.Load(), base.refusals.Load(), fw.pace)
-			assert.InDelta(t, ideal.Seconds(), took.Seconds(), 0.15*ideal.Seconds(), "took %v", took)
+			// The client cannot beat the server's rate: no earlier than
+			// the ideal, less the first window's burst rounding. The upper
+			// bound is loose, for a busy machine: what must hold there is
+			// that every request passed, and who was refused (below).
+			assert.GreaterOrEqual(t, took.Seconds(), 0.95*ideal.Seconds(), "took %v", took)
+			assert.Less(t, took.Seconds(), 3*ideal.Seconds(), "took %v", took)
 			if fw.pace {
 				assert.Zero(t, base.refusals.Load(), "pacing waits for the reset instead of being refused")
 			} else {

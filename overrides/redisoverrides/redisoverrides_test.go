@@ -249,7 +249,10 @@ func TestWatcherFrozenRedis(t *testing.T) {
 	for range 1000 {
 		require.Equal(t, int64(5), limitOf(w))
 	}
-	assert.Less(t, time.Since(start), 50*time.Millisecond, "Adjust does no I/O")
+	// One read of the frozen Redis would take the client's read timeout
+	// (3 s); a thousand Adjusts that do no I/O take microseconds. The
+	// bound between is wide enough for a busy machine.
+	assert.Less(t, time.Since(start), time.Second, "Adjust does no I/O")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read the overrides") },
 		5*time.Second, 5*time.Millisecond)
 	srv.Thaw()
