@@ -527,15 +527,7 @@ func (b *Bans) applyOwn(prev, xid, last string, changes []ownChange) {
 		if s, ok := b.journal.seen(c.id); ok && s >= c.seq {
 			continue
 		}
-		if c.lift {
-			bl.del(c.entry)
-			b.journal.record(c.id, change{seq: c.seq})
-			continue
-		}
-		nb := b.newBanLocked(c.entry, c.ms)
-		bl.put(nb)
-		b.expq.add(nb)
-		b.journal.record(c.id, change{seq: c.seq, ban: nb})
+		b.applyOneLocked(bl, c.id, c.seq, c.entry, c.ms, c.lift)
 	}
 	if prev == b.loaded {
 		b.loaded, b.loadedSeq, b.cursor = last, parseSeq(last), xid
@@ -653,16 +645,23 @@ func (b *Bans) applyLocked(bl *builder, entries []logEntry) {
 		if le.err != nil {
 			continue
 		}
-		if le.lift {
-			bl.del(le.target)
-			b.journal.record(le.id, change{seq: le.seq})
-			continue
-		}
-		nb := b.newBanLocked(le.target, le.ms)
-		bl.put(nb)
-		b.expq.add(nb)
-		b.journal.record(le.id, change{seq: le.seq, ban: nb})
+		b.applyOneLocked(bl, le.id, le.seq, le.target, le.ms, le.lift)
 	}
+}
+
+// applyOneLocked applies one change, numbered seq, of the target named id
+// to bl: a lift of target, or a ban of it until ms (0: permanent), and
+// records it in the journal.
+func (b *Bans) applyOneLocked(bl *builder, id string, seq int64, target access.Entry, ms int64, lift bool) {
+	if lift {
+		bl.del(target)
+		b.journal.record(id, change{seq: seq})
+		return
+	}
+	nb := b.newBanLocked(target, ms)
+	bl.put(nb)
+	b.expq.add(nb)
+	b.journal.record(id, change{seq: seq, ban: nb})
 }
 
 // logRead is what poll.lua read.

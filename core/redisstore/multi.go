@@ -610,7 +610,7 @@ func (s *Store) giveBack(ctx context.Context, gs []*group) {
 // the calls back in their pool.
 func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
 	var errs []error
-	for _, cmd := range runPipelined(ctx, s.client, calls) {
+	for _, cmd := range runAtOnce(ctx, s.client, calls) {
 		if err := cmd.Err(); err != nil {
 			s.recovery.failed(err)
 			errs = append(errs, err)
@@ -633,7 +633,7 @@ func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
 // their replies: it reports whether every group admitted, and the groups'
 // failures. take says the calls write (modeUndoable) rather than check.
 func (s *Store) runGroups(ctx context.Context, gs []*group, calls []*multiCall, out []core.Decision, take bool) (bool, error) {
-	cmds := runPipelined(ctx, s.client, calls)
+	cmds := runAtOnce(ctx, s.client, calls)
 	var failed error
 	allowed := true
 	for k, g := range gs {
@@ -776,7 +776,7 @@ func keyIndex(c *multiCall, j int) int {
 	return k
 }
 
-// runPipelined sends the calls' EVALSHAs at once, each as a command of
+// runAtOnce sends the calls' EVALSHAs at once, each as a command of
 // its own on its own goroutine (its node's, in parallel: one round trip
 // per node), EVAL after a NOSCRIPT, and returns their commands, in order.
 // Not one go-redis pipeline: a cluster pipeline whose one node fails
@@ -785,7 +785,7 @@ func keyIndex(c *multiCall, j int) int {
 // slot that took would then have taken without the undo record its reply
 // carries. Each command on its own keeps its reply, whatever another
 // node does.
-func runPipelined(ctx context.Context, client redis.UniversalClient, calls []*multiCall) []*redis.Cmd {
+func runAtOnce(ctx context.Context, client redis.UniversalClient, calls []*multiCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	var wg sync.WaitGroup
 	for k := range calls {
