@@ -400,7 +400,7 @@ func (c *multiCall) decisions(r []int64, out []core.Decision) {
 // client keys (the hash tag), and one script can only reach one slot. The
 // requests are grouped by slot, each group decided as one step by the
 // same script, and a request whose groups are in several slots goes in two
-// pipelined steps (see takeGroups): every group checks without taking,
+// steps (see takeGroups): every group checks without taking,
 // and only when every one would admit do they take. A request denied by
 // any layer therefore takes nothing from any layer, whatever floods it
 // is part of; only a request whose check admitted and that then loses a
@@ -505,7 +505,7 @@ type group struct {
 // takeGroups decides reqs over a client that spreads keys: grouped by
 // slotOf (by client key when nil). No script can reach two slots, so that
 // a request denied by one group must take nothing in another, it goes in
-// two steps, each one pipeline (one round trip per node):
+// two steps, each one command per group, sent at once (runAtOnce):
 //
 //  1. check: every group decides without writing what an admission
 //     would (modeCheck). When any group denies (or fails), that is the
@@ -606,7 +606,7 @@ func (s *Store) giveBack(ctx context.Context, gs []*group) {
 	}()
 }
 
-// sendUndo runs the undo calls in one pipeline, logs a failure, and puts
+// sendUndo runs the undo calls at once (runAtOnce), logs a failure, and puts
 // the calls back in their pool.
 func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
 	var errs []error
@@ -629,7 +629,7 @@ func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
 	}
 }
 
-// runGroups runs the groups' calls in one pipeline and fills out from
+// runGroups runs the groups' calls at once (runAtOnce) and fills out from
 // their replies: it reports whether every group admitted, and the groups'
 // failures. take says the calls write (modeUndoable) rather than check.
 func (s *Store) runGroups(ctx context.Context, gs []*group, calls []*multiCall, out []core.Decision, take bool) (bool, error) {
