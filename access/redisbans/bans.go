@@ -112,6 +112,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,6 +123,7 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/accessentry"
 )
 
 var (
@@ -162,8 +164,8 @@ const (
 	// a ban) stay within the 8,000 values Lua's unpack takes.
 	maxBatch = 1000
 	// maxLogField is the longest log field a poll takes (a key or a reason
-	// is at most access.MaxFieldLen bytes); a longer one is refused.
-	maxLogField = access.MaxFieldLen + 64
+	// is at most accessentry.MaxFieldLen bytes); a longer one is refused.
+	maxLogField = accessentry.MaxFieldLen + 64
 	// recoveryWindow is how long the recovery journal lives after a loss:
 	// a server that sees the loss later merges nothing.
 	recoveryWindow = 10 * time.Minute
@@ -277,7 +279,7 @@ type banItem struct {
 
 // item checks e and returns it as a ban until e.Expires, or for good.
 func item(e access.Entry) (banItem, error) {
-	e, err := e.Normalize()
+	e, err := normalize(e)
 	if err != nil {
 		return banItem{}, err
 	}
@@ -304,7 +306,7 @@ func item(e access.Entry) (banItem, error) {
 // the others within a poll interval). An invalid entry, or an Expires not
 // after Redis's now, is an error wrapping access.ErrInvalidEntry; a ban
 // that would make the index hold more than WithMaxBans bans wraps
-// access.ErrTooManyBans; other errors are Redis's.
+// access.ErrTooLarge; other errors are Redis's.
 //
 // A Ban costs one script call and a change of the snapshot in time
 // proportional to the change, not to the bans held: about 0.15 ms with
@@ -344,7 +346,7 @@ func (b *Bans) BanFor(ctx context.Context, e access.Entry, d time.Duration) (acc
 // BanMany bans every entry, as Ban does each, in one script call: all of
 // them or, on an error, none. It returns the bans as stored, in the order
 // given; of two entries for one target the later stands. It takes at most
-// 1,000 entries; more are an error wrapping access.ErrTooManyBans, as is
+// 1,000 entries; more are an error wrapping access.ErrTooLarge, as is
 // a batch that would make the index hold more than WithMaxBans bans. An
 // invalid entry, or one whose Expires is not after Redis's now, is an
 // error wrapping access.ErrInvalidEntry that names its index. No entries
@@ -360,7 +362,7 @@ func (b *Bans) BanMany(ctx context.Context, entries []access.Entry) ([]access.En
 		return nil, nil
 	}
 	if len(entries) > maxBatch {
-		return nil, fmt.Errorf("%w: redisbans: BanMany: %d entries, more than %d in one call", access.ErrTooManyBans, len(entries), maxBatch)
+		return nil, fmt.Errorf("%w: redisbans: BanMany: %d entries, more than %d in one call", access.ErrTooLarge, len(entries), maxBatch)
 	}
 	items := make([]banItem, len(entries))
 	for i, e := range entries {
@@ -412,7 +414,7 @@ func (b *Bans) ban(ctx context.Context, items []banItem, batch bool) ([]access.E
 			}
 			return nil, fmt.Errorf("%w: %s: %s", access.ErrInvalidEntry, what(), msg)
 		case strings.HasPrefix(msg, "TOOMANY "):
-			return nil, fmt.Errorf("%w: %s: %s", access.ErrTooManyBans, what(), msg)
+			return nil, fmt.Errorf("%w: %s: %s", access.ErrTooLarge, what(), msg)
 		}
 		return nil, fmt.Errorf("redisbans: ban %s: %w", what(), err)
 	}
@@ -446,7 +448,7 @@ func (b *Bans) ban(ctx context.Context, items []banItem, batch bool) ([]access.E
 // wrapping access.ErrInvalidEntry; other errors are Redis's. It costs as
 // much as a Ban.
 func (b *Bans) Unban(ctx context.Context, target access.Entry) (bool, error) {
-	t, err := access.Entry{Prefix: target.Prefix, Key: target.Key}.Normalize()
+	t, err := normalize(access.Entry{Prefix: target.Prefix, Key: target.Key})
 	if err != nil {
 		return false, err
 	}
@@ -573,7 +575,7 @@ func (b *Bans) List(ctx context.Context) ([]access.Entry, error) {
 	for i, lb := range s.bans {
 		entries[i] = lb.entry
 	}
-	access.SortEntries(entries)
+	slices.SortFunc(entries, func(a, b access.Entry) int { return accessentry.Compare(a.Prefix, a.Key, b.Prefix, b.Key) })
 	return entries, nil
 }
 
@@ -846,7 +848,7 @@ func (b *Bans) diffLocked(old, next *view, seq int64, truncated bool) {
 	}
 	now := b.cfg.now()
 	old.each(func(ob *ban) bool {
-		if ob.entry.LiveAt(now) && next.get(ob.entry) == nil {
+		if liveAt(ob.entry, now) && next.get(ob.entry) == nil {
 			b.journal.record(idOf(ob.entry), change{seq: seq})
 		}
 		return true
@@ -938,7 +940,7 @@ func (b *Bans) load(ctx context.Context) (loaded, error) {
 			skipped++
 			continue
 		}
-		if e.LiveAt(nowRedis) {
+		if liveAt(e, nowRedis) {
 			nb := ban{entry: e}
 			if !e.Expires.IsZero() {
 				nb.ms = e.Expires.UnixMilli()
@@ -972,7 +974,7 @@ var errMalformed = errors.New("malformed ban")
 
 // idOf returns the id of e's target.
 func idOf(e access.Entry) string {
-	if e.IsKey() {
+	if e.Key != "" {
 		return "k:" + e.Key
 	}
 	return "p:" + e.Prefix.String()
@@ -1009,10 +1011,28 @@ func splitID(id string) (access.Entry, error) {
 	return e, nil
 }
 
-// canonical checks e as Normalize does, and that its range is in the form
+// normalize checks e as access.NewList does, and returns it in the form
+// a List stores it (the range masked, an IPv4-mapped one folded to IPv4).
+// An invalid e is an error wrapping access.ErrInvalidEntry.
+func normalize(e access.Entry) (access.Entry, error) {
+	p, err := accessentry.Check(e.Prefix, e.Key, e.Reason)
+	if err != nil {
+		return access.Entry{}, fmt.Errorf("%w: %w", access.ErrInvalidEntry, err)
+	}
+	e.Prefix = p
+	return e, nil
+}
+
+// liveAt reports whether e matches at now: it is permanent or expires
+// after now.
+func liveAt(e access.Entry, now time.Time) bool {
+	return e.Expires.IsZero() || now.Before(e.Expires)
+}
+
+// canonical checks e as normalize does, and that its range is in the form
 // Normalize gives it.
 func canonical(e access.Entry) (access.Entry, error) {
-	n, err := e.Normalize()
+	n, err := normalize(e)
 	if err != nil {
 		return e, fmt.Errorf("%w: %w", errMalformed, err)
 	}

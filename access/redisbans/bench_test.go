@@ -43,7 +43,7 @@ func fill(tb testing.TB, raw *redis.Client, prefix string, n int) {
 	for i := range n {
 		e := benchEntry(i)
 		id := "k:" + e.Key
-		if !e.IsKey() {
+		if e.Key == "" {
 			id = "p:" + e.Prefix.String()
 		}
 		pipe.Set(ctx, tag+"b:"+id, "v1|0|bench", 0)

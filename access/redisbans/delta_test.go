@@ -110,8 +110,8 @@ func TestBanMany(t *testing.T) {
 		"invalid": {[]access.Entry{{Key: "user:a"}, {Key: "user:\x00"}}, access.ErrInvalidEntry, "entries[1]"},
 		"expired": {[]access.Entry{{Key: "user:a"}, {Key: "user:b", Expires: time.Now().Add(-time.Second)}}, access.ErrInvalidEntry, "entries[1]"},
 		"past max": {[]access.Entry{{Key: "user:a"}, {Key: "user:b"}, {Key: "user:c"}, {Key: "user:d"}, {Key: "user:e"},
-			{Key: "user:f"}, {Key: "user:g"}, {Key: "user:h"}, {Key: "user:i"}}, access.ErrTooManyBans, "over the maximum of 10"},
-		"too long": {make([]access.Entry, 1001), access.ErrTooManyBans, "more than 1000 in one call"},
+			{Key: "user:f"}, {Key: "user:g"}, {Key: "user:h"}, {Key: "user:i"}}, access.ErrTooLarge, "over the maximum of 10"},
+		"too long": {make([]access.Entry, 1001), access.ErrTooLarge, "more than 1000 in one call"},
 	} {
 		_, err := one.BanMany(ctx, c.entries)
 		require.ErrorIs(t, err, c.want, name)

@@ -119,7 +119,7 @@ func (b *Bans) claimLocked(withBans bool) ([]string, []any) {
 	if withBans {
 		now := b.cfg.now()
 		v.each(func(x *ban) bool {
-			if x.entry.LiveAt(now) {
+			if liveAt(x.entry, now) {
 				id := idOf(x.entry)
 				keys = append(keys, b.banKey+id)
 				args = append(args, id, x.value(), x.ms)

@@ -56,7 +56,7 @@ func inRedis(t *testing.T, raw *redis.Client, es ...access.Entry) []bool {
 	out := make([]bool, len(es))
 	for i, e := range es {
 		id := "k:" + e.Key
-		if !e.IsKey() {
+		if e.Key == "" {
 			id = "p:" + e.Prefix.String()
 		}
 		n, err := raw.Exists(context.Background(), "{"+redisbans.DefaultPrefix+"}:b:"+id).Result()

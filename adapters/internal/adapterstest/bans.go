@@ -41,13 +41,13 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	}
 
 	t.Run("in process", func(t *testing.T) {
-		bans, err := access.NewBans()
+		bans, err := access.NewBans(0)
 		require.NoError(t, err)
 		l := NewLimiter(t, NewStore(t), fixed("bans", 1000))
 		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithClientIP(client), httplimit.WithDenyList(bans))},
 			Routes: []Route{{Method: "GET", Path: "/"}}})
 		require.Equal(t, 200, get(addr, one))
-		_, err = bans.BanFor(access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "credential stuffing"}, time.Hour)
+		_, err = bans.Ban(access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "credential stuffing"}, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, 403, get(addr, one), "banned at once")
 		require.Equal(t, 200, get(addr, two))
