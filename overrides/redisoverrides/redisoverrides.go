@@ -26,7 +26,7 @@
 // # Hostile or broken data
 //
 //   - A malformed field (a name that is no valid policy name, a value
-//     that does not parse, one over overrides.MaxTextLen bytes) is logged
+//     that does not parse, one over peer.MaxTextLen bytes) is logged
 //     once (WithLogger) and keeps its last good value, or stays absent if
 //     it never had one; the other fields load. The script sends a marker
 //     instead of a value over MaxTextLen bytes, and cuts a name over
@@ -334,7 +334,7 @@ type reply struct {
 // read runs read.lua.
 func (w *Watcher) read(ctx context.Context, digest string) (reply, error) {
 	w.reads.Add(1)
-	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.maxFields, overrides.MaxTextLen, core.MaxNameLen, digest).Slice()
+	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.maxFields, peer.MaxTextLen, core.MaxNameLen, digest).Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("redisoverrides: reading %q: %w", w.cfg.key, err)
 	}
@@ -467,7 +467,7 @@ func (w *Watcher) applyLocked(fields []string) bool {
 func parseField(name, value string) (overrides.Override, error) {
 	if n, ok := strings.CutPrefix(value, tooLong); ok && n != "" && strings.Trim(n, "0123456789") == "" {
 		return overrides.Override{}, fmt.Errorf("%w: override: a value of %s bytes, more than %d",
-			core.ErrInvalidOption, n, overrides.MaxTextLen)
+			core.ErrInvalidOption, n, peer.MaxTextLen)
 	}
 	o, err := overrides.Parse(value)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/overrides"
+	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 // Source is where a case puts its override.
@@ -120,7 +121,7 @@ func Overrides() []overrides.Override {
 		{Limit: 200_000},
 		{Scale: 1e-6},
 		{Scale: 0.5},
-		{Scale: overrides.MaxScale},
+		{Scale: peer.MaxScale},
 		{Limit: 3, Scale: 0.5},
 		{Limit: 3, Burst: 3 * 8784, Scale: 0.5},
 		{Limit: 100_000, Scale: 10},

@@ -21,3 +21,11 @@ var (
 	// SetLogger makes set (an *overrides.Set) log to l.
 	SetLogger func(set any, l *slog.Logger)
 )
+
+// Bounds of an override, which package overrides documents by value.
+const (
+	// MaxScale is the largest Override.Scale.
+	MaxScale = 1e6
+	// MaxTextLen is the longest text overrides.Parse reads.
+	MaxTextLen = 256
+)
