@@ -23,7 +23,7 @@ const maxMaxBans = 10_000_000
 
 // Bans is a set of bans, address ranges or client keys, added and removed
 // from code while the server runs; it is a deny [Matcher] for one process
-// (package redisbans shares bans between servers through Redis). Each ban
+// (package rediswatch shares bans between servers through Redis). Each ban
 // is permanent or lasts until its Expires: it stops matching at that
 // instant and is dropped from memory by the next Ban, Unban or List.
 //

@@ -46,14 +46,14 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/overrides/internal/peer"
+	"github.com/apigate/ratelimit/internal/overridespeer"
 )
 
 // maxScale is the largest Override.Scale, and maxTextLen the longest text
-// Parse reads (shared with package rediswatch through package peer).
+// Parse reads (shared with package rediswatch through package overridespeer).
 const (
-	maxScale   = peer.MaxScale
-	maxTextLen = peer.MaxTextLen
+	maxScale   = overridespeer.MaxScale
+	maxTextLen = overridespeer.MaxTextLen
 )
 
 // Override changes one layer's policy. Its zero fields change nothing:
@@ -369,8 +369,8 @@ func New() *Set {
 }
 
 func init() {
-	// For rediswatch: see package peer.
-	peer.Check = func(set any, layer string, o any) error {
+	// For rediswatch: see package overridespeer.
+	overridespeer.Check = func(set any, layer string, o any) error {
 		s, ok := set.(*Set)
 		ov, ok2 := o.(Override)
 		if !ok || !ok2 || s == nil {
@@ -383,7 +383,7 @@ func init() {
 		defer s.mu.Unlock()
 		return fits((*s.m.Load())[layer], layer, ov)
 	}
-	peer.Store = func(set any, m any) error {
+	overridespeer.Store = func(set any, m any) error {
 		s, ok := set.(*Set)
 		om, ok2 := m.(map[string]Override)
 		if !ok || !ok2 || s == nil {
@@ -391,7 +391,7 @@ func init() {
 		}
 		return s.replace(om, false)
 	}
-	peer.SetLogger = func(set any, l *slog.Logger) {
+	overridespeer.SetLogger = func(set any, l *slog.Logger) {
 		if s, ok := set.(*Set); ok && s != nil {
 			s.logger.Store(l)
 		}
@@ -441,7 +441,7 @@ func (s *Set) Replace(m map[string]Override) error { return s.replace(m, true) }
 
 // replace is Replace; without fit, it takes an override that cannot
 // apply to a policy the Set knows (Adjust then decides by the last good
-// one), as a Watcher does with what it reads from Redis.
+// one), as a rediswatch.Overrides does with what it reads from Redis.
 func (s *Set) replace(m map[string]Override, fit bool) error {
 	for layer, o := range m {
 		if err := checkEntry(layer, o); err != nil {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -170,7 +170,7 @@ func TestSetRefusesBadEntries(t *testing.T) {
 func captured() (*overrides.Set, *syncbuf.Buffer) {
 	live := overrides.New()
 	logs := new(syncbuf.Buffer)
-	peer.SetLogger(live, slog.New(slog.NewTextHandler(logs, nil)))
+	overridespeer.SetLogger(live, slog.New(slog.NewTextHandler(logs, nil)))
 	return live, logs
 }
 

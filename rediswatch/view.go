@@ -1,4 +1,4 @@
-package redisbans
+package rediswatch
 
 import (
 	"container/heap"
