@@ -1,8 +1,6 @@
 package access
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,45 +9,29 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/accessentry"
 )
 
-// DefaultMaxBans is how many bans a [Bans] holds at most unless
-// WithMaxBans says otherwise.
-const DefaultMaxBans = 100_000
+// defaultMaxBans is how many bans a [Bans] holds at most unless NewBans
+// says otherwise.
+const defaultMaxBans = 100_000
 
-// ErrTooManyBans is returned by a Ban that would hold more bans than the
-// maximum (WithMaxBans); the ban is not added.
-var ErrTooManyBans = errors.New("access: too many bans")
-
-// BansOption configures [NewBans]. A bad value makes NewBans return an
-// error wrapping core.ErrInvalidOption.
-type BansOption func(*Bans) error
-
-// WithMaxBans sets the most bans held at once, from 1 to 10,000,000; the
-// default is DefaultMaxBans. Every change rebuilds the lookup table, in
-// time linear in the number of bans (about 75 ms for 100,000), which is
+// maxMaxBans bounds NewBans's max. Every change rebuilds the lookup table,
+// in time linear in the number of bans (about 75 ms for 100,000), which is
 // what bounds it: bans change rarely, matches are what must be fast.
-func WithMaxBans(n int) BansOption {
-	return func(b *Bans) error {
-		if n < 1 || n > 10_000_000 {
-			return fmt.Errorf("%w: access.WithMaxBans: %d is out of range [1, 10000000]", core.ErrInvalidOption, n)
-		}
-		b.max = n
-		return nil
-	}
-}
+const maxMaxBans = 10_000_000
 
 // Bans is a set of bans, address ranges or client keys, added and removed
 // from code while the server runs; it is a deny [Matcher] for one process
-// (package redisbans shares bans between servers through Redis). Each ban
+// (package rediswatch shares bans between servers through Redis). Each ban
 // is permanent or lasts until its Expires: it stops matching at that
 // instant and is dropped from memory by the next Ban, Unban or List.
 //
 // Match reads an immutable [List] with one atomic load and does not
 // allocate; Ban and Unban build a new List and swap it in, so a ban is in
 // force for every request that starts after Ban returns. Bans is safe for
-// concurrent use. The zero Bans is empty and ready to use, with
-// DefaultMaxBans.
+// concurrent use. The zero Bans is empty and ready to use, and holds at
+// most 100,000 bans, as NewBans(0) does.
 type Bans struct {
 	max int
 	now func() time.Time // time.Now; tests replace it
@@ -69,18 +51,16 @@ func keyOf(e Entry) banKey { return banKey{e.Prefix, e.Key} }
 
 var _ Matcher = (*Bans)(nil)
 
-// NewBans returns an empty Bans configured by opts.
-func NewBans(opts ...BansOption) (*Bans, error) {
-	b := &Bans{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: access.NewBans: nil option", core.ErrInvalidOption)
-		}
-		if err := o(b); err != nil {
-			return nil, err
-		}
+// NewBans returns an empty Bans that holds at most max bans, from 1 to
+// 10,000,000; 0 means 100,000. Every change rebuilds the lookup table, in
+// time linear in the number of bans (about 75 ms for 100,000), which is
+// what bounds it: bans change rarely, matches are what must be fast. A
+// max out of range is an error wrapping core.ErrInvalidOption.
+func NewBans(max int) (*Bans, error) {
+	if max < 0 || max > maxMaxBans {
+		return nil, fmt.Errorf("%w: access.NewBans: max %d is out of range [0, %d]", core.ErrInvalidOption, max, maxMaxBans)
 	}
-	return b, nil
+	return &Bans{max: max}, nil
 }
 
 func (b *Bans) clock() time.Time {
@@ -91,27 +71,35 @@ func (b *Bans) clock() time.Time {
 }
 
 // Ban bans e.Prefix or e.Key (exactly one set, as in a List; a single
-// address is a /32 or /128) until e.Expires, or for good when Expires is
-// zero, with e.Reason. A ban of a target already banned replaces it, so a
-// ban may be lengthened, shortened or made permanent. It returns the ban
-// as stored (the range masked and an IPv4-mapped one folded to IPv4). An
-// invalid entry or an Expires not after now is an error wrapping
-// ErrInvalidEntry; a ban past the maximum is ErrTooManyBans.
-func (b *Bans) Ban(e Entry) (Entry, error) {
-	e, err := e.Normalize()
+// address is a /32 or /128), with e.Reason: for d from now when d > 0
+// (e.Expires is then ignored), else until e.Expires, or for good when
+// Expires is zero too. A ban of a target already banned replaces it, so
+// a ban may be lengthened, shortened or made permanent. It returns the
+// ban as stored (the range masked and an IPv4-mapped one folded to IPv4,
+// Expires set). An invalid entry, a negative d or an Expires not after
+// now is an error wrapping ErrInvalidEntry; a ban past the maximum wraps
+// ErrTooLarge.
+func (b *Bans) Ban(e Entry, d time.Duration) (Entry, error) {
+	if d < 0 {
+		return Entry{}, fmt.Errorf("%w: ban duration %v is negative", ErrInvalidEntry, d)
+	}
+	e, err := e.normalize()
 	if err != nil {
 		return Entry{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock()
-	if !e.LiveAt(now) {
+	if d > 0 {
+		e.Expires = now.Add(d)
+	}
+	if !e.liveAt(now) {
 		return Entry{}, fmt.Errorf("%w: %v has expired already (now is %v)", ErrInvalidEntry, e, now.UTC().Format(time.RFC3339Nano))
 	}
 	b.pruneLocked(now)
 	t := keyOf(e)
 	if _, ok := b.bans[t]; !ok && len(b.bans) >= b.maxBans() {
-		return Entry{}, fmt.Errorf("%w: %d bans held, the maximum", ErrTooManyBans, len(b.bans))
+		return Entry{}, fmt.Errorf("%w: %d bans held, the maximum", ErrTooLarge, len(b.bans))
 	}
 	if b.bans == nil {
 		b.bans = make(map[banKey]Entry)
@@ -129,21 +117,11 @@ func (b *Bans) Ban(e Entry) (Entry, error) {
 	return e, nil
 }
 
-// BanFor bans e.Prefix or e.Key for d from now (d > 0), ignoring
-// e.Expires; see Ban.
-func (b *Bans) BanFor(e Entry, d time.Duration) (Entry, error) {
-	if d <= 0 {
-		return Entry{}, fmt.Errorf("%w: ban duration %v is not positive", ErrInvalidEntry, d)
-	}
-	e.Expires = b.clock().Add(d)
-	return b.Ban(e)
-}
-
 // Unban lifts the ban on target.Prefix or target.Key (exactly one set; its
 // Expires and Reason are ignored) and reports whether there was one in
 // force. An invalid target is an error wrapping ErrInvalidEntry.
 func (b *Bans) Unban(target Entry) (bool, error) {
-	t, err := Entry{Prefix: target.Prefix, Key: target.Key}.Normalize()
+	t, err := Entry{Prefix: target.Prefix, Key: target.Key}.normalize()
 	if err != nil {
 		return false, err
 	}
@@ -177,7 +155,7 @@ func (b *Bans) List() []Entry {
 	for _, e := range b.bans {
 		out = append(out, e)
 	}
-	SortEntries(out)
+	sortEntries(out)
 	return out
 }
 
@@ -189,7 +167,7 @@ func (b *Bans) Match(addr netip.Addr, key string, now time.Time) (Entry, bool) {
 
 func (b *Bans) maxBans() int {
 	if b.max == 0 {
-		return DefaultMaxBans
+		return defaultMaxBans
 	}
 	return b.max
 }
@@ -199,7 +177,7 @@ func (b *Bans) maxBans() int {
 func (b *Bans) pruneLocked(now time.Time) bool {
 	n := len(b.bans)
 	for t, e := range b.bans {
-		if !e.LiveAt(now) {
+		if !e.liveAt(now) {
 			delete(b.bans, t)
 		}
 	}
@@ -219,23 +197,9 @@ func (b *Bans) rebuildLocked() error {
 	return nil
 }
 
-// SortEntries sorts entries as Bans.List returns them: ranges first
+// sortEntries sorts entries as Bans.List returns them: ranges first
 // (IPv4, then IPv6, in address order, a shorter range before a longer one
 // at the same address), then keys in byte order.
-func SortEntries(entries []Entry) {
-	slices.SortFunc(entries, func(a, b Entry) int {
-		if a.IsKey() != b.IsKey() {
-			if a.IsKey() {
-				return 1
-			}
-			return -1
-		}
-		if a.IsKey() {
-			return cmp.Compare(a.Key, b.Key)
-		}
-		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits())
-	})
+func sortEntries(entries []Entry) {
+	slices.SortFunc(entries, func(a, b Entry) int { return accessentry.Compare(a.Prefix, a.Key, b.Prefix, b.Key) })
 }

@@ -33,9 +33,9 @@ func (c *fakeClock) Set(t time.Time) {
 	c.now = t
 }
 
-func newBans(t *testing.T, opts ...access.BansOption) (*access.Bans, *fakeClock) {
+func newBans(t *testing.T, max int) (*access.Bans, *fakeClock) {
 	t.Helper()
-	b, err := access.NewBans(opts...)
+	b, err := access.NewBans(max)
 	require.NoError(t, err)
 	clock := &fakeClock{now: t0}
 	access.SetBansClock(b, clock.Now)
@@ -43,18 +43,18 @@ func newBans(t *testing.T, opts ...access.BansOption) (*access.Bans, *fakeClock)
 }
 
 func TestBans(t *testing.T) {
-	b, clock := newBans(t)
+	b, clock := newBans(t, 0)
 	_, ok := b.Match(addr("203.0.113.7"), "user:42", t0)
 	assert.False(t, ok, "empty")
 
-	e, err := b.BanFor(access.Entry{Prefix: pfx("203.0.113.7/32"), Reason: "scanner"}, time.Hour)
+	e, err := b.Ban(access.Entry{Prefix: pfx("203.0.113.7/32"), Reason: "scanner"}, time.Hour)
 	require.NoError(t, err)
 	assert.True(t, e.Expires.Equal(t0.Add(time.Hour)))
-	_, err = b.Ban(access.Entry{Prefix: netip.PrefixFrom(addr("::ffff:198.51.100.77"), 120), Reason: "mapped and unmasked"})
+	_, err = b.Ban(access.Entry{Prefix: netip.PrefixFrom(addr("::ffff:198.51.100.77"), 120), Reason: "mapped and unmasked"}, 0)
 	require.NoError(t, err)
-	_, err = b.Ban(access.Entry{Key: "user:42", Expires: t0.Add(time.Minute), Reason: "abuse"})
+	_, err = b.Ban(access.Entry{Key: "user:42", Expires: t0.Add(time.Minute), Reason: "abuse"}, 0)
 	require.NoError(t, err)
-	_, err = b.Ban(access.Entry{Prefix: pfx("2001:db8::/32"), Reason: "v6"})
+	_, err = b.Ban(access.Entry{Prefix: pfx("2001:db8::/32"), Reason: "v6"}, 0)
 	require.NoError(t, err)
 
 	check := func(now time.Time, a, key, want string) {
@@ -81,7 +81,7 @@ func TestBans(t *testing.T) {
 	assert.Len(t, b.List(), 3)
 
 	// A second ban of the same target replaces the first.
-	_, err = b.Ban(access.Entry{Prefix: pfx("203.0.113.7/32"), Reason: "for good"})
+	_, err = b.Ban(access.Entry{Prefix: pfx("203.0.113.7/32"), Reason: "for good"}, 0)
 	require.NoError(t, err)
 	check(t0.Add(2*time.Hour), "203.0.113.7", "", "for good")
 	assert.Len(t, b.List(), 3)
@@ -103,7 +103,7 @@ func TestBans(t *testing.T) {
 }
 
 func TestBansRejects(t *testing.T) {
-	b, _ := newBans(t)
+	b, _ := newBans(t, 0)
 	for name, e := range map[string]access.Entry{
 		"neither":       {Reason: "x"},
 		"both":          {Prefix: pfx("10.0.0.0/8"), Key: "user:1"},
@@ -113,11 +113,11 @@ func TestBansRejects(t *testing.T) {
 		"expired":       {Key: "user:1", Expires: t0},
 		"long expired":  {Key: "user:1", Expires: t0.Add(-time.Hour)},
 	} {
-		_, err := b.Ban(e)
+		_, err := b.Ban(e, 0)
 		require.ErrorIs(t, err, access.ErrInvalidEntry, name)
 	}
-	for _, d := range []time.Duration{0, -time.Second} {
-		_, err := b.BanFor(access.Entry{Key: "user:1"}, d)
+	for _, d := range []time.Duration{-time.Nanosecond, -time.Second} {
+		_, err := b.Ban(access.Entry{Key: "user:1"}, d)
 		require.ErrorIs(t, err, access.ErrInvalidEntry)
 	}
 	for _, e := range []access.Entry{{}, {Prefix: pfx("10.0.0.0/8"), Key: "user:1"}, {Key: "user:\x00"}} {
@@ -126,29 +126,29 @@ func TestBansRejects(t *testing.T) {
 	}
 	assert.Empty(t, b.List(), "nothing half-applied")
 
-	for _, o := range []access.BansOption{nil, access.WithMaxBans(0), access.WithMaxBans(-1), access.WithMaxBans(10_000_001)} {
-		b, err := access.NewBans(o)
+	for _, max := range []int{-1, 10_000_001} {
+		b, err := access.NewBans(max)
 		assert.Nil(t, b)
 		require.ErrorIs(t, err, core.ErrInvalidOption)
 	}
 }
 
 func TestBansMax(t *testing.T) {
-	b, clock := newBans(t, access.WithMaxBans(2))
-	_, err := b.BanFor(access.Entry{Key: "user:1"}, time.Minute)
+	b, clock := newBans(t, 2)
+	_, err := b.Ban(access.Entry{Key: "user:1"}, time.Minute)
 	require.NoError(t, err)
-	_, err = b.Ban(access.Entry{Key: "user:2"})
+	_, err = b.Ban(access.Entry{Key: "user:2"}, 0)
 	require.NoError(t, err)
-	_, err = b.Ban(access.Entry{Key: "user:3"})
-	require.ErrorIs(t, err, access.ErrTooManyBans)
+	_, err = b.Ban(access.Entry{Key: "user:3"}, 0)
+	require.ErrorIs(t, err, access.ErrTooLarge)
 	_, ok := b.Match(netip.Addr{}, "user:3", t0)
 	assert.False(t, ok)
 	// Replacing a ban is not one more.
-	_, err = b.Ban(access.Entry{Key: "user:2", Reason: "again"})
+	_, err = b.Ban(access.Entry{Key: "user:2", Reason: "again"}, 0)
 	require.NoError(t, err)
 	// An expired ban makes room.
 	clock.Set(t0.Add(time.Minute))
-	_, err = b.Ban(access.Entry{Key: "user:3"})
+	_, err = b.Ban(access.Entry{Key: "user:3"}, 0)
 	require.NoError(t, err)
 	assert.Len(t, b.List(), 2)
 }
@@ -158,20 +158,20 @@ func TestBansZeroValue(t *testing.T) {
 	_, ok := b.Match(addr("10.0.0.1"), "user:1", t0)
 	assert.False(t, ok)
 	assert.Empty(t, b.List())
-	_, err := b.BanFor(access.Entry{Prefix: pfx("10.0.0.0/8")}, time.Hour)
+	_, err := b.Ban(access.Entry{Prefix: pfx("10.0.0.0/8")}, time.Hour)
 	require.NoError(t, err)
 	_, ok = b.Match(addr("10.0.0.1"), "", time.Now())
 	assert.True(t, ok)
 }
 
 func TestBansConcurrent(t *testing.T) {
-	b, _ := newBans(t)
+	b, _ := newBans(t, 0)
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
 			for i := range 200 {
 				e := access.Entry{Key: fmt.Sprintf("user:%d-%d", w, i)}
-				_, err := b.Ban(e)
+				_, err := b.Ban(e, 0)
 				assert.NoError(t, err)
 				_, ok := b.Match(netip.Addr{}, e.Key, t0)
 				assert.True(t, ok, "in force once Ban returns")
@@ -189,12 +189,12 @@ func TestBansConcurrent(t *testing.T) {
 }
 
 func TestBansMatchDoesNotAllocate(t *testing.T) {
-	b, _ := newBans(t)
+	b, _ := newBans(t, 0)
 	for i := range 1000 {
-		_, err := b.Ban(access.Entry{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)})
+		_, err := b.Ban(access.Entry{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)}, 0)
 		require.NoError(t, err)
 	}
-	_, err := b.Ban(access.Entry{Key: "user:1"})
+	_, err := b.Ban(access.Entry{Key: "user:1"}, 0)
 	require.NoError(t, err)
 	hit, miss := addr("10.3.7.1"), addr("2001:db8::1")
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -206,10 +206,10 @@ func TestBansMatchDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkBansMatch(b *testing.B) {
-	bans, err := access.NewBans()
+	bans, err := access.NewBans(0)
 	require.NoError(b, err)
 	for _, e := range mixed(2000) {
-		_, err := bans.Ban(e)
+		_, err := bans.Ban(e, 0)
 		require.NoError(b, err)
 	}
 	hit := bans.List()[0].Prefix.Addr()
@@ -220,13 +220,13 @@ func BenchmarkBansMatch(b *testing.B) {
 }
 
 func ExampleBans() {
-	var bans access.Bans // the zero Bans is ready; access.NewBans takes options
+	var bans access.Bans // the zero Bans is ready; access.NewBans sets another maximum
 	// From an admin endpoint, an abuse detector ...
-	if _, err := bans.BanFor(access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "credential stuffing"}, time.Hour); err != nil {
+	if _, err := bans.Ban(access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "credential stuffing"}, time.Hour); err != nil {
 		fmt.Println(err)
 		return
 	}
-	if _, err := bans.Ban(access.Entry{Key: "user:42", Reason: "chargeback"}); err != nil { // permanent
+	if _, err := bans.Ban(access.Entry{Key: "user:42", Reason: "chargeback"}, 0); err != nil { // permanent
 		fmt.Println(err)
 		return
 	}

@@ -39,7 +39,7 @@ func ExampleWatchFile() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(deny.Reload() != nil, deny.List().Len())
+	fmt.Println(deny.Reload() != nil, access.Size(access.CurrentList(deny)))
 	_, ok = deny.Match(netip.MustParseAddr("192.0.2.7"), "", time.Now())
 	fmt.Println(ok)
 	// Output:

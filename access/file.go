@@ -25,23 +25,15 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// DefaultDebounce is how long a [File] waits after the last change event
+// defaultDebounce is how long a [File] waits after the last change event
 // before it reloads, so that a burst of writes is read once.
-const DefaultDebounce = 100 * time.Millisecond
+const defaultDebounce = 100 * time.Millisecond
 
 // maxDebounce bounds WithDebounce.
 const maxDebounce = time.Minute
 
-// LoadFile reads the file at path in the line format (see the package
-// doc) and builds a List of its entries. A malformed line is an error
-// wrapping a *ParseError that names it; no List is built then.
-func LoadFile(path string) (*List, error) {
-	l, _, err := loadFile(path)
-	return l, err
-}
-
 // loadFile reads, parses and builds, and returns the SHA-256 of what it
-// read (the whole file, bounded by MaxFileBytes, even when a line is bad).
+// read (the whole file, bounded by maxFileBytes, even when a line is bad).
 func loadFile(path string) (*List, [sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
 	fh, err := os.Open(path)
@@ -50,7 +42,7 @@ func loadFile(path string) (*List, [sha256.Size]byte, error) {
 	}
 	defer fh.Close()
 	h := sha256.New()
-	r := io.TeeReader(io.LimitReader(fh, MaxFileBytes+1), h)
+	r := io.TeeReader(io.LimitReader(fh, maxFileBytes+1), h)
 	entries, err := Parse(r)
 	if _, cerr := io.Copy(io.Discard, r); cerr != nil && err == nil {
 		err = cerr
@@ -107,7 +99,7 @@ func OnReload(fn func(*List, error)) FileOption {
 
 // WithDebounce sets how long a File waits after the last change event
 // before it reloads, from 0 (at once, on every event) to a minute. The
-// default is DefaultDebounce.
+// default is 100 ms.
 func WithDebounce(d time.Duration) FileOption {
 	return func(c *fileConfig) error {
 		if d < 0 || d > maxDebounce {
@@ -177,7 +169,7 @@ var _ Matcher = (*File)(nil)
 // watched (the file's, or that of a link on the way to it; see [File]).
 // Close stops the watching.
 func WatchFile(path string, opts ...FileOption) (*File, error) {
-	cfg := fileConfig{logger: slog.Default(), debounce: DefaultDebounce}
+	cfg := fileConfig{logger: slog.Default(), debounce: defaultDebounce}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: access.WatchFile: nil option", core.ErrInvalidOption)
@@ -225,11 +217,9 @@ func (f *File) Match(addr netip.Addr, key string, now time.Time) (Entry, bool) {
 	return f.list.Load().Match(addr, key, now)
 }
 
-// List returns the List in force.
-func (f *File) List() *List { return f.list.Load() }
-
-// Path returns the absolute path of the file.
-func (f *File) Path() string { return f.path }
+// Entries returns a copy of the entries of the list in force; see
+// [List.Entries].
+func (f *File) Entries() []Entry { return f.list.Load().Entries() }
 
 // Reload reads the file now, as a change event would, and puts its list
 // in force if it is good. A bad file is an error, logged, and the last
@@ -270,7 +260,7 @@ func (f *File) reload(explicit bool) error {
 	}
 	f.goodSum = sum
 	f.list.Store(l)
-	f.cfg.logger.Info("access: list reloaded", f.pathAttrs(s, slog.Int("entries", l.Len()))...)
+	f.cfg.logger.Info("access: list reloaded", f.pathAttrs(s, slog.Int("entries", l.size()))...)
 	if f.cfg.onReload != nil {
 		f.cfg.onReload(l, nil)
 	}

@@ -13,7 +13,7 @@
 // stream of addresses spread over the whole table (BenchmarkMatch).
 // [File] keeps a List in step with a file, reloading it when the file
 // changes. [Bans] holds bans added and removed from code while the server
-// runs; package redisbans shares them between servers through Redis. All
+// runs; package rediswatch shares them between servers through Redis. All
 // of them are a [Matcher].
 //
 // # Which address
@@ -27,7 +27,8 @@
 //
 // # The line format
 //
-// [Parse], [LoadFile] and [WatchFile] read one entry a line:
+// [Parse] and [WatchFile] read one entry a line ([NewList] builds a List
+// of what Parse read):
 //
 //	# a comment line; blank lines are ignored
 //	203.0.113.7                         single IPv4 address (a /32)
@@ -50,9 +51,10 @@
 // name of letters, digits, '_', '-' or '.', a colon, and a value.
 //
 // Control characters (NUL included; a final CR is allowed), invalid UTF-8,
-// a line over MaxLineLen bytes and a file over MaxLines lines are errors
-// that name the line and column ([ParseError]); a file with any error
-// yields no entries at all.
+// a key or a reason over 1,024 bytes, a line over 4,096 bytes, a file
+// over 2,000,000 lines or 256 MiB are errors that name the line and
+// column ([ParseError]; the limits wrap ErrTooLarge); a file with any
+// error yields no entries at all.
 package access
 
 import (
@@ -65,7 +67,7 @@ import (
 )
 
 // Matcher is what the flow consults for an allow or a deny list: a
-// [List], a [File], [Bans], or redisbans.Bans. The flow asks every allow
+// [List], a [File], [Bans], or rediswatch.Bans. The flow asks every allow
 // Matcher and every deny Matcher of a request; when an allow and a deny
 // entry both match, allow wins. Implementations are safe for concurrent
 // use and do not allocate in Match. The zero netip.Addr (address unknown)
@@ -78,7 +80,7 @@ type Matcher interface {
 	Match(addr netip.Addr, key string, now time.Time) (Entry, bool)
 }
 
-// List is an immutable set of entries, built by [NewList] or [LoadFile].
+// List is an immutable set of entries, built by [NewList].
 // It is safe for concurrent use; a nil *List matches nothing.
 //
 // Several entries for the same range or key collapse to the one that
@@ -108,7 +110,7 @@ var _ Matcher = (*List)(nil)
 
 // NewList validates entries and builds a List of them. An invalid entry
 // (neither or both of Prefix and Key set, an invalid Prefix, a Key or
-// Reason with control characters, invalid UTF-8 or over MaxFieldLen
+// Reason with control characters, invalid UTF-8 or over 1,024
 // bytes) is an error naming its index, wrapping ErrInvalidEntry and
 // core.ErrInvalidOption, and no List is built. A Prefix with host bits
 // set is masked; an IPv4-mapped one is folded to IPv4. Entries that have
@@ -180,7 +182,7 @@ func (l *List) Match(addr netip.Addr, key string, now time.Time) (Entry, bool) {
 		return Entry{}, false
 	}
 	if key != "" && len(l.keys) > 0 {
-		if e, ok := l.keys[key]; ok && e.LiveAt(now) {
+		if e, ok := l.keys[key]; ok && e.liveAt(now) {
 			return e, true
 		}
 	}
@@ -193,7 +195,7 @@ func (l *List) Match(addr netip.Addr, key string, now time.Time) (Entry, bool) {
 	}
 	for i >= 0 {
 		n := &l.ranges[i]
-		if n.entry.LiveAt(now) {
+		if n.entry.liveAt(now) {
 			return n.entry, true
 		}
 		i = n.parent
@@ -201,8 +203,8 @@ func (l *List) Match(addr netip.Addr, key string, now time.Time) (Entry, bool) {
 	return Entry{}, false
 }
 
-// Len returns the number of distinct ranges and keys in l.
-func (l *List) Len() int {
+// size returns the number of distinct ranges and keys in l.
+func (l *List) size() int {
 	if l == nil {
 		return 0
 	}
@@ -216,7 +218,7 @@ func (l *List) Entries() []Entry {
 	if l == nil {
 		return nil
 	}
-	out := make([]Entry, 0, l.Len())
+	out := make([]Entry, 0, l.size())
 	for _, n := range l.ranges {
 		out = append(out, n.entry)
 	}

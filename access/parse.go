@@ -16,44 +16,42 @@ import (
 // of a million lines (the largest the issue asks for, twice over) loads
 // in about two seconds and some 300 MB on one core; a file past them is
 // far more likely a mistake (a wrong path, a log file, a runaway
-// generator) than a list.
+// generator) than a list. The package doc gives their values.
 const (
-	// MaxLines is the most lines, comments and blank lines included, that
+	// maxLines is the most lines, comments and blank lines included, that
 	// Parse reads: twice the million-line lists that must load.
-	MaxLines = 2_000_000
-	// MaxLineLen is the longest line, in bytes, without its line ending:
-	// room for a key and a reason of MaxFieldLen bytes each, the fields
+	maxLines = 2_000_000
+	// maxLineLen is the longest line, in bytes, without its line ending:
+	// room for a key and a reason of maxFieldLen bytes each, the fields
 	// and a comment, so that no valid entry is refused, while a line
 	// buffer stays small.
-	MaxLineLen = 4096
-	// MaxFileBytes is the most bytes that Parse reads.
-	MaxFileBytes = 256 << 20
+	maxLineLen = 4096
+	// maxFileBytes is the most bytes that Parse reads.
+	maxFileBytes = 256 << 20
 )
 
-// Errors that a [ParseError] wraps for a file past the format's limits.
-// Other malformed lines wrap ErrInvalidEntry.
-var (
-	ErrLineTooLong  = errors.New("access: line too long")
-	ErrTooManyLines = errors.New("access: too many lines")
-	ErrFileTooLarge = errors.New("access: file too large")
-)
+// ErrTooLarge reports input past a bound of this package: a list's text
+// with a line over 4,096 bytes, more than 2,000,000 lines or more than
+// 256 MiB (wrapped in a [ParseError]), or a Ban that would make a [Bans]
+// hold more than its maximum. The error's text says which bound.
+var ErrTooLarge = errors.New("access: too large")
 
-// ParseError reports where a list's text is malformed: Line and Column
-// count from 1, Column in bytes. Err wraps ErrInvalidEntry,
-// ErrLineTooLong, ErrTooManyLines or ErrFileTooLarge, or is the reader's
-// error.
+// ParseError reports where a list's text is malformed: its Line, counted
+// from 1; the message names the byte column too. It unwraps to an error
+// wrapping ErrInvalidEntry or ErrTooLarge, or to the reader's error.
 type ParseError struct {
-	Line, Column int
-	Err          error
+	Line   int
+	column int
+	err    error
 }
 
 // Error formats the position and the cause.
 func (e *ParseError) Error() string {
-	return fmt.Sprintf("line %d, column %d: %v", e.Line, e.Column, e.Err)
+	return fmt.Sprintf("line %d, column %d: %v", e.Line, e.column, e.err)
 }
 
-// Unwrap returns Err.
-func (e *ParseError) Unwrap() error { return e.Err }
+// Unwrap returns the cause.
+func (e *ParseError) Unwrap() error { return e.err }
 
 // ParseEntry parses one entry in the line format described in the package
 // doc, for example "203.0.113.7", "2001:db8::/32 # comment", "user:42" or
@@ -62,15 +60,15 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // Parse rejects in a line. The error is a *ParseError on line 1.
 func ParseEntry(s string) (Entry, error) {
 	s = strings.TrimSuffix(s, "\r")
-	if len(s) > MaxLineLen {
-		return Entry{}, &ParseError{Line: 1, Column: MaxLineLen + 1, Err: fmt.Errorf("%w: over %d bytes", ErrLineTooLong, MaxLineLen)}
+	if len(s) > maxLineLen {
+		return Entry{}, &ParseError{Line: 1, column: maxLineLen + 1, err: fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)}
 	}
 	e, ok, col, err := parseLine(s)
 	if err == nil && !ok {
 		col, err = 1, invalid("empty entry: no address, range or key")
 	}
 	if err != nil {
-		return Entry{}, &ParseError{Line: 1, Column: col, Err: err}
+		return Entry{}, &ParseError{Line: 1, column: col, err: err}
 	}
 	return e, nil
 }
@@ -78,11 +76,11 @@ func ParseEntry(s string) (Entry, error) {
 // Parse reads entries in the line format, one a line; blank lines and
 // comments are skipped. It stops at the first malformed line and returns
 // a *ParseError naming it and no entries, or the reader's error wrapped
-// in one. Past MaxLines lines, MaxLineLen bytes in a line or MaxFileBytes
-// in all, it stops with an error too.
+// in one. Past 2,000,000 lines, 4,096 bytes in a line or 256 MiB in all,
+// it stops with an error wrapping ErrTooLarge.
 func Parse(r io.Reader) ([]Entry, error) {
-	sc := bufio.NewScanner(io.LimitReader(r, MaxFileBytes+1))
-	sc.Buffer(make([]byte, 0, MaxLineLen+2), MaxLineLen+2)
+	sc := bufio.NewScanner(io.LimitReader(r, maxFileBytes+1))
+	sc.Buffer(make([]byte, 0, maxLineLen+2), maxLineLen+2)
 	var (
 		entries []Entry
 		line    int
@@ -90,20 +88,20 @@ func Parse(r io.Reader) ([]Entry, error) {
 	)
 	for sc.Scan() {
 		line++
-		if line > MaxLines {
-			return nil, &ParseError{Line: line, Column: 1, Err: fmt.Errorf("%w: more than %d", ErrTooManyLines, MaxLines)}
+		if line > maxLines {
+			return nil, &ParseError{Line: line, column: 1, err: fmt.Errorf("%w: more than %d lines", ErrTooLarge, maxLines)}
 		}
 		b := sc.Bytes()
 		read += int64(len(b)) + 1
-		if read > MaxFileBytes+1 {
-			return nil, &ParseError{Line: line, Column: 1, Err: fmt.Errorf("%w: over %d bytes", ErrFileTooLarge, MaxFileBytes)}
+		if read > maxFileBytes+1 {
+			return nil, &ParseError{Line: line, column: 1, err: fmt.Errorf("%w: a file over %d bytes", ErrTooLarge, maxFileBytes)}
 		}
-		if len(b) > MaxLineLen {
-			return nil, &ParseError{Line: line, Column: MaxLineLen + 1, Err: fmt.Errorf("%w: over %d bytes", ErrLineTooLong, MaxLineLen)}
+		if len(b) > maxLineLen {
+			return nil, &ParseError{Line: line, column: maxLineLen + 1, err: fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)}
 		}
 		e, ok, col, err := parseLine(string(b))
 		if err != nil {
-			return nil, &ParseError{Line: line, Column: col, Err: err}
+			return nil, &ParseError{Line: line, column: col, err: err}
 		}
 		if ok {
 			entries = append(entries, e)
@@ -111,13 +109,13 @@ func Parse(r io.Reader) ([]Entry, error) {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("%w: over %d bytes", ErrLineTooLong, MaxLineLen)
-			return nil, &ParseError{Line: line + 1, Column: MaxLineLen + 1, Err: err}
+			err = fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)
+			return nil, &ParseError{Line: line + 1, column: maxLineLen + 1, err: err}
 		}
-		return nil, &ParseError{Line: line + 1, Column: 1, Err: err}
+		return nil, &ParseError{Line: line + 1, column: 1, err: err}
 	}
-	if read > MaxFileBytes {
-		return nil, &ParseError{Line: line, Column: 1, Err: fmt.Errorf("%w: over %d bytes", ErrFileTooLarge, MaxFileBytes)}
+	if read > maxFileBytes {
+		return nil, &ParseError{Line: line, column: 1, err: fmt.Errorf("%w: a file over %d bytes", ErrTooLarge, maxFileBytes)}
 	}
 	return entries, nil
 }
@@ -175,8 +173,8 @@ func parseLine(s string) (e Entry, ok bool, col int, err error) {
 			if reason == "" {
 				return Entry{}, false, pos + 1, invalid("reason= with no text")
 			}
-			if len(reason) > MaxFieldLen {
-				return Entry{}, false, pos + 1, invalid("reason is %d bytes, over the limit of %d", len(reason), MaxFieldLen)
+			if len(reason) > maxFieldLen {
+				return Entry{}, false, pos + 1, invalid("reason is %d bytes, over the limit of %d", len(reason), maxFieldLen)
 			}
 			// A tab separates fields but is a control character in the
 			// text of an Entry: NewList would reject it, without a line.
@@ -195,8 +193,8 @@ func parseLine(s string) (e Entry, ok bool, col int, err error) {
 // parseTarget parses an address, a range or a key.
 func parseTarget(t string) (Entry, error) {
 	if isKey(t) {
-		if len(t) > MaxFieldLen {
-			return Entry{}, invalid("key is %d bytes, over the limit of %d", len(t), MaxFieldLen)
+		if len(t) > maxFieldLen {
+			return Entry{}, invalid("key is %d bytes, over the limit of %d", len(t), maxFieldLen)
 		}
 		return Entry{Key: strings.Clone(t)}, nil
 	}

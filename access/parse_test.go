@@ -101,14 +101,14 @@ func TestParseEntryErrors(t *testing.T) {
 			var pe *access.ParseError
 			require.ErrorAs(t, err, &pe)
 			assert.Equal(t, 1, pe.Line)
-			assert.Equal(t, tt.col, pe.Column, "%v", err)
+			assert.Equal(t, tt.col, access.Column(pe), "%v", err)
 			assert.ErrorIs(t, err, access.ErrInvalidEntry)
 			assert.Contains(t, err.Error(), tt.msg)
 			assert.True(t, strings.HasPrefix(err.Error(), fmt.Sprintf("line 1, column %d: ", tt.col)), err.Error())
 		})
 	}
 	_, err := access.ParseEntry(strings.Repeat("x", access.MaxLineLen+1))
-	require.ErrorIs(t, err, access.ErrLineTooLong)
+	require.ErrorIs(t, err, access.ErrTooLarge)
 }
 
 func TestParse(t *testing.T) {
@@ -146,9 +146,9 @@ func TestParseErrors(t *testing.T) {
 		{"empty entry", "10.0.0.1\n  expires=2026-12-31T00:00:00Z\n", 2, 3, access.ErrInvalidEntry},
 		{"NUL", "10.0.0.1\n10.0.0.2\x00\n", 2, 9, access.ErrInvalidEntry},
 		{"control", "user:1\nuser:\x07\n", 2, 6, access.ErrInvalidEntry},
-		{"line too long", "10.0.0.1\n" + long + "\n", 2, access.MaxLineLen + 1, access.ErrLineTooLong},
-		{"line far too long", "10.0.0.1\n10.0.0.2\n" + veryLong + "\n", 3, access.MaxLineLen + 1, access.ErrLineTooLong},
-		{"long last line", "10.0.0.1\n" + long, 2, access.MaxLineLen + 1, access.ErrLineTooLong},
+		{"line too long", "10.0.0.1\n" + long + "\n", 2, access.MaxLineLen + 1, access.ErrTooLarge},
+		{"line far too long", "10.0.0.1\n10.0.0.2\n" + veryLong + "\n", 3, access.MaxLineLen + 1, access.ErrTooLarge},
+		{"long last line", "10.0.0.1\n" + long, 2, access.MaxLineLen + 1, access.ErrTooLarge},
 		{"error after good lines", "10.0.0.1\n10.0.0.2\nnope\n10.0.0.3\n", 3, 1, access.ErrInvalidEntry},
 	}
 	for _, tt := range tests {
@@ -158,7 +158,7 @@ func TestParseErrors(t *testing.T) {
 			var pe *access.ParseError
 			require.ErrorAs(t, err, &pe)
 			assert.Equal(t, tt.line, pe.Line, "%v", err)
-			assert.Equal(t, tt.col, pe.Column, "%v", err)
+			assert.Equal(t, tt.col, access.Column(pe), "%v", err)
 			assert.ErrorIs(t, err, tt.is)
 		})
 	}
@@ -237,7 +237,7 @@ func TestParseHugeFile(t *testing.T) {
 	var pe *access.ParseError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, access.MaxLines+1, pe.Line)
-	assert.ErrorIs(t, err, access.ErrTooManyLines)
+	assert.ErrorIs(t, err, access.ErrTooLarge)
 
 	// And MaxLines itself is fine.
 	got, err = access.Parse(&blankLines{n: access.MaxLines})
@@ -270,7 +270,7 @@ func TestParseFileTooLarge(t *testing.T) {
 	n := access.MaxFileBytes/len(line) + 2
 	got, err := access.Parse(io.LimitReader(&repeatReader{s: line}, int64(n*len(line))))
 	assert.Nil(t, got)
-	require.ErrorIs(t, err, access.ErrFileTooLarge)
+	require.ErrorIs(t, err, access.ErrTooLarge)
 }
 
 type repeatReader struct {

@@ -3,6 +3,7 @@ package overrides_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
@@ -52,17 +53,15 @@ func ExampleSet() {
 // Limits shrink while more than 100 requests are in flight, and recover
 // once fewer than 50 are.
 func ExampleNewLoad() {
-	var inflight overrides.InFlight // Inc when a request starts, defer Dec
-	load, err := overrides.NewLoad(inflight.Value, overrides.LoadConfig{High: 100, Low: 50})
+	var inflight atomic.Int64 // Add(1) when a request starts, defer Add(-1)
+	signal := func() float64 { return float64(inflight.Load()) }
+	load, err := overrides.NewLoad(signal, overrides.LoadConfig{High: 100, Low: 50, Interval: time.Second})
 	if err != nil {
 		panic(err)
 	}
-	load.Start() // reads the signal every second
-	defer load.Close()
+	defer load.Close() // stops the goroutine that reads the signal every second
 	// core.NewLimiter(store, policy, core.WithPolicySource(load)) ...
-	for range 150 {
-		inflight.Inc()
-	}
+	inflight.Add(150)
 	fmt.Println(load.Update()) // an Update now, as the ticker's would be
 	// Output: 0.9
 }

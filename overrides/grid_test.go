@@ -9,11 +9,11 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/gridtest"
+	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/internal/gridtest"
-	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 // setSource is a fresh Set for one case of the grid, logging to a buffer
@@ -21,7 +21,7 @@ import (
 func setSource(t *testing.T) gridtest.Source {
 	set := overrides.New()
 	logs := new(syncbuf.Buffer)
-	peer.SetLogger(set, slog.New(slog.NewTextHandler(logs, nil)))
+	overridespeer.SetLogger(set, slog.New(slog.NewTextHandler(logs, nil)))
 	return gridtest.Source{Adjust: set, Put: set.Put, Logs: logs.String}
 }
 

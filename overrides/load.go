@@ -27,8 +27,9 @@ type LoadConfig struct {
 	// MinScale is the smallest scale, in (0, 1]; 0 means 0.1: limits never
 	// shrink below a tenth.
 	MinScale float64
-	// Interval is how often Start's goroutine calls Update; 0 means one
-	// second.
+	// Interval, when above 0, is how often a goroutine of NewLoad's calls
+	// Update, until Close; at least a millisecond. 0 starts no goroutine:
+	// the caller calls Update itself (a test, or a loop of its own).
 	Interval time.Duration
 	// Layers, when not empty, are the only layers (or policy names) Load
 	// scales; empty scales every layer.
@@ -39,19 +40,24 @@ type LoadConfig struct {
 // [MinScale, 1] that follows a load signal: down by a Step at each Update
 // that reads the signal above High, up by a Step at each one that reads it
 // below Low, unchanged in between. It is a core.PolicySource: Adjust is an
-// atomic load and a multiplication. Update samples the signal; Start calls
-// it every Interval on a goroutine until Close. It is safe for concurrent
-// use.
+// atomic load and a multiplication. Update samples the signal; with an
+// Interval, a goroutine calls it every Interval until Close. It is safe
+// for concurrent use.
+//
+// The signal is the caller's function: requests in flight (an atomic
+// counter the handler increments, and decrements in a defer), a latency,
+// a CPU reading.
 type Load struct {
 	signal func() float64
 	cfg    LoadConfig
 	scale  atomic.Uint64 // float64 bits
-	mu     sync.Mutex    // serializes Update, Start and Close
+	mu     sync.Mutex    // serializes Update and Close
 	stop   chan struct{}
 	done   chan struct{}
 }
 
-// NewLoad returns a Load over signal with cfg, at scale 1. It fails, with
+// NewLoad returns a Load over signal with cfg, at scale 1, and starts its
+// goroutine when cfg.Interval is above 0 (Close stops it). It fails, with
 // an error wrapping core.ErrInvalidOption, on a nil signal, Low not below
 // High, a threshold that is NaN or infinite, or a Step, MinScale or
 // Interval out of range.
@@ -72,21 +78,21 @@ func NewLoad(signal func() float64, cfg LoadConfig) (*Load, error) {
 	if cfg.MinScale == 0 {
 		cfg.MinScale = 0.1
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
-	}
 	if !(cfg.Step > 0 && cfg.Step <= 1) {
 		return bad("step %v is out of range (0, 1]", cfg.Step)
 	}
 	if !(cfg.MinScale > 0 && cfg.MinScale <= 1) {
 		return bad("min scale %v is out of range (0, 1]", cfg.MinScale)
 	}
-	if cfg.Interval < time.Millisecond {
-		return bad("interval %v is under 1ms", cfg.Interval)
+	if cfg.Interval < 0 || (cfg.Interval > 0 && cfg.Interval < time.Millisecond) {
+		return bad("interval %v is neither 0 nor at least 1ms", cfg.Interval)
 	}
 	cfg.Layers = slices.Clone(cfg.Layers)
 	l := &Load{signal: signal, cfg: cfg}
 	l.scale.Store(math.Float64bits(1))
+	if cfg.Interval > 0 {
+		l.start()
+	}
 	return l, nil
 }
 
@@ -118,14 +124,9 @@ func (l *Load) Update() float64 {
 	return s
 }
 
-// Start calls Update every Interval on a goroutine of its own, until
-// Close. A second Start does nothing.
-func (l *Load) Start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stop != nil {
-		return
-	}
+// start calls Update every Interval on a goroutine of its own, until
+// Close.
+func (l *Load) start() {
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
 	go func(stop, done chan struct{}) {
 		defer close(done)
@@ -142,8 +143,8 @@ func (l *Load) Start() {
 	}(l.stop, l.done)
 }
 
-// Close stops Start's goroutine and waits for it; the scale stays as it
-// is. It is idempotent.
+// Close stops the goroutine, if any, and waits for it; the scale stays as
+// it is, and Update still works. It is idempotent.
 func (l *Load) Close() error {
 	l.mu.Lock()
 	stop, done := l.stop, l.done
@@ -166,19 +167,5 @@ func (l *Load) Adjust(p core.Policy) core.Policy {
 	if s == 1 || (len(l.cfg.Layers) > 0 && !slices.Contains(l.cfg.Layers, p.Name)) {
 		return p
 	}
-	return Override{Scale: s}.Apply(p)
+	return Override{Scale: s}.applyTo(p)
 }
-
-// InFlight counts the requests in flight, a load signal for Load: Inc when
-// one starts, Dec when it ends (defer), Value as the signal. The zero
-// InFlight is ready to use.
-type InFlight struct{ n atomic.Int64 }
-
-// Inc counts one more request in flight.
-func (f *InFlight) Inc() { f.n.Add(1) }
-
-// Dec counts one request fewer.
-func (f *InFlight) Dec() { f.n.Add(-1) }
-
-// Value returns the requests in flight, as a signal for NewLoad.
-func (f *InFlight) Value() float64 { return float64(f.n.Load()) }

@@ -11,8 +11,8 @@
 //     (in-flight requests, a latency, a CPU reading): down as the signal
 //     rises past a threshold, back up, with hysteresis, once it falls
 //     below a lower one.
-//   - Package overrides/redisoverrides shares a Set through a Redis hash,
-//     so that every app server picks a change up within a second.
+//   - Package rediswatch shares overrides through a Redis hash, so that
+//     every app server picks a change up within a second.
 //
 // A client keeps its usage when its limit changes: the stores decide the
 // new policy over the same state (see core.Check.Policy), so a client that
@@ -46,14 +46,15 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/overrides/internal/peer"
+	"github.com/apigate/ratelimit/internal/overridespeer"
 )
 
-// MaxScale is the largest Override.Scale.
-const MaxScale = 1e6
-
-// MaxTextLen is the longest text Parse reads.
-const MaxTextLen = 256
+// maxScale is the largest Override.Scale, and maxTextLen the longest text
+// Parse reads (shared with package rediswatch through package overridespeer).
+const (
+	maxScale   = overridespeer.MaxScale
+	maxTextLen = overridespeer.MaxTextLen
+)
 
 // Override changes one layer's policy. Its zero fields change nothing:
 // Limit and Burst replace the policy's when set (Burst only for the
@@ -80,13 +81,13 @@ type Override struct {
 	// Burst, when not 0, replaces a bucket's Burst, in [1, core.MaxLimit];
 	// the window algorithms have none and ignore it.
 	Burst int64
-	// Scale, when not 0, multiplies Limit and Burst, in (0, MaxScale].
+	// Scale, when not 0, multiplies Limit and Burst, in (0, 1e6].
 	Scale float64
 }
 
-// Validate reports whether o is usable, whatever the policy: at least one
+// validate reports whether o is usable, whatever the policy: at least one
 // field set, each in range. The error wraps core.ErrInvalidOption.
-func (o Override) Validate() error {
+func (o Override) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: override: %s", core.ErrInvalidOption, fmt.Sprintf(format, args...))
 	}
@@ -97,15 +98,15 @@ func (o Override) Validate() error {
 		return bad("limit %d is out of range [1, %d]", o.Limit, int64(core.MaxLimit))
 	case o.Burst < 0 || o.Burst > core.MaxLimit:
 		return bad("burst %d is out of range [1, %d]", o.Burst, int64(core.MaxLimit))
-	case math.IsNaN(o.Scale) || o.Scale < 0 || o.Scale > MaxScale:
-		return bad("scale %v is out of range (0, %v]", o.Scale, float64(MaxScale))
+	case math.IsNaN(o.Scale) || o.Scale < 0 || o.Scale > maxScale:
+		return bad("scale %v is out of range (0, %v]", o.Scale, float64(maxScale))
 	}
 	return nil
 }
 
-// Apply returns p as o changes it, valid when p is (see Override). When
+// applyTo returns p as o changes it, valid when p is (see Override). When
 // o's own values cannot make a valid policy of p, it returns p unchanged.
-func (o Override) Apply(p core.Policy) core.Policy {
+func (o Override) applyTo(p core.Policy) core.Policy {
 	q := p
 	if o.apply(&q) != nil {
 		return p
@@ -227,14 +228,14 @@ func (o Override) String() string {
 // by spaces or commas, the keys limit, burst and scale, each at most once
 // ("limit=500", "scale=0.5", "limit=500, burst=50"). It fails, with an
 // error wrapping core.ErrInvalidOption, on anything else: an empty text,
-// one longer than MaxTextLen, an unknown or repeated key, a number out of
+// one longer than 256 bytes, an unknown or repeated key, a number out of
 // range, NaN or infinite.
 func Parse(s string) (Override, error) {
 	bad := func(format string, args ...any) (Override, error) {
 		return Override{}, fmt.Errorf("%w: override %q: %s", core.ErrInvalidOption, clip(s), fmt.Sprintf(format, args...))
 	}
-	if len(s) > MaxTextLen {
-		return bad("longer than %d bytes", MaxTextLen)
+	if len(s) > maxTextLen {
+		return bad("longer than %d bytes", maxTextLen)
 	}
 	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' })
 	if len(fields) == 0 {
@@ -273,7 +274,7 @@ func Parse(s string) (Override, error) {
 			return bad("unknown key %q (limit, burst, scale)", k)
 		}
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.validate(); err != nil {
 		return Override{}, err
 	}
 	return o, nil
@@ -368,8 +369,8 @@ func New() *Set {
 }
 
 func init() {
-	// For redisoverrides: see package peer.
-	peer.Check = func(set any, layer string, o any) error {
+	// For rediswatch: see package overridespeer.
+	overridespeer.Check = func(set any, layer string, o any) error {
 		s, ok := set.(*Set)
 		ov, ok2 := o.(Override)
 		if !ok || !ok2 || s == nil {
@@ -382,7 +383,7 @@ func init() {
 		defer s.mu.Unlock()
 		return fits((*s.m.Load())[layer], layer, ov)
 	}
-	peer.Store = func(set any, m any) error {
+	overridespeer.Store = func(set any, m any) error {
 		s, ok := set.(*Set)
 		om, ok2 := m.(map[string]Override)
 		if !ok || !ok2 || s == nil {
@@ -390,7 +391,7 @@ func init() {
 		}
 		return s.replace(om, false)
 	}
-	peer.SetLogger = func(set any, l *slog.Logger) {
+	overridespeer.SetLogger = func(set any, l *slog.Logger) {
 		if s, ok := set.(*Set); ok && s != nil {
 			s.logger.Store(l)
 		}
@@ -440,7 +441,7 @@ func (s *Set) Replace(m map[string]Override) error { return s.replace(m, true) }
 
 // replace is Replace; without fit, it takes an override that cannot
 // apply to a policy the Set knows (Adjust then decides by the last good
-// one), as a Watcher does with what it reads from Redis.
+// one), as a rediswatch.Overrides does with what it reads from Redis.
 func (s *Set) replace(m map[string]Override, fit bool) error {
 	for layer, o := range m {
 		if err := checkEntry(layer, o); err != nil {
@@ -622,5 +623,5 @@ func checkEntry(layer string, o Override) error {
 	if err := (core.Policy{Name: layer, Algorithm: core.FixedWindow, Limit: 1, Window: core.MinWindow}).Validate(); err != nil {
 		return fmt.Errorf("%w: override of %q: %w", core.ErrInvalidOption, clip(layer), err)
 	}
-	return o.Validate()
+	return o.validate()
 }

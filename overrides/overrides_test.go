@@ -15,9 +15,9 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -61,48 +61,48 @@ func TestParseAndString(t *testing.T) {
 func TestApply(t *testing.T) {
 	bucket := core.Policy{Name: "b", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}
 	window := core.Policy{Name: "w", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
-	assert.Equal(t, int64(50), overrides.Override{Limit: 50}.Apply(window).Limit)
-	assert.Equal(t, int64(0), overrides.Override{Burst: 5}.Apply(window).Burst, "a window has no burst")
-	b := overrides.Override{Scale: 0.5}.Apply(bucket)
+	assert.Equal(t, int64(50), overrides.Apply(overrides.Override{Limit: 50}, window).Limit)
+	assert.Equal(t, int64(0), overrides.Apply(overrides.Override{Burst: 5}, window).Burst, "a window has no burst")
+	b := overrides.Apply(overrides.Override{Scale: 0.5}, bucket)
 	assert.Equal(t, int64(50), b.Limit)
 	assert.Equal(t, int64(10), b.Burst)
-	b = overrides.Override{Limit: 10, Burst: 4, Scale: 0.01}.Apply(bucket)
+	b = overrides.Apply(overrides.Override{Limit: 10, Burst: 4, Scale: 0.01}, bucket)
 	assert.Equal(t, int64(1), b.Limit, "never below 1")
 	assert.Equal(t, int64(1), b.Burst)
-	huge := overrides.Override{Limit: core.MaxLimit, Scale: overrides.MaxScale}.Apply(window)
+	huge := overrides.Apply(overrides.Override{Limit: core.MaxLimit, Scale: overrides.MaxScale}, window)
 	assert.Equal(t, int64(core.MaxLimit), huge.Limit, "never above MaxLimit")
 	assert.NoError(t, huge.Validate())
 
 	// Scale rounds down: never looser than it asks.
-	assert.Equal(t, int64(1), overrides.Override{Limit: 3, Scale: 0.5}.Apply(window).Limit, "1.5 is 1, not 2")
-	assert.Equal(t, int64(4), overrides.Override{Limit: 3, Scale: 1.5}.Apply(window).Limit, "4.5 is 4")
-	assert.Equal(t, int64(3), overrides.Override{Limit: 1000, Scale: 0.003}.Apply(window).Limit, "0.003 of 1,000 is 3, float64 error aside")
-	assert.Equal(t, int64(29), overrides.Override{Limit: 100, Scale: 0.29}.Apply(window).Limit, "28.999999999999996 is 29")
+	assert.Equal(t, int64(1), overrides.Apply(overrides.Override{Limit: 3, Scale: 0.5}, window).Limit, "1.5 is 1, not 2")
+	assert.Equal(t, int64(4), overrides.Apply(overrides.Override{Limit: 3, Scale: 1.5}, window).Limit, "4.5 is 4")
+	assert.Equal(t, int64(3), overrides.Apply(overrides.Override{Limit: 1000, Scale: 0.003}, window).Limit, "0.003 of 1,000 is 3, float64 error aside")
+	assert.Equal(t, int64(29), overrides.Apply(overrides.Override{Limit: 100, Scale: 0.29}, window).Limit, "28.999999999999996 is 29")
 
 	// Derived values are clamped down to valid ones, never up.
 	issue := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	got := overrides.Override{Limit: 1}.Apply(issue)
+	got := overrides.Apply(overrides.Override{Limit: 1}, issue)
 	assert.Equal(t, core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour, Burst: 8784}, got,
 		"the kept burst, which 1 an hour cannot refill within MaxWindow, clamped to what it refills")
 	require.NoError(t, got.Validate())
 	edge := core.Policy{Name: "e", Algorithm: core.LeakyBucket, Limit: 3, Window: time.Hour, Burst: 3 * 8784}
-	got = overrides.Override{Scale: 0.5}.Apply(edge)
+	got = overrides.Apply(overrides.Override{Scale: 0.5}, edge)
 	assert.Equal(t, int64(1), got.Limit)
 	assert.Equal(t, int64(8784), got.Burst, "13,176 at 1 an hour is past MaxWindow: clamped")
 	require.NoError(t, got.Validate())
 	slowest := core.Policy{Name: "s", Algorithm: core.TokenBucket, Limit: 5, Window: core.MaxWindow}
-	got = overrides.Override{Scale: 1e-6}.Apply(slowest)
+	got = overrides.Apply(overrides.Override{Scale: 1e-6}, slowest)
 	assert.Equal(t, int64(1), got.Limit, "scaled to 0: 1, the least limit")
 	require.NoError(t, got.Validate())
 	logPolicy := core.Policy{Name: "l", Algorithm: core.SlidingWindowLog, Limit: 50_000, Window: time.Second}
-	got = overrides.Override{Scale: 10}.Apply(logPolicy)
+	got = overrides.Apply(overrides.Override{Scale: 10}, logPolicy)
 	assert.Equal(t, int64(core.MaxLogLimit), got.Limit, "a log scaled past MaxLogLimit: clamped")
 	require.NoError(t, got.Validate())
 
 	// Values the override sets itself that no valid policy has: not
 	// applied (Apply leaves the policy as it is).
-	assert.Equal(t, issue, overrides.Override{Limit: 1, Burst: 10_000}.Apply(issue))
-	assert.Equal(t, logPolicy, overrides.Override{Limit: core.MaxLogLimit + 1}.Apply(logPolicy))
+	assert.Equal(t, issue, overrides.Apply(overrides.Override{Limit: 1, Burst: 10_000}, issue))
+	assert.Equal(t, logPolicy, overrides.Apply(overrides.Override{Limit: core.MaxLogLimit + 1}, logPolicy))
 }
 
 func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
@@ -170,7 +170,7 @@ func TestSetRefusesBadEntries(t *testing.T) {
 func captured() (*overrides.Set, *syncbuf.Buffer) {
 	live := overrides.New()
 	logs := new(syncbuf.Buffer)
-	peer.SetLogger(live, slog.New(slog.NewTextHandler(logs, nil)))
+	overridespeer.SetLogger(live, slog.New(slog.NewTextHandler(logs, nil)))
 	return live, logs
 }
 
@@ -359,19 +359,12 @@ func TestLoadShrinksAndRecoversWithHysteresis(t *testing.T) {
 	assert.Equal(t, int64(8), d.Limit)
 }
 
-func TestLoadStartUpdatesUntilClose(t *testing.T) {
-	var reads atomic.Int64
-	var inflight overrides.InFlight
-	for range 5 {
-		inflight.Inc()
-	}
-	inflight.Dec()
-	assert.Equal(t, 4.0, inflight.Value())
-	load, err := overrides.NewLoad(func() float64 { reads.Add(1); return inflight.Value() },
+func TestLoadIntervalUpdatesUntilClose(t *testing.T) {
+	var reads, inflight atomic.Int64
+	inflight.Store(4)
+	load, err := overrides.NewLoad(func() float64 { reads.Add(1); return float64(inflight.Load()) },
 		overrides.LoadConfig{High: 3, Low: 1, Interval: time.Millisecond})
 	require.NoError(t, err)
-	load.Start()
-	load.Start() // a second Start does nothing
 	require.Eventually(t, func() bool { return load.Scale() <= 0.5 }, 5*time.Second, time.Millisecond,
 		"4 in flight, above High: the ticker shrank the limits")
 	require.NoError(t, load.Close()) // joins the ticker's goroutine
@@ -396,6 +389,7 @@ func TestNewLoadRefusesBadConfig(t *testing.T) {
 		"min scale":    {sig, overrides.LoadConfig{High: 2, Low: 1, MinScale: -1}},
 		"min scale >1": {sig, overrides.LoadConfig{High: 2, Low: 1, MinScale: 1.5}},
 		"interval":     {sig, overrides.LoadConfig{High: 2, Low: 1, Interval: time.Microsecond}},
+		"negative":     {sig, overrides.LoadConfig{High: 2, Low: 1, Interval: -time.Second}},
 	} {
 		_, err := overrides.NewLoad(tc.signal, tc.cfg)
 		assert.ErrorIs(t, err, core.ErrInvalidOption, name)

@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/access/redisbans"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // banWithin is how soon a ban made on one app server must stop its client
@@ -26,8 +26,8 @@ var banPrefixes atomic.Int64
 
 // RunBans checks bans over real sockets. In process (access.Bans): a ban
 // from code stops its client at its next request, an unban lets it back.
-// Through Redis (redisbans): two app servers, each with its own Limiter
-// and its own redisbans.Bans over one real redis-server, and two clients
+// Through Redis (rediswatch): two app servers, each with its own Limiter
+// and its own rediswatch.Bans over one real redis-server, and two clients
 // behind a trusted proxy; a ban made on server A stops client 1 on server
 // B within a second, client 2 passing all along, and an unban on B lets
 // client 1 back in on A within a second; a ban by key works the same.
@@ -41,13 +41,13 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	}
 
 	t.Run("in process", func(t *testing.T) {
-		bans, err := access.NewBans()
+		bans, err := access.NewBans(0)
 		require.NoError(t, err)
 		l := NewLimiter(t, NewStore(t), fixed("bans", 1000))
 		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithClientIP(client), httplimit.WithDenyList(bans))},
 			Routes: []Route{{Method: "GET", Path: "/"}}})
 		require.Equal(t, 200, get(addr, one))
-		_, err = bans.BanFor(access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "credential stuffing"}, time.Hour)
+		_, err = bans.Ban(access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "credential stuffing"}, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, 403, get(addr, one), "banned at once")
 		require.Equal(t, 200, get(addr, two))
@@ -60,9 +60,9 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	t.Run("through Redis, two servers", func(t *testing.T) {
 		prefix := fmt.Sprintf("bans%d", banPrefixes.Add(1))
 		var servers []string
-		var sets []*redisbans.Bans
+		var sets []*rediswatch.Bans
 		for range 2 {
-			b, err := redisbans.New(srv.Client(), redisbans.WithPrefix(prefix))
+			b, err := rediswatch.NewBans(context.Background(), srv.Client(), rediswatch.WithKey(prefix))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = b.Close() })
 			l := NewLimiter(t, NewStore(t), fixed("bans", 1000))
@@ -83,7 +83,7 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			require.Equal(t, 200, get(s, two))
 		}
 		ctx := context.Background()
-		_, err := sets[0].BanFor(ctx, access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "abuse"}, time.Hour)
+		_, err := sets[0].Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "abuse"}, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, 403, get(a, one), "in force on the server that banned before Ban returns")
 		start := time.Now()
@@ -99,7 +99,7 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 
 		// By key, expiring: the ban ends on both servers by Redis's TTL.
 		user := hdr("X-User", "42")
-		_, err = sets[1].BanFor(ctx, access.Entry{Key: "user:42"}, 1500*time.Millisecond)
+		_, err = sets[1].Ban(ctx, access.Entry{Key: "user:42"}, 1500*time.Millisecond)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return get(a, user) == 403 }, banWithin, 20*time.Millisecond)
 		require.Equal(t, 403, get(b, user))

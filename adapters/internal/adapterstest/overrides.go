@@ -19,14 +19,14 @@ import (
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/redisoverrides"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // overrideWithin bounds the wait for an override written on one app
 // server to be in force on another. The Watchers poll every 250ms, and the
 // issue asks for a second; but a wall-clock bound that tight is a speed
 // claim, which a busy machine breaks while nothing is wrong (the poll
-// interval is redisoverrides' to test). Here the bound is generous, and the
+// interval is rediswatch's to test). Here the bound is generous, and the
 // time it took is logged.
 const overrideWithin = 10 * time.Second
 
@@ -37,8 +37,8 @@ func userKey(r keyfuncs.Request) (string, error) { return "user:" + r.Header("X-
 
 // RunOverrides checks limits changed live, over real sockets. In process
 // (overrides.Set): an override put from code is in force at the next
-// request, and its removal too. Through Redis (redisoverrides): two app
-// servers, each with its own Limiter and its own Watcher, over one store
+// request, and its removal too. Through Redis (rediswatch): two app
+// servers, each with its own Limiter and its own rediswatch.Overrides, over one store
 // and one overrides hash in one real redis-server; an operator's Put on
 // server A lowers the layer's limit, and server B denies past the new
 // limit (the time it took is logged), both then admit
@@ -77,9 +77,9 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		shared := clockstore.At(store, T0) // one window for the whole test
 		ctx := context.Background()
 		var servers []string
-		var watchers []*redisoverrides.Watcher
+		var watchers []*rediswatch.Overrides
 		for range 2 {
-			w, err := redisoverrides.New(ctx, srv.Client(), redisoverrides.WithKey(hash))
+			w, err := rediswatch.NewOverrides(ctx, srv.Client(), rediswatch.WithKey(hash))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = w.Close() })
 			watchers = append(watchers, w)
@@ -127,7 +127,7 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)))
 		require.NoError(t, err)
 		ctx := context.Background()
-		w, err := redisoverrides.New(ctx, srv.Client(), redisoverrides.WithKey(hash))
+		w, err := rediswatch.NewOverrides(ctx, srv.Client(), rediswatch.WithKey(hash))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = w.Close() })
 		layers := []httplimit.Layer{

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -21,7 +20,7 @@ const ListeningPrefix = "listening on "
 // framework, the URL of the listener at addr, the store, the deny list
 // (deny, nil when DENY_FILE is not set), the limits p and curl command
 // lines to run against them.
-func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string, deny *access.File, p Policies) error {
+func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string, deny *DenyList, p Policies) error {
 	u := BaseURL(addr)
 	var b strings.Builder
 	fmt.Fprintf(&b, "ratelimit demo (%s) %s%s\n", framework, ListeningPrefix, u)
@@ -33,12 +32,12 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	if deny == nil {
 		fmt.Fprintf(&b, "deny list: none (set %s=./deny.txt to answer 403 to the addresses and CIDR ranges it lists, one a line; reloaded when it changes)\n", DenyFileEnv)
 	} else {
-		entries := fmt.Sprintf("%d entries", deny.List().Len())
-		if deny.List().Len() == 1 {
+		entries := fmt.Sprintf("%d entries", len(deny.Entries()))
+		if len(deny.Entries()) == 1 {
 			entries = "1 entry"
 		}
 		fmt.Fprintf(&b, "deny list: %s (%s; reloaded when it changes): a listed address or range gets 403 on every request but GET %s\n",
-			deny.Path(), entries, MetricsPath)
+			deny.Path, entries, MetricsPath)
 	}
 	fmt.Fprintf(&b, "limits:\n")
 	fmt.Fprintf(&b, "  %-16s %s, per client IP (but GET %s)\n", "every request", Describe(p.Global), MetricsPath)
@@ -72,7 +71,7 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  curl -i %s/users/42/posts\n", u)
 	if deny != nil {
 		fmt.Fprintf(&b, "  # deny this very client: within a moment every request gets 403 (but GET %s); delete the line to lift it\n", MetricsPath)
-		fmt.Fprintf(&b, "  echo %s >> %s\n", clientAddr(addr), shellQuote(deny.Path()))
+		fmt.Fprintf(&b, "  echo %s >> %s\n", clientAddr(addr), shellQuote(deny.Path))
 		fmt.Fprintf(&b, "  curl -i %s/\n", u)
 	}
 	fmt.Fprintf(&b, "  # what the limiter decided, as Prometheus scrapes it\n")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -43,13 +44,24 @@ const DenyFileEnv = "DENY_FILE"
 // (access.WatchFile), logging its reloads to logger: a new list at Info, a
 // bad one at Error, the last good list kept in force. A file that does not
 // load is an error naming DenyFileEnv and, for a malformed line, the line.
-// Close the File when done.
-func OpenDenyList(path string, logger *slog.Logger) (*access.File, error) {
+// Close the DenyList when done.
+func OpenDenyList(path string, logger *slog.Logger) (*DenyList, error) {
 	f, err := access.WatchFile(path, access.WithLogger(logger))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DenyFileEnv, err)
 	}
-	return f, nil
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	return &DenyList{File: f, Path: abs}, nil
+}
+
+// DenyList is the watched deny list file and its absolute path, for the
+// banner.
+type DenyList struct {
+	*access.File
+	Path string
 }
 
 // Server is a framework's server as Run drives it. *http.Server is one;
@@ -109,7 +121,7 @@ type environment struct {
 // run is Run with its environment passed in; the deny list logs to
 // stderr. It serves until ctx ends.
 func run(ctx context.Context, stdout, stderr io.Writer, framework string, env environment, newServer func(Limiters) Server) (err error) {
-	var deny *access.File
+	var deny *DenyList
 	if env.denyFile != "" {
 		if deny, err = OpenDenyList(env.denyFile, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package redisbans_test
+package rediswatch_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/access/redisbans"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // propagation is the bound the issue sets: a ban made on one server stops
@@ -38,17 +38,17 @@ func prefix(t *testing.T) string {
 }
 
 // open returns a Bans, closed when the test ends, and its log.
-func open(t *testing.T, c redis.UniversalClient, opts ...redisbans.Option) (*redisbans.Bans, *syncBuffer) {
+func open(t *testing.T, c redis.UniversalClient, opts ...rediswatch.Option) (*rediswatch.Bans, *syncBuffer) {
 	t.Helper()
 	logs := new(syncBuffer)
-	opts = append([]redisbans.Option{redisbans.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
-	b, err := redisbans.New(c, opts...)
+	opts = append([]rediswatch.Option{rediswatch.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	b, err := rediswatch.NewBans(context.Background(), c, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, b.Close()) })
 	return b, logs
 }
 
-func matches(b *redisbans.Bans, a, key string) bool {
+func matches(b *rediswatch.Bans, a, key string) bool {
 	var ad netip.Addr
 	if a != "" {
 		ad = netip.MustParseAddr(a)
@@ -59,18 +59,18 @@ func matches(b *redisbans.Bans, a, key string) bool {
 
 func TestPropagation(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
 	// Two "servers", each with a client of its own.
 	one, _ := open(t, srv.Client(), p)
 	two, _ := open(t, srv.Client(), p)
 
-	e, err := one.BanFor(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "scanner"}, time.Hour)
+	e, err := one.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "scanner"}, time.Hour)
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now().Add(time.Hour), e.Expires, 5*time.Second)
-	_, err = one.Ban(ctx, access.Entry{Key: "user:42", Reason: "abuse"})
+	_, err = one.Ban(ctx, access.Entry{Key: "user:42", Reason: "abuse"}, 0)
 	require.NoError(t, err)
-	_, err = one.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("::ffff:198.51.100.7/128"), Expires: time.Now().Add(time.Hour)})
+	_, err = one.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("::ffff:198.51.100.7/128"), Expires: time.Now().Add(time.Hour)}, 0)
 	require.NoError(t, err)
 
 	// In force on the server that banned as soon as Ban returns ...
@@ -107,7 +107,7 @@ func TestPropagation(t *testing.T) {
 	assert.False(t, lifted, "not banned any more")
 
 	// A ban of a banned target replaces it.
-	_, err = two.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "for good"})
+	_, err = two.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "for good"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		e, ok := one.Match(netip.MustParseAddr("203.0.113.9"), "", time.Now())
@@ -121,16 +121,16 @@ func TestPropagation(t *testing.T) {
 func TestExpiryByTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := prefix(t)
-	p := redisbans.WithPrefix(prefix)
+	p := rediswatch.WithKey(prefix)
 	ctx := context.Background()
 	one, _ := open(t, srv.Client(), p)
 	two, _ := open(t, srv.Client(), p)
 	raw := srv.Client()
 
 	const ttl = 300 * time.Millisecond
-	short, err := one.BanFor(ctx, access.Entry{Key: "user:1", Reason: "short"}, ttl)
+	short, err := one.Ban(ctx, access.Entry{Key: "user:1", Reason: "short"}, ttl)
 	require.NoError(t, err)
-	_, err = one.Ban(ctx, access.Entry{Key: "user:2", Reason: "long"})
+	_, err = one.Ban(ctx, access.Entry{Key: "user:2", Reason: "long"}, 0)
 	require.NoError(t, err)
 	// Expiry is a TTL on the ban's own key, none on a permanent ban.
 	pttl, err := raw.PTTL(ctx, "{"+prefix+"}:b:k:user:1").Result()
@@ -153,7 +153,7 @@ func TestExpiryByTTL(t *testing.T) {
 		n, err := raw.Exists(ctx, "{"+prefix+"}:b:k:user:1").Result()
 		return err == nil && n == 0
 	}, ttl+propagation, tick)
-	require.Eventually(t, func() bool { return one.Len() == 1 && two.Len() == 1 }, propagation, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(one) == 1 && rediswatch.Len(two) == 1 }, propagation, tick)
 	assert.False(t, matches(one, "", "user:1"))
 	assert.True(t, matches(one, "", "user:2"))
 	list, err := two.List(ctx)
@@ -164,13 +164,13 @@ func TestExpiryByTTL(t *testing.T) {
 
 func TestRestartLoadsBans(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
-	first, err := redisbans.New(srv.Client(), p)
+	first, err := rediswatch.NewBans(context.Background(), srv.Client(), p)
 	require.NoError(t, err)
-	_, err = first.BanFor(ctx, access.Entry{Prefix: netip.MustParsePrefix("2001:db8::/32")}, time.Hour)
+	_, err = first.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("2001:db8::/32")}, time.Hour)
 	require.NoError(t, err)
-	_, err = first.Ban(ctx, access.Entry{Key: "key:9f86d081884c7d659a2feaa0c55ad015"})
+	_, err = first.Ban(ctx, access.Entry{Key: "key:9f86d081884c7d659a2feaa0c55ad015"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, first.Close())
 	require.NoError(t, first.Close(), "Close twice")
@@ -179,11 +179,11 @@ func TestRestartLoadsBans(t *testing.T) {
 	again, _ := open(t, srv.Client(), p)
 	assert.True(t, matches(again, "2001:db8::1", ""))
 	assert.True(t, matches(again, "", "key:9f86d081884c7d659a2feaa0c55ad015"))
-	assert.Equal(t, 2, again.Len())
+	assert.Equal(t, 2, rediswatch.Len(again))
 
 	// Another prefix shares nothing.
-	other, _ := open(t, srv.Client(), redisbans.WithPrefix(prefix(t)+":other"))
-	assert.Zero(t, other.Len())
+	other, _ := open(t, srv.Client(), rediswatch.WithKey(prefix(t)+":other"))
+	assert.Zero(t, rediswatch.Len(other))
 }
 
 func TestOutageKeepsSnapshot(t *testing.T) {
@@ -199,9 +199,9 @@ func TestOutageKeepsSnapshot(t *testing.T) {
 	b, logs := open(t, c)
 	other, _ := open(t, srv.Client())
 
-	_, err := b.Ban(ctx, access.Entry{Key: "user:1", Reason: "permanent"})
+	_, err := b.Ban(ctx, access.Entry{Key: "user:1", Reason: "permanent"}, 0)
 	require.NoError(t, err)
-	short, err := b.BanFor(ctx, access.Entry{Key: "user:2"}, 500*time.Millisecond)
+	short, err := b.Ban(ctx, access.Entry{Key: "user:2"}, 500*time.Millisecond)
 	require.NoError(t, err)
 
 	srv.Freeze()
@@ -210,15 +210,15 @@ func TestOutageKeepsSnapshot(t *testing.T) {
 	_, ok := b.Match(netip.Addr{}, "user:2", short.Expires.Add(-time.Millisecond))
 	assert.True(t, ok)
 	// Local expiry goes on: user:2's ban ends, and is dropped, without Redis.
-	require.Eventually(t, func() bool { return b.Len() == 1 }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(b) == 1 }, 5*time.Second, tick)
 	assert.False(t, matches(b, "", "user:2"))
-	_, err = b.Ban(ctx, access.Entry{Key: "user:3"})
+	_, err = b.Ban(ctx, access.Entry{Key: "user:3"}, 0)
 	require.Error(t, err, "a ban needs Redis")
 	assert.Equal(t, 1, strings.Count(logs.String(), "cannot read the bans"), "the outage is logged once")
 
 	srv.Thaw()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "reading the bans from Redis again") }, 5*time.Second, tick)
-	_, err = other.Ban(ctx, access.Entry{Key: "user:4"})
+	_, err = other.Ban(ctx, access.Entry{Key: "user:4"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(b, "", "user:4") }, propagation, tick)
 
@@ -230,17 +230,17 @@ func TestOutageKeepsSnapshot(t *testing.T) {
 	srv.Restart()
 	raw := srv.Client()
 	require.Eventually(t, func() bool {
-		n, err := raw.Exists(ctx, "{"+redisbans.DefaultPrefix+"}:b:k:user:1", "{"+redisbans.DefaultPrefix+"}:b:k:user:4").Result()
+		n, err := raw.Exists(ctx, "{"+rediswatch.DefaultPrefix+"}:b:k:user:1", "{"+rediswatch.DefaultPrefix+"}:b:k:user:4").Result()
 		return err == nil && n == 2
 	}, 5*time.Second, tick)
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), "reading the bans from Redis again") == 2 }, 5*time.Second, tick)
 	assert.True(t, matches(b, "", "user:1"))
 	assert.True(t, matches(other, "", "user:4"))
-	_, err = b.Ban(ctx, access.Entry{Key: "user:5"})
+	_, err = b.Ban(ctx, access.Entry{Key: "user:5"}, 0)
 	require.NoError(t, err)
 	assert.True(t, matches(b, "", "user:5"))
 	require.Eventually(t, func() bool { return matches(other, "", "user:5") }, propagation, tick)
-	assert.Equal(t, 3, b.Len())
+	assert.Equal(t, 3, rediswatch.Len(b))
 }
 
 func TestMalformedSkipped(t *testing.T) {
@@ -250,21 +250,21 @@ func TestMalformedSkipped(t *testing.T) {
 	ctx := context.Background()
 	tag := "{" + prefix + "}:"
 	bad := map[string]string{
-		"x:10.0.0.1/32":      "v1|0|unknown kind",
-		"nokind":             "v1|0|no kind",
-		"p:10.0.0.1/8":       "v1|0|host bits",
-		"p:10.0.0.0/33":      "v1|0|bad range",
-		"p:fe80::1%eth0/128": "v1|0|zone",
-		"k:":                 "v1|0|empty key",
-		"k:user:\x01":        "v1|0|control in key",
-		"k:user:a":           "garbage",
-		"k:user:b":           "v2|0|future format",
-		"k:user:c":           "v1|soon|bad time",
-		"k:user:d":           "v1|-5|negative",
-		"k:user:e":           "v1|0|control \x1b[31m in reason",
-		"k:user:f":           "v1|0|" + strings.Repeat("r", access.MaxFieldLen+1),
-		"k:user:g":           "v1|99999999999999999999|overflow",
-		"k:" + strings.Repeat("k", access.MaxFieldLen+1): "v1|0|long key",
+		"x:10.0.0.1/32":                    "v1|0|unknown kind",
+		"nokind":                           "v1|0|no kind",
+		"p:10.0.0.1/8":                     "v1|0|host bits",
+		"p:10.0.0.0/33":                    "v1|0|bad range",
+		"p:fe80::1%eth0/128":               "v1|0|zone",
+		"k:":                               "v1|0|empty key",
+		"k:user:\x01":                      "v1|0|control in key",
+		"k:user:a":                         "garbage",
+		"k:user:b":                         "v2|0|future format",
+		"k:user:c":                         "v1|soon|bad time",
+		"k:user:d":                         "v1|-5|negative",
+		"k:user:e":                         "v1|0|control \x1b[31m in reason",
+		"k:user:f":                         "v1|0|" + strings.Repeat("r", 1024+1),
+		"k:user:g":                         "v1|99999999999999999999|overflow",
+		"k:" + strings.Repeat("k", 1024+1): "v1|0|long key",
 	}
 	good := map[string]string{
 		"p:192.0.2.0/24": "v1|0|by hand",
@@ -281,8 +281,8 @@ func TestMalformedSkipped(t *testing.T) {
 	// An id in the index whose key is gone is no ban, and no error.
 	require.NoError(t, raw.ZAdd(ctx, tag+"i", redis.Z{Score: 1e18, Member: "k:user:gone"}).Err())
 
-	b, logs := open(t, raw, redisbans.WithPrefix(prefix))
-	assert.Equal(t, 2, b.Len())
+	b, logs := open(t, raw, rediswatch.WithKey(prefix))
+	assert.Equal(t, 2, rediswatch.Len(b))
 	assert.True(t, matches(b, "192.0.2.1", ""))
 	assert.True(t, matches(b, "", "user:ok"))
 	assert.False(t, matches(b, "10.0.0.1", "user:a"))
@@ -295,7 +295,7 @@ func TestMalformedSkipped(t *testing.T) {
 	// A malformed value written later, with a version bump, is skipped too.
 	require.NoError(t, raw.Set(ctx, tag+"b:p:192.0.2.0/24", "v1|x|", 0).Err())
 	require.NoError(t, raw.Set(ctx, tag+"v", "1", 0).Err())
-	require.Eventually(t, func() bool { return b.Len() == 1 }, propagation, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(b) == 1 }, propagation, tick)
 	assert.False(t, matches(b, "192.0.2.1", ""))
 }
 
@@ -303,73 +303,72 @@ func TestMaxBans(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := prefix(t)
 	ctx := context.Background()
-	b, _ := open(t, srv.Client(), redisbans.WithPrefix(prefix), redisbans.WithMaxBans(2))
-	_, err := b.Ban(ctx, access.Entry{Key: "user:1"})
+	b, _ := open(t, srv.Client(), rediswatch.WithKey(prefix), rediswatch.WithMax(2))
+	_, err := b.Ban(ctx, access.Entry{Key: "user:1"}, 0)
 	require.NoError(t, err)
-	_, err = b.BanFor(ctx, access.Entry{Key: "user:2"}, time.Hour)
+	_, err = b.Ban(ctx, access.Entry{Key: "user:2"}, time.Hour)
 	require.NoError(t, err)
-	_, err = b.Ban(ctx, access.Entry{Key: "user:3"})
-	require.ErrorIs(t, err, access.ErrTooManyBans)
-	_, err = b.Ban(ctx, access.Entry{Key: "user:2", Reason: "replaced"})
+	_, err = b.Ban(ctx, access.Entry{Key: "user:3"}, 0)
+	require.ErrorIs(t, err, access.ErrTooLarge)
+	_, err = b.Ban(ctx, access.Entry{Key: "user:2", Reason: "replaced"}, 0)
 	require.NoError(t, err, "replacing is not one more")
 
 	// A server with a smaller maximum loads the permanent bans first.
-	big, _ := open(t, srv.Client(), redisbans.WithPrefix(prefix))
-	_, err = big.BanFor(ctx, access.Entry{Key: "user:3"}, time.Hour)
+	big, _ := open(t, srv.Client(), rediswatch.WithKey(prefix))
+	_, err = big.Ban(ctx, access.Entry{Key: "user:3"}, time.Hour)
 	require.NoError(t, err)
-	small, logs := open(t, srv.Client(), redisbans.WithPrefix(prefix), redisbans.WithMaxBans(2))
-	assert.Equal(t, 2, small.Len())
+	small, logs := open(t, srv.Client(), rediswatch.WithKey(prefix), rediswatch.WithMax(2))
+	assert.Equal(t, 2, rediswatch.Len(small))
 	assert.True(t, matches(small, "", "user:1"))
 	assert.True(t, matches(small, "", "user:2"))
 	assert.False(t, matches(small, "", "user:3"))
-	assert.Contains(t, logs.String(), "more bans in Redis than WithMaxBans")
+	assert.Contains(t, logs.String(), "more bans in Redis than WithMax")
 }
 
 func TestRejects(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	for _, o := range []redisbans.Option{
+	for _, o := range []rediswatch.Option{
 		nil,
-		redisbans.WithPrefix(""),
-		redisbans.WithPrefix("a{b"),
-		redisbans.WithPrefix("a}b"),
-		redisbans.WithPrefix("a\nb"),
-		redisbans.WithPrefix(strings.Repeat("p", 257)),
-		redisbans.WithPollInterval(time.Millisecond),
-		redisbans.WithPollInterval(time.Hour),
-		redisbans.WithResyncInterval(0),
-		redisbans.WithMaxBans(0),
-		redisbans.WithMaxBans(1_000_001),
-		redisbans.WithStartTimeout(0),
-		redisbans.WithLogger(nil),
+		rediswatch.WithKey(""),
+		rediswatch.WithKey("a{b"),
+		rediswatch.WithKey("a}b"),
+		rediswatch.WithKey("a\nb"),
+		rediswatch.WithKey(strings.Repeat("p", 257)),
+		rediswatch.WithPollInterval(time.Millisecond),
+		rediswatch.WithPollInterval(time.Hour),
+		rediswatch.WithResyncInterval(0),
+		rediswatch.WithMax(0),
+		rediswatch.WithMax(1_000_001),
+		rediswatch.WithLogger(nil),
 	} {
-		b, err := redisbans.New(c, o)
+		b, err := rediswatch.NewBans(context.Background(), c, o)
 		assert.Nil(t, b)
 		require.ErrorIs(t, err, core.ErrInvalidOption)
 	}
-	b, err := redisbans.New(nil)
+	b, err := rediswatch.NewBans(context.Background(), nil)
 	assert.Nil(t, b)
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	var nilClient *redis.Client
-	_, err = redisbans.New(nilClient)
+	_, err = rediswatch.NewBans(context.Background(), nilClient)
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 
-	bans, _ := open(t, c, redisbans.WithPrefix(prefix(t)))
+	bans, _ := open(t, c, rediswatch.WithKey(prefix(t)))
 	for name, e := range map[string]access.Entry{
 		"neither":     {Reason: "x"},
 		"both":        {Prefix: netip.MustParsePrefix("10.0.0.0/8"), Key: "user:1"},
 		"bad range":   {Prefix: netip.PrefixFrom(netip.MustParseAddr("10.0.0.1"), 40)},
 		"control":     {Key: "user:\x00"},
-		"long reason": {Key: "user:1", Reason: strings.Repeat("r", access.MaxFieldLen+1)},
+		"long reason": {Key: "user:1", Reason: strings.Repeat("r", 1024+1)},
 		"expired":     {Key: "user:1", Expires: time.Now().Add(-time.Second)},
 		"long ago":    {Key: "user:1", Expires: time.Unix(0, 0)},
 		"before 1970": {Key: "user:1", Expires: time.Unix(-100, 0)},
 	} {
-		_, err := bans.Ban(ctx, e)
+		_, err := bans.Ban(ctx, e, 0)
 		require.ErrorIs(t, err, access.ErrInvalidEntry, name)
 	}
-	_, err = bans.BanFor(ctx, access.Entry{Key: "user:1"}, 0)
+	_, err = bans.Ban(ctx, access.Entry{Key: "user:1"}, -time.Millisecond)
 	require.ErrorIs(t, err, access.ErrInvalidEntry)
 	_, err = bans.Unban(ctx, access.Entry{})
 	require.ErrorIs(t, err, access.ErrInvalidEntry)
@@ -377,13 +376,14 @@ func TestRejects(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, list, "nothing half-applied")
 
-	// A Redis that cannot be reached fails New, bounded by the start
-	// timeout.
+	// A Redis that cannot be reached fails NewBans, bounded by its ctx.
 	dead := redistest.StartWith(t)
 	dc := dead.Client()
 	dead.Kill()
 	start := time.Now()
-	b, err = redisbans.New(dc, redisbans.WithStartTimeout(200*time.Millisecond))
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	b, err = rediswatch.NewBans(short, dc)
 	assert.Nil(t, b)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 5*time.Second)
@@ -392,10 +392,10 @@ func TestRejects(t *testing.T) {
 func TestMatchDoesNotAllocate(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	b, _ := open(t, srv.Client(), redisbans.WithPrefix(prefix(t)))
-	_, err := b.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("10.0.0.0/8")})
+	b, _ := open(t, srv.Client(), rediswatch.WithKey(prefix(t)))
+	_, err := b.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("10.0.0.0/8")}, 0)
 	require.NoError(t, err)
-	_, err = b.Ban(ctx, access.Entry{Key: "user:1"})
+	_, err = b.Ban(ctx, access.Entry{Key: "user:1"}, 0)
 	require.NoError(t, err)
 	hit, miss := netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("2001:db8::1")
 	now := time.Now()
@@ -409,17 +409,17 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
 	one, _ := open(t, cl.Client(), p)
 	two, _ := open(t, cl.Client(), p)
 	for i := range 50 {
-		_, err := one.BanFor(ctx, access.Entry{Key: fmt.Sprintf("user:%d", i)}, time.Hour)
+		_, err := one.Ban(ctx, access.Entry{Key: fmt.Sprintf("user:%d", i)}, time.Hour)
 		require.NoError(t, err)
 	}
-	_, err := one.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("198.51.100.0/24")})
+	_, err := one.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("198.51.100.0/24")}, 0)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return two.Len() == 51 && matches(two, "198.51.100.1", "user:49") }, propagation, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(two) == 51 && matches(two, "198.51.100.1", "user:49") }, propagation, tick)
 	lifted, err := two.Unban(ctx, access.Entry{Key: "user:7"})
 	require.NoError(t, err)
 	assert.True(t, lifted)
@@ -432,10 +432,10 @@ func TestCluster(t *testing.T) {
 func BenchmarkMatch(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()
-	bans, err := redisbans.New(srv.Client(), redisbans.WithPrefix("bench:"+fmt.Sprint(time.Now().UnixNano())), quiet)
+	bans, err := rediswatch.NewBans(context.Background(), srv.Client(), rediswatch.WithKey("bench:"+fmt.Sprint(time.Now().UnixNano())), quiet)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = bans.Close() })
-	_, err = bans.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("10.0.0.0/8")})
+	_, err = bans.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("10.0.0.0/8")}, 0)
 	require.NoError(b, err)
 	hit := netip.MustParseAddr("10.1.2.3")
 	now := time.Now()
@@ -447,15 +447,15 @@ func BenchmarkMatch(b *testing.B) {
 
 func TestClockSkew(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
 	fair, _ := open(t, srv.Client(), p)
 	// A server whose clock runs 10 s ahead of Redis's (this machine's).
 	const skew = 10 * time.Second
 	ahead := func() time.Time { return time.Now().Add(skew) }
-	fast, _ := open(t, srv.Client(), p, redisbans.WithClock(ahead))
+	fast, _ := open(t, srv.Client(), p, rediswatch.WithClock(ahead))
 
-	e, err := fair.BanFor(ctx, access.Entry{Key: "user:1"}, time.Minute)
+	e, err := fair.Ban(ctx, access.Entry{Key: "user:1"}, time.Minute)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, ok := fast.Match(netip.Addr{}, "user:1", ahead())
@@ -484,6 +484,6 @@ func BenchmarkSync(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		require.NoError(b, redisbans.Reload(ctx, bans))
+		require.NoError(b, rediswatch.Reload(ctx, bans))
 	}
 }

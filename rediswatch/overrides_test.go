@@ -1,4 +1,4 @@
-package redisoverrides_test
+package rediswatch_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/redisoverrides"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // within is the bound: every server picks a change up in a second.
@@ -31,14 +31,14 @@ var keys atomic.Int64
 // REDIS_URL server do not meet.
 func newKey() string { return fmt.Sprintf("rl:overrides:test%d", keys.Add(1)) }
 
-// open returns a Watcher of key logging to its own buffer, closed when the
+// openOverrides returns an Overrides of key logging to its own buffer, closed when the
 // test ends.
-func open(t testing.TB, c redis.UniversalClient, key string, opts ...redisoverrides.Option) (*redisoverrides.Watcher, *syncbuf.Buffer) {
+func openOverrides(t testing.TB, c redis.UniversalClient, key string, opts ...rediswatch.Option) (*rediswatch.Overrides, *syncbuf.Buffer) {
 	t.Helper()
 	logs := new(syncbuf.Buffer)
-	opts = append([]redisoverrides.Option{redisoverrides.WithKey(key),
-		redisoverrides.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
-	w, err := redisoverrides.New(context.Background(), c, opts...)
+	opts = append([]rediswatch.Option{rediswatch.WithKey(key),
+		rediswatch.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	w, err := rediswatch.NewOverrides(context.Background(), c, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
 	return w, logs
@@ -47,11 +47,11 @@ func open(t testing.TB, c redis.UniversalClient, key string, opts ...redisoverri
 var api = core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
 
 // limitOf returns the limit w puts on api.
-func limitOf(w *redisoverrides.Watcher) int64 { return w.Adjust(api).Limit }
+func limitOf(w *rediswatch.Overrides) int64 { return w.Adjust(api).Limit }
 
 // waitLimit waits, in a bounded loop, until every watcher puts want on
 // api, and returns how long that took.
-func waitLimit(t *testing.T, want int64, ws ...*redisoverrides.Watcher) time.Duration {
+func waitLimit(t *testing.T, want int64, ws ...*rediswatch.Overrides) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
@@ -73,7 +73,7 @@ func waitLimit(t *testing.T, want int64, ws ...*redisoverrides.Watcher) time.Dur
 }
 
 // waitReads waits, in a bounded loop, until w has run n more reads.
-func waitReads(t *testing.T, w *redisoverrides.Watcher, n int64) {
+func waitReads(t *testing.T, w *rediswatch.Overrides, n int64) {
 	t.Helper()
 	from := w.Reads()
 	require.Eventually(t, func() bool { return w.Reads() >= from+n }, 10*time.Second, 5*time.Millisecond, "%d more reads", n)
@@ -82,13 +82,13 @@ func waitReads(t *testing.T, w *redisoverrides.Watcher, n int64) {
 func TestWatcherTwoServersWithinASecond(t *testing.T) {
 	srv := redistest.Start(t)
 	key := newKey()
-	a, _ := open(t, srv.Client(), key)
-	b, _ := open(t, srv.Client(), key)
+	a, _ := openOverrides(t, srv.Client(), key)
+	b, _ := openOverrides(t, srv.Client(), key)
 	ctx := context.Background()
 
 	// A Limiter on each server, over a store of its own.
 	limiters := make([]*core.Limiter, 2)
-	for i, w := range []*redisoverrides.Watcher{a, b} {
+	for i, w := range []*rediswatch.Overrides{a, b} {
 		store, err := memstore.New()
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = store.Close() })
@@ -152,7 +152,7 @@ func TestWatcherMalformedFieldKeepsItsLastGoodValue(t *testing.T) {
 	raw := srv.Client()
 	ctx := context.Background()
 	require.NoError(t, raw.HSet(ctx, key, "api", "limit=10", "other", "limit=20").Err())
-	w, logs := open(t, srv.Client(), key)
+	w, logs := openOverrides(t, srv.Client(), key)
 	require.Equal(t, int64(10), limitOf(w), "loaded before New returns")
 
 	require.NoError(t, raw.HSet(ctx, key, "api", "limit=ten", "other", "limit=21", "new", "scale=NaN").Err())
@@ -206,7 +206,7 @@ func TestWatcherOutage(t *testing.T) {
 	opt.MaxRetries, opt.DialerRetries = -1, 1
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
-	w, logs := open(t, c, key, redisoverrides.WithPollInterval(20*time.Millisecond))
+	w, logs := openOverrides(t, c, key, rediswatch.WithPollInterval(20*time.Millisecond))
 	ctx := context.Background()
 	require.NoError(t, w.Put(ctx, "api", overrides.Override{Limit: 5}))
 	for outage := 1; outage <= 2; outage++ {
@@ -232,7 +232,7 @@ func TestWatcherFrozenRedis(t *testing.T) {
 	opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
-	w, logs := open(t, c, key, redisoverrides.WithPollInterval(20*time.Millisecond))
+	w, logs := openOverrides(t, c, key, rediswatch.WithPollInterval(20*time.Millisecond))
 	ctx := context.Background()
 	require.NoError(t, w.Put(ctx, "api", overrides.Override{Limit: 5}))
 	srv.Freeze()
@@ -270,8 +270,8 @@ func TestWatcherFrozenRedis(t *testing.T) {
 func TestWatcherRestartWithItsData(t *testing.T) {
 	srv := redistest.StartWith(t, "--appendonly", "yes", "--appendfsync", "always")
 	key := newKey()
-	a, logs := open(t, srv.Client(), key)
-	b, _ := open(t, srv.Client(), key)
+	a, logs := openOverrides(t, srv.Client(), key)
+	b, _ := openOverrides(t, srv.Client(), key)
 	ctx := context.Background()
 	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
 	waitLimit(t, 5, a, b)
@@ -295,8 +295,8 @@ func TestWatcherRestartWithItsData(t *testing.T) {
 func TestWatcherRestartEmpty(t *testing.T) {
 	srv := redistest.Start(t)
 	key := newKey()
-	a, logsA := open(t, srv.Client(), key)
-	b, logsB := open(t, srv.Client(), key)
+	a, logsA := openOverrides(t, srv.Client(), key)
+	b, logsB := openOverrides(t, srv.Client(), key)
 	ctx := context.Background()
 	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
 	require.NoError(t, a.Put(ctx, "search", overrides.Override{Scale: 0.5}))
@@ -313,7 +313,7 @@ func TestWatcherRestartEmpty(t *testing.T) {
 	ok, err := raw.Exists(ctx, a.Marker()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), ok, "the marker is back")
-	for _, w := range []*redisoverrides.Watcher{a, b} {
+	for _, w := range []*rediswatch.Overrides{a, b} {
 		assert.Equal(t, map[string]overrides.Override{"api": {Limit: 5}, "search": {Scale: 0.5}}, w.Snapshot())
 	}
 	// The writer logs after its script returns, so the hash can be seen
@@ -351,7 +351,7 @@ func TestWatcherRestartEmpty(t *testing.T) {
 func TestWatcherPutJustAfterARestart(t *testing.T) {
 	srv := redistest.Start(t)
 	key := newKey()
-	a, _ := open(t, srv.Client(), key, redisoverrides.WithPollInterval(time.Second))
+	a, _ := openOverrides(t, srv.Client(), key, rediswatch.WithPollInterval(time.Second))
 	ctx := context.Background()
 	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
 	srv.Restart()
@@ -389,7 +389,7 @@ func TestWatcherHostileHash(t *testing.T) {
 	key := newKey()
 	raw := srv.Client()
 	ctx := context.Background()
-	w, logs := open(t, srv.Client(), key, redisoverrides.WithPollInterval(time.Second))
+	w, logs := openOverrides(t, srv.Client(), key, rediswatch.WithPollInterval(time.Second))
 	require.NoError(t, w.Put(ctx, "api", overrides.Override{Limit: 5}))
 
 	// A 1 MiB value and a 1 MiB name: malformed, and not sent.
@@ -428,12 +428,12 @@ func TestWatcherHostileHash(t *testing.T) {
 
 	require.NoError(t, raw.HSet(ctx, key, "layer10000", "limit=1").Err())
 	before = netOut(t, raw)
-	assert.ErrorIs(t, w.Sync(ctx), redisoverrides.ErrTooManyFields)
+	assert.ErrorIs(t, w.Sync(ctx), rediswatch.ErrTooManyFields)
 	assert.Less(t, netOut(t, raw)-before, int64(4<<10), "a refused hash sends no field")
 	snap := w.Snapshot()
 	assert.Len(t, snap, 10_000, "the last good overrides kept")
 	assert.Equal(t, overrides.Override{Limit: 42}, snap["layer41"])
-	assert.ErrorIs(t, w.Sync(ctx), redisoverrides.ErrTooManyFields)
+	assert.ErrorIs(t, w.Sync(ctx), rediswatch.ErrTooManyFields)
 	assert.Equal(t, 1, strings.Count(logs.String(), "too many fields"), "logged once while it lasts")
 
 	// Back to a sane hash: it loads.
@@ -449,8 +449,8 @@ func TestWatcherHostileHash(t *testing.T) {
 func TestWatcherCloseStopsPolling(t *testing.T) {
 	srv := redistest.Start(t)
 	key := newKey()
-	a, _ := open(t, srv.Client(), key, redisoverrides.WithPollInterval(10*time.Millisecond))
-	b, _ := open(t, srv.Client(), key, redisoverrides.WithPollInterval(10*time.Millisecond))
+	a, _ := openOverrides(t, srv.Client(), key, rediswatch.WithPollInterval(10*time.Millisecond))
+	b, _ := openOverrides(t, srv.Client(), key, rediswatch.WithPollInterval(10*time.Millisecond))
 	ctx := context.Background()
 	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 5}))
 	waitReads(t, a, 2)
@@ -459,17 +459,17 @@ func TestWatcherCloseStopsPolling(t *testing.T) {
 	reads := a.Reads()
 	waitReads(t, b, 3)
 	assert.Equal(t, reads, a.Reads(), "no poll after Close")
-	assert.ErrorIs(t, a.Sync(ctx), redisoverrides.ErrClosed)
-	assert.ErrorIs(t, a.Put(ctx, "api", overrides.Override{Limit: 1}), redisoverrides.ErrClosed)
-	assert.ErrorIs(t, a.Delete(ctx, "api"), redisoverrides.ErrClosed)
+	assert.ErrorIs(t, a.Sync(ctx), rediswatch.ErrClosed)
+	assert.ErrorIs(t, a.Put(ctx, "api", overrides.Override{Limit: 1}), rediswatch.ErrClosed)
+	assert.ErrorIs(t, a.Delete(ctx, "api"), rediswatch.ErrClosed)
 	assert.Equal(t, int64(5), limitOf(a), "the overrides in force stay")
 }
 
 func TestWatcherOnACluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	key := newKey()
-	a, _ := open(t, cl.Client(), key)
-	b, _ := open(t, cl.Client(), key)
+	a, _ := openOverrides(t, cl.Client(), key)
+	b, _ := openOverrides(t, cl.Client(), key)
 	ctx := context.Background()
 	require.NoError(t, a.Put(ctx, "api", overrides.Override{Limit: 4}))
 	assert.Less(t, waitLimit(t, 4, a, b), within)
@@ -478,30 +478,30 @@ func TestWatcherOnACluster(t *testing.T) {
 }
 
 func TestWatcherMarkerKey(t *testing.T) {
-	assert.Equal(t, "{rl:overrides}:alive", redisoverrides.MarkerOf("rl:overrides"))
-	assert.Equal(t, "{rl}:overrides:alive", redisoverrides.MarkerOf("{rl}:overrides"))
+	assert.Equal(t, "{rl:overrides}:alive", rediswatch.MarkerOf("rl:overrides"))
+	assert.Equal(t, "{rl}:overrides:alive", rediswatch.MarkerOf("{rl}:overrides"))
 }
 
 func TestWatcherNewRefusesBadInput(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	_, err := redisoverrides.New(ctx, nil)
+	_, err := rediswatch.NewOverrides(ctx, nil)
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	var nilClient *redis.Client
-	_, err = redisoverrides.New(ctx, nilClient)
+	_, err = rediswatch.NewOverrides(ctx, nilClient)
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
-	for i, opt := range []redisoverrides.Option{
-		nil, redisoverrides.WithKey(""), redisoverrides.WithKey("a\nb"), redisoverrides.WithKey("a}b"),
-		redisoverrides.WithKey("a{}b"), redisoverrides.WithKey(strings.Repeat("k", 257)),
-		redisoverrides.WithPollInterval(time.Millisecond), redisoverrides.WithPollInterval(1001 * time.Millisecond),
-		redisoverrides.WithMaxFields(0), redisoverrides.WithMaxFields(100_001), redisoverrides.WithLogger(nil),
+	for i, opt := range []rediswatch.Option{
+		nil, rediswatch.WithKey(""), rediswatch.WithKey("a\nb"), rediswatch.WithKey("a}b"),
+		rediswatch.WithKey("a{}b"), rediswatch.WithKey(strings.Repeat("k", 257)),
+		rediswatch.WithPollInterval(time.Millisecond), rediswatch.WithPollInterval(1001 * time.Millisecond),
+		rediswatch.WithMax(0), rediswatch.WithMax(100_001), rediswatch.WithLogger(nil),
 	} {
-		_, err = redisoverrides.New(ctx, srv.Client(), opt)
+		_, err = rediswatch.NewOverrides(ctx, srv.Client(), opt)
 		assert.ErrorIs(t, err, core.ErrInvalidOption, "option %d", i)
 	}
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer down.Close()
-	_, err = redisoverrides.New(ctx, down)
+	_, err = rediswatch.NewOverrides(ctx, down)
 	assert.Error(t, err, "Redis unreachable at start")
 	frozen := redistest.Start(t)
 	frozen.Freeze()
@@ -511,14 +511,14 @@ func TestWatcherNewRefusesBadInput(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: frozen.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
 	start := time.Now()
-	_, err = redisoverrides.New(tctx, c)
+	_, err = rediswatch.NewOverrides(tctx, c)
 	assert.Error(t, err, "Redis not answering within ctx")
 	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
 func TestWatcherAdjustAllocatesNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	w, _ := open(t, srv.Client(), newKey())
+	w, _ := openOverrides(t, srv.Client(), newKey())
 	require.NoError(t, w.Put(context.Background(), "api", overrides.Override{Scale: 0.5}))
 	var p core.Policy
 	allocs := testing.AllocsPerRun(1000, func() { p = w.Adjust(api) })
@@ -528,7 +528,7 @@ func TestWatcherAdjustAllocatesNothing(t *testing.T) {
 
 func BenchmarkWatcherAdjust(b *testing.B) {
 	srv := redistest.Start(b)
-	w, _ := open(b, srv.Client(), newKey())
+	w, _ := openOverrides(b, srv.Client(), newKey())
 	require.NoError(b, w.Put(context.Background(), "api", overrides.Override{Scale: 0.5}))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -547,7 +547,7 @@ func BenchmarkWatcherSync(b *testing.B) {
 	for i := range 100 {
 		require.NoError(b, raw.HSet(context.Background(), key, fmt.Sprintf("layer%d", i), "limit=5").Err())
 	}
-	w, _ := open(b, raw, key, redisoverrides.WithPollInterval(time.Second))
+	w, _ := openOverrides(b, raw, key, rediswatch.WithPollInterval(time.Second))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -563,8 +563,8 @@ func BenchmarkWatcherSync(b *testing.B) {
 func TestWatcherPropagationTimes(t *testing.T) {
 	srv := redistest.Start(t)
 	key := newKey()
-	a, _ := open(t, srv.Client(), key)
-	b, _ := open(t, srv.Client(), key)
+	a, _ := openOverrides(t, srv.Client(), key)
+	b, _ := openOverrides(t, srv.Client(), key)
 	ctx := context.Background()
 	var total, worst time.Duration
 	const changes = 10
@@ -577,6 +577,6 @@ func TestWatcherPropagationTimes(t *testing.T) {
 		worst = max(worst, took)
 	}
 	t.Logf("%d changes: in force on the other server after %v on average, %v at worst (poll interval %v)",
-		changes, total/changes, worst, redisoverrides.DefaultPollInterval)
+		changes, total/changes, worst, rediswatch.DefaultOverridesPollInterval)
 	assert.Less(t, worst, within)
 }

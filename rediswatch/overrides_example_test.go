@@ -1,4 +1,4 @@
-package redisoverrides_test
+package rediswatch_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/redisoverrides"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
-// Every app server runs a Watcher of the same hash as its Limiter's
+// Every app server runs an Overrides of the same hash as its Limiter's
 // policy source; an operator's Put on any of them, or an HSET with
 // redis-cli, changes the limit on all of them within a second. (It needs
 // a Redis on localhost:6379, so it has no output to check.)
-func ExampleNew() {
+func ExampleNewOverrides() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer client.Close()
@@ -26,7 +26,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	w, err := redisoverrides.New(ctx, client)
+	w, err := rediswatch.NewOverrides(ctx, client)
 	if err != nil {
 		fmt.Println(err) // Redis unreachable: no overrides to start with
 		return

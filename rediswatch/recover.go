@@ -1,4 +1,4 @@
-package redisbans
+package rediswatch
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func (b *Bans) recoverLost(ctx context.Context) error {
 func (b *Bans) recoverLocked(ctx context.Context) error {
 	m, err := b.client.HMGet(ctx, b.marker, "e", "r").Result()
 	if err != nil {
-		return fmt.Errorf("redisbans: reading the marker %q: %w", b.marker, err)
+		return fmt.Errorf("rediswatch: reading the marker %q: %w", b.marker, err)
 	}
 	epoch, _ := m[0].(string)
 	restored, _ := m[1].(string)
@@ -64,10 +64,10 @@ func (b *Bans) recoverLocked(ctx context.Context) error {
 		res, err = restoreScript.Run(ctx, b.client, keys, args...).StringSlice()
 	}
 	if err != nil {
-		return fmt.Errorf("redisbans: writing the bans back: %w", err)
+		return fmt.Errorf("rediswatch: writing the bans back: %w", err)
 	}
 	if len(res) != 3 || res[1] == "" {
-		return fmt.Errorf("redisbans: writing the bans back: unexpected reply %q", res)
+		return fmt.Errorf("rediswatch: writing the bans back: unexpected reply %q", res)
 	}
 	written, _ := strconv.Atoi(res[2])
 	b.mu.Lock()
@@ -79,15 +79,15 @@ func (b *Bans) recoverLocked(ctx context.Context) error {
 	attrs := []any{slog.String("marker", b.marker), slog.Int("held", held), slog.Int("written", written)}
 	switch mode := res[0]; {
 	case mode == "created" && held == 0 && written == 0:
-		log.Info("redisbans: no marker key in Redis (a new set of bans, or one lost that this server held none of); set it", attrs...)
+		log.Info("rediswatch: no marker key in Redis (a new set of bans, or one lost that this server held none of); set it", attrs...)
 	case mode == "created":
-		log.Warn("redisbans: Redis lost the bans (their marker key is gone); wrote back the ones this server held", attrs...)
+		log.Warn("rediswatch: Redis lost the bans (their marker key is gone); wrote back the ones this server held", attrs...)
 	case mode == "marked":
-		log.Warn("redisbans: the marker key was gone, but Redis still knows every change this server does; set the marker again", attrs...)
+		log.Warn("rediswatch: the marker key was gone, but Redis still knows every change this server does; set the marker again", attrs...)
 	case mode == "merged":
-		log.Warn("redisbans: Redis lost the bans, and another server wrote them back; merged the changes this server knew later", attrs...)
+		log.Warn("rediswatch: Redis lost the bans, and another server wrote them back; merged the changes this server knew later", attrs...)
 	case mode == "late":
-		log.Warn("redisbans: Redis lost the bans, and the recovery journal is gone: too late to merge what this server knew", attrs...)
+		log.Warn("rediswatch: Redis lost the bans, and the recovery journal is gone: too late to merge what this server knew", attrs...)
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func (b *Bans) claimLocked(withBans bool) ([]string, []any) {
 	if withBans {
 		now := b.cfg.now()
 		v.each(func(x *ban) bool {
-			if x.entry.LiveAt(now) {
+			if liveAt(x.entry, now) {
 				id := idOf(x.entry)
 				keys = append(keys, b.banKey+id)
 				args = append(args, id, x.value(), x.ms)

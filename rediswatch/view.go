@@ -1,4 +1,4 @@
-package redisbans
+package rediswatch
 
 import (
 	"container/heap"
@@ -58,7 +58,7 @@ var emptyView = &view{ranges: new(bart.Table[*ban]), keys: new(keyTable)}
 // match is Match. It does not allocate.
 func (v *view) match(addr netip.Addr, key string, now time.Time) (access.Entry, bool) {
 	if key != "" && v.nkeys > 0 {
-		if b, ok := v.keys[shardOf(key)][key]; ok && b.entry.LiveAt(now) {
+		if b, ok := v.keys[shardOf(key)][key]; ok && liveAt(b.entry, now) {
 			return b.entry, true
 		}
 	}
@@ -68,7 +68,7 @@ func (v *view) match(addr netip.Addr, key string, now time.Time) (access.Entry, 
 	addr = addr.Unmap().WithZone("")
 	b, ok := v.ranges.Lookup(addr)
 	for ok {
-		if b.entry.LiveAt(now) {
+		if liveAt(b.entry, now) {
 			return b.entry, true
 		}
 		bits := b.entry.Prefix.Bits()
@@ -83,7 +83,7 @@ func (v *view) match(addr netip.Addr, key string, now time.Time) (access.Entry, 
 
 // get returns the ban of target (an entry's Prefix or Key), or nil.
 func (v *view) get(target access.Entry) *ban {
-	if target.IsKey() {
+	if target.Key != "" {
 		return v.keys[shardOf(target.Key)][target.Key]
 	}
 	b, _ := v.ranges.Get(target.Prefix)
@@ -163,7 +163,7 @@ func (bl *builder) shard(key string) map[string]*ban {
 
 // put adds b, replacing the ban of its target if any.
 func (bl *builder) put(b *ban) {
-	if b.entry.IsKey() {
+	if b.entry.Key != "" {
 		m := bl.shard(b.entry.Key)
 		if _, had := m[b.entry.Key]; !had {
 			bl.v.nkeys++
@@ -184,7 +184,7 @@ func (bl *builder) put(b *ban) {
 
 // del removes the ban of target and returns it, or nil if there was none.
 func (bl *builder) del(target access.Entry) *ban {
-	if target.IsKey() {
+	if target.Key != "" {
 		old, ok := bl.v.keys[shardOf(target.Key)][target.Key]
 		if !ok {
 			return nil
@@ -255,7 +255,7 @@ func (h *expiry) reset(v *view) {
 // nil when none had.
 func (h *expiry) prune(v *view, now time.Time) *view {
 	var bl *builder
-	for len(*h) > 0 && !(*h)[0].entry.LiveAt(now) {
+	for len(*h) > 0 && !liveAt((*h)[0].entry, now) {
 		b := heap.Pop(h).(*ban)
 		if v.get(b.entry) != b {
 			continue // replaced or lifted since

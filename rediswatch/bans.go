@@ -1,107 +1,4 @@
-// Package redisbans shares bans between every app server through Redis:
-// a ban added on one server is in force on all of them within about a
-// poll interval (200 ms by default, well under a second), survives the
-// restart of any server, and ends when its Redis TTL runs out.
-//
-// A [Bans] is an access.Matcher for the deny side of the HTTP flow. Match
-// never calls Redis: it reads a local snapshot, immutable, with one
-// atomic load and no allocation. Every change is logged in Redis, and a
-// goroutine reads the log every poll interval (one script call, as cheap
-// as a GET when nothing changed) and applies the changes to the snapshot,
-// in time proportional to the changes, not to the bans held. It reloads
-// every ban only when it fell too far behind the log (more than 10,000
-// changes), when the log cannot be trusted, and every resync interval.
-// Ban, BanFor, BanMany, Unban and List call Redis.
-//
-// # Keys
-//
-// Every key has the hash tag of the prefix (WithPrefix), so all of them
-// sit in one Redis Cluster slot and every script touches one slot:
-//
-//	{ratelimit:bans}:b:<id>  one ban: "v1|<expires_ms>|<reason>", with a
-//	                         PXAT TTL at its end (none if permanent)
-//	{ratelimit:bans}:i       the index: a sorted set of ids by expires_ms
-//	{ratelimit:bans}:v       the version: the sequence number of the
-//	                         last change
-//	{ratelimit:bans}:l       the log: a stream of the last 10,000 or so
-//	                         changes, each with its sequence number and
-//	                         the one before it
-//	{ratelimit:bans}:m       the marker: set by the first server, never
-//	                         deleted by this package (see below)
-//	{ratelimit:bans}:j       the recovery journal, for a while after a
-//	                         loss (see below)
-//
-// An id is "p:" and a range ("p:203.0.113.0/24", "p:2001:db8::1/128") or
-// "k:" and a client key ("k:user:42"). Ban, BanMany and Unban are Lua
-// scripts that change the bans, the index, the log and the version at
-// once. A poll reads the log entries after the last one applied; it
-// applies them only if they chain from the snapshot's version to Redis's
-// (each names the version before it), and reloads otherwise. A load reads
-// the index and then the bans (MGET), and then, before the new snapshot
-// is in force, applies the changes logged since it began.
-//
-// Redis keeps the time: BanFor's TTL runs from Redis's TIME, and Expires
-// in what List and Ban return are by Redis's clock. The snapshot shifts
-// them by this server's clock skew from Redis (when over 100 ms), so that
-// Match, given time.Now(), ends a ban at the instant Redis does.
-//
-// The scripts need Redis 6.2 or later (SET with PXAT, ZRANGE with BYSCORE
-// and REV, XRANGE with an exclusive start); on a Redis Cluster every
-// client of one prefix talks to the node that holds its slot.
-//
-// # Failures
-//
-// When Redis cannot be reached, Match keeps the last snapshot, expiring
-// its bans locally at their instant; the outage and its end are logged
-// once each (WithLogger), and the first poll that succeeds catches up. A
-// ban found malformed in Redis (written by hand, or by another version) is
-// skipped, and logged with the number skipped; it never stops the others
-// from loading. A malformed log entry makes the servers reload. A load
-// reads at most WithMaxBans bans, the permanent ones first and then those
-// that expire last.
-//
-// # A Redis that loses its data
-//
-// A Redis restarted without persistence, or flushed, comes back empty,
-// which would lift every ban on every server. So the servers keep a
-// marker key: a server that finds it gone writes the bans it holds back
-// (those not expired, with their original end) and sets the marker, in
-// one script, before it takes anything from Redis; Ban and Unban refuse
-// to write while it is gone, and write the bans back first. Nothing is
-// lifted that was not unbanned or did not expire.
-//
-// The server that writes back may not have seen the last changes before
-// the loss yet: an Unban made on another server just before it, say. So
-// every server remembers the last change it knows of each of the last
-// 10,000 targets changed (its journal), and writing back also starts a
-// recovery journal in Redis (for ten minutes) of the change each target
-// last had. Every other server, when it sees the marker's new epoch,
-// merges into Redis each change it knows that is later than what Redis
-// knows of its target, and the bans it holds that Redis lacks if it had
-// seen a later version than the server that wrote back; only then does it
-// reload. So the Unban stands, and a ban made just before the loss that
-// the first server had not seen is written back too. A server that comes
-// back after the recovery journal is gone merges nothing. What no running
-// server knows is lost with Redis: a ban lifted by a server that then
-// stopped, and that the others had not yet seen lifted, comes back.
-//
-// Writing back is one script call: with 100,000 bans it holds Redis for
-// about 0.7 s, once (BenchmarkRecovery; a full load holds it about 0.1 s).
-// Every server then reloads once.
-//
-// To clear every ban by hand, delete the bans, the index and the log, and
-// bump the version (or remove them with Unban), not the marker: bans and
-// marker both gone look like a lost Redis, and the servers write back
-// what they hold. A Redis that restarts with its data (RDB, AOF) keeps its
-// marker: nothing is written back (an RDB older than the last changes
-// rolls them back, as it rolls back everything else).
-//
-// Bans with a TTL are volatile keys: a Redis with a maxmemory and a
-// volatile-* or allkeys-* policy may evict them under memory pressure, as
-// it may evict limiter state; an evicted ban is dropped at the next
-// resync. Give bans a Redis (or a maxmemory) of their own if losing one
-// under pressure is not acceptable.
-package redisbans
+package rediswatch
 
 import (
 	"context"
@@ -111,7 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/accessentry"
 )
 
 var (
@@ -145,8 +42,6 @@ var (
 
 // Bounds of the calls the poller makes, and of the log.
 const (
-	// pollTimeout bounds the read of the log.
-	pollTimeout = time.Second
 	// loadTimeout bounds a full load from the poller.
 	loadTimeout = 10 * time.Second
 	// mgetChunk is how many bans one MGET of a load reads.
@@ -162,8 +57,8 @@ const (
 	// a ban) stay within the 8,000 values Lua's unpack takes.
 	maxBatch = 1000
 	// maxLogField is the longest log field a poll takes (a key or a reason
-	// is at most access.MaxFieldLen bytes); a longer one is refused.
-	maxLogField = access.MaxFieldLen + 64
+	// is at most accessentry.MaxFieldLen bytes); a longer one is refused.
+	maxLogField = accessentry.MaxFieldLen + 64
 	// recoveryWindow is how long the recovery journal lives after a loss:
 	// a server that sees the loss later merges nothing.
 	recoveryWindow = 10 * time.Minute
@@ -195,44 +90,47 @@ type Bans struct {
 	skew      time.Duration // Redis's clock minus ours, as corrected for
 	lastFull  time.Time     // when the view was last loaded in full
 	needFull  bool          // the next poll loads in full
-	down      bool          // the last poll failed
 	expq      expiry
 	journal   journal
 
-	ctx       context.Context // canceled by Close
-	cancel    context.CancelFunc
-	done      chan struct{}
-	closeOnce sync.Once
+	loop loop
 }
 
 var _ access.Matcher = (*Bans)(nil)
 
-// New returns a Bans over the Redis behind client (a *redis.Client, a
+// bansKind is what a Bans takes of the options.
+var bansKind = kind{
+	name: "NewBans", key: "ratelimit:bans", checkKey: checkPrefix,
+	poll: 200 * time.Millisecond, most: time.Minute,
+	max: 100_000, top: 1_000_000,
+}
+
+// checkPrefix refuses a Bans key with a brace: it is a hash tag itself.
+func checkPrefix(key string) error {
+	if i := strings.IndexAny(key, "{}"); i >= 0 {
+		return fmt.Errorf("%q at byte %d; a Bans key is a hash tag itself, and holds no brace", key[i], i)
+	}
+	return nil
+}
+
+// NewBans returns a Bans over the Redis behind client (a *redis.Client, a
 // *redis.ClusterClient or any other redis.UniversalClient), which it does
-// not own: closing it is the caller's business. New loads every ban
-// before it returns, bounded by WithStartTimeout, so a server that starts
-// (or restarts) enforces the bans already made; then it starts the
-// poller. It sets the marker (see the package doc) if none exists. A nil
-// client, or an option nil or refusing its value, is an error wrapping
-// core.ErrInvalidOption; a first load that fails (Redis unreachable) is
-// an error too, and nothing is started: call New again.
-func New(client redis.UniversalClient, opts ...Option) (*Bans, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: redisbans.New: nil client", core.ErrInvalidOption)
+// not own: closing it is the caller's business. NewBans loads every ban
+// before it returns, within ctx (give it a deadline: a go-redis client
+// bounds a call by ctx only with ContextTimeoutEnabled, else by its
+// ReadTimeout), so a server that starts (or restarts) enforces the bans
+// already made; then it starts the poller, which ctx does not stop
+// (Close does). It sets the marker (see the package doc) if none exists.
+// A nil client, or an option nil or refusing its value, is an error
+// wrapping core.ErrInvalidOption; a first load that fails (Redis
+// unreachable) is an error too, and nothing is started: call NewBans
+// again.
+func NewBans(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Bans, error) {
+	cfg, err := configure(bansKind, client, opts)
+	if err != nil {
+		return nil, err
 	}
-	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
-		return nil, fmt.Errorf("%w: redisbans.New: nil %T", core.ErrInvalidOption, client)
-	}
-	cfg := defaults()
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: redisbans.New: option %d is nil", core.ErrInvalidOption, i)
-		}
-		if err := opt(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	tag := "{" + cfg.prefix + "}:"
+	tag := "{" + cfg.key + "}:"
 	b := &Bans{
 		client:   client,
 		cfg:      cfg,
@@ -243,17 +141,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Bans, error) {
 		rjournal: tag + "j",
 		banKey:   tag + "b:",
 		cursor:   "0-0",
-		done:     make(chan struct{}),
 	}
 	b.view.Store(emptyView)
-	b.ctx, b.cancel = context.WithCancel(context.Background())
-	ctx, cancel := context.WithTimeout(b.ctx, cfg.startTimeout)
-	defer cancel()
 	if err := b.reload(ctx); err != nil {
-		b.cancel()
-		return nil, fmt.Errorf("redisbans.New: loading the bans: %w", err)
+		return nil, fmt.Errorf("rediswatch.NewBans: loading the bans: %w", err)
 	}
-	go b.run()
+	b.loop.start(cfg.poll, b.poll)
 	return b, nil
 }
 
@@ -262,10 +155,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Bans, error) {
 func (b *Bans) Match(addr netip.Addr, key string, now time.Time) (access.Entry, bool) {
 	return b.view.Load().match(addr, key, now)
 }
-
-// Len returns how many bans the snapshot holds, expired ones not yet
-// dropped included.
-func (b *Bans) Len() int { return b.view.Load().len() }
 
 // banItem is one ban to make: its target, how long, and its id.
 type banItem struct {
@@ -277,7 +166,7 @@ type banItem struct {
 
 // item checks e and returns it as a ban until e.Expires, or for good.
 func item(e access.Entry) (banItem, error) {
-	e, err := e.Normalize()
+	e, err := normalize(e)
 	if err != nil {
 		return banItem{}, err
 	}
@@ -297,23 +186,34 @@ func item(e access.Entry) (banItem, error) {
 }
 
 // Ban bans e.Prefix or e.Key (exactly one set; a single address is a /32
-// or /128) until e.Expires, or for good when Expires is zero, with
-// e.Reason, on every server. A ban of a target already banned replaces
-// it. Expires is kept to the millisecond, rounded up. It returns the ban
-// as stored, and puts it in force on this server before it returns (on
-// the others within a poll interval). An invalid entry, or an Expires not
-// after Redis's now, is an error wrapping access.ErrInvalidEntry; a ban
-// that would make the index hold more than WithMaxBans bans wraps
-// access.ErrTooManyBans; other errors are Redis's.
+// or /128) on every server, with e.Reason: for d from Redis's now when
+// d > 0 (at least a millisecond, rounded up to one; e.Expires is then
+// ignored), else until e.Expires, kept to the millisecond and rounded up,
+// or for good when Expires is zero too. A ban of a target already banned
+// replaces it. It returns the ban as stored, and puts it in force on this
+// server before it returns (on the others within a poll interval). An
+// invalid entry, a negative d, or an Expires not after Redis's now is an
+// error wrapping access.ErrInvalidEntry; a ban that would make the index
+// hold more than WithMax bans wraps access.ErrTooLarge; other errors are
+// Redis's.
 //
 // A Ban costs one script call and a change of the snapshot in time
 // proportional to the change, not to the bans held: about 0.15 ms with
 // 100,000 held, and as much of every other server's CPU (BenchmarkBan,
 // BenchmarkPropagation).
-func (b *Bans) Ban(ctx context.Context, e access.Entry) (access.Entry, error) {
+func (b *Bans) Ban(ctx context.Context, e access.Entry, d time.Duration) (access.Entry, error) {
+	if d < 0 {
+		return access.Entry{}, fmt.Errorf("%w: ban duration %v is negative", access.ErrInvalidEntry, d)
+	}
+	if d > 0 {
+		e.Expires = time.Time{}
+	}
 	it, err := item(e)
 	if err != nil {
 		return access.Entry{}, err
+	}
+	if d > 0 {
+		it.mode, it.arg = "for", int64((d+time.Millisecond-1)/time.Millisecond)
 	}
 	out, err := b.ban(ctx, []banItem{it}, false)
 	if err != nil {
@@ -322,30 +222,12 @@ func (b *Bans) Ban(ctx context.Context, e access.Entry) (access.Entry, error) {
 	return out[0], nil
 }
 
-// BanFor bans e.Prefix or e.Key for d (at least a millisecond, rounded up
-// to one) from Redis's now, ignoring e.Expires; see Ban.
-func (b *Bans) BanFor(ctx context.Context, e access.Entry, d time.Duration) (access.Entry, error) {
-	if d <= 0 {
-		return access.Entry{}, fmt.Errorf("%w: ban duration %v is not positive", access.ErrInvalidEntry, d)
-	}
-	e.Expires = time.Time{}
-	it, err := item(e)
-	if err != nil {
-		return access.Entry{}, err
-	}
-	it.mode, it.arg = "for", int64((d+time.Millisecond-1)/time.Millisecond)
-	out, err := b.ban(ctx, []banItem{it}, false)
-	if err != nil {
-		return access.Entry{}, err
-	}
-	return out[0], nil
-}
-
-// BanMany bans every entry, as Ban does each, in one script call: all of
+// BanMany bans every entry, as Ban does each with d = 0 (until its
+// Expires, or for good), in one script call: all of
 // them or, on an error, none. It returns the bans as stored, in the order
 // given; of two entries for one target the later stands. It takes at most
-// 1,000 entries; more are an error wrapping access.ErrTooManyBans, as is
-// a batch that would make the index hold more than WithMaxBans bans. An
+// 1,000 entries; more are an error wrapping access.ErrTooLarge, as is
+// a batch that would make the index hold more than WithMax bans. An
 // invalid entry, or one whose Expires is not after Redis's now, is an
 // error wrapping access.ErrInvalidEntry that names its index. No entries
 // is no call.
@@ -360,13 +242,13 @@ func (b *Bans) BanMany(ctx context.Context, entries []access.Entry) ([]access.En
 		return nil, nil
 	}
 	if len(entries) > maxBatch {
-		return nil, fmt.Errorf("%w: redisbans: BanMany: %d entries, more than %d in one call", access.ErrTooManyBans, len(entries), maxBatch)
+		return nil, fmt.Errorf("%w: rediswatch: BanMany: %d entries, more than %d in one call", access.ErrTooLarge, len(entries), maxBatch)
 	}
 	items := make([]banItem, len(entries))
 	for i, e := range entries {
 		it, err := item(e)
 		if err != nil {
-			return nil, fmt.Errorf("redisbans: BanMany: entries[%d]: %w", i, err)
+			return nil, fmt.Errorf("rediswatch: BanMany: entries[%d]: %w", i, err)
 		}
 		items[i] = it
 	}
@@ -378,7 +260,7 @@ func (b *Bans) ban(ctx context.Context, items []banItem, batch bool) ([]access.E
 	keys := make([]string, 0, 5+len(items))
 	keys = append(keys, b.index, b.ver, b.log, b.marker, b.rjournal)
 	args := make([]any, 0, 2+4*len(items))
-	args = append(args, b.cfg.maxBans, logLen)
+	args = append(args, b.cfg.max, logLen)
 	for _, it := range items {
 		keys = append(keys, b.banKey+it.id)
 		args = append(args, it.id, it.mode, it.arg, it.e.Reason)
@@ -400,24 +282,24 @@ func (b *Bans) ban(ctx context.Context, items []banItem, batch bool) ([]access.E
 		switch {
 		case strings.HasPrefix(msg, "LOST ") && attempt == 0:
 			if err := b.recoverLost(ctx); err != nil {
-				return nil, fmt.Errorf("redisbans: ban %s: Redis lost its data, and writing the bans back failed: %w", what(), err)
+				return nil, fmt.Errorf("rediswatch: ban %s: Redis lost its data, and writing the bans back failed: %w", what(), err)
 			}
 			continue
 		case strings.HasPrefix(msg, "EXPIRED "):
 			if batch {
 				n, _ := strconv.Atoi(strings.Fields(msg)[1])
 				if n >= 1 && n <= len(items) {
-					return nil, fmt.Errorf("%w: redisbans: BanMany: entries[%d] %v: %s", access.ErrInvalidEntry, n-1, items[n-1].e, msg)
+					return nil, fmt.Errorf("%w: rediswatch: BanMany: entries[%d] %v: %s", access.ErrInvalidEntry, n-1, items[n-1].e, msg)
 				}
 			}
 			return nil, fmt.Errorf("%w: %s: %s", access.ErrInvalidEntry, what(), msg)
 		case strings.HasPrefix(msg, "TOOMANY "):
-			return nil, fmt.Errorf("%w: %s: %s", access.ErrTooManyBans, what(), msg)
+			return nil, fmt.Errorf("%w: %s: %s", access.ErrTooLarge, what(), msg)
 		}
-		return nil, fmt.Errorf("redisbans: ban %s: %w", what(), err)
+		return nil, fmt.Errorf("rediswatch: ban %s: %w", what(), err)
 	}
 	if len(res) != 3+2*len(items) {
-		return nil, fmt.Errorf("redisbans: ban %s: a reply of %d values", what(), len(res))
+		return nil, fmt.Errorf("rediswatch: ban %s: a reply of %d values", what(), len(res))
 	}
 	out := make([]access.Entry, len(items))
 	changes := make([]ownChange, len(items))
@@ -425,7 +307,7 @@ func (b *Bans) ban(ctx context.Context, items []banItem, batch bool) ([]access.E
 		ms, err1 := strconv.ParseInt(res[3+2*i], 10, 64)
 		seq, err2 := strconv.ParseInt(res[4+2*i], 10, 64)
 		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("redisbans: ban %s: unexpected reply %q", what(), res)
+			return nil, fmt.Errorf("rediswatch: ban %s: unexpected reply %q", what(), res)
 		}
 		e := it.e
 		e.Expires = time.Time{}
@@ -446,7 +328,7 @@ func (b *Bans) ban(ctx context.Context, items []banItem, batch bool) ([]access.E
 // wrapping access.ErrInvalidEntry; other errors are Redis's. It costs as
 // much as a Ban.
 func (b *Bans) Unban(ctx context.Context, target access.Entry) (bool, error) {
-	t, err := access.Entry{Prefix: target.Prefix, Key: target.Key}.Normalize()
+	t, err := normalize(access.Entry{Prefix: target.Prefix, Key: target.Key})
 	if err != nil {
 		return false, err
 	}
@@ -460,21 +342,21 @@ func (b *Bans) Unban(ctx context.Context, target access.Entry) (bool, error) {
 		}
 		if strings.HasPrefix(err.Error(), "LOST ") && attempt == 0 {
 			if err := b.recoverLost(ctx); err != nil {
-				return false, fmt.Errorf("redisbans: unban %v: Redis lost its data, and writing the bans back failed: %w", t, err)
+				return false, fmt.Errorf("rediswatch: unban %v: Redis lost its data, and writing the bans back failed: %w", t, err)
 			}
 			continue
 		}
-		return false, fmt.Errorf("redisbans: unban %v: %w", t, err)
+		return false, fmt.Errorf("rediswatch: unban %v: %w", t, err)
 	}
 	if len(res) != 2 && len(res) != 4 {
-		return false, fmt.Errorf("redisbans: unban %v: a reply of %d values", t, len(res))
+		return false, fmt.Errorf("rediswatch: unban %v: a reply of %d values", t, len(res))
 	}
 	if len(res) == 2 {
 		b.dropStale(id, t, res[1])
 	} else {
 		seq, err := strconv.ParseInt(res[2], 10, 64)
 		if err != nil {
-			return false, fmt.Errorf("redisbans: unban %v: unexpected reply %q", t, res)
+			return false, fmt.Errorf("rediswatch: unban %v: unexpected reply %q", t, res)
 		}
 		b.applyOwn(res[1], res[3], res[2], []ownChange{{id: id, seq: seq, entry: t, lift: true}})
 	}
@@ -533,8 +415,8 @@ func (b *Bans) applyOwn(prev, xid, last string, changes []ownChange) {
 		b.loaded, b.loadedSeq, b.cursor = last, parseSeq(last), xid
 	}
 	v := bl.build()
-	if v.len() > b.cfg.maxBans {
-		b.needFull = true // the next load truncates as WithMaxBans says
+	if v.len() > b.cfg.max {
+		b.needFull = true // the next load truncates as WithMax says
 	}
 	b.view.Store(v)
 }
@@ -548,7 +430,7 @@ func (b *Bans) newBanLocked(e access.Entry, ms int64) *ban {
 	return &ban{entry: e, ms: ms}
 }
 
-// List returns the bans in force in Redis now, at most WithMaxBans of
+// List returns the bans in force in Redis now, at most WithMax of
 // them, ranges first (IPv4, then IPv6, in address order), then keys in
 // byte order, with Expires by Redis's clock. Malformed bans are skipped
 // and logged, as in a load. If Redis lost its data, List writes the bans
@@ -573,7 +455,7 @@ func (b *Bans) List(ctx context.Context) ([]access.Entry, error) {
 	for i, lb := range s.bans {
 		entries[i] = lb.entry
 	}
-	access.SortEntries(entries)
+	slices.SortFunc(entries, func(a, b access.Entry) int { return accessentry.Compare(a.Prefix, a.Key, b.Prefix, b.Key) })
 	return entries, nil
 }
 
@@ -630,8 +512,8 @@ func (b *Bans) catchUp(ctx context.Context) (full bool, err error) {
 	bl.bulk(len(r.entries))
 	b.applyLocked(bl, r.entries)
 	v := bl.build()
-	if v.len() > b.cfg.maxBans {
-		return true, nil // a load truncates as WithMaxBans says
+	if v.len() > b.cfg.max {
+		return true, nil // a load truncates as WithMax says
 	}
 	b.view.Store(v)
 	b.loaded, b.loadedSeq = r.version, parseSeq(r.version)
@@ -703,10 +585,10 @@ func (r *logRead) leads(from string) bool {
 func (b *Bans) readLog(ctx context.Context, since, cursor string) (logRead, error) {
 	res, err := pollScript.Run(ctx, b.client, []string{b.marker, b.ver, b.log}, since, cursor, logLen, maxLogField).StringSlice()
 	if err != nil {
-		return logRead{}, fmt.Errorf("redisbans: reading the log: %w", err)
+		return logRead{}, fmt.Errorf("rediswatch: reading the log: %w", err)
 	}
 	if len(res) < 2 || (len(res)-2)%6 != 0 {
-		return logRead{}, fmt.Errorf("redisbans: reading the log: a reply of %d values", len(res))
+		return logRead{}, fmt.Errorf("rediswatch: reading the log: a reply of %d values", len(res))
 	}
 	r := logRead{epoch: res[0], version: res[1]}
 	n := (len(res) - 2) / 6
@@ -728,7 +610,7 @@ func (b *Bans) readLog(ctx context.Context, since, cursor string) (logRead, erro
 		r.entries[i] = le
 	}
 	if bad > 0 {
-		b.cfg.log().Error("redisbans: malformed changes in the log; reloading every ban",
+		b.cfg.log().Error("rediswatch: malformed changes in the log; reloading every ban",
 			slog.Int("malformed", bad), slog.String("first", clip(first.xid)), slog.Any("error", first.err))
 	}
 	return r, nil
@@ -775,7 +657,7 @@ func (b *Bans) reload(ctx context.Context) error {
 			return b.install(ctx, s)
 		}
 		if attempt > 0 {
-			return fmt.Errorf("redisbans: the marker key %q is gone again just after writing the bans back", b.marker)
+			return fmt.Errorf("rediswatch: the marker key %q is gone again just after writing the bans back", b.marker)
 		}
 		if err := b.recoverLocked(ctx); err != nil {
 			return err
@@ -846,7 +728,7 @@ func (b *Bans) diffLocked(old, next *view, seq int64, truncated bool) {
 	}
 	now := b.cfg.now()
 	old.each(func(ob *ban) bool {
-		if ob.entry.LiveAt(now) && next.get(ob.entry) == nil {
+		if liveAt(ob.entry, now) && next.get(ob.entry) == nil {
 			b.journal.record(idOf(ob.entry), change{seq: seq})
 		}
 		return true
@@ -864,25 +746,25 @@ type loaded struct {
 	// every one of them has left it.
 	bans      []ban
 	skew      time.Duration // Redis's clock minus ours, as measured
-	truncated bool          // Redis held more than WithMaxBans
+	truncated bool          // Redis held more than WithMax
 }
 
 // load reads every ban from Redis: the index (load.lua), then the bans.
 func (b *Bans) load(ctx context.Context) (loaded, error) {
 	start := b.cfg.now()
-	reply, err := loadScript.Run(ctx, b.client, []string{b.index, b.ver, b.log, b.marker}, b.cfg.maxBans).Slice()
+	reply, err := loadScript.Run(ctx, b.client, []string{b.index, b.ver, b.log, b.marker}, b.cfg.max).Slice()
 	elapsed := b.cfg.now().Sub(start)
 	if err != nil {
-		return loaded{}, fmt.Errorf("redisbans: loading the index: %w", err)
+		return loaded{}, fmt.Errorf("rediswatch: loading the index: %w", err)
 	}
 	if len(reply) < 6 || len(reply)%2 != 0 {
-		return loaded{}, fmt.Errorf("redisbans: loading the index: a reply of %d values", len(reply))
+		return loaded{}, fmt.Errorf("rediswatch: loading the index: a reply of %d values", len(reply))
 	}
 	version, _ := reply[0].(string)
 	nowStr, _ := reply[1].(string)
 	nowMS, err := strconv.ParseInt(nowStr, 10, 64)
 	if err != nil {
-		return loaded{}, fmt.Errorf("redisbans: loading the index: Redis's time %q", nowStr)
+		return loaded{}, fmt.Errorf("rediswatch: loading the index: Redis's time %q", nowStr)
 	}
 	live, _ := reply[2].(int64)
 	s := loaded{version: version, skew: time.UnixMilli(nowMS).Sub(start.Add(elapsed / 2))}
@@ -907,14 +789,14 @@ func (b *Bans) load(ctx context.Context) (loaded, error) {
 	}
 	if len(cmds) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
-			return loaded{}, fmt.Errorf("redisbans: loading the bans: %w", err)
+			return loaded{}, fmt.Errorf("rediswatch: loading the bans: %w", err)
 		}
 	}
 	for _, c := range cmds {
 		values = append(values, c.Val()...)
 	}
 	if len(values) != len(ids) {
-		return loaded{}, fmt.Errorf("redisbans: loading the bans: %d values for %d ids", len(values), len(ids))
+		return loaded{}, fmt.Errorf("rediswatch: loading the bans: %d values for %d ids", len(values), len(ids))
 	}
 
 	var (
@@ -938,7 +820,7 @@ func (b *Bans) load(ctx context.Context) (loaded, error) {
 			skipped++
 			continue
 		}
-		if e.LiveAt(nowRedis) {
+		if liveAt(e, nowRedis) {
 			nb := ban{entry: e}
 			if !e.Expires.IsZero() {
 				nb.ms = e.Expires.UnixMilli()
@@ -947,11 +829,11 @@ func (b *Bans) load(ctx context.Context) (loaded, error) {
 		}
 	}
 	if skipped > 0 {
-		b.cfg.log().Error("redisbans: skipped malformed bans in Redis",
+		b.cfg.log().Error("rediswatch: skipped malformed bans in Redis",
 			slog.Int("skipped", skipped), slog.String("first", clip(firstBad)), slog.Any("error", firstWhy))
 	}
 	if s.truncated {
-		b.cfg.log().Warn("redisbans: more bans in Redis than WithMaxBans; loaded the permanent ones, then those that expire last",
+		b.cfg.log().Warn("rediswatch: more bans in Redis than WithMax; loaded the permanent ones, then those that expire last",
 			slog.Int64("in_redis", live), slog.Int("loaded", len(ids)))
 	}
 	s.bans = bans
@@ -972,7 +854,7 @@ var errMalformed = errors.New("malformed ban")
 
 // idOf returns the id of e's target.
 func idOf(e access.Entry) string {
-	if e.IsKey() {
+	if e.Key != "" {
 		return "k:" + e.Key
 	}
 	return "p:" + e.Prefix.String()
@@ -1009,10 +891,28 @@ func splitID(id string) (access.Entry, error) {
 	return e, nil
 }
 
-// canonical checks e as Normalize does, and that its range is in the form
+// normalize checks e as access.NewList does, and returns it in the form
+// a List stores it (the range masked, an IPv4-mapped one folded to IPv4).
+// An invalid e is an error wrapping access.ErrInvalidEntry.
+func normalize(e access.Entry) (access.Entry, error) {
+	p, err := accessentry.Check(e.Prefix, e.Key, e.Reason)
+	if err != nil {
+		return access.Entry{}, fmt.Errorf("%w: %w", access.ErrInvalidEntry, err)
+	}
+	e.Prefix = p
+	return e, nil
+}
+
+// liveAt reports whether e matches at now: it is permanent or expires
+// after now.
+func liveAt(e access.Entry, now time.Time) bool {
+	return e.Expires.IsZero() || now.Before(e.Expires)
+}
+
+// canonical checks e as normalize does, and that its range is in the form
 // Normalize gives it.
 func canonical(e access.Entry) (access.Entry, error) {
-	n, err := e.Normalize()
+	n, err := normalize(e)
 	if err != nil {
 		return e, fmt.Errorf("%w: %w", errMalformed, err)
 	}
@@ -1045,55 +945,20 @@ func parse(id, value string) (access.Entry, error) {
 	return canonical(e)
 }
 
-// clip quotes s for a log line, cut to 64 bytes.
-func clip(s string) string {
-	if len(s) > 64 {
-		return strconv.Quote(s[:64]) + "..."
-	}
-	return strconv.Quote(s)
-}
-
-// run polls until Close.
-func (b *Bans) run() {
-	defer close(b.done)
-	t := time.NewTicker(b.cfg.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-t.C:
-			b.poll()
-		}
-	}
-}
-
 // poll catches up with the log, or reloads when it must; then drops the
-// bans that have expired here.
-func (b *Bans) poll() {
-	ctx, cancel := context.WithTimeout(b.ctx, pollTimeout)
+// bans that have expired here. The loop calls it every poll interval.
+func (b *Bans) poll(base context.Context) {
+	ctx, cancel := context.WithTimeout(base, pollTimeout)
 	full, err := b.catchUp(ctx)
 	cancel()
 	if err == nil && full {
-		ctx, cancel := context.WithTimeout(b.ctx, loadTimeout)
+		ctx, cancel := context.WithTimeout(base, loadTimeout)
 		err = b.reload(ctx)
 		cancel()
 	}
+	b.loop.report(err, b.cfg.log(), "bans", b.view.Load().len())
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case err != nil && b.ctx.Err() != nil:
-		return // closing
-	case err != nil:
-		if !b.down {
-			b.down = true
-			b.cfg.log().Error("redisbans: cannot read the bans from Redis; keeping the last ones, expiring them here",
-				slog.Int("bans", b.view.Load().len()), slog.Any("error", err))
-		}
-	case b.down:
-		b.down = false
-		b.cfg.log().Info("redisbans: reading the bans from Redis again", slog.Int("bans", b.view.Load().len()))
-	}
 	b.pruneLocked(b.cfg.now())
 }
 
@@ -1108,11 +973,8 @@ func (b *Bans) pruneLocked(now time.Time) {
 // Close stops the poller and waits for it to end (an in-flight poll ends
 // at once, or within the client's read timeout); the last snapshot stays
 // in force for Match, and Ban, Unban, List and Sync still work. Close may
-// be called more than once.
+// be called more than once, and returns nil.
 func (b *Bans) Close() error {
-	b.closeOnce.Do(func() {
-		b.cancel()
-		<-b.done
-	})
+	b.loop.stop()
 	return nil
 }

@@ -1,4 +1,4 @@
-package redisbans_test
+package rediswatch_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/access/redisbans"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // commandCalls returns how many times Redis ran cmd since CONFIG
@@ -43,14 +43,14 @@ func commandCalls(t *testing.T, raw *redis.Client, cmd string) int {
 func TestChangesNeedNoFullLoad(t *testing.T) {
 	srv := redistest.StartWith(t) // of its own: its statistics are reset
 	raw := srv.Client()
-	fill(t, raw, redisbans.DefaultPrefix, 2000)
+	fill(t, raw, rediswatch.DefaultPrefix, 2000)
 	ctx := context.Background()
 	one, _ := open(t, srv.Client())
 	two, _ := open(t, srv.Client())
-	require.Equal(t, 2000, two.Len())
+	require.Equal(t, 2000, rediswatch.Len(two))
 	require.NoError(t, raw.ConfigResetStat(ctx).Err())
 
-	_, err := one.Ban(ctx, access.Entry{Key: "user:new"})
+	_, err := one.Ban(ctx, access.Entry{Key: "user:new"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(two, "", "user:new") }, propagation, tick)
 	batch := make([]access.Entry, 100)
@@ -59,12 +59,12 @@ func TestChangesNeedNoFullLoad(t *testing.T) {
 	}
 	_, err = two.BanMany(ctx, batch)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return one.Len() == 2101 && matches(one, "192.0.2.99", "") }, propagation, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(one) == 2101 && matches(one, "192.0.2.99", "") }, propagation, tick)
 	_, err = two.Unban(ctx, benchEntry(1))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !matches(one, "", benchEntry(1).Key) }, propagation, tick)
-	assert.Equal(t, 2100, one.Len())
-	assert.Equal(t, 2100, two.Len())
+	assert.Equal(t, 2100, rediswatch.Len(one))
+	assert.Equal(t, 2100, rediswatch.Len(two))
 
 	assert.Zero(t, commandCalls(t, raw, "mget"), "a change made a server load every ban")
 	assert.Positive(t, commandCalls(t, raw, "evalsha"), "the statistics count")
@@ -72,9 +72,9 @@ func TestChangesNeedNoFullLoad(t *testing.T) {
 
 func TestBanMany(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
-	one, _ := open(t, srv.Client(), p, redisbans.WithMaxBans(10))
+	one, _ := open(t, srv.Client(), p, rediswatch.WithMax(10))
 	two, _ := open(t, srv.Client(), p)
 
 	until := time.Now().Add(time.Hour)
@@ -95,7 +95,7 @@ func TestBanMany(t *testing.T) {
 		e, ok := two.Match(netip.Addr{}, "user:1", time.Now())
 		return ok && e.Reason == "second" && matches(two, "198.51.100.7", "")
 	}, propagation, tick)
-	assert.Equal(t, 2, two.Len())
+	assert.Equal(t, 2, rediswatch.Len(two))
 
 	none, err := one.BanMany(ctx, nil)
 	require.NoError(t, err)
@@ -110,8 +110,8 @@ func TestBanMany(t *testing.T) {
 		"invalid": {[]access.Entry{{Key: "user:a"}, {Key: "user:\x00"}}, access.ErrInvalidEntry, "entries[1]"},
 		"expired": {[]access.Entry{{Key: "user:a"}, {Key: "user:b", Expires: time.Now().Add(-time.Second)}}, access.ErrInvalidEntry, "entries[1]"},
 		"past max": {[]access.Entry{{Key: "user:a"}, {Key: "user:b"}, {Key: "user:c"}, {Key: "user:d"}, {Key: "user:e"},
-			{Key: "user:f"}, {Key: "user:g"}, {Key: "user:h"}, {Key: "user:i"}}, access.ErrTooManyBans, "over the maximum of 10"},
-		"too long": {make([]access.Entry, 1001), access.ErrTooManyBans, "more than 1000 in one call"},
+			{Key: "user:f"}, {Key: "user:g"}, {Key: "user:h"}, {Key: "user:i"}}, access.ErrTooLarge, "over the maximum of 10"},
+		"too long": {make([]access.Entry, 1001), access.ErrTooLarge, "more than 1000 in one call"},
 	} {
 		_, err := one.BanMany(ctx, c.entries)
 		require.ErrorIs(t, err, c.want, name)
@@ -132,7 +132,7 @@ func TestBanMany(t *testing.T) {
 	}
 	_, err = one.BanMany(ctx, append(nine, access.Entry{Key: "user:1"}))
 	require.NoError(t, err)
-	assert.Equal(t, 10, one.Len())
+	assert.Equal(t, 10, rediswatch.Len(one))
 }
 
 // TestMalformedLog writes broken changes straight into the log: the
@@ -144,9 +144,9 @@ func TestMalformedLog(t *testing.T) {
 	tag := "{" + pre + "}:"
 	raw := srv.Client()
 	ctx := context.Background()
-	one, _ := open(t, srv.Client(), redisbans.WithPrefix(pre))
-	two, logs := open(t, srv.Client(), redisbans.WithPrefix(pre))
-	_, err := one.Ban(ctx, access.Entry{Key: "user:1"})
+	one, _ := open(t, srv.Client(), rediswatch.WithKey(pre))
+	two, logs := open(t, srv.Client(), rediswatch.WithKey(pre))
+	_, err := one.Ban(ctx, access.Entry{Key: "user:1"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(two, "", "user:1") }, propagation, tick)
 
@@ -169,20 +169,20 @@ func TestMalformedLog(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "malformed changes in the log") }, propagation, tick)
 	assert.Contains(t, logs.String(), "malformed=5")
 	// The reload reads Redis as it is: user:1, no ghost.
-	require.Eventually(t, func() bool { return two.Len() == 1 }, propagation, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(two) == 1 }, propagation, tick)
 	assert.True(t, matches(two, "", "user:1"))
 	assert.False(t, matches(two, "", "user:ghost"))
 	assert.False(t, matches(two, "", "user:ghost2"))
 
 	// Changes go on through the log.
-	_, err = one.Ban(ctx, access.Entry{Key: "user:5"})
+	_, err = one.Ban(ctx, access.Entry{Key: "user:5"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(two, "", "user:5") }, propagation, tick)
 
 	// A log that is no stream.
 	require.NoError(t, raw.Del(ctx, tag+"l").Err())
 	require.NoError(t, raw.Set(ctx, tag+"l", "not a stream", 0).Err())
-	_, err = two.Ban(ctx, access.Entry{Key: "user:6"})
+	_, err = two.Ban(ctx, access.Entry{Key: "user:6"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(one, "", "user:6") }, propagation, tick)
 	typ, err := raw.Type(ctx, tag+"l").Result()
@@ -193,15 +193,15 @@ func TestMalformedLog(t *testing.T) {
 	require.Eventually(t, func() bool { return !matches(two, "", "user:6") }, propagation, tick)
 }
 
-// TestDeltaMaxBans makes a server with a small WithMaxBans follow one with
+// TestDeltaMaxBans makes a server with a small WithMax follow one with
 // a larger: the changes that would take it past its maximum make it
 // reload, which keeps the permanent bans, then those that end last.
 func TestDeltaMaxBans(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
 	big, _ := open(t, srv.Client(), p)
-	small, logs := open(t, srv.Client(), p, redisbans.WithMaxBans(3))
+	small, logs := open(t, srv.Client(), p, rediswatch.WithMax(3))
 	_, err := big.BanMany(ctx, []access.Entry{
 		{Key: "user:1"},
 		{Key: "user:2", Expires: time.Now().Add(time.Hour)},
@@ -209,8 +209,8 @@ func TestDeltaMaxBans(t *testing.T) {
 		{Key: "user:4", Expires: time.Now().Add(3 * time.Hour)},
 	})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "more bans in Redis than WithMaxBans") }, propagation, tick)
-	require.Eventually(t, func() bool { return small.Len() == 3 }, propagation, tick)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "more bans in Redis than WithMax") }, propagation, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(small) == 3 }, propagation, tick)
 	assert.True(t, matches(small, "", "user:1"))
 	assert.False(t, matches(small, "", "user:2"))
 	assert.True(t, matches(small, "", "user:4"))
@@ -221,10 +221,10 @@ func TestDeltaMaxBans(t *testing.T) {
 // exactly what Redis does.
 func TestConcurrentChanges(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redisbans.WithPrefix(prefix(t))
+	p := rediswatch.WithKey(prefix(t))
 	ctx := context.Background()
-	one, _ := open(t, srv.Client(), p, redisbans.WithPollInterval(10*time.Millisecond))
-	two, _ := open(t, srv.Client(), p, redisbans.WithPollInterval(10*time.Millisecond))
+	one, _ := open(t, srv.Client(), p, rediswatch.WithPollInterval(10*time.Millisecond))
+	two, _ := open(t, srv.Client(), p, rediswatch.WithPollInterval(10*time.Millisecond))
 	var wg sync.WaitGroup
 	for g := range 8 {
 		b := one
@@ -237,7 +237,7 @@ func TestConcurrentChanges(t *testing.T) {
 				var err error
 				switch i % 3 {
 				case 0, 1:
-					_, err = b.Ban(ctx, e)
+					_, err = b.Ban(ctx, e, 0)
 				default:
 					_, err = b.Unban(ctx, e)
 				}
@@ -248,8 +248,8 @@ func TestConcurrentChanges(t *testing.T) {
 	wg.Wait()
 	want, err := one.List(ctx)
 	require.NoError(t, err)
-	same := func(b *redisbans.Bans) bool {
-		if b.Len() != len(want) {
+	same := func(b *rediswatch.Bans) bool {
+		if rediswatch.Len(b) != len(want) {
 			return false
 		}
 		for _, w := range want {
@@ -272,8 +272,8 @@ func TestUnbanStale(t *testing.T) {
 	tag := "{" + pre + "}:"
 	raw := srv.Client()
 	ctx := context.Background()
-	b, _ := open(t, srv.Client(), redisbans.WithPrefix(pre), manual)
-	_, err := b.Ban(ctx, access.Entry{Key: "user:1"})
+	b, _ := open(t, srv.Client(), rediswatch.WithKey(pre), manual)
+	_, err := b.Ban(ctx, access.Entry{Key: "user:1"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, raw.Del(ctx, tag+"b:k:user:1").Err())
 	require.NoError(t, raw.ZRem(ctx, tag+"i", "k:user:1").Err())
@@ -282,5 +282,5 @@ func TestUnbanStale(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, lifted)
 	assert.False(t, matches(b, "", "user:1"))
-	assert.Zero(t, b.Len())
+	assert.Zero(t, rediswatch.Len(b))
 }

@@ -1,4 +1,4 @@
-package redisbans
+package rediswatch
 
 import (
 	"fmt"
@@ -74,7 +74,7 @@ func TestViewMatchesList(t *testing.T) {
 		}
 		l, err := access.NewList(entries...)
 		require.NoError(t, err)
-		require.Equal(t, l.Len(), v.len(), "step %d", step)
+		require.Equal(t, len(l.Entries()), v.len(), "step %d", step)
 		for _, at := range []time.Time{now, now.Add(-time.Hour), now.Add(time.Hour)} {
 			for _, p := range probes {
 				want, wok := l.Match(p.addr, p.key, at)

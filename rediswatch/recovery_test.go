@@ -1,4 +1,4 @@
-package redisbans_test
+package rediswatch_test
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/access/redisbans"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // manual makes a Bans whose poller does not run within a test: the test
 // drives it with Sync, so that which server sees what, and when, is the
 // test's choice.
-var manual = redisbans.WithPollInterval(time.Minute)
+var manual = rediswatch.WithPollInterval(time.Minute)
 
 // lostSet is what the tests of a lost Redis ban, on server one.
 type lostSet struct {
@@ -27,7 +27,7 @@ type lostSet struct {
 	timedEnd            time.Time
 }
 
-func banLostSet(t *testing.T, one *redisbans.Bans) lostSet {
+func banLostSet(t *testing.T, one *rediswatch.Bans) lostSet {
 	t.Helper()
 	ctx := context.Background()
 	s := lostSet{
@@ -35,17 +35,17 @@ func banLostSet(t *testing.T, one *redisbans.Bans) lostSet {
 		timed:  access.Entry{Key: "user:timed", Reason: "an hour"},
 		lifted: access.Entry{Key: "user:lifted", Reason: "lifted"},
 	}
-	_, err := one.Ban(ctx, s.perm)
+	_, err := one.Ban(ctx, s.perm, 0)
 	require.NoError(t, err)
-	e, err := one.BanFor(ctx, s.timed, time.Hour)
+	e, err := one.Ban(ctx, s.timed, time.Hour)
 	require.NoError(t, err)
 	s.timedEnd = e.Expires
-	_, err = one.Ban(ctx, s.lifted)
+	_, err = one.Ban(ctx, s.lifted, 0)
 	require.NoError(t, err)
 	return s
 }
 
-func has(b *redisbans.Bans, e access.Entry) bool {
+func has(b *rediswatch.Bans, e access.Entry) bool {
 	_, ok := b.Match(e.Prefix.Addr(), e.Key, time.Now())
 	return ok
 }
@@ -56,10 +56,10 @@ func inRedis(t *testing.T, raw *redis.Client, es ...access.Entry) []bool {
 	out := make([]bool, len(es))
 	for i, e := range es {
 		id := "k:" + e.Key
-		if !e.IsKey() {
+		if e.Key == "" {
 			id = "p:" + e.Prefix.String()
 		}
-		n, err := raw.Exists(context.Background(), "{"+redisbans.DefaultPrefix+"}:b:"+id).Result()
+		n, err := raw.Exists(context.Background(), "{"+rediswatch.DefaultPrefix+"}:b:"+id).Result()
 		require.NoError(t, err)
 		out[i] = n == 1
 	}
@@ -69,11 +69,11 @@ func inRedis(t *testing.T, raw *redis.Client, es ...access.Entry) []bool {
 // checkRestored checks what Redis and both servers hold once recovered:
 // the permanent ban and the timed one, with its original end, and not
 // the ban lifted before the loss.
-func checkRestored(t *testing.T, raw *redis.Client, s lostSet, servers ...*redisbans.Bans) {
+func checkRestored(t *testing.T, raw *redis.Client, s lostSet, servers ...*rediswatch.Bans) {
 	t.Helper()
 	ctx := context.Background()
 	assert.Equal(t, []bool{true, true, false}, inRedis(t, raw, s.perm, s.timed, s.lifted))
-	end, err := raw.PExpireTime(ctx, "{"+redisbans.DefaultPrefix+"}:b:k:user:timed").Result()
+	end, err := raw.PExpireTime(ctx, "{"+rediswatch.DefaultPrefix+"}:b:k:user:timed").Result()
 	require.NoError(t, err)
 	assert.Equal(t, s.timedEnd.UnixMilli(), end.Milliseconds(), "the timed ban keeps its end")
 	for i, b := range servers {
@@ -96,7 +96,7 @@ func TestLostDataStaleServerFirst(t *testing.T) {
 	one, logs1 := open(t, srv.Client(), manual)
 	two, logs2 := open(t, srv.Client(), manual)
 	s := banLostSet(t, one)
-	short, err := one.BanFor(ctx, access.Entry{Key: "user:short"}, 300*time.Millisecond)
+	short, err := one.Ban(ctx, access.Entry{Key: "user:short"}, 300*time.Millisecond)
 	require.NoError(t, err)
 	require.NoError(t, two.Sync(ctx))
 	for _, e := range []access.Entry{s.perm, s.timed, s.lifted, short} {
@@ -107,7 +107,7 @@ func TestLostDataStaleServerFirst(t *testing.T) {
 	// server two has seen neither.
 	_, err = one.Unban(ctx, s.lifted)
 	require.NoError(t, err)
-	late, err := one.Ban(ctx, access.Entry{Key: "user:late"})
+	late, err := one.Ban(ctx, access.Entry{Key: "user:late"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, raw.FlushDB(ctx).Err())
 	require.Eventually(t, func() bool { return time.Now().After(short.Expires) }, 5*time.Second, tick)
@@ -152,7 +152,7 @@ func TestLostDataCurrentServerFirst(t *testing.T) {
 
 	_, err := one.Unban(ctx, s.lifted)
 	require.NoError(t, err)
-	fromTwo, err := two.BanFor(ctx, access.Entry{Prefix: netip.MustParsePrefix("2001:db8::/48")}, time.Hour)
+	fromTwo, err := two.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("2001:db8::/48")}, time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, raw.FlushDB(ctx).Err())
 
@@ -204,7 +204,7 @@ func TestLostDataRestart(t *testing.T) {
 	checkRestored(t, raw, s, one, two)
 
 	// New bans work and reach the other server again.
-	_, err = two.Ban(ctx, access.Entry{Key: "user:after"})
+	_, err = two.Ban(ctx, access.Entry{Key: "user:after"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(one, "", "user:after") }, propagation, tick)
 }
@@ -221,7 +221,7 @@ func TestLostDataWriteFirst(t *testing.T) {
 	require.NoError(t, two.Sync(ctx))
 
 	require.NoError(t, raw.FlushDB(ctx).Err())
-	_, err := one.Ban(ctx, access.Entry{Key: "user:new"})
+	_, err := one.Ban(ctx, access.Entry{Key: "user:new"}, 0)
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, true, true, true}, inRedis(t, raw, s.perm, s.timed, s.lifted, access.Entry{Key: "user:new"}))
 
@@ -252,7 +252,7 @@ func TestLostMarkerOnly(t *testing.T) {
 	_, err := one.Unban(ctx, s.lifted)
 	require.NoError(t, err)
 
-	require.NoError(t, raw.Del(ctx, "{"+redisbans.DefaultPrefix+"}:m").Err())
+	require.NoError(t, raw.Del(ctx, "{"+rediswatch.DefaultPrefix+"}:m").Err())
 	require.NoError(t, two.Sync(ctx))
 	assert.Contains(t, logs.String(), "set the marker again")
 	require.NoError(t, one.Sync(ctx))
@@ -274,7 +274,7 @@ func TestLostDataTooLate(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, raw.FlushDB(ctx).Err())
 	require.NoError(t, one.Sync(ctx))
-	journal := "{" + redisbans.DefaultPrefix + "}:j"
+	journal := "{" + rediswatch.DefaultPrefix + "}:j"
 	ttl, err := raw.PTTL(ctx, journal).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, 9*time.Minute, "the recovery journal lives ten minutes")
@@ -306,7 +306,7 @@ func TestLostDataNewServerFirst(t *testing.T) {
 	require.NoError(t, raw.FlushDB(ctx).Err())
 
 	three, _ := open(t, srv.Client(), manual)
-	assert.Zero(t, three.Len())
+	assert.Zero(t, rediswatch.Len(three))
 	require.NoError(t, two.Sync(ctx)) // stale: still holds the lifted ban
 	require.NoError(t, one.Sync(ctx))
 	require.NoError(t, two.Sync(ctx))

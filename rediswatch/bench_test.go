@@ -1,4 +1,4 @@
-package redisbans_test
+package rediswatch_test
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/access/redisbans"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // quiet is the benchmarks' logger: the first New logs the marker it sets.
-var quiet = redisbans.WithLogger(slog.New(slog.DiscardHandler))
+var quiet = rediswatch.WithLogger(slog.New(slog.DiscardHandler))
 
 // benchHeld is how many bans the benchmarks hold: the 100,000,
 // half ranges and half keys.
@@ -43,7 +43,7 @@ func fill(tb testing.TB, raw *redis.Client, prefix string, n int) {
 	for i := range n {
 		e := benchEntry(i)
 		id := "k:" + e.Key
-		if !e.IsKey() {
+		if e.Key == "" {
 			id = "p:" + e.Prefix.String()
 		}
 		pipe.Set(ctx, tag+"b:"+id, "v1|0|bench", 0)
@@ -69,13 +69,13 @@ func benchSetup(b *testing.B) (*redistest.Server, string) {
 
 // benchOpen returns a Bans that polls rarely (the benchmark drives it),
 // with room for more bans than it holds.
-func benchOpen(b *testing.B, c redis.UniversalClient, prefix string) *redisbans.Bans {
+func benchOpen(b *testing.B, c redis.UniversalClient, prefix string) *rediswatch.Bans {
 	b.Helper()
-	bans, err := redisbans.New(c, redisbans.WithPrefix(prefix), redisbans.WithPollInterval(time.Minute),
-		redisbans.WithMaxBans(1_000_000), redisbans.WithStartTimeout(time.Minute), quiet)
+	bans, err := rediswatch.NewBans(context.Background(), c, rediswatch.WithKey(prefix), rediswatch.WithPollInterval(time.Minute),
+		rediswatch.WithMax(1_000_000), quiet)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = bans.Close() })
-	require.Equal(b, benchHeld, bans.Len())
+	require.Equal(b, benchHeld, rediswatch.Len(bans))
 	return bans
 }
 
@@ -106,7 +106,7 @@ func BenchmarkBan(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		_, err := bans.Ban(ctx, access.Entry{Key: fmt.Sprintf("new:%d", i), Reason: "bench"})
+		_, err := bans.Ban(ctx, access.Entry{Key: fmt.Sprintf("new:%d", i), Reason: "bench"}, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func BenchmarkPropagation(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		key := fmt.Sprintf("new:%d", i)
-		_, err := one.Ban(ctx, access.Entry{Key: key})
+		_, err := one.Ban(ctx, access.Entry{Key: key}, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -173,13 +173,13 @@ func BenchmarkStartup(b *testing.B) {
 	c := benchClient(b, srv)
 	b.ReportAllocs()
 	for b.Loop() {
-		bans, err := redisbans.New(c, redisbans.WithPrefix(prefix), redisbans.WithStartTimeout(time.Minute), quiet)
+		bans, err := rediswatch.NewBans(context.Background(), c, rediswatch.WithKey(prefix), quiet)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		if bans.Len() != benchHeld {
-			b.Fatalf("%d bans loaded, not %d", bans.Len(), benchHeld)
+		if rediswatch.Len(bans) != benchHeld {
+			b.Fatalf("%d bans loaded, not %d", rediswatch.Len(bans), benchHeld)
 		}
 		_ = bans.Close()
 		b.StartTimer()
@@ -242,8 +242,8 @@ func BenchmarkPropagationMany(b *testing.B) {
 		}
 		b.StopTimer()
 		cpu += cpuTime(b) - start
-		if want := benchHeld + 1000*i; two.Len() != want {
-			b.Fatalf("%d bans on the other server after Sync, not %d", two.Len(), want)
+		if want := benchHeld + 1000*i; rediswatch.Len(two) != want {
+			b.Fatalf("%d bans on the other server after Sync, not %d", rediswatch.Len(two), want)
 		}
 		b.StartTimer()
 	}
@@ -269,8 +269,8 @@ func BenchmarkRecovery(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		if n, err := c.ZCard(ctx, "{"+prefix+"}:i").Result(); err != nil || n != benchHeld || bans.Len() != benchHeld {
-			b.Fatalf("%d bans in Redis (%v), %d held, after the recovery", n, err, bans.Len())
+		if n, err := c.ZCard(ctx, "{"+prefix+"}:i").Result(); err != nil || n != benchHeld || rediswatch.Len(bans) != benchHeld {
+			b.Fatalf("%d bans in Redis (%v), %d held, after the recovery", n, err, rediswatch.Len(bans))
 		}
 		b.StartTimer()
 	}

@@ -1,4 +1,4 @@
-package redisbans_test
+package rediswatch_test
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/access/redisbans"
+	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // Every app server builds one Bans over the same Redis; a ban made on any
 // of them is in force on all within about 200 ms.
-func ExampleNew() {
+func ExampleNewBans() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 
 	// New loads the bans already in Redis before it returns.
-	bans, err := redisbans.New(client)
+	bans, err := rediswatch.NewBans(context.Background(), client)
 	if err != nil {
 		log.Fatal(err) // an option out of range, or Redis unreachable at start
 	}
@@ -28,10 +28,10 @@ func ExampleNew() {
 
 	ctx := context.Background()
 	// From an admin endpoint or an abuse detector, on any server:
-	if _, err := bans.BanFor(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "credential stuffing"}, time.Hour); err != nil {
+	if _, err := bans.Ban(ctx, access.Entry{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Reason: "credential stuffing"}, time.Hour); err != nil {
 		log.Print(err)
 	}
-	if _, err := bans.Ban(ctx, access.Entry{Key: "user:42", Reason: "chargeback"}); err != nil { // permanent
+	if _, err := bans.Ban(ctx, access.Entry{Key: "user:42", Reason: "chargeback"}, 0); err != nil { // permanent
 		log.Print(err)
 	}
 
@@ -58,7 +58,7 @@ func ExampleNew() {
 func ExampleBans_BanMany() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	bans, err := redisbans.New(client)
+	bans, err := rediswatch.NewBans(context.Background(), client)
 	if err != nil {
 		log.Fatal(err)
 	}

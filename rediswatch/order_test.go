@@ -1,4 +1,4 @@
-package redisbans
+package rediswatch
 
 import (
 	"context"
@@ -21,13 +21,13 @@ import (
 // target applied in the reverse order. Neither may leave the older state.
 func TestApplyOwnOrder(t *testing.T) {
 	srv := redistest.Start(t)
-	p := WithPrefix(fmt.Sprintf("test:order:%d", time.Now().UnixNano()))
+	p := WithKey(fmt.Sprintf("test:order:%d", time.Now().UnixNano()))
 	ctx := context.Background()
 	slow := WithPollInterval(time.Minute)
-	one, err := New(srv.Client(), p, slow)
+	one, err := NewBans(context.Background(), srv.Client(), p, slow)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = one.Close() })
-	two, err := New(srv.Client(), p, slow)
+	two, err := NewBans(context.Background(), srv.Client(), p, slow)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = two.Close() })
 	reason := func(b *Bans) string {
@@ -43,12 +43,12 @@ func TestApplyOwnOrder(t *testing.T) {
 	before := one.loaded
 	one.mu.Unlock()
 	res, err := banScript.Run(ctx, one.client, []string{one.index, one.ver, one.log, one.marker, one.rjournal, one.banKey + "k:user:x"},
-		one.cfg.maxBans, logLen, "k:user:x", "ever", 0, "a").StringSlice()
+		one.cfg.max, logLen, "k:user:x", "ever", 0, "a").StringSlice()
 	require.NoError(t, err)
 	seqA := parseSeq(res[4])
 	// ... server two bans it again ("b"), and server one's poller applies
 	// both before the Ban of "a" gets to apply its own.
-	_, err = two.Ban(ctx, access.Entry{Key: "user:x", Reason: "b"})
+	_, err = two.Ban(ctx, access.Entry{Key: "user:x", Reason: "b"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, one.Sync(ctx))
 	require.Equal(t, "b", reason(one))
@@ -57,7 +57,7 @@ func TestApplyOwnOrder(t *testing.T) {
 
 	// The same on a view that a load made, which records no change in
 	// the journal when it is the first: the view's version is what tells.
-	three, err := New(srv.Client(), p, slow)
+	three, err := NewBans(context.Background(), srv.Client(), p, slow)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = three.Close() })
 	require.Equal(t, "b", reason(three))
@@ -66,9 +66,9 @@ func TestApplyOwnOrder(t *testing.T) {
 
 	// Two of server one's own changes, applied in the reverse order, while
 	// a change of server two's is between the view and them.
-	_, err = two.Ban(ctx, access.Entry{Key: "user:y"})
+	_, err = two.Ban(ctx, access.Entry{Key: "user:y"}, 0)
 	require.NoError(t, err)
-	_, err = one.Ban(ctx, access.Entry{Key: "user:x", Reason: "later"})
+	_, err = one.Ban(ctx, access.Entry{Key: "user:x", Reason: "later"}, 0)
 	require.NoError(t, err)
 	one.mu.Lock()
 	seqLater, _ := one.journal.seen("k:user:x")

@@ -1,4 +1,4 @@
-package redisoverrides_test
+package rediswatch_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/gridtest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/overrides"
-	"github.com/apigate/ratelimit/overrides/internal/gridtest"
 )
 
 // TestWatcherTighteningNeverSwitchesLimitingOff is the hardening issue's
@@ -26,7 +26,7 @@ import (
 // the override tightens, and the client stays denied.
 func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	srv := redistest.Start(t)
-	w, _ := open(t, srv.Client(), newKey())
+	w, _ := openOverrides(t, srv.Client(), newKey())
 	store, err := redisstore.New(srv.Client())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
@@ -83,7 +83,7 @@ func TestWatcherGridNeverLooser(t *testing.T) {
 	gridtest.Run(t, gridtest.Config{
 		Store: store,
 		NewSource: func(t *testing.T) gridtest.Source {
-			w, logs := open(t, srv.Client(), newKey())
+			w, logs := openOverrides(t, srv.Client(), newKey())
 			put := func(layer string, o overrides.Override) error { return w.Put(context.Background(), layer, o) }
 			return gridtest.Source{Adjust: w, Put: put, Logs: logs.String}
 		},
@@ -104,7 +104,7 @@ func TestWatcherRawUnfitOverrideKeepsTheLastGood(t *testing.T) {
 	srv := redistest.Start(t)
 	key := newKey()
 	raw := srv.Client()
-	w, logs := open(t, srv.Client(), key)
+	w, logs := openOverrides(t, srv.Client(), key)
 	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("rawunfit:"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })

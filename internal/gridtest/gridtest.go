@@ -3,7 +3,7 @@
 // including the extremes (a limit of 1 and of core.MaxLimit, windows of
 // core.MinWindow and core.MaxWindow, slow rates with big bursts), over a
 // store, through a source of overrides (an overrides.Set, a
-// redisoverrides.Watcher). For each case it asserts, at explicit times,
+// rediswatch.Overrides). For each case it asserts, at explicit times,
 // that no decision fails, that the policy in force is valid, and that the
 // admitted cost never exceeds what the override allows as written (its
 // values applied without any clamp: the "literal" policy, which may be
@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/overrides"
 )
 
@@ -34,7 +35,7 @@ import (
 type Source struct {
 	// Adjust is the policy source the Limiter consults.
 	Adjust core.PolicySource
-	// Put puts an override of layer, as Set.Put or Watcher.Put.
+	// Put puts an override of layer, as Set.Put or Overrides.Put.
 	Put func(layer string, o overrides.Override) error
 	// Logs returns what the source has logged so far.
 	Logs func() string
@@ -120,7 +121,7 @@ func Overrides() []overrides.Override {
 		{Limit: 200_000},
 		{Scale: 1e-6},
 		{Scale: 0.5},
-		{Scale: overrides.MaxScale},
+		{Scale: overridespeer.MaxScale},
 		{Limit: 3, Scale: 0.5},
 		{Limit: 3, Burst: 3 * 8784, Scale: 0.5},
 		{Limit: 100_000, Scale: 10},

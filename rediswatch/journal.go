@@ -1,4 +1,4 @@
-package redisbans
+package rediswatch
 
 // journalLen bounds the changes a journal remembers.
 const journalLen = 10_000

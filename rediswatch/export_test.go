@@ -1,0 +1,47 @@
+package rediswatch
+
+import (
+	"context"
+	"time"
+)
+
+// WithClock makes a Bans read this server's time from now, for tests.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		c.now = now
+		return nil
+	}
+}
+
+// WithResyncInterval is withResyncInterval, for tests.
+var WithResyncInterval = withResyncInterval
+
+// Reload loads every ban in full now, as the poller does every resync
+// interval, for benchmarks.
+func Reload(ctx context.Context, b *Bans) error { return b.reload(ctx) }
+
+// Len returns how many bans the snapshot of b holds, expired ones not yet
+// dropped included.
+func Len(b *Bans) int { return b.view.Load().len() }
+
+// Reads returns how many read scripts w has run.
+func (w *Overrides) Reads() int64 { return w.reads.Load() }
+
+// Marker returns the marker key of w.
+func (w *Overrides) Marker() string { return w.marker }
+
+// MarkerOf is markerOf.
+var MarkerOf = markerOf
+
+// The errors of Overrides, for tests.
+var (
+	ErrTooManyFields = errTooManyFields
+	ErrClosed        = errClosed
+)
+
+// The default keys and poll interval, for tests.
+var (
+	DefaultPrefix                = bansKind.key
+	DefaultOverridesKey          = overridesKind.key
+	DefaultOverridesPollInterval = overridesKind.poll
+)
