@@ -285,11 +285,11 @@ func TestShadowMode(t *testing.T) {
 	require.NoError(t, err)
 	w := newResponse()
 	require.True(t, f.Handle(newRequest(), w))
-	assert.Equal(t, "0", w.header.Get(headers.XRateLimitRemaining))
+	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"))
 	w = newResponse()
 	require.True(t, f.Handle(newRequest(), w))
-	assert.Equal(t, "0", w.header.Get(headers.XRateLimitRemaining))
-	assert.Empty(t, w.header.Get(headers.RetryAfter))
+	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"))
+	assert.Empty(t, w.header.Get("Retry-After"))
 
 	// Fail closed, shadowed: the request passes, the error is heard.
 	var errs []error

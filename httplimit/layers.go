@@ -115,7 +115,7 @@ func NewLayered(store core.Store, layers []Layer, opts ...core.Option) (*core.Li
 // binding layer (the one that denied, or the one closest to denying: its
 // Remaining is the least any layer has left); the draft-10 RateLimit and
 // RateLimit-Policy fields list every layer that applied
-// (headers.WriteLayers); Retry-After is the time at which every layer
+// (headers.Writer); Retry-After is the time at which every layer
 // admits again. A leaky-bucket layer paces the request by the longest
 // Delay of the layers.
 //
@@ -493,7 +493,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		}
 		if f.headers.RetryAfter {
 			st.in = inHeaders
-			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(v.Decision)))
+			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(v.Decision)))
 		}
 		st.in = inUnavailable
 		f.unavailable(r, st.guard(w), v.Decision)
@@ -515,7 +515,7 @@ func failModeDecided(err error, src core.Source) bool {
 // decidedLayers tells the client about v and passes (paced) or denies.
 func (f *Flow) decidedLayers(st *state, ctx context.Context, r keyfuncs.Request, w Response, v *core.Verdict) bool {
 	st.in = inHeaders
-	headers.WriteLayers(w, v, time.Now(), f.headers)
+	f.writer.Write(w, v.Decision, v.Decisions, time.Time{})
 	if !v.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), v.Decision)

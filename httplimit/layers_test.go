@@ -137,7 +137,7 @@ func loginCounted(t *testing.T, f *httplimit.Flow, r keyfuncs.Request) bool {
 	items, err := headers.ParseLayers(w.header)
 	require.NoError(t, err)
 	for _, it := range items {
-		if it.Name == "login" {
+		if it.Policy == "login" {
 			return true
 		}
 	}
@@ -193,13 +193,13 @@ func TestLayersAllOrNothing(t *testing.T) {
 	w := newResponse()
 	require.False(t, f.Handle(newPathRequest("POST", "/login"), w))
 	assert.Equal(t, http.StatusTooManyRequests, w.status)
-	assert.Equal(t, "0", w.header.Get(headers.XRateLimitRemaining), "the login layer binds")
-	assert.Equal(t, `"login";r=0;t=55, "all";r=95;t=55`, w.header.Get(headers.RateLimit), "binding layer first; all took nothing")
-	assert.Equal(t, `"login";q=5;w=60, "all";q=100;w=60`, w.header.Get(headers.RateLimitPolicy))
-	assert.Equal(t, "55", w.header.Get(headers.RetryAfter))
+	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"), "the login layer binds")
+	assert.Equal(t, `"login";r=0;t=55, "all";r=95;t=55`, w.header.Get("RateLimit"), "binding layer first; all took nothing")
+	assert.Equal(t, `"login";q=5;w=60, "all";q=100;w=60`, w.header.Get("RateLimit-Policy"))
+	assert.Equal(t, "55", w.header.Get("Retry-After"))
 	w = newResponse()
 	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
-	assert.Equal(t, `"all";r=94;t=55`, w.header.Get(headers.RateLimit), "one layer applies")
+	assert.Equal(t, `"all";r=94;t=55`, w.header.Get("RateLimit"), "one layer applies")
 }
 
 // badSource is a PolicySource that returns an invalid policy.
@@ -337,7 +337,7 @@ func TestLayersConcurrent(t *testing.T) {
 	assert.Equal(t, int64(5), passed.Load())
 	w := newResponse()
 	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
-	assert.Equal(t, `"all";r=94;t=55`, w.header.Get(headers.RateLimit), "5 logins and this request")
+	assert.Equal(t, `"all";r=94;t=55`, w.header.Get("RateLimit"), "5 logins and this request")
 }
 
 // TestLayersPacing: a leaky-bucket layer paces the request by its Delay,
