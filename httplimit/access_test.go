@@ -320,8 +320,9 @@ func TestShadowMode(t *testing.T) {
 // without WithClientIP could disagree about the client; New refuses it.
 func TestListsWithKeyFuncNeedClientIP(t *testing.T) {
 	l := newLimiter(t, memStore(t), perMinute)
-	behind, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	clientIP, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
+	behind := clientIP.Key
 	for _, opt := range []httplimit.Option{httplimit.WithDenyList(list(t, "192.0.2.1")), httplimit.WithAllowList(list(t, "192.0.2.1"))} {
 		_, err = httplimit.New(l, httplimit.WithKeyFunc(behind), opt)
 		require.ErrorIs(t, err, core.ErrInvalidOption)

@@ -76,16 +76,6 @@ type Layer struct {
 	FailClosed bool
 }
 
-// PathRequest is a keyfuncs.Request that knows its path: every adapter's
-// requests do. Path returns the request's path as the server received it,
-// without its query, percent-decoded or not. A layer's Routes are matched
-// against the normalized path of a PathRequest, and against the Route
-// pattern of a request that is not one.
-type PathRequest interface {
-	keyfuncs.Request
-	Path() string
-}
-
 // NewLayered returns the Limiter of layers over store, for WithLayers with
 // the same layers: core.NewLayered with each layer's Name, Policy and
 // FailClosed, the layers checked as WithLayers checks them. opts are
@@ -841,8 +831,12 @@ func unhex(c byte) byte {
 	return c - 'A' + 10
 }
 
+// maxRouteLen is the longest Route pattern matched, keyfuncs' bound on a
+// route pattern (keyfuncs.Route).
+const maxRouteLen = 1024
+
 // matcher matches one request against routes: its normalized path (a
-// PathRequest's), else its Route pattern, worked out once, when a route
+// keyfuncs.Request.Path, when not ""), else its Route pattern, worked out once, when a route
 // first needs it.
 type matcher struct {
 	r                   keyfuncs.Request
@@ -869,8 +863,8 @@ func (m *matcher) reset() {
 func (m *matcher) matches(rt *route) bool {
 	if !m.pathDone {
 		m.pathDone = true
-		if pr, ok := m.r.(PathRequest); ok {
-			m.path.set(pr.Path())
+		if p := m.r.Path(); p != "" {
+			m.path.set(p)
 			m.hasPath = true
 		}
 	}
@@ -881,7 +875,7 @@ func (m *matcher) matches(rt *route) bool {
 	}
 	if !m.routeDone {
 		m.routeDone = true
-		if s := m.r.Route(); s != "" && len(s) <= keyfuncs.MaxRouteLen {
+		if s := m.r.Route(); s != "" && len(s) <= maxRouteLen {
 			m.route.set(s)
 			m.hasRoute = true
 		}

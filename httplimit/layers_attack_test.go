@@ -51,7 +51,7 @@ func TestLayersPolicyForPanics(t *testing.T) {
 // the layers whose keys were good; a 1 MiB key is decided, stored under
 // its digest, one state per distinct key.
 func TestLayersOddKeys(t *testing.T) {
-	ip := mustKeyFunc(t)(keyfuncs.IP())
+	ip := clientIPKey(t)
 	user := func(r keyfuncs.Request) (string, error) { return r.Header("X-User"), nil }
 	layers := []httplimit.Layer{
 		{Name: "ip", Policy: perMin(100), Key: ip},

@@ -50,7 +50,7 @@ func perMin(n int64) core.Policy {
 // testLayers returns an "all" layer keyed by IP, and a "login" layer on
 // POST /login.
 func testLayers(t testing.TB) []httplimit.Layer {
-	ip := mustKeyFunc(t)(keyfuncs.IP())
+	ip := clientIPKey(t)
 	return []httplimit.Layer{
 		{Name: "all", Policy: perMin(100), Key: ip},
 		{Name: "login", Policy: perMin(5), Methods: []string{"post"}, Routes: []string{"/login", "/users/{id}/password", "/admin/*"}, Key: ip},
@@ -68,7 +68,7 @@ func layeredFlow(t testing.TB, layers []httplimit.Layer, lopts []core.Option, op
 }
 
 func TestLayersConstruction(t *testing.T) {
-	ip := mustKeyFunc(t)(keyfuncs.IP())
+	ip := clientIPKey(t)
 	good := testLayers(t)
 	store := memStore(t)
 	single := newLimiter(t, store, perMin(1))
@@ -259,7 +259,7 @@ func TestLayersPolicyForFailMode(t *testing.T) {
 }
 
 func TestLayersLists(t *testing.T) {
-	ip := mustKeyFunc(t)(keyfuncs.IP())
+	ip := clientIPKey(t)
 	user := func(r keyfuncs.Request) (string, error) { return "user:" + r.Header("X-User"), nil }
 	layers := []httplimit.Layer{
 		{Name: "ip", Policy: perMin(100), Key: ip},
@@ -281,7 +281,7 @@ func TestLayersLists(t *testing.T) {
 }
 
 func TestLayersNoneApplies(t *testing.T) {
-	ip := mustKeyFunc(t)(keyfuncs.IP())
+	ip := clientIPKey(t)
 	f, _ := layeredFlow(t, []httplimit.Layer{{Name: "login", Policy: perMin(1), Routes: []string{"/login"}, Key: ip}}, nil)
 	for range 3 {
 		w := newResponse()
@@ -293,7 +293,7 @@ func TestLayersNoneApplies(t *testing.T) {
 // BenchmarkHandleLayers is BenchmarkHandle with the issue's four layers
 // (one of them on POST /login only, so three apply), allowed path.
 func BenchmarkHandleLayers(b *testing.B) {
-	ip := mustKeyFunc(b)(keyfuncs.IP())
+	ip := clientIPKey(b)
 	global := mustKeyFunc(b)(keyfuncs.Static("api"))
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
 	layers := []httplimit.Layer{
@@ -343,7 +343,7 @@ func TestLayersConcurrent(t *testing.T) {
 // TestLayersPacing: a leaky-bucket layer paces the request by its Delay,
 // the longest of the layers', capped by WithMaxDelay.
 func TestLayersPacing(t *testing.T) {
-	ip := mustKeyFunc(t)(keyfuncs.IP())
+	ip := clientIPKey(t)
 	layers := []httplimit.Layer{
 		{Name: "all", Policy: perMin(100), Key: ip},
 		// 20 per second: each queued unit delays the next by 50ms.

@@ -25,7 +25,7 @@ func anonymous(context.Context) (string, bool) { return "", false }
 func TestCompose(t *testing.T) {
 	must := mustFunc(t)
 	r := &fakeRequest{remote: "203.0.113.7:1", route: "/users/{id}"}
-	ip := must(IP())
+	ip := must(clientIPKey())
 
 	got, err := must(Compose(Route(), ip))(r)
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func TestComposeCopiesItsArguments(t *testing.T) {
 func TestFirstOf(t *testing.T) {
 	must := mustFunc(t)
 	r := req("203.0.113.7:1", "X-API-Key", "k1")
-	chain := must(FirstOf(must(User(anonymous)), must(APIKeyHeader("X-API-Key")), must(IP())))
+	chain := must(FirstOf(must(User(anonymous)), must(APIKeyHeader("X-API-Key", nil)), must(clientIPKey())))
 
 	got, err := chain(r)
 	require.NoError(t, err)

@@ -116,8 +116,8 @@ func (q request) RemoteAddr() string {
 }
 
 // PeerAddrPort is the connection's peer without formatting it, for the
-// IP key functions (keyfuncs.PeerRequest): ok for a TCP peer without zone,
-// whose text RemoteAddr returns.
+// IP key function (a fast path of keyfuncs.ClientIP): ok for a TCP peer
+// without zone, whose text RemoteAddr returns.
 func (q request) PeerAddrPort() (netip.AddrPort, bool) {
 	a, ok := q.c.Context().RemoteAddr().(*net.TCPAddr)
 	if !ok || a.Zone != "" {

@@ -65,8 +65,9 @@ var errPlan = errors.New("adapterstest: the plan service is down")
 // invalid policy.
 func IssueLayers(t testing.TB) []httplimit.Layer {
 	t.Helper()
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
 	user := func(r keyfuncs.Request) (string, error) {
@@ -417,10 +418,11 @@ func BenchLayers[H any](b *testing.B, build func(l *core.Limiter, opts ...httpli
 	if err != nil {
 		b.Fatal(err)
 	}
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	if err != nil {
 		b.Fatal(err)
 	}
+	ip := clientIP.Key
 	global, err := keyfuncs.Static("api")
 	if err != nil {
 		b.Fatal(err)

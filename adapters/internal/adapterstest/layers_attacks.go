@@ -144,8 +144,9 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	clock := NewClock(T0)
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	cost := func(r keyfuncs.Request) int64 {
 		n, err := strconv.ParseInt(r.Header(costHeader), 10, 64)
 		if err != nil {
@@ -233,8 +234,9 @@ const holdPlanHeader = "X-Test-Hold-Plan"
 // function or PolicyFor runs (a plan service that is slow to answer).
 
 func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []core.Option) {
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
 	hold := func(header string) func(r keyfuncs.Request) {
@@ -344,8 +346,9 @@ func layersPacedDisconnects(t *testing.T, h SocketHarness) {
 	store := multiDecided{decidedStore{Store: NewStore(t), decided: make(chan struct{}, 8)}}
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	layers := []httplimit.Layer{
 		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}},
 		{Name: "paced", Key: ip, Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}},

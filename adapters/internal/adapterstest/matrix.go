@@ -287,7 +287,7 @@ var matrix = []matrixCase{
 	{
 		name: "no key in request: 400",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), httplimit.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))))
+			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), httplimit.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil))))
 		},
 		steps: []step{
 			{req: get(peerA), status: 400, body: keyMissingBody, contentType: "application/json"},
