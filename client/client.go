@@ -344,18 +344,18 @@ func (t *Transport) retryWait(h http.Header, attempt int, waited time.Duration) 
 // RateLimit is left to headers.Parse, which rejects a t too long for a
 // time.Duration (over 292 years) as malformed.
 func serverWait(h http.Header, now time.Time) (d time.Duration, told bool) {
-	if d, told := longest(h.Values(headers.RetryAfter), now, retryAfter); told {
+	if d, told := longest(h.Values("Retry-After"), now, retryAfter); told {
 		return d, true
 	}
-	if vs := h.Values(headers.RateLimit); len(vs) > 0 {
-		if info, err := headers.Parse(http.Header{headers.RateLimit: vs}); err == nil && info.ResetAfter > 0 {
+	if vs := h.Values("RateLimit"); len(vs) > 0 {
+		if info, err := headers.Parse(http.Header{"Ratelimit": vs}); err == nil && info.ResetAfter > 0 {
 			return info.ResetAfter, true
 		}
 	}
-	if d, told := longest(h.Values(headers.RateLimitReset), now, delaySeconds); told {
+	if d, told := longest(h.Values("RateLimit-Reset"), now, delaySeconds); told {
 		return d, true
 	}
-	return longest(h.Values(headers.XRateLimitReset), now, epochSeconds)
+	return longest(h.Values("X-RateLimit-Reset"), now, epochSeconds)
 }
 
 // longest reads each of vs with read and returns the longest positive

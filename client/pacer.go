@@ -42,7 +42,7 @@ func (p *pacer) delay(host string, now time.Time) time.Duration {
 // say quota is left, and the host is not held: those are told apart
 // without parsing the fields, so that pacing costs little.
 func (p *pacer) observe(host string, h http.Header, now time.Time) {
-	x, draft6, structured := h[headers.XRateLimitRemaining], h[headers.RateLimitRemaining], h[headers.RateLimit]
+	x, draft6, structured := h["X-Ratelimit-Remaining"], h["Ratelimit-Remaining"], h["Ratelimit"]
 	if len(x) == 0 && len(draft6) == 0 && len(structured) == 0 {
 		return
 	}

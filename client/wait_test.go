@@ -236,7 +236,7 @@ func FuzzRetryWait(f *testing.F) {
 // hold the host until the reset when Remaining is 0, release it when quota
 // is left, change nothing when the fields cannot be read.
 func observeByParse(held bool, h http.Header, now time.Time) (holdFor time.Duration, heldAfter bool) {
-	if h.Get(headers.XRateLimitRemaining) == "" && h.Get(headers.RateLimitRemaining) == "" && h.Get(headers.RateLimit) == "" {
+	if h.Get("X-RateLimit-Remaining") == "" && h.Get("RateLimit-Remaining") == "" && h.Get("RateLimit") == "" {
 		if held {
 			return 5 * time.Second, true
 		}

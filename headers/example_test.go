@@ -11,7 +11,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 )
 
-func ExampleWrite() {
+func ExampleWriter_Write() {
 	policy := core.Policy{Name: "api", Algorithm: core.SlidingWindowCounter, Limit: 100, Window: time.Minute}
 	d := core.Decision{
 		Allowed:    false,
@@ -25,8 +25,9 @@ func ExampleWrite() {
 
 	cfg := headers.Default()
 	cfg.Structured = true
+	w := headers.NewWriter(cfg) // one for every response
 	h := http.Header{}
-	headers.Write(h, d, now, cfg)
+	w.Write(h, d, nil, now) // nil: a single limit, no other layer
 
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		fmt.Printf("%s: %s\n", k, h.Get(k))

@@ -29,8 +29,10 @@
 // Nothing from the request is ever written: the values are numbers and the
 // policy's Name, which core.Policy.Validate restricts to [A-Za-z0-9._-].
 //
-// The package imports no web framework. Write takes any Setter, which
-// net/http's Header and fiber's Ctx both are.
+// One Writer, built with NewWriter from a Config, writes every response:
+// a single limit's and a layered one's. The package imports no web
+// framework: Writer.Write takes any Setter, which net/http's Header and
+// fiber's Ctx both are.
 package headers
 
 import (
@@ -43,31 +45,33 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// Field names, in the canonical form net/http keeps them in, for reading a
-// parsed response (http.Header.Get, or indexing its map). Field names are
-// case-insensitive on the wire; Write spells them as the standards do
-// ("X-RateLimit-Limit", see Fields).
+// Field names in the canonical form net/http keeps them in: the keys
+// under which Writer.Write sets them in an http.Header, and Parse reads
+// them. Field names are case-insensitive on the wire; the writer spells
+// them as the standards do ("X-RateLimit-Limit", the wire* constants)
+// wherever it can.
 const (
-	XRateLimitLimit     = "X-Ratelimit-Limit"
-	XRateLimitRemaining = "X-Ratelimit-Remaining"
-	XRateLimitReset     = "X-Ratelimit-Reset"
-	RateLimitLimit      = "Ratelimit-Limit"
-	RateLimitRemaining  = "Ratelimit-Remaining"
-	RateLimitReset      = "Ratelimit-Reset"
-	RateLimit           = "Ratelimit"
-	RateLimitPolicy     = "Ratelimit-Policy"
-	RetryAfter          = "Retry-After"
+	canonXRateLimitLimit     = "X-Ratelimit-Limit"
+	canonXRateLimitRemaining = "X-Ratelimit-Remaining"
+	canonXRateLimitReset     = "X-Ratelimit-Reset"
+	canonRateLimitLimit      = "Ratelimit-Limit"
+	canonRateLimitRemaining  = "Ratelimit-Remaining"
+	canonRateLimitReset      = "Ratelimit-Reset"
+	canonRateLimit           = "Ratelimit"
+	canonRateLimitPolicy     = "Ratelimit-Policy"
+	canonRetryAfter          = "Retry-After"
 )
 
-// Setter is the one method Write needs from a response's header: both
+// Setter is the one method Writer.Write needs from a response's header: both
 // net/http's Header and fiber's *Ctx have it. Set replaces any value the
 // field had.
 type Setter interface {
 	Set(key, value string)
 }
 
-// Config selects the families of fields that Write writes. The zero Config
-// writes nothing; Default is what adapters use when not told otherwise.
+// Config selects the families of fields that a Writer writes. The zero
+// Config writes nothing; Default is what the flow uses when not told
+// otherwise.
 type Config struct {
 	// XRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset, the last one in Unix epoch seconds, rounded up.
@@ -89,11 +93,12 @@ func Default() Config {
 	return Config{XRateLimit: true, Draft6: true, RetryAfter: true}
 }
 
-// Write sets the fields of the families cfg selects from d, the decision
-// made at time now (the zero Time means time.Now). Only X-RateLimit-Reset
+// write sets the fields of the families cfg selects from d, the decision
+// made at time now (the zero Time means time.Now): Writer.Write of a
+// single decision, without the Writer's sharing. Only X-RateLimit-Reset
 // depends on now; it is now+d.ResetAfter, rounded up to a whole second.
 //
-// Write writes nothing at all for a decision the FailMode allowed (Source
+// write writes nothing at all for a decision the FailMode allowed (Source
 // core.SourceFailMode, failed open): such a decision was not made by the
 // store and carries no information, and a client is better told nothing
 // than told a quota that does not exist.
@@ -102,29 +107,9 @@ func Default() Config {
 // structured fields are left out when the policy's Name has a byte that a
 // Structured Field string cannot hold, which a validated policy never has.
 //
-// How the fields are set depends on h. When h is a [HeaderMap] (the
-// adapters' responses are), they go straight into its net/http Header map
-// under the names as the standards spell them ("X-RateLimit-Limit",
-// "RateLimit-Limit"), which net/http writes on the wire as they are: their
-// values share one string and their value slices one array, in one
-// allocation for the fields of Default() (two for more fields). An
-// http.Header itself gets the same, but the names in canonical form
-// ("X-Ratelimit-Limit", the constants below), as http.Header.Set would put
-// them, so that Get finds them. A [BytesSetter] (Fiber's response) gets
-// SetBytes calls with the names as the standards spell them, from a
-// reused buffer: no allocation. Any other Setter gets Set calls with the
-// names as spelled and values that share one string: one allocation for
-// all of them. A [Writer] does the same with less formatting.
-//
-// Field names are case-insensitive on the wire, and clients that parse a
-// response (net/http's among them) canonicalize them; but a server-side
-// handler that looks a field up in a HeaderMap's map with http.Header.Get,
-// which canonicalizes the name it is given, does not find it: read such a
-// map with the names as spelled ([Fields]), or after the response is
-// parsed.
-//
-// Write is safe for concurrent use on distinct Setters.
-func Write(h Setter, d core.Decision, now time.Time, cfg Config) {
+// How the fields are set depends on h (see emit). write is safe for
+// concurrent use on distinct Setters.
+func write(h Setter, d core.Decision, now time.Time, cfg Config) {
 	if d.Allowed && d.Source == core.SourceFailMode {
 		return
 	}
@@ -137,16 +122,36 @@ func Write(h Setter, d core.Decision, now time.Time, cfg Config) {
 	emit(h, &fs, buf)
 }
 
-// emit sets the fields of fs, whose values are in buf, in h: see Write.
+// emit sets the fields of fs, whose values are in buf, in h.
+//
+// When h is a fastMap (the adapters' responses are), the fields go
+// straight into its net/http Header map under the names as the standards
+// spell them ("X-RateLimit-Limit", "RateLimit-Limit"), which net/http
+// writes on the wire as they are: their values share one string and
+// their value slices one array, in one allocation for the fields of
+// Default() (two for more fields). An http.Header itself gets the same,
+// but the names in canonical form ("X-Ratelimit-Limit"), as
+// http.Header.Set would put them, so that Get finds them. A fastBytes
+// (Fiber's response) gets SetBytes calls with the names as the standards
+// spell them, from a reused buffer: no allocation. Any other Setter gets
+// Set calls with the names as spelled and values that share one string:
+// one allocation for all of them.
+//
+// Field names are case-insensitive on the wire, and clients that parse a
+// response (net/http's among them) canonicalize them; but a server-side
+// handler that looks a field up in a fastMap's map with
+// http.Header.Get, which canonicalizes the name it is given, does not
+// find it: read such a map with the names as spelled, or after the
+// response is parsed.
 func emit(h Setter, fs *fieldSet, buf []byte) {
 	switch h := h.(type) {
-	case HeaderMap:
+	case fastMap:
 		setMap(h.HeaderMap(), fs, buf, false)
 		return
 	case http.Header:
 		setMap(h, fs, buf, true)
 		return
-	case BytesSetter:
+	case fastBytes:
 		if len(buf) <= len(bytesBuf{}) {
 			// From a pooled copy: buf itself stays on the caller's stack,
 			// where it could not if an interface method were given it.
@@ -165,28 +170,40 @@ func emit(h Setter, fs *fieldSet, buf []byte) {
 	}
 }
 
-// BytesSetter is a response that copies the value it is set, as
-// fasthttp's header (Fiber's response) does: Write then sets it every
-// field from a buffer of its own, reused, or from text that other
+// The writer's fast paths. A Setter is matched against these interfaces
+// by its method set, so that a response type need not import this package
+// to qualify: the adapters' responses do, and their tests assert it.
+
+// fastBytes is a response that copies the value it is set, as
+// fasthttp's header (Fiber's response) does: the writer then sets it
+// every field from a buffer of its own, reused, or from text that other
 // responses share, without allocating. SetBytes replaces any value the
 // field had; it must neither keep value past its call nor write to it.
 // SetInt sets the field to the decimal text of n, as SetBytes would.
-type BytesSetter interface {
+type fastBytes interface {
 	Setter
 	SetBytes(key string, value []byte)
 	SetInt(key string, n int64)
 }
 
-// IntPairSetter is a BytesSetter that also sets two fields to the decimal
+// fastIntPair is a fastBytes that also sets two fields to the decimal
 // text of one number, formatted once, as SetInt of each would: a Writer
 // sets both Remaining fields (X-RateLimit-Remaining, RateLimit-Remaining)
 // so. Fiber's response is one.
-type IntPairSetter interface {
-	BytesSetter
+type fastIntPair interface {
+	fastBytes
 	SetIntPair(key1, key2 string, n int64)
 }
 
-// bytesBuf is the buffer from which Write sets a BytesSetter's fields.
+// fastMap is a response that lets the writer set its fields in its
+// net/http Header map directly. HeaderMap returns that map, never nil.
+// The net/http, Gin, Chi and Echo responses are ones.
+type fastMap interface {
+	Setter
+	HeaderMap() http.Header
+}
+
+// bytesBuf is the buffer from which write sets a fastBytes's fields.
 type bytesBuf [512]byte
 
 // bytesBufs holds the bytesBufs not in use.
@@ -200,7 +217,7 @@ const (
 )
 
 // valueBlock holds the value slices and the value bytes of the fields
-// one Write sets in a header map, so that they cost one allocation. buf
+// one write sets in a header map, so that they cost one allocation. buf
 // is never written once the values point into it.
 type valueBlock struct {
 	vals [blockFields]string
@@ -232,38 +249,32 @@ func setMap(h http.Header, fs *fieldSet, buf []byte, canonical bool) {
 	}
 }
 
-// canonicalName returns the canonical form of a field name Write spells.
+// canonicalName returns the canonical form of a field name the writer
+// spells.
 func canonicalName(wire string) string {
 	switch wire {
 	case wireXRateLimitLimit:
-		return XRateLimitLimit
+		return canonXRateLimitLimit
 	case wireXRateLimitRemaining:
-		return XRateLimitRemaining
+		return canonXRateLimitRemaining
 	case wireXRateLimitReset:
-		return XRateLimitReset
+		return canonXRateLimitReset
 	case wireRateLimitLimit:
-		return RateLimitLimit
+		return canonRateLimitLimit
 	case wireRateLimitRemaining:
-		return RateLimitRemaining
+		return canonRateLimitRemaining
 	case wireRateLimitReset:
-		return RateLimitReset
+		return canonRateLimitReset
 	case wireRateLimit:
-		return RateLimit
+		return canonRateLimit
 	case wireRateLimitPolicy:
-		return RateLimitPolicy
+		return canonRateLimitPolicy
 	}
-	return RetryAfter
+	return canonRetryAfter
 }
 
-// HeaderMap is a response that lets Write set its fields in its net/http
-// Header map directly. HeaderMap returns that map, never nil.
-type HeaderMap interface {
-	Setter
-	HeaderMap() http.Header
-}
-
-// Field names as the standards spell them, the spelling Write puts on the
-// wire.
+// Field names as the standards spell them, the spelling the writer puts
+// on the wire.
 const (
 	wireXRateLimitLimit     = "X-RateLimit-Limit"
 	wireXRateLimitRemaining = "X-RateLimit-Remaining"
@@ -276,17 +287,7 @@ const (
 	wireRetryAfter          = "Retry-After"
 )
 
-// Fields returns every field name Write may write, as it spells them on
-// the wire, in the order it writes them.
-func Fields() []string {
-	return []string{
-		wireXRateLimitLimit, wireXRateLimitRemaining, wireXRateLimitReset,
-		wireRateLimitLimit, wireRateLimitRemaining, wireRateLimitReset,
-		wireRateLimit, wireRateLimitPolicy, wireRetryAfter,
-	}
-}
-
-// maxFields is how many fields one Write sets at most.
+// maxFields is how many fields one write sets at most.
 const maxFields = 9
 
 // field is one field of a fieldSet: its name and its value's bounds in buf.
@@ -317,7 +318,7 @@ func (fs *fieldSet) addInt(buf []byte, name string, n int64) []byte {
 	return buf
 }
 
-// build fills fs with the fields of d that cfg selects (see Write), their
+// build fills fs with the fields of d that cfg selects (see write), their
 // values appended to buf, and returns buf.
 func (fs *fieldSet) build(buf []byte, d core.Decision, now time.Time, cfg Config) []byte {
 	remaining := max(d.Remaining, 0)

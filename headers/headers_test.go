@@ -26,10 +26,10 @@ var (
 	deniedDecision = core.Decision{Limit: 100, ResetAfter: 30 * time.Second, RetryAfter: time.Millisecond, Policy: apiPolicy}
 )
 
-// written returns the fields Write sets, one value each.
+// written returns the fields a new Writer of cfg sets, one value each.
 func written(d core.Decision, now time.Time, cfg Config) map[string]string {
 	h := http.Header{}
-	Write(h, d, now, cfg)
+	NewWriter(cfg).Write(h, d, nil, now)
 	m := make(map[string]string, len(h))
 	for k, vs := range h {
 		if len(vs) != 1 {
@@ -189,10 +189,10 @@ func TestWriteFamilies(t *testing.T) {
 		on     func(*Config)
 		fields []string
 	}{
-		{func(c *Config) { c.XRateLimit = true }, []string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset}},
-		{func(c *Config) { c.Draft6 = true }, []string{RateLimitLimit, RateLimitRemaining, RateLimitReset}},
-		{func(c *Config) { c.Structured = true }, []string{RateLimit, RateLimitPolicy}},
-		{func(c *Config) { c.RetryAfter = true }, []string{RetryAfter}},
+		{func(c *Config) { c.XRateLimit = true }, []string{canonXRateLimitLimit, canonXRateLimitRemaining, canonXRateLimitReset}},
+		{func(c *Config) { c.Draft6 = true }, []string{canonRateLimitLimit, canonRateLimitRemaining, canonRateLimitReset}},
+		{func(c *Config) { c.Structured = true }, []string{canonRateLimit, canonRateLimitPolicy}},
+		{func(c *Config) { c.RetryAfter = true }, []string{canonRetryAfter}},
 	}
 	for mask := range 1 << len(families) {
 		var cfg Config
@@ -208,7 +208,7 @@ func TestWriteFamilies(t *testing.T) {
 			got := slices.Sorted(maps.Keys(written(d, t0, cfg)))
 			wantHere := want
 			if d.Allowed {
-				wantHere = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == RetryAfter })
+				wantHere = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == canonRetryAfter })
 			}
 			assert.ElementsMatch(t, wantHere, got, "%+v, allowed %v", cfg, d.Allowed)
 			if len(written(core.Decision{Allowed: true, Source: core.SourceFailMode, Limit: 1, Remaining: 1, Policy: apiPolicy}, t0, cfg)) != 0 {
@@ -226,10 +226,10 @@ func TestWriteZeroNowIsTimeNow(t *testing.T) {
 	before := time.Now().Unix()
 	got := written(allowedDecision, time.Time{}, Config{XRateLimit: true})
 	after := time.Now().Unix() + 3 // ResetAfter 1001ms, rounded up, plus a second of slack
-	n, err := count(XRateLimitReset, got[XRateLimitReset])
-	require.NoError(t, err, XRateLimitReset)
-	assert.GreaterOrEqual(t, n, before+2, XRateLimitReset)
-	assert.LessOrEqual(t, n, after, XRateLimitReset)
+	n, err := count(canonXRateLimitReset, got[canonXRateLimitReset])
+	require.NoError(t, err, canonXRateLimitReset)
+	assert.GreaterOrEqual(t, n, before+2, canonXRateLimitReset)
+	assert.LessOrEqual(t, n, after, canonXRateLimitReset)
 }
 
 func TestRetryAfterSeconds(t *testing.T) {
@@ -255,7 +255,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 }
 
 // countingSetter is a Setter that keeps nothing, so that the benchmark
-// counts Write's own allocations only.
+// counts write's own allocations only.
 type countingSetter struct{ n int }
 
 func (s *countingSetter) Set(key, value string) { s.n += len(value) }
@@ -279,48 +279,49 @@ func BenchmarkWrite(b *testing.B) {
 			h := http.Header{}
 			b.ReportAllocs()
 			for b.Loop() {
-				Write(h, c.d, t0, c.cfg)
+				write(h, c.d, t0, c.cfg)
 			}
 		})
 		b.Run(c.name+"/counting-setter", func(b *testing.B) {
 			s := &countingSetter{}
 			b.ReportAllocs()
 			for b.Loop() {
-				Write(s, c.d, t0, c.cfg)
+				write(s, c.d, t0, c.cfg)
 			}
 		})
 		b.Run(c.name+"/HeaderMap", func(b *testing.B) {
 			m := mapResponse{http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {
-				Write(m, c.d, t0, c.cfg)
+				write(m, c.d, t0, c.cfg)
 			}
 		})
 	}
 }
 
-// mapResponse is a HeaderMap, as the adapters' responses are.
+// mapResponse is a fastMap, as the adapters' responses are.
 type mapResponse struct{ h http.Header }
 
 func (m mapResponse) Set(k, v string)        { m.h.Set(k, v) }
 func (m mapResponse) HeaderMap() http.Header { return m.h }
 
-// TestWriteSpelling: a HeaderMap gets the names as the standards spell
+// TestWriteSpelling: a fastMap gets the names as the standards spell
 // them, which net/http writes on the wire as they are; an http.Header gets
 // them canonical, as its Set would; a Setter as the standards spell them.
 // Every path writes the same values.
 func TestWriteSpelling(t *testing.T) {
 	d := deniedDecision
 	d.Policy = core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}
+	w := NewWriter(all)
 	m := mapResponse{http.Header{}}
-	Write(m, d, t0, all)
+	w.Write(m, d, nil, t0)
 	plain := http.Header{}
-	Write(plain, d, t0, all)
+	w.Write(plain, d, nil, t0)
 	s := &recordingSetter{}
-	Write(s, d, t0, all)
+	w.Write(s, d, nil, t0)
 	require.Len(t, m.h, 9)
 	require.Len(t, plain, 9)
-	for _, name := range Fields() {
+	for _, name := range wireFields() {
 		require.Contains(t, m.h, name, "HeaderMap: %s as spelled", name)
 		require.Len(t, m.h[name], 1)
 		require.Contains(t, plain, http.CanonicalHeaderKey(name), "http.Header: %s canonical", name)
@@ -333,7 +334,7 @@ func TestWriteSpelling(t *testing.T) {
 		assert.Contains(t, wire.String(), line)
 	}
 	// Appending to one value slice cannot reach another's.
-	limit, remaining := Fields()[0], Fields()[1] // as spelled, not canonical
+	limit, remaining := wireFields()[0], wireFields()[1] // as spelled, not canonical
 	m.h[limit] = append(m.h[limit], "x")
 	assert.Equal(t, []string{"0"}, m.h[remaining])
 }
@@ -347,3 +348,45 @@ func (r *recordingSetter) Set(k, v string) {
 	}
 	r.m[k] = v
 }
+
+// wireFields returns every field name the writer may write, as it spells
+// them on the wire, in the order it writes them.
+func wireFields() []string {
+	return []string{
+		wireXRateLimitLimit, wireXRateLimitRemaining, wireXRateLimitReset,
+		wireRateLimitLimit, wireRateLimitRemaining, wireRateLimitReset,
+		wireRateLimit, wireRateLimitPolicy, wireRetryAfter,
+	}
+}
+
+// The fast paths are matched by method set: these types of the tests
+// qualify, as the adapters' responses do (their tests assert it).
+var (
+	_ fastMap     = mapResponse{}
+	_ fastBytes   = (*bytesSetter)(nil)
+	_ fastIntPair = (*pairSetter)(nil)
+)
+
+// The fast paths' method sets are exactly these, which the adapters'
+// tests assert of their responses with the same interface literals:
+// assignable both ways, the interfaces are identical.
+type (
+	mapShape = interface {
+		Set(key, value string)
+		HeaderMap() http.Header
+	}
+	bytesShape = interface {
+		Set(key, value string)
+		SetBytes(key string, value []byte)
+		SetInt(key string, n int64)
+		SetIntPair(key1, key2 string, n int64)
+	}
+)
+
+var (
+	_ fastMap     = mapShape(nil)
+	_ mapShape    = fastMap(nil)
+	_ fastIntPair = bytesShape(nil)
+	_ bytesShape  = fastIntPair(nil)
+	_ fastBytes   = bytesShape(nil)
+)

@@ -9,44 +9,16 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// WriteLayers sets the fields of the families cfg selects from v, the
-// verdict of a layered decision (core.Limiter.AllowLayers) made at time now
-// (the zero Time means time.Now):
-//
-//   - X-RateLimit-* and the draft-6 RateLimit-* fields describe the binding
-//     layer, v.Decision: the one that denied, or, when every layer
-//     admitted, the one closest to denying, so that Remaining is the least
-//     any layer has left;
-//   - the draft-10 RateLimit and RateLimit-Policy fields list every layer
-//     that applied, one item each, named by the layer: the binding layer
-//     first (so that Parse, which reads the first item, agrees with
-//     X-RateLimit-Remaining), then the others in v.Decisions' order:
-//     RateLimit: "ip";r=12;t=42, "global";r=999990;t=42;
-//   - Retry-After, on a denied verdict, is v.RetryAfter: the time at which
-//     every layer would admit the request.
-//
-// As Write, WriteLayers writes nothing for a verdict the FailMode allowed,
-// nor for one with no layer (v.Binding < 0). A verdict of one layer gets
-// exactly Write's fields. A layer whose name a Structured Field string
-// cannot hold, which a validated layer never has, is left out of the lists.
-func WriteLayers(h Setter, v *core.Verdict, now time.Time, cfg Config) {
-	if v == nil || v.Binding < 0 {
-		return
-	}
-	d := v.Decision
-	if d.Allowed && d.Source == core.SourceFailMode {
-		return
-	}
-	if len(v.Decisions) <= 1 || !cfg.Structured {
-		Write(h, d, now, cfg)
-		return
-	}
+// writeLayers is Writer.Write of a request that several layers decided,
+// with the structured fields (see there), at time now (the zero Time
+// means time.Now).
+func writeLayers(h Setter, d core.Decision, layers []core.Decision, now time.Time, cfg Config) {
 	var fs fieldSet
 	var space [512]byte
 	single := cfg
 	single.Structured, single.RetryAfter = false, false
 	buf := fs.build(space[:0], d, now, single)
-	buf = fs.addStructuredList(buf, v.Decisions, v.Binding)
+	buf = fs.addStructuredList(buf, &d, layers)
 	if cfg.RetryAfter && !d.Allowed {
 		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(d))
 	}
@@ -56,29 +28,40 @@ func WriteLayers(h Setter, v *core.Verdict, now time.Time, cfg Config) {
 	emit(h, &fs, buf)
 }
 
-// addStructuredList appends RateLimit and RateLimit-Policy listing every
-// decision of ds, ds[first] first, to fs and buf. RateLimit-Policy is left
-// out when no decision carries a Policy with a rate.
-func (fs *fieldSet) addStructuredList(buf []byte, ds []core.Decision, first int) []byte {
-	if first < 0 || first >= len(ds) {
-		first = 0
+// addStructuredList appends RateLimit and RateLimit-Policy to fs and buf:
+// an item for d, then one for every decision of layers but the first
+// that has d's Policy.Name (d's own). RateLimit-Policy is left out when
+// no decision carries a Policy with a rate.
+func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []core.Decision) []byte {
+	own := -1 // the index in layers of d's layer
+	for i := range layers {
+		if layers[i].Policy.Name == d.Policy.Name {
+			own = i
+			break
+		}
 	}
 	start := len(buf)
 	n := 0
-	for j := range ds {
-		d := &ds[order(j, first)]
-		if !sfStringOK(d.Policy.Name) {
+	for j := -1; j < len(layers); j++ {
+		if j >= 0 && j == own {
+			continue
+		}
+		e := d
+		if j >= 0 {
+			e = &layers[j]
+		}
+		if !sfStringOK(e.Policy.Name) {
 			continue
 		}
 		if n > 0 {
 			buf = append(buf, ", "...)
 		}
 		n++
-		buf = appendSFString(buf, d.Policy.Name)
+		buf = appendSFString(buf, e.Policy.Name)
 		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, min(max(d.Remaining, 0), maxSFInteger), 10)
+		buf = strconv.AppendInt(buf, min(max(e.Remaining, 0), maxSFInteger), 10)
 		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, ceilSeconds(d.ResetAfter), 10)
+		buf = strconv.AppendInt(buf, ceilSeconds(e.ResetAfter), 10)
 	}
 	if n == 0 {
 		return buf
@@ -86,8 +69,14 @@ func (fs *fieldSet) addStructuredList(buf []byte, ds []core.Decision, first int)
 	fs.push(wireRateLimit, start, len(buf))
 	start = len(buf)
 	n = 0
-	for j := range ds {
-		p := &ds[order(j, first)].Policy
+	for j := -1; j < len(layers); j++ {
+		if j >= 0 && j == own {
+			continue
+		}
+		p := &d.Policy
+		if j >= 0 {
+			p = &layers[j].Policy
+		}
 		if !sfStringOK(p.Name) || p.Limit <= 0 || p.Window <= 0 {
 			continue
 		}
@@ -107,86 +96,51 @@ func (fs *fieldSet) addStructuredList(buf []byte, ds []core.Decision, first int)
 	return buf
 }
 
-// order returns the index of the j-th item of a list that puts first
-// first and keeps the others in their order.
-func order(j, first int) int {
-	switch {
-	case j == 0:
-		return first
-	case j <= first:
-		return j - 1
-	}
-	return j
-}
-
-// LayerInfo is one item of the RateLimit list of a layered response
-// (WriteLayers), joined with the RateLimit-Policy item of the same name.
-type LayerInfo struct {
-	// Name is the layer's name.
-	Name string
-	// Remaining is the item's r, and ResetAfter its t.
-	Remaining  int64
-	ResetAfter time.Duration
-	// Quota and Window are the q and w of the RateLimit-Policy item of the
-	// same name; zero without one.
-	Quota  int64
-	Window time.Duration
-}
-
-// ParseLayers reads every item of the RateLimit and RateLimit-Policy
-// fields of a response, in the order of RateLimit, as a client of a
-// layered API does: it may send again only when every layer has room. A
-// response without RateLimit gives no item; a malformed field an error
-// wrapping ErrMalformed, as Parse reports it.
-func ParseLayers(h http.Header) ([]LayerInfo, error) {
-	vs := h.Values(RateLimit)
+// ParseLayers reads every item of the RateLimit field of a response, in
+// its order, as a client of a layered API does: it may send again only
+// when every layer has room. The first item is the binding layer's, and
+// its Info is Parse's, the other families' fields included. Each other
+// item's has Found.Structured, Policy (the item's name), Remaining (r) and
+// ResetAfter (t), and the Quota and Window of the first RateLimit-Policy
+// item of the same name (zero without one). A response without RateLimit
+// gives no item; a malformed field an error wrapping ErrMalformed, as
+// Parse reports it.
+func ParseLayers(h http.Header) ([]Info, error) {
+	vs := h.Values(canonRateLimit)
 	if len(vs) == 0 {
 		return nil, nil
+	}
+	first, err := Parse(h) // checks every field, the lists' items included
+	if err != nil {
+		return nil, err
 	}
 	v := strings.Join(vs, ", ")
 	items, err := parseSFList(v)
 	if err != nil {
-		return nil, malformed(RateLimit, v, err.Error())
+		return nil, malformed(canonRateLimit, v, err.Error())
 	}
-	out := make([]LayerInfo, 0, len(items))
-	for _, it := range items {
-		if it.val.kind != sfString && it.val.kind != sfToken {
-			return nil, malformed(RateLimit, v, "an item is not a policy name")
+	var policies []sfItem // the RateLimit-Policy items, which Parse checked
+	if ps := h.Values(canonRateLimitPolicy); len(ps) > 0 {
+		if policies, err = parseSFList(strings.Join(ps, ", ")); err != nil {
+			return nil, malformed(canonRateLimitPolicy, strings.Join(ps, ", "), err.Error())
 		}
-		r, err := intParam(it, "r", true, maxSFInteger)
-		if err != nil {
-			return nil, malformed(RateLimit, v, err.Error())
-		}
-		t, err := intParam(it, "t", false, maxDelaySeconds)
-		if err != nil {
-			return nil, malformed(RateLimit, v, err.Error())
-		}
-		out = append(out, LayerInfo{Name: it.val.str, Remaining: r, ResetAfter: time.Duration(t) * time.Second})
 	}
-	if ps := h.Values(RateLimitPolicy); len(ps) > 0 {
-		pv := strings.Join(ps, ", ")
-		items, err := parseSFList(pv)
-		if err != nil {
-			return nil, malformed(RateLimitPolicy, pv, err.Error())
-		}
-		for _, it := range items {
-			if it.val.kind != sfString && it.val.kind != sfToken {
-				continue
-			}
-			q, err := intParam(it, "q", true, maxSFInteger)
-			if err != nil {
-				return nil, malformed(RateLimitPolicy, pv, err.Error())
-			}
-			w, err := intParam(it, "w", false, maxDelaySeconds)
-			if err != nil {
-				return nil, malformed(RateLimitPolicy, pv, err.Error())
-			}
-			for i := range out {
-				if out[i].Name == it.val.str && out[i].Quota == 0 {
-					out[i].Quota, out[i].Window = q, time.Duration(w)*time.Second
-				}
+	out := make([]Info, 0, len(items))
+	out = append(out, first)
+	for _, it := range items[1:] {
+		// Parse checked r and t of every item.
+		r, _ := intParam(it, "r", true, maxSFInteger)
+		t, _ := intParam(it, "t", false, maxDelaySeconds)
+		info := Info{Found: Config{Structured: true}, Policy: it.val.str, Remaining: r, ResetAfter: time.Duration(t) * time.Second}
+		for _, p := range policies {
+			if (p.val.kind == sfString || p.val.kind == sfToken) && p.val.str == info.Policy {
+				q, _ := intParam(p, "q", true, maxSFInteger)
+				w, _ := intParam(p, "w", false, maxDelaySeconds)
+				info.Quota, info.Window = q, time.Duration(w)*time.Second
+				break
 			}
 		}
+		out = append(out, info)
 	}
 	return out, nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// mapHeader is a HeaderMap over an http.Header, as the adapters' responses.
+// mapHeader is a fastMap over an http.Header, as the adapters' responses.
 type mapHeader struct{ h http.Header }
 
 func (m mapHeader) Set(k, v string)        { m.h.Set(k, v) }
@@ -32,39 +32,92 @@ func TestWriteLayers(t *testing.T) {
 		layerDecision("login", false, 5, 0, 600*time.Second, 600*time.Second),
 		layerDecision("ip", true, 300, 12, 45*time.Second, 0),
 	}
-	v := &core.Verdict{Decision: ds[1], Binding: 1, Decisions: ds}
+	w := NewWriter(all)
 	h := http.Header{}
-	WriteLayers(h, v, now, all)
-	assert.Equal(t, "0", h.Get(XRateLimitRemaining), "the binding layer")
-	assert.Equal(t, "5", h.Get(RateLimitLimit))
-	assert.Equal(t, "600", h.Get(RetryAfter))
-	assert.Equal(t, `"login";r=0;t=600, "global";r=990;t=30, "ip";r=12;t=45`, h.Get(RateLimit), "binding first, then in order")
-	assert.Equal(t, `"login";q=5;w=60, "global";q=1000;w=60, "ip";q=300;w=60`, h.Get(RateLimitPolicy))
+	w.Write(h, ds[1], ds, now)
+	assert.Equal(t, "0", h.Get(canonXRateLimitRemaining), "the binding layer")
+	assert.Equal(t, "5", h.Get(canonRateLimitLimit))
+	assert.Equal(t, "600", h.Get(canonRetryAfter))
+	assert.Equal(t, `"login";r=0;t=600, "global";r=990;t=30, "ip";r=12;t=45`, h.Get(canonRateLimit), "binding first, then in order")
+	assert.Equal(t, `"login";q=5;w=60, "global";q=1000;w=60, "ip";q=300;w=60`, h.Get(canonRateLimitPolicy))
 	items, err := ParseLayers(h)
 	require.NoError(t, err)
-	assert.Equal(t, []LayerInfo{
-		{Name: "login", Remaining: 0, ResetAfter: 600 * time.Second, Quota: 5, Window: time.Minute},
-		{Name: "global", Remaining: 990, ResetAfter: 30 * time.Second, Quota: 1000, Window: time.Minute},
-		{Name: "ip", Remaining: 12, ResetAfter: 45 * time.Second, Quota: 300, Window: time.Minute},
-	}, items)
 	info, err := Parse(h)
 	require.NoError(t, err)
 	assert.Equal(t, "login", info.Policy, "Parse reads the binding layer")
 	assert.Equal(t, int64(0), info.Remaining)
+	assert.Equal(t, []Info{
+		info,
+		{Found: Config{Structured: true}, Policy: "global", Remaining: 990, ResetAfter: 30 * time.Second, Quota: 1000, Window: time.Minute},
+		{Found: Config{Structured: true}, Policy: "ip", Remaining: 12, ResetAfter: 45 * time.Second, Quota: 300, Window: time.Minute},
+	}, items, "the binding layer's Info is Parse's")
+	assert.Equal(t, Info{Found: all, Policy: "login", Limit: 5, Remaining: 0, ResetAfter: 600 * time.Second,
+		Reset: now.Add(600 * time.Second), RetryAfter: 600 * time.Second, Quota: 5, Window: time.Minute}, items[0])
 
-	// One layer: exactly Write's fields.
-	one := &core.Verdict{Decision: ds[0], Binding: 0, Decisions: ds[:1]}
-	a, b := http.Header{}, http.Header{}
-	WriteLayers(a, one, now, all)
-	Write(b, ds[0], now, all)
-	assert.Equal(t, b, a)
-	// No layer, or failed open: nothing.
+	// The binding decision is found by name, wherever it is, and may
+	// differ from its layer's in what the verdict adds (a longer
+	// RetryAfter: when every layer admits).
+	binding := ds[1]
+	binding.RetryAfter = 700 * time.Second
+	reordered := []core.Decision{ds[2], ds[1], ds[0]}
+	h = http.Header{}
+	w.Write(h, binding, reordered, now)
+	assert.Equal(t, "700", h.Get(canonRetryAfter), "the binding decision's RetryAfter")
+	assert.Equal(t, `"login";r=0;t=600, "ip";r=12;t=45, "global";r=990;t=30`, h.Get(canonRateLimit))
+
+	// A binding decision of no layer's name comes first, then every layer.
+	other := layerDecision("other", true, 9, 8, time.Second, 0)
+	h = http.Header{}
+	w.Write(h, other, ds, now)
+	assert.Equal(t, `"other";r=8;t=1, "global";r=990;t=30, "login";r=0;t=600, "ip";r=12;t=45`, h.Get(canonRateLimit))
+	assert.Equal(t, "8", h.Get(canonXRateLimitRemaining))
+
+	// One layer, or layers without the structured family: exactly the
+	// single decision's fields.
+	for _, cfg := range []Config{all, Default(), {Draft6: true}} {
+		w := NewWriter(cfg)
+		a, b := http.Header{}, http.Header{}
+		w.Write(a, ds[0], ds[:1], now)
+		w.Write(b, ds[0], nil, now)
+		assert.Equal(t, b, a, "%+v: one layer", cfg)
+		if !cfg.Structured {
+			c := http.Header{}
+			w.Write(c, ds[1], ds, now)
+			d := http.Header{}
+			w.Write(d, ds[1], nil, now)
+			assert.Equal(t, d, c, "%+v: no list to write", cfg)
+		}
+	}
+	// Failed open: nothing.
 	c := http.Header{}
-	WriteLayers(c, &core.Verdict{Binding: -1}, now, all)
-	open := &core.Verdict{Decision: core.Decision{Allowed: true, Source: core.SourceFailMode}, Binding: 0, Decisions: ds}
-	WriteLayers(c, open, now, all)
-	WriteLayers(c, nil, now, all)
+	w.Write(c, core.Decision{Allowed: true, Source: core.SourceFailMode}, ds, now)
 	assert.Empty(t, c)
+}
+
+// TestWriteLayersFastPaths: a layered write reaches a bytes setter and a
+// header map as a single one does, with the same fields as a plain
+// Setter gets.
+func TestWriteLayersFastPaths(t *testing.T) {
+	all := Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
+	ds := []core.Decision{
+		layerDecision("global", true, 1000, 990, 30*time.Second, 0),
+		layerDecision("user", true, 100, 7, 20*time.Second, 0),
+	}
+	now := time.Unix(1_900_000_000, 0)
+	w := NewWriter(all)
+	want := &recordingSetter{}
+	w.Write(want, ds[1], ds, now)
+	require.Len(t, want.m, 8)
+	b := &bytesSetter{}
+	w.Write(b, ds[1], ds, now)
+	assert.Equal(t, want.m, b.m)
+	m := mapHeader{http.Header{}}
+	w.Write(m, ds[1], ds, now)
+	for k, v := range want.m {
+		assert.Equal(t, []string{v}, m.h[k], k)
+	}
+	cs := &countingBytesSetter{}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(cs, ds[1], ds, now) }), "bytes setter")
 }
 
 func TestWriteLayersAllocs(t *testing.T) {
@@ -74,21 +127,48 @@ func TestWriteLayersAllocs(t *testing.T) {
 		layerDecision("user", true, 100, 7, 20*time.Second, 0),
 		layerDecision("ip", true, 300, 12, 45*time.Second, 0),
 	}
-	v := &core.Verdict{Decision: ds[1], Binding: 1, Decisions: ds}
+	w := NewWriter(all)
 	m := mapHeader{http.Header{}}
 	now := time.Unix(1_900_000_000, 0)
-	layered := testing.AllocsPerRun(100, func() { WriteLayers(m, v, now, all) })
-	single := testing.AllocsPerRun(100, func() { Write(m, ds[1], now, all) })
+	layered := testing.AllocsPerRun(100, func() { w.Write(m, ds[1], ds, now) })
+	single := testing.AllocsPerRun(100, func() { w.Write(m, ds[1], nil, now) })
 	assert.Equal(t, single, layered, "as many allocations for every layer as for one")
 	assert.LessOrEqual(t, layered, 2.0)
 }
 
 func TestParseLayersMalformed(t *testing.T) {
 	for _, v := range []string{`"a";r=x`, `"a"`, `1;r=2`, `"a";r=1,`} {
-		_, err := ParseLayers(http.Header{RateLimit: {v}})
+		_, err := ParseLayers(http.Header{canonRateLimit: {v}})
 		assert.ErrorIs(t, err, ErrMalformed, v)
 	}
+	_, err := ParseLayers(http.Header{canonRateLimit: {`"a";r=1`}, canonXRateLimitRemaining: {"-1"}})
+	assert.ErrorIs(t, err, ErrMalformed, "every field is read, as Parse reads it")
+	_, err = ParseLayers(http.Header{canonRateLimit: {`"a";r=1, "b";r=2`}, canonRateLimitPolicy: {`"b";q=x`}})
+	assert.ErrorIs(t, err, ErrMalformed)
 	items, err := ParseLayers(http.Header{})
 	assert.NoError(t, err)
 	assert.Empty(t, items)
+	items, err = ParseLayers(http.Header{canonXRateLimitRemaining: {"3"}})
+	assert.NoError(t, err)
+	assert.Empty(t, items, "no RateLimit: no item")
+}
+
+// TestParseLayersJoin: each item takes the q and w of the first
+// RateLimit-Policy item of its name, as Parse does for the first.
+func TestParseLayersJoin(t *testing.T) {
+	h := http.Header{
+		canonRateLimit:       {`"a";r=1;t=2, b;r=3`, `"c";r=4`},
+		canonRateLimitPolicy: {`"b";q=0;w=5, "b";q=7;w=8, 9;w=1, "a";q=10;w=60`},
+	}
+	items, err := ParseLayers(h)
+	require.NoError(t, err)
+	info, err := Parse(h)
+	require.NoError(t, err)
+	assert.Equal(t, []Info{
+		info,
+		{Found: Config{Structured: true}, Policy: "b", Remaining: 3, Window: 5 * time.Second},
+		{Found: Config{Structured: true}, Policy: "c", Remaining: 4},
+	}, items)
+	assert.Equal(t, Info{Found: Config{Structured: true, Draft6: true}, Policy: "a", Remaining: 1, ResetAfter: 2 * time.Second,
+		Quota: 10, Window: time.Minute}, info)
 }

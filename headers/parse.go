@@ -39,11 +39,11 @@ type Info struct {
 	// (X-RateLimit-Reset, read as Unix epoch seconds).
 	Reset time.Time
 	// RetryAfter is the delay after which a denied request may be retried
-	// (Retry-After in delay seconds).
+	// (Retry-After). A Retry-After in delay seconds, as Writer writes it,
+	// is read as it is; one that is an HTTP-date is read as its delay from
+	// the response's Date (from the current time when Date is absent or
+	// unreadable, rounded up to a whole second), and 0 for a date past.
 	RetryAfter time.Duration
-	// RetryAt is the time after which a denied request may be retried, when
-	// Retry-After is an HTTP-date instead. Write never writes one.
-	RetryAt time.Time
 	// Policy is the name of the policy that RateLimit reports on, or, when
 	// there is no RateLimit field, of the first RateLimit-Policy item.
 	Policy string
@@ -55,7 +55,7 @@ type Info struct {
 }
 
 // Parse reads the rate-limit fields of a response, as a client does. Every
-// family that Write writes is read back, whatever the Config; further
+// family that a Writer writes is read back, whatever the Config; further
 // members of the RateLimit and RateLimit-Policy lists are checked and then
 // ignored. A response with no rate-limit field gives the zero Info.
 //
@@ -72,10 +72,10 @@ func Parse(h http.Header) (Info, error) {
 		family *bool
 		dst    *int64
 	}{
-		{XRateLimitLimit, &info.Found.XRateLimit, &info.Limit},
-		{XRateLimitRemaining, &info.Found.XRateLimit, &info.Remaining},
-		{RateLimitLimit, &info.Found.Draft6, &info.Limit},
-		{RateLimitRemaining, &info.Found.Draft6, &info.Remaining},
+		{canonXRateLimitLimit, &info.Found.XRateLimit, &info.Limit},
+		{canonXRateLimitRemaining, &info.Found.XRateLimit, &info.Remaining},
+		{canonRateLimitLimit, &info.Found.Draft6, &info.Limit},
+		{canonRateLimitRemaining, &info.Found.Draft6, &info.Remaining},
 	} {
 		v, ok, err := single(h, f.name)
 		if err != nil {
@@ -90,30 +90,32 @@ func Parse(h http.Header) (Info, error) {
 		*f.family = true
 	}
 
-	if v, ok, err := single(h, XRateLimitReset); err != nil {
+	if v, ok, err := single(h, canonXRateLimitReset); err != nil {
 		return Info{}, err
 	} else if ok {
-		n, err := count(XRateLimitReset, v)
+		n, err := count(canonXRateLimitReset, v)
 		if err != nil {
 			return Info{}, err
 		}
 		info.Reset, info.Found.XRateLimit = time.Unix(n, 0), true
 	}
-	if v, ok, err := single(h, RateLimitReset); err != nil {
+	if v, ok, err := single(h, canonRateLimitReset); err != nil {
 		return Info{}, err
 	} else if ok {
-		if info.ResetAfter, err = seconds(RateLimitReset, v); err != nil {
+		if info.ResetAfter, err = seconds(canonRateLimitReset, v); err != nil {
 			return Info{}, err
 		}
 		info.Found.Draft6 = true
 	}
-	if v, ok, err := single(h, RetryAfter); err != nil {
+	if v, ok, err := single(h, canonRetryAfter); err != nil {
 		return Info{}, err
 	} else if ok {
 		if v != "" && isDigit(v[0]) {
-			info.RetryAfter, err = seconds(RetryAfter, v)
-		} else if info.RetryAt, err = http.ParseTime(v); err != nil {
-			err = malformed(RetryAfter, v, "neither delay seconds nor an HTTP-date")
+			info.RetryAfter, err = seconds(canonRetryAfter, v)
+		} else if at, perr := http.ParseTime(v); perr != nil {
+			err = malformed(canonRetryAfter, v, "neither delay seconds nor an HTTP-date")
+		} else {
+			info.RetryAfter = delayUntil(at, h.Get("Date"), time.Now())
 		}
 		if err != nil {
 			return Info{}, err
@@ -129,23 +131,23 @@ func Parse(h http.Header) (Info, error) {
 
 // parseStructured reads RateLimit and RateLimit-Policy into info.
 func parseStructured(h http.Header, info *Info) error {
-	if vs := h.Values(RateLimit); len(vs) > 0 {
+	if vs := h.Values(canonRateLimit); len(vs) > 0 {
 		v := strings.Join(vs, ", ")
 		items, err := parseSFList(v)
 		if err != nil {
-			return malformed(RateLimit, v, err.Error())
+			return malformed(canonRateLimit, v, err.Error())
 		}
 		for i, it := range items {
 			if it.val.kind != sfString && it.val.kind != sfToken {
-				return malformed(RateLimit, v, "an item is not a policy name")
+				return malformed(canonRateLimit, v, "an item is not a policy name")
 			}
 			r, err := intParam(it, "r", true, maxSFInteger)
 			if err != nil {
-				return malformed(RateLimit, v, err.Error())
+				return malformed(canonRateLimit, v, err.Error())
 			}
 			t, err := intParam(it, "t", false, maxDelaySeconds)
 			if err != nil {
-				return malformed(RateLimit, v, err.Error())
+				return malformed(canonRateLimit, v, err.Error())
 			}
 			if i == 0 {
 				info.Policy, info.Remaining, info.ResetAfter = it.val.str, r, time.Duration(t)*time.Second
@@ -154,7 +156,7 @@ func parseStructured(h http.Header, info *Info) error {
 		info.Found.Structured = true
 	}
 
-	vs := h.Values(RateLimitPolicy)
+	vs := h.Values(canonRateLimitPolicy)
 	if len(vs) == 0 {
 		return nil
 	}
@@ -162,7 +164,7 @@ func parseStructured(h http.Header, info *Info) error {
 	v := strings.Join(vs, ", ")
 	items, err := parseSFList(v)
 	if err != nil {
-		return malformed(RateLimitPolicy, v, err.Error())
+		return malformed(canonRateLimitPolicy, v, err.Error())
 	}
 	chosen := false // whether an item gave info its q and w
 	for _, it := range items {
@@ -170,20 +172,20 @@ func parseStructured(h http.Header, info *Info) error {
 		switch it.val.kind {
 		case sfString, sfToken:
 			if q, err = intParam(it, "q", true, maxSFInteger); err != nil {
-				return malformed(RateLimitPolicy, v, err.Error())
+				return malformed(canonRateLimitPolicy, v, err.Error())
 			}
 			info.Found.Structured = true
 		case sfInteger: // drafts 03 to 07: the quota itself, then w
 			if q = it.val.num; q < 0 {
-				return malformed(RateLimitPolicy, v, "negative quota")
+				return malformed(canonRateLimitPolicy, v, "negative quota")
 			}
 			info.Found.Draft6 = true
 		default:
-			return malformed(RateLimitPolicy, v, "an item is neither a policy name nor a quota")
+			return malformed(canonRateLimitPolicy, v, "an item is neither a policy name nor a quota")
 		}
 		w, err := intParam(it, "w", false, maxDelaySeconds)
 		if err != nil {
-			return malformed(RateLimitPolicy, v, err.Error())
+			return malformed(canonRateLimitPolicy, v, err.Error())
 		}
 		if chosen {
 			continue
@@ -199,6 +201,18 @@ func parseStructured(h http.Header, info *Info) error {
 		info.Quota, info.Window = q, time.Duration(w)*time.Second
 	}
 	return nil
+}
+
+// delayUntil returns the delay from the response's date (the Date field,
+// or now when date is absent or unreadable) to at, an HTTP-date, never
+// negative. From now it is rounded up to a whole second, so that a client
+// that waits as told does not come back early: an HTTP-date has whole
+// seconds, now does not.
+func delayUntil(at time.Time, date string, now time.Time) time.Duration {
+	if sent, err := http.ParseTime(date); err == nil {
+		return max(at.Sub(sent), 0)
+	}
+	return time.Duration(ceilSeconds(at.Sub(now))) * time.Second
 }
 
 // single returns the value of a field that may appear once, without its

@@ -13,7 +13,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// TestParseRoundTrip checks that Parse reads back what Write writes, for
+// TestParseRoundTrip checks that Parse reads back what a Writer writes, for
 // every combination of families.
 func TestParseRoundTrip(t *testing.T) {
 	decisions := []core.Decision{
@@ -30,7 +30,7 @@ func TestParseRoundTrip(t *testing.T) {
 		cfg := Config{XRateLimit: mask&1 != 0, Draft6: mask&2 != 0, Structured: mask&4 != 0, RetryAfter: mask&8 != 0}
 		for _, d := range decisions {
 			h := http.Header{}
-			Write(h, d, t0, cfg)
+			NewWriter(cfg).Write(h, d, nil, t0)
 			got, err := Parse(h)
 			require.NoError(t, err, "%+v: Parse(%v)", cfg, h)
 			want := Info{Found: cfg}
@@ -75,52 +75,56 @@ func TestParse(t *testing.T) {
 		want: Info{Found: Config{XRateLimit: true}, Limit: 10, Remaining: 7},
 	}, {
 		name: "Draft6 wins over XRateLimit",
-		h:    hdr(XRateLimitLimit, "10", XRateLimitRemaining, "7", RateLimitLimit, "20", RateLimitRemaining, "8"),
+		h:    hdr(canonXRateLimitLimit, "10", canonXRateLimitRemaining, "7", canonRateLimitLimit, "20", canonRateLimitRemaining, "8"),
 		want: Info{Found: Config{XRateLimit: true, Draft6: true}, Limit: 20, Remaining: 8},
 	}, {
-		name: "Retry-After as an HTTP-date",
-		h:    hdr(RetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT"),
-		want: Info{Found: Config{RetryAfter: true}, RetryAt: time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)},
+		name: "Retry-After as an HTTP-date in the past",
+		h:    hdr(canonRetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT"),
+		want: Info{Found: Config{RetryAfter: true}},
+	}, {
+		name: "Retry-After as an HTTP-date: its delay from Date",
+		h:    hdr(canonRetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT", "Date", "Wed, 21 Oct 2015 07:26:30 GMT"),
+		want: Info{Found: Config{RetryAfter: true}, RetryAfter: 90 * time.Second},
 	}, {
 		name: "Retry-After 0",
-		h:    hdr(RetryAfter, "0"),
+		h:    hdr(canonRetryAfter, "0"),
 		want: Info{Found: Config{RetryAfter: true}},
 	}, {
 		name: "several policies: the one RateLimit names",
-		h: hdr(RateLimit, `"daily";r=5;t=100`,
-			RateLimitPolicy, `"burst";q=10;w=1, "daily";q=1000;w=86400`),
+		h: hdr(canonRateLimit, `"daily";r=5;t=100`,
+			canonRateLimitPolicy, `"burst";q=10;w=1, "daily";q=1000;w=86400`),
 		want: Info{Found: Config{Structured: true}, Remaining: 5, ResetAfter: 100 * time.Second,
 			Policy: "daily", Quota: 1000, Window: 24 * time.Hour},
 	}, {
 		name: "list split over several lines, first RateLimit item reported",
-		h: http.Header{RateLimit: {`"a";r=1`, `"b";r=2;t=3`},
-			RateLimitPolicy: {`"b";q=5;w=6`, `"a";q=7;w=8`}},
+		h: http.Header{canonRateLimit: {`"a";r=1`, `"b";r=2;t=3`},
+			canonRateLimitPolicy: {`"b";q=5;w=6`, `"a";q=7;w=8`}},
 		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: "a", Quota: 7, Window: 8 * time.Second},
 	}, {
 		name: "no policy named like the RateLimit item",
-		h:    hdr(RateLimit, `"a";r=1;t=2`, RateLimitPolicy, `"b";q=5;w=6`),
+		h:    hdr(canonRateLimit, `"a";r=1;t=2`, canonRateLimitPolicy, `"b";q=5;w=6`),
 		want: Info{Found: Config{Structured: true}, Remaining: 1, ResetAfter: 2 * time.Second, Policy: "a"},
 	}, {
 		name: "RateLimit-Policy alone: its first item",
-		h:    hdr(RateLimitPolicy, `"b";q=5;w=6, "a";q=7`),
+		h:    hdr(canonRateLimitPolicy, `"b";q=5;w=6, "a";q=7`),
 		want: Info{Found: Config{Structured: true}, Policy: "b", Quota: 5, Window: 6 * time.Second},
 	}, {
 		name: "tokens, unknown parameters of every type, repeated parameter",
-		h: hdr(RateLimit, `day;r=1;r=2;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`,
-			RateLimitPolicy, `day;q=10;w=60;qu="requests";pk=:AAE=:;x=tok/en:1`),
+		h: hdr(canonRateLimit, `day;r=1;r=2;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`,
+			canonRateLimitPolicy, `day;q=10;w=60;qu="requests";pk=:AAE=:;x=tok/en:1`),
 		want: Info{Found: Config{Structured: true}, Remaining: 2, Policy: "day", Quota: 10, Window: time.Minute},
 	}, {
 		name: "escaped name",
-		h:    hdr(RateLimit, `"a\"b\\c";r=1`),
+		h:    hdr(canonRateLimit, `"a\"b\\c";r=1`),
 		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: `a"b\c`},
 	}, {
 		name: "drafts 03 to 07 RateLimit-Policy, as express-rate-limit writes it",
-		h:    hdr(RateLimitLimit, "100", RateLimitRemaining, "99", RateLimitReset, "60", RateLimitPolicy, "100;w=60"),
+		h:    hdr(canonRateLimitLimit, "100", canonRateLimitRemaining, "99", canonRateLimitReset, "60", canonRateLimitPolicy, "100;w=60"),
 		want: Info{Found: Config{Draft6: true}, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Quota: 100, Window: time.Minute},
 	}, {
 		name: "largest values",
-		h: hdr(XRateLimitLimit, "999999999999999", XRateLimitReset, "999999999999999",
-			RetryAfter, "9223372036", RateLimit, `"a";r=999999999999999;t=9223372036`),
+		h: hdr(canonXRateLimitLimit, "999999999999999", canonXRateLimitReset, "999999999999999",
+			canonRetryAfter, "9223372036", canonRateLimit, `"a";r=999999999999999;t=9223372036`),
 		want: Info{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
 			Remaining: 999999999999999, Reset: time.Unix(999999999999999, 0), RetryAfter: 9223372036 * time.Second,
 			ResetAfter: 9223372036 * time.Second, Policy: "a"},
@@ -136,29 +140,29 @@ func TestParse(t *testing.T) {
 
 func TestParseMalformed(t *testing.T) {
 	bad := map[string][]string{
-		XRateLimitLimit: {"", "-1", "+1", "abc", "1.5", "1e3", "0x10", "1 2", "99999999999999999999",
+		canonXRateLimitLimit: {"", "-1", "+1", "abc", "1.5", "1e3", "0x10", "1 2", "99999999999999999999",
 			"1000000000000000", "\uff11", "1\x00"},
-		XRateLimitRemaining: {"-0", "NaN"},
-		XRateLimitReset:     {"-1700000000", "soon", "17000000000000000"},
-		RateLimitLimit:      {"1,2", "١"},
-		RateLimitRemaining:  {"-5"},
-		RateLimitReset:      {"-1", "1.5", "9223372037", "999999999999999"},
-		RetryAfter:          {"", "-1", "soon", "1.5", "9223372037", "Wed, 21 Oct 2015 07:28:00", "1s"},
-		RateLimit: {"", " ", `"a"`, `"a";t=1`, `"a";r=-1`, `"a";r=1.5`, `"a";r="1"`, `"a";r=?1`, `"a";r`,
+		canonXRateLimitRemaining: {"-0", "NaN"},
+		canonXRateLimitReset:     {"-1700000000", "soon", "17000000000000000"},
+		canonRateLimitLimit:      {"1,2", "١"},
+		canonRateLimitRemaining:  {"-5"},
+		canonRateLimitReset:      {"-1", "1.5", "9223372037", "999999999999999"},
+		canonRetryAfter:          {"", "-1", "soon", "1.5", "9223372037", "Wed, 21 Oct 2015 07:28:00", "1s"},
+		canonRateLimit: {"", " ", `"a"`, `"a";t=1`, `"a";r=-1`, `"a";r=1.5`, `"a";r="1"`, `"a";r=?1`, `"a";r`,
 			`"a";r=1;t=-2`, `"a";r=1;t=9223372037`, `"a";r=1234567890123456`, `limit=100, remaining=50, reset=30`,
 			`"a;r=1`, `("a");r=1`, `"a";r=1,`, `"a";r=1,,"b";r=2`, `1;r=1`, "\"a\x01\";r=1", `"a\n";r=1`,
 			`"a";r=1 "b"`, `"a";R=1`, `"a";r=1;=2`, `"a";r=1;x=`, `"a";r=1;x=:AA`, `"a";r=1;x=:A A:`,
 			`"a";r=1;x=?2`, `"a";r=1;x=@1.5`, `"a";r=1;x=%"%C3%A9"`, `"a";r=1;x=%"%c3"`, `"a";r=1;x=%"a`,
 			`"a";r=1;x=1.2345`, `"a";r=1;x=1.`, `"a";r=1;x=-`, `"a";r=1;x=1234567890123.5`, `"a\q";r=1`,
 			`"a";r=1, "b";r=-1`, `"a";r=1;x=(1 2)`, `'a';r=1`},
-		RateLimitPolicy: {"", `"a"`, `"a";w=60`, `"a";q=-5`, `-5;w=60`, `"a";q=1;w=-1`, `"a";q=x`,
+		canonRateLimitPolicy: {"", `"a"`, `"a";w=60`, `"a";q=-5`, `-5;w=60`, `"a";q=1;w=-1`, `"a";q=x`,
 			`"a";q=1.0`, `"a";q=1;w=9223372037`, `?1;w=1`, `"a";q=1, "b";w=1`, `100;w=60;w=-1`},
 	}
 	for name, values := range bad {
 		for _, v := range values {
 			h := http.Header{name: {v}}
-			if name != RateLimit {
-				h.Set(RateLimit, `"ok";r=1`) // a good field does not hide a bad one
+			if name != canonRateLimit {
+				h.Set(canonRateLimit, `"ok";r=1`) // a good field does not hide a bad one
 			}
 			info, err := Parse(h)
 			if !assert.ErrorIs(t, err, ErrMalformed, "Parse(%s: %q) = %+v", name, v, info) {
@@ -169,13 +173,13 @@ func TestParseMalformed(t *testing.T) {
 		}
 	}
 
-	for _, name := range []string{XRateLimitLimit, XRateLimitReset, RateLimitReset, RetryAfter} {
+	for _, name := range []string{canonXRateLimitLimit, canonXRateLimitReset, canonRateLimitReset, canonRetryAfter} {
 		_, err := Parse(http.Header{name: {"1", "1"}})
 		assert.ErrorIs(t, err, ErrMalformed, "%s repeated", name)
 	}
 
 	long := strings.Repeat("9", 1000)
-	_, err := Parse(http.Header{RateLimitLimit: {long}})
+	_, err := Parse(http.Header{canonRateLimitLimit: {long}})
 	require.ErrorIs(t, err, ErrMalformed, "a 1000-digit value")
 	assert.LessOrEqual(t, len(err.Error()), 200, "a 1000-digit value: error %q, want a short one", err)
 }
@@ -183,8 +187,8 @@ func TestParseMalformed(t *testing.T) {
 // FuzzParse feeds Parse arbitrary values for the structured fields and for
 // one of the others. It must never panic, and what it accepts must be sane.
 func FuzzParse(f *testing.F) {
-	others := []string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset,
-		RateLimitLimit, RateLimitRemaining, RateLimitReset, RetryAfter}
+	others := []string{canonXRateLimitLimit, canonXRateLimitRemaining, canonXRateLimitReset,
+		canonRateLimitLimit, canonRateLimitRemaining, canonRateLimitReset, canonRetryAfter}
 	f.Add(`"api";r=42;t=2`, `"api";q=100;w=60`, uint8(0), "100")
 	f.Add(`"api";r=0;t=30`, `"api";q=100;w=60`, uint8(6), "1")
 	f.Add(`day;r=1;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`, `"b";q=5;w=6, day;q=7`, uint8(2), "1700000002")
@@ -196,10 +200,10 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rl, policy string, field uint8, value string) {
 		h := http.Header{}
 		if rl != "" {
-			h.Set(RateLimit, rl)
+			h.Set(canonRateLimit, rl)
 		}
 		if policy != "" {
-			h.Set(RateLimitPolicy, policy)
+			h.Set(canonRateLimitPolicy, policy)
 		}
 		h.Set(others[int(field)%len(others)], value)
 		info, err := Parse(h)
@@ -223,4 +227,23 @@ func hdr(kv ...string) http.Header {
 		h.Add(kv[i], kv[i+1])
 	}
 	return h
+}
+
+// TestParseRetryAfterDate: a Retry-After HTTP-date without Date is read as
+// its delay from the current time, rounded up to a whole second; an
+// unreadable Date counts as none.
+func TestParseRetryAfterDate(t *testing.T) {
+	for _, date := range []string{"", "yesterday"} {
+		at := time.Now().Add(90 * time.Second).UTC()
+		h := hdr(canonRetryAfter, at.Format(http.TimeFormat))
+		if date != "" {
+			h.Set("Date", date)
+		}
+		info, err := Parse(h)
+		require.NoError(t, err)
+		assert.True(t, info.Found.RetryAfter)
+		assert.GreaterOrEqual(t, info.RetryAfter, 89*time.Second, "Date %q", date)
+		assert.LessOrEqual(t, info.RetryAfter, 90*time.Second, "Date %q", date)
+		assert.Zero(t, info.RetryAfter%time.Second, "whole seconds")
+	}
 }

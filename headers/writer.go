@@ -10,16 +10,35 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// Writer is Write for one Config, with a memory: it writes the same
-// fields with the same values as Write(h, d, now, cfg), but on a header
-// map (a HeaderMap or an http.Header) it shares the text of the values
-// that change seldom (Limit, and Reset, whether X-RateLimit-Reset in
-// epoch seconds or RateLimit-Reset in delay seconds) with the last
-// response that had the same ones, and formats only Remaining. A
-// response then costs one allocation, for its value slices and their
-// text; a BytesSetter's fields are set from that text and with SetInt,
-// with none. The other families, and Retry-After, are written by
-// Write itself. Build it with NewWriter; it is safe for concurrent use.
+// Writer writes the rate-limit fields of the families of one Config on
+// responses: the one writer of the package, for a single limit and for
+// layered ones. Build it with NewWriter; it is safe for concurrent use.
+//
+// It has a memory: on a header map it shares the text of the values that
+// change seldom (Limit, and Reset, whether X-RateLimit-Reset in epoch
+// seconds or RateLimit-Reset in delay seconds) with the last response
+// that had the same ones, and formats only Remaining.
+//
+// How the fields are set depends on the Setter, matched by its method set
+// (an adapter's response need not import this package to qualify):
+//
+//   - one that also has HeaderMap() http.Header, returning its net/http
+//     header map, never nil (the net/http, Gin, Chi and Echo adapters'
+//     responses), gets its fields set in that map directly, under the
+//     names as the standards spell them ("X-RateLimit-Limit"), which
+//     net/http writes on the wire as they are: one allocation a response,
+//     for its value slices and their text. A handler that reads such a
+//     map with http.Header.Get, which canonicalizes the name it is given,
+//     does not find them; a client that parses the response does;
+//   - an http.Header gets the same, under the canonical names
+//     ("X-Ratelimit-Limit"), as http.Header.Set would put them;
+//   - one that also has SetBytes(key string, value []byte) and
+//     SetInt(key string, n int64), copying what it is set, as fasthttp
+//     does (the Fiber adapter's response), gets them from shared text and
+//     SetInt calls, with no allocation, and both Remaining fields from one
+//     SetIntPair(key1, key2 string, n int64) when it has that too;
+//   - any other Setter gets Set calls with the names as spelled and values
+//     that share one string: one allocation for all of them.
 type Writer struct {
 	cfg  Config
 	last atomic.Pointer[sharedBlock] // the last block that formatted all its values
@@ -28,9 +47,6 @@ type Writer struct {
 
 // NewWriter returns the Writer of cfg.
 func NewWriter(cfg Config) *Writer { return &Writer{cfg: cfg} }
-
-// Config returns the Config the Writer writes.
-func (w *Writer) Config() Config { return w.cfg }
 
 // sharedBlock holds the value slices and the text of the fields one
 // Writer.Write sets in a header map, in one allocation, with the numbers
@@ -59,37 +75,71 @@ type partBlock struct {
 	buf  [48]byte
 }
 
-// Write sets the fields of the Writer's Config from d, the decision made
-// at time now, in h, as Write(h, d, now, w.Config()) does. A zero now is
-// the current time, as for Write, but read at half the cost: from the
+// Write sets, in h, the fields of the Writer's Config that tell the
+// client about d, the binding decision of a request, made at time now:
+//
+//   - X-RateLimit-*, RateLimit-* (draft 6) and Retry-After describe d:
+//     Limit and Remaining are its own, X-RateLimit-Reset is
+//     now+d.ResetAfter rounded up to a whole second, and Retry-After,
+//     written on a denial only, is RetryAfterSeconds(d);
+//   - the draft-10 RateLimit and RateLimit-Policy fields list every layer
+//     that applied, one item each, named by its Policy.Name: d first, so
+//     that a client reading the first item (Parse) agrees with
+//     X-RateLimit-Remaining, then the other decisions of layers in their
+//     order: RateLimit: "ip";r=12;t=42, "global";r=999990;t=42.
+//
+// layers holds the decisions of every layer that applied, d's among them
+// (core.Limiter.AllowLayers fills them); nil or a single one for a single
+// limit, which is then d's item alone. The layer of layers whose
+// Policy.Name is d's is d's own and is not listed twice; when none has
+// d's name, every decision of layers follows d's item. A layer whose name
+// a Structured Field string cannot hold, which a validated policy never
+// has, is left out of the lists.
+//
+// Write writes nothing at all for a decision the FailMode allowed (Source
+// core.SourceFailMode, failed open): such a decision was not made by the
+// store and carries no information, and a client is better told nothing
+// than told a quota that does not exist. Negative counts and durations,
+// which a core.Store never returns, are written as 0.
+//
+// A zero now is the current time, read at half the cost: from the
 // monotonic clock since the Writer last read the wall clock, which it does
 // once a second. A now that carries a monotonic clock reading (from
-// time.Now, or a memory store's core.TimedStore) is a moment of the
-// monotonic clock: the Writer takes its wall time the same way, from its
-// last reading of the wall clock when that is less than a second older,
-// without reading the clock, so that a clock whose wall time was fixed
-// long ago (the memory store's) does not carry a step of the wall clock
-// since into X-RateLimit-Reset. A now without one (an explicit time, as
-// in tests) is used as it is.
-func (w *Writer) Write(h Setter, d core.Decision, now time.Time) {
+// time.Now, or a memory store's) is a moment of the monotonic clock: the
+// Writer takes its wall time the same way, from its last reading of the
+// wall clock when that is less than a second older, without reading the
+// clock, so that a clock whose wall time was fixed long ago (the memory
+// store's) does not carry a step of the wall clock since into
+// X-RateLimit-Reset. A now without one (an explicit time, as in tests) is
+// used as it is.
+func (w *Writer) Write(h Setter, d core.Decision, layers []core.Decision, now time.Time) {
+	if d.Allowed && d.Source == core.SourceFailMode {
+		return
+	}
 	if !now.IsZero() && now != now.Round(0) {
 		now = time.Unix(0, w.unixNanoAt(now))
 	}
 	cfg := w.cfg
-	if (!cfg.XRateLimit && !cfg.Draft6) || cfg.Structured || (cfg.RetryAfter && !d.Allowed) ||
-		(d.Allowed && d.Source == core.SourceFailMode) {
-		Write(h, d, now, cfg)
+	if cfg.Structured && len(layers) > 1 {
+		if now.IsZero() && cfg.XRateLimit {
+			now = time.Unix(0, w.nowUnixNano())
+		}
+		writeLayers(h, d, layers, now, cfg)
+		return
+	}
+	if (!cfg.XRateLimit && !cfg.Draft6) || cfg.Structured || (cfg.RetryAfter && !d.Allowed) {
+		write(h, d, now, cfg)
 		return
 	}
 	switch m := h.(type) {
-	case HeaderMap:
+	case fastMap:
 		w.writeMap(m.HeaderMap(), d, now, false)
 	case http.Header:
 		w.writeMap(m, d, now, true)
-	case BytesSetter:
+	case fastBytes:
 		w.writeBytes(m, d, now)
 	default:
-		Write(h, d, now, cfg)
+		write(h, d, now, cfg)
 	}
 }
 
@@ -189,7 +239,7 @@ func (b *sharedBlock) format(cfg Config) []byte {
 	return text
 }
 
-// writeMap is Write of X-RateLimit-* and RateLimit-*, the families of
+// writeMap is Writer.Write of X-RateLimit-* and RateLimit-*, the families of
 // w.cfg (at least one of them, and only them), in m.
 func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonical bool) {
 	cfg := w.cfg
@@ -240,13 +290,13 @@ func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonic
 	}
 }
 
-// writeBytes is writeMap for a BytesSetter, which copies what it is set:
+// writeBytes is writeMap for a fastBytes, which copies what it is set:
 // the values the last block holds are set from its text, the others with
 // SetInt, without allocating. Only a decision that resets later, under
 // the same Limit, makes a new last block (one allocation); a Writer whose
 // last block has another Limit keeps it, for a client of another limit (a
 // policy source's plan) could take turns with it.
-func (w *Writer) writeBytes(h BytesSetter, d core.Decision, now time.Time) {
+func (w *Writer) writeBytes(h fastBytes, d core.Decision, now time.Time) {
 	cfg := w.cfg
 	lim, xreset, reset := w.numbers(d, now)
 	remaining := max(d.Remaining, 0)
@@ -269,7 +319,7 @@ func (w *Writer) writeBytes(h BytesSetter, d core.Decision, now time.Time) {
 		last.format(cfg)
 		w.last.Store(last)
 	}
-	if p, ok := h.(IntPairSetter); ok && cfg.XRateLimit && cfg.Draft6 {
+	if p, ok := h.(fastIntPair); ok && cfg.XRateLimit && cfg.Draft6 {
 		// Remaining formatted once, for both families, in the order
 		// X-RateLimit-Limit, -Remaining, RateLimit-Remaining, then the
 		// rest.
@@ -292,7 +342,7 @@ func (w *Writer) writeBytes(h BytesSetter, d core.Decision, now time.Time) {
 	}
 }
 
-// stringBytes is s as bytes, never written: a BytesSetter copies them.
+// stringBytes is s as bytes, never written: a fastBytes copies them.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // set sets m's field name, canonicalized when canonical, to vals.

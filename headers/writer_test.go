@@ -50,39 +50,38 @@ func writerDecisions() []core.Decision {
 	return ds
 }
 
-// TestWriterIsWrite: a Writer sets exactly what Write sets, for every
+// TestWriterIsWrite: a Writer sets exactly what write sets, for every
 // Config, on a HeaderMap, an http.Header and a plain Setter, response
 // after response, at times that move on and back.
 func TestWriterIsWrite(t *testing.T) {
 	times := []time.Time{t0, t0, t0.Add(400 * time.Millisecond), t0.Add(2 * time.Second), t0, {}}
 	for _, cfg := range writerConfigs() {
 		w := NewWriter(cfg)
-		require.Equal(t, cfg, w.Config())
 		for i, d := range writerDecisions() {
 			now := times[i%len(times)]
 			if now.IsZero() && cfg.XRateLimit {
 				now = t0.Add(time.Hour) // Write would read the clock
 			}
 			want, got := mapResponse{http.Header{}}, mapResponse{http.Header{}}
-			Write(want, d, now, cfg)
-			w.Write(got, d, now)
+			write(want, d, now, cfg)
+			w.Write(got, d, nil, now)
 			require.Equal(t, want.h, got.h, "%+v, decision %d: HeaderMap", cfg, i)
 
 			wantH, gotH := http.Header{}, http.Header{}
-			Write(wantH, d, now, cfg)
-			w.Write(gotH, d, now)
+			write(wantH, d, now, cfg)
+			w.Write(gotH, d, nil, now)
 			require.Equal(t, wantH, gotH, "%+v, decision %d: http.Header", cfg, i)
 
 			wantS, gotS := &recordingSetter{}, &recordingSetter{}
-			Write(wantS, d, now, cfg)
-			w.Write(gotS, d, now)
+			write(wantS, d, now, cfg)
+			w.Write(gotS, d, nil, now)
 			require.Equal(t, wantS.m, gotS.m, "%+v, decision %d: Setter", cfg, i)
 
 			gotB := &bytesSetter{}
-			w.Write(gotB, d, now)
+			w.Write(gotB, d, nil, now)
 			require.Equal(t, wantS.m, gotB.m, "%+v, decision %d: BytesSetter", cfg, i)
 			gotB.m = nil
-			Write(gotB, d, now, cfg)
+			write(gotB, d, now, cfg)
 			require.Equal(t, wantS.m, gotB.m, "%+v, decision %d: BytesSetter, Write", cfg, i)
 		}
 	}
@@ -93,12 +92,12 @@ func TestWriterIsWrite(t *testing.T) {
 func TestWriterShares(t *testing.T) {
 	w := NewWriter(Default())
 	a, b := mapResponse{http.Header{}}, mapResponse{http.Header{}}
-	w.Write(a, allowedDecision, t0)
+	w.Write(a, allowedDecision, nil, t0)
 	last := w.last.Load()
 	require.NotNil(t, last)
 	d := allowedDecision
 	d.Remaining--
-	w.Write(b, d, t0)
+	w.Write(b, d, nil, t0)
 	assert.Same(t, last, w.last.Load(), "a block that borrows is not the last one")
 	limit, remaining := wireXRateLimitLimit, wireXRateLimitRemaining
 	assert.Equal(t, []string{"100"}, b.h[limit])
@@ -109,21 +108,21 @@ func TestWriterShares(t *testing.T) {
 	b.h[limit] = append(b.h[limit], "x")
 	assert.Equal(t, []string{"41"}, b.h[remaining])
 	assert.Equal(t, []string{"100"}, a.h[limit])
-	assert.Equal(t, []string{"100"}, b.h[Fields()[3]], "RateLimit-Limit")
+	assert.Equal(t, []string{"100"}, b.h[wireFields()[3]], "RateLimit-Limit")
 
 	// A new reset: formatted in full, and the last block from then on.
-	w.Write(b, allowedDecision, t0.Add(time.Second))
+	w.Write(b, allowedDecision, nil, t0.Add(time.Second))
 	assert.NotSame(t, last, w.last.Load())
 
 	h := http.Header{}
 	allocs := testing.AllocsPerRun(100, func() {
 		clear(h)
-		w.Write(mapResponse{h}, d, t0.Add(time.Second))
+		w.Write(mapResponse{h}, d, nil, t0.Add(time.Second))
 	})
 	assert.Equal(t, 1.0, allocs)
 	allocs = testing.AllocsPerRun(100, func() {
 		clear(h)
-		w.Write(h, d, t0.Add(time.Second))
+		w.Write(h, d, nil, t0.Add(time.Second))
 	})
 	assert.Equal(t, 1.0, allocs, "http.Header")
 }
@@ -148,18 +147,18 @@ func TestWriterBytes(t *testing.T) {
 	w := NewWriter(Default())
 	s := &countingBytesSetter{}
 	d := allowedDecision
-	w.Write(s, d, t0)
+	w.Write(s, d, nil, t0)
 	last := w.last.Load()
 	require.NotNil(t, last, "the first decision makes the last block")
-	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, d, t0) }), "shared")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, d, nil, t0) }), "shared")
 	other := d
 	other.Limit = 7
-	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, other, t0) }), "another Limit")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, other, nil, t0) }), "another Limit")
 	earlier := d
 	earlier.ResetAfter = 0
-	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, earlier, t0) }), "an earlier reset")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { w.Write(s, earlier, nil, t0) }), "an earlier reset")
 	assert.Same(t, last, w.last.Load())
-	w.Write(s, d, t0.Add(time.Second))
+	w.Write(s, d, nil, t0.Add(time.Second))
 	assert.NotSame(t, last, w.last.Load(), "a later reset")
 }
 
@@ -191,8 +190,8 @@ func TestWriterIntPair(t *testing.T) {
 		w := NewWriter(cfg)
 		for i, d := range []core.Decision{allowedDecision, allowedDecision, func() core.Decision { d := allowedDecision; d.Limit = 7; return d }()} {
 			want, got := &bytesSetter{}, &pairSetter{}
-			Write(want, d, t0, cfg)
-			w.Write(got, d, t0)
+			write(want, d, t0, cfg)
+			w.Write(got, d, nil, t0)
 			assert.Equal(t, want.m, got.m, "%+v, decision %d", cfg, i)
 			switch {
 			case cfg.XRateLimit && cfg.Draft6 && d.Limit == allowedDecision.Limit:
@@ -209,11 +208,11 @@ func TestWriterIntPair(t *testing.T) {
 func TestWriterBackwards(t *testing.T) {
 	w := NewWriter(Default())
 	h := http.Header{}
-	w.Write(h, allowedDecision, t0.Add(time.Minute))
+	w.Write(h, allowedDecision, nil, t0.Add(time.Minute))
 	last := w.last.Load()
-	w.Write(h, allowedDecision, t0)
+	w.Write(h, allowedDecision, nil, t0)
 	assert.Same(t, last, w.last.Load())
-	w.Write(h, allowedDecision, t0.Add(2*time.Minute))
+	w.Write(h, allowedDecision, nil, t0.Add(2*time.Minute))
 	assert.NotSame(t, last, w.last.Load())
 }
 
@@ -230,14 +229,14 @@ func TestWriterConcurrent(t *testing.T) {
 				d.ResetAfter = time.Duration(g) * time.Second
 				now := t0.Add(time.Duration(i/500) * time.Second)
 				want, got := http.Header{}, http.Header{}
-				Write(want, d, now, Default())
-				w.Write(got, d, now)
+				write(want, d, now, Default())
+				w.Write(got, d, nil, now)
 				if !assert.Equal(t, want, got) {
 					return
 				}
 				wantS, gotB := &recordingSetter{}, &bytesSetter{}
-				Write(wantS, d, now, Default())
-				w.Write(gotB, d, now)
+				write(wantS, d, now, Default())
+				w.Write(gotB, d, nil, now)
 				if !assert.Equal(t, wantS.m, gotB.m) {
 					return
 				}
@@ -266,9 +265,9 @@ func BenchmarkWriter(b *testing.B) {
 				d := clients[i%len(clients)]
 				i++
 				if name == "Write" {
-					Write(m, d, t0, Default())
+					write(m, d, t0, Default())
 				} else {
-					w.Write(m, d, t0)
+					w.Write(m, d, nil, t0)
 				}
 			}
 		})
@@ -282,9 +281,9 @@ func BenchmarkWriter(b *testing.B) {
 			for b.Loop() {
 				clear(h)
 				if name == "Write" {
-					Write(m, bucket, t0, Default())
+					write(m, bucket, t0, Default())
 				} else {
-					w.Write(m, bucket, t0)
+					w.Write(m, bucket, nil, t0)
 				}
 			}
 		})
@@ -348,8 +347,8 @@ func TestWriterMonotonicNow(t *testing.T) {
 	denied.Allowed, denied.Remaining, denied.RetryAfter = false, 0, time.Second
 	xreset := func(w *Writer, d core.Decision, now time.Time) int64 {
 		h := http.Header{}
-		w.Write(mapResponse{h}, d, now)
-		name := Fields()[2] // X-RateLimit-Reset, as spelled
+		w.Write(mapResponse{h}, d, nil, now)
+		name := wireFields()[2] // X-RateLimit-Reset, as spelled
 		require.Len(t, h[name], 1, "%v", h)
 		n, err := strconv.ParseInt(h[name][0], 10, 64)
 		require.NoError(t, err)

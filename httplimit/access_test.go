@@ -285,11 +285,11 @@ func TestShadowMode(t *testing.T) {
 	require.NoError(t, err)
 	w := newResponse()
 	require.True(t, f.Handle(newRequest(), w))
-	assert.Equal(t, "0", w.header.Get(headers.XRateLimitRemaining))
+	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"))
 	w = newResponse()
 	require.True(t, f.Handle(newRequest(), w))
-	assert.Equal(t, "0", w.header.Get(headers.XRateLimitRemaining))
-	assert.Empty(t, w.header.Get(headers.RetryAfter))
+	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"))
+	assert.Empty(t, w.header.Get("Retry-After"))
 
 	// Fail closed, shadowed: the request passes, the error is heard.
 	var errs []error
@@ -320,8 +320,9 @@ func TestShadowMode(t *testing.T) {
 // without WithClientIP could disagree about the client; New refuses it.
 func TestListsWithKeyFuncNeedClientIP(t *testing.T) {
 	l := newLimiter(t, memStore(t), perMinute)
-	behind, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	clientIP, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
+	behind := clientIP.Key
 	for _, opt := range []httplimit.Option{httplimit.WithDenyList(list(t, "192.0.2.1")), httplimit.WithAllowList(list(t, "192.0.2.1"))} {
 		_, err = httplimit.New(l, httplimit.WithKeyFunc(behind), opt)
 		require.ErrorIs(t, err, core.ErrInvalidOption)

@@ -240,7 +240,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		}
 		if f.headers.RetryAfter {
 			st.in = inHeaders
-			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(d)))
+			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(d)))
 		}
 		st.in = inUnavailable
 		f.unavailable(r, st.guard(w), d)
@@ -254,7 +254,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 // passes (paced) or denies.
 func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision, at time.Time) bool {
 	st.in = inHeaders
-	f.writer.Write(w, d, at)
+	f.writer.Write(w, d, nil, at)
 	if !d.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), d)

@@ -37,6 +37,7 @@ func (r *request) HeaderValues(name string) []string { return r.header.Values(na
 func (r *request) Query(string) string               { return "" }
 func (r *request) Method() string                    { return "GET" }
 func (r *request) Route() string                     { return "/" }
+func (r *request) Path() string                      { return "" } // unknown: layers match Route
 func (r *request) Context() context.Context {
 	if r.ctx == nil {
 		return context.Background()
@@ -145,7 +146,7 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name:   "key not found",
-			opts:   []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")))},
+			opts:   []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)))},
 			status: 400, body: `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`,
 			errContains: []error{keyfuncs.ErrNoKey},
 		},
@@ -167,7 +168,7 @@ func TestHandle(t *testing.T) {
 		{
 			name: "fallback key with FirstOf", proceed: true,
 			opts: []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.FirstOf(
-				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")), mustKeyFunc(t)(keyfuncs.Static("anonymous")))))},
+				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)), mustKeyFunc(t)(keyfuncs.Static("anonymous")))))},
 		},
 		{
 			name:   "fail closed without Retry-After configured",
@@ -345,6 +346,15 @@ func BenchmarkHandleDenied(b *testing.B) {
 
 // mustKeyFunc returns a function that unwraps what a keyfuncs constructor
 // returns, failing t when the constructor fails.
+// clientIPKey returns the Key of the ClientIP of opts, failing t when
+// NewClientIP fails.
+func clientIPKey(t testing.TB, opts ...keyfuncs.IPOption) keyfuncs.Func {
+	t.Helper()
+	c, err := keyfuncs.NewClientIP(opts...)
+	require.NoError(t, err, "NewClientIP")
+	return c.Key
+}
+
 func mustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 	return func(fn keyfuncs.Func, err error) keyfuncs.Func {
 		t.Helper()

@@ -104,13 +104,13 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	proxies := keyfuncs.TrustedProxies("10.0.0.0/8", "fd00::/8", "127.0.0.1/32")
 	switch m := mode & 7; {
 	case m == 0:
-		kf, err = keyfuncs.IP()
+		kf = clientIPKey(t)
 	case m == 1:
-		kf, err = keyfuncs.IP(proxies)
+		kf = clientIPKey(t, proxies)
 	case m == 2:
-		kf, err = keyfuncs.IP(proxies, keyfuncs.UseForwarded())
+		kf = clientIPKey(t, proxies, keyfuncs.UseForwarded())
 	case m == 3:
-		kf, err = keyfuncs.APIKeyHeader("X-Api-Key")
+		kf, err = keyfuncs.APIKeyHeader("X-Api-Key", nil)
 	default:
 		kf = func(keyfuncs.Request) (string, error) {
 			if strings.HasPrefix(key, "PANIC") {

@@ -76,16 +76,6 @@ type Layer struct {
 	FailClosed bool
 }
 
-// PathRequest is a keyfuncs.Request that knows its path: every adapter's
-// requests do. Path returns the request's path as the server received it,
-// without its query, percent-decoded or not. A layer's Routes are matched
-// against the normalized path of a PathRequest, and against the Route
-// pattern of a request that is not one.
-type PathRequest interface {
-	keyfuncs.Request
-	Path() string
-}
-
 // NewLayered returns the Limiter of layers over store, for WithLayers with
 // the same layers: core.NewLayered with each layer's Name, Policy and
 // FailClosed, the layers checked as WithLayers checks them. opts are
@@ -115,7 +105,7 @@ func NewLayered(store core.Store, layers []Layer, opts ...core.Option) (*core.Li
 // binding layer (the one that denied, or the one closest to denying: its
 // Remaining is the least any layer has left); the draft-10 RateLimit and
 // RateLimit-Policy fields list every layer that applied
-// (headers.WriteLayers); Retry-After is the time at which every layer
+// (headers.Writer); Retry-After is the time at which every layer
 // admits again. A leaky-bucket layer paces the request by the longest
 // Delay of the layers.
 //
@@ -493,7 +483,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		}
 		if f.headers.RetryAfter {
 			st.in = inHeaders
-			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(v.Decision)))
+			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(v.Decision)))
 		}
 		st.in = inUnavailable
 		f.unavailable(r, st.guard(w), v.Decision)
@@ -515,7 +505,7 @@ func failModeDecided(err error, src core.Source) bool {
 // decidedLayers tells the client about v and passes (paced) or denies.
 func (f *Flow) decidedLayers(st *state, ctx context.Context, r keyfuncs.Request, w Response, v *core.Verdict) bool {
 	st.in = inHeaders
-	headers.WriteLayers(w, v, time.Now(), f.headers)
+	f.writer.Write(w, v.Decision, v.Decisions, time.Time{})
 	if !v.Allowed {
 		st.in = inDeny
 		f.deny(r, st.guard(w), v.Decision)
@@ -841,8 +831,12 @@ func unhex(c byte) byte {
 	return c - 'A' + 10
 }
 
+// maxRouteLen is the longest Route pattern matched, keyfuncs' bound on a
+// route pattern (keyfuncs.Route).
+const maxRouteLen = 1024
+
 // matcher matches one request against routes: its normalized path (a
-// PathRequest's), else its Route pattern, worked out once, when a route
+// keyfuncs.Request.Path, when not ""), else its Route pattern, worked out once, when a route
 // first needs it.
 type matcher struct {
 	r                   keyfuncs.Request
@@ -869,8 +863,8 @@ func (m *matcher) reset() {
 func (m *matcher) matches(rt *route) bool {
 	if !m.pathDone {
 		m.pathDone = true
-		if pr, ok := m.r.(PathRequest); ok {
-			m.path.set(pr.Path())
+		if p := m.r.Path(); p != "" {
+			m.path.set(p)
 			m.hasPath = true
 		}
 	}
@@ -881,7 +875,7 @@ func (m *matcher) matches(rt *route) bool {
 	}
 	if !m.routeDone {
 		m.routeDone = true
-		if s := m.r.Route(); s != "" && len(s) <= keyfuncs.MaxRouteLen {
+		if s := m.r.Route(); s != "" && len(s) <= maxRouteLen {
 			m.route.set(s)
 			m.hasRoute = true
 		}

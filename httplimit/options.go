@@ -47,7 +47,7 @@ func invalid(fn, detail string) error {
 }
 
 // WithKeyFunc sets who the client is. The default is the key of the
-// WithClientIP option's ClientIP, and without that option keyfuncs.IP()
+// WithClientIP option's ClientIP, and without that option of keyfuncs.NewClientIP()
 // with no trusted proxy: the socket peer's address, IPv6 grouped by /56,
 // and no forwarding header believed. To fall back from one key to another, pass
 // keyfuncs.FirstOf; to limit per endpoint, keyfuncs.Compose with

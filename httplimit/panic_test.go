@@ -97,7 +97,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 			opts:  []httplimit.Option{httplimit.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
 		{name: "error responder", in: "error responder",
 			opts: []httplimit.Option{
-				httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))),
+				httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil))),
 				httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { boom() }),
 			}},
 		{name: "headers", in: "headers",

@@ -29,7 +29,7 @@ func TestFlowWritesTheStoresTime(t *testing.T) {
 		assert.Equal(t, allowed, f.Handle(newRequest(), w), "request %d", i)
 		d, err := headers.Parse(w.header)
 		require.NoError(t, err, "request %d", i)
-		reset, err := strconv.ParseInt(w.header.Get(headers.XRateLimitReset), 10, 64)
+		reset, err := strconv.ParseInt(w.header.Get("X-RateLimit-Reset"), 10, 64)
 		require.NoError(t, err, "request %d: %v", i, w.header)
 		// The bucket refills a token every 30 s: the reset is the store's
 		// time plus the ResetAfter the headers tell, rounded up.

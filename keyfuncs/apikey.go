@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
 	"net/textproto"
@@ -14,66 +13,48 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// MaxAPIKeyLen is the longest API key, in bytes, that APIKeyHeader and
-// APIKeyQuery accept; a longer one is treated as no key, so that a client
+// maxAPIKeyLen is the longest API key, in bytes, that the API key
+// functions accept; a longer one is treated as no key, so that a client
 // cannot make the server hash megabytes per request.
-const MaxAPIKeyLen = 4096
-
-// APIKeyOption configures [APIKeyHeader] and [APIKeyQuery]. A bad value
-// makes the constructor return an error.
-type APIKeyOption func(*apiKeyConfig) error
-
-type apiKeyConfig struct {
-	bearer bool
-	secret []byte
-}
-
-// Bearer makes [APIKeyHeader] read an "Authorization: Bearer <token>"
-// style header: the scheme, matched case-insensitively, is stripped and
-// a header with another scheme holds no key. [APIKeyQuery] rejects it.
-func Bearer() APIKeyOption {
-	return func(c *apiKeyConfig) error {
-		c.bearer = true
-		return nil
-	}
-}
-
-// WithSecret keys the hash of the API key with secret (HMAC-SHA256), so
-// that a key seen in the rate-limit store cannot be checked against
-// guessed API keys without the secret. The secret is copied; an empty
-// one is an error.
-func WithSecret(secret []byte) APIKeyOption {
-	return func(c *apiKeyConfig) error {
-		if len(secret) == 0 {
-			return errors.New("WithSecret: empty secret")
-		}
-		c.secret = append([]byte(nil), secret...)
-		return nil
-	}
-}
+const maxAPIKeyLen = 4096
 
 // APIKeyHeader returns a key function keying requests on the API key in
-// the named header ("X-API-Key", or "Authorization" with [Bearer]).
+// the named header ("X-API-Key").
 //
 // The raw key never appears in the result: the key is "key:" followed by
-// the first 32 hex digits (128 bits) of its SHA-256, or of its
-// HMAC-SHA256 with [WithSecret]. A missing, empty or over-long
-// ([MaxAPIKeyLen]) value gives an error wrapping [ErrNoKey]. The function
+// the first 32 hex digits (128 bits) of its HMAC-SHA256 keyed with
+// secret, so that a key seen in the rate-limit store cannot be checked
+// against guessed API keys without the secret; or, with a nil secret, of
+// its plain SHA-256. The secret is copied. A missing, empty or over-long
+// (4096 bytes) value gives an error wrapping [ErrNoKey]. The function
 // does not check that the key is valid: that is for your authentication,
 // which should run first if invalid keys must not be limited as clients
-// of their own. A name that is not a valid header name, or a bad option,
-// is an error.
-func APIKeyHeader(name string, opts ...APIKeyOption) (Func, error) {
+// of their own. A name that is not a valid header name, or a secret that
+// is empty but not nil (an unset variable read as []byte("")), is an
+// error.
+func APIKeyHeader(name string, secret []byte) (Func, error) {
+	return headerKey("APIKeyHeader", name, secret, false)
+}
+
+// Bearer returns a key function keying requests on the token of an
+// "Authorization: Bearer <token>" style header, name ("Authorization"):
+// the scheme, matched case-insensitively, is stripped, and a header with
+// another scheme holds no key. The token is hashed, and the errors are,
+// as by [APIKeyHeader].
+func Bearer(name string, secret []byte) (Func, error) {
+	return headerKey("Bearer", name, secret, true)
+}
+
+// headerKey is APIKeyHeader, or Bearer when bearer, named fn in errors.
+func headerKey(fn, name string, secret []byte, bearer bool) (Func, error) {
 	if !validToken(name) {
-		return nil, fmt.Errorf("%w: keyfuncs.APIKeyHeader: invalid header name %q", core.ErrInvalidOption, name)
+		return nil, fmt.Errorf("%w: keyfuncs.%s: invalid header name %q", core.ErrInvalidOption, fn, name)
 	}
-	c, err := newAPIKeyConfig("APIKeyHeader", opts)
-	if err != nil {
+	if err := checkSecret(fn, secret); err != nil {
 		return nil, err
 	}
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	h := newKeyHasher(c.secret, name)
-	bearer := c.bearer
+	h := newKeyHasher(secret, name)
 	return func(r Request) (string, error) {
 		raw := trimOWS(r.Header(name))
 		if bearer {
@@ -85,37 +66,27 @@ func APIKeyHeader(name string, opts ...APIKeyOption) (Func, error) {
 
 // APIKeyQuery returns a key function keying requests on the API key in
 // the named URL query parameter, hashed as by [APIKeyHeader]. An empty
-// name, a bad option, or [Bearer] is an error.
-func APIKeyQuery(name string, opts ...APIKeyOption) (Func, error) {
+// name, or a secret that is empty but not nil, is an error.
+func APIKeyQuery(name string, secret []byte) (Func, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: keyfuncs.APIKeyQuery: empty parameter name", core.ErrInvalidOption)
 	}
-	c, err := newAPIKeyConfig("APIKeyQuery", opts)
-	if err != nil {
+	if err := checkSecret("APIKeyQuery", secret); err != nil {
 		return nil, err
 	}
-	if c.bearer {
-		return nil, fmt.Errorf("%w: keyfuncs.APIKeyQuery: Bearer applies to headers only", core.ErrInvalidOption)
-	}
-	h := newKeyHasher(c.secret, name)
+	h := newKeyHasher(secret, name)
 	return func(r Request) (string, error) {
 		return h.key(trimOWS(r.Query(name)))
 	}, nil
 }
 
-// newAPIKeyConfig applies opts in order and returns the first error,
-// wrapping core.ErrInvalidOption and naming the constructor fn.
-func newAPIKeyConfig(fn string, opts []APIKeyOption) (*apiKeyConfig, error) {
-	c := new(apiKeyConfig)
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: keyfuncs.%s: option %d is nil", core.ErrInvalidOption, fn, i)
-		}
-		if err := opt(c); err != nil {
-			return nil, fmt.Errorf("%w: keyfuncs.%s: %w", core.ErrInvalidOption, fn, err)
-		}
+// checkSecret rejects a secret that is empty but not nil: nil asks for no
+// secret, an empty one is most likely a secret that was never set.
+func checkSecret(fn string, secret []byte) error {
+	if secret != nil && len(secret) == 0 {
+		return fmt.Errorf("%w: keyfuncs.%s: empty secret (nil for none)", core.ErrInvalidOption, fn)
 	}
-	return c, nil
+	return nil
 }
 
 // cutBearer returns the token of a Bearer credential, "" if v is not one.
@@ -144,15 +115,18 @@ type hashState struct {
 	sum [sha256.Size]byte
 }
 
+// newKeyHasher returns the hasher of keys from source, keyed with a copy
+// of secret when it is not empty.
 func newKeyHasher(secret []byte, source string) *keyHasher {
 	newHash := sha256.New
 	if len(secret) > 0 {
+		secret = append([]byte(nil), secret...)
 		newHash = func() hash.Hash { return hmac.New(sha256.New, secret) }
 	}
 	return &keyHasher{
 		states:     &sync.Pool{New: func() any { return &hashState{h: newHash()} }},
 		errMissing: fmt.Errorf("%w: no API key in %q", ErrNoKey, source),
-		errTooLong: fmt.Errorf("%w: API key in %q longer than %d bytes", ErrNoKey, source, MaxAPIKeyLen),
+		errTooLong: fmt.Errorf("%w: API key in %q longer than %d bytes", ErrNoKey, source, maxAPIKeyLen),
 	}
 }
 
@@ -160,7 +134,7 @@ func (k *keyHasher) key(raw string) (string, error) {
 	if raw == "" {
 		return "", k.errMissing
 	}
-	if len(raw) > MaxAPIKeyLen {
+	if len(raw) > maxAPIKeyLen {
 		return "", k.errTooLong
 	}
 	st := k.states.Get().(*hashState)

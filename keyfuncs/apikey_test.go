@@ -1,6 +1,7 @@
 package keyfuncs
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 func TestAPIKey(t *testing.T) {
 	must := mustFunc(t)
 	const raw = "sk_live_s3cr3t"
-	plain, err := must(APIKeyHeader("X-API-Key"))(req("", "x-api-key", raw))
+	plain, err := must(APIKeyHeader("X-API-Key", nil))(req("", "x-api-key", raw))
 	require.NoError(t, err)
 	// The hex digits are the first 128 bits of SHA-256("sk_live_s3cr3t");
 	// the raw key never appears.
@@ -23,18 +24,18 @@ func TestAPIKey(t *testing.T) {
 		req  *fakeRequest
 		want string // "": an error wrapping ErrNoKey
 	}{
-		{"same key same bucket", must(APIKeyHeader("X-API-Key")), req("", "X-API-Key", " "+raw+" "), plain},
-		{"query", must(APIKeyQuery("api_key")), &fakeRequest{query: map[string]string{"api_key": raw}}, plain},
-		{"bearer", must(APIKeyHeader("Authorization", Bearer())), req("", "Authorization", "Bearer "+raw), plain},
-		{"bearer case", must(APIKeyHeader("Authorization", Bearer())), req("", "Authorization", "bEaReR  "+raw), plain},
-		{"bearer: other scheme", must(APIKeyHeader("Authorization", Bearer())), req("", "Authorization", "Basic "+raw), ""},
-		{"bearer: no token", must(APIKeyHeader("Authorization", Bearer())), req("", "Authorization", "Bearer "), ""},
-		{"bearer: scheme only", must(APIKeyHeader("Authorization", Bearer())), req("", "Authorization", "Bearer"), ""},
-		{"missing", must(APIKeyHeader("X-API-Key")), req(""), ""},
-		{"empty", must(APIKeyHeader("X-API-Key")), req("", "X-API-Key", "  "), ""},
-		{"missing query", must(APIKeyQuery("api_key")), &fakeRequest{}, ""},
-		{"at the cap", must(APIKeyHeader("X-API-Key")), req("", "X-API-Key", strings.Repeat("a", MaxAPIKeyLen)), "key:"},
-		{"over the cap", must(APIKeyHeader("X-API-Key")), req("", "X-API-Key", strings.Repeat("a", MaxAPIKeyLen+1)), ""},
+		{"same key same bucket", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", " "+raw+" "), plain},
+		{"query", must(APIKeyQuery("api_key", nil)), &fakeRequest{query: map[string]string{"api_key": raw}}, plain},
+		{"bearer", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer "+raw), plain},
+		{"bearer case", must(Bearer("Authorization", nil)), req("", "Authorization", "bEaReR  "+raw), plain},
+		{"bearer: other scheme", must(Bearer("Authorization", nil)), req("", "Authorization", "Basic "+raw), ""},
+		{"bearer: no token", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer "), ""},
+		{"bearer: scheme only", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer"), ""},
+		{"missing", must(APIKeyHeader("X-API-Key", nil)), req(""), ""},
+		{"empty", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", "  "), ""},
+		{"missing query", must(APIKeyQuery("api_key", nil)), &fakeRequest{}, ""},
+		{"at the cap", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", strings.Repeat("a", maxAPIKeyLen)), "key:"},
+		{"over the cap", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", strings.Repeat("a", maxAPIKeyLen+1)), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,16 +56,16 @@ func TestAPIKeySecret(t *testing.T) {
 	must := mustFunc(t)
 	const raw = "sk_live_s3cr3t"
 	r := req("", "X-API-Key", raw)
-	plain, err := must(APIKeyHeader("X-API-Key"))(r)
+	plain, err := must(APIKeyHeader("X-API-Key", nil))(r)
 	require.NoError(t, err)
 	secret := []byte("pepper")
-	fn := must(APIKeyHeader("X-API-Key", WithSecret(secret)))
-	secret[0] = 'X' // WithSecret copied it
+	fn := must(APIKeyHeader("X-API-Key", secret))
+	secret[0] = 'X' // APIKeyHeader copied it
 	a, err := fn(r)
 	require.NoError(t, err)
-	b, err := must(APIKeyHeader("X-API-Key", WithSecret([]byte("pepper"))))(r)
+	b, err := must(APIKeyHeader("X-API-Key", []byte("pepper")))(r)
 	require.NoError(t, err)
-	c, err := must(APIKeyHeader("X-API-Key", WithSecret([]byte("salt"))))(r)
+	c, err := must(APIKeyHeader("X-API-Key", []byte("salt")))(r)
 	require.NoError(t, err)
 
 	require.Equal(t, "key:9162c411dbebce5f8f751b697bb8b395", a, "HMAC-SHA256(pepper, raw)")
@@ -92,16 +93,16 @@ func TestAPIKeySecret(t *testing.T) {
 
 func TestAPIKeyBadInput(t *testing.T) {
 	cases := map[string]func() (Func, error){
-		"empty header":       func() (Func, error) { return APIKeyHeader("") },
-		"bad header":         func() (Func, error) { return APIKeyHeader("X API Key") },
-		"header with colon":  func() (Func, error) { return APIKeyHeader("X-API-Key:") },
-		"empty query":        func() (Func, error) { return APIKeyQuery("") },
-		"nil secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", WithSecret(nil)) },
-		"empty secret":       func() (Func, error) { return APIKeyQuery("k", WithSecret([]byte{})) },
-		"nil option":         func() (Func, error) { return APIKeyHeader("X-API-Key", Bearer(), nil) },
-		"nil query option":   func() (Func, error) { return APIKeyQuery("k", nil) },
-		"bearer on a query":  func() (Func, error) { return APIKeyQuery("k", Bearer()) },
-		"bad secret, bearer": func() (Func, error) { return APIKeyHeader("Authorization", Bearer(), WithSecret(nil)) },
+		"empty header":         func() (Func, error) { return APIKeyHeader("", nil) },
+		"bad header":           func() (Func, error) { return APIKeyHeader("X API Key", nil) },
+		"header with colon":    func() (Func, error) { return APIKeyHeader("X-API-Key:", nil) },
+		"empty query":          func() (Func, error) { return APIKeyQuery("", nil) },
+		"empty secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", []byte{}) },
+		"unset secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", []byte(os.Getenv("KEYFUNCS_TEST_UNSET"))) },
+		"empty query secret":   func() (Func, error) { return APIKeyQuery("k", []byte{}) },
+		"bearer: empty header": func() (Func, error) { return Bearer("", nil) },
+		"bearer: bad header":   func() (Func, error) { return Bearer("Author ization", nil) },
+		"bearer: empty secret": func() (Func, error) { return Bearer("Authorization", []byte("")) },
 	}
 	for name, build := range cases {
 		t.Run(name, func(t *testing.T) {

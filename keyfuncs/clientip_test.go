@@ -20,7 +20,7 @@ func TestClientIPAgreesWithIP(t *testing.T) {
 		"forwarded":       {TrustedProxies("10.0.0.0/8"), UseForwarded()},
 		"trusted header":  {TrustedHeader("X-Real-IP")},
 		"header behind":   {TrustedProxies("10.0.0.0/8"), TrustedHeader("CF-Connecting-IP")},
-		"prefixes":        {IPv4Prefix(24), IPv6Prefix(64)},
+		"prefixes":        {Prefixes(24, 64)},
 	}
 	reqs := []*fakeRequest{
 		{remote: "203.0.113.7:1"},
@@ -36,7 +36,7 @@ func TestClientIPAgreesWithIP(t *testing.T) {
 	for name, opts := range models {
 		c, err := NewClientIP(opts...)
 		require.NoError(t, err, name)
-		ip, err := IP(opts...)
+		ip, err := clientIPKey(opts...)
 		require.NoError(t, err, name)
 		for _, req := range reqs {
 			a, err := c.Addr(req)

@@ -1,9 +1,14 @@
 package keyfuncs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -48,10 +53,28 @@ func Compose(fns ...Func) (Func, error) {
 // a function's error wraps [ErrNoKey] (or it returns an empty key); any
 // other error is returned at once. When every function fails, the error
 // wraps ErrNoKey and each failure. No function, or a nil one, is an error.
+//
+// A fallback is never silent: the first time a function finds no key and
+// a later one keys the request, the key function logs it, once, at
+// slog.LevelWarn on slog.Default() (read then, so that slog.SetDefault
+// after FirstOf counts), naming where FirstOf was called, the functions
+// that found none with their errors, and the function that keyed the
+// request (never a key). A
+// function that never finds a key, such as one reading a user ID from the
+// request's context that a framework stored elsewhere (Gin's c.Set, Echo's
+// c.Set, Fiber's Locals), then shows at the first request instead of
+// leaving every client keyed by its fallback; a fallback that is expected
+// (anonymous clients keyed by IP) costs one line. Later fallbacks are not
+// logged.
 func FirstOf(fns ...Func) (Func, error) {
 	fns, err := checkFuncs("FirstOf", fns)
 	if err != nil {
 		return nil, err
+	}
+	var reported atomic.Bool // a fallback has been logged
+	site := "unknown"        // where FirstOf was called, for the report
+	if _, file, line, ok := runtime.Caller(1); ok {
+		site = file + ":" + strconv.Itoa(line)
 	}
 	return func(r Request) (string, error) {
 		var stack [4]error // errors are kept as they are: no cost until all fail
@@ -60,6 +83,9 @@ func FirstOf(fns ...Func) (Func, error) {
 			k, err := fn(r)
 			switch {
 			case err == nil && k != "":
+				if i > 0 && !reported.Load() && reported.CompareAndSwap(false, true) {
+					reportFallback(r.Context(), site, errs, i)
+				}
 				return k, nil
 			case err == nil:
 				err = errors.New("empty key")
@@ -74,6 +100,25 @@ func FirstOf(fns ...Func) (Func, error) {
 		}
 		return "", fmt.Errorf("%w: FirstOf: no function found a key: %w", ErrNoKey, errors.Join(all...))
 	}, nil
+}
+
+// reportFallback logs that the functions before keyedBy of the FirstOf
+// called at site found no key, errs[i] being function i's error, and that
+// function keyedBy keyed the request: see FirstOf.
+func reportFallback(ctx context.Context, site string, errs []error, keyedBy int) {
+	var b strings.Builder
+	for i, err := range errs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "function %d: %v", i, err)
+	}
+	slog.Default().LogAttrs(ctx, slog.LevelWarn,
+		"keyfuncs: FirstOf fell back: a function found no key and a later one keyed the request; "+
+			"if it never finds one, every request is keyed by the fallback (logged once per FirstOf)",
+		slog.String("first_of", site),
+		slog.String("no_key", b.String()),
+		slog.Int("keyed_by_function", keyedBy))
 }
 
 // Static returns a key function giving every request the same key,

@@ -2,12 +2,19 @@ package keyfuncs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/syncbuf"
 )
 
 var errBoom = errors.New("boom")
@@ -25,7 +32,7 @@ func anonymous(context.Context) (string, bool) { return "", false }
 func TestCompose(t *testing.T) {
 	must := mustFunc(t)
 	r := &fakeRequest{remote: "203.0.113.7:1", route: "/users/{id}"}
-	ip := must(IP())
+	ip := must(clientIPKey())
 
 	got, err := must(Compose(Route(), ip))(r)
 	require.NoError(t, err)
@@ -74,7 +81,7 @@ func TestComposeCopiesItsArguments(t *testing.T) {
 func TestFirstOf(t *testing.T) {
 	must := mustFunc(t)
 	r := req("203.0.113.7:1", "X-API-Key", "k1")
-	chain := must(FirstOf(must(User(anonymous)), must(APIKeyHeader("X-API-Key")), must(IP())))
+	chain := must(FirstOf(must(User(anonymous)), must(APIKeyHeader("X-API-Key", nil)), must(clientIPKey())))
 
 	got, err := chain(r)
 	require.NoError(t, err)
@@ -123,4 +130,84 @@ func TestComposeBadInput(t *testing.T) {
 			requireInvalid(t, fn, err)
 		})
 	}
+}
+
+// TestFirstOfReportsFallback: a FirstOf whose first function never finds
+// a key (a user ID stored where it does not look) logs, through
+// slog.Default, exactly one line for a thousand requests keyed by its
+// fallback, from goroutines at once (run with -race), naming the function
+// that found none and the one that keyed; never the key. Another FirstOf
+// reports on its own; one that never falls back, or that fails, does not.
+func TestFirstOfReportsFallback(t *testing.T) {
+	var logs syncbuf.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	must := mustFunc(t)
+	type userKey struct{}
+	user := must(ContextValue(userKey{}))
+	chain := must(FirstOf(user, must(clientIPKey())))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 125 {
+				got, err := chain(req(fmt.Sprintf("203.0.113.%d:1", (g*125+i)%250)))
+				if !assert.NoError(t, err) || !assert.True(t, strings.HasPrefix(got, "ip:"), got) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	require.Len(t, lines, 1, "one line for 1000 fallbacks: %s", logs.String())
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &rec))
+	assert.Equal(t, "WARN", rec["level"])
+	assert.Contains(t, rec["msg"], "FirstOf fell back")
+	assert.Contains(t, rec["no_key"], "function 0: "+ErrNoKey.Error(), "the function that found no key, and why")
+	assert.Contains(t, rec["no_key"], "no user in context key")
+	assert.Equal(t, 1.0, rec["keyed_by_function"])
+	assert.Contains(t, rec["first_of"], "compose_test.go:", "where the FirstOf was made")
+	assert.NotContains(t, lines[0], "203.0.113.", "never the key")
+
+	// Another FirstOf reports on its own, naming every function skipped.
+	second := must(FirstOf(noKey, emptyKey, constKey("k")))
+	for range 10 {
+		_, err := second(&fakeRequest{})
+		require.NoError(t, err)
+	}
+	lines = strings.Split(strings.TrimSpace(logs.String()), "\n")
+	require.Len(t, lines, 2, logs.String())
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &rec))
+	assert.Contains(t, rec["no_key"], "function 0: ")
+	assert.Contains(t, rec["no_key"], "function 1: empty key")
+	assert.Equal(t, 2.0, rec["keyed_by_function"])
+
+	// No fallback (the first function keys), or no key at all (an error,
+	// which the flow answers): nothing logged.
+	quiet := must(FirstOf(constKey("a"), constKey("b")))
+	failing := must(FirstOf(noKey, noKey))
+	for range 10 {
+		_, err := quiet(&fakeRequest{})
+		require.NoError(t, err)
+		_, err = failing(&fakeRequest{})
+		require.ErrorIs(t, err, ErrNoKey)
+	}
+	assert.Len(t, strings.Split(strings.TrimSpace(logs.String()), "\n"), 2, logs.String())
+}
+
+// TestFirstOfFallbackAllocs: once reported, a fallback costs what it did
+// before: nothing.
+func TestFirstOfFallbackAllocs(t *testing.T) {
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	must := mustFunc(t)
+	chain := must(FirstOf(must(User(anonymous)), constKey("k")))
+	r := &fakeRequest{}
+	_, err := chain(r) // the report
+	require.NoError(t, err)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = chain(r) }))
 }

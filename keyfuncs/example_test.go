@@ -25,15 +25,17 @@ func (h httpRequest) HeaderValues(name string) []string { return h.r.Header.Valu
 func (h httpRequest) Query(name string) string          { return h.r.URL.Query().Get(name) }
 func (h httpRequest) Method() string                    { return h.r.Method }
 func (h httpRequest) Route() string                     { return h.pattern }
+func (h httpRequest) Path() string                      { return h.r.URL.Path }
 func (h httpRequest) Context() context.Context          { return h.r.Context() }
 
 // By default the client is the socket peer: a forged X-Forwarded-For (or
 // X-Real-IP, Forwarded ...) changes nothing.
-func ExampleIP() {
-	key, err := keyfuncs.IP()
+func ExampleClientIP_Key() {
+	client, err := keyfuncs.NewClientIP()
 	if err != nil {
 		log.Fatal(err)
 	}
+	key := client.Key // a keyfuncs.Func
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "203.0.113.7:54321"
 	r.Header.Set("X-Forwarded-For", "6.6.6.6")
@@ -51,10 +53,11 @@ func ExampleIP() {
 // from the right, only when the peer is one of them, and entries the
 // client wrote to the left of the real client address are ignored.
 func ExampleTrustedProxies() {
-	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	if err != nil {
 		log.Fatal(err)
 	}
+	key := client.Key
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.2:54321" // the load balancer
 	// The client sent "X-Forwarded-For: 6.6.6.6"; the edge proxy appended
@@ -72,13 +75,14 @@ func ExampleTrustedProxies() {
 // A CDN that overwrites a client-address header, trusted only from the
 // CDN's own addresses.
 func ExampleTrustedHeader() {
-	key, err := keyfuncs.IP(
+	client, err := keyfuncs.NewClientIP(
 		keyfuncs.TrustedHeader("CF-Connecting-IP"),
 		keyfuncs.TrustedProxies("173.245.48.0/20", "2400:cb00::/32"), // part of https://www.cloudflare.com/ips/
 	)
 	if err != nil {
 		log.Fatal(err)
 	}
+	key := client.Key
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "173.245.48.1:443"
 	r.Header.Set("CF-Connecting-IP", "198.51.100.42")
@@ -89,10 +93,11 @@ func ExampleTrustedHeader() {
 
 // RFC 7239 Forwarded instead of X-Forwarded-For.
 func ExampleUseForwarded() {
-	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"), keyfuncs.UseForwarded())
+	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"), keyfuncs.UseForwarded())
 	if err != nil {
 		log.Fatal(err)
 	}
+	key := client.Key
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.2:54321"
 	r.Header.Add("Forwarded", `for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https`)
@@ -107,12 +112,12 @@ func ExampleUseForwarded() {
 func ExampleFirstOf() {
 	type userKey struct{}
 	user, err1 := keyfuncs.ContextValue(userKey{})
-	apiKey, err2 := keyfuncs.APIKeyHeader("X-API-Key")
-	ip, err3 := keyfuncs.IP()
+	apiKey, err2 := keyfuncs.APIKeyHeader("X-API-Key", nil)
+	client, err3 := keyfuncs.NewClientIP()
 	if err := errors.Join(err1, err2, err3); err != nil {
 		log.Fatal(err)
 	}
-	who, err := keyfuncs.FirstOf(user, apiKey, ip)
+	who, err := keyfuncs.FirstOf(user, apiKey, client.Key)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -138,8 +143,8 @@ func ExampleFirstOf() {
 }
 
 // The raw API key never appears in the rate-limit key.
-func ExampleAPIKeyHeader() {
-	key, err := keyfuncs.APIKeyHeader("Authorization", keyfuncs.Bearer())
+func ExampleBearer() {
+	key, err := keyfuncs.Bearer("Authorization", nil) // nil: no secret, plain SHA-256
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -152,13 +157,27 @@ func ExampleAPIKeyHeader() {
 
 // Bad input is a constructor error wrapping core.ErrInvalidOption, never
 // a key function that fails later or keys everyone alike.
-func ExampleIP_invalidOption() {
-	key, err := keyfuncs.IP(keyfuncs.IPv6Prefix(0))
-	fmt.Println(key == nil, errors.Is(err, core.ErrInvalidOption))
+func ExampleNewClientIP_invalidOption() {
+	client, err := keyfuncs.NewClientIP(keyfuncs.Prefixes(32, 0))
+	fmt.Println(client == nil, errors.Is(err, core.ErrInvalidOption))
 	fmt.Println(err)
 	// Output:
 	// true true
-	// ratelimit: invalid option: keyfuncs.IP: IPv6Prefix(0): want 1 to 128
+	// ratelimit: invalid option: keyfuncs.NewClientIP: Prefixes(32, 0): want an IPv6 prefix of 1 to 128
+}
+
+// A keyed hash: without the secret, a key seen in the store cannot be
+// checked against guessed API keys.
+func ExampleAPIKeyHeader() {
+	key, err := keyfuncs.APIKeyHeader("X-API-Key", []byte("pepper"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-API-Key", "sk_live_s3cr3t")
+	fmt.Println(key(httpRequest{r: r}))
+	// Output:
+	// key:9162c411dbebce5f8f751b697bb8b395 <nil>
 }
 
 // A ClientIP gives the limiter its key and the allow and deny lists the

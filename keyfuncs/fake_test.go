@@ -17,6 +17,7 @@ type fakeRequest struct {
 	query   map[string]string
 	method  string
 	route   string
+	path    string
 	ctx     context.Context
 }
 
@@ -46,6 +47,8 @@ func (r *fakeRequest) Method() string {
 
 func (r *fakeRequest) Route() string { return r.route }
 
+func (r *fakeRequest) Path() string { return r.path }
+
 func (r *fakeRequest) Context() context.Context {
 	if r.ctx == nil {
 		return context.Background()
@@ -64,9 +67,19 @@ func req(peer string, kv ...string) *fakeRequest {
 	return r
 }
 
+// clientIPKey returns the Key of the ClientIP of opts, as a Func, for
+// tables of key functions.
+func clientIPKey(opts ...IPOption) (Func, error) {
+	c, err := NewClientIP(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.Key, nil
+}
+
 // mustFunc returns a function that unwraps what a constructor returns,
 // failing t when the constructor fails, so that tables can hold key
-// functions: must := mustFunc(t); must(APIKeyHeader("X-API-Key")).
+// functions: must := mustFunc(t); must(APIKeyHeader("X-API-Key", nil)).
 func mustFunc(t testing.TB) func(Func, error) Func {
 	return func(fn Func, err error) Func {
 		t.Helper()

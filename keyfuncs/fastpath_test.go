@@ -77,7 +77,7 @@ func slowKey(r *ipResolver, remote string) (string, bool) {
 	return r.format(a), true
 }
 
-// peerRequest is a fakeRequest that also gives its peer as a PeerRequest.
+// peerRequest is a fakeRequest that also gives its peer as a fastPeer.
 type peerRequest struct {
 	fakeRequest
 	ap netip.AddrPort
@@ -86,15 +86,25 @@ type peerRequest struct {
 
 func (r *peerRequest) PeerAddrPort() (netip.AddrPort, bool) { return r.ap, r.ok }
 
+// fastPeer is matched by method set: Fiber's request, of another package,
+// asserts the same interface literal, and these are it.
+var (
+	_ fastPeer = (*peerRequest)(nil)
+	_ fastPeer = (interface {
+		Request
+		PeerAddrPort() (netip.AddrPort, bool)
+	})(nil)
+)
+
 // TestPeerKeyFastPathAgrees: the key of every corpus form, through the
 // fast parse and the cache (twice, so that the second is a hit), and
-// through a PeerRequest, is the key of the full parse and format; so is
+// through a fastPeer, is the key of the full parse and format; so is
 // the error.
 func TestPeerKeyFastPathAgrees(t *testing.T) {
 	for name, opts := range map[string][]IPOption{
 		"default":  nil,
-		"prefixes": {IPv4Prefix(24), IPv6Prefix(64)},
-		"full":     {IPv6Prefix(128)},
+		"prefixes": {Prefixes(24, 64)},
+		"full":     {Prefixes(32, 128)},
 		"proxies":  {TrustedProxies("10.0.0.0/8")},
 	} {
 		r := mustResolver(t, opts...)
@@ -109,7 +119,7 @@ func TestPeerKeyFastPathAgrees(t *testing.T) {
 				require.NoError(t, err, "%s %q", name, s)
 				assert.Equal(t, want, got, "%s %q", name, s)
 			}
-			// A PeerRequest whose AddrPort is what RemoteAddr says.
+			// A fastPeer whose AddrPort is what RemoteAddr says.
 			ap, err := netip.ParseAddrPort(s)
 			if err != nil {
 				continue
@@ -123,12 +133,12 @@ func TestPeerKeyFastPathAgrees(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err, "%s %q", name, s)
-			assert.Equal(t, want, got, "%s %q: PeerRequest", name, s)
+			assert.Equal(t, want, got, "%s %q: fastPeer", name, s)
 		}
 	}
 }
 
-// TestPeerRequestNotOK: a PeerRequest that cannot tell is read from
+// TestPeerRequestNotOK: a fastPeer that cannot tell is read from
 // RemoteAddr.
 func TestPeerRequestNotOK(t *testing.T) {
 	r := mustResolver(t)

@@ -12,13 +12,14 @@ const (
 	defaultIPv6Prefix = 56 // one typical IPv6 subscriber allocation
 )
 
-// IPOption configures [IP]. A bad value makes IP return an error.
+// IPOption configures a [ClientIP]. A bad value makes NewClientIP return
+// an error.
 type IPOption func(*ipConfig) error
 
 // TrustedProxies declares the reverse proxies in front of the server, as
 // CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") or bare addresses (taken
 // as /32 or /128). Only when the socket peer falls in one of them are
-// forwarding headers read; see [IP]. Calling it several times adds to
+// forwarding headers read; see [ClientIP]. Calling it several times adds to
 // the list.
 //
 // No entry, an unparsable entry, an address with a zone and a /0 prefix
@@ -41,7 +42,7 @@ func TrustedProxies(cidrs ...string) IPOption {
 	}
 }
 
-// UseForwarded makes [IP] walk the RFC 7239 Forwarded header (its for=
+// UseForwarded makes [ClientIP] walk the RFC 7239 Forwarded header (its for=
 // parameters) instead of X-Forwarded-For. It requires [TrustedProxies]
 // and cannot be combined with [TrustedHeader].
 func UseForwarded() IPOption {
@@ -72,30 +73,22 @@ func TrustedHeader(name string) IPOption {
 	}
 }
 
-// IPv6Prefix groups IPv6 clients by their first bits bits, 1 to 128 (any
-// other value is an error); the default is 56. The key of
-// 2001:db8:1:1a0::7 under the default is "ip:2001:db8:1:100::/56"; under
-// 128 it is "ip:2001:db8:1:1a0::7".
-func IPv6Prefix(bits int) IPOption {
+// Prefixes groups clients by the first v4 bits of their IPv4 address, 1
+// to 32, and the first v6 bits of their IPv6 address, 1 to 128; any other
+// value is an error. The default is Prefixes(32, 56): every IPv4 address
+// is its own client ("ip:203.0.113.7"), and IPv6 clients are grouped by
+// /56, one typical subscriber allocation ("ip:2001:db8:1:100::/56" for
+// 2001:db8:1:1a0::7). Under Prefixes(24, 128) the key of 203.0.113.7 is
+// "ip:203.0.113.0/24", and that of 2001:db8:1:1a0::7 "ip:2001:db8:1:1a0::7".
+func Prefixes(v4, v6 int) IPOption {
 	return func(c *ipConfig) error {
-		if bits < 1 || bits > 128 {
-			return fmt.Errorf("IPv6Prefix(%d): want 1 to 128", bits)
+		if v4 < 1 || v4 > 32 {
+			return fmt.Errorf("Prefixes(%d, %d): want an IPv4 prefix of 1 to 32", v4, v6)
 		}
-		c.v6bits = bits
-		return nil
-	}
-}
-
-// IPv4Prefix groups IPv4 clients by their first bits bits, 1 to 32 (any
-// other value is an error); the default, 32, gives keys such as
-// "ip:203.0.113.7". Under 24, the key of 203.0.113.7 is
-// "ip:203.0.113.0/24".
-func IPv4Prefix(bits int) IPOption {
-	return func(c *ipConfig) error {
-		if bits < 1 || bits > 32 {
-			return fmt.Errorf("IPv4Prefix(%d): want 1 to 32", bits)
+		if v6 < 1 || v6 > 128 {
+			return fmt.Errorf("Prefixes(%d, %d): want an IPv6 prefix of 1 to 128", v4, v6)
 		}
-		c.v4bits = bits
+		c.v4bits, c.v6bits = v4, v6
 		return nil
 	}
 }

@@ -1,12 +1,17 @@
 // Package keyfuncs answers "who is the client?" for the rate limiter, the
 // same way in every framework: by IP (trusting proxy headers only from the
-// proxies you name, see [IP]), by API key (hashed), by user ID, by route
+// proxies you name, see [ClientIP]), by API key (hashed), by user ID, by route
 // pattern, or by a composition of these. Adapters present each framework's
 // request as a [Request]; key functions never see a framework type.
 //
 // Every constructor that takes input returns (Func, error), the error
 // wrapping core.ErrInvalidOption when the input is bad; [Route], which takes
-// none, returns a Func.
+// none, returns a Func; [NewClientIP] returns a ClientIP, whose Key method
+// is the IP key function.
+//
+// Bounds on what a client sends, beyond which a key function finds no key
+// (an error wrapping [ErrNoKey]): an API key of at most 4096 bytes, a user
+// ID of at most 512, a route pattern of at most 1024.
 package keyfuncs
 
 import (
@@ -35,16 +40,24 @@ type Request interface {
 	// "/users/:id" or "/users/{id}"; "" when no route matched (or the
 	// adapter cannot know it).
 	Route() string
+	// Path is the request's URL path as received, not yet cleaned or
+	// decoded ("/users/7"), which the HTTP flow matches layer routes
+	// against; "" when the adapter cannot know it (the flow then matches
+	// the Route pattern). Fiber's is valid only while the request is
+	// handled.
+	Path() string
 	// Context is the request's context (for values such as a user ID).
 	Context() context.Context
 }
 
-// PeerRequest is a Request that holds its socket peer as a
-// netip.AddrPort, so that the IP key functions need not parse RemoteAddr,
-// nor the adapter format it (Fiber's does). PeerAddrPort reports ok only
-// for an address without zone whose text, with its port, RemoteAddr
-// returns; the key functions read RemoteAddr otherwise.
-type PeerRequest interface {
+// fastPeer is a Request that holds its socket peer as a
+// netip.AddrPort, so that ClientIP need not parse RemoteAddr, nor the
+// adapter format it. It is matched by method set: a Request of any
+// package that has the method qualifies (Fiber's does, and its tests
+// assert it). PeerAddrPort reports ok only for an address without zone
+// whose text, with its port, RemoteAddr returns; ClientIP reads
+// RemoteAddr otherwise.
+type fastPeer interface {
 	Request
 	PeerAddrPort() (ap netip.AddrPort, ok bool)
 }

@@ -22,69 +22,8 @@ const (
 	headerForwarded = "Forwarded"
 )
 
-// IP returns a key function keying requests on the client's IP address:
-// "ip:" followed by the address ("ip:203.0.113.7") or, for IPv6, by its
-// /56 prefix ("ip:2001:db8:1:100::/56"). Which address is the client's
-// depends on whom you trust, and the answer fails closed: when in doubt,
-// the key is an address the client cannot choose.
-//
-//   - Default (no option): the socket peer, Request.RemoteAddr, is the
-//     client. No header is read: X-Forwarded-For, Forwarded, X-Real-IP,
-//     True-Client-IP, CF-Connecting-IP and the like are ignored, because
-//     any client can send them. Use this when the server faces the
-//     internet directly.
-//
-//   - [TrustedProxies]: the listed CIDRs are your reverse proxies. A peer
-//     outside them is the client and its headers are ignored. A peer
-//     inside them is a proxy: X-Forwarded-For (or, with [UseForwarded],
-//     RFC 7239 Forwarded) is walked from the RIGHT, each entry being the
-//     address the hop to its right saw; entries inside the trusted CIDRs
-//     are skipped and the first one outside them is the client. The
-//     leftmost entry, which the client wrote itself, is never believed
-//     merely for being leftmost. If every entry is trusted, the leftmost
-//     trusted one is the client. An entry that is not an IP address
-//     ("unknown", an obfuscated identifier, garbage) ends the walk: the
-//     client is then the last address known good, the trusted hop that
-//     reported the bad entry, so a forged value can at worst put its
-//     sender in that proxy's bucket, never in a bucket of its choice.
-//
-//   - [TrustedHeader]: one header, such as CF-Connecting-IP, X-Real-IP or
-//     Fly-Client-IP, that your CDN or load balancer OVERWRITES on every
-//     request, holds the client's address. Combined with [TrustedProxies]
-//     it is read only when the peer is one of the proxies. Without
-//     TrustedProxies it is read from every peer: you assert that nothing
-//     but that proxy can reach the server (firewall, security group,
-//     private network). If the header is missing or is not a single IP
-//     address, the peer is the client. Note that True-Client-IP,
-//     Fastly-Client-IP and X-Azure-ClientIP are passed through from the
-//     client by default in the products that set them.
-//
-// Every address, whether from the socket or from a header, is normalised
-// before it is compared or keyed: an IPv4-mapped IPv6 address
-// (::ffff:203.0.113.7) becomes IPv4, so it shares a bucket with
-// 203.0.113.7 and cannot alias a trusted prefix, and an IPv6 zone
-// ("%eth0") is dropped. IPv6 clients are grouped by prefix, /56 by
-// default ([IPv6Prefix]), since one subscriber usually holds a whole /56
-// or /64 and could otherwise rotate through 2^72 keys; IPv4 clients are
-// keyed by their full address unless [IPv4Prefix] says otherwise.
-//
-// Hostile headers cost bounded work: the walk reads at most 32 entries
-// and 4 KiB, starting from the right, and a chain longer than that ends
-// the walk as a bad entry does. The key function fails, with an error
-// wrapping [ErrNoKey], only when it must fall back on the socket peer and
-// RemoteAddr is not an address. A bad or nil option, [UseForwarded]
-// without [TrustedProxies], or UseForwarded with [TrustedHeader] is an
-// error. The key function is safe for concurrent use.
-func IP(opts ...IPOption) (Func, error) {
-	r, err := newIPResolver(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return r.key, nil
-}
-
 // ipResolver finds the client address of a request according to a trust
-// model (see [IP]) and turns it into a rate-limit key. The zero
+// model (see [ClientIP]) and turns it into a rate-limit key. The zero
 // ipResolver trusts no proxy and uses the default prefixes. Its
 // configuration is immutable once built; its key cache is safe for
 // concurrent use.
@@ -108,17 +47,17 @@ func newIPResolver(opts ...IPOption) (*ipResolver, error) {
 	var c ipConfig
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: keyfuncs.IP: option %d is nil", core.ErrInvalidOption, i)
+			return nil, fmt.Errorf("%w: keyfuncs.NewClientIP: option %d is nil", core.ErrInvalidOption, i)
 		}
 		if err := opt(&c); err != nil {
-			return nil, fmt.Errorf("%w: keyfuncs.IP: %w", core.ErrInvalidOption, err)
+			return nil, fmt.Errorf("%w: keyfuncs.NewClientIP: %w", core.ErrInvalidOption, err)
 		}
 	}
 	switch {
 	case c.forwarded && len(c.proxies) == 0:
-		return nil, fmt.Errorf("%w: keyfuncs.IP: UseForwarded requires TrustedProxies", core.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: keyfuncs.NewClientIP: UseForwarded requires TrustedProxies", core.ErrInvalidOption)
 	case c.forwarded && c.header != "":
-		return nil, fmt.Errorf("%w: keyfuncs.IP: UseForwarded and TrustedHeader exclude each other", core.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: keyfuncs.NewClientIP: UseForwarded and TrustedHeader exclude each other", core.ErrInvalidOption)
 	}
 	return &ipResolver{ipConfig: c}, nil
 }
@@ -234,9 +173,9 @@ func (r *ipResolver) walk(lines []string, peer netip.Addr) netip.Addr {
 }
 
 // peerAddr parses the socket peer's address, or takes it from a
-// PeerRequest.
+// fastPeer.
 func peerAddr(req Request) (netip.Addr, error) {
-	if p, ok := req.(PeerRequest); ok {
+	if p, ok := req.(fastPeer); ok {
 		if ap, ok := p.PeerAddrPort(); ok {
 			if a := ap.Addr().Unmap(); a.IsValid() && a.Zone() == "" {
 				return a, nil

@@ -78,7 +78,7 @@ func TestIPZeroResolver(t *testing.T) {
 }
 
 func TestIPIsTheResolver(t *testing.T) {
-	ip, err := IP(TrustedProxies("10.0.0.0/8"), IPv4Prefix(24))
+	ip, err := clientIPKey(TrustedProxies("10.0.0.0/8"), Prefixes(24, 56))
 	require.NoError(t, err)
 	got, err := ip(req("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 198.51.100.1"))
 	require.NoError(t, err)
@@ -188,13 +188,16 @@ func TestIPPrefixes(t *testing.T) {
 		want string
 	}{
 		{nil, "2001:db8:1:1a0::7", "ip:2001:db8:1:100::/56"},
-		{[]IPOption{IPv6Prefix(64)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::/64"},
-		{[]IPOption{IPv6Prefix(128)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::7"},
-		{[]IPOption{IPv6Prefix(1)}, "2001:db8:1:1a0::7", "ip:::/1"},
-		{[]IPOption{IPv4Prefix(24)}, "203.0.113.7", "ip:203.0.113.0/24"},
-		{[]IPOption{IPv4Prefix(24)}, "::ffff:203.0.113.7", "ip:203.0.113.0/24"},
-		{[]IPOption{IPv4Prefix(32)}, "203.0.113.7", "ip:203.0.113.7"},
-		{[]IPOption{IPv6Prefix(48), IPv6Prefix(64)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::/64"},
+		{[]IPOption{Prefixes(32, 64)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::/64"},
+		{[]IPOption{Prefixes(32, 128)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::7"},
+		{[]IPOption{Prefixes(32, 1)}, "2001:db8:1:1a0::7", "ip:::/1"},
+		{[]IPOption{Prefixes(24, 56)}, "203.0.113.7", "ip:203.0.113.0/24"},
+		{[]IPOption{Prefixes(24, 56)}, "::ffff:203.0.113.7", "ip:203.0.113.0/24"},
+		{[]IPOption{Prefixes(32, 56)}, "203.0.113.7", "ip:203.0.113.7"},
+		{[]IPOption{Prefixes(32, 48), Prefixes(32, 64)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::/64"},
+		{[]IPOption{Prefixes(24, 64)}, "203.0.113.7", "ip:203.0.113.0/24"},
+		{[]IPOption{Prefixes(24, 64)}, "2001:db8:1:1a0::7", "ip:2001:db8:1:1a0::/64"},
+		{[]IPOption{Prefixes(1, 128)}, "203.0.113.7", "ip:128.0.0.0/1"},
 	}
 	for _, tc := range cases {
 		got, err := mustResolver(t, tc.opts...).key(req(tc.peer))
@@ -232,11 +235,11 @@ func TestIPBadOptions(t *testing.T) {
 		"ipv6 trusts all":           {TrustedProxies("::/0")},
 		"mapped trusts all":         {TrustedProxies("::ffff:0.0.0.0/96")},
 		"zone":                      {TrustedProxies("fe80::1%eth0")},
-		"ipv6 prefix 0":             {IPv6Prefix(0)},
-		"ipv6 prefix 129":           {IPv6Prefix(129)},
-		"ipv4 prefix 0":             {IPv4Prefix(0)},
-		"ipv4 prefix 33":            {IPv4Prefix(33)},
-		"ipv4 prefix negative":      {IPv4Prefix(-1)},
+		"ipv6 prefix 0":             {Prefixes(32, 0)},
+		"ipv6 prefix 129":           {Prefixes(32, 129)},
+		"ipv4 prefix 0":             {Prefixes(0, 56)},
+		"ipv4 prefix 33":            {Prefixes(33, 56)},
+		"ipv4 prefix negative":      {Prefixes(-1, 56)},
 		"empty header":              {TrustedHeader("")},
 		"header with space":         {TrustedHeader("X Real IP")},
 		"header with colon":         {TrustedHeader("X-Real-IP:")},
@@ -244,11 +247,12 @@ func TestIPBadOptions(t *testing.T) {
 		"forwarded and header":      {TrustedProxies("10.0.0.0/8"), UseForwarded(), TrustedHeader("X-Real-IP")},
 		"no proxy":                  {TrustedProxies()},
 		"nil option":                {TrustedProxies("10.0.0.0/8"), nil},
-		"bad after good":            {IPv6Prefix(64), IPv4Prefix(40)},
+		"bad after good":            {Prefixes(24, 64), Prefixes(40, 56)},
+		"both prefixes bad":         {Prefixes(0, 0)},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {
-			fn, err := IP(opts...)
+			fn, err := clientIPKey(opts...)
 			requireInvalid(t, fn, err)
 		})
 	}

@@ -2,8 +2,8 @@ package keyfuncs
 
 import "fmt"
 
-// MaxRouteLen is the longest route pattern, in bytes, that Route accepts.
-const MaxRouteLen = 1024
+// maxRouteLen is the longest route pattern, in bytes, that Route accepts.
+const maxRouteLen = 1024
 
 // Route returns a key function keying requests on the matched route:
 // "route:" followed by the method and the framework's route pattern,
@@ -14,14 +14,14 @@ const MaxRouteLen = 1024
 // send: a request that matched no route is keyed "route:GET <unmatched>"
 // (never by its raw path), and a method other than GET, HEAD, POST, PUT,
 // PATCH, DELETE, CONNECT, OPTIONS and TRACE is keyed as "OTHER". A route
-// pattern longer than [MaxRouteLen] gives an error wrapping [ErrNoKey].
+// pattern longer than 1024 bytes gives an error wrapping [ErrNoKey].
 func Route() Func {
 	return func(r Request) (string, error) {
 		pattern := r.Route()
 		if pattern == "" {
 			pattern = "<unmatched>"
-		} else if len(pattern) > MaxRouteLen {
-			return "", fmt.Errorf("%w: route pattern longer than %d bytes", ErrNoKey, MaxRouteLen)
+		} else if len(pattern) > maxRouteLen {
+			return "", fmt.Errorf("%w: route pattern longer than %d bytes", ErrNoKey, maxRouteLen)
 		}
 		return "route:" + method(r.Method()) + " " + pattern, nil
 	}

@@ -33,7 +33,7 @@ func TestRoute(t *testing.T) {
 			assert.Equal(t, tc.want, got, "method %.20q, route %q", tc.method, tc.route)
 		}
 	}
-	got, err := Route()(&fakeRequest{route: "/" + strings.Repeat("a", MaxRouteLen)})
+	got, err := Route()(&fakeRequest{route: "/" + strings.Repeat("a", maxRouteLen)})
 	require.ErrorIs(t, err, ErrNoKey, "over-long pattern")
 	require.Empty(t, got)
 }

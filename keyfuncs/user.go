@@ -8,15 +8,11 @@ import (
 	"github.com/apigate/ratelimit/internal/userkey"
 )
 
-// MaxUserIDLen is the longest user ID, in bytes, that User and
-// ContextValue accept; a longer one is treated as no user.
-const MaxUserIDLen = 512
-
 // User returns a key function keying requests on the authenticated user:
 // "user:" followed by the ID that get finds in the request's context.
 // get is typically a getter your authentication middleware provides. A
 // request for which get reports no user, or an empty or over-long
-// ([MaxUserIDLen]) ID, gives an error wrapping [ErrNoKey], so that
+// (512 bytes) ID, gives an error wrapping [ErrNoKey], so that
 // [FirstOf] can fall back to another key. The ID is used as it is; bytes
 // the store cannot hold are the store's to hash. A nil get is an error.
 func User(get func(ctx context.Context) (string, bool)) (Func, error) {

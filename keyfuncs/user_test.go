@@ -33,12 +33,12 @@ func TestUser(t *testing.T) {
 		{"odd bytes", user, with("a|b\x00\xff"), "user:a|b\x00\xff"},
 		{"no user", user, &fakeRequest{}, ""},
 		{"empty id", user, with(""), ""},
-		{"at the cap", user, with(strings.Repeat("u", MaxUserIDLen)), "user:" + strings.Repeat("u", MaxUserIDLen)},
-		{"over the cap", user, with(strings.Repeat("u", MaxUserIDLen+1)), ""},
+		{"at the cap", user, with(strings.Repeat("u", userkey.MaxIDLen)), "user:" + strings.Repeat("u", userkey.MaxIDLen)},
+		{"over the cap", user, with(strings.Repeat("u", userkey.MaxIDLen+1)), ""},
 		{"context value", value, with("u-42"), "user:u-42"},
 		{"context value missing", value, &fakeRequest{}, ""},
 		{"context value empty", value, with(""), ""},
-		{"context value over the cap", value, with(strings.Repeat("u", MaxUserIDLen+1)), ""},
+		{"context value over the cap", value, with(strings.Repeat("u", userkey.MaxIDLen+1)), ""},
 		//lint:ignore SA1029 some middlewares store the user under a string key
 		{"string key", must(ContextValue("user")), &fakeRequest{ctx: context.WithValue(context.Background(), "user", "u-7")}, "user:u-7"},
 	}
@@ -56,10 +56,12 @@ func TestUser(t *testing.T) {
 	}
 }
 
-func TestUserLimitIsTheAdapters(t *testing.T) {
-	// The adapters' helpers check IDs in internal/userkey; keyfuncs
-	// documents the limit.
-	require.Equal(t, MaxUserIDLen, userkey.MaxIDLen)
+// TestDocumentedBounds: the bounds the package documentation states. The
+// adapters' helpers check user IDs in internal/userkey.
+func TestDocumentedBounds(t *testing.T) {
+	require.Equal(t, 512, userkey.MaxIDLen)
+	require.Equal(t, 4096, maxAPIKeyLen)
+	require.Equal(t, 1024, maxRouteLen)
 }
 
 func TestUserMisuse(t *testing.T) {

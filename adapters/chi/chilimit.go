@@ -147,7 +147,7 @@ var responses = sync.Pool{New: func() any { return new(response) }}
 
 func (w *response) Set(key, value string) { w.w.Header().Set(key, value) }
 
-// HeaderMap is the response's header map, in which headers.Write sets the
+// HeaderMap is the response's header map, in which headers.Writer sets the
 // rate-limit fields as the standards spell them.
 func (w *response) HeaderMap() http.Header { return w.w.Header() }
 

@@ -33,8 +33,9 @@ func TestClusterDeniedLoginFloodKeepsGlobalQuota(t *testing.T) {
 	prefix := fmt.Sprintf("flood-%d-", time.Now().UnixNano())
 	for _, alg := range []core.Algorithm{core.SlidingWindowLog, core.FixedWindow} {
 		t.Run(string(alg), func(t *testing.T) {
-			ip, err := keyfuncs.IP()
+			clientIP, err := keyfuncs.NewClientIP()
 			require.NoError(t, err)
+			ip := clientIP.Key
 			global, err := keyfuncs.Static("api")
 			require.NoError(t, err)
 			layers := []chilimit.Layer{

@@ -202,7 +202,7 @@ type response struct{ r *echo.Response }
 
 func (w response) Set(key, value string) { w.r.Header().Set(key, value) }
 
-// HeaderMap is the response's header map, in which headers.Write sets the
+// HeaderMap is the response's header map, in which headers.Writer sets the
 // rate-limit fields as the standards spell them.
 func (w response) HeaderMap() http.Header { return w.r.Header() }
 

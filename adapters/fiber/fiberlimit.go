@@ -116,8 +116,8 @@ func (q request) RemoteAddr() string {
 }
 
 // PeerAddrPort is the connection's peer without formatting it, for the
-// IP key functions (keyfuncs.PeerRequest): ok for a TCP peer without zone,
-// whose text RemoteAddr returns.
+// IP key function (a fast path of keyfuncs.ClientIP): ok for a TCP peer
+// without zone, whose text RemoteAddr returns.
 func (q request) PeerAddrPort() (netip.AddrPort, bool) {
 	a, ok := q.c.Context().RemoteAddr().(*net.TCPAddr)
 	if !ok || a.Zone != "" {
@@ -187,20 +187,20 @@ func (w response) Set(key, value string) {
 }
 
 // SetBytes is Set with the value in bytes, which fasthttp copies
-// (headers.BytesSetter): the fields are set without allocating.
+// (a fast path of headers.Writer): the fields are set without allocating.
 func (w response) SetBytes(key string, value []byte) {
 	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), value)
 }
 
 // SetInt sets the field key to the decimal text of n, formatted on the
-// stack, since fasthttp copies it (headers.BytesSetter).
+// stack, since fasthttp copies it (a fast path of headers.Writer).
 func (w response) SetInt(key string, n int64) {
 	var b [20]byte
 	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), strconv.AppendInt(b[:0], n, 10))
 }
 
 // SetIntPair sets the fields key1 and key2 to the decimal text of n,
-// formatted once on the stack (headers.IntPairSetter).
+// formatted once on the stack (a fast path of headers.Writer).
 func (w response) SetIntPair(key1, key2 string, n int64) {
 	var b [20]byte
 	v := strconv.AppendInt(b[:0], n, 10)

@@ -20,9 +20,17 @@ import (
 // netip.AddrPort is the one RemoteAddr spells, and the key is the same
 // either way; a peer that has no such form (a zone, no IP, not TCP) says
 // so, and is read from RemoteAddr.
+// peerRequest is the fast path of keyfuncs.ClientIP, which keyfuncs
+// matches by this method set.
+type peerRequest interface {
+	keyfuncs.Request
+	PeerAddrPort() (netip.AddrPort, bool)
+}
+
 func TestPeerAddrPort(t *testing.T) {
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	st, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
@@ -37,8 +45,8 @@ func TestPeerAddrPort(t *testing.T) {
 	var got seen
 	keyFunc := func(r keyfuncs.Request) (string, error) {
 		got = seen{remote: r.RemoteAddr()}
-		var p keyfuncs.PeerRequest
-		if p, got.isPeer = r.(keyfuncs.PeerRequest); got.isPeer {
+		var p peerRequest
+		if p, got.isPeer = r.(peerRequest); got.isPeer {
 			got.ap, got.ok = p.PeerAddrPort()
 		}
 		var err error

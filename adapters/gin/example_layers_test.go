@@ -35,7 +35,11 @@ func ExampleWithLayers() {
 		}
 		return f
 	}
-	ip := must(keyfuncs.IP())
+	clientIP, err := keyfuncs.NewClientIP()
+	if err != nil {
+		panic(err)
+	}
+	ip := clientIP.Key
 	user := must(keyfuncs.FirstOf(must(keyfuncs.ContextValue(userID{})), ip)) // anonymous: by address
 	perMinute := func(n int64) core.Policy {
 		return core.Policy{Algorithm: core.TokenBucket, Limit: n, Window: time.Minute}

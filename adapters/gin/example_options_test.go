@@ -18,7 +18,7 @@ import (
 func ExampleWithKeyFunc() {
 	limiter, closeStore := twoAnHour()
 	defer closeStore()
-	apiKey, err := keyfuncs.APIKeyHeader("X-API-Key")
+	apiKey, err := keyfuncs.APIKeyHeader("X-API-Key", nil)
 	if err != nil {
 		panic(err)
 	}

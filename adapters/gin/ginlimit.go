@@ -102,7 +102,7 @@ type response struct{ c *gin.Context }
 
 func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }
 
-// HeaderMap is the response's header map, in which headers.Write sets the
+// HeaderMap is the response's header map, in which headers.Writer sets the
 // rate-limit fields as the standards spell them.
 func (w response) HeaderMap() http.Header { return w.c.Writer.Header() }
 

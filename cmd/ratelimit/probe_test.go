@@ -375,8 +375,9 @@ func TestProbeLayeredLimits(t *testing.T) {
 // The probe finds no disagreement.
 func TestProbeLayersAgree(t *testing.T) {
 	t.Parallel()
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	layers := []httplimit.Layer{
 		{Name: "global", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3}, Key: ip},
 		{Name: "users", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour}, Key: ip, Routes: []string{"/users/{id}"}},

@@ -18,7 +18,9 @@ import (
 // nothing to key on.
 var ErrNoKey = errors.New("keyfuncs: no key in request")
 
-// MaxIDLen is keyfuncs.MaxUserIDLen, the longest user ID, in bytes.
+// MaxIDLen is the longest user ID, in bytes, that keyfuncs.User and the
+// adapters' helpers accept (keyfuncs documents it); a longer one is no
+// user.
 const MaxIDLen = 512
 
 // Lookup makes the keys of the user IDs found in one place (a context key,

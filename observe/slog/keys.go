@@ -46,7 +46,7 @@ func (l *Logger) digest(key string) string {
 // safeKey reports whether key cannot hold a secret, and may be logged as
 // it is: it is one of these, or several joined by "|" (keyfuncs.Compose):
 //
-//	ip:203.0.113.7            an IP address, as keyfuncs.IP writes it
+//	ip:203.0.113.7            an IP address, as keyfuncs.ClientIP writes it
 //	ip:2001:db8:1:100::/56    an IP prefix, likewise (masked)
 //	key:<32 hex digits>       an API key hashed by keyfuncs.APIKeyHeader or APIKeyQuery
 //	sha256:<64 hex digits>    a key the core replaced by its digest (core.MaxKeyLen)

@@ -72,6 +72,7 @@ func (q request) HeaderValues(name string) []string { return q.r.Header.Values(n
 func (q request) Query(name string) string          { return q.r.URL.Query().Get(name) }
 func (q request) Method() string                    { return q.r.Method }
 func (q request) Route() string                     { return q.route }
+func (q request) Path() string                      { return q.r.URL.Path }
 func (q request) Context() context.Context          { return q.r.Context() }
 
 // must returns f, panicking on err.
@@ -102,9 +103,13 @@ func normalized(key string) (string, error) {
 func TestKeyfuncsKeys(t *testing.T) {
 	ctx := context.Background()
 	const apiKey = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
-	ip := must(keyfuncs.IP())
-	ip24 := must(keyfuncs.IP(keyfuncs.IPv4Prefix(24)))
-	apikey := must(keyfuncs.APIKeyHeader("X-API-Key"))
+	clientIP, err := keyfuncs.NewClientIP()
+	require.NoError(t, err)
+	ip := clientIP.Key
+	clientIP24, err := keyfuncs.NewClientIP(keyfuncs.Prefixes(24, 56))
+	require.NoError(t, err)
+	ip24 := clientIP24.Key
+	apikey := must(keyfuncs.APIKeyHeader("X-API-Key", nil))
 	user := must(keyfuncs.User(func(context.Context) (string, bool) { return "alice@example.com", true }))
 	routeIP := must(keyfuncs.Compose(keyfuncs.Route(), ip))
 	staticIP := must(keyfuncs.Compose(must(keyfuncs.Static("global")), ip))

@@ -59,7 +59,7 @@
 // joins them:
 //
 //   - "ip:" and an IP address or masked prefix in netip's canonical
-//     form, as keyfuncs.IP writes them ("ip:203.0.113.7",
+//     form, as keyfuncs.ClientIP writes them ("ip:203.0.113.7",
 //     "ip:2001:db8:1:100::/56");
 //   - "key:" and 32 lowercase hex digits, an API key hashed by
 //     keyfuncs.APIKeyHeader or keyfuncs.APIKeyQuery;

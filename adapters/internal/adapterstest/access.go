@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -173,7 +172,7 @@ func RunAccess(t *testing.T, h SocketHarness) {
 				asked := store.Takes() - before
 				if s.limited {
 					assert.Equal(t, int64(1), asked, "step %d (%s): store calls", i, s.name)
-					assert.NotEmpty(t, res.Header.Get(headers.XRateLimitLimit), "step %d (%s)", i, s.name)
+					assert.NotEmpty(t, res.Header.Get("X-RateLimit-Limit"), "step %d (%s)", i, s.name)
 				} else {
 					assert.Zero(t, asked, "step %d (%s): a listed client costs no store call", i, s.name)
 					for _, f := range rateFields {

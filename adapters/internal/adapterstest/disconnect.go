@@ -189,8 +189,9 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 	// must not pass for the failure under test.
 	l, err := core.NewLimiter(store, p, append([]core.Option{limitertest.Generous()}, lopts...)...)
 	require.NoError(t, err)
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	hold := func(r keyfuncs.Request) (string, error) {
 		if r.Header(holdHeader) != "" {
 			select {

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
@@ -145,8 +144,9 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	clock := NewClock(T0)
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	cost := func(r keyfuncs.Request) int64 {
 		n, err := strconv.ParseInt(r.Header(costHeader), 10, 64)
 		if err != nil {
@@ -192,7 +192,7 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 		res := send(b.path, b.cost)
 		assert.Equal(t, http.StatusInternalServerError, res.Status, "%s cost %s", b.path, b.cost)
 		assert.Equal(t, internalBody, res.Body, "%s cost %s", b.path, b.cost)
-		for _, f := range []string{headers.RetryAfter, headers.XRateLimitRemaining, headers.RateLimitRemaining, headers.RateLimit} {
+		for _, f := range []string{"Retry-After", "X-Ratelimit-Remaining", "Ratelimit-Remaining", "Ratelimit"} {
 			assert.Empty(t, res.Header.Get(f), "%s cost %s: %s tells a quota that nobody decided", b.path, b.cost, f)
 		}
 	}
@@ -209,14 +209,14 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	assert.Equal(t, map[string]int64{"global": globalLimit - 1, "bulk": 0}, remainingOf(t, res), "the bad costs took nothing")
 	res = send("/bulk", "1")
 	require.Equal(t, http.StatusTooManyRequests, res.Status)
-	assert.Equal(t, "1", res.Header.Get(headers.RetryAfter), "a token comes back within the second")
+	assert.Equal(t, "1", res.Header.Get("Retry-After"), "a token comes back within the second")
 	res = send("/items", strconv.Itoa(itemsLimit))
 	require.Equal(t, http.StatusOK, res.Status)
 	assert.Equal(t, map[string]int64{"global": globalLimit - 2, "items": 0}, remainingOf(t, res))
 	res = send("/items", "1")
 	require.Equal(t, http.StatusTooManyRequests, res.Status)
 	windowEnd := strconv.Itoa(int(T0.Truncate(time.Minute).Add(time.Minute).Sub(T0) / time.Second))
-	assert.Equal(t, windowEnd, res.Header.Get(headers.RetryAfter), "when the items window ends")
+	assert.Equal(t, windowEnd, res.Header.Get("Retry-After"), "when the items window ends")
 	assert.Equal(t, exceededBody(windowEnd), res.Body)
 	res = send("/other", "1")
 	require.Equal(t, http.StatusOK, res.Status)
@@ -234,8 +234,9 @@ const holdPlanHeader = "X-Test-Hold-Plan"
 // function or PolicyFor runs (a plan service that is slow to answer).
 
 func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []core.Option) {
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
 	hold := func(header string) func(r keyfuncs.Request) {
@@ -345,8 +346,9 @@ func layersPacedDisconnects(t *testing.T, h SocketHarness) {
 	store := multiDecided{decidedStore{Store: NewStore(t), decided: make(chan struct{}, 8)}}
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
-	ip, err := keyfuncs.IP()
+	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
+	ip := clientIP.Key
 	layers := []httplimit.Layer{
 		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}},
 		{Name: "paced", Key: ip, Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}},

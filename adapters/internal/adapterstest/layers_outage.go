@@ -11,7 +11,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
@@ -56,7 +55,7 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 	// warm-up, polled with a generous deadline, not a one-shot request.
 	require.Eventually(t, func() bool {
 		res := a.send(t, "GET", "/items", "X-User", "o")
-		return res.Status == http.StatusOK && res.Header.Get(headers.XRateLimitRemaining) != ""
+		return res.Status == http.StatusOK && res.Header.Get("X-RateLimit-Remaining") != ""
 	}, limitertest.StoreTimeout, 10*time.Millisecond, "healthy: the layers decide")
 	healthyErrs := len(errs.all())
 
@@ -71,21 +70,21 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 			res := a.send(t, "GET", "/items", "X-User", "o")
 			assert.Less(t, time.Since(start), timeout+2*time.Second, "bounded by the timeout")
 			assert.Equal(t, http.StatusOK, res.Status, "GET /items fails open")
-			assert.Empty(t, res.Header.Get(headers.XRateLimitRemaining), "no header: the store told nothing")
+			assert.Empty(t, res.Header.Get("X-RateLimit-Remaining"), "no header: the store told nothing")
 			assert.Equal(t, hits+1, spec.Hits())
 
 			start = time.Now()
 			res = a.send(t, "POST", "/login", "X-User", "o")
 			assert.Less(t, time.Since(start), timeout+2*time.Second, "bounded by the timeout")
 			assert.Equal(t, http.StatusServiceUnavailable, res.Status, "the login layer fails closed")
-			assert.Equal(t, "1", res.Header.Get(headers.RetryAfter), "the fail-closed retry")
+			assert.Equal(t, "1", res.Header.Get("Retry-After"), "the fail-closed retry")
 			assert.Equal(t, hits+1, spec.Hits(), "the login handler never ran")
 		})
 	}
 	srv.Restart()
 	require.Eventually(t, func() bool {
 		res := a.send(t, "POST", "/login", "X-User", "o")
-		return res.Status == http.StatusOK && res.Header.Get(headers.XRateLimitRemaining) != ""
+		return res.Status == http.StatusOK && res.Header.Get("X-RateLimit-Remaining") != ""
 	}, 10*time.Second, 50*time.Millisecond, "Redis back: the layers decide again")
 	assert.Greater(t, len(errs.all()), healthyErrs, "the error handler heard the outage")
 }

@@ -31,9 +31,9 @@ func Run(t *testing.T, h Harness) {
 // rateFields are every field the flow may write; a step lists exactly
 // those it expects, and the others must be absent.
 var rateFields = []string{
-	headers.XRateLimitLimit, headers.XRateLimitRemaining, headers.XRateLimitReset,
-	headers.RateLimitLimit, headers.RateLimitRemaining, headers.RateLimitReset,
-	headers.RateLimit, headers.RateLimitPolicy, headers.RetryAfter,
+	"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
+	"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset",
+	"Ratelimit", "Ratelimit-Policy", "Retry-After",
 }
 
 // limited is the default set of fields of an allowed decision: limit,
@@ -43,12 +43,12 @@ var rateFields = []string{
 func limited(limit, remaining, reset int64) map[string]string {
 	l, r, s := strconv.FormatInt(limit, 10), strconv.FormatInt(remaining, 10), strconv.FormatInt(reset, 10)
 	return map[string]string{
-		headers.XRateLimitLimit:     l,
-		headers.XRateLimitRemaining: r,
-		headers.XRateLimitReset:     nowPlus + s,
-		headers.RateLimitLimit:      l,
-		headers.RateLimitRemaining:  r,
-		headers.RateLimitReset:      s,
+		"X-Ratelimit-Limit":     l,
+		"X-Ratelimit-Remaining": r,
+		"X-Ratelimit-Reset":     nowPlus + s,
+		"Ratelimit-Limit":       l,
+		"Ratelimit-Remaining":   r,
+		"Ratelimit-Reset":       s,
 	}
 }
 
@@ -58,7 +58,7 @@ const nowPlus = "now+"
 // denied is limited plus Retry-After.
 func denied(limit, remaining, reset, retry int64) map[string]string {
 	m := limited(limit, remaining, reset)
-	m[headers.RetryAfter] = strconv.FormatInt(retry, 10)
+	m["Retry-After"] = strconv.FormatInt(retry, 10)
 	return m
 }
 
@@ -169,13 +169,13 @@ var matrix = []matrixCase{
 		},
 		steps: []step{
 			{req: get(peerA), status: 200, body: Body, fields: map[string]string{
-				headers.RateLimit: `"api";r=1;t=55`, headers.RateLimitPolicy: `"api";q=2;w=60`,
+				"Ratelimit": `"api";r=1;t=55`, "Ratelimit-Policy": `"api";q=2;w=60`,
 			}},
 			{req: get(peerA), status: 200, body: Body, fields: map[string]string{
-				headers.RateLimit: `"api";r=0;t=55`, headers.RateLimitPolicy: `"api";q=2;w=60`,
+				"Ratelimit": `"api";r=0;t=55`, "Ratelimit-Policy": `"api";q=2;w=60`,
 			}},
 			{req: get(peerA), status: 429, body: exceededBody("55"), fields: map[string]string{
-				headers.RateLimit: `"api";r=0;t=55`, headers.RateLimitPolicy: `"api";q=2;w=60`,
+				"Ratelimit": `"api";r=0;t=55`, "Ratelimit-Policy": `"api";q=2;w=60`,
 			}},
 		},
 		hits: 2,
@@ -267,7 +267,7 @@ var matrix = []matrixCase{
 		},
 		steps: []step{
 			{req: get(peerA), status: 503, body: unavailableBody("2"), contentType: "application/json",
-				fields: map[string]string{headers.RetryAfter: "2"}},
+				fields: map[string]string{"Retry-After": "2"}},
 		},
 		errs: wantErrs(core.ErrStore, ErrDown),
 	},
@@ -287,7 +287,7 @@ var matrix = []matrixCase{
 	{
 		name: "no key in request: 400",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), httplimit.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))))
+			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), httplimit.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil))))
 		},
 		steps: []step{
 			{req: get(peerA), status: 400, body: keyMissingBody, contentType: "application/json"},

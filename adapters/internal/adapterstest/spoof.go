@@ -89,8 +89,9 @@ var spoofCases = []spoofCase{
 func RunSpoofing(t *testing.T, h Harness) {
 	for _, tc := range spoofCases {
 		t.Run(tc.name, func(t *testing.T) {
-			ip, err := keyfuncs.IP(tc.opts...)
+			clientIP, err := keyfuncs.NewClientIP(tc.opts...)
 			require.NoError(t, err)
+			ip := clientIP.Key
 			var opts []httplimit.Option
 			if tc.opts != nil {
 				opts = append(opts, httplimit.WithKeyFunc(ip))

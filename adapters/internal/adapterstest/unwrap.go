@@ -48,4 +48,5 @@ func (foreignRequest) HeaderValues(string) []string { return nil }
 func (foreignRequest) Query(string) string          { return "" }
 func (foreignRequest) Method() string               { return "GET" }
 func (foreignRequest) Route() string                { return "" }
+func (foreignRequest) Path() string                 { return "" }
 func (foreignRequest) Context() context.Context     { return context.Background() }

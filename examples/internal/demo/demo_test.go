@@ -102,6 +102,7 @@ func (r request) HeaderValues(name string) []string { return r.header.Values(nam
 func (request) Query(string) string                 { return "" }
 func (request) Method() string                      { return http.MethodGet }
 func (r request) Route() string                     { return r.route }
+func (request) Path() string                        { return "" } // unknown: layers match Route
 func (request) Context() context.Context            { return context.Background() }
 
 func TestDescribe(t *testing.T) {

@@ -131,7 +131,7 @@ func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, e
 	if l.clientIP, err = keyfuncs.NewClientIP(); err != nil {
 		return Limiters{}, fmt.Errorf("client IP: %w", err)
 	}
-	apiKey, err := keyfuncs.APIKeyHeader(APIKeyHeader)
+	apiKey, err := keyfuncs.APIKeyHeader(APIKeyHeader, nil)
 	if err != nil {
 		return Limiters{}, fmt.Errorf("API key: %w", err)
 	}
@@ -225,4 +225,5 @@ func (peer) HeaderValues(string) []string { return nil }
 func (peer) Query(string) string          { return "" }
 func (peer) Method() string               { return http.MethodPost }
 func (peer) Route() string                { return "" }
+func (peer) Path() string                 { return "" }
 func (peer) Context() context.Context     { return context.Background() }

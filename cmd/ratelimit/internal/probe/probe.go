@@ -386,12 +386,9 @@ func (s *sender) checkRetryAfter(ctx context.Context, rep *Report, results []Res
 	}
 	var wait time.Duration
 	switch {
-	case last.Info.Found.RetryAfter && last.Info.RetryAt.IsZero():
+	case last.Info.Found.RetryAfter: // an HTTP-date too, as its delay from Date
 		wait = time.Until(s.start.Add(last.Received + last.Info.RetryAfter))
 		rc.RetryAfter = Duration(last.Info.RetryAfter)
-	case !last.Info.RetryAt.IsZero():
-		wait = time.Until(last.Info.RetryAt)
-		rc.RetryAfter = Duration(last.Info.RetryAt.Sub(s.start.Add(last.Received)))
 	default:
 		rc.Note = "not checked: the 429 had no Retry-After"
 		return
