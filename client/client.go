@@ -48,13 +48,14 @@ import (
 	"github.com/apigate/ratelimit/headers"
 )
 
-// Defaults of a Transport built with no options.
+// Defaults of a Transport built with no options, as the options document
+// them.
 const (
-	DefaultMaxRetries   = 4
-	DefaultMaxWait      = 30 * time.Second
-	DefaultMaxTotalWait = time.Minute
-	DefaultBackoff      = 100 * time.Millisecond
-	DefaultPacedHosts   = 1024
+	defaultMaxRetries   = 4
+	defaultMaxWait      = 30 * time.Second
+	defaultMaxTotalWait = time.Minute
+	defaultBackoff      = 100 * time.Millisecond
+	defaultPacedHosts   = 1024
 )
 
 // drainLimit is how much of a retried response's body is read so that its
@@ -87,7 +88,7 @@ func invalid(fn, detail string) error {
 }
 
 // WithMaxRetries sets how many times one request is retried after a 429 or
-// a 503 (default DefaultMaxRetries); 0 never retries. Negative is invalid.
+// a 503 (default 4); 0 never retries. Negative is invalid.
 func WithMaxRetries(n int) Option {
 	return func(c *config) error {
 		if n < 0 {
@@ -98,7 +99,7 @@ func WithMaxRetries(n int) Option {
 	}
 }
 
-// WithMaxWait sets the longest single wait (default DefaultMaxWait). When
+// WithMaxWait sets the longest single wait (default 30s). When
 // the server asks for a longer one, the Transport does not wait at all: it
 // returns the server's response, whose fields tell the caller when to come
 // back. It must be positive.
@@ -113,7 +114,7 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithMaxTotalWait bounds the sum of the waits of one request, pacing
-// included (default DefaultMaxTotalWait). A wait that would exceed it is
+// included (default one minute). A wait that would exceed it is
 // not begun: the last response is returned. It must be positive.
 func WithMaxTotalWait(d time.Duration) Option {
 	return func(c *config) error {
@@ -126,7 +127,7 @@ func WithMaxTotalWait(d time.Duration) Option {
 }
 
 // WithBackoff sets the base of the exponential backoff used when a 429 or
-// 503 says nothing usable about when to retry (default DefaultBackoff):
+// 503 says nothing usable about when to retry (default 100ms):
 // retry n waits base plus a uniformly random part of base*2^n, capped by
 // the maximum wait. It must be at least 1ms.
 func WithBackoff(base time.Duration) Option {
@@ -142,7 +143,7 @@ func WithBackoff(base time.Duration) Option {
 // WithPacing makes the Transport remember, per host, a response that said
 // no quota is left (Remaining 0) and hold the next request to that host
 // until the quota resets, instead of sending it to be refused. It keeps at
-// most maxHosts hosts (DefaultPacedHosts when 0), forgetting expired
+// most maxHosts hosts (1024 when 0), forgetting expired
 // entries first. A negative maxHosts is invalid.
 func WithPacing(maxHosts int) Option {
 	return func(c *config) error {
@@ -150,7 +151,7 @@ func WithPacing(maxHosts int) Option {
 			return invalid("WithPacing", fmt.Sprintf("%d hosts is negative", maxHosts))
 		}
 		if maxHosts == 0 {
-			maxHosts = DefaultPacedHosts
+			maxHosts = defaultPacedHosts
 		}
 		c.pacedHosts = maxHosts
 		return nil
@@ -188,10 +189,10 @@ var _ http.RoundTripper = (*Transport)(nil)
 // nil).
 func New(base http.RoundTripper, opts ...Option) (*Transport, error) {
 	cfg := config{
-		maxRetries:   DefaultMaxRetries,
-		maxWait:      DefaultMaxWait,
-		maxTotalWait: DefaultMaxTotalWait,
-		backoff:      DefaultBackoff,
+		maxRetries:   defaultMaxRetries,
+		maxWait:      defaultMaxWait,
+		maxTotalWait: defaultMaxTotalWait,
+		backoff:      defaultBackoff,
 	}
 	for _, o := range opts {
 		if o == nil {

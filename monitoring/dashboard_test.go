@@ -285,7 +285,7 @@ func TestDashboardOutcomes(t *testing.T) {
 }
 
 func TestDashboardExprs(t *testing.T) {
-	exprs, err := DashboardExprs()
+	exprs, err := dashboardExprs()
 	require.NoError(t, err)
 	n := 0
 	for _, p := range loadDashboard(t).allPanels() {

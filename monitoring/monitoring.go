@@ -6,10 +6,10 @@
 //	prometheus/ratelimit-rules.yml       the rules: list it in rule_files
 //	prometheus/ratelimit-rules_test.yml  their unit tests: promtool test rules
 //
-// The files are the product; this package only lists their PromQL
-// expressions (DashboardExprs, RuleExprs) and locates them (DashboardFile,
-// RulesFile), so that a test elsewhere can run every expression against a
-// real Prometheus. Its own tests keep the dashboard valid and run promtool.
+// The files are the product; this package only locates them
+// (DashboardFile, RulesFile), for tools that load them. Its tests keep the
+// dashboard valid, run promtool, and run every PromQL expression of both
+// files against a real Prometheus.
 package monitoring
 
 import (
@@ -55,21 +55,21 @@ func sourcePath(rel string) string {
 	return filepath.Join(filepath.Dir(file), filepath.FromSlash(rel))
 }
 
-// The values DashboardExprs gives the dashboard's variables.
+// The values dashboardExprs gives the dashboard's variables.
 const (
-	// ExprLimit stands for $limit: every limit (the variable's All).
-	ExprLimit = ".+"
-	// ExprRateInterval stands for $__rate_interval: one minute, four
+	// exprLimit stands for $limit: every limit (the variable's All).
+	exprLimit = ".+"
+	// exprRateInterval stands for $__rate_interval: one minute, four
 	// scrapes at a 15s scrape interval.
-	ExprRateInterval = "1m"
+	exprRateInterval = "1m"
 )
 
-// exprVars are the values DashboardExprs gives the variables a panel's
+// exprVars are the values dashboardExprs gives the variables a panel's
 // query may use.
 func exprVars() map[string]string {
 	return map[string]string{
-		"limit":           ExprLimit,
-		"__rate_interval": ExprRateInterval,
+		"limit":           exprLimit,
+		"__rate_interval": exprRateInterval,
 		"__interval":      "15s",
 		"__interval_ms":   "15000",
 		"__range":         "1h",
@@ -82,13 +82,13 @@ func exprVars() map[string]string {
 // [[name]], [[name:format]] or $name.
 var variableRef = regexp.MustCompile(`\$\{(\w+)(?::[^}]*)?\}|\[\[(\w+)(?::[^\]]*)?\]\]|\$(\w+)`)
 
-// DashboardExprs returns the PromQL expression of every query of every
+// dashboardExprs returns the PromQL expression of every query of every
 // panel of the dashboard, in panel order, with the dashboard's variables
-// given concrete values: $limit is ExprLimit (every limit), $__rate_interval
-// is ExprRateInterval, $__interval 15s, $__range 1h. Each is a query that
+// given concrete values: $limit is exprLimit (every limit), $__rate_interval
+// is exprRateInterval, $__interval 15s, $__range 1h. Each is a query that
 // Prometheus can run as it is (GET /api/v1/query). It fails when the JSON
 // does not decode, or a query is empty or uses another variable.
-func DashboardExprs() ([]string, error) {
+func dashboardExprs() ([]string, error) {
 	d, err := parseDashboard(dashboardJSON)
 	if err != nil {
 		return nil, err
@@ -207,8 +207,8 @@ func (d *dashboard) allPanels() []panel {
 	return all
 }
 
-// Rule is one rule of the rules file, as RuleExprs lists it.
-type Rule struct {
+// ruleExpr is one rule of the rules file, as ruleExprs lists it.
+type ruleExpr struct {
 	// Group is the name of the rule's group.
 	Group string
 	// Name is the recorded metric's name (record) or the alert's (alert).
@@ -227,7 +227,7 @@ type Rule struct {
 	IsAlert bool
 }
 
-// RuleExprs returns every rule of the rules file, in file order, with its
+// ruleExprs returns every rule of the rules file, in file order, with its
 // Signal. An alert's Expr has one of two shapes, which the tests of this
 // package enforce:
 //
@@ -239,17 +239,17 @@ type Rule struct {
 // carry on(...) or ignoring(...), which the product keeps. A test that
 // runs Signal and finds a 1 where the alert should fire, and a series at
 // all where it should not, has checked the expression against real data.
-// RuleExprs fails when the file does not decode or an alert's expression
+// ruleExprs fails when the file does not decode or an alert's expression
 // has another shape.
-func RuleExprs() ([]Rule, error) {
+func ruleExprs() ([]ruleExpr, error) {
 	f, err := parseRules(rulesYAML)
 	if err != nil {
 		return nil, err
 	}
-	var rules []Rule
+	var rules []ruleExpr
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
-			rule := Rule{Group: g.Name, Name: r.Record, Expr: r.Expr, Signal: r.Expr}
+			rule := ruleExpr{Group: g.Name, Name: r.Record, Expr: r.Expr, Signal: r.Expr}
 			if r.Alert != "" {
 				rule.Name, rule.IsAlert = r.Alert, true
 				if rule.Signal, err = signal(r.Expr); err != nil {

@@ -4,33 +4,29 @@ package monitoring_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 var updatePicture = flag.Bool("update-picture", false,
-	"TestPicture: run 80 s of traffic through the chi example and a real Prometheus, and draw "+picturePath+" (and .svg) from what Prometheus recorded")
+	"TestPicture: run 80 s of traffic through the chi example and a real Prometheus, and write what Prometheus recorded to "+pictureData)
 
-// picturePath is the README's picture, from this folder.
-const picturePath = "../docs/img/monitoring.png"
+// pictureData is the data of the guide's picture, from this folder. The
+// picture itself (monitoring.png and .svg beside it) is drawn from it by
+// the command's module, which has the plotting library this module does
+// not require: go test ./cmd/ratelimit/internal/picture -update-picture.
+const pictureData = "../docs/img/monitoring.json"
 
 // The outcomes of ratelimit_decisions_total, admitted and denied. The
 // demo's login limit is a brute-force guard: its denials are locked_out.
@@ -65,16 +61,18 @@ func picturePhases() []phase {
 	}
 }
 
-// TestPicture draws the README's picture from a real run: the chi example
-// under picturePhases' traffic, scraped by Prometheus every second, and
-// Prometheus's own answers to /api/v1/query_range for the admitted and
-// denied rates and the deny ratio of each limit. It runs only with
-// -update-picture:
+// TestPicture records the data of the guide's picture from a real run: the
+// chi example under picturePhases' traffic, scraped by Prometheus every
+// second, and Prometheus's own answers to /api/v1/query_range for the
+// admitted and denied rates and the deny ratio of each limit. It runs only
+// with -update-picture, and writes pictureData; the picture is drawn from
+// that file in the command's module:
 //
 //	go test ./monitoring -run TestPicture -update-picture
+//	go test ./cmd/ratelimit/internal/picture -update-picture
 func TestPicture(t *testing.T) {
 	if !*updatePicture {
-		t.Skip("draws docs/img/monitoring.png from an 80 s run; pass -update-picture")
+		t.Skip("records docs/img/monitoring.json from an 80 s run; pass -update-picture")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -124,34 +122,77 @@ func TestPicture(t *testing.T) {
 	rate := func(outcomes string) string {
 		return fmt.Sprintf(`sum by (limit) (rate(%s[10s]))`, fmt.Sprintf(sel, outcomes))
 	}
-	panels := []panel{
+	panels := []struct {
+		title, expr string
+		ratio       bool
+	}{
 		{title: "admitted per second, by limit", expr: rate(admittedOutcomes)},
 		{title: "denied per second, by limit", expr: rate(deniedOutcomes)},
 		{title: "deny ratio (denied / decided), by limit", expr: rate(deniedOutcomes) + " / " + rate(admittedOutcomes+"|"+deniedOutcomes), ratio: true},
 	}
-	for i := range panels {
-		r, err := s.queryRange(ctx, panels[i].expr, from, to, time.Second)
-		require.NoError(t, err, "query_range %s", panels[i].expr)
-		require.NotEmpty(t, r, "query_range %s", panels[i].expr)
-		panels[i].series = r
-		panels[i].start = start
+	pic := picture{Title: "The chi example under changing traffic, scraped by a real Prometheus every second\n" +
+		"sum by (limit) (rate(ratelimit_decisions_total{outcome=...}[10s])), from /api/v1/query_range\n" +
+		"steady clients all along: GET / 1/s, GET /api/data 1.4/s, GET /users/1 every 4 s; shaded: one client's burst, 10/s; another guessing passwords, 2/s"}
+	for _, pn := range panels {
+		r, err := s.queryRange(ctx, pn.expr, from, to, time.Second)
+		require.NoError(t, err, "query_range %s", pn.expr)
+		require.NotEmpty(t, r, "query_range %s", pn.expr)
+		p := picturePanel{Title: pn.title, Expr: pn.expr, Ratio: pn.ratio}
+		for _, rs := range r {
+			ps := pictureSeries{Limit: rs.Metric["limit"]}
+			for i, v := range rs.V {
+				ps.X = append(ps.X, rs.T[i].Sub(start).Seconds())
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					ps.Y = append(ps.Y, nil) // a ratio while its limit decides nothing
+				} else {
+					ps.Y = append(ps.Y, &v)
+				}
+			}
+			p.Series = append(p.Series, ps)
+		}
+		sort.Slice(p.Series, func(a, b int) bool { return p.Series[a].Limit < p.Series[b].Limit })
+		pic.Panels = append(pic.Panels, p)
 	}
-	var marks []mark
 	for _, ph := range phases {
 		if ph.mark {
-			marks = append(marks, mark{at: ph.from.Seconds(), to: ph.to.Seconds(), text: ph.name})
+			pic.Marks = append(pic.Marks, pictureMark{At: ph.from.Seconds(), To: ph.to.Seconds(), Text: ph.name})
 		}
 	}
-	title := "The chi example under changing traffic, scraped by a real Prometheus every second\n" +
-		"sum by (limit) (rate(ratelimit_decisions_total{outcome=...}[10s])), from /api/v1/query_range\n" +
-		"steady clients all along: GET / 1/s, GET /api/data 1.4/s, GET /users/1 every 4 s; shaded: one client's burst, 10/s; another guessing passwords, 2/s"
-	for _, path := range []string{picturePath, picturePath[:len(picturePath)-len(".png")] + ".svg"} {
-		f, err := os.Create(path)
-		require.NoError(t, err)
-		require.NoError(t, drawPicture(f, filepath.Ext(path)[1:], title, panels, marks), "drawing %s", path)
-		require.NoError(t, f.Close())
-		t.Logf("wrote %s", path)
-	}
+	out, err := json.MarshalIndent(pic, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(pictureData, append(out, '\n'), 0o644))
+	t.Logf("wrote %s; draw it: go test ./cmd/ratelimit/internal/picture -update-picture", pictureData)
+}
+
+// picture is the data of the guide's picture, as the command's
+// internal/picture package reads it: the same JSON shape.
+type picture struct {
+	Title  string         `json:"title"`
+	Panels []picturePanel `json:"panels"`
+	Marks  []pictureMark  `json:"marks"`
+}
+
+// A picturePanel is one plot: the series of one range query.
+type picturePanel struct {
+	Title  string          `json:"title"`
+	Expr   string          `json:"expr"`
+	Ratio  bool            `json:"ratio"` // the y axis runs from 0 to 1
+	Series []pictureSeries `json:"series"`
+}
+
+// A pictureSeries is one limit's line: x in seconds since the traffic
+// started, y null where the value is not a number.
+type pictureSeries struct {
+	Limit string     `json:"limit"`
+	X     []float64  `json:"x"`
+	Y     []*float64 `json:"y"`
+}
+
+// A pictureMark is a phase of the traffic, shaded on every panel.
+type pictureMark struct {
+	At   float64 `json:"at"`
+	To   float64 `json:"to"`
+	Text string  `json:"text"`
 }
 
 // request sends one request and returns its status, or 0 when it failed.
@@ -170,170 +211,4 @@ func request(ctx context.Context, c *http.Client, method, url string, header []s
 	_, _ = io.Copy(io.Discard, res.Body)
 	_ = res.Body.Close()
 	return res.StatusCode
-}
-
-// A panel is one plot of the picture: the series of one range query.
-type panel struct {
-	title  string
-	expr   string
-	ratio  bool      // the y axis runs from 0 to 1
-	start  time.Time // x = 0
-	series []rangeSeries
-}
-
-// A mark is a phase of the traffic, shaded on every panel.
-type mark struct {
-	at, to float64 // seconds
-	text   string
-}
-
-// limitColors are the limits' colors, the same on every panel.
-var limitColors = map[string]color.Color{
-	"global": color.RGBA{R: 31, G: 119, B: 180, A: 255},
-	"login":  color.RGBA{R: 214, G: 39, B: 40, A: 255},
-	"api":    color.RGBA{R: 44, G: 160, B: 44, A: 255},
-	"users":  color.RGBA{R: 148, G: 103, B: 189, A: 255},
-}
-
-// drawPicture draws panels one above the other, in format "png" or "svg".
-func drawPicture(w io.Writer, format, title string, panels []panel, marks []mark) error {
-	rows := make([][]*plot.Plot, len(panels))
-	var xmax float64
-	for _, pn := range panels {
-		for _, s := range pn.series {
-			if n := len(s.T); n > 0 {
-				xmax = max(xmax, s.T[n-1].Sub(pn.start).Seconds())
-			}
-		}
-	}
-	for i, pn := range panels {
-		p := plot.New()
-		p.Title.Text = pn.title
-		if i == 0 {
-			p.Title.Text = title + "\n\n" + pn.title
-		}
-		p.Title.TextStyle.Font.Size = vg.Points(11)
-		if i == len(panels)-1 {
-			p.X.Label.Text = "time since the traffic started (s)"
-		}
-		p.X.Min, p.X.Max = -2, xmax
-		p.X.Tick.Marker = everyTicks(10)
-		p.Y.Min = 0
-		if pn.ratio {
-			p.Y.Max = 1
-		}
-		p.Add(plotter.NewGrid())
-		// The series first, for the y range; the marks' shading behind.
-		sort.Slice(pn.series, func(a, b int) bool { return pn.series[a].Metric["limit"] < pn.series[b].Metric["limit"] })
-		var lines []plot.Plotter
-		ymax := 0.0
-		for _, s := range pn.series {
-			limit := s.Metric["limit"]
-			col, ok := limitColors[limit]
-			if !ok {
-				col = color.Black
-			}
-			var first *plotter.Line
-			for _, seg := range segments(s, pn.start) {
-				l, err := plotter.NewLine(seg)
-				if err != nil {
-					return fmt.Errorf("%s, limit %s: %w", pn.title, limit, err)
-				}
-				l.Color, l.Width = col, vg.Points(1.6)
-				lines = append(lines, l)
-				for _, xy := range seg {
-					ymax = max(ymax, xy.Y)
-				}
-				if first == nil {
-					first = l
-				}
-			}
-			if first != nil && i == 0 {
-				p.Legend.Add(limit, first)
-			}
-		}
-		if !pn.ratio {
-			p.Y.Max = math.Max(1, ymax*1.15)
-		}
-		for _, m := range marks {
-			band, err := plotter.NewPolygon(plotter.XYs{{X: m.at, Y: p.Y.Min}, {X: m.to, Y: p.Y.Min}, {X: m.to, Y: p.Y.Max}, {X: m.at, Y: p.Y.Max}})
-			if err != nil {
-				return err
-			}
-			band.Color = color.NRGBA{R: 255, G: 170, B: 0, A: 45}
-			band.LineStyle.Width = 0
-			band.LineStyle.Color = color.Transparent
-			p.Add(band)
-			if i == 0 {
-				labels, err := plotter.NewLabels(plotter.XYLabels{
-					XYs:    []plotter.XY{{X: m.at + 0.5, Y: p.Y.Max * 0.97}},
-					Labels: []string{m.text},
-				})
-				if err != nil {
-					return err
-				}
-				labels.TextStyle[0].Font.Size = vg.Points(9)
-				labels.TextStyle[0].YAlign = draw.YTop
-				p.Add(labels)
-			}
-		}
-		p.Add(lines...)
-		p.Legend.Top, p.Legend.Left = true, false
-		p.Legend.TextStyle.Font.Size = vg.Points(10)
-		rows[i] = []*plot.Plot{p}
-	}
-	width, height := 9*vg.Inch, vg.Length(len(panels))*2.3*vg.Inch+0.5*vg.Inch
-	var c vg.CanvasWriterTo
-	switch format {
-	case "svg":
-		c = vgsvg.New(width, height)
-	case "png":
-		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(110), vgimg.UseBackgroundColor(color.White))}
-	default:
-		return fmt.Errorf("unknown picture format %q", format)
-	}
-	dc := draw.New(c)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(10), PadY: vg.Points(8)}
-	canvases := plot.Align(rows, tiles, dc)
-	for i := range rows {
-		rows[i][0].Draw(canvases[i][0])
-	}
-	_, err := c.WriteTo(w)
-	return err
-}
-
-// everyTicks marks the axis every step, labeled.
-type everyTicks float64
-
-func (e everyTicks) Ticks(min, max float64) []plot.Tick {
-	var ticks []plot.Tick
-	for x := math.Ceil(min/float64(e)) * float64(e); x <= max; x += float64(e) {
-		label := fmt.Sprint(x)
-		if x == 0 {
-			label = "0" // not "-0"
-		}
-		ticks = append(ticks, plot.Tick{Value: x, Label: label})
-	}
-	return ticks
-}
-
-// segments splits s into lines of finite points, x in seconds since
-// start: a ratio is NaN while its limit decides nothing.
-func segments(s rangeSeries, start time.Time) []plotter.XYs {
-	var out []plotter.XYs
-	var cur plotter.XYs
-	for i, v := range s.V {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			if len(cur) > 0 {
-				out = append(out, cur)
-			}
-			cur = nil
-			continue
-		}
-		cur = append(cur, plotter.XY{X: s.T[i].Sub(start).Seconds(), Y: v})
-	}
-	if len(cur) > 0 {
-		out = append(out, cur)
-	}
-	return out
 }

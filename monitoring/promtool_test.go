@@ -49,12 +49,12 @@ func TestPromtoolTestRules(t *testing.T) {
 }
 
 // TestPromtoolParsesExprs has promtool parse every dashboard expression
-// (variables substituted as DashboardExprs does) and every alert's
+// (variables substituted as dashboardExprs does) and every alert's
 // Signal, as the recording rules of a scratch rules file.
 func TestPromtoolParsesExprs(t *testing.T) {
-	dash, err := DashboardExprs()
+	dash, err := dashboardExprs()
 	require.NoError(t, err)
-	rules, err := RuleExprs()
+	rules, err := ruleExprs()
 	require.NoError(t, err)
 
 	var scratch []ruleSpec

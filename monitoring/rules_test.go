@@ -44,7 +44,7 @@ func TestRulesFileIsEmbedded(t *testing.T) {
 }
 
 func TestRuleExprs(t *testing.T) {
-	rules, err := RuleExprs()
+	rules, err := ruleExprs()
 	require.NoError(t, err)
 	f := loadRules(t)
 	n := 0
@@ -307,7 +307,7 @@ func TestRulesTestCoverage(t *testing.T) {
 		}
 	}
 
-	rules, err := RuleExprs()
+	rules, err := ruleExprs()
 	require.NoError(t, err)
 	for _, r := range rules {
 		if !r.IsAlert {

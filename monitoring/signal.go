@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// signal returns the 0/1 form of an alert's expression (see Rule.Signal):
+// signal returns the 0/1 form of an alert's expression (see ruleExpr.Signal):
 // each top-level comparison made bool, each top-level `and` a product.
 func signal(expr string) (string, error) {
 	parts, mods, err := splitAnd(expr)

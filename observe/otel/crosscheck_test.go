@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	otellimit "github.com/apigate/ratelimit/observe/otel"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -97,7 +96,6 @@ func TestCrossCheck(t *testing.T) {
 	require.NoError(t, err)
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(pm))
-	require.Equal(t, promlimit.DefaultBuckets(), otellimit.DefaultBuckets())
 
 	ctx := context.Background()
 	both := []core.Option{core.WithObserver(om), core.WithObserver(pm)}
@@ -105,8 +103,8 @@ func TestCrossCheck(t *testing.T) {
 		return newLimiter(t, s, p, append(opts, both...)...)
 	}
 	main := newMemStore(t)
-	require.NoError(t, om.WatchMemStore("main", main))
-	require.NoError(t, pm.WatchMemStore("main", main))
+	require.NoError(t, om.WatchStore("main", main))
+	require.NoError(t, pm.WatchStore("main", main))
 	api := mk(main, core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, core.WithDenyCache(100))
 	bulk := mk(main, core.Policy{Name: "bulk", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second})
 	flaky := map[string]*flakyStore{}

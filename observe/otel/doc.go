@@ -51,8 +51,8 @@
 // admissions that left less than a fifth of the capacity
 // (core.Event.NearLimit). ratelimit.store.duration records the store's
 // latency when the Limiter measured it (every decision of a store that may
-// block, such as Redis; a memory store is not timed), in the buckets of
-// DefaultBuckets unless WithBuckets says otherwise. ratelimit.store.errors
+// block, such as Redis; a memory store is not timed), in promlimit's
+// default buckets unless WithBuckets says otherwise. ratelimit.store.errors
 // counts store failures by core.StoreErrorKind: "timeout",
 // "circuit_open", "error".
 //
@@ -62,7 +62,7 @@
 // other two; ratelimit.deny_cache.entries is Limiter.DenyCacheLen,
 // ratelimit.store.timeout Limiter.Timeout (the budget to compare the
 // latency with), ratelimit.memstore.keys the Len of each memory store
-// given to WatchMemStore.
+// given to WatchStore.
 //
 // Every counter series of a bound limit (every outcome, every error kind)
 // is created at Bind with a value of 0, so that the first denial is a rate

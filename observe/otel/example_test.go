@@ -36,7 +36,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	if err := m.WatchMemStore("local", store); err != nil {
+	if err := m.WatchStore("local", store); err != nil {
 		log.Fatal(err)
 	}
 	policy := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}

@@ -13,11 +13,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 
-// MeterName is the name of the meter New creates its instruments on (the
+// meterName is the name of the meter New creates its instruments on (the
 // instrumentation scope, otel_scope_name in Prometheus).
-const MeterName = "github.com/apigate/ratelimit"
+const meterName = "github.com/apigate/ratelimit"
 
 // Attribute keys, the Prometheus label names.
 const (
@@ -28,8 +29,8 @@ const (
 	attrStore   = "store"
 )
 
-// ErrClosed is returned by Bind and WatchMemStore after Close.
-var ErrClosed = errors.New("otellimit: metrics closed")
+// errClosed is returned by Bind and WatchStore after Close.
+var errClosed = errors.New("otellimit: metrics closed")
 
 // storeErrorKinds are the values of core.StoreErrorKind, in the order of
 // bound.errors.
@@ -37,18 +38,6 @@ var storeErrorKinds = [...]string{core.StoreErrTimeout, core.StoreErrCircuitOpen
 
 // healthStates are the core.Health values, in order.
 var healthStates = [...]core.Health{core.Healthy, core.Recovering, core.Failing}
-
-// DefaultBuckets returns the upper bounds, in seconds, of the store latency
-// histogram unless WithBuckets says otherwise, promlimit's: from a
-// microsecond (a memory store decides in well under one) to a second (far
-// past any sane timeout), dense between 100µs and 10ms where Redis
-// answers.
-func DefaultBuckets() []float64 {
-	return []float64{
-		1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
-		1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-	}
-}
 
 // Option configures New. A bad value makes New fail with an error
 // wrapping core.ErrInvalidOption.
@@ -59,10 +48,15 @@ type config struct {
 }
 
 // WithBuckets sets the upper bounds, in seconds, of the store latency
-// histogram's buckets instead of DefaultBuckets: at least one, positive,
-// finite and strictly increasing (the bucket above the last is implied).
-// Give promlimit the same bounds, so that both report the same
-// percentiles.
+// histogram's buckets: at least one, positive, finite and strictly
+// increasing (the bucket above the last is implied). Give promlimit the
+// same bounds, so that both report the same percentiles. Unless given,
+// they are promlimit's: from a microsecond (a memory store decides in well
+// under one) to a second (far past any sane timeout), dense between 100µs
+// and 10ms where Redis answers:
+//
+//	1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+//	1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 func WithBuckets(bounds ...float64) Option {
 	return func(c *config) error {
 		if len(bounds) == 0 {
@@ -104,7 +98,7 @@ type Metrics struct {
 	stores []watchedStore
 }
 
-// watchedStore is a memory store given to WatchMemStore.
+// watchedStore is a memory store given to WatchStore.
 type watchedStore struct {
 	name string
 	s    interface{ Len() int }
@@ -113,16 +107,17 @@ type watchedStore struct {
 
 var _ core.Binder = (*Metrics)(nil)
 
-// New creates the instruments on mp's meter MeterName and registers the
-// callback that observes the gauges. It fails with an error wrapping
-// core.ErrInvalidOption when mp or an option is nil or an option refuses
-// its value, and with the meter's error when an instrument cannot be
-// created.
+// New creates the instruments on mp's meter named
+// "github.com/apigate/ratelimit" (the instrumentation scope,
+// otel_scope_name in Prometheus) and registers the callback that observes
+// the gauges. It fails with an error wrapping core.ErrInvalidOption when
+// mp or an option is nil or an option refuses its value, and with the
+// meter's error when an instrument cannot be created.
 func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if mp == nil {
 		return nil, fmt.Errorf("%w: otellimit: nil MeterProvider", core.ErrInvalidOption)
 	}
-	c := config{buckets: DefaultBuckets()}
+	c := config{buckets: latency.Buckets()}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: otellimit: option %d is nil", core.ErrInvalidOption, i)
@@ -131,7 +126,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	meter := mp.Meter(MeterName)
+	meter := mp.Meter(meterName)
 	m := &Metrics{limits: make(map[string]*bound), free: make(map[string]*bound)}
 	var err error
 	mk := func(f func() error) {
@@ -192,7 +187,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 
 // Close unregisters the callback that observes the gauges; from then on
 // the bound Limiters' events are no longer recorded, and Bind and
-// WatchMemStore fail with ErrClosed. It is idempotent.
+// WatchStore fail with an error. It is idempotent.
 func (m *Metrics) Close() error {
 	if m.closed.Swap(true) {
 		return nil
@@ -221,7 +216,7 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	for _, name := range names {
 		if _, dup := m.limits[name]; dup {
@@ -280,26 +275,26 @@ func (m *Metrics) Observe(e core.Event) {
 	b.Observe(e)
 }
 
-// WatchMemStore makes the gauge ratelimit.memstore.keys report s.Len()
-// (a *memstore.Store's key count) under the attribute store=name at each
-// collection. It fails with an error wrapping core.ErrInvalidOption when s
-// is nil, or name is empty, not UTF-8 or watched already, and with
-// ErrClosed after Close.
-func (m *Metrics) WatchMemStore(name string, s interface{ Len() int }) error {
+// WatchStore makes each collection report what store s tells of itself,
+// under the attribute store=name: its key count, s.Len(), as the gauge
+// ratelimit.memstore.keys (a *memstore.Store has Len). It fails with an
+// error wrapping core.ErrInvalidOption when s is nil, or name is empty,
+// not UTF-8 or watched already, and with an error after Close.
+func (m *Metrics) WatchStore(name string, s interface{ Len() int }) error {
 	if name == "" || !utf8.ValidString(name) {
-		return fmt.Errorf("%w: otellimit: WatchMemStore: store name %q is empty or not UTF-8", core.ErrInvalidOption, name)
+		return fmt.Errorf("%w: otellimit: WatchStore: store name %q is empty or not UTF-8", core.ErrInvalidOption, name)
 	}
 	if s == nil {
-		return fmt.Errorf("%w: otellimit: WatchMemStore: nil store", core.ErrInvalidOption)
+		return fmt.Errorf("%w: otellimit: WatchStore: nil store", core.ErrInvalidOption)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
-		return ErrClosed
+		return errClosed
 	}
 	for _, w := range m.stores {
 		if w.name == name {
-			return fmt.Errorf("%w: otellimit: WatchMemStore: store %q is already watched", core.ErrInvalidOption, name)
+			return fmt.Errorf("%w: otellimit: WatchStore: store %q is already watched", core.ErrInvalidOption, name)
 		}
 	}
 	m.stores = append(m.stores, watchedStore{

@@ -175,13 +175,13 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
-// TestMemStoreKeys: WatchMemStore's gauge reports the store's Len at
+// TestMemStoreKeys: WatchStore's gauge reports the store's Len at
 // collection, by store name.
 func TestMemStoreKeys(t *testing.T) {
 	m, r := newMetrics(t)
 	a, b := newMemStore(t), newMemStore(t)
-	require.NoError(t, m.WatchMemStore("a", a))
-	require.NoError(t, m.WatchMemStore("b", b))
+	require.NoError(t, m.WatchStore("a", a))
+	require.NoError(t, m.WatchStore("b", b))
 	p := core.Policy{Name: "keys", Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute}
 	l := newLimiter(t, a, p, core.WithObserver(m))
 	for _, k := range []string{"x", "y", "z"} {
@@ -193,10 +193,10 @@ func TestMemStoreKeys(t *testing.T) {
 		series(memKeys, "store", "b"): 0,
 	}, collect(t, r).of(memKeys))
 
-	require.ErrorIs(t, m.WatchMemStore("a", b), core.ErrInvalidOption, "a name watched twice")
-	require.ErrorIs(t, m.WatchMemStore("", b), core.ErrInvalidOption)
-	require.ErrorIs(t, m.WatchMemStore("\xff", b), core.ErrInvalidOption)
-	require.ErrorIs(t, m.WatchMemStore("c", nil), core.ErrInvalidOption)
+	require.ErrorIs(t, m.WatchStore("a", b), core.ErrInvalidOption, "a name watched twice")
+	require.ErrorIs(t, m.WatchStore("", b), core.ErrInvalidOption)
+	require.ErrorIs(t, m.WatchStore("\xff", b), core.ErrInvalidOption)
+	require.ErrorIs(t, m.WatchStore("c", nil), core.ErrInvalidOption)
 }
 
 // TestBindErrors: a limit name bound twice fails the second NewLimiter;
@@ -225,7 +225,7 @@ func TestBindErrors(t *testing.T) {
 	p.Name = "late"
 	_, err = core.NewLimiter(st, p, core.WithObserver(m))
 	require.ErrorIs(t, err, otellimit.ErrClosed)
-	require.ErrorIs(t, m.WatchMemStore("late", st), otellimit.ErrClosed)
+	require.ErrorIs(t, m.WatchStore("late", st), otellimit.ErrClosed)
 }
 
 // TestObserveUnbound: Metrics used as a plain Observer (behind one that

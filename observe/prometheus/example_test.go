@@ -32,7 +32,7 @@ func Example() {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
-	if err := metrics.WatchMemStore("main", store); err != nil {
+	if err := metrics.WatchStore("main", store); err != nil {
 		panic(err)
 	}
 

@@ -12,22 +12,9 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// DefaultNamespace starts every metric name unless WithNamespace says
+// defaultNamespace starts every metric name unless WithNamespace says
 // otherwise: "ratelimit_decisions_total".
-const DefaultNamespace = "ratelimit"
-
-// DefaultBuckets are the upper bounds, in seconds, of the store latency
-// histogram unless WithBuckets says otherwise: from a microsecond (the
-// memory store decides in well under one) to a second (far past any sane
-// timeout), dense between 100µs and 10ms where Redis answers.
-func DefaultBuckets() []float64 {
-	return []float64{
-		1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5,
-		1e-4, 2.5e-4, 5e-4,
-		1e-3, 2.5e-3, 5e-3,
-		0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-	}
-}
+const defaultNamespace = "ratelimit"
 
 // Option configures Metrics. New applies the options in order and returns
 // the error of the first that refuses its value; a nil Option is an error
@@ -51,8 +38,8 @@ var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 // constant label must not take.
 var variableLabels = []string{"limit", "outcome", "kind", "state", "store", "le"}
 
-// WithNamespace sets the prefix of every metric name, DefaultNamespace
-// unless given: WithNamespace("api") names the decisions counter
+// WithNamespace sets the prefix of every metric name, "ratelimit" unless
+// given: WithNamespace("api") names the decisions counter
 // "api_decisions_total". The dashboard and alert rules shipped with this
 // module expect the default. ns must be a metric name: letters, digits and
 // underscores, not starting with a digit.
@@ -67,9 +54,16 @@ func WithNamespace(ns string) Option {
 }
 
 // WithBuckets sets the upper bounds, in seconds, of the store latency
-// histogram's buckets, DefaultBuckets unless given. They must be at least
-// one, positive, finite and strictly increasing (the +Inf bucket is always
-// there). The alert rules compare the 99th percentile with the Limiter's
+// histogram's buckets. They must be at least one, positive, finite and
+// strictly increasing (the +Inf bucket is always there). Unless given, they
+// run from a microsecond (the memory store decides in well under one) to a
+// second (far past any sane timeout), dense between 100µs and 10ms where
+// Redis answers, the same as otellimit's:
+//
+//	1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+//	1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
+//
+// The alert rules compare the 99th percentile with the Limiter's
 // timeout: keep a bound at or near each timeout you use.
 func WithBuckets(bounds ...float64) Option {
 	return func(c *config) error {

@@ -4,7 +4,7 @@
 //	m, err := promlimit.New()
 //	reg.MustRegister(m)
 //	l, err := core.NewLimiter(store, policy, core.WithObserver(m))
-//	err = m.WatchMemStore("main", memStore) // the memory store's key count
+//	err = m.WatchStore("main", memStore) // the memory store's key count
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // The series, with the default namespace "ratelimit" (see WithNamespace):
@@ -16,7 +16,7 @@
 //	ratelimit_store_health{limit,state}            gauge: 1 for the current state
 //	ratelimit_deny_cache_entries{limit}            gauge
 //	ratelimit_store_timeout_seconds{limit}         gauge: the Limiter's timeout
-//	ratelimit_memstore_keys{store}                 gauge (WatchMemStore)
+//	ratelimit_memstore_keys{store}                 gauge (WatchStore)
 //
 // limit is the policy's Name, outcome a core.Outcome's String, kind a
 // core.StoreErrorKind. Client keys are never labels: there are as many
@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 
 // Metrics counts the decisions of the Limiters it observes and reports
@@ -67,7 +68,7 @@ type Metrics struct {
 	stores   []memStore      // watched, in order; append only
 }
 
-// memStore is a memory store watched by WatchMemStore.
+// memStore is a store watched by WatchStore.
 type memStore struct {
 	name string
 	s    interface{ Len() int }
@@ -88,7 +89,7 @@ var storeErrorKinds = [...]string{core.StoreErrTimeout, core.StoreErrCircuitOpen
 // New returns Metrics with no Limiter yet, or an error wrapping
 // core.ErrInvalidOption when an option is nil or refuses its value.
 func New(opts ...Option) (*Metrics, error) {
-	c := config{namespace: DefaultNamespace, buckets: DefaultBuckets()}
+	c := config{namespace: defaultNamespace, buckets: latency.Buckets()}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: promlimit: option %d is nil", core.ErrInvalidOption, i)
@@ -223,22 +224,23 @@ func (m *Metrics) newObserver(name string) *observer {
 	}
 }
 
-// WatchMemStore makes every scrape report s.Len() (a *memstore.Store's
-// key count) as ratelimit_memstore_keys{store=name}. It fails with an
+// WatchStore makes every scrape report what store s tells of itself,
+// under the label store=name: its key count, s.Len(), as
+// ratelimit_memstore_keys (a *memstore.Store has Len). It fails with an
 // error wrapping core.ErrInvalidOption when s is nil, or name is empty,
 // not UTF-8 or watched already.
-func (m *Metrics) WatchMemStore(name string, s interface{ Len() int }) error {
+func (m *Metrics) WatchStore(name string, s interface{ Len() int }) error {
 	switch {
 	case s == nil:
-		return fmt.Errorf("%w: promlimit.WatchMemStore: nil store", core.ErrInvalidOption)
+		return fmt.Errorf("%w: promlimit.WatchStore: nil store", core.ErrInvalidOption)
 	case name == "" || !utf8.ValidString(name):
-		return fmt.Errorf("%w: promlimit.WatchMemStore: store name %q is empty or not UTF-8", core.ErrInvalidOption, name)
+		return fmt.Errorf("%w: promlimit.WatchStore: store name %q is empty or not UTF-8", core.ErrInvalidOption, name)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, w := range m.stores {
 		if w.name == name {
-			return fmt.Errorf("%w: promlimit.WatchMemStore: a store named %q is watched already", core.ErrInvalidOption, name)
+			return fmt.Errorf("%w: promlimit.WatchStore: a store named %q is watched already", core.ErrInvalidOption, name)
 		}
 	}
 	m.stores = append(m.stores, memStore{name, s})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/observe/internal/latency"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -65,7 +66,7 @@ func TestExposition(t *testing.T) {
 	s := newMemStore(t)
 	newLimiter(t, s, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}, m,
 		core.WithTimeout(250*time.Millisecond))
-	require.NoError(t, m.WatchMemStore("main", s))
+	require.NoError(t, m.WatchStore("main", s))
 	want := `
 # HELP ratelimit_decisions_total Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input; shadow_denied, admitted in shadow mode though it would have been denied; locked_out, denied by a lockout after repeated denials; allow_listed or deny_listed, decided by an allow or deny list without asking the limiter.
 # TYPE ratelimit_decisions_total counter
@@ -268,8 +269,8 @@ func TestDenyCacheEntries(t *testing.T) {
 func TestMemStoreKeys(t *testing.T) {
 	m, reg := newMetrics(t)
 	s, other := newMemStore(t), newMemStore(t)
-	require.NoError(t, m.WatchMemStore("main", s))
-	require.NoError(t, m.WatchMemStore("other", other))
+	require.NoError(t, m.WatchStore("main", s))
+	require.NoError(t, m.WatchStore("other", other))
 	p := core.Policy{Name: "a", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}
 	a := newLimiter(t, s, p, m)
 	p.Name = "b"
@@ -295,7 +296,7 @@ func TestMemStoreKeys(t *testing.T) {
 		"not UTF-8":     {"\xff", s, "is empty or not UTF-8"},
 		"watched twice": {"main", other, `a store named "main" is watched already`},
 	} {
-		err := m.WatchMemStore(tc.name, tc.s)
+		err := m.WatchStore(tc.name, tc.s)
 		require.ErrorIs(t, err, core.ErrInvalidOption, name)
 		assert.ErrorContains(t, err, tc.want, name)
 	}
@@ -333,7 +334,7 @@ func TestStoreDuration(t *testing.T) {
 			for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
 				bounds = append(bounds, b.GetUpperBound())
 			}
-			assert.Equal(t, promlimit.DefaultBuckets(), bounds, "bucket bounds")
+			assert.Equal(t, latency.Buckets(), bounds, "bucket bounds")
 		}
 	}
 }
@@ -441,7 +442,7 @@ func TestOptions(t *testing.T) {
 func TestLint(t *testing.T) {
 	m, reg := newMetrics(t)
 	s := newMemStore(t)
-	require.NoError(t, m.WatchMemStore("main", s))
+	require.NoError(t, m.WatchStore("main", s))
 	l := newLimiter(t, s, core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m, core.WithDenyCache(10))
 	for range 3 {
 		_, _ = l.AllowAt(context.Background(), "alice", t0)

@@ -145,3 +145,13 @@ func jsonNum(n int64) json.Number { return json.Number(fmt.Sprint(n)) }
 
 func nan() float64 { return math.NaN() }
 func inf() float64 { return math.Inf(1) }
+
+// outcomeNames returns the name of every outcome, all that WithOutcomes
+// takes.
+func outcomeNames() []string {
+	var names []string
+	for _, o := range core.Outcomes() {
+		names = append(names, o.String())
+	}
+	return names
+}

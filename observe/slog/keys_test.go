@@ -185,9 +185,9 @@ func TestRawSecretNeverLogged(t *testing.T) {
 	for _, mode := range modes {
 		for _, everything := range []bool{false, true} {
 			c, s := new(clock), newSink()
-			opts := []sloglimit.Option{sloglimit.WithKeys(mode)}
+			opts := []sloglimit.Option{sloglimit.WithKeys(mode, nil)}
 			if everything {
-				opts = append(opts, sloglimit.WithOutcomes(core.Outcomes()...))
+				opts = append(opts, sloglimit.WithOutcomes(outcomeNames()...))
 			}
 			lg := newLogger(t, s, c, opts...)
 			f := &flaky{Store: newMemStore(t)}
@@ -279,12 +279,12 @@ func TestKeyModes(t *testing.T) {
 		ip, user shown
 	}{
 		{"safe", nil, shown{key: "ip:203.0.113.7"}, shown{hash: sha("user:alice")}},
-		{"safe, keyed", []sloglimit.Option{sloglimit.WithKeySecret(secret)}, shown{key: "ip:203.0.113.7"}, shown{hash: hm("user:alice")}},
-		{"hashed", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysHashed)}, shown{hash: sha("ip:203.0.113.7")}, shown{hash: sha("user:alice")}},
-		{"hashed, keyed", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysHashed), sloglimit.WithKeySecret(secret)},
+		{"safe, keyed", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysSafe, secret)}, shown{key: "ip:203.0.113.7"}, shown{hash: hm("user:alice")}},
+		{"hashed", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysHashed, nil)}, shown{hash: sha("ip:203.0.113.7")}, shown{hash: sha("user:alice")}},
+		{"hashed, keyed", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysHashed, secret)},
 			shown{hash: hm("ip:203.0.113.7")}, shown{hash: hm("user:alice")}},
-		{"raw", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysRaw)}, shown{key: "ip:203.0.113.7"}, shown{key: "user:alice"}},
-		{"hidden", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysHidden)}, shown{}, shown{}},
+		{"raw", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysRaw, nil)}, shown{key: "ip:203.0.113.7"}, shown{key: "user:alice"}},
+		{"hidden", []sloglimit.Option{sloglimit.WithKeys(sloglimit.KeysHidden, nil)}, shown{}, shown{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -13,14 +15,11 @@ import (
 // core.ErrInvalidOption; a nil Option is such an error too.
 type Option func(*config) error
 
-// Defaults of a Logger built with no options.
+// Defaults of a Logger built with no options: at most 10 records at once,
+// then 10 per second, for each limit and class (see WithSampling).
 const (
-	// DefaultRate is how many records per second a Logger writes at most,
-	// in the long run, for each limit and class (denials, store failures).
-	DefaultRate = 10
-	// DefaultBurst is how many records a Logger writes at once, for each
-	// limit and class, before the rate applies.
-	DefaultBurst = 10
+	defaultRate  = 10
+	defaultBurst = 10
 )
 
 // KeyMode says how a Logger shows the client key of a record.
@@ -47,21 +46,6 @@ const (
 	numKeyModes
 )
 
-// String returns "safe", "hashed", "raw" or "hidden".
-func (m KeyMode) String() string {
-	switch m {
-	case KeysSafe:
-		return "safe"
-	case KeysHashed:
-		return "hashed"
-	case KeysRaw:
-		return "raw"
-	case KeysHidden:
-		return "hidden"
-	}
-	return fmt.Sprintf("KeyMode(%d)", int(m))
-}
-
 // config is what the Options set, with the defaults of New.
 type config struct {
 	outcomes  uint64 // bit o set: Outcome o is logged
@@ -86,8 +70,8 @@ func defaultConfig() config {
 	c := config{
 		level:    slog.LevelInfo,
 		errLevel: slog.LevelWarn,
-		rate:     DefaultRate,
-		burst:    DefaultBurst,
+		rate:     defaultRate,
+		burst:    defaultBurst,
 	}
 	for _, o := range defaultOutcomes {
 		c.outcomes |= 1 << o
@@ -95,23 +79,24 @@ func defaultConfig() config {
 	return c
 }
 
-// WithOutcomes sets which outcomes are logged, replacing the default:
-// denied, deny_cache, fallback_denied, failed_closed, failed_open,
-// fallback_allowed, locked_out and shadow_denied (every refusal of a
-// Limiter, every decision the store did not make, and every denial shadow
-// mode let through); allowed, canceled, invalid, allow_listed and
-// deny_listed are not logged unless listed here.
-// No outcome, or one that core.Outcomes does not list, is invalid.
-func WithOutcomes(outcomes ...core.Outcome) Option {
+// WithOutcomes sets which outcomes are logged, by the names the metrics'
+// outcome label uses, replacing the default: "denied", "deny_cache",
+// "fallback_denied", "failed_closed", "failed_open", "fallback_allowed",
+// "locked_out" and "shadow_denied" (every refusal of a Limiter, every
+// decision the store did not make, and every denial shadow mode let
+// through); "allowed", "canceled", "invalid", "allow_listed" and
+// "deny_listed" are not logged unless listed here. No name, or a name
+// that is none of these thirteen, is invalid.
+func WithOutcomes(names ...string) Option {
 	return func(c *config) error {
-		if len(outcomes) == 0 {
+		if len(names) == 0 {
 			return fmt.Errorf("%w: sloglimit.WithOutcomes: no outcome", core.ErrInvalidOption)
 		}
-		n := len(core.Outcomes())
 		var set uint64
-		for _, o := range outcomes {
-			if int(o) >= n || o >= 64 {
-				return fmt.Errorf("%w: sloglimit.WithOutcomes: unknown %v", core.ErrInvalidOption, o)
+		for _, name := range names {
+			o, ok := outcomeNamed(name)
+			if !ok {
+				return fmt.Errorf("%w: sloglimit.WithOutcomes: unknown outcome %q (want one of %s)", core.ErrInvalidOption, name, outcomeNames())
 			}
 			set |= 1 << o
 		}
@@ -120,23 +105,34 @@ func WithOutcomes(outcomes ...core.Outcome) Option {
 	}
 }
 
-// WithLevel sets the level of records whose event is not a store failure
-// (denials, and the outcomes WithOutcomes adds). The default is
-// slog.LevelInfo.
-func WithLevel(level slog.Level) Option {
-	return func(c *config) error {
-		c.level = level
-		return nil
+// outcomeNamed returns the Outcome whose String is name.
+func outcomeNamed(name string) (core.Outcome, bool) {
+	for _, o := range core.Outcomes() {
+		if o < 64 && o.String() == name {
+			return o, true
+		}
 	}
+	return 0, false
 }
 
-// WithStoreErrorLevel sets the level of records whose event is a store
-// failure: its Err wraps core.ErrStore (failed_open, failed_closed and
-// the fallback's decisions, timeouts and an open circuit breaker
-// included). The default is slog.LevelWarn.
-func WithStoreErrorLevel(level slog.Level) Option {
+// outcomeNames lists the names WithOutcomes takes.
+func outcomeNames() string {
+	var names []string
+	for _, o := range core.Outcomes() {
+		names = append(names, strconv.Quote(o.String()))
+	}
+	return strings.Join(names, ", ")
+}
+
+// WithLevels sets the level of each class of records: refusal for those
+// whose event is not a store failure (denials, and the outcomes
+// WithOutcomes adds), slog.LevelInfo by default; storeFailure for those
+// whose event is a store failure, its Err wrapping core.ErrStore
+// (failed_open, failed_closed and the fallback's decisions, timeouts and
+// an open circuit breaker included), slog.LevelWarn by default.
+func WithLevels(refusal, storeFailure slog.Level) Option {
 	return func(c *config) error {
-		c.errLevel = level
+		c.level, c.errLevel = refusal, storeFailure
 		return nil
 	}
 }
@@ -145,8 +141,8 @@ func WithStoreErrorLevel(level slog.Level) Option {
 // class (denials; store failures): at most burst at once, then perSecond
 // per second (a token bucket; over any span of t seconds, at most burst +
 // perSecond*t records). The records it drops are counted, and the next
-// record written carries the count. The default is DefaultRate per second
-// with a burst of DefaultBurst. perSecond must be positive, finite and at
+// record written carries the count. The default is 10 per second with a
+// burst of 10. perSecond must be positive, finite and at
 // most 1e9 (one per nanosecond), burst at least 1, and burst records at
 // perSecond must span less than a century.
 func WithSampling(perSecond float64, burst int) Option {
@@ -164,29 +160,22 @@ func WithSampling(perSecond float64, burst int) Option {
 	}
 }
 
-// WithKeys sets how client keys are shown (see KeyMode). The default is
-// KeysSafe.
-func WithKeys(m KeyMode) Option {
+// WithKeys sets how client keys are shown (see KeyMode; the default is
+// KeysSafe) and, when secret is not empty, keys the digest of "key_hash"
+// with it (HMAC-SHA256 instead of SHA-256), so that a digest in the log
+// cannot be checked against guessed keys (user IDs, e-mail addresses: keys
+// with little entropy) without the secret. The secret is copied; KeysRaw
+// and KeysHidden, which show no digest, do not use it.
+func WithKeys(m KeyMode, secret []byte) Option {
 	return func(c *config) error {
 		if m >= numKeyModes {
-			return fmt.Errorf("%w: sloglimit.WithKeys: unknown %v", core.ErrInvalidOption, m)
+			return fmt.Errorf("%w: sloglimit.WithKeys: unknown KeyMode(%d)", core.ErrInvalidOption, m)
 		}
 		c.keys = m
-		return nil
-	}
-}
-
-// WithKeySecret keys the digest of "key_hash" with secret (HMAC-SHA256
-// instead of SHA-256), so that a digest in the log cannot be checked
-// against guessed keys (user IDs, e-mail addresses: keys with little
-// entropy) without the secret. The secret is copied; an empty one is
-// invalid.
-func WithKeySecret(secret []byte) Option {
-	return func(c *config) error {
-		if len(secret) == 0 {
-			return fmt.Errorf("%w: sloglimit.WithKeySecret: empty secret", core.ErrInvalidOption)
+		c.keySecret = nil
+		if len(secret) > 0 {
+			c.keySecret = append([]byte(nil), secret...)
 		}
-		c.keySecret = append([]byte(nil), secret...)
 		return nil
 	}
 }

@@ -27,23 +27,22 @@
 //	retry_after  Decision.RetryAfter (a slog duration: JSONHandler writes nanoseconds)
 //	source       Decision.Source: "store", "fallback", "deny-cache", "fail-mode"
 //	key          the client key, when it is shown as it is (see Keys)
-//	key_hash     or its digest, 16 hex digits of its SHA-256 (HMAC-SHA256 with WithKeySecret)
+//	key_hash     or its digest, 16 hex digits of its SHA-256 (HMAC-SHA256 with a secret, WithKeys)
 //	error_kind   for store failures, core.StoreErrorKind: "timeout", "circuit_open", "error"
 //	error        the error's text, for any event that has one
 //	suppressed   how many records of this limit and class were dropped since the last one written, when any were
 //
-// Denials are logged at slog.LevelInfo (WithLevel), store failures at
-// slog.LevelWarn (WithStoreErrorLevel). A record at a level the logger
-// does not enable costs one call to its Enabled and nothing more: it is
-// not counted as suppressed either.
+// Denials are logged at slog.LevelInfo, store failures at slog.LevelWarn
+// (WithLevels). A record at a level the logger does not enable costs one
+// call to its Enabled and nothing more: it is not counted as suppressed
+// either.
 //
 // # Sampling
 //
 // Each Limiter a Logger is given to has two samplers of its own, one for
 // denials and one for store failures, so that a flood of denials cannot
-// hide the first failure of the store: each writes at most DefaultBurst
-// records at once and DefaultRate per second after that (WithSampling).
-// A dropped record costs no allocation and no lock; it is counted, and
+// hide the first failure of the store: each writes at most 10 records at
+// once and 10 per second after that (WithSampling). A dropped record costs no allocation and no lock; it is counted, and
 // the next record written for that limit and class carries the count as
 // "suppressed", so the log still tells the size of the flood. (Records
 // dropped at the end of a flood are told by the next record, whenever it

@@ -270,7 +270,7 @@ func TestOutcomes(t *testing.T) {
 
 	t.Run("WithOutcomes", func(t *testing.T) {
 		c, s := new(clock), newSink()
-		lg := newLogger(t, s, c, sloglimit.WithOutcomes(core.OutcomeAllowed, core.OutcomeCanceled, core.OutcomeInvalid))
+		lg := newLogger(t, s, c, sloglimit.WithOutcomes("allowed", "canceled", "invalid"))
 		l := newLimiter(t, newMemStore(t), hourly, core.WithObserver(lg))
 		for range 2 { // allowed, then denied (not logged)
 			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
@@ -300,7 +300,7 @@ func TestLevels(t *testing.T) {
 	ctx := context.Background()
 	c, s := new(clock), newSink()
 	f := &flaky{Store: newMemStore(t)}
-	lg := newLogger(t, s, c, sloglimit.WithLevel(slog.LevelDebug), sloglimit.WithStoreErrorLevel(slog.LevelError))
+	lg := newLogger(t, s, c, sloglimit.WithLevels(slog.LevelDebug, slog.LevelError))
 	l := newLimiter(t, f, hourly, core.WithObserver(lg), core.WithCircuitBreaker(0, time.Second))
 
 	s.level.Set(slog.LevelInfo)
@@ -378,8 +378,9 @@ func TestOptions(t *testing.T) {
 	bad := map[string]sloglimit.Option{
 		"nil":                  nil,
 		"no outcome":           sloglimit.WithOutcomes(),
-		"unknown outcome":      sloglimit.WithOutcomes(core.OutcomeDenied, core.Outcome(len(core.Outcomes()))),
-		"outcome 200":          sloglimit.WithOutcomes(core.Outcome(200)),
+		"unknown outcome":      sloglimit.WithOutcomes("denied", "refused"),
+		"empty outcome":        sloglimit.WithOutcomes(""),
+		"outcome of odd case":  sloglimit.WithOutcomes("Denied"),
 		"zero rate":            sloglimit.WithSampling(0, 1),
 		"negative rate":        sloglimit.WithSampling(-1, 1),
 		"NaN rate":             sloglimit.WithSampling(nan(), 1),
@@ -388,13 +389,11 @@ func TestOptions(t *testing.T) {
 		"zero burst":           sloglimit.WithSampling(1, 0),
 		"negative burst":       sloglimit.WithSampling(1, -1),
 		"burst over a century": sloglimit.WithSampling(1e-10, 1),
-		"unknown key mode":     sloglimit.WithKeys(sloglimit.KeyMode(9)),
-		"empty key secret":     sloglimit.WithKeySecret(nil),
-		"empty key secret (2)": sloglimit.WithKeySecret([]byte{}),
+		"unknown key mode":     sloglimit.WithKeys(sloglimit.KeyMode(9), nil),
 	}
 	for name, opt := range bad {
 		t.Run(name, func(t *testing.T) {
-			lg, err := sloglimit.New(nil, sloglimit.WithLevel(slog.LevelInfo), opt)
+			lg, err := sloglimit.New(nil, sloglimit.WithLevels(slog.LevelInfo, slog.LevelWarn), opt)
 			require.ErrorIs(t, err, core.ErrInvalidOption)
 			assert.True(t, strings.HasPrefix(strings.TrimPrefix(err.Error(), core.ErrInvalidOption.Error()+": "), "sloglimit."), err.Error())
 			assert.Nil(t, lg)
@@ -403,17 +402,17 @@ func TestOptions(t *testing.T) {
 	for _, opt := range []sloglimit.Option{
 		sloglimit.WithSampling(1e9, 1),
 		sloglimit.WithSampling(1.0/3600, 24),
-		sloglimit.WithOutcomes(core.Outcomes()...),
-		sloglimit.WithKeys(sloglimit.KeysHidden),
-		sloglimit.WithKeySecret([]byte("s")),
+		sloglimit.WithOutcomes(outcomeNames()...),
+		sloglimit.WithKeys(sloglimit.KeysHidden, nil),
+		sloglimit.WithKeys(sloglimit.KeysHashed, []byte("s")),
+		sloglimit.WithKeys(sloglimit.KeysSafe, []byte{}), // no secret: SHA-256
 	} {
 		_, err := sloglimit.New(nil, opt)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, "safe hashed raw hidden KeyMode(9)", strings.Join([]string{
-		sloglimit.KeysSafe.String(), sloglimit.KeysHashed.String(), sloglimit.KeysRaw.String(),
-		sloglimit.KeysHidden.String(), sloglimit.KeyMode(9).String(),
-	}, " "))
+	_, err := sloglimit.New(nil, sloglimit.WithOutcomes("denied", "refused"))
+	assert.ErrorContains(t, err, `unknown outcome "refused"`)
+	assert.ErrorContains(t, err, `"allowed", "denied"`, "the error lists the names")
 }
 
 // TestNilLogger: a nil logger is slog.Default().

@@ -40,7 +40,7 @@ func newMetrics(store any) (*promlimit.Metrics, http.Handler, error) {
 		return nil, nil, err
 	}
 	if s, ok := store.(interface{ Len() int }); ok {
-		if err := m.WatchMemStore(MemStoreName, s); err != nil {
+		if err := m.WatchStore(MemStoreName, s); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -1,0 +1,7 @@
+package otellimit
+
+// Exported to the tests.
+const MeterName = meterName
+
+// ErrClosed is errClosed, for the tests.
+var ErrClosed = errClosed
