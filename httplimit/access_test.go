@@ -101,10 +101,14 @@ func TestAccessLists(t *testing.T) {
 			opts: []httplimit.Option{httplimit.WithClientIP(behindProxy), httplimit.WithAllowList(list(t, "198.51.100.1")), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
 		{name: "the proxy itself is not the client", req: from("10.0.0.2:1", "X-Forwarded-For", "203.0.113.9"), takes: 1,
 			opts: []httplimit.Option{httplimit.WithClientIP(behindProxy), httplimit.WithDenyList(list(t, "10.0.0.0/8"))}},
-		{name: "replaced forbidden handler", req: from("203.0.113.9:1"), status: 451, body: "blocked: scanner",
+		{name: "replaced responder reads the entry", req: from("203.0.113.9:1"), status: 451, body: "blocked: scanner",
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "203.0.113.9 reason=scanner")),
-				httplimit.WithForbiddenHandler(func(_ keyfuncs.Request, w httplimit.Response, e access.Entry) {
-					_ = w.Write(451, "text/plain", []byte("blocked: "+e.Reason))
+				httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
+					if e, ok := httplimit.ListEntry(err); ok {
+						_ = w.Write(451, "text/plain", []byte("blocked: "+e.Reason))
+						return
+					}
+					httplimit.DefaultResponder(r, w, d, err)
 				})}},
 		{name: "several deny lists add up", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody,
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "192.0.2.0/24")), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
@@ -204,23 +208,23 @@ func TestAccessPanicsAreRecovered(t *testing.T) {
 	assert.Equal(t, "access list", pe.In)
 
 	f, err = httplimit.New(newLimiter(t, memStore(t), perMinute), httplimit.WithDenyList(list(t, "192.0.2.0/24")),
-		httplimit.WithForbiddenHandler(func(keyfuncs.Request, httplimit.Response, access.Entry) { panic("handler broke") }),
+		httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { panic("handler broke") }),
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	w = newResponse()
 	require.False(t, f.Handle(newRequest(), w))
 	assert.Equal(t, 500, w.status)
 	require.ErrorAs(t, errs[len(errs)-1], &pe)
-	assert.Equal(t, "forbidden handler", pe.In)
+	assert.Equal(t, "responder", pe.In)
 }
 
 func TestAccessOptionsReject(t *testing.T) {
 	l := newLimiter(t, memStore(t), perMinute)
 	for name, opt := range map[string]httplimit.Option{
-		"httplimit.WithAllowList: nil matcher":                  httplimit.WithAllowList(nil),
-		"httplimit.WithDenyList: nil matcher":                   httplimit.WithDenyList(nil),
-		"httplimit.WithClientIP: nil ClientIP":                  httplimit.WithClientIP(nil),
-		"httplimit.WithForbiddenHandler: nil forbidden handler": httplimit.WithForbiddenHandler(nil),
+		"httplimit.WithAllowList: nil matcher":   httplimit.WithAllowList(nil),
+		"httplimit.WithDenyList: nil matcher":    httplimit.WithDenyList(nil),
+		"httplimit.WithClientIP: nil ClientIP":   httplimit.WithClientIP(nil),
+		"httplimit.WithResponder: nil responder": httplimit.WithResponder(nil),
 	} {
 		_, err := httplimit.New(l, opt)
 		require.ErrorIs(t, err, core.ErrInvalidOption, name)

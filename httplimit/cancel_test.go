@@ -142,9 +142,9 @@ func TestCanceledLogsAtDebug(t *testing.T) {
 	assert.Equal(t, "ratelimit: request canceled", rec.records[0].Message)
 }
 
-func TestDefaultErrorResponderCanceled(t *testing.T) {
+func TestDefaultResponderCanceled(t *testing.T) {
 	w := newResponse()
-	httplimit.DefaultErrorResponder(newRequest(), w, errors.Join(core.ErrCanceled, context.Canceled))
+	httplimit.DefaultResponder(newRequest(), w, core.Decision{}, errors.Join(core.ErrCanceled, context.Canceled))
 	assert.Equal(t, 499, w.status)
 	assert.Equal(t, "application/json", w.contentType)
 	assert.Equal(t, canceledBody, w.body)

@@ -13,16 +13,17 @@
 // and its response into a Response, and calls Flow.Handle.
 //
 // An allow-listed client passes without a decision and a deny-listed one
-// is answered by the ForbiddenHandler (403), both without a store call
-// (WithAllowList, WithDenyList). A request over its limit is answered by
-// the DenyHandler (429 and a JSON body by default); one refused because the store failed under
-// core.FailClosed by the UnavailableHandler (503); one the flow cannot
-// decide (no key: 400; a bad cost, a failing key function, a recovered
-// panic: 500; a client that left: 499, and never its handler) by the
-// ErrorResponder, once the ErrorHandler has heard the error. A store that
-// fails open lets the request through with no rate-limit header. A
-// Limiter in shadow mode (core.WithShadow) never denies: the flow then
-// writes no rate-limit header unless WithHeaders asks for them, and never
+// is answered 403, both without a store call (WithAllowList,
+// WithDenyList). Every request that does not proceed is answered by the
+// Responder (WithResponder; DefaultResponder by default): one over its
+// limit 429 with a JSON body; one refused because the store failed under
+// core.FailClosed 503; one the flow cannot decide (no key: 400; a bad
+// cost, a failing key function, a recovered panic: 500; a client that
+// left: 499, and never its handler) once the ErrorHandler has heard the
+// error. A store that fails open lets the request through with no
+// rate-limit header. A Limiter in shadow mode (core.WithShadow) never
+// denies: the flow then writes no rate-limit header unless WithHeaders
+// asks for them, and never
 // paces. No response ever echoes the request or an error's text.
 package httplimit
 
@@ -52,39 +53,27 @@ type Response interface {
 	Write(status int, contentType string, body []byte) error
 }
 
-// DenyHandler answers a request that does not proceed because of d: over
-// its limit (WithDenyHandler), or refused by a failed store under
-// core.FailClosed (WithUnavailableHandler).
-type DenyHandler func(r keyfuncs.Request, w Response, d core.Decision)
-
 // ErrorHandler hears every error of the flow (WithErrorHandler). It only
-// observes: the response is the flow's, or the ErrorResponder's.
+// observes: the response is the flow's, or the Responder's.
 type ErrorHandler func(r keyfuncs.Request, err error)
-
-// ErrorResponder answers a request the flow could not decide
-// (WithErrorResponder).
-type ErrorResponder func(r keyfuncs.Request, w Response, err error)
 
 // Flow runs the rate-limiting sequence for one Limiter. Build it with New;
 // it is immutable and safe for concurrent use.
 type Flow struct {
-	limiter     *core.Limiter
-	keyFunc     keyfuncs.Func
-	skips       []func(keyfuncs.Request) bool
-	cost        func(keyfuncs.Request) int64
-	headers     headers.Config
-	writer      *headers.Writer // of headers
-	deny        DenyHandler
-	unavailable DenyHandler
-	onError     ErrorHandler
-	respondErr  ErrorResponder
-	maxDelay    time.Duration
-	clientIP    *keyfuncs.ClientIP
-	allow       []access.Matcher // nil when none
-	deny403     []access.Matcher // nil when none
-	forbidden   ForbiddenHandler
-	shadow      bool      // the limiter's shadow mode: never pace
-	layers      *layerSet // WithLayers; nil for a single limit
+	limiter  *core.Limiter
+	keyFunc  keyfuncs.Func
+	skips    []func(keyfuncs.Request) bool
+	cost     func(keyfuncs.Request) int64
+	headers  headers.Config
+	writer   *headers.Writer // of headers
+	respond  Responder
+	onError  ErrorHandler
+	maxDelay time.Duration
+	clientIP *keyfuncs.ClientIP
+	allow    []access.Matcher // nil when none
+	deny403  []access.Matcher // nil when none
+	shadow   bool             // the limiter's shadow mode: never pace
+	layers   *layerSet        // WithLayers; nil for a single limit
 }
 
 // New returns the Flow of l configured by opts, applied in order. It
@@ -104,21 +93,18 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		}
 	}
 	f := &Flow{
-		limiter:     l,
-		keyFunc:     c.keyFunc,
-		skips:       c.skips,
-		cost:        c.cost,
-		headers:     c.headers,
-		deny:        c.deny,
-		unavailable: c.unavailable,
-		onError:     c.onError,
-		respondErr:  c.respondErr,
-		maxDelay:    c.maxDelay,
-		clientIP:    c.clientIP,
-		allow:       c.allow,
-		deny403:     c.deny403,
-		forbidden:   c.forbidden,
-		shadow:      l.Shadow(),
+		limiter:  l,
+		keyFunc:  c.keyFunc,
+		skips:    c.skips,
+		cost:     c.cost,
+		headers:  c.headers,
+		respond:  c.respond,
+		onError:  c.onError,
+		maxDelay: c.maxDelay,
+		clientIP: c.clientIP,
+		allow:    c.allow,
+		deny403:  c.deny403,
+		shadow:   l.Shadow(),
 	}
 	if c.layers != nil {
 		if c.keyFunc != nil || c.cost != nil {
@@ -146,24 +132,15 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 	if f.keyFunc == nil {
 		f.keyFunc = f.clientIP.Key
 	}
-	if f.forbidden == nil {
-		f.forbidden = DefaultForbiddenHandler
-	}
 	if !c.headersSet && !l.Shadow() {
 		f.headers = headers.Default()
 	}
 	f.writer = headers.NewWriter(f.headers)
-	if f.deny == nil {
-		f.deny = DefaultDenyHandler
-	}
-	if f.unavailable == nil {
-		f.unavailable = DefaultUnavailableHandler
+	if f.respond == nil {
+		f.respond = DefaultResponder
 	}
 	if f.onError == nil {
 		f.onError = LogErrors(nil)
-	}
-	if f.respondErr == nil {
-		f.respondErr = DefaultErrorResponder
 	}
 	if !c.maxDelaySet {
 		f.maxDelay = defaultMaxDelay
@@ -205,8 +182,8 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			return f.proceed(&st, r.Context(), r, w)
 		case denyListed:
 			f.report(k, l)
-			st.in = inForbidden
-			f.forbidden(r, st.guard(w), e)
+			st.in = inResponder
+			f.respond(r, st.guard(w), core.Decision{}, &listedError{e})
 			return false
 		}
 	}
@@ -242,8 +219,8 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			st.in = inHeaders
 			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(d)))
 		}
-		st.in = inUnavailable
-		f.unavailable(r, st.guard(w), d)
+		st.in = inResponder
+		f.respond(r, st.guard(w), d, nil)
 		return false
 	}
 	return f.decided(&st, ctx, r, w, d, at)
@@ -256,8 +233,8 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 	st.in = inHeaders
 	f.writer.Write(w, d, at)
 	if !d.Allowed {
-		st.in = inDeny
-		f.deny(r, st.guard(w), d)
+		st.in = inResponder
+		f.respond(r, st.guard(w), d, nil)
 		return false
 	}
 	if d.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(d.Delay, f.maxDelay)) {
@@ -277,12 +254,12 @@ func (f *Flow) proceed(st *state, ctx context.Context, r keyfuncs.Request, w Res
 	return true
 }
 
-// fail reports err and answers the request with the ErrorResponder.
+// fail reports err and answers the request with the Responder.
 func (f *Flow) fail(st *state, r keyfuncs.Request, w Response, err error) {
 	st.in = inErrorHandler
 	f.onError(r, err)
-	st.in = inErrorResponder
-	f.respondErr(r, st.guard(w), err)
+	st.in = inResponder
+	f.respond(r, st.guard(w), core.Decision{}, err)
 }
 
 // canceled is the error of a request admitted, or paced, while its context

@@ -102,10 +102,8 @@ func TestNewRejects(t *testing.T) {
 		{"nil key func", l, []httplimit.Option{httplimit.WithKeyFunc(nil)}, "httplimit.WithKeyFunc: nil key function"},
 		{"nil skip", l, []httplimit.Option{httplimit.WithSkip(nil)}, "httplimit.WithSkip: nil skip function"},
 		{"nil cost", l, []httplimit.Option{httplimit.WithCost(nil)}, "httplimit.WithCost: nil cost function"},
-		{"nil deny handler", l, []httplimit.Option{httplimit.WithDenyHandler(nil)}, "httplimit.WithDenyHandler: nil deny handler"},
-		{"nil unavailable handler", l, []httplimit.Option{httplimit.WithUnavailableHandler(nil)}, "httplimit.WithUnavailableHandler: nil unavailable handler"},
+		{"nil responder", l, []httplimit.Option{httplimit.WithResponder(nil)}, "httplimit.WithResponder: nil responder"},
 		{"nil error handler", l, []httplimit.Option{httplimit.WithErrorHandler(nil)}, "httplimit.WithErrorHandler: nil error handler"},
-		{"nil error responder", l, []httplimit.Option{httplimit.WithErrorResponder(nil)}, "httplimit.WithErrorResponder: nil error responder"},
 		{"negative max delay", l, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}, "httplimit.WithMaxDelay: negative delay -1s"},
 		{"the first invalid option is reported", l,
 			[]httplimit.Option{ok, httplimit.WithCost(nil), nil, httplimit.WithSkip(nil)}, "httplimit.WithCost: nil cost function"},
@@ -178,10 +176,14 @@ func TestHandle(t *testing.T) {
 			errContains: []error{core.ErrStore},
 		},
 		{
-			name:  "fail closed, replaced handler",
+			name:  "fail closed, replaced responder",
 			store: func(testing.TB) core.Store { return failing{} },
 			lopts: []core.Option{core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(1500 * time.Millisecond)},
-			opts: []httplimit.Option{httplimit.WithUnavailableHandler(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision) {
+			opts: []httplimit.Option{httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
+				if err != nil || d.Source != core.SourceFailMode {
+					httplimit.DefaultResponder(r, w, d, err)
+					return
+				}
 				_ = w.Write(http.StatusTooManyRequests, "text/plain", []byte(d.RetryAfter.String()))
 			})},
 			status: 429, body: "1.5s", header: map[string]string{"Retry-After": "2"},
@@ -287,7 +289,7 @@ func TestLogErrors(t *testing.T) {
 	}
 }
 
-func TestDefaultDenyHandler(t *testing.T) {
+func TestDefaultResponderDenied(t *testing.T) {
 	for _, tc := range []struct {
 		retry time.Duration
 		body  string
@@ -297,7 +299,7 @@ func TestDefaultDenyHandler(t *testing.T) {
 		{time.Hour, `{"error":"rate_limit_exceeded","message":"Too many requests, retry after 3600 seconds.","retry_after_seconds":3600}`},
 	} {
 		w := newResponse()
-		httplimit.DefaultDenyHandler(newRequest(), w, core.Decision{RetryAfter: tc.retry})
+		httplimit.DefaultResponder(newRequest(), w, core.Decision{RetryAfter: tc.retry}, nil)
 		assert.Equal(t, 429, w.status, "RetryAfter %v: status", tc.retry)
 		assert.Equal(t, "application/json", w.contentType, "RetryAfter %v: Content-Type", tc.retry)
 		assert.Equal(t, tc.body, w.body, "RetryAfter %v: body", tc.retry)

@@ -150,7 +150,7 @@ func WithLayers(layers ...Layer) Option {
 //
 // A bad entry (a cost below 1, a malformed pattern or method) cannot be
 // reported here: the function then gives every request cost 0, which the
-// flow refuses with the ErrorResponder (500), so that the mistake shows on
+// flow refuses with the Responder (500), so that the mistake shows on
 // the first request rather than as a wrong limit. CheckCostByRoute reports
 // it at startup.
 func CostByRoute(costs map[string]int64) func(keyfuncs.Request) int64 {
@@ -434,8 +434,8 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			return f.proceed(st, r.Context(), r, w)
 		case denyListed:
 			f.reportKeys(sc.keys[:n], l)
-			st.in = inForbidden
-			f.forbidden(r, st.guard(w), e)
+			st.in = inResponder
+			f.respond(r, st.guard(w), core.Decision{}, &listedError{e})
 			return false
 		}
 	}
@@ -495,8 +495,8 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			st.in = inHeaders
 			w.Set(headers.RetryAfter, itoa(headers.RetryAfterSeconds(v.Decision)))
 		}
-		st.in = inUnavailable
-		f.unavailable(r, st.guard(w), v.Decision)
+		st.in = inResponder
+		f.respond(r, st.guard(w), v.Decision, nil)
 		return false
 	}
 	return f.decidedLayers(st, ctx, r, w, v)
@@ -517,8 +517,8 @@ func (f *Flow) decidedLayers(st *state, ctx context.Context, r keyfuncs.Request,
 	st.in = inHeaders
 	headers.WriteLayers(w, v, time.Now(), f.headers)
 	if !v.Allowed {
-		st.in = inDeny
-		f.deny(r, st.guard(w), v.Decision)
+		st.in = inResponder
+		f.respond(r, st.guard(w), v.Decision, nil)
 		return false
 	}
 	if v.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(v.Delay, f.maxDelay)) {

@@ -28,16 +28,13 @@ type config struct {
 	headersSet  bool
 	skips       []func(keyfuncs.Request) bool
 	cost        func(keyfuncs.Request) int64
-	deny        DenyHandler
-	unavailable DenyHandler
+	respond     Responder
 	onError     ErrorHandler
-	respondErr  ErrorResponder
 	maxDelay    time.Duration
 	maxDelaySet bool
 	clientIP    *keyfuncs.ClientIP
 	allow       []access.Matcher
 	deny403     []access.Matcher
-	forbidden   ForbiddenHandler
 	layers      []Layer // WithLayers
 }
 
@@ -93,7 +90,7 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 // WithCost weighs requests by cost. cost returns how many units of the
 // quota a request takes (1 when WithCost is not given). A cost below 1 or
 // above the policy's capacity is a programming error: the request gets
-// the ErrorResponder's answer (500 by default), never a panic and never a
+// the Responder's answer (500 by default), never a panic and never a
 // 429. With WithLayers, which it cannot be given with, each Layer has its
 // own Cost. A nil cost is invalid.
 func WithCost(cost func(keyfuncs.Request) int64) Option {
@@ -106,30 +103,19 @@ func WithCost(cost func(keyfuncs.Request) int64) Option {
 	}
 }
 
-// WithDenyHandler sets the response to a request over its limit. The rate
-// limit headers, Retry-After included, are already set when it is called.
-// The default is DefaultDenyHandler. A nil h is invalid.
-func WithDenyHandler(h DenyHandler) Option {
+// WithResponder sets the answer to every request that does not proceed:
+// over its limit (429 by default), refused by a failed store under
+// core.FailClosed (503), deny-listed (403), or not decided (400 no key,
+// 499 client left, 500). h must write a response: the adapter stops the
+// chain either way. To fall back to another key instead of refusing a
+// request without one, use keyfuncs.FirstOf in the layer's Key. The
+// default is DefaultResponder. A nil h is invalid.
+func WithResponder(h Responder) Option {
 	return func(c *config) error {
 		if h == nil {
-			return invalid("WithDenyHandler", "nil deny handler")
+			return invalid("WithResponder", "nil responder")
 		}
-		c.deny = h
-		return nil
-	}
-}
-
-// WithUnavailableHandler sets the response to a request refused because
-// the store failed, under core.FailClosed. Retry-After (the Limiter's
-// fail-closed retry) is already set when headers are configured to carry it;
-// no other rate-limit header is, since the store told nothing. The default
-// is DefaultUnavailableHandler (503). A nil h is invalid.
-func WithUnavailableHandler(h DenyHandler) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("WithUnavailableHandler", "nil unavailable handler")
-		}
-		c.unavailable = h
+		c.respond = h
 		return nil
 	}
 }
@@ -146,24 +132,6 @@ func WithErrorHandler(h ErrorHandler) Option {
 			return invalid("WithErrorHandler", "nil error handler")
 		}
 		c.onError = h
-		return nil
-	}
-}
-
-// WithErrorResponder sets the response to a request the flow cannot
-// decide or serve. Such a request's key function failed, or the Limiter
-// refused its key or cost, or its client left (core.ErrCanceled), or its
-// flow panicked (ErrPanic). h must write a response: the adapter stops the
-// chain either way. The default is DefaultErrorResponder: 499 for a client
-// that left, 400 when the key function found no key (keyfuncs.ErrNoKey),
-// 500 otherwise. To fall back to another key instead of refusing the
-// request, use keyfuncs.FirstOf in WithKeyFunc. A nil h is invalid.
-func WithErrorResponder(h ErrorResponder) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("WithErrorResponder", "nil error responder")
-		}
-		c.respondErr = h
 		return nil
 	}
 }

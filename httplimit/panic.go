@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -19,8 +20,7 @@ var ErrPanic = errors.New("httplimit: panic")
 type PanicError struct {
 	// In names where the panic happened: "key function", "cost function",
 	// "skip function", "layer policy function" (a Layer's PolicyFor),
-	// "limiter", "deny handler", "unavailable handler", "error handler",
-	// "error responder", "headers", "access list" or "forbidden handler".
+	// "limiter", "responder", "error handler", "headers" or "access list".
 	In string
 	// Value is what was passed to panic.
 	Value any
@@ -38,15 +38,13 @@ func (e *PanicError) Unwrap() error { return ErrPanic }
 
 // Where the flow is, for the PanicError of a panic recovered there.
 const (
-	inSkip           = "skip function"
-	inKey            = "key function"
-	inCost           = "cost function"
-	inLimiter        = "limiter"
-	inHeaders        = "headers"
-	inDeny           = "deny handler"
-	inUnavailable    = "unavailable handler"
-	inErrorHandler   = "error handler"
-	inErrorResponder = "error responder"
+	inSkip         = "skip function"
+	inKey          = "key function"
+	inCost         = "cost function"
+	inLimiter      = "limiter"
+	inHeaders      = "headers"
+	inResponder    = "responder"
+	inErrorHandler = "error handler"
 )
 
 // state is where one run of the flow is, and the guard of its response
@@ -89,8 +87,8 @@ func (w *writeOnce) Write(status int, contentType string, body []byte) error {
 // recovered handles a panic with value v recovered from Handle: it reports
 // a *PanicError to the ErrorHandler (to LogErrors(nil) when the
 // ErrorHandler is what panicked, or panics again), then answers 500 with
-// the ErrorResponder (DefaultErrorResponder when the ErrorResponder is what
-// panicked, or panics again, or writes nothing) unless the response has
+// the Responder (DefaultResponder when the Responder is what panicked, or
+// panics again, or writes nothing) unless the response has
 // already been written. It never panics itself.
 func (f *Flow) recovered(r keyfuncs.Request, w Response, st *state, v any) {
 	err := &PanicError{In: st.in, Value: v, Stack: debug.Stack()}
@@ -101,11 +99,11 @@ func (f *Flow) recovered(r keyfuncs.Request, w Response, st *state, v any) {
 		return
 	}
 	g := st.guard(w)
-	if st.in != inErrorResponder {
-		try(func() { f.respondErr(r, g, err) })
+	if st.in != inResponder {
+		try(func() { f.respond(r, g, core.Decision{}, err) })
 	}
 	if !st.written() {
-		try(func() { DefaultErrorResponder(r, g, err) })
+		try(func() { DefaultResponder(r, g, core.Decision{}, err) })
 	}
 }
 

@@ -45,7 +45,7 @@ func (panicking) Take(context.Context, core.Request) (core.Decision, error) {
 
 // TestPanicsAreRecovered checks that a panic anywhere in the flow is
 // recovered, reported as a *PanicError naming where it happened, and
-// answered once: 500 by the ErrorResponder unless a response was already
+// answered once: 500 by the Responder unless a response was already
 // written.
 func TestPanicsAreRecovered(t *testing.T) {
 	boom := func() { panic("boom: secret-request-data") }
@@ -75,30 +75,30 @@ func TestPanicsAreRecovered(t *testing.T) {
 			opts: []httplimit.Option{httplimit.WithCost(func(keyfuncs.Request) int64 { boom(); return 1 })}},
 		{name: "store", in: "limiter",
 			store: func(t *testing.T) core.Store { return panicking{} }},
-		{name: "deny handler before writing", in: "deny handler", before: 1,
-			opts: []httplimit.Option{httplimit.WithDenyHandler(func(keyfuncs.Request, httplimit.Response, core.Decision) { boom() })}},
-		{name: "deny handler after writing", in: "deny handler", before: 1, status: 429, body: "over",
-			opts: []httplimit.Option{httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision) {
+		{name: "responder before writing", in: "responder", before: 1,
+			opts: []httplimit.Option{httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() })}},
+		{name: "responder after writing", in: "responder", before: 1, status: 429, body: "over",
+			opts: []httplimit.Option{httplimit.WithResponder(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision, _ error) {
 				_ = w.Write(429, "text/plain", []byte("over"))
 				boom()
 			})}},
-		{name: "deny handler writing twice", in: "deny handler", before: 1, status: 429, body: "once",
-			opts: []httplimit.Option{httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision) {
+		{name: "responder writing twice", in: "responder", before: 1, status: 429, body: "once",
+			opts: []httplimit.Option{httplimit.WithResponder(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision, _ error) {
 				_ = w.Write(429, "text/plain", []byte("once"))
 				if err := w.Write(200, "text/plain", []byte("twice")); err != nil {
 					panic(err)
 				}
 			})}},
-		{name: "unavailable handler", in: "unavailable handler",
+		{name: "responder, fail closed", in: "responder",
 			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{core.WithFailMode(core.FailClosed)},
-			opts: []httplimit.Option{httplimit.WithUnavailableHandler(func(keyfuncs.Request, httplimit.Response, core.Decision) { boom() })}},
+			opts: []httplimit.Option{httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() })}},
 		{name: "error handler on a store failure", in: "error handler",
 			store: func(*testing.T) core.Store { return failing{} },
 			opts:  []httplimit.Option{httplimit.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
-		{name: "error responder", in: "error responder",
+		{name: "responder, no key", in: "responder",
 			opts: []httplimit.Option{
 				httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))),
-				httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { boom() }),
+				httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() }),
 			}},
 		{name: "headers", in: "headers",
 			opts: []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})}},
@@ -164,8 +164,8 @@ func TestPanicsAreRecovered(t *testing.T) {
 }
 
 // TestPanicHandlerAndResponderBothBreak checks the last resort: the
-// ErrorHandler and the ErrorResponder both panic; the default logger hears
-// the panic and DefaultErrorResponder answers.
+// ErrorHandler and the Responder both panic; the default logger hears
+// the panic and DefaultResponder answers.
 func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 	var rec recordHandler
 	prev := slog.Default()
@@ -174,7 +174,7 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
 		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
 		httplimit.WithErrorHandler(func(keyfuncs.Request, error) { panic("handler") }),
-		httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { panic("responder") }))
+		httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { panic("responder") }))
 	require.NoError(t, err)
 	w := newResponse()
 	require.NotPanics(t, func() { assert.False(t, f.Handle(newRequest(), w)) })

@@ -27,15 +27,9 @@ func WithClientIP(c *keyfuncs.ClientIP) Option { return httplimit.WithClientIP(c
 func WithAllowList(m access.Matcher) Option { return httplimit.WithAllowList(m) }
 
 // WithDenyList refuses the clients m matches: their requests are answered at
-// once by the ForbiddenHandler (403 by default), without a store call,
-// unless an allow list matches them too. See [httplimit.WithDenyList].
+// once by the Responder (403 by default), without a store call, unless an
+// allow list matches them too. See [httplimit.WithDenyList].
 func WithDenyList(m access.Matcher) Option { return httplimit.WithDenyList(m) }
-
-// WithForbiddenHandler sets the response to a request refused by a deny
-// list. See [httplimit.WithForbiddenHandler].
-func WithForbiddenHandler(h httplimit.ForbiddenHandler) Option {
-	return httplimit.WithForbiddenHandler(h)
-}
 
 // WithLayers makes the flow check every request against layers, in one
 // Limiter call: the Limiter must have been built with the same layers
@@ -57,24 +51,15 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option { return httplimit.WithSk
 // WithCost weighs requests by cost. See [httplimit.WithCost].
 func WithCost(cost func(keyfuncs.Request) int64) Option { return httplimit.WithCost(cost) }
 
-// WithDenyHandler sets the response to a request over its limit. See
-// [httplimit.WithDenyHandler].
-func WithDenyHandler(h httplimit.DenyHandler) Option { return httplimit.WithDenyHandler(h) }
-
-// WithUnavailableHandler sets the response to a request refused because the
-// store failed, under core.FailClosed. See
-// [httplimit.WithUnavailableHandler].
-func WithUnavailableHandler(h httplimit.DenyHandler) Option {
-	return httplimit.WithUnavailableHandler(h)
-}
+// WithResponder sets the answer to every request that does not proceed: over
+// its limit (429 by default), refused by a failed store under
+// core.FailClosed (503), deny-listed (403), or not decided (400 no key, 499
+// client left, 500). See [httplimit.WithResponder].
+func WithResponder(h httplimit.Responder) Option { return httplimit.WithResponder(h) }
 
 // WithErrorHandler sets who hears about the errors of the flow. See
 // [httplimit.WithErrorHandler].
 func WithErrorHandler(h httplimit.ErrorHandler) Option { return httplimit.WithErrorHandler(h) }
-
-// WithErrorResponder sets the response to a request the flow cannot decide
-// or serve. See [httplimit.WithErrorResponder].
-func WithErrorResponder(h httplimit.ErrorResponder) Option { return httplimit.WithErrorResponder(h) }
 
 // WithMaxDelay caps the pacing of leaky-bucket decisions. See
 // [httplimit.WithMaxDelay].

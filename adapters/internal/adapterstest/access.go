@@ -14,7 +14,7 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// ForbiddenBody is DefaultForbiddenHandler's body.
+// ForbiddenBody is DefaultResponder's body for a deny-listed request.
 const ForbiddenBody = `{"error":"forbidden","message":"Access denied."}`
 
 // accessStep is one request on a socket of its own, and what must come of

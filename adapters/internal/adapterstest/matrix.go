@@ -322,9 +322,9 @@ var matrix = []matrixCase{
 		hits: 3,
 	},
 	{
-		name: "custom deny handler",
+		name: "custom responder",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			deny := httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision) {
+			deny := httplimit.WithResponder(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision, _ error) {
 				w.Set("X-Denied-By", d.Policy.Name)
 				_ = w.Write(http.StatusTeapot, "text/plain", []byte("retry in "+d.RetryAfter.String()))
 			})

@@ -49,9 +49,9 @@ func RunPanics(t *testing.T, h SocketHarness) {
 				return key, nil
 			}),
 			httplimit.WithCost(func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 }),
-			httplimit.WithDenyHandler(func(r keyfuncs.Request, w httplimit.Response, d core.Decision) {
+			httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
 				panicIn(r, "deny")
-				httplimit.DefaultDenyHandler(r, w, d)
+				httplimit.DefaultResponder(r, w, d, err)
 			}),
 		}}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
@@ -91,10 +91,10 @@ func RunPanics(t *testing.T, h SocketHarness) {
 		if assert.ErrorAs(t, err, &pe) {
 			assert.True(t, errors.Is(err, httplimit.ErrPanic))
 			assert.Equal(t, "test panic in "+map[string]string{
-				"key function": "key", "cost function": "cost", "skip function": "skip", "deny handler": "deny",
+				"key function": "key", "cost function": "cost", "skip function": "skip", "responder": "deny",
 			}[pe.In], pe.Value)
 			in = append(in, pe.In)
 		}
 	}
-	assert.Equal(t, []string{"key function", "cost function", "skip function", "deny handler"}, in)
+	assert.Equal(t, []string{"key function", "cost function", "skip function", "responder"}, in)
 }

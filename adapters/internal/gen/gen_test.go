@@ -51,15 +51,13 @@ func TestOptionsWrapped(t *testing.T) {
 		assert.NotEmpty(t, o.Doc, o.Name)
 	}
 	for name, want := range map[string]string{
-		"WithKeyFunc":            "fn keyfuncs.Func",
-		"WithCost":               "cost func(keyfuncs.Request) int64",
-		"WithSkip":               "skip func(keyfuncs.Request) bool",
-		"WithHeaders":            "cfg headers.Config",
-		"WithDenyHandler":        "h httplimit.DenyHandler",
-		"WithUnavailableHandler": "h httplimit.DenyHandler",
-		"WithErrorHandler":       "h httplimit.ErrorHandler",
-		"WithErrorResponder":     "h httplimit.ErrorResponder",
-		"WithMaxDelay":           "d time.Duration",
+		"WithKeyFunc":      "fn keyfuncs.Func",
+		"WithCost":         "cost func(keyfuncs.Request) int64",
+		"WithSkip":         "skip func(keyfuncs.Request) bool",
+		"WithHeaders":      "cfg headers.Config",
+		"WithResponder":    "h httplimit.Responder",
+		"WithErrorHandler": "h httplimit.ErrorHandler",
+		"WithMaxDelay":     "d time.Duration",
 	} {
 		assert.Equal(t, want, params[name], name)
 	}
