@@ -33,15 +33,15 @@ func ListEntry(err error) (access.Entry, bool) {
 }
 
 // WithClientIP sets who the client is, by address, for the allow and deny
-// lists (WithAllowList, WithDenyList) and, unless WithKeyFunc gives
-// another key function, for the limiter (c.Key). Build c with the same
+// lists (WithAllowList, WithDenyList) and, for every Layer without a Key
+// of its own, for the limiter (c.Key). Build c with the same
 // trust model as the limiter's key (keyfuncs.NewClientIP with the same
 // TrustedProxies): the lists are then matched against the address the
 // limiter believes, so a forged X-Forwarded-For can neither move a client
 // onto an allow list nor off a deny list. The default is
 // keyfuncs.NewClientIP(), the socket peer, with no header believed; but
-// with WithKeyFunc, lists need WithClientIP said explicitly (New fails
-// without it), since a key function given its own TrustedProxies would
+// with a Layer's own Key, lists need WithClientIP said explicitly (New
+// fails without it), since a key function given its own TrustedProxies would
 // otherwise disagree with the lists about who the client is. A nil c is
 // invalid.
 func WithClientIP(c *keyfuncs.ClientIP) Option {

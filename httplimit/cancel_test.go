@@ -111,7 +111,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 					cancel()
 				}
 				var errs []error
-				f, err := httplimit.New(newLimiter(t, store, tc.policy, lopts(t)...),
+				f, err := newFlow(t, store, layer(tc.policy), lopts(t),
 					httplimit.WithMaxDelay(time.Hour),
 					httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 				require.NoError(t, err)

@@ -64,17 +64,18 @@ func (w *response) Write(status int, contentType string, body []byte) error {
 	return nil
 }
 
-// newLimiter returns a Limiter of p over store, deciding at t0, with a
-// generous timeout unless opts set one: no test here is about the timeout,
-// and a store that is not CallDirect must not time out on a busy machine.
-func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+// newFlow returns the Flow of one layer, ly, over store, deciding at t0,
+// with opts, and with lopts passed to the Limiter after a generous
+// timeout: no test here is about the timeout, and a store that is not
+// CallDirect must not time out on a busy machine.
+func newFlow(t testing.TB, store core.Store, ly httplimit.Layer, lopts []core.Option, opts ...httplimit.Option) (*httplimit.Flow, error) {
 	t.Helper()
-	l, err := core.NewLimiter(clockstore.At(store, t0), p, append([]core.Option{limitertest.Generous()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return httplimit.New(clockstore.At(store, t0), []httplimit.Layer{ly}, append([]httplimit.Option{
+		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, lopts...)...)}, opts...)...)
 }
+
+// layer is the Layer of p.
+func layer(p core.Policy) httplimit.Layer { return httplimit.Layer{Policy: p} }
 
 func memStore(t testing.TB) *memstore.Store {
 	t.Helper()
@@ -89,28 +90,27 @@ func memStore(t testing.TB) *memstore.Store {
 var perMinute = core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
 
 func TestNewRejects(t *testing.T) {
-	l := newLimiter(t, memStore(t), perMinute)
+	var store core.Store = memStore(t)
 	ok := httplimit.WithMaxDelay(time.Second)
 	tests := []struct {
-		name string
-		l    *core.Limiter
-		opts []httplimit.Option
-		want string // the error's detail
+		name  string
+		store core.Store
+		opts  []httplimit.Option
+		want  string // the error's detail
 	}{
-		{"nil limiter", nil, nil, "httplimit.New: nil limiter"},
-		{"nil option", l, []httplimit.Option{ok, nil}, "httplimit.New: option 1 is nil"},
-		{"nil key func", l, []httplimit.Option{httplimit.WithKeyFunc(nil)}, "httplimit.WithKeyFunc: nil key function"},
-		{"nil skip", l, []httplimit.Option{httplimit.WithSkip(nil)}, "httplimit.WithSkip: nil skip function"},
-		{"nil cost", l, []httplimit.Option{httplimit.WithCost(nil)}, "httplimit.WithCost: nil cost function"},
-		{"nil responder", l, []httplimit.Option{httplimit.WithResponder(nil)}, "httplimit.WithResponder: nil responder"},
-		{"nil error handler", l, []httplimit.Option{httplimit.WithErrorHandler(nil)}, "httplimit.WithErrorHandler: nil error handler"},
-		{"negative max delay", l, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}, "httplimit.WithMaxDelay: negative delay -1s"},
-		{"the first invalid option is reported", l,
-			[]httplimit.Option{ok, httplimit.WithCost(nil), nil, httplimit.WithSkip(nil)}, "httplimit.WithCost: nil cost function"},
+		{"nil store", nil, nil, "httplimit.New: nil store"},
+		{"nil option", store, []httplimit.Option{ok, nil}, "httplimit.New: option 1 is nil"},
+		{"nil skip", store, []httplimit.Option{httplimit.WithSkip(nil)}, "httplimit.WithSkip: nil skip function"},
+		{"nil responder", store, []httplimit.Option{httplimit.WithResponder(nil)}, "httplimit.WithResponder: nil responder"},
+		{"nil error handler", store, []httplimit.Option{httplimit.WithErrorHandler(nil)}, "httplimit.WithErrorHandler: nil error handler"},
+		{"negative max delay", store, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}, "httplimit.WithMaxDelay: negative delay -1s"},
+		{"the first invalid option is reported", store,
+			[]httplimit.Option{ok, httplimit.WithResponder(nil), nil, httplimit.WithSkip(nil)}, "httplimit.WithResponder: nil responder"},
+		{"nil core option", store, []httplimit.Option{httplimit.WithCore(nil)}, "option 0 is nil"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := httplimit.New(tc.l, tc.opts...)
+			f, err := httplimit.New(tc.store, []httplimit.Layer{layer(perMinute)}, tc.opts...)
 			assert.Nil(t, f)
 			require.ErrorIs(t, err, core.ErrInvalidOption)
 			assert.Equal(t, core.ErrInvalidOption.Error()+": "+tc.want, err.Error())
@@ -124,6 +124,7 @@ func TestHandle(t *testing.T) {
 		name        string
 		store       func(t testing.TB) core.Store
 		lopts       []core.Option
+		key         keyfuncs.Func
 		opts        []httplimit.Option
 		proceed     bool
 		status      int
@@ -143,29 +144,29 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name:   "key not found",
-			opts:   []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")))},
+			key:    mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")),
 			status: 400, body: `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`,
 			errContains: []error{keyfuncs.ErrNoKey},
 		},
 		{
 			name: "key function fails",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+			key: func(keyfuncs.Request) (string, error) {
 				return "", errKey
-			})},
+			},
 			status: 500, body: `{"error":"rate_limit_error","message":"Internal server error."}`,
 			errContains: []error{errKey},
 		},
 		{
-			name: "key function breaks its contract with an empty key",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+			name: "an empty key is no key",
+			key: func(keyfuncs.Request) (string, error) {
 				return "", nil
-			})},
-			status: 500, errContains: []error{core.ErrInvalidKey},
+			},
+			status: 400, errContains: []error{keyfuncs.ErrNoKey},
 		},
 		{
 			name: "fallback key with FirstOf", proceed: true,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.FirstOf(
-				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")), mustKeyFunc(t)(keyfuncs.Static("anonymous")))))},
+			key: mustKeyFunc(t)(keyfuncs.FirstOf(
+				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")), mustKeyFunc(t)(keyfuncs.Static("anonymous")))),
 		},
 		{
 			name:   "fail closed without Retry-After configured",
@@ -200,7 +201,7 @@ func TestHandle(t *testing.T) {
 			opts := append([]httplimit.Option{
 				httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
 			}, tc.opts...)
-			f, err := httplimit.New(newLimiter(t, store, perMinute, tc.lopts...), opts...)
+			f, err := newFlow(t, store, httplimit.Layer{Policy: perMinute, Key: tc.key}, tc.lopts, opts...)
 			require.NoError(t, err)
 			w := newResponse()
 			before := time.Now()
@@ -242,7 +243,7 @@ func checkReset(t *testing.T, got string, before, after time.Time, resetIn int64
 
 func TestPaceStopsOnEndedContext(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
-	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(time.Hour))
+	f, err := newFlow(t, memStore(t), layer(p), nil, httplimit.WithMaxDelay(time.Hour))
 	require.NoError(t, err)
 	require.True(t, f.Handle(newRequest(), newResponse()), "first request held")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -257,7 +258,7 @@ func TestPaceStopsOnEndedContext(t *testing.T) {
 
 func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
-	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(0))
+	f, err := newFlow(t, memStore(t), layer(p), nil, httplimit.WithMaxDelay(0))
 	require.NoError(t, err)
 	done := make(chan bool, 2)
 	go func() {
@@ -318,7 +319,7 @@ func (failing) Reset(context.Context, string, core.Policy) error { return errors
 // default options (IP key, default headers).
 func BenchmarkHandle(b *testing.B) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	f, err := httplimit.New(newLimiter(b, memStore(b), p))
+	f, err := newFlow(b, memStore(b), layer(p), nil)
 	require.NoError(b, err)
 	r, w := newRequest(), newResponse()
 	b.ReportAllocs()
@@ -332,7 +333,7 @@ func BenchmarkHandle(b *testing.B) {
 // BenchmarkHandleDenied is the flow alone on the memory store, denied
 // path (a flood past the limit), default options.
 func BenchmarkHandleDenied(b *testing.B) {
-	f, err := httplimit.New(newLimiter(b, memStore(b), perMinute))
+	f, err := newFlow(b, memStore(b), layer(perMinute), nil)
 	require.NoError(b, err)
 	r := newRequest()
 	f.Handle(r, newResponse())

@@ -14,8 +14,7 @@ import (
 // when WithMaxDelay is not given.
 const defaultMaxDelay = time.Second
 
-// Option configures a Flow. Every adapter accepts the same Options, and
-// re-exports them (ginlimit.WithKeyFunc is WithKeyFunc), so a
+// Option configures a Flow (New). Adapters take the Flow, so a
 // configuration moves from one framework to another unchanged. New
 // returns the first error an Option reports, wrapping core.ErrInvalidOption.
 type Option func(*config) error
@@ -23,11 +22,10 @@ type Option func(*config) error
 // config is what Options set; the zero config, completed by New, is the
 // documented default of each.
 type config struct {
-	keyFunc     keyfuncs.Func
+	core        []core.Option
 	headers     headers.Config
 	headersSet  bool
 	skips       []func(keyfuncs.Request) bool
-	cost        func(keyfuncs.Request) int64
 	respond     Responder
 	onError     ErrorHandler
 	maxDelay    time.Duration
@@ -35,7 +33,6 @@ type config struct {
 	clientIP    *keyfuncs.ClientIP
 	allow       []access.Matcher
 	deny403     []access.Matcher
-	layers      []Layer // WithLayers
 }
 
 // invalid returns the error of the option named fn given a bad value.
@@ -43,19 +40,14 @@ func invalid(fn, detail string) error {
 	return fmt.Errorf("%w: httplimit.%s: %s", core.ErrInvalidOption, fn, detail)
 }
 
-// WithKeyFunc sets who the client is. The default is the key of the
-// WithClientIP option's ClientIP, and without that option keyfuncs.IP()
-// with no trusted proxy: the socket peer's address, IPv6 grouped by /56,
-// and no forwarding header believed. To fall back from one key to another, pass
-// keyfuncs.FirstOf; to limit per endpoint, keyfuncs.Compose with
-// keyfuncs.Route; for several limits on one request, WithLayers, which
-// WithKeyFunc cannot be given with. A nil fn is invalid.
-func WithKeyFunc(fn keyfuncs.Func) Option {
+// WithCore passes opts to the Limiter New builds (core.NewLimiter for one
+// layer without PolicyFor, Methods or Routes, core.NewLayered otherwise):
+// its fail mode, timeout, fallback store, shadow mode, policy sources,
+// observers. Several WithCore options add up, in order. A nil option is
+// reported by New.
+func WithCore(opts ...core.Option) Option {
 	return func(c *config) error {
-		if fn == nil {
-			return invalid("WithKeyFunc", "nil key function")
-		}
-		c.keyFunc = fn
+		c.core = append(c.core, opts...)
 		return nil
 	}
 }
@@ -83,22 +75,6 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 			return invalid("WithSkip", "nil skip function")
 		}
 		c.skips = append(c.skips, skip)
-		return nil
-	}
-}
-
-// WithCost weighs requests by cost. cost returns how many units of the
-// quota a request takes (1 when WithCost is not given). A cost below 1 or
-// above the policy's capacity is a programming error: the request gets
-// the Responder's answer (500 by default), never a panic and never a
-// 429. With WithLayers, which it cannot be given with, each Layer has its
-// own Cost. A nil cost is invalid.
-func WithCost(cost func(keyfuncs.Request) int64) Option {
-	return func(c *config) error {
-		if cost == nil {
-			return invalid("WithCost", "nil cost function")
-		}
-		c.cost = cost
 		return nil
 	}
 }

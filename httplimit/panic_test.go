@@ -55,6 +55,8 @@ func TestPanicsAreRecovered(t *testing.T) {
 		in     string
 		opts   []httplimit.Option
 		lopts  []core.Option
+		key    keyfuncs.Func
+		cost   func(keyfuncs.Request) int64
 		store  func(t *testing.T) core.Store
 		before int // requests sent first, to use up the quota
 		status int
@@ -63,16 +65,16 @@ func TestPanicsAreRecovered(t *testing.T) {
 		{name: "skip", in: "skip function",
 			opts: []httplimit.Option{httplimit.WithSkip(func(keyfuncs.Request) bool { boom(); return false })}},
 		{name: "key", in: "key function",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { boom(); return "", nil })}},
+			key: func(keyfuncs.Request) (string, error) { boom(); return "", nil }},
 		{name: "key, nil pointer", in: "key function",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+			key: func(r keyfuncs.Request) (string, error) {
 				var m map[string]*string
 				return *m[r.Header("X")], nil
-			})}},
+			}},
 		{name: "key, panic(nil)", in: "key function",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic(nil) })}},
+			key: func(keyfuncs.Request) (string, error) { panic(nil) }},
 		{name: "cost", in: "cost function",
-			opts: []httplimit.Option{httplimit.WithCost(func(keyfuncs.Request) int64 { boom(); return 1 })}},
+			cost: func(keyfuncs.Request) int64 { boom(); return 1 }},
 		{name: "store", in: "limiter",
 			store: func(t *testing.T) core.Store { return panicking{} }},
 		{name: "responder before writing", in: "responder", before: 1,
@@ -96,8 +98,8 @@ func TestPanicsAreRecovered(t *testing.T) {
 			store: func(*testing.T) core.Store { return failing{} },
 			opts:  []httplimit.Option{httplimit.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
 		{name: "responder, no key", in: "responder",
+			key: mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key")),
 			opts: []httplimit.Option{
-				httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key"))),
 				httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() }),
 			}},
 		{name: "headers", in: "headers",
@@ -120,7 +122,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 				slog.SetDefault(rec.logger())
 				t.Cleanup(func() { slog.SetDefault(prev) })
 			}
-			f, err := httplimit.New(newLimiter(t, store, denyAll, tc.lopts...), opts...)
+			f, err := newFlow(t, store, httplimit.Layer{Policy: denyAll, Key: tc.key, Cost: tc.cost}, tc.lopts, opts...)
 			require.NoError(t, err)
 			for range tc.before {
 				require.True(t, f.Handle(newRequest(), newResponse()))
@@ -171,8 +173,7 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(rec.logger())
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
-		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic("key") }}, nil,
 		httplimit.WithErrorHandler(func(keyfuncs.Request, error) { panic("handler") }),
 		httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { panic("responder") }))
 	require.NoError(t, err)
@@ -188,8 +189,7 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 // TestPanicLoggedAtErrorWithStack checks LogErrors on a recovered panic.
 func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 	var rec recordHandler
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
-		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic("key") }}, nil,
 		httplimit.WithErrorHandler(httplimit.LogErrors(rec.logger())))
 	require.NoError(t, err)
 	f.Handle(newRequest(), newResponse())
@@ -205,7 +205,7 @@ func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 // TestNextHandlerPanicsAreNotRecovered: the flow recovers only its own
 // panics; once Handle has returned, the framework owns the request.
 func TestNextHandlerPanicsAreNotRecovered(t *testing.T) {
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute))
+	f, err := newFlow(t, memStore(t), layer(perMinute), nil)
 	require.NoError(t, err)
 	assert.PanicsWithValue(t, "next", func() {
 		if f.Handle(newRequest(), newResponse()) {

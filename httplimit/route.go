@@ -136,7 +136,7 @@ const (
 // seg is the bounds of one segment in a pathSegs' bytes.
 type seg struct{ start, end int32 }
 
-// pathSegs is a normalized path, split in segments (see WithLayers).
+// pathSegs is a normalized path, split in segments (see Layer).
 type pathSegs struct {
 	buf  [pathBuf]byte
 	big  []byte // the path, when longer than buf

@@ -141,13 +141,14 @@ func RunAccess(t *testing.T, h SocketHarness) {
 			client, err := keyfuncs.NewClientIP(ipOpts...)
 			require.NoError(t, err)
 			opts := []httplimit.Option{httplimit.WithClientIP(client)}
+			ly := httplimit.Layer{Policy: fixed("global", 1)}
 			if tc.userKey {
-				opts = append(opts, httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+				ly.Key = func(r keyfuncs.Request) (string, error) {
 					if u := r.Header("X-User"); u != "" {
 						return "user:" + u, nil
 					}
 					return client.Key(r)
-				}))
+				}
 			}
 			if tc.allow != nil {
 				opts = append(opts, httplimit.WithAllowList(mustList(t, tc.allow)))
@@ -156,7 +157,7 @@ func RunAccess(t *testing.T, h SocketHarness) {
 				opts = append(opts, httplimit.WithDenyList(mustList(t, tc.deny)))
 			}
 			store := &limitertest.Counting{Store: NewStore(t)}
-			spec := global(t, store, fixed("global", 1), nil, opts...)
+			spec := globalLayer(t, store, ly, nil, opts...)
 			addr := h.Serve(t, spec)
 			var hits int64
 			for i, s := range tc.steps {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
@@ -33,27 +32,28 @@ func RunPanics(t *testing.T, h SocketHarness) {
 		}
 	}
 	p := core.Policy{Name: "panics", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
-	l, err := core.NewLimiter(NewStore(t), p)
-	require.NoError(t, err)
+	ly := httplimit.Layer{
+		Policy: p,
+		Key: func(r keyfuncs.Request) (string, error) {
+			panicIn(r, "key")
+			key := r.Header(clientHeader)
+			if key == "" {
+				return "", keyfuncs.ErrNoKey
+			}
+			return key, nil
+		},
+		Cost: func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 },
+	}
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []httplimit.Option{
+		Global: []Mount{{Flow: NewFlow(t, NewStore(t), []httplimit.Layer{ly}, nil,
 			errs.option(),
 			httplimit.WithSkip(func(r keyfuncs.Request) bool { panicIn(r, "skip"); return false }),
-			httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
-				panicIn(r, "key")
-				key := r.Header(clientHeader)
-				if key == "" {
-					return "", keyfuncs.ErrNoKey
-				}
-				return key, nil
-			}),
-			httplimit.WithCost(func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 }),
 			httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
 				panicIn(r, "deny")
 				httplimit.DefaultResponder(r, w, d, err)
 			}),
-		}}},
+		)}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	addr := h.Serve(t, spec)
