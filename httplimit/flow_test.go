@@ -330,6 +330,24 @@ func BenchmarkHandle(b *testing.B) {
 	}
 }
 
+// BenchmarkHandleOneLayerLayered is BenchmarkHandle's one layer decided
+// the way several are (Limiter.AllowLayers), as a PolicyFor makes it: what
+// New's shorter path for one plain layer (Limiter.AllowNTimed) saves.
+func BenchmarkHandleOneLayerLayered(b *testing.B) {
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	same := func(keyfuncs.Request, string) (*core.Policy, error) { return nil, nil }
+	f, err := httplimit.New(clockstore.At(memStore(b), t0), []httplimit.Layer{{Policy: p, PolicyFor: same}},
+		httplimit.WithCore(limitertest.Generous()))
+	require.NoError(b, err)
+	r, w := newRequest(), newResponse()
+	b.ReportAllocs()
+	for b.Loop() {
+		if !f.Handle(r, w) {
+			b.Fatal("denied")
+		}
+	}
+}
+
 // BenchmarkHandleDenied is the flow alone on the memory store, denied
 // path (a flood past the limit), default options.
 func BenchmarkHandleDenied(b *testing.B) {

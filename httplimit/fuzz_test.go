@@ -345,7 +345,7 @@ func FuzzFlow(f *testing.F) {
 			}
 			for _, err := range ff.errs[errsBefore:] {
 				switch {
-				case errors.Is(err, httplimit.ErrPanic):
+				case errors.As(err, new(*httplimit.PanicError)):
 					if !canPanic {
 						t.Fatalf("request %d: unexpected panic: %v\n%s", i, err, err.(*httplimit.PanicError).Stack)
 					}

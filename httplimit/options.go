@@ -99,7 +99,7 @@ func WithResponder(h Responder) Option {
 // WithErrorHandler sets who hears about the errors of the flow. Every
 // error the flow meets (a failed store, whether it failed open or closed;
 // a key function that failed; a bad cost; a client that left,
-// core.ErrCanceled; a recovered panic, ErrPanic) is passed to h before the
+// core.ErrCanceled; a recovered panic, a *PanicError) is passed to h before the
 // request is answered. h only observes; it writes nothing. The default is
 // LogErrors(nil). A nil h is invalid.
 func WithErrorHandler(h ErrorHandler) Option {

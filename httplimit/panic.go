@@ -9,14 +9,10 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// ErrPanic reports a panic that the flow recovered: in a function given to
-// it (skip, key or cost function, a handler or responder), or in the
-// Limiter or its store. The error is a *PanicError, which carries the panic
-// value and stack.
-var ErrPanic = errors.New("httplimit: panic")
-
-// PanicError is the error of a recovered panic. It wraps ErrPanic, and
-// nothing else: a panic is a 500 whatever its value.
+// PanicError is the error of a panic that the flow recovered: in a
+// function given to it (skip, key, cost or policy function, the responder,
+// the error handler), or in the Limiter or its store. It is answered 500
+// whatever its value; errors.As(err, new(*PanicError)) tells it apart.
 type PanicError struct {
 	// In names where the panic happened: "key function", "cost function",
 	// "skip function", "layer policy function" (a Layer's PolicyFor),
@@ -30,11 +26,20 @@ type PanicError struct {
 
 // Error returns "httplimit: panic in <In>: <Value>".
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("%v in %s: %v", ErrPanic, e.In, e.Value)
+	return fmt.Sprintf("httplimit: panic in %s: %v", e.In, e.Value)
 }
 
-// Unwrap returns ErrPanic.
-func (e *PanicError) Unwrap() error { return ErrPanic }
+// Unwrap returns Value when it is an error, and nil otherwise.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// isPanic reports whether err is, or wraps, a *PanicError.
+func isPanic(err error) bool {
+	var pe *PanicError
+	return errors.As(err, &pe)
+}
 
 // Where the flow is, for the PanicError of a panic recovered there.
 const (

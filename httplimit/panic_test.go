@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -153,7 +154,6 @@ func TestPanicsAreRecovered(t *testing.T) {
 			}
 			require.NotEmpty(t, errs)
 			err = errs[len(errs)-1]
-			require.ErrorIs(t, err, httplimit.ErrPanic)
 			var pe *httplimit.PanicError
 			require.ErrorAs(t, err, &pe, "%T is not a *PanicError", err)
 			assert.Equal(t, tc.in, pe.In)
@@ -225,4 +225,23 @@ func unwrap(w httplimit.Response) *response {
 		return p.response
 	}
 	return w.(*response)
+}
+
+// TestPanicErrorUnwrapsItsValue: a panic with an error is that error
+// too, for errors.Is, and still a *PanicError, answered 500.
+func TestPanicErrorUnwrapsItsValue(t *testing.T) {
+	errBoom := errors.New("boom")
+	var errs []error
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic(errBoom) }}, nil,
+		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
+	require.NoError(t, err)
+	w := newResponse()
+	require.False(t, f.Handle(newRequest(), w))
+	assert.Equal(t, 500, w.status)
+	require.Len(t, errs, 1)
+	assert.ErrorIs(t, errs[0], errBoom)
+	var pe *httplimit.PanicError
+	require.ErrorAs(t, errs[0], &pe)
+	assert.Equal(t, "key function", pe.In)
+	assert.Nil(t, (&httplimit.PanicError{Value: "not an error"}).Unwrap())
 }

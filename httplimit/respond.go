@@ -106,7 +106,7 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 		_ = w.Write(http.StatusForbidden, contentTypeJSON,
 			[]byte(`{"error":"`+codeForbidden+`","message":"Access denied."}`))
 		return
-	case errors.Is(err, ErrPanic):
+	case isPanic(err):
 	case errors.Is(err, core.ErrCanceled):
 		_ = w.Write(statusClientClosedRequest, contentTypeJSON,
 			[]byte(`{"error":"`+codeCanceled+`","message":"The client closed the request."}`))
@@ -125,7 +125,7 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 // client causes is logged at Debug, so that no client can flood the log: a
 // request without a key (keyfuncs.ErrNoKey), a client that left before its
 // request was decided or served (core.ErrCanceled). A recovered panic
-// (ErrPanic) is logged at Error with its stack; every other error (a
+// (a *PanicError) is logged at Error with its stack; every other error (a
 // failed store, a misconfiguration) at Warn. The record carries the error,
 // the method and the route pattern, never the key.
 func LogErrors(logger *slog.Logger) ErrorHandler {
@@ -137,7 +137,7 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 		level := slog.LevelWarn
 		var stack []slog.Attr
 		switch {
-		case errors.Is(err, ErrPanic):
+		case isPanic(err):
 			level = slog.LevelError
 			var pe *PanicError
 			if errors.As(err, &pe) {
@@ -156,7 +156,7 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 // errorKind names the class of a flow error for the log message.
 func errorKind(err error) string {
 	switch {
-	case errors.Is(err, ErrPanic):
+	case isPanic(err):
 		return "panic"
 	case errors.Is(err, core.ErrCanceled):
 		return "request canceled"
