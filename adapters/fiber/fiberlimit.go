@@ -12,7 +12,7 @@
 // Use, on the app or a group, it sees the Use prefix ("/", "/users"), so
 // mount a limiter keyed per route on each route. Their Context is c.UserContext(), since fasthttp
 // does not tell handlers that a client left: a request paced by a leaky
-// bucket waits out its delay, at most WithMaxDelay. Every string they get
+// bucket waits out its delay, at most httplimit.WithMaxDelay. Every string they get
 // is a copy, safe to keep; Unwrap gives them the *fiber.Ctx, User a user
 // ID stored with c.Locals.
 package fiberlimit
