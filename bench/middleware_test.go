@@ -31,6 +31,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // The request every middleware case serves: one client, one route with a
@@ -54,16 +55,16 @@ type mwContender struct {
 	build           func(tb testing.TB) app
 }
 
-// ourLimiter is a core.Limiter over a new memstore, token bucket, the
+// ourFlow is an httplimit.Flow over a new memstore, token bucket, the
 // never-reached policy: what our adapters are given.
-func ourLimiter(tb testing.TB) *core.Limiter {
+func ourFlow(tb testing.TB, opts ...httplimit.Option) *httplimit.Flow {
 	tb.Helper()
 	st, err := memstore.New()
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = st.Close() })
-	l, err := core.NewLimiter(st, core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: memNeverLimit, Window: window})
+	f, err := httplimit.New(st, []httplimit.Layer{{Policy: core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: memNeverLimit, Window: window}}}, opts...)
 	require.NoError(tb, err)
-	return l
+	return f
 }
 
 // httprateByIP is go-chi/httprate keyed by the socket peer, limit per
@@ -122,12 +123,12 @@ func floorMap(from int) func(http.ResponseWriter) {
 
 var mwContenders = []mwContender{
 	{"echo", "bare", func(tb testing.TB) app { return echoApp(nil) }},
-	{"echo", "ours", func(tb testing.TB) app { return echoApp(echolimit.New(ourLimiter(tb))) }},
+	{"echo", "ours", func(tb testing.TB) app { return echoApp(echolimit.New(ourFlow(tb))) }},
 	{"echo", "ours-3h", func(tb testing.TB) app {
-		return echoApp(echolimit.New(ourLimiter(tb), echolimit.WithHeaders(threeHeaders)))
+		return echoApp(echolimit.New(ourFlow(tb, httplimit.WithHeaders(threeHeaders))))
 	}},
 	{"echo", "ours-0h", func(tb testing.TB) app {
-		return echoApp(echolimit.New(ourLimiter(tb), echolimit.WithHeaders(noHeaders)))
+		return echoApp(echolimit.New(ourFlow(tb, httplimit.WithHeaders(noHeaders))))
 	}},
 	{"echo", "peer", func(tb testing.TB) app {
 		// Echo's own middleware.RateLimiter over its memory store
@@ -146,12 +147,12 @@ var mwContenders = []mwContender{
 	}},
 
 	{"fiber", "bare", func(tb testing.TB) app { return fiberApp(tb, nil) }},
-	{"fiber", "ours", func(tb testing.TB) app { return fiberApp(tb, fiberlimit.New(ourLimiter(tb))) }},
+	{"fiber", "ours", func(tb testing.TB) app { return fiberApp(tb, fiberlimit.New(ourFlow(tb))) }},
 	{"fiber", "ours-3h", func(tb testing.TB) app {
-		return fiberApp(tb, fiberlimit.New(ourLimiter(tb), fiberlimit.WithHeaders(threeHeaders)))
+		return fiberApp(tb, fiberlimit.New(ourFlow(tb, httplimit.WithHeaders(threeHeaders))))
 	}},
 	{"fiber", "ours-0h", func(tb testing.TB) app {
-		return fiberApp(tb, fiberlimit.New(ourLimiter(tb), fiberlimit.WithHeaders(noHeaders)))
+		return fiberApp(tb, fiberlimit.New(ourFlow(tb, httplimit.WithHeaders(noHeaders))))
 	}},
 	{"fiber", "peer", func(tb testing.TB) app {
 		// Fiber's own middleware/limiter: fixed window, memory storage,
@@ -173,12 +174,12 @@ var mwContenders = []mwContender{
 	}},
 
 	{"chi", "bare", func(tb testing.TB) app { return chiApp(nil) }},
-	{"chi", "ours", func(tb testing.TB) app { return chiApp(chilimit.New(ourLimiter(tb))) }},
+	{"chi", "ours", func(tb testing.TB) app { return chiApp(chilimit.New(ourFlow(tb))) }},
 	{"chi", "ours-3h", func(tb testing.TB) app {
-		return chiApp(chilimit.New(ourLimiter(tb), chilimit.WithHeaders(threeHeaders)))
+		return chiApp(chilimit.New(ourFlow(tb, httplimit.WithHeaders(threeHeaders))))
 	}},
 	{"chi", "ours-0h", func(tb testing.TB) app {
-		return chiApp(chilimit.New(ourLimiter(tb), chilimit.WithHeaders(noHeaders)))
+		return chiApp(chilimit.New(ourFlow(tb, httplimit.WithHeaders(noHeaders))))
 	}},
 	{"chi", "peer", func(tb testing.TB) app {
 		return chiApp(httprateByIP(memNeverLimit))
@@ -194,12 +195,12 @@ var mwContenders = []mwContender{
 	}},
 
 	{"gin", "bare", func(tb testing.TB) app { return ginApp(nil) }},
-	{"gin", "ours", func(tb testing.TB) app { return ginApp(ginlimit.New(ourLimiter(tb))) }},
+	{"gin", "ours", func(tb testing.TB) app { return ginApp(ginlimit.New(ourFlow(tb))) }},
 	{"gin", "ours-3h", func(tb testing.TB) app {
-		return ginApp(ginlimit.New(ourLimiter(tb), ginlimit.WithHeaders(threeHeaders)))
+		return ginApp(ginlimit.New(ourFlow(tb, httplimit.WithHeaders(threeHeaders))))
 	}},
 	{"gin", "ours-0h", func(tb testing.TB) app {
-		return ginApp(ginlimit.New(ourLimiter(tb), ginlimit.WithHeaders(noHeaders)))
+		return ginApp(ginlimit.New(ourFlow(tb, httplimit.WithHeaders(noHeaders))))
 	}},
 	{"gin", "peer", func(tb testing.TB) app {
 		// ulule/limiter's Gin middleware (Gin has no limiter of its own).

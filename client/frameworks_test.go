@@ -23,6 +23,7 @@ import (
 	"github.com/apigate/ratelimit/client"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // tenPerSecond is the limit of the framework tests: a token bucket of 10
@@ -31,14 +32,14 @@ import (
 // first, which is the ideal.
 var tenPerSecond = core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 10}
 
-func newLimiter(t *testing.T) *core.Limiter {
+func newFlow(t *testing.T) *httplimit.Flow {
 	t.Helper()
 	store, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
-	l, err := core.NewLimiter(store, tenPerSecond)
+	f, err := httplimit.New(store, []httplimit.Layer{{Policy: tenPerSecond}})
 	require.NoError(t, err)
-	return l
+	return f
 }
 
 // counted wraps a base transport and counts what reaches the server, and
@@ -63,28 +64,28 @@ func (c *counted) RoundTrip(r *http.Request) (*http.Response, error) {
 func serveGin(t *testing.T) string {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(ginlimit.New(newLimiter(t)))
+	r.Use(ginlimit.New(newFlow(t)))
 	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	return listen(t, r)
 }
 
 func serveEcho(t *testing.T) string {
 	e := echo.New()
-	e.Use(echolimit.New(newLimiter(t)))
+	e.Use(echolimit.New(newFlow(t)))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	return listen(t, e)
 }
 
 func serveChi(t *testing.T) string {
 	r := chi.NewRouter()
-	r.Use(chilimit.New(newLimiter(t)))
+	r.Use(chilimit.New(newFlow(t)))
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return listen(t, r)
 }
 
 func serveFiber(t *testing.T) string {
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(fiberlimit.New(newLimiter(t)))
+	app.Use(fiberlimit.New(newFlow(t)))
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,7 +1,7 @@
 package httplimit
 
 import (
-	"net/http"
+	"errors"
 	"net/netip"
 	"time"
 
@@ -10,42 +10,38 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// codeForbidden is the "error" member of DefaultForbiddenHandler's body.
-const codeForbidden = "forbidden"
+// inAccess names the list lookups in a PanicError.
+const inAccess = "access list"
 
-// inAccess and inForbidden name the list lookups and the forbidden
-// handler in a PanicError.
-const (
-	inAccess    = "access list"
-	inForbidden = "forbidden handler"
-)
+// listedError is the error a Responder is given for a deny-listed
+// request: it carries the entry that matched (ListEntry).
+type listedError struct{ e access.Entry }
 
-// ForbiddenHandler answers a request refused by a deny list or a ban
-// (WithDenyList): e is the entry that matched. It must write a response;
-// the adapter stops the chain either way.
-type ForbiddenHandler func(r keyfuncs.Request, w Response, e access.Entry)
+func (e *listedError) Error() string { return "httplimit: deny-listed: " + e.e.String() }
 
-// DefaultForbiddenHandler answers 403 Forbidden with the JSON body
+// ListEntry returns the deny-list entry that refused a request, when err
+// is the error a Responder was given for one, so that a Responder can
+// answer 451 with the entry's Reason:
 //
-//	{"error":"forbidden","message":"Access denied."}
-//
-// and no rate-limit header. Neither the entry, its reason nor its expiry
-// is written: what put a client on a deny list is the operator's to know.
-func DefaultForbiddenHandler(_ keyfuncs.Request, w Response, _ access.Entry) {
-	_ = w.Write(http.StatusForbidden, contentTypeJSON,
-		[]byte(`{"error":"`+codeForbidden+`","message":"Access denied."}`))
+//	if e, ok := httplimit.ListEntry(err); ok && e.Reason == "legal" { ... }
+func ListEntry(err error) (access.Entry, bool) {
+	var le *listedError
+	if errors.As(err, &le) {
+		return le.e, true
+	}
+	return access.Entry{}, false
 }
 
 // WithClientIP sets who the client is, by address, for the allow and deny
-// lists (WithAllowList, WithDenyList) and, unless WithKeyFunc gives
-// another key function, for the limiter (c.Key). Build c with the same
+// lists (WithAllowList, WithDenyList) and, for every Layer without a Key
+// of its own, for the limiter (c.Key). Build c with the same
 // trust model as the limiter's key (keyfuncs.NewClientIP with the same
 // TrustedProxies): the lists are then matched against the address the
 // limiter believes, so a forged X-Forwarded-For can neither move a client
 // onto an allow list nor off a deny list. The default is
 // keyfuncs.NewClientIP(), the socket peer, with no header believed; but
-// with WithKeyFunc, lists need WithClientIP said explicitly (New fails
-// without it), since a key function given its own TrustedProxies would
+// with a Layer's own Key, lists need WithClientIP said explicitly (New
+// fails without it), since a key function given its own TrustedProxies would
 // otherwise disagree with the lists about who the client is. A nil c is
 // invalid.
 func WithClientIP(c *keyfuncs.ClientIP) Option {
@@ -76,7 +72,7 @@ func WithAllowList(m access.Matcher) Option {
 }
 
 // WithDenyList refuses the clients m matches: their requests are answered
-// at once by the ForbiddenHandler (403 by default), without a store call,
+// at once by the Responder (403 by default), without a store call,
 // unless an allow list matches them too. m is matched as WithAllowList
 // says: against the client's address and its key. An address range
 // matches whatever the key function is; a key entry only the key the key
@@ -91,18 +87,6 @@ func WithDenyList(m access.Matcher) Option {
 			return invalid("WithDenyList", "nil matcher")
 		}
 		c.deny403 = append(c.deny403, m)
-		return nil
-	}
-}
-
-// WithForbiddenHandler sets the response to a request refused by a deny
-// list. The default is DefaultForbiddenHandler (403). A nil h is invalid.
-func WithForbiddenHandler(h ForbiddenHandler) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("WithForbiddenHandler", "nil forbidden handler")
-		}
-		c.forbidden = h
 		return nil
 	}
 }

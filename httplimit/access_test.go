@@ -60,6 +60,7 @@ func TestAccessLists(t *testing.T) {
 		status int    // 0: proceeds
 		body   string // with status
 		takes  int64  // store calls for the request
+		key    keyfuncs.Func
 	}{
 		{name: "listed nowhere", req: from("192.0.2.1:1"), takes: 1,
 			opts: []httplimit.Option{httplimit.WithAllowList(list(t, "198.51.100.0/24")), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
@@ -79,18 +80,18 @@ func TestAccessLists(t *testing.T) {
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "203.0.113.9 "+past))}},
 		{name: "expiring deny entry still live", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody,
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "203.0.113.9 "+future+" reason=scanner"))}},
-		{name: "deny-listed key", req: from("192.0.2.1:1", "X-User", "42"), status: 403, body: forbiddenBody,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "user:42"))}},
-		{name: "allow-listed key", req: from("192.0.2.1:1", "X-User", "7"),
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithAllowList(list(t, "user:7")), httplimit.WithDenyList(list(t, "192.0.2.0/24"))}},
-		{name: "a range matches whatever the key", req: from("203.0.113.9:1", "X-User", "7"), status: 403, body: forbiddenBody,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
-		{name: "deny by address before a missing key's 400", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
-		{name: "allow by address spares a missing key's 400", req: from("198.51.100.1:1"),
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithAllowList(list(t, "198.51.100.0/24"))}},
-		{name: "missing key, listed nowhere", req: from("192.0.2.1:1"), status: 400,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
+		{name: "deny-listed key", req: from("192.0.2.1:1", "X-User", "42"), status: 403, body: forbiddenBody, key: userKey,
+			opts: []httplimit.Option{httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "user:42"))}},
+		{name: "allow-listed key", req: from("192.0.2.1:1", "X-User", "7"), key: userKey,
+			opts: []httplimit.Option{httplimit.WithClientIP(peer), httplimit.WithAllowList(list(t, "user:7")), httplimit.WithDenyList(list(t, "192.0.2.0/24"))}},
+		{name: "a range matches whatever the key", req: from("203.0.113.9:1", "X-User", "7"), status: 403, body: forbiddenBody, key: userKey,
+			opts: []httplimit.Option{httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
+		{name: "deny by address before a missing key's 400", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody, key: userKey,
+			opts: []httplimit.Option{httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
+		{name: "allow by address spares a missing key's 400", req: from("198.51.100.1:1"), key: userKey,
+			opts: []httplimit.Option{httplimit.WithClientIP(peer), httplimit.WithAllowList(list(t, "198.51.100.0/24"))}},
+		{name: "missing key, listed nowhere", req: from("192.0.2.1:1"), status: 400, key: userKey,
+			opts: []httplimit.Option{httplimit.WithClientIP(peer), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
 		{name: "spoofed X-Forwarded-For does not allow", req: from("192.0.2.1:1", "X-Forwarded-For", "198.51.100.1", "X-Real-IP", "198.51.100.1"), takes: 1,
 			opts: []httplimit.Option{httplimit.WithAllowList(list(t, "198.51.100.0/24"))}},
 		{name: "spoofed X-Forwarded-For does not escape a deny", req: from("203.0.113.9:1", "X-Forwarded-For", "198.51.100.1"), status: 403, body: forbiddenBody,
@@ -101,10 +102,14 @@ func TestAccessLists(t *testing.T) {
 			opts: []httplimit.Option{httplimit.WithClientIP(behindProxy), httplimit.WithAllowList(list(t, "198.51.100.1")), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
 		{name: "the proxy itself is not the client", req: from("10.0.0.2:1", "X-Forwarded-For", "203.0.113.9"), takes: 1,
 			opts: []httplimit.Option{httplimit.WithClientIP(behindProxy), httplimit.WithDenyList(list(t, "10.0.0.0/8"))}},
-		{name: "replaced forbidden handler", req: from("203.0.113.9:1"), status: 451, body: "blocked: scanner",
+		{name: "replaced responder reads the entry", req: from("203.0.113.9:1"), status: 451, body: "blocked: scanner",
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "203.0.113.9 reason=scanner")),
-				httplimit.WithForbiddenHandler(func(_ keyfuncs.Request, w httplimit.Response, e access.Entry) {
-					_ = w.Write(451, "text/plain", []byte("blocked: "+e.Reason))
+				httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
+					if e, ok := httplimit.ListEntry(err); ok {
+						_ = w.Write(451, "text/plain", []byte("blocked: "+e.Reason))
+						return
+					}
+					httplimit.DefaultResponder(r, w, d, err)
 				})}},
 		{name: "several deny lists add up", req: from("203.0.113.9:1"), status: 403, body: forbiddenBody,
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "192.0.2.0/24")), httplimit.WithDenyList(list(t, "203.0.113.0/24"))}},
@@ -112,7 +117,7 @@ func TestAccessLists(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := &limitertest.Counting{Store: memStore(t)}
-			f, err := httplimit.New(newLimiter(t, store, perMinute), append([]httplimit.Option{
+			f, err := newFlow(t, store, httplimit.Layer{Policy: perMinute, Key: tc.key}, nil, append([]httplimit.Option{
 				httplimit.WithErrorHandler(func(keyfuncs.Request, error) {})}, tc.opts...)...)
 			require.NoError(t, err)
 			w := newResponse()
@@ -140,7 +145,7 @@ func TestAccessLists(t *testing.T) {
 // it.
 func TestAllowListedNeverLimited(t *testing.T) {
 	store := &limitertest.Counting{Store: memStore(t)}
-	f, err := httplimit.New(newLimiter(t, store, perMinute), httplimit.WithAllowList(list(t, "192.0.2.1")))
+	f, err := newFlow(t, store, layer(perMinute), nil, httplimit.WithAllowList(list(t, "192.0.2.1")))
 	require.NoError(t, err)
 	for range 100 {
 		require.True(t, f.Handle(from("192.0.2.1:1"), newResponse()))
@@ -171,7 +176,7 @@ func TestAccessSeesTheClient(t *testing.T) {
 		got.addr, got.key, got.now = a, k, now
 		return access.Entry{}, false
 	})
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute), httplimit.WithDenyList(m))
+	f, err := newFlow(t, memStore(t), layer(perMinute), nil, httplimit.WithDenyList(m))
 	require.NoError(t, err)
 	before := time.Now()
 	require.True(t, f.Handle(from("[::ffff:192.0.2.9]:1"), newResponse()))
@@ -192,7 +197,7 @@ func TestAccessSeesTheClient(t *testing.T) {
 func TestAccessPanicsAreRecovered(t *testing.T) {
 	boom := matcherFunc(func(netip.Addr, string, time.Time) (access.Entry, bool) { panic("list broke") })
 	var errs []error
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute), httplimit.WithDenyList(boom),
+	f, err := newFlow(t, memStore(t), layer(perMinute), nil, httplimit.WithDenyList(boom),
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	w := newResponse()
@@ -203,26 +208,25 @@ func TestAccessPanicsAreRecovered(t *testing.T) {
 	require.ErrorAs(t, errs[0], &pe)
 	assert.Equal(t, "access list", pe.In)
 
-	f, err = httplimit.New(newLimiter(t, memStore(t), perMinute), httplimit.WithDenyList(list(t, "192.0.2.0/24")),
-		httplimit.WithForbiddenHandler(func(keyfuncs.Request, httplimit.Response, access.Entry) { panic("handler broke") }),
+	f, err = newFlow(t, memStore(t), layer(perMinute), nil, httplimit.WithDenyList(list(t, "192.0.2.0/24")),
+		httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { panic("handler broke") }),
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	w = newResponse()
 	require.False(t, f.Handle(newRequest(), w))
 	assert.Equal(t, 500, w.status)
 	require.ErrorAs(t, errs[len(errs)-1], &pe)
-	assert.Equal(t, "forbidden handler", pe.In)
+	assert.Equal(t, "responder", pe.In)
 }
 
 func TestAccessOptionsReject(t *testing.T) {
-	l := newLimiter(t, memStore(t), perMinute)
 	for name, opt := range map[string]httplimit.Option{
-		"httplimit.WithAllowList: nil matcher":                  httplimit.WithAllowList(nil),
-		"httplimit.WithDenyList: nil matcher":                   httplimit.WithDenyList(nil),
-		"httplimit.WithClientIP: nil ClientIP":                  httplimit.WithClientIP(nil),
-		"httplimit.WithForbiddenHandler: nil forbidden handler": httplimit.WithForbiddenHandler(nil),
+		"httplimit.WithAllowList: nil matcher":   httplimit.WithAllowList(nil),
+		"httplimit.WithDenyList: nil matcher":    httplimit.WithDenyList(nil),
+		"httplimit.WithClientIP: nil ClientIP":   httplimit.WithClientIP(nil),
+		"httplimit.WithResponder: nil responder": httplimit.WithResponder(nil),
 	} {
-		_, err := httplimit.New(l, opt)
+		_, err := newFlow(t, memStore(t), layer(perMinute), nil, opt)
 		require.ErrorIs(t, err, core.ErrInvalidOption, name)
 		assert.Equal(t, core.ErrInvalidOption.Error()+": "+name, err.Error())
 	}
@@ -233,7 +237,6 @@ func TestAccessOptionsReject(t *testing.T) {
 func TestListedRequestsAreObserved(t *testing.T) {
 	var events []core.Event
 	obs := core.ObserverFunc(func(e core.Event) { events = append(events, e) })
-	l := newLimiter(t, memStore(t), perMinute, core.WithObserver(obs))
 	peer, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
 	userKey := func(r keyfuncs.Request) (string, error) {
@@ -242,7 +245,7 @@ func TestListedRequestsAreObserved(t *testing.T) {
 		}
 		return "", keyfuncs.ErrNoKey
 	}
-	f, err := httplimit.New(l, httplimit.WithKeyFunc(userKey), httplimit.WithClientIP(peer),
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: userKey}, []core.Option{core.WithObserver(obs)}, httplimit.WithClientIP(peer),
 		httplimit.WithAllowList(list(t, "198.51.100.0/24")), httplimit.WithDenyList(list(t, "user:42", "203.0.113.0/24")))
 	require.NoError(t, err)
 	require.True(t, f.Handle(from("198.51.100.1:1", "X-User", "7"), newResponse()))
@@ -266,8 +269,7 @@ func TestListedRequestsAreObserved(t *testing.T) {
 func TestShadowMode(t *testing.T) {
 	var events []core.Event
 	obs := core.ObserverFunc(func(e core.Event) { events = append(events, e) })
-	l := newLimiter(t, memStore(t), perMinute, core.WithShadow(), core.WithObserver(obs))
-	f, err := httplimit.New(l)
+	f, err := newFlow(t, memStore(t), layer(perMinute), []core.Option{core.WithShadow(), core.WithObserver(obs)})
 	require.NoError(t, err)
 	for i := range 3 {
 		w := newResponse()
@@ -281,7 +283,7 @@ func TestShadowMode(t *testing.T) {
 	assert.Equal(t, core.OutcomeShadowDenied, events[2].Outcome)
 
 	// Headers when asked: the decision as made, no Retry-After.
-	f, err = httplimit.New(newLimiter(t, memStore(t), perMinute, core.WithShadow()), httplimit.WithHeaders(headers.Default()))
+	f, err = newFlow(t, memStore(t), layer(perMinute), []core.Option{core.WithShadow()}, httplimit.WithHeaders(headers.Default()))
 	require.NoError(t, err)
 	w := newResponse()
 	require.True(t, f.Handle(newRequest(), w))
@@ -293,7 +295,7 @@ func TestShadowMode(t *testing.T) {
 
 	// Fail closed, shadowed: the request passes, the error is heard.
 	var errs []error
-	f, err = httplimit.New(newLimiter(t, failing{}, perMinute, core.WithShadow(), core.WithFailMode(core.FailClosed)),
+	f, err = newFlow(t, failing{}, layer(perMinute), []core.Option{core.WithShadow(), core.WithFailMode(core.FailClosed)},
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	require.True(t, f.Handle(newRequest(), newResponse()))
@@ -303,7 +305,7 @@ func TestShadowMode(t *testing.T) {
 	// A leaky bucket's Delay is not paced in shadow mode: with an hour's
 	// cap, a paced request would not return within the bound below.
 	leaky := core.Policy{Name: "leaky", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 5}
-	f, err = httplimit.New(newLimiter(t, memStore(t), leaky, core.WithShadow()), httplimit.WithMaxDelay(time.Hour))
+	f, err = newFlow(t, memStore(t), layer(leaky), []core.Option{core.WithShadow()}, httplimit.WithMaxDelay(time.Hour))
 	require.NoError(t, err)
 	require.True(t, f.Handle(newRequest(), newResponse()))
 	done := make(chan bool, 1)
@@ -319,19 +321,17 @@ func TestShadowMode(t *testing.T) {
 // TestListsWithKeyFuncNeedClientIP: a key function of its own and lists
 // without WithClientIP could disagree about the client; New refuses it.
 func TestListsWithKeyFuncNeedClientIP(t *testing.T) {
-	l := newLimiter(t, memStore(t), perMinute)
-	clientIP, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-	require.NoError(t, err)
-	behind := clientIP.Key
+	ly := httplimit.Layer{Policy: perMinute}
+	ly.Key = clientIPKey(t, keyfuncs.TrustedProxies("10.0.0.0/8"))
 	for _, opt := range []httplimit.Option{httplimit.WithDenyList(list(t, "192.0.2.1")), httplimit.WithAllowList(list(t, "192.0.2.1"))} {
-		_, err = httplimit.New(l, httplimit.WithKeyFunc(behind), opt)
+		_, err := newFlow(t, memStore(t), ly, nil, opt)
 		require.ErrorIs(t, err, core.ErrInvalidOption)
 		assert.Contains(t, err.Error(), "need WithClientIP")
 		client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 		require.NoError(t, err)
-		_, err = httplimit.New(l, httplimit.WithKeyFunc(behind), opt, httplimit.WithClientIP(client))
+		_, err = newFlow(t, memStore(t), ly, nil, opt, httplimit.WithClientIP(client))
 		require.NoError(t, err)
 	}
-	_, err = httplimit.New(l, httplimit.WithKeyFunc(behind))
+	_, err := newFlow(t, memStore(t), ly, nil)
 	require.NoError(t, err, "no list, no address needed")
 }

@@ -111,7 +111,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 					cancel()
 				}
 				var errs []error
-				f, err := httplimit.New(newLimiter(t, store, tc.policy, lopts(t)...),
+				f, err := newFlow(t, store, layer(tc.policy), lopts(t),
 					httplimit.WithMaxDelay(time.Hour),
 					httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 				require.NoError(t, err)
@@ -142,9 +142,9 @@ func TestCanceledLogsAtDebug(t *testing.T) {
 	assert.Equal(t, "ratelimit: request canceled", rec.records[0].Message)
 }
 
-func TestDefaultErrorResponderCanceled(t *testing.T) {
+func TestDefaultResponderCanceled(t *testing.T) {
 	w := newResponse()
-	httplimit.DefaultErrorResponder(newRequest(), w, errors.Join(core.ErrCanceled, context.Canceled))
+	httplimit.DefaultResponder(newRequest(), w, core.Decision{}, errors.Join(core.ErrCanceled, context.Canceled))
 	assert.Equal(t, 499, w.status)
 	assert.Equal(t, "application/json", w.contentType)
 	assert.Equal(t, canceledBody, w.body)

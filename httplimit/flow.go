@@ -1,34 +1,36 @@
 // Package httplimit is the rate-limiting flow that every adapter runs,
 // written once and free of any web framework:
 //
-//	skip? -> key -> allow list? deny list? -> cost -> Limiter.AllowN -> headers -> pass (paced) or deny
+//	skip? -> the layers that apply -> their keys -> allow list? deny list? -> costs, policies -> Limiter -> headers -> pass (paced) or respond
 //
-// With WithLayers, a request is checked against several named limits at
-// once (global, per user, per endpoint, per IP: see Layer), in one
-// Limiter.AllowLayers call, all or nothing.
+// New builds a Flow from a store and its Layers, named limits checked
+// together, in one Limiter call, all or nothing (global, per user, per
+// endpoint, per IP: see Layer); a single limit is a Flow of one Layer.
 //
 // Applications use it through an adapter (ginlimit, echolimit, chilimit,
-// fiberlimit), which re-exports its options. An adapter for another
+// fiberlimit), which takes the Flow. An adapter for another
 // framework translates the framework's request into a keyfuncs.Request
 // and its response into a Response, and calls Flow.Handle.
 //
 // An allow-listed client passes without a decision and a deny-listed one
-// is answered by the ForbiddenHandler (403), both without a store call
-// (WithAllowList, WithDenyList). A request over its limit is answered by
-// the DenyHandler (429 and a JSON body by default); one refused because the store failed under
-// core.FailClosed by the UnavailableHandler (503); one the flow cannot
-// decide (no key: 400; a bad cost, a failing key function, a recovered
-// panic: 500; a client that left: 499, and never its handler) by the
-// ErrorResponder, once the ErrorHandler has heard the error. A store that
-// fails open lets the request through with no rate-limit header. A
-// Limiter in shadow mode (core.WithShadow) never denies: the flow then
-// writes no rate-limit header unless WithHeaders asks for them, and never
+// is answered 403, both without a store call (WithAllowList,
+// WithDenyList). Every request that does not proceed is answered by the
+// Responder (WithResponder; DefaultResponder by default): one over its
+// limit 429 with a JSON body; one refused because the store failed under
+// core.FailClosed 503; one the flow cannot decide (no key: 400; a bad
+// cost, a failing key function, a recovered panic: 500; a client that
+// left: 499, and never its handler) once the ErrorHandler has heard the
+// error. A store that fails open lets the request through with no
+// rate-limit header. A Limiter in shadow mode (core.WithShadow) never
+// denies: the flow then writes no rate-limit header unless WithHeaders
+// asks for them, and never
 // paces. No response ever echoes the request or an error's text.
 package httplimit
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/apigate/ratelimit/access"
@@ -52,88 +54,96 @@ type Response interface {
 	Write(status int, contentType string, body []byte) error
 }
 
-// DenyHandler answers a request that does not proceed because of d: over
-// its limit (WithDenyHandler), or refused by a failed store under
-// core.FailClosed (WithUnavailableHandler).
-type DenyHandler func(r keyfuncs.Request, w Response, d core.Decision)
-
 // ErrorHandler hears every error of the flow (WithErrorHandler). It only
-// observes: the response is the flow's, or the ErrorResponder's.
+// observes: the response is the flow's, or the Responder's.
 type ErrorHandler func(r keyfuncs.Request, err error)
 
-// ErrorResponder answers a request the flow could not decide
-// (WithErrorResponder).
-type ErrorResponder func(r keyfuncs.Request, w Response, err error)
-
-// Flow runs the rate-limiting sequence for one Limiter. Build it with New;
+// Flow runs the rate-limiting sequence of its layers. Build it with New;
 // it is immutable and safe for concurrent use.
 type Flow struct {
-	limiter     *core.Limiter
-	keyFunc     keyfuncs.Func
-	skips       []func(keyfuncs.Request) bool
-	cost        func(keyfuncs.Request) int64
-	headers     headers.Config
-	writer      *headers.Writer // of headers
-	deny        DenyHandler
-	unavailable DenyHandler
-	onError     ErrorHandler
-	respondErr  ErrorResponder
-	maxDelay    time.Duration
-	clientIP    *keyfuncs.ClientIP
-	allow       []access.Matcher // nil when none
-	deny403     []access.Matcher // nil when none
-	forbidden   ForbiddenHandler
-	shadow      bool      // the limiter's shadow mode: never pace
-	layers      *layerSet // WithLayers; nil for a single limit
+	limiter  *core.Limiter
+	layers   *layerSet  // every layer
+	single   *flowLayer // the only layer, decided by Limiter.AllowNTimed; nil: by AllowLayers
+	skips    []func(keyfuncs.Request) bool
+	headers  headers.Config
+	writer   *headers.Writer // of headers
+	respond  Responder
+	onError  ErrorHandler
+	maxDelay time.Duration
+	clientIP *keyfuncs.ClientIP
+	allow    []access.Matcher // nil when none
+	deny403  []access.Matcher // nil when none
+	shadow   bool             // the limiter's shadow mode: never pace
 }
 
-// New returns the Flow of l configured by opts, applied in order. It
-// fails, with an error wrapping core.ErrInvalidOption, on a nil limiter, a
-// nil option, or the first option given an invalid value.
-func New(l *core.Limiter, opts ...Option) (*Flow, error) {
-	if l == nil {
-		return nil, fmt.Errorf("%w: httplimit.New: nil limiter", core.ErrInvalidOption)
+// New returns the Flow of layers over store, configured by opts, applied
+// in order, with the Limiter it decides by (see Limiter): core.NewLimiter
+// when there is one layer, without PolicyFor, Methods or Routes (the
+// shortest path), core.NewLayered otherwise, given the options of
+// WithCore. Every wiring mistake is reported here, with an error wrapping
+// core.ErrInvalidOption (or core.ErrInvalidPolicy for a layer's policy):
+// a nil store, a nil option or the first option given an invalid value,
+// no layer or more than core.MaxLayers, a layer without a name among
+// several or two of one name, a bad method or route pattern, a bad policy;
+// and allow or deny lists with a layer that has its own Key but no
+// WithClientIP, which would leave the lists and the key disagreeing about
+// who the client is.
+func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
+	if store == nil {
+		return nil, invalid("New", "nil store")
 	}
 	var c config
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: httplimit.New: option %d is nil", core.ErrInvalidOption, i)
+			return nil, invalid("New", fmt.Sprintf("option %d is nil", i))
 		}
 		if err := opt(&c); err != nil {
 			return nil, err
 		}
 	}
-	f := &Flow{
-		limiter:     l,
-		keyFunc:     c.keyFunc,
-		skips:       c.skips,
-		cost:        c.cost,
-		headers:     c.headers,
-		deny:        c.deny,
-		unavailable: c.unavailable,
-		onError:     c.onError,
-		respondErr:  c.respondErr,
-		maxDelay:    c.maxDelay,
-		clientIP:    c.clientIP,
-		allow:       c.allow,
-		deny403:     c.deny403,
-		forbidden:   c.forbidden,
-		shadow:      l.Shadow(),
+	ls, err := compileLayers(layers)
+	if err != nil {
+		return nil, err
 	}
-	if c.layers != nil {
-		if c.keyFunc != nil || c.cost != nil {
-			return nil, invalid("New", "WithLayers with WithKeyFunc or WithCost: each layer has its own Key and Cost")
+	f := &Flow{
+		layers:   ls,
+		skips:    c.skips,
+		headers:  c.headers,
+		respond:  c.respond,
+		onError:  c.onError,
+		maxDelay: c.maxDelay,
+		clientIP: c.clientIP,
+		allow:    c.allow,
+		deny403:  c.deny403,
+	}
+	if ly := layers[0]; len(layers) == 1 && ly.PolicyFor == nil && ly.Methods == nil && ly.Routes == nil {
+		copts := slices.Clip(c.core)
+		if ly.FailClosed {
+			copts = append(copts, core.WithFailMode(core.FailClosed))
 		}
-		ls, err := bindLayers(l, c.layers)
-		if err != nil {
+		if f.limiter, err = core.NewLimiter(store, ly.Policy, copts...); err != nil {
 			return nil, err
 		}
-		f.layers = ls
+		f.single = &ls.layers[0]
+		f.single.name = f.limiter.Policy().Name
+	} else {
+		cl := make([]core.Layer, len(layers))
+		for i, ly := range layers {
+			cl[i] = core.Layer{Name: ly.Policy.Name, Policy: ly.Policy, FailClosed: ly.FailClosed}
+		}
+		if f.limiter, err = core.NewLayered(store, cl, c.core...); err != nil {
+			return nil, err
+		}
 	}
-	if f.clientIP == nil && (f.keyFunc != nil || f.layers != nil) && (f.allow != nil || f.deny403 != nil) {
+	f.shadow = f.limiter.Shadow()
+	ownKey := false
+	for _, ly := range layers {
+		ownKey = ownKey || ly.Key != nil
+	}
+	if f.clientIP == nil && ownKey && (f.allow != nil || f.deny403 != nil) {
 		// The lists would see the socket peer while the key function may
 		// believe a proxy's header: say which address they are to match.
-		return nil, invalid("New", "WithAllowList and WithDenyList with WithKeyFunc or WithLayers need WithClientIP, "+
+		return nil, invalid("New", "WithAllowList and WithDenyList with a layer's own Key need WithClientIP, "+
 			"the client address under the key function's trust model (keyfuncs.NewClientIP() for the socket peer)")
 	}
 	if f.clientIP == nil {
@@ -143,27 +153,20 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 		}
 		f.clientIP = ip
 	}
-	if f.keyFunc == nil {
-		f.keyFunc = f.clientIP.Key
+	for i := range ls.layers {
+		if ls.layers[i].key == nil {
+			ls.layers[i].key = f.clientIP.Key
+		}
 	}
-	if f.forbidden == nil {
-		f.forbidden = DefaultForbiddenHandler
-	}
-	if !c.headersSet && !l.Shadow() {
+	if !c.headersSet && !f.shadow {
 		f.headers = headers.Default()
 	}
 	f.writer = headers.NewWriter(f.headers)
-	if f.deny == nil {
-		f.deny = DefaultDenyHandler
-	}
-	if f.unavailable == nil {
-		f.unavailable = DefaultUnavailableHandler
+	if f.respond == nil {
+		f.respond = DefaultResponder
 	}
 	if f.onError == nil {
 		f.onError = LogErrors(nil)
-	}
-	if f.respondErr == nil {
-		f.respondErr = DefaultErrorResponder
 	}
 	if !c.maxDelaySet {
 		f.maxDelay = defaultMaxDelay
@@ -171,10 +174,15 @@ func New(l *core.Limiter, opts ...Option) (*Flow, error) {
 	return f, nil
 }
 
+// Limiter returns the Limiter the Flow decides by, which New built: to
+// Reset a client after a good login (Limiter.ResetLayer for one layer),
+// or to share the limits with code that is not HTTP.
+func (f *Flow) Limiter() *core.Limiter { return f.limiter }
+
 // Handle runs the flow for one request and reports whether it may proceed
 // to the next handler. When it returns false, the response has been
 // written and the adapter must stop the chain. Handle never panics: a
-// panic in a function given to the flow is recovered (see ErrPanic).
+// panic in a function given to the flow is recovered (see PanicError).
 func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 	var st state
 	defer func() {
@@ -189,11 +197,14 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			return true
 		}
 	}
-	if f.layers != nil {
+	if f.single == nil {
 		return f.handleLayers(&st, r, w)
 	}
 	st.in = inKey
-	key, err := f.keyFunc(r)
+	key, err := f.single.key(r)
+	if err == nil && key == "" {
+		err = errEmptyKey
+	}
 	if f.allow != nil || f.deny403 != nil {
 		k := key
 		if err != nil {
@@ -205,8 +216,8 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			return f.proceed(&st, r.Context(), r, w)
 		case denyListed:
 			f.report(k, l)
-			st.in = inForbidden
-			f.forbidden(r, st.guard(w), e)
+			st.in = inResponder
+			f.respond(r, st.guard(w), core.Decision{}, &listedError{e})
 			return false
 		}
 	}
@@ -215,9 +226,9 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		return false
 	}
 	cost := int64(1)
-	if f.cost != nil {
+	if f.single.cost != nil {
 		st.in = inCost
-		cost = f.cost(r)
+		cost = f.single.cost(r)
 	}
 	st.in = inLimiter
 	ctx := r.Context()
@@ -242,12 +253,15 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			st.in = inHeaders
 			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(d)))
 		}
-		st.in = inUnavailable
-		f.unavailable(r, st.guard(w), d)
+		st.in = inResponder
+		f.respond(r, st.guard(w), d, nil)
 		return false
 	}
 	return f.decided(&st, ctx, r, w, d, at)
 }
+
+// errEmptyKey is the error of a key function that returned an empty key.
+var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
 // decided tells the client about d, decided at the time at (zero when the
 // Limiter does not say, and then read only if a field needs it), and
@@ -256,8 +270,8 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 	st.in = inHeaders
 	f.writer.Write(w, d, nil, at)
 	if !d.Allowed {
-		st.in = inDeny
-		f.deny(r, st.guard(w), d)
+		st.in = inResponder
+		f.respond(r, st.guard(w), d, nil)
 		return false
 	}
 	if d.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(d.Delay, f.maxDelay)) {
@@ -277,12 +291,12 @@ func (f *Flow) proceed(st *state, ctx context.Context, r keyfuncs.Request, w Res
 	return true
 }
 
-// fail reports err and answers the request with the ErrorResponder.
+// fail reports err and answers the request with the Responder.
 func (f *Flow) fail(st *state, r keyfuncs.Request, w Response, err error) {
 	st.in = inErrorHandler
 	f.onError(r, err)
-	st.in = inErrorResponder
-	f.respondErr(r, st.guard(w), err)
+	st.in = inResponder
+	f.respond(r, st.guard(w), core.Decision{}, err)
 }
 
 // canceled is the error of a request admitted, or paced, while its context

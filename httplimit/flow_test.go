@@ -65,17 +65,18 @@ func (w *response) Write(status int, contentType string, body []byte) error {
 	return nil
 }
 
-// newLimiter returns a Limiter of p over store, deciding at t0, with a
-// generous timeout unless opts set one: no test here is about the timeout,
-// and a store that is not CallDirect must not time out on a busy machine.
-func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+// newFlow returns the Flow of one layer, ly, over store, deciding at t0,
+// with opts, and with lopts passed to the Limiter after a generous
+// timeout: no test here is about the timeout, and a store that is not
+// CallDirect must not time out on a busy machine.
+func newFlow(t testing.TB, store core.Store, ly httplimit.Layer, lopts []core.Option, opts ...httplimit.Option) (*httplimit.Flow, error) {
 	t.Helper()
-	l, err := core.NewLimiter(clockstore.At(store, t0), p, append([]core.Option{limitertest.Generous()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return httplimit.New(clockstore.At(store, t0), []httplimit.Layer{ly}, append([]httplimit.Option{
+		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, lopts...)...)}, opts...)...)
 }
+
+// layer is the Layer of p.
+func layer(p core.Policy) httplimit.Layer { return httplimit.Layer{Policy: p} }
 
 func memStore(t testing.TB) *memstore.Store {
 	t.Helper()
@@ -90,30 +91,27 @@ func memStore(t testing.TB) *memstore.Store {
 var perMinute = core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
 
 func TestNewRejects(t *testing.T) {
-	l := newLimiter(t, memStore(t), perMinute)
+	var store core.Store = memStore(t)
 	ok := httplimit.WithMaxDelay(time.Second)
 	tests := []struct {
-		name string
-		l    *core.Limiter
-		opts []httplimit.Option
-		want string // the error's detail
+		name  string
+		store core.Store
+		opts  []httplimit.Option
+		want  string // the error's detail
 	}{
-		{"nil limiter", nil, nil, "httplimit.New: nil limiter"},
-		{"nil option", l, []httplimit.Option{ok, nil}, "httplimit.New: option 1 is nil"},
-		{"nil key func", l, []httplimit.Option{httplimit.WithKeyFunc(nil)}, "httplimit.WithKeyFunc: nil key function"},
-		{"nil skip", l, []httplimit.Option{httplimit.WithSkip(nil)}, "httplimit.WithSkip: nil skip function"},
-		{"nil cost", l, []httplimit.Option{httplimit.WithCost(nil)}, "httplimit.WithCost: nil cost function"},
-		{"nil deny handler", l, []httplimit.Option{httplimit.WithDenyHandler(nil)}, "httplimit.WithDenyHandler: nil deny handler"},
-		{"nil unavailable handler", l, []httplimit.Option{httplimit.WithUnavailableHandler(nil)}, "httplimit.WithUnavailableHandler: nil unavailable handler"},
-		{"nil error handler", l, []httplimit.Option{httplimit.WithErrorHandler(nil)}, "httplimit.WithErrorHandler: nil error handler"},
-		{"nil error responder", l, []httplimit.Option{httplimit.WithErrorResponder(nil)}, "httplimit.WithErrorResponder: nil error responder"},
-		{"negative max delay", l, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}, "httplimit.WithMaxDelay: negative delay -1s"},
-		{"the first invalid option is reported", l,
-			[]httplimit.Option{ok, httplimit.WithCost(nil), nil, httplimit.WithSkip(nil)}, "httplimit.WithCost: nil cost function"},
+		{"nil store", nil, nil, "httplimit.New: nil store"},
+		{"nil option", store, []httplimit.Option{ok, nil}, "httplimit.New: option 1 is nil"},
+		{"nil skip", store, []httplimit.Option{httplimit.WithSkip(nil)}, "httplimit.WithSkip: nil skip function"},
+		{"nil responder", store, []httplimit.Option{httplimit.WithResponder(nil)}, "httplimit.WithResponder: nil responder"},
+		{"nil error handler", store, []httplimit.Option{httplimit.WithErrorHandler(nil)}, "httplimit.WithErrorHandler: nil error handler"},
+		{"negative max delay", store, []httplimit.Option{httplimit.WithMaxDelay(-time.Second)}, "httplimit.WithMaxDelay: negative delay -1s"},
+		{"the first invalid option is reported", store,
+			[]httplimit.Option{ok, httplimit.WithResponder(nil), nil, httplimit.WithSkip(nil)}, "httplimit.WithResponder: nil responder"},
+		{"nil core option", store, []httplimit.Option{httplimit.WithCore(nil)}, "option 0 is nil"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := httplimit.New(tc.l, tc.opts...)
+			f, err := httplimit.New(tc.store, []httplimit.Layer{layer(perMinute)}, tc.opts...)
 			assert.Nil(t, f)
 			require.ErrorIs(t, err, core.ErrInvalidOption)
 			assert.Equal(t, core.ErrInvalidOption.Error()+": "+tc.want, err.Error())
@@ -127,6 +125,7 @@ func TestHandle(t *testing.T) {
 		name        string
 		store       func(t testing.TB) core.Store
 		lopts       []core.Option
+		key         keyfuncs.Func
 		opts        []httplimit.Option
 		proceed     bool
 		status      int
@@ -146,29 +145,29 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name:   "key not found",
-			opts:   []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)))},
+			key:    mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)),
 			status: 400, body: `{"error":"rate_limit_key_missing","message":"The request does not identify its client."}`,
 			errContains: []error{keyfuncs.ErrNoKey},
 		},
 		{
 			name: "key function fails",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+			key: func(keyfuncs.Request) (string, error) {
 				return "", errKey
-			})},
+			},
 			status: 500, body: `{"error":"rate_limit_error","message":"Internal server error."}`,
 			errContains: []error{errKey},
 		},
 		{
-			name: "key function breaks its contract with an empty key",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) {
+			name: "an empty key is no key",
+			key: func(keyfuncs.Request) (string, error) {
 				return "", nil
-			})},
-			status: 500, errContains: []error{core.ErrInvalidKey},
+			},
+			status: 400, errContains: []error{keyfuncs.ErrNoKey},
 		},
 		{
 			name: "fallback key with FirstOf", proceed: true,
-			opts: []httplimit.Option{httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.FirstOf(
-				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)), mustKeyFunc(t)(keyfuncs.Static("anonymous")))))},
+			key: mustKeyFunc(t)(keyfuncs.FirstOf(
+				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)), mustKeyFunc(t)(keyfuncs.Static("anonymous")))),
 		},
 		{
 			name:   "fail closed without Retry-After configured",
@@ -179,10 +178,14 @@ func TestHandle(t *testing.T) {
 			errContains: []error{core.ErrStore},
 		},
 		{
-			name:  "fail closed, replaced handler",
+			name:  "fail closed, replaced responder",
 			store: func(testing.TB) core.Store { return failing{} },
 			lopts: []core.Option{core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(1500 * time.Millisecond)},
-			opts: []httplimit.Option{httplimit.WithUnavailableHandler(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision) {
+			opts: []httplimit.Option{httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
+				if err != nil || d.Source != core.SourceFailMode {
+					httplimit.DefaultResponder(r, w, d, err)
+					return
+				}
 				_ = w.Write(http.StatusTooManyRequests, "text/plain", []byte(d.RetryAfter.String()))
 			})},
 			status: 429, body: "1.5s", header: map[string]string{"Retry-After": "2"},
@@ -199,7 +202,7 @@ func TestHandle(t *testing.T) {
 			opts := append([]httplimit.Option{
 				httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
 			}, tc.opts...)
-			f, err := httplimit.New(newLimiter(t, store, perMinute, tc.lopts...), opts...)
+			f, err := newFlow(t, store, httplimit.Layer{Policy: perMinute, Key: tc.key}, tc.lopts, opts...)
 			require.NoError(t, err)
 			w := newResponse()
 			before := time.Now()
@@ -241,7 +244,7 @@ func checkReset(t *testing.T, got string, before, after time.Time, resetIn int64
 
 func TestPaceStopsOnEndedContext(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
-	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(time.Hour))
+	f, err := newFlow(t, memStore(t), layer(p), nil, httplimit.WithMaxDelay(time.Hour))
 	require.NoError(t, err)
 	require.True(t, f.Handle(newRequest(), newResponse()), "first request held")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -256,7 +259,7 @@ func TestPaceStopsOnEndedContext(t *testing.T) {
 
 func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 	p := core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 2}
-	f, err := httplimit.New(newLimiter(t, memStore(t), p), httplimit.WithMaxDelay(0))
+	f, err := newFlow(t, memStore(t), layer(p), nil, httplimit.WithMaxDelay(0))
 	require.NoError(t, err)
 	done := make(chan bool, 2)
 	go func() {
@@ -288,7 +291,7 @@ func TestLogErrors(t *testing.T) {
 	}
 }
 
-func TestDefaultDenyHandler(t *testing.T) {
+func TestDefaultResponderDenied(t *testing.T) {
 	for _, tc := range []struct {
 		retry time.Duration
 		body  string
@@ -298,7 +301,7 @@ func TestDefaultDenyHandler(t *testing.T) {
 		{time.Hour, `{"error":"rate_limit_exceeded","message":"Too many requests, retry after 3600 seconds.","retry_after_seconds":3600}`},
 	} {
 		w := newResponse()
-		httplimit.DefaultDenyHandler(newRequest(), w, core.Decision{RetryAfter: tc.retry})
+		httplimit.DefaultResponder(newRequest(), w, core.Decision{RetryAfter: tc.retry}, nil)
 		assert.Equal(t, 429, w.status, "RetryAfter %v: status", tc.retry)
 		assert.Equal(t, "application/json", w.contentType, "RetryAfter %v: Content-Type", tc.retry)
 		assert.Equal(t, tc.body, w.body, "RetryAfter %v: body", tc.retry)
@@ -317,7 +320,26 @@ func (failing) Reset(context.Context, string, core.Policy) error { return errors
 // default options (IP key, default headers).
 func BenchmarkHandle(b *testing.B) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	f, err := httplimit.New(newLimiter(b, memStore(b), p))
+	f, err := newFlow(b, memStore(b), layer(p), nil)
+	require.NoError(b, err)
+	r, w := newRequest(), newResponse()
+	b.ReportAllocs()
+	for b.Loop() {
+		if !f.Handle(r, w) {
+			b.Fatal("denied")
+		}
+	}
+}
+
+// BenchmarkHandleOneLayerLayered is BenchmarkHandle's one layer decided
+// the way several are (Limiter.AllowLayers), as a PolicyFor makes it: what
+// New's shorter path for one plain layer (Limiter.AllowNTimed) saves. The
+// store is the memory store itself, as in BenchmarkHandleLayers (clockstore's
+// TakeAll copies the requests to the heap).
+func BenchmarkHandleOneLayerLayered(b *testing.B) {
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	same := func(keyfuncs.Request, string) (*core.Policy, error) { return nil, nil }
+	f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p, PolicyFor: same}})
 	require.NoError(b, err)
 	r, w := newRequest(), newResponse()
 	b.ReportAllocs()
@@ -331,7 +353,7 @@ func BenchmarkHandle(b *testing.B) {
 // BenchmarkHandleDenied is the flow alone on the memory store, denied
 // path (a flood past the limit), default options.
 func BenchmarkHandleDenied(b *testing.B) {
-	f, err := httplimit.New(newLimiter(b, memStore(b), perMinute))
+	f, err := newFlow(b, memStore(b), layer(perMinute), nil)
 	require.NoError(b, err)
 	r := newRequest()
 	f.Handle(r, newResponse())

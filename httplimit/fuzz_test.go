@@ -95,11 +95,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 		store = failing{}
 		lopts = append(lopts, core.WithFallback(mem()))
 	}
-	l, err := core.NewLimiter(store, p, append([]core.Option{limitertest.Generous()}, lopts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	var err error
 	var kf keyfuncs.Func
 	proxies := keyfuncs.TrustedProxies("10.0.0.0/8", "fd00::/8", "127.0.0.1/32")
 	switch m := mode & 7; {
@@ -131,13 +127,14 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 		ff.keys = append(ff.keys, k)
 		return k, err
 	}
+	ly := httplimit.Layer{Policy: p, Key: record}
 	opts := []httplimit.Option{
-		httplimit.WithKeyFunc(record),
+		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, lopts...)...),
 		httplimit.WithMaxDelay(time.Millisecond),
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { ff.errs = append(ff.errs, err) }),
 	}
 	if mode&8 != 0 {
-		opts = append(opts, httplimit.WithCost(func(keyfuncs.Request) int64 { ff.leave("cost"); return cost }))
+		ly.Cost = func(keyfuncs.Request) int64 { ff.leave("cost"); return cost }
 	}
 	switch mode >> 6 & 3 {
 	case 2:
@@ -145,7 +142,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	case 3:
 		opts = append(opts, httplimit.WithHeaders(headers.Config{}))
 	}
-	ff.flow, err = httplimit.New(l, opts...)
+	ff.flow, err = httplimit.New(store, []httplimit.Layer{ly}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +345,7 @@ func FuzzFlow(f *testing.F) {
 			}
 			for _, err := range ff.errs[errsBefore:] {
 				switch {
-				case errors.Is(err, httplimit.ErrPanic):
+				case errors.As(err, new(*httplimit.PanicError)):
 					if !canPanic {
 						t.Fatalf("request %d: unexpected panic: %v\n%s", i, err, err.(*httplimit.PanicError).Stack)
 					}

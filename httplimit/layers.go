@@ -16,34 +16,56 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Layer is one named limit of a layered middleware (WithLayers): the whole
-// API, a user, an endpoint, an address. Every request is checked, in one
-// Limiter call, against every layer that applies to it (by Methods and
-// Routes); it passes only when all of them admit it, and one denied by any
-// layer takes nothing from any:
+// Layer is one named limit of a Flow: the whole API, a user, an endpoint,
+// an address. A single limit is a Flow of one Layer. Every request is
+// checked, in one Limiter call, against every layer that applies to it (by
+// Methods and Routes); it passes only when all of them admit it, and one
+// denied by any layer takes nothing from any:
 //
+//	search, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5})
 //	layers := []httplimit.Layer{
-//		{Name: "global", Policy: perMinute(1_000_000), Key: global},
-//		{Name: "user", Policy: perMinute(1000), Key: userOrIP, PolicyFor: plan,
-//			Cost: httplimit.CostByRoute(map[string]int64{"GET /search": 5})},
-//		{Name: "login", Policy: fivePer15Minutes, Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
-//		{Name: "ip", Policy: perMinute(300), Key: ip},
+//		{Policy: perMinute("global", 1_000_000), Key: global},
+//		{Policy: perMinute("user", 1000), Key: userOrIP, PolicyFor: plan, Cost: search},
+//		{Policy: fivePer15Minutes("login"), Methods: []string{"POST"}, Routes: []string{"/login"}},
+//		{Policy: perMinute("ip", 300)},
 //	}
-//	lim, err := httplimit.NewLayered(store, layers, core.WithFailMode(core.FailOpen))
-//	mw := ginlimit.New(lim, ginlimit.WithLayers(layers...))
+//	flow, err := httplimit.New(store, layers, httplimit.WithCore(core.WithFailMode(core.FailOpen)))
+//	mw := ginlimit.New(flow)
+//
+// A request to which no layer applies passes untouched, with no header.
+// Key entries of the allow and deny lists are matched against the key of
+// every layer that applies. X-RateLimit-* and RateLimit-* describe the
+// binding layer (the one that denied, or the one closest to denying: its
+// Remaining is the least any layer has left); the draft-10 RateLimit and
+// RateLimit-Policy fields list every layer that applied
+// (headers.WriteLayers); Retry-After is the time at which every layer
+// admits again. A leaky-bucket layer paces the request by the longest
+// Delay of the layers.
+//
+// Routes are matched so that no spelling of a path slips past a layer:
+// the path is percent-decoded (twice encoded too), cut at '?', '#' and
+// each segment's ';', its backslashes read as slashes, its empty and "."
+// segments dropped and its ".." segments resolved, its trailing slash
+// ignored, and compared case-insensitively. A layer may so apply to a
+// request the router would not send to its route (over-matching, which
+// costs the client a unit), never miss one the router would.
 type Layer struct {
-	// Name identifies the layer: unique whatever the case ("login" and
-	// "Login" are one name twice), at most core.MaxNameLen characters of
-	// [A-Za-z0-9._-]. It names the layer's item in the
-	// RateLimit and RateLimit-Policy headers, and its state in the store.
-	Name string
 	// Policy is the layer's policy, unless PolicyFor chooses another for a
-	// request. Its Name must be empty or Name.
+	// request. Its Name names the layer: unique whatever the case ("login"
+	// and "Login" are one name twice), at most core.MaxNameLen characters
+	// of [A-Za-z0-9._-]. It names the layer's item in the RateLimit and
+	// RateLimit-Policy headers, and its state in the store. Of a Flow's
+	// only layer it may be empty (the policy's DefaultName); of several,
+	// every one needs it.
 	Policy core.Policy
 	// Key says who the client is under this layer (keyfuncs.Static for
 	// one key shared by every request, keyfuncs.FirstOf(user, ip) for a
-	// user falling back to its address). It is required. A key function
-	// that fails fails the request, as WithKeyFunc's does.
+	// user falling back to its address; keyfuncs.Compose with
+	// keyfuncs.Route to limit per endpoint). Nil is the client's address,
+	// WithClientIP's Key: by default the socket peer, IPv6 grouped by /56,
+	// no forwarding header believed. A key function that fails, or returns
+	// an empty key, fails the request (400 for keyfuncs.ErrNoKey, 500
+	// otherwise): to fall back to another key, use keyfuncs.FirstOf.
 	Key keyfuncs.Func
 	// PolicyFor, when not nil, chooses the policy of a request under this
 	// layer from the request and its key: a premium plan, a per-API-key
@@ -64,11 +86,13 @@ type Layer struct {
 	// Routes limits the layer to requests whose path matches one of these
 	// patterns: "/login"; "/users/{id}" or "/users/:id", a parameter
 	// matching one path segment; "/api/*", a suffix wildcard matching
-	// "/api" and every path below it. Empty: every path. See WithLayers
-	// for how a path is matched.
+	// "/api" and every path below it. Empty: every path. See above for
+	// how a path is matched.
 	Routes []string
 	// Cost says how many units a request takes from this layer (1 when
-	// nil), as WithCost does for a single limit; see CostByRoute.
+	// nil); see CostByRoute. A cost below 1 or above the policy's capacity
+	// is a programming error: the request gets the Responder's answer (500
+	// by default), never a panic and never a 429.
 	Cost func(keyfuncs.Request) int64
 	// FailClosed makes the layer deny when the store fails, whatever the
 	// Limiter's FailMode: a login guard that must not open during an
@@ -76,77 +100,18 @@ type Layer struct {
 	FailClosed bool
 }
 
-// NewLayered returns the Limiter of layers over store, for WithLayers with
-// the same layers: core.NewLayered with each layer's Name, Policy and
-// FailClosed, the layers checked as WithLayers checks them. opts are
-// core.NewLayered's. Errors wrap core.ErrInvalidOption (or
-// core.ErrInvalidPolicy for a layer's policy).
-func NewLayered(store core.Store, layers []Layer, opts ...core.Option) (*core.Limiter, error) {
-	if _, err := compileLayers("NewLayered", layers); err != nil {
-		return nil, err
-	}
-	cl := make([]core.Layer, len(layers))
-	for i, ly := range layers {
-		cl[i] = core.Layer{Name: ly.Name, Policy: ly.Policy, FailClosed: ly.FailClosed}
-	}
-	return core.NewLayered(store, cl, opts...)
-}
-
-// WithLayers makes the flow check every request against layers, in one
-// Limiter call: the Limiter must have been built with the same layers
-// (NewLayered; by name, one to one, in any order, with the same Policy and
-// FailClosed). The flow then runs
-//
-//	skip? -> the layers that apply -> their keys -> allow list? deny list? -> costs, policies -> Limiter.AllowLayers -> headers -> pass (paced) or deny
-//
-// A request to which no layer applies passes untouched, with no header.
-// Key entries of the allow and deny lists are matched against the key of
-// every layer that applies. X-RateLimit-* and RateLimit-* describe the
-// binding layer (the one that denied, or the one closest to denying: its
-// Remaining is the least any layer has left); the draft-10 RateLimit and
-// RateLimit-Policy fields list every layer that applied
-// (headers.Writer); Retry-After is the time at which every layer
-// admits again. A leaky-bucket layer paces the request by the longest
-// Delay of the layers.
-//
-// Routes are matched so that no spelling of a path slips past a layer:
-// the path is percent-decoded (twice encoded too), cut at '?', '#' and
-// each segment's ';', its backslashes read as slashes, its empty and "."
-// segments dropped and its ".." segments resolved, its trailing slash
-// ignored, and compared case-insensitively. A layer may so apply to a
-// request the router would not send to its route (over-matching, which
-// costs the client a unit), never miss one the router would.
-//
-// WithLayers fails, with an error wrapping core.ErrInvalidOption, on no
-// layer, a layer without a Key, a duplicate or empty name, a bad method or
-// route pattern; New fails when the Limiter's layers are not these, or
-// when WithKeyFunc or WithCost is given too (each layer has its own).
-func WithLayers(layers ...Layer) Option {
-	return func(c *config) error {
-		if _, err := compileLayers("WithLayers", layers); err != nil {
-			return err
-		}
-		c.layers = append(c.layers, layers...)
-		return nil
-	}
-}
-
-// CostByRoute returns a Layer.Cost (or WithCost) function weighing requests
+// CostByRoute returns a Layer.Cost function weighing requests
 // by route: costs maps "METHOD /pattern", or "/pattern" for every method,
 // to the cost of the requests it matches, with patterns as Layer.Routes
 // takes them ("GET /search": 5, "POST /export/*": 100). The most specific
 // entry that matches wins (literal segments before parameters before a
 // wildcard); a request that matches none costs 1. The map is copied.
-//
-// A bad entry (a cost below 1, a malformed pattern or method) cannot be
-// reported here: the function then gives every request cost 0, which the
-// flow refuses with the ErrorResponder (500), so that the mistake shows on
-// the first request rather than as a wrong limit. CheckCostByRoute reports
-// it at startup.
-func CostByRoute(costs map[string]int64) func(keyfuncs.Request) int64 {
+// A bad entry (a cost below 1, a malformed pattern or method) is an error
+// wrapping core.ErrInvalidOption.
+func CostByRoute(costs map[string]int64) (func(keyfuncs.Request) int64, error) {
 	table, err := compileCosts(costs)
 	if err != nil {
-		return func(keyfuncs.Request) int64 { return 0 }
+		return nil, err
 	}
 	return func(r keyfuncs.Request) int64 {
 		var m matcher
@@ -158,15 +123,7 @@ func CostByRoute(costs map[string]int64) func(keyfuncs.Request) int64 {
 			}
 		}
 		return 1
-	}
-}
-
-// CheckCostByRoute reports the first bad entry of a map for CostByRoute,
-// with an error wrapping core.ErrInvalidOption, and nil when every entry
-// is good.
-func CheckCostByRoute(costs map[string]int64) error {
-	_, err := compileCosts(costs)
-	return err
+	}, nil
 }
 
 // costEntry is one entry of a CostByRoute table.
@@ -221,7 +178,6 @@ type layerSet struct {
 // flowLayer is one layer as the flow runs it.
 type flowLayer struct {
 	name      string
-	index     int // in the Limiter's Layers
 	key       keyfuncs.Func
 	policyFor func(keyfuncs.Request, string) (*core.Policy, error)
 	cost      func(keyfuncs.Request) int64
@@ -229,90 +185,47 @@ type flowLayer struct {
 	routes    []route  // nil: all
 }
 
-// compileLayers checks layers and returns them compiled, their indexes
-// left for bindLayers to fill.
-func compileLayers(fn string, layers []Layer) ([]flowLayer, error) {
+// compileLayers checks layers and returns them compiled, a nil Key left
+// for New to fill.
+func compileLayers(layers []Layer) (*layerSet, error) {
+	const fn = "New"
 	if len(layers) == 0 {
 		return nil, invalid(fn, "no layer")
 	}
 	if len(layers) > core.MaxLayers {
 		return nil, invalid(fn, fmt.Sprintf("%d layers, more than %d", len(layers), core.MaxLayers))
 	}
-	out := make([]flowLayer, len(layers))
+	ls := &layerSet{layers: make([]flowLayer, len(layers))}
 	seen := make(map[string]bool, len(layers))
 	for i, ly := range layers {
-		if ly.Name == "" {
-			return nil, invalid(fn, fmt.Sprintf("layer %d has no name", i))
+		name := ly.Policy.Name
+		if name == "" && len(layers) > 1 {
+			return nil, invalid(fn, fmt.Sprintf("layer %d has no name (Policy.Name): each of several layers needs one", i))
 		}
-		if seen[strings.ToLower(ly.Name)] {
-			return nil, invalid(fn, fmt.Sprintf("two layers are named %q, in some case", ly.Name))
+		if seen[strings.ToLower(name)] {
+			return nil, invalid(fn, fmt.Sprintf("two layers are named %q, in some case", name))
 		}
-		seen[strings.ToLower(ly.Name)] = true
-		if ly.Key == nil {
-			return nil, invalid(fn, fmt.Sprintf("layer %q has no Key", ly.Name))
-		}
-		fl := flowLayer{name: ly.Name, key: ly.Key, policyFor: ly.PolicyFor, cost: ly.Cost}
+		seen[strings.ToLower(name)] = true
+		fl := flowLayer{name: name, key: ly.Key, policyFor: ly.PolicyFor, cost: ly.Cost}
 		for _, m := range ly.Methods {
 			if !validMethod(m) {
-				return nil, invalid(fn, fmt.Sprintf("layer %q: bad method %q", ly.Name, m))
+				return nil, invalid(fn, fmt.Sprintf("layer %q: bad method %q", name, m))
 			}
 			fl.methods = append(fl.methods, strings.ToUpper(m))
 		}
 		for _, p := range ly.Routes {
 			rt, err := parseRoute(p)
 			if err != nil {
-				return nil, invalid(fn, fmt.Sprintf("layer %q: %v", ly.Name, err))
+				return nil, invalid(fn, fmt.Sprintf("layer %q: %v", name, err))
 			}
 			fl.routes = append(fl.routes, rt)
 		}
-		out[i] = fl
-	}
-	return out, nil
-}
-
-// bindLayers returns the layer set of layers for l, whose layers must be
-// the same, by name, one to one, with the same policies.
-func bindLayers(l *core.Limiter, layers []Layer) (*layerSet, error) {
-	fls, err := compileLayers("WithLayers", layers)
-	if err != nil {
-		return nil, err
-	}
-	own := l.Layers()
-	if own == nil {
-		return nil, invalid("New", "WithLayers needs a layered Limiter (httplimit.NewLayered or core.NewLayered with the same layers)")
-	}
-	if len(own) != len(fls) {
-		return nil, invalid("New", fmt.Sprintf("WithLayers has %d layers, the Limiter %d", len(fls), len(own)))
-	}
-	ls := &layerSet{layers: fls}
-	for i := range fls {
-		j, ok := l.LayerIndex(fls[i].name)
-		if !ok {
-			return nil, invalid("New", fmt.Sprintf("the Limiter has no layer %q", fls[i].name))
-		}
-		fls[i].index = j
-		if !samePolicy(own[j].Policy, layers[i].Policy) || own[j].FailClosed != layers[i].FailClosed {
-			return nil, invalid("New", fmt.Sprintf("the Limiter's layer %q has another policy or FailClosed than WithLayers's", fls[i].name))
-		}
-		if fls[i].routes != nil {
+		if fl.routes != nil {
 			ls.needsPath = true
 		}
+		ls.layers[i] = fl
 	}
 	return ls, nil
-}
-
-// samePolicy reports whether the Limiter's policy of a layer, own, is
-// the policy p given for it (whose Name may be empty), Lockout compared
-// by value.
-func samePolicy(own, p core.Policy) bool {
-	if p.Name == "" {
-		p.Name = own.Name
-	}
-	if (own.Lockout == nil) != (p.Lockout == nil) || own.Lockout != nil && *own.Lockout != *p.Lockout {
-		return false
-	}
-	own.Lockout, p.Lockout = nil, nil
-	return own == p
 }
 
 // validMethod reports whether m is an HTTP method token.
@@ -380,7 +293,8 @@ var badPolicy = core.Policy{}
 // inPolicyFor names a layer's PolicyFor in a PanicError.
 const inPolicyFor = "layer policy function"
 
-// handleLayers is Handle for a layered flow, after the skips.
+// handleLayers is Handle for a flow of several layers, or of one that
+// needs them (PolicyFor, Methods, Routes), after the skips.
 func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	sc := scratches.Get().(*scratch)
 	defer func() {
@@ -413,7 +327,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			}
 			continue
 		}
-		sc.checks[n] = core.Check{Layer: i, Key: key} // Layer: ours, for now
+		sc.checks[n] = core.Check{Layer: i, Key: key}
 		sc.keys[n] = key
 		n++
 	}
@@ -424,8 +338,8 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			return f.proceed(st, r.Context(), r, w)
 		case denyListed:
 			f.reportKeys(sc.keys[:n], l)
-			st.in = inForbidden
-			f.forbidden(r, st.guard(w), e)
+			st.in = inResponder
+			f.respond(r, st.guard(w), core.Decision{}, &listedError{e})
 			return false
 		}
 	}
@@ -440,7 +354,6 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	for i := range sc.checks[:n] {
 		c := &sc.checks[i]
 		ly := &ls.layers[c.Layer]
-		c.Layer = ly.index
 		c.Cost = 1
 		if ly.cost != nil {
 			st.in = inCost
@@ -485,8 +398,8 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			st.in = inHeaders
 			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(v.Decision)))
 		}
-		st.in = inUnavailable
-		f.unavailable(r, st.guard(w), v.Decision)
+		st.in = inResponder
+		f.respond(r, st.guard(w), v.Decision, nil)
 		return false
 	}
 	return f.decidedLayers(st, ctx, r, w, v)
@@ -507,8 +420,8 @@ func (f *Flow) decidedLayers(st *state, ctx context.Context, r keyfuncs.Request,
 	st.in = inHeaders
 	f.writer.Write(w, v.Decision, v.Decisions, time.Time{})
 	if !v.Allowed {
-		st.in = inDeny
-		f.deny(r, st.guard(w), v.Decision)
+		st.in = inResponder
+		f.respond(r, st.guard(w), v.Decision, nil)
 		return false
 	}
 	if v.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(v.Delay, f.maxDelay)) {
@@ -563,322 +476,4 @@ func (f *Flow) reportKeys(keys []string, l listed) {
 		k = keys[0]
 	}
 	f.report(k, l)
-}
-
-// A route is a compiled route pattern of Layer.Routes or CostByRoute.
-type route struct {
-	pattern  string // as given
-	segs     []routeSeg
-	wildcard bool // ends with "/*": matches the segments and anything below
-}
-
-// routeSeg is one segment of a route: a literal, in lower case, or a
-// parameter matching any one segment.
-type routeSeg struct {
-	lit   string
-	param bool
-}
-
-// parseRoute compiles a route pattern: "/login", "/users/{id}",
-// "/users/:id", "/api/*".
-func parseRoute(p string) (route, error) {
-	rt := route{pattern: p}
-	if p == "" || p[0] != '/' {
-		return rt, fmt.Errorf("route %q does not start with '/'", p)
-	}
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("?#\\;%", c) >= 0 {
-			return rt, fmt.Errorf("route %q has a byte %q that no normalized path has", p, c)
-		}
-	}
-	parts := strings.Split(p[1:], "/")
-	if len(parts) > 1 && parts[len(parts)-1] == "" {
-		parts = parts[:len(parts)-1] // "/login/" is "/login"
-	}
-	if len(parts) == 1 && parts[0] == "" {
-		return rt, nil // "/"
-	}
-	for i, s := range parts {
-		switch {
-		case s == "" || s == "." || s == "..":
-			return rt, fmt.Errorf("route %q has an empty, \".\" or \"..\" segment", p)
-		case s[0] == '*':
-			if i != len(parts)-1 {
-				return rt, fmt.Errorf("route %q has a wildcard before its last segment", p)
-			}
-			rt.wildcard = true
-		case s[0] == ':' && len(s) > 1, s[0] == '{' && s[len(s)-1] == '}' && len(s) > 2:
-			rt.segs = append(rt.segs, routeSeg{param: true})
-		case strings.ContainsAny(s, "{}*") || s[0] == ':':
-			return rt, fmt.Errorf("route %q has a malformed segment %q", p, s)
-		default:
-			rt.segs = append(rt.segs, routeSeg{lit: strings.ToLower(s)})
-		}
-	}
-	return rt, nil
-}
-
-// compareSpecificity orders routes most specific first: without a
-// wildcard before with one, more segments before fewer, fewer parameters
-// before more.
-func (rt *route) compareSpecificity(o *route) int {
-	if rt.wildcard != o.wildcard {
-		if rt.wildcard {
-			return 1
-		}
-		return -1
-	}
-	if len(rt.segs) != len(o.segs) {
-		return len(o.segs) - len(rt.segs)
-	}
-	return rt.params() - o.params()
-}
-
-// params is how many parameter segments rt has.
-func (rt *route) params() int {
-	n := 0
-	for _, s := range rt.segs {
-		if s.param {
-			n++
-		}
-	}
-	return n
-}
-
-// matchSegs reports whether the path p matches rt.
-func (rt *route) matchSegs(p *pathSegs) bool {
-	if rt.wildcard {
-		if p.ns < len(rt.segs) {
-			return false
-		}
-	} else if p.ns != len(rt.segs) {
-		return false
-	}
-	b := p.bytes()
-	for i := range rt.segs {
-		if rt.segs[i].param {
-			continue
-		}
-		s := p.seg(i)
-		if !equalLower(b[s.start:s.end], rt.segs[i].lit) {
-			return false
-		}
-	}
-	return true
-}
-
-// equalLower reports whether b, ASCII letters folded to lower case, is
-// lower.
-func equalLower(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i := range b {
-		c := b[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// Sizes of a pathSegs' own arrays; longer paths use the heap.
-const (
-	pathBuf = 512
-	maxSegs = 32
-)
-
-// seg is the bounds of one segment in a pathSegs' bytes.
-type seg struct{ start, end int32 }
-
-// pathSegs is a normalized path, split in segments (see WithLayers).
-type pathSegs struct {
-	buf  [pathBuf]byte
-	big  []byte // the path, when longer than buf
-	n    int    // its length in buf
-	segs [maxSegs]seg
-	more []seg // segments past maxSegs
-	ns   int
-}
-
-// bytes returns the normalized path's bytes.
-func (p *pathSegs) bytes() []byte {
-	if p.big != nil {
-		return p.big
-	}
-	return p.buf[:p.n]
-}
-
-// seg returns the i-th segment's bounds.
-func (p *pathSegs) seg(i int) seg {
-	if i < maxSegs {
-		return p.segs[i]
-	}
-	return p.more[i-maxSegs]
-}
-
-// push appends a segment.
-func (p *pathSegs) push(s seg) {
-	if p.ns < maxSegs {
-		p.segs[p.ns] = s
-	} else {
-		p.more = append(p.more, s)
-	}
-	p.ns++
-}
-
-// pop drops the last segment, if any.
-func (p *pathSegs) pop() {
-	if p.ns == 0 {
-		return
-	}
-	p.ns--
-	if p.ns >= maxSegs {
-		p.more = p.more[:p.ns-maxSegs]
-	}
-}
-
-// maxUnescapes is how many rounds of percent-decoding a path gets: a path
-// encoded twice ("%256Cogin") is decoded too.
-const maxUnescapes = 3
-
-// set normalizes path into p: cut at '?' and '#', percent-decoded,
-// backslashes as slashes, split in segments each cut at ';', empty and
-// "." segments dropped, ".." resolved.
-func (p *pathSegs) set(path string) {
-	p.big, p.more, p.n, p.ns = nil, p.more[:0], 0, 0
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
-	}
-	var b []byte
-	if len(path) <= pathBuf {
-		b = append(p.buf[:0], path...)
-	} else {
-		b = []byte(path)
-	}
-	for range maxUnescapes {
-		var changed bool
-		if b, changed = unescape(b); !changed {
-			break
-		}
-	}
-	for i, c := range b {
-		if c == '?' || c == '#' {
-			b = b[:i]
-			break
-		}
-	}
-	if len(path) <= pathBuf {
-		p.n = len(b)
-	} else {
-		p.big = b
-	}
-	for i := 0; i <= len(b); {
-		j := i
-		for j < len(b) && b[j] != '/' && b[j] != '\\' {
-			j++
-		}
-		end := j
-		for k := i; k < j; k++ {
-			if b[k] == ';' {
-				end = k
-				break
-			}
-		}
-		switch s := b[i:end]; {
-		case len(s) == 0, len(s) == 1 && s[0] == '.':
-		case len(s) == 2 && s[0] == '.' && s[1] == '.':
-			p.pop()
-		default:
-			p.push(seg{int32(i), int32(end)})
-		}
-		i = j + 1
-	}
-}
-
-// unescape percent-decodes b in place, and reports whether it decoded
-// anything. A '%' not followed by two hex digits stays as it is.
-func unescape(b []byte) ([]byte, bool) {
-	w := 0
-	changed := false
-	for r := 0; r < len(b); r++ {
-		if b[r] == '%' && r+2 < len(b) && ishex(b[r+1]) && ishex(b[r+2]) {
-			b[w] = unhex(b[r+1])<<4 | unhex(b[r+2])
-			r += 2
-			changed = true
-		} else {
-			b[w] = b[r]
-		}
-		w++
-	}
-	return b[:w], changed
-}
-
-func ishex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0'
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10
-	}
-	return c - 'A' + 10
-}
-
-// maxRouteLen is the longest Route pattern matched, keyfuncs' bound on a
-// route pattern (keyfuncs.Route).
-const maxRouteLen = 1024
-
-// matcher matches one request against routes: its normalized path (a
-// keyfuncs.Request.Path, when not ""), else its Route pattern, worked out once, when a route
-// first needs it.
-type matcher struct {
-	r                   keyfuncs.Request
-	path, route         pathSegs
-	pathDone, routeDone bool
-	hasPath, hasRoute   bool
-}
-
-// init readies m for r.
-func (m *matcher) init(r keyfuncs.Request) {
-	m.r = r
-	m.pathDone, m.routeDone, m.hasPath, m.hasRoute = false, false, false, false
-}
-
-// reset drops what m holds of its request.
-func (m *matcher) reset() {
-	m.r = nil
-	m.path.big, m.route.big = nil, nil
-	m.path.more, m.route.more = nil, nil
-}
-
-// matches reports whether the request matches rt, by its path, or by its
-// Route pattern when it has no path.
-func (m *matcher) matches(rt *route) bool {
-	if !m.pathDone {
-		m.pathDone = true
-		if p := m.r.Path(); p != "" {
-			m.path.set(p)
-			m.hasPath = true
-		}
-	}
-	if m.hasPath {
-		// The path is what the router routes on: its Route pattern, which
-		// some routers work out at a cost (chi's tree walk), adds nothing.
-		return rt.matchSegs(&m.path)
-	}
-	if !m.routeDone {
-		m.routeDone = true
-		if s := m.r.Route(); s != "" && len(s) <= maxRouteLen {
-			m.route.set(s)
-			m.hasRoute = true
-		}
-	}
-	return m.hasRoute && rt.matchSegs(&m.route)
 }

@@ -54,8 +54,8 @@ func TestLayersOddKeys(t *testing.T) {
 	ip := clientIPKey(t)
 	user := func(r keyfuncs.Request) (string, error) { return r.Header("X-User"), nil }
 	layers := []httplimit.Layer{
-		{Name: "ip", Policy: perMin(100), Key: ip},
-		{Name: "user", Policy: perMin(2), Key: user},
+		{Policy: named("ip", perMin(100)), Key: ip},
+		{Policy: named("user", perMin(2)), Key: user},
 	}
 	var errs []error
 	f, _ := layeredFlow(t, layers, nil, httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
@@ -99,7 +99,7 @@ func TestLayersOddKeys(t *testing.T) {
 // bytes than its buffer (512), with segments that normalization removes.
 func TestLayerRoutesPadded(t *testing.T) {
 	layers := testLayers(t)
-	layers[1].Policy = perMin(1000)
+	layers[1].Policy.Limit = 1000
 	f, _ := layeredFlow(t, layers, nil)
 	paths := []string{
 		"/login", "/LOGIN/", "/%6Cogin", "/%256Cogin", "/login;x", "/users/42/password", "/admin/a/b/c",

@@ -52,68 +52,75 @@ func perMin(n int64) core.Policy {
 func testLayers(t testing.TB) []httplimit.Layer {
 	ip := clientIPKey(t)
 	return []httplimit.Layer{
-		{Name: "all", Policy: perMin(100), Key: ip},
-		{Name: "login", Policy: perMin(5), Methods: []string{"post"}, Routes: []string{"/login", "/users/{id}/password", "/admin/*"}, Key: ip},
+		{Policy: named("all", perMin(100)), Key: ip},
+		{Policy: named("login", perMin(5)), Methods: []string{"post"}, Routes: []string{"/login", "/users/{id}/password", "/admin/*"}, Key: ip},
 	}
 }
 
 func layeredFlow(t testing.TB, layers []httplimit.Layer, lopts []core.Option, opts ...httplimit.Option) (*httplimit.Flow, *core.Limiter) {
 	t.Helper()
-	l, err := httplimit.NewLayered(clockstore.At(memStore(t), t0), layers, lopts...)
-	require.NoError(t, err)
-	f, err := httplimit.New(l, append([]httplimit.Option{httplimit.WithLayers(layers...),
+	f, err := httplimit.New(clockstore.At(memStore(t), t0), layers, append([]httplimit.Option{httplimit.WithCore(lopts...),
 		httplimit.WithHeaders(headers.Config{XRateLimit: true, Structured: true, RetryAfter: true})}, opts...)...)
 	require.NoError(t, err)
-	return f, l
+	return f, f.Limiter()
+}
+
+// named returns p named name, the name of its layer.
+func named(name string, p core.Policy) core.Policy {
+	p.Name = name
+	return p
 }
 
 func TestLayersConstruction(t *testing.T) {
-	ip := clientIPKey(t)
 	good := testLayers(t)
 	store := memStore(t)
-	single := newLimiter(t, store, perMin(1))
-	layered, err := httplimit.NewLayered(store, good)
-	require.NoError(t, err)
 	with := func(mod func(ls []httplimit.Layer) []httplimit.Layer) []httplimit.Layer {
 		ls := append([]httplimit.Layer(nil), good...)
 		return mod(ls)
 	}
 	for name, layers := range map[string][]httplimit.Layer{
+		"nil":        nil,
 		"empty":      {},
-		"no key":     with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Key = nil; return ls }),
-		"no name":    with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Name = ""; return ls }),
-		"duplicate":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Name = "all"; return ls }),
-		"dup case":   with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Name = "ALL"; return ls }),
+		"too many":   make([]httplimit.Layer, core.MaxLayers+1),
+		"no name":    with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = ""; return ls }),
+		"duplicate":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = "all"; return ls }),
+		"dup case":   with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = "ALL"; return ls }),
+		"bad name":   with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = "log in"; return ls }),
 		"bad route":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Routes = []string{"login"}; return ls }),
 		"mid *":      with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Routes = []string{"/a/*/b"}; return ls }),
 		"dot route":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Routes = []string{"/a/../login"}; return ls }),
 		"bad method": with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Methods = []string{"PO ST"}; return ls }),
 	} {
-		_, err := httplimit.NewLayered(store, layers)
-		assert.ErrorIs(t, err, core.ErrInvalidOption, "NewLayered: %s", name)
-		_, err = httplimit.New(layered, httplimit.WithLayers(layers...))
-		assert.ErrorIs(t, err, core.ErrInvalidOption, "WithLayers: %s", name)
-	}
-	for name, opts := range map[string][]httplimit.Option{
-		"single limiter":   {httplimit.WithLayers(good...)},
-		"other layers":     {httplimit.WithLayers(good[0], httplimit.Layer{Name: "other", Policy: perMin(5), Key: ip})},
-		"one layer of two": {httplimit.WithLayers(good[0])},
-		"other policy":     {httplimit.WithLayers(good[0], httplimit.Layer{Name: "login", Policy: perMin(6), Key: ip})},
-		"other FailClosed": {httplimit.WithLayers(good[0], httplimit.Layer{Name: "login", Policy: perMin(5), Key: ip, FailClosed: true})},
-		"with key func":    {httplimit.WithLayers(good...), httplimit.WithKeyFunc(ip)},
-		"with cost":        {httplimit.WithLayers(good...), httplimit.WithCost(func(keyfuncs.Request) int64 { return 1 })},
-		"lists, no IP":     {httplimit.WithLayers(good...), httplimit.WithDenyList(mustList(t, "user:x"))},
-	} {
-		l := layered
-		if name == "single limiter" {
-			l = single
-		}
-		_, err := httplimit.New(l, opts...)
+		f, err := httplimit.New(store, layers)
+		assert.Nil(t, f, name)
 		assert.ErrorIs(t, err, core.ErrInvalidOption, name)
 	}
-	// The layers in another order are the same layers.
-	_, err = httplimit.New(layered, httplimit.WithLayers(good[1], good[0]))
-	assert.NoError(t, err)
+	_, err := httplimit.New(store, with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Limit = -1; return ls }))
+	assert.ErrorIs(t, err, core.ErrInvalidPolicy, "bad policy")
+	_, err = httplimit.New(store, good, httplimit.WithDenyList(mustList(t, "user:x")))
+	assert.ErrorIs(t, err, core.ErrInvalidOption, "lists and a layer's own Key, no WithClientIP")
+	_, err = httplimit.New(store, good, httplimit.WithDenyList(mustList(t, "user:x")), httplimit.WithClientIP(mustClientIP(t)))
+	assert.NoError(t, err, "lists and WithClientIP")
+	// A layer without a Key is keyed by the client's address, and so may
+	// go with lists without WithClientIP.
+	noKey := with(func(ls []httplimit.Layer) []httplimit.Layer { ls[0].Key, ls[1].Key = nil, nil; return ls })
+	f, err := httplimit.New(clockstore.At(memStore(t), t0), noKey, httplimit.WithDenyList(mustList(t, "203.0.113.0/24")))
+	require.NoError(t, err)
+	w := newResponse()
+	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+	assert.Equal(t, "99", w.header.Get("X-Ratelimit-Remaining"))
+	// One layer needs no name, and takes the policy's default one.
+	f, err = httplimit.New(store, []httplimit.Layer{{Policy: perMin(1)}})
+	require.NoError(t, err)
+	assert.Equal(t, perMin(1).DefaultName(), f.Limiter().Policy().Name)
+}
+
+// mustClientIP returns keyfuncs.NewClientIP(): the socket peer.
+func mustClientIP(t testing.TB) *keyfuncs.ClientIP {
+	t.Helper()
+	c, err := keyfuncs.NewClientIP()
+	require.NoError(t, err)
+	return c
 }
 
 func mustList(t testing.TB, entries ...string) *access.List {
@@ -146,7 +153,7 @@ func loginCounted(t *testing.T, f *httplimit.Flow, r keyfuncs.Request) bool {
 
 func TestLayerRoutes(t *testing.T) {
 	layers := testLayers(t)
-	layers[1].Policy = perMin(1000)
+	layers[1].Policy.Limit = 1000
 	f, _ := layeredFlow(t, layers, nil)
 	for _, path := range []string{
 		"/login", "/login/", "//login", "/LOGIN", "/./login", "/a/../login", "/login%2F", "/%6Cogin",
@@ -167,7 +174,8 @@ func TestLayerRoutes(t *testing.T) {
 }
 
 func TestCostByRoute(t *testing.T) {
-	cost := httplimit.CostByRoute(map[string]int64{"GET /search": 5, "/export/*": 100, "GET /export/small": 2, "POST /users/{id}": 3})
+	cost, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5, "/export/*": 100, "GET /export/small": 2, "POST /users/{id}": 3})
+	require.NoError(t, err)
 	for _, c := range []struct {
 		method, path string
 		want         int64
@@ -178,10 +186,10 @@ func TestCostByRoute(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, cost(newPathRequest(c.method, c.path)), "%s %s", c.method, c.path)
 	}
-	assert.NoError(t, httplimit.CheckCostByRoute(map[string]int64{"GET /search": 5}))
 	for _, bad := range []map[string]int64{{"GET /search": 0}, {"GET search": 5}, {"G T /x": 1}, {"/a/*/b": 1}} {
-		assert.ErrorIs(t, httplimit.CheckCostByRoute(bad), core.ErrInvalidOption, "%v", bad)
-		assert.Zero(t, httplimit.CostByRoute(bad)(newPathRequest("GET", "/search")), "%v: cost 0, which the flow refuses", bad)
+		cost, err := httplimit.CostByRoute(bad)
+		assert.ErrorIs(t, err, core.ErrInvalidOption, "%v", bad)
+		assert.Nil(t, cost, "%v", bad)
 	}
 }
 
@@ -243,9 +251,9 @@ func TestLayersPolicyForFailMode(t *testing.T) {
 	// The single-policy flow: a PolicySource's invalid policy is decided by
 	// the FailMode too, never a 500.
 	for _, mode := range []core.FailMode{core.FailOpen, core.FailClosed} {
-		l := newLimiter(t, memStore(t), perMin(5), core.WithPolicySource(badSource{}), core.WithFailMode(mode))
 		var errs []error
-		f, err := httplimit.New(l, httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
+		f, err := newFlow(t, memStore(t), layer(perMin(5)), []core.Option{core.WithPolicySource(badSource{}), core.WithFailMode(mode)},
+			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		require.NoError(t, err)
 		w := newResponse()
 		ok := f.Handle(newRequest(), w)
@@ -262,8 +270,8 @@ func TestLayersLists(t *testing.T) {
 	ip := clientIPKey(t)
 	user := func(r keyfuncs.Request) (string, error) { return "user:" + r.Header("X-User"), nil }
 	layers := []httplimit.Layer{
-		{Name: "ip", Policy: perMin(100), Key: ip},
-		{Name: "user", Policy: perMin(100), Key: user},
+		{Policy: named("ip", perMin(100)), Key: ip},
+		{Policy: named("user", perMin(100)), Key: user},
 	}
 	cip, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
@@ -282,7 +290,7 @@ func TestLayersLists(t *testing.T) {
 
 func TestLayersNoneApplies(t *testing.T) {
 	ip := clientIPKey(t)
-	f, _ := layeredFlow(t, []httplimit.Layer{{Name: "login", Policy: perMin(1), Routes: []string{"/login"}, Key: ip}}, nil)
+	f, _ := layeredFlow(t, []httplimit.Layer{{Policy: named("login", perMin(1)), Routes: []string{"/login"}, Key: ip}}, nil)
 	for range 3 {
 		w := newResponse()
 		assert.True(t, f.Handle(newPathRequest("GET", "/items"), w))
@@ -297,16 +305,14 @@ func BenchmarkHandleLayers(b *testing.B) {
 	global := mustKeyFunc(b)(keyfuncs.Static("api"))
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
 	layers := []httplimit.Layer{
-		{Name: "global", Policy: p, Key: global},
-		{Name: "user", Policy: p, Key: ip},
-		{Name: "login", Policy: p, Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
-		{Name: "ip", Policy: p, Key: ip},
+		{Policy: named("global", p), Key: global},
+		{Policy: named("user", p), Key: ip},
+		{Policy: named("login", p), Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
+		{Policy: named("ip", p), Key: ip},
 	}
 	// The store itself, not clockstore's, whose TakeAll copies the
 	// requests to the heap.
-	l, err := httplimit.NewLayered(memStore(b), layers)
-	require.NoError(b, err)
-	f, err := httplimit.New(l, httplimit.WithLayers(layers...))
+	f, err := httplimit.New(memStore(b), layers)
 	require.NoError(b, err)
 	r, w := newPathRequest("GET", "/items"), newResponse()
 	r.ctx = context.Background()
@@ -345,13 +351,11 @@ func TestLayersConcurrent(t *testing.T) {
 func TestLayersPacing(t *testing.T) {
 	ip := clientIPKey(t)
 	layers := []httplimit.Layer{
-		{Name: "all", Policy: perMin(100), Key: ip},
+		{Policy: named("all", perMin(100)), Key: ip},
 		// 20 per second: each queued unit delays the next by 50ms.
-		{Name: "leaky", Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 20, Window: time.Second, Burst: 3}, Key: ip},
+		{Policy: core.Policy{Name: "leaky", Algorithm: core.LeakyBucket, Limit: 20, Window: time.Second, Burst: 3}, Key: ip},
 	}
-	l, err := httplimit.NewLayered(memStore(t), layers) // the real clock: the delay is real
-	require.NoError(t, err)
-	f, err := httplimit.New(l, httplimit.WithLayers(layers...))
+	f, err := httplimit.New(memStore(t), layers) // the real clock: the delay is real
 	require.NoError(t, err)
 	// Timed from before the first request: the second is released no
 	// sooner than 50ms after the first was admitted, however long the

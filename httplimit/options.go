@@ -14,8 +14,7 @@ import (
 // when WithMaxDelay is not given.
 const defaultMaxDelay = time.Second
 
-// Option configures a Flow. Every adapter accepts the same Options, and
-// re-exports them (ginlimit.WithKeyFunc is WithKeyFunc), so a
+// Option configures a Flow (New). Adapters take the Flow, so a
 // configuration moves from one framework to another unchanged. New
 // returns the first error an Option reports, wrapping core.ErrInvalidOption.
 type Option func(*config) error
@@ -23,22 +22,17 @@ type Option func(*config) error
 // config is what Options set; the zero config, completed by New, is the
 // documented default of each.
 type config struct {
-	keyFunc     keyfuncs.Func
+	core        []core.Option
 	headers     headers.Config
 	headersSet  bool
 	skips       []func(keyfuncs.Request) bool
-	cost        func(keyfuncs.Request) int64
-	deny        DenyHandler
-	unavailable DenyHandler
+	respond     Responder
 	onError     ErrorHandler
-	respondErr  ErrorResponder
 	maxDelay    time.Duration
 	maxDelaySet bool
 	clientIP    *keyfuncs.ClientIP
 	allow       []access.Matcher
 	deny403     []access.Matcher
-	forbidden   ForbiddenHandler
-	layers      []Layer // WithLayers
 }
 
 // invalid returns the error of the option named fn given a bad value.
@@ -46,19 +40,14 @@ func invalid(fn, detail string) error {
 	return fmt.Errorf("%w: httplimit.%s: %s", core.ErrInvalidOption, fn, detail)
 }
 
-// WithKeyFunc sets who the client is. The default is the key of the
-// WithClientIP option's ClientIP, and without that option of keyfuncs.NewClientIP()
-// with no trusted proxy: the socket peer's address, IPv6 grouped by /56,
-// and no forwarding header believed. To fall back from one key to another, pass
-// keyfuncs.FirstOf; to limit per endpoint, keyfuncs.Compose with
-// keyfuncs.Route; for several limits on one request, WithLayers, which
-// WithKeyFunc cannot be given with. A nil fn is invalid.
-func WithKeyFunc(fn keyfuncs.Func) Option {
+// WithCore passes opts to the Limiter New builds (core.NewLimiter for one
+// layer without PolicyFor, Methods or Routes, core.NewLayered otherwise):
+// its fail mode, timeout, fallback store, shadow mode, policy sources,
+// observers. Several WithCore options add up, in order. A nil option is
+// reported by New.
+func WithCore(opts ...core.Option) Option {
 	return func(c *config) error {
-		if fn == nil {
-			return invalid("WithKeyFunc", "nil key function")
-		}
-		c.keyFunc = fn
+		c.core = append(c.core, opts...)
 		return nil
 	}
 }
@@ -90,46 +79,19 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 	}
 }
 
-// WithCost weighs requests by cost. cost returns how many units of the
-// quota a request takes (1 when WithCost is not given). A cost below 1 or
-// above the policy's capacity is a programming error: the request gets
-// the ErrorResponder's answer (500 by default), never a panic and never a
-// 429. With WithLayers, which it cannot be given with, each Layer has its
-// own Cost. A nil cost is invalid.
-func WithCost(cost func(keyfuncs.Request) int64) Option {
-	return func(c *config) error {
-		if cost == nil {
-			return invalid("WithCost", "nil cost function")
-		}
-		c.cost = cost
-		return nil
-	}
-}
-
-// WithDenyHandler sets the response to a request over its limit. The rate
-// limit headers, Retry-After included, are already set when it is called.
-// The default is DefaultDenyHandler. A nil h is invalid.
-func WithDenyHandler(h DenyHandler) Option {
+// WithResponder sets the answer to every request that does not proceed:
+// over its limit (429 by default), refused by a failed store under
+// core.FailClosed (503), deny-listed (403), or not decided (400 no key,
+// 499 client left, 500). h must write a response: the adapter stops the
+// chain either way. To fall back to another key instead of refusing a
+// request without one, use keyfuncs.FirstOf in the layer's Key. The
+// default is DefaultResponder. A nil h is invalid.
+func WithResponder(h Responder) Option {
 	return func(c *config) error {
 		if h == nil {
-			return invalid("WithDenyHandler", "nil deny handler")
+			return invalid("WithResponder", "nil responder")
 		}
-		c.deny = h
-		return nil
-	}
-}
-
-// WithUnavailableHandler sets the response to a request refused because
-// the store failed, under core.FailClosed. Retry-After (the Limiter's
-// fail-closed retry) is already set when headers are configured to carry it;
-// no other rate-limit header is, since the store told nothing. The default
-// is DefaultUnavailableHandler (503). A nil h is invalid.
-func WithUnavailableHandler(h DenyHandler) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("WithUnavailableHandler", "nil unavailable handler")
-		}
-		c.unavailable = h
+		c.respond = h
 		return nil
 	}
 }
@@ -137,7 +99,7 @@ func WithUnavailableHandler(h DenyHandler) Option {
 // WithErrorHandler sets who hears about the errors of the flow. Every
 // error the flow meets (a failed store, whether it failed open or closed;
 // a key function that failed; a bad cost; a client that left,
-// core.ErrCanceled; a recovered panic, ErrPanic) is passed to h before the
+// core.ErrCanceled; a recovered panic, a *PanicError) is passed to h before the
 // request is answered. h only observes; it writes nothing. The default is
 // LogErrors(nil). A nil h is invalid.
 func WithErrorHandler(h ErrorHandler) Option {
@@ -146,24 +108,6 @@ func WithErrorHandler(h ErrorHandler) Option {
 			return invalid("WithErrorHandler", "nil error handler")
 		}
 		c.onError = h
-		return nil
-	}
-}
-
-// WithErrorResponder sets the response to a request the flow cannot
-// decide or serve. Such a request's key function failed, or the Limiter
-// refused its key or cost, or its client left (core.ErrCanceled), or its
-// flow panicked (ErrPanic). h must write a response: the adapter stops the
-// chain either way. The default is DefaultErrorResponder: 499 for a client
-// that left, 400 when the key function found no key (keyfuncs.ErrNoKey),
-// 500 otherwise. To fall back to another key instead of refusing the
-// request, use keyfuncs.FirstOf in WithKeyFunc. A nil h is invalid.
-func WithErrorResponder(h ErrorResponder) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("WithErrorResponder", "nil error responder")
-		}
-		c.respondErr = h
 		return nil
 	}
 }

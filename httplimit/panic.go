@@ -5,22 +5,18 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// ErrPanic reports a panic that the flow recovered: in a function given to
-// it (skip, key or cost function, a handler or responder), or in the
-// Limiter or its store. The error is a *PanicError, which carries the panic
-// value and stack.
-var ErrPanic = errors.New("httplimit: panic")
-
-// PanicError is the error of a recovered panic. It wraps ErrPanic, and
-// nothing else: a panic is a 500 whatever its value.
+// PanicError is the error of a panic that the flow recovered: in a
+// function given to it (skip, key, cost or policy function, the responder,
+// the error handler), or in the Limiter or its store. It is answered 500
+// whatever its value; errors.As(err, new(*PanicError)) tells it apart.
 type PanicError struct {
 	// In names where the panic happened: "key function", "cost function",
 	// "skip function", "layer policy function" (a Layer's PolicyFor),
-	// "limiter", "deny handler", "unavailable handler", "error handler",
-	// "error responder", "headers", "access list" or "forbidden handler".
+	// "limiter", "responder", "error handler", "headers" or "access list".
 	In string
 	// Value is what was passed to panic.
 	Value any
@@ -30,23 +26,30 @@ type PanicError struct {
 
 // Error returns "httplimit: panic in <In>: <Value>".
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("%v in %s: %v", ErrPanic, e.In, e.Value)
+	return fmt.Sprintf("httplimit: panic in %s: %v", e.In, e.Value)
 }
 
-// Unwrap returns ErrPanic.
-func (e *PanicError) Unwrap() error { return ErrPanic }
+// Unwrap returns Value when it is an error, and nil otherwise.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// isPanic reports whether err is, or wraps, a *PanicError.
+func isPanic(err error) bool {
+	var pe *PanicError
+	return errors.As(err, &pe)
+}
 
 // Where the flow is, for the PanicError of a panic recovered there.
 const (
-	inSkip           = "skip function"
-	inKey            = "key function"
-	inCost           = "cost function"
-	inLimiter        = "limiter"
-	inHeaders        = "headers"
-	inDeny           = "deny handler"
-	inUnavailable    = "unavailable handler"
-	inErrorHandler   = "error handler"
-	inErrorResponder = "error responder"
+	inSkip         = "skip function"
+	inKey          = "key function"
+	inCost         = "cost function"
+	inLimiter      = "limiter"
+	inHeaders      = "headers"
+	inResponder    = "responder"
+	inErrorHandler = "error handler"
 )
 
 // state is where one run of the flow is, and the guard of its response
@@ -89,8 +92,8 @@ func (w *writeOnce) Write(status int, contentType string, body []byte) error {
 // recovered handles a panic with value v recovered from Handle: it reports
 // a *PanicError to the ErrorHandler (to LogErrors(nil) when the
 // ErrorHandler is what panicked, or panics again), then answers 500 with
-// the ErrorResponder (DefaultErrorResponder when the ErrorResponder is what
-// panicked, or panics again, or writes nothing) unless the response has
+// the Responder (DefaultResponder when the Responder is what panicked, or
+// panics again, or writes nothing) unless the response has
 // already been written. It never panics itself.
 func (f *Flow) recovered(r keyfuncs.Request, w Response, st *state, v any) {
 	err := &PanicError{In: st.in, Value: v, Stack: debug.Stack()}
@@ -101,11 +104,11 @@ func (f *Flow) recovered(r keyfuncs.Request, w Response, st *state, v any) {
 		return
 	}
 	g := st.guard(w)
-	if st.in != inErrorResponder {
-		try(func() { f.respondErr(r, g, err) })
+	if st.in != inResponder {
+		try(func() { f.respond(r, g, core.Decision{}, err) })
 	}
 	if !st.written() {
-		try(func() { DefaultErrorResponder(r, g, err) })
+		try(func() { DefaultResponder(r, g, core.Decision{}, err) })
 	}
 }
 

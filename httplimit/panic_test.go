@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -45,7 +46,7 @@ func (panicking) Take(context.Context, core.Request) (core.Decision, error) {
 
 // TestPanicsAreRecovered checks that a panic anywhere in the flow is
 // recovered, reported as a *PanicError naming where it happened, and
-// answered once: 500 by the ErrorResponder unless a response was already
+// answered once: 500 by the Responder unless a response was already
 // written.
 func TestPanicsAreRecovered(t *testing.T) {
 	boom := func() { panic("boom: secret-request-data") }
@@ -55,6 +56,8 @@ func TestPanicsAreRecovered(t *testing.T) {
 		in     string
 		opts   []httplimit.Option
 		lopts  []core.Option
+		key    keyfuncs.Func
+		cost   func(keyfuncs.Request) int64
 		store  func(t *testing.T) core.Store
 		before int // requests sent first, to use up the quota
 		status int
@@ -63,42 +66,42 @@ func TestPanicsAreRecovered(t *testing.T) {
 		{name: "skip", in: "skip function",
 			opts: []httplimit.Option{httplimit.WithSkip(func(keyfuncs.Request) bool { boom(); return false })}},
 		{name: "key", in: "key function",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { boom(); return "", nil })}},
+			key: func(keyfuncs.Request) (string, error) { boom(); return "", nil }},
 		{name: "key, nil pointer", in: "key function",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+			key: func(r keyfuncs.Request) (string, error) {
 				var m map[string]*string
 				return *m[r.Header("X")], nil
-			})}},
+			}},
 		{name: "key, panic(nil)", in: "key function",
-			opts: []httplimit.Option{httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic(nil) })}},
+			key: func(keyfuncs.Request) (string, error) { panic(nil) }},
 		{name: "cost", in: "cost function",
-			opts: []httplimit.Option{httplimit.WithCost(func(keyfuncs.Request) int64 { boom(); return 1 })}},
+			cost: func(keyfuncs.Request) int64 { boom(); return 1 }},
 		{name: "store", in: "limiter",
 			store: func(t *testing.T) core.Store { return panicking{} }},
-		{name: "deny handler before writing", in: "deny handler", before: 1,
-			opts: []httplimit.Option{httplimit.WithDenyHandler(func(keyfuncs.Request, httplimit.Response, core.Decision) { boom() })}},
-		{name: "deny handler after writing", in: "deny handler", before: 1, status: 429, body: "over",
-			opts: []httplimit.Option{httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision) {
+		{name: "responder before writing", in: "responder", before: 1,
+			opts: []httplimit.Option{httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() })}},
+		{name: "responder after writing", in: "responder", before: 1, status: 429, body: "over",
+			opts: []httplimit.Option{httplimit.WithResponder(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision, _ error) {
 				_ = w.Write(429, "text/plain", []byte("over"))
 				boom()
 			})}},
-		{name: "deny handler writing twice", in: "deny handler", before: 1, status: 429, body: "once",
-			opts: []httplimit.Option{httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision) {
+		{name: "responder writing twice", in: "responder", before: 1, status: 429, body: "once",
+			opts: []httplimit.Option{httplimit.WithResponder(func(_ keyfuncs.Request, w httplimit.Response, _ core.Decision, _ error) {
 				_ = w.Write(429, "text/plain", []byte("once"))
 				if err := w.Write(200, "text/plain", []byte("twice")); err != nil {
 					panic(err)
 				}
 			})}},
-		{name: "unavailable handler", in: "unavailable handler",
+		{name: "responder, fail closed", in: "responder",
 			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{core.WithFailMode(core.FailClosed)},
-			opts: []httplimit.Option{httplimit.WithUnavailableHandler(func(keyfuncs.Request, httplimit.Response, core.Decision) { boom() })}},
+			opts: []httplimit.Option{httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() })}},
 		{name: "error handler on a store failure", in: "error handler",
 			store: func(*testing.T) core.Store { return failing{} },
 			opts:  []httplimit.Option{httplimit.WithErrorHandler(func(keyfuncs.Request, error) { boom() })}},
-		{name: "error responder", in: "error responder",
+		{name: "responder, no key", in: "responder",
+			key: mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)),
 			opts: []httplimit.Option{
-				httplimit.WithKeyFunc(mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil))),
-				httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { boom() }),
+				httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() }),
 			}},
 		{name: "headers", in: "headers",
 			opts: []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})}},
@@ -120,7 +123,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 				slog.SetDefault(rec.logger())
 				t.Cleanup(func() { slog.SetDefault(prev) })
 			}
-			f, err := httplimit.New(newLimiter(t, store, denyAll, tc.lopts...), opts...)
+			f, err := newFlow(t, store, httplimit.Layer{Policy: denyAll, Key: tc.key, Cost: tc.cost}, tc.lopts, opts...)
 			require.NoError(t, err)
 			for range tc.before {
 				require.True(t, f.Handle(newRequest(), newResponse()))
@@ -151,7 +154,6 @@ func TestPanicsAreRecovered(t *testing.T) {
 			}
 			require.NotEmpty(t, errs)
 			err = errs[len(errs)-1]
-			require.ErrorIs(t, err, httplimit.ErrPanic)
 			var pe *httplimit.PanicError
 			require.ErrorAs(t, err, &pe, "%T is not a *PanicError", err)
 			assert.Equal(t, tc.in, pe.In)
@@ -164,17 +166,16 @@ func TestPanicsAreRecovered(t *testing.T) {
 }
 
 // TestPanicHandlerAndResponderBothBreak checks the last resort: the
-// ErrorHandler and the ErrorResponder both panic; the default logger hears
-// the panic and DefaultErrorResponder answers.
+// ErrorHandler and the Responder both panic; the default logger hears
+// the panic and DefaultResponder answers.
 func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 	var rec recordHandler
 	prev := slog.Default()
 	slog.SetDefault(rec.logger())
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
-		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic("key") }}, nil,
 		httplimit.WithErrorHandler(func(keyfuncs.Request, error) { panic("handler") }),
-		httplimit.WithErrorResponder(func(keyfuncs.Request, httplimit.Response, error) { panic("responder") }))
+		httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { panic("responder") }))
 	require.NoError(t, err)
 	w := newResponse()
 	require.NotPanics(t, func() { assert.False(t, f.Handle(newRequest(), w)) })
@@ -188,8 +189,7 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 // TestPanicLoggedAtErrorWithStack checks LogErrors on a recovered panic.
 func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 	var rec recordHandler
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute),
-		httplimit.WithKeyFunc(func(keyfuncs.Request) (string, error) { panic("key") }),
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic("key") }}, nil,
 		httplimit.WithErrorHandler(httplimit.LogErrors(rec.logger())))
 	require.NoError(t, err)
 	f.Handle(newRequest(), newResponse())
@@ -205,7 +205,7 @@ func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 // TestNextHandlerPanicsAreNotRecovered: the flow recovers only its own
 // panics; once Handle has returned, the framework owns the request.
 func TestNextHandlerPanicsAreNotRecovered(t *testing.T) {
-	f, err := httplimit.New(newLimiter(t, memStore(t), perMinute))
+	f, err := newFlow(t, memStore(t), layer(perMinute), nil)
 	require.NoError(t, err)
 	assert.PanicsWithValue(t, "next", func() {
 		if f.Handle(newRequest(), newResponse()) {
@@ -225,4 +225,23 @@ func unwrap(w httplimit.Response) *response {
 		return p.response
 	}
 	return w.(*response)
+}
+
+// TestPanicErrorUnwrapsItsValue: a panic with an error is that error
+// too, for errors.Is, and still a *PanicError, answered 500.
+func TestPanicErrorUnwrapsItsValue(t *testing.T) {
+	errBoom := errors.New("boom")
+	var errs []error
+	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic(errBoom) }}, nil,
+		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
+	require.NoError(t, err)
+	w := newResponse()
+	require.False(t, f.Handle(newRequest(), w))
+	assert.Equal(t, 500, w.status)
+	require.Len(t, errs, 1)
+	assert.ErrorIs(t, errs[0], errBoom)
+	var pe *httplimit.PanicError
+	require.ErrorAs(t, errs[0], &pe)
+	assert.Equal(t, "key function", pe.In)
+	assert.Nil(t, (&httplimit.PanicError{Value: "not an error"}).Unwrap())
 }

@@ -16,13 +16,14 @@ import (
 const contentTypeJSON = "application/json"
 
 // Error codes, the "error" member of the default JSON bodies. They are
-// documented, with the whole body, on each default handler.
+// documented, with the whole body, on DefaultResponder.
 const (
 	codeExceeded    = "rate_limit_exceeded"    // 429: over the limit
 	codeUnavailable = "rate_limit_unavailable" // 503: store failed, closed
 	codeKeyMissing  = "rate_limit_key_missing" // 400: no key in the request
 	codeInternal    = "rate_limit_error"       // 500: misconfiguration, panic
 	codeCanceled    = "request_canceled"       // 499: the client left
+	codeForbidden   = "forbidden"              // 403: on a deny list
 )
 
 // statusClientClosedRequest is the status of a request whose client left
@@ -30,33 +31,47 @@ const (
 // net/http has no name for it.
 const statusClientClosedRequest = 499
 
-// DefaultDenyHandler answers 429 Too Many Requests with the JSON body
+// Responder answers a request that does not proceed. err is nil when the
+// request was decided: d is then a denial, over the limit (d.Source is the
+// store's, the fallback's or the deny cache's) or refused because the
+// store failed under core.FailClosed or a fail-closed layer (d.Source is
+// core.SourceFailMode). The rate-limit headers, Retry-After included, are
+// already set. A non-nil err means nothing was decided, and d is zero: a
+// deny list matched the client (ListEntry returns the entry), the key
+// function found no key or failed, the cost was bad, the client left
+// (core.ErrCanceled), or a function given to the flow panicked (a
+// *PanicError). A Responder must write a response: the adapter stops the
+// chain either way.
+type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
+
+// DefaultResponder is the Responder of a flow given no WithResponder. Its
+// bodies are JSON, and never echo the request or an error's text.
+//
+// A request over its limit gets 429 Too Many Requests with
 //
 //	{"error":"rate_limit_exceeded","message":"Too many requests, retry after N seconds.","retry_after_seconds":N}
 //
 // where N is headers.RetryAfterSeconds(d), the Retry-After value ("1
-// second" when N is 1).
-func DefaultDenyHandler(_ keyfuncs.Request, w Response, d core.Decision) {
-	n := headers.RetryAfterSeconds(d)
-	_ = w.Write(http.StatusTooManyRequests, contentTypeJSON, retryBody(codeExceeded, "Too many requests, retry after ", n))
-}
-
-// DefaultUnavailableHandler answers 503 Service Unavailable, for a request
-// refused because the store failed under core.FailClosed, with the JSON body
+// second" when N is 1). One refused because the store failed, under
+// core.FailClosed or a fail-closed layer (d.Source is core.SourceFailMode),
+// gets 503 Service Unavailable, not 429 (the client did nothing wrong, the
+// server cannot serve it), with
 //
 //	{"error":"rate_limit_unavailable","message":"Rate limiting is temporarily unavailable, retry after N seconds.","retry_after_seconds":N}
 //
 // where N is the Retry-After value, from the Limiter's fail-closed retry.
-// 503, not 429: the client did nothing wrong, the server cannot serve it.
-func DefaultUnavailableHandler(_ keyfuncs.Request, w Response, d core.Decision) {
-	n := headers.RetryAfterSeconds(d)
-	_ = w.Write(http.StatusServiceUnavailable, contentTypeJSON, retryBody(codeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
-}
-
-// DefaultErrorResponder answers a request the flow could not decide or
-// serve. When err wraps core.ErrCanceled, the request's context ended (the
-// client closed the connection, or its half of it) before the handler
-// could run: 499, nginx's "client closed request", with
+//
+// A deny-listed client (ListEntry(err) reports true) gets 403 Forbidden
+// with
+//
+//	{"error":"forbidden","message":"Access denied."}
+//
+// and no rate-limit header. Neither the entry, its reason nor its expiry
+// is written: what put a client on a deny list is the operator's to know.
+//
+// When err wraps core.ErrCanceled, the request's context ended (the client
+// closed the connection, or its half of it) before the handler could run:
+// 499, nginx's "client closed request", with
 //
 //	{"error":"request_canceled","message":"The client closed the request."}
 //
@@ -71,15 +86,27 @@ func DefaultUnavailableHandler(_ keyfuncs.Request, w Response, d core.Decision) 
 // carry a WWW-Authenticate challenge that only the application knows. Put
 // authentication in front of the limiter, or replace this responder, to
 // answer 401. Any other error is a misconfiguration (a failing key function,
-// a bad cost) or a recovered panic (ErrPanic): 500 Internal Server Error
-// with
+// a bad cost) or a recovered panic (a *PanicError): 500 Internal Server
+// Error with
 //
 //	{"error":"rate_limit_error","message":"Internal server error."}
-//
-// The error's text, which may quote the request, is never written.
-func DefaultErrorResponder(_ keyfuncs.Request, w Response, err error) {
+func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error) {
+	if err == nil {
+		n := headers.RetryAfterSeconds(d)
+		if d.Source == core.SourceFailMode {
+			_ = w.Write(http.StatusServiceUnavailable, contentTypeJSON, retryBody(codeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
+			return
+		}
+		_ = w.Write(http.StatusTooManyRequests, contentTypeJSON, retryBody(codeExceeded, "Too many requests, retry after ", n))
+		return
+	}
+	var le *listedError
 	switch {
-	case errors.Is(err, ErrPanic):
+	case errors.As(err, &le):
+		_ = w.Write(http.StatusForbidden, contentTypeJSON,
+			[]byte(`{"error":"`+codeForbidden+`","message":"Access denied."}`))
+		return
+	case isPanic(err):
 	case errors.Is(err, core.ErrCanceled):
 		_ = w.Write(statusClientClosedRequest, contentTypeJSON,
 			[]byte(`{"error":"`+codeCanceled+`","message":"The client closed the request."}`))
@@ -98,7 +125,7 @@ func DefaultErrorResponder(_ keyfuncs.Request, w Response, err error) {
 // client causes is logged at Debug, so that no client can flood the log: a
 // request without a key (keyfuncs.ErrNoKey), a client that left before its
 // request was decided or served (core.ErrCanceled). A recovered panic
-// (ErrPanic) is logged at Error with its stack; every other error (a
+// (a *PanicError) is logged at Error with its stack; every other error (a
 // failed store, a misconfiguration) at Warn. The record carries the error,
 // the method and the route pattern, never the key.
 func LogErrors(logger *slog.Logger) ErrorHandler {
@@ -110,7 +137,7 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 		level := slog.LevelWarn
 		var stack []slog.Attr
 		switch {
-		case errors.Is(err, ErrPanic):
+		case isPanic(err):
 			level = slog.LevelError
 			var pe *PanicError
 			if errors.As(err, &pe) {
@@ -129,7 +156,7 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 // errorKind names the class of a flow error for the log message.
 func errorKind(err error) string {
 	switch {
-	case errors.Is(err, ErrPanic):
+	case isPanic(err):
 		return "panic"
 	case errors.Is(err, core.ErrCanceled):
 		return "request canceled"

@@ -27,7 +27,7 @@
 // has is refused (see Override).
 //
 //	live := overrides.New()
-//	limiter, err := httplimit.NewLayered(store, layers, core.WithPolicySource(live))
+//	flow, err := httplimit.New(store, layers, httplimit.WithCore(core.WithPolicySource(live)))
 //	...
 //	live.Put("search", overrides.Override{Scale: 0.5}) // the next request sees half the limit
 package overrides

@@ -1,12 +1,12 @@
-// Package chilimit plugs the rate limiter into chi and any net/http router.
+// Package chilimit plugs an httplimit.Flow into chi and any net/http
+// router.
 //
-// New returns the usual func(http.Handler) http.Handler; configure it with
-// this package's options, the same in every adapter:
+// New returns the usual func(http.Handler) http.Handler running the Flow;
+// build the Flow with httplimit.New:
 //
 //	r := chi.NewRouter()
 //	r.Use(chilimit.New(global))
 //	r.With(chilimit.New(strict)).Post("/login", login)
-//	r.With(chilimit.New(perKey, chilimit.WithKeyFunc(apiKey))).Get("/data", data)
 //
 //	mux := http.NewServeMux() // plain net/http: wrap each route's handler
 //	mux.Handle("GET /users/{id}", chilimit.New(perUser)(users))
@@ -16,10 +16,9 @@
 // send, must not run before a limiter keyed on IP. Route is the pattern of
 // the route the request matches, wherever the limiter is mounted (chi's
 // RoutePattern, or r.Pattern for a ServeMux route), "" when none does.
-// Unwrap gives them the *http.Request.
+// Unwrap gives them the *http.Request, User a user ID stored in its
+// context.
 package chilimit
-
-//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -30,21 +29,19 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// New returns net/http middleware limiting requests with l.
-//
-// New panics when l is nil or an option is invalid (see
-// core.ErrInvalidOption): like http.Handle given a nil handler, it is
-// a wiring mistake, reported when the routes are built, never at request
-// time.
-func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	f, err := httplimit.New(l, opts...)
-	if err != nil {
-		panic(fmt.Sprintf("chilimit.New: %v", err))
+// New returns net/http middleware running f: a request that does not
+// proceed has been answered, and next is not called. New panics when f is
+// nil: like http.Handle given a nil handler, it is a wiring mistake,
+// reported when the routes are built (httplimit.New reports every other
+// one).
+func New(f *httplimit.Flow) func(http.Handler) http.Handler {
+	if f == nil {
+		panic("chilimit.New: nil *httplimit.Flow")
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -68,14 +65,22 @@ func Unwrap(r keyfuncs.Request) (req *http.Request, ok bool) {
 	return q.r, ok
 }
 
-// UserFromContext returns a key function keying requests on the string an
+// User returns a key function keying requests on the user ID that an
 // earlier middleware stored in the request's context under key (as by
-// context.WithValue): "user:" followed by the ID. It is
-// keyfuncs.ContextValue, named like the other adapters' helpers: a nil or
-// empty key, or one of a type that is not comparable, is an error
-// wrapping core.ErrInvalidOption.
-func UserFromContext(key any) (keyfuncs.Func, error) {
-	return keyfuncs.ContextValue(key)
+// context.WithValue, net/http's and chi's usual way): "user:" followed by
+// the ID, as keyfuncs.User does. No value, or an empty or over-long one,
+// gives an error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can
+// fall back to another key); a value that is not a string is reported as
+// a misconfiguration. A nil or empty key, or one of a type that is not
+// comparable, is an error wrapping core.ErrInvalidOption.
+func User(key any) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("chilimit.User", key); err != nil {
+		return nil, err
+	}
+	users := userkey.New(fmt.Sprintf("context key %#v", key))
+	return func(r keyfuncs.Request) (string, error) {
+		return users.Value(r.Context().Value(key), true)
+	}, nil
 }
 
 // request is a net/http request as a keyfuncs.Request. Holding one

@@ -12,7 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -88,7 +88,7 @@ func TestPanics(t *testing.T) { adapterstest.RunPanics(t, harness{}) }
 // routeRecorder is a limiter keyed on the route, recording every key in log.
 func routeRecorder(t *testing.T, log *adapterstest.KeyLog) func(http.Handler) http.Handler {
 	t.Helper()
-	return chilimit.New(adapterstest.FixedLimiter(t, 100), chilimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
+	return chilimit.New(adapterstest.FixedMount(t, 100, log.Wrap(keyfuncs.Route())).Flow)
 }
 
 // TestRouteAnywhere checks Route wherever the limiter is mounted: before
@@ -169,10 +169,10 @@ func TestRouteAnywhere(t *testing.T) {
 	}
 }
 
-func TestUserFromContext(t *testing.T) {
+func TestUser(t *testing.T) {
 	type ctxKey struct{}
-	adapterstest.CheckInvalidKeyFunc(t)(chilimit.UserFromContext(nil))
-	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(chilimit.UserFromContext(ctxKey{})), nil, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(chilimit.User(nil))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(chilimit.User(ctxKey{})), nil, func(m adapterstest.Mount) adapterstest.App {
 		r := chi.NewRouter()
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -183,7 +183,7 @@ func TestUserFromContext(t *testing.T) {
 				next.ServeHTTP(w, r)
 			})
 		})
-		r.Use(chilimit.New(m.Limiter, m.Options...))
+		r.Use(chilimit.New(m.Flow))
 		ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
 		r.Get("/", ok)
 		r.Get("/health", ok)
@@ -191,15 +191,15 @@ func TestUserFromContext(t *testing.T) {
 	})
 }
 
-func TestNewPanicsOnNilLimiter(t *testing.T) {
+func TestNewPanicsOnNilFlow(t *testing.T) {
 	adapterstest.CheckPanics(t, "New(nil)", func() { chilimit.New(nil) })
 }
 
 func BenchmarkChi(b *testing.B) {
-	adapterstest.BenchHTTP(b, func(l *core.Limiter) http.Handler {
+	adapterstest.BenchHTTP(b, func(f *httplimit.Flow) http.Handler {
 		r := chi.NewRouter()
-		if l != nil {
-			r.Use(chilimit.New(l))
+		if f != nil {
+			r.Use(chilimit.New(f))
 		}
 		r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 		return r
@@ -216,7 +216,7 @@ func TestUnwrap(t *testing.T) {
 	}
 	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
 		r := chi.NewRouter()
-		r.With(chilimit.New(m.Limiter, m.Options...)).Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		r.With(chilimit.New(m.Flow)).Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 		return adapterstest.HTTPApp(r)
 	})
 }

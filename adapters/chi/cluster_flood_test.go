@@ -16,6 +16,7 @@ import (
 	chilimit "github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -38,10 +39,10 @@ func TestClusterDeniedLoginFloodKeepsGlobalQuota(t *testing.T) {
 			ip := clientIP.Key
 			global, err := keyfuncs.Static("api")
 			require.NoError(t, err)
-			layers := []chilimit.Layer{
-				{Name: "global", Key: global, Policy: core.Policy{Algorithm: alg, Limit: 100, Window: time.Hour}},
-				{Name: "login", Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"},
-					Policy: core.Policy{Algorithm: alg, Limit: 5, Window: time.Hour, Lockout: &core.Lockout{Duration: time.Minute}}},
+			layers := []httplimit.Layer{
+				{Key: global, Policy: core.Policy{Name: "global", Algorithm: alg, Limit: 100, Window: time.Hour}},
+				{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"},
+					Policy: core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour, Lockout: &core.Lockout{Duration: time.Minute}}},
 			}
 			var servers []*httptest.Server
 			var handled atomic.Int64
@@ -50,9 +51,9 @@ func TestClusterDeniedLoginFloodKeepsGlobalQuota(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = store.Close() })
 				// Generous: this test is about what is charged, not a timeout.
-				l, err := chilimit.NewLayered(store, layers, core.WithTimeout(10*time.Second))
+				f, err := httplimit.New(store, layers, httplimit.WithCore(core.WithTimeout(10*time.Second)))
 				require.NoError(t, err)
-				mw := chilimit.New(l, chilimit.WithLayers(layers...))
+				mw := chilimit.New(f)
 				srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					handled.Add(1)
 					w.WriteHeader(http.StatusOK)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // TestChainCache: the same next gets the same handler; another next gets
@@ -59,7 +60,7 @@ func TestChainCacheAllocs(t *testing.T) {
 	st, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	l, err := core.NewLimiter(st, core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1e12, Window: 60e9})
+	f, err := httplimit.New(st, []httplimit.Layer{{Policy: core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1e12, Window: 60e9}}})
 	require.NoError(t, err)
 	serve := func(mw echo.MiddlewareFunc) func() {
 		e := echo.New()
@@ -74,7 +75,7 @@ func TestChainCacheAllocs(t *testing.T) {
 		}
 	}
 	bare := serve(func(next echo.HandlerFunc) echo.HandlerFunc { return next })
-	ours := serve(New(l))
+	ours := serve(New(f))
 	bare()
 	ours()
 	assert.Equal(t, testing.AllocsPerRun(100, bare)+1, testing.AllocsPerRun(100, ours),

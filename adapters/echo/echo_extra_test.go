@@ -3,28 +3,33 @@ package echolimit_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-func TestNewPanicsOnNilLimiter(t *testing.T) {
+func TestNewPanicsOnNilFlow(t *testing.T) {
 	adapterstest.CheckPanics(t, "New(nil)", func() { echolimit.New(nil) })
 }
 
-func TestNewPanicsOnNilSkipper(t *testing.T) {
-	l := adapterstest.FixedLimiter(t, 1)
-	adapterstest.CheckPanics(t, "New(l, WithSkipper(nil))", func() { echolimit.New(l, echolimit.WithSkipper(nil)) })
+func TestNilSkipperIsInvalid(t *testing.T) {
+	_, err := httplimit.New(adapterstest.NewStore(t), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}}},
+		echolimit.WithSkipper(nil))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
 }
 
-func TestUserFromContextAndSkipper(t *testing.T) {
+func TestUserAndSkipper(t *testing.T) {
 	skip := echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/health" })
-	adapterstest.CheckInvalidKeyFunc(t)(echolimit.UserFromContext(""))
-	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(echolimit.UserFromContext("user")), skip, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(echolimit.User(""))
+	adapterstest.CheckInvalidKeyFunc(t)(echolimit.User(42)) // echo.Context.Set takes a string
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(echolimit.User("user")), skip, func(m adapterstest.Mount) adapterstest.App {
 		e := echo.New()
 		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 			return func(c echo.Context) error {
@@ -34,7 +39,7 @@ func TestUserFromContextAndSkipper(t *testing.T) {
 				return next(c)
 			}
 		})
-		e.Use(echolimit.New(m.Limiter, m.Options...))
+		e.Use(echolimit.New(m.Flow))
 		e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 		e.GET("/health", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 		return adapterstest.HTTPApp(e)
@@ -42,10 +47,10 @@ func TestUserFromContextAndSkipper(t *testing.T) {
 }
 
 func BenchmarkEcho(b *testing.B) {
-	adapterstest.BenchHTTP(b, func(l *core.Limiter) http.Handler {
+	adapterstest.BenchHTTP(b, func(f *httplimit.Flow) http.Handler {
 		e := echo.New()
-		if l != nil {
-			e.Use(echolimit.New(l))
+		if f != nil {
+			e.Use(echolimit.New(f))
 		}
 		e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 		return e
@@ -62,7 +67,7 @@ func TestUnwrap(t *testing.T) {
 	}
 	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
 		e := echo.New()
-		e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) }, echolimit.New(m.Limiter, m.Options...))
+		e.GET("/users/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) }, echolimit.New(m.Flow))
 		return adapterstest.HTTPApp(e)
 	})
 }

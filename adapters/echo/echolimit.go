@@ -1,21 +1,19 @@
-// Package echolimit plugs the rate limiter into Echo (v4).
+// Package echolimit plugs an httplimit.Flow into Echo (v4).
 //
-// New returns an echo.MiddlewareFunc; configure it with this package's
-// options, the same in every adapter, plus WithSkipper, Echo's own
-// convention. Mount it with e.Use (it then runs after routing, for every
-// request, 404s included), on a group or on a route:
+// New returns an echo.MiddlewareFunc running the Flow; build the Flow with
+// httplimit.New, given WithSkipper, Echo's own convention, among its
+// options if need be. Mount it with e.Use (it then runs after routing, for
+// every request, 404s included), on a group or on a route:
 //
 //	e.Use(echolimit.New(global))
 //	e.POST("/login", loginHandler, echolimit.New(strict))
-//	e.GET("/data", data, echolimit.New(perKey, echolimit.WithKeyFunc(apiKey)))
 //
 // Key functions see the socket peer as RemoteAddr (not Echo's RealIP,
 // which trusts headers) and c.Path() as Route (never the raw path); Unwrap
-// gives them the echo.Context. A denied request is answered and the
-// handler returns nil, leaving Echo's HTTPErrorHandler nothing to do.
+// gives them the echo.Context, User a user ID stored with c.Set. A request
+// that does not proceed is answered and the handler returns nil, leaving
+// Echo's HTTPErrorHandler nothing to do.
 package echolimit
-
-//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -33,16 +31,12 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// New returns Echo middleware limiting requests with l.
-//
-// New panics when l is nil or an option is invalid (see
-// core.ErrInvalidOption): like http.Handle given a nil handler, it is
-// a wiring mistake, reported when the routes are built, never at request
-// time.
-func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
-	f, err := httplimit.New(l, opts...)
-	if err != nil {
-		panic(fmt.Sprintf("echolimit.New: %v", err))
+// New returns Echo middleware running f. New panics when f is nil: like
+// http.Handle given a nil handler, it is a wiring mistake, reported when
+// the routes are built (httplimit.New reports every other one).
+func New(f *httplimit.Flow) echo.MiddlewareFunc {
+	if f == nil {
+		panic("echolimit.New: nil *httplimit.Flow")
 	}
 	chains := new(chainCache)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -128,12 +122,13 @@ func (cc *chainCache) put(next, h echo.HandlerFunc) {
 	cc.slot(p).Store(&chain{next: next, h: h})
 }
 
-// WithSkipper exempts the requests for which skip reports true, in Echo's
-// convention: an echo/v4/middleware.Skipper (such as a config's Skipper
-// field) is accepted as it is, its type having this parameter's underlying
-// type. It adds to WithSkip: a request is skipped when any skip function
-// says so. A nil skip is invalid.
-func WithSkipper(skip func(c echo.Context) bool) Option {
+// WithSkipper is the httplimit.Option exempting the requests for which
+// skip reports true, in Echo's convention: an echo/v4/middleware.Skipper
+// (such as a config's Skipper field) is accepted as it is, its type having
+// this parameter's underlying type. It adds to httplimit.WithSkip: a
+// request is skipped when any skip function says so. A nil skip is
+// invalid (httplimit.New reports it).
+func WithSkipper(skip func(c echo.Context) bool) httplimit.Option {
 	if skip == nil {
 		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
@@ -154,26 +149,30 @@ func Unwrap(r keyfuncs.Request) (c echo.Context, ok bool) {
 	return q.c, true
 }
 
-// UserFromContext returns a key function keying requests on the user ID
-// that an earlier middleware stored with c.Set(key, id): "user:" followed
-// by the ID, as keyfuncs.User does. No value, or an empty one, gives an
-// error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back
-// to another key); a value that is not a string is reported as a
-// misconfiguration. An empty key is an error wrapping
-// core.ErrInvalidOption. Echo's c.Set values are not in the request's
-// context.Context, so this function reads them from the echo.Context
-// itself (see Unwrap).
-func UserFromContext(key string) (keyfuncs.Func, error) {
-	if err := userkey.CheckKey("echolimit.UserFromContext", key); err != nil {
+// User returns a key function keying requests on the user ID that an
+// earlier middleware stored with c.Set(key, id), Echo's usual way:
+// "user:" followed by the ID, as keyfuncs.User does. No value, or an empty
+// one, gives an error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf
+// can fall back to another key); a value that is not a string is reported
+// as a misconfiguration. Echo's c.Set takes string keys: a key that is
+// not a non-empty string is an error wrapping core.ErrInvalidOption.
+// Echo's c.Set values are not in the request's context.Context, so this
+// function reads them from the echo.Context itself (see Unwrap).
+func User(key any) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("echolimit.User", key); err != nil {
 		return nil, err
 	}
-	users := userkey.New(fmt.Sprintf("echo context key %q", key))
+	name, ok := key.(string)
+	if !ok {
+		return nil, fmt.Errorf("%w: echolimit.User: key of type %T: echo.Context.Set takes a string", core.ErrInvalidOption, key)
+	}
+	users := userkey.New(fmt.Sprintf("echo context key %q", name))
 	return func(r keyfuncs.Request) (string, error) {
 		c, ok := Unwrap(r)
 		if !ok {
-			return "", fmt.Errorf("echolimit.UserFromContext: request not from echolimit")
+			return "", fmt.Errorf("echolimit.User: request not from echolimit")
 		}
-		return users.Value(c.Get(key), true)
+		return users.Value(c.Get(name), true)
 	}, nil
 }
 

@@ -11,20 +11,22 @@ import (
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Limit per API key: the options are echolimit's own, no other import.
-func ExampleWithKeyFunc() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
+// Limit per API key: the layer's Key.
+func Example_keyFunc() {
 	apiKey, err := keyfuncs.APIKeyHeader("X-API-Key", nil)
 	if err != nil {
 		panic(err)
 	}
 
+	flow, closeStore := twoAnHour(apiKey)
+	defer closeStore()
+
 	e := echo.New()
-	e.Use(echolimit.New(limiter, echolimit.WithKeyFunc(apiKey)))
+	e.Use(echolimit.New(flow))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
 
 	for _, key := range []string{"alice", "alice", "alice", "bob", ""} {
@@ -47,12 +49,13 @@ func ExampleWithKeyFunc() {
 // Health checks are not limited: an echo/v4/middleware.Skipper works as
 // it is.
 func ExampleWithSkipper() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
 	health := func(c echo.Context) bool { return c.Path() == "/health" }
 
+	flow, closeStore := twoAnHour(nil, echolimit.WithSkipper(health))
+	defer closeStore()
+
 	e := echo.New()
-	e.Use(echolimit.New(limiter, echolimit.WithSkipper(health)))
+	e.Use(echolimit.New(flow))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
 	e.GET("/health", func(c echo.Context) error { return c.String(http.StatusOK, "up") })
 
@@ -73,8 +76,6 @@ func ExampleWithSkipper() {
 // A key function reads Echo's own data through Unwrap: here, a route
 // parameter.
 func ExampleUnwrap() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
 	perTenant := func(r keyfuncs.Request) (string, error) {
 		c, ok := echolimit.Unwrap(r)
 		if !ok || c.Param("tenant") == "" {
@@ -83,9 +84,12 @@ func ExampleUnwrap() {
 		return "tenant:" + c.Param("tenant"), nil
 	}
 
+	flow, closeStore := twoAnHour(perTenant)
+	defer closeStore()
+
 	e := echo.New()
 	e.GET("/t/:tenant/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") },
-		echolimit.New(limiter, echolimit.WithKeyFunc(perTenant)))
+		echolimit.New(flow))
 
 	for _, path := range []string{"/t/acme/items", "/t/acme/items", "/t/acme/items", "/t/globex/items"} {
 		w := httptest.NewRecorder()
@@ -99,18 +103,18 @@ func ExampleUnwrap() {
 	// /t/globex/items 200
 }
 
-// twoAnHour returns a limiter of two requests an hour per key, built as in
-// ExampleNew, and the function that closes its store.
-func twoAnHour() (*core.Limiter, func() error) {
+// twoAnHour returns a Flow of two requests an hour per key (key nil: per
+// address), built as in ExampleNew, and the function that closes its store.
+func twoAnHour(key keyfuncs.Func, opts ...httplimit.Option) (*httplimit.Flow, func() error) {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := core.NewLimiter(store, core.Policy{
+	flow, err := httplimit.New(store, []httplimit.Layer{{Policy: core.Policy{
 		Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour,
-	})
+	}, Key: key}}, opts...)
 	if err != nil {
 		panic(err)
 	}
-	return limiter, store.Close
+	return flow, store.Close
 }

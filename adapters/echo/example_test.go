@@ -11,6 +11,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 func ExampleNew() {
@@ -19,15 +20,15 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, err := core.NewLimiter(store, core.Policy{
+	flow, err := httplimit.New(store, []httplimit.Layer{{Policy: core.Policy{
 		Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute,
-	})
+	}}})
 	if err != nil {
 		panic(err)
 	}
 
 	e := echo.New()
-	e.Use(echolimit.New(limiter)) // keyed on the socket peer's IP
+	e.Use(echolimit.New(flow)) // keyed on the socket peer's IP
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
 
 	srv := httptest.NewServer(e) // a real socket: the peer is 127.0.0.1

@@ -10,20 +10,22 @@ import (
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Limit per API key: the options are fiberlimit's own, no other import.
-func ExampleWithKeyFunc() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
+// Limit per API key: the layer's Key.
+func Example_keyFunc() {
 	apiKey, err := keyfuncs.APIKeyHeader("X-API-Key", nil)
 	if err != nil {
 		panic(err)
 	}
 
+	flow, closeStore := twoAnHour(apiKey)
+	defer closeStore()
+
 	app := fiber.New()
-	app.Use(fiberlimit.New(limiter, fiberlimit.WithKeyFunc(apiKey)))
+	app.Use(fiberlimit.New(flow))
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
 
 	for _, key := range []string{"alice", "alice", "alice", "bob", ""} {
@@ -39,12 +41,13 @@ func ExampleWithKeyFunc() {
 
 // Health checks are not limited: Fiber's Next convention.
 func ExampleWithNext() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
 	health := func(c *fiber.Ctx) bool { return c.Path() == "/health" }
 
+	flow, closeStore := twoAnHour(nil, fiberlimit.WithNext(health))
+	defer closeStore()
+
 	app := fiber.New()
-	app.Use(fiberlimit.New(limiter, fiberlimit.WithNext(health)))
+	app.Use(fiberlimit.New(flow))
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
 	app.Get("/health", func(c *fiber.Ctx) error { return c.SendString("up") })
 
@@ -63,8 +66,6 @@ func ExampleWithNext() {
 // A key function reads Fiber's own data through Unwrap: here, a route
 // parameter. The limiter goes on the route, where the parameter is known.
 func ExampleUnwrap() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
 	perTenant := func(r keyfuncs.Request) (string, error) {
 		c, ok := fiberlimit.Unwrap(r)
 		if !ok || c.Params("tenant") == "" {
@@ -73,8 +74,11 @@ func ExampleUnwrap() {
 		return "tenant:" + c.Params("tenant"), nil // a copy, safe to keep
 	}
 
+	flow, closeStore := twoAnHour(perTenant)
+	defer closeStore()
+
 	app := fiber.New()
-	app.Get("/t/:tenant/items", fiberlimit.New(limiter, fiberlimit.WithKeyFunc(perTenant)),
+	app.Get("/t/:tenant/items", fiberlimit.New(flow),
 		func(c *fiber.Ctx) error { return c.SendString("items") })
 
 	for _, path := range []string{"/t/acme/items", "/t/acme/items", "/t/acme/items", "/t/globex/items"} {
@@ -102,18 +106,18 @@ func status(app *fiber.App, path, apiKey string) int {
 	return res.StatusCode
 }
 
-// twoAnHour returns a limiter of two requests an hour per key, built as in
-// ExampleNew, and the function that closes its store.
-func twoAnHour() (*core.Limiter, func() error) {
+// twoAnHour returns a Flow of two requests an hour per key (key nil: per
+// address), built as in ExampleNew, and the function that closes its store.
+func twoAnHour(key keyfuncs.Func, opts ...httplimit.Option) (*httplimit.Flow, func() error) {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := core.NewLimiter(store, core.Policy{
+	flow, err := httplimit.New(store, []httplimit.Layer{{Policy: core.Policy{
 		Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour,
-	})
+	}, Key: key}}, opts...)
 	if err != nil {
 		panic(err)
 	}
-	return limiter, store.Close
+	return flow, store.Close
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 func ExampleNew() {
@@ -18,15 +19,15 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, err := core.NewLimiter(store, core.Policy{
+	flow, err := httplimit.New(store, []httplimit.Layer{{Policy: core.Policy{
 		Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute,
-	})
+	}}})
 	if err != nil {
 		panic(err)
 	}
 
 	app := fiber.New()
-	app.Use(fiberlimit.New(limiter)) // keyed on the connection's peer IP
+	app.Use(fiberlimit.New(flow)) // keyed on the connection's peer IP
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
 
 	res, err := app.Test(httptest.NewRequest("GET", "/", nil))

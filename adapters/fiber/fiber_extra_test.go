@@ -3,6 +3,7 @@ package fiberlimit_test
 import (
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
@@ -12,23 +13,24 @@ import (
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-func TestNewPanicsOnNilLimiter(t *testing.T) {
+func TestNewPanicsOnNilFlow(t *testing.T) {
 	adapterstest.CheckPanics(t, "New(nil)", func() { fiberlimit.New(nil) })
 }
 
-func TestNewPanicsOnNilNext(t *testing.T) {
-	l := adapterstest.FixedLimiter(t, 1)
-	adapterstest.CheckPanics(t, "New(l, WithNext(nil))", func() { fiberlimit.New(l, fiberlimit.WithNext(nil)) })
+func TestNilNextIsInvalid(t *testing.T) {
+	_, err := httplimit.New(adapterstest.NewStore(t), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}}},
+		fiberlimit.WithNext(nil))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
 }
 
 // TestKeysOutliveTheRequest checks that keys built from request data are
 // copies: fasthttp reuses its buffers once a request is done, so a key
 // pointing into them would change under the store's feet.
 func TestKeysOutliveTheRequest(t *testing.T) {
-	l := adapterstest.FixedLimiter(t, 1)
 	var seen []string
 	raw := func(r keyfuncs.Request) (string, error) {
 		k := r.Header("X-Client") + "|" + r.Query("q") + "|" + r.Method()
@@ -36,7 +38,7 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 		return k, nil
 	}
 	app := fiber.New()
-	app.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(raw)))
+	app.Use(fiberlimit.New(adapterstest.FixedMount(t, 1, raw).Flow))
 	app.All("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 
 	for _, q := range []struct{ client, query string }{{"aaaaaaaa", "first"}, {"bbbbbbbb", "other"}} {
@@ -50,11 +52,11 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 		"the values the key function saw, read after both requests")
 }
 
-func TestUserFromLocalsAndNext(t *testing.T) {
+func TestUserAndNext(t *testing.T) {
 	skip := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Path() == "/health" })
-	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.UserFromLocals(nil))
-	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.UserFromLocals([]string{"user"}))
-	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(fiberlimit.UserFromLocals("user")), skip, func(m adapterstest.Mount) adapterstest.App {
+	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.User(nil))
+	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.User([]string{"user"}))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(fiberlimit.User("user")), skip, func(m adapterstest.Mount) adapterstest.App {
 		return newApp(func(f *fiber.App) {
 			f.Use(func(c *fiber.Ctx) error {
 				if id := c.Get(adapterstest.UserHeader); id != "" {
@@ -62,7 +64,7 @@ func TestUserFromLocalsAndNext(t *testing.T) {
 				}
 				return c.Next()
 			})
-			f.Use(fiberlimit.New(m.Limiter, m.Options...))
+			f.Use(fiberlimit.New(m.Flow))
 			f.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 			f.Get("/health", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 		})
@@ -72,10 +74,10 @@ func TestUserFromLocalsAndNext(t *testing.T) {
 // BenchmarkFiber serves through the app's fasthttp handler with a reused
 // RequestCtx, so that only Fiber and the limiter are measured.
 func BenchmarkFiber(b *testing.B) {
-	adapterstest.Bench(b, func(l *core.Limiter) fasthttp.RequestHandler {
+	adapterstest.Bench(b, func(f *httplimit.Flow) fasthttp.RequestHandler {
 		app := fiber.New()
-		if l != nil {
-			app.Use(fiberlimit.New(l))
+		if f != nil {
+			app.Use(fiberlimit.New(f))
 		}
 		app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 		return app.Handler()
@@ -106,7 +108,7 @@ func TestUnwrap(t *testing.T) {
 	}
 	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
 		return newApp(func(f *fiber.App) {
-			f.Get("/users/:id", fiberlimit.New(m.Limiter, m.Options...), func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+			f.Get("/users/:id", fiberlimit.New(m.Flow), func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 		})
 	})
 }

@@ -1,22 +1,21 @@
-// Package fiberlimit plugs the rate limiter into Fiber (v2).
+// Package fiberlimit plugs an httplimit.Flow into Fiber (v2).
 //
-// New returns a fiber.Handler; configure it with this package's options,
-// the same in every adapter, plus WithNext, Fiber's own convention:
+// New returns a fiber.Handler running the Flow; build the Flow with
+// httplimit.New, given WithNext, Fiber's own convention, among its options
+// if need be:
 //
 //	app.Use(fiberlimit.New(global))
 //	app.Post("/login", fiberlimit.New(strict), login)
-//	app.Get("/data", fiberlimit.New(perKey, fiberlimit.WithKeyFunc(apiKey)), data)
 //
 // Key functions see the connection's peer as RemoteAddr (not c.IP(), which
 // may come from a proxy header) and c.Route().Path as Route: mounted with
 // Use, on the app or a group, it sees the Use prefix ("/", "/users"), so
 // mount a limiter keyed per route on each route. Their Context is c.UserContext(), since fasthttp
 // does not tell handlers that a client left: a request paced by a leaky
-// bucket waits out its delay, at most WithMaxDelay. Every string they get
-// is a copy, safe to keep; Unwrap gives them the *fiber.Ctx.
+// bucket waits out its delay, at most httplimit.WithMaxDelay. Every string they get
+// is a copy, safe to keep; Unwrap gives them the *fiber.Ctx, User a user
+// ID stored with c.Locals.
 package fiberlimit
-
-//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -29,22 +28,17 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// New returns Fiber middleware limiting requests with l.
-//
-// New panics when l is nil or an option is invalid (see
-// core.ErrInvalidOption): like http.Handle given a nil handler, it is
-// a wiring mistake, reported when the routes are built, never at request
-// time.
-func New(l *core.Limiter, opts ...Option) fiber.Handler {
-	f, err := httplimit.New(l, opts...)
-	if err != nil {
-		panic(fmt.Sprintf("fiberlimit.New: %v", err))
+// New returns Fiber middleware running f. New panics when f is nil: like
+// http.Handle given a nil handler, it is a wiring mistake, reported when
+// the routes are built (httplimit.New reports every other one).
+func New(f *httplimit.Flow) fiber.Handler {
+	if f == nil {
+		panic("fiberlimit.New: nil *httplimit.Flow")
 	}
 	return func(c *fiber.Ctx) error {
 		if !f.Handle(request{c}, response{c}) {
@@ -54,11 +48,12 @@ func New(l *core.Limiter, opts ...Option) fiber.Handler {
 	}
 }
 
-// WithNext exempts the requests for which next reports true, in Fiber's
-// middleware convention (the Next field of Fiber's configs). It adds to
-// WithSkip: a request is skipped when any skip function says so. A nil
-// next is invalid.
-func WithNext(next func(c *fiber.Ctx) bool) Option {
+// WithNext is the httplimit.Option exempting the requests for which next
+// reports true, in Fiber's middleware convention (the Next field of
+// Fiber's configs). It adds to httplimit.WithSkip: a request is skipped
+// when any skip function says so. A nil next is invalid (httplimit.New
+// reports it).
+func WithNext(next func(c *fiber.Ctx) bool) httplimit.Option {
 	if next == nil {
 		return httplimit.WithSkip(nil) // reported by New as invalid
 	}
@@ -78,23 +73,23 @@ func Unwrap(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
 	return q.c, ok
 }
 
-// UserFromLocals returns a key function keying requests on the user ID
-// that an earlier handler stored with c.Locals(key, id), as Fiber's auth
-// middlewares do: "user:" followed by the ID, as keyfuncs.User does. No
+// User returns a key function keying requests on the user ID that an
+// earlier handler stored with c.Locals(key, id), Fiber's usual way (its
+// auth middlewares do so): "user:" followed by the ID, as keyfuncs.User does. No
 // value, or an empty one, gives an error wrapping keyfuncs.ErrNoKey (so
 // that keyfuncs.FirstOf can fall back to another key); a value that is not
 // a string is reported as a misconfiguration. The key is a copy, safe to
 // keep. A nil or empty key, or one of a type that is not comparable, is
 // an error wrapping core.ErrInvalidOption.
-func UserFromLocals(key any) (keyfuncs.Func, error) {
-	if err := userkey.CheckKey("fiberlimit.UserFromLocals", key); err != nil {
+func User(key any) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("fiberlimit.User", key); err != nil {
 		return nil, err
 	}
 	users := userkey.New(fmt.Sprintf("fiber locals key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
 		c, ok := Unwrap(r)
 		if !ok {
-			return "", fmt.Errorf("fiberlimit.UserFromLocals: request not from fiberlimit")
+			return "", fmt.Errorf("fiberlimit.User: request not from fiberlimit")
 		}
 		return users.Value(c.Locals(key), true)
 	}, nil

@@ -44,7 +44,7 @@ func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
 func (harness) setup(spec *adapterstest.Spec) func(f *fiber.App) {
 	return func(f *fiber.App) {
 		for _, m := range spec.Global {
-			f.Use(fiberlimit.New(m.Limiter, m.Options...))
+			f.Use(fiberlimit.New(m.Flow))
 		}
 		for _, r := range spec.Routes {
 			hs := append(adapterstest.Middlewares(r.Limits, fiberlimit.New), func(c *fiber.Ctx) error {

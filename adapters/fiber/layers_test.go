@@ -8,21 +8,20 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
-// TestLayers runs the layered limits suite (httplimit.WithLayers) over
+// TestLayers runs the layered limits suite (httplimit.Layer) over
 // real sockets, on a memory store and on Redis.
 func TestLayers(t *testing.T) { adapterstest.RunLayers(t, harness{}, redistest.Start(t)) }
 
 // BenchmarkFiberLayers compares the four layers (three apply) with
 // a single limit, served as BenchmarkFiber serves.
 func BenchmarkFiberLayers(b *testing.B) {
-	adapterstest.BenchLayers(b, func(l *core.Limiter, opts ...httplimit.Option) fasthttp.RequestHandler {
+	adapterstest.BenchLayers(b, func(f *httplimit.Flow) fasthttp.RequestHandler {
 		app := fiber.New()
-		app.Use(fiberlimit.New(l, opts...))
+		app.Use(fiberlimit.New(f))
 		app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 		return app.Handler()
 	}, func(b *testing.B, h fasthttp.RequestHandler) {

@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -34,8 +35,6 @@ func TestPeerAddrPort(t *testing.T) {
 	st, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	l, err := core.NewLimiter(st, core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1000, Window: 60e9})
-	require.NoError(t, err)
 
 	type seen struct {
 		remote, key string
@@ -53,8 +52,10 @@ func TestPeerAddrPort(t *testing.T) {
 		got.key, err = ip(r)
 		return "k", err
 	}
+	f, err := httplimit.New(st, []httplimit.Layer{{Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1000, Window: 60e9}, Key: keyFunc}})
+	require.NoError(t, err)
 	app := fiber.New()
-	app.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(keyFunc)))
+	app.Use(fiberlimit.New(f))
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	h := app.Handler()
 

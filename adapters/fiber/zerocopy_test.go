@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -79,8 +80,6 @@ func testZeroCopyKeys(t *testing.T, srv *redistest.Server) {
 
 func runZeroCopyKeys(t *testing.T, store core.Store, lopts []core.Option, n int) {
 	p := core.Policy{Name: "zerocopy", Algorithm: core.SlidingWindowLog, Limit: 1, Window: time.Hour}
-	l, err := core.NewLimiter(store, p, lopts...)
-	require.NoError(t, err)
 	zeroCopy := func(r keyfuncs.Request) (string, error) {
 		c, _ := fiberlimit.Unwrap(r)
 		if k := c.Get("X-Client"); k != "" {
@@ -88,8 +87,10 @@ func runZeroCopyKeys(t *testing.T, store core.Store, lopts []core.Option, n int)
 		}
 		return "", keyfuncs.ErrNoKey
 	}
+	flow, err := httplimit.New(store, []httplimit.Layer{{Policy: p, Key: zeroCopy}}, httplimit.WithCore(lopts...))
+	require.NoError(t, err)
 	a := newApp(func(f *fiber.App) {
-		f.Use(fiberlimit.New(l, fiberlimit.WithKeyFunc(zeroCopy)))
+		f.Use(fiberlimit.New(flow))
 		f.Get("/", func(c *fiber.Ctx) error { return c.SendString(adapterstest.Body) })
 	})
 	conn := adapterstest.Dial(t, a.listen(t))

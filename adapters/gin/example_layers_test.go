@@ -14,16 +14,13 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// userID is the context key under which an auth middleware would put the
-// user's ID.
-type userID struct{}
-
 // The four layers in one r.Use: a sixth login is denied by the
 // login layer, and takes nothing from the user, ip and global layers.
-func ExampleWithLayers() {
+func Example_layers() {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
@@ -40,35 +37,36 @@ func ExampleWithLayers() {
 		panic(err)
 	}
 	ip := clientIP.Key
-	user := must(keyfuncs.FirstOf(must(keyfuncs.ContextValue(userID{})), ip)) // anonymous: by address
-	perMinute := func(n int64) core.Policy {
-		return core.Policy{Algorithm: core.TokenBucket, Limit: n, Window: time.Minute}
+	user := must(keyfuncs.FirstOf(must(ginlimit.User("user")), ip)) // c.Set("user", id) by your auth middleware; anonymous: by address
+	perMinute := func(name string, n int64) core.Policy {
+		return core.Policy{Name: name, Algorithm: core.TokenBucket, Limit: n, Window: time.Minute}
 	}
 	plan := func(r keyfuncs.Request, _ string) (*core.Policy, error) {
 		if r.Header("X-Plan") == "premium" { // from your auth middleware, in a real API
-			p := perMinute(10_000)
+			p := perMinute("", 10_000)
 			return &p, nil
 		}
 		return nil, nil // the layer's own
 	}
-	layers := []ginlimit.Layer{
-		{Name: "global", Key: must(keyfuncs.Static("api")),
-			Policy: perMinute(1_000_000)},
-		{Name: "user", Key: user, Policy: perMinute(1000), PolicyFor: plan,
-			Cost: ginlimit.CostByRoute(map[string]int64{"GET /search": 5})},
-		{Name: "login", Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"}, FailClosed: true,
-			Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}},
-		{Name: "ip", Key: ip, Policy: perMinute(300)},
+	search, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5})
+	if err != nil {
+		panic(err)
 	}
-	limiter, err := ginlimit.NewLayered(store, layers)
+	all := headers.Default()
+	all.Structured = true // the draft-10 fields too: they list every layer
+	flow, err := httplimit.New(store, []httplimit.Layer{
+		{Key: must(keyfuncs.Static("api")), Policy: perMinute("global", 1_000_000)},
+		{Key: user, Policy: perMinute("user", 1000), PolicyFor: plan, Cost: search},
+		{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"}, FailClosed: true,
+			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}},
+		{Key: ip, Policy: perMinute("ip", 300)},
+	}, httplimit.WithHeaders(all))
 	if err != nil {
 		panic(err) // invalid layers fail here, never later
 	}
 
 	r := gin.New()
-	all := headers.Default()
-	all.Structured = true // the draft-10 fields too: they list every layer
-	r.Use(ginlimit.New(limiter, ginlimit.WithLayers(layers...), ginlimit.WithHeaders(all)))
+	r.Use(ginlimit.New(flow))
 	r.POST("/login", func(c *gin.Context) { c.Status(http.StatusUnauthorized) })
 	r.GET("/search", func(c *gin.Context) { c.String(http.StatusOK, "results") })
 	srv := httptest.NewServer(r)

@@ -11,20 +11,22 @@ import (
 	"github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Limit per API key: the options are ginlimit's own, no other import.
-func ExampleWithKeyFunc() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
+// Limit per API key: the layer's Key.
+func Example_keyFunc() {
 	apiKey, err := keyfuncs.APIKeyHeader("X-API-Key", nil)
 	if err != nil {
 		panic(err)
 	}
 
+	flow, closeStore := twoAnHour(apiKey)
+	defer closeStore()
+
 	r := gin.New()
-	r.Use(ginlimit.New(limiter, ginlimit.WithKeyFunc(apiKey)))
+	r.Use(ginlimit.New(flow))
 	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "hello") })
 
 	for _, key := range []string{"alice", "alice", "alice", "bob", ""} {
@@ -47,8 +49,6 @@ func ExampleWithKeyFunc() {
 // A key function reads Gin's own data through Unwrap: here, a route
 // parameter.
 func ExampleUnwrap() {
-	limiter, closeStore := twoAnHour()
-	defer closeStore()
 	perTenant := func(r keyfuncs.Request) (string, error) {
 		c, ok := ginlimit.Unwrap(r)
 		if !ok || c.Param("tenant") == "" {
@@ -57,8 +57,11 @@ func ExampleUnwrap() {
 		return "tenant:" + c.Param("tenant"), nil
 	}
 
+	flow, closeStore := twoAnHour(perTenant)
+	defer closeStore()
+
 	r := gin.New()
-	r.GET("/t/:tenant/items", ginlimit.New(limiter, ginlimit.WithKeyFunc(perTenant)),
+	r.GET("/t/:tenant/items", ginlimit.New(flow),
 		func(c *gin.Context) { c.String(http.StatusOK, "items") })
 
 	for _, path := range []string{"/t/acme/items", "/t/acme/items", "/t/acme/items", "/t/globex/items"} {
@@ -73,18 +76,18 @@ func ExampleUnwrap() {
 	// /t/globex/items 200
 }
 
-// twoAnHour returns a limiter of two requests an hour per key, built as in
-// ExampleNew, and the function that closes its store.
-func twoAnHour() (*core.Limiter, func() error) {
+// twoAnHour returns a Flow of two requests an hour per key (key nil: per
+// address), built as in ExampleNew, and the function that closes its store.
+func twoAnHour(key keyfuncs.Func, opts ...httplimit.Option) (*httplimit.Flow, func() error) {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := core.NewLimiter(store, core.Policy{
+	flow, err := httplimit.New(store, []httplimit.Layer{{Policy: core.Policy{
 		Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour,
-	})
+	}, Key: key}}, opts...)
 	if err != nil {
 		panic(err)
 	}
-	return limiter, store.Close
+	return flow, store.Close
 }

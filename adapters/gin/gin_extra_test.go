@@ -8,25 +8,25 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-func TestNewPanicsOnNilLimiter(t *testing.T) {
+func TestNewPanicsOnNilFlow(t *testing.T) {
 	adapterstest.CheckPanics(t, "New(nil)", func() { ginlimit.New(nil) })
 }
 
-func TestUserFromContext(t *testing.T) {
-	adapterstest.CheckInvalidKeyFunc(t)(ginlimit.UserFromContext(nil))
-	adapterstest.CheckInvalidKeyFunc(t)(ginlimit.UserFromContext([]string{"user"}))
-	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(ginlimit.UserFromContext("user")), nil, func(m adapterstest.Mount) adapterstest.App {
+func TestUser(t *testing.T) {
+	adapterstest.CheckInvalidKeyFunc(t)(ginlimit.User(nil))
+	adapterstest.CheckInvalidKeyFunc(t)(ginlimit.User([]string{"user"}))
+	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(ginlimit.User("user")), nil, func(m adapterstest.Mount) adapterstest.App {
 		e := gin.New()
 		e.Use(func(c *gin.Context) {
 			if id := c.GetHeader(adapterstest.UserHeader); id != "" {
 				c.Set("user", id) // as an authentication middleware would
 			}
 		})
-		e.Use(ginlimit.New(m.Limiter, m.Options...))
+		e.Use(ginlimit.New(m.Flow))
 		e.GET("/", func(c *gin.Context) { c.Status(http.StatusOK) })
 		e.GET("/health", func(c *gin.Context) { c.Status(http.StatusOK) })
 		return adapterstest.HTTPApp(e)
@@ -34,10 +34,10 @@ func TestUserFromContext(t *testing.T) {
 }
 
 func BenchmarkGin(b *testing.B) {
-	adapterstest.BenchHTTP(b, func(l *core.Limiter) http.Handler {
+	adapterstest.BenchHTTP(b, func(f *httplimit.Flow) http.Handler {
 		e := gin.New()
-		if l != nil {
-			e.Use(ginlimit.New(l))
+		if f != nil {
+			e.Use(ginlimit.New(f))
 		}
 		e.GET("/users/:id", func(c *gin.Context) { c.Status(http.StatusOK) })
 		return e
@@ -54,7 +54,7 @@ func TestUnwrap(t *testing.T) {
 	}
 	adapterstest.CheckUnwrap(t, param, func(m adapterstest.Mount) adapterstest.App {
 		e := gin.New()
-		e.GET("/users/:id", ginlimit.New(m.Limiter, m.Options...), func(c *gin.Context) { c.Status(http.StatusOK) })
+		e.GET("/users/:id", ginlimit.New(m.Flow), func(c *gin.Context) { c.Status(http.StatusOK) })
 		return adapterstest.HTTPApp(e)
 	})
 }

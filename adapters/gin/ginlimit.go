@@ -1,19 +1,18 @@
-// Package ginlimit plugs the rate limiter into Gin.
+// Package ginlimit plugs an httplimit.Flow into Gin.
 //
-// New returns a gin.HandlerFunc; configure it with this package's options,
-// the same in every adapter. Mount it on the engine, a group or a route:
+// New returns a gin.HandlerFunc running the Flow; build the Flow with
+// httplimit.New. Mount it on the engine, a group or a route:
 //
+//	global, err := httplimit.New(store, []httplimit.Layer{{Policy: perMinute}})
 //	r.Use(ginlimit.New(global))                          // every request, 404s included
 //	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter limit here
-//	r.GET("/data", ginlimit.New(perKey, ginlimit.WithKeyFunc(apiKey)), data)
 //
 // Key functions see the socket peer as RemoteAddr (not Gin's ClientIP,
 // which trusts headers by default) and c.FullPath() as Route ("" when no
-// route matched); Unwrap gives them the *gin.Context. A denied request is
-// answered and the chain aborted.
+// route matched); Unwrap gives them the *gin.Context, User a user ID
+// stored with c.Set. A request that does not proceed is answered and the
+// chain aborted.
 package ginlimit
-
-//go:generate go run ../internal/gen
 
 import (
 	"context"
@@ -22,22 +21,18 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// New returns Gin middleware limiting requests with l.
-//
-// New panics when l is nil or an option is invalid (see
-// core.ErrInvalidOption): like http.Handle given a nil handler, it is
-// a wiring mistake, reported when the routes are built, never at request
-// time.
-func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
-	f, err := httplimit.New(l, opts...)
-	if err != nil {
-		panic(fmt.Sprintf("ginlimit.New: %v", err))
+// New returns Gin middleware running f. A request that does not proceed
+// has been answered, and the chain is aborted. New panics when f is nil:
+// like http.Handle given a nil handler, it is a wiring mistake, reported
+// when the routes are built (httplimit.New reports every other one).
+func New(f *httplimit.Flow) gin.HandlerFunc {
+	if f == nil {
+		panic("ginlimit.New: nil *httplimit.Flow")
 	}
 	return func(c *gin.Context) {
 		if !f.Handle(request{c}, response{c}) {
@@ -56,7 +51,7 @@ func Unwrap(r keyfuncs.Request) (c *gin.Context, ok bool) {
 	return q.c, ok
 }
 
-// UserFromContext returns a key function keying requests on the user ID
+// User returns a key function keying requests on the user ID
 // that an earlier handler stored with c.Set(key, id): "user:" followed by
 // the ID, as keyfuncs.User does. No value, or an empty one, gives an error
 // wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back to
@@ -68,15 +63,15 @@ func Unwrap(r keyfuncs.Request) (c *gin.Context, ok bool) {
 // sets ContextWithFallback, and even then the other way round), so
 // keyfuncs.User cannot see them; this function reads them from the
 // *gin.Context itself (see Unwrap).
-func UserFromContext(key any) (keyfuncs.Func, error) {
-	if err := userkey.CheckKey("ginlimit.UserFromContext", key); err != nil {
+func User(key any) (keyfuncs.Func, error) {
+	if err := userkey.CheckKey("ginlimit.User", key); err != nil {
 		return nil, err
 	}
 	users := userkey.New(fmt.Sprintf("gin context key %q", fmt.Sprint(key)))
 	return func(r keyfuncs.Request) (string, error) {
 		c, ok := Unwrap(r)
 		if !ok {
-			return "", fmt.Errorf("ginlimit.UserFromContext: request not from ginlimit")
+			return "", fmt.Errorf("ginlimit.User: request not from ginlimit")
 		}
 		return users.Value(c.Get(key))
 	}, nil

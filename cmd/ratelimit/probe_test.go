@@ -66,14 +66,14 @@ func probeJSON(t *testing.T, args ...string) (int, report, string) {
 
 // newLimiter returns a limiter of p over a fresh memory store, on the real
 // clock: the probe runs in real time.
-func newLimiter(t *testing.T, p core.Policy) *core.Limiter {
+func newFlow(t *testing.T, p core.Policy, opts ...httplimit.Option) *httplimit.Flow {
 	t.Helper()
 	store, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	l, err := core.NewLimiter(store, p)
+	f, err := httplimit.New(store, []httplimit.Layer{{Policy: p}}, opts...)
 	require.NoError(t, err)
-	return l
+	return f
 }
 
 // serve serves h on a free loopback port.
@@ -103,9 +103,9 @@ func TestProbeExamples(t *testing.T) {
 			// family of fields, draft 10's structured ones included.
 			name: "chi/TokenBucket",
 			url: func(t *testing.T) string {
-				l := newLimiter(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 30, Window: time.Minute, Burst: 5})
+				l := newFlow(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 30, Window: time.Minute, Burst: 5}, httplimit.WithHeaders(allFields))
 				r := chi.NewRouter()
-				r.Use(chilimit.New(l, chilimit.WithHeaders(allFields)))
+				r.Use(chilimit.New(l))
 				r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello from chi")) })
 				return serve(t, r) + "/"
 			},
@@ -116,7 +116,7 @@ func TestProbeExamples(t *testing.T) {
 			name: "gin/SlidingWindowLog",
 			url: func(t *testing.T) string {
 				gin.SetMode(gin.ReleaseMode)
-				l := newLimiter(t, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 2 * time.Second})
+				l := newFlow(t, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 2 * time.Second})
 				r := gin.New()
 				r.POST("/login", ginlimit.New(l), func(c *gin.Context) { c.String(http.StatusOK, "logged in") })
 				return serve(t, r) + "/login"
@@ -159,7 +159,7 @@ func TestProbeExamples(t *testing.T) {
 // that for a disagreement.
 func TestProbeExampleConcurrent(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour})
+	l := newFlow(t, core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour})
 	r := chi.NewRouter()
 	r.Use(chilimit.New(l))
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -355,8 +355,8 @@ func TestProbeInterrupted(t *testing.T) {
 // route's limit while the global one is exhausted: the probe says so.
 func TestProbeLayeredLimits(t *testing.T) {
 	t.Parallel()
-	global := newLimiter(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3})
-	users := newLimiter(t, core.Policy{Name: "users", Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour})
+	global := newFlow(t, core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3})
+	users := newFlow(t, core.Policy{Name: "users", Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour})
 	r := chi.NewRouter()
 	r.Use(chilimit.New(global))
 	r.With(chilimit.New(users)).Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) })
@@ -369,7 +369,7 @@ func TestProbeLayeredLimits(t *testing.T) {
 }
 
 // TestProbeLayersAgree probes the same two limits as
-// TestProbeLayeredLimits, as layers of one limiter (WithLayers): the
+// TestProbeLayeredLimits, as layers of one Flow: the
 // fields now describe the binding layer, so the client is told Remaining
 // 2, 1, 0 by the global layer, and the 429 that follows surprises no one.
 // The probe finds no disagreement.
@@ -379,16 +379,16 @@ func TestProbeLayersAgree(t *testing.T) {
 	require.NoError(t, err)
 	ip := clientIP.Key
 	layers := []httplimit.Layer{
-		{Name: "global", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3}, Key: ip},
-		{Name: "users", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour}, Key: ip, Routes: []string{"/users/{id}"}},
+		{Policy: core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 60, Window: time.Minute, Burst: 3}, Key: ip},
+		{Policy: core.Policy{Name: "users", Algorithm: core.FixedWindow, Limit: 30, Window: time.Hour}, Key: ip, Routes: []string{"/users/{id}"}},
 	}
 	store, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	l, err := httplimit.NewLayered(store, layers)
+	l, err := httplimit.New(store, layers)
 	require.NoError(t, err)
 	r := chi.NewRouter()
-	r.Use(chilimit.New(l, chilimit.WithLayers(layers...)))
+	r.Use(chilimit.New(l))
 	r.Get("/users/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) })
 	code, rep, stderr := probeJSON(t, "--rate", "50", "--requests", "5", "--concurrency", "1", "--max-wait", "0", serve(t, r)+"/users/1")
 	require.Equal(t, 0, code, "stderr: %s", stderr)

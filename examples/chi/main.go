@@ -33,6 +33,7 @@ import (
 
 	chilimit "github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -50,8 +51,12 @@ func newApp(l demo.Limiters) http.Handler {
 	// and chi's middleware.RealIP must not run before it), and the login,
 	// API-key and users layers on their routes (demo.NewLimiters), all
 	// decided in one store call; but Prometheus's scrapes of /metrics.
-	// l.Options() adds the deny list, if any, which the skip comes before.
-	r.Use(chilimit.New(l.Limiter, append([]chilimit.Option{chilimit.WithSkip(demo.SkipMetrics)}, l.Options()...)...))
+	// l.Flow adds the deny list, if any, which the skip comes before.
+	flow, err := l.Flow(httplimit.WithSkip(demo.SkipMetrics))
+	if err != nil {
+		panic(err) // a wiring mistake in this file, found at startup
+	}
+	r.Use(chilimit.New(flow))
 	r.Method(http.MethodGet, demo.MetricsPath, l.Metrics)
 
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) {

@@ -49,11 +49,15 @@ func newApp(l demo.Limiters) http.Handler {
 	// believes proxy headers), and the login, API-key and users layers on
 	// their routes (demo.NewLimiters), all decided in one store call; but
 	// Prometheus's scrapes of /metrics (c.Path() is the route, as Echo
-	// routes before running e.Use's middleware). l.Options() adds the deny
+	// routes before running e.Use's middleware). l.Flow adds the deny
 	// list, if any, which the skip comes before.
-	e.Use(echolimit.New(l.Limiter, append([]echolimit.Option{echolimit.WithSkipper(func(c echo.Context) bool {
+	flow, err := l.Flow(echolimit.WithSkipper(func(c echo.Context) bool {
 		return c.Request().Method == http.MethodGet && c.Path() == demo.MetricsPath
-	})}, l.Options()...)...))
+	}))
+	if err != nil {
+		panic(err) // a wiring mistake in this file, found at startup
+	}
+	e.Use(echolimit.New(flow))
 	e.GET(demo.MetricsPath, echo.WrapHandler(l.Metrics))
 
 	e.GET("/", func(c echo.Context) error {

@@ -58,11 +58,15 @@ func newApp(l demo.Limiters) *fiber.App {
 	// on their routes (demo.NewLimiters; their routes are matched on the
 	// path, since app.Use's middleware sees the route "/" whatever the
 	// request), all decided in one store call; but Prometheus's scrapes of
-	// /metrics. l.Options() adds the deny list, if any, which the skip
+	// /metrics. l.Flow adds the deny list, if any, which the skip
 	// comes before.
-	app.Use(fiberlimit.New(l.Limiter, append([]fiberlimit.Option{fiberlimit.WithNext(func(c *fiber.Ctx) bool {
+	flow, err := l.Flow(fiberlimit.WithNext(func(c *fiber.Ctx) bool {
 		return c.Method() == fiber.MethodGet && c.Path() == demo.MetricsPath
-	})}, l.Options()...)...))
+	}))
+	if err != nil {
+		panic(err) // a wiring mistake in this file, found at startup
+	}
+	app.Use(fiberlimit.New(flow))
 	// promhttp is a net/http handler; Fiber's adaptor serves it.
 	app.Get(demo.MetricsPath, adaptor.HTTPHandler(l.Metrics))
 

@@ -32,6 +32,7 @@ import (
 
 	ginlimit "github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -49,9 +50,13 @@ func newApp(l demo.Limiters) http.Handler {
 	// layer per client IP (the socket peer, not Gin's ClientIP, which
 	// believes proxy headers by default), and the login, API-key and
 	// users layers on their routes (demo.NewLimiters), all decided in
-	// one store call; but Prometheus's scrapes of /metrics. l.Options()
+	// one store call; but Prometheus's scrapes of /metrics. l.Flow
 	// adds the deny list, if any, which the skip comes before.
-	r.Use(gin.Recovery(), ginlimit.New(l.Limiter, append([]ginlimit.Option{ginlimit.WithSkip(demo.SkipMetrics)}, l.Options()...)...))
+	flow, err := l.Flow(httplimit.WithSkip(demo.SkipMetrics))
+	if err != nil {
+		panic(err) // a wiring mistake in this file, found at startup
+	}
+	r.Use(gin.Recovery(), ginlimit.New(flow))
 	r.GET(demo.MetricsPath, gin.WrapH(l.Metrics))
 
 	r.GET("/", func(c *gin.Context) {

@@ -13,7 +13,7 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// ForbiddenBody is DefaultForbiddenHandler's body.
+// ForbiddenBody is DefaultResponder's body for a deny-listed request.
 const ForbiddenBody = `{"error":"forbidden","message":"Access denied."}`
 
 // accessStep is one request on a socket of its own, and what must come of
@@ -140,13 +140,14 @@ func RunAccess(t *testing.T, h SocketHarness) {
 			client, err := keyfuncs.NewClientIP(ipOpts...)
 			require.NoError(t, err)
 			opts := []httplimit.Option{httplimit.WithClientIP(client)}
+			ly := httplimit.Layer{Policy: fixed("global", 1)}
 			if tc.userKey {
-				opts = append(opts, httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
+				ly.Key = func(r keyfuncs.Request) (string, error) {
 					if u := r.Header("X-User"); u != "" {
 						return "user:" + u, nil
 					}
 					return client.Key(r)
-				}))
+				}
 			}
 			if tc.allow != nil {
 				opts = append(opts, httplimit.WithAllowList(mustList(t, tc.allow)))
@@ -155,7 +156,7 @@ func RunAccess(t *testing.T, h SocketHarness) {
 				opts = append(opts, httplimit.WithDenyList(mustList(t, tc.deny)))
 			}
 			store := &limitertest.Counting{Store: NewStore(t)}
-			spec := global(t, store, fixed("global", 1), nil, opts...)
+			spec := globalLayer(t, store, ly, nil, opts...)
 			addr := h.Serve(t, spec)
 			var hits int64
 			for i, s := range tc.steps {

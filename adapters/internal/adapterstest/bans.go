@@ -43,8 +43,8 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	t.Run("in process", func(t *testing.T) {
 		bans, err := access.NewBans(0)
 		require.NoError(t, err)
-		l := NewLimiter(t, NewStore(t), fixed("bans", 1000))
-		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithClientIP(client), httplimit.WithDenyList(bans))},
+		m := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("bans", 1000)}, nil, httplimit.WithClientIP(client), httplimit.WithDenyList(bans))
+		addr := h.Serve(t, &Spec{Global: []Mount{m},
 			Routes: []Route{{Method: "GET", Path: "/"}}})
 		require.Equal(t, 200, get(addr, one))
 		_, err = bans.Ban(access.Entry{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Reason: "credential stuffing"}, time.Hour)
@@ -65,16 +65,16 @@ func RunBans(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			b, err := rediswatch.NewBans(context.Background(), srv.Client(), rediswatch.WithKey(prefix))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = b.Close() })
-			l := NewLimiter(t, NewStore(t), fixed("bans", 1000))
+			key := func(r keyfuncs.Request) (string, error) {
+				if u := r.Header("X-User"); u != "" {
+					return "user:" + u, nil
+				}
+				return client.Key(r)
+			}
 			sets = append(sets, b)
 			servers = append(servers, h.Serve(t, &Spec{
-				Global: []Mount{NewMount(l, httplimit.WithClientIP(client), httplimit.WithDenyList(b),
-					httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
-						if u := r.Header("X-User"); u != "" {
-							return "user:" + u, nil
-						}
-						return client.Key(r)
-					}))},
+				Global: []Mount{NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("bans", 1000), Key: key}, nil,
+					httplimit.WithClientIP(client), httplimit.WithDenyList(b))},
 				Routes: []Route{{Method: "GET", Path: "/"}}}))
 		}
 		a, b := servers[0], servers[1]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 // The request every adapter benchmark serves: GET BenchPath from
@@ -18,26 +19,26 @@ const (
 )
 
 // Bench runs an adapter's three sub-benchmarks, NoLimiter, Limiter and
-// LimiterUntimed. build returns the app to measure: with no limiter when l
-// is nil, else with New(l) mounted for every request, l being a fixed
+// LimiterUntimed. build returns the app to measure: with no limiter when f
+// is nil, else with New(f) mounted for every request, f being one fixed
 // window whose quota never runs out, over a memory store (LimiterUntimed:
 // one that does not tell the time it decided at), on the real clock. serve
 // measures the app with b.Loop. Apps are built outside the measurement.
-func Bench[H any](b *testing.B, build func(l *core.Limiter) H, serve func(b *testing.B, h H)) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *testing.B, h H)) {
+	layers := []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}}}
 	for _, name := range []string{"NoLimiter", "Limiter", "LimiterUntimed"} {
-		var l *core.Limiter
+		var f *httplimit.Flow
 		var err error
 		switch name {
 		case "Limiter":
-			l, err = core.NewLimiter(NewStore(b), p)
+			f, err = httplimit.New(NewStore(b), layers)
 		case "LimiterUntimed":
-			l, err = core.NewLimiter(untimed{NewStore(b)}, p)
+			f, err = httplimit.New(untimed{NewStore(b)}, layers)
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
-		h := build(l)
+		h := build(f)
 		b.Run(name, func(b *testing.B) { serve(b, h) })
 	}
 }
@@ -51,7 +52,7 @@ type untimed struct{ *memstore.Store }
 // BenchHTTP is Bench for a framework whose app is an http.Handler: it
 // serves the benchmark request, reused, into a ResponseWriter that keeps
 // nothing, so that only the framework and the limiter are measured.
-func BenchHTTP(b *testing.B, build func(l *core.Limiter) http.Handler) {
+func BenchHTTP(b *testing.B, build func(f *httplimit.Flow) http.Handler) {
 	Bench(b, build, func(b *testing.B, h http.Handler) {
 		req := httptest.NewRequest("GET", BenchPath, nil)
 		req.RemoteAddr = BenchPeer

@@ -15,7 +15,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -82,11 +81,9 @@ func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
 // gone. The handler still runs at most disconnectLimit times.
 func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 	p := core.Policy{Name: "pipelined", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour}
-	l, err := core.NewLimiter(store, p, limitertest.Generous())
-	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []httplimit.Option{errs.option()}}},
+		Global: []Mount{{Flow: NewFlow(t, store, []httplimit.Layer{{Policy: p}}, nil, errs.option())}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	c := Dial(t, h.Serve(t, spec))
@@ -95,7 +92,7 @@ func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 		burst.WriteString(RawRequest{}.encode())
 	}
 	require.NoError(t, c.c.SetDeadline(time.Now().Add(ioGuard)))
-	_, err = io.WriteString(c.c, burst.String())
+	_, err := io.WriteString(c.c, burst.String())
 	require.NoError(t, err)
 	require.NoError(t, c.CloseWrite())
 	statuses := map[int]int{}
@@ -136,20 +133,18 @@ func (s decidedStore) Take(ctx context.Context, req core.Request) (core.Decision
 func runPacedDisconnects(t *testing.T, h SocketHarness) {
 	store := decidedStore{Store: NewStore(t), decided: make(chan struct{}, 8)}
 	p := core.Policy{Name: "paced", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}
-	l, err := core.NewLimiter(store, p)
-	require.NoError(t, err)
-	checkPacedDisconnects(t, h, l, store.decided)
+	checkPacedDisconnects(t, h, store, []httplimit.Layer{{Policy: p}}, store.decided)
 }
 
-// checkPacedDisconnects serves l, whose store signals each decision on
-// decided, mounted with opts, and sends a request that leaves at once,
+// checkPacedDisconnects serves the Flow of layers over store, which
+// signals each decision on decided, and sends a request that leaves at once,
 // then three that the limiter paces for an hour and whose clients leave
 // meanwhile: they read 499, the handler runs for the first only, and the
 // error handler hears core.ErrCanceled three times.
-func checkPacedDisconnects(t *testing.T, h SocketHarness, l *core.Limiter, decided <-chan struct{}, opts ...httplimit.Option) {
+func checkPacedDisconnects(t *testing.T, h SocketHarness, store core.Store, layers []httplimit.Layer, decided <-chan struct{}) {
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{NewMount(l, append(opts, httplimit.WithMaxDelay(time.Hour), errs.option())...)},
+		Global: []Mount{{Flow: NewFlow(t, store, layers, nil, httplimit.WithMaxDelay(time.Hour), errs.option())}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	addr := h.Serve(t, spec)
@@ -187,8 +182,6 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 	p := core.Policy{Name: "disconnect", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour}
 	// A generous timeout: a store that is merely slow on a loaded machine
 	// must not pass for the failure under test.
-	l, err := core.NewLimiter(store, p, append([]core.Option{limitertest.Generous()}, lopts...)...)
-	require.NoError(t, err)
 	clientIP, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
 	ip := clientIP.Key
@@ -203,7 +196,7 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 	}
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []httplimit.Option{httplimit.WithKeyFunc(hold), errs.option()}}},
+		Global: []Mount{{Flow: NewFlow(t, store, []httplimit.Layer{{Policy: p, Key: hold}}, lopts, errs.option())}},
 		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
 	}
 	addr := h.Serve(t, spec)

@@ -32,10 +32,9 @@ const Body = "ok"
 // alone is written from the real clock (see checkNowPlus).
 var T0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// Mount is one limiter middleware: New(Limiter, Options...) of the adapter.
+// Mount is one limiter middleware: New(Flow) of the adapter.
 type Mount struct {
-	Limiter *core.Limiter
-	Options []httplimit.Option
+	Flow *httplimit.Flow
 }
 
 // Route is one route of the app under test. Path is written in Gin's,
@@ -119,19 +118,35 @@ type Harness interface {
 	UseSeesRoute() bool
 }
 
-// Middlewares returns newMW(m.Limiter, m.Options...) for each of ms, in
-// order: the middleware of an adapter whose New is newMW.
-func Middlewares[M any](ms []Mount, newMW func(*core.Limiter, ...httplimit.Option) M) []M {
+// Middlewares returns newMW(m.Flow) for each of ms, in order: the
+// middleware of an adapter whose New is newMW.
+func Middlewares[M any](ms []Mount, newMW func(*httplimit.Flow) M) []M {
 	mws := make([]M, 0, len(ms))
 	for _, m := range ms {
-		mws = append(mws, newMW(m.Limiter, m.Options...))
+		mws = append(mws, newMW(m.Flow))
 	}
 	return mws
 }
 
-// NewMount returns a Mount of l with opts.
-func NewMount(l *core.Limiter, opts ...httplimit.Option) Mount {
-	return Mount{Limiter: l, Options: opts}
+// NewFlow returns httplimit.New(store, layers, opts...) with a generous
+// timeout (limitertest.Generous) unless copts, given by WithCore, set
+// one: a Redis store merely slow on a busy machine must not pass for a
+// failed one. It fails the test on an error.
+func NewFlow(t testing.TB, store core.Store, layers []httplimit.Layer, copts []core.Option, opts ...httplimit.Option) *httplimit.Flow {
+	t.Helper()
+	f, err := httplimit.New(store, layers, append([]httplimit.Option{
+		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, copts...)...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// NewMount returns the Mount of the Flow of ly over store, whose decisions
+// are made at T0 (clockstore.At), built by NewFlow.
+func NewMount(t testing.TB, store core.Store, ly httplimit.Layer, copts []core.Option, opts ...httplimit.Option) Mount {
+	t.Helper()
+	return Mount{Flow: NewFlow(t, clockstore.At(store, T0), []httplimit.Layer{ly}, copts, opts...)}
 }
 
 // NewStore returns a memory store closed at the end of the test.
@@ -145,25 +160,28 @@ func NewStore(t testing.TB) *memstore.Store {
 	return s
 }
 
-// NewLimiter returns a limiter over store for p, whose decisions are made
-// at T0 (clockstore.At), with a generous timeout (limitertest.StoreTimeout)
-// unless opts set one: a Redis store merely slow on a busy machine must not
-// pass for a failed one.
-func NewLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
+// MustCost is httplimit.CostByRoute(costs), failing the test on an error.
+func MustCost(t testing.TB, costs map[string]int64) func(keyfuncs.Request) int64 {
 	t.Helper()
-	l, err := core.NewLimiter(clockstore.At(store, T0), p, append([]core.Option{limitertest.Generous()}, opts...)...)
+	cost, err := httplimit.CostByRoute(costs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return cost
 }
 
-// FixedLimiter returns a limiter allowing limit requests a minute per key
-// (fixed window), over a memory store closed at the end of the test, whose
-// decisions are made at T0.
-func FixedLimiter(t testing.TB, limit int64) *core.Limiter {
+// named returns p named name, the name of its layer.
+func named(name string, p core.Policy) core.Policy {
+	p.Name = name
+	return p
+}
+
+// FixedMount returns the Mount of a limit of limit requests a minute per
+// key (fixed window; key nil: the client's address), over a memory store
+// closed at the end of the test, whose decisions are made at T0.
+func FixedMount(t testing.TB, limit int64, key keyfuncs.Func, opts ...httplimit.Option) Mount {
 	t.Helper()
-	return NewLimiter(t, NewStore(t), fixed("", limit))
+	return NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("", limit), Key: key}, nil, opts...)
 }
 
 // CheckPanics fails the test unless f panics. call names what f calls, for

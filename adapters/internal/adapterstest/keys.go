@@ -16,7 +16,7 @@ import (
 
 // MustKeyFunc returns a function that unwraps what a key function
 // constructor returns, failing t when the constructor fails:
-// MustKeyFunc(t)(ginlimit.UserFromContext("user")).
+// MustKeyFunc(t)(ginlimit.User("user")).
 func MustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 	return func(fn keyfuncs.Func, err error) keyfuncs.Func {
 		t.Helper()
@@ -29,7 +29,7 @@ func MustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 // CheckInvalidKeyFunc returns a function that checks what a key function
 // constructor returned for bad input: no function, and an error wrapping
 // core.ErrInvalidOption:
-// CheckInvalidKeyFunc(t)(ginlimit.UserFromContext(nil)).
+// CheckInvalidKeyFunc(t)(ginlimit.User(nil)).
 func CheckInvalidKeyFunc(t testing.TB) func(keyfuncs.Func, error) {
 	return func(fn keyfuncs.Func, err error) {
 		t.Helper()
@@ -74,13 +74,13 @@ type userStep struct {
 	status     int
 }
 
-// CheckUserKey checks an adapter's user-key helper (ginlimit.UserFromContext,
-// fiberlimit.UserFromLocals, ...) end to end. build returns an app that
+// CheckUserKey checks an adapter's user-key helper (ginlimit.User,
+// fiberlimit.User, ...) end to end. build returns an app that
 // runs, for every request: a stand-in authentication middleware storing
 // the UserHeader value, when the request has one, where user looks for
-// it; then the adapter's New(m.Limiter, m.Options...); then handlers
+// it; then the adapter's New(m.Flow); then handlers
 // answering 200 on "/" and "/health". m allows one request a minute per
-// key, keyed by user. When skip is not nil it is among m.Options and must
+// key, keyed by user. When skip is not nil it is among m.Flow's options and must
 // exempt "/health": the adapter's own skip convention (WithSkipper,
 // WithNext).
 //
@@ -90,16 +90,15 @@ type userStep struct {
 func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build func(m Mount) App) {
 	t.Helper()
 	var log KeyLog
-	m := Mount{Limiter: FixedLimiter(t, 1), Options: []httplimit.Option{
-		httplimit.WithKeyFunc(log.Wrap(user)),
+	opts := []httplimit.Option{
 		httplimit.WithErrorHandler(func(keyfuncs.Request, error) {}), // no user is expected
-	}}
+	}
 	steps := []userStep{{"/", "alice", 200}, {"/", "alice", 429}, {"/", "bob", 200}, {"/", "", 400}}
 	if skip != nil {
-		m.Options = append(m.Options, skip)
+		opts = append(opts, skip)
 		steps = append(steps, userStep{"/health", "", 200}, userStep{"/health", "", 200})
 	}
-	app := build(m)
+	app := build(FixedMount(t, 1, log.Wrap(user), opts...))
 
 	var got, want []int
 	for _, s := range steps {

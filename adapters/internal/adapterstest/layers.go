@@ -16,7 +16,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -78,10 +77,10 @@ func IssueLayers(t testing.TB) []httplimit.Layer {
 	}
 	userOrIP, err := keyfuncs.FirstOf(user, ip)
 	require.NoError(t, err)
-	perMinute := func(n int64) core.Policy {
-		return core.Policy{Algorithm: core.SlidingWindowCounter, Limit: n, Window: time.Minute}
+	perMinute := func(name string, n int64) core.Policy {
+		return core.Policy{Name: name, Algorithm: core.SlidingWindowCounter, Limit: n, Window: time.Minute}
 	}
-	premium := perMinute(layersPremium)
+	premium := perMinute("", layersPremium)
 	invalidPlan := core.Policy{Algorithm: core.SlidingWindowCounter, Limit: -1, Window: time.Minute}
 	plan := func(r keyfuncs.Request, _ string) (*core.Policy, error) {
 		switch r.Header("X-Plan") {
@@ -95,12 +94,12 @@ func IssueLayers(t testing.TB) []httplimit.Layer {
 		return nil, nil
 	}
 	return []httplimit.Layer{
-		{Name: "global", Policy: perMinute(layersGlobal), Key: global},
-		{Name: "user", Policy: perMinute(layersUser), Key: userOrIP, PolicyFor: plan,
-			Cost: httplimit.CostByRoute(map[string]int64{"GET /search": searchCost})},
-		{Name: "login", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: layersLogin, Window: 15 * time.Minute},
+		{Policy: perMinute("global", layersGlobal), Key: global},
+		{Policy: perMinute("user", layersUser), Key: userOrIP, PolicyFor: plan,
+			Cost: MustCost(t, map[string]int64{"GET /search": searchCost})},
+		{Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: layersLogin, Window: 15 * time.Minute},
 			Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
-		{Name: "ip", Policy: perMinute(layersIP), Key: ip},
+		{Policy: perMinute("ip", layersIP), Key: ip},
 	}
 }
 
@@ -125,7 +124,7 @@ var layersRoutes = []Route{
 	{Method: "GET", Path: "/users/:id"},
 }
 
-// RunLayers checks layered limits (httplimit.WithLayers) over real sockets,
+// RunLayers checks layered limits (httplimit.Layer) over real sockets,
 // with a test clock, on a memory store and on Redis: the issue's four
 // layers in one r.Use; all or nothing; the binding layer's headers and
 // the draft-10 list of every layer; Retry-After when every layer admits;
@@ -158,10 +157,9 @@ func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				var apps []*layersApp
 				for range 2 {
 					layers := IssueLayers(t)
-					l, err := httplimit.NewLayered(store, layers, limitertest.Generous())
-					require.NoError(t, err)
-					spec := &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders))}, Routes: layersRoutes}
-					apps = append(apps, &layersApp{addr: h.Serve(t, spec), clock: clock, limiter: l, spec: spec, errs: new(errorRecorder)})
+					f := NewFlow(t, store, layers, nil, httplimit.WithHeaders(layersHeaders))
+					spec := &Spec{Global: []Mount{{Flow: f}}, Routes: layersRoutes}
+					apps = append(apps, &layersApp{addr: h.Serve(t, spec), clock: clock, limiter: f.Limiter(), spec: spec, errs: new(errorRecorder)})
 				}
 				for i := range layersLogin {
 					require.Equal(t, http.StatusOK, apps[i%2].send(t, "POST", "/login", "X-User", "two").Status, "login %d", i+1)
@@ -406,15 +404,15 @@ func layersHostile(t *testing.T, a *layersApp) {
 	}
 }
 
-// BenchLayers runs an adapter's two layered sub-benchmarks: Single, New(l)
-// of one fixed-window policy as Bench's Limiter, then Layers, New(l,
-// opts...) of the issue's four layers (global, user, login on POST /login
-// only, ip: three apply to the benchmark request), quotas that never run
-// out, over a memory store on the real clock. build mounts New(l,
-// opts...) for every request; serve measures the app with b.Loop.
-func BenchLayers[H any](b *testing.B, build func(l *core.Limiter, opts ...httplimit.Option) H, serve func(b *testing.B, h H)) {
+// BenchLayers runs an adapter's two layered sub-benchmarks: Single, New(f)
+// of one fixed-window policy as Bench's Limiter, then Layers, New(f) of
+// the issue's four layers (global, user, login on POST /login only, ip:
+// three apply to the benchmark request), quotas that never run out, over
+// a memory store on the real clock. build mounts New(f) for every
+// request; serve measures the app with b.Loop.
+func BenchLayers[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *testing.B, h H)) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
-	single, err := core.NewLimiter(NewStore(b), p)
+	single, err := httplimit.New(NewStore(b), []httplimit.Layer{{Policy: p}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -428,24 +426,24 @@ func BenchLayers[H any](b *testing.B, build func(l *core.Limiter, opts ...httpli
 		b.Fatal(err)
 	}
 	layers := []httplimit.Layer{
-		{Name: "global", Policy: p, Key: global},
-		{Name: "user", Policy: p, Key: ip},
-		{Name: "login", Policy: p, Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
-		{Name: "ip", Policy: p, Key: ip},
+		{Policy: named("global", p), Key: global},
+		{Policy: named("user", p), Key: ip},
+		{Policy: named("login", p), Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
+		{Policy: named("ip", p), Key: ip},
 	}
-	layered, err := httplimit.NewLayered(NewStore(b), layers)
+	layered, err := httplimit.New(NewStore(b), layers)
 	if err != nil {
 		b.Fatal(err)
 	}
 	hs := build(single)
-	hl := build(layered, httplimit.WithLayers(layers...))
+	hl := build(layered)
 	b.Run("Single", func(b *testing.B) { serve(b, hs) })
 	b.Run("Layers", func(b *testing.B) { serve(b, hl) })
 }
 
 // BenchLayersHTTP is BenchLayers for a framework whose app is an
 // http.Handler, serving as BenchHTTP does.
-func BenchLayersHTTP(b *testing.B, build func(l *core.Limiter, opts ...httplimit.Option) http.Handler) {
+func BenchLayersHTTP(b *testing.B, build func(f *httplimit.Flow) http.Handler) {
 	BenchLayers(b, build, func(b *testing.B, h http.Handler) {
 		req := httptest.NewRequest("GET", BenchPath, nil)
 		req.RemoteAddr = BenchPeer

@@ -16,7 +16,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -39,7 +38,7 @@ var OddLoginPaths = []string{
 	"/" + strings.Repeat("./", 32<<10) + "login",
 }
 
-// RunLayersAttacks attacks layered limits (httplimit.WithLayers) over real
+// RunLayersAttacks attacks layered limits (httplimit.Layer) over real
 // sockets as a hostile client would, on a memory store and on Redis (srv):
 //
 //   - odd login paths: no spelling of POST /login in OddLoginPaths reaches
@@ -84,11 +83,11 @@ func serveLayers(t *testing.T, h SocketHarness, store core.Store, mode core.Fail
 	t.Helper()
 	a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
 	layers := IssueLayers(t)
-	l, err := httplimit.NewLayered(AtClockMulti(store, a.clock), layers, core.WithFailMode(mode), limitertest.Generous())
-	require.NoError(t, err)
-	a.limiter = l
+	f := NewFlow(t, AtClockMulti(store, a.clock), layers, []core.Option{core.WithFailMode(mode)},
+		httplimit.WithHeaders(layersHeaders), a.errs.option())
+	a.limiter = f.Limiter()
 	a.spec = &Spec{
-		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), a.errs.option())},
+		Global: []Mount{{Flow: f}},
 		Routes: routes,
 	}
 	a.addr = h.Serve(t, a.spec)
@@ -156,17 +155,15 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	}
 	const globalLimit, itemsLimit = 1_000_000, 10
 	layers := []httplimit.Layer{
-		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: globalLimit, Window: time.Minute}},
-		{Name: "items", Key: ip, Routes: []string{"/items"}, Cost: cost,
-			Policy: core.Policy{Algorithm: core.FixedWindow, Limit: itemsLimit, Window: time.Minute}},
-		{Name: "bulk", Key: ip, Routes: []string{"/bulk"}, Cost: cost,
-			Policy: core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour}},
+		{Key: global, Policy: core.Policy{Name: "global", Algorithm: core.SlidingWindowCounter, Limit: globalLimit, Window: time.Minute}},
+		{Key: ip, Routes: []string{"/items"}, Cost: cost,
+			Policy: core.Policy{Name: "items", Algorithm: core.FixedWindow, Limit: itemsLimit, Window: time.Minute}},
+		{Key: ip, Routes: []string{"/bulk"}, Cost: cost,
+			Policy: core.Policy{Name: "bulk", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour}},
 	}
-	l, err := httplimit.NewLayered(AtClockMulti(store, clock), layers, limitertest.Generous())
-	require.NoError(t, err)
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), errs.option())},
+		Global: []Mount{{Flow: NewFlow(t, AtClockMulti(store, clock), layers, nil, httplimit.WithHeaders(layersHeaders), errs.option())}},
 		Routes: []Route{{Method: "GET", Path: "/items"}, {Method: "GET", Path: "/bulk"}, {Method: "GET", Path: "/other"}},
 	}
 	addr := h.Serve(t, spec)
@@ -251,19 +248,19 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []
 	}
 	holdKey, holdPlan := hold(holdHeader), hold(holdPlanHeader)
 	layers := []httplimit.Layer{
-		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1000, Window: time.Hour}},
-		{Name: "login", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour},
+		{Key: global, Policy: core.Policy{Name: "global", Algorithm: core.SlidingWindowCounter, Limit: 1000, Window: time.Hour}},
+		{Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour},
 			Key: func(r keyfuncs.Request) (string, error) { holdKey(r); return ip(r) },
 			PolicyFor: func(r keyfuncs.Request, _ string) (*core.Policy, error) {
 				holdPlan(r)
 				return nil, nil
 			}},
 	}
-	l, err := httplimit.NewLayered(store, layers, append([]core.Option{limitertest.Generous()}, lopts...)...)
-	require.NoError(t, err)
 	var errs errorRecorder
+	f := NewFlow(t, store, layers, lopts, errs.option())
+	l := f.Limiter()
 	spec := &Spec{
-		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), errs.option())},
+		Global: []Mount{{Flow: f}},
 		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
 	}
 	addr := h.Serve(t, spec)
@@ -350,10 +347,8 @@ func layersPacedDisconnects(t *testing.T, h SocketHarness) {
 	require.NoError(t, err)
 	ip := clientIP.Key
 	layers := []httplimit.Layer{
-		{Name: "global", Key: global, Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}},
-		{Name: "paced", Key: ip, Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}},
+		{Key: global, Policy: core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}},
+		{Key: ip, Policy: core.Policy{Name: "paced", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 4}},
 	}
-	l, err := httplimit.NewLayered(store, layers)
-	require.NoError(t, err)
-	checkPacedDisconnects(t, h, l, store.decided, httplimit.WithLayers(layers...))
+	checkPacedDisconnects(t, h, store, layers, store.decided)
 }

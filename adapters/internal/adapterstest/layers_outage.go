@@ -35,19 +35,19 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 	require.NoError(t, err)
 	layers := IssueLayers(t)
 	for i := range layers {
-		if layers[i].Name == "login" {
+		if layers[i].Policy.Name == "login" {
 			layers[i].FailClosed = true
 		}
 	}
 	const timeout = 100 * time.Millisecond
-	l, err := httplimit.NewLayered(store, layers, core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
-	require.NoError(t, err)
 	errs := new(errorRecorder)
+	f := NewFlow(t, store, layers, []core.Option{core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second)},
+		httplimit.WithHeaders(layersHeaders), errs.option())
 	spec := &Spec{
-		Global: []Mount{NewMount(l, httplimit.WithLayers(layers...), httplimit.WithHeaders(layersHeaders), errs.option())},
+		Global: []Mount{{Flow: f}},
 		Routes: layersRoutes,
 	}
-	a := &layersApp{addr: h.Serve(t, spec), limiter: l, spec: spec, errs: errs}
+	a := &layersApp{addr: h.Serve(t, spec), limiter: f.Limiter(), spec: spec, errs: errs}
 
 	// Healthy: the layers decide. The timeout under test is short, and on
 	// a busy machine a healthy round trip (the first one dials and loads

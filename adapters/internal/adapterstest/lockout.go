@@ -14,7 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -93,10 +93,9 @@ func RunLockout(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			for range st.servers {
 				// Each server its own Limiter and app; the store's state is
 				// shared (Redis), or there is one server (memory).
-				l, err := core.NewLimiter(AtClock(store, clock), loginPolicy, limitertest.Generous())
-				require.NoError(t, err)
-				limiters = append(limiters, l)
-				addrs = append(addrs, h.Serve(t, &Spec{Routes: []Route{{Method: "POST", Path: "/login", Limits: []Mount{NewMount(l)}}}}))
+				f := NewFlow(t, AtClock(store, clock), []httplimit.Layer{{Policy: loginPolicy}}, nil)
+				limiters = append(limiters, f.Limiter())
+				addrs = append(addrs, h.Serve(t, &Spec{Routes: []Route{{Method: "POST", Path: "/login", Limits: []Mount{{Flow: f}}}}}))
 			}
 			n := 0
 			login := func(status int, retryAfter int64, remaining string) {

@@ -116,8 +116,13 @@ func fixed(name string, limit int64) core.Policy {
 // global builds a Spec with one limiter on every request and the routes
 // GET / and POST /upload.
 func global(t testing.TB, store core.Store, p core.Policy, lopts []core.Option, opts ...httplimit.Option) *Spec {
+	return globalLayer(t, store, httplimit.Layer{Policy: p}, lopts, opts...)
+}
+
+// globalLayer is global for a layer with its own Key or Cost.
+func globalLayer(t testing.TB, store core.Store, ly httplimit.Layer, lopts []core.Option, opts ...httplimit.Option) *Spec {
 	return &Spec{
-		Global: []Mount{NewMount(NewLimiter(t, store, p, lopts...), opts...)},
+		Global: []Mount{NewMount(t, store, ly, lopts, opts...)},
 		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
 	}
 }
@@ -198,13 +203,13 @@ var matrix = []matrixCase{
 	{
 		name: "per-request cost",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			cost := httplimit.WithCost(func(r keyfuncs.Request) int64 {
+			cost := func(r keyfuncs.Request) int64 {
 				if r.Method() == "POST" {
 					return 3
 				}
 				return 1
-			})
-			return global(t, NewStore(t), fixed("global", 5), nil, e.option(), cost)
+			}
+			return globalLayer(t, NewStore(t), httplimit.Layer{Policy: fixed("global", 5), Cost: cost}, nil, e.option())
 		},
 		steps: []step{
 			{req: Request{Method: "POST", Path: "/upload", RemoteAddr: peerA}, status: 200, body: Body, fields: limited(5, 2, 55)},
@@ -216,13 +221,13 @@ var matrix = []matrixCase{
 	{
 		name: "invalid cost is a 500, never a panic",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			cost := httplimit.WithCost(func(r keyfuncs.Request) int64 {
+			cost := func(r keyfuncs.Request) int64 {
 				if r.Method() == "POST" {
 					return 6 // above the capacity
 				}
 				return 0
-			})
-			return global(t, NewStore(t), fixed("global", 5), nil, e.option(), cost)
+			}
+			return globalLayer(t, NewStore(t), httplimit.Layer{Policy: fixed("global", 5), Cost: cost}, nil, e.option())
 		},
 		steps: []step{
 			{req: get(peerA), status: 500, body: internalBody, contentType: "application/json"},
@@ -287,7 +292,7 @@ var matrix = []matrixCase{
 	{
 		name: "no key in request: 400",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, NewStore(t), fixed("global", 1), nil, e.option(), httplimit.WithKeyFunc(MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil))))
+			return globalLayer(t, NewStore(t), httplimit.Layer{Policy: fixed("global", 1), Key: MustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil))}, nil, e.option())
 		},
 		steps: []step{
 			{req: get(peerA), status: 400, body: keyMissingBody, contentType: "application/json"},
@@ -305,10 +310,10 @@ var matrix = []matrixCase{
 		build: func(t testing.TB, e *errorRecorder) *Spec {
 			store := NewStore(t)
 			return &Spec{
-				Global: []Mount{NewMount(NewLimiter(t, store, fixed("global", 3)), e.option())},
+				Global: []Mount{NewMount(t, store, httplimit.Layer{Policy: fixed("global", 3)}, nil, e.option())},
 				Routes: []Route{
 					{Method: "GET", Path: "/"},
-					{Method: "POST", Path: "/login", Limits: []Mount{NewMount(NewLimiter(t, store, fixed("login", 1)), e.option())}},
+					{Method: "POST", Path: "/login", Limits: []Mount{NewMount(t, store, httplimit.Layer{Policy: fixed("login", 1)}, nil, e.option())}},
 				},
 			}
 		},
@@ -322,9 +327,9 @@ var matrix = []matrixCase{
 		hits: 3,
 	},
 	{
-		name: "custom deny handler",
+		name: "custom responder",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			deny := httplimit.WithDenyHandler(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision) {
+			deny := httplimit.WithResponder(func(_ keyfuncs.Request, w httplimit.Response, d core.Decision, _ error) {
 				w.Set("X-Denied-By", d.Policy.Name)
 				_ = w.Write(http.StatusTeapot, "text/plain", []byte("retry in "+d.RetryAfter.String()))
 			})

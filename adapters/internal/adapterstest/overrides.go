@@ -15,7 +15,6 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/overrides"
@@ -44,7 +43,7 @@ func userKey(r keyfuncs.Request) (string, error) { return "user:" + r.Header("X-
 // limit (the time it took is logged), both then admit
 // exactly the new limit to a new client; an override written by hand
 // (HSET) and its removal (HDEL) are followed the same way. A layered
-// app (httplimit.WithLayers) has one of its layers overridden.
+// app (httplimit.Layer) has one of its layers overridden.
 func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	get := func(addr, user string) Response {
 		return Send(t, addr, RawRequest{Header: hdr("X-User", user)})
@@ -52,8 +51,8 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 
 	t.Run("in process", func(t *testing.T) {
 		live := overrides.New()
-		l := NewLimiter(t, NewStore(t), fixed("api", 1000), core.WithPolicySource(live))
-		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithKeyFunc(userKey))},
+		m := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("api", 1000), Key: userKey}, []core.Option{core.WithPolicySource(live)})
+		addr := h.Serve(t, &Spec{Global: []Mount{m},
 			Routes: []Route{{Method: "GET", Path: "/"}}})
 		for range 2 {
 			require.Equal(t, http.StatusOK, get(addr, "1").Status)
@@ -83,9 +82,8 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = w.Close() })
 			watchers = append(watchers, w)
-			l, err := core.NewLimiter(shared, fixed("api", 1000), limitertest.Generous(), core.WithPolicySource(w))
-			require.NoError(t, err)
-			servers = append(servers, h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithKeyFunc(userKey))},
+			f := NewFlow(t, shared, []httplimit.Layer{{Policy: fixed("api", 1000), Key: userKey}}, []core.Option{core.WithPolicySource(w)})
+			servers = append(servers, h.Serve(t, &Spec{Global: []Mount{{Flow: f}},
 				Routes: []Route{{Method: "GET", Path: "/"}}}))
 		}
 		a, b := servers[0], servers[1]
@@ -131,12 +129,11 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = w.Close() })
 		layers := []httplimit.Layer{
-			{Name: "global", Policy: fixed("", 1000), Key: func(keyfuncs.Request) (string, error) { return "all", nil }},
-			{Name: "user", Policy: fixed("", 100), Key: userKey},
+			{Policy: fixed("global", 1000), Key: func(keyfuncs.Request) (string, error) { return "all", nil }},
+			{Policy: fixed("user", 100), Key: userKey},
 		}
-		l, err := httplimit.NewLayered(AtClockMulti(store, NewClock(T0)), layers, limitertest.Generous(), core.WithPolicySource(w))
-		require.NoError(t, err)
-		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...))},
+		f := NewFlow(t, AtClockMulti(store, NewClock(T0)), layers, []core.Option{core.WithPolicySource(w)})
+		addr := h.Serve(t, &Spec{Global: []Mount{{Flow: f}},
 			Routes: []Route{{Method: "GET", Path: "/"}}})
 		require.NoError(t, w.Put(ctx, "user", overrides.Override{Limit: 2}))
 		for range 2 {
@@ -158,12 +155,12 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	t.Run("in process, shrunk below a route's cost", func(t *testing.T) {
 		live := overrides.New()
 		layers := []httplimit.Layer{
-			{Name: "global", Policy: fixed("", 6), Key: func(keyfuncs.Request) (string, error) { return "all", nil }},
-			{Name: "user", Policy: fixed("", 20), Key: userKey, Cost: httplimit.CostByRoute(map[string]int64{"GET /search": 5})},
+			{Policy: fixed("global", 6), Key: func(keyfuncs.Request) (string, error) { return "all", nil }},
+			{Policy: fixed("user", 20), Key: userKey, Cost: MustCost(t, map[string]int64{"GET /search": 5})},
 		}
-		l, err := httplimit.NewLayered(NewStore(t), layers, core.WithPolicySource(live))
+		f, err := httplimit.New(NewStore(t), layers, httplimit.WithCore(core.WithPolicySource(live)))
 		require.NoError(t, err)
-		addr := h.Serve(t, &Spec{Global: []Mount{NewMount(l, httplimit.WithLayers(layers...))},
+		addr := h.Serve(t, &Spec{Global: []Mount{{Flow: f}},
 			Routes: []Route{{Method: "GET", Path: "/"}, {Method: "GET", Path: "/search"}}})
 		search := func() Response {
 			return Send(t, addr, RawRequest{Path: "/search", Header: hdr("X-User", "1")})

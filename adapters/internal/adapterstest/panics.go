@@ -1,13 +1,11 @@
 package adapterstest
 
 import (
-	"errors"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
@@ -23,7 +21,7 @@ const (
 
 // RunPanics checks, over a real socket, that a panic in the user's skip,
 // key or cost function or deny handler answers 500 with the default body,
-// is reported as httplimit.ErrPanic naming where it happened, and leaves
+// is reported as an *httplimit.PanicError naming where it happened, and leaves
 // the server serving the next request. The harness adds no recovery
 // middleware: for Fiber, an escaped panic ends the process.
 func RunPanics(t *testing.T, h SocketHarness) {
@@ -33,27 +31,28 @@ func RunPanics(t *testing.T, h SocketHarness) {
 		}
 	}
 	p := core.Policy{Name: "panics", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
-	l, err := core.NewLimiter(NewStore(t), p)
-	require.NoError(t, err)
+	ly := httplimit.Layer{
+		Policy: p,
+		Key: func(r keyfuncs.Request) (string, error) {
+			panicIn(r, "key")
+			key := r.Header(clientHeader)
+			if key == "" {
+				return "", keyfuncs.ErrNoKey
+			}
+			return key, nil
+		},
+		Cost: func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 },
+	}
 	var errs errorRecorder
 	spec := &Spec{
-		Global: []Mount{{Limiter: l, Options: []httplimit.Option{
+		Global: []Mount{{Flow: NewFlow(t, NewStore(t), []httplimit.Layer{ly}, nil,
 			errs.option(),
 			httplimit.WithSkip(func(r keyfuncs.Request) bool { panicIn(r, "skip"); return false }),
-			httplimit.WithKeyFunc(func(r keyfuncs.Request) (string, error) {
-				panicIn(r, "key")
-				key := r.Header(clientHeader)
-				if key == "" {
-					return "", keyfuncs.ErrNoKey
-				}
-				return key, nil
-			}),
-			httplimit.WithCost(func(r keyfuncs.Request) int64 { panicIn(r, "cost"); return 1 }),
-			httplimit.WithDenyHandler(func(r keyfuncs.Request, w httplimit.Response, d core.Decision) {
+			httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
 				panicIn(r, "deny")
-				httplimit.DefaultDenyHandler(r, w, d)
+				httplimit.DefaultResponder(r, w, d, err)
 			}),
-		}}},
+		)}},
 		Routes: []Route{{Method: "GET", Path: "/"}},
 	}
 	addr := h.Serve(t, spec)
@@ -89,12 +88,11 @@ func RunPanics(t *testing.T, h SocketHarness) {
 	for _, err := range errs.all() {
 		var pe *httplimit.PanicError
 		if assert.ErrorAs(t, err, &pe) {
-			assert.True(t, errors.Is(err, httplimit.ErrPanic))
 			assert.Equal(t, "test panic in "+map[string]string{
-				"key function": "key", "cost function": "cost", "skip function": "skip", "deny handler": "deny",
+				"key function": "key", "cost function": "cost", "skip function": "skip", "responder": "deny",
 			}[pe.In], pe.Value)
 			in = append(in, pe.In)
 		}
 	}
-	assert.Equal(t, []string{"key function", "cost function", "skip function", "deny handler"}, in)
+	assert.Equal(t, []string{"key function", "cost function", "skip function", "responder"}, in)
 }

@@ -18,8 +18,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 
 	t.Run("limiter on the route", func(t *testing.T) {
 		var log KeyLog
-		l := NewLimiter(t, NewStore(t), fixed("route", 10))
-		mount := NewMount(l, httplimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))
+		mount := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("route", 10), Key: log.Wrap(keyfuncs.Route())}, nil)
 		spec := &Spec{Routes: []Route{{Method: "GET", Path: "/users/:id", Limits: []Mount{mount}}}}
 		app := h.Build(t, spec)
 		for i, p := range paths {
@@ -32,9 +31,8 @@ func RunRouteKeys(t *testing.T, h Harness) {
 
 	t.Run("limiter for every request", func(t *testing.T) {
 		var log KeyLog
-		l := NewLimiter(t, NewStore(t), fixed("route", 100))
 		spec := &Spec{
-			Global: []Mount{NewMount(l, httplimit.WithKeyFunc(log.Wrap(keyfuncs.Route())))},
+			Global: []Mount{NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("route", 100), Key: log.Wrap(keyfuncs.Route())}, nil)},
 			Routes: routes,
 		}
 		app := h.Build(t, spec)

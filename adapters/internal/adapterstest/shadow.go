@@ -30,12 +30,12 @@ func RunShadow(t *testing.T, h SocketHarness) {
 				outcomes[e.Outcome]++
 				mu.Unlock()
 			})
-			l := NewLimiter(t, NewStore(t), fixed("trial", 1), core.WithShadow(), core.WithObserver(obs))
 			var opts []httplimit.Option
 			if withHeaders {
 				opts = append(opts, httplimit.WithHeaders(headers.Default()))
 			}
-			spec := &Spec{Global: []Mount{NewMount(l, opts...)}, Routes: []Route{{Method: "GET", Path: "/"}}}
+			m := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("trial", 1)}, []core.Option{core.WithShadow(), core.WithObserver(obs)}, opts...)
+			spec := &Spec{Global: []Mount{m}, Routes: []Route{{Method: "GET", Path: "/"}}}
 			addr := h.Serve(t, spec)
 			const n = 5
 			for i := range n {

@@ -20,9 +20,9 @@ import (
 // ("X-RateLimit-Limit", "RateLimit-Policy"), once, and not in net/http's or
 // fasthttp's canonical case ("X-Ratelimit-Limit").
 func RunSpelling(t *testing.T, h SocketHarness) {
-	l := NewLimiter(t, NewStore(t), fixed("spelled", 1))
 	all := headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
-	spec := &Spec{Global: []Mount{NewMount(l, httplimit.WithHeaders(all))}, Routes: []Route{{Method: "GET", Path: "/"}}}
+	m := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("spelled", 1)}, nil, httplimit.WithHeaders(all))
+	spec := &Spec{Global: []Mount{m}, Routes: []Route{{Method: "GET", Path: "/"}}}
 	addr := h.Serve(t, spec)
 	for i, want := range []int{200, 429} {
 		names := rawFieldNames(t, addr)

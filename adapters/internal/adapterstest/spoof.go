@@ -91,12 +91,11 @@ func RunSpoofing(t *testing.T, h Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			clientIP, err := keyfuncs.NewClientIP(tc.opts...)
 			require.NoError(t, err)
-			ip := clientIP.Key
-			var opts []httplimit.Option
+			ly := httplimit.Layer{Policy: fixed("global", 1)}
 			if tc.opts != nil {
-				opts = append(opts, httplimit.WithKeyFunc(ip))
+				ly.Key = clientIP.Key
 			}
-			spec := global(t, NewStore(t), fixed("global", 1), nil, opts...)
+			spec := globalLayer(t, NewStore(t), ly, nil)
 			app := h.Build(t, spec)
 			for i, s := range tc.steps {
 				res := app.Do(t, Request{Method: "GET", Path: "/", RemoteAddr: s.peer, Header: s.header})

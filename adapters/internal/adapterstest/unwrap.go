@@ -8,14 +8,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 // CheckUnwrap checks an adapter's Unwrap. param reads, through Unwrap, the
 // route parameter "id" from the framework's own value behind r, and
 // reports Unwrap's ok. build returns an app serving GET /users/:id (chi:
-// /users/{id}) behind New(m.Limiter, m.Options...). A request to
+// /users/{id}) behind New(m.Flow). A request to
 // /users/7 must show param "7" to the key function, and a request that
 // does not come from the adapter must give ok false.
 func CheckUnwrap(t *testing.T, param func(r keyfuncs.Request) (string, bool), build func(m Mount) App) {
@@ -33,7 +32,7 @@ func CheckUnwrap(t *testing.T, param func(r keyfuncs.Request) (string, bool), bu
 		got = append(got, seen{strings.Clone(id), ok})
 		return "k", nil
 	}
-	app := build(Mount{Limiter: FixedLimiter(t, 10), Options: []httplimit.Option{httplimit.WithKeyFunc(key)}})
+	app := build(FixedMount(t, 10, key))
 	res := app.Do(t, Request{Method: "GET", Path: "/users/7", RemoteAddr: peerA})
 	require.Equal(t, 200, res.Status, "body %q", res.Body)
 	assert.Equal(t, []seen{{"7", true}}, got, "what the key function saw through Unwrap")

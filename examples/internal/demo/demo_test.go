@@ -43,18 +43,19 @@ func TestNewLimiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, err = l.Flow()
+	require.NoError(t, err)
 	layers := l.Limiter.Layers()
 	require.Len(t, layers, 5)
 	require.Len(t, l.Layers, 5)
 	for i, name := range []string{"global", "login", "api", "users", PostsLayer} {
 		assert.Equal(t, name, layers[i].Name, "layer %d", i)
-		assert.Equal(t, name, l.Layers[i].Name, "layer %d", i)
+		assert.Equal(t, name, l.Layers[i].Policy.Name, "layer %d", i)
 		assert.Equal(t, name == LoginLayer, layers[i].FailClosed, "%s: fails closed", name)
 		assert.NotNil(t, l.Layers[i].Key, "%s: key", name)
 	}
 	assert.Equal(t, core.FailOpen, l.Limiter.FailMode(), "the limiter fails open; the login layer closed")
 	assert.Empty(t, l.Guard, "no deny list unless DENY_FILE gives one")
-	require.Len(t, l.Options(), 2, "WithLayers and WithClientIP, no deny list")
 
 	api := l.Layers[2].Key
 	_, err = api(request{})
@@ -288,6 +289,8 @@ func TestRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, &out, &out, "test", environment{addr: "127.0.0.1:0"}, func(l Limiters) Server {
+			_, err := l.Flow()
+			assert.NoError(t, err)
 			got = l
 			return HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, "ok")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/apigate/ratelimit/httplimit"
 	"io"
 	"log/slog"
 	"net"
@@ -30,15 +31,24 @@ import (
 )
 
 // loginLimiters returns limiters of DefaultPolicies over a memory store
-// whose time stands still at t0.
+// whose time stands still at t0, their Flow built.
 func loginLimiters(t *testing.T) Limiters {
+	t.Helper()
+	l, _ := loginFlow(t)
+	return l
+}
+
+// loginFlow is loginLimiters, and their Flow.
+func loginFlow(t *testing.T) (Limiters, *httplimit.Flow) {
 	t.Helper()
 	store, err := memstore.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	l, err := NewLimiters(clockstore.At(store, time.Now()), DefaultPolicies())
 	require.NoError(t, err)
-	return l
+	f, err := l.Flow()
+	require.NoError(t, err)
+	return l, f
 }
 
 // loginAttempt is one decision of the login layer alone for key.
@@ -109,8 +119,8 @@ func TestClearLoginStrikes(t *testing.T) {
 // TestClearLoginStrikesMatchesTheAdapter: the key ClearLoginStrikes
 // clears is the one the login mount limits, through a real adapter.
 func TestClearLoginStrikesMatchesTheAdapter(t *testing.T) {
-	l := loginLimiters(t)
-	h := chilimit.New(l.Limiter, l.Options()...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	l, f := loginFlow(t)
+	h := chilimit.New(f)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		status, _ := l.Authenticate(r.Context(), r.RemoteAddr, r.PostFormValue(PasswordField))
 		w.WriteHeader(status)
 	}))
@@ -172,6 +182,8 @@ func TestAuthenticateStoreDown(t *testing.T) {
 	require.NoError(t, err)
 	l, err := NewLimiters(rs, DefaultPolicies())
 	require.NoError(t, err)
+	_, err = l.Flow()
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.ErrorIs(t, l.ClearLoginStrikes(ctx, "203.0.113.7:1"), core.ErrStore)
@@ -229,7 +241,9 @@ func TestRunDenyFile(t *testing.T) {
 			assert.Len(t, l.Guard, 1, "Guard: the deny list")
 			// As the chi example mounts it.
 			r := chi.NewRouter()
-			r.Use(chilimit.New(l.Limiter, append([]chilimit.Option{chilimit.WithSkip(SkipMetrics)}, l.Options()...)...))
+			f, err := l.Flow(httplimit.WithSkip(SkipMetrics))
+			require.NoError(t, err)
+			r.Use(chilimit.New(f))
 			r.Method(http.MethodGet, MetricsPath, l.Metrics)
 			r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 			return HTTPServer(r)

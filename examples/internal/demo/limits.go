@@ -24,6 +24,7 @@ package demo
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -73,7 +74,8 @@ func DefaultPolicies() Policies {
 // store, whose layers (Layers) say which requests each limit applies to and
 // who the client is under it. Examples mount it once, on every request:
 //
-//	r.Use(ginlimit.New(l.Limiter, l.Options()...))
+//	flow, err := l.Flow(httplimit.WithSkip(demo.SkipMetrics))
+//	r.Use(ginlimit.New(flow))
 //
 // A request passes only when every layer that applies admits it, and one
 // denied by any layer (a sixth login attempt) takes nothing from the others
@@ -84,12 +86,13 @@ type Limiters struct {
 	// guard on POST /login, the API key's quota on GET /api/data, and the
 	// users' on GET /users/{id} and GET /users/{id}/posts (one layer each,
 	// so that each route has a quota of its own, which every id shares).
+	// It is the Limiter of the Flow that Flow builds, nil until then.
 	Limiter *core.Limiter
-	// Layers are the layers of Limiter, for the adapters' WithLayers
-	// (Options has it): their policies, routes and key functions.
+	// Layers are the layers of the Flow: their policies, routes and key
+	// functions.
 	Layers []httplimit.Layer
 
-	// Guard holds the options that Options adds: the deny list of
+	// Guard holds the options that Flow adds: the deny list of
 	// DENY_FILE (httplimit.WithDenyList) when it is set, nothing
 	// otherwise. GET MetricsPath is skipped before any list is consulted:
 	// a deny-listed address can still be scraped from.
@@ -99,25 +102,38 @@ type Limiters struct {
 	// decided (promlimit's series: each request counted once, labeled
 	// limit= with its binding layer, "global", "login", "api", "users" or
 	// "posts"), the memory store's key count, and the Go runtime's and the
-	// process's metrics. Examples mount it at GET MetricsPath, which
-	// Options skips (SkipMetrics).
+	// process's metrics. Examples mount it at GET MetricsPath, which their
+	// Flow skips (SkipMetrics).
 	Metrics http.Handler
+
+	store core.Store    // the Flow's
+	core  []core.Option // the Flow's Limiter's
 
 	// clientIP is the adapters' default key: "ip:" and the socket peer.
 	clientIP *keyfuncs.ClientIP
 }
 
-// Options returns the middleware options every example mounts Limiter
-// with, after its own skip of GET MetricsPath: WithLayers(Layers...), the
-// client address the deny list matches (the socket peer, as the layers'
-// keys see it), then Guard. Every adapter's Option is httplimit.Option, so
-// the slice passes as it is.
-func (l Limiters) Options() []httplimit.Option {
-	return append([]httplimit.Option{httplimit.WithLayers(l.Layers...), httplimit.WithClientIP(l.clientIP)}, l.Guard...)
+// Flow returns the Flow every example mounts, after opts, its own skip
+// of GET MetricsPath: Layers over the store, the client address the deny
+// list matches (the socket peer, as the layers' keys see it), then Guard.
+// It sets l.Limiter to the Flow's Limiter, for Authenticate. Call it once:
+// Metrics counts one Limiter.
+func (l *Limiters) Flow(opts ...httplimit.Option) (*httplimit.Flow, error) {
+	if l.store == nil {
+		return nil, errors.New("demo: Flow of Limiters not built by NewLimiters")
+	}
+	opts = append(append(opts, httplimit.WithCore(l.core...), httplimit.WithClientIP(l.clientIP)), l.Guard...)
+	f, err := httplimit.New(l.store, l.Layers, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	l.Limiter = f.Limiter()
+	return f, nil
 }
 
-// NewLimiters returns the layered limiter of p over store, built with opts
-// and observed by one promlimit.Metrics, which Limiters.Metrics serves. The
+// NewLimiters returns the layers of p over store, for a Flow whose Limiter
+// is built with opts and observed by one promlimit.Metrics, which
+// Limiters.Metrics serves. The
 // login layer fails closed: were the store to fail, a login form left open
 // to unlimited guessing is worse than a login answering 503 for a while.
 // The other layers fail open, the core's default.
@@ -137,20 +153,23 @@ func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, e
 	}
 	ip := l.clientIP.Key
 	l.Layers = []httplimit.Layer{
-		{Name: p.Global.Name, Policy: unnamed(p.Global), Key: ip},
-		{Name: p.Login.Name, Policy: unnamed(p.Login), Key: ip, Methods: []string{http.MethodPost}, Routes: []string{"/login"}, FailClosed: true},
+		{Policy: p.Global, Key: ip},
+		{Policy: p.Login, Key: ip, Methods: []string{http.MethodPost}, Routes: []string{"/login"}, FailClosed: true},
 		// A request without X-API-Key gets 400 and
 		// {"error":"rate_limit_key_missing",...}; the key is not checked,
 		// which is the job of authentication, running before the limiter
 		// in a real API.
-		{Name: p.API.Name, Policy: unnamed(p.API), Key: apiKey, Methods: []string{http.MethodGet}, Routes: []string{"/api/data"}},
-		{Name: p.Users.Name, Policy: unnamed(p.Users), Key: ip, Methods: []string{http.MethodGet}, Routes: []string{"/users/{id}"}},
-		{Name: PostsLayer, Policy: unnamed(p.Users), Key: ip, Methods: []string{http.MethodGet}, Routes: []string{"/users/{id}/posts"}},
+		{Policy: p.API, Key: apiKey, Methods: []string{http.MethodGet}, Routes: []string{"/api/data"}},
+		{Policy: p.Users, Key: ip, Methods: []string{http.MethodGet}, Routes: []string{"/users/{id}"}},
+		{Policy: named(PostsLayer, p.Users), Key: ip, Methods: []string{http.MethodGet}, Routes: []string{"/users/{id}/posts"}},
 	}
-	opts = append([]core.Option{core.WithObserver(metrics)}, opts...)
-	if l.Limiter, err = httplimit.NewLayered(store, l.Layers, opts...); err != nil {
-		return Limiters{}, fmt.Errorf("limits: %w", err)
+	for _, ly := range l.Layers { // reported here, not when an example mounts the Flow
+		if err := ly.Policy.Validate(); err != nil {
+			return Limiters{}, fmt.Errorf("limits: layer %q: %w", ly.Policy.Name, err)
+		}
 	}
+	l.store = store
+	l.core = append([]core.Option{core.WithObserver(metrics)}, opts...)
 	return l, nil
 }
 
@@ -158,9 +177,9 @@ func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, e
 // policy is Policies.Users with this name.
 const PostsLayer = "posts"
 
-// unnamed is p without its Name: a layer names its policy.
-func unnamed(p core.Policy) core.Policy {
-	p.Name = ""
+// named is p named name, the name of its layer.
+func named(name string, p core.Policy) core.Policy {
+	p.Name = name
 	return p
 }
 

@@ -279,7 +279,7 @@ func (client) wantStatus(t *testing.T, res *http.Response, want int) {
 
 // wantDenied checks the middleware's answer to a request over its limit:
 // 429, Retry-After, the limit in X-RateLimit-Limit, and the body of
-// httplimit.DefaultDenyHandler for that Retry-After.
+// httplimit.DefaultResponder for that Retry-After.
 func (c client) wantDenied(t *testing.T, res *http.Response, limit string) {
 	t.Helper()
 	c.wantStatus(t, res, http.StatusTooManyRequests)
@@ -290,7 +290,7 @@ func (c client) wantDenied(t *testing.T, res *http.Response, limit string) {
 	assert.Equal(t, "0", res.Header.Get("X-RateLimit-Remaining"), "X-RateLimit-Remaining")
 	assert.Equal(t, "application/json", res.Header.Get("Content-Type"), "Content-Type")
 	var want recorder
-	httplimit.DefaultDenyHandler(nil, &want, core.Decision{RetryAfter: time.Duration(ra) * time.Second})
+	httplimit.DefaultResponder(nil, &want, core.Decision{RetryAfter: time.Duration(ra) * time.Second}, nil)
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	assert.Equal(t, want.body, string(body), "body: the default one, retry_after_seconds = Retry-After")
