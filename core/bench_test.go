@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // benchStore answers at once, without allocating: what is left is the
@@ -24,7 +25,7 @@ func (benchStore) CallMode() core.CallMode                          { return cor
 // memstore fallback mirroring a memstore primary.
 func BenchmarkLimiterPaths(b *testing.B) {
 	ctx := context.Background()
-	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	run := func(b *testing.B, l *core.Limiter, wantErr bool) {
 		b.Helper()
 		for range 5 {

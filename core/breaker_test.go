@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
@@ -84,7 +85,7 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 					assert.False(t, d.Allowed, "%+v", d)
 					assert.Equal(t, time.Second, d.RetryAfter)
 				}
-				assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+				assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 			}
 
 			// Three failures, each asking the store, open the breaker.

@@ -8,12 +8,9 @@ import (
 	"fmt"
 	"reflect"
 	"time"
-)
 
-// MaxKeyLen is the longest client key stored as it is. Longer keys, and keys
-// with bytes outside printable ASCII or with '{' or '}' (which would break
-// the Redis Cluster hash tag), are replaced by a SHA-256 digest.
-const MaxKeyLen = 128
+	"github.com/apigate/ratelimit/internal/limits"
+)
 
 // DefaultTimeout bounds every decision of a Limiter built without
 // WithTimeout.
@@ -108,7 +105,7 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 		return nil, err
 	}
 	if policy.Name == "" {
-		policy.Name = policy.DefaultName()
+		policy.Name = policy.defaultName()
 	}
 	if policy.Lockout != nil {
 		own := *policy.Lockout // the caller's may change
@@ -127,7 +124,7 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 		store:     store,
 		call:      call,
 		policy:    policy,
-		capacity:  policy.Capacity(),
+		capacity:  policy.capacity(),
 		failMode:  c.failMode,
 		failRetry: c.failRetry,
 		timeout:   c.timeout,
@@ -326,7 +323,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		if err != nil {
 			return l.failed(), err
 		}
-		policy, capacity = p, p.Capacity()
+		policy, capacity = p, p.capacity()
 	}
 	if n > capacity && n > l.capacity {
 		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, capacity, policy.Name)
@@ -400,7 +397,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 // may skip decide: its input is valid as it is (no key to digest), ctx has
 // not ended and the breaker is closed with no failure counted.
 func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
-	return uint64(n-1) < uint64(l.capacity) && key != "" && len(key) <= MaxKeyLen && plainKey(key) &&
+	return uint64(n-1) < uint64(l.capacity) && key != "" && len(key) <= limits.MaxKeyLen && plainKey(key) &&
 		l.brk.state.Load() == 0 && ctx.Err() == nil
 }
 
@@ -710,14 +707,14 @@ func (l *Limiter) failed() Decision {
 }
 
 // normalizeKey returns the key a store sees for a client key: the key
-// itself when it is at most MaxKeyLen bytes of printable ASCII without '{'
+// itself when it is at most 128 bytes bytes of printable ASCII without '{'
 // or '}', and "sha256:" followed by the hex SHA-256 of the key otherwise. It
 // fails with ErrInvalidKey on an empty key.
 func normalizeKey(key string) (string, error) {
 	if key == "" {
 		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) <= MaxKeyLen && plainKey(key) {
+	if len(key) <= limits.MaxKeyLen && plainKey(key) {
 		return key, nil
 	}
 	sum := sha256.Sum256([]byte(key))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // fakeStore is a Store that records what it is asked and answers what it is
@@ -216,7 +217,7 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 			require.ErrorIs(t, err, core.ErrStore)
 			require.ErrorIs(t, err, boom)
 			assert.Equal(t, core.SourceFailMode, d.Source)
-			assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+			assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 			assert.EqualValues(t, 10, d.Limit)
 			switch mode {
 			case core.FailOpen:
@@ -281,8 +282,8 @@ func TestKeyNormalization(t *testing.T) {
 	}{
 		{"203.0.113.7", false},
 		{"ip:2001:db8::/56", false},
-		{strings.Repeat("a", core.MaxKeyLen), false},
-		{strings.Repeat("a", core.MaxKeyLen+1), true},
+		{strings.Repeat("a", limits.MaxKeyLen), false},
+		{strings.Repeat("a", limits.MaxKeyLen+1), true},
 		{"user{1}", true},
 		{"}", true},
 		{"has space", true},
@@ -364,7 +365,7 @@ func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	assert.False(t, d.Allowed, "the fallback's denial")
 	assert.Equal(t, core.SourceFallback, d.Source)
 	assert.Equal(t, 300*time.Millisecond, d.RetryAfter)
-	assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+	assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 	require.Len(t, local.reqs, 1)
 	assert.Equal(t, hashed("k{1}"), local.reqs[0].Key)
 	assert.EqualValues(t, 2, local.reqs[0].Cost)
@@ -392,13 +393,13 @@ func TestSourceString(t *testing.T) {
 
 func TestAlgorithmsReturnsAFreshSlice(t *testing.T) {
 	want := []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter, core.TokenBucket, core.LeakyBucket}
-	a := core.Algorithms()
+	a := limits.Algorithms[core.Algorithm]()
 	require.Equal(t, want, a)
 	for _, alg := range a {
-		assert.True(t, alg.Known(), "%s", alg)
+		assert.True(t, limits.Known(alg), "%s", alg)
 	}
 	a[0] = "gcra"
-	assert.Equal(t, want, core.Algorithms(), "a caller's change reached the next call")
+	assert.Equal(t, want, limits.Algorithms[core.Algorithm](), "a caller's change reached the next call")
 }
 
 // TestDirectPathDecidesAsDecide: a Limiter over a CallDirect store with
@@ -407,7 +408,7 @@ func TestAlgorithmsReturnsAFreshSlice(t *testing.T) {
 // observer is configured): the request the store sees, the Decision, the
 // error, and the circuit breaker's count of failures.
 func TestDirectPathDecidesAsDecide(t *testing.T) {
-	long := strings.Repeat("k", core.MaxKeyLen+1)
+	long := strings.Repeat("k", limits.MaxKeyLen+1)
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, tt := range []struct {

@@ -102,8 +102,8 @@ type Event struct {
 	// it.
 	Policy *Policy
 	// Key is the client key as the store sees it: a key longer than
-	// MaxKeyLen or with odd bytes is already a SHA-256 digest (see
-	// MaxKeyLen), and keyfuncs hashes API keys before they reach the
+	// 128 bytes or with odd bytes is already a SHA-256 digest (see
+	// 128 bytes), and keyfuncs hashes API keys before they reach the
 	// Limiter. It is empty for OutcomeInvalid calls refused before the key
 	// was checked. It is valid only during Observe: an observer that keeps
 	// it must copy it (strings.Clone), since it may share memory with a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // recorder is an Observer that keeps every event, keys copied.
@@ -100,7 +101,7 @@ func TestObserverHearsTheStoresOutcomes(t *testing.T) {
 	assert.Equal(t, "198.51.100.1", e.Key)
 	assert.Empty(t, core.StoreErrorKind(e.Err), "a caller that left is no store failure")
 
-	long := strings.Repeat("k", core.MaxKeyLen+1)
+	long := strings.Repeat("k", limits.MaxKeyLen+1)
 	_, err = l.AllowAt(ctx, long, t0)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(rec.last(t).Key, "sha256:"), "observers see the key the store sees: %q", rec.last(t).Key)
@@ -187,7 +188,7 @@ func TestObserverDoesNotTimeADirectStore(t *testing.T) {
 			timed++
 		}
 	})
-	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(count))
 	require.NoError(t, err)
 	for range 1000 {
@@ -308,7 +309,7 @@ func TestObservedDecisionDoesNotAllocate(t *testing.T) {
 			n++
 		}
 	})
-	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -44,11 +44,11 @@ type Decision struct {
 // Request is one question a Limiter asks its Store.
 type Request struct {
 	// Key identifies the client. The Limiter has checked it: never empty,
-	// at most MaxKeyLen bytes of printable ASCII with no '{' or '}'.
+	// at most 128 bytes bytes of printable ASCII with no '{' or '}'.
 	Key string
 	// Policy has been validated and has a Name.
 	Policy Policy
-	// Cost is in [1, Policy.Capacity()].
+	// Cost is in [1, Policy.capacity()].
 	Cost int64
 	// Now is the time of the decision: the zero Time (Limiter.Allow) means
 	// the store's own clock, time.Now for memory, Redis TIME for Redis, so
@@ -71,7 +71,7 @@ func (r Request) Validate() error {
 	if r.Cost < 1 {
 		return fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, r.Cost)
 	}
-	if c := r.Policy.Capacity(); r.Cost > c {
+	if c := r.Policy.capacity(); r.Cost > c {
 		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, r.Cost, c)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -315,7 +316,7 @@ func (failing) Reset(context.Context, string, core.Policy) error { return errors
 // BenchmarkHandle is the flow alone on the memory store, allowed path,
 // default options (IP key, default headers).
 func BenchmarkHandle(b *testing.B) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	f, err := httplimit.New(newLimiter(b, memStore(b), p))
 	require.NoError(b, err)
 	r, w := newRequest(), newResponse()

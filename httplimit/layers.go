@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -33,7 +34,7 @@ import (
 //	mw := ginlimit.New(lim, ginlimit.WithLayers(layers...))
 type Layer struct {
 	// Name identifies the layer: unique whatever the case ("login" and
-	// "Login" are one name twice), at most core.MaxNameLen characters of
+	// "Login" are one name twice), at most 64 characters of
 	// [A-Za-z0-9._-]. It names the layer's item in the
 	// RateLimit and RateLimit-Policy headers, and its state in the store.
 	Name string
@@ -245,8 +246,8 @@ func compileLayers(fn string, layers []Layer) ([]flowLayer, error) {
 	if len(layers) == 0 {
 		return nil, invalid(fn, "no layer")
 	}
-	if len(layers) > core.MaxLayers {
-		return nil, invalid(fn, fmt.Sprintf("%d layers, more than %d", len(layers), core.MaxLayers))
+	if len(layers) > limits.MaxLayers {
+		return nil, invalid(fn, fmt.Sprintf("%d layers, more than %d", len(layers), limits.MaxLayers))
 	}
 	out := make([]flowLayer, len(layers))
 	seen := make(map[string]bool, len(layers))
@@ -373,9 +374,9 @@ func (ly *flowLayer) applies(r keyfuncs.Request, m *matcher) bool {
 // scratch is what one layered request needs, pooled: the checks, the
 // verdict and its decisions would otherwise escape to the heap.
 type scratch struct {
-	checks [core.MaxLayers]core.Check
-	keys   [core.MaxLayers]string
-	ds     [core.MaxLayers]core.Decision
+	checks [limits.MaxLayers]core.Check
+	keys   [limits.MaxLayers]string
+	ds     [limits.MaxLayers]core.Decision
 	v      core.Verdict
 	m      matcher
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -295,7 +296,7 @@ func TestLayersNoneApplies(t *testing.T) {
 func BenchmarkHandleLayers(b *testing.B) {
 	ip := mustKeyFunc(b)(keyfuncs.IP())
 	global := mustKeyFunc(b)(keyfuncs.Static("api"))
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	layers := []httplimit.Layer{
 		{Name: "global", Policy: p, Key: global},
 		{Name: "user", Policy: p, Key: ip},

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -30,7 +31,7 @@ func BenchmarkLimiter(b *testing.B) {
 	report := func(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	}
-	for _, p := range policies(core.MaxLogLimit, time.Second) {
+	for _, p := range policies(limits.MaxLogLimit, time.Second) {
 		l, err := core.NewLimiter(s, p, core.WithTimeout(time.Second))
 		if err != nil {
 			b.Fatal(err)
@@ -80,7 +81,7 @@ func BenchmarkTake(b *testing.B) {
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	req := core.Request{Key: "hot", Cost: 1, Policy: core.Policy{
-		Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second,
+		Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second,
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -165,8 +166,8 @@ func BenchmarkLockout(b *testing.B) {
 		lockout *core.Lockout
 		allowed bool
 	}{
-		{"none", core.MaxLimit, nil, true},
-		{"admitted", core.MaxLimit, &core.Lockout{Duration: time.Hour}, true},
+		{"none", limits.MaxLimit, nil, true},
+		{"admitted", limits.MaxLimit, &core.Lockout{Duration: time.Hour}, true},
 		{"locked-out", 1, &core.Lockout{Duration: time.Hour}, false},
 	} {
 		p := core.Policy{Name: "bench-" + c.name, Algorithm: core.TokenBucket, Limit: c.limit, Window: time.Hour, Lockout: c.lockout}
@@ -214,7 +215,7 @@ func BenchmarkBatch(b *testing.B) {
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	b.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
-	p := core.Policy{Name: "batch", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "batch", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	for _, c := range []struct {
 		name  string
 		store core.Store

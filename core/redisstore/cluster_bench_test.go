@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkMultiClusterSpread(b *testing.B) {
 		layers := make([]core.Layer, 4)
 		checks := make([]core.Check, 4)
 		for i := range layers {
-			p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second}
+			p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second}
 			if name == "denied" && i == 3 {
 				p = core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
 			}

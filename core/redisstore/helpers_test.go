@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -94,8 +95,8 @@ func newMemStore(t testing.TB) *memstore.Store {
 
 // policies returns one policy per algorithm, L per W.
 func policies(l int64, w time.Duration) []core.Policy {
-	ps := make([]core.Policy, len(core.Algorithms()))
-	for i, a := range core.Algorithms() {
+	ps := make([]core.Policy, len(limits.Algorithms[core.Algorithm]()))
+	for i, a := range limits.Algorithms[core.Algorithm]() {
 		ps[i] = core.Policy{Name: "p", Algorithm: a, Limit: l, Window: w}
 	}
 	return ps

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 //go:embed multi.lua
@@ -148,7 +149,7 @@ func variant(i int, locked bool) int {
 	return v
 }
 
-// layersCode packs variants (at most core.MaxLayers, each below 15) into
+// layersCode packs variants (at most 16, each below 15) into
 // one number, four bits each.
 func layersCode(vs []int) uint64 {
 	var code uint64
@@ -271,16 +272,16 @@ func replySize(vs []int) int {
 // but its command and reply.
 type multiCall struct {
 	sha, src string
-	keys     [2 * core.MaxLayers]string
-	packed   [core.MaxLayers][9 * 8]byte // each layer's numbers (packLayer)
-	pstr     [core.MaxLayers]string      // packed, as the argument written
-	args     [4 + 2*core.MaxLayers + core.MaxLayers]any
+	keys     [2 * limits.MaxLayers]string
+	packed   [limits.MaxLayers][9 * 8]byte // each layer's numbers (packLayer)
+	pstr     [limits.MaxLayers]string      // packed, as the argument written
+	args     [4 + 2*limits.MaxLayers + limits.MaxLayers]any
 	nargs    int
 	modeAt   int // the index in args of the mode (see prepare)
 	want     int // integers in the reply before any undo record
-	locked   [core.MaxLayers]bool
-	capacity [core.MaxLayers]int64
-	algo     [core.MaxLayers]int
+	locked   [limits.MaxLayers]bool
+	capacity [limits.MaxLayers]int64
+	algo     [limits.MaxLayers]int
 	n        int // layers
 }
 
@@ -304,7 +305,7 @@ const (
 // prepare fills c's arguments for reqs, valid, in mode (modeTake,
 // modeUndoable or modeCheck).
 func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
-	var vs [core.MaxLayers]int
+	var vs [limits.MaxLayers]int
 	c.n = len(reqs)
 	nkeys, want := 0, 0
 	for j := range reqs {
@@ -312,7 +313,7 @@ func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
 		i := algo(p.Algorithm)
 		locked := p.Lockout != nil && p.Lockout.Enabled()
 		vs[j] = variant(i, locked)
-		c.algo[j], c.locked[j], c.capacity[j] = i, locked, p.Capacity()
+		c.algo[j], c.locked[j], c.capacity[j] = i, locked, limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		c.keys[nkeys] = s.key(reqs[j].Key, *p, i)
 		nkeys++
 		want += 5
@@ -389,7 +390,7 @@ func (c *multiCall) decisions(r []int64, out []core.Decision) {
 // denied one and the sliding log's trimming of what has left its window,
 // which Take makes too. It fails, without a round trip, on invalid input
 // (an invalid request, two with one Key and Policy.Name, len(out) not
-// len(reqs), more than core.MaxLayers), and, when Redis fails, wraps the
+// len(reqs), more than 16), and, when Redis fails, wraps the
 // client's error.
 //
 // Over a *redis.Client (or any client but a cluster client or a Ring),
@@ -440,8 +441,8 @@ func checkLayers(reqs []core.Request, out []core.Decision) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("%w: redisstore: TakeAll: %d decisions for %d requests", core.ErrInvalidOption, len(out), len(reqs))
 	}
-	if len(reqs) > core.MaxLayers {
-		return fmt.Errorf("%w: redisstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, len(reqs), core.MaxLayers)
+	if len(reqs) > limits.MaxLayers {
+		return fmt.Errorf("%w: redisstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, len(reqs), limits.MaxLayers)
 	}
 	for j := range reqs {
 		if err := reqs[j].Validate(); err != nil {
@@ -462,7 +463,7 @@ func policyName(p *core.Policy) string {
 	if p.Name != "" {
 		return p.Name
 	}
-	return p.DefaultName()
+	return limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)
 }
 
 // takeOne decides reqs with one script run.
@@ -893,14 +894,14 @@ func (s *Store) takeAllBounded(ctx context.Context, reqs []core.Request, out []c
 		defer cancel()
 		return s.TakeAll(sctx, reqs, out)
 	}
-	if len(reqs) > core.MaxLayers || len(out) != len(reqs) {
+	if len(reqs) > limits.MaxLayers || len(out) != len(reqs) {
 		cancel()
 		return checkLayers(reqs, out)
 	}
 	// The goroutine's own copies: reqs and out are the caller's again
 	// once TakeAllBy has returned.
 	type result struct {
-		ds  [core.MaxLayers]core.Decision
+		ds  [limits.MaxLayers]core.Decision
 		err error
 	}
 	own := make([]core.Request, len(reqs))

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 		s := mustNew(b, c, WithPrefix(testPrefix(b)))
 		b.Cleanup(func() { _ = s.Close() })
 		<-s.checked // New's check of the configuration is done: its commands are not counted
-		single, err := core.NewLimiter(s, core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second},
+		single, err := core.NewLimiter(s, core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second},
 			core.WithTimeout(time.Second))
 		if err != nil {
 			b.Fatal(err)
@@ -54,7 +55,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 			for i, r := range reqs {
 				p := r.Policy
 				p.Name = ""
-				p.Limit = core.MaxLogLimit
+				p.Limit = limits.MaxLogLimit
 				if p.Lockout != nil {
 					p.Lockout = &core.Lockout{Duration: time.Minute}
 				}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -95,7 +96,7 @@ func TestMultiOneRoundTrip(t *testing.T) {
 	assert.Zero(t, pipelines, "pipelines")
 	for i, d := range out {
 		assert.True(t, d.Allowed, "layer %d", i)
-		assert.Equal(t, reqs[i].Policy.Capacity()-2, d.Remaining, "layer %d: remaining after two requests", i)
+		assert.Equal(t, limits.Capacity(reqs[i].Policy.Algorithm, reqs[i].Policy.Limit, reqs[i].Policy.Burst)-2, d.Remaining, "layer %d: remaining after two requests", i)
 	}
 
 	layers := make([]core.Layer, len(reqs))
@@ -136,10 +137,10 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 	s, _, c := newStore(t)
 	ctx := context.Background()
 	t0 := time.UnixMicro(1_700_000_000_000_000)
-	for _, tight := range core.Algorithms() {
+	for _, tight := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(tight), func(t *testing.T) {
 			var reqs []core.Request
-			for i, a := range core.Algorithms() {
+			for i, a := range limits.Algorithms[core.Algorithm]() {
 				p := core.Policy{Name: fmt.Sprintf("room-%d", i), Algorithm: a, Limit: 100, Window: time.Minute}
 				reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: p, Cost: 2, Now: t0})
 			}
@@ -185,7 +186,7 @@ func TestMultiTTLs(t *testing.T) {
 	const window = 10 * time.Second
 	lo := &core.Lockout{Duration: 2 * time.Second, Memory: 20 * time.Second}
 	var reqs []core.Request
-	for i, a := range core.Algorithms() {
+	for i, a := range limits.Algorithms[core.Algorithm]() {
 		reqs = append(reqs,
 			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "plain", Algorithm: a, Limit: 5, Window: window}, Cost: 1},
 			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "locked", Algorithm: a, Limit: 3, Window: window, Lockout: lo}, Cost: 1})
@@ -225,8 +226,8 @@ func TestMultiTTLs(t *testing.T) {
 		}
 		assert.LessOrEqual(t, ttl, limit, "%s: PTTL", k)
 	}
-	assert.Len(t, keys, 2*len(reqs)+2*len(core.Algorithms()), "a state key per request and client, a lock per locked one")
-	assert.Equal(t, 2*len(core.Algorithms()), locks, "locks")
+	assert.Len(t, keys, 2*len(reqs)+2*len(limits.Algorithms[core.Algorithm]()), "a state key per request and client, a lock per locked one")
+	assert.Equal(t, 2*len(limits.Algorithms[core.Algorithm]()), locks, "locks")
 }
 
 // TestMultiLockout: a lockout struck by a layered denial is kept, locks
@@ -236,7 +237,7 @@ func TestMultiLockout(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
 	t0 := time.UnixMicro(1_700_000_000_000_000)
-	for _, a := range core.Algorithms() {
+	for _, a := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(a), func(t *testing.T) {
 			room := core.Policy{Name: "room", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
 			login := core.Policy{Name: "login", Algorithm: a, Limit: 1, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Minute}}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // DefaultPrefix starts every key the Store writes, unless WithPrefix says
@@ -222,7 +223,7 @@ func algo(a core.Algorithm) int {
 func (s *Store) key(key string, policy core.Policy, i int) string {
 	name := policy.Name
 	if name == "" {
-		name = policy.DefaultName()
+		name = limits.DefaultName(policy.Algorithm, policy.Limit, policy.Window, policy.Burst)
 	}
 	return s.prefix + "{" + key + "}:" + name + ":" + algos[i].code
 }
@@ -259,7 +260,7 @@ func (s *Store) take(ctx context.Context, req core.Request, deadline time.Time) 
 	if explicit {
 		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
 	}
-	capacity := p.Capacity()
+	capacity := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	c := callPool.Get().(*call)
 	locked := p.Lockout != nil && p.Lockout.Enabled()
 	what, want := string(p.Algorithm), 5

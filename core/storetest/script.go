@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // A script is one case: a policy and the requests made under it, in order,
@@ -114,7 +115,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 
 		want := st.want
 		if want.Limit == 0 {
-			want.Limit = p.Capacity()
+			want.Limit = limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		}
 		var got core.Decision
 		var err error

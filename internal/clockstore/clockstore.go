@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // At returns s with the zero Now of every Request it takes set to now, so
@@ -44,7 +45,7 @@ func (s store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Deci
 	if !ok {
 		return fmt.Errorf("clockstore: %T is not a core.MultiTaker", s.Store)
 	}
-	var own [core.MaxLayers]core.Request
+	var own [limits.MaxLayers]core.Request
 	n := copy(own[:], reqs)
 	for i := range own[:n] {
 		if own[i].Now.IsZero() {

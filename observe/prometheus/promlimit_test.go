@@ -17,6 +17,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -306,7 +307,7 @@ func TestMemStoreKeys(t *testing.T) {
 func TestStoreDuration(t *testing.T) {
 	m, reg := newMetrics(t)
 	ctx := context.Background()
-	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m, limitertest.Generous())
 	for range 5 {
 		_, err := bounded.Allow(ctx, "alice")
@@ -352,7 +353,7 @@ func TestDuplicateNames(t *testing.T) {
 	unnamed := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
 	newLimiter(t, s, unnamed, m)
 	_, err = core.NewLimiter(s, unnamed, core.WithObserver(m))
-	assert.ErrorContains(t, err, unnamed.DefaultName())
+	assert.ErrorContains(t, err, limits.DefaultName(unnamed.Algorithm, unnamed.Limit, unnamed.Window, unnamed.Burst))
 	// The failed Bind changed nothing: the first one counts alone.
 	_, err = first.Allow(context.Background(), "alice")
 	require.NoError(t, err)
@@ -465,7 +466,7 @@ func TestLint(t *testing.T) {
 // finds every decision counted.
 func TestConcurrent(t *testing.T) {
 	m, reg := newMetrics(t)
-	l := newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}, m)
+	l := newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}, m)
 	const workers, each = 4, 2000
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

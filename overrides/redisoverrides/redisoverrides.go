@@ -30,9 +30,9 @@
 //     once (WithLogger) and keeps its last good value, or stays absent if
 //     it never had one; the other fields load. The script sends a marker
 //     instead of a value over MaxTextLen bytes, and cuts a name over
-//     core.MaxNameLen, so that giant data never crosses the network.
+//     64, so that giant data never crosses the network.
 //   - A value that parses but cannot apply to its layer's policy (a
-//     burst its rate cannot refill within core.MaxWindow; see
+//     burst its rate cannot refill within 366 days; see
 //     overrides.Override) is not applied: the layer's last good override
 //     stays in force for that policy, and the Watcher logs it once, when
 //     a request first meets it. Put refuses such a value, for the
@@ -83,6 +83,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/overrides"
 	"github.com/apigate/ratelimit/overrides/internal/peer"
 )
@@ -334,7 +335,7 @@ type reply struct {
 // read runs read.lua.
 func (w *Watcher) read(ctx context.Context, digest string) (reply, error) {
 	w.reads.Add(1)
-	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.maxFields, overrides.MaxTextLen, core.MaxNameLen, digest).Slice()
+	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.maxFields, overrides.MaxTextLen, limits.MaxNameLen, digest).Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("redisoverrides: reading %q: %w", w.cfg.key, err)
 	}
@@ -416,7 +417,7 @@ func (w *Watcher) restoreLocked(ctx context.Context) error {
 // applyLocked makes fields (name, value, ...) the overrides in force: a
 // malformed field keeps its last good value, or stays absent. An override
 // that parses but cannot apply to its layer's policy (a burst its rate
-// cannot refill within core.MaxWindow) is kept too, as the Set takes it:
+// cannot refill within 366 days) is kept too, as the Set takes it:
 // the Set's Adjust decides by the layer's last good override where it
 // cannot apply, and logs that once. It reports whether it applied them.
 func (w *Watcher) applyLocked(fields []string) bool {

@@ -22,7 +22,7 @@ import (
 // The burst the override leaves (10,000 at 1 an hour: 416 days to fill)
 // used to make the policy invalid, the Limiter fell to its fail mode,
 // open by default, and admitted every request, each with an error. Now
-// the burst is clamped to what 1 an hour refills within core.MaxWindow:
+// the burst is clamped to what 1 an hour refills within limits.MaxWindow:
 // the override tightens, and the client stays denied.
 func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	srv := redistest.Start(t)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // The request every adapter benchmark serves: GET BenchPath from
@@ -24,7 +25,7 @@ const (
 // one that does not tell the time it decided at), on the real clock. serve
 // measures the app with b.Loop. Apps are built outside the measurement.
 func Bench[H any](b *testing.B, build func(l *core.Limiter) H, serve func(b *testing.B, h H)) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	for _, name := range []string{"NoLimiter", "Limiter", "LimiterUntimed"} {
 		var l *core.Limiter
 		var err error

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -44,7 +45,7 @@ func (s multiClocked) TakeAll(ctx context.Context, reqs []core.Request, out []co
 	if !ok {
 		return fmt.Errorf("adapterstest: %T is not a core.MultiTaker", s.Store)
 	}
-	var own [core.MaxLayers]core.Request
+	var own [limits.MaxLayers]core.Request
 	n := copy(own[:], reqs)
 	now := s.c.Now()
 	for i := range own[:n] {
@@ -412,7 +413,7 @@ func layersHostile(t *testing.T, a *layersApp) {
 // out, over a memory store on the real clock. build mounts New(l,
 // opts...) for every request; serve measures the app with b.Loop.
 func BenchLayers[H any](b *testing.B, build func(l *core.Limiter, opts ...httplimit.Option) H, serve func(b *testing.B, h H)) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	single, err := core.NewLimiter(NewStore(b), p)
 	if err != nil {
 		b.Fatal(err)
