@@ -17,7 +17,6 @@ func (s benchStore) Take(context.Context, core.Request) (core.Decision, error) {
 	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, s.err
 }
 func (benchStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (benchStore) CallMode() core.CallMode                          { return core.CallDirect }
 
 // BenchmarkLimiterPaths measures the Limiter around a store that costs
 // nothing: healthy (the hot path: one atomic load for the breaker), with

@@ -115,7 +115,7 @@ func TestDenyCacheRejectsBadSize(t *testing.T) {
 // store the test holds mid-call).
 func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 	gate := newGateStore()
-	l, err := core.NewLimiter(deadlineGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithDenyCache(10))
+	l, err := core.NewLimiter(gate, tb10, core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	res := allowAsync(ctx, l)

@@ -93,27 +93,10 @@ type MultiTaker interface {
 	TakeAll(ctx context.Context, reqs []Request, out []Decision) error
 }
 
-// BoundedMultiTaker is to TakeAll what BoundedTaker is to Take: a store
-// that bounds its own layered decisions, cheaper than the Limiter's
-// goroutine can (redisstore over a *redis.Client, through its batcher).
-// A layered Limiter over a store that implements it and is CallBounded
-// calls TakeAllBy instead of TakeAll, on the caller's goroutine (a
-// CallWithDeadline store's TakeAll is called directly, under the deadline).
-type BoundedMultiTaker interface {
-	// TakeAllBy is TakeAll, bounded as BoundedTaker.TakeBy is: it returns
-	// by deadline or as soon as ctx ends, whichever comes first; the
-	// requests may still be decided in the background, their result
-	// dropped. It must not keep reqs or out once it has returned.
-	TakeAllBy(ctx context.Context, reqs []Request, out []Decision, deadline time.Time) error
-}
-
 // layered is a layered Limiter's own state.
 type layered struct {
 	layers []Layer // validated, Names filled, Lockouts copied
 	multi  MultiTaker
-	// boundedBy is multi, when it is a BoundedMultiTaker and the store is
-	// not CallDirect.
-	boundedBy BoundedMultiTaker
 	// fallback is the fallback store's MultiTaker, when the Limiter has a
 	// fallback.
 	fallback MultiTaker
@@ -198,9 +181,6 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 		ls := &layered{layers: own, multi: multi, index: index}
 		for i := range own {
 			ls.capacity[i] = own[i].Policy.capacity()
-		}
-		if bt, ok := store.(BoundedMultiTaker); ok && l.call != CallDirect {
-			ls.boundedBy = bt
 		}
 		if l.fallback != nil {
 			fm, ok := l.fallback.(MultiTaker)
@@ -434,7 +414,7 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		}
 	}
 	var start time.Time
-	if w != nil && l.call != CallDirect {
+	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
 	err := l.doAll(ctx, ls.multi, reqs, v.Decisions, probe)
@@ -448,7 +428,7 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		if !probe && countsAsFailure(err) {
 			l.brk.fail(l.elapsed(at))
 		}
-		return l.layersWithoutStore(ctx, reqs, v, fmt.Errorf("%w: layers: %w", ErrStore, err))
+		return l.layersWithoutStore(ctx, reqs, v, fmt.Errorf("%w: layers: %w", ErrStore, timedOut(err)))
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
@@ -519,56 +499,13 @@ func binds(d, e *Decision, allowed bool) bool {
 	return d.ResetAfter > e.ResetAfter
 }
 
-// doAll asks store to decide reqs in the Limiter's call mode, as do asks
-// one request.
+// doAll asks store to decide reqs, as do asks one request.
 func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
-	var err error
-	switch {
-	case l.call == CallDirect:
-		err = store.TakeAll(ctx, reqs, out)
-	case l.call == CallWithDeadline:
-		// The store honours the deadline: on the caller's goroutine,
-		// measured faster at one goroutine than through TakeAllBy.
-		sctx, cancel := l.storeContext(ctx)
-		err = store.TakeAll(sctx, reqs, out)
-		if err != nil {
-			err = l.timedOut(sctx, err)
-		}
-		cancel()
-	case l.layered.boundedBy != nil && store == l.layered.multi:
-		deadline := time.Now().Add(l.timeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-		err = l.layered.boundedBy.TakeAllBy(ctx, reqs, out, deadline)
-		if err != nil && !time.Now().Before(deadline) {
-			err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
-		}
-	default:
-		return l.boundedAll(ctx, store, reqs, out, probe)
-	}
+	err := store.TakeAll(ctx, reqs, out)
 	if probe {
 		l.brk.probed(err == nil, l.elapsed(reqs[0].Now))
 	}
 	return err
-}
-
-// boundedAll is bounded for TakeAll: the store decides on a goroutine of
-// its own, into arrays of its own (the caller's go back to their pools
-// when it stops waiting), which are copied out when it answers in time.
-func (l *Limiter) boundedAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
-	n := len(reqs)
-	own := make([]Request, n)
-	copy(own, reqs)
-	ds, err := callBounded(l, ctx, reqs[0].Now, probe, func(sctx context.Context) ([]Decision, error) {
-		ds := make([]Decision, n)
-		return ds, store.TakeAll(sctx, own, ds)
-	})
-	if err != nil {
-		return err
-	}
-	copy(out, ds)
-	return nil
 }
 
 // layersWithoutStore decides reqs by the fallback or else the FailMode,

@@ -118,13 +118,13 @@ type Event struct {
 	// Err is the error the Limiter returned with it, if any: a store
 	// failure (wrapping ErrStore), ErrCanceled, or bad input.
 	Err error
-	// StoreLatency is how long the store took to decide, or how long the
-	// Limiter waited for it before giving up (a timeout), for a store that
-	// may block (Redis). It is 0 when the store was not asked (deny cache,
-	// open circuit breaker, bad input, a caller already gone), and for a
-	// store that reports CallDirect (memory): such a store never waits and
-	// has no timeout to measure against, and it decides in about 100 ns,
-	// less than reading the clock twice would cost.
+	// StoreLatency is how long the store took to decide, or to give up (a
+	// timeout), for a store that may block (Redis). It is 0 when the store
+	// was not asked (deny cache, open circuit breaker, bad input, a caller
+	// already gone), and for an in-process store (memstore, a TimedStore of
+	// its own type): such a store never waits and has no timeout to
+	// measure against, and it decides in about 100 ns, less than reading
+	// the clock twice would cost.
 	StoreLatency time.Duration
 }
 

@@ -58,8 +58,8 @@ type Store struct {
 
 // Compile-time checks.
 var (
-	_ core.Store     = (*Store)(nil)
-	_ core.CallModer = (*Store)(nil)
+	_ core.Store      = (*Store)(nil)
+	_ core.MultiTaker = (*Store)(nil)
 )
 
 var errNoStore = errors.New("memstore: Store not built with New")
@@ -211,10 +211,6 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 	sh.mu.Unlock()
 	return nil
 }
-
-// CallMode reports core.CallDirect: the Store answers from memory without
-// I/O, so a core.Limiter calls it directly, and it can be a fallback store.
-func (*Store) CallMode() core.CallMode { return core.CallDirect }
 
 // Len returns the number of keys (client key and policy) the Store holds,
 // expired ones that the janitor has not yet deleted included. A client's

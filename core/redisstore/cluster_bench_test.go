@@ -34,7 +34,7 @@ func BenchmarkMultiClusterSpread(b *testing.B) {
 			layers[i] = core.Layer{Name: fmt.Sprintf("%s%d", name, i), Policy: p}
 			checks[i] = core.Check{Layer: i, Key: keys[i], Cost: 1}
 		}
-		l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+		l, err := core.NewLayered(within(s, 5*time.Second), layers)
 		if err != nil {
 			b.Fatal(err)
 		}

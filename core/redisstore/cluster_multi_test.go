@@ -401,7 +401,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 					// Generous: this test is about what is charged, and a
 					// busy machine must not turn a slow decision into an
 					// error.
-					l, err := core.NewLayered(s, layers, core.WithTimeout(10*time.Second))
+					l, err := core.NewLayered(within(s, 10*time.Second), layers)
 					require.NoError(t, err)
 					limiters = append(limiters, l)
 				}

@@ -36,8 +36,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 		s := mustNew(b, c, WithPrefix(testPrefix(b)))
 		b.Cleanup(func() { _ = s.Close() })
 		<-s.checked // New's check of the configuration is done: its commands are not counted
-		single, err := core.NewLimiter(s, core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second},
-			core.WithTimeout(time.Second))
+		single, err := core.NewLimiter(within(s, time.Second), core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,7 +68,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 			if sets[k].name == "buckets-1" {
 				layers, checks = layers[1:2], []core.Check{{Layer: 0, Key: "user-bench", Cost: 1}}
 			}
-			l, err := core.NewLayered(s, layers, core.WithTimeout(time.Second))
+			l, err := core.NewLayered(within(s, time.Second), layers)
 			if err != nil {
 				b.Fatal(err)
 			}

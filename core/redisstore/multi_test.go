@@ -107,7 +107,7 @@ func TestMultiOneRoundTrip(t *testing.T) {
 		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
-	l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+	l, err := core.NewLayered(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
 	var v core.Verdict
 	h.reset()
@@ -330,7 +330,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
 	const timeout = 100 * time.Millisecond
-	l, err := core.NewLayered(sb, layers, core.WithTimeout(timeout), core.WithFailMode(core.FailClosed))
+	l, err := core.NewLayered(within(sb, timeout), layers, core.WithFailMode(core.FailClosed))
 	require.NoError(t, err)
 
 	srv.Freeze()
@@ -417,7 +417,7 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
-	l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+	l, err := core.NewLayered(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
 	var v core.Verdict
 	require.NoError(t, l.AllowLayers(ctx, checks, &v)) // loads the script
@@ -495,7 +495,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	reqs := fourLayers("fz", time.Time{})
 	out := make([]core.Decision, len(reqs))
 	for _, s := range stores {
-		require.NoError(t, s.TakeAllBy(ctx, reqs, out, time.Now().Add(5*time.Second))) // warm up
+		require.NoError(t, s.takeAllUntil(ctx, reqs, out, time.Now().Add(5*time.Second))) // warm up
 	}
 	srv.Freeze()
 	thawed := false
@@ -508,7 +508,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	for name, s := range stores {
 		for i := range 2 {
 			start := time.Now()
-			err := s.TakeAllBy(ctx, reqs, out, start.Add(timeout))
+			err := s.takeAllUntil(ctx, reqs, out, start.Add(timeout))
 			took := time.Since(start)
 			require.Error(t, err, "%s %d", name, i)
 			assert.Less(t, took, timeout+500*time.Millisecond, "%s %d: TakeAllBy over a frozen Redis", name, i)
@@ -517,7 +517,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
 		start := time.Now()
-		err := s.TakeAllBy(cctx, reqs, out, start.Add(time.Minute))
+		err := s.takeAllUntil(cctx, reqs, out, start.Add(time.Minute))
 		assert.ErrorIs(t, err, context.Canceled, name)
 		assert.Less(t, time.Since(start), 10*time.Second, "%s: canceled", name)
 	}
@@ -525,7 +525,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	thawed = true
 	for name, s := range stores {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.NoError(c, s.TakeAllBy(ctx, reqs, out, time.Now().Add(time.Second)))
+			assert.NoError(c, s.takeAllUntil(ctx, reqs, out, time.Now().Add(time.Second)))
 		}, 10*time.Second, 10*time.Millisecond, "%s after the thaw", name)
 		assert.True(t, out[0].Allowed, name)
 	}
@@ -556,7 +556,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 				want := make([]core.Decision, len(reqs))
 				got := make([]core.Decision, len(reqs))
 				require.NoError(t, a.TakeAll(ctx, reqs, want), "request %d", i)
-				require.NoError(t, b.TakeAllBy(ctx, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
+				require.NoError(t, b.takeAllUntil(ctx, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
 				assert.Equal(t, want, got, "request %d", i)
 				if !want[0].Allowed || !want[1].Allowed || !want[2].Allowed || !want[3].Allowed {
 					denied++
@@ -565,7 +565,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 			assert.Positive(t, denied, "some requests denied")
 			assert.Less(t, denied, 60, "some admitted")
 			// Bad input is TakeAll's error, without a round trip.
-			err := b.TakeAllBy(ctx, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
+			err := b.takeAllUntil(ctx, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
 			assert.ErrorIs(t, err, core.ErrInvalidOption)
 		})
 	}

@@ -79,6 +79,11 @@ func runSuite(t tester, newStore func(t tester) core.Store) {
 			t.run("clock-step-back", func(t tester) {
 				testStepBack(t, newStore(t), run, alg)
 			})
+			if alg == core.FixedWindow {
+				t.run("prompt-cancel", func(t tester) {
+					testPromptCancel(t, newStore(t), run)
+				})
+			}
 			if alg != core.SlidingWindowLog {
 				t.run("extremes", func(t tester) {
 					testExtremes(t, newStore(t), run, alg)

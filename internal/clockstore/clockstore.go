@@ -14,9 +14,7 @@ import (
 
 // At returns s with the zero Now of every Request it takes set to now, so
 // that s decides at now whatever the real time. The Limiter's own clock
-// (its deny cache, its circuit breaker) stays the real one. The Store
-// keeps s's CallMode: a memory store is still called directly, and can
-// still be a fallback.
+// (its deny cache, its circuit breaker) stays the real one.
 func At(s core.Store, now time.Time) core.Store { return store{s, now} }
 
 type store struct {
@@ -29,13 +27,6 @@ func (s store) Take(ctx context.Context, req core.Request) (core.Decision, error
 		req.Now = s.now
 	}
 	return s.Store.Take(ctx, req)
-}
-
-func (s store) CallMode() core.CallMode {
-	if m, ok := s.Store.(core.CallModer); ok {
-		return m.CallMode()
-	}
-	return core.CallBounded
 }
 
 // TakeAll is the inner store's TakeAll, every zero Now set to the store's

@@ -27,11 +27,11 @@ import (
 func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	srv := redistest.Start(t)
 	w, _ := open(t, srv.Client(), newKey())
-	store, err := redisstore.New(srv.Client())
+	store, err := redisstore.New(srv.Client(), redisstore.WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w), core.WithTimeout(5*time.Second))
+	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w))
 	require.NoError(t, err)
 	ctx := context.Background()
 	key := "client-" + strings.ReplaceAll(t.Name(), "/", "-")
@@ -105,11 +105,11 @@ func TestWatcherRawUnfitOverrideKeepsTheLastGood(t *testing.T) {
 	key := newKey()
 	raw := srv.Client()
 	w, logs := open(t, srv.Client(), key)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("rawunfit:"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("rawunfit:"), redisstore.WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w), core.WithTimeout(5*time.Second))
+	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w))
 	require.NoError(t, err)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)

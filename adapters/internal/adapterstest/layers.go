@@ -37,7 +37,7 @@ const (
 type multiClocked struct{ clocked }
 
 // AtClockMulti returns s deciding at c's time, Take and TakeAll, keeping
-// s's CallMode; s must be a core.MultiTaker.
+// s must be a core.MultiTaker.
 func AtClockMulti(s core.Store, c *Clock) core.Store { return multiClocked{clocked{s, c}} }
 
 func (s multiClocked) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {

@@ -32,7 +32,8 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 	}
 	client := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client)
+	const timeout = 100 * time.Millisecond
+	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
 	require.NoError(t, err)
 	layers := IssueLayers(t)
 	for i := range layers {
@@ -40,8 +41,7 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 			layers[i].FailClosed = true
 		}
 	}
-	const timeout = 100 * time.Millisecond
-	l, err := httplimit.NewLayered(store, layers, core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
+	l, err := httplimit.NewLayered(store, layers, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	errs := new(errorRecorder)
 	spec := &Spec{

@@ -196,7 +196,7 @@ var t0 = time.Date(2026, 12, 3, 12, 0, 0, 123_456_000, time.UTC)
 
 func (c gridCase) run(t *testing.T, cfg Config) {
 	src := cfg.NewSource(t)
-	opts := []core.Option{core.WithPolicySource(src.Adjust), core.WithTimeout(10 * time.Second)}
+	opts := []core.Option{core.WithPolicySource(src.Adjust)}
 	if c.load != 1 {
 		load, err := overrides.NewLoad(func() float64 { return 1 }, overrides.LoadConfig{High: 0.5, Low: 0.1, Step: 1, MinScale: c.load})
 		require.NoError(t, err)
