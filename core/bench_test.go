@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // benchStore answers at once, without allocating: what is left is the
@@ -16,7 +17,6 @@ func (s benchStore) Take(context.Context, core.Request) (core.Decision, error) {
 	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, s.err
 }
 func (benchStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (benchStore) CallMode() core.CallMode                          { return core.CallDirect }
 
 // BenchmarkLimiterPaths measures the Limiter around a store that costs
 // nothing: healthy (the hot path: one atomic load for the breaker), with
@@ -24,7 +24,7 @@ func (benchStore) CallMode() core.CallMode                          { return cor
 // memstore fallback mirroring a memstore primary.
 func BenchmarkLimiterPaths(b *testing.B) {
 	ctx := context.Background()
-	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	run := func(b *testing.B, l *core.Limiter, wantErr bool) {
 		b.Helper()
 		for range 5 {

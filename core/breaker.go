@@ -271,7 +271,7 @@ func horizon(p Policy) time.Duration {
 	case SlidingWindowCounter:
 		return 2 * p.Window
 	case TokenBucket, LeakyBucket:
-		h := math.Ceil(float64(p.Window) * float64(p.Capacity()) / float64(p.Limit))
+		h := math.Ceil(float64(p.Window) * float64(p.capacity()) / float64(p.Limit))
 		if h >= forever {
 			return forever
 		}

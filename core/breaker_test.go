@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
@@ -47,7 +48,6 @@ func (s *switchStore) Take(context.Context, core.Request) (core.Decision, error)
 }
 
 func (*switchStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (*switchStore) CallMode() core.CallMode                          { return core.CallDirect }
 
 func TestBreakerOpensThenProbes(t *testing.T) {
 	for _, fc := range failConfigs {
@@ -84,7 +84,7 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 					assert.False(t, d.Allowed, "%+v", d)
 					assert.Equal(t, time.Second, d.RetryAfter)
 				}
-				assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+				assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 			}
 
 			// Three failures, each asking the store, open the breaker.
@@ -173,7 +173,6 @@ func (s *cancelingStore) Take(ctx context.Context, _ core.Request) (core.Decisio
 	return core.Decision{}, ctx.Err()
 }
 func (*cancelingStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (*cancelingStore) CallMode() core.CallMode                          { return core.CallDirect }
 
 func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 	t.Run("canceled", func(t *testing.T) {
@@ -251,55 +250,6 @@ func TestWithCircuitBreakerRejectsBadValues(t *testing.T) {
 	}
 	_, err := core.NewLimiter(&fakeStore{}, tb10, core.WithCircuitBreaker(1<<31-1, time.Millisecond))
 	require.NoError(t, err)
-}
-
-// TestBreakerProbeOutlivesItsCaller: in the bounded call mode, a probe the
-// Limiter stopped waiting for is still in flight, and no other probe starts
-// until it ends; when the store answers it, the breaker closes.
-func TestBreakerProbeOutlivesItsCaller(t *testing.T) {
-	clock := &testClock{}
-	gate := newGateStore()
-	gate.ignoreCtx = true
-	// The probe must outlast the timeout; every other call must not, and
-	// each waits for the test's answer: the timeout is a second, which a
-	// busy machine does not reach between the store's call and the answer.
-	const timeout = time.Second
-	l, err := core.NewLimiter(gate, tb10, core.WithTimeout(timeout))
-	require.NoError(t, err)
-	ctx := context.Background()
-	for range core.DefaultBreakerFailures {
-		res := allowAsyncAt(ctx, l, clock.now())
-		gate.storeCtx(t)
-		gate.answers <- answer{err: errDown}
-		require.ErrorIs(t, wait(t, res).err, errDown)
-	}
-	require.Equal(t, core.Failing, l.Health())
-
-	clock.advance(core.DefaultProbeInterval)
-	res := allowAsyncAt(ctx, l, clock.now())
-	gate.storeCtx(t)
-	a := wait(t, res) // the store never answers in time
-	require.ErrorIs(t, a.err, core.ErrTimeout)
-	require.EqualValues(t, 4, gate.calls.Load())
-
-	for range 5 {
-		clock.advance(core.DefaultProbeInterval)
-		_, err := l.AllowAt(ctx, "k", clock.now())
-		require.ErrorIs(t, err, core.ErrCircuitOpen, "a second probe while one is in flight")
-	}
-	require.EqualValues(t, 4, gate.calls.Load())
-
-	// The store answers the abandoned probe: the breaker closes.
-	gate.answers <- answer{d: core.Decision{Allowed: true}}
-	deadline := time.Now().Add(waitBound)
-	for l.Health() != core.Healthy {
-		require.True(t, time.Now().Before(deadline), "the breaker did not close")
-		runtime.Gosched()
-	}
-	res = allowAsyncAt(ctx, l, clock.now())
-	gate.storeCtx(t)
-	gate.answers <- answer{d: core.Decision{Allowed: true}}
-	require.NoError(t, wait(t, res).err)
 }
 
 // TestBreakerOneProbeAtATime hammers an open breaker from many goroutines

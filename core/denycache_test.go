@@ -12,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 func TestDenyCache(t *testing.T) {
@@ -43,7 +44,7 @@ func TestDenyCache(t *testing.T) {
 	assert.Equal(t, 900*time.Millisecond, d.ResetAfter)
 	assert.EqualValues(t, 1, d.Remaining)
 	assert.EqualValues(t, 10, d.Limit)
-	assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+	assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 
 	allow("a", 3)
 	require.Equal(t, 1, asked(), "a costlier request was sent to the store")
@@ -114,7 +115,7 @@ func TestDenyCacheRejectsBadSize(t *testing.T) {
 // store the test holds mid-call).
 func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 	gate := newGateStore()
-	l, err := core.NewLimiter(deadlineGate{gate}, tb10, core.WithTimeout(time.Hour), core.WithDenyCache(10))
+	l, err := core.NewLimiter(gate, tb10, core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	res := allowAsync(ctx, l)

@@ -20,10 +20,10 @@
 //
 // Bad input is an error wrapping a sentinel: ErrInvalidPolicy or
 // ErrInvalidOption from NewLimiter, ErrInvalidKey or ErrInvalidCost from
-// Allow. A store that fails, or does not answer within the Limiter's
-// timeout, leaves the decision to the Limiter's fallback store or else its
-// FailMode (FailOpen by default), with an error wrapping ErrStore for the
-// caller to log; Decision.Source says which decided. WithTimeout,
+// Allow. A store that fails, or does not answer within its own timeout
+// (redisstore.WithTimeout), leaves the decision to the Limiter's fallback
+// store or else its FailMode (FailOpen by default), with an error wrapping
+// ErrStore for the caller to log; Decision.Source says which decided.
 // WithFailMode, WithFallback, WithCircuitBreaker and WithDenyCache set how.
 //
 // A Policy with a Lockout guards against brute force: a client the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // flakyStore is a real memstore that fails the calls fail picks, as a
@@ -46,7 +47,7 @@ func TestFallbackBoundsAFlappingStore(t *testing.T) {
 		{"runs-of-five", func(n int64) bool { return n/5%2 == 1 }},
 		{"down-then-up", func(n int64) bool { return n > 3 && n <= 12 }},
 	}
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		for _, pat := range patterns {
 			t.Run(string(alg)+"/"+pat.name, func(t *testing.T) {
 				primary := &flakyStore{Store: newMemStore(t), fail: pat.fail}
@@ -114,7 +115,7 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 // goroutines at once, so that mirrors and decisions without the store
 // interleave.
 func TestFallbackBoundsAFlappingStoreConcurrently(t *testing.T) {
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			primary := &flakyStore{Store: newMemStore(t), fail: func(n int64) bool { return n%2 == 0 }}
 			local := newMemStore(t)

@@ -7,11 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// MaxLayers is the most layers a layered Limiter has (NewLayered), and so
-// the most requests a MultiTaker store decides as one step.
-const MaxLayers = 16
+	"github.com/apigate/ratelimit/internal/limits"
+)
 
 // Layer is one named limit of a layered Limiter: the whole API, a user, an
 // endpoint, an address. Its Name is the Name of every policy it decides
@@ -20,7 +18,7 @@ const MaxLayers = 16
 // keeps its usage.
 type Layer struct {
 	// Name identifies the layer: unique within the Limiter whatever the
-	// case, at most MaxNameLen characters of [A-Za-z0-9._-].
+	// case, at most 64 characters of [A-Za-z0-9._-].
 	Name string
 	// Policy is the layer's policy, unless a request brings its own
 	// (Check.Policy). Its Name must be empty or Name.
@@ -78,7 +76,7 @@ type Verdict struct {
 // and redisstore do.
 type MultiTaker interface {
 	// TakeAll decides reqs all or nothing and fills out[i] with the
-	// decision of reqs[i]; len(out) == len(reqs), at most MaxLayers. The
+	// decision of reqs[i]; len(out) == len(reqs), at most 16. The
 	// requests are valid (see Request.Validate), share one Now, and no two
 	// have the same Key and Policy.Name. When every request is allowed,
 	// TakeAll records them all. When any is denied, it records none of
@@ -95,42 +93,25 @@ type MultiTaker interface {
 	TakeAll(ctx context.Context, reqs []Request, out []Decision) error
 }
 
-// BoundedMultiTaker is to TakeAll what BoundedTaker is to Take: a store
-// that bounds its own layered decisions, cheaper than the Limiter's
-// goroutine can (redisstore over a *redis.Client, through its batcher).
-// A layered Limiter over a store that implements it and is CallBounded
-// calls TakeAllBy instead of TakeAll, on the caller's goroutine (a
-// CallWithDeadline store's TakeAll is called directly, under the deadline).
-type BoundedMultiTaker interface {
-	// TakeAllBy is TakeAll, bounded as BoundedTaker.TakeBy is: it returns
-	// by deadline or as soon as ctx ends, whichever comes first; the
-	// requests may still be decided in the background, their result
-	// dropped. It must not keep reqs or out once it has returned.
-	TakeAllBy(ctx context.Context, reqs []Request, out []Decision, deadline time.Time) error
-}
-
 // layered is a layered Limiter's own state.
 type layered struct {
 	layers []Layer // validated, Names filled, Lockouts copied
 	multi  MultiTaker
-	// boundedBy is multi, when it is a BoundedMultiTaker and the store is
-	// not CallDirect.
-	boundedBy BoundedMultiTaker
 	// fallback is the fallback store's MultiTaker, when the Limiter has a
 	// fallback.
 	fallback MultiTaker
-	index    map[string]int   // layer name -> index
-	capacity [MaxLayers]int64 // each layer's Policy.Capacity()
+	index    map[string]int          // layer name -> index
+	capacity [limits.MaxLayers]int64 // each layer's Policy.capacity()
 }
 
 // reqPool holds the arrays of requests a layered decision hands its store.
-var reqPool = sync.Pool{New: func() any { return new([MaxLayers]Request) }}
+var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) }}
 
 // decisionPool holds the arrays of decisions that Allow and AllowN on a
 // layered Limiter have the store fill: the array reaches the store through
 // an interface (MultiTaker.TakeAll), so escape analysis would move one on
 // the stack to the heap, 2 KB per call.
-var decisionPool = sync.Pool{New: func() any { return new([MaxLayers]Decision) }}
+var decisionPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Decision) }}
 
 // NewLayered returns a Limiter that decides each request against several
 // layers at once (AllowLayers): a request passes only when every layer
@@ -140,7 +121,7 @@ var decisionPool = sync.Pool{New: func() any { return new([MaxLayers]Decision) }
 // available to a layered Limiter.
 //
 // NewLayered fails with ErrInvalidPolicy when a layer's policy does not
-// validate, and ErrInvalidOption for no layer, more than MaxLayers, a
+// validate, and ErrInvalidOption for no layer, more than 16, a
 // duplicate or invalid layer name (names that differ only in case are
 // duplicates: a client reading the headers, an operator writing an
 // override, would take one for the other), a policy whose Name is not its layer's,
@@ -152,8 +133,8 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 	if len(layers) == 0 {
 		return nil, fmt.Errorf("%w: NewLayered: no layer", ErrInvalidOption)
 	}
-	if len(layers) > MaxLayers {
-		return nil, fmt.Errorf("%w: NewLayered: %d layers, more than %d", ErrInvalidOption, len(layers), MaxLayers)
+	if len(layers) > limits.MaxLayers {
+		return nil, fmt.Errorf("%w: NewLayered: %d layers, more than %d", ErrInvalidOption, len(layers), limits.MaxLayers)
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
@@ -168,7 +149,7 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 		if ly.Name == "" {
 			return nil, fmt.Errorf("%w: NewLayered: layer %d has no name", ErrInvalidOption, i)
 		}
-		if err := (Policy{Name: ly.Name, Algorithm: FixedWindow, Limit: 1, Window: MinWindow}).Validate(); err != nil {
+		if err := (Policy{Name: ly.Name, Algorithm: FixedWindow, Limit: 1, Window: limits.MinWindow}).Validate(); err != nil {
 			return nil, fmt.Errorf("%w: NewLayered: layer %d: %w", ErrInvalidOption, i, err)
 		}
 		if _, dup := index[ly.Name]; dup {
@@ -199,10 +180,7 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 		}
 		ls := &layered{layers: own, multi: multi, index: index}
 		for i := range own {
-			ls.capacity[i] = own[i].Policy.Capacity()
-		}
-		if bt, ok := store.(BoundedMultiTaker); ok && l.call != CallDirect {
-			ls.boundedBy = bt
+			ls.capacity[i] = own[i].Policy.capacity()
 		}
 		if l.fallback != nil {
 			fm, ok := l.fallback.(MultiTaker)
@@ -267,11 +245,11 @@ func (l *Limiter) AllowLayersAt(ctx context.Context, checks []Check, now time.Ti
 
 // allowEvery is Allow on a layered Limiter: key and cost under every layer.
 func (l *Limiter) allowEvery(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
-	var checks [MaxLayers]Check
+	var checks [limits.MaxLayers]Check
 	for i := range l.layered.layers {
 		checks[i] = Check{Layer: i, Key: key, Cost: n}
 	}
-	ds := decisionPool.Get().(*[MaxLayers]Decision)
+	ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
 	v := Verdict{Decisions: ds[:0]}
 	err := l.allowLayers(ctx, checks[:len(l.layered.layers)], at, &v)
 	clear(ds[:len(l.layered.layers)]) // drop the policies
@@ -296,7 +274,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 	if len(checks) > len(ls.layers) {
 		return fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(ls.layers))
 	}
-	arr := reqPool.Get().(*[MaxLayers]Request)
+	arr := reqPool.Get().(*[limits.MaxLayers]Request)
 	defer func() {
 		clear(arr[:len(checks)]) // drop the keys and policies
 		reqPool.Put(arr)
@@ -331,7 +309,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 				}
 				p = ly.Policy
 			}
-			r.Policy, capacity = p, p.Capacity()
+			r.Policy, capacity = p, p.capacity()
 		}
 		if c.Cost < 1 {
 			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidCost, ly.Name, c.Cost)
@@ -343,7 +321,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 			// one, the cost is the caller's mistake.
 			configured := ls.capacity[c.Layer]
 			if c.Policy != nil && policyErr == nil {
-				configured = max(configured, c.Policy.Capacity())
+				configured = max(configured, c.Policy.capacity())
 			}
 			if c.Cost > configured {
 				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrCostExceedsLimit, ly.Name, c.Cost, capacity)
@@ -436,7 +414,7 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		}
 	}
 	var start time.Time
-	if w != nil && l.call != CallDirect {
+	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
 	err := l.doAll(ctx, ls.multi, reqs, v.Decisions, probe)
@@ -450,7 +428,7 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		if !probe && countsAsFailure(err) {
 			l.brk.fail(l.elapsed(at))
 		}
-		return l.layersWithoutStore(ctx, reqs, v, fmt.Errorf("%w: layers: %w", ErrStore, err))
+		return l.layersWithoutStore(ctx, reqs, v, fmt.Errorf("%w: layers: %w", ErrStore, timedOut(err)))
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
@@ -521,56 +499,13 @@ func binds(d, e *Decision, allowed bool) bool {
 	return d.ResetAfter > e.ResetAfter
 }
 
-// doAll asks store to decide reqs in the Limiter's call mode, as do asks
-// one request.
+// doAll asks store to decide reqs, as do asks one request.
 func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
-	var err error
-	switch {
-	case l.call == CallDirect:
-		err = store.TakeAll(ctx, reqs, out)
-	case l.call == CallWithDeadline:
-		// The store honours the deadline: on the caller's goroutine,
-		// measured faster at one goroutine than through TakeAllBy.
-		sctx, cancel := l.storeContext(ctx)
-		err = store.TakeAll(sctx, reqs, out)
-		if err != nil {
-			err = l.timedOut(sctx, err)
-		}
-		cancel()
-	case l.layered.boundedBy != nil && store == l.layered.multi:
-		deadline := time.Now().Add(l.timeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-		err = l.layered.boundedBy.TakeAllBy(ctx, reqs, out, deadline)
-		if err != nil && !time.Now().Before(deadline) {
-			err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
-		}
-	default:
-		return l.boundedAll(ctx, store, reqs, out, probe)
-	}
+	err := store.TakeAll(ctx, reqs, out)
 	if probe {
 		l.brk.probed(err == nil, l.elapsed(reqs[0].Now))
 	}
 	return err
-}
-
-// boundedAll is bounded for TakeAll: the store decides on a goroutine of
-// its own, into arrays of its own (the caller's go back to their pools
-// when it stops waiting), which are copied out when it answers in time.
-func (l *Limiter) boundedAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
-	n := len(reqs)
-	own := make([]Request, n)
-	copy(own, reqs)
-	ds, err := callBounded(l, ctx, reqs[0].Now, probe, func(sctx context.Context) ([]Decision, error) {
-		ds := make([]Decision, n)
-		return ds, store.TakeAll(sctx, own, ds)
-	})
-	if err != nil {
-		return err
-	}
-	copy(out, ds)
-	return nil
 }
 
 // layersWithoutStore decides reqs by the fallback or else the FailMode,
@@ -614,7 +549,7 @@ func (l *Limiter) overLayers(reqs []Request, over uint32, v *Verdict) {
 	v.Decisions = growDecisions(v.Decisions, len(reqs))
 	for i := range reqs {
 		p := &reqs[i].Policy
-		v.Decisions[i] = Decision{Allowed: over&(1<<i) == 0, Limit: p.Capacity(), ResetAfter: p.Window}
+		v.Decisions[i] = Decision{Allowed: over&(1<<i) == 0, Limit: p.capacity(), ResetAfter: p.Window}
 		if !v.Decisions[i].Allowed {
 			v.Decisions[i].RetryAfter = p.Window
 		}
@@ -631,8 +566,8 @@ func (l *Limiter) overLayers(reqs []Request, over uint32, v *Verdict) {
 func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, v *Verdict) {
 	// From the pools: arrays handed to the fallback's TakeAll, an
 	// interface call, would each go to the heap.
-	own := reqPool.Get().(*[MaxLayers]Request)
-	fds := decisionPool.Get().(*[MaxLayers]Decision)
+	own := reqPool.Get().(*[limits.MaxLayers]Request)
+	fds := decisionPool.Get().(*[limits.MaxLayers]Decision)
 	n := copy(own[:], reqs)
 	defer func() {
 		clear(own[:n]) // drop the keys and policies
@@ -659,7 +594,7 @@ func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, v *Verdict) 
 func (l *Limiter) canceledLayers(ctx context.Context, storeErr error, reqs []Request, v *Verdict) error {
 	_, err := l.canceled(ctx, storeErr)
 	p := &reqs[0].Policy
-	v.Decision = Decision{Limit: p.Capacity(), Policy: *p}
+	v.Decision = Decision{Limit: p.capacity(), Policy: *p}
 	v.Binding = 0
 	return err
 }
@@ -667,7 +602,7 @@ func (l *Limiter) canceledLayers(ctx context.Context, storeErr error, reqs []Req
 // failedAs is the Decision of a store failure under policy p: a denial
 // when closed, else an admission.
 func (l *Limiter) failedAs(p *Policy, closed bool) Decision {
-	c := p.Capacity()
+	c := p.capacity()
 	if closed {
 		return Decision{Limit: c, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: *p, Source: SourceFailMode}
 	}

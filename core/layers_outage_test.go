@@ -25,19 +25,19 @@ func TestLayeredRedisOutage(t *testing.T) {
 	}
 	client := redis.NewClient(srv.Options()) // a default client: it ignores deadlines on a frozen server
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client)
-	require.NoError(t, err)
 	const timeout = 50 * time.Millisecond
-	open, err := core.NewLayered(store, fourLayers(), core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
+	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
 	require.NoError(t, err)
-	closed, err := core.NewLayered(store, fourLayers(), core.WithTimeout(timeout), core.WithFailMode(core.FailClosed), core.WithCircuitBreaker(0, time.Second))
+	open, err := core.NewLayered(store, fourLayers(), core.WithCircuitBreaker(0, time.Second))
+	require.NoError(t, err)
+	closed, err := core.NewLayered(store, fourLayers(), core.WithFailMode(core.FailClosed), core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	fb := newMemStore(t)
-	fallback, err := core.NewLayered(store, fourLayers(), core.WithTimeout(timeout), core.WithFallback(fb), core.WithCircuitBreaker(0, time.Second))
+	fallback, err := core.NewLayered(store, fourLayers(), core.WithFallback(fb), core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	guarded := fourLayers()
 	guarded[2].FailClosed = true // the login guard stays shut in an outage
-	mixed, err := core.NewLayered(store, guarded, core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second))
+	mixed, err := core.NewLayered(store, guarded, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	checks := []core.Check{{Layer: 0, Key: "api", Cost: 1}, {Layer: 2, Key: "ip:1", Cost: 1}, {Layer: 3, Key: "ip:1", Cost: 1}}
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var layerT0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -31,7 +32,7 @@ type onlyStore struct{ core.Store }
 func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 	s := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
-	many := make([]core.Layer, core.MaxLayers+1)
+	many := make([]core.Layer, limits.MaxLayers+1)
 	for i := range many {
 		many[i] = core.Layer{Name: "l" + string(rune('a'+i)), Policy: p}
 	}
@@ -508,7 +509,7 @@ func TestLayeredAllowAllocs(t *testing.T) {
 	// requests and decisions from pools: no allocation per decision, on
 	// admissions and on denials alike.
 	layers := fourLayers()
-	layers[2].Policy.Limit = core.MaxLogLimit
+	layers[2].Policy.Limit = limits.MaxLogLimit
 	l, err := core.NewLayered(newMemStore(t), layers)
 	require.NoError(t, err)
 	ctx := context.Background()

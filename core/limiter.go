@@ -6,18 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
+	"sync/atomic"
 	"time"
+
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/limits"
 )
-
-// MaxKeyLen is the longest client key stored as it is. Longer keys, and keys
-// with bytes outside printable ASCII or with '{' or '}' (which would break
-// the Redis Cluster hash tag), are replaced by a SHA-256 digest.
-const MaxKeyLen = 128
-
-// DefaultTimeout bounds every decision of a Limiter built without
-// WithTimeout.
-const DefaultTimeout = 100 * time.Millisecond
 
 // FailMode says what a Limiter decides when its store fails or times out.
 type FailMode int
@@ -59,14 +55,11 @@ func (m FailMode) String() string {
 // wrapping ErrCanceled (see AllowN).
 type Limiter struct {
 	store     Store
-	call      CallMode
-	boundedBy BoundedTaker // store, when not CallDirect and a BoundedTaker
 	policy    Policy
 	capacity  int64
 	failMode  FailMode
 	failRetry time.Duration
-	timeout   time.Duration
-	fallback  Store // CallDirect
+	fallback  Store // in process
 	denied    *denyCache
 	brk       breaker
 	born      time.Time // when NewLimiter returned it, with a monotonic reading
@@ -77,19 +70,25 @@ type Limiter struct {
 	layered   *layered       // nil but for NewLayered
 	sources   []PolicySource // WithPolicySource, in order; nil when none
 	// direct says that allow may ask the store itself, without decide,
-	// when the request is plain: the store is CallDirect, and there is no
-	// observer, shadow mode, policy source, deny cache, fallback or layer
+	// when the request is plain: there is no observer, shadow mode, policy source, deny cache, fallback or layer
 	// to attend to.
 	direct bool
+	// inProcess is set once the store has shown itself in process (it
+	// reported the time it decided at): its latency is not measured.
+	inProcess atomic.Bool
 	// timed is the store as a TimedStore, when the Limiter is direct and
 	// the store is one: AllowNTimed's hot path.
 	timed TimedStore
 }
 
+func init() {
+	hooks.LimiterStore = func(l any) any { return l.(*Limiter).store }
+	hooks.NopOption = Option(func(*config) error { return nil })
+}
+
 // NewLimiter returns a Limiter for policy over store. It fails with
 // ErrInvalidPolicy when the policy does not validate and ErrInvalidOption
-// when store is nil, reports an unknown CallMode, or an option is nil or
-// out of range.
+// when store is nil, or an option is nil or out of range.
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	return newLimiter(store, policy, nil, opts)
 }
@@ -100,15 +99,11 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
-	call := callModeOf(store)
-	if call > CallWithDeadline {
-		return nil, fmt.Errorf("%w: store %T reports an unknown %s", ErrInvalidOption, store, callModeName(call))
-	}
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
 	if policy.Name == "" {
-		policy.Name = policy.DefaultName()
+		policy.Name = policy.defaultName()
 	}
 	if policy.Lockout != nil {
 		own := *policy.Lockout // the caller's may change
@@ -125,20 +120,18 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 	}
 	l := &Limiter{
 		store:     store,
-		call:      call,
 		policy:    policy,
-		capacity:  policy.Capacity(),
+		capacity:  policy.capacity(),
 		failMode:  c.failMode,
 		failRetry: c.failRetry,
-		timeout:   c.timeout,
 		fallback:  c.fallback,
 		born:      time.Now(),
 		shadow:    c.shadow,
 		sources:   c.sources,
 	}
 	l.bornNs = unixNano(l.born)
-	if bt, ok := store.(BoundedTaker); ok && call != CallDirect {
-		l.boundedBy = bt
+	if t, ok := store.(TimedStore); ok && reflect.TypeOf(t.TimedStore()) == reflect.TypeOf(store) {
+		l.inProcess.Store(true) // it decides in process: no latency to measure
 	}
 	if c.denyCacheKeys > 0 {
 		l.denied = &denyCache{max: c.denyCacheKeys, m: make(map[string]denial)}
@@ -160,7 +153,7 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 		return nil, err
 	}
 	l.observers = observers
-	l.direct = call == CallDirect && l.observers == nil && !l.shadow && l.sources == nil &&
+	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
 		l.denied == nil && l.fallback == nil && l.layered == nil
 	if t, ok := store.(TimedStore); ok && l.direct && reflect.TypeOf(t.TimedStore()) == reflect.TypeOf(store) {
 		l.timed = t
@@ -178,11 +171,6 @@ func (l *Limiter) Shadow() bool { return l.shadow }
 
 // FailMode returns what the Limiter decides when its store fails.
 func (l *Limiter) FailMode() FailMode { return l.failMode }
-
-// Timeout returns the longest the Limiter waits for its store on one
-// decision (WithTimeout): the budget an exporter compares store latency
-// with.
-func (l *Limiter) Timeout() time.Duration { return l.timeout }
 
 // DenyCacheLen returns how many denials the Limiter's deny cache
 // remembers (WithDenyCache), expired ones not yet dropped included; 0
@@ -206,15 +194,12 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // an endpoint that costs 5 takes 5 units of the quota.
 //
 // The caller's cancellation is not a store failure. When ctx has ended
-// before the store is asked, the store is not asked; when it ends while
-// the store works, the store still completes (it is called with ctx's
-// values and deadline but not its cancellation, so that a client that
-// disconnects cannot abort a call in flight) and its decision is returned.
-// If the store fails and ctx has ended meanwhile, or if ctx ends while a
-// CallBounded store is still working (then the Limiter stops waiting at
-// once: the request may have spent quota in the store, but it was not
-// admitted), the Decision is not Allowed and the error wraps ErrCanceled
-// and ctx's error: no FailMode or fallback applies.
+// before the store is asked, the store is not asked; the store is called
+// with ctx, and returns promptly once it ends (see Store). If the store
+// decided, its decision is returned; if it failed and ctx has ended
+// meanwhile (the request may have spent quota in the store, but it was
+// not admitted), the Decision is not Allowed and the error wraps
+// ErrCanceled and ctx's error: no FailMode or fallback applies.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	return l.allow(ctx, key, n, time.Time{})
 }
@@ -326,7 +311,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		if err != nil {
 			return l.failed(), err
 		}
-		policy, capacity = p, p.Capacity()
+		policy, capacity = p, p.capacity()
 	}
 	if n > capacity && n > l.capacity {
 		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, capacity, policy.Name)
@@ -369,11 +354,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	}
 	var d Decision
 	var start time.Time
-	if w != nil && l.call != CallDirect {
+	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
-	if l.call == CallDirect && !probe {
-		d, err = l.store.Take(ctx, req) // the hot path of memstore, spared two calls
+	if !probe {
+		d, err = l.store.Take(ctx, req) // the hot path, spared a call
 	} else {
 		d, err = l.do(ctx, opTake, req, probe)
 	}
@@ -400,7 +385,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 // may skip decide: its input is valid as it is (no key to digest), ctx has
 // not ended and the breaker is closed with no failure counted.
 func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
-	return uint64(n-1) < uint64(l.capacity) && key != "" && len(key) <= MaxKeyLen && plainKey(key) &&
+	return uint64(n-1) < uint64(l.capacity) && key != "" && len(key) <= limits.MaxKeyLen && plainKey(key) &&
 		l.brk.state.Load() == 0 && ctx.Err() == nil
 }
 
@@ -416,7 +401,7 @@ func (l *Limiter) storeFailed(ctx context.Context, req Request, probe bool, err 
 	if !probe && countsAsFailure(err) {
 		l.brk.fail(l.elapsed(req.Now))
 	}
-	return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, err))
+	return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, timedOut(err)))
 }
 
 // withoutStore decides req by the fallback or else the FailMode, for a
@@ -486,8 +471,8 @@ func unixNano(t time.Time) int64 { return int64(t.Sub(time.Unix(0, 0))) }
 // so its next request finds a whole quota; once it has returned, no denial
 // the deny cache remembered from before is served. It forgets the key's
 // lockout and strikes too (see Lockout): it is the call that forgives a
-// client, after a successful login for instance. It is bounded by the
-// Limiter's timeout like every decision, and treats the caller's
+// client, after a successful login for instance. It is bounded as the
+// store bounds its calls, and treats the caller's
 // cancellation as AllowN does: the error then wraps ErrCanceled, and the
 // state may or may not have been forgotten. It asks the store even while
 // the circuit breaker is open.
@@ -520,7 +505,7 @@ func (l *Limiter) resetPolicy(ctx context.Context, key string, policy Policy) er
 			_, err := l.canceled(ctx, err)
 			return err
 		}
-		return fmt.Errorf("%w: reset: %w", ErrStore, err)
+		return fmt.Errorf("%w: reset: %w", ErrStore, timedOut(err))
 	}
 	return nil
 }
@@ -533,27 +518,14 @@ const (
 	opReset                // Reset(req.Key, req.Policy)
 )
 
-// do asks the store op about req in the Limiter's call mode. A CallDirect
-// store is called with the caller's ctx: it never waits, so there is
-// nothing for a cancellation to abort. Other stores get storeContext.
-// When probe is set, the call is the circuit breaker's probe, ended as
-// soon as the store returns (which, in the bounded mode, may be after do
-// has returned).
+// do asks the store op about req, with the caller's ctx: a store that
+// may block bounds its own calls (see Store). When probe is set, the call
+// is the circuit breaker's probe, ended as soon as the store returns.
 func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (d Decision, err error) {
-	switch l.call {
-	case CallDirect:
-		d, err = l.run(ctx, op, req)
-	case CallWithDeadline:
-		if l.boundedBy != nil && op == opTake {
-			d, err = l.takeBy(ctx, req)
-		} else {
-			d, err = l.withDeadline(ctx, op, req)
-		}
-	default:
-		if l.boundedBy == nil || op != opTake {
-			return l.bounded(ctx, op, req, probe)
-		}
-		d, err = l.takeBy(ctx, req)
+	if op == opReset {
+		err = l.store.Reset(ctx, req.Key, req.Policy)
+	} else {
+		d, err = l.store.Take(ctx, req)
 	}
 	if probe {
 		l.brk.probed(err == nil, l.elapsed(req.Now))
@@ -561,29 +533,9 @@ func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (
 	return d, err
 }
 
-// run asks the store op about req with ctx.
-func (l *Limiter) run(ctx context.Context, op storeOp, req Request) (Decision, error) {
-	if op == opReset {
-		return Decision{}, l.store.Reset(ctx, req.Key, req.Policy)
-	}
-	return l.store.Take(ctx, req)
-}
-
-// storeContext returns the context a store that may block is called with:
-// ctx's values, not its cancellation, and as deadline the earlier of ctx's
-// and the Limiter's timeout.
-func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	deadline := time.Now().Add(l.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
-}
-
 // callerDone reports whether the caller's ctx has ended: canceled, or its
-// deadline passed (checked on the clock too, since the store's context,
-// which shares that deadline, may expire a moment before ctx's own timer
-// fires).
+// deadline passed (checked on the clock too, since the store may give up
+// on that deadline a moment before ctx's own timer fires).
 func callerDone(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
@@ -607,98 +559,15 @@ func (l *Limiter) canceled(ctx context.Context, storeErr error) (Decision, error
 	return Decision{Limit: l.capacity, Policy: l.policy}, err
 }
 
-// withDeadline calls a store that honours its context's deadline.
-func (l *Limiter) withDeadline(ctx context.Context, op storeOp, req Request) (Decision, error) {
-	sctx, cancel := l.storeContext(ctx)
-	defer cancel()
-	d, err := l.run(sctx, op, req)
-	if err != nil {
-		return Decision{}, l.timedOut(sctx, err)
-	}
-	return d, nil
-}
-
-// timedOut adds ErrTimeout to err when the store's context sctx has
-// expired.
-func (l *Limiter) timedOut(sctx context.Context, err error) error {
-	// The store's client may give up on the same deadline a moment
-	// before the context's timer fires (go-redis sets it on the socket):
-	// that too is the timeout.
-	if d, ok := sctx.Deadline(); sctx.Err() == context.DeadlineExceeded || (ok && !time.Now().Before(d)) {
-		return fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
+// timedOut adds ErrTimeout to err, a store failure of a caller whose ctx
+// has not ended, when err says the store gave up on a deadline: its own
+// timeout (it wraps context.DeadlineExceeded, or os.ErrDeadlineExceeded
+// from a socket).
+func timedOut(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	return err
-}
-
-// takeBy asks a BoundedTaker store to decide req by the Limiter's timeout
-// or the caller's deadline, whichever is earlier.
-func (l *Limiter) takeBy(ctx context.Context, req Request) (Decision, error) {
-	deadline := time.Now().Add(l.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	d, err := l.boundedBy.TakeBy(ctx, req, deadline)
-	if err != nil {
-		if !time.Now().Before(deadline) {
-			return Decision{}, fmt.Errorf("%w after %v: %w", ErrTimeout, l.timeout, err)
-		}
-		return Decision{}, err
-	}
-	return d, nil
-}
-
-// bounded calls the store on its own goroutine and stops waiting after the
-// timeout, so a frozen store cannot hold the request even when the store's
-// client ignores the context's deadline. It stops waiting too when the
-// caller's ctx ends; the store's call then goes on in the background until
-// it completes or its deadline passes.
-func (l *Limiter) bounded(ctx context.Context, op storeOp, req Request, probe bool) (Decision, error) {
-	return callBounded(l, ctx, req.Now, probe, func(sctx context.Context) (Decision, error) {
-		return l.run(sctx, op, req)
-	})
-}
-
-// callBounded runs call on a goroutine of its own with the store's
-// context (storeContext), and returns what it returned, or the timeout's
-// or the caller's error if either ends first. When probe is set, the call
-// is the circuit breaker's probe, ended as soon as call returns.
-func callBounded[T any](l *Limiter, ctx context.Context, at time.Time, probe bool, call func(context.Context) (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	sctx, cancel := l.storeContext(ctx)
-	ch := make(chan result, 1)
-	go func() {
-		defer cancel()
-		v, err := call(sctx)
-		if probe {
-			l.brk.probed(err == nil, l.elapsed(at))
-		}
-		ch <- result{v, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-sctx.Done():
-		select {
-		case r = <-ch: // it answered just in time
-		default:
-			r.err = sctx.Err()
-		}
-	case <-ctx.Done():
-		select {
-		case r = <-ch: // it answered before the caller left
-		default:
-			var zero T
-			return zero, ctx.Err()
-		}
-	}
-	if r.err != nil {
-		var zero T
-		return zero, l.timedOut(sctx, r.err)
-	}
-	return r.v, nil
 }
 
 // failed is the Decision of the FailMode.
@@ -710,14 +579,14 @@ func (l *Limiter) failed() Decision {
 }
 
 // normalizeKey returns the key a store sees for a client key: the key
-// itself when it is at most MaxKeyLen bytes of printable ASCII without '{'
+// itself when it is at most 128 bytes bytes of printable ASCII without '{'
 // or '}', and "sha256:" followed by the hex SHA-256 of the key otherwise. It
 // fails with ErrInvalidKey on an empty key.
 func normalizeKey(key string) (string, error) {
 	if key == "" {
 		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) <= MaxKeyLen && plainKey(key) {
+	if len(key) <= limits.MaxKeyLen && plainKey(key) {
 		return key, nil
 	}
 	sum := sha256.Sum256([]byte(key))

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // fakeStore is a Store that records what it is asked and answers what it is
@@ -27,12 +29,23 @@ type fakeStore struct {
 	resets      []string
 	answer      core.Decision
 	err         error
-	release     chan struct{} // when set, Take blocks until it is closed, ignoring ctx
+	release     chan struct{} // when set, Take blocks until it is closed or timeout passes
+	timeout     time.Duration // with release: how long Take waits, as a store bounds its calls
 }
 
 func (s *fakeStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
 	if s.release != nil {
-		<-s.release
+		// A store that may block bounds itself: by its own timeout, or
+		// the caller's ctx, whichever ends first.
+		t := time.NewTimer(s.timeout)
+		defer t.Stop()
+		select {
+		case <-s.release:
+		case <-t.C:
+			return core.Decision{}, fmt.Errorf("fake: %w", context.DeadlineExceeded)
+		case <-ctx.Done():
+			return core.Decision{}, ctx.Err()
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -49,18 +62,8 @@ func (s *fakeStore) Reset(_ context.Context, key string, _ core.Policy) error {
 	return s.err
 }
 
-// directStore is a fakeStore that reports CallDirect, as memstore does.
+// directStore is a fakeStore as a fallback, in process as memstore is.
 type directStore struct{ *fakeStore }
-
-func (directStore) CallMode() core.CallMode { return core.CallDirect }
-
-// modeStore is a fakeStore that reports any CallMode.
-type modeStore struct {
-	*fakeStore
-	mode core.CallMode
-}
-
-func (s modeStore) CallMode() core.CallMode { return s.mode }
 
 var tb10 = core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
 
@@ -80,17 +83,12 @@ func TestNewLimiterRejectsBadInput(t *testing.T) {
 		want  error
 	}{
 		{"nil store", nil, tb10, nil, core.ErrInvalidOption},
-		{"store with an unknown call mode", modeStore{s, core.CallWithDeadline + 1}, tb10, nil, core.ErrInvalidOption},
 		{"invalid policy", s, core.Policy{Algorithm: core.TokenBucket}, nil, core.ErrInvalidPolicy},
 		{"nil option", s, tb10, []core.Option{nil}, core.ErrInvalidOption},
-		{"nil option after a valid one", s, tb10, []core.Option{core.WithTimeout(time.Second), nil}, core.ErrInvalidOption},
-		{"zero timeout", s, tb10, []core.Option{core.WithTimeout(0)}, core.ErrInvalidOption},
-		{"negative timeout", s, tb10, []core.Option{core.WithTimeout(-time.Second)}, core.ErrInvalidOption},
+		{"nil option after a valid one", s, tb10, []core.Option{core.WithShadow(), nil}, core.ErrInvalidOption},
 		{"unknown fail mode", s, tb10, []core.Option{core.WithFailMode(core.FailMode(7))}, core.ErrInvalidOption},
 		{"tiny fail retry", s, tb10, []core.Option{core.WithFailClosedRetry(time.Microsecond)}, core.ErrInvalidOption},
 		{"nil fallback", s, tb10, []core.Option{core.WithFallback(nil)}, core.ErrInvalidOption},
-		{"fallback that may block", s, tb10, []core.Option{core.WithFallback(&fakeStore{})}, core.ErrInvalidOption},
-		{"fallback with a deadline", s, tb10, []core.Option{core.WithFallback(modeStore{&fakeStore{}, core.CallWithDeadline})}, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,8 +98,8 @@ func TestNewLimiterRejectsBadInput(t *testing.T) {
 		})
 	}
 	// The same options with valid values are accepted.
-	_, err := core.NewLimiter(modeStore{s, core.CallWithDeadline}, tb10,
-		core.WithTimeout(time.Second), core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(time.Millisecond),
+	_, err := core.NewLimiter(s, tb10,
+		core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(time.Millisecond),
 		core.WithFallback(directStore{&fakeStore{}}))
 	require.NoError(t, err)
 }
@@ -151,7 +149,7 @@ func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 	assert.EqualValues(t, 3, got.Cost)
 	assert.Equal(t, t0, got.Now)
 	assert.Equal(t, l.Policy(), got.Policy)
-	assert.True(t, s.hadDeadline[0], "a CallBounded store was called without the Limiter's deadline")
+	assert.False(t, s.hadDeadline[0], "the Limiter gave the store a deadline of its own")
 }
 
 // TestAllowLeavesTheTimeToTheStore: Allow, and AllowAt at the zero Time,
@@ -177,32 +175,19 @@ func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
 	assert.EqualValues(t, []int64{1, 2, 1, 1}, []int64{s.reqs[0].Cost, s.reqs[1].Cost, s.reqs[2].Cost, s.reqs[3].Cost})
 }
 
-// TestCallModeChoosesTheContext: a CallDirect store gets the caller's
-// context as it is (no deadline); the others get the Limiter's timeout as
-// a deadline.
-func TestCallModeChoosesTheContext(t *testing.T) {
-	for _, tt := range []struct {
-		name         string
-		store        func(*fakeStore) core.Store
-		wantDeadline bool
-	}{
-		{"no CallModer", func(s *fakeStore) core.Store { return s }, true},
-		{"CallBounded", func(s *fakeStore) core.Store { return modeStore{s, core.CallBounded} }, true},
-		{"CallDirect", func(s *fakeStore) core.Store { return modeStore{s, core.CallDirect} }, false},
-		{"CallWithDeadline", func(s *fakeStore) core.Store { return modeStore{s, core.CallWithDeadline} }, true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			s := &fakeStore{answer: core.Decision{Allowed: true}}
-			l, err := core.NewLimiter(tt.store(s), tb10, limitertest.Generous())
-			require.NoError(t, err)
-			_, err = l.Allow(context.Background(), "k")
-			require.NoError(t, err)
-			require.NoError(t, l.Reset(context.Background(), "k"))
-			require.Len(t, s.hadDeadline, 1)
-			assert.Equal(t, tt.wantDeadline, s.hadDeadline[0], "the store had a deadline")
-			assert.Equal(t, []string{"k"}, s.resets)
-		})
-	}
+// TestStoreGetsTheCallersContext: the Limiter calls its store with the
+// caller's context as it is: it builds no deadline of its own (a store
+// bounds its own calls).
+func TestStoreGetsTheCallersContext(t *testing.T) {
+	s := &fakeStore{answer: core.Decision{Allowed: true}}
+	l, err := core.NewLimiter(s, tb10)
+	require.NoError(t, err)
+	_, err = l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Reset(context.Background(), "k"))
+	require.Len(t, s.hadDeadline, 1)
+	assert.False(t, s.hadDeadline[0], "the store had a deadline")
+	assert.Equal(t, []string{"k"}, s.resets)
 }
 
 func TestStoreFailureFollowsFailMode(t *testing.T) {
@@ -216,7 +201,7 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 			require.ErrorIs(t, err, core.ErrStore)
 			require.ErrorIs(t, err, boom)
 			assert.Equal(t, core.SourceFailMode, d.Source)
-			assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+			assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 			assert.EqualValues(t, 10, d.Limit)
 			switch mode {
 			case core.FailOpen:
@@ -238,13 +223,13 @@ func TestDefaultFailModeIsOpen(t *testing.T) {
 	assert.Equal(t, core.FailOpen, l.FailMode())
 }
 
-// TestFrozenStoreIsBounded uses a store that ignores its context, as a
-// go-redis client with default options does on a frozen server.
-func TestFrozenStoreIsBounded(t *testing.T) {
-	s := &fakeStore{release: make(chan struct{})}
-	defer close(s.release)
+// TestFrozenStoreTimesOut uses a frozen store that gives up after its own
+// timeout, as a store must: the Limiter reads a timeout from its error.
+func TestFrozenStoreTimesOut(t *testing.T) {
 	const timeout = 30 * time.Millisecond
-	l, err := core.NewLimiter(s, tb10, core.WithTimeout(timeout), core.WithFailMode(core.FailClosed))
+	s := &fakeStore{release: make(chan struct{}), timeout: timeout}
+	defer close(s.release)
+	l, err := core.NewLimiter(s, tb10, core.WithFailMode(core.FailClosed))
 	require.NoError(t, err)
 	start := time.Now()
 	d, err := l.Allow(context.Background(), "k")
@@ -260,9 +245,9 @@ func TestFrozenStoreIsBounded(t *testing.T) {
 }
 
 func TestCallerCancellationIsNotATimeout(t *testing.T) {
-	s := &fakeStore{release: make(chan struct{})}
+	s := &fakeStore{release: make(chan struct{}), timeout: time.Hour}
 	defer close(s.release)
-	l, err := core.NewLimiter(s, tb10, core.WithTimeout(time.Hour))
+	l, err := core.NewLimiter(s, tb10)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -281,8 +266,8 @@ func TestKeyNormalization(t *testing.T) {
 	}{
 		{"203.0.113.7", false},
 		{"ip:2001:db8::/56", false},
-		{strings.Repeat("a", core.MaxKeyLen), false},
-		{strings.Repeat("a", core.MaxKeyLen+1), true},
+		{strings.Repeat("a", limits.MaxKeyLen), false},
+		{strings.Repeat("a", limits.MaxKeyLen+1), true},
 		{"user{1}", true},
 		{"}", true},
 		{"has space", true},
@@ -322,37 +307,6 @@ func TestReset(t *testing.T) {
 	require.ErrorIs(t, l.Reset(context.Background(), "k"), core.ErrStore)
 }
 
-// deadlineStore honours its context's deadline: it answers only when the
-// context ends, as a go-redis client with ContextTimeoutEnabled does on a
-// frozen server.
-type deadlineStore struct {
-	fakeStore
-	mode core.CallMode
-}
-
-func (s *deadlineStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		return core.Decision{}, errors.New("called without a deadline")
-	}
-	<-ctx.Done()
-	return core.Decision{}, ctx.Err()
-}
-
-func (s *deadlineStore) CallMode() core.CallMode { return s.mode }
-
-func TestCallWithDeadlineGetsTheTimeoutAsDeadline(t *testing.T) {
-	for _, mode := range []core.CallMode{core.CallWithDeadline, core.CallBounded} {
-		s := &deadlineStore{mode: mode}
-		l, err := core.NewLimiter(s, tb10, core.WithTimeout(20*time.Millisecond), core.WithFailMode(core.FailClosed))
-		require.NoError(t, err)
-		d, err := l.Allow(context.Background(), "k")
-		require.ErrorIs(t, err, core.ErrTimeout, "mode %d", mode)
-		require.ErrorIs(t, err, core.ErrStore, "mode %d", mode)
-		assert.False(t, d.Allowed, "mode %d", mode)
-		assert.Equal(t, core.SourceFailMode, d.Source, "mode %d", mode)
-	}
-}
-
 func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	boom := errors.New("connection refused")
 	local := directStore{&fakeStore{answer: core.Decision{Limit: 10, Remaining: 0, RetryAfter: 300 * time.Millisecond}}}
@@ -364,7 +318,7 @@ func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	assert.False(t, d.Allowed, "the fallback's denial")
 	assert.Equal(t, core.SourceFallback, d.Source)
 	assert.Equal(t, 300*time.Millisecond, d.RetryAfter)
-	assert.Equal(t, tb10.DefaultName(), d.Policy.Name)
+	assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 	require.Len(t, local.reqs, 1)
 	assert.Equal(t, hashed("k{1}"), local.reqs[0].Key)
 	assert.EqualValues(t, 2, local.reqs[0].Cost)
@@ -392,13 +346,13 @@ func TestSourceString(t *testing.T) {
 
 func TestAlgorithmsReturnsAFreshSlice(t *testing.T) {
 	want := []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter, core.TokenBucket, core.LeakyBucket}
-	a := core.Algorithms()
+	a := limits.Algorithms[core.Algorithm]()
 	require.Equal(t, want, a)
 	for _, alg := range a {
-		assert.True(t, alg.Known(), "%s", alg)
+		assert.True(t, limits.Known(alg), "%s", alg)
 	}
 	a[0] = "gcra"
-	assert.Equal(t, want, core.Algorithms(), "a caller's change reached the next call")
+	assert.Equal(t, want, limits.Algorithms[core.Algorithm](), "a caller's change reached the next call")
 }
 
 // TestDirectPathDecidesAsDecide: a Limiter over a CallDirect store with
@@ -407,7 +361,7 @@ func TestAlgorithmsReturnsAFreshSlice(t *testing.T) {
 // observer is configured): the request the store sees, the Decision, the
 // error, and the circuit breaker's count of failures.
 func TestDirectPathDecidesAsDecide(t *testing.T) {
-	long := strings.Repeat("k", core.MaxKeyLen+1)
+	long := strings.Repeat("k", limits.MaxKeyLen+1)
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, tt := range []struct {

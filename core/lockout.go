@@ -3,21 +3,8 @@ package core
 import (
 	"fmt"
 	"time"
-)
 
-// Bounds of a Lockout that Policy.Validate enforces.
-const (
-	// MinLockout and MaxLockout bound Lockout.Duration and Lockout.Max.
-	MinLockout = time.Millisecond
-	MaxLockout = MaxWindow
-	// MaxLockoutMemory bounds Lockout.Memory: two years of 366 days.
-	MaxLockoutMemory = 2 * MaxWindow
-	// DefaultLockoutMemory is how long strikes are remembered when
-	// Lockout.Memory is 0, unless twice the longest lockout is longer.
-	DefaultLockoutMemory = 24 * time.Hour
-	// MaxStrikes is the most strikes a store counts: the lockout has long
-	// reached any Max by then.
-	MaxStrikes = 64
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Lockout turns a policy into a brute-force guard: a client that the
@@ -53,18 +40,18 @@ const (
 // A Policy without a Lockout (nil), or with a zero one, locks no one out
 // and costs nothing for it.
 type Lockout struct {
-	// Duration is the first lockout, from MinLockout to MaxLockout; 0
+	// Duration is the first lockout, from 1 ms to 366 days; 0
 	// disables lockouts (Max and Memory must then be 0). Stores use it,
 	// Max and Memory to the microsecond (truncated).
 	Duration time.Duration
 	// Max caps the escalation: each strike doubles the lockout, up to
-	// Max, from Duration to MaxLockout. 0 means Duration: no escalation.
+	// Max, from Duration to 366 days. 0 means Duration: no escalation.
 	Max time.Duration
 	// Memory is how long strikes are remembered after the last offence:
 	// at least the longest lockout (Max, or Duration), at most
-	// MaxLockoutMemory. A Memory no longer than the lockout forgets the
+	// 732 days. A Memory no longer than the lockout forgets the
 	// strikes by the time it ends, so that nothing escalates. 0 means
-	// DefaultLockoutMemory, or twice the longest lockout if that is
+	// 24 hours, or twice the longest lockout if that is
 	// longer.
 	Memory time.Duration
 }
@@ -90,7 +77,7 @@ func (lo Lockout) RememberFor() time.Duration {
 	if lo.Memory > 0 {
 		return lo.Memory
 	}
-	return min(max(DefaultLockoutMemory, 2*lo.Cap()), MaxLockoutMemory)
+	return min(max(limits.DefaultLockoutMemory, 2*lo.Cap()), limits.MaxLockoutMemory)
 }
 
 // Length returns the length of the lockout that the strike-th offence
@@ -126,14 +113,14 @@ func (lo Lockout) validate() string {
 		}
 		return ""
 	}
-	if lo.Duration < MinLockout || lo.Duration > MaxLockout {
-		return fmt.Sprintf("lockout duration %v is out of range [%v, %v]", lo.Duration, MinLockout, MaxLockout)
+	if lo.Duration < limits.MinLockout || lo.Duration > limits.MaxLockout {
+		return fmt.Sprintf("lockout duration %v is out of range [%v, %v]", lo.Duration, limits.MinLockout, limits.MaxLockout)
 	}
-	if lo.Max != 0 && (lo.Max < lo.Duration || lo.Max > MaxLockout) {
-		return fmt.Sprintf("lockout max %v is out of range [duration %v, %v]", lo.Max, lo.Duration, MaxLockout)
+	if lo.Max != 0 && (lo.Max < lo.Duration || lo.Max > limits.MaxLockout) {
+		return fmt.Sprintf("lockout max %v is out of range [duration %v, %v]", lo.Max, lo.Duration, limits.MaxLockout)
 	}
-	if lo.Memory != 0 && (lo.Memory < lo.Cap() || lo.Memory > MaxLockoutMemory) {
-		return fmt.Sprintf("lockout memory %v is out of range [the longest lockout %v, %v]", lo.Memory, lo.Cap(), MaxLockoutMemory)
+	if lo.Memory != 0 && (lo.Memory < lo.Cap() || lo.Memory > limits.MaxLockoutMemory) {
+		return fmt.Sprintf("lockout memory %v is out of range [the longest lockout %v, %v]", lo.Memory, lo.Cap(), limits.MaxLockoutMemory)
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 func TestLockoutValidate(t *testing.T) {
@@ -23,11 +24,11 @@ func TestLockoutValidate(t *testing.T) {
 		{"duration only", core.Lockout{Duration: 30 * time.Minute}, ""},
 		{"escalating", core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}, ""},
 		{"with memory", core.Lockout{Duration: time.Second, Max: time.Minute, Memory: time.Minute}, ""},
-		{"at the bounds", core.Lockout{Duration: core.MaxLockout, Max: core.MaxLockout, Memory: core.MaxLockoutMemory}, ""},
-		{"min duration", core.Lockout{Duration: core.MinLockout}, ""},
+		{"at the bounds", core.Lockout{Duration: limits.MaxLockout, Max: limits.MaxLockout, Memory: limits.MaxLockoutMemory}, ""},
+		{"min duration", core.Lockout{Duration: limits.MinLockout}, ""},
 		{"negative duration", core.Lockout{Duration: -time.Second}, "lockout duration -1s"},
 		{"duration under 1ms", core.Lockout{Duration: time.Microsecond}, "lockout duration 1µs"},
-		{"duration over a year", core.Lockout{Duration: core.MaxLockout + 1}, "lockout duration"},
+		{"duration over a year", core.Lockout{Duration: limits.MaxLockout + 1}, "lockout duration"},
 		{"huge duration", core.Lockout{Duration: math.MaxInt64}, "lockout duration"},
 		{"max without duration", core.Lockout{Max: time.Hour}, "without a duration"},
 		{"memory without duration", core.Lockout{Memory: time.Hour}, "without a duration"},
@@ -68,7 +69,7 @@ func TestLockoutLength(t *testing.T) {
 		assert.Equal(t, want, lo.Length(strike), "strike %d", strike)
 	}
 	assert.Equal(t, 4*time.Hour, lo.Cap())
-	assert.Equal(t, core.DefaultLockoutMemory, lo.RememberFor())
+	assert.Equal(t, limits.DefaultLockoutMemory, lo.RememberFor())
 
 	// No escalation: Max 0 caps at Duration.
 	flat := core.Lockout{Duration: time.Minute}
@@ -78,7 +79,7 @@ func TestLockoutLength(t *testing.T) {
 
 	// The default memory covers twice the longest lockout, up to its bound.
 	assert.Equal(t, 20*24*time.Hour, core.Lockout{Duration: time.Hour, Max: 10 * 24 * time.Hour}.RememberFor())
-	assert.Equal(t, core.MaxLockoutMemory, core.Lockout{Duration: core.MaxLockout}.RememberFor())
+	assert.Equal(t, limits.MaxLockoutMemory, core.Lockout{Duration: limits.MaxLockout}.RememberFor())
 	assert.Equal(t, time.Minute, core.Lockout{Duration: time.Second, Memory: time.Minute}.RememberFor())
 	assert.Zero(t, core.Lockout{}.RememberFor())
 	assert.Zero(t, core.Lockout{}.Length(1))
@@ -86,17 +87,17 @@ func TestLockoutLength(t *testing.T) {
 
 	// From a millisecond to the longest lockout: doubling never
 	// overflows, and reaches the cap at the 35th strike.
-	wide := core.Lockout{Duration: core.MinLockout, Max: core.MaxLockout}
+	wide := core.Lockout{Duration: limits.MinLockout, Max: limits.MaxLockout}
 	prev := time.Duration(0)
 	for strike := 1; strike <= 100; strike++ {
 		got := wide.Length(strike)
 		require.Positive(t, got, "strike %d", strike)
-		require.LessOrEqual(t, got, core.MaxLockout, "strike %d", strike)
+		require.LessOrEqual(t, got, limits.MaxLockout, "strike %d", strike)
 		require.GreaterOrEqual(t, got, prev, "strike %d", strike)
 		prev = got
 	}
-	assert.Less(t, wide.Length(35), core.MaxLockout)
-	assert.Equal(t, core.MaxLockout, wide.Length(36))
+	assert.Less(t, wide.Length(35), limits.MaxLockout)
+	assert.Equal(t, limits.MaxLockout, wide.Length(36))
 
 	// Stores count to the microsecond.
 	assert.Equal(t, 2*time.Millisecond+2*time.Microsecond, core.Lockout{Duration: time.Millisecond + time.Microsecond + 999, Max: time.Second}.Length(2))

@@ -102,8 +102,8 @@ type Event struct {
 	// it.
 	Policy *Policy
 	// Key is the client key as the store sees it: a key longer than
-	// MaxKeyLen or with odd bytes is already a SHA-256 digest (see
-	// MaxKeyLen), and keyfuncs hashes API keys before they reach the
+	// 128 bytes or with odd bytes is already a SHA-256 digest (see
+	// 128 bytes), and keyfuncs hashes API keys before they reach the
 	// Limiter. It is empty for OutcomeInvalid calls refused before the key
 	// was checked. It is valid only during Observe: an observer that keeps
 	// it must copy it (strings.Clone), since it may share memory with a
@@ -118,13 +118,13 @@ type Event struct {
 	// Err is the error the Limiter returned with it, if any: a store
 	// failure (wrapping ErrStore), ErrCanceled, or bad input.
 	Err error
-	// StoreLatency is how long the store took to decide, or how long the
-	// Limiter waited for it before giving up (a timeout), for a store that
-	// may block (Redis). It is 0 when the store was not asked (deny cache,
-	// open circuit breaker, bad input, a caller already gone), and for a
-	// store that reports CallDirect (memory): such a store never waits and
-	// has no timeout to measure against, and it decides in about 100 ns,
-	// less than reading the clock twice would cost.
+	// StoreLatency is how long the store took to decide, or to give up (a
+	// timeout), for a store that may block (Redis). It is 0 when the store
+	// was not asked (deny cache, open circuit breaker, bad input, a caller
+	// already gone), and for an in-process store (memstore, a TimedStore of
+	// its own type): such a store never waits and has no timeout to
+	// measure against, and it decides in about 100 ns, less than reading
+	// the clock twice would cost.
 	StoreLatency time.Duration
 }
 

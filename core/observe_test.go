@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // recorder is an Observer that keeps every event, keys copied.
@@ -100,7 +103,7 @@ func TestObserverHearsTheStoresOutcomes(t *testing.T) {
 	assert.Equal(t, "198.51.100.1", e.Key)
 	assert.Empty(t, core.StoreErrorKind(e.Err), "a caller that left is no store failure")
 
-	long := strings.Repeat("k", core.MaxKeyLen+1)
+	long := strings.Repeat("k", limits.MaxKeyLen+1)
 	_, err = l.AllowAt(ctx, long, t0)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(rec.last(t).Key, "sha256:"), "observers see the key the store sees: %q", rec.last(t).Key)
@@ -154,12 +157,11 @@ func TestObserverHearsFailures(t *testing.T) {
 
 func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 	rec := &recorder{}
-	g := newGateStore()
-	g.ignoreCtx = true
-	t.Cleanup(func() { g.answers <- answer{} }) // let the abandoned Take return
 	const timeout = 20 * time.Millisecond
+	g := &fakeStore{release: make(chan struct{}), timeout: timeout} // frozen: gives up after its timeout
+	t.Cleanup(func() { close(g.release) })
 	p := core.Policy{Name: "slow", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
-	l, err := core.NewLimiter(g, p, core.WithObserver(rec), core.WithTimeout(timeout))
+	l, err := core.NewLimiter(g, p, core.WithObserver(rec))
 	require.NoError(t, err)
 	_, err = l.Allow(context.Background(), "k")
 	require.ErrorIs(t, err, core.ErrTimeout)
@@ -187,7 +189,7 @@ func TestObserverDoesNotTimeADirectStore(t *testing.T) {
 			timed++
 		}
 	})
-	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(count))
 	require.NoError(t, err)
 	for range 1000 {
@@ -308,7 +310,7 @@ func TestObservedDecisionDoesNotAllocate(t *testing.T) {
 			n++
 		}
 	})
-	p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -324,40 +326,27 @@ func TestObservedDecisionDoesNotAllocate(t *testing.T) {
 // fired yet.
 type socketDeadlineStore struct{}
 
-var errIOTimeout = errors.New("read tcp 127.0.0.1:6379: i/o timeout")
+// errIOTimeout is what a socket read past its deadline fails with.
+var errIOTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
 func (socketDeadlineStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
-	if d, ok := ctx.Deadline(); ok {
-		time.Sleep(time.Until(d))
-	}
+	time.Sleep(5 * time.Millisecond) // its own timeout, set on the socket
 	return core.Decision{}, errIOTimeout
 }
 func (socketDeadlineStore) Reset(context.Context, string, core.Policy) error { return nil }
-func (socketDeadlineStore) CallMode() core.CallMode                          { return core.CallWithDeadline }
 
 func TestSocketDeadlineIsATimeout(t *testing.T) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
-	for _, s := range []core.Store{socketDeadlineStore{}, boundedSocketDeadline{}} {
-		l, err := core.NewLimiter(s, p, core.WithTimeout(5*time.Millisecond), core.WithCircuitBreaker(0, time.Millisecond))
-		require.NoError(t, err)
-		for range 20 {
-			_, err := l.Allow(context.Background(), "k")
-			require.ErrorIs(t, err, core.ErrTimeout, "%T", s)
-			if _, bounded := s.(boundedSocketDeadline); !bounded { // a bounded call may stop waiting first
-				require.ErrorIs(t, err, errIOTimeout)
-			}
-			assert.Equal(t, core.StoreErrTimeout, core.StoreErrorKind(err))
-		}
+	s := socketDeadlineStore{}
+	l, err := core.NewLimiter(s, p, core.WithCircuitBreaker(0, time.Millisecond))
+	require.NoError(t, err)
+	for range 20 {
+		_, err := l.Allow(context.Background(), "k")
+		require.ErrorIs(t, err, core.ErrTimeout, "%T", s)
+		require.ErrorIs(t, err, errIOTimeout)
+		assert.Equal(t, core.StoreErrTimeout, core.StoreErrorKind(err))
 	}
 }
-
-// boundedSocketDeadline is socketDeadlineStore called CallBounded.
-type boundedSocketDeadline struct{}
-
-func (boundedSocketDeadline) Take(ctx context.Context, r core.Request) (core.Decision, error) {
-	return socketDeadlineStore{}.Take(ctx, r)
-}
-func (boundedSocketDeadline) Reset(context.Context, string, core.Policy) error { return nil }
 
 func TestEventLimitName(t *testing.T) {
 	var e core.Event

@@ -14,7 +14,6 @@ type Option func(*config) error
 type config struct {
 	failMode      FailMode
 	failRetry     time.Duration
-	timeout       time.Duration
 	fallback      Store
 	denyCacheKeys int // 0: no deny cache
 	brkFailures   int // 0: no circuit breaker
@@ -28,7 +27,6 @@ func defaultConfig() config {
 	return config{
 		failMode:      FailOpen,
 		failRetry:     time.Second,
-		timeout:       DefaultTimeout,
 		brkFailures:   DefaultBreakerFailures,
 		probeInterval: DefaultProbeInterval,
 	}
@@ -57,25 +55,10 @@ func WithFailClosedRetry(d time.Duration) Option {
 	}
 }
 
-// WithTimeout bounds every decision: a store that has not answered after d
-// counts as failed, whatever the caller's context and however the store's
-// client is configured (go-redis, by default, does not honour context
-// deadlines on socket reads). d must be positive; the default is
-// DefaultTimeout.
-func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: timeout %v is not positive", ErrInvalidOption, d)
-		}
-		c.timeout = d
-		return nil
-	}
-}
-
-// WithFallback makes the Limiter keep limiting with fallback, a store that
-// reports CallDirect (such as a memstore.Store), when its store fails,
-// instead of applying its FailMode. Any other fallback is an error: the
-// fallback answers while the store is failing, so it must never wait.
+// WithFallback makes the Limiter keep limiting with fallback, an in-process
+// store that never waits (a memstore.Store), when its store fails, instead
+// of applying its FailMode: the fallback answers while the store is
+// failing, with the caller's context, so it must never block.
 //
 // The fallback mirrors the store: every request the store admits is taken
 // in the fallback too (a refusal there is ignored while the store is
@@ -106,33 +89,9 @@ func WithFallback(fallback Store) Option {
 		if fallback == nil {
 			return fmt.Errorf("%w: nil fallback store", ErrInvalidOption)
 		}
-		if m := callModeOf(fallback); m != CallDirect {
-			return fmt.Errorf("%w: fallback store %T is called %s; a fallback must be CallDirect (in memory, never blocking)", ErrInvalidOption, fallback, callModeName(m))
-		}
 		c.fallback = fallback
 		return nil
 	}
-}
-
-// callModeOf returns the CallMode s reports, CallBounded if none.
-func callModeOf(s Store) CallMode {
-	if m, ok := s.(CallModer); ok {
-		return m.CallMode()
-	}
-	return CallBounded
-}
-
-// callModeName names m, for error messages.
-func callModeName(m CallMode) string {
-	switch m {
-	case CallBounded:
-		return "CallBounded"
-	case CallDirect:
-		return "CallDirect"
-	case CallWithDeadline:
-		return "CallWithDeadline"
-	}
-	return fmt.Sprintf("CallMode(%d)", int(m))
 }
 
 // WithShadow puts the Limiter in shadow mode, to try a policy on live

@@ -3,8 +3,9 @@ package core
 import (
 	"fmt"
 	"math/bits"
-	"strconv"
 	"time"
+
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Algorithm names a rate-limiting algorithm. Every Store implements all five
@@ -28,7 +29,7 @@ const (
 	// SlidingWindowLog remembers the time of every admitted request unit in
 	// (now-W, now]. A request passes when n+c <= L; denied requests are not
 	// logged. Exact, with no boundary burst, at O(L) memory per key; Limit is
-	// therefore capped at MaxLogLimit.
+	// therefore capped at 100,000.
 	SlidingWindowLog Algorithm = "sliding_window_log"
 
 	// SlidingWindowCounter keeps this and the previous epoch-aligned window's
@@ -52,39 +53,12 @@ const (
 	LeakyBucket Algorithm = "leaky_bucket"
 )
 
-// Algorithms returns every supported algorithm, in a stable order, in a new
-// slice the caller may change.
-func Algorithms() []Algorithm {
-	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket}
-}
+// known reports whether a is one of the supported algorithms.
+func (a Algorithm) known() bool { return limits.Known(a) }
 
-// Bounds that Policy.Validate enforces.
-const (
-	// MaxLimit bounds Limit and Burst, keeping every count exact in the
-	// float64 arithmetic that Redis Lua scripts use.
-	MaxLimit = 1_000_000_000_000
-	// MaxLogLimit bounds Limit for SlidingWindowLog, which stores one entry
-	// per admitted request unit. Use SlidingWindowCounter above it.
-	MaxLogLimit = 100_000
-	// MinWindow and MaxWindow bound Window.
-	MinWindow = time.Millisecond
-	MaxWindow = 366 * 24 * time.Hour
-	// MaxNameLen bounds Policy.Name.
-	MaxNameLen = 64
-)
-
-// Known reports whether a is one of the supported algorithms.
-func (a Algorithm) Known() bool {
-	switch a {
-	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket:
-		return true
-	}
-	return false
-}
-
-// IsBucket reports whether a is TokenBucket or LeakyBucket, the algorithms
+// isBucket reports whether a is TokenBucket or LeakyBucket, the algorithms
 // that take a Burst.
-func (a Algorithm) IsBucket() bool { return a == TokenBucket || a == LeakyBucket }
+func (a Algorithm) isBucket() bool { return limits.IsBucket(a) }
 
 // Policy says how many requests a client may make: Limit per Window, by
 // Algorithm. The zero value is not valid; build policies as literals and let
@@ -92,20 +66,20 @@ func (a Algorithm) IsBucket() bool { return a == TokenBucket || a == LeakyBucket
 type Policy struct {
 	// Name identifies the policy in the RateLimit-Policy header and in the
 	// storage key: two limiters that share a store and a Name share state.
-	// At most MaxNameLen characters from [A-Za-z0-9._-]. When empty,
+	// At most 64 characters from [A-Za-z0-9._-]. When empty,
 	// NewLimiter derives one from the other fields (see DefaultName).
 	Name string
 	// Algorithm is one of the five Algorithm constants.
 	Algorithm Algorithm
 	// Limit is the number of requests (cost units) allowed per Window,
-	// from 1 to MaxLimit.
+	// from 1 to 10^12.
 	Limit int64
-	// Window is the period Limit applies to, from MinWindow to MaxWindow. It
+	// Window is the period Limit applies to, from 1 ms to 366 days. It
 	// is used to the microsecond.
 	Window time.Duration
 	// Burst is the bucket capacity of TokenBucket and LeakyBucket; 0 means
 	// Limit. It must stay 0 for the window algorithms, which have none. A
-	// bucket must fill (or drain) from empty within MaxWindow: Burst/Limit
+	// bucket must fill (or drain) from empty within 366 days: Burst/Limit
 	// windows at most 366 days, so that every time and duration a store
 	// computes stays exact.
 	Burst int64
@@ -125,34 +99,34 @@ func (p Policy) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
 	}
-	if !p.Algorithm.Known() {
+	if !p.Algorithm.known() {
 		return bad("unknown algorithm %q", string(p.Algorithm))
 	}
-	if p.Limit < 1 || p.Limit > MaxLimit {
-		return bad("limit %d is out of range [1, %d]", p.Limit, int64(MaxLimit))
+	if p.Limit < 1 || p.Limit > limits.MaxLimit {
+		return bad("limit %d is out of range [1, %d]", p.Limit, int64(limits.MaxLimit))
 	}
-	if p.Algorithm == SlidingWindowLog && p.Limit > MaxLogLimit {
-		return bad("limit %d is above %d, the most a sliding window log keeps per key; use %s", p.Limit, MaxLogLimit, SlidingWindowCounter)
+	if p.Algorithm == SlidingWindowLog && p.Limit > limits.MaxLogLimit {
+		return bad("limit %d is above %d, the most a sliding window log keeps per key; use %s", p.Limit, limits.MaxLogLimit, SlidingWindowCounter)
 	}
-	if p.Window < MinWindow || p.Window > MaxWindow {
-		return bad("window %v is out of range [%v, %v]", p.Window, MinWindow, MaxWindow)
+	if p.Window < limits.MinWindow || p.Window > limits.MaxWindow {
+		return bad("window %v is out of range [%v, %v]", p.Window, limits.MinWindow, limits.MaxWindow)
 	}
-	if p.Burst < 0 || p.Burst > MaxLimit {
-		return bad("burst %d is out of range [0, %d]", p.Burst, int64(MaxLimit))
+	if p.Burst < 0 || p.Burst > limits.MaxLimit {
+		return bad("burst %d is out of range [0, %d]", p.Burst, int64(limits.MaxLimit))
 	}
-	if p.Burst != 0 && !p.Algorithm.IsBucket() {
+	if p.Burst != 0 && !p.Algorithm.isBucket() {
 		return bad("burst applies to %s and %s only, not %s", TokenBucket, LeakyBucket, p.Algorithm)
 	}
 	if !refillsWithin(p.Limit, p.Window, p.Burst) {
-		return bad("burst %d takes more than MaxWindow (366 days) to fill at %d per %v; lower the burst or raise the rate", p.Burst, p.Limit, p.Window)
+		return bad("burst %d takes more than limits.MaxWindow (366 days) to fill at %d per %v; lower the burst or raise the rate", p.Burst, p.Limit, p.Window)
 	}
 	if p.Lockout != nil {
 		if reason := p.Lockout.validate(); reason != "" {
 			return bad("%s", reason)
 		}
 	}
-	if len(p.Name) > MaxNameLen {
-		return bad("name is %d bytes long, more than %d", len(p.Name), MaxNameLen)
+	if len(p.Name) > limits.MaxNameLen {
+		return bad("name is %d bytes long, more than %d", len(p.Name), limits.MaxNameLen)
 	}
 	for i := 0; i < len(p.Name); i++ {
 		if !nameByte(p.Name[i]) {
@@ -163,9 +137,9 @@ func (p Policy) Validate() error {
 }
 
 // refillsWithin reports whether a bucket of burst units, refilled at limit
-// per window (both in range), fills from empty within MaxWindow:
-// burst*window/limit <= MaxWindow, with the window in whole microseconds,
-// as the stores use it. Any burst up to limit does. Beyond MaxWindow, the
+// per window (both in range), fills from empty within 366 days:
+// burst*window/limit <= 366 days, with the window in whole microseconds,
+// as the stores use it. Any burst up to limit does. Beyond 366 days, the
 // time a bucket takes to fill (ResetAfter, the state's lifetime) would
 // overflow the stores' microsecond arithmetic and its float64 exactness.
 func refillsWithin(limit int64, window time.Duration, burst int64) bool {
@@ -173,7 +147,7 @@ func refillsWithin(limit int64, window time.Duration, burst int64) bool {
 		return true
 	}
 	hi, lo := bits.Mul64(uint64(burst), uint64(window.Microseconds()))
-	mhi, mlo := bits.Mul64(uint64(MaxWindow.Microseconds()), uint64(limit))
+	mhi, mlo := bits.Mul64(uint64(limits.MaxWindow.Microseconds()), uint64(limit))
 	return hi < mhi || hi == mhi && lo <= mlo
 }
 
@@ -181,22 +155,13 @@ func nameByte(b byte) bool {
 	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-'
 }
 
-// Capacity is the largest cost p can ever admit at once: Burst (or Limit
+// capacity is the largest cost p can ever admit at once: Burst (or Limit
 // when Burst is 0) for the buckets, Limit for the windows. It is also the
 // Limit reported in every Decision.
-func (p Policy) Capacity() int64 {
-	if p.Algorithm.IsBucket() && p.Burst > 0 {
-		return p.Burst
-	}
-	return p.Limit
-}
+func (p Policy) capacity() int64 { return limits.Capacity(p.Algorithm, p.Limit, p.Burst) }
 
-// DefaultName is the name NewLimiter gives a policy whose Name is empty,
+// defaultName is the name NewLimiter gives a policy whose Name is empty,
 // such as "token_bucket-300-per-1h0m0s".
-func (p Policy) DefaultName() string {
-	name := string(p.Algorithm) + "-" + strconv.FormatInt(p.Limit, 10) + "-per-" + p.Window.String()
-	if p.Burst > 0 {
-		name += "-burst-" + strconv.FormatInt(p.Burst, 10)
-	}
-	return name
+func (p Policy) defaultName() string {
+	return limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 func TestPolicyValidate(t *testing.T) {
@@ -27,30 +28,30 @@ func TestPolicyValidate(t *testing.T) {
 		{"valid with burst", with(func(p *core.Policy) { p.Burst = 50 }), ""},
 		{"valid leaky with burst", with(func(p *core.Policy) { p.Algorithm = core.LeakyBucket; p.Burst = 3 }), ""},
 		{"valid name", with(func(p *core.Policy) { p.Name = "login.v2_strict-1" }), ""},
-		{"valid bounds", core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: core.MaxWindow}, ""},
-		{"valid min window", core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1, Window: core.MinWindow}, ""},
-		{"valid log at cap", core.Policy{Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Hour}, ""},
+		{"valid bounds", core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: limits.MaxWindow}, ""},
+		{"valid min window", core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1, Window: limits.MinWindow}, ""},
+		{"valid log at cap", core.Policy{Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit, Window: time.Hour}, ""},
 		{"zero value", core.Policy{}, "unknown algorithm"},
 		{"unknown algorithm", with(func(p *core.Policy) { p.Algorithm = "gcra" }), "unknown algorithm"},
 		{"zero limit", with(func(p *core.Policy) { p.Limit = 0 }), "limit 0"},
 		{"negative limit", with(func(p *core.Policy) { p.Limit = -5 }), "limit -5"},
-		{"limit too big", with(func(p *core.Policy) { p.Limit = core.MaxLimit + 1 }), "limit"},
-		{"log limit too big", core.Policy{Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit + 1, Window: time.Hour}, "sliding_window_counter"},
+		{"limit too big", with(func(p *core.Policy) { p.Limit = limits.MaxLimit + 1 }), "limit"},
+		{"log limit too big", core.Policy{Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit + 1, Window: time.Hour}, "sliding_window_counter"},
 		{"zero window", with(func(p *core.Policy) { p.Window = 0 }), "window 0s"},
 		{"negative window", with(func(p *core.Policy) { p.Window = -time.Second }), "window -1s"},
 		{"window under 1ms", with(func(p *core.Policy) { p.Window = 999 * time.Microsecond }), "window"},
-		{"window over a year", with(func(p *core.Policy) { p.Window = core.MaxWindow + time.Hour }), "window"},
+		{"window over a year", with(func(p *core.Policy) { p.Window = limits.MaxWindow + time.Hour }), "window"},
 		{"negative burst", with(func(p *core.Policy) { p.Burst = -1 }), "burst -1"},
-		{"burst too big", with(func(p *core.Policy) { p.Burst = core.MaxLimit + 1 }), "burst"},
+		{"burst too big", with(func(p *core.Policy) { p.Burst = limits.MaxLimit + 1 }), "burst"},
 		{"burst filling in a year", core.Policy{Algorithm: core.LeakyBucket, Limit: 1, Window: 24 * time.Hour, Burst: 366}, ""},
-		{"burst at the bounds", core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: core.MaxWindow, Burst: core.MaxLimit}, ""},
+		{"burst at the bounds", core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: limits.MaxWindow, Burst: limits.MaxLimit}, ""},
 		{"burst filling in over a year", core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 367}, "to fill"},
-		{"huge burst at a slow rate", core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: core.MaxWindow, Burst: core.MaxLimit}, "to fill"},
+		{"huge burst at a slow rate", core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: limits.MaxWindow, Burst: limits.MaxLimit}, "to fill"},
 		{"burst on a window", core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Second, Burst: 10}, "burst applies"},
 		{"name with space", with(func(p *core.Policy) { p.Name = "a b" }), "character"},
 		{"name with quote", with(func(p *core.Policy) { p.Name = `a"b` }), "character"},
 		{"name with brace", with(func(p *core.Policy) { p.Name = "a{b}" }), "character"},
-		{"name too long", with(func(p *core.Policy) { p.Name = strings.Repeat("n", core.MaxNameLen+1) }), "name is"},
+		{"name too long", with(func(p *core.Policy) { p.Name = strings.Repeat("n", limits.MaxNameLen+1) }), "name is"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,8 +78,8 @@ func TestPolicyCapacityAndName(t *testing.T) {
 		{core.Policy{Algorithm: core.FixedWindow, Limit: 300, Window: time.Hour}, 300, "fixed_window-300-per-1h0m0s"},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.capacity, tt.p.Capacity(), "Capacity of %+v", tt.p)
-		name := tt.p.DefaultName()
+		assert.Equal(t, tt.capacity, limits.Capacity(tt.p.Algorithm, tt.p.Limit, tt.p.Burst), "Capacity of %+v", tt.p)
+		name := limits.DefaultName(tt.p.Algorithm, tt.p.Limit, tt.p.Window, tt.p.Burst)
 		assert.Equal(t, tt.name, name, "DefaultName of %+v", tt.p)
 		named := tt.p
 		named.Name = name

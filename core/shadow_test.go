@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestShadowDecidesAndRecordsButNeverDenies: in shadow mode the store
@@ -160,7 +161,7 @@ func TestReport(t *testing.T) {
 	assert.True(t, e.Outcome.Admitted())
 	assert.False(t, e.NearLimit(), "the allow list says nothing of the quota")
 
-	long := string(make([]byte, core.MaxKeyLen+1))
+	long := string(make([]byte, limits.MaxKeyLen+1))
 	require.NoError(t, l.Report(long, 1, core.OutcomeDenyListed))
 	e = rec.last(t)
 	assert.Equal(t, core.OutcomeDenyListed, e.Outcome)

@@ -44,11 +44,11 @@ type Decision struct {
 // Request is one question a Limiter asks its Store.
 type Request struct {
 	// Key identifies the client. The Limiter has checked it: never empty,
-	// at most MaxKeyLen bytes of printable ASCII with no '{' or '}'.
+	// at most 128 bytes bytes of printable ASCII with no '{' or '}'.
 	Key string
 	// Policy has been validated and has a Name.
 	Policy Policy
-	// Cost is in [1, Policy.Capacity()].
+	// Cost is in [1, Policy.capacity()].
 	Cost int64
 	// Now is the time of the decision: the zero Time (Limiter.Allow) means
 	// the store's own clock, time.Now for memory, Redis TIME for Redis, so
@@ -71,7 +71,7 @@ func (r Request) Validate() error {
 	if r.Cost < 1 {
 		return fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, r.Cost)
 	}
-	if c := r.Policy.Capacity(); r.Cost > c {
+	if c := r.Policy.capacity(); r.Cost > c {
 		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, r.Cost, c)
 	}
 	return nil
@@ -137,9 +137,16 @@ type TimedStore interface {
 
 // Store holds rate-limit state and decides atomically. Implementations must
 // be safe for concurrent use, implement every Algorithm with the semantics
-// documented on its constant, and pass the suite in core/storetest. A Store
-// says how a Limiter is to call it by implementing CallModer; one that does
-// not is called CallBounded.
+// documented on its constant, and pass the suite in core/storetest.
+//
+// A Limiter calls its store on the caller's goroutine, with the caller's
+// ctx, and starts no goroutine and builds no deadline of its own. So a
+// store that waits on I/O bounds every call itself (its own timeout, or
+// ctx's deadline if earlier) and returns as soon as ctx ends, with an error
+// wrapping the context's error; the call may finish in the background, its
+// result dropped. The Limiter reads a timeout from that error (it wraps
+// context.DeadlineExceeded, or os.ErrDeadlineExceeded from a socket) unless
+// the caller's own ctx has ended. redisstore.Store is such a store.
 type Store interface {
 	// Take decides one request and, when it is allowed, records it, as one
 	// atomic step; a denied request changes nothing but the lockout state
@@ -156,66 +163,10 @@ type Store interface {
 	// same Request when the store fails, and, to mirror the store's count,
 	// after every request the store admits.
 	//
-	// ctx carries the caller's values. A CallDirect store gets the caller's
-	// ctx as it is; any other gets the caller's deadline or the Limiter's
-	// timeout, whichever is earlier, but not the caller's cancellation, so
-	// that a client that disconnects does not abort a call in flight. A
-	// CallBounded store's Take may run on after the Limiter has stopped
-	// waiting for it (the timeout passed, or the caller left); its result is
-	// then dropped.
+	// ctx is the caller's: Take returns promptly once it ends (see Store).
 	Take(ctx context.Context, req Request) (Decision, error)
 	// Reset forgets all state of key under policy, its lockout and strikes
 	// included, so the client's next request finds a whole quota. The
 	// Limiter calls it as it calls Take.
 	Reset(ctx context.Context, key string, policy Policy) error
-}
-
-// CallMode is how a Limiter calls its Store; a Store chooses it by
-// implementing CallModer.
-type CallMode uint8
-
-const (
-	// CallBounded calls the store on a goroutine of its own, which the
-	// Limiter stops waiting for once its timeout passes or the caller's
-	// context ends: a store whose client may ignore its context's deadline
-	// (a go-redis client, by default) cannot hold a request. It is the mode
-	// of a Store that does not implement CallModer.
-	CallBounded CallMode = iota
-	// CallDirect calls the store on the caller's goroutine, with the
-	// caller's context and no timer: for stores that answer from process
-	// memory and never wait on I/O, such as memstore. Only such a store can
-	// be a fallback (WithFallback).
-	CallDirect
-	// CallWithDeadline calls the store on the caller's goroutine, with the
-	// Limiter's timeout as its context's deadline: for stores that return
-	// promptly once that deadline passes, such as redisstore over a go-redis
-	// client built with ContextTimeoutEnabled. It spares the goroutine and
-	// channel of CallBounded.
-	CallWithDeadline
-)
-
-// CallModer is implemented by a Store that says how a Limiter is to call
-// it. NewLimiter asks once. A Store that wraps another should report the
-// wrapped store's CallMode (CallBounded is always safe).
-type CallModer interface {
-	// CallMode reports the Store's CallMode.
-	CallMode() CallMode
-}
-
-// BoundedTaker is implemented by a store that bounds its own decisions, cheaper than the Limiter's goroutine can: such as redisstore
-// over a *redis.Client, which hands each request to goroutines of its own
-// (that batch concurrent requests into pipelines) and waits for the answer
-// on a pooled timer. A Limiter over a store that implements it and is not
-// CallDirect calls TakeBy instead of Take, on the caller's goroutine;
-// Reset is still called as the store's CallMode says.
-type BoundedTaker interface {
-	// TakeBy is Take, bounded: it returns by deadline (the earlier of the
-	// Limiter's timeout and the caller's deadline) or as soon as ctx ends,
-	// whichever comes first, however long the store's client would wait.
-	// ctx is the caller's, cancellation included: when TakeBy returns
-	// early, the request may still be decided in the background, and its
-	// result is dropped, as a CallBounded Take's is. Like Take, TakeBy
-	// leaves Decision.Policy and Decision.Source zero. An error returned at
-	// or after deadline is a timeout to the Limiter (ErrTimeout).
-	TakeBy(ctx context.Context, req Request, deadline time.Time) (Decision, error)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // countingTake is a memory store behind a wrapper that overrides Take to
@@ -114,7 +115,7 @@ func TestAllowNTimedZero(t *testing.T) {
 
 	// A key that is digested (too long, or a byte outside printable
 	// ASCII) goes the long way: AllowN's decision, under the digest.
-	for _, key := range []string{strings.Repeat("k", core.MaxKeyLen+1), "k\x00{x}"} {
+	for _, key := range []string{strings.Repeat("k", limits.MaxKeyLen+1), "k\x00{x}"} {
 		twin, err := core.NewLimiter(newMemStore(t), p)
 		require.NoError(t, err)
 		for i := range 3 {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var (
@@ -246,7 +247,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 		{core.Decision{RetryAfter: time.Second}, 1},
 		{core.Decision{RetryAfter: 1001 * time.Millisecond}, 2},
 		{core.Decision{RetryAfter: 2 * time.Second}, 2},
-		{core.Decision{RetryAfter: core.MaxWindow}, 366 * 24 * 3600},
+		{core.Decision{RetryAfter: limits.MaxWindow}, 366 * 24 * 3600},
 		{core.Decision{RetryAfter: time.Duration(1<<63 - 1)}, 9223372037},
 	}
 	for _, tt := range tests {

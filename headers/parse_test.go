@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestParseRoundTrip checks that Parse reads back what a Writer writes, for
@@ -20,8 +21,8 @@ func TestParseRoundTrip(t *testing.T) {
 		allowedDecision,
 		deniedDecision,
 		{Allowed: true, Limit: 100, Remaining: 100, Policy: apiPolicy},
-		{Allowed: true, Limit: core.MaxLimit, Remaining: core.MaxLimit - 1, ResetAfter: core.MaxWindow,
-			Policy: core.Policy{Name: "huge", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: core.MaxWindow}},
+		{Allowed: true, Limit: limits.MaxLimit, Remaining: limits.MaxLimit - 1, ResetAfter: limits.MaxWindow,
+			Policy: core.Policy{Name: "huge", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: limits.MaxWindow}},
 		{Limit: 20, ResetAfter: 2500 * time.Millisecond, RetryAfter: 250 * time.Millisecond,
 			Policy: core.Policy{Name: "Tb_1.x-y", Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Burst: 20}},
 		{Allowed: true, Limit: 1, Remaining: 1, Policy: core.Policy{Name: `a"b\c`, Limit: 1, Window: time.Second}},

@@ -83,7 +83,7 @@ type Flow struct {
 // WithCore. Every wiring mistake is reported here, with an error wrapping
 // core.ErrInvalidOption (or core.ErrInvalidPolicy for a layer's policy):
 // a nil store, a nil option or the first option given an invalid value,
-// no layer or more than core.MaxLayers, a layer without a name among
+// no layer or more than 16, a layer without a name among
 // several or two of one name, a bad method or route pattern, a bad policy;
 // and allow or deny lists with a layer that has its own Key but no
 // WithClientIP, which would leave the lists and the key disagreeing about

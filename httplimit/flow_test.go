@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -319,7 +320,7 @@ func (failing) Reset(context.Context, string, core.Policy) error { return errors
 // BenchmarkHandle is the flow alone on the memory store, allowed path,
 // default options (IP key, default headers).
 func BenchmarkHandle(b *testing.B) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	f, err := newFlow(b, memStore(b), layer(p), nil)
 	require.NoError(b, err)
 	r, w := newRequest(), newResponse()
@@ -337,7 +338,7 @@ func BenchmarkHandle(b *testing.B) {
 // store is the memory store itself, as in BenchmarkHandleLayers (clockstore's
 // TakeAll copies the requests to the heap).
 func BenchmarkHandleOneLayerLayered(b *testing.B) {
-	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	same := func(keyfuncs.Request, string) (*core.Policy, error) { return nil, nil }
 	f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p, PolicyFor: same}})
 	require.NoError(b, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -52,7 +53,7 @@ import (
 type Layer struct {
 	// Policy is the layer's policy, unless PolicyFor chooses another for a
 	// request. Its Name names the layer: unique whatever the case ("login"
-	// and "Login" are one name twice), at most core.MaxNameLen characters
+	// and "Login" are one name twice), at most limits.MaxNameLen characters
 	// of [A-Za-z0-9._-]. It names the layer's item in the RateLimit and
 	// RateLimit-Policy headers, and its state in the store. Of a Flow's
 	// only layer it may be empty (the policy's DefaultName); of several,
@@ -192,8 +193,8 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 	if len(layers) == 0 {
 		return nil, invalid(fn, "no layer")
 	}
-	if len(layers) > core.MaxLayers {
-		return nil, invalid(fn, fmt.Sprintf("%d layers, more than %d", len(layers), core.MaxLayers))
+	if len(layers) > limits.MaxLayers {
+		return nil, invalid(fn, fmt.Sprintf("%d layers, more than %d", len(layers), limits.MaxLayers))
 	}
 	ls := &layerSet{layers: make([]flowLayer, len(layers))}
 	seen := make(map[string]bool, len(layers))
@@ -276,9 +277,9 @@ func (ly *flowLayer) applies(r keyfuncs.Request, m *matcher) bool {
 // scratch is what one layered request needs, pooled: the checks, the
 // verdict and its decisions would otherwise escape to the heap.
 type scratch struct {
-	checks [core.MaxLayers]core.Check
-	keys   [core.MaxLayers]string
-	ds     [core.MaxLayers]core.Decision
+	checks [limits.MaxLayers]core.Check
+	keys   [limits.MaxLayers]string
+	ds     [limits.MaxLayers]core.Decision
 	v      core.Verdict
 	m      matcher
 }

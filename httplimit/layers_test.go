@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -81,7 +82,7 @@ func TestLayersConstruction(t *testing.T) {
 	for name, layers := range map[string][]httplimit.Layer{
 		"nil":        nil,
 		"empty":      {},
-		"too many":   make([]httplimit.Layer, core.MaxLayers+1),
+		"too many":   make([]httplimit.Layer, limits.MaxLayers+1),
 		"no name":    with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = ""; return ls }),
 		"duplicate":  with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = "all"; return ls }),
 		"dup case":   with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Name = "ALL"; return ls }),
@@ -112,7 +113,8 @@ func TestLayersConstruction(t *testing.T) {
 	// One layer needs no name, and takes the policy's default one.
 	f, err = httplimit.New(store, []httplimit.Layer{{Policy: perMin(1)}})
 	require.NoError(t, err)
-	assert.Equal(t, perMin(1).DefaultName(), f.Limiter().Policy().Name)
+	p := perMin(1)
+	assert.Equal(t, limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst), f.Limiter().Policy().Name)
 }
 
 // mustClientIP returns keyfuncs.NewClientIP(): the socket peer.
@@ -303,7 +305,7 @@ func TestLayersNoneApplies(t *testing.T) {
 func BenchmarkHandleLayers(b *testing.B) {
 	ip := clientIPKey(b)
 	global := mustKeyFunc(b)(keyfuncs.Static("api"))
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	layers := []httplimit.Layer{
 		{Policy: named("global", p), Key: global},
 		{Policy: named("user", p), Key: ip},

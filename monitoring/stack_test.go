@@ -33,7 +33,7 @@ import (
 const (
 	demoListening    = "listening on " // demo.ListeningPrefix
 	demoAPIKeyHeader = "X-API-Key"     // demo.APIKeyHeader
-	demoGlobalBurst  = 20              // demo.DefaultPolicies().Global.Capacity(), per client IP
+	demoGlobalBurst  = 20              // demo.DefaultPolicies().Global capacity, per client IP
 	demoLoginLimit   = 5               // demo.DefaultPolicies().Login.Limit, per client IP in 15 minutes
 )
 

@@ -159,7 +159,7 @@ func (l *Load) Close() error {
 
 // Adjust returns p with its Limit and Burst multiplied by the scale, when
 // Load scales p's layer: rounded down, at least 1, and a burst the scaled
-// rate cannot refill within core.MaxWindow clamped down to what it
+// rate cannot refill within 366 days clamped down to what it
 // refills (see Override), so that a valid p stays valid and a scale below
 // 1 never loosens it.
 func (l *Load) Adjust(p core.Policy) core.Policy {

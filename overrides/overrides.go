@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/overridespeer"
 )
 
@@ -59,26 +60,26 @@ const (
 // Override changes one layer's policy. Its zero fields change nothing:
 // Limit and Burst replace the policy's when set (Burst only for the
 // buckets, which have one), then Scale, when set, multiplies both (each
-// rounded down, at least 1, at most core.MaxLimit).
+// rounded down, at least 1, at most 10^12).
 //
 // An Override never makes a policy invalid, and never looser than it
 // asks. What it derives is clamped down to the nearest valid value: a
 // bucket's burst it keeps (or scales) but the new rate cannot refill
-// within core.MaxWindow becomes the most that rate refills in that time
+// within 366 days becomes the most that rate refills in that time
 // (limit=1 on a bucket of 100 an hour with a burst of 10,000 makes 1 an
 // hour with a burst of 8,784); a sliding log's limit scaled above
-// core.MaxLogLimit becomes MaxLogLimit. What it sets itself, read before
+// 100,000 becomes MaxLogLimit. What it sets itself, read before
 // Scale, no clamp changes: where no valid policy can have it (a Limit
-// above core.MaxLogLimit on a sliding window log, a Burst the rate cannot
-// refill within core.MaxWindow), the override does not apply. A Set
+// above 100,000 on a sliding window log, a Burst the rate cannot
+// refill within 366 days), the override does not apply. A Set
 // refuses such an override when it is put, for the policies it has
 // adjusted; one it meets later (a policy it had not seen, an override
 // another writer stored in Redis) it does not apply, keeping the layer's
 // last good override (see Set).
 type Override struct {
-	// Limit, when not 0, replaces the policy's Limit, in [1, core.MaxLimit].
+	// Limit, when not 0, replaces the policy's Limit, in [1, 10^12].
 	Limit int64
-	// Burst, when not 0, replaces a bucket's Burst, in [1, core.MaxLimit];
+	// Burst, when not 0, replaces a bucket's Burst, in [1, 10^12];
 	// the window algorithms have none and ignore it.
 	Burst int64
 	// Scale, when not 0, multiplies Limit and Burst, in (0, 1e6].
@@ -94,10 +95,10 @@ func (o Override) validate() error {
 	switch {
 	case o == Override{}:
 		return bad("nothing set: give a limit, a burst or a scale")
-	case o.Limit < 0 || o.Limit > core.MaxLimit:
-		return bad("limit %d is out of range [1, %d]", o.Limit, int64(core.MaxLimit))
-	case o.Burst < 0 || o.Burst > core.MaxLimit:
-		return bad("burst %d is out of range [1, %d]", o.Burst, int64(core.MaxLimit))
+	case o.Limit < 0 || o.Limit > limits.MaxLimit:
+		return bad("limit %d is out of range [1, %d]", o.Limit, int64(limits.MaxLimit))
+	case o.Burst < 0 || o.Burst > limits.MaxLimit:
+		return bad("burst %d is out of range [1, %d]", o.Burst, int64(limits.MaxLimit))
 	case math.IsNaN(o.Scale) || o.Scale < 0 || o.Scale > maxScale:
 		return bad("scale %v is out of range (0, %v]", o.Scale, float64(maxScale))
 	}
@@ -130,12 +131,12 @@ func (o Override) applyTo(p core.Policy) core.Policy {
 // that tightens always tightens, and the Limiter never falls to its
 // FailMode (open by default) on it.
 func (o Override) apply(p *core.Policy) error {
-	bucket := p.Algorithm.IsBucket()
+	bucket := limits.IsBucket(p.Algorithm)
 	if o.Limit > 0 {
 		p.Limit = o.Limit
-		if p.Algorithm == core.SlidingWindowLog && p.Limit > core.MaxLogLimit {
+		if p.Algorithm == core.SlidingWindowLog && p.Limit > limits.MaxLogLimit {
 			return fmt.Errorf("%w: override %q: limit %d is above %d, the most a sliding window log keeps per key",
-				core.ErrInvalidPolicy, o.String(), p.Limit, core.MaxLogLimit)
+				core.ErrInvalidPolicy, o.String(), p.Limit, limits.MaxLogLimit)
 		}
 	}
 	if o.Burst > 0 && bucket {
@@ -156,11 +157,11 @@ func (o Override) apply(p *core.Policy) error {
 }
 
 // clamp lowers what p cannot keep to the nearest valid value: a sliding
-// log's limit to core.MaxLogLimit, a bucket's burst to what its rate
-// refills within core.MaxWindow. Both only tighten.
+// log's limit to 100,000, a bucket's burst to what its rate
+// refills within 366 days. Both only tighten.
 func clamp(p *core.Policy) {
-	if p.Algorithm == core.SlidingWindowLog && p.Limit > core.MaxLogLimit {
-		p.Limit = core.MaxLogLimit
+	if p.Algorithm == core.SlidingWindowLog && p.Limit > limits.MaxLogLimit {
+		p.Limit = limits.MaxLogLimit
 	}
 	if p.Burst > 0 {
 		// At least p.Limit for any window up to MaxWindow: a clamped
@@ -170,24 +171,24 @@ func clamp(p *core.Policy) {
 }
 
 // maxBurst is the largest burst a bucket refilled at limit per window
-// fills from empty within core.MaxWindow, as core.Policy.Validate counts
+// fills from empty within 366 days, as core.Policy.Validate counts
 // it (the window in whole microseconds): floor(MaxWindow*limit/window),
-// at most core.MaxLimit. A limit or window out of range gives MaxLimit,
+// at most 10^12. A limit or window out of range gives MaxLimit,
 // and Validate the policy's error.
 func maxBurst(limit int64, window time.Duration) int64 {
 	w := uint64(window.Microseconds())
 	if limit < 1 || window.Microseconds() < 1 {
-		return core.MaxLimit
+		return limits.MaxLimit
 	}
-	hi, lo := bits.Mul64(uint64(core.MaxWindow.Microseconds()), uint64(limit))
+	hi, lo := bits.Mul64(uint64(limits.MaxWindow.Microseconds()), uint64(limit))
 	if hi >= w { // a quotient of 64 bits or more
-		return core.MaxLimit
+		return limits.MaxLimit
 	}
 	q, _ := bits.Div64(hi, lo, w)
-	return int64(min(q, core.MaxLimit))
+	return int64(min(q, limits.MaxLimit))
 }
 
-// scaled is n*f rounded down, in [1, core.MaxLimit]: a scaled limit is
+// scaled is n*f rounded down, in [1, 10^12]: a scaled limit is
 // never looser than the scale asks (3 at 0.5 is 1, not 2), and never 0.
 // A product within a few float64 ulps of an integer (1e-15 of it) is that
 // integer, so that 0.003 of 1,000, 2.9999999999999996 in float64, is 3:
@@ -202,8 +203,8 @@ func scaled(n int64, f float64) int64 {
 	switch {
 	case v < 1:
 		return 1
-	case v > core.MaxLimit:
-		return core.MaxLimit
+	case v > limits.MaxLimit:
+		return limits.MaxLimit
 	}
 	return int64(v)
 }
@@ -403,7 +404,7 @@ func init() {
 // valid name (core.Policy's Name rules), or o cannot apply to a policy of
 // layer the Set has adjusted (the error then wraps core.ErrInvalidPolicy
 // too): a Limit a sliding log cannot keep, a Burst its rate cannot refill
-// within core.MaxWindow.
+// within 366 days.
 func (s *Set) Put(layer string, o Override) error {
 	if err := checkEntry(layer, o); err != nil {
 		return err
@@ -503,7 +504,7 @@ func fits(sl *slot, layer string, o Override) error {
 	for _, sh := range sl.known {
 		p := sh.policy(layer)
 		if err := o.apply(&p); err != nil {
-			return fmt.Errorf("%w: override of %q for its policy %s: %w", core.ErrInvalidOption, clip(layer), sh.policy("").DefaultName(), err)
+			return fmt.Errorf("%w: override of %q for its policy %s: %w", core.ErrInvalidOption, clip(layer), policyName(sh.policy("")), err)
 		}
 	}
 	return nil
@@ -610,7 +611,7 @@ func (s *Set) unfit(p core.Policy, e entry, err error) core.Policy {
 		}
 		l.Warn("overrides: an override cannot apply to its layer's policy; deciding by the last good one",
 			slog.String("layer", clip(p.Name)), slog.String("override", e.o.String()),
-			slog.String("policy", p.DefaultName()), slog.String("kept", kept), slog.Any("error", err))
+			slog.String("policy", limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)), slog.String("kept", kept), slog.Any("error", err))
 	}
 	return q
 }
@@ -620,8 +621,16 @@ func checkEntry(layer string, o Override) error {
 	if layer == "" {
 		return fmt.Errorf("%w: override: empty layer name", core.ErrInvalidOption)
 	}
-	if err := (core.Policy{Name: layer, Algorithm: core.FixedWindow, Limit: 1, Window: core.MinWindow}).Validate(); err != nil {
+	if err := (core.Policy{Name: layer, Algorithm: core.FixedWindow, Limit: 1, Window: limits.MinWindow}).Validate(); err != nil {
 		return fmt.Errorf("%w: override of %q: %w", core.ErrInvalidOption, clip(layer), err)
 	}
 	return o.validate()
+}
+
+// policyName is p's Name, or the name NewLimiter would give it.
+func policyName(p core.Policy) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
@@ -69,8 +70,8 @@ func TestApply(t *testing.T) {
 	b = overrides.Apply(overrides.Override{Limit: 10, Burst: 4, Scale: 0.01}, bucket)
 	assert.Equal(t, int64(1), b.Limit, "never below 1")
 	assert.Equal(t, int64(1), b.Burst)
-	huge := overrides.Apply(overrides.Override{Limit: core.MaxLimit, Scale: overrides.MaxScale}, window)
-	assert.Equal(t, int64(core.MaxLimit), huge.Limit, "never above MaxLimit")
+	huge := overrides.Apply(overrides.Override{Limit: limits.MaxLimit, Scale: overrides.MaxScale}, window)
+	assert.Equal(t, int64(limits.MaxLimit), huge.Limit, "never above MaxLimit")
 	assert.NoError(t, huge.Validate())
 
 	// Scale rounds down: never looser than it asks.
@@ -90,19 +91,19 @@ func TestApply(t *testing.T) {
 	assert.Equal(t, int64(1), got.Limit)
 	assert.Equal(t, int64(8784), got.Burst, "13,176 at 1 an hour is past MaxWindow: clamped")
 	require.NoError(t, got.Validate())
-	slowest := core.Policy{Name: "s", Algorithm: core.TokenBucket, Limit: 5, Window: core.MaxWindow}
+	slowest := core.Policy{Name: "s", Algorithm: core.TokenBucket, Limit: 5, Window: limits.MaxWindow}
 	got = overrides.Apply(overrides.Override{Scale: 1e-6}, slowest)
 	assert.Equal(t, int64(1), got.Limit, "scaled to 0: 1, the least limit")
 	require.NoError(t, got.Validate())
 	logPolicy := core.Policy{Name: "l", Algorithm: core.SlidingWindowLog, Limit: 50_000, Window: time.Second}
 	got = overrides.Apply(overrides.Override{Scale: 10}, logPolicy)
-	assert.Equal(t, int64(core.MaxLogLimit), got.Limit, "a log scaled past MaxLogLimit: clamped")
+	assert.Equal(t, int64(limits.MaxLogLimit), got.Limit, "a log scaled past MaxLogLimit: clamped")
 	require.NoError(t, got.Validate())
 
 	// Values the override sets itself that no valid policy has: not
 	// applied (Apply leaves the policy as it is).
 	assert.Equal(t, issue, overrides.Apply(overrides.Override{Limit: 1, Burst: 10_000}, issue))
-	assert.Equal(t, logPolicy, overrides.Apply(overrides.Override{Limit: core.MaxLogLimit + 1}, logPolicy))
+	assert.Equal(t, logPolicy, overrides.Apply(overrides.Override{Limit: limits.MaxLogLimit + 1}, logPolicy))
 }
 
 func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
@@ -155,10 +156,10 @@ func TestSetRefusesBadEntries(t *testing.T) {
 		"empty override": {"api", overrides.Override{}},
 		"negative limit": {"api", overrides.Override{Limit: -1}},
 		"NaN scale":      {"api", overrides.Override{Scale: math.NaN()}},
-		"huge burst":     {"api", overrides.Override{Burst: core.MaxLimit + 1}},
+		"huge burst":     {"api", overrides.Override{Burst: limits.MaxLimit + 1}},
 		"empty layer":    {"", overrides.Override{Limit: 1}},
 		"bad layer":      {"a b", overrides.Override{Limit: 1}},
-		"long layer":     {strings.Repeat("a", core.MaxNameLen+1), overrides.Override{Limit: 1}},
+		"long layer":     {strings.Repeat("a", limits.MaxNameLen+1), overrides.Override{Limit: 1}},
 	} {
 		assert.ErrorIs(t, live.Put(tc.layer, tc.o), core.ErrInvalidOption, name)
 		assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"ok": {Limit: 1}, tc.layer: tc.o}), core.ErrInvalidOption, name)
@@ -183,7 +184,7 @@ func captured() (*overrides.Set, *syncbuf.Buffer) {
 // has seen the policy, Put refuses it.
 func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 	live, logs := captured()
-	unfit := overrides.Override{Limit: 1, Burst: core.MaxLimit}
+	unfit := overrides.Override{Limit: 1, Burst: limits.MaxLimit}
 	require.NoError(t, live.Put("api", unfit), "no policy of api seen yet: nothing to refuse it for")
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour}
 	l, err := core.NewLimiter(newStore(t), policy, core.WithPolicySource(live))
@@ -214,8 +215,8 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 	assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"api": unfit}), core.ErrInvalidPolicy)
 	assert.Equal(t, map[string]overrides.Override{"api": unfit}, live.Snapshot(), "a refused Replace changes nothing")
 	_ = live.Adjust(core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second})
-	assert.ErrorIs(t, live.Put("log", overrides.Override{Limit: core.MaxLogLimit + 1}), core.ErrInvalidPolicy)
-	require.NoError(t, live.Put("log", overrides.Override{Limit: core.MaxLogLimit}))
+	assert.ErrorIs(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit + 1}), core.ErrInvalidPolicy)
+	require.NoError(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit}))
 	// What the override only carries over is clamped, never refused.
 	require.NoError(t, live.Put("api", overrides.Override{Limit: 1}))
 	q := live.Adjust(core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000})

@@ -157,9 +157,9 @@
 //     once (WithLogger) and keeps its last good value, or stays absent if
 //     it never had one; the other fields load. The script sends a marker
 //     instead of a value over 256 bytes, and cuts a name over
-//     core.MaxNameLen, so that giant data never crosses the network.
+//     64 bytes, so that giant data never crosses the network.
 //   - A value that parses but cannot apply to its layer's policy (a
-//     burst its rate cannot refill within core.MaxWindow; see
+//     burst its rate cannot refill within 366 days; see
 //     overrides.Override) is not applied: the layer's last good override
 //     stays in force for that policy, and the Overrides logs it once, when
 //     a request first meets it. Put refuses such a value, for the

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/overrides"
 )
@@ -243,7 +244,7 @@ type reply struct {
 // read runs read.lua.
 func (w *Overrides) read(ctx context.Context, digest string) (reply, error) {
 	w.reads.Add(1)
-	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.max, overridespeer.MaxTextLen, core.MaxNameLen, digest).Slice()
+	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.max, overridespeer.MaxTextLen, limits.MaxNameLen, digest).Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("rediswatch: reading %q: %w", w.cfg.key, err)
 	}
@@ -325,7 +326,7 @@ func (w *Overrides) restoreLocked(ctx context.Context) error {
 // applyLocked makes fields (name, value, ...) the overrides in force: a
 // malformed field keeps its last good value, or stays absent. An override
 // that parses but cannot apply to its layer's policy (a burst its rate
-// cannot refill within core.MaxWindow) is kept too, as the Set takes it:
+// cannot refill within limits.MaxWindow) is kept too, as the Set takes it:
 // the Set's Adjust decides by the layer's last good override where it
 // cannot apply, and logs that once. It reports whether it applied them.
 func (w *Overrides) applyLocked(fields []string) bool {

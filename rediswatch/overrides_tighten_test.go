@@ -22,7 +22,7 @@ import (
 // The burst the override leaves (10,000 at 1 an hour: 416 days to fill)
 // used to make the policy invalid, the Limiter fell to its fail mode,
 // open by default, and admitted every request, each with an error. Now
-// the burst is clamped to what 1 an hour refills within core.MaxWindow:
+// the burst is clamped to what 1 an hour refills within limits.MaxWindow:
 // the override tightens, and the client stays denied.
 func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	srv := redistest.Start(t)
@@ -31,7 +31,7 @@ func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w), core.WithTimeout(5*time.Second))
+	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w))
 	require.NoError(t, err)
 	ctx := context.Background()
 	key := "client-" + strings.ReplaceAll(t.Name(), "/", "-")
@@ -109,7 +109,7 @@ func TestWatcherRawUnfitOverrideKeepsTheLastGood(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w), core.WithTimeout(5*time.Second))
+	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w))
 	require.NoError(t, err)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)

@@ -195,7 +195,7 @@ func step(st *state, fresh bool, p *core.Policy, c, now int64) outcome {
 	if !fresh && now < st.last {
 		now = st.last
 	}
-	// b is p.Capacity() for the buckets, without its string comparisons.
+	// b is limits.Capacity(p.Algorithm, p.Limit, p.Burst) for the buckets, without its string comparisons.
 	b := p.Limit
 	if p.Burst > 0 {
 		b = p.Burst
@@ -414,12 +414,12 @@ func bucket(st *state, fresh bool, l, b, w, c, now int64, shape bool) outcome {
 //
 // est is the estimate of k. A real-number one may be off by hours where a
 // sum rounds in steps larger than one microsecond's change (a limit near
-// core.MaxLimit, a long window); the algorithms' estimates (leakyEstimate
+// 10^12, a long window); the algorithms' estimates (leakyEstimate
 // and counterEstimate, below) solve for the sums' rounding bounds instead,
 // and land within a microsecond or two: a denial makes at most 4 calls
 // over random and extreme policies (TestDenialSearchIsShort).
 // firstPass gallops from est, 1, 2, 4... steps, then bisects: O(log
-// |k-est|) calls, and at most about 90 over core.MaxWindow whatever est.
+// |k-est|) calls, and at most about 90 over 366 days whatever est.
 func firstPass(lo, hi, est int64, passes func(k int64) bool) int64 {
 	good := min(max(est, lo), hi)
 	bad := lo - 1 // fails; never called

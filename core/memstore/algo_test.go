@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var debugHist = flag.Bool("denialhist", false, "TestDenialSearchIsShort: log the histograms of admission tests, with the old estimates too, and do not bound them")
@@ -22,26 +23,26 @@ func logUniform(r *rand.Rand, lo, hi int64) int64 {
 }
 
 // randomPolicy returns a valid policy of the algorithm a, from the whole
-// range Validate allows: limits up to core.MaxLimit, windows from
-// core.MinWindow to core.MaxWindow, bursts up to what refills within
-// core.MaxWindow.
+// range Validate allows: limits up to limits.MaxLimit, windows from
+// limits.MinWindow to limits.MaxWindow, bursts up to what refills within
+// limits.MaxWindow.
 func randomPolicy(r *rand.Rand, a core.Algorithm) core.Policy {
 	for {
 		p := core.Policy{Name: "p", Algorithm: a,
-			Limit:  logUniform(r, 1, core.MaxLimit),
-			Window: time.Duration(logUniform(r, core.MinWindow.Microseconds(), core.MaxWindow.Microseconds())) * time.Microsecond,
+			Limit:  logUniform(r, 1, limits.MaxLimit),
+			Window: time.Duration(logUniform(r, limits.MinWindow.Microseconds(), limits.MaxWindow.Microseconds())) * time.Microsecond,
 		}
 		switch r.IntN(4) {
 		case 0:
-			p.Limit = core.MaxLimit
+			p.Limit = limits.MaxLimit
 		case 1:
-			p.Window = core.MaxWindow
+			p.Window = limits.MaxWindow
 		}
-		if a.IsBucket() && r.IntN(2) == 0 {
-			p.Burst = logUniform(r, 1, core.MaxLimit)
+		if limits.IsBucket(a) && r.IntN(2) == 0 {
+			p.Burst = logUniform(r, 1, limits.MaxLimit)
 		}
 		if a == core.SlidingWindowLog {
-			p.Limit = min(p.Limit, core.MaxLogLimit)
+			p.Limit = min(p.Limit, limits.MaxLogLimit)
 		}
 		if p.Validate() == nil {
 			return p
@@ -81,7 +82,7 @@ func bisect(lo, hi int64, passes func(int64) bool) int64 {
 // With old, it uses the estimates of before the closed forms (real-number
 // ones, from now), for comparison.
 func retrySearch(st *state, p *core.Policy, c, now int64, old bool) (wait int64, tests int, ref int64) {
-	l, w, b := p.Limit, p.Window.Microseconds(), p.Capacity()
+	l, w, b := p.Limit, p.Window.Microseconds(), limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	el := now - st.last
 	fl, fw := float64(l), float64(w)
 	switch st.kind {
@@ -126,7 +127,7 @@ func retrySearch(st *state, p *core.Policy, c, now int64, old bool) (wait int64,
 }
 
 // TestDenialSearchIsShort drives random histories of random and extreme
-// policies (limits up to core.MaxLimit, windows up to core.MaxWindow,
+// policies (limits up to limits.MaxLimit, windows up to limits.MaxWindow,
 // bursts as deep as Validate allows) and, at every denial of the three
 // algorithms that search for RetryAfter, checks that:
 //
@@ -146,7 +147,7 @@ func TestDenialSearchIsShort(t *testing.T) {
 	for _, a := range []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.SlidingWindowCounter} {
 		for range 3000 {
 			p := randomPolicy(r, a)
-			w, b := p.Window.Microseconds(), p.Capacity()
+			w, b := p.Window.Microseconds(), limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 			st := state{kind: kindOf(a)}
 			fresh := true
 			now := t0.UnixMicro() + r.Int64N(w)

@@ -10,15 +10,16 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // benchPolicy admits every request of the benchmarks: the limit is far above
 // what a loop reaches. The sliding log keeps one entry per distinct
 // microsecond in its window, so its window is short to bound the log.
 func benchPolicy(alg core.Algorithm) core.Policy {
-	p := core.Policy{Name: "bench", Algorithm: alg, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "bench", Algorithm: alg, Limit: limits.MaxLimit, Window: time.Second}
 	if alg == core.SlidingWindowLog {
-		p.Limit, p.Window = core.MaxLogLimit, time.Millisecond
+		p.Limit, p.Window = limits.MaxLogLimit, time.Millisecond
 	}
 	return p
 }
@@ -40,7 +41,7 @@ func reportRate(b *testing.B) {
 // denied.
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		for _, mode := range []string{"allowed", "denied"} {
 			b.Run(string(alg)+"/"+mode, func(b *testing.B) {
 				s := mustNew(b)

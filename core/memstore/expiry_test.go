@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestExpiredStateDecidesLikeNone checks, on random histories, the premise
@@ -20,9 +21,9 @@ import (
 func TestExpiredStateDecidesLikeNone(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 50_000 {
-		alg := core.Algorithms()[r.IntN(len(core.Algorithms()))]
+		alg := limits.Algorithms[core.Algorithm]()[r.IntN(len(limits.Algorithms[core.Algorithm]()))]
 		p := core.Policy{Algorithm: alg, Limit: 1 + r.Int64N(20), Window: time.Duration(1+r.Int64N(5000)) * time.Millisecond}
-		if alg.IsBucket() && r.IntN(2) == 0 {
+		if limits.IsBucket(alg) && r.IntN(2) == 0 {
 			p.Burst = 1 + r.Int64N(30)
 		}
 		st := state{kind: kindOf(alg)}
@@ -33,7 +34,7 @@ func TestExpiredStateDecidesLikeNone(t *testing.T) {
 			if !fresh && st.expires <= now {
 				st, fresh = state{kind: st.kind}, true
 			}
-			if step(&st, fresh, &p, 1+r.Int64N(p.Capacity()), now).allowed {
+			if step(&st, fresh, &p, 1+r.Int64N(limits.Capacity(p.Algorithm, p.Limit, p.Burst)), now).allowed {
 				fresh = false
 			}
 		}
@@ -41,7 +42,7 @@ func TestExpiredStateDecidesLikeNone(t *testing.T) {
 			continue
 		}
 		for _, at := range []int64{st.expires + 1, st.expires + 1 + r.Int64N(p.Window.Microseconds())} {
-			c := 1 + r.Int64N(p.Capacity())
+			c := 1 + r.Int64N(limits.Capacity(p.Algorithm, p.Limit, p.Burst))
 			stale := st
 			if st.log != nil {
 				lg := *st.log

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // liveHeap returns the bytes of live heap after a collection.
@@ -35,7 +36,7 @@ func floodKey(i int) string {
 // limited, under every algorithm.
 func TestRotatingKeysFloodStaysBounded(t *testing.T) {
 	const maxKeys = 20_000
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			s := newStore(t, memstore.WithMaxKeys(maxKeys))
 			p := core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour}
@@ -87,7 +88,7 @@ func TestRotatingKeysFloodStaysBounded(t *testing.T) {
 // back: the flood's newer states are evicted before the victim's.
 func TestFloodOfEqualStatesKeepsTheOldOnes(t *testing.T) {
 	const maxKeys = 2_000
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			s := newStore(t, memstore.WithMaxKeys(maxKeys))
 			p := core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour}
@@ -109,7 +110,7 @@ func TestFloodOfEqualStatesKeepsTheOldOnes(t *testing.T) {
 // kept copies, so the client's state is still found under its own key and
 // name, and the rewritten bytes name a new client (or policy).
 func TestKeptKeysAreCopies(t *testing.T) {
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		for _, part := range []string{"key", "name"} {
 			t.Run(string(alg)+"/"+part, func(t *testing.T) {
 				s := newStore(t)

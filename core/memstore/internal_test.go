@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -53,7 +54,7 @@ func TestSweepReclaimsExpiredState(t *testing.T) {
 	// The state of each of these policies matters for one window (two for
 	// the sliding counter) after its last admitted request at t0, at most.
 	var ps []core.Policy
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		ps = append(ps, core.Policy{Name: "p", Algorithm: alg, Limit: 10, Window: time.Minute})
 	}
 	const keys = 100
@@ -281,7 +282,7 @@ func TestShardPadding(t *testing.T) {
 // and taking the lock, the log stays in time order.
 func TestClockNeverRunsBackwards(t *testing.T) {
 	s := testStore(t, WithShards(1))
-	p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Hour}
+	p := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit, Window: time.Hour}
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -332,22 +333,22 @@ func TestValidAgreesWithValidate(t *testing.T) {
 	}
 	extremes := []int64{math.MinInt64, -1, 0, 1, math.MaxInt64}
 	for range 200_000 {
-		req := core.Request{Cost: near(append(extremes, core.MaxLimit, core.MaxLogLimit, 10)...)}
+		req := core.Request{Cost: near(append(extremes, limits.MaxLimit, limits.MaxLogLimit, 10)...)}
 		if r.IntN(8) > 0 {
 			req.Key = "k"
 		}
 		req.Policy = core.Policy{
-			Algorithm: core.Algorithms()[r.IntN(len(core.Algorithms()))],
-			Limit:     near(append(extremes, core.MaxLimit, core.MaxLogLimit, 10)...),
-			Burst:     near(append(extremes, core.MaxLimit, 20)...),
-			Window:    time.Duration(near(append(extremes, int64(core.MinWindow), int64(core.MaxWindow))...)),
+			Algorithm: limits.Algorithms[core.Algorithm]()[r.IntN(len(limits.Algorithms[core.Algorithm]()))],
+			Limit:     near(append(extremes, limits.MaxLimit, limits.MaxLogLimit, 10)...),
+			Burst:     near(append(extremes, limits.MaxLimit, 20)...),
+			Window:    time.Duration(near(append(extremes, int64(limits.MinWindow), int64(limits.MaxWindow))...)),
 		}
 		if r.IntN(2) == 0 {
 			req.Policy.Burst = 0
 		}
-		capacity := req.Policy.Capacity()
+		capacity := limits.Capacity(req.Policy.Algorithm, req.Policy.Limit, req.Policy.Burst)
 		got, err := valid(&req, capacity), req.Validate()
-		burstMisplaced := req.Policy.Burst != 0 && !req.Policy.Algorithm.IsBucket()
+		burstMisplaced := req.Policy.Burst != 0 && !limits.IsBucket(req.Policy.Algorithm)
 		if !got && err == nil || got && err != nil && !burstMisplaced {
 			t.Fatalf("%+v: valid = %v, Validate says %v", req, got, err)
 		}

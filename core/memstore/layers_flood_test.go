@@ -12,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestLayeredFloodKeepsTheLoginGuard floods a full Store through a layered
@@ -29,12 +30,12 @@ func TestLayeredFloodKeepsTheLoginGuard(t *testing.T) {
 		return core.Policy{Algorithm: core.SlidingWindowCounter, Limit: n, Window: time.Minute}
 	}
 	for _, attempts := range []int{1, 5} { // each flood address logs in once, or uses its whole login quota
-		for _, alg := range core.Algorithms() {
+		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			t.Run(fmt.Sprintf("%s/%d-per-address", alg, attempts), func(t *testing.T) {
 				s := newStore(t, memstore.WithMaxKeys(maxKeys))
 				login := core.Policy{Algorithm: alg, Limit: 5, Window: 15 * time.Minute}
 				l, err := core.NewLayered(s, []core.Layer{
-					{Name: "global", Policy: perMinute(core.MaxLimit)},
+					{Name: "global", Policy: perMinute(limits.MaxLimit)},
 					{Name: "user", Policy: perMinute(20)},
 					{Name: "login", Policy: login},
 					{Name: "ip", Policy: perMinute(300)},
@@ -93,7 +94,7 @@ func TestLayeredFloodKeepsTheGlobalLayer(t *testing.T) {
 		maxKeys = 1_000
 		global  = 20_000
 	)
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			s := newStore(t, memstore.WithMaxKeys(maxKeys))
 			l, err := core.NewLayered(s, []core.Layer{

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // hotGoroutines is how many goroutines the contention benchmarks decide
@@ -26,7 +27,7 @@ func setHotParallelism(b *testing.B) {
 // token-bucket key as Store.Take does (read the clock, hash the key, lock
 // the shard, shard.take, unlock). Only the lock differs.
 func BenchmarkHotKeyLock(b *testing.B) {
-	p := core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	const key = "203.0.113.7"
 	for _, name := range []string{"sync.Mutex", "shardLock"} {
 		b.Run(name, func(b *testing.B) {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // This file keeps the lockouts of core.Lockout. A client's lockout under a
@@ -63,7 +64,7 @@ func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capaci
 	if !known || o.allowed {
 		return o, known, false
 	}
-	strikes = min(strikes+1, core.MaxStrikes)
+	strikes = min(strikes+1, limits.MaxStrikes)
 	until := now + max(lp.length(strikes), msUp(o.wait).Microseconds())
 	resetAt := now + msUp(o.reset).Microseconds()
 	if lock == nil {

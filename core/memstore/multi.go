@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Compile-time check.
@@ -26,7 +27,7 @@ var _ core.MultiTaker = (*Store)(nil)
 // It never blocks on I/O and ignores ctx.
 //
 // Bad input is an error and records nothing: len(out) not len(reqs), more
-// than core.MaxLayers requests, two with the same Key and Policy.Name, two
+// than 16 requests, two with the same Key and Policy.Name, two
 // with different Now, or a request that Take refuses (wrapping the same
 // errors). Requests on keys that exist already cost no allocation.
 func (s *Store) TakeAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
@@ -34,8 +35,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []core.Request, out []core.Decis
 	if n != len(out) {
 		return fmt.Errorf("%w: memstore: TakeAll: %d requests and %d decisions", core.ErrInvalidOption, n, len(out))
 	}
-	if n > core.MaxLayers {
-		return fmt.Errorf("%w: memstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, n, core.MaxLayers)
+	if n > limits.MaxLayers {
+		return fmt.Errorf("%w: memstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, n, limits.MaxLayers)
 	}
 	if n == 0 {
 		return nil
@@ -49,7 +50,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []core.Request, out []core.Decis
 		var ts [smallLayers]taken
 		return s.takeAll(reqs, out, ts[:n])
 	}
-	var ts [core.MaxLayers]taken
+	var ts [limits.MaxLayers]taken
 	return s.takeAll(reqs, out, ts[:n])
 }
 
@@ -59,8 +60,8 @@ const smallLayers = 4
 // takeAll is TakeAll on valid lengths, with ts, len(reqs) long, to work in.
 func (s *Store) takeAll(reqs []core.Request, out []core.Decision, ts []taken) error {
 	var (
-		shards [core.MaxLayers]uint32 // distinct, ascending
-		m      int                    // len(shards)
+		shards [limits.MaxLayers]uint32 // distinct, ascending
+		m      int                      // len(shards)
 	)
 	for i := range reqs {
 		r := &reqs[i]
@@ -164,7 +165,7 @@ type logMark struct {
 func (s *Store) stageOf(t *taken, r *core.Request) error {
 	p := &r.Policy
 	capacity := p.Limit
-	if p.Burst > 0 && p.Algorithm.IsBucket() {
+	if p.Burst > 0 && limits.IsBucket(p.Algorithm) {
 		capacity = p.Burst
 	}
 	if !valid(r, capacity) {

@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var multiT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -115,8 +116,8 @@ func TestTakeAllAllocs(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	keys := [4]string{"global", "user-42", "GET:/items", "203.0.113.7"}
-	admit := fourLayers(keys, [4]int64{core.MaxLogLimit, core.MaxLogLimit, 1e9, 1e9}, multiT0)
-	deny := append(fourLayers(keys, [4]int64{core.MaxLogLimit, core.MaxLogLimit, 1e9, 1e9}, multiT0),
+	admit := fourLayers(keys, [4]int64{limits.MaxLogLimit, limits.MaxLogLimit, 1e9, 1e9}, multiT0)
+	deny := append(fourLayers(keys, [4]int64{limits.MaxLogLimit, limits.MaxLogLimit, 1e9, 1e9}, multiT0),
 		core.Request{Key: "full", Policy: core.Policy{Name: "full", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, Cost: 1, Now: multiT0})
 	out := make([]core.Decision, len(deny))
 	require.NoError(t, s.TakeAll(ctx, deny, out)) // creates every key; "full" is now full

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Store keeps rate-limit state in memory. Build one with New and share it
@@ -57,8 +58,8 @@ type Store struct {
 
 // Compile-time checks.
 var (
-	_ core.Store     = (*Store)(nil)
-	_ core.CallModer = (*Store)(nil)
+	_ core.Store      = (*Store)(nil)
+	_ core.MultiTaker = (*Store)(nil)
 )
 
 var errNoStore = errors.New("memstore: Store not built with New")
@@ -137,9 +138,9 @@ func (s *Store) TimedStore() core.TimedStore { return s }
 // take is Take, with the time it decided at in µs since the Unix epoch.
 func (s *Store) take(req *core.Request) (d core.Decision, now int64, err error) {
 	p := &req.Policy
-	// p.Capacity(), comparing strings only for a policy with a Burst.
+	// limits.Capacity(p.Algorithm, p.Limit, p.Burst), comparing strings only for a policy with a Burst.
 	capacity := p.Limit
-	if p.Burst > 0 && p.Algorithm.IsBucket() {
+	if p.Burst > 0 && limits.IsBucket(p.Algorithm) {
 		capacity = p.Burst
 	}
 	if !valid(req, capacity) {
@@ -211,10 +212,6 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 	return nil
 }
 
-// CallMode reports core.CallDirect: the Store answers from memory without
-// I/O, so a core.Limiter calls it directly, and it can be a fallback store.
-func (*Store) CallMode() core.CallMode { return core.CallDirect }
-
 // Len returns the number of keys (client key and policy) the Store holds,
 // expired ones that the janitor has not yet deleted included. A client's
 // lockout and strikes under a policy (core.Lockout) are a key of their
@@ -264,21 +261,21 @@ func (s *Store) hash(key string) uint64 {
 func valid(req *core.Request, capacity int64) bool {
 	p := &req.Policy
 	return req.Key != "" &&
-		uint64(p.Limit-1) < core.MaxLimit && uint64(p.Burst) <= core.MaxLimit &&
-		uint64(p.Window-core.MinWindow) <= uint64(core.MaxWindow-core.MinWindow) &&
-		(p.Limit <= core.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
+		uint64(p.Limit-1) < limits.MaxLimit && uint64(p.Burst) <= limits.MaxLimit &&
+		uint64(p.Window-limits.MinWindow) <= uint64(limits.MaxWindow-limits.MinWindow) &&
+		(p.Limit <= limits.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
 		uint64(req.Cost-1) < uint64(capacity) &&
 		(p.Burst <= p.Limit || refillsWithin(p))
 }
 
 // refillsWithin is core.Policy.Validate's bound on a bucket deeper than
-// its limit: it fills from empty within core.MaxWindow, burst*w <=
+// its limit: it fills from empty within 366 days, burst*w <=
 // MaxWindow*limit in µs, compared in 128 bits. Beyond it, a bucket's
 // lifetime overflows int64 microseconds, and its state would expire at
 // once. p's limit, window and burst are in range.
 func refillsWithin(p *core.Policy) bool {
 	hi, lo := bits.Mul64(uint64(p.Burst), uint64(p.Window.Microseconds()))
-	maxHi, maxLo := bits.Mul64(uint64(core.MaxWindow.Microseconds()), uint64(p.Limit))
+	maxHi, maxLo := bits.Mul64(uint64(limits.MaxWindow.Microseconds()), uint64(p.Limit))
 	return hi < maxHi || hi == maxHi && lo <= maxLo
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // t0 is the fixed time of the explicit-clock tests.
@@ -37,7 +38,7 @@ func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 // policies has one policy of limit 3 per algorithm.
 func policies() []core.Policy {
 	var ps []core.Policy
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		ps = append(ps, core.Policy{Name: "p-" + string(alg), Algorithm: alg, Limit: 3, Window: time.Minute})
 	}
 	return ps
@@ -168,7 +169,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"zero window", with(func(r *core.Request) { r.Policy.Window = 0 }), core.ErrInvalidPolicy},
 		{"negative burst", with(func(r *core.Request) { r.Policy.Burst = -1 }), core.ErrInvalidPolicy},
 		{"huge log", with(func(r *core.Request) {
-			r.Policy.Algorithm, r.Policy.Limit = core.SlidingWindowLog, core.MaxLogLimit+1
+			r.Policy.Algorithm, r.Policy.Limit = core.SlidingWindowLog, limits.MaxLogLimit+1
 		}), core.ErrInvalidPolicy},
 		{"zero cost", with(func(r *core.Request) { r.Cost = 0 }), core.ErrInvalidCost},
 		{"cost above capacity", with(func(r *core.Request) { r.Cost = 4 }), core.ErrCostExceedsLimit},
@@ -236,7 +237,7 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	// Every other algorithm, on the real clock, on the side.
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		q := core.Policy{Name: "q", Algorithm: alg, Limit: 50, Window: time.Second}
 		wg.Go(func() {
 			for i := range 2000 {

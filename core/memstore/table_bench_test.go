@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // BenchmarkIndex compares a shard's table with the plain Go maps it
@@ -31,7 +32,7 @@ import (
 // expired and been removed, as the janitor does (left-B/key, per key once
 // held): the table shrinks, a Go map never does.
 func BenchmarkIndex(b *testing.B) {
-	p := core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro()
 	for _, n := range []int{1, 1_000, 100_000, 1_000_000} {
 		keys := make([]string, n)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestTakeTimed: TakeTimed decides as Take does, and returns the time it
@@ -21,7 +22,7 @@ func TestTakeTimed(t *testing.T) {
 	var ts core.TimedStore = s
 	assert.Same(t, s, ts.TimedStore())
 	ctx := context.Background()
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		p := core.Policy{Name: "p", Algorithm: alg, Limit: 3, Window: time.Minute}
 		for i := range 5 {
 			req := core.Request{Key: "k", Policy: p, Cost: 1, Now: t0.Add(time.Duration(i) * time.Second)}
@@ -54,7 +55,7 @@ func TestTakeTimed(t *testing.T) {
 // BenchmarkTakeTimed is BenchmarkTake's hot key through TakeTimed.
 func BenchmarkTakeTimed(b *testing.B) {
 	s := newStore(b)
-	req := core.Request{Key: "203.0.113.7", Policy: core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour}, Cost: 1}
+	req := core.Request{Key: "203.0.113.7", Policy: core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Hour}, Cost: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

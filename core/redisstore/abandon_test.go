@@ -35,14 +35,14 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 				s := mustNew(t, client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
 				waitChecked(t, s, 10*time.Second)
 				p := core.Policy{Name: "abandon", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-				lim, err := core.NewLimiter(s, p, core.WithTimeout(100*time.Millisecond), core.WithFailMode(mode))
+				lim, err := core.NewLimiter(within(s, 100*time.Millisecond), p, core.WithFailMode(mode))
 				require.NoError(t, err)
 				// The healthy decisions, before and after the freeze, go
 				// through a Limiter of their own, over the same store and
 				// policy, with a generous timeout (aloneTimeout): a
 				// healthy round trip on a busy machine may outlast the
 				// short one under test.
-				healthy, err := core.NewLimiter(s, p, aloneTimeout(), core.WithFailMode(mode))
+				healthy, err := core.NewLimiter(alone(s), p, core.WithFailMode(mode))
 				require.NoError(t, err)
 				ctx := context.Background()
 				admitted := 0

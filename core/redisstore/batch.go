@@ -13,8 +13,6 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/apigate/ratelimit/core"
 )
 
 // maxBatch is the most decisions one pipeline carries.
@@ -38,7 +36,7 @@ type call struct {
 	args      [16]any
 	nargs     int
 	cmd       *redis.IntSliceCmd
-	multi     *multiCall // a layered decision's arguments, in place of the above (TakeAllBy)
+	multi     *multiCall // a layered decision's arguments, in place of the above (TakeAll)
 
 	parent   context.Context // the caller's: its values, not its cancellation
 	deadline time.Time
@@ -591,59 +589,8 @@ func complete(c *call) {
 	}
 }
 
-// TakeBy is Take bounded by deadline and ctx, for a core.Limiter (see
-// core.BoundedTaker): over a *redis.Client, the script runs on one of the
-// Store's flusher goroutines, which sends the decisions that arrive while
-// the others are busy as one pipeline (a lone decision goes out at once,
-// as one EVALSHA), and TakeBy stops waiting at deadline or when ctx ends,
-// however the client is configured; a decision asked while no other is
-// under way, with at most a second to its deadline, runs on the caller's
-// goroutine instead (see the package documentation) and ends by deadline,
-// not at ctx's end. A decision whose deadline passes
-// before a flusher reaches it is never sent. Over any other client (a
-// cluster client, a Ring), TakeBy is Take with deadline as its context's,
-// on a goroutine of its own that it stops waiting for at the deadline,
-// unless the client honours context deadlines (see CallMode).
-func (s *Store) TakeBy(ctx context.Context, req core.Request, deadline time.Time) (core.Decision, error) {
-	if s.batch != nil {
-		return s.take(ctx, req, deadline)
-	}
-	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	if s.CallMode() == core.CallWithDeadline {
-		defer cancel()
-		return s.Take(sctx, req)
-	}
-	type result struct {
-		d   core.Decision
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		defer cancel()
-		d, err := s.Take(sctx, req)
-		ch <- result{d, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-sctx.Done():
-		select {
-		case r = <-ch: // it answered just in time
-		default:
-			r.err = sctx.Err()
-		}
-	case <-ctx.Done():
-		select {
-		case r = <-ch:
-		default:
-			r.err = ctx.Err()
-		}
-	}
-	return r.d, r.err
-}
-
-// Close stops the Store's flusher goroutines (see TakeBy), if it started
-// any; decisions asked of it afterwards through a core.Limiter fail. It
+// Close stops the Store's flusher goroutines (see Take), if it started
+// any; decisions asked of it afterwards fail. It
 // does not close the client.
 func (s *Store) Close() error {
 	if s.batch != nil {
@@ -651,5 +598,3 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
-
-var _ core.BoundedTaker = (*Store)(nil)

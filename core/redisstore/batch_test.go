@@ -55,7 +55,7 @@ func TestBatchRoundTrips(t *testing.T) {
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	t.Cleanup(func() { _ = s.Close() })
 	waitChecked(t, s, 10*time.Second)
-	require.Equal(t, core.CallBounded, s.CallMode())
+	require.False(t, s.honoursDeadline())
 	for _, flush := range []bool{false, true} {
 		t.Run("script-flush="+strconv.FormatBool(flush), func(t *testing.T) {
 			if flush && srv.External() {
@@ -63,7 +63,7 @@ func TestBatchRoundTrips(t *testing.T) {
 			}
 			for _, p := range policies(500, time.Hour) {
 				p.Name = "batch-" + strconv.FormatBool(flush)
-				l, err := core.NewLimiter(s, p, core.WithTimeout(10*time.Second))
+				l, err := core.NewLimiter(within(s, 10*time.Second), p)
 				require.NoError(t, err)
 				if flush {
 					require.NoError(t, c.ScriptFlush(context.Background()).Err())
@@ -91,7 +91,7 @@ func TestBatchManyKeys(t *testing.T) {
 	s, _, _ := newStore(t)
 	t.Cleanup(func() { _ = s.Close() })
 	for _, p := range policies(2, time.Hour) {
-		l, err := core.NewLimiter(s, p, core.WithTimeout(10*time.Second))
+		l, err := core.NewLimiter(within(s, 10*time.Second), p)
 		require.NoError(t, err)
 		got := concurrently(t, l, 600, func(i int) string { return "k" + strconv.Itoa(i%200) })
 		assert.EqualValues(t, 400, got, "%s: admitted", p.Algorithm)
@@ -103,7 +103,7 @@ func TestBatchLockout(t *testing.T) {
 	s, _, _ := newStore(t)
 	t.Cleanup(func() { _ = s.Close() })
 	p := core.Policy{Name: "lo", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour, Lockout: &core.Lockout{Duration: time.Hour}}
-	l, err := core.NewLimiter(s, p, core.WithTimeout(10*time.Second))
+	l, err := core.NewLimiter(within(s, 10*time.Second), p)
 	require.NoError(t, err)
 	got := concurrently(t, l, 300, func(int) string { return "hot" })
 	assert.EqualValues(t, 5, got, "admitted")
@@ -127,16 +127,16 @@ func TestTakeByDeadline(t *testing.T) {
 	waitChecked(t, s, 10*time.Second)
 	ctx := context.Background()
 	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}}
-	_, err := s.TakeBy(ctx, req, time.Now().Add(5*time.Second))
+	_, err := s.takeUntil(ctx, req, time.Now().Add(5*time.Second))
 	require.NoError(t, err)
-	_, err = s.TakeBy(ctx, req, time.Now().Add(-time.Millisecond))
+	_, err = s.takeUntil(ctx, req, time.Now().Add(-time.Millisecond))
 	require.Error(t, err, "a deadline already passed")
 
 	srv.Freeze()
 	defer srv.Thaw()
 	for range 30 { // more than the flushers
 		start := time.Now()
-		_, err := s.TakeBy(ctx, req, start.Add(50*time.Millisecond))
+		_, err := s.takeUntil(ctx, req, start.Add(50*time.Millisecond))
 		took := time.Since(start)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Less(t, took, 50*time.Millisecond+slack, "TakeBy on a frozen server")
@@ -144,11 +144,11 @@ func TestTakeByDeadline(t *testing.T) {
 }
 
 // TestClose: after Close, decisions through a Limiter fail (and the
-// Limiter's fail mode decides); Take still works.
+// Limiter's fail mode decides), and so does the Store's own Take.
 func TestClose(t *testing.T) {
 	s, _, _ := newStore(t)
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
-	l, err := core.NewLimiter(s, p, aloneTimeout())
+	l, err := core.NewLimiter(alone(s), p)
 	require.NoError(t, err)
 	d, err := l.Allow(context.Background(), "k")
 	require.NoError(t, err)
@@ -160,5 +160,5 @@ func TestClose(t *testing.T) {
 	require.ErrorIs(t, err, redis.ErrClosed)
 	require.Equal(t, core.SourceFailMode, d.Source)
 	_, err = s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1})
-	require.NoError(t, err, "Take after Close")
+	require.ErrorIs(t, err, redis.ErrClosed, "Take after Close")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -30,8 +31,8 @@ func BenchmarkLimiter(b *testing.B) {
 	report := func(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	}
-	for _, p := range policies(core.MaxLogLimit, time.Second) {
-		l, err := core.NewLimiter(s, p, core.WithTimeout(time.Second))
+	for _, p := range policies(limits.MaxLogLimit, time.Second) {
+		l, err := core.NewLimiter(within(s, time.Second), p)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,7 +81,7 @@ func BenchmarkTake(b *testing.B) {
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	req := core.Request{Key: "hot", Cost: 1, Policy: core.Policy{
-		Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second,
+		Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second,
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -103,7 +104,7 @@ func BenchmarkLimiterCall(b *testing.B) {
 		opts.ContextTimeoutEnabled = kind.contextDeadline
 		client := redis.NewClient(opts)
 		b.Cleanup(func() { _ = client.Close() })
-		l, err := core.NewLimiter(mustNew(b, client, WithPrefix(testPrefix(b))), p, core.WithTimeout(time.Second))
+		l, err := core.NewLimiter(within(mustNew(b, client, WithPrefix(testPrefix(b))), time.Second), p)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -127,11 +128,11 @@ func BenchmarkDeniedFlood(b *testing.B) {
 	ctx := context.Background()
 	p := core.Policy{Name: "flood", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
 	for _, cached := range []bool{false, true} {
-		name, opts := "no-cache", []core.Option{core.WithTimeout(time.Second)}
+		name, opts := "no-cache", []core.Option(nil)
 		if cached {
 			name, opts = "deny-cache", append(opts, core.WithDenyCache(10_000))
 		}
-		l, err := core.NewLimiter(s, p, opts...)
+		l, err := core.NewLimiter(within(s, time.Second), p, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -165,12 +166,12 @@ func BenchmarkLockout(b *testing.B) {
 		lockout *core.Lockout
 		allowed bool
 	}{
-		{"none", core.MaxLimit, nil, true},
-		{"admitted", core.MaxLimit, &core.Lockout{Duration: time.Hour}, true},
+		{"none", limits.MaxLimit, nil, true},
+		{"admitted", limits.MaxLimit, &core.Lockout{Duration: time.Hour}, true},
 		{"locked-out", 1, &core.Lockout{Duration: time.Hour}, false},
 	} {
 		p := core.Policy{Name: "bench-" + c.name, Algorithm: core.TokenBucket, Limit: c.limit, Window: time.Hour, Lockout: c.lockout}
-		l, err := core.NewLimiter(s, p, core.WithTimeout(time.Second))
+		l, err := core.NewLimiter(within(s, time.Second), p)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -189,20 +190,22 @@ func BenchmarkLockout(b *testing.B) {
 	}
 }
 
-// unbatched hides the Store's TakeBy, so that a core.Limiter calls its
-// Take on a goroutine of the Limiter's, one EVALSHA per decision: the path
-// before batching.
+// unbatched skips the Store's batcher: each decision runs on a goroutine
+// of its own (bounded), one EVALSHA per decision: the path before
+// batching.
 type unbatched struct{ s *Store }
 
-func (u unbatched) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	return u.s.Take(ctx, req)
+func (u unbatched) Take(ctx context.Context, req core.Request) (d core.Decision, err error) {
+	err = u.s.bounded(ctx, time.Now().Add(time.Second), func(sctx context.Context) (err error) {
+		d, err = u.s.take(sctx, req, time.Time{})
+		return err
+	})
+	return d, err
 }
 
 func (u unbatched) Reset(ctx context.Context, key string, p core.Policy) error {
 	return u.s.Reset(ctx, key, p)
 }
-
-func (u unbatched) CallMode() core.CallMode { return u.s.CallMode() }
 
 // BenchmarkBatch compares, through a core.Limiter over a default client,
 // the batched path (TakeBy: flusher goroutines, pipelines) with the
@@ -214,12 +217,12 @@ func BenchmarkBatch(b *testing.B) {
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	b.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
-	p := core.Policy{Name: "batch", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "batch", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	for _, c := range []struct {
 		name  string
 		store core.Store
-	}{{"batched", s}, {"unbatched", unbatched{s}}} {
-		l, err := core.NewLimiter(c.store, p, core.WithTimeout(time.Second))
+	}{{"batched", within(s, time.Second)}, {"unbatched", unbatched{s}}} {
+		l, err := core.NewLimiter(c.store, p)
 		if err != nil {
 			b.Fatal(err)
 		}

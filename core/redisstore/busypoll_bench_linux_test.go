@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ import (
 func BenchmarkBusyPoll(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()
-	p := core.Policy{Name: "poll", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "poll", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	for _, c := range []struct {
 		name string
 		opts []Option
@@ -33,7 +34,7 @@ func BenchmarkBusyPoll(b *testing.B) {
 		{"poll400", []Option{WithBusyPoll(400 * time.Microsecond)}},
 	} {
 		s := mustNew(b, srv.Client(), append([]Option{WithPrefix(testPrefix(b))}, c.opts...)...)
-		l, err := core.NewLimiter(s, p, core.WithTimeout(time.Second))
+		l, err := core.NewLimiter(within(s, time.Second), p)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -26,14 +27,14 @@ func BenchmarkMultiClusterSpread(b *testing.B) {
 		layers := make([]core.Layer, 4)
 		checks := make([]core.Check, 4)
 		for i := range layers {
-			p := core.Policy{Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second}
+			p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second}
 			if name == "denied" && i == 3 {
 				p = core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
 			}
 			layers[i] = core.Layer{Name: fmt.Sprintf("%s%d", name, i), Policy: p}
 			checks[i] = core.Check{Layer: i, Key: keys[i], Cost: 1}
 		}
-		l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+		l, err := core.NewLayered(within(s, 5*time.Second), layers)
 		if err != nil {
 			b.Fatal(err)
 		}

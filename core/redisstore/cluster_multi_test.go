@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -102,7 +103,7 @@ func TestMultiClusterUndo(t *testing.T) {
 	keys := spreadKeys(t, s, c, 6)
 	t0 := time.UnixMicro(1_700_000_000_000_000)
 	var reqs []core.Request
-	for i, a := range core.Algorithms() {
+	for i, a := range limits.Algorithms[core.Algorithm]() {
 		p := core.Policy{Name: "room", Algorithm: a, Limit: 10, Window: 10 * time.Second}
 		reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2, Now: t0})
 	}
@@ -140,7 +141,7 @@ func TestMultiClusterUndo(t *testing.T) {
 		got := make([]core.Decision, 1)
 		require.NoError(t, s.TakeAll(ctx, []core.Request{r}, got))
 		assert.True(t, got[0].Allowed, "layer %d alone", i)
-		if r.Policy.Algorithm.IsBucket() {
+		if limits.IsBucket(r.Policy.Algorithm) {
 			assert.GreaterOrEqual(t, got[0].Remaining, int64(6), "layer %d alone: remaining", i)
 		} else {
 			assert.Equal(t, int64(6), got[0].Remaining, "layer %d alone: remaining", i)
@@ -172,7 +173,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			run := fmt.Sprintf("-%v", later)
 			t0 := time.UnixMicro(1_700_000_000_000_000)
 			var reqs []core.Request
-			for i, a := range core.Algorithms() {
+			for i, a := range limits.Algorithms[core.Algorithm]() {
 				p := core.Policy{Name: "room" + run, Algorithm: a, Limit: 10, Window: window}
 				reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2, Now: t0})
 			}
@@ -242,7 +243,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 				}
 				want := left(twin)
 				assert.Equal(t, want, left(r), "%s: all 3 units given back", r.Policy.Algorithm)
-				if !r.Policy.Algorithm.IsBucket() {
+				if !limits.IsBucket(r.Policy.Algorithm) {
 					assert.Equal(t, int64(10-2-1-1), want, "%s: the twin", r.Policy.Algorithm)
 				}
 			}
@@ -321,7 +322,7 @@ func TestMultiRing(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.UnixMicro(1_700_000_000_000_000)
 	var reqs []core.Request
-	for i, alg := range core.Algorithms() {
+	for i, alg := range limits.Algorithms[core.Algorithm]() {
 		p := core.Policy{Name: "room", Algorithm: alg, Limit: 10, Window: 10 * time.Second}
 		reqs = append(reqs, core.Request{Key: fmt.Sprintf("ring-%d", i), Policy: p, Cost: 2, Now: t0})
 	}
@@ -380,7 +381,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 	keyOf := func(layer, attempt int) string {
 		return fmt.Sprintf("%s-%d", specs[layer].name, attempt%specs[layer].keys)
 	}
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			run := fmt.Sprintf("%s-%s-", prefix, alg)
 			layers := make([]core.Layer, len(specs))
@@ -400,7 +401,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 					// Generous: this test is about what is charged, and a
 					// busy machine must not turn a slow decision into an
 					// error.
-					l, err := core.NewLayered(s, layers, core.WithTimeout(10*time.Second))
+					l, err := core.NewLayered(within(s, 10*time.Second), layers)
 					require.NoError(t, err)
 					limiters = append(limiters, l)
 				}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -94,7 +95,7 @@ func scriptCalls(tb testing.TB, c redis.UniversalClient) (calls, usec int64) {
 //     100 000 per second (the log holds up to 50 000 members).
 //   - denied: another key, exhausted by a request of the whole capacity,
 //     then requests of cost 1 a microsecond later; for
-//     sliding_window_counter/whole-limit, at core.MaxLimit per hour, 27
+//     sliding_window_counter/whole-limit, at limits.MaxLimit per hour, 27
 //     units, then requests of the whole limit.
 //
 // redis_rate's requests are at Redis TIME: 1e9 per second (burst 1e9) for
@@ -153,16 +154,16 @@ func BenchmarkDenial(b *testing.B) {
 		first, deny int64 // the cost that exhausts the key, and the denied one
 	}
 	var cases []denialCase
-	for _, a := range core.Algorithms() {
-		p := core.Policy{Name: "bench", Algorithm: a, Limit: core.MaxLogLimit, Window: time.Second}
-		cases = append(cases, denialCase{string(a), p, p.Capacity(), 1})
+	for _, a := range limits.Algorithms[core.Algorithm]() {
+		p := core.Policy{Name: "bench", Algorithm: a, Limit: limits.MaxLogLimit, Window: time.Second}
+		cases = append(cases, denialCase{string(a), p, limits.Capacity(p.Algorithm, p.Limit, p.Burst), 1})
 	}
 	// Where float64 steps are coarse: a request of the whole limit, behind
 	// 27 units, waits for their weight to round away in L + weight. The
 	// real-number estimate (the window's end) took ~50 admission tests.
 	cases = append(cases, denialCase{"sliding_window_counter/whole-limit",
-		core.Policy{Name: "bench", Algorithm: core.SlidingWindowCounter, Limit: core.MaxLimit, Window: time.Hour},
-		27, core.MaxLimit})
+		core.Policy{Name: "bench", Algorithm: core.SlidingWindowCounter, Limit: limits.MaxLimit, Window: time.Hour},
+		27, limits.MaxLimit})
 	for _, dc := range cases {
 		p := dc.p
 		b.Run(dc.name, func(b *testing.B) {

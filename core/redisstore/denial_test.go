@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // countingScript returns the script of the algorithm algos[i] with
@@ -56,23 +57,23 @@ func logUniform(r *rand.Rand, lo, hi int64) int64 {
 }
 
 // randomPolicy returns a valid policy of the algorithm a from the whole
-// range Validate allows: limits up to core.MaxLimit, windows from
-// core.MinWindow to core.MaxWindow, bursts up to what refills within
-// core.MaxWindow.
+// range Validate allows: limits up to limits.MaxLimit, windows from
+// limits.MinWindow to limits.MaxWindow, bursts up to what refills within
+// limits.MaxWindow.
 func randomPolicy(r *rand.Rand, a core.Algorithm) core.Policy {
 	for {
 		p := core.Policy{Name: "p", Algorithm: a,
-			Limit:  logUniform(r, 1, core.MaxLimit),
-			Window: time.Duration(logUniform(r, core.MinWindow.Microseconds(), core.MaxWindow.Microseconds())) * time.Microsecond,
+			Limit:  logUniform(r, 1, limits.MaxLimit),
+			Window: time.Duration(logUniform(r, limits.MinWindow.Microseconds(), limits.MaxWindow.Microseconds())) * time.Microsecond,
 		}
 		switch r.IntN(4) {
 		case 0:
-			p.Limit = core.MaxLimit
+			p.Limit = limits.MaxLimit
 		case 1:
-			p.Window = core.MaxWindow
+			p.Window = limits.MaxWindow
 		}
-		if a.IsBucket() && r.IntN(2) == 0 {
-			p.Burst = logUniform(r, 1, core.MaxLimit)
+		if limits.IsBucket(a) && r.IntN(2) == 0 {
+			p.Burst = logUniform(r, 1, limits.MaxLimit)
 		}
 		if p.Validate() == nil {
 			return p
@@ -108,7 +109,7 @@ func TestDenialSearchIsShort(t *testing.T) {
 		for n := range 150 {
 			p := randomPolicy(r, a)
 			p.Name = fmt.Sprintf("p%d", n)
-			w, b := p.Window.Microseconds(), p.Capacity()
+			w, b := p.Window.Microseconds(), limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 			key := prefix + p.Name + ":" + algos[i].code
 			now := base + r.Int64N(w)
 			for step := range 20 {

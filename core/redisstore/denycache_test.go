@@ -24,7 +24,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	p := core.Policy{Name: "flood", Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Hour}
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
-	l, err := core.NewLimiter(s, p, aloneTimeout(), core.WithDenyCache(1000))
+	l, err := core.NewLimiter(alone(s), p, core.WithDenyCache(1000))
 	if err != nil {
 		t.Fatal(err)
 	}

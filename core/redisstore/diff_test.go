@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var (
@@ -41,18 +42,18 @@ func TestMatchesMemstore(t *testing.T) {
 		{100, 0, time.Hour},
 		{13, 29, 7*time.Second + 1},
 		{1, 0, time.Millisecond},
-		{core.MaxLogLimit, 0, time.Minute},
+		{limits.MaxLogLimit, 0, time.Minute},
 		{999_999_999_937, 0, 366 * 24 * time.Hour},
 		// Where float64 loses the small terms (issue 6, item 9).
-		{core.MaxLimit, 0, time.Minute + time.Microsecond},
+		{limits.MaxLimit, 0, time.Minute + time.Microsecond},
 		{1_000_000_000, 0, 24 * time.Hour},
-		{32, core.MaxLimit, time.Millisecond}, // the slowest deepest bucket
+		{32, limits.MaxLimit, time.Millisecond}, // the slowest deepest bucket
 	}
 	steps := *diffSteps
-	for ai, alg := range core.Algorithms() {
+	for ai, alg := range limits.Algorithms[core.Algorithm]() {
 		for si, sh := range shapes {
 			p := core.Policy{Name: fmt.Sprintf("diff%d", si), Algorithm: alg, Limit: sh.limit, Window: sh.window}
-			if alg.IsBucket() {
+			if limits.IsBucket(alg) {
 				p.Burst = sh.burst
 			}
 			if p.Validate() != nil {
@@ -94,11 +95,11 @@ func TestMatchesMemstore(t *testing.T) {
 					cost := int64(1)
 					switch r := rng.IntN(100); {
 					case r < 10: // anything up to the capacity
-						cost = 1 + rng.Int64N(p.Capacity())
+						cost = 1 + rng.Int64N(limits.Capacity(p.Algorithm, p.Limit, p.Burst))
 					case r < 15: // the capacity, or just under it
-						cost = p.Capacity() - rng.Int64N(min(p.Capacity(), 4))
+						cost = limits.Capacity(p.Algorithm, p.Limit, p.Burst) - rng.Int64N(min(limits.Capacity(p.Algorithm, p.Limit, p.Burst), 4))
 					case r < 35:
-						cost = 1 + rng.Int64N(min(p.Capacity(), 50))
+						cost = 1 + rng.Int64N(min(limits.Capacity(p.Algorithm, p.Limit, p.Burst), 50))
 					}
 					req := core.Request{Key: key, Policy: p, Cost: cost, Now: time.UnixMicro(at)}
 					history = append(history, fmt.Sprintf("%d %s c=%d at=%d", i, key, cost, at))

@@ -17,8 +17,7 @@
 // same key followed by ":lock", in the same slot, decided by the same
 // script run (the algorithm's script wrapped in lockout.lua).
 //
-// Over a *redis.Client, decisions asked through a core.Limiter
-// (Store.TakeBy) are batched: a few flusher goroutines, started at the
+// Over a *redis.Client, decisions (Store.Take, Store.TakeAll) are batched: a few flusher goroutines, started at the
 // first decision, send the decisions that arrive while the others are busy
 // as one pipeline (one write and one read for many scripts), and a lone
 // decision at once, as one EVALSHA, so no request waits for others to
@@ -34,7 +33,7 @@
 // commands over the Store's own client, after the hooks added before it
 // (tracing, metrics); hooks added after that Store was made do not see
 // them, nor do dial hooks. Each decision still waits no longer than the
-// Limiter's timeout, whatever the client's options. Close stops the
+// Store's timeout (WithTimeout), whatever the client's options. Close stops the
 // flushers and closes the Store's own connections. Over a cluster client
 // or a Ring, decisions are not batched.
 //

@@ -46,7 +46,7 @@ func TestEvictionUnderAttack(t *testing.T) {
 			// Not a sliding log: its script trims before it adds, and Redis
 			// lets a script that has written once write on past maxmemory.
 			login := core.Policy{Name: "login", Algorithm: core.SlidingWindowCounter, Limit: 5, Window: time.Hour}
-			lim, err := core.NewLimiter(s, login, aloneTimeout())
+			lim, err := core.NewLimiter(alone(s), login)
 			require.NoError(t, err)
 
 			const keys, attackers, every = 40_000, 4, 100

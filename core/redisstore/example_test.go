@@ -26,7 +26,7 @@ func Example() {
 	})
 	defer client.Close()
 
-	store, err := redisstore.New(client, redisstore.WithPrefix("myapp:rl:"))
+	store, err := redisstore.New(client, redisstore.WithPrefix("myapp:rl:"), redisstore.WithTimeout(100*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func Example() {
 		Limit:     100,
 		Window:    time.Minute,
 		Burst:     20,
-	}, core.WithTimeout(100*time.Millisecond), core.WithFailMode(core.FailOpen))
+	}, core.WithFailMode(core.FailOpen))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -24,14 +25,46 @@ func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("rltest:%s:%08x:", name, rand.Uint32())
 }
 
-// aloneTimeout is the timeout option of the test Limiters over a Store
-// whose decisions must take the path of core.DefaultTimeout's: maxAlone,
-// ten times that default, so that a healthy decision on a busy machine does
-// not time out (a test that is not about timeouts must not see one), and
-// no more, so that a lone decision still runs alone on its caller's
-// goroutine (batcher.alone) instead of through the flushers, as a longer
-// timeout (limitertest.Generous) would send it.
-func aloneTimeout() core.Option { return core.WithTimeout(maxAlone) }
+// within returns s with every call bounded by d instead of s's timeout,
+// for test Limiters that need a timeout of their own over a shared Store.
+func within(s *Store, d time.Duration) core.Store { return timedStore{s, d} }
+
+// alone returns s bounded as its decisions must be to take the path of
+// the default timeout's: maxAlone, ten times that default, so that a
+// healthy decision on a busy machine does not time out (a test that is
+// not about timeouts must not see one), and no more, so that a lone
+// decision still runs alone on its caller's goroutine (batcher.alone)
+// instead of through the flushers, as a longer timeout would send it.
+func alone(s *Store) core.Store { return within(s, maxAlone) }
+
+// timedStore is a Store whose calls are bounded by d.
+type timedStore struct {
+	*Store
+	d time.Duration
+}
+
+func (s timedStore) until(ctx context.Context) time.Time {
+	deadline := time.Now().Add(s.d)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return deadline
+}
+
+func (s timedStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+	return s.takeUntil(ctx, req, s.until(ctx))
+}
+
+func (s timedStore) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return s.takeAllUntil(ctx, reqs, out, s.until(ctx))
+}
+
+func (s timedStore) Reset(ctx context.Context, key string, p core.Policy) error {
+	return s.resetUntil(ctx, key, p, algo(p.Algorithm), s.until(ctx))
+}
+
+// Timeout is d.
+func (s timedStore) Timeout() time.Duration { return s.d }
 
 // mustNew returns New(client, opts...), failing t on an error.
 func mustNew(t testing.TB, client redis.UniversalClient, opts ...Option) *Store {
@@ -94,8 +127,8 @@ func newMemStore(t testing.TB) *memstore.Store {
 
 // policies returns one policy per algorithm, L per W.
 func policies(l int64, w time.Duration) []core.Policy {
-	ps := make([]core.Policy, len(core.Algorithms()))
-	for i, a := range core.Algorithms() {
+	ps := make([]core.Policy, len(limits.Algorithms[core.Algorithm]()))
+	for i, a := range limits.Algorithms[core.Algorithm]() {
 		ps[i] = core.Policy{Name: "p", Algorithm: a, Limit: l, Window: w}
 	}
 	return ps

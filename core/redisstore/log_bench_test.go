@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -24,7 +25,7 @@ func BenchmarkSlidingWindowLog(b *testing.B) {
 	srv := redistest.Start(b)
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
-	p := core.Policy{Name: "bench", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Second}
+	p := core.Policy{Name: "bench", Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit, Window: time.Second}
 	run := func(b *testing.B, req func(i int) core.Request, allowed bool) {
 		b.Helper()
 		before := scriptMicros(b, srv)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -53,7 +54,7 @@ func TestLogLargeCost(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
-	p := core.Policy{Name: "big", Algorithm: core.SlidingWindowLog, Limit: core.MaxLogLimit, Window: time.Hour}
+	p := core.Policy{Name: "big", Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit, Window: time.Hour}
 	lp := newLogPair(t, s, p)
 	key := s.stateKey("k", p)
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // memoryUsage returns MEMORY USAGE of key, every element counted.
@@ -34,14 +35,14 @@ func redisRateKey(tb testing.TB, c redis.UniversalClient, key string) {
 // TestTokenBucketMemory: the key of a token bucket costs Redis no more
 // memory (MEMORY USAGE) than go-redis/redis_rate's key of the same name,
 // whatever the state's values: a full bucket's time, a fraction of a token,
-// a deep bucket near core.MaxLimit.
+// a deep bucket near limits.MaxLimit.
 func TestTokenBucketMemory(t *testing.T) {
 	s, _, c := newStore(t)
 	ctx := context.Background()
 	for _, p := range []core.Policy{
 		{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second},
 		{Name: "p", Algorithm: core.TokenBucket, Limit: 7, Window: 3*time.Second + time.Microsecond, Burst: 13},
-		{Name: "p", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour},
+		{Name: "p", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Hour},
 	} {
 		for _, req := range []core.Request{
 			{Key: "203.0.113.7", Policy: p, Cost: 1},
@@ -107,7 +108,7 @@ func TestLegacyHash(t *testing.T) {
 
 // BenchmarkMemoryUsage writes the state of one admitted request on each of
 // 1000 keys per algorithm, 1000 per minute (and 100 requests a key for
-// sliding_window_log/100; two for the buckets at core.MaxLimit per minute,
+// sliding_window_log/100; two for the buckets at limits.MaxLimit per minute,
 // .../max, whose levels have many digits), and reports, per key, Redis's MEMORY USAGE (bytes/key, the key,
 // its value and their overhead in the keyspace) and the growth of
 // used_memory (used-bytes/key, which counts the expiry too, and the
@@ -139,14 +140,14 @@ func BenchmarkMemoryUsage(b *testing.B) {
 		requests int
 	}
 	shapes := []shape{}
-	for _, a := range core.Algorithms() {
+	for _, a := range limits.Algorithms[core.Algorithm]() {
 		shapes = append(shapes, shape{string(a), a, 1000, 1})
 	}
 	shapes = append(shapes,
 		shape{"sliding_window_log/100", core.SlidingWindowLog, 1000, 100},
 		// Levels of many digits (a fraction of a unit after the second).
-		shape{"token_bucket/max", core.TokenBucket, core.MaxLimit, 2},
-		shape{"leaky_bucket/max", core.LeakyBucket, core.MaxLimit, 2},
+		shape{"token_bucket/max", core.TokenBucket, limits.MaxLimit, 2},
+		shape{"leaky_bucket/max", core.LeakyBucket, limits.MaxLimit, 2},
 	)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {

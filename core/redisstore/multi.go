@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 //go:embed multi.lua
@@ -148,7 +149,7 @@ func variant(i int, locked bool) int {
 	return v
 }
 
-// layersCode packs variants (at most core.MaxLayers, each below 15) into
+// layersCode packs variants (at most 16, each below 15) into
 // one number, four bits each.
 func layersCode(vs []int) uint64 {
 	var code uint64
@@ -271,16 +272,16 @@ func replySize(vs []int) int {
 // but its command and reply.
 type multiCall struct {
 	sha, src string
-	keys     [2 * core.MaxLayers]string
-	packed   [core.MaxLayers][9 * 8]byte // each layer's numbers (packLayer)
-	pstr     [core.MaxLayers]string      // packed, as the argument written
-	args     [4 + 2*core.MaxLayers + core.MaxLayers]any
+	keys     [2 * limits.MaxLayers]string
+	packed   [limits.MaxLayers][9 * 8]byte // each layer's numbers (packLayer)
+	pstr     [limits.MaxLayers]string      // packed, as the argument written
+	args     [4 + 2*limits.MaxLayers + limits.MaxLayers]any
 	nargs    int
 	modeAt   int // the index in args of the mode (see prepare)
 	want     int // integers in the reply before any undo record
-	locked   [core.MaxLayers]bool
-	capacity [core.MaxLayers]int64
-	algo     [core.MaxLayers]int
+	locked   [limits.MaxLayers]bool
+	capacity [limits.MaxLayers]int64
+	algo     [limits.MaxLayers]int
 	n        int // layers
 }
 
@@ -304,7 +305,7 @@ const (
 // prepare fills c's arguments for reqs, valid, in mode (modeTake,
 // modeUndoable or modeCheck).
 func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
-	var vs [core.MaxLayers]int
+	var vs [limits.MaxLayers]int
 	c.n = len(reqs)
 	nkeys, want := 0, 0
 	for j := range reqs {
@@ -312,7 +313,7 @@ func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
 		i := algo(p.Algorithm)
 		locked := p.Lockout != nil && p.Lockout.Enabled()
 		vs[j] = variant(i, locked)
-		c.algo[j], c.locked[j], c.capacity[j] = i, locked, p.Capacity()
+		c.algo[j], c.locked[j], c.capacity[j] = i, locked, limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		c.keys[nkeys] = s.key(reqs[j].Key, *p, i)
 		nkeys++
 		want += 5
@@ -383,40 +384,10 @@ func (c *multiCall) decisions(r []int64, out []core.Decision) {
 	}
 }
 
-// TakeAll decides reqs, one per layer of a layered core.Limiter, all or
-// nothing (see core.MultiTaker): it records them all when every one is
-// allowed, and none when any is denied, but for the lockout strikes of a
-// denied one and the sliding log's trimming of what has left its window,
-// which Take makes too. It fails, without a round trip, on invalid input
-// (an invalid request, two with one Key and Policy.Name, len(out) not
-// len(reqs), more than core.MaxLayers), and, when Redis fails, wraps the
-// client's error.
-//
-// Over a *redis.Client (or any client but a cluster client or a Ring),
-// every layer is decided by one script run, in one round trip, as one
-// atomic step: TakeAll admits exactly what a single process would.
-//
-// Over a *redis.ClusterClient, the layers' keys are in the slots of their
-// client keys (the hash tag), and one script can only reach one slot. The
-// requests are grouped by slot, each group decided as one step by the
-// same script, and a request whose groups are in several slots goes in two
-// steps (see takeGroups): every group checks without taking,
-// and only when every one would admit do they take. A request denied by
-// any layer therefore takes nothing from any layer, whatever floods it
-// is part of; only a request whose check admitted and that then loses a
-// race on one slot (in the moment between the two steps) has the other
-// slots undone, at once and exactly, but for the part of a bucket's units
-// that drained meanwhile. TakeAll never admits beyond any layer's limit.
-// When every request has one client key, as when a Limiter applies the
-// same key to every layer, or the keys share a slot, TakeAll is one step
-// and one round trip again.
-// Over a *redis.Ring, the groups are by client key, each on its shard.
-//
-// TakeAll runs on the caller's goroutine and honours ctx as the client
+// takeAll runs on the caller's goroutine and honours ctx as the client
 // does (a go-redis client built with ContextTimeoutEnabled stops at its
-// deadline; any client stops at its own timeouts); a core.Limiter bounds
-// it as its CallMode says.
-func (s *Store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+// deadline; any client stops at its own timeouts); TakeAll bounds it.
+func (s *Store) takeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if err := checkLayers(reqs, out); err != nil {
 		return err
 	}
@@ -440,8 +411,8 @@ func checkLayers(reqs []core.Request, out []core.Decision) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("%w: redisstore: TakeAll: %d decisions for %d requests", core.ErrInvalidOption, len(out), len(reqs))
 	}
-	if len(reqs) > core.MaxLayers {
-		return fmt.Errorf("%w: redisstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, len(reqs), core.MaxLayers)
+	if len(reqs) > limits.MaxLayers {
+		return fmt.Errorf("%w: redisstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, len(reqs), limits.MaxLayers)
 	}
 	for j := range reqs {
 		if err := reqs[j].Validate(); err != nil {
@@ -462,7 +433,7 @@ func policyName(p *core.Policy) string {
 	if p.Name != "" {
 		return p.Name
 	}
-	return p.DefaultName()
+	return limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)
 }
 
 // takeOne decides reqs with one script run.
@@ -820,22 +791,49 @@ func slot(key string) uint16 {
 	return crc % 16384
 }
 
-var _ core.BoundedMultiTaker = (*Store)(nil)
-
-// TakeAllBy is TakeAll bounded by deadline and ctx, for a layered
-// core.Limiter (see core.BoundedMultiTaker), as TakeBy is Take: over a
+// TakeAll decides reqs, one per layer of a layered core.Limiter, all or
+// nothing (see core.MultiTaker): it records them all when every one is
+// allowed, and none when any is denied, but for the lockout strikes of a
+// denied one and the sliding log's trimming of what has left its window,
+// which Take makes too. It fails, without a round trip, on invalid input
+// (an invalid request, two with one Key and Policy.Name, len(out) not
+// len(reqs), more than 16), and, when Redis fails, wraps the
+// client's error.
+//
+// Over a *redis.Client (or any client but a cluster client or a Ring),
+// every layer is decided by one script run, in one round trip, as one
+// atomic step: TakeAll admits exactly what a single process would.
+//
+// Over a *redis.ClusterClient, the layers' keys are in the slots of their
+// client keys (the hash tag), and one script can only reach one slot. The
+// requests are grouped by slot, each group decided as one step by the
+// same script, and a request whose groups are in several slots goes in two
+// steps (see takeGroups): every group checks without taking,
+// and only when every one would admit do they take. A request denied by
+// any layer therefore takes nothing from any layer, whatever floods it
+// is part of; only a request whose check admitted and that then loses a
+// race on one slot (in the moment between the two steps) has the other
+// slots undone, at once and exactly, but for the part of a bucket's units
+// that drained meanwhile. TakeAll never admits beyond any layer's limit.
+// When every request has one client key, as when a Limiter applies the
+// same key to every layer, or the keys share a slot, TakeAll is one step
+// and one round trip again.
+// Over a *redis.Ring, the groups are by client key, each on its shard.
+//
+// TakeAll is bounded as Take is (see Take and takeAll): over a
 // *redis.Client, the layered script runs on one of the Store's flusher
 // goroutines, in the pipeline of the decisions that arrive while the
-// others are busy (a lone decision goes out at once, as one EVALSHA), and
-// TakeAllBy stops waiting at deadline or when ctx ends, however the client
-// is configured; a decision whose deadline passes before a flusher
-// reaches it is never sent. Over any other client (a cluster client, a
-// Ring), TakeAllBy is TakeAll with deadline as its context's, on a
-// goroutine of its own that it stops waiting for at the deadline, unless
-// the client honours context deadlines (see CallMode). It fails as TakeAll
-// does, and with the context's error when it stops waiting.
-func (s *Store) TakeAllBy(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
-	if s.batch == nil || deadline.IsZero() {
+// others are busy; over any other client, as takeAll, with the deadline as
+// its context's, on a goroutine of its own unless the client honours
+// context deadlines. It fails with the context's error when it stops
+// waiting.
+func (s *Store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return s.takeAllUntil(ctx, reqs, out, s.deadline(ctx))
+}
+
+// takeAllUntil is TakeAll, returning by deadline.
+func (s *Store) takeAllUntil(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+	if s.batch == nil {
 		return s.takeAllBounded(ctx, reqs, out, deadline)
 	}
 	if err := checkLayers(reqs, out); err != nil {
@@ -881,55 +879,23 @@ func (s *Store) TakeAllBy(ctx context.Context, reqs []core.Request, out []core.D
 	return nil
 }
 
-// takeAllBounded is TakeAllBy over a client without a batcher: TakeAll,
-// with deadline as its context's, on a goroutine of its own unless the
-// client honours context deadlines.
+// takeAllBounded is TakeAll over a client without a batcher: takeAll,
+// bounded (see bounded), into copies of its own of reqs and out, which are
+// the caller's again once TakeAll has returned.
 func (s *Store) takeAllBounded(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
-	if deadline.IsZero() {
-		return s.TakeAll(ctx, reqs, out)
-	}
-	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	if s.CallMode() == core.CallWithDeadline {
-		defer cancel()
-		return s.TakeAll(sctx, reqs, out)
-	}
-	if len(reqs) > core.MaxLayers || len(out) != len(reqs) {
-		cancel()
+	if len(reqs) > limits.MaxLayers || len(out) != len(reqs) {
 		return checkLayers(reqs, out)
 	}
-	// The goroutine's own copies: reqs and out are the caller's again
-	// once TakeAllBy has returned.
-	type result struct {
-		ds  [core.MaxLayers]core.Decision
-		err error
+	if s.honoursDeadline() {
+		return s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, reqs, out) })
 	}
 	own := make([]core.Request, len(reqs))
 	copy(own, reqs)
-	ch := make(chan *result, 1)
-	go func() {
-		defer cancel()
-		r := new(result)
-		r.err = s.TakeAll(sctx, own, r.ds[:len(own)])
-		ch <- r
-	}()
-	var r *result
-	select {
-	case r = <-ch:
-	case <-sctx.Done():
-	case <-ctx.Done():
+	ds := new([limits.MaxLayers]core.Decision)
+	err := s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, own, ds[:len(own)]) })
+	if err != nil {
+		return fmt.Errorf("redisstore: layers: %w", err)
 	}
-	if r == nil {
-		select {
-		case r = <-ch: // it answered just in time
-		default:
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("redisstore: layers: %w", err)
-			}
-			return fmt.Errorf("redisstore: layers: %w", sctx.Err())
-		}
-	}
-	if r.err == nil {
-		copy(out, r.ds[:len(out)])
-	}
-	return r.err
+	copy(out, ds[:len(out)])
+	return nil
 }

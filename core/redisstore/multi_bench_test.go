@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -35,8 +36,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 		s := mustNew(b, c, WithPrefix(testPrefix(b)))
 		b.Cleanup(func() { _ = s.Close() })
 		<-s.checked // New's check of the configuration is done: its commands are not counted
-		single, err := core.NewLimiter(s, core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: core.MaxLogLimit, Window: time.Second},
-			core.WithTimeout(time.Second))
+		single, err := core.NewLimiter(within(s, time.Second), core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 			for i, r := range reqs {
 				p := r.Policy
 				p.Name = ""
-				p.Limit = core.MaxLogLimit
+				p.Limit = limits.MaxLogLimit
 				if p.Lockout != nil {
 					p.Lockout = &core.Lockout{Duration: time.Minute}
 				}
@@ -68,7 +68,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 			if sets[k].name == "buckets-1" {
 				layers, checks = layers[1:2], []core.Check{{Layer: 0, Key: "user-bench", Cost: 1}}
 			}
-			l, err := core.NewLayered(s, layers, core.WithTimeout(time.Second))
+			l, err := core.NewLayered(within(s, time.Second), layers)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -95,7 +96,7 @@ func TestMultiOneRoundTrip(t *testing.T) {
 	assert.Zero(t, pipelines, "pipelines")
 	for i, d := range out {
 		assert.True(t, d.Allowed, "layer %d", i)
-		assert.Equal(t, reqs[i].Policy.Capacity()-2, d.Remaining, "layer %d: remaining after two requests", i)
+		assert.Equal(t, limits.Capacity(reqs[i].Policy.Algorithm, reqs[i].Policy.Limit, reqs[i].Policy.Burst)-2, d.Remaining, "layer %d: remaining after two requests", i)
 	}
 
 	layers := make([]core.Layer, len(reqs))
@@ -106,7 +107,7 @@ func TestMultiOneRoundTrip(t *testing.T) {
 		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
-	l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+	l, err := core.NewLayered(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
 	var v core.Verdict
 	h.reset()
@@ -136,10 +137,10 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 	s, _, c := newStore(t)
 	ctx := context.Background()
 	t0 := time.UnixMicro(1_700_000_000_000_000)
-	for _, tight := range core.Algorithms() {
+	for _, tight := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(tight), func(t *testing.T) {
 			var reqs []core.Request
-			for i, a := range core.Algorithms() {
+			for i, a := range limits.Algorithms[core.Algorithm]() {
 				p := core.Policy{Name: fmt.Sprintf("room-%d", i), Algorithm: a, Limit: 100, Window: time.Minute}
 				reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: p, Cost: 2, Now: t0})
 			}
@@ -185,7 +186,7 @@ func TestMultiTTLs(t *testing.T) {
 	const window = 10 * time.Second
 	lo := &core.Lockout{Duration: 2 * time.Second, Memory: 20 * time.Second}
 	var reqs []core.Request
-	for i, a := range core.Algorithms() {
+	for i, a := range limits.Algorithms[core.Algorithm]() {
 		reqs = append(reqs,
 			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "plain", Algorithm: a, Limit: 5, Window: window}, Cost: 1},
 			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "locked", Algorithm: a, Limit: 3, Window: window, Lockout: lo}, Cost: 1})
@@ -225,8 +226,8 @@ func TestMultiTTLs(t *testing.T) {
 		}
 		assert.LessOrEqual(t, ttl, limit, "%s: PTTL", k)
 	}
-	assert.Len(t, keys, 2*len(reqs)+2*len(core.Algorithms()), "a state key per request and client, a lock per locked one")
-	assert.Equal(t, 2*len(core.Algorithms()), locks, "locks")
+	assert.Len(t, keys, 2*len(reqs)+2*len(limits.Algorithms[core.Algorithm]()), "a state key per request and client, a lock per locked one")
+	assert.Equal(t, 2*len(limits.Algorithms[core.Algorithm]()), locks, "locks")
 }
 
 // TestMultiLockout: a lockout struck by a layered denial is kept, locks
@@ -236,7 +237,7 @@ func TestMultiLockout(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
 	t0 := time.UnixMicro(1_700_000_000_000_000)
-	for _, a := range core.Algorithms() {
+	for _, a := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(a), func(t *testing.T) {
 			room := core.Policy{Name: "room", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
 			login := core.Policy{Name: "login", Algorithm: a, Limit: 1, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Minute}}
@@ -329,7 +330,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
 	const timeout = 100 * time.Millisecond
-	l, err := core.NewLayered(sb, layers, core.WithTimeout(timeout), core.WithFailMode(core.FailClosed))
+	l, err := core.NewLayered(within(sb, timeout), layers, core.WithFailMode(core.FailClosed))
 	require.NoError(t, err)
 
 	srv.Freeze()
@@ -416,7 +417,7 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
-	l, err := core.NewLayered(s, layers, core.WithTimeout(5*time.Second))
+	l, err := core.NewLayered(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
 	var v core.Verdict
 	require.NoError(t, l.AllowLayers(ctx, checks, &v)) // loads the script
@@ -494,7 +495,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	reqs := fourLayers("fz", time.Time{})
 	out := make([]core.Decision, len(reqs))
 	for _, s := range stores {
-		require.NoError(t, s.TakeAllBy(ctx, reqs, out, time.Now().Add(5*time.Second))) // warm up
+		require.NoError(t, s.takeAllUntil(ctx, reqs, out, time.Now().Add(5*time.Second))) // warm up
 	}
 	srv.Freeze()
 	thawed := false
@@ -507,7 +508,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	for name, s := range stores {
 		for i := range 2 {
 			start := time.Now()
-			err := s.TakeAllBy(ctx, reqs, out, start.Add(timeout))
+			err := s.takeAllUntil(ctx, reqs, out, start.Add(timeout))
 			took := time.Since(start)
 			require.Error(t, err, "%s %d", name, i)
 			assert.Less(t, took, timeout+500*time.Millisecond, "%s %d: TakeAllBy over a frozen Redis", name, i)
@@ -516,7 +517,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
 		start := time.Now()
-		err := s.TakeAllBy(cctx, reqs, out, start.Add(time.Minute))
+		err := s.takeAllUntil(cctx, reqs, out, start.Add(time.Minute))
 		assert.ErrorIs(t, err, context.Canceled, name)
 		assert.Less(t, time.Since(start), 10*time.Second, "%s: canceled", name)
 	}
@@ -524,7 +525,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	thawed = true
 	for name, s := range stores {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.NoError(c, s.TakeAllBy(ctx, reqs, out, time.Now().Add(time.Second)))
+			assert.NoError(c, s.takeAllUntil(ctx, reqs, out, time.Now().Add(time.Second)))
 		}, 10*time.Second, 10*time.Millisecond, "%s after the thaw", name)
 		assert.True(t, out[0].Allowed, name)
 	}
@@ -555,7 +556,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 				want := make([]core.Decision, len(reqs))
 				got := make([]core.Decision, len(reqs))
 				require.NoError(t, a.TakeAll(ctx, reqs, want), "request %d", i)
-				require.NoError(t, b.TakeAllBy(ctx, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
+				require.NoError(t, b.takeAllUntil(ctx, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
 				assert.Equal(t, want, got, "request %d", i)
 				if !want[0].Allowed || !want[1].Allowed || !want[2].Allowed || !want[3].Allowed {
 					denied++
@@ -564,7 +565,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 			assert.Positive(t, denied, "some requests denied")
 			assert.Less(t, denied, 60, "some admitted")
 			// Bad input is TakeAll's error, without a round trip.
-			err := b.TakeAllBy(ctx, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
+			err := b.takeAllUntil(ctx, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
 			assert.ErrorIs(t, err, core.ErrInvalidOption)
 		})
 	}

@@ -31,7 +31,7 @@ const (
 // clientKinds are the go-redis clients the outage tests run with: default
 // options (ContextTimeoutEnabled false, ReadTimeout 3s), which the Limiter
 // bounds with a goroutine of its own, and ContextTimeoutEnabled, which it
-// calls directly with its timeout as the deadline (Store.CallMode).
+// calls directly with its timeout as the deadline (Store.honoursDeadline).
 var clientKinds = []struct {
 	name            string
 	contextDeadline bool
@@ -53,17 +53,13 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
 	s := mustNew(t, client, WithPrefix(testPrefix(t)))
-	want := core.CallBounded
-	if contextDeadline {
-		want = core.CallWithDeadline
-	}
-	if got := s.CallMode(); got != want {
-		t.Fatalf("CallMode() = %d with ContextTimeoutEnabled %v, want %d", got, contextDeadline, want)
+	if got := s.honoursDeadline(); got != contextDeadline {
+		t.Fatalf("honoursDeadline() = %v with ContextTimeoutEnabled %v", got, contextDeadline)
 	}
 	var lims []*core.Limiter
 	for _, m := range []core.FailMode{core.FailOpen, core.FailClosed} {
 		p := core.Policy{Name: "outage-" + m.String(), Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second}
-		l, err := core.NewLimiter(s, p, core.WithTimeout(outageTimeout), core.WithFailMode(m))
+		l, err := core.NewLimiter(within(s, outageTimeout), p, core.WithFailMode(m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +192,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
 	s := mustNew(t, srv.Client(), WithPrefix(testPrefix(t)))
-	l, err := core.NewLimiter(s, p, core.WithTimeout(outageTimeout), core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	l, err := core.NewLimiter(within(s, outageTimeout), p, core.WithFailMode(core.FailOpen), core.WithFallback(local))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +201,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	// policy, with a generous timeout (aloneTimeout), since a healthy first
 	// decision (a dial, the script's load) may outlast outageTimeout on a
 	// busy machine.
-	healthy, err := core.NewLimiter(s, p, aloneTimeout(), core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	healthy, err := core.NewLimiter(alone(s), p, core.WithFailMode(core.FailOpen), core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()
 	if d, err := healthy.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
@@ -268,7 +264,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				p := core.Policy{Name: "breaker", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
 				st := mustNew(t, client, WithPrefix(testPrefix(t)))
 				waitChecked(t, st, 10*time.Second) // its INFO must not count below
-				l, err := core.NewLimiter(st, p, core.WithTimeout(outageTimeout))
+				l, err := core.NewLimiter(within(st, outageTimeout), p)
 				require.NoError(t, err)
 				ctx := context.Background()
 				// The first decision loads the script; on a loaded machine
@@ -410,7 +406,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			const limit = 10
 			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
 			s := mustNew(t, client, WithPrefix(testPrefix(t)))
-			l, err := core.NewLimiter(s, p, core.WithTimeout(outageTimeout), core.WithFallback(local))
+			l, err := core.NewLimiter(within(s, outageTimeout), p, core.WithFallback(local))
 			require.NoError(t, err)
 			ctx := context.Background()
 			frozen := false
@@ -518,7 +514,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				lims := make([]*core.Limiter, len(configs))
 				for i, c := range configs {
 					p := core.Policy{Name: "cancel-" + c.name, Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour}
-					l, err := core.NewLimiter(s, p, append(c.opts, core.WithTimeout(timeout))...)
+					l, err := core.NewLimiter(within(s, timeout), p, c.opts...)
 					require.NoError(t, err)
 					lims[i] = l
 				}

@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // DefaultPrefix starts every key the Store writes, unless WithPrefix says
@@ -52,6 +54,40 @@ type config struct {
 	explicitMinTTL time.Duration
 	checkTimeout   time.Duration
 	busyPoll       time.Duration
+	timeout        time.Duration
+}
+
+// defaultTimeout bounds every call of a Store built without WithTimeout.
+const defaultTimeout = 100 * time.Millisecond
+
+// WithTimeout bounds every call of the Store (Take, TakeAll, Reset): one
+// that Redis has not answered after d fails with an error wrapping
+// context.DeadlineExceeded, which a core.Limiter counts as a timeout,
+// however the client is configured (go-redis, by default, does not honour
+// context deadlines on socket reads). A caller's earlier deadline wins. d
+// must be positive; the default is 100ms.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: redisstore.WithTimeout: %v is not positive", core.ErrInvalidOption, d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// Timeout returns the longest one call of the Store waits for Redis
+// (WithTimeout): the budget an exporter compares store latency with.
+func (s *Store) Timeout() time.Duration { return s.timeout }
+
+// deadline is the deadline of a call with ctx: the Store's timeout from
+// now, or ctx's deadline if earlier.
+func (s *Store) deadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return deadline
 }
 
 // DefaultBusyPoll is how long, by default, a lone decision's read spins
@@ -122,8 +158,8 @@ type Store struct {
 }
 
 var (
-	_ core.Store     = (*Store)(nil)
-	_ core.CallModer = (*Store)(nil)
+	_ core.Store      = (*Store)(nil)
+	_ core.MultiTaker = (*Store)(nil)
 )
 
 // algos lists, per algorithm, the code that ends its keys and its script.
@@ -176,7 +212,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: redisstore.New: nil %T", core.ErrInvalidOption, client)
 	}
-	c := config{prefix: DefaultPrefix, explicitMinTTL: explicitNowMinTTL, checkTimeout: configCheckTimeout, busyPoll: DefaultBusyPoll}
+	c := config{prefix: DefaultPrefix, explicitMinTTL: explicitNowMinTTL, checkTimeout: configCheckTimeout, busyPoll: DefaultBusyPoll, timeout: defaultTimeout}
+	if d := hooks.DefaultStoreTimeout; d > 0 {
+		c.timeout = d
+	}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: redisstore.New: option %d is nil", core.ErrInvalidOption, i)
@@ -222,7 +261,7 @@ func algo(a core.Algorithm) int {
 func (s *Store) key(key string, policy core.Policy, i int) string {
 	name := policy.Name
 	if name == "" {
-		name = policy.DefaultName()
+		name = limits.DefaultName(policy.Algorithm, policy.Limit, policy.Window, policy.Burst)
 	}
 	return s.prefix + "{" + key + "}:" + name + ":" + algos[i].code
 }
@@ -237,10 +276,35 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // Now (a test's time) is decided at that time, and the key it writes lives
 // at least a minute, however near the end of its state that time is.
 //
-// Take runs on the caller's goroutine, bounded as the client bounds it; a
-// core.Limiter calls TakeBy instead.
+// Take returns within the Store's timeout (WithTimeout; ctx's deadline if
+// earlier) or as soon as ctx ends, however the client is configured, with
+// an error wrapping the context's error: over a *redis.Client, the script
+// runs on one of the Store's flusher goroutines, which sends the decisions
+// that arrive while the others are busy as one pipeline (a lone decision
+// goes out at once, as one EVALSHA); a decision asked while no other is
+// under way, with at most a second to its deadline, runs on the caller's
+// goroutine instead (see the package documentation) and ends by its
+// deadline, not at ctx's end. A decision whose deadline passes before a
+// flusher reaches it is never sent. Over any other client (a cluster
+// client, a Ring), the call runs with the deadline as its context's, on a
+// goroutine of its own that Take stops waiting for, unless the client
+// honours context deadlines (ContextTimeoutEnabled). The caller's
+// cancellation never aborts a command in flight; its result is dropped.
 func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	return s.take(ctx, req, time.Time{})
+	return s.takeUntil(ctx, req, s.deadline(ctx))
+}
+
+// takeUntil is Take, returning by deadline.
+func (s *Store) takeUntil(ctx context.Context, req core.Request, deadline time.Time) (core.Decision, error) {
+	if s.batch != nil {
+		return s.take(ctx, req, deadline)
+	}
+	var d core.Decision
+	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
+		d, err = s.take(sctx, req, time.Time{})
+		return err
+	})
+	return d, err
 }
 
 // take is Take, through the batcher when deadline is set.
@@ -259,7 +323,7 @@ func (s *Store) take(ctx context.Context, req core.Request, deadline time.Time) 
 	if explicit {
 		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
 	}
-	capacity := p.Capacity()
+	capacity := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	c := callPool.Get().(*call)
 	locked := p.Lockout != nil && p.Lockout.Enabled()
 	what, want := string(p.Algorithm), 5
@@ -329,8 +393,15 @@ func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error
 	if key == "" {
 		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
 	}
+	return s.resetUntil(ctx, key, policy, i, s.deadline(ctx))
+}
+
+// resetUntil is Reset of key under policy (of algorithm index i),
+// returning by deadline.
+func (s *Store) resetUntil(ctx context.Context, key string, policy core.Policy, i int, deadline time.Time) error {
 	k := s.key(key, policy, i)
-	if err := s.client.Del(ctx, k, lockKey(k)).Err(); err != nil {
+	err := s.bounded(ctx, deadline, func(sctx context.Context) error { return s.client.Del(sctx, k, lockKey(k)).Err() })
+	if err != nil {
 		s.recovery.failed(err)
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}
@@ -354,26 +425,61 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// CallMode reports core.CallWithDeadline when the Store's client applies
-// context deadlines to its socket reads and writes (go-redis's
+// honoursDeadline reports whether the Store's client applies context
+// deadlines to its socket reads and writes (go-redis's
 // ContextTimeoutEnabled, on a *redis.Client or *redis.ClusterClient): a
-// core.Limiter then calls the Store directly with its timeout as the
-// deadline, instead of on a goroutine it abandons after the timeout, which
-// saves a goroutine, a channel and a few allocations per decision.
-// Otherwise it reports core.CallBounded. Over a *redis.Client, of either
-// kind, the Store is a core.BoundedTaker too: a Limiter calls its TakeBy
-// for decisions, which batches concurrent ones (see TakeBy), and the
-// CallMode only for Reset.
-func (s *Store) CallMode() core.CallMode {
+// call then runs on the caller's goroutine with its deadline, sparing a
+// goroutine, a channel and a few allocations.
+func (s *Store) honoursDeadline() bool {
 	switch c := s.client.(type) {
 	case *redis.Client:
-		if c.Options().ContextTimeoutEnabled {
-			return core.CallWithDeadline
-		}
+		return c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		if c.Options().ContextTimeoutEnabled {
-			return core.CallWithDeadline
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// bounded runs call with a context of ctx's values and deadline (not its
+// cancellation: a client that disconnects does not abort a call in
+// flight), and returns by deadline or as soon as ctx ends, whichever comes
+// first, however long the client would wait: on the caller's goroutine
+// when the client honours deadlines, else on a goroutine of its own, which
+// it stops waiting for (call's result is then dropped; call must write
+// nothing the caller keeps using). It returns call's error, or the
+// context's (context.DeadlineExceeded at the deadline) if it stopped
+// waiting. It is the one place a Store waits on a goroutine.
+func (s *Store) bounded(ctx context.Context, deadline time.Time, call func(context.Context) error) error {
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	if s.honoursDeadline() {
+		defer cancel()
+		err := call(sctx)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	ch := make(chan error, 1)
+	go func() {
+		defer cancel()
+		ch <- call(sctx)
+	}()
+	select {
+	case err := <-ch:
+		return err
+	case <-sctx.Done():
+		select {
+		case err := <-ch: // it answered just in time
+			return err
+		default:
+			return sctx.Err()
+		}
+	case <-ctx.Done():
+		select {
+		case err := <-ch:
+			return err
+		default:
+			return ctx.Err()
 		}
 	}
-	return core.CallBounded
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // recorder is a tester that records failures instead of reporting them,
@@ -178,7 +179,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 			rec := newRecorder()
 			runSuite(rec, func(tester) core.Store { return store })
 			require.NotEmpty(t, rec.all(), "the suite passes a store that %s", name)
-			for _, alg := range core.Algorithms() {
+			for _, alg := range limits.Algorithms[core.Algorithm]() {
 				assert.NotEmpty(t, rec.under("suite/"+string(alg)+"/"), "the suite passes %s under a store that %s", alg, name)
 			}
 			t.Logf("%d failures, the first: %s", len(rec.all()), rec.all()[0])
@@ -188,7 +189,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 	t.Run("admits-one-too-many/exactness", func(t *testing.T) {
 		rec := newRecorder()
 		runExactness(rec, []core.Store{brokenStores()["admits-one-too-many"](newMemstore(t))}, 8)
-		for _, alg := range core.Algorithms() {
+		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			if alg != core.LeakyBucket { // which may admit one more
 				assert.NotEmpty(t, rec.under("suite/"+string(alg)), "RunExactness passes %s", alg)
 			}
@@ -199,7 +200,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		rec := newRecorder()
 		store := brokenStores()["retry-after-1ms-short"](newMemstore(t))
 		runSuite(rec, func(tester) core.Store { return store })
-		for _, alg := range core.Algorithms() {
+		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			if alg != core.SlidingWindowLog {
 				assert.NotEmpty(t, rec.under("suite/"+string(alg)+"/extremes/"), "the extreme cases pass %s", alg)
 			}

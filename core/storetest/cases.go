@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // A Case is one scripted case of the suite, as Cases exports it: a policy
@@ -52,14 +53,14 @@ type Step struct {
 }
 
 // Cases returns every scripted case that Run plays, in the order it plays
-// them: by algorithm, in the order of core.Algorithms, each algorithm's
+// them: by algorithm, in the order FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, each algorithm's
 // cases in their own order. They are converted from the suite's scripts on
 // each call, so the caller owns the slices returned. Run's other checks
 // (a clock that steps back, the ends of the valid range) and RunExactness
 // are not scripted and are not among them.
 func Cases() []Case {
 	var out []Case
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		for _, s := range scripts(alg) {
 			out = append(out, s.export())
 		}

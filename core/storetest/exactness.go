@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // The race of RunExactness: exactLimit per hour, exactAttempts tries.
@@ -41,7 +42,7 @@ func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 		t.Fatalf("storetest.RunExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
 	run := runID(t)
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.run(string(alg), func(t tester) {
 			exactRace(t, stores, goroutinesPerStore, run, alg, nil)
 		})
@@ -62,7 +63,7 @@ const exactLockout = 2 * time.Hour
 func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string, alg core.Algorithm, lockout *core.Lockout) {
 	now := epoch().Add(30 * time.Minute)
 	var burst int64
-	if alg.IsBucket() {
+	if limits.IsBucket(alg) {
 		burst = exactLimit
 	}
 	req := core.Request{

@@ -6,24 +6,25 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// extremeWindows run from core.MinWindow to core.MaxWindow, some of them
+// extremeWindows run from 1 ms to 366 days, some of them
 // not a whole number of milliseconds.
 var extremeWindows = []time.Duration{
-	core.MinWindow,
+	limits.MinWindow,
 	3*ms + 7*us,
 	time.Second,
 	time.Minute + us,
 	time.Hour,
 	24 * time.Hour,
-	core.MaxWindow,
+	limits.MaxWindow,
 }
 
 // extremeLimits are where float64 loses the small terms: the ulp of 1e12
 // is 2^-13, a sliver of one request that a long window takes hours to
 // decay by.
-var extremeLimits = []int64{1_000_000_000, core.MaxLimit}
+var extremeLimits = []int64{1_000_000_000, limits.MaxLimit}
 
 // A take is one request of an extreme case, at a time after the case's
 // start, a boundary of its window.
@@ -42,7 +43,7 @@ type extremeCase struct {
 }
 
 // testExtremes checks RetryAfter at the ends of the valid range: limits of
-// 1e9 and core.MaxLimit, windows from core.MinWindow to core.MaxWindow,
+// 1e9 and 10^12, windows from 1 ms to 366 days,
 // costs of 1 and the whole capacity, and for the buckets the deepest
 // bucket at the slowest rate a policy may have. Each case's probe is
 // denied with some RetryAfter R; the same request must still be denied at
@@ -101,7 +102,7 @@ func (c *extremeCase) check(t tester, store core.Store, key string) {
 }
 
 // extremeCases returns the extreme cases of alg, which is not the sliding
-// log (its limit stays at or below core.MaxLogLimit).
+// log (its limit stays at or below 100,000).
 func extremeCases(alg core.Algorithm) []extremeCase {
 	var cases []extremeCase
 	add := func(name string, p core.Policy, probe take, setup ...take) {
@@ -135,9 +136,9 @@ func extremeCases(alg core.Algorithm) []extremeCase {
 				bucketCases(add, p)
 			}
 		}
-		if alg.IsBucket() {
+		if limits.IsBucket(alg) {
 			// The deepest bucket at the slowest rate Validate accepts:
-			// core.MaxLimit refilled in core.MaxWindow.
+			// 10^12 refilled in 366 days.
 			bucketCases(add, slowestRefill(alg, w))
 		}
 	}
@@ -146,19 +147,19 @@ func extremeCases(alg core.Algorithm) []extremeCase {
 
 // bucketCases adds the cases of the bucket policy p, whose capacity is b.
 func bucketCases(add func(string, core.Policy, take, ...take), p core.Policy) {
-	b := p.Capacity()
+	b := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	third := (p.Window / 3).Truncate(us)
 	add("empty", p, take{0, 1}, take{0, b})
 	add("one-short-cost-capacity", p, take{0, b}, take{0, 1})
 	add("partly-refilled-cost-capacity", p, take{third, b}, take{0, b})
 }
 
-// slowestRefill is the bucket of core.MaxLimit with the smallest limit per
-// w that Validate accepts: it fills from empty in core.MaxWindow.
+// slowestRefill is the bucket of 10^12 with the smallest limit per
+// w that Validate accepts: it fills from empty in 366 days.
 func slowestRefill(alg core.Algorithm, w time.Duration) core.Policy {
-	l := max(1, int64(float64(core.MaxLimit)*float64(w.Microseconds())/float64(core.MaxWindow.Microseconds())))
-	for policy(alg, l, w, core.MaxLimit).Validate() != nil {
+	l := max(1, int64(float64(limits.MaxLimit)*float64(w.Microseconds())/float64(limits.MaxWindow.Microseconds())))
+	for policy(alg, l, w, limits.MaxLimit).Validate() != nil {
 		l++
 	}
-	return policy(alg, l, w, core.MaxLimit)
+	return policy(alg, l, w, limits.MaxLimit)
 }

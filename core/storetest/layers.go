@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // RunLayers runs the cases of core.MultiTaker against the store newStore
@@ -23,7 +24,7 @@ import (
 // the request been taken; a denial under a core.Lockout keeps its strike,
 // and the lockout denies later layered requests. Bad input is an error
 // that records nothing: two requests with one Key and Policy.Name, len(out)
-// not len(reqs), more than core.MaxLayers requests, an invalid request.
+// not len(reqs), more than 16 requests, an invalid request.
 // Every request carries an explicit Now, which the store decides at.
 func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 	t.Helper()
@@ -33,7 +34,7 @@ func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 		}
 		run := runID(testingT{t})
 		multi := func(t *testing.T) core.MultiTaker { return newStore(t).(core.MultiTaker) }
-		for _, alg := range core.Algorithms() {
+		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			t.Run(string(alg), func(t *testing.T) {
 				t.Run("all-or-nothing", func(t *testing.T) {
 					testAllOrNothing(t, multi(t), run+"-aon", alg, nil)
@@ -60,7 +61,7 @@ func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 // limit for the buckets.
 func layerPolicy(name string, alg core.Algorithm, limit int64, window time.Duration) core.Policy {
 	p := core.Policy{Name: name, Algorithm: alg, Limit: limit, Window: window}
-	if alg.IsBucket() {
+	if limits.IsBucket(alg) {
 		p.Burst = limit
 	}
 	return p
@@ -107,7 +108,7 @@ func at(reqs []core.Request, now time.Time) []core.Request {
 // twin must decide every request alike.
 func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algorithm, lockout *core.Lockout) {
 	t0 := epoch()
-	algs := core.Algorithms()
+	algs := limits.Algorithms[core.Algorithm]()
 	big := func(who string) []core.Request {
 		var reqs []core.Request
 		for i, a := range algs {
@@ -228,7 +229,7 @@ func testLayersBadInput(t *testing.T, s core.MultiTaker, run string) {
 	other := p
 	other.Algorithm = core.TokenBucket
 	other.Burst = 5
-	many := make([]core.Request, core.MaxLayers+1)
+	many := make([]core.Request, limits.MaxLayers+1)
 	for i := range many {
 		many[i] = good
 		many[i].Key += "-" + strconv.Itoa(i)
@@ -356,7 +357,7 @@ func RunLayersExactness(t *testing.T, stores []core.Store, goroutinesPerStore in
 		}
 	}
 	run := runID(testingT{t})
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg)+"/one-key", func(t *testing.T) {
 			layersRace(t, stores, goroutinesPerStore, run+"-one", alg, false)
 		})
@@ -399,10 +400,10 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	const perStoreLimiters = 2
 	limiters := make([]*core.Limiter, len(stores)*perStoreLimiters)
 	for i := range limiters {
-		// A timeout far past any decision's: this race is about what is
-		// admitted, and a loaded machine (-race, a cluster, packages
-		// tested in parallel) must not turn a slow decision into an error.
-		l, err := core.NewLayered(stores[i/perStoreLimiters], spec, core.WithTimeout(5*time.Second))
+		// A store that does I/O is given a timeout far past any
+		// decision's by its test (see Run): this race is about what is
+		// admitted.
+		l, err := core.NewLayered(stores[i/perStoreLimiters], spec)
 		if err != nil {
 			t.Fatalf("NewLayered: %v", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // locked is the Decision of a request denied by a lockout: Remaining 0,
@@ -127,15 +128,15 @@ func lockoutScripts(alg core.Algorithm) []script {
 	return out
 }
 
-// testLockoutExtremes escalates a lockout from 4ms to core.MaxLockout,
-// doubling at each of 70 offences (past core.MaxStrikes), each made at
+// testLockoutExtremes escalates a lockout from 4ms to 366 days,
+// doubling at each of 70 offences (past 64), each made at
 // the end of the lockout before: RetryAfter is Lockout.Length of each
 // strike, exactly, and never overflows once capped.
 func testLockoutExtremes(t tester, store core.Store, run string, alg core.Algorithm) {
 	t.Helper()
 	ctx := context.Background()
 	p := policy(alg, 1, time.Millisecond, 0)
-	p.Lockout = &core.Lockout{Duration: 4 * ms, Max: core.MaxLockout, Memory: core.MaxLockoutMemory}
+	p.Lockout = &core.Lockout{Duration: 4 * ms, Max: limits.MaxLockout, Memory: limits.MaxLockoutMemory}
 	key := run + "-lockout-extreme-" + string(alg)
 	at := epoch()
 	for strike := 1; strike <= 70; strike++ {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // RunPlans checks that a client moved between plans keeps its usage, under
@@ -59,11 +60,11 @@ func RunPlans(t *testing.T, newStore func(t *testing.T) core.Store) {
 func runPlans(t tester, newStore func(t tester) core.Store) {
 	run := runID(t)
 	t.run("plans", func(t tester) {
-		for _, alg := range core.Algorithms() {
+		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			t.run(string(alg), func(t tester) {
 				playPlans(t, newStore(t), run+"-plans-"+string(alg), alg, planSteps(alg))
 			})
-			if alg.IsBucket() {
+			if limits.IsBucket(alg) {
 				t.run(string(alg)+"/cliff", func(t tester) {
 					testPlanCliff(t, newStore(t), run+"-cliff-"+string(alg), alg)
 				})

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestPlansCatchBrokenStores runs RunPlans, with a recording tester,
@@ -46,7 +47,7 @@ func TestPlansCatchBrokenStores(t *testing.T) {
 			store := breaker(newMemstore(t))
 			rec := newRecorder()
 			runPlans(rec, func(tester) core.Store { return store })
-			for _, alg := range core.Algorithms() {
+			for _, alg := range limits.Algorithms[core.Algorithm]() {
 				assert.NotEmpty(t, rec.under("suite/plans/"+string(alg)), "RunPlans passes %s under a store that %s", alg, name)
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // A script is one case: a policy and the requests made under it, in order,
@@ -54,17 +55,6 @@ func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
 	return core.Decision{Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
-// limiterTimeout is the timeout of the Limiters of the scripts with
-// viaLimiter. The suite checks decisions, not speed: a store that does I/O
-// (Redis) and is merely slow on a busy machine must not fail a step, as it
-// would with core.DefaultTimeout (100ms). It is ten times that, and no
-// more, because a store may choose how to decide by the deadline it is
-// given (redisstore decides one due within a second on its caller's
-// goroutine, and batches the others, which the steps without a Limiter,
-// given no deadline, go through): the scripts through a Limiter take the
-// path its default timeout takes.
-const limiterTimeout = time.Second
-
 // run plays s against store, failing at the first step whose Decision is not
 // the one wanted.
 func (s *script) run(t tester, store core.Store, run string) {
@@ -91,7 +81,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 		if s.viaLimiter {
 			if l = limiters[p.Name]; l == nil {
 				var err error
-				l, err = core.NewLimiter(store, p, core.WithTimeout(limiterTimeout))
+				l, err = core.NewLimiter(store, p)
 				if err != nil {
 					t.Fatalf("%s: NewLimiter: %v", where, err)
 				}
@@ -114,7 +104,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 
 		want := st.want
 		if want.Limit == 0 {
-			want.Limit = p.Capacity()
+			want.Limit = limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		}
 		var got core.Decision
 		var err error

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // testStepBack sends requests whose time steps back: concurrent requests
@@ -75,8 +76,8 @@ func testStepBack(t tester, store core.Store, run string, alg core.Algorithm) {
 // p, a policy whose bucket, if any, is no deeper than its limit.
 func sane(d core.Decision, p core.Policy) error {
 	switch {
-	case d.Limit != p.Capacity():
-		return fmt.Errorf("%s: Limit is not the capacity, %d", show(d), p.Capacity())
+	case d.Limit != limits.Capacity(p.Algorithm, p.Limit, p.Burst):
+		return fmt.Errorf("%s: Limit is not the capacity, %d", show(d), limits.Capacity(p.Algorithm, p.Limit, p.Burst))
 	case d.Remaining < 0 || d.Remaining > d.Limit:
 		return fmt.Errorf("%s: Remaining out of [0, Limit]", show(d))
 	case d.ResetAfter < 0 || d.ResetAfter > 2*p.Window:

@@ -4,8 +4,8 @@
 // Run replays scripted requests, with explicit times, against a store and
 // checks every field of every Decision, to the millisecond, against values
 // derived by hand from the semantics documented on the core.Algorithm
-// constants; at the ends of the valid range (limits up to core.MaxLimit,
-// windows up to core.MaxWindow), where float64 loses the small terms, it
+// constants; at the ends of the valid range (limits up to 10^12,
+// windows up to 366 days), where float64 loses the small terms, it
 // checks that a request denied with RetryAfter R is still denied at R-1ms
 // and passes at R. The lockouts of core.Lockout are scripted too, on every
 // algorithm: their escalation, exact end, memory and Reset, and at the
@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Epoch returns the suite's time zero: midnight UTC on 1 January 2030, a
@@ -65,7 +66,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 // against broken stores and see it fail.
 func runSuite(t tester, newStore func(t tester) core.Store) {
 	run := runID(t)
-	for _, alg := range core.Algorithms() {
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.run(string(alg), func(t tester) {
 			for _, s := range scripts(alg) {
 				t.run(s.name, func(t tester) {
@@ -78,6 +79,11 @@ func runSuite(t tester, newStore func(t tester) core.Store) {
 			t.run("clock-step-back", func(t tester) {
 				testStepBack(t, newStore(t), run, alg)
 			})
+			if alg == core.FixedWindow {
+				t.run("prompt-cancel", func(t tester) {
+					testPromptCancel(t, newStore(t), run)
+				})
+			}
 			if alg != core.SlidingWindowLog {
 				t.run("extremes", func(t tester) {
 					testExtremes(t, newStore(t), run, alg)
@@ -139,6 +145,6 @@ func runID(t tester) string {
 // fields as a Limiter would name it.
 func policy(alg core.Algorithm, limit int64, window time.Duration, burst int64) core.Policy {
 	p := core.Policy{Algorithm: alg, Limit: limit, Window: window, Burst: burst}
-	p.Name = p.DefaultName()
+	p.Name = limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)
 	return p
 }

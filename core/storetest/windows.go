@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Units of the scripts' times.
@@ -192,13 +193,13 @@ func slidingLogScripts() []script {
 	}
 }
 
-// nearMaxLogLimit fills a log of core.MaxLogLimit units per hour with 1000
+// nearMaxLogLimit fills a log of 100,000 units per hour with 1000
 // requests of cost 100, one a millisecond, and checks that it still
 // answers, exactly.
 func nearMaxLogLimit() script {
-	s := script{name: "near-max-limit", policy: policy(core.SlidingWindowLog, core.MaxLogLimit, time.Hour, 0)}
+	s := script{name: "near-max-limit", policy: policy(core.SlidingWindowLog, limits.MaxLogLimit, time.Hour, 0)}
 	for i := range int64(1000) {
-		s.steps = append(s.steps, step{at: time.Duration(i) * ms, cost: 100, want: ok(core.MaxLogLimit-100*(i+1), time.Hour)})
+		s.steps = append(s.steps, step{at: time.Duration(i) * ms, cost: 100, want: ok(limits.MaxLogLimit-100*(i+1), time.Hour)})
 	}
 	s.steps = append(s.steps,
 		// Full: the newest units (999ms) leave at 1h+999ms, the oldest (0)

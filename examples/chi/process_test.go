@@ -22,6 +22,7 @@ import (
 
 	"github.com/apigate/ratelimit/examples/internal/demo"
 	"github.com/apigate/ratelimit/internal/gobuild"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 )
 
@@ -70,7 +71,8 @@ func TestProcess(t *testing.T) {
 	assert.Contains(t, out.String(), "deny list: "+deny+" (1 entry; reloaded when it changes)", "the banner names the deny list")
 
 	client := &http.Client{Timeout: 2 * time.Second}
-	capacity := demo.DefaultPolicies().Global.Capacity()
+	global := demo.DefaultPolicies().Global
+	capacity := limits.Capacity(global.Algorithm, global.Limit, global.Burst)
 	var passed int64
 	var denied *http.Response
 	var deniedBody []byte

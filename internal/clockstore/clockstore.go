@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // At returns s with the zero Now of every Request it takes set to now, so
 // that s decides at now whatever the real time. The Limiter's own clock
-// (its deny cache, its circuit breaker) stays the real one. The Store
-// keeps s's CallMode: a memory store is still called directly, and can
-// still be a fallback.
+// (its deny cache, its circuit breaker) stays the real one.
 func At(s core.Store, now time.Time) core.Store { return store{s, now} }
 
 type store struct {
@@ -30,13 +29,6 @@ func (s store) Take(ctx context.Context, req core.Request) (core.Decision, error
 	return s.Store.Take(ctx, req)
 }
 
-func (s store) CallMode() core.CallMode {
-	if m, ok := s.Store.(core.CallModer); ok {
-		return m.CallMode()
-	}
-	return core.CallBounded
-}
-
 // TakeAll is the inner store's TakeAll, every zero Now set to the store's
 // time; it fails when the inner store is not a core.MultiTaker.
 func (s store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
@@ -44,7 +36,7 @@ func (s store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Deci
 	if !ok {
 		return fmt.Errorf("clockstore: %T is not a core.MultiTaker", s.Store)
 	}
-	var own [core.MaxLayers]core.Request
+	var own [limits.MaxLayers]core.Request
 	n := copy(own[:], reqs)
 	for i := range own[:n] {
 		if own[i].Now.IsZero() {

@@ -24,8 +24,6 @@ func (*recorder) Reset(context.Context, string, core.Policy) error { return nil 
 
 type direct struct{ *recorder }
 
-func (direct) CallMode() core.CallMode { return core.CallDirect }
-
 func TestAtStampsZeroNowOnly(t *testing.T) {
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	t1 := t0.Add(time.Hour)
@@ -41,19 +39,8 @@ func TestAtStampsZeroNowOnly(t *testing.T) {
 	assert.Equal(t, t1, rec.reqs[1].Now, "an explicit Now is kept")
 }
 
-func TestAtKeepsTheCallMode(t *testing.T) {
-	for _, tt := range []struct {
-		s    core.Store
-		want core.CallMode
-	}{
-		{&recorder{}, core.CallBounded},
-		{direct{&recorder{}}, core.CallDirect},
-	} {
-		m, ok := clockstore.At(tt.s, time.Time{}).(core.CallModer)
-		require.True(t, ok)
-		assert.Equal(t, tt.want, m.CallMode(), "%T", tt.s)
-	}
-	// A wrapped memory-like store can still be a fallback.
+// TestAtCanBeAFallback: a wrapped memory-like store can still be a fallback.
+func TestAtCanBeAFallback(t *testing.T) {
 	_, err := core.NewLimiter(&recorder{}, core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second},
 		core.WithFallback(clockstore.At(direct{&recorder{}}, time.Time{})))
 	require.NoError(t, err)

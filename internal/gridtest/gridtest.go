@@ -1,7 +1,7 @@
 // Package gridtest drives a grid of overrides (limit, burst, scale, and a
 // load factor on top) against configured policies of every algorithm,
-// including the extremes (a limit of 1 and of core.MaxLimit, windows of
-// core.MinWindow and core.MaxWindow, slow rates with big bursts), over a
+// including the extremes (a limit of 1 and of limits.MaxLimit, windows of
+// limits.MinWindow and limits.MaxWindow, slow rates with big bursts), over a
 // store, through a source of overrides (an overrides.Set, a
 // rediswatch.Overrides). For each case it asserts, at explicit times,
 // that no decision fails, that the policy in force is valid, and that the
@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/overrides"
 )
@@ -69,34 +70,34 @@ type Config struct {
 var Issue = core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
 
 // maxBurstFor1PerMs is the biggest burst a bucket of 1 per millisecond
-// refills within core.MaxWindow.
-const maxBurstFor1PerMs = int64(core.MaxWindow / core.MinWindow)
+// refills within limits.MaxWindow.
+const maxBurstFor1PerMs = int64(limits.MaxWindow / limits.MinWindow)
 
 // Policies returns the configured policies of the grid, every algorithm.
 func Policies() []core.Policy {
 	var out []core.Policy
 	windows := []core.Policy{
-		{Limit: 1, Window: core.MinWindow},
+		{Limit: 1, Window: limits.MinWindow},
 		{Limit: 100, Window: time.Hour},
-		{Limit: core.MaxLimit, Window: time.Second},
-		{Limit: 5, Window: core.MaxWindow},
+		{Limit: limits.MaxLimit, Window: time.Second},
+		{Limit: 5, Window: limits.MaxWindow},
 	}
 	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter} {
 		for _, p := range windows {
 			p.Algorithm = alg
-			if alg == core.SlidingWindowLog && p.Limit > core.MaxLogLimit {
-				p.Limit = core.MaxLogLimit
+			if alg == core.SlidingWindowLog && p.Limit > limits.MaxLogLimit {
+				p.Limit = limits.MaxLogLimit
 			}
 			out = append(out, p)
 		}
 	}
 	buckets := []core.Policy{
 		{Limit: 100, Window: time.Hour, Burst: 10_000}, // the issue's
-		{Limit: 1, Window: core.MinWindow},
+		{Limit: 1, Window: limits.MinWindow},
 		{Limit: 3, Window: time.Hour, Burst: 3 * 8784}, // a burst that takes MaxWindow to fill
-		{Limit: core.MaxLimit, Window: time.Second},
-		{Limit: 5, Window: core.MaxWindow},
-		{Limit: 1, Window: core.MinWindow, Burst: maxBurstFor1PerMs},
+		{Limit: limits.MaxLimit, Window: time.Second},
+		{Limit: 5, Window: limits.MaxWindow},
+		{Limit: 1, Window: limits.MinWindow, Burst: maxBurstFor1PerMs},
 	}
 	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
 		for _, p := range buckets {
@@ -114,9 +115,9 @@ func Policies() []core.Policy {
 func Overrides() []overrides.Override {
 	return []overrides.Override{
 		{Limit: 1},
-		{Limit: core.MaxLimit},
+		{Limit: limits.MaxLimit},
 		{Burst: 1},
-		{Burst: core.MaxLimit},
+		{Burst: limits.MaxLimit},
 		{Limit: 1, Burst: 10_000},
 		{Limit: 200_000},
 		{Scale: 1e-6},
@@ -169,10 +170,11 @@ type gridCase struct {
 // the configured policy (a bucket's capacity) takes to drain at the
 // override's rate, in the used cases of the buckets; else 0.
 func (c gridCase) drain() int64 {
-	if !c.used || !c.policy.Algorithm.IsBucket() {
+	if !c.used || !limits.IsBucket(c.policy.Algorithm) {
 		return 0
 	}
-	carried := literal(c.policy, overrides.Override{}, c.load).Capacity()
+	lp := literal(c.policy, overrides.Override{}, c.load)
+	carried := limits.Capacity(lp.Algorithm, lp.Limit, lp.Burst)
 	rate := literal(c.policy, c.o, c.load).Limit
 	d := new(big.Int).Mul(big.NewInt(carried), big.NewInt(c.policy.Window.Microseconds()))
 	d.Quo(d, big.NewInt(rate))
@@ -187,7 +189,7 @@ func (c gridCase) name() string {
 	if c.used {
 		v = "used"
 	}
-	return strings.NewReplacer(" ", "_", "=", "").Replace(fmt.Sprintf("%s/%s/%s/load%v/%s", c.policy.Algorithm, c.policy.DefaultName(), c.o, c.load, v))
+	return strings.NewReplacer(" ", "_", "=", "").Replace(fmt.Sprintf("%s/%s/%s/load%v/%s", c.policy.Algorithm, limits.DefaultName(c.policy.Algorithm, c.policy.Limit, c.policy.Window, c.policy.Burst), c.o, c.load, v))
 }
 
 // t0 is the grid's start: aligned to no window in particular.
@@ -195,7 +197,7 @@ var t0 = time.Date(2026, 12, 3, 12, 0, 0, 123_456_000, time.UTC)
 
 func (c gridCase) run(t *testing.T, cfg Config) {
 	src := cfg.NewSource(t)
-	opts := []core.Option{core.WithPolicySource(src.Adjust), core.WithTimeout(10 * time.Second)}
+	opts := []core.Option{core.WithPolicySource(src.Adjust)}
 	if c.load != 1 {
 		load, err := overrides.NewLoad(func() float64 { return 1 }, overrides.LoadConfig{High: 0.5, Low: 0.1, Step: 1, MinScale: c.load})
 		require.NoError(t, err)
@@ -208,7 +210,7 @@ func (c gridCase) run(t *testing.T, cfg Config) {
 
 	if c.used {
 		// The client takes all it may under the configured policy.
-		inForce := greedy(t, l, c.key, t0, configured.Capacity())
+		inForce := greedy(t, l, c.key, t0, limits.Capacity(configured.Algorithm, configured.Limit, configured.Burst))
 		noLooser(t, inForce.in, configured, true, "before the override")
 	}
 	unfit := ownValuesUnfit(c.policy, c.o)
@@ -234,7 +236,7 @@ func (c gridCase) run(t *testing.T, cfg Config) {
 	var in core.Policy
 	for i, at := range []time.Duration{0, w / 3, w / 2, w, w + w/2, 2*w + time.Microsecond, 5 * w} {
 		now := t0.Add(at)
-		g := greedy(t, l, c.key, now, max(lit.Capacity(), configured.Capacity()))
+		g := greedy(t, l, c.key, now, max(limits.Capacity(lit.Algorithm, lit.Limit, lit.Burst), limits.Capacity(configured.Algorithm, configured.Limit, configured.Burst)))
 		if i == 0 {
 			first, in = now, g.in
 			if unfit {
@@ -253,7 +255,7 @@ func (c gridCase) run(t *testing.T, cfg Config) {
 	}
 	allow := allowance(bound, first, last)
 	assert.LessOrEqual(t, admitted, allow, "admitted %d, more than the %s allows (%d) from %v to %v (in force: %s)",
-		admitted, bound.DefaultName(), allow, first, last, in.DefaultName())
+		admitted, limits.DefaultName(bound.Algorithm, bound.Limit, bound.Window, bound.Burst), allow, first, last, limits.DefaultName(in.Algorithm, in.Limit, in.Window, in.Burst))
 	if unfit && !c.used && src.Logs != nil {
 		assert.Contains(t, src.Logs(), "cannot apply", "an override that cannot apply is logged")
 	}
@@ -272,7 +274,7 @@ func noLooser(t *testing.T, in, lit core.Policy, exact bool, what string) {
 	}
 	assert.Equal(t, lit.Window, in.Window, what)
 	assert.LessOrEqual(t, in.Limit, lit.Limit, "%s: the limit is no looser than written", what)
-	assert.LessOrEqual(t, in.Capacity(), lit.Capacity(), "%s: nor the capacity", what)
+	assert.LessOrEqual(t, limits.Capacity(in.Algorithm, in.Limit, in.Burst), limits.Capacity(lit.Algorithm, lit.Limit, lit.Burst), "%s: nor the capacity", what)
 }
 
 // got is what greedy saw.
@@ -296,7 +298,7 @@ func greedy(t *testing.T, l *core.Limiter, key string, now time.Time, top int64)
 	if d.Allowed {
 		g.admitted++
 	}
-	capacity := d.Policy.Capacity()
+	capacity := limits.Capacity(d.Policy.Algorithm, d.Policy.Limit, d.Policy.Burst)
 	floor := max(1, capacity>>10)
 	for c := min(top, capacity); c >= floor; c /= 2 {
 		for range 3 {
@@ -327,7 +329,7 @@ func literal(p core.Policy, o overrides.Override, s float64) core.Policy {
 	if o.Limit > 0 {
 		p.Limit = o.Limit
 	}
-	if o.Burst > 0 && p.Algorithm.IsBucket() {
+	if o.Burst > 0 && limits.IsBucket(p.Algorithm) {
 		p.Burst = o.Burst
 	}
 	for _, f := range []float64{o.Scale, s} {
@@ -342,17 +344,17 @@ func literal(p core.Policy, o overrides.Override, s float64) core.Policy {
 }
 
 // ownValuesUnfit reports whether o's own values, as set (before its
-// Scale), make no valid policy of p: a limit above core.MaxLogLimit on a
+// Scale), make no valid policy of p: a limit above limits.MaxLogLimit on a
 // sliding log, a bucket's burst its rate cannot refill within
-// core.MaxWindow.
+// limits.MaxWindow.
 func ownValuesUnfit(p core.Policy, o overrides.Override) bool {
 	if o.Limit > 0 {
 		p.Limit = o.Limit
-		if p.Algorithm == core.SlidingWindowLog && p.Limit > core.MaxLogLimit {
+		if p.Algorithm == core.SlidingWindowLog && p.Limit > limits.MaxLogLimit {
 			return true
 		}
 	}
-	if o.Burst > 0 && p.Algorithm.IsBucket() {
+	if o.Burst > 0 && limits.IsBucket(p.Algorithm) {
 		p.Burst = o.Burst
 		return p.Validate() != nil
 	}
@@ -377,7 +379,7 @@ func allowance(p core.Policy, first, last time.Time) int64 {
 	default:
 		refill := new(big.Int).Mul(big.NewInt(p.Limit), big.NewInt(b-a))
 		refill.Quo(refill, big.NewInt(w))
-		refill.Add(refill, big.NewInt(p.Capacity()))
+		refill.Add(refill, big.NewInt(limits.Capacity(p.Algorithm, p.Limit, p.Burst)))
 		if !refill.IsInt64() {
 			return math.MaxInt64
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // Counting is a Store that counts the decisions it is asked for and passes
-// them on to Store, a memory store (it reports CallDirect).
+// them on to Store, a memory store.
 type Counting struct {
 	core.Store
 	takes atomic.Int64
@@ -19,9 +19,6 @@ func (c *Counting) Take(ctx context.Context, r core.Request) (core.Decision, err
 	c.takes.Add(1)
 	return c.Store.Take(ctx, r)
 }
-
-// CallMode is CallDirect: the wrapped store is in memory.
-func (c *Counting) CallMode() core.CallMode { return core.CallDirect }
 
 // Takes returns how many decisions the store was asked for.
 func (c *Counting) Takes() int64 { return c.takes.Load() }

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 
@@ -17,7 +18,7 @@ import (
 // Observe alone). Observation must add no allocation.
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
-	p := core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	run := func(b *testing.B, opts ...core.Option) {
 		l := newLimiter(b, newMemStore(b), p, opts...)
 		for range 5 {

@@ -112,7 +112,7 @@ func TestCrossCheck(t *testing.T) {
 		fs := &flakyStore{Store: newMemStore(t)}
 		flaky[name] = fs
 		p := core.Policy{Name: name, Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Hour}
-		opts = append(opts, core.WithTimeout(20*time.Millisecond), core.WithCircuitBreaker(3, time.Hour))
+		opts = append(opts, core.WithCircuitBreaker(3, time.Hour))
 		return mk(fs, p, opts...)
 	}
 	open := newFlaky("flaky-open")

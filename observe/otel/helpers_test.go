@@ -251,8 +251,15 @@ func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision,
 	for time.Since(start) < time.Microsecond {
 	}
 	if s.hung.Load() {
-		<-ctx.Done()
-		return core.Decision{}, ctx.Err()
+		// It bounds itself, as a store that blocks must.
+		t := time.NewTimer(hungTimeout)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return core.Decision{}, ctx.Err()
+		case <-t.C:
+			return core.Decision{}, fmt.Errorf("hung: %w", context.DeadlineExceeded)
+		}
 	}
 	if s.down.Load() {
 		return core.Decision{}, errDown
@@ -260,4 +267,5 @@ func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision,
 	return s.Store.Take(ctx, req)
 }
 
-func (*flakyStore) CallMode() core.CallMode { return core.CallWithDeadline }
+// hungTimeout is how long a hung flakyStore takes to give up.
+const hungTimeout = 20 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 
@@ -320,7 +321,7 @@ func (m *Metrics) observeGauges(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(m.health, v, b.health[i])
 		}
 		o.ObserveInt64(m.denyCache, int64(b.l.DenyCacheLen()), b.limitObs)
-		o.ObserveFloat64(m.timeout, b.l.Timeout().Seconds(), b.limitObs)
+		o.ObserveFloat64(m.timeout, hooks.StoreTimeout(hooks.LimiterStore(b.l)).Seconds(), b.limitObs)
 	}
 	for _, w := range m.stores {
 		o.ObserveInt64(m.memKeys, int64(w.s.Len()), w.attr)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 
@@ -70,7 +71,7 @@ func TestOutcomesOverMemstore(t *testing.T) {
 		series(health, "limit", "api", "state", "failing"):    0,
 	}, s.of(health))
 	assert.Equal(t, map[string]float64{series(denyCache, "limit", "api"): 1}, s.of(denyCache))
-	assert.Equal(t, map[string]float64{series(timeout, "limit", "api"): core.DefaultTimeout.Seconds()}, s.of(timeout))
+	assert.Equal(t, map[string]float64{series(timeout, "limit", "api"): 0}, s.of(timeout))
 }
 
 // TestMemstoreNotTimed: a memory store's decisions, which never wait, are
@@ -78,7 +79,7 @@ func TestOutcomesOverMemstore(t *testing.T) {
 func TestMemstoreNotTimed(t *testing.T) {
 	m, r := newMetrics(t)
 	ref := newTally()
-	p := core.Policy{Name: "memory", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "memory", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	l := newLimiter(t, newMemStore(t), p, core.WithObserver(m), core.WithObserver(ref))
 	const n = 1000
 	for range n {
@@ -327,7 +328,7 @@ func TestMeterError(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	m, r := newMetrics(t)
 	st := newMemStore(t)
-	p := core.Policy{Name: "shared", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "shared", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	l := newLimiter(t, st, p, core.WithObserver(m))
 	const workers, each = 2, 2000
 	var wg sync.WaitGroup

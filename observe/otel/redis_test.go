@@ -37,7 +37,7 @@ func TestRedisOutage(t *testing.T) {
 	opts.MaxRetries, opts.DialerRetries = -1, 1 // a dead server fails at once
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { _ = client.Close() })
-	rs, err := redisstore.New(client, redisstore.WithPrefix("otellimit-test:"))
+	rs, err := redisstore.New(client, redisstore.WithPrefix("otellimit-test:"), redisstore.WithTimeout(redisTimeout))
 	require.NoError(t, err)
 
 	ctx := context.Background()
@@ -52,7 +52,7 @@ func TestRedisOutage(t *testing.T) {
 	ref := newTally()
 	mk := func(name string, opts ...core.Option) *core.Limiter {
 		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
-		opts = append(opts, core.WithTimeout(redisTimeout), core.WithCircuitBreaker(2, redisProbe),
+		opts = append(opts, core.WithCircuitBreaker(2, redisProbe),
 			core.WithObserver(m), core.WithObserver(ref))
 		return newLimiter(t, rs, p, opts...)
 	}

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
 // benchPolicy admits everything a benchmark sends.
-var benchPolicy = core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+var benchPolicy = core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 
 // nopObserver hears events and does nothing with them.
 type nopObserver struct{}

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"fmt"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
@@ -178,14 +179,28 @@ func (s *switchStore) Reset(ctx context.Context, key string, p core.Policy) erro
 // Redis stopped mid-command behind a client that honours deadlines.
 type frozenStore struct{}
 
+// frozenTimeout is how long a frozenStore waits before it gives up: it
+// bounds itself, as a store that blocks must.
+const frozenTimeout = 20 * time.Millisecond
+
 func (frozenStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
-	<-ctx.Done()
-	return core.Decision{}, ctx.Err()
+	return core.Decision{}, frozenStore{}.wait(ctx)
 }
 
 func (frozenStore) Reset(ctx context.Context, _ string, _ core.Policy) error {
-	<-ctx.Done()
-	return ctx.Err()
+	return frozenStore{}.wait(ctx)
 }
 
-func (frozenStore) CallMode() core.CallMode { return core.CallWithDeadline }
+// Timeout is frozenTimeout, the budget the exporters report.
+func (frozenStore) Timeout() time.Duration { return frozenTimeout }
+
+func (frozenStore) wait(ctx context.Context) error {
+	t := time.NewTimer(frozenTimeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("frozen: %w", context.DeadlineExceeded)
+	}
+}

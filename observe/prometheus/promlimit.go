@@ -15,7 +15,7 @@
 //	ratelimit_store_errors_total{limit,kind}       counter: timeout, circuit_open, error
 //	ratelimit_store_health{limit,state}            gauge: 1 for the current state
 //	ratelimit_deny_cache_entries{limit}            gauge
-//	ratelimit_store_timeout_seconds{limit}         gauge: the Limiter's timeout
+//	ratelimit_store_timeout_seconds{limit}         gauge: the store's timeout (redisstore.WithTimeout; 0 for memory)
 //	ratelimit_memstore_keys{store}                 gauge (WatchStore)
 //
 // limit is the policy's Name, outcome a core.Outcome's String, kind a
@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 
@@ -294,7 +295,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
 			}
 			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
-			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, l.Timeout().Seconds(), name)
+			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, hooks.StoreTimeout(hooks.LimiterStore(l)).Seconds(), name)
 		}
 	}
 	for _, s := range stores {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
@@ -54,7 +55,7 @@ func TestDecisionsByOutcome(t *testing.T) {
 		"kind=timeout,limit=api": 0, "kind=circuit_open,limit=api": 0, "kind=error,limit=api": 0,
 	}, series(t, reg, "ratelimit_store_errors_total"))
 	assert.Equal(t, map[string]float64{"limit=api": 1}, series(t, reg, "ratelimit_deny_cache_entries"))
-	assert.Equal(t, map[string]float64{"limit=api": core.DefaultTimeout.Seconds()}, series(t, reg, "ratelimit_store_timeout_seconds"))
+	assert.Equal(t, map[string]float64{"limit=api": 0}, series(t, reg, "ratelimit_store_timeout_seconds"))
 	assert.Equal(t, "healthy", health(t, reg, "api"))
 }
 
@@ -64,8 +65,7 @@ func TestDecisionsByOutcome(t *testing.T) {
 func TestExposition(t *testing.T) {
 	m, reg := newMetrics(t, promlimit.WithBuckets(0.001, 0.1))
 	s := newMemStore(t)
-	newLimiter(t, s, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}, m,
-		core.WithTimeout(250*time.Millisecond))
+	newLimiter(t, s, core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}, m)
 	require.NoError(t, m.WatchStore("main", s))
 	want := `
 # HELP ratelimit_decisions_total Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input; shadow_denied, admitted in shadow mode though it would have been denied; locked_out, denied by a lockout after repeated denials; allow_listed or deny_listed, decided by an allow or deny list without asking the limiter.
@@ -111,7 +111,7 @@ ratelimit_store_health{limit="login",state="healthy"} 1
 ratelimit_store_health{limit="login",state="recovering"} 0
 # HELP ratelimit_store_timeout_seconds The longest the limiter waits for its store on one decision, by limit.
 # TYPE ratelimit_store_timeout_seconds gauge
-ratelimit_store_timeout_seconds{limit="login"} 0.25
+ratelimit_store_timeout_seconds{limit="login"} 0
 `
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
 }
@@ -167,9 +167,9 @@ func TestFailModesAndFallback(t *testing.T) {
 // which opens the circuit breaker; the next decision is made without it.
 func TestTimeoutsAndCircuitOpen(t *testing.T) {
 	m, reg := newMetrics(t)
-	const timeout = 20 * time.Millisecond
+	const timeout = frozenTimeout
 	l := newLimiter(t, frozenStore{}, core.Policy{Name: "frozen", Algorithm: core.TokenBucket, Limit: 100, Window: time.Second}, m,
-		core.WithTimeout(timeout), core.WithCircuitBreaker(2, time.Hour))
+		core.WithCircuitBreaker(2, time.Hour))
 	ctx := context.Background()
 	for i := range 3 {
 		d, err := l.Allow(ctx, "alice")
@@ -307,7 +307,7 @@ func TestMemStoreKeys(t *testing.T) {
 func TestStoreDuration(t *testing.T) {
 	m, reg := newMetrics(t)
 	ctx := context.Background()
-	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}
+	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m, limitertest.Generous())
 	for range 5 {
 		_, err := bounded.Allow(ctx, "alice")
@@ -353,7 +353,7 @@ func TestDuplicateNames(t *testing.T) {
 	unnamed := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
 	newLimiter(t, s, unnamed, m)
 	_, err = core.NewLimiter(s, unnamed, core.WithObserver(m))
-	assert.ErrorContains(t, err, unnamed.DefaultName())
+	assert.ErrorContains(t, err, limits.DefaultName(unnamed.Algorithm, unnamed.Limit, unnamed.Window, unnamed.Burst))
 	// The failed Bind changed nothing: the first one counts alone.
 	_, err = first.Allow(context.Background(), "alice")
 	require.NoError(t, err)
@@ -466,7 +466,7 @@ func TestLint(t *testing.T) {
 // finds every decision counted.
 func TestConcurrent(t *testing.T) {
 	m, reg := newMetrics(t)
-	l := newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Second}, m)
+	l := newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}, m)
 	const workers, each = 4, 2000
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

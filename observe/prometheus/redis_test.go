@@ -88,7 +88,12 @@ func TestRedisOutage(t *testing.T) {
 	opts.DialerRetryBackoff = func(int) time.Duration { return 0 }
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { _ = client.Close() })
-	rs, err := redisstore.New(client, redisstore.WithPrefix("promlimit-test:"))
+	// The timeout under test: the healthy decisions are checked one by one
+	// (an exact count), so none may outlast it, which a warm round trip to
+	// a live Redis does not do in a second, even on a busy machine, as it
+	// might in 50ms.
+	const timeout = time.Second
+	rs, err := redisstore.New(client, redisstore.WithPrefix("promlimit-test:"), redisstore.WithTimeout(timeout))
 	require.NoError(t, err)
 
 	// Dial and load the script first, unhurried: a first decision's dial
@@ -99,15 +104,10 @@ func TestRedisOutage(t *testing.T) {
 	require.NoError(t, err)
 
 	m, reg := newMetrics(t)
-	// The timeout under test: the healthy decisions are checked one by one
-	// (an exact count), so none may outlast it, which a warm round trip to
-	// a live Redis does not do in a second, even on a busy machine, as it
-	// might in 50ms.
-	const timeout = time.Second
 	// 1000 a second: the fallback never refuses, so that the health gauge
 	// alone tells where the decisions come from.
 	p := core.Policy{Name: "redis", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Second}
-	l := newLimiter(t, rs, p, m, core.WithTimeout(timeout), core.WithCircuitBreaker(2, 200*time.Millisecond),
+	l := newLimiter(t, rs, p, m, core.WithCircuitBreaker(2, 200*time.Millisecond),
 		core.WithFallback(newMemStore(t)))
 	c := newTally()
 	key := "client-" + time.Now().Format(time.RFC3339Nano)

@@ -137,8 +137,6 @@ func (f *flaky) Take(ctx context.Context, req core.Request) (core.Decision, erro
 	return f.Store.Take(ctx, req)
 }
 
-func (f *flaky) CallMode() core.CallMode { return core.CallDirect }
-
 var json0, json1 = jsonNum(0), jsonNum(1)
 
 func jsonNum(n int64) json.Number { return json.Number(fmt.Sprint(n)) }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
@@ -89,9 +90,9 @@ func sha(key string) string {
 	return hex.EncodeToString(s[:8])
 }
 
-// normalized returns key as the store sees it (see core.MaxKeyLen).
+// normalized returns key as the store sees it (see limits.MaxKeyLen).
 func normalized(key string) (string, error) {
-	if len(key) <= core.MaxKeyLen && !strings.ContainsAny(key, " {}") {
+	if len(key) <= limits.MaxKeyLen && !strings.ContainsAny(key, " {}") {
 		return key, nil
 	}
 	s := sha256.Sum256([]byte(key))
@@ -179,7 +180,7 @@ func TestRawSecretNeverLogged(t *testing.T) {
 		"sha256:" + secret,
 		"ip:203.0.113.7|" + secret,
 		"key:4eC39HqLyjWDarjtT1zdp7dc0123456", // 32 characters, not all hex
-		secret + strings.Repeat("x", core.MaxKeyLen), // the core hashes it
+		secret + strings.Repeat("x", limits.MaxKeyLen), // the core hashes it
 	}
 	modes := []sloglimit.KeyMode{sloglimit.KeysSafe, sloglimit.KeysHashed, sloglimit.KeysHidden}
 	for _, mode := range modes {

@@ -63,7 +63,7 @@
 //   - "key:" and 32 lowercase hex digits, an API key hashed by
 //     keyfuncs.APIKeyHeader or keyfuncs.APIKeyQuery;
 //   - "sha256:" and 64 lowercase hex digits, the digest the core puts in
-//     place of a key longer than core.MaxKeyLen or with odd bytes.
+//     place of a key longer than 128 bytes or with odd bytes.
 //
 // Any other key (a user ID, a route, a static key, whatever a key
 // function of your own returns) is shown only as its digest, in

@@ -9,6 +9,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // The request every adapter benchmark serves: GET BenchPath from
@@ -25,7 +26,7 @@ const (
 // one that does not tell the time it decided at), on the real clock. serve
 // measures the app with b.Loop. Apps are built outside the measurement.
 func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *testing.B, h H)) {
-	layers := []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}}}
+	layers := []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}}}
 	for _, name := range []string{"NoLimiter", "Limiter", "LimiterUntimed"} {
 		var f *httplimit.Flow
 		var err error

@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -35,7 +36,7 @@ const (
 type multiClocked struct{ clocked }
 
 // AtClockMulti returns s deciding at c's time, Take and TakeAll, keeping
-// s's CallMode; s must be a core.MultiTaker.
+// s must be a core.MultiTaker.
 func AtClockMulti(s core.Store, c *Clock) core.Store { return multiClocked{clocked{s, c}} }
 
 func (s multiClocked) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
@@ -43,7 +44,7 @@ func (s multiClocked) TakeAll(ctx context.Context, reqs []core.Request, out []co
 	if !ok {
 		return fmt.Errorf("adapterstest: %T is not a core.MultiTaker", s.Store)
 	}
-	var own [core.MaxLayers]core.Request
+	var own [limits.MaxLayers]core.Request
 	n := copy(own[:], reqs)
 	now := s.c.Now()
 	for i := range own[:n] {
@@ -411,7 +412,7 @@ func layersHostile(t *testing.T, a *layersApp) {
 // a memory store on the real clock. build mounts New(f) for every
 // request; serve measures the app with b.Loop.
 func BenchLayers[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *testing.B, h H)) {
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: core.MaxLimit, Window: time.Hour}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	single, err := httplimit.New(NewStore(b), []httplimit.Layer{{Policy: p}})
 	if err != nil {
 		b.Fatal(err)

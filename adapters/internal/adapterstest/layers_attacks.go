@@ -16,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -45,7 +46,7 @@ var OddLoginPaths = []string{
 //     the login handler without the login layer counting it;
 //   - odd costs: a layer's cost of 0, below 0, above its capacity or
 //     math.MaxInt64 is a 500 that takes nothing from any layer and tells
-//     no quota; a cost of the whole capacity (core.MaxLimit) is admitted,
+//     no quota; a cost of the whole capacity (limits.MaxLimit) is admitted,
 //     and the next request denied with a Retry-After;
 //   - disconnects: clients that close their side of the connection, before
 //     the decision, while a layer's PolicyFor runs, or in the middle of
@@ -138,7 +139,7 @@ const costHeader = "X-Cost"
 // layersOddCosts sends requests whose cost in one layer is odd through
 // three layers: global (every request, cost 1), items (GET /items, 10 a
 // minute, the request's cost) and bulk (GET /bulk, a token bucket of
-// core.MaxLimit, the request's cost).
+// limits.MaxLimit, the request's cost).
 func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	clock := NewClock(T0)
 	global, err := keyfuncs.Static("api")
@@ -159,7 +160,7 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 		{Key: ip, Routes: []string{"/items"}, Cost: cost,
 			Policy: core.Policy{Name: "items", Algorithm: core.FixedWindow, Limit: itemsLimit, Window: time.Minute}},
 		{Key: ip, Routes: []string{"/bulk"}, Cost: cost,
-			Policy: core.Policy{Name: "bulk", Algorithm: core.TokenBucket, Limit: core.MaxLimit, Window: time.Hour}},
+			Policy: core.Policy{Name: "bulk", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Hour}},
 	}
 	var errs errorRecorder
 	spec := &Spec{
@@ -182,7 +183,7 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 		{"/items", strconv.FormatInt(math.MinInt64, 10), core.ErrInvalidCost},
 		{"/items", strconv.Itoa(itemsLimit + 1), core.ErrCostExceedsLimit},
 		{"/items", strconv.FormatInt(math.MaxInt64, 10), core.ErrCostExceedsLimit},
-		{"/bulk", strconv.FormatInt(core.MaxLimit+1, 10), core.ErrCostExceedsLimit},
+		{"/bulk", strconv.FormatInt(limits.MaxLimit+1, 10), core.ErrCostExceedsLimit},
 		{"/bulk", strconv.FormatInt(math.MaxInt64, 10), core.ErrCostExceedsLimit},
 	}
 	for _, b := range bad {
@@ -201,7 +202,7 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	require.Zero(t, spec.Hits(), "a request of a bad cost reached its handler")
 
 	// The whole capacity in one request, on both layers.
-	res := send("/bulk", strconv.FormatInt(core.MaxLimit, 10))
+	res := send("/bulk", strconv.FormatInt(limits.MaxLimit, 10))
 	require.Equal(t, http.StatusOK, res.Status, res.Body)
 	assert.Equal(t, map[string]int64{"global": globalLimit - 1, "bulk": 0}, remainingOf(t, res), "the bad costs took nothing")
 	res = send("/bulk", "1")

@@ -31,7 +31,8 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 	}
 	client := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client)
+	const timeout = 100 * time.Millisecond
+	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
 	require.NoError(t, err)
 	layers := IssueLayers(t)
 	for i := range layers {
@@ -39,9 +40,8 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 			layers[i].FailClosed = true
 		}
 	}
-	const timeout = 100 * time.Millisecond
 	errs := new(errorRecorder)
-	f := NewFlow(t, store, layers, []core.Option{core.WithTimeout(timeout), core.WithCircuitBreaker(0, time.Second)},
+	f := NewFlow(t, store, layers, []core.Option{core.WithCircuitBreaker(0, time.Second)},
 		httplimit.WithHeaders(layersHeaders), errs.option())
 	spec := &Spec{
 		Global: []Mount{{Flow: f}},

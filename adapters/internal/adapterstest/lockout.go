@@ -40,7 +40,7 @@ type clocked struct {
 	c *Clock
 }
 
-// AtClock returns s deciding at c's time, keeping s's CallMode.
+// AtClock returns s deciding at c's time.
 func AtClock(s core.Store, c *Clock) core.Store { return clocked{s, c} }
 
 func (s clocked) Take(ctx context.Context, req core.Request) (core.Decision, error) {
@@ -48,13 +48,6 @@ func (s clocked) Take(ctx context.Context, req core.Request) (core.Decision, err
 		req.Now = s.c.Now()
 	}
 	return s.Store.Take(ctx, req)
-}
-
-func (s clocked) CallMode() core.CallMode {
-	if m, ok := s.Store.(core.CallModer); ok {
-		return m.CallMode()
-	}
-	return core.CallBounded
 }
 
 // loginPolicy is the login guard: 5 attempts per 15 minutes, then

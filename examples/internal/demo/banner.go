@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // ListeningPrefix starts the banner line giving the server's URL, which
@@ -49,19 +50,19 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 		u, MetricsPath, p.Global.Name, p.Login.Name, p.API.Name, p.Users.Name)
 	fmt.Fprintf(&b, "try it:\n")
 	fmt.Fprintf(&b, "  # the global limit: the burst passes, then 429 with Retry-After\n")
-	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", p.Global.Capacity()+5, u)
+	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", limits.Capacity(p.Global.Algorithm, p.Global.Limit, p.Global.Burst)+5, u)
 	fmt.Fprintf(&b, "  curl -i %s/\n", u)
 	fmt.Fprintf(&b, "  # the login guard (every request counts against the global limit too: after the loop above, wait %s)\n", shortDuration(refillTime(p.Global)))
 	fmt.Fprintf(&b, "  # the right password logs in (200) and clears this client's strikes\n")
 	fmt.Fprintf(&b, "  curl -i -d %s=%s %s/login\n", PasswordField, DemoPassword, u)
 	if lo := p.Login.Lockout; lo != nil && lo.Enabled() {
 		fmt.Fprintf(&b, "  # wrong ones: %d pass (401), the %s locks this client out for %s (429, Retry-After: %d), even with the right password\n",
-			p.Login.Capacity(), ordinal(p.Login.Capacity()+1), shortDuration(lo.Duration), int64(lo.Duration/time.Second))
-		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", p.Login.Capacity()+1, PasswordField, u)
+			limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst), ordinal(limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)+1), shortDuration(lo.Duration), int64(lo.Duration/time.Second))
+		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)+1, PasswordField, u)
 		fmt.Fprintf(&b, "  curl -i -d %s=%s %s/login\n", PasswordField, DemoPassword, u)
 	} else {
-		fmt.Fprintf(&b, "  # wrong ones: %d pass (401), then 429 with Retry-After\n", p.Login.Capacity())
-		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", p.Login.Capacity()+2, PasswordField, u)
+		fmt.Fprintf(&b, "  # wrong ones: %d pass (401), then 429 with Retry-After\n", limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst))
+		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)+2, PasswordField, u)
 	}
 	fmt.Fprintf(&b, "  # the API limit, keyed by API key; without one: 400\n")
 	fmt.Fprintf(&b, "  curl -i -H '%s: demo' %s/api/data\n", APIKeyHeader, u)
@@ -112,8 +113,8 @@ func clientAddr(addr net.Addr) string {
 // doubling up to 24h".
 func Describe(p core.Policy) string {
 	s := fmt.Sprintf("%s, %d per %s", strings.ReplaceAll(string(p.Algorithm), "_", " "), p.Limit, shortDuration(p.Window))
-	if p.Algorithm.IsBucket() {
-		s += fmt.Sprintf(", burst %d", p.Capacity())
+	if limits.IsBucket(p.Algorithm) {
+		s += fmt.Sprintf(", burst %d", limits.Capacity(p.Algorithm, p.Limit, p.Burst))
 	}
 	if lo := p.Lockout; lo != nil && lo.Enabled() {
 		s += ", then locked out " + shortDuration(lo.Duration)
@@ -155,10 +156,10 @@ func shellQuote(s string) string {
 // refillTime is how long a client that used up p waits for its whole quota
 // back: the time a bucket takes to fill, or one window.
 func refillTime(p core.Policy) time.Duration {
-	if !p.Algorithm.IsBucket() {
+	if !limits.IsBucket(p.Algorithm) {
 		return p.Window
 	}
-	return time.Duration(p.Capacity()) * p.Window / time.Duration(p.Limit)
+	return time.Duration(limits.Capacity(p.Algorithm, p.Limit, p.Burst)) * p.Window / time.Duration(p.Limit)
 }
 
 // shortDuration formats d without its trailing zero units: "15m", "1h",

@@ -236,7 +236,7 @@ func TestOpenStoreMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, ok := s.Store.(core.CallModer); !ok || m.CallMode() != core.CallDirect || s.Name != "memory" {
+	if _, ok := s.Store.(*memstore.Store); !ok || s.Name != "memory" {
 		t.Errorf("OpenStore(\"\") = %T named %q, want the memory store", s.Store, s.Name)
 	}
 	if err := s.Close(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // TestConformanceDecisions replays every scripted case of core/storetest,
@@ -80,7 +81,7 @@ func TestConformanceDecisions(t *testing.T) {
 				for j, r := range reqs {
 					want := c.Steps[r.step].Want
 					if want.Limit == 0 {
-						want.Limit = p.Capacity()
+						want.Limit = limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 					}
 					got := res[0].Decisions[j]
 					assert.Equal(t, show(want, core.SourceStore), show(got, got.Source),

@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var (
@@ -92,7 +94,7 @@ func policyPlot(r Result, legend, xLabel bool) (*plot.Plot, error) {
 	p := plot.New()
 	pol := r.Policy
 	p.Title.Text = fmt.Sprintf("%s: limit %d per %s, burst %d — admitted %d of %d, worst %d in any %s",
-		pol.Algorithm, pol.Limit, pol.Window, pol.Capacity(), r.Admitted, r.Offered, r.Worst, r.WorstWindow)
+		pol.Algorithm, pol.Limit, pol.Window, limits.Capacity(pol.Algorithm, pol.Limit, pol.Burst), r.Admitted, r.Offered, r.Worst, r.WorstWindow)
 	p.Title.TextStyle.Font.Size = vg.Points(10)
 	p.Y.Label.Text = "requests so far"
 	if xLabel {

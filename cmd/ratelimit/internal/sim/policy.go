@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 var algAliases = map[string]core.Algorithm{
@@ -36,10 +37,10 @@ func ParsePolicy(spec string) ([]core.Policy, error) {
 		case "alg", "algorithm":
 			switch {
 			case v == "all":
-				algs = core.Algorithms()
+				algs = limits.Algorithms[core.Algorithm]()
 			case algAliases[v] != "":
 				algs = []core.Algorithm{algAliases[v]}
-			case core.Algorithm(v).Known():
+			case limits.Known(v):
 				algs = []core.Algorithm{core.Algorithm(v)}
 			default:
 				return nil, fmt.Errorf("policy %q: unknown algorithm %q", spec, v)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // ReadmeTrace is the traffic of the README's figures, one client: a burst of
@@ -31,7 +32,7 @@ func ReadmeTrace() []Event {
 // per second and writes dir/algorithms.svg and dir/algorithms.png.
 func ReadmePlots(ctx context.Context, dir string) error {
 	var policies []core.Policy
-	for _, a := range core.Algorithms() {
+	for _, a := range limits.Algorithms[core.Algorithm]() {
 		policies = append(policies, core.Policy{Name: "readme", Algorithm: a, Limit: 10, Window: time.Second})
 	}
 	res, err := Run(ctx, policies, ReadmeTrace(), Options{Bucket: 10 * time.Millisecond})
