@@ -55,6 +55,13 @@ func (e Entry) String() string {
 	return target + " expires=" + e.Expires.UTC().Format(time.RFC3339)
 }
 
+// Error returns the text of String, so that an Entry prints the same
+// whether fmt takes it for an error or a Stringer. An Entry is an error
+// because it is the one a flow gives its Responder for a deny-listed
+// request (httplimit.WithDenyList): errors.As(err, &entry) finds the
+// entry that matched, for example to answer 451 with its Reason.
+func (e Entry) Error() string { return e.String() }
+
 // normalize checks e as NewList does and returns it in the form a List
 // stores it: the range masked to its bits and an IPv4-mapped IPv6 range
 // folded to IPv4. An invalid e is an error wrapping ErrInvalidEntry.

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"errors"
 	"net/netip"
 	"time"
 
@@ -12,25 +11,6 @@ import (
 
 // inAccess names the list lookups in a PanicError.
 const inAccess = "access list"
-
-// listedError is the error a Responder is given for a deny-listed
-// request: it carries the entry that matched (ListEntry).
-type listedError struct{ e access.Entry }
-
-func (e *listedError) Error() string { return "httplimit: deny-listed: " + e.e.String() }
-
-// ListEntry returns the deny-list entry that refused a request, when err
-// is the error a Responder was given for one, so that a Responder can
-// answer 451 with the entry's Reason:
-//
-//	if e, ok := httplimit.ListEntry(err); ok && e.Reason == "legal" { ... }
-func ListEntry(err error) (access.Entry, bool) {
-	var le *listedError
-	if errors.As(err, &le) {
-		return le.e, true
-	}
-	return access.Entry{}, false
-}
 
 // WithClientIP sets who the client is, by address, for the allow and deny
 // lists (WithAllowList, WithDenyList) and, for every Layer without a Key

@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"errors"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -105,7 +106,7 @@ func TestAccessLists(t *testing.T) {
 		{name: "replaced responder reads the entry", req: from("203.0.113.9:1"), status: 451, body: "blocked: scanner",
 			opts: []httplimit.Option{httplimit.WithDenyList(list(t, "203.0.113.9 reason=scanner")),
 				httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
-					if e, ok := httplimit.ListEntry(err); ok {
+					if e := (access.Entry{}); errors.As(err, &e) {
 						_ = w.Write(451, "text/plain", []byte("blocked: "+e.Reason))
 						return
 					}

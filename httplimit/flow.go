@@ -217,7 +217,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		case denyListed:
 			f.report(k, l)
 			st.in = inResponder
-			f.respond(r, st.guard(w), core.Decision{}, &listedError{e})
+			f.respond(r, st.guard(w), core.Decision{}, e)
 			return false
 		}
 	}

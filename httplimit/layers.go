@@ -340,7 +340,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		case denyListed:
 			f.reportKeys(sc.keys[:n], l)
 			st.in = inResponder
-			f.respond(r, st.guard(w), core.Decision{}, &listedError{e})
+			f.respond(r, st.guard(w), core.Decision{}, e)
 			return false
 		}
 	}

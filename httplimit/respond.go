@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -37,7 +38,8 @@ const statusClientClosedRequest = 499
 // store failed under core.FailClosed or a fail-closed layer (d.Source is
 // core.SourceFailMode). The rate-limit headers, Retry-After included, are
 // already set. A non-nil err means nothing was decided, and d is zero: a
-// deny list matched the client (ListEntry returns the entry), the key
+// deny list matched the client (err is then the access.Entry that
+// matched: errors.As(err, &entry) reads it, say for a 451), the key
 // function found no key or failed, the cost was bad, the client left
 // (core.ErrCanceled), or a function given to the flow panicked (a
 // *PanicError). A Responder must write a response: the adapter stops the
@@ -61,7 +63,7 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 //
 // where N is the Retry-After value, from the Limiter's fail-closed retry.
 //
-// A deny-listed client (ListEntry(err) reports true) gets 403 Forbidden
+// A deny-listed client (err is an access.Entry) gets 403 Forbidden
 // with
 //
 //	{"error":"forbidden","message":"Access denied."}
@@ -100,7 +102,7 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 		_ = w.Write(http.StatusTooManyRequests, contentTypeJSON, retryBody(codeExceeded, "Too many requests, retry after ", n))
 		return
 	}
-	var le *listedError
+	var le access.Entry
 	switch {
 	case errors.As(err, &le):
 		_ = w.Write(http.StatusForbidden, contentTypeJSON,

@@ -146,7 +146,10 @@ func TestFirstOfReportsFallback(t *testing.T) {
 
 	must := mustFunc(t)
 	type userKey struct{}
-	user := must(ContextValue(userKey{}))
+	user := must(User(func(ctx context.Context) (string, bool) {
+		id, ok := ctx.Value(userKey{}).(string)
+		return id, ok
+	}))
 	chain := must(FirstOf(user, must(clientIPKey())))
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -167,7 +170,7 @@ func TestFirstOfReportsFallback(t *testing.T) {
 	assert.Equal(t, "WARN", rec["level"])
 	assert.Contains(t, rec["msg"], "FirstOf fell back")
 	assert.Contains(t, rec["no_key"], "function 0: "+ErrNoKey.Error(), "the function that found no key, and why")
-	assert.Contains(t, rec["no_key"], "no user in context key")
+	assert.Contains(t, rec["no_key"], "no user in context")
 	assert.Equal(t, 1.0, rec["keyed_by_function"])
 	assert.Contains(t, rec["first_of"], "compose_test.go:", "where the FirstOf was made")
 	assert.NotContains(t, lines[0], "203.0.113.", "never the key")

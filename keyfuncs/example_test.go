@@ -111,7 +111,10 @@ func ExampleUseForwarded() {
 // IP; combined with the route for per-endpoint limits.
 func ExampleFirstOf() {
 	type userKey struct{}
-	user, err1 := keyfuncs.ContextValue(userKey{})
+	user, err1 := keyfuncs.User(func(ctx context.Context) (string, bool) {
+		id, ok := ctx.Value(userKey{}).(string) // as your auth middleware stored it
+		return id, ok
+	})
 	apiKey, err2 := keyfuncs.APIKeyHeader("X-API-Key", nil)
 	client, err3 := keyfuncs.NewClientIP()
 	if err := errors.Join(err1, err2, err3); err != nil {

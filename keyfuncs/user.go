@@ -15,6 +15,10 @@ import (
 // (512 bytes) ID, gives an error wrapping [ErrNoKey], so that
 // [FirstOf] can fall back to another key. The ID is used as it is; bytes
 // the store cannot hold are the store's to hash. A nil get is an error.
+//
+// A user your framework stores its own way (gin's and echo's c.Set,
+// fiber's Locals, a chi request's context) is found by that adapter's
+// User instead: ginlimit.User("user"), and so on.
 func User(get func(ctx context.Context) (string, bool)) (Func, error) {
 	if get == nil {
 		return nil, fmt.Errorf("%w: keyfuncs.User: nil getter", core.ErrInvalidOption)
@@ -22,22 +26,5 @@ func User(get func(ctx context.Context) (string, bool)) (Func, error) {
 	users := userkey.New("context")
 	return func(r Request) (string, error) {
 		return users.ID(get(r.Context()))
-	}, nil
-}
-
-// ContextValue returns a key function keying requests on the string
-// stored in the request's context under key (as by context.WithValue):
-// "user:" followed by the value, as [User] does. No value, or an empty or
-// over-long one, gives an error wrapping [ErrNoKey]; a value that is not
-// a string is a programming error, reported as such (not as ErrNoKey).
-// A nil or empty key, or one of a type that is not comparable, is an
-// error.
-func ContextValue(key any) (Func, error) {
-	if err := userkey.CheckKey("keyfuncs.ContextValue", key); err != nil {
-		return nil, err
-	}
-	users := userkey.New(fmt.Sprintf("context key %#v", key))
-	return func(r Request) (string, error) {
-		return users.Value(r.Context().Value(key), true)
 	}, nil
 }

@@ -1,6 +1,6 @@
 // Package userkey turns a user ID into a rate-limit key, once for the whole
-// module: keyfuncs.User and keyfuncs.ContextValue use it for an ID found in
-// a context.Context, the adapters' User (ginlimit.User, fiberlimit.User,
+// module: keyfuncs.User uses it for an ID found in a context.Context, the
+// adapters' User (ginlimit.User, fiberlimit.User,
 // ...) for one their framework stores, so that
 // every one of them keys a user alike and reports a missing user with the
 // same sentinel, keyfuncs.ErrNoKey, defined here.

@@ -1,8 +1,11 @@
 package adapterstest
 
 import (
+	"encoding/json"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -87,6 +91,9 @@ type userStep struct {
 // Alice is let in then denied, Bob has a quota of his own, a request with
 // no user is answered 400 (keyfuncs.ErrNoKey), and, with skip, "/health"
 // is served without ever calling the key function.
+//
+// Then the usual chain, checkUserFallback: a second app from build, keyed
+// by keyfuncs.FirstOf(user, client address).
 func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build func(m Mount) App) {
 	t.Helper()
 	var log KeyLog
@@ -111,4 +118,72 @@ func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build
 	}
 	require.Equal(t, want, got, "statuses of %v", steps)
 	assert.Equal(t, []string{"user:alice", "user:alice", "user:bob", ""}, log.Keys(), "keys")
+
+	checkUserFallback(t, user, build)
+}
+
+// checkUserFallback checks the chain that keys users by the ID the
+// framework stores and everyone else by address,
+// keyfuncs.FirstOf(user, client address), one request a minute per key,
+// through the app build returns (see CheckUserKey). Two users from one
+// address get a quota each, neither spent by the other nor by anonymous
+// requests from that address; an anonymous request is keyed by its
+// address; and FirstOf's fallback is reported once, as one Warn line on
+// slog.Default (a real JSON handler here) for every anonymous request of
+// the test, naming no key. A user helper looking where the framework does
+// not store the user would show here as every request keyed by address.
+func checkUserFallback(t *testing.T, user keyfuncs.Func, build func(m Mount) App) {
+	t.Helper()
+	var logs syncbuf.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	client, err := keyfuncs.NewClientIP()
+	require.NoError(t, err)
+	key := MustKeyFunc(t)(keyfuncs.FirstOf(user, client.Key))
+	var log KeyLog
+	app := build(FixedMount(t, 1, log.Wrap(key)))
+
+	type step struct {
+		peer, user string
+		status     int
+		key        string
+	}
+	ipA, ipB := "ip:"+strings.Split(peerA, ":")[0], "ip:"+strings.Split(peerB, ":")[0]
+	steps := []step{
+		{peerA, "alice", 200, "user:alice"},
+		{peerA, "alice", 429, "user:alice"},
+		{peerA, "bob", 200, "user:bob"}, // same address, a quota of his own
+		{peerA, "", 200, ipA},           // anonymous: by address, untouched by the users
+		{peerA, "", 429, ipA},
+		{peerB, "", 200, ipB},
+		{peerA, "bob", 429, "user:bob"},
+		{peerB, "carol", 200, "user:carol"},
+	}
+	var got, want []int
+	var wantKeys []string
+	for _, s := range steps {
+		req := Request{Method: "GET", Path: "/", RemoteAddr: s.peer}
+		if s.user != "" {
+			req.Header = http.Header{UserHeader: {s.user}}
+		}
+		got = append(got, app.Do(t, req).Status)
+		want = append(want, s.status)
+		wantKeys = append(wantKeys, s.key)
+	}
+	require.Equal(t, want, got, "statuses of %v", steps)
+	assert.Equal(t, wantKeys, log.Keys(), "keys")
+
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	require.Len(t, lines, 1, "one line for three anonymous requests: %s", logs.String())
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &rec), lines[0])
+	assert.Equal(t, "WARN", rec["level"], lines[0])
+	assert.Contains(t, rec["msg"], "FirstOf fell back", lines[0])
+	assert.Equal(t, 1.0, rec["keyed_by_function"], "the address keyed it: %s", lines[0])
+	assert.Contains(t, rec["no_key"], "no user in", "the user helper found none: %s", lines[0])
+	for _, k := range []string{ipA, ipB, "alice", "bob", "carol"} {
+		assert.NotContains(t, lines[0], strings.TrimPrefix(k, "ip:"), "never a key or user")
+	}
 }
