@@ -483,7 +483,8 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	// the other slots took cannot be told, and is kept.)
 	c := cl.Client()
 	hook := &afterSteps{}
-	s := mustNew(t, c, WithPrefix(testPrefix(t)))
+	// The store's own timeout is generous: the deadline under test is ctx's.
+	s := mustNew(t, c, WithPrefix(testPrefix(t)), WithTimeout(10*time.Second))
 	s.afterStep = hook.step
 	ctx := context.Background()
 	keys := spreadKeys(t, s, c, 3) // on three masters
