@@ -64,7 +64,7 @@ type partBlock struct {
 // the current time, as for Write, but read at half the cost: from the
 // monotonic clock since the Writer last read the wall clock, which it does
 // once a second. A now that carries a monotonic clock reading (from
-// time.Now, or a memory store's core.TimedStore) is a moment of the
+// time.Now, or the decision time a memory store's Take returns) is a moment of the
 // monotonic clock: the Writer takes its wall time the same way, from its
 // last reading of the wall clock when that is less than a second older,
 // without reading the clock, so that a clock whose wall time was fixed
