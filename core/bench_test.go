@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"errors"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
 )
@@ -13,8 +14,8 @@ import (
 // Limiter's own cost.
 type benchStore struct{ err error }
 
-func (s benchStore) Take(context.Context, core.Request) (core.Decision, error) {
-	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, s.err
+func (s benchStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
+	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, time.Time{}, s.err
 }
 func (benchStore) Reset(context.Context, string, core.Policy) error { return nil }
 
@@ -84,4 +85,9 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		}
 		run(b, l, false)
 	})
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (benchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

@@ -27,7 +27,7 @@ type switchStore struct {
 	err                          error // what it fails with; errDown when nil
 }
 
-func (s *switchStore) Take(context.Context, core.Request) (core.Decision, error) {
+func (s *switchStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	n := s.inflight.Add(1)
 	defer s.inflight.Add(-1)
@@ -40,11 +40,11 @@ func (s *switchStore) Take(context.Context, core.Request) (core.Decision, error)
 	runtime.Gosched() // let other callers overlap, if the Limiter lets them
 	if s.fail.Load() {
 		if s.err != nil {
-			return core.Decision{}, s.err
+			return core.Decision{}, time.Time{}, s.err
 		}
-		return core.Decision{}, errDown
+		return core.Decision{}, time.Time{}, errDown
 	}
-	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, nil
+	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, time.Time{}, nil
 }
 
 func (*switchStore) Reset(context.Context, string, core.Policy) error { return nil }
@@ -167,10 +167,10 @@ type cancelingStore struct{ calls atomic.Int32 }
 
 type cancelFuncKey struct{}
 
-func (s *cancelingStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+func (s *cancelingStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	ctx.Value(cancelFuncKey{}).(context.CancelFunc)()
-	return core.Decision{}, ctx.Err()
+	return core.Decision{}, time.Time{}, ctx.Err()
 }
 func (*cancelingStore) Reset(context.Context, string, core.Policy) error { return nil }
 
@@ -324,4 +324,14 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (*switchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (*cancelingStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"errors"
 	"github.com/apigate/ratelimit/core"
 )
 
@@ -37,18 +38,18 @@ func newGateStore() *gateStore {
 	return &gateStore{entered: make(chan context.Context, 1), answers: make(chan answer, 1)}
 }
 
-func (s *gateStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+func (s *gateStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	s.entered <- ctx
 	if s.ignoreCtx {
 		a := <-s.answers
-		return a.d, a.err
+		return a.d, time.Time{}, a.err
 	}
 	select {
 	case a := <-s.answers:
-		return a.d, a.err
+		return a.d, time.Time{}, a.err
 	case <-ctx.Done():
-		return core.Decision{}, ctx.Err()
+		return core.Decision{}, time.Time{}, ctx.Err()
 	}
 }
 
@@ -277,4 +278,9 @@ func TestStoreContextKeepsValues(t *testing.T) {
 			require.NoError(t, wait(t, res).err)
 		})
 	}
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (*gateStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

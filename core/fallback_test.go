@@ -26,11 +26,11 @@ type flakyStore struct {
 
 var errFlap = errors.New("i/o timeout")
 
-func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s *flakyStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	if s.fail(s.calls.Add(1)) {
-		return core.Decision{}, errFlap
+		return core.Decision{}, time.Time{}, errFlap
 	}
-	return s.Store.Take(ctx, req)
+	return s.Store.Take(ctx, now, req)
 }
 
 // TestFallbackBoundsAFlappingStore is issue #6 item 8: a store that fails

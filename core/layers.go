@@ -71,35 +71,12 @@ type Verdict struct {
 	Decisions []Decision
 }
 
-// MultiTaker is implemented by a Store that decides several requests as
-// one atomic step, as a layered Limiter needs (NewLayered): both memstore
-// and redisstore do.
-type MultiTaker interface {
-	// TakeAll decides reqs all or nothing and fills out[i] with the
-	// decision of reqs[i]; len(out) == len(reqs), at most 16. The
-	// requests are valid (see Request.Validate), share one Now, and no two
-	// have the same Key and Policy.Name. When every request is allowed,
-	// TakeAll records them all. When any is denied, it records none of
-	// them: out[i] of a request that would have been admitted alone is
-	// Allowed, with the Remaining, ResetAfter and Delay it would have had
-	// had it been taken (the Limiter adds its cost back to Remaining); a
-	// denied request's lockout state is kept, as Take keeps it. The store
-	// must never admit beyond any request's policy; a store that cannot
-	// decide all the requests in one atomic step (keys in several Redis
-	// Cluster slots) may, under contention, deny a set of requests that
-	// would have fitted, and must say so. Like Take, TakeAll leaves
-	// Decision.Policy and Decision.Source zero, and any error is a store
-	// failure, which the Limiter wraps in ErrStore.
-	TakeAll(ctx context.Context, reqs []Request, out []Decision) error
-}
-
 // layered is a layered Limiter's own state.
 type layered struct {
 	layers []Layer // validated, Names filled, Lockouts copied
-	multi  MultiTaker
-	// fallback is the fallback store's MultiTaker, when the Limiter has a
-	// fallback.
-	fallback MultiTaker
+	multi  Store
+	// fallback is the fallback store, when the Limiter has one.
+	fallback Store
 	index    map[string]int          // layer name -> index
 	capacity [limits.MaxLayers]int64 // each layer's Policy.capacity()
 }
@@ -109,15 +86,14 @@ var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) 
 
 // decisionPool holds the arrays of decisions that Allow and AllowN on a
 // layered Limiter have the store fill: the array reaches the store through
-// an interface (MultiTaker.TakeAll), so escape analysis would move one on
+// an interface (Store.TakeAll), so escape analysis would move one on
 // the stack to the heap, 2 KB per call.
 var decisionPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Decision) }}
 
 // NewLayered returns a Limiter that decides each request against several
 // layers at once (AllowLayers): a request passes only when every layer
 // that applies admits it, and one denied by any layer takes nothing from
-// any. store must implement MultiTaker (memstore and redisstore do), and
-// so must a fallback store. opts are NewLimiter's; WithDenyCache is not
+// any. opts are NewLimiter's; WithDenyCache is not
 // available to a layered Limiter.
 //
 // NewLayered fails with ErrInvalidPolicy when a layer's policy does not
@@ -125,7 +101,7 @@ var decisionPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Deci
 // duplicate or invalid layer name (names that differ only in case are
 // duplicates: a client reading the headers, an operator writing an
 // override, would take one for the other), a policy whose Name is not its layer's,
-// a store that is not a MultiTaker, or a bad option.
+// or a bad option.
 //
 // Allow, AllowN and Reset on a layered Limiter apply to every layer with
 // the same key; Policy returns the first layer's policy.
@@ -139,10 +115,7 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
-	multi, ok := store.(MultiTaker)
-	if !ok {
-		return nil, fmt.Errorf("%w: NewLayered: store %T cannot decide layers as one step (it is not a core.MultiTaker)", ErrInvalidOption, store)
-	}
+	multi := store
 	own := make([]Layer, len(layers))
 	index := make(map[string]int, len(layers))
 	for i, ly := range layers {
@@ -183,11 +156,7 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 			ls.capacity[i] = own[i].Policy.capacity()
 		}
 		if l.fallback != nil {
-			fm, ok := l.fallback.(MultiTaker)
-			if !ok {
-				return nil, fmt.Errorf("%w: NewLayered: fallback store %T is not a core.MultiTaker", ErrInvalidOption, l.fallback)
-			}
-			ls.fallback = fm
+			ls.fallback = l.fallback
 			for _, ly := range own {
 				l.brk.horizon = max(l.brk.horizon, int64(horizon(ly.Policy)))
 			}
@@ -297,7 +266,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		}
 		ly := &ls.layers[c.Layer]
 		r := &reqs[i] // built in place: a Request is 112 bytes
-		r.Key, r.Cost, r.Now = key, c.Cost, at
+		r.Key, r.Cost = key, c.Cost
 		capacity := ls.capacity[c.Layer]
 		if c.Policy == nil && l.sources == nil {
 			r.Policy = ly.Policy
@@ -410,16 +379,20 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 	probe := false
 	if state&brkOpen != 0 {
 		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
-			return l.layersWithoutStore(ctx, reqs, v, l.openErr)
+			return l.layersWithoutStore(ctx, reqs, at, v, l.openErr)
 		}
 	}
 	var start time.Time
 	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
-	err := l.doAll(ctx, ls.multi, reqs, v.Decisions, probe)
+	took, err := l.doAll(ctx, ls.multi, reqs, at, v.Decisions, probe)
 	if !start.IsZero() {
-		w.latency = time.Since(start)
+		if !took.IsZero() {
+			l.inProcess.Store(true) // in process: timed no more
+		} else {
+			w.latency = time.Since(start)
+		}
 	}
 	if err != nil {
 		if callerDone(ctx) {
@@ -428,14 +401,14 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		if !probe && countsAsFailure(err) {
 			l.brk.fail(l.elapsed(at))
 		}
-		return l.layersWithoutStore(ctx, reqs, v, fmt.Errorf("%w: layers: %w", ErrStore, timedOut(err)))
+		return l.layersWithoutStore(ctx, reqs, at, v, fmt.Errorf("%w: layers: %w", ErrStore, timedOut(err)))
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
 	}
 	l.verdict(reqs, v, SourceStore)
 	if ls.fallback != nil && v.Allowed {
-		l.mirrorLayers(ctx, reqs, v)
+		l.mirrorLayers(ctx, reqs, at, v)
 	}
 	return nil
 }
@@ -500,21 +473,21 @@ func binds(d, e *Decision, allowed bool) bool {
 }
 
 // doAll asks store to decide reqs, as do asks one request.
-func (l *Limiter) doAll(ctx context.Context, store MultiTaker, reqs []Request, out []Decision, probe bool) error {
-	err := store.TakeAll(ctx, reqs, out)
+func (l *Limiter) doAll(ctx context.Context, store Store, reqs []Request, at time.Time, out []Decision, probe bool) (time.Time, error) {
+	took, err := store.TakeAll(ctx, at, reqs, out)
 	if probe {
-		l.brk.probed(err == nil, l.elapsed(reqs[0].Now))
+		l.brk.probed(err == nil, l.elapsed(at))
 	}
-	return err
+	return took, err
 }
 
 // layersWithoutStore decides reqs by the fallback or else the FailMode,
 // for a store that failed with err or was not asked.
-func (l *Limiter) layersWithoutStore(ctx context.Context, reqs []Request, v *Verdict, err error) error {
+func (l *Limiter) layersWithoutStore(ctx context.Context, reqs []Request, at time.Time, v *Verdict, err error) error {
 	if fb := l.layered.fallback; fb != nil {
-		l.brk.degrade(l.elapsed(reqs[0].Now))
+		l.brk.degrade(l.elapsed(at))
 		clear(v.Decisions)
-		if ferr := fb.TakeAll(ctx, reqs, v.Decisions); ferr == nil {
+		if _, ferr := fb.TakeAll(ctx, at, reqs, v.Decisions); ferr == nil {
 			l.verdict(reqs, v, SourceFallback)
 			return err
 		}
@@ -563,7 +536,7 @@ func (l *Limiter) overLayers(reqs []Request, over uint32, v *Verdict) {
 
 // mirrorLayers takes reqs, which the store admitted, in the fallback too,
 // as mirror does for one request.
-func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, v *Verdict) {
+func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time, v *Verdict) {
 	// From the pools: arrays handed to the fallback's TakeAll, an
 	// interface call, would each go to the heap.
 	own := reqPool.Get().(*[limits.MaxLayers]Request)
@@ -578,8 +551,8 @@ func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, v *Verdict) 
 	for i := range own[:n] {
 		own[i].Policy.Lockout = nil
 	}
-	err := l.layered.fallback.TakeAll(ctx, own[:n], fds[:n])
-	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(reqs[0].Now)) {
+	_, err := l.layered.fallback.TakeAll(ctx, at, own[:n], fds[:n])
+	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
 		return
 	}
 	fv := Verdict{Decisions: fds[:n]}

@@ -26,9 +26,6 @@ func fourLayers() []core.Layer {
 	}
 }
 
-// onlyStore hides every method of a store but core.Store's.
-type onlyStore struct{ core.Store }
-
 func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 	s := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
@@ -51,12 +48,8 @@ func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 		"policy named else":  {s, []core.Layer{{Name: "a", Policy: core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}}}, nil, core.ErrInvalidOption},
 		"invalid policy":     {s, []core.Layer{{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Window: time.Second}}}, nil, core.ErrInvalidPolicy},
 		"nil store":          {nil, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
-		"not a MultiTaker":   {onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
 		"deny cache":         {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithDenyCache(10)}, core.ErrInvalidOption},
-		"fallback not multi": {
-			onlyStore{s}, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithFallback(onlyStore{newMemStore(t)})}, core.ErrInvalidOption,
-		},
-		"nil source": {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithPolicySource(nil)}, core.ErrInvalidOption},
+		"nil source":         {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithPolicySource(nil)}, core.ErrInvalidOption},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l, err := core.NewLayered(tc.store, tc.layers, tc.opts...)

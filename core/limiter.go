@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -76,9 +75,6 @@ type Limiter struct {
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
 	inProcess atomic.Bool
-	// timed is the store as a TimedStore, when the Limiter is direct and
-	// the store is one: AllowNTimed's hot path.
-	timed TimedStore
 }
 
 func init() {
@@ -130,9 +126,6 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 		sources:   c.sources,
 	}
 	l.bornNs = unixNano(l.born)
-	if t, ok := store.(TimedStore); ok && reflect.TypeOf(t.TimedStore()) == reflect.TypeOf(store) {
-		l.inProcess.Store(true) // it decides in process: no latency to measure
-	}
 	if c.denyCacheKeys > 0 {
 		l.denied = &denyCache{max: c.denyCacheKeys, m: make(map[string]denial)}
 	}
@@ -155,9 +148,6 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 	l.observers = observers
 	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
 		l.denied == nil && l.fallback == nil && l.layered == nil
-	if t, ok := store.(TimedStore); ok && l.direct && reflect.TypeOf(t.TimedStore()) == reflect.TypeOf(store) {
-		l.timed = t
-	}
 	return l, nil
 }
 
@@ -205,19 +195,20 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 }
 
 // AllowNTimed is AllowN that also returns the time the store decided at,
-// when the Limiter asked the store itself and the store reports it (a
-// TimedStore, such as the memory store, on a Limiter with no observer,
-// shadow mode, policy source, deny cache, fallback or layer); otherwise
-// the zero Time, and the caller reads its clock if it needs the time.
+// when the Limiter asked the store itself and the store reports it (an
+// in-process store, such as the memory store, on a Limiter with no
+// observer, shadow mode, policy source, deny cache, fallback or layer);
+// otherwise the zero Time, and the caller reads its clock if it needs the
+// time.
 // The headers of a response, X-RateLimit-Reset an absolute time among
 // them, are then written without reading the clock a second time.
 func (l *Limiter) AllowNTimed(ctx context.Context, key string, n int64) (Decision, time.Time, error) {
-	if l.timed != nil {
+	if l.direct {
 		req := Request{Key: key, Policy: l.policy, Cost: n}
 		if l.plain(ctx, key, n) {
-			d, at, err := l.timed.TakeTimed(ctx, req)
+			d, at, err := l.store.Take(ctx, time.Time{}, req)
 			if err != nil {
-				d, err = l.storeFailed(ctx, req, false, err)
+				d, err = l.storeFailed(ctx, req, time.Time{}, false, err)
 				return d, time.Time{}, err
 			}
 			d.Policy = l.policy
@@ -236,8 +227,8 @@ func (l *Limiter) AllowAt(ctx context.Context, key string, now time.Time) (Decis
 	return l.allow(ctx, key, 1, now)
 }
 
-// AllowNAt is AllowN at the time now: the store decides at now
-// (Request.Now) instead of reading its own clock, and the deny cache, the
+// AllowNAt is AllowN at the time now: the store decides at now (Take's
+// now) instead of reading its own clock, and the deny cache, the
 // circuit breaker and the recovery after a store failure count time by now
 // too. It makes time explicit, for tests and simulations; a zero now is
 // AllowN's time. Mixing both forms on one Limiter is sound only when now
@@ -255,11 +246,11 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 		// req is built before plain's call, so that its stores have
 		// landed when it is copied into Take's arguments (a copy right
 		// after them waits for them: a store-forwarding stall).
-		req := Request{Key: key, Policy: l.policy, Cost: n, Now: at}
+		req := Request{Key: key, Policy: l.policy, Cost: n}
 		if l.plain(ctx, key, n) {
-			d, err = l.store.Take(ctx, req)
+			d, _, err = l.store.Take(ctx, at, req)
 			if err != nil {
-				return l.storeFailed(ctx, req, false, err)
+				return l.storeFailed(ctx, req, at, false, err)
 			}
 			d.Policy = l.policy
 			if d.Source != SourceStore {
@@ -332,7 +323,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if ctx.Err() != nil {
 		return l.canceled(ctx, nil)
 	}
-	req := Request{Key: key, Policy: policy, Cost: n, Now: at}
+	req := Request{Key: key, Policy: policy, Cost: n}
 	var now time.Time // the deny cache's clock, read before the store decides
 	var gen uint64    // the deny cache's generation, likewise
 	if l.denied != nil {
@@ -349,7 +340,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	probe := false
 	if state&brkOpen != 0 {
 		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
-			return l.withoutStore(ctx, req, l.openErr)
+			return l.withoutStore(ctx, req, at, l.openErr)
 		}
 	}
 	var d Decision
@@ -357,23 +348,31 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
+	var took time.Time
 	if !probe {
-		d, err = l.store.Take(ctx, req) // the hot path, spared a call
+		d, took, err = l.store.Take(ctx, at, req) // the hot path, spared a call
 	} else {
-		d, err = l.do(ctx, opTake, req, probe)
+		d, took, err = l.do(ctx, opTake, req, at, probe)
 	}
 	if !start.IsZero() {
-		w.latency = time.Since(start)
+		if !took.IsZero() {
+			// It decided in process: it never waits, and is timed no
+			// more.
+			l.inProcess.Store(true)
+			w.latency = 0
+		} else {
+			w.latency = time.Since(start)
+		}
 	}
 	if err != nil {
-		return l.storeFailed(ctx, req, probe, err)
+		return l.storeFailed(ctx, req, at, probe, err)
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
 	}
 	d.Policy, d.Source = policy, SourceStore
 	if l.fallback != nil && d.Allowed {
-		d = l.mirror(ctx, req, d)
+		d = l.mirror(ctx, req, at, d)
 	}
 	if l.denied != nil && !d.Allowed {
 		l.denied.put(key, n, now, d, gen)
@@ -394,24 +393,24 @@ func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
 // the FailMode's decision, with an error wrapping ErrStore. The failure
 // counts toward opening the breaker unless it was the breaker's probe (the
 // probe reports itself) or it reports invalid input.
-func (l *Limiter) storeFailed(ctx context.Context, req Request, probe bool, err error) (Decision, error) {
+func (l *Limiter) storeFailed(ctx context.Context, req Request, at time.Time, probe bool, err error) (Decision, error) {
 	if callerDone(ctx) {
 		return l.canceled(ctx, err)
 	}
 	if !probe && countsAsFailure(err) {
-		l.brk.fail(l.elapsed(req.Now))
+		l.brk.fail(l.elapsed(at))
 	}
-	return l.withoutStore(ctx, req, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, timedOut(err)))
+	return l.withoutStore(ctx, req, at, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, timedOut(err)))
 }
 
 // withoutStore decides req by the fallback or else the FailMode, for a
 // store that failed with err or was not asked.
-func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Decision, error) {
+func (l *Limiter) withoutStore(ctx context.Context, req Request, at time.Time, err error) (Decision, error) {
 	if l.fallback != nil {
 		// Before the fallback's Take, so that a concurrent mirror that
 		// the fallback refuses sees the degraded period (see mirror).
-		l.brk.degrade(l.elapsed(req.Now))
-		if d, ferr := l.fallback.Take(ctx, req); ferr == nil {
+		l.brk.degrade(l.elapsed(at))
+		if d, _, ferr := l.fallback.Take(ctx, at, req); ferr == nil {
 			d.Policy, d.Source = req.Policy, SourceFallback
 			return d, err
 		}
@@ -425,14 +424,14 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, err error) (Dec
 // The state is read after the fallback's Take: a concurrent decision
 // without the store marks the degraded period before its own Take, so
 // that either this mirror sees it, or that decision sees this mirror.
-func (l *Limiter) mirror(ctx context.Context, req Request, d Decision) Decision {
+func (l *Limiter) mirror(ctx context.Context, req Request, at time.Time, d Decision) Decision {
 	// The fallback counts what the store admitted; it strikes no one for
 	// it (its lockouts are its own, when it decides alone).
 	if req.Policy.Lockout != nil {
 		req.Policy.Lockout = nil
 	}
-	fd, err := l.fallback.Take(ctx, req)
-	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(req.Now)) {
+	fd, _, err := l.fallback.Take(ctx, at, req)
+	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
 		return d
 	}
 	if !fd.Allowed {
@@ -493,7 +492,7 @@ func (l *Limiter) resetPolicy(ctx context.Context, key string, policy Policy) er
 		_, err := l.canceled(ctx, nil)
 		return err
 	}
-	_, err = l.do(ctx, opReset, Request{Key: key, Policy: policy}, false)
+	_, _, err = l.do(ctx, opReset, Request{Key: key, Policy: policy}, time.Time{}, false)
 	if l.fallback != nil {
 		_ = l.fallback.Reset(ctx, key, policy)
 	}
@@ -521,16 +520,16 @@ const (
 // do asks the store op about req, with the caller's ctx: a store that
 // may block bounds its own calls (see Store). When probe is set, the call
 // is the circuit breaker's probe, ended as soon as the store returns.
-func (l *Limiter) do(ctx context.Context, op storeOp, req Request, probe bool) (d Decision, err error) {
+func (l *Limiter) do(ctx context.Context, op storeOp, req Request, at time.Time, probe bool) (d Decision, took time.Time, err error) {
 	if op == opReset {
 		err = l.store.Reset(ctx, req.Key, req.Policy)
 	} else {
-		d, err = l.store.Take(ctx, req)
+		d, took, err = l.store.Take(ctx, at, req)
 	}
 	if probe {
-		l.brk.probed(err == nil, l.elapsed(req.Now))
+		l.brk.probed(err == nil, l.elapsed(at))
 	}
-	return d, err
+	return d, took, err
 }
 
 // callerDone reports whether the caller's ctx has ended: canceled, or its
@@ -579,7 +578,7 @@ func (l *Limiter) failed() Decision {
 }
 
 // normalizeKey returns the key a store sees for a client key: the key
-// itself when it is at most 128 bytes bytes of printable ASCII without '{'
+// itself when it is at most 128 bytes of printable ASCII without '{'
 // or '}', and "sha256:" followed by the hex SHA-256 of the key otherwise. It
 // fails with ErrInvalidKey on an empty key.
 func normalizeKey(key string) (string, error) {

@@ -25,6 +25,7 @@ import (
 type fakeStore struct {
 	mu          sync.Mutex
 	reqs        []core.Request
+	nows        []time.Time
 	hadDeadline []bool
 	resets      []string
 	answer      core.Decision
@@ -33,7 +34,7 @@ type fakeStore struct {
 	timeout     time.Duration // with release: how long Take waits, as a store bounds its calls
 }
 
-func (s *fakeStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s *fakeStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	if s.release != nil {
 		// A store that may block bounds itself: by its own timeout, or
 		// the caller's ctx, whichever ends first.
@@ -42,17 +43,18 @@ func (s *fakeStore) Take(ctx context.Context, req core.Request) (core.Decision, 
 		select {
 		case <-s.release:
 		case <-t.C:
-			return core.Decision{}, fmt.Errorf("fake: %w", context.DeadlineExceeded)
+			return core.Decision{}, time.Time{}, fmt.Errorf("fake: %w", context.DeadlineExceeded)
 		case <-ctx.Done():
-			return core.Decision{}, ctx.Err()
+			return core.Decision{}, time.Time{}, ctx.Err()
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := ctx.Deadline()
 	s.reqs = append(s.reqs, req)
+	s.nows = append(s.nows, now)
 	s.hadDeadline = append(s.hadDeadline, ok)
-	return s.answer, s.err
+	return s.answer, time.Time{}, s.err
 }
 
 func (s *fakeStore) Reset(_ context.Context, key string, _ core.Policy) error {
@@ -147,7 +149,7 @@ func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 	got := s.reqs[0]
 	assert.Equal(t, "203.0.113.7", got.Key)
 	assert.EqualValues(t, 3, got.Cost)
-	assert.Equal(t, t0, got.Now)
+	assert.Equal(t, t0, s.nows[0])
 	assert.Equal(t, l.Policy(), got.Policy)
 	assert.False(t, s.hadDeadline[0], "the Limiter gave the store a deadline of its own")
 }
@@ -168,10 +170,10 @@ func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
 	_, err = l.AllowAt(ctx, "k", t0)
 	require.NoError(t, err)
 	require.Len(t, s.reqs, 4)
-	for i, req := range s.reqs[:3] {
-		assert.True(t, req.Now.IsZero(), "request %d: Now = %v, want zero", i, req.Now)
+	for i, now := range s.nows[:3] {
+		assert.True(t, now.IsZero(), "request %d: now = %v, want zero", i, now)
 	}
-	assert.Equal(t, t0, s.reqs[3].Now)
+	assert.Equal(t, t0, s.nows[3])
 	assert.EqualValues(t, []int64{1, 2, 1, 1}, []int64{s.reqs[0].Cost, s.reqs[1].Cost, s.reqs[2].Cost, s.reqs[3].Cost})
 }
 
@@ -412,4 +414,9 @@ func TestDirectPathDecidesAsDecide(t *testing.T) {
 			assert.Equal(t, general, direct)
 		})
 	}
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (s *fakeStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

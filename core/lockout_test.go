@@ -187,7 +187,7 @@ func TestLockoutFallbackMirrorStrikesNoOne(t *testing.T) {
 		require.True(t, d.Allowed)
 	}
 	// Struck by the mirror, it would be locked out until t0+2h.
-	fd, err := local.Take(ctx, core.Request{Key: "k", Policy: l.Policy(), Cost: 1, Now: t0.Add(time.Minute)})
+	fd, _, err := local.Take(ctx, t0.Add(time.Minute), core.Request{Key: "k", Policy: l.Policy(), Cost: 1})
 	require.NoError(t, err)
 	assert.False(t, fd.Allowed)
 	assert.True(t, fd.LockedOut)

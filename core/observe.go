@@ -121,8 +121,8 @@ type Event struct {
 	// StoreLatency is how long the store took to decide, or to give up (a
 	// timeout), for a store that may block (Redis). It is 0 when the store
 	// was not asked (deny cache, open circuit breaker, bad input, a caller
-	// already gone), and for an in-process store (memstore, a TimedStore of
-	// its own type): such a store never waits and has no timeout to
+	// already gone), and for an in-process store (memstore: its Take returns
+	// the time it decided at): such a store never waits and has no timeout to
 	// measure against, and it decides in about 100 ns, less than reading
 	// the clock twice would cost.
 	StoreLatency time.Duration

@@ -329,9 +329,9 @@ type socketDeadlineStore struct{}
 // errIOTimeout is what a socket read past its deadline fails with.
 var errIOTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
-func (socketDeadlineStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+func (socketDeadlineStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	time.Sleep(5 * time.Millisecond) // its own timeout, set on the socket
-	return core.Decision{}, errIOTimeout
+	return core.Decision{}, time.Time{}, errIOTimeout
 }
 func (socketDeadlineStore) Reset(context.Context, string, core.Policy) error { return nil }
 
@@ -354,4 +354,9 @@ func TestEventLimitName(t *testing.T) {
 	p := core.Policy{Name: "api"}
 	e.Policy = &p
 	assert.Equal(t, "api", e.LimitName())
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (socketDeadlineStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

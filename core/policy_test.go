@@ -10,6 +10,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/reqcheck"
 )
 
 func TestPolicyValidate(t *testing.T) {
@@ -103,7 +104,7 @@ func TestRequestValidate(t *testing.T) {
 	for _, tt := range tests {
 		r := ok
 		tt.edit(&r)
-		err := r.Validate()
+		err := reqcheck.Validate(&r)
 		if tt.want == nil {
 			assert.NoError(t, err, tt.name)
 			continue

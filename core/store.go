@@ -44,37 +44,13 @@ type Decision struct {
 // Request is one question a Limiter asks its Store.
 type Request struct {
 	// Key identifies the client. The Limiter has checked it: never empty,
-	// at most 128 bytes bytes of printable ASCII with no '{' or '}'.
+	// at most 128 bytes of printable ASCII with no '{' or '}'.
 	Key string
 	// Policy has been validated and has a Name.
 	Policy Policy
-	// Cost is in [1, Policy.capacity()].
+	// Cost is in [1, the policy's capacity] (Burst for the buckets, or
+	// Limit).
 	Cost int64
-	// Now is the time of the decision: the zero Time (Limiter.Allow) means
-	// the store's own clock, time.Now for memory, Redis TIME for Redis, so
-	// that app servers with skewed clocks still agree; Limiter.AllowAt
-	// makes it explicit, as tests do.
-	Now time.Time
-}
-
-// Validate reports whether r keeps the contract above, wrapping
-// ErrInvalidKey, ErrInvalidPolicy, ErrInvalidCost or ErrCostExceedsLimit.
-// Stores call it on requests that do not come from a Limiter (which sends
-// only valid ones), so that bad input is an error, never a panic.
-func (r Request) Validate() error {
-	if r.Key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	}
-	if err := r.Policy.Validate(); err != nil {
-		return err
-	}
-	if r.Cost < 1 {
-		return fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, r.Cost)
-	}
-	if c := r.Policy.capacity(); r.Cost > c {
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, r.Cost, c)
-	}
-	return nil
 }
 
 // Source says where a Decision came from.
@@ -117,24 +93,6 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
-// TimedStore is a Store that also reports the time it decided at: the
-// Request's Now, or the reading of its own clock (the memory store is one).
-// Limiter.AllowNTimed hands that time on, so that a caller writing an
-// absolute time from the Decision, such as X-RateLimit-Reset, need not
-// read the clock again.
-type TimedStore interface {
-	Store
-	// TakeTimed is Take, with the time it decided at; on an error the
-	// time is zero.
-	TakeTimed(ctx context.Context, req Request) (Decision, time.Time, error)
-	// TimedStore returns the store itself. A type that embeds a
-	// TimedStore is promoted its methods, this one and TakeTimed among
-	// them, and may override Take (to count, delay or fail calls): a
-	// Limiter calls TakeTimed only on a store whose TimedStore is of the
-	// store's own type, so that such a wrapper's Take is never bypassed.
-	TimedStore() TimedStore
-}
-
 // Store holds rate-limit state and decides atomically. Implementations must
 // be safe for concurrent use, implement every Algorithm with the semantics
 // documented on its constant, and pass the suite in core/storetest.
@@ -153,7 +111,7 @@ type Store interface {
 	// of a policy with a Lockout, which Take keeps and enforces with the
 	// semantics documented on Lockout, in the same atomic step. It leaves
 	// Decision.Policy and Decision.Source zero: the Limiter fills them.
-	// Invalid input (see Request.Validate) is an error, never a panic; any
+	// Invalid input (a request that breaks the contract on Request) is an error, never a panic; any
 	// error is a store failure to the Limiter, which wraps it in ErrStore.
 	//
 	// A Store does not see every request of a client: a Limiter answers a
@@ -164,7 +122,34 @@ type Store interface {
 	// after every request the store admits.
 	//
 	// ctx is the caller's: Take returns promptly once it ends (see Store).
-	Take(ctx context.Context, req Request) (Decision, error)
+	// now is the time of the decision: the zero Time (Limiter.Allow)
+	// means the store's own clock, time.Now for memory, Redis TIME for
+	// Redis, so that app servers with skewed clocks still agree;
+	// Limiter.AllowAt makes it explicit, as tests do. Take returns the
+	// time it decided at when it decided in process (now, or the reading
+	// of its own clock): the Limiter then knows the store never waits,
+	// and a caller writing an absolute time from the Decision, such as
+	// X-RateLimit-Reset, need not read the clock again. A store that
+	// decides elsewhere (Redis) returns the zero Time. On an error the
+	// time is zero.
+	Take(ctx context.Context, now time.Time, req Request) (Decision, time.Time, error)
+	// TakeAll decides reqs, 1 to 16 of them, all or nothing, at now as
+	// Take does, and fills out[i] with the decision of reqs[i]; len(out)
+	// == len(reqs). The requests are valid (see Take) and no two have the
+	// same Key and Policy.Name. When every request is allowed, TakeAll
+	// records them all. When any is denied, it records none of them:
+	// out[i] of a request that would have been admitted alone is Allowed,
+	// with the Remaining, ResetAfter and Delay it would have had had it
+	// been taken (the Limiter adds its cost back to Remaining); a denied
+	// request's lockout state is kept, as Take keeps it. The store must
+	// never admit beyond any request's policy; a store that cannot decide
+	// all the requests in one atomic step (keys in several Redis Cluster
+	// slots) may, under contention, deny a set of requests that would
+	// have fitted, and must say so. Like Take, TakeAll leaves
+	// Decision.Policy and Decision.Source zero, returns the time it
+	// decided at when it decided in process, and any error is a store
+	// failure, which the Limiter wraps in ErrStore.
+	TakeAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (time.Time, error)
 	// Reset forgets all state of key under policy, its lockout and strikes
 	// included, so the client's next request finds a whole quota. The
 	// Limiter calls it as it calls Take.

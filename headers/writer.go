@@ -105,13 +105,13 @@ type partBlock struct {
 // A zero now is the current time, read at half the cost: from the
 // monotonic clock since the Writer last read the wall clock, which it does
 // once a second. A now that carries a monotonic clock reading (from
-// time.Now, or a memory store's) is a moment of the monotonic clock: the
-// Writer takes its wall time the same way, from its last reading of the
-// wall clock when that is less than a second older, without reading the
-// clock, so that a clock whose wall time was fixed long ago (the memory
-// store's) does not carry a step of the wall clock since into
-// X-RateLimit-Reset. A now without one (an explicit time, as in tests) is
-// used as it is.
+// time.Now, or the decision time a memory store's Take returns) is a
+// moment of the monotonic clock: the Writer takes its wall time the same
+// way, from its last reading of the wall clock when that is less than a
+// second older, without reading the clock, so that a clock whose wall time
+// was fixed long ago (the memory store's) does not carry a step of the wall
+// clock since into X-RateLimit-Reset. A now without one (an explicit time,
+// as in tests) is used as it is.
 func (w *Writer) Write(h Setter, d core.Decision, layers []core.Decision, now time.Time) {
 	if d.Allowed && d.Source == core.SourceFailMode {
 		return

@@ -24,9 +24,9 @@ type hooked struct {
 	hook func()
 }
 
-func (s hooked) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s hooked) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	s.hook()
-	return s.Store.Take(ctx, req)
+	return s.Store.Take(ctx, now, req)
 }
 
 // blocking is a store that answers only once its context ends, as a
@@ -34,12 +34,12 @@ func (s hooked) Take(ctx context.Context, req core.Request) (core.Decision, erro
 // the Limiter bounds it with its timeout.
 type blocking struct{ unblock chan struct{} }
 
-func (s blocking) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
+func (s blocking) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	select {
 	case <-ctx.Done():
-		return core.Decision{}, ctx.Err()
+		return core.Decision{}, time.Time{}, ctx.Err()
 	case <-s.unblock:
-		return core.Decision{Allowed: true, Limit: 1}, nil
+		return core.Decision{Allowed: true, Limit: 1}, time.Time{}, nil
 	}
 }
 func (blocking) Reset(context.Context, string, core.Policy) error { return nil }
@@ -93,7 +93,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 			setup: func(t *testing.T, cancel context.CancelFunc) core.Store {
 				s := memStore(t)
 				// A first request fills the queue, so the one under test waits.
-				_, err := s.Take(context.Background(), core.Request{Key: "ip:192.0.2.1", Policy: leaky, Cost: 1, Now: t0})
+				_, _, err := s.Take(context.Background(), t0, core.Request{Key: "ip:192.0.2.1", Policy: leaky, Cost: 1})
 				require.NoError(t, err)
 				time.AfterFunc(time.Millisecond, cancel)
 				return s
@@ -148,4 +148,9 @@ func TestDefaultResponderCanceled(t *testing.T) {
 	assert.Equal(t, 499, w.status)
 	assert.Equal(t, "application/json", w.contentType)
 	assert.Equal(t, canceledBody, w.body)
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (blocking) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

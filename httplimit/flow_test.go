@@ -312,8 +312,8 @@ func TestDefaultResponderDenied(t *testing.T) {
 // failing is a store that is down.
 type failing struct{}
 
-func (failing) Take(context.Context, core.Request) (core.Decision, error) {
-	return core.Decision{}, errors.New("down")
+func (failing) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
+	return core.Decision{}, time.Time{}, errors.New("down")
 }
 func (failing) Reset(context.Context, string, core.Policy) error { return errors.New("down") }
 
@@ -384,4 +384,9 @@ func mustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 		require.NoError(t, err, "key function constructor")
 		return fn
 	}
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (failing) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

@@ -163,13 +163,13 @@ type leavingStore struct {
 	ff *fuzzFlow
 }
 
-func (s leavingStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s leavingStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	s.ff.leave("store")
 	defer s.ff.leave("decided")
-	if req.Now.IsZero() {
-		req.Now = t0
+	if now.IsZero() {
+		now = t0
 	}
-	return s.Store.Take(ctx, req)
+	return s.Store.Take(ctx, now, req)
 }
 
 // leavePoints are where a client may leave, besides at a look at its

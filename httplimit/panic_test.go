@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"time"
 )
 
 const internalBody = `{"error":"rate_limit_error","message":"Internal server error."}`
@@ -40,7 +41,7 @@ func (h *recordHandler) logger() *slog.Logger               { return slog.New(h)
 // panicking is a CallDirect store whose every decision panics.
 type panicking struct{ hooked }
 
-func (panicking) Take(context.Context, core.Request) (core.Decision, error) {
+func (panicking) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
 	panic("store broke")
 }
 

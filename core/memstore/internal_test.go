@@ -18,6 +18,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/reqcheck"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -44,7 +45,7 @@ func lookup(s *Store, key string, p core.Policy) *state {
 
 func mustTake(t *testing.T, s *Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
 	t.Helper()
-	d, err := s.Take(context.Background(), core.Request{Key: key, Policy: p, Cost: cost, Now: now})
+	d, _, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: cost})
 	require.NoError(t, err, "Take(%q, %s, %d)", key, p.Algorithm, cost)
 	return d
 }
@@ -287,7 +288,7 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				if _, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1}); !assert.NoError(t, err) {
+				if _, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1}); !assert.NoError(t, err) {
 					return
 				}
 			}
@@ -347,7 +348,7 @@ func TestValidAgreesWithValidate(t *testing.T) {
 			req.Policy.Burst = 0
 		}
 		capacity := limits.Capacity(req.Policy.Algorithm, req.Policy.Limit, req.Policy.Burst)
-		got, err := valid(&req, capacity), req.Validate()
+		got, err := valid(&req, capacity), reqcheck.Validate(&req)
 		burstMisplaced := req.Policy.Burst != 0 && !limits.IsBucket(req.Policy.Algorithm)
 		if !got && err == nil || got && err != nil && !burstMisplaced {
 			t.Fatalf("%+v: valid = %v, Validate says %v", req, got, err)

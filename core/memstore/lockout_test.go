@@ -110,13 +110,13 @@ func TestLockoutInvalid(t *testing.T) {
 	} {
 		p := lockoutPolicy()
 		p.Lockout = &lo
-		_, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1, Now: t0})
+		_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
 		require.ErrorIs(t, err, core.ErrInvalidPolicy, "%+v", lo)
 	}
 	p := lockoutPolicy()
-	_, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 2, Now: t0})
+	_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 2})
 	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
 	p.Algorithm = "gcra"
-	_, err = s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1, Now: t0})
+	_, _, err = s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.ErrorIs(t, err, core.ErrInvalidPolicy)
 }

@@ -6,13 +6,11 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"time"
 )
 
-// Compile-time check.
-var _ core.MultiTaker = (*Store)(nil)
-
 // TakeAll decides reqs all or nothing, as one atomic step, and fills
-// out[i] with the decision of reqs[i] (see core.MultiTaker): when every
+// out[i] with the decision of reqs[i] (see core.Store): when every
 // request is allowed it records them all, and when any is denied it
 // records none, out[i] of a request that would have been admitted alone
 // being Allowed with what it would have left had it been taken. A denied
@@ -23,42 +21,56 @@ var _ core.MultiTaker = (*Store)(nil)
 // shards never wait; it decides every request, then undoes the steps of
 // the admitted ones if any was denied: it restores the state each held
 // before, and a state created for the request is never stored. It decides
-// at reqs[0].Now, or at the Store's clock when that is zero, as Take does.
+// at now, or at the Store's clock when that is zero, as Take does, and
+// returns the time it decided at as Take does.
 // It never blocks on I/O and ignores ctx.
 //
 // Bad input is an error and records nothing: len(out) not len(reqs), more
-// than 16 requests, two with the same Key and Policy.Name, two
-// with different Now, or a request that Take refuses (wrapping the same
+// than 16 requests, two with the same Key and Policy.Name, or a
+// request that Take refuses (wrapping the same
 // errors). Requests on keys that exist already cost no allocation.
-func (s *Store) TakeAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
+func (s *Store) TakeAll(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	at, err := s.takeAllAt(now, reqs, out)
+	switch {
+	case err != nil || at == 0:
+		return time.Time{}, err
+	case !now.IsZero():
+		return now, nil
+	}
+	return s.clock.at(at), nil
+}
+
+// takeAllAt is TakeAll, with the time it decided at in µs since the Unix
+// epoch (0 when there was nothing to decide).
+func (s *Store) takeAllAt(at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
 	n := len(reqs)
 	if n != len(out) {
-		return fmt.Errorf("%w: memstore: TakeAll: %d requests and %d decisions", core.ErrInvalidOption, n, len(out))
+		return 0, fmt.Errorf("%w: memstore: TakeAll: %d requests and %d decisions", core.ErrInvalidOption, n, len(out))
 	}
 	if n > limits.MaxLayers {
-		return fmt.Errorf("%w: memstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, n, limits.MaxLayers)
+		return 0, fmt.Errorf("%w: memstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, n, limits.MaxLayers)
 	}
 	if n == 0 {
-		return nil
+		return 0, nil
 	}
 	if len(s.shards) == 0 {
-		return errNoStore
+		return 0, errNoStore
 	}
 	// The stack array of what undoing needs is a few kB at MaxLayers:
 	// zeroing it would cost a single layer more than its decision.
 	if n <= smallLayers {
 		var ts [smallLayers]taken
-		return s.takeAll(reqs, out, ts[:n])
+		return s.takeAll(at, reqs, out, ts[:n])
 	}
 	var ts [limits.MaxLayers]taken
-	return s.takeAll(reqs, out, ts[:n])
+	return s.takeAll(at, reqs, out, ts[:n])
 }
 
 // smallLayers is how many requests TakeAll decides with a small array.
 const smallLayers = 4
 
 // takeAll is TakeAll on valid lengths, with ts, len(reqs) long, to work in.
-func (s *Store) takeAll(reqs []core.Request, out []core.Decision, ts []taken) error {
+func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, ts []taken) (int64, error) {
 	var (
 		shards [limits.MaxLayers]uint32 // distinct, ascending
 		m      int                      // len(shards)
@@ -67,14 +79,11 @@ func (s *Store) takeAll(reqs []core.Request, out []core.Decision, ts []taken) er
 		r := &reqs[i]
 		t := &ts[i]
 		if err := s.stageOf(t, r); err != nil {
-			return fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
-		}
-		if i > 0 && !r.Now.Equal(reqs[0].Now) {
-			return fmt.Errorf("%w: memstore: TakeAll: request %d is at %v, request 0 at %v", core.ErrInvalidOption, i, r.Now, reqs[0].Now)
+			return 0, fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
 		}
 		for j := range i {
 			if ts[j].h == t.h && reqs[j].Key == r.Key && reqs[j].Policy.Name == r.Policy.Name {
-				return fmt.Errorf("%w: memstore: TakeAll: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, r.Key, r.Policy.Name)
+				return 0, fmt.Errorf("%w: memstore: TakeAll: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, r.Key, r.Policy.Name)
 			}
 		}
 		ix := uint32(t.h & s.mask)
@@ -89,10 +98,10 @@ func (s *Store) takeAll(reqs []core.Request, out []core.Decision, ts []taken) er
 		}
 	}
 	var now int64
-	if reqs[0].Now.IsZero() {
+	if at.IsZero() {
 		now = s.clock.now()
 	} else {
-		now = reqs[0].Now.UnixMicro()
+		now = at.UnixMicro()
 	}
 
 	for _, ix := range shards[:m] {
@@ -128,7 +137,7 @@ func (s *Store) takeAll(reqs []core.Request, out []core.Decision, ts []taken) er
 		t.o.decide(d, t.capacity)
 		d.LockedOut = t.locked
 	}
-	return nil
+	return now, nil
 }
 
 // taken is one request of a TakeAll: what it was decided by, and how to

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/apigate/ratelimit/core"
+	"time"
 )
 
 // benchLayerKeys are the keys of a request under four layers: the whole
@@ -41,7 +42,7 @@ func BenchmarkTakeAll(b *testing.B) {
 		req := benchLayers(1, 0)[0]
 		b.ReportAllocs()
 		for b.Loop() {
-			if d, err := s.Take(ctx, req); err != nil || !d.Allowed {
+			if d, _, err := s.Take(ctx, time.Time{}, req); err != nil || !d.Allowed {
 				b.Fatal(d, err)
 			}
 		}
@@ -53,7 +54,7 @@ func BenchmarkTakeAll(b *testing.B) {
 			out := make([]core.Decision, n)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := s.TakeAll(ctx, reqs, out); err != nil || !out[0].Allowed {
+				if _, err := s.TakeAll(ctx, time.Time{}, reqs, out); err != nil || !out[0].Allowed {
 					b.Fatal(out[0], err)
 				}
 			}
@@ -66,7 +67,7 @@ func BenchmarkTakeAll(b *testing.B) {
 				reqs := benchLayers(n, int(next.Add(1)))
 				out := make([]core.Decision, n)
 				for pb.Next() {
-					if err := s.TakeAll(ctx, reqs, out); err != nil || !out[0].Allowed {
+					if _, err := s.TakeAll(ctx, time.Time{}, reqs, out); err != nil || !out[0].Allowed {
 						b.Error(out[0], err)
 						return
 					}

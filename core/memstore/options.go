@@ -23,7 +23,7 @@ const (
 	// DefaultMaxKeys is the number of keys a Store holds at most when
 	// WithMaxKeys is not given: about 80 MB of state at 160 bytes per key
 	// (an IP address under a window or bucket policy), 145 MB at most
-	// with keys of 128 bytes bytes (plus, for the sliding window
+	// with keys of 128 bytes (plus, for the sliding window
 	// log, 16 bytes per logged microsecond). It suits an API server whose
 	// clients, times its policies, stay below 500,000 within a window;
 	// beyond it the Store evicts instead of growing.
@@ -71,7 +71,7 @@ func WithShards(n int) Option {
 // the bound is split evenly among the shards, and keys do not spread
 // perfectly evenly over them. Each key costs about 160 bytes with a client
 // key of up to 24 bytes (any IP address key), up to 290 with a key of
-// 128 bytes bytes,
+// 128 bytes,
 // plus 16 bytes per logged microsecond for the sliding window log.
 //
 // A full shard makes room for a new key by evicting. It looks at a small
@@ -110,7 +110,7 @@ func WithMaxKeys(n int) Option {
 // shard's lock only, so decisions on the other shards never pause.
 //
 // The janitor sweeps at the Store's own clock (see Store). State written at
-// explicit times (core.Request.Now) far in the past is reclaimed by the next
+// explicit times (Take's now) far in the past is reclaimed by the next
 // sweep, as Redis would expire it; tests that drive a Store with explicit
 // times should keep the default interval or a longer one.
 func WithCleanupInterval(d time.Duration) Option {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/reqcheck"
 )
 
 // Store keeps rate-limit state in memory. Build one with New and share it
@@ -58,8 +59,7 @@ type Store struct {
 
 // Compile-time checks.
 var (
-	_ core.Store      = (*Store)(nil)
-	_ core.MultiTaker = (*Store)(nil)
+	_ core.Store = (*Store)(nil)
 )
 
 var errNoStore = errors.New("memstore: Store not built with New")
@@ -95,9 +95,17 @@ func New(opts ...Option) (*Store, error) {
 }
 
 // Take decides req and, when it is allowed, records it, as one atomic step.
-// It decides at req.Now, or at the Store's clock when req.Now is zero (or at
-// the key's latest admission when that is later, see Store). It never blocks
+// It decides at now, or at the Store's clock when now is zero (or at the
+// key's latest admission when that is later, see Store). It never blocks
 // on I/O and ignores ctx.
+//
+// It returns the time it decided at: now, or else the reading of the
+// Store's clock, to the microsecond, with its monotonic reading. A caller
+// writing an absolute time from the Decision, such as X-RateLimit-Reset,
+// then need not read the clock again; the Store's clock counts from the
+// wall clock at New, so such a caller takes the wall time from the
+// monotonic reading and a recent reading of the wall clock, as
+// headers.Writer does. On an error the time is zero.
 //
 // A policy with a core.Lockout is decided with its lockout in the same
 // critical section: the lockout is an entry of its own beside the state,
@@ -108,35 +116,19 @@ func New(opts ...Option) (*Store, error) {
 // limit, window or lockout out of range, and a cost out of [1, Capacity]
 // return an error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy,
 // core.ErrInvalidCost or core.ErrCostExceedsLimit.
-func (s *Store) Take(_ context.Context, req core.Request) (core.Decision, error) {
-	d, _, err := s.take(&req)
-	return d, err
-}
-
-// TakeTimed is Take that also returns the time it decided at
-// (core.TimedStore): req.Now, or else the reading of the Store's clock, to
-// the microsecond, with its monotonic reading. A caller writing an absolute
-// time from the Decision, such as X-RateLimit-Reset, then need not read
-// the clock again; the Store's clock counts from the wall clock at New, so
-// such a caller takes the wall time from the monotonic reading and a recent
-// reading of the wall clock, as headers.Writer does. On an error the time
-// is zero.
-func (s *Store) TakeTimed(_ context.Context, req core.Request) (core.Decision, time.Time, error) {
-	d, now, err := s.take(&req)
+func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	d, at, err := s.take(&req, now)
 	switch {
 	case err != nil:
 		return d, time.Time{}, err
-	case !req.Now.IsZero():
-		return d, req.Now, nil
+	case !now.IsZero():
+		return d, now, nil
 	}
-	return d, s.clock.at(now), nil
+	return d, s.clock.at(at), nil
 }
 
-// TimedStore returns s (core.TimedStore).
-func (s *Store) TimedStore() core.TimedStore { return s }
-
 // take is Take, with the time it decided at in µs since the Unix epoch.
-func (s *Store) take(req *core.Request) (d core.Decision, now int64, err error) {
+func (s *Store) take(req *core.Request, at time.Time) (d core.Decision, now int64, err error) {
 	p := &req.Policy
 	// limits.Capacity(p.Algorithm, p.Limit, p.Burst), comparing strings only for a policy with a Burst.
 	capacity := p.Limit
@@ -151,10 +143,10 @@ func (s *Store) take(req *core.Request) (d core.Decision, now int64, err error) 
 	}
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
-	if req.Now.IsZero() {
+	if at.IsZero() {
 		now = s.clock.now()
 	} else {
-		now = req.Now.UnixMicro()
+		now = at.UnixMicro()
 	}
 	k := kindOf(p.Algorithm)
 	if p.Lockout != nil {
@@ -251,7 +243,7 @@ func (s *Store) hash(key string) uint64 {
 	return maphash.String(s.seed, key)
 }
 
-// valid is the part of core.Request.Validate that keeps the arithmetic
+// valid is the part of reqcheck.Validate that keeps the arithmetic
 // from dividing by zero or misbehaving, in a form small enough to be
 // inlined: the unsigned conversions fold each range into one comparison.
 // It leaves out the string checks (the name, the algorithm: shard.take
@@ -280,10 +272,10 @@ func refillsWithin(p *core.Policy) bool {
 }
 
 // invalid is the error of a request that valid refuses: the one
-// core.Request.Validate gives, whose rules valid restates branch-free for
-// the hot path (TestValidAgreesWithValidate holds them together).
+// reqcheck.Validate gives, whose rules valid restates branch-free for the
+// hot path (TestValidAgreesWithValidate holds them together).
 func invalid(req *core.Request) error {
-	if err := req.Validate(); err != nil {
+	if err := reqcheck.Validate(req); err != nil {
 		return err
 	}
 	// Unreachable while valid only restates Validate's rules.

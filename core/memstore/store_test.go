@@ -46,7 +46,7 @@ func policies() []core.Policy {
 
 func take(t *testing.T, s core.Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
 	t.Helper()
-	d, err := s.Take(context.Background(), core.Request{Key: key, Policy: p, Cost: cost, Now: now})
+	d, _, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: cost})
 	require.NoError(t, err, "Take(%q, %s, %d)", key, p.Algorithm, cost)
 	return d
 }
@@ -154,7 +154,7 @@ func TestPoliciesDoNotShareState(t *testing.T) {
 func TestInvalidRequests(t *testing.T) {
 	good := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 3, Window: time.Second}
 	with := func(f func(*core.Request)) core.Request {
-		r := core.Request{Key: "k", Policy: good, Cost: 1, Now: t0}
+		r := core.Request{Key: "k", Policy: good, Cost: 1}
 		f(&r)
 		return r
 	}
@@ -177,7 +177,7 @@ func TestInvalidRequests(t *testing.T) {
 	s := newStore(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.Take(context.Background(), tt.req)
+			_, _, err := s.Take(context.Background(), time.Time{}, tt.req)
 			require.ErrorIs(t, err, tt.want)
 		})
 	}
@@ -187,7 +187,7 @@ func TestInvalidRequests(t *testing.T) {
 func TestZeroStoreFailsWithoutPanic(t *testing.T) {
 	var s memstore.Store
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}
-	_, err := s.Take(context.Background(), core.Request{Key: "k", Policy: p, Cost: 1})
+	_, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.Error(t, err, "Take on the zero Store")
 	require.Error(t, s.Reset(context.Background(), "k", p), "Reset on the zero Store")
 	require.NoError(t, s.Close(), "Close on the zero Store")
@@ -226,7 +226,7 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range keys * tries {
 				k := (i + g*37) % keys
-				d, err := s.Take(context.Background(), core.Request{Key: fmt.Sprint("key-", k), Policy: p, Cost: 1, Now: t0})
+				d, _, err := s.Take(context.Background(), t0, core.Request{Key: fmt.Sprint("key-", k), Policy: p, Cost: 1})
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -241,7 +241,7 @@ func TestConcurrent(t *testing.T) {
 		q := core.Policy{Name: "q", Algorithm: alg, Limit: 50, Window: time.Second}
 		wg.Go(func() {
 			for i := range 2000 {
-				if _, err := s.Take(context.Background(), core.Request{Key: fmt.Sprint("rt-", i%64), Policy: q, Cost: 1}); !assert.NoError(t, err) {
+				if _, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: fmt.Sprint("rt-", i%64), Policy: q, Cost: 1}); !assert.NoError(t, err) {
 					return
 				}
 			}

@@ -85,7 +85,7 @@ func BenchmarkTake(b *testing.B) {
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Take(ctx, req); err != nil {
+		if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -195,12 +195,16 @@ func BenchmarkLockout(b *testing.B) {
 // batching.
 type unbatched struct{ s *Store }
 
-func (u unbatched) Take(ctx context.Context, req core.Request) (d core.Decision, err error) {
+func (u unbatched) Take(ctx context.Context, now time.Time, req core.Request) (d core.Decision, _ time.Time, err error) {
 	err = u.s.bounded(ctx, time.Now().Add(time.Second), func(sctx context.Context) (err error) {
-		d, err = u.s.take(sctx, req, time.Time{})
+		d, err = u.s.take(sctx, now, req, time.Time{})
 		return err
 	})
-	return d, err
+	return d, time.Time{}, err
+}
+
+func (u unbatched) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	return u.s.TakeAll(ctx, now, reqs, out)
 }
 
 func (u unbatched) Reset(ctx context.Context, key string, p core.Policy) error {

@@ -105,12 +105,12 @@ func TestMultiClusterUndo(t *testing.T) {
 	var reqs []core.Request
 	for i, a := range limits.Algorithms[core.Algorithm]() {
 		p := core.Policy{Name: "room", Algorithm: a, Limit: 10, Window: 10 * time.Second}
-		reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2, Now: t0})
+		reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2})
 	}
 	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: 10 * time.Second}
-	reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1, Now: t0})
+	reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1})
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
 	<-s.checked // New's check of the configuration is done: its commands are not counted
 	before := make([]string, len(reqs))
 	ttls := make([]time.Duration, len(reqs))
@@ -120,11 +120,8 @@ func TestMultiClusterUndo(t *testing.T) {
 		before[i], ttls[i] = snapshot(t, c, k), c.PTTL(ctx, k).Val()
 	}
 
-	for i := range reqs {
-		reqs[i].Now = t0.Add(time.Second)
-	}
 	counter.reset()
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs, out)))
 	names, pipelines := counter.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 6}, names, "the check of each of the six slots, and nothing taken nor undone")
 	assert.Zero(t, pipelines)
@@ -139,7 +136,7 @@ func TestMultiClusterUndo(t *testing.T) {
 	// The layers alone find what the first request left.
 	for i, r := range reqs[:5] {
 		got := make([]core.Decision, 1)
-		require.NoError(t, s.TakeAll(ctx, []core.Request{r}, got))
+		require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), []core.Request{r}, got)))
 		assert.True(t, got[0].Allowed, "layer %d alone", i)
 		if limits.IsBucket(r.Policy.Algorithm) {
 			assert.GreaterOrEqual(t, got[0].Remaining, int64(6), "layer %d alone: remaining", i)
@@ -175,26 +172,25 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			var reqs []core.Request
 			for i, a := range limits.Algorithms[core.Algorithm]() {
 				p := core.Policy{Name: "room" + run, Algorithm: a, Limit: 10, Window: window}
-				reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2, Now: t0})
+				reqs = append(reqs, core.Request{Key: keys[i], Policy: p, Cost: 2})
 			}
 			tight := core.Policy{Name: "tight" + run, Algorithm: core.FixedWindow, Limit: 2, Window: window}
-			reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1, Now: t0})
+			reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1})
 			out := make([]core.Decision, len(reqs))
-			require.NoError(t, s.TakeAll(ctx, reqs, out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
 			for i := range out {
 				require.True(t, out[i].Allowed, "first request, layer %d", i)
 			}
 
 			// The request, cost 3, at t0+1s.
 			for i := range reqs {
-				reqs[i].Now = t0.Add(time.Second)
 				if i < 5 {
 					reqs[i].Cost = 3
 				}
 			}
 			var interloper []error
-			take := func(r core.Request) {
-				d, err := other.Take(ctx, r)
+			take := func(r core.Request, at time.Time) {
+				d, _, err := other.Take(ctx, at, r)
 				if err == nil && !d.Allowed {
 					err = fmt.Errorf("%s %s: the other server's request denied", r.Policy.Name, r.Policy.Algorithm)
 				}
@@ -203,16 +199,15 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			hook.arm(func() {
 				// After the check: the tight layer's last unit.
 				r := reqs[5]
-				r.Now = t0.Add(time.Second)
-				take(r)
+				take(r, t0.Add(time.Second))
 			}, func() {
 				// After the take: 1 from every room layer.
 				for _, r := range reqs[:5] {
-					r.Cost, r.Now = 1, t0.Add(time.Second+later)
-					take(r)
+					r.Cost = 1
+					take(r, t0.Add(time.Second+later))
 				}
 			})
-			require.NoError(t, s.TakeAll(ctx, reqs, out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs, out)))
 			require.Len(t, interloper, 6, "the other server decided between check and take, and between take and undo")
 			for _, err := range interloper {
 				require.NoError(t, err)
@@ -223,8 +218,8 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			// cost 1, against a twin that saw the costs 2 at t0 and 1 at
 			// t0+1s+later, and not this request's 3.
 			left := func(r core.Request) int64 {
-				r.Cost, r.Now = 1, t0.Add(3*time.Second)
-				d, err := other.Take(ctx, r)
+				r.Cost = 1
+				d, _, err := other.Take(ctx, t0.Add(3*time.Second), r)
 				require.NoError(t, err)
 				require.True(t, d.Allowed, "%s", r.Policy.Algorithm)
 				return d.Remaining
@@ -236,8 +231,8 @@ func TestMultiClusterUndoContended(t *testing.T) {
 					cost int64
 					at   time.Duration
 				}{{2, 0}, {1, time.Second + later}} {
-					twin.Cost, twin.Now = step.cost, t0.Add(step.at)
-					d, err := other.Take(ctx, twin)
+					twin.Cost = step.cost
+					d, _, err := other.Take(ctx, t0.Add(step.at), twin)
 					require.NoError(t, err)
 					require.True(t, d.Allowed)
 				}
@@ -324,22 +319,19 @@ func TestMultiRing(t *testing.T) {
 	var reqs []core.Request
 	for i, alg := range limits.Algorithms[core.Algorithm]() {
 		p := core.Policy{Name: "room", Algorithm: alg, Limit: 10, Window: 10 * time.Second}
-		reqs = append(reqs, core.Request{Key: fmt.Sprintf("ring-%d", i), Policy: p, Cost: 2, Now: t0})
+		reqs = append(reqs, core.Request{Key: fmt.Sprintf("ring-%d", i), Policy: p, Cost: 2})
 	}
 	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: 10 * time.Second}
-	reqs = append(reqs, core.Request{Key: "ring-tight", Policy: tight, Cost: 1, Now: t0})
+	reqs = append(reqs, core.Request{Key: "ring-tight", Policy: tight, Cost: 1})
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
 	before := make([]string, len(reqs))
 	for i, r := range reqs {
 		require.True(t, out[i].Allowed, "first request, layer %d", i)
 		before[i] = snapshot(t, ring, s.stateKey(r.Key, r.Policy))
 		require.NotEmpty(t, before[i])
 	}
-	for i := range reqs {
-		reqs[i].Now = t0.Add(time.Second)
-	}
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs, out)))
 	assert.False(t, out[5].Allowed, "the tight layer denies")
 	for i, r := range reqs {
 		k := s.stateKey(r.Key, r.Policy)
@@ -454,7 +446,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 					out := make([]core.Decision, 1)
 					// The whole limit: denied, taking nothing, unless
 					// nothing was charged.
-					require.NoError(t, stores[1].TakeAll(ctx, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: sp.limit, Now: now}}, out))
+					require.NoError(t, errOf(stores[1].TakeAll(ctx, now, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: sp.limit}}, out)))
 					charged := int64(0)
 					if !out[0].Allowed {
 						charged = sp.limit - out[0].Remaining
@@ -490,13 +482,13 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	keys := spreadKeys(t, s, c, 3) // on three masters
 	t0 := time.UnixMicro(1_700_000_000_000_000)
 	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}
-	reqs := []core.Request{{Key: keys[0], Policy: tight, Cost: 1, Now: t0}}
+	reqs := []core.Request{{Key: keys[0], Policy: tight, Cost: 1}}
 	for i, a := range []core.Algorithm{core.SlidingWindowLog, core.TokenBucket} {
 		p := core.Policy{Name: "room", Algorithm: a, Limit: 10, Window: time.Hour}
-		reqs = append(reqs, core.Request{Key: keys[i+1], Policy: p, Cost: 2, Now: t0})
+		reqs = append(reqs, core.Request{Key: keys[i+1], Policy: p, Cost: 2})
 	}
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
 	// other reads the states; its slot map is loaded now, while every
 	// node answers.
 	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
@@ -525,13 +517,10 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	}
 	t.Cleanup(thaw)
 
-	for i := range reqs {
-		reqs[i].Now = t0.Add(time.Second)
-	}
 	hook.arm(frozen.Freeze) // after the check
 	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	err = s.TakeAll(dctx, reqs, out)
+	_, err = s.TakeAll(dctx, t0.Add(time.Second), reqs, out)
 	require.Error(t, err, "the frozen node's take")
 	require.Error(t, dctx.Err(), "TakeAll returned before the deadline")
 	for i, r := range reqs[1:] {

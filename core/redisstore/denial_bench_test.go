@@ -141,8 +141,8 @@ func BenchmarkDenial(b *testing.B) {
 		b.ReportMetric(d, "denied-µs/script")
 		b.ReportMetric(d/a, "denied/admitted")
 	}
-	take := func(b *testing.B, s *Store, req core.Request) bool {
-		d, err := s.Take(ctx, req)
+	take := func(b *testing.B, s *Store, now time.Time, req core.Request) bool {
+		d, _, err := s.Take(ctx, now, req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,14 +168,14 @@ func BenchmarkDenial(b *testing.B) {
 		p := dc.p
 		b.Run(dc.name, func(b *testing.B) {
 			s, _, c := newStore(b)
-			if !take(b, s, core.Request{Key: "full", Policy: p, Cost: dc.first, Now: t0}) {
+			if !take(b, s, t0, core.Request{Key: "full", Policy: p, Cost: dc.first}) {
 				b.Fatal("the first request is denied")
 			}
 			at := t0.Add(time.Microsecond)
 			run(b, c, func(i int) bool {
-				return take(b, s, core.Request{Key: "hot", Policy: p, Cost: 1, Now: t0.Add(time.Duration(i) * 20 * time.Microsecond)})
+				return take(b, s, t0.Add(time.Duration(i)*20*time.Microsecond), core.Request{Key: "hot", Policy: p, Cost: 1})
 			}, func() bool {
-				return take(b, s, core.Request{Key: "full", Policy: p, Cost: dc.deny, Now: at})
+				return take(b, s, at, core.Request{Key: "full", Policy: p, Cost: dc.deny})
 			})
 		})
 	}

@@ -126,8 +126,8 @@ func TestDenialSearchIsShort(t *testing.T) {
 				if r.IntN(4) == 0 {
 					cost = b
 				}
-				req := core.Request{Key: p.Name, Policy: p, Cost: cost, Now: time.UnixMicro(now)}
-				want, err := ms.Take(ctx, req)
+				req := core.Request{Key: p.Name, Policy: p, Cost: cost}
+				want, _, err := ms.Take(ctx, time.UnixMicro(now), req)
 				require.NoError(t, err)
 				reply, err := script.Run(ctx, c, []string{key}, p.Limit, w, b, cost, now, 60_000).Int64Slice()
 				require.NoError(t, err, "%+v: step %d", p, step)

@@ -101,9 +101,9 @@ func TestMatchesMemstore(t *testing.T) {
 					case r < 35:
 						cost = 1 + rng.Int64N(min(limits.Capacity(p.Algorithm, p.Limit, p.Burst), 50))
 					}
-					req := core.Request{Key: key, Policy: p, Cost: cost, Now: time.UnixMicro(at)}
+					req := core.Request{Key: key, Policy: p, Cost: cost}
 					history = append(history, fmt.Sprintf("%d %s c=%d at=%d", i, key, cost, at))
-					want, err := ms.Take(ctx, req)
+					want, _, err := ms.Take(ctx, time.UnixMicro(at), req)
 					require.NoError(t, err, "step %d: memory", i)
 					// Half the steps through TakeAll, the layered script
 					// (its packed arguments, multi.go's packLayer).
@@ -111,10 +111,10 @@ func TestMatchesMemstore(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						history[len(history)-1] += " (layered)"
 						out := []core.Decision{{}}
-						err = rs.TakeAll(ctx, []core.Request{req}, out)
+						_, err = rs.TakeAll(ctx, time.UnixMicro(at), []core.Request{req}, out)
 						got = out[0]
 					} else {
-						got, err = rs.Take(ctx, req)
+						got, _, err = rs.Take(ctx, time.UnixMicro(at), req)
 					}
 					require.NoError(t, err, "step %d: redis", i)
 					if got != want {

@@ -51,12 +51,13 @@ func (s timedStore) until(ctx context.Context) time.Time {
 	return deadline
 }
 
-func (s timedStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	return s.takeUntil(ctx, req, s.until(ctx))
+func (s timedStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	d, err := s.takeUntil(ctx, now, req, s.until(ctx))
+	return d, time.Time{}, err
 }
 
-func (s timedStore) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	return s.takeAllUntil(ctx, reqs, out, s.until(ctx))
+func (s timedStore) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	return time.Time{}, s.takeAllUntil(ctx, now, reqs, out, s.until(ctx))
 }
 
 func (s timedStore) Reset(ctx context.Context, key string, p core.Policy) error {

@@ -26,13 +26,14 @@ func BenchmarkSlidingWindowLog(b *testing.B) {
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
 	p := core.Policy{Name: "bench", Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit, Window: time.Second}
-	run := func(b *testing.B, req func(i int) core.Request, allowed bool) {
+	run := func(b *testing.B, req func(i int) (time.Time, core.Request), allowed bool) {
 		b.Helper()
 		before := scriptMicros(b, srv)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			d, err := s.Take(ctx, req(i))
+			now, r := req(i)
+			d, _, err := s.Take(ctx, now, r)
 			if err != nil || d.Allowed != allowed {
 				b.Fatalf("%+v, %v; want Allowed %v", d, err, allowed)
 			}
@@ -41,24 +42,26 @@ func BenchmarkSlidingWindowLog(b *testing.B) {
 		b.ReportMetric(float64(scriptMicros(b, srv)-before)/float64(i), "µs/script")
 	}
 	b.Run("cost=1", func(b *testing.B) {
-		run(b, func(int) core.Request { return core.Request{Key: "small", Policy: p, Cost: 1} }, true)
+		run(b, func(int) (time.Time, core.Request) {
+			return time.Time{}, core.Request{Key: "small", Policy: p, Cost: 1}
+		}, true)
 	})
 	b.Run("cost=100000/admitted", func(b *testing.B) {
 		w := p.Window + time.Microsecond
-		run(b, func(i int) core.Request {
-			return core.Request{Key: "large", Policy: p, Cost: p.Limit, Now: t0.Add(time.Duration(i) * w)}
+		run(b, func(i int) (time.Time, core.Request) {
+			return t0.Add(time.Duration(i) * w), core.Request{Key: "large", Policy: p, Cost: p.Limit}
 		}, true)
 	})
 	b.Run("cost=100000/denied", func(b *testing.B) {
 		const n = 20_000
 		for i := range n {
-			req := core.Request{Key: "full", Policy: p, Cost: 1, Now: t0.Add(time.Duration(i) * time.Microsecond)}
-			if d, err := s.Take(ctx, req); err != nil || !d.Allowed {
+			req := core.Request{Key: "full", Policy: p, Cost: 1}
+			if d, _, err := s.Take(ctx, t0.Add(time.Duration(i)*time.Microsecond), req); err != nil || !d.Allowed {
 				b.Fatalf("%+v, %v", d, err)
 			}
 		}
 		at := t0.Add(n * time.Microsecond)
-		run(b, func(int) core.Request { return core.Request{Key: "full", Policy: p, Cost: p.Limit, Now: at} }, false)
+		run(b, func(int) (time.Time, core.Request) { return at, core.Request{Key: "full", Policy: p, Cost: p.Limit} }, false)
 	})
 }
 

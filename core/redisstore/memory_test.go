@@ -46,12 +46,12 @@ func TestTokenBucketMemory(t *testing.T) {
 	} {
 		for _, req := range []core.Request{
 			{Key: "203.0.113.7", Policy: p, Cost: 1},
-			{Key: "203.0.113.7", Policy: p, Cost: 1, Now: t0},
+			{Key: "203.0.113.7", Policy: p, Cost: 1},
 			// A fraction of a token since the request before.
-			{Key: "203.0.113.7", Policy: p, Cost: 1, Now: t0.Add(123_457 * time.Microsecond)},
+			{Key: "203.0.113.7", Policy: p, Cost: 1},
 		} {
 			key := s.stateKey(req.Key, p)
-			d, err := s.Take(ctx, req)
+			d, _, err := s.Take(ctx, t0.Add(123_457*time.Microsecond), req)
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 			ours := memoryUsage(t, c, key)
@@ -87,15 +87,15 @@ func TestLegacyHash(t *testing.T) {
 	} {
 		p.Algorithm = a
 		key := s.stateKey("k", p)
-		_, err := ms.Take(ctx, core.Request{Key: "k", Policy: p, Cost: 7, Now: t0})
+		_, _, err := ms.Take(ctx, t0, core.Request{Key: "k", Policy: p, Cost: 7})
 		require.NoError(t, err)
 		require.NoError(t, c.HSet(ctx, key, fields...).Err())
 		require.NoError(t, c.PExpire(ctx, key, time.Minute).Err())
 		for i, cost := range []int64{5, 3, 5} {
-			req := core.Request{Key: "k", Policy: p, Cost: cost, Now: t0.Add(time.Duration(i+1) * 10 * time.Millisecond)}
-			want, err := ms.Take(ctx, req)
+			req := core.Request{Key: "k", Policy: p, Cost: cost}
+			want, _, err := ms.Take(ctx, t0.Add(time.Duration(i+1)*10*time.Millisecond), req)
 			require.NoError(t, err)
-			got, err := s.Take(ctx, req)
+			got, _, err := s.Take(ctx, t0.Add(time.Duration(i+1)*10*time.Millisecond), req)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "%s: request %d over the old layout", a, i)
 		}
@@ -156,7 +156,7 @@ func BenchmarkMemoryUsage(b *testing.B) {
 			measure(b, c, func(i int) string {
 				key := "client-" + strconv.Itoa(i)
 				for j := range sh.requests {
-					d, err := s.Take(ctx, core.Request{Key: key, Policy: p, Cost: 1, Now: t0.Add(time.Duration(j) * time.Millisecond)})
+					d, _, err := s.Take(ctx, t0.Add(time.Duration(j)*time.Millisecond), core.Request{Key: key, Policy: p, Cost: 1})
 					if err != nil || !d.Allowed {
 						b.Fatalf("%+v, %v", d, err)
 					}

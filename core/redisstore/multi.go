@@ -18,12 +18,11 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/reqcheck"
 )
 
 //go:embed multi.lua
 var multiLua string
-
-var _ core.MultiTaker = (*Store)(nil)
 
 // layerLocals are the prelude's per-request locals, as every layer's
 // function declares them from its own ARGV (at offset ab), but for the
@@ -304,7 +303,7 @@ const (
 
 // prepare fills c's arguments for reqs, valid, in mode (modeTake,
 // modeUndoable or modeCheck).
-func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
+func (s *Store) prepare(c *multiCall, at time.Time, reqs []core.Request, mode string) error {
 	var vs [limits.MaxLayers]int
 	c.n = len(reqs)
 	nkeys, want := 0, 0
@@ -341,9 +340,9 @@ func (s *Store) prepare(c *multiCall, reqs []core.Request, mode string) error {
 		r := &reqs[j]
 		p := &r.Policy
 		var now, minTTL int64
-		explicit := !r.Now.IsZero()
+		explicit := !at.IsZero()
 		if explicit {
-			now, minTTL = r.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
+			now, minTTL = at.UnixMicro(), s.explicitMinTTL.Milliseconds()
 		}
 		ints := [...]int64{p.Limit, p.Window.Microseconds(), c.capacity[j], r.Cost, now, minTTL, 0, 0, 0}
 		na := 6
@@ -387,7 +386,7 @@ func (c *multiCall) decisions(r []int64, out []core.Decision) {
 // takeAll runs on the caller's goroutine and honours ctx as the client
 // does (a go-redis client built with ContextTimeoutEnabled stops at its
 // deadline; any client stops at its own timeouts); TakeAll bounds it.
-func (s *Store) takeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+func (s *Store) takeAll(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) error {
 	if err := checkLayers(reqs, out); err != nil {
 		return err
 	}
@@ -399,11 +398,11 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, out []core.Dec
 	}
 	switch s.client.(type) {
 	case *redis.ClusterClient:
-		return s.takeGroups(ctx, reqs, out, func(key string) int { return int(slot(key)) })
+		return s.takeGroups(ctx, at, reqs, out, func(key string) int { return int(slot(key)) })
 	case *redis.Ring:
-		return s.takeGroups(ctx, reqs, out, nil)
+		return s.takeGroups(ctx, at, reqs, out, nil)
 	}
-	return s.takeOne(ctx, reqs, out)
+	return s.takeOne(ctx, at, reqs, out)
 }
 
 // checkLayers reports invalid input to TakeAll.
@@ -415,7 +414,7 @@ func checkLayers(reqs []core.Request, out []core.Decision) error {
 		return fmt.Errorf("%w: redisstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, len(reqs), limits.MaxLayers)
 	}
 	for j := range reqs {
-		if err := reqs[j].Validate(); err != nil {
+		if err := reqcheck.Validate(&reqs[j]); err != nil {
 			return fmt.Errorf("redisstore: TakeAll: request %d: %w", j, err)
 		}
 		name := policyName(&reqs[j].Policy)
@@ -437,10 +436,10 @@ func policyName(p *core.Policy) string {
 }
 
 // takeOne decides reqs with one script run.
-func (s *Store) takeOne(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+func (s *Store) takeOne(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) error {
 	c := multiPool.Get().(*multiCall)
 	defer c.put()
-	if err := s.prepare(c, reqs, modeTake); err != nil {
+	if err := s.prepare(c, at, reqs, modeTake); err != nil {
 		return err
 	}
 	cmd := redis.NewIntSliceCmd(ctx, c.command(false)...)
@@ -494,7 +493,7 @@ type group struct {
 // race in that moment, and given back at once, not when the window
 // slides. A request whose layers all admit costs two round trips, one
 // whose check denies costs one.
-func (s *Store) takeGroups(ctx context.Context, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
+func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
 	var gs []*group
 	for j := range reqs {
 		id := -1
@@ -516,13 +515,13 @@ func (s *Store) takeGroups(ctx context.Context, reqs []core.Request, out []core.
 		g.reqs = append(g.reqs, reqs[j])
 	}
 	if len(gs) == 1 {
-		return s.takeOne(ctx, reqs, out)
+		return s.takeOne(ctx, at, reqs, out)
 	}
 	calls := make([]*multiCall, len(gs))
 	for k, g := range gs {
 		g.call = multiPool.Get().(*multiCall)
 		defer g.call.put()
-		if err := s.prepare(g.call, g.reqs, modeCheck); err != nil {
+		if err := s.prepare(g.call, at, g.reqs, modeCheck); err != nil {
 			return err
 		}
 		calls[k] = g.call
@@ -792,7 +791,7 @@ func slot(key string) uint16 {
 }
 
 // TakeAll decides reqs, one per layer of a layered core.Limiter, all or
-// nothing (see core.MultiTaker): it records them all when every one is
+// nothing (see core.Store): it records them all when every one is
 // allowed, and none when any is denied, but for the lockout strikes of a
 // denied one and the sliding log's trimming of what has left its window,
 // which Take makes too. It fails, without a round trip, on invalid input
@@ -827,14 +826,14 @@ func slot(key string) uint16 {
 // its context's, on a goroutine of its own unless the client honours
 // context deadlines. It fails with the context's error when it stops
 // waiting.
-func (s *Store) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	return s.takeAllUntil(ctx, reqs, out, s.deadline(ctx))
+func (s *Store) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	return time.Time{}, s.takeAllUntil(ctx, now, reqs, out, s.deadline(ctx))
 }
 
 // takeAllUntil is TakeAll, returning by deadline.
-func (s *Store) takeAllUntil(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+func (s *Store) takeAllUntil(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, deadline time.Time) error {
 	if s.batch == nil {
-		return s.takeAllBounded(ctx, reqs, out, deadline)
+		return s.takeAllBounded(ctx, at, reqs, out, deadline)
 	}
 	if err := checkLayers(reqs, out); err != nil {
 		return err
@@ -846,7 +845,7 @@ func (s *Store) takeAllUntil(ctx context.Context, reqs []core.Request, out []cor
 		return fmt.Errorf("redisstore: layers: %w", err)
 	}
 	m := multiPool.Get().(*multiCall)
-	if err := s.prepare(m, reqs, modeTake); err != nil {
+	if err := s.prepare(m, at, reqs, modeTake); err != nil {
 		m.put()
 		return err
 	}
@@ -882,17 +881,17 @@ func (s *Store) takeAllUntil(ctx context.Context, reqs []core.Request, out []cor
 // takeAllBounded is TakeAll over a client without a batcher: takeAll,
 // bounded (see bounded), into copies of its own of reqs and out, which are
 // the caller's again once TakeAll has returned.
-func (s *Store) takeAllBounded(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+func (s *Store) takeAllBounded(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, deadline time.Time) error {
 	if len(reqs) > limits.MaxLayers || len(out) != len(reqs) {
 		return checkLayers(reqs, out)
 	}
 	if s.honoursDeadline() {
-		return s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, reqs, out) })
+		return s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, at, reqs, out) })
 	}
 	own := make([]core.Request, len(reqs))
 	copy(own, reqs)
 	ds := new([limits.MaxLayers]core.Decision)
-	err := s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, own, ds[:len(own)]) })
+	err := s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, at, own, ds[:len(own)]) })
 	if err != nil {
 		return fmt.Errorf("redisstore: layers: %w", err)
 	}

@@ -27,10 +27,10 @@ import (
 func fourLayers(key string, now time.Time) []core.Request {
 	lo := &core.Lockout{Duration: time.Minute}
 	return []core.Request{
-		{Key: "global", Policy: core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}, Cost: 1, Now: now},
-		{Key: "user-" + key, Policy: core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Lockout: lo}, Cost: 1, Now: now},
-		{Key: "endpoint-" + key, Policy: core.Policy{Name: "endpoint", Algorithm: core.SlidingWindowLog, Limit: 100, Window: time.Minute}, Cost: 1, Now: now},
-		{Key: "ip-" + key, Policy: core.Policy{Name: "ip", Algorithm: core.SlidingWindowCounter, Limit: 100, Window: time.Minute}, Cost: 1, Now: now},
+		{Key: "global", Policy: core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}, Cost: 1},
+		{Key: "user-" + key, Policy: core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Lockout: lo}, Cost: 1},
+		{Key: "endpoint-" + key, Policy: core.Policy{Name: "endpoint", Algorithm: core.SlidingWindowLog, Limit: 100, Window: time.Minute}, Cost: 1},
+		{Key: "ip-" + key, Policy: core.Policy{Name: "ip", Algorithm: core.SlidingWindowCounter, Limit: 100, Window: time.Minute}, Cost: 1},
 	}
 }
 
@@ -87,10 +87,10 @@ func TestMultiOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	reqs := fourLayers("a", time.Time{})
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, s.TakeAll(ctx, reqs, out)) // loads the script (NOSCRIPT, then EVAL)
-	<-s.checked                                   // New's check of the configuration is done: its commands are not counted
+	require.NoError(t, errOf(s.TakeAll(ctx, time.Time{}, reqs, out))) // loads the script (NOSCRIPT, then EVAL)
+	<-s.checked                                                       // New's check of the configuration is done: its commands are not counted
 	h.reset()
-	require.NoError(t, s.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(s.TakeAll(ctx, time.Time{}, reqs, out)))
 	names, pipelines := h.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of one layered decision")
 	assert.Zero(t, pipelines, "pipelines")
@@ -142,12 +142,12 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 			var reqs []core.Request
 			for i, a := range limits.Algorithms[core.Algorithm]() {
 				p := core.Policy{Name: fmt.Sprintf("room-%d", i), Algorithm: a, Limit: 100, Window: time.Minute}
-				reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: p, Cost: 2, Now: t0})
+				reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: p, Cost: 2})
 			}
 			tp := core.Policy{Name: "tight", Algorithm: tight, Limit: 3, Window: time.Minute}
-			reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: tp, Cost: 2, Now: t0})
+			reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: tp, Cost: 2})
 			out := make([]core.Decision, len(reqs))
-			require.NoError(t, s.TakeAll(ctx, reqs, out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
 			dumps := make([]string, len(reqs))
 			ttls := make([]time.Duration, len(reqs))
 			for i, r := range reqs {
@@ -160,9 +160,8 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 			later := make([]core.Request, len(reqs))
 			for i := range reqs {
 				later[i] = reqs[i]
-				later[i].Now = t0.Add(time.Second)
 			}
-			require.NoError(t, s.TakeAll(ctx, later, out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), later, out)))
 			for i, r := range reqs {
 				k := s.stateKey(r.Key, r.Policy)
 				if i == len(reqs)-1 {
@@ -199,10 +198,9 @@ func TestMultiTTLs(t *testing.T) {
 			for i := range own {
 				if explicit {
 					own[i].Key += "-x"
-					own[i].Now = time.Now()
 				}
 			}
-			require.NoError(t, s.TakeAll(ctx, own, out), "round %d", round)
+			require.NoError(t, errOf(s.TakeAll(ctx, time.Now(), own, out)), "round %d", round)
 			for _, d := range out {
 				if !d.Allowed {
 					denied++
@@ -241,27 +239,27 @@ func TestMultiLockout(t *testing.T) {
 		t.Run(string(a), func(t *testing.T) {
 			room := core.Policy{Name: "room", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
 			login := core.Policy{Name: "login", Algorithm: a, Limit: 1, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Minute}}
-			reqs := func(at time.Duration) []core.Request {
+			reqs := func() []core.Request {
 				return []core.Request{
-					{Key: "u-" + string(a), Policy: room, Cost: 1, Now: t0.Add(at)},
-					{Key: "u-" + string(a), Policy: login, Cost: 1, Now: t0.Add(at)},
+					{Key: "u-" + string(a), Policy: room, Cost: 1},
+					{Key: "u-" + string(a), Policy: login, Cost: 1},
 				}
 			}
 			out := make([]core.Decision, 2)
-			require.NoError(t, s.TakeAll(ctx, reqs(0), out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(0), reqs(), out)))
 			assert.True(t, out[0].Allowed && out[1].Allowed, "first")
-			require.NoError(t, s.TakeAll(ctx, reqs(time.Second), out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs(), out)))
 			assert.False(t, out[1].Allowed, "second: denied")
 			assert.True(t, out[1].LockedOut, "second: starts the lockout")
 			// Well after the window, the lockout still denies.
-			require.NoError(t, s.TakeAll(ctx, reqs(5*time.Minute), out))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(5*time.Minute), reqs(), out)))
 			assert.False(t, out[1].Allowed, "during the lockout")
 			assert.True(t, out[1].LockedOut, "during the lockout")
 			assert.Equal(t, 5*time.Minute+time.Second, out[1].RetryAfter, "the lockout's end")
 			assert.True(t, out[0].Allowed, "the room layer admits alone")
 			assert.Equal(t, int64(98), out[0].Remaining, "the room layer: what it would have left had it taken the request")
 			room1 := make([]core.Decision, 1)
-			require.NoError(t, s.TakeAll(ctx, reqs(5 * time.Minute)[:1], room1))
+			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(5*time.Minute), reqs()[:1], room1)))
 			assert.Equal(t, int64(98), room1[0].Remaining, "the room layer took only the first request, and this one")
 		})
 	}
@@ -280,21 +278,21 @@ func TestMultiBadInput(t *testing.T) {
 	good := fourLayers("a", time.Time{})
 	bad := append([]core.Request(nil), good...)
 	bad[2].Cost = 0
-	err := s.TakeAll(ctx, bad, make([]core.Decision, 4))
+	_, err := s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))
 	assert.ErrorIs(t, err, core.ErrInvalidCost)
 	bad[2] = good[2]
 	bad[3].Policy.Algorithm = "nope"
-	assert.ErrorIs(t, s.TakeAll(ctx, bad, make([]core.Decision, 4)), core.ErrInvalidPolicy)
-	assert.ErrorIs(t, s.TakeAll(ctx, good, make([]core.Decision, 3)), core.ErrInvalidOption)
+	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))), core.ErrInvalidPolicy)
+	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, good, make([]core.Decision, 3))), core.ErrInvalidOption)
 	dup := append(good[:2:2], good[1])
-	assert.ErrorIs(t, s.TakeAll(ctx, dup, make([]core.Decision, 3)), core.ErrInvalidOption)
+	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, dup, make([]core.Decision, 3))), core.ErrInvalidOption)
 	names, pipelines := h.snapshot()
 	assert.Empty(t, names, "commands")
 	assert.Zero(t, pipelines)
-	require.NoError(t, s.TakeAll(ctx, nil, nil), "no request: nothing to do")
+	require.NoError(t, errOf(s.TakeAll(ctx, time.Time{}, nil, nil)), "no request: nothing to do")
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	assert.ErrorIs(t, s.TakeAll(canceled, good, make([]core.Decision, 4)), context.Canceled)
+	assert.ErrorIs(t, errOf(s.TakeAll(canceled, time.Time{}, good, make([]core.Decision, 4))), context.Canceled)
 	names, _ = h.snapshot()
 	assert.Empty(t, names, "commands after a canceled context")
 }
@@ -319,8 +317,8 @@ func TestMultiFrozenRedis(t *testing.T) {
 	reqs := fourLayers("f", time.Time{})
 	out := make([]core.Decision, len(reqs))
 	// Warm up: connections dialled, scripts loaded.
-	require.NoError(t, sd.TakeAll(ctx, reqs, out))
-	require.NoError(t, sb.TakeAll(ctx, reqs, out))
+	require.NoError(t, errOf(sd.TakeAll(ctx, time.Time{}, reqs, out)))
+	require.NoError(t, errOf(sb.TakeAll(ctx, time.Time{}, reqs, out)))
 	layers := make([]core.Layer, len(reqs))
 	checks := make([]core.Check, len(reqs))
 	for i, r := range reqs {
@@ -337,7 +335,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 	defer srv.Thaw()
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
-	err = sd.TakeAll(dctx, reqs, out)
+	_, err = sd.TakeAll(dctx, time.Time{}, reqs, out)
 	took := time.Since(start)
 	cancel()
 	require.Error(t, err)
@@ -495,7 +493,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	reqs := fourLayers("fz", time.Time{})
 	out := make([]core.Decision, len(reqs))
 	for _, s := range stores {
-		require.NoError(t, s.takeAllUntil(ctx, reqs, out, time.Now().Add(5*time.Second))) // warm up
+		require.NoError(t, s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(5*time.Second))) // warm up
 	}
 	srv.Freeze()
 	thawed := false
@@ -508,7 +506,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	for name, s := range stores {
 		for i := range 2 {
 			start := time.Now()
-			err := s.takeAllUntil(ctx, reqs, out, start.Add(timeout))
+			err := s.takeAllUntil(ctx, time.Time{}, reqs, out, start.Add(timeout))
 			took := time.Since(start)
 			require.Error(t, err, "%s %d", name, i)
 			assert.Less(t, took, timeout+500*time.Millisecond, "%s %d: TakeAllBy over a frozen Redis", name, i)
@@ -517,7 +515,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
 		start := time.Now()
-		err := s.takeAllUntil(cctx, reqs, out, start.Add(time.Minute))
+		err := s.takeAllUntil(cctx, time.Time{}, reqs, out, start.Add(time.Minute))
 		assert.ErrorIs(t, err, context.Canceled, name)
 		assert.Less(t, time.Since(start), 10*time.Second, "%s: canceled", name)
 	}
@@ -525,7 +523,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	thawed = true
 	for name, s := range stores {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.NoError(c, s.takeAllUntil(ctx, reqs, out, time.Now().Add(time.Second)))
+			assert.NoError(c, s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(time.Second)))
 		}, 10*time.Second, 10*time.Millisecond, "%s after the thaw", name)
 		assert.True(t, out[0].Allowed, name)
 	}
@@ -555,8 +553,8 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 				}
 				want := make([]core.Decision, len(reqs))
 				got := make([]core.Decision, len(reqs))
-				require.NoError(t, a.TakeAll(ctx, reqs, want), "request %d", i)
-				require.NoError(t, b.takeAllUntil(ctx, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
+				require.NoError(t, errOf(a.TakeAll(ctx, at, reqs, want)), "request %d", i)
+				require.NoError(t, b.takeAllUntil(ctx, at, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
 				assert.Equal(t, want, got, "request %d", i)
 				if !want[0].Allowed || !want[1].Allowed || !want[2].Allowed || !want[3].Allowed {
 					denied++
@@ -565,7 +563,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 			assert.Positive(t, denied, "some requests denied")
 			assert.Less(t, denied, 60, "some admitted")
 			// Bad input is TakeAll's error, without a round trip.
-			err := b.takeAllUntil(ctx, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
+			err := b.takeAllUntil(ctx, now, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
 			assert.ErrorIs(t, err, core.ErrInvalidOption)
 		})
 	}

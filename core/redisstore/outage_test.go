@@ -72,7 +72,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, l := range lims {
-		if _, err := s.Take(wctx, core.Request{Key: "warm-up", Policy: l.Policy(), Cost: 1}); err != nil {
+		if _, _, err := s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: l.Policy(), Cost: 1}); err != nil {
 			t.Fatalf("warming up: %v", err)
 		}
 	}
@@ -436,7 +436,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			// for the freezes).
 			wctx, cancel := context.WithTimeout(ctx, limitertest.StoreTimeout)
 			defer cancel()
-			_, err = s.Take(wctx, core.Request{Key: "warm-up", Policy: p, Cost: 1})
+			_, _, err = s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: p, Cost: 1})
 			require.NoError(t, err)
 			attempt(4)
 			for range 3 {

@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/reqcheck"
 )
 
 // DefaultPrefix starts every key the Store writes, unless WithPrefix says
@@ -22,7 +23,7 @@ import (
 const DefaultPrefix = "rl:"
 
 // explicitNowMinTTL is the least TTL of a key written by a request with an
-// explicit core.Request.Now: such a time (a test's) may be far from Redis's
+// explicit time (Take's now): such a time (a test's) may be far from Redis's
 // own, and a TTL counted from it alone could expire the key at once.
 const explicitNowMinTTL = time.Minute
 
@@ -158,8 +159,7 @@ type Store struct {
 }
 
 var (
-	_ core.Store      = (*Store)(nil)
-	_ core.MultiTaker = (*Store)(nil)
+	_ core.Store = (*Store)(nil)
 )
 
 // algos lists, per algorithm, the code that ends its keys and its script.
@@ -272,8 +272,8 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // out of [1, capacity]), wrapping the core sentinel error; and when Redis
 // fails, wrapping the client's error with the algorithm.
 //
-// A request with a zero Now is decided at Redis TIME. One with an explicit
-// Now (a test's time) is decided at that time, and the key it writes lives
+// A request with a zero now is decided at Redis TIME. One with an explicit
+// now (a test's time) is decided at that time, and the key it writes lives
 // at least a minute, however near the end of its state that time is.
 //
 // Take returns within the Store's timeout (WithTimeout; ctx's deadline if
@@ -290,26 +290,27 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // goroutine of its own that Take stops waiting for, unless the client
 // honours context deadlines (ContextTimeoutEnabled). The caller's
 // cancellation never aborts a command in flight; its result is dropped.
-func (s *Store) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	return s.takeUntil(ctx, req, s.deadline(ctx))
+func (s *Store) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	d, err := s.takeUntil(ctx, now, req, s.deadline(ctx))
+	return d, time.Time{}, err
 }
 
 // takeUntil is Take, returning by deadline.
-func (s *Store) takeUntil(ctx context.Context, req core.Request, deadline time.Time) (core.Decision, error) {
+func (s *Store) takeUntil(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, error) {
 	if s.batch != nil {
-		return s.take(ctx, req, deadline)
+		return s.take(ctx, at, req, deadline)
 	}
 	var d core.Decision
 	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
-		d, err = s.take(sctx, req, time.Time{})
+		d, err = s.take(sctx, at, req, time.Time{})
 		return err
 	})
 	return d, err
 }
 
 // take is Take, through the batcher when deadline is set.
-func (s *Store) take(ctx context.Context, req core.Request, deadline time.Time) (core.Decision, error) {
-	if err := req.Validate(); err != nil {
+func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, error) {
+	if err := reqcheck.Validate(&req); err != nil {
 		return core.Decision{}, err
 	}
 	p := req.Policy
@@ -319,9 +320,9 @@ func (s *Store) take(ctx context.Context, req core.Request, deadline time.Time) 
 	// minimum TTL ms, and for a lockout its three durations in µs. The
 	// client writes integers without formatting them into strings first.
 	var now, minTTL int64
-	explicit := !req.Now.IsZero()
+	explicit := !at.IsZero()
 	if explicit {
-		now, minTTL = req.Now.UnixMicro(), s.explicitMinTTL.Milliseconds()
+		now, minTTL = at.UnixMicro(), s.explicitMinTTL.Milliseconds()
 	}
 	capacity := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	c := callPool.Get().(*call)

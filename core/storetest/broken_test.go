@@ -83,8 +83,12 @@ type broken struct {
 	breakTake func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error)
 }
 
-func (b *broken) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	return b.breakTake(req, func(req core.Request) (core.Decision, error) { return b.Store.Take(ctx, req) })
+func (b *broken) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	d, err := b.breakTake(req, func(req core.Request) (core.Decision, error) {
+		d, _, err := b.Store.Take(ctx, now, req)
+		return d, err
+	})
+	return d, time.Time{}, err
 }
 
 // brokenStores returns stores that each break one rule of the suite.

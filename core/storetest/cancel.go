@@ -38,15 +38,16 @@ func testPromptCancel(t tester, store core.Store, run string) {
 	}
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	take := func(ctx context.Context) error { _, err := store.Take(ctx, req); return err }
+	take := func(ctx context.Context) error { _, _, err := store.Take(ctx, time.Time{}, req); return err }
 	check("Take", take, ended)
 	check("Reset", func(ctx context.Context) error { return store.Reset(ctx, req.Key, p) }, ended)
-	if m, ok := store.(core.MultiTaker); ok {
-		q := p
-		q.Name = "cancel-2"
-		reqs := []core.Request{req, {Key: req.Key, Policy: q, Cost: 1}}
-		check("TakeAll", func(ctx context.Context) error { return m.TakeAll(ctx, reqs, make([]core.Decision, 2)) }, ended)
-	}
+	q := p
+	q.Name = "cancel-2"
+	reqs := []core.Request{req, {Key: req.Key, Policy: q, Cost: 1}}
+	check("TakeAll", func(ctx context.Context) error {
+		_, err := store.TakeAll(ctx, time.Time{}, reqs, make([]core.Decision, 2))
+		return err
+	}, ended)
 	// A context that ends while the store works.
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(time.Millisecond); cancel() }()

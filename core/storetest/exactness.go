@@ -70,7 +70,6 @@ func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string
 		Key:    run + "-exact-" + string(alg),
 		Policy: policy(alg, exactLimit, time.Hour, burst),
 		Cost:   1,
-		Now:    now,
 	}
 	if lockout != nil {
 		req.Key += "-lockout"
@@ -93,7 +92,7 @@ func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string
 		wg.Go(func() {
 			<-start
 			for range attempts {
-				d, err := store.Take(context.Background(), req)
+				d, _, err := store.Take(context.Background(), now, req)
 				if err != nil {
 					if errs.Add(1) == 1 {
 						t.Errorf("goroutine %d on store %d: %v", g, g/goroutinesPerStore, err)

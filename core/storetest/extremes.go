@@ -69,7 +69,7 @@ func (c *extremeCase) check(t tester, store core.Store, key string) {
 	start := time.UnixMicro(e - e%w + w).UTC()
 	decide := func(at time.Duration, cost int64) core.Decision {
 		t.Helper()
-		d, err := store.Take(ctx, core.Request{Key: key, Policy: p, Cost: cost, Now: start.Add(at)})
+		d, _, err := store.Take(ctx, start.Add(at), core.Request{Key: key, Policy: p, Cost: cost})
 		if err != nil {
 			t.Fatalf("%s: cost %d at start+%v: %v", p.Name, cost, at, err)
 		}

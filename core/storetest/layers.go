@@ -14,8 +14,8 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// RunLayers runs the cases of core.MultiTaker against the store newStore
-// returns, and skips when that store is not a MultiTaker. Run calls it.
+// RunLayers runs the cases of core.Store.TakeAll against the store
+// newStore returns. Run calls it.
 //
 // For every algorithm, as the layer that denies and among the layers that
 // admit: a request denied by one layer records nothing in the others (each
@@ -25,15 +25,12 @@ import (
 // and the lockout denies later layered requests. Bad input is an error
 // that records nothing: two requests with one Key and Policy.Name, len(out)
 // not len(reqs), more than 16 requests, an invalid request.
-// Every request carries an explicit Now, which the store decides at.
+// Every call has an explicit now, which the store decides at.
 func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 	t.Helper()
 	t.Run("layers", func(t *testing.T) {
-		if _, ok := newStore(t).(core.MultiTaker); !ok {
-			t.Skip("storetest: the store is not a core.MultiTaker")
-		}
 		run := runID(testingT{t})
-		multi := func(t *testing.T) core.MultiTaker { return newStore(t).(core.MultiTaker) }
+		multi := func(t *testing.T) core.Store { return newStore(t).(core.Store) }
 		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			t.Run(string(alg), func(t *testing.T) {
 				t.Run("all-or-nothing", func(t *testing.T) {
@@ -68,10 +65,10 @@ func layerPolicy(name string, alg core.Algorithm, limit int64, window time.Durat
 }
 
 // takeAll calls TakeAll and fails t on an error.
-func takeAll(t *testing.T, s core.MultiTaker, reqs []core.Request) []core.Decision {
+func takeAll(t *testing.T, s core.Store, now time.Time, reqs []core.Request) []core.Decision {
 	t.Helper()
 	out := make([]core.Decision, len(reqs))
-	if err := s.TakeAll(context.Background(), reqs, out); err != nil {
+	if _, err := s.TakeAll(context.Background(), now, reqs, out); err != nil {
 		t.Fatalf("TakeAll(%s): %v", showReqs(reqs), err)
 	}
 	return out
@@ -89,15 +86,6 @@ func showReqs(reqs []core.Request) string {
 	return s + "]"
 }
 
-// at returns reqs, each at now.
-func at(reqs []core.Request, now time.Time) []core.Request {
-	out := append([]core.Request(nil), reqs...)
-	for i := range out {
-		out[i].Now = now
-	}
-	return out
-}
-
 // testAllOrNothing is one all-or-nothing case: five layers that admit, one
 // of each algorithm (1000 per 10s), and a layer of alg that admits 2 per
 // 10s, with lockout when not nil, decided together at one boundary of
@@ -106,7 +94,7 @@ func at(reqs []core.Request, now time.Time) []core.Request {
 // every request, twin only the two admitted ones, and asIf those and the
 // third as well. The third's Decisions must be asIf's; afterwards main and
 // twin must decide every request alike.
-func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algorithm, lockout *core.Lockout) {
+func testAllOrNothing(t *testing.T, s core.Store, run string, alg core.Algorithm, lockout *core.Lockout) {
 	t0 := epoch()
 	algs := limits.Algorithms[core.Algorithm]()
 	big := func(who string) []core.Request {
@@ -126,19 +114,19 @@ func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algo
 	last := len(all) - 1
 
 	for i := range 2 {
-		got := takeAll(t, s, at(all, t0))
+		got := takeAll(t, s, t0, all)
 		for j, d := range got {
 			if !d.Allowed {
 				t.Fatalf("request %d at t0, layer %s: %s, want allowed", i, all[j].Policy.Name, show(d))
 			}
 		}
-		takeAll(t, s, at(twin, t0))
-		takeAll(t, s, at(asIf, t0))
+		takeAll(t, s, t0, twin)
+		takeAll(t, s, t0, asIf)
 	}
 
 	t1 := t0.Add(time.Second)
-	got := takeAll(t, s, at(all, t1))
-	want := takeAll(t, s, at(asIf, t1))
+	got := takeAll(t, s, t1, all)
+	want := takeAll(t, s, t1, asIf)
 	if d := got[last]; d.Allowed || (lockout != nil) != d.LockedOut {
 		t.Fatalf("request 2 at t0+1s, the layer that admits 2: %s, want denied (locked out: %v)", show(d), lockout != nil)
 	}
@@ -155,13 +143,13 @@ func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algo
 		// The strike is kept: the lockout denies every layered request
 		// until it ends, and the next offence is a second one.
 		t2 := t0.Add(11 * time.Second)
-		got := takeAll(t, s, at(all, t2))
+		got := takeAll(t, s, t2, all)
 		if d := got[last]; d.Allowed || !d.LockedOut || d.RetryAfter != 20*time.Second {
 			t.Fatalf("request at t0+11s, within the lockout: %s, want locked out for 20s", show(d))
 		}
 		t3 := t0.Add(31 * time.Second) // the lockout has ended; the quota is whole
 		for i := range 3 {
-			got := takeAll(t, s, at(all, t3))
+			got := takeAll(t, s, t3, all)
 			d := got[last]
 			switch {
 			case i < 2 && !d.Allowed:
@@ -170,7 +158,7 @@ func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algo
 				t.Fatalf("request %d at t0+31s, a second offence: %s, want locked out for %v (the first strike kept)", i, show(d), 2*lockout.Duration)
 			}
 			if i < 2 {
-				takeAll(t, s, at(twin, t3))
+				takeAll(t, s, t3, twin)
 			}
 		}
 	}
@@ -180,8 +168,8 @@ func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algo
 	for _, off := range []time.Duration{time.Second, 2 * time.Second, 32 * time.Second, 45 * time.Second, 2 * time.Minute} {
 		now := t0.Add(off)
 		for j := range main {
-			g := takeAll(t, s, at(main[j:j+1], now))[0]
-			w := takeAll(t, s, at(twin[j:j+1], now))[0]
+			g := takeAll(t, s, now, main[j:j+1])[0]
+			w := takeAll(t, s, now, twin[j:j+1])[0]
 			if !sameDecision(g, w, false) {
 				t.Errorf("at t0+%v, layer %s (%s), after requests another layer denied:\n got %s\nwant %s, as for a client that never made them", off, main[j].Policy.Name, main[j].Policy.Algorithm, show(g), show(w))
 			}
@@ -192,13 +180,13 @@ func testAllOrNothing(t *testing.T, s core.MultiTaker, run string, alg core.Algo
 // testRolledBack checks, by hand, the Decisions of layers that admitted a
 // request another denied: Allowed, with what they would have left had
 // they taken it, and no unit taken.
-func testRolledBack(t *testing.T, s core.MultiTaker, run string) {
+func testRolledBack(t *testing.T, s core.Store, run string) {
 	t0 := epoch()
 	wide := layerPolicy("wide", core.FixedWindow, 10, 10*time.Second)
 	narrow := layerPolicy("narrow", core.FixedWindow, 1, 10*time.Second)
 	reqs := []core.Request{
-		{Key: run + "-a", Policy: wide, Cost: 2, Now: t0},
-		{Key: run + "-a", Policy: narrow, Cost: 1, Now: t0},
+		{Key: run + "-a", Policy: wide, Cost: 2},
+		{Key: run + "-a", Policy: narrow, Cost: 1},
 	}
 	check := func(what string, got, want core.Decision) {
 		t.Helper()
@@ -209,23 +197,23 @@ func testRolledBack(t *testing.T, s core.MultiTaker, run string) {
 			t.Fatalf("%s:\n got %s\nwant %s", what, show(got), show(want))
 		}
 	}
-	got := takeAll(t, s, reqs)
+	got := takeAll(t, s, t0, reqs)
 	check("first request, wide layer", got[0], ok(8, 10*time.Second))
 	check("first request, narrow layer", got[1], core.Decision{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 10 * time.Second})
-	reqs = at(reqs, t0.Add(4*time.Second))
-	got = takeAll(t, s, reqs)
+	t4 := t0.Add(4 * time.Second)
+	got = takeAll(t, s, t4, reqs)
 	check("second request (the narrow layer denies), wide layer", got[0], ok(6, 6*time.Second))
 	check("second request, narrow layer", got[1], core.Decision{Limit: 1, Remaining: 0, ResetAfter: 6 * time.Second, RetryAfter: 6 * time.Second})
-	got = takeAll(t, s, reqs[:1])
+	got = takeAll(t, s, t4, reqs[:1])
 	check("the wide layer alone, after the second request took nothing", got[0], ok(6, 6*time.Second))
 }
 
 // testLayersBadInput checks that bad input is an error and records
 // nothing, not even the valid requests beside it.
-func testLayersBadInput(t *testing.T, s core.MultiTaker, run string) {
+func testLayersBadInput(t *testing.T, s core.Store, run string) {
 	t0 := epoch()
 	p := layerPolicy("bad", core.FixedWindow, 5, 10*time.Second)
-	good := core.Request{Key: run + "-good", Policy: p, Cost: 1, Now: t0}
+	good := core.Request{Key: run + "-good", Policy: p, Cost: 1}
 	other := p
 	other.Algorithm = core.TokenBucket
 	other.Burst = 5
@@ -265,7 +253,7 @@ func testLayersBadInput(t *testing.T, s core.MultiTaker, run string) {
 			n = len(c.reqs)
 		}
 		out := make([]core.Decision, n)
-		err := s.TakeAll(context.Background(), c.reqs, out)
+		_, err := s.TakeAll(context.Background(), t0, c.reqs, out)
 		if err == nil {
 			t.Errorf("%s: TakeAll(%s) with %d decisions: no error", c.name, showReqs(c.reqs), n)
 		} else if c.is != nil && !errors.Is(err, c.is) {
@@ -273,7 +261,7 @@ func testLayersBadInput(t *testing.T, s core.MultiTaker, run string) {
 		}
 	}
 	// None of them took anything, from good or the others.
-	got := takeAll(t, s, []core.Request{good, {Key: run + "-other", Policy: p, Cost: 1, Now: t0}, many[1]})
+	got := takeAll(t, s, t0, []core.Request{good, {Key: run + "-other", Policy: p, Cost: 1}, many[1]})
 	for i, d := range got {
 		if want := withLimit(ok(4, 10*time.Second), 5); !sameDecision(d, want, false) {
 			t.Errorf("after the bad input, request %d: %s, want %s: bad input took nothing", i, show(d), show(want))
@@ -283,13 +271,13 @@ func testLayersBadInput(t *testing.T, s core.MultiTaker, run string) {
 
 // testLayersNow checks that TakeAll decides at the requests' Now, not at
 // the store's clock.
-func testLayersNow(t *testing.T, s core.MultiTaker, run string) {
+func testLayersNow(t *testing.T, s core.Store, run string) {
 	fixed := layerPolicy("now-fixed", core.FixedWindow, 10, 10*time.Second)
 	tb := layerPolicy("now-bucket", core.TokenBucket, 10, 10*time.Second)
 	reqs := func(now time.Time, cost int64) []core.Request {
 		return []core.Request{
-			{Key: run + "-k", Policy: fixed, Cost: cost, Now: now},
-			{Key: run + "-k", Policy: tb, Cost: cost, Now: now},
+			{Key: run + "-k", Policy: fixed, Cost: cost},
+			{Key: run + "-k", Policy: tb, Cost: cost},
 		}
 	}
 	type want struct {
@@ -304,7 +292,7 @@ func testLayersNow(t *testing.T, s core.MultiTaker, run string) {
 		// A new window; the bucket whole again.
 		{12 * time.Second, 3, ok(7, 8*time.Second), ok(7, 3*time.Second)},
 	} {
-		got := takeAll(t, s, reqs(epoch().Add(w.at), w.cost))
+		got := takeAll(t, s, epoch().Add(w.at), reqs(epoch().Add(w.at), w.cost))
 		if !sameDecision(got[0], withLimit(w.fix, 10), false) || !sameDecision(got[1], withLimit(w.buck, 10), false) {
 			t.Errorf("request %d at epoch+%v, cost %d:\n got %s %s\nwant %s %s", i, w.at, w.cost, show(got[0]), show(got[1]), show(w.fix), show(w.buck))
 		}
@@ -331,7 +319,7 @@ const (
 // several app servers; pass one of several stores that keep their own
 // state), each through a core.Limiter of its own (core.NewLayered, two per
 // store), all at one fixed time, for every algorithm. Every store must be
-// a core.MultiTaker.
+// a core.Store.
 //
 // In the one-key race every layer has the same client key: a store
 // decides the four layers in one atomic step (a Redis store's keys for one
@@ -352,8 +340,8 @@ func RunLayersExactness(t *testing.T, stores []core.Store, goroutinesPerStore in
 		t.Fatalf("storetest.RunLayersExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
 	for i, s := range stores {
-		if _, ok := s.(core.MultiTaker); !ok {
-			t.Fatalf("storetest.RunLayersExactness: store %d (%T) is not a core.MultiTaker", i, s)
+		if _, ok := s.(core.Store); !ok {
+			t.Fatalf("storetest.RunLayersExactness: store %d (%T) is not a core.Store", i, s)
 		}
 	}
 	run := runID(testingT{t})
@@ -476,12 +464,12 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	// nothing; a denial's Remaining is what is left. Every key must have
 	// been charged exactly what it admitted: nothing for the requests
 	// another layer denied, whatever slots the keys are in.
-	multi := stores[0].(core.MultiTaker)
+	multi := stores[0].(core.Store)
 	for i, ly := range layers {
 		p := spec[i].Policy
 		p.Name = ly.name
 		for k := range admitted[i] {
-			d := takeAll(t, multi, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: ly.limit, Now: now}})[0]
+			d := takeAll(t, multi, now, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: ly.limit}})[0]
 			charged := int64(0)
 			if !d.Allowed {
 				charged = ly.limit - d.Remaining

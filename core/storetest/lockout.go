@@ -141,11 +141,11 @@ func testLockoutExtremes(t tester, store core.Store, run string, alg core.Algori
 	at := epoch()
 	for strike := 1; strike <= 70; strike++ {
 		where := fmt.Sprintf("strike %d at %v", strike, at.Sub(epoch()))
-		d, err := store.Take(ctx, core.Request{Key: key, Policy: p, Cost: 1, Now: at})
+		d, _, err := store.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%s: the first request after the lockout: %s, %v", where, show(d), err)
 		}
-		d, err = store.Take(ctx, core.Request{Key: key, Policy: p, Cost: 1, Now: at})
+		d, _, err = store.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
 		length := p.Lockout.Length(strike)
 		want := core.Decision{Limit: 1, ResetAfter: length, RetryAfter: length, LockedOut: true}
 		if err != nil || !sameDecision(d, want, false) {

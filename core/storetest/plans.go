@@ -22,7 +22,7 @@ import (
 // times make it fall on a microsecond, 1µs) before, admitted at it. Moved
 // to 10,000 it has the room at once: Remaining 10,000-901. Moving back and
 // forth keeps the usage. A cost above the plan's capacity is the caller's
-// error (core.Request.Validate, core.ErrCostExceedsLimit), which the store
+// error (an invalid request, core.ErrCostExceedsLimit), which the store
 // returns, changing nothing.
 //
 // What the usage is, per algorithm: the window algorithms count the units
@@ -42,7 +42,7 @@ import (
 // drained at the slower rate; a RetryAfter is then the earlier of the two
 // moments. The memory store forgets it at that expiry to the microsecond;
 // the Redis store by the key's TTL, which is rounded up to the millisecond
-// and, for a request with an explicit core.Request.Now, at least a minute
+// and, for a request at an explicit time (Take's now), at least a minute
 // of Redis's own time (so that a test's time far from Redis's does not
 // expire the key at once): with explicit times it keeps such usage until
 // it has drained at the slower plan's rate. The cases here never ask, under
@@ -92,13 +92,13 @@ func testPlanCliff(t tester, store core.Store, key string, alg core.Algorithm) {
 	for _, fast := range []int64{10_000_000, 1_000_000} {
 		k := fmt.Sprintf("%s-%d", key, fast)
 		p := core.Policy{Name: "cliff", Algorithm: alg, Limit: fast, Window: time.Hour}
-		d, err := store.Take(ctx, core.Request{Key: k, Policy: p, Cost: fast, Now: now})
+		d, _, err := store.Take(ctx, now, core.Request{Key: k, Policy: p, Cost: fast})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%d an hour, cost %d: got %s, %v; want it admitted", fast, fast, show(d), err)
 		}
 		p.Limit = 1
 		for i, at := range []time.Duration{0, time.Minute} {
-			d, err = store.Take(ctx, core.Request{Key: k, Policy: p, Cost: 1, Now: now.Add(at)})
+			d, _, err = store.Take(ctx, now.Add(at), core.Request{Key: k, Policy: p, Cost: 1})
 			where := fmt.Sprintf("%d an hour, then 1 an hour, %v later (request %d)", fast, at, i)
 			switch {
 			case err != nil:
@@ -147,7 +147,8 @@ func playPlans(t tester, store core.Store, key string, alg core.Algorithm, steps
 		if cost == 0 {
 			cost = 1
 		}
-		return store.Take(ctx, core.Request{Key: key, Policy: planPolicy(alg, s.limit), Cost: cost, Now: epoch().Add(at)})
+		d, _, err := store.Take(ctx, epoch().Add(at), core.Request{Key: key, Policy: planPolicy(alg, s.limit), Cost: cost})
+		return d, err
 	}
 	// replay takes steps[:i] under a key of its own, named after what.
 	replay := func(i int, what string) string {

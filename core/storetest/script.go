@@ -112,7 +112,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 			got, err = l.AllowNAt(ctx, key, cost, now)
 			want.Policy = l.Policy()
 		} else {
-			got, err = store.Take(ctx, core.Request{Key: key, Policy: p, Cost: cost, Now: now})
+			got, _, err = store.Take(ctx, now, core.Request{Key: key, Policy: p, Cost: cost})
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)

@@ -37,8 +37,8 @@ func testStepBack(t tester, store core.Store, run string, alg core.Algorithm) {
 				t.Helper()
 				admitted := 0
 				for range n {
-					req := core.Request{Key: key, Policy: p, Cost: 1, Now: epoch().Add(at)}
-					d, err := store.Take(context.Background(), req)
+					req := core.Request{Key: key, Policy: p, Cost: 1}
+					d, _, err := store.Take(context.Background(), epoch().Add(at), req)
 					if err != nil {
 						t.Fatalf("at %v: %v", at, err)
 					}

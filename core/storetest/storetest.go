@@ -53,7 +53,7 @@ func Epoch() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
 func epoch() time.Time { return Epoch() }
 
 // Run runs the conformance suite against the store newStore returns. The
-// suite sets core.Request.Now on every call, so the store's own clock is never
+// suite gives Take and TakeAll an explicit now on every call, so the store's own clock is never
 // read, and uses a distinct key per case, so newStore may return the same
 // store every time. newStore is called once per case, with the case's t.
 func Run(t *testing.T, newStore func(t *testing.T) core.Store) {

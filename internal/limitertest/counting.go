@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/apigate/ratelimit/core"
+	"time"
 )
 
 // Counting is a Store that counts the decisions it is asked for and passes
@@ -15,9 +16,9 @@ type Counting struct {
 }
 
 // Take counts the call and asks the wrapped store.
-func (c *Counting) Take(ctx context.Context, r core.Request) (core.Decision, error) {
+func (c *Counting) Take(ctx context.Context, now time.Time, r core.Request) (core.Decision, time.Time, error) {
 	c.takes.Add(1)
-	return c.Store.Take(ctx, r)
+	return c.Store.Take(ctx, now, r)
 }
 
 // Takes returns how many decisions the store was asked for.

@@ -246,7 +246,7 @@ type flakyStore struct {
 	down, hung atomic.Bool
 }
 
-func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s *flakyStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	start := time.Now()
 	for time.Since(start) < time.Microsecond {
 	}
@@ -256,15 +256,16 @@ func (s *flakyStore) Take(ctx context.Context, req core.Request) (core.Decision,
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			return core.Decision{}, ctx.Err()
+			return core.Decision{}, time.Time{}, ctx.Err()
 		case <-t.C:
-			return core.Decision{}, fmt.Errorf("hung: %w", context.DeadlineExceeded)
+			return core.Decision{}, time.Time{}, fmt.Errorf("hung: %w", context.DeadlineExceeded)
 		}
 	}
 	if s.down.Load() {
-		return core.Decision{}, errDown
+		return core.Decision{}, time.Time{}, errDown
 	}
-	return s.Store.Take(ctx, req)
+	d, _, err := s.Store.Take(ctx, now, req)
+	return d, time.Time{}, err // decided as elsewhere: a store the Limiter times
 }
 
 // hungTimeout is how long a hung flakyStore takes to give up.

@@ -45,7 +45,7 @@ func TestRedisOutage(t *testing.T) {
 	// and NOSCRIPT round trips are no part of the healthy phase.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = rs.Take(wctx, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
+	_, _, err = rs.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
 	require.NoError(t, err)
 
 	m, r := newMetrics(t)

@@ -152,20 +152,21 @@ func health(t testing.TB, reg prometheus.Gatherer, limit string) string {
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
 // switchStore is a real memstore behind a switch that makes it fail, as
-// a Redis that goes down and comes back. It reports no CallMode, so the
-// Limiter calls it bounded, like a Redis store, and times every call.
+// a Redis that goes down and comes back. It returns no decision time, so
+// the Limiter times every call, as a Redis store's.
 type switchStore struct {
 	store core.Store
 	down  atomic.Bool
 	calls atomic.Int64
 }
 
-func (s *switchStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s *switchStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	if s.down.Load() {
-		return core.Decision{}, errDown
+		return core.Decision{}, time.Time{}, errDown
 	}
-	return s.store.Take(ctx, req)
+	d, _, err := s.store.Take(ctx, now, req)
+	return d, time.Time{}, err // like a Redis store: no decision time, timed
 }
 
 func (s *switchStore) Reset(ctx context.Context, key string, p core.Policy) error {
@@ -183,8 +184,8 @@ type frozenStore struct{}
 // bounds itself, as a store that blocks must.
 const frozenTimeout = 20 * time.Millisecond
 
-func (frozenStore) Take(ctx context.Context, _ core.Request) (core.Decision, error) {
-	return core.Decision{}, frozenStore{}.wait(ctx)
+func (frozenStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
+	return core.Decision{}, time.Time{}, frozenStore{}.wait(ctx)
 }
 
 func (frozenStore) Reset(ctx context.Context, _ string, _ core.Policy) error {
@@ -203,4 +204,14 @@ func (frozenStore) wait(ctx context.Context) error {
 	case <-t.C:
 		return fmt.Errorf("frozen: %w", context.DeadlineExceeded)
 	}
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (*switchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
+}
+
+// TakeAll fails: the fake decides one request at a time.
+func (frozenStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("fake store: no layers")
 }

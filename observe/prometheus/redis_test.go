@@ -100,7 +100,7 @@ func TestRedisOutage(t *testing.T) {
 	// and NOSCRIPT round trips are no part of the healthy phase.
 	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = rs.Take(wctx, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
+	_, _, err = rs.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
 	require.NoError(t, err)
 
 	m, reg := newMetrics(t)

@@ -130,11 +130,11 @@ type flaky struct {
 	down atomic.Bool
 }
 
-func (f *flaky) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (f *flaky) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	if f.down.Load() {
-		return core.Decision{}, fmt.Errorf("take %s: %w", req.Key, errDown)
+		return core.Decision{}, time.Time{}, fmt.Errorf("take %s: %w", req.Key, errDown)
 	}
-	return f.Store.Take(ctx, req)
+	return f.Store.Take(ctx, now, req)
 }
 
 var json0, json1 = jsonNum(0), jsonNum(1)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"context"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
@@ -44,11 +45,16 @@ func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *t
 	}
 }
 
-// untimed is a memory store behind a wrapper: a Limiter does not take the
-// time it decided at from it (core.TimedStore), and the headers' Writer
-// reads the clock instead. Beside Limiter, LimiterUntimed measures what
-// that time saves.
+// untimed is a memory store behind a wrapper that returns no decision
+// time: the headers' Writer reads the clock instead. Beside Limiter,
+// LimiterUntimed measures what that time saves.
 type untimed struct{ *memstore.Store }
+
+// Take is the memory store's, without its decision time.
+func (u untimed) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	d, _, err := u.Store.Take(ctx, now, req)
+	return d, time.Time{}, err
+}
 
 // BenchHTTP is Bench for a framework whose app is an http.Handler: it
 // serves the benchmark request, reused, into a ResponseWriter that keeps

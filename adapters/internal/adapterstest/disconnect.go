@@ -122,9 +122,9 @@ type decidedStore struct {
 	decided chan struct{}
 }
 
-func (s decidedStore) Take(ctx context.Context, req core.Request) (core.Decision, error) {
+func (s decidedStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	defer func() { s.decided <- struct{}{} }()
-	return s.Store.Take(ctx, req)
+	return s.Store.Take(ctx, now, req)
 }
 
 // runPacedDisconnects checks clients that leave while the leaky bucket

@@ -199,8 +199,13 @@ type FailingStore struct{}
 var ErrDown = errors.New("adapterstest: store is down")
 
 // Take fails.
-func (FailingStore) Take(context.Context, core.Request) (core.Decision, error) {
-	return core.Decision{}, ErrDown
+func (FailingStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
+	return core.Decision{}, time.Time{}, ErrDown
+}
+
+// TakeAll fails.
+func (FailingStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, ErrDown
 }
 
 // Reset fails.

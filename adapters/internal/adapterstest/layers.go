@@ -3,7 +3,6 @@ package adapterstest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -32,27 +31,18 @@ const (
 	searchCost    = 5
 )
 
-// multiClocked is AtClock for a store that is also a core.MultiTaker.
+// multiClocked is AtClock, TakeAll included.
 type multiClocked struct{ clocked }
 
-// AtClockMulti returns s deciding at c's time, Take and TakeAll, keeping
-// s must be a core.MultiTaker.
+// AtClockMulti returns s deciding at c's time, Take and TakeAll.
 func AtClockMulti(s core.Store, c *Clock) core.Store { return multiClocked{clocked{s, c}} }
 
-func (s multiClocked) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	m, ok := s.Store.(core.MultiTaker)
-	if !ok {
-		return fmt.Errorf("adapterstest: %T is not a core.MultiTaker", s.Store)
+func (s multiClocked) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if now.IsZero() {
+		now = s.c.Now()
 	}
-	var own [limits.MaxLayers]core.Request
-	n := copy(own[:], reqs)
-	now := s.c.Now()
-	for i := range own[:n] {
-		if own[i].Now.IsZero() {
-			own[i].Now = now
-		}
-	}
-	return m.TakeAll(ctx, own[:n], out)
+	_, err := s.Store.TakeAll(ctx, now, reqs, out)
+	return time.Time{}, err
 }
 
 // errPlan is what the layers' PolicyFor returns for "X-Plan: broken".

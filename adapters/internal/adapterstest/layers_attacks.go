@@ -332,9 +332,9 @@ type multiDecided struct {
 	decidedStore
 }
 
-func (s multiDecided) TakeAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+func (s multiDecided) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	defer func() { s.decided <- struct{}{} }()
-	return s.Store.TakeAll(ctx, reqs, out)
+	return s.Store.TakeAll(ctx, now, reqs, out)
 }
 
 // layersPacedDisconnects is runPacedDisconnects with a leaky-bucket layer

@@ -43,11 +43,12 @@ type clocked struct {
 // AtClock returns s deciding at c's time.
 func AtClock(s core.Store, c *Clock) core.Store { return clocked{s, c} }
 
-func (s clocked) Take(ctx context.Context, req core.Request) (core.Decision, error) {
-	if req.Now.IsZero() {
-		req.Now = s.c.Now()
+func (s clocked) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	if now.IsZero() {
+		now = s.c.Now()
 	}
-	return s.Store.Take(ctx, req)
+	d, _, err := s.Store.Take(ctx, now, req)
+	return d, time.Time{}, err // decided as elsewhere: a store the Limiter times
 }
 
 // loginPolicy is the login guard: 5 attempts per 15 minutes, then

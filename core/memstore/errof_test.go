@@ -1,0 +1,6 @@
+package memstore_test
+
+import "time"
+
+// errOf is the error of a TakeAll, for assertions on it alone.
+func errOf(_ time.Time, err error) error { return err }

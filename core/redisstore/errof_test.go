@@ -1,0 +1,6 @@
+package redisstore
+
+import "time"
+
+// errOf is the error of a TakeAll, for assertions on it alone.
+func errOf(_ time.Time, err error) error { return err }

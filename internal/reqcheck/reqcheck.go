@@ -1,0 +1,30 @@
+// Package reqcheck checks a core.Request against the contract a Limiter
+// keeps, for the stores, which are also called directly (tests, tools) and
+// must answer bad input with an error, never a panic.
+package reqcheck
+
+import (
+	"fmt"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
+)
+
+// Validate reports whether r keeps the contract on core.Request, wrapping
+// core.ErrInvalidKey, core.ErrInvalidPolicy, core.ErrInvalidCost or
+// core.ErrCostExceedsLimit.
+func Validate(r *core.Request) error {
+	if r.Key == "" {
+		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+	}
+	if err := r.Policy.Validate(); err != nil {
+		return err
+	}
+	if r.Cost < 1 {
+		return fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidCost, r.Cost)
+	}
+	if c := limits.Capacity(r.Policy.Algorithm, r.Policy.Limit, r.Policy.Burst); r.Cost > c {
+		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, r.Cost, c)
+	}
+	return nil
+}
