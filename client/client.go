@@ -3,8 +3,8 @@
 // the server says (Retry-After, then the draft-10 RateLimit field,
 // RateLimit-Reset, X-RateLimit-Reset) or, told nothing usable, backs off
 // exponentially with jitter; it retries only requests it can resend, and
-// never waits longer than its own limits. The README's section "Calling a
-// rate-limited API" has the details.
+// never waits longer than its own limits. The guide docs/client.md has
+// the details.
 //
 // # Which responses are retried, for which requests
 //

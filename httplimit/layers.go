@@ -39,7 +39,7 @@ import (
 // binding layer (the one that denied, or the one closest to denying: its
 // Remaining is the least any layer has left); the draft-10 RateLimit and
 // RateLimit-Policy fields list every layer that applied
-// (headers.WriteLayers); Retry-After is the time at which every layer
+// (headers.Writer); Retry-After is the time at which every layer
 // admits again. A leaky-bucket layer paces the request by the longest
 // Delay of the layers.
 //

@@ -2,14 +2,17 @@
 // router.
 //
 // New returns the usual func(http.Handler) http.Handler running the Flow;
-// build the Flow with httplimit.New:
+// build the Flow with httplimit.New, several limits on a request as its
+// layers (all or nothing, one store call), not as two middlewares:
 //
+//	flow, err := httplimit.New(store, []httplimit.Layer{
+//		{Policy: perMinute}, // every request, by client address
+//		{Policy: login, Methods: []string{"POST"}, Routes: []string{"/login"}}, // and a stricter limit here
+//	})
 //	r := chi.NewRouter()
-//	r.Use(chilimit.New(global))
-//	r.With(chilimit.New(strict)).Post("/login", login)
+//	r.Use(chilimit.New(flow))
 //
-//	mux := http.NewServeMux() // plain net/http: wrap each route's handler
-//	mux.Handle("GET /users/{id}", chilimit.New(perUser)(users))
+//	http.ListenAndServe(addr, chilimit.New(flow)(mux)) // plain net/http
 //
 // Key functions see r.RemoteAddr, the socket peer, as RemoteAddr: chi's
 // middleware.RealIP, which overwrites it from a header any client can

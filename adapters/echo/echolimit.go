@@ -3,10 +3,15 @@
 // New returns an echo.MiddlewareFunc running the Flow; build the Flow with
 // httplimit.New, given WithSkipper, Echo's own convention, among its
 // options if need be. Mount it with e.Use (it then runs after routing, for
-// every request, 404s included), on a group or on a route:
+// every request, 404s included), on a group or on a route; several
+// limits on a request are layers of one Flow (all or nothing, one store
+// call), not two middlewares:
 //
-//	e.Use(echolimit.New(global))
-//	e.POST("/login", loginHandler, echolimit.New(strict))
+//	flow, err := httplimit.New(store, []httplimit.Layer{
+//		{Policy: perMinute}, // every request, by client address
+//		{Policy: login, Methods: []string{"POST"}, Routes: []string{"/login"}}, // and a stricter limit here
+//	})
+//	e.Use(echolimit.New(flow))
 //
 // Key functions see the socket peer as RemoteAddr (not Echo's RealIP,
 // which trusts headers) and c.Path() as Route (never the raw path); Unwrap

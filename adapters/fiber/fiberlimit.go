@@ -2,10 +2,14 @@
 //
 // New returns a fiber.Handler running the Flow; build the Flow with
 // httplimit.New, given WithNext, Fiber's own convention, among its options
-// if need be:
+// if need be; several limits on a request are layers of one Flow (all or
+// nothing, one store call), not two middlewares:
 //
-//	app.Use(fiberlimit.New(global))
-//	app.Post("/login", fiberlimit.New(strict), login)
+//	flow, err := httplimit.New(store, []httplimit.Layer{
+//		{Policy: perMinute}, // every request, by client address
+//		{Policy: login, Methods: []string{"POST"}, Routes: []string{"/login"}}, // and a stricter limit here
+//	})
+//	app.Use(fiberlimit.New(flow))
 //
 // Key functions see the connection's peer as RemoteAddr (not c.IP(), which
 // may come from a proxy header) and c.Route().Path as Route: mounted with

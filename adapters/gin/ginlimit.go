@@ -1,11 +1,16 @@
 // Package ginlimit plugs an httplimit.Flow into Gin.
 //
 // New returns a gin.HandlerFunc running the Flow; build the Flow with
-// httplimit.New. Mount it on the engine, a group or a route:
+// httplimit.New. Mount it on the engine, a group or a route; put several
+// limits on a request as layers of one Flow (all or nothing, one store
+// call), not as two middlewares, which would spend the first's quota on
+// requests the second denies:
 //
-//	global, err := httplimit.New(store, []httplimit.Layer{{Policy: perMinute}})
-//	r.Use(ginlimit.New(global))                          // every request, 404s included
-//	r.POST("/login", ginlimit.New(strict), loginHandler) // and a stricter limit here
+//	flow, err := httplimit.New(store, []httplimit.Layer{
+//		{Policy: perMinute}, // every request, by client address
+//		{Policy: login, Methods: []string{"POST"}, Routes: []string{"/login"}}, // and a stricter limit here
+//	})
+//	r.Use(ginlimit.New(flow)) // every request, 404s included
 //
 // Key functions see the socket peer as RemoteAddr (not Gin's ClientIP,
 // which trusts headers by default) and c.FullPath() as Route ("" when no

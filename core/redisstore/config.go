@@ -20,7 +20,7 @@ import (
 // (maxmemory-policy noeviction, Redis's default): once full, it refuses
 // every script with OOM, so every decision fails and the Limiter's
 // FailMode decides for every client. Set maxmemory-policy to volatile-ttl
-// (see the README).
+// (see docs/redis.md).
 var ErrNoEviction = errors.New("redisstore: maxmemory-policy noeviction")
 
 // configCheckTimeout bounds the check that New starts.

@@ -49,7 +49,7 @@
 // another request may be denied that would have fitted. Layers that share
 // a client key share a slot, and are one step again.
 //
-// The README's "Redis and Redis Cluster" section says more: client
+// The guide docs/redis.md says more: client
 // options, timeouts and fail modes, failover, and memory (run Redis with
 // maxmemory-policy volatile-ttl).
 package redisstore
