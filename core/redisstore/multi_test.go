@@ -158,9 +158,7 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 				ttls[i] = c.PTTL(ctx, k).Val()
 			}
 			later := make([]core.Request, len(reqs))
-			for i := range reqs {
-				later[i] = reqs[i]
-			}
+			copy(later, reqs)
 			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), later, out)))
 			for i, r := range reqs {
 				k := s.stateKey(r.Key, r.Policy)
