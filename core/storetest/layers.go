@@ -30,7 +30,7 @@ func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 	t.Helper()
 	t.Run("layers", func(t *testing.T) {
 		run := runID(testingT{t})
-		multi := func(t *testing.T) core.Store { return newStore(t).(core.Store) }
+		multi := newStore
 		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			t.Run(string(alg), func(t *testing.T) {
 				t.Run("all-or-nothing", func(t *testing.T) {
@@ -339,11 +339,6 @@ func RunLayersExactness(t *testing.T, stores []core.Store, goroutinesPerStore in
 	if len(stores) == 0 || goroutinesPerStore < 1 {
 		t.Fatalf("storetest.RunLayersExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
-	for i, s := range stores {
-		if _, ok := s.(core.Store); !ok {
-			t.Fatalf("storetest.RunLayersExactness: store %d (%T) is not a core.Store", i, s)
-		}
-	}
 	run := runID(testingT{t})
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg)+"/one-key", func(t *testing.T) {
@@ -464,7 +459,7 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	// nothing; a denial's Remaining is what is left. Every key must have
 	// been charged exactly what it admitted: nothing for the requests
 	// another layer denied, whatever slots the keys are in.
-	multi := stores[0].(core.Store)
+	multi := stores[0]
 	for i, ly := range layers {
 		p := spec[i].Policy
 		p.Name = ly.name
