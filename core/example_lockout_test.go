@@ -12,7 +12,7 @@ import (
 // A login guard: 5 attempts per 15 minutes, then locked out for 30
 // minutes, an hour at the next offence, and so on up to a day. Times are
 // explicit (AllowAt) to show the sequence; a server calls Allow.
-func ExampleLockout() {
+func ExamplePolicy_lockout() {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
@@ -20,7 +20,7 @@ func ExampleLockout() {
 	defer store.Close()
 	login, err := core.NewLimiter(store, core.Policy{
 		Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-		Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour},
+		Lockout: 30 * time.Minute, LockoutMax: 24 * time.Hour,
 	})
 	if err != nil {
 		panic(err)

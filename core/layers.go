@@ -73,7 +73,7 @@ type Verdict struct {
 
 // layered is a layered Limiter's own state.
 type layered struct {
-	layers []Layer // validated, Names filled, Lockouts copied
+	layers []Layer // validated, Names filled
 	multi  Store
 	// fallback is the fallback store, when the Limiter has one.
 	fallback Store
@@ -140,10 +140,6 @@ func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
 		ly.Policy.Name = ly.Name
 		if err := ly.Policy.Validate(); err != nil {
 			return nil, fmt.Errorf("layer %q: %w", ly.Name, err)
-		}
-		if ly.Policy.Lockout != nil {
-			lo := *ly.Policy.Lockout
-			ly.Policy.Lockout = &lo
 		}
 		own[i] = ly
 	}
@@ -549,7 +545,7 @@ func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time
 		decisionPool.Put(fds)
 	}()
 	for i := range own[:n] {
-		own[i].Policy.Lockout = nil
+		own[i].Policy.Lockout, own[i].Policy.LockoutMax, own[i].Policy.LockoutMemory = 0, 0, 0
 	}
 	_, err := l.layered.fallback.TakeAll(ctx, at, own[:n], fds[:n])
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {

@@ -101,10 +101,6 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 	if policy.Name == "" {
 		policy.Name = policy.defaultName()
 	}
-	if policy.Lockout != nil {
-		own := *policy.Lockout // the caller's may change
-		policy.Lockout = &own
-	}
 	c := defaultConfig()
 	for i, opt := range opts {
 		if opt == nil {
@@ -427,9 +423,7 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, at time.Time, e
 func (l *Limiter) mirror(ctx context.Context, req Request, at time.Time, d Decision) Decision {
 	// The fallback counts what the store admitted; it strikes no one for
 	// it (its lockouts are its own, when it decides alone).
-	if req.Policy.Lockout != nil {
-		req.Policy.Lockout = nil
-	}
+	req.Policy.Lockout, req.Policy.LockoutMax, req.Policy.LockoutMemory = 0, 0, 0
 	fd, _, err := l.fallback.Take(ctx, at, req)
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
 		return d

@@ -13,46 +13,57 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
+// lockout is a policy's three lockout fields, with the lengths the stores
+// compute from them (internal/limits).
+type lockout struct{ Duration, Max, Memory time.Duration }
+
+func (lo lockout) Length(strike int) time.Duration {
+	return limits.LockoutLength(lo.Duration, lo.Max, strike)
+}
+func (lo lockout) Cap() time.Duration { return limits.LockoutCap(lo.Duration, lo.Max) }
+func (lo lockout) RememberFor() time.Duration {
+	return limits.LockoutMemory(lo.Duration, lo.Max, lo.Memory)
+}
+func (lo lockout) Enabled() bool { return lo.Duration > 0 }
+
 func TestLockoutValidate(t *testing.T) {
 	base := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: 15 * time.Minute}
 	for _, c := range []struct {
 		name    string
-		lockout core.Lockout
+		lockout lockout
 		reason  string // "" means valid
 	}{
-		{"none", core.Lockout{}, ""},
-		{"duration only", core.Lockout{Duration: 30 * time.Minute}, ""},
-		{"escalating", core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}, ""},
-		{"with memory", core.Lockout{Duration: time.Second, Max: time.Minute, Memory: time.Minute}, ""},
-		{"at the bounds", core.Lockout{Duration: limits.MaxLockout, Max: limits.MaxLockout, Memory: limits.MaxLockoutMemory}, ""},
-		{"min duration", core.Lockout{Duration: limits.MinLockout}, ""},
-		{"negative duration", core.Lockout{Duration: -time.Second}, "lockout duration -1s"},
-		{"duration under 1ms", core.Lockout{Duration: time.Microsecond}, "lockout duration 1µs"},
-		{"duration over a year", core.Lockout{Duration: limits.MaxLockout + 1}, "lockout duration"},
-		{"huge duration", core.Lockout{Duration: math.MaxInt64}, "lockout duration"},
-		{"max without duration", core.Lockout{Max: time.Hour}, "without a duration"},
-		{"memory without duration", core.Lockout{Memory: time.Hour}, "without a duration"},
-		{"max below duration", core.Lockout{Duration: time.Hour, Max: time.Minute}, "lockout max 1m0s"},
-		{"negative max", core.Lockout{Duration: time.Hour, Max: -time.Hour}, "lockout max -1h0m0s"},
-		{"huge max", core.Lockout{Duration: time.Hour, Max: math.MaxInt64}, "lockout max"},
-		{"memory shorter than the cap", core.Lockout{Duration: time.Minute, Max: time.Hour, Memory: 59 * time.Minute}, "lockout memory 59m0s"},
-		{"memory shorter than the duration", core.Lockout{Duration: time.Hour, Memory: time.Minute}, "lockout memory 1m0s"},
-		{"negative memory", core.Lockout{Duration: time.Hour, Memory: -1}, "lockout memory"},
-		{"huge memory", core.Lockout{Duration: time.Hour, Memory: math.MaxInt64}, "lockout memory"},
+		{"none", lockout{}, ""},
+		{"duration only", lockout{Duration: 30 * time.Minute}, ""},
+		{"escalating", lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}, ""},
+		{"with memory", lockout{Duration: time.Second, Max: time.Minute, Memory: time.Minute}, ""},
+		{"at the bounds", lockout{Duration: limits.MaxLockout, Max: limits.MaxLockout, Memory: limits.MaxLockoutMemory}, ""},
+		{"min duration", lockout{Duration: limits.MinLockout}, ""},
+		{"negative duration", lockout{Duration: -time.Second}, "lockout duration -1s"},
+		{"duration under 1ms", lockout{Duration: time.Microsecond}, "lockout duration 1µs"},
+		{"duration over a year", lockout{Duration: limits.MaxLockout + 1}, "lockout duration"},
+		{"huge duration", lockout{Duration: math.MaxInt64}, "lockout duration"},
+		{"max without duration", lockout{Max: time.Hour}, "without a duration"},
+		{"memory without duration", lockout{Memory: time.Hour}, "without a duration"},
+		{"max below duration", lockout{Duration: time.Hour, Max: time.Minute}, "lockout max 1m0s"},
+		{"negative max", lockout{Duration: time.Hour, Max: -time.Hour}, "lockout max -1h0m0s"},
+		{"huge max", lockout{Duration: time.Hour, Max: math.MaxInt64}, "lockout max"},
+		{"memory shorter than the cap", lockout{Duration: time.Minute, Max: time.Hour, Memory: 59 * time.Minute}, "lockout memory 59m0s"},
+		{"memory shorter than the duration", lockout{Duration: time.Hour, Memory: time.Minute}, "lockout memory 1m0s"},
+		{"negative memory", lockout{Duration: time.Hour, Memory: -1}, "lockout memory"},
+		{"huge memory", lockout{Duration: time.Hour, Memory: math.MaxInt64}, "lockout memory"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := base
-			p.Lockout = &c.lockout
+			p.Lockout, p.LockoutMax, p.LockoutMemory = c.lockout.Duration, c.lockout.Max, c.lockout.Memory
 			err := p.Validate()
-			lerr := c.lockout.Validate()
 			_, nerr := core.NewLimiter(newMemStore(t), p)
 			if c.reason == "" {
 				require.NoError(t, err)
-				require.NoError(t, lerr)
 				require.NoError(t, nerr)
 				return
 			}
-			for _, err := range []error{err, lerr, nerr} {
+			for _, err := range []error{err, nerr} {
 				require.ErrorIs(t, err, core.ErrInvalidPolicy)
 				assert.Contains(t, err.Error(), c.reason)
 			}
@@ -61,7 +72,7 @@ func TestLockoutValidate(t *testing.T) {
 }
 
 func TestLockoutLength(t *testing.T) {
-	lo := core.Lockout{Duration: 30 * time.Minute, Max: 4 * time.Hour}
+	lo := lockout{Duration: 30 * time.Minute, Max: 4 * time.Hour}
 	for strike, want := range map[int]time.Duration{
 		-1: 0, 0: 0, 1: 30 * time.Minute, 2: time.Hour, 3: 2 * time.Hour, 4: 4 * time.Hour, 5: 4 * time.Hour,
 		63: 4 * time.Hour, 64: 4 * time.Hour, 1000: 4 * time.Hour, math.MaxInt: 4 * time.Hour,
@@ -72,22 +83,22 @@ func TestLockoutLength(t *testing.T) {
 	assert.Equal(t, limits.DefaultLockoutMemory, lo.RememberFor())
 
 	// No escalation: Max 0 caps at Duration.
-	flat := core.Lockout{Duration: time.Minute}
+	flat := lockout{Duration: time.Minute}
 	assert.Equal(t, time.Minute, flat.Length(1))
 	assert.Equal(t, time.Minute, flat.Length(10))
 	assert.Equal(t, time.Minute, flat.Cap())
 
 	// The default memory covers twice the longest lockout, up to its bound.
-	assert.Equal(t, 20*24*time.Hour, core.Lockout{Duration: time.Hour, Max: 10 * 24 * time.Hour}.RememberFor())
-	assert.Equal(t, limits.MaxLockoutMemory, core.Lockout{Duration: limits.MaxLockout}.RememberFor())
-	assert.Equal(t, time.Minute, core.Lockout{Duration: time.Second, Memory: time.Minute}.RememberFor())
-	assert.Zero(t, core.Lockout{}.RememberFor())
-	assert.Zero(t, core.Lockout{}.Length(1))
-	assert.False(t, core.Lockout{}.Enabled())
+	assert.Equal(t, 20*24*time.Hour, lockout{Duration: time.Hour, Max: 10 * 24 * time.Hour}.RememberFor())
+	assert.Equal(t, limits.MaxLockoutMemory, lockout{Duration: limits.MaxLockout}.RememberFor())
+	assert.Equal(t, time.Minute, lockout{Duration: time.Second, Memory: time.Minute}.RememberFor())
+	assert.Zero(t, lockout{}.RememberFor())
+	assert.Zero(t, lockout{}.Length(1))
+	assert.False(t, lockout{}.Enabled())
 
 	// From a millisecond to the longest lockout: doubling never
 	// overflows, and reaches the cap at the 35th strike.
-	wide := core.Lockout{Duration: limits.MinLockout, Max: limits.MaxLockout}
+	wide := lockout{Duration: limits.MinLockout, Max: limits.MaxLockout}
 	prev := time.Duration(0)
 	for strike := 1; strike <= 100; strike++ {
 		got := wide.Length(strike)
@@ -100,7 +111,7 @@ func TestLockoutLength(t *testing.T) {
 	assert.Equal(t, limits.MaxLockout, wide.Length(36))
 
 	// Stores count to the microsecond.
-	assert.Equal(t, 2*time.Millisecond+2*time.Microsecond, core.Lockout{Duration: time.Millisecond + time.Microsecond + 999, Max: time.Second}.Length(2))
+	assert.Equal(t, 2*time.Millisecond+2*time.Microsecond, lockout{Duration: time.Millisecond + time.Microsecond + 999, Max: time.Second}.Length(2))
 }
 
 // TestLimiterLockout: the login of the issue through a Limiter over a
@@ -109,7 +120,7 @@ func TestLockoutLength(t *testing.T) {
 func TestLimiterLockout(t *testing.T) {
 	rec := &recorder{}
 	p := core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-		Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour}}
+		Lockout: 30 * time.Minute, LockoutMax: 2 * time.Hour}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -149,7 +160,7 @@ func TestLimiterLockout(t *testing.T) {
 // all, until the lockout ends.
 func TestLockoutDenyCache(t *testing.T) {
 	rec := &recorder{}
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: &core.Lockout{Duration: time.Minute}}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: time.Minute}
 	l, err := core.NewLimiter(newMemStore(t), p, core.WithDenyCache(10), core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -175,7 +186,7 @@ func TestLockoutDenyCache(t *testing.T) {
 func TestLockoutFallbackMirrorStrikesNoOne(t *testing.T) {
 	s := &switchStore{}
 	local := newMemStore(t)
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Lockout: &core.Lockout{Duration: 2 * time.Hour}}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Lockout: 2 * time.Hour}
 	l, err := core.NewLimiter(s, p, core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()

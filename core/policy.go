@@ -83,14 +83,26 @@ type Policy struct {
 	// windows at most 366 days, so that every time and duration a store
 	// computes stays exact.
 	Burst int64
-	// Lockout, when set and Enabled, locks a client out for a while once
-	// the algorithm denies it, longer for each repeated offence (see
-	// Lockout); nil locks no one out. It is a pointer so that a Policy,
-	// copied into every Decision, stays small for the policies without
-	// one; NewLimiter keeps a copy of its own, which Decision.Policy
-	// points to: read it, never change it. It is not part of the storage
-	// key: limiters that share a store and a Name share the lockouts too.
-	Lockout *Lockout
+	// Lockout, above zero, turns the policy into a brute-force guard: a
+	// client that the algorithm denies is locked out, every request of it
+	// denied, for Lockout at its first offence, doubled for each offence
+	// remembered, up to LockoutMax. The lockout lasts that long, or until
+	// the algorithm would admit the same request again if that is later.
+	// While it lasts the Decision has LockedOut set, Remaining 0 and
+	// RetryAfter the time left on it. From 1 ms to 366 days; 0 locks no one
+	// out (LockoutMax and LockoutMemory must then be 0). Stores count the
+	// three fields to the microsecond (truncated). The lockout and strikes
+	// are kept in the store beside the algorithm's state and decided in the
+	// same atomic step; Limiter.Reset forgets them. They are not part of the
+	// storage key: limiters that share a store and a Name share them.
+	Lockout time.Duration
+	// LockoutMax caps the escalation, from Lockout to 366 days; 0 means
+	// Lockout: no escalation.
+	LockoutMax time.Duration
+	// LockoutMemory is how long strikes are remembered after the last
+	// offence: at least the longest lockout, at most 732 days. 0 means
+	// 24 hours, or twice the longest lockout if that is longer.
+	LockoutMemory time.Duration
 }
 
 // Validate reports whether p is usable, wrapping ErrInvalidPolicy with the
@@ -120,10 +132,8 @@ func (p Policy) Validate() error {
 	if !refillsWithin(p.Limit, p.Window, p.Burst) {
 		return bad("burst %d takes more than limits.MaxWindow (366 days) to fill at %d per %v; lower the burst or raise the rate", p.Burst, p.Limit, p.Window)
 	}
-	if p.Lockout != nil {
-		if reason := p.Lockout.validate(); reason != "" {
-			return bad("%s", reason)
-		}
+	if reason := p.lockoutInvalid(); reason != "" {
+		return bad("%s", reason)
 	}
 	if len(p.Name) > limits.MaxNameLen {
 		return bad("name is %d bytes long, more than %d", len(p.Name), limits.MaxNameLen)

@@ -74,7 +74,7 @@ func TestShadowEveryDenier(t *testing.T) {
 	ctx := context.Background()
 	t.Run("lockout-and-deny-cache", func(t *testing.T) {
 		rec := &recorder{}
-		p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: &core.Lockout{Duration: time.Minute}}
+		p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: time.Minute}
 		l, err := core.NewLimiter(newMemStore(t), p, core.WithShadow(), core.WithDenyCache(10), core.WithObserver(rec))
 		require.NoError(t, err)
 		_, err = l.AllowAt(ctx, "k", t0)

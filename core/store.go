@@ -109,7 +109,7 @@ type Store interface {
 	// Take decides one request and, when it is allowed, records it, as one
 	// atomic step; a denied request changes nothing but the lockout state
 	// of a policy with a Lockout, which Take keeps and enforces with the
-	// semantics documented on Lockout, in the same atomic step. It leaves
+	// semantics documented on Policy.Lockout, in the same atomic step. It leaves
 	// Decision.Policy and Decision.Source zero: the Limiter fills them.
 	// Invalid input (a request that breaks the contract on Request) is an error, never a panic; any
 	// error is a store failure to the Limiter, which wraps it in ErrStore.

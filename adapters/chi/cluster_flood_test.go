@@ -42,7 +42,7 @@ func TestClusterDeniedLoginFloodKeepsGlobalQuota(t *testing.T) {
 			layers := []httplimit.Layer{
 				{Key: global, Policy: core.Policy{Name: "global", Algorithm: alg, Limit: 100, Window: time.Hour}},
 				{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"},
-					Policy: core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour, Lockout: &core.Lockout{Duration: time.Minute}}},
+					Policy: core.Policy{Name: "login", Algorithm: alg, Limit: 5, Window: time.Hour, Lockout: time.Minute}},
 			}
 			var servers []*httptest.Server
 			var handled atomic.Int64

@@ -215,7 +215,7 @@ func BenchmarkAllowLockout(b *testing.B) {
 	for _, mode := range []string{"allowed", "locked"} {
 		b.Run(mode, func(b *testing.B) {
 			p := benchPolicy(core.TokenBucket)
-			p.Lockout = &core.Lockout{Duration: time.Hour}
+			p.Lockout = time.Hour
 			if mode == "locked" {
 				p.Limit, p.Window = 1, time.Hour
 			}

@@ -5,7 +5,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// This file keeps the lockouts of core.Lockout. A client's lockout under a
+// This file keeps the lockouts of core.Policy.Lockout. A client's lockout under a
 // policy is an entry of its own, beside the algorithm's, in the same chain
 // (same client key, same hash), under the same name, of the algorithm's
 // kind with lockBit set, so that a decision finds both on one shard under
@@ -29,9 +29,10 @@ type lockParams struct {
 	duration, max, memory int64
 }
 
-// lockParamsOf returns lo in microseconds. lo is Enabled.
-func lockParamsOf(lo *core.Lockout) lockParams {
-	return lockParams{lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds()}
+// lockParamsOf returns p's lockout in microseconds. p.Lockout is above 0.
+func lockParamsOf(p *core.Policy) lockParams {
+	return lockParams{p.Lockout.Microseconds(), limits.LockoutCap(p.Lockout, p.LockoutMax).Microseconds(),
+		limits.LockoutMemory(p.Lockout, p.LockoutMax, p.LockoutMemory).Microseconds()}
 }
 
 // length is the lockout the strike-th offence starts (strike >= 1), µs:
@@ -48,7 +49,7 @@ func (lp lockParams) length(strike int64) int64 {
 // It reports whether the outcome is a lockout's, and false for known when
 // p's algorithm is unknown. The caller holds sh.mu.
 func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (o outcome, known, locked bool) {
-	lp := lockParamsOf(p.Lockout)
+	lp := lockParamsOf(p)
 	lock := sh.find(h, key, p.Name, k|lockBit)
 	var strikes int64
 	if lock != nil {

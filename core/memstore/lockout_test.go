@@ -27,7 +27,7 @@ func lockEntry(s *Store, key string, p core.Policy) *state {
 
 func lockoutPolicy() core.Policy {
 	return core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second,
-		Lockout: &core.Lockout{Duration: time.Minute, Max: 4 * time.Minute, Memory: time.Hour}}
+		Lockout: time.Minute, LockoutMax: 4 * time.Minute, LockoutMemory: time.Hour}
 }
 
 // TestLockoutEntry: an offence writes a lockout entry beside the state,
@@ -99,17 +99,17 @@ func TestLockoutSurvivesAFlood(t *testing.T) {
 // refuses, sent to Take directly, is an error, never a panic.
 func TestLockoutInvalid(t *testing.T) {
 	s := testStore(t)
-	for _, lo := range []core.Lockout{
-		{Duration: -time.Second},
-		{Duration: math.MaxInt64},
-		{Duration: time.Hour, Max: time.Minute},
-		{Duration: time.Hour, Max: math.MaxInt64},
-		{Duration: time.Hour, Memory: math.MinInt64},
-		{Duration: time.Hour, Memory: math.MaxInt64},
-		{Max: time.Hour},
+	for _, lo := range [][3]time.Duration{ // Lockout, LockoutMax, LockoutMemory
+		{-time.Second, 0, 0},
+		{math.MaxInt64, 0, 0},
+		{time.Hour, time.Minute, 0},
+		{time.Hour, math.MaxInt64, 0},
+		{time.Hour, 0, math.MinInt64},
+		{time.Hour, 0, math.MaxInt64},
+		{0, time.Hour, 0},
 	} {
 		p := lockoutPolicy()
-		p.Lockout = &lo
+		p.Lockout, p.LockoutMax, p.LockoutMemory = lo[0], lo[1], lo[2]
 		_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
 		require.ErrorIs(t, err, core.ErrInvalidPolicy, "%+v", lo)
 	}

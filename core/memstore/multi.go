@@ -14,7 +14,7 @@ import (
 // request is allowed it records them all, and when any is denied it
 // records none, out[i] of a request that would have been admitted alone
 // being Allowed with what it would have left had it been taken. A denied
-// request's lockout strike (core.Lockout) is kept, as Take keeps it.
+// request's lockout strike (core.Policy.Lockout) is kept, as Take keeps it.
 //
 // It locks the shards the requests' keys hash to, each once, in ascending
 // order, so that TakeAlls and Takes never deadlock and decisions on other
@@ -146,7 +146,7 @@ type taken struct {
 	h        uint64
 	capacity int64
 	k        kind
-	lockout  bool // the policy has an Enabled Lockout
+	lockout  bool // the policy has a Lockout
 	locked   bool // the outcome is the lockout's
 	o        outcome
 	// e is the state the request stepped, nil when it stepped none; created
@@ -185,11 +185,11 @@ func (s *Store) stageOf(t *taken, r *core.Request) error {
 		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
 	}
 	*t = taken{h: s.hash(r.Key), capacity: capacity, k: k}
-	if p.Lockout != nil {
-		if err := p.Lockout.Validate(); err != nil {
+	if p.Lockout != 0 || p.LockoutMax != 0 || p.LockoutMemory != 0 {
+		if err := p.Validate(); err != nil {
 			return err
 		}
-		t.lockout = p.Lockout.Enabled()
+		t.lockout = p.Lockout > 0
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func WithShards(n int) Option {
 // sampled with it holds back as much of its own policy, and was admitted
 // earlier.
 //
-// A lockout in force (core.Lockout) holds back its client's whole quota,
+// A lockout in force (core.Policy.Lockout) holds back its client's whole quota,
 // and its strikes alone half of it, when eviction weighs them.
 //
 // An evicted client gets a fresh quota on its next request, exactly as if

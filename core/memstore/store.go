@@ -107,7 +107,7 @@ func New(opts ...Option) (*Store, error) {
 // monotonic reading and a recent reading of the wall clock, as
 // headers.Writer does. On an error the time is zero.
 //
-// A policy with a core.Lockout is decided with its lockout in the same
+// A policy with a core.Policy.Lockout is decided with its lockout in the same
 // critical section: the lockout is an entry of its own beside the state,
 // and a policy without one pays a comparison for it.
 //
@@ -149,11 +149,11 @@ func (s *Store) take(req *core.Request, at time.Time) (d core.Decision, now int6
 		now = at.UnixMicro()
 	}
 	k := kindOf(p.Algorithm)
-	if p.Lockout != nil {
-		if err := p.Lockout.Validate(); err != nil {
+	if p.Lockout != 0 || p.LockoutMax != 0 || p.LockoutMemory != 0 {
+		if err := p.Validate(); err != nil {
 			return d, 0, err
 		}
-		if p.Lockout.Enabled() {
+		if p.Lockout > 0 {
 			d, err = takeLocked(sh, h, req, k, capacity, now)
 			return d, now, err
 		}
@@ -206,7 +206,7 @@ func (s *Store) Reset(_ context.Context, key string, policy core.Policy) error {
 
 // Len returns the number of keys (client key and policy) the Store holds,
 // expired ones that the janitor has not yet deleted included. A client's
-// lockout and strikes under a policy (core.Lockout) are a key of their
+// lockout and strikes under a policy (core.Policy.Lockout) are a key of their
 // own, counted here and against WithMaxKeys.
 func (s *Store) Len() int {
 	n := 0

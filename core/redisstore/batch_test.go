@@ -102,7 +102,7 @@ func TestBatchManyKeys(t *testing.T) {
 func TestBatchLockout(t *testing.T) {
 	s, _, _ := newStore(t)
 	t.Cleanup(func() { _ = s.Close() })
-	p := core.Policy{Name: "lo", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour, Lockout: &core.Lockout{Duration: time.Hour}}
+	p := core.Policy{Name: "lo", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour, Lockout: time.Hour}
 	l, err := core.NewLimiter(within(s, 10*time.Second), p)
 	require.NoError(t, err)
 	got := concurrently(t, l, 300, func(int) string { return "hot" })

@@ -163,12 +163,12 @@ func BenchmarkLockout(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		limit   int64
-		lockout *core.Lockout
+		lockout time.Duration
 		allowed bool
 	}{
-		{"none", limits.MaxLimit, nil, true},
-		{"admitted", limits.MaxLimit, &core.Lockout{Duration: time.Hour}, true},
-		{"locked-out", 1, &core.Lockout{Duration: time.Hour}, false},
+		{"none", limits.MaxLimit, 0, true},
+		{"admitted", limits.MaxLimit, time.Hour, true},
+		{"locked-out", 1, time.Hour, false},
 	} {
 		p := core.Policy{Name: "bench-" + c.name, Algorithm: core.TokenBucket, Limit: c.limit, Window: time.Hour, Lockout: c.lockout}
 		l, err := core.NewLimiter(within(s, time.Second), p)

@@ -380,7 +380,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 			for i, sp := range specs {
 				p := core.Policy{Algorithm: alg, Limit: sp.limit, Window: time.Hour}
 				if sp.name == "login" {
-					p.Lockout = &core.Lockout{Duration: time.Minute}
+					p.Lockout = time.Minute
 				}
 				layers[i] = core.Layer{Name: sp.name, Policy: p}
 			}

@@ -13,7 +13,7 @@
 // The state of a client key under a policy lives at
 // <prefix>{<client key>}:<policy name>:<algorithm code>, "rl:{203.0.113.7}:api:tb3"
 // for instance; the braces are a Redis Cluster hash tag. A policy with a
-// core.Lockout keeps the client's lockout and strikes beside it, at the
+// core.Policy.Lockout keeps the client's lockout and strikes beside it, at the
 // same key followed by ":lock", in the same slot, decided by the same
 // script run (the algorithm's script wrapped in lockout.lua).
 //

@@ -15,11 +15,14 @@ import (
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
+// lockout is a policy's three lockout fields.
+type lockout struct{ Duration, Max, Memory time.Duration }
+
 // lockoutPolicies returns policies(l, w) with lo.
-func lockoutPolicies(l int64, w time.Duration, lo core.Lockout) []core.Policy {
+func lockoutPolicies(l int64, w time.Duration, lo lockout) []core.Policy {
 	ps := policies(l, w)
 	for i := range ps {
-		ps[i].Lockout = &lo
+		ps[i].Lockout, ps[i].LockoutMax, ps[i].LockoutMemory = lo.Duration, lo.Max, lo.Memory
 	}
 	return ps
 }
@@ -32,7 +35,7 @@ func lockoutPolicies(l int64, w time.Duration, lo core.Lockout) []core.Policy {
 // bounded deadline, never slept on blindly.
 func TestLockoutRealTime(t *testing.T) {
 	s, _, _ := newStore(t)
-	lo := core.Lockout{Duration: 300 * time.Millisecond, Max: 1200 * time.Millisecond, Memory: time.Minute}
+	lo := lockout{Duration: 300 * time.Millisecond, Max: 1200 * time.Millisecond, Memory: time.Minute}
 	for _, p := range lockoutPolicies(2, 200*time.Millisecond, lo) {
 		t.Run(string(p.Algorithm), func(t *testing.T) {
 			t.Parallel()
@@ -109,7 +112,7 @@ func TestLockoutOneRoundTrip(t *testing.T) {
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	waitChecked(t, s, 10*time.Second)
 	ctx := context.Background()
-	ps := lockoutPolicies(2, time.Minute, core.Lockout{Duration: time.Hour})
+	ps := lockoutPolicies(2, time.Minute, lockout{Duration: time.Hour})
 	for _, p := range ps { // loads the scripts
 		_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "warm", Policy: p, Cost: 1})
 		require.NoError(t, err)
@@ -135,7 +138,7 @@ func TestLockoutOneRoundTrip(t *testing.T) {
 func TestLockoutKeys(t *testing.T) {
 	s, _, c := newStore(t, withExplicitNowMinTTL(0))
 	ctx := context.Background()
-	lo := core.Lockout{Duration: 10 * time.Second, Max: 40 * time.Second, Memory: 2 * time.Minute}
+	lo := lockout{Duration: 10 * time.Second, Max: 40 * time.Second, Memory: 2 * time.Minute}
 	for _, p := range lockoutPolicies(1, time.Second, lo) {
 		state := s.stateKey("user:42", p)
 		lock := state + ":lock"
@@ -177,7 +180,7 @@ func TestLockoutMatchesMemstore(t *testing.T) {
 	s, _, _ := newStore(t)
 	m := newMemStore(t)
 	ctx := context.Background()
-	lo := core.Lockout{Duration: 700 * time.Millisecond, Max: 5 * time.Second, Memory: 20 * time.Second}
+	lo := lockout{Duration: 700 * time.Millisecond, Max: 5 * time.Second, Memory: 20 * time.Second}
 	for _, p := range lockoutPolicies(3, time.Second, lo) {
 		at := t0
 		var lockedOut, allowed int
@@ -207,7 +210,7 @@ func TestLockoutOnCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := mustNew(t, cl.Client(), WithPrefix(testPrefix(t)))
 	ctx := context.Background()
-	for _, p := range lockoutPolicies(1, time.Minute, core.Lockout{Duration: time.Hour}) {
+	for _, p := range lockoutPolicies(1, time.Minute, lockout{Duration: time.Hour}) {
 		for i, key := range []string{"a", "b", "c", "d", "e", "f"} {
 			d, _, err := s.Take(ctx, t0, core.Request{Key: key, Policy: p, Cost: 1})
 			require.NoError(t, err, "%s %d", p.Algorithm, i)

@@ -310,7 +310,7 @@ func (s *Store) prepare(c *multiCall, at time.Time, reqs []core.Request, mode st
 	for j := range reqs {
 		p := &reqs[j].Policy
 		i := algo(p.Algorithm)
-		locked := p.Lockout != nil && p.Lockout.Enabled()
+		locked := p.Lockout > 0
 		vs[j] = variant(i, locked)
 		c.algo[j], c.locked[j], c.capacity[j] = i, locked, limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		c.keys[nkeys] = s.key(reqs[j].Key, *p, i)
@@ -347,8 +347,8 @@ func (s *Store) prepare(c *multiCall, at time.Time, reqs []core.Request, mode st
 		ints := [...]int64{p.Limit, p.Window.Microseconds(), c.capacity[j], r.Cost, now, minTTL, 0, 0, 0}
 		na := 6
 		if c.locked[j] {
-			lo := *p.Lockout
-			ints[6], ints[7], ints[8] = lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds()
+			ints[6], ints[7], ints[8] = p.Lockout.Microseconds(), limits.LockoutCap(p.Lockout, p.LockoutMax).Microseconds(),
+				limits.LockoutMemory(p.Lockout, p.LockoutMax, p.LockoutMemory).Microseconds()
 			na = 9
 		}
 		b := packLayer(c.packed[j][:0], ints[:na], explicit)

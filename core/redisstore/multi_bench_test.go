@@ -55,11 +55,11 @@ func BenchmarkMultiLayers(b *testing.B) {
 				p := r.Policy
 				p.Name = ""
 				p.Limit = limits.MaxLogLimit
-				if p.Lockout != nil {
-					p.Lockout = &core.Lockout{Duration: time.Minute}
+				if p.Lockout != 0 {
+					p.Lockout, p.LockoutMax, p.LockoutMemory = time.Minute, 0, 0
 				}
 				if sets[k].name != "layers-4" {
-					p.Algorithm, p.Lockout = core.TokenBucket, nil
+					p.Algorithm, p.Lockout, p.LockoutMax, p.LockoutMemory = core.TokenBucket, 0, 0, 0
 				}
 				p.Window = time.Second
 				layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}

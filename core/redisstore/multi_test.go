@@ -25,7 +25,7 @@ import (
 // bucket with a lockout, a per-endpoint sliding log, and a per-address
 // sliding counter, each on a key of its own, at now (zero: Redis TIME).
 func fourLayers(key string, now time.Time) []core.Request {
-	lo := &core.Lockout{Duration: time.Minute}
+	lo := time.Minute
 	return []core.Request{
 		{Key: "global", Policy: core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}, Cost: 1},
 		{Key: "user-" + key, Policy: core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Lockout: lo}, Cost: 1},
@@ -181,12 +181,12 @@ func TestMultiTTLs(t *testing.T) {
 	s, _, c := newStore(t, withExplicitNowMinTTL(0))
 	ctx := context.Background()
 	const window = 10 * time.Second
-	lo := &core.Lockout{Duration: 2 * time.Second, Memory: 20 * time.Second}
+	lo, loMemory := 2*time.Second, 20*time.Second
 	var reqs []core.Request
 	for i, a := range limits.Algorithms[core.Algorithm]() {
 		reqs = append(reqs,
 			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "plain", Algorithm: a, Limit: 5, Window: window}, Cost: 1},
-			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "locked", Algorithm: a, Limit: 3, Window: window, Lockout: lo}, Cost: 1})
+			core.Request{Key: fmt.Sprintf("k%d", i), Policy: core.Policy{Name: "locked", Algorithm: a, Limit: 3, Window: window, Lockout: lo, LockoutMemory: loMemory}, Cost: 1})
 	}
 	out := make([]core.Decision, len(reqs))
 	denied := 0
@@ -218,7 +218,7 @@ func TestMultiTTLs(t *testing.T) {
 		}
 		if strings.HasSuffix(k, ":lock") {
 			locks++
-			limit = lo.RememberFor() + time.Second
+			limit = limits.LockoutMemory(lo, 0, loMemory) + time.Second
 		}
 		assert.LessOrEqual(t, ttl, limit, "%s: PTTL", k)
 	}
@@ -236,7 +236,7 @@ func TestMultiLockout(t *testing.T) {
 	for _, a := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(a), func(t *testing.T) {
 			room := core.Policy{Name: "room", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
-			login := core.Policy{Name: "login", Algorithm: a, Limit: 1, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Minute}}
+			login := core.Policy{Name: "login", Algorithm: a, Limit: 1, Window: time.Minute, Lockout: 10 * time.Minute}
 			reqs := func() []core.Request {
 				return []core.Request{
 					{Key: "u-" + string(a), Policy: room, Cost: 1},

@@ -239,7 +239,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// lockedScript returns the script of a policy with a core.Lockout whose
+// lockedScript returns the script of a policy with a core.Policy.Lockout whose
 // algorithm's script is lua: the prelude, lua as the local function
 // decide, and lockout.lua, which calls it.
 func lockedScript(lua string) string {
@@ -326,14 +326,14 @@ func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadli
 	}
 	capacity := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	c := callPool.Get().(*call)
-	locked := p.Lockout != nil && p.Lockout.Enabled()
+	locked := p.Lockout > 0
 	what, want := string(p.Algorithm), 5
 	if locked {
-		lo := *p.Lockout
 		what, want = what+" with lockout", 6
 		c.prepare(s.locked[i], s.lockedSrc[i], key, lockKey(key), explicit,
 			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
-			lo.Duration.Microseconds(), lo.Cap().Microseconds(), lo.RememberFor().Microseconds())
+			p.Lockout.Microseconds(), limits.LockoutCap(p.Lockout, p.LockoutMax).Microseconds(),
+			limits.LockoutMemory(p.Lockout, p.LockoutMax, p.LockoutMemory).Microseconds())
 	} else {
 		c.prepare(s.scripts[i], s.src[i], key, "", explicit,
 			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL)
@@ -385,7 +385,7 @@ func decision(r []int64, capacity int64) core.Decision {
 }
 
 // Reset deletes the state of key under policy, and its lockout (see
-// core.Lockout), with one DEL of both keys, which share a hash tag.
+// core.Policy.Lockout), with one DEL of both keys, which share a hash tag.
 func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error {
 	i := algo(policy.Algorithm)
 	if i < 0 {

@@ -131,18 +131,14 @@ func brokenStores() map[string]func(inner core.Store) core.Store {
 		// A store that knows nothing of lockouts.
 		"ignores-lockout": func(inner core.Store) core.Store {
 			return &broken{Store: inner, breakTake: func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error) {
-				req.Policy.Lockout = nil
+				req.Policy.Lockout, req.Policy.LockoutMax, req.Policy.LockoutMemory = 0, 0, 0
 				return take(req)
 			}}
 		},
 		// A lockout that never escalates: every strike is the first.
 		"lockout-never-escalates": func(inner core.Store) core.Store {
 			return &broken{Store: inner, breakTake: func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error) {
-				if req.Policy.Lockout != nil {
-					lo := *req.Policy.Lockout
-					lo.Max = 0
-					req.Policy.Lockout = &lo
-				}
+				req.Policy.LockoutMax = 0
 				return take(req)
 			}}
 		},

@@ -22,7 +22,7 @@ const (
 // goroutines on each of stores (several stores sharing one backend, such as
 // one Redis reached by several clients, model several app servers) and
 // checks that exactly the policy's limit is admitted; then again under a
-// policy with a core.Lockout, whose denials must all be the one lockout's
+// policy with a Lockout, whose denials must all be the one lockout's
 // (a store that strikes twice in a race would lock out for longer).
 //
 // The policy is 300 per hour (a bucket of 300 for the buckets), the key is
@@ -47,7 +47,7 @@ func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 			exactRace(t, stores, goroutinesPerStore, run, alg, nil)
 		})
 		t.run(string(alg)+"-lockout", func(t tester) {
-			exactRace(t, stores, goroutinesPerStore, run, alg, &core.Lockout{Duration: exactLockout, Max: 4 * exactLockout})
+			exactRace(t, stores, goroutinesPerStore, run, alg, &lockoutOf{exactLockout, 4 * exactLockout, 0})
 		})
 	}
 }
@@ -60,7 +60,7 @@ const exactLockout = 2 * time.Hour
 // every denial must also be the lockout's, with RetryAfter the first
 // lockout exactly: all attempts are made at one time, so the lockout
 // starts once, at one strike, whoever races it.
-func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string, alg core.Algorithm, lockout *core.Lockout) {
+func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string, alg core.Algorithm, lockout *lockoutOf) {
 	now := epoch().Add(30 * time.Minute)
 	var burst int64
 	if limits.IsBucket(alg) {
@@ -73,7 +73,7 @@ func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string
 	}
 	if lockout != nil {
 		req.Key += "-lockout"
-		req.Policy.Lockout = lockout
+		lockout.set(&req.Policy)
 	}
 	var badDenials atomic.Int64
 	n := len(stores) * goroutinesPerStore

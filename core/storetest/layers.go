@@ -21,7 +21,7 @@ import (
 // admit: a request denied by one layer records nothing in the others (each
 // is then compared, decision by decision, with a twin that never saw the
 // denied request), and their Decisions are those they would have had had
-// the request been taken; a denial under a core.Lockout keeps its strike,
+// the request been taken; a denial under a lockout (core.Policy.Lockout) keeps its strike,
 // and the lockout denies later layered requests. Bad input is an error
 // that records nothing: two requests with one Key and Policy.Name, len(out)
 // not len(reqs), more than 16 requests, an invalid request.
@@ -37,7 +37,7 @@ func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 					testAllOrNothing(t, multi(t), run+"-aon", alg, nil)
 				})
 				t.Run("lockout", func(t *testing.T) {
-					lo := &core.Lockout{Duration: 30 * time.Second, Max: 2 * time.Minute, Memory: 5 * time.Minute}
+					lo := &lockoutOf{30 * time.Second, 2 * time.Minute, 5 * time.Minute}
 					testAllOrNothing(t, multi(t), run+"-lo", alg, lo)
 				})
 			})
@@ -94,7 +94,7 @@ func showReqs(reqs []core.Request) string {
 // every request, twin only the two admitted ones, and asIf those and the
 // third as well. The third's Decisions must be asIf's; afterwards main and
 // twin must decide every request alike.
-func testAllOrNothing(t *testing.T, s core.Store, run string, alg core.Algorithm, lockout *core.Lockout) {
+func testAllOrNothing(t *testing.T, s core.Store, run string, alg core.Algorithm, lockout *lockoutOf) {
 	t0 := epoch()
 	algs := limits.Algorithms[core.Algorithm]()
 	big := func(who string) []core.Request {
@@ -108,7 +108,7 @@ func testAllOrNothing(t *testing.T, s core.Store, run string, alg core.Algorithm
 	main, twin, asIf := big("main"), big("twin"), big("asif")
 	tight := layerPolicy("tight", alg, 2, 10*time.Second)
 	tight.Burst = 0
-	tight.Lockout = lockout
+	lockout.set(&tight)
 	deny := core.Request{Key: run + "-" + string(alg) + "-main", Policy: tight, Cost: 1}
 	all := append(append([]core.Request(nil), main...), deny)
 	last := len(all) - 1
@@ -130,8 +130,8 @@ func testAllOrNothing(t *testing.T, s core.Store, run string, alg core.Algorithm
 	if d := got[last]; d.Allowed || (lockout != nil) != d.LockedOut {
 		t.Fatalf("request 2 at t0+1s, the layer that admits 2: %s, want denied (locked out: %v)", show(d), lockout != nil)
 	}
-	if lockout != nil && got[last].RetryAfter != lockout.Duration {
-		t.Fatalf("request 2 at t0+1s, the layer with a lockout: %s, want locked out for %v", show(got[last]), lockout.Duration)
+	if lockout != nil && got[last].RetryAfter != lockout.first {
+		t.Fatalf("request 2 at t0+1s, the layer with a lockout: %s, want locked out for %v", show(got[last]), lockout.first)
 	}
 	for j := range main {
 		if !sameDecision(got[j], want[j], false) {
@@ -154,8 +154,8 @@ func testAllOrNothing(t *testing.T, s core.Store, run string, alg core.Algorithm
 			switch {
 			case i < 2 && !d.Allowed:
 				t.Fatalf("request %d at t0+31s, after the lockout: %s, want allowed", i, show(d))
-			case i == 2 && (d.Allowed || !d.LockedOut || d.RetryAfter != 2*lockout.Duration):
-				t.Fatalf("request %d at t0+31s, a second offence: %s, want locked out for %v (the first strike kept)", i, show(d), 2*lockout.Duration)
+			case i == 2 && (d.Allowed || !d.LockedOut || d.RetryAfter != 2*lockout.first):
+				t.Fatalf("request %d at t0+31s, a second offence: %s, want locked out for %v (the first strike kept)", i, show(d), 2*lockout.first)
 			}
 			if i < 2 {
 				takeAll(t, s, t3, twin)
@@ -245,7 +245,7 @@ func testLayersBadInput(t *testing.T, s core.Store, run string) {
 		{"cost-above-capacity", with(func(r *core.Request) { r.Cost = 6 }), -1, core.ErrCostExceedsLimit},
 		{"zero-limit", with(func(r *core.Request) { r.Policy.Limit = 0 }), -1, core.ErrInvalidPolicy},
 		{"unknown-algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "no-such" }), -1, core.ErrInvalidPolicy},
-		{"bad-lockout", with(func(r *core.Request) { r.Policy.Lockout = &core.Lockout{Duration: -time.Second} }), -1, core.ErrInvalidPolicy},
+		{"bad-lockout", with(func(r *core.Request) { r.Policy.Lockout = -time.Second }), -1, core.ErrInvalidPolicy},
 	}
 	for _, c := range cases {
 		n := c.nOut

@@ -34,7 +34,7 @@ func lockoutPattern(alg core.Algorithm) (first, second core.Decision) {
 	return ok(1, 10*time.Second), ok(0, 10*time.Second)
 }
 
-// lockoutScripts are the cases of core.Lockout, on every algorithm: the
+// lockoutScripts are the cases of core.Policy.Lockout, on every algorithm: the
 // escalation (30s, 60s, 120s, capped at 120s), the lockout denying every
 // request without touching the algorithm's state, its exact end, the
 // strikes forgotten Memory after the last offence (and not a microsecond
@@ -43,7 +43,7 @@ func lockoutPattern(alg core.Algorithm) (first, second core.Decision) {
 // one, so the algorithm's part is that of a fresh key each time.
 func lockoutScripts(alg core.Algorithm) []script {
 	p := policy(alg, 2, 10*time.Second, 0)
-	p.Lockout = &core.Lockout{Duration: 30 * time.Second, Max: 2 * time.Minute, Memory: 5 * time.Minute}
+	p.Lockout, p.LockoutMax, p.LockoutMemory = 30*time.Second, 2*time.Minute, 5*time.Minute
 	first, second := lockoutPattern(alg)
 	s := time.Second
 	// offence is the three requests at t, the third locked out for lock.
@@ -86,7 +86,7 @@ func lockoutScripts(alg core.Algorithm) []script {
 	// until the window ends, when the request passes, so that a client
 	// waiting its RetryAfter is not struck again.
 	long := policy(core.FixedWindow, 2, time.Minute, 0)
-	long.Lockout = &core.Lockout{Duration: 10 * time.Second}
+	long.Lockout = 10 * time.Second
 	out := []script{{name: "lockout-escalation", policy: p, steps: steps}}
 	if alg == core.FixedWindow {
 		out = append(out, script{name: "lockout-outlasted-by-window", policy: long, viaLimiter: true, steps: []step{
@@ -101,7 +101,7 @@ func lockoutScripts(alg core.Algorithm) []script {
 		}})
 		// Memory left 0 is the default, a day: strikes remembered.
 		login := policy(core.FixedWindow, 5, 15*time.Minute, 0)
-		login.Lockout = &core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour}
+		login.Lockout, login.LockoutMax = 30*time.Minute, 2*time.Hour
 		m := time.Minute
 		out = append(out, script{name: "lockout-login", policy: login, viaLimiter: true, steps: []step{
 			{at: 0, want: ok(4, 15*m)},
@@ -130,13 +130,13 @@ func lockoutScripts(alg core.Algorithm) []script {
 
 // testLockoutExtremes escalates a lockout from 4ms to 366 days,
 // doubling at each of 70 offences (past 64), each made at
-// the end of the lockout before: RetryAfter is Lockout.Length of each
+// the end of the lockout before: RetryAfter is the lockout length of each
 // strike, exactly, and never overflows once capped.
 func testLockoutExtremes(t tester, store core.Store, run string, alg core.Algorithm) {
 	t.Helper()
 	ctx := context.Background()
 	p := policy(alg, 1, time.Millisecond, 0)
-	p.Lockout = &core.Lockout{Duration: 4 * ms, Max: limits.MaxLockout, Memory: limits.MaxLockoutMemory}
+	p.Lockout, p.LockoutMax, p.LockoutMemory = 4*ms, limits.MaxLockout, limits.MaxLockoutMemory
 	key := run + "-lockout-extreme-" + string(alg)
 	at := epoch()
 	for strike := 1; strike <= 70; strike++ {
@@ -146,11 +146,22 @@ func testLockoutExtremes(t tester, store core.Store, run string, alg core.Algori
 			t.Fatalf("%s: the first request after the lockout: %s, %v", where, show(d), err)
 		}
 		d, _, err = store.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
-		length := p.Lockout.Length(strike)
+		length := limits.LockoutLength(p.Lockout, p.LockoutMax, strike)
 		want := core.Decision{Limit: 1, ResetAfter: length, RetryAfter: length, LockedOut: true}
 		if err != nil || !sameDecision(d, want, false) {
 			t.Fatalf("%s: the offence:\n got %s, %v\nwant %s", where, show(d), err, show(want))
 		}
 		at = at.Add(length)
+	}
+}
+
+// lockoutOf is a policy's three lockout fields, for the cases that run
+// with and without a lockout (nil).
+type lockoutOf struct{ first, most, memory time.Duration }
+
+// set gives p lo's lockout fields, when lo is not nil.
+func (lo *lockoutOf) set(p *core.Policy) {
+	if lo != nil {
+		p.Lockout, p.LockoutMax, p.LockoutMemory = lo.first, lo.most, lo.memory
 	}
 }

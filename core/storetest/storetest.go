@@ -7,7 +7,7 @@
 // constants; at the ends of the valid range (limits up to 10^12,
 // windows up to 366 days), where float64 loses the small terms, it
 // checks that a request denied with RetryAfter R is still denied at R-1ms
-// and passes at R. The lockouts of core.Lockout are scripted too, on every
+// and passes at R. The lockouts of core.Policy.Lockout are scripted too, on every
 // algorithm: their escalation, exact end, memory and Reset, and at the
 // ends of their range. RunExactness races many goroutines, over one store or several
 // sharing a backend, against one key and checks that exactly the policy's

@@ -19,7 +19,7 @@ func TestLockoutShadowAndLists(t *testing.T) {
 	s := newMemStore(t)
 	ctx := context.Background()
 	p := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour,
-		Lockout: &core.Lockout{Duration: time.Hour}}
+		Lockout: time.Hour}
 	login := newLimiter(t, s, p, m)
 	for range 8 { // 5 admitted, the sixth starts a lockout, 2 during it
 		_, err := login.AllowAt(ctx, "alice", t0)

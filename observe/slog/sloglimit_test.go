@@ -256,7 +256,7 @@ func TestOutcomes(t *testing.T) {
 	t.Run("lockout", func(t *testing.T) {
 		c, s := new(clock), newSink()
 		p := hourly
-		p.Lockout = &core.Lockout{Duration: 2 * time.Hour}
+		p.Lockout = 2 * time.Hour
 		l := newLimiter(t, newMemStore(t), p, core.WithObserver(newLogger(t, s, c)))
 		for range 2 { // allowed (not logged), then locked out
 			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)

@@ -55,7 +55,7 @@ func (s clocked) Take(ctx context.Context, now time.Time, req core.Request) (cor
 // locked out for 30 minutes, doubling with each offence up to 2 hours.
 var loginPolicy = core.Policy{
 	Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-	Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 2 * time.Hour},
+	Lockout: 30 * time.Minute, LockoutMax: 2 * time.Hour,
 }
 
 // RunLockout checks brute-force lockouts over real sockets, to the second

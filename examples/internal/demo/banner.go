@@ -55,9 +55,9 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  # the login guard (every request counts against the global limit too: after the loop above, wait %s)\n", shortDuration(refillTime(p.Global)))
 	fmt.Fprintf(&b, "  # the right password logs in (200) and clears this client's strikes\n")
 	fmt.Fprintf(&b, "  curl -i -d %s=%s %s/login\n", PasswordField, DemoPassword, u)
-	if lo := p.Login.Lockout; lo != nil && lo.Enabled() {
+	if lo := p.Login.Lockout; lo > 0 {
 		fmt.Fprintf(&b, "  # wrong ones: %d pass (401), the %s locks this client out for %s (429, Retry-After: %d), even with the right password\n",
-			limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst), ordinal(limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)+1), shortDuration(lo.Duration), int64(lo.Duration/time.Second))
+			limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst), ordinal(limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)+1), shortDuration(lo), int64(lo/time.Second))
 		fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' -d %s=wrong %s/login; done\n", limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)+1, PasswordField, u)
 		fmt.Fprintf(&b, "  curl -i -d %s=%s %s/login\n", PasswordField, DemoPassword, u)
 	} else {
@@ -116,13 +116,13 @@ func Describe(p core.Policy) string {
 	if limits.IsBucket(p.Algorithm) {
 		s += fmt.Sprintf(", burst %d", limits.Capacity(p.Algorithm, p.Limit, p.Burst))
 	}
-	if lo := p.Lockout; lo != nil && lo.Enabled() {
-		s += ", then locked out " + shortDuration(lo.Duration)
-		if lo.Cap() > lo.Duration {
-			s += ", doubling up to " + shortDuration(lo.Cap())
+	if lo := p.Lockout; lo > 0 {
+		s += ", then locked out " + shortDuration(lo)
+		if most := limits.LockoutCap(lo, p.LockoutMax); most > lo {
+			s += ", doubling up to " + shortDuration(most)
 		}
-		if lo.Memory > 0 {
-			s += fmt.Sprintf(" (offences remembered %s)", shortDuration(lo.Memory))
+		if p.LockoutMemory > 0 {
+			s += fmt.Sprintf(" (offences remembered %s)", shortDuration(p.LockoutMemory))
 		}
 	}
 	return s

@@ -114,11 +114,11 @@ func TestDescribe(t *testing.T) {
 	}{
 		{p.Global, "token bucket, 100 per 1m, burst 20"},
 		{p.Login, "sliding window log, 5 per 15m, then locked out 30m, doubling up to 24h"},
-		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{Duration: time.Minute}}, "fixed window, 3 per 1m, then locked out 1m"},
-		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{Duration: time.Minute, Max: time.Minute}}, "fixed window, 3 per 1m, then locked out 1m"},
-		{core.Policy{Algorithm: core.TokenBucket, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{Duration: 10 * time.Second, Max: time.Hour, Memory: 2 * time.Hour}},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: time.Minute}, "fixed window, 3 per 1m, then locked out 1m"},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: time.Minute, LockoutMax: time.Minute}, "fixed window, 3 per 1m, then locked out 1m"},
+		{core.Policy{Algorithm: core.TokenBucket, Limit: 3, Window: time.Minute, Lockout: 10 * time.Second, LockoutMax: time.Hour, LockoutMemory: 2 * time.Hour},
 			"token bucket, 3 per 1m, burst 3, then locked out 10s, doubling up to 1h (offences remembered 2h)"},
-		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: &core.Lockout{}}, "fixed window, 3 per 1m"},
+		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lockout: 0}, "fixed window, 3 per 1m"},
 		{p.API, "sliding window counter, 1000 per 1h"},
 		{core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: 90 * time.Minute}, "leaky bucket, 10 per 1h30m, burst 10"},
 		{core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: 10 * time.Second}, "fixed window, 3 per 10s"},
@@ -170,7 +170,7 @@ func TestWriteBanner(t *testing.T) {
 
 	// A login policy without a lockout: the loop shows plain 429s.
 	p := DefaultPolicies()
-	p.Login.Lockout = nil
+	p.Login.Lockout, p.Login.LockoutMax = 0, 0
 	b.Reset()
 	require.NoError(t, WriteBanner(&b, "chi", addr, "memory", nil, p))
 	assert.Contains(t, b.String(), "  # wrong ones: 5 pass (401), then 429 with Retry-After\n")

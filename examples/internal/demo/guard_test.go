@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limits"
 	"io"
 	"log/slog"
 	"net"
@@ -78,11 +79,10 @@ func lockOut(t *testing.T, l Limiters, key string) {
 // TestDefaultLoginLocksOut: the default login policy is the issue's
 // brute-force guard.
 func TestDefaultLoginLocksOut(t *testing.T) {
-	lo := DefaultPolicies().Login.Lockout
-	require.NotNil(t, lo)
-	assert.Equal(t, core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}, *lo)
-	assert.Equal(t, time.Hour, lo.Length(2), "the second lockout doubles")
-	assert.Equal(t, 24*time.Hour, lo.Length(10), "capped at a day")
+	p := DefaultPolicies().Login
+	assert.Equal(t, [3]time.Duration{30 * time.Minute, 24 * time.Hour, 0}, [3]time.Duration{p.Lockout, p.LockoutMax, p.LockoutMemory})
+	assert.Equal(t, time.Hour, limits.LockoutLength(p.Lockout, p.LockoutMax, 2), "the second lockout doubles")
+	assert.Equal(t, 24*time.Hour, limits.LockoutLength(p.Lockout, p.LockoutMax, 10), "capped at a day")
 	lockOut(t, loginLimiters(t), "ip:203.0.113.7")
 }
 

@@ -62,7 +62,7 @@ func DefaultPolicies() Policies {
 		// The 6th locks the client out for 30 minutes, every request
 		// refused; each later offence remembered doubles it, up to a day.
 		Login: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-			Lockout: &core.Lockout{Duration: 30 * time.Minute, Max: 24 * time.Hour}},
+			Lockout: 30 * time.Minute, LockoutMax: 24 * time.Hour},
 		// O(1) memory per key, smooth across window boundaries.
 		API: core.Policy{Name: "api", Algorithm: core.SlidingWindowCounter, Limit: 1000, Window: time.Hour},
 		// The cheapest: one counter per key and minute.

@@ -86,7 +86,7 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 	t.Run("LoginLimit", func(t *testing.T) {
 		t.Parallel()
 		p := Generous()
-		p.Login.Limit, p.Login.Lockout = 2, nil
+		p.Login.Limit, p.Login.Lockout, p.Login.LockoutMax = 2, 0, 0
 		c := build(t, newApp, p)
 		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
 		c.wantStatus(t, c.do(t, "POST", "/login", nil), http.StatusUnauthorized) // no password at all
@@ -147,7 +147,7 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		t.Parallel()
 		p := Generous()
 		p.Global.Limit = 3
-		p.Login.Limit, p.Login.Lockout = 1, nil
+		p.Login.Limit, p.Login.Lockout, p.Login.LockoutMax = 1, 0, 0
 		c := build(t, newApp, p)
 		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
 		// Ten logins over the login limit: denied by the login layer,
