@@ -522,7 +522,10 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	defer cancel()
 	_, err = s.TakeAll(dctx, t0.Add(time.Second), reqs, out)
 	require.Error(t, err, "the frozen node's take")
-	require.Error(t, dctx.Err(), "TakeAll returned before the deadline")
+	// The store gives up at ctx's deadline by a timer of its own, which
+	// may fire a moment before dctx's: compare with the clock, not dctx.Err.
+	dl, _ := dctx.Deadline()
+	require.False(t, time.Now().Before(dl), "TakeAll returned before the deadline: %v", err)
 	for i, r := range reqs[1:] {
 		k := s.stateKey(r.Key, r.Policy)
 		require.Eventually(t, func() bool { return snapshot(t, other, k) == before[i+1] }, 10*time.Second, 10*time.Millisecond,
