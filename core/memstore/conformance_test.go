@@ -14,5 +14,5 @@ func TestConformance(t *testing.T) {
 
 func TestExactness(t *testing.T) {
 	s := newStore(t)
-	storetest.RunExactness(t, []core.Store{s}, 64)
+	storetest.RunConcurrent(t, []core.Store{s}, 64)
 }

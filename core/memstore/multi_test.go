@@ -20,13 +20,13 @@ import (
 var multiT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestLayersExactness(t *testing.T) {
-	storetest.RunLayersExactness(t, []core.Store{newStore(t)}, 8)
+	storetest.RunConcurrent(t, []core.Store{newStore(t)}, 8)
 }
 
 func TestLayersExactnessFewShards(t *testing.T) {
 	// Two shards: the layers' keys share shards for some requests and not
 	// for others.
-	storetest.RunLayersExactness(t, []core.Store{newStore(t, memstore.WithShards(2))}, 8)
+	storetest.RunConcurrent(t, []core.Store{newStore(t, memstore.WithShards(2))}, 8)
 }
 
 // fourLayers is a request of cost 1 on four layers, one of each of four

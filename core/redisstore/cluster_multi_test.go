@@ -246,15 +246,15 @@ func TestMultiClusterUndoContended(t *testing.T) {
 	}
 }
 
-// TestMultiClusterConformance runs storetest.RunLayers over a cluster.
+// TestMultiClusterConformance runs storetest.Run over a cluster.
 func TestMultiClusterConformance(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := mustNew(t, cl.Client(), WithPrefix(testPrefix(t)))
-	storetest.RunLayers(t, func(*testing.T) core.Store { return s })
+	storetest.Run(t, func(*testing.T) core.Store { return s })
 }
 
 // TestMultiClusterExactness races layered Limiters on three Stores over a
-// cluster (storetest.RunLayersExactness): in the spread race the layers'
+// cluster (storetest.RunConcurrent): in the spread race the layers'
 // keys are in many slots, decided in groups and undone, and no layer ever
 // admits beyond its limit.
 func TestMultiClusterExactness(t *testing.T) {
@@ -294,7 +294,7 @@ func TestMultiClusterExactness(t *testing.T) {
 	for _, s := range stores {
 		require.NoError(t, s.(*Store).Ping(ctx))
 	}
-	storetest.RunLayersExactness(t, stores, 4)
+	storetest.RunConcurrent(t, stores, 4)
 	// Every key written has a TTL.
 	all := scanKeys(t, ctx, c, prefix)
 	require.NotEmpty(t, all)

@@ -23,5 +23,5 @@ func TestExactness(t *testing.T) {
 	for i := range stores {
 		stores[i] = mustNew(t, srv.Client(), WithPrefix(prefix))
 	}
-	storetest.RunExactness(t, stores, 16)
+	storetest.RunConcurrent(t, stores, 16)
 }

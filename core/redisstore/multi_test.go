@@ -351,7 +351,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 }
 
 // TestMultiExactness races layered Limiters on four Stores over one Redis
-// (storetest.RunLayersExactness): every layer admits exactly, and charges
+// (storetest.RunConcurrent): every layer admits exactly, and charges
 // exactly what was admitted.
 func TestMultiExactness(t *testing.T) {
 	srv := redistest.Start(t)
@@ -360,7 +360,7 @@ func TestMultiExactness(t *testing.T) {
 	for i := range stores {
 		stores[i] = mustNew(t, srv.Client(), WithPrefix(prefix))
 	}
-	storetest.RunLayersExactness(t, stores, 4)
+	storetest.RunConcurrent(t, stores, 4)
 }
 
 // batchHook records, per command, whether it ran with the context of a

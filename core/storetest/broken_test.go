@@ -185,13 +185,13 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 			t.Logf("%d failures, the first: %s", len(rec.all()), rec.all()[0])
 		})
 	}
-	// The race of RunExactness catches the extra admission on its own.
+	// The race of RunConcurrent catches the extra admission on its own.
 	t.Run("admits-one-too-many/exactness", func(t *testing.T) {
 		rec := newRecorder()
 		runExactness(rec, []core.Store{brokenStores()["admits-one-too-many"](newMemstore(t))}, 8)
 		for _, alg := range limits.Algorithms[core.Algorithm]() {
 			if alg != core.LeakyBucket { // which may admit one more
-				assert.NotEmpty(t, rec.under("suite/"+string(alg)), "RunExactness passes %s", alg)
+				assert.NotEmpty(t, rec.under("suite/"+string(alg)), "RunConcurrent passes %s", alg)
 			}
 		}
 	})

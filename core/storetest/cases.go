@@ -56,7 +56,7 @@ type Step struct {
 // them: by algorithm, in the order FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, each algorithm's
 // cases in their own order. They are converted from the suite's scripts on
 // each call, so the caller owns the slices returned. Run's other checks
-// (a clock that steps back, the ends of the valid range) and RunExactness
+// (a clock that steps back, the ends of the valid range) and RunConcurrent
 // are not scripted and are not among them.
 func Cases() []Case {
 	var out []Case

@@ -5,20 +5,19 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// The race of RunExactness: exactLimit per hour, exactAttempts tries.
+// The race of runExactness: exactLimit per hour, exactAttempts tries.
 const (
 	exactLimit    = 300
 	exactAttempts = 1500
 )
 
-// RunExactness hammers one key per algorithm from goroutinesPerStore
+// runExactness hammers one key per algorithm from goroutinesPerStore
 // goroutines on each of stores (several stores sharing one backend, such as
 // one Redis reached by several clients, model several app servers) and
 // checks that exactly the policy's limit is admitted; then again under a
@@ -32,14 +31,9 @@ const (
 // shows a Remaining twice). The leaky bucket may admit 301. Stores that
 // keep their own state, such as several memstores, are not one backend:
 // pass one of them.
-func RunExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
-	runExactness(testingT{t}, stores, goroutinesPerStore)
-}
-
-// runExactness is RunExactness on any tester.
 func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 	if len(stores) == 0 || goroutinesPerStore < 1 {
-		t.Fatalf("storetest.RunExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
+		t.Fatalf("storetest.RunConcurrent: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
 	run := runID(t)
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
@@ -52,11 +46,11 @@ func runExactness(t tester, stores []core.Store, goroutinesPerStore int) {
 	}
 }
 
-// exactLockout is the lockout of RunExactness's second race: longer than
+// exactLockout is the lockout of runExactness's second race: longer than
 // any algorithm's own wait there, so that a second strike (4h) would show.
 const exactLockout = 2 * time.Hour
 
-// exactRace is one race of RunExactness on a fresh key of alg. With a lockout,
+// exactRace is one race of runExactness on a fresh key of alg. With a lockout,
 // every denial must also be the lockout's, with RetryAfter the first
 // lockout exactly: all attempts are made at one time, so the lockout
 // starts once, at one strike, whoever races it.

@@ -14,7 +14,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// RunLayers runs the cases of core.Store.TakeAll against the store
+// runLayers runs the cases of core.Store.TakeAll against the store
 // newStore returns. Run calls it.
 //
 // For every algorithm, as the layer that denies and among the layers that
@@ -26,7 +26,7 @@ import (
 // that records nothing: two requests with one Key and Policy.Name, len(out)
 // not len(reqs), more than 16 requests, an invalid request.
 // Every call has an explicit now, which the store decides at.
-func RunLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
+func runLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 	t.Helper()
 	t.Run("layers", func(t *testing.T) {
 		run := runID(testingT{t})
@@ -305,7 +305,7 @@ func withLimit(d core.Decision, l int64) core.Decision {
 	return d
 }
 
-// The layers of RunLayersExactness's races: their limits, within 1500
+// The layers of runLayersExactness's races: their limits, within 1500
 // attempts at one time.
 const (
 	layersAttempts = 1500
@@ -314,7 +314,7 @@ const (
 	layersRoom = 100_000
 )
 
-// RunLayersExactness races layered requests from goroutinesPerStore
+// runLayersExactness races layered requests from goroutinesPerStore
 // goroutines on each of stores (several stores sharing one backend model
 // several app servers; pass one of several stores that keep their own
 // state), each through a core.Limiter of its own (core.NewLayered, two per
@@ -334,10 +334,10 @@ const (
 // every key of every layer must have been charged exactly what it
 // admitted, however many slots its keys are in: a request denied by one
 // layer takes nothing from the others.
-func RunLayersExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
+func runLayersExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
 	t.Helper()
 	if len(stores) == 0 || goroutinesPerStore < 1 {
-		t.Fatalf("storetest.RunLayersExactness: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
+		t.Fatalf("storetest.RunConcurrent: %d stores and %d goroutines per store: want at least one of each", len(stores), goroutinesPerStore)
 	}
 	run := runID(testingT{t})
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
@@ -358,7 +358,7 @@ type raceLayer struct {
 	keys  int // distinct keys when spread
 }
 
-// layersRace is one race of RunLayersExactness.
+// layersRace is one race of runLayersExactness.
 func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg core.Algorithm, spread bool) {
 	now := epoch().Add(30 * time.Minute)
 	layers := []raceLayer{

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// RunPlans checks that a client moved between plans keeps its usage, under
+// runPlans checks that a client moved between plans keeps its usage, under
 // every algorithm. A plan is a policy of the same Name, Algorithm and
 // Window under another Limit (and so, with Burst 0, another bucket
 // capacity): the state of a client key under a policy is keyed by its Name
@@ -51,12 +50,7 @@ import (
 //
 // Every request carries Now; the keys start with a prefix drawn at random
 // for each call, so newStore may return the same store every time. Run
-// calls RunPlans.
-func RunPlans(t *testing.T, newStore func(t *testing.T) core.Store) {
-	runPlans(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
-}
-
-// runPlans is RunPlans on any tester.
+// calls runPlans.
 func runPlans(t tester, newStore func(t tester) core.Store) {
 	run := runID(t)
 	t.run("plans", func(t tester) {

@@ -11,7 +11,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// TestPlansCatchBrokenStores runs RunPlans, with a recording tester,
+// TestPlansCatchBrokenStores runs runPlans, with a recording tester,
 // against a correct memstore, which must pass, and against stores that
 // each break one rule of a move between plans, which must fail under
 // every algorithm.
@@ -20,7 +20,7 @@ func TestPlansCatchBrokenStores(t *testing.T) {
 		store := newMemstore(t)
 		rec := newRecorder()
 		runPlans(rec, func(tester) core.Store { return store })
-		require.Empty(t, rec.all(), "RunPlans fails a correct store")
+		require.Empty(t, rec.all(), "runPlans fails a correct store")
 	})
 	for name, breaker := range map[string]func(inner core.Store) core.Store{
 		// Each plan has a state of its own: a move forgets the usage.
@@ -48,7 +48,7 @@ func TestPlansCatchBrokenStores(t *testing.T) {
 			rec := newRecorder()
 			runPlans(rec, func(tester) core.Store { return store })
 			for _, alg := range limits.Algorithms[core.Algorithm]() {
-				assert.NotEmpty(t, rec.under("suite/plans/"+string(alg)), "RunPlans passes %s under a store that %s", alg, name)
+				assert.NotEmpty(t, rec.under("suite/plans/"+string(alg)), "runPlans passes %s under a store that %s", alg, name)
 			}
 		})
 	}

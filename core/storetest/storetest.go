@@ -9,11 +9,13 @@
 // checks that a request denied with RetryAfter R is still denied at R-1ms
 // and passes at R. The lockouts of core.Policy.Lockout are scripted too, on every
 // algorithm: their escalation, exact end, memory and Reset, and at the
-// ends of their range. RunExactness races many goroutines, over one store or several
-// sharing a backend, against one key and checks that exactly the policy's
-// limit is admitted.
+// ends of their range. Run also plays layered requests (TakeAll) and
+// plans (one client's usage under changing policies). RunConcurrent races
+// many goroutines, over one store or several sharing a backend, against one
+// key and checks that exactly the policy's limit is admitted, for single
+// and for layered requests.
 //
-// A store's own test calls both:
+// A store's own test calls Run, and RunConcurrent when it can race:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) core.Store {
@@ -58,8 +60,21 @@ func epoch() time.Time { return Epoch() }
 // store every time. newStore is called once per case, with the case's t.
 func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 	runSuite(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
-	RunLayers(t, newStore)
-	RunPlans(t, newStore)
+	runLayers(t, newStore)
+	runPlans(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
+}
+
+// RunConcurrent checks exactness under real concurrency, from
+// goroutinesPerStore goroutines on each of stores (several stores sharing
+// one backend, such as one Redis reached by several clients, model several
+// app servers; stores that keep their own state, such as several
+// memstores, are not one backend: pass one of them): single requests, as
+// runExactness describes, and layered requests, as runLayersExactness
+// describes.
+func RunConcurrent(t *testing.T, stores []core.Store, goroutinesPerStore int) {
+	t.Helper()
+	t.Run("single", func(t *testing.T) { runExactness(testingT{t}, stores, goroutinesPerStore) })
+	t.Run("layers", func(t *testing.T) { runLayersExactness(t, stores, goroutinesPerStore) })
 }
 
 // runSuite is Run on any tester, so that the suite's own tests can run it

@@ -26,8 +26,8 @@ func TestRunMemstore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) core.Store { return newMemstore(t) })
 }
 
-// TestRunExactnessMemstore races 64 goroutines on one memstore: separate
+// TestRunConcurrentMemstore races 64 goroutines on one memstore: separate
 // memstores keep separate counts, so they are not one backend.
-func TestRunExactnessMemstore(t *testing.T) {
-	storetest.RunExactness(t, []core.Store{newMemstore(t)}, 64)
+func TestRunConcurrentMemstore(t *testing.T) {
+	storetest.RunConcurrent(t, []core.Store{newMemstore(t)}, 64)
 }
