@@ -304,8 +304,8 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 			shade(&v.Decision, nil)
 		}
 		if l.observers != nil {
-			wv := watch{key: reqs[v.Binding].Key}
-			l.observeAs(&ls.layers[checks[v.Binding].Layer].Policy, reqs[v.Binding].Cost, &wv, &v.Decision, nil)
+			var wv watch
+			l.observeLayers(checks, reqs, &wv, v, nil)
 		}
 		return nil
 	}
@@ -319,8 +319,7 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		shade(&v.Decision, err)
 	}
 	if l.observers != nil && v.Binding >= 0 {
-		wv.key = reqs[v.Binding].Key
-		l.observeAs(&ls.layers[checks[v.Binding].Layer].Policy, reqs[v.Binding].Cost, &wv, &v.Decision, err)
+		l.observeLayers(checks, reqs, &wv, v, err)
 	}
 	return err
 }

@@ -396,9 +396,20 @@ func TestLayeredShadowAndObservers(t *testing.T) {
 	assert.True(t, v.Allowed)
 	assert.True(t, v.Shadowed, "b would have denied")
 	mu.Lock()
-	seen := append([]core.Event(nil), events...)
+	all := append([]core.Event(nil), events...)
 	mu.Unlock()
-	require.Len(t, seen, 2, "one event a request, not one a layer")
+	require.Len(t, all, 4, "one event a layer that applied")
+	var seen []core.Event
+	for _, e := range all {
+		if e.Binding {
+			seen = append(seen, e)
+			continue
+		}
+		assert.Equal(t, "a", e.LimitName(), "a never binds")
+		assert.Equal(t, "x", e.Key)
+		assert.Equal(t, core.OutcomeAllowed, e.Outcome, "a would admit both")
+	}
+	require.Len(t, seen, 2, "one binding event a request")
 	assert.Equal(t, core.OutcomeAllowed, seen[0].Outcome)
 	assert.Equal(t, "b", seen[0].LimitName(), "b binds: it has the least left")
 	assert.Equal(t, "y", seen[0].Key)

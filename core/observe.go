@@ -126,6 +126,15 @@ type Event struct {
 	// measure against, and it decides in about 100 ns, less than reading
 	// the clock twice would cost.
 	StoreLatency time.Duration
+	// Binding is true for the layer that bound the request's decision
+	// (see Verdict), and always for a Limiter with one policy. A layered
+	// request gives one Event per layer that applied: the binding layer's
+	// carries the request's Decision, Err and Outcome; every other layer's
+	// carries that layer's own Decision and Outcome (allowed when it would
+	// have admitted, even if another layer denied the request, in which
+	// case it took nothing). Count requests with Binding true; count a
+	// layer's own view with every Event.
+	Binding bool
 }
 
 // LimitName returns the name of the event's limit, Policy.Name: "" when
@@ -247,11 +256,11 @@ type watch struct {
 // observe reports a call of cost n that returned *d and err to every
 // observer.
 func (l *Limiter) observe(n int64, p *watch, d *Decision, err error) {
-	l.observeAs(&l.policy, n, p, d, err)
+	l.observeAs(&l.policy, n, p, d, err, true)
 }
 
 // observeAs is observe of a decision under policy (a layer's).
-func (l *Limiter) observeAs(policy *Policy, n int64, p *watch, d *Decision, err error) {
+func (l *Limiter) observeAs(policy *Policy, n int64, p *watch, d *Decision, err error, binding bool) {
 	outcome := OutcomeAllowed // the hot path's, without a call
 	if err != nil || d.Source != SourceStore || !d.Allowed || d.Shadowed {
 		outcome = outcomeOf(d, err)
@@ -259,11 +268,11 @@ func (l *Limiter) observeAs(policy *Policy, n int64, p *watch, d *Decision, err 
 	if len(l.observers) == 1 {
 		// Built in the argument's place: one copy of the Event, not two.
 		l.observers[0].Observe(Event{Policy: policy, Key: p.key, Cost: n, Outcome: outcome,
-			Decision: *d, Err: err, StoreLatency: p.latency})
+			Decision: *d, Err: err, StoreLatency: p.latency, Binding: binding})
 		return
 	}
 	e := Event{Policy: policy, Key: p.key, Cost: n, Outcome: outcome,
-		Decision: *d, Err: err, StoreLatency: p.latency}
+		Decision: *d, Err: err, StoreLatency: p.latency, Binding: binding}
 	for _, o := range l.observers {
 		o.Observe(e)
 	}
@@ -330,9 +339,28 @@ func (l *Limiter) Report(key string, cost int64, o Outcome) error {
 		return err
 	}
 	d := Decision{Allowed: o == OutcomeAllowListed, Limit: l.capacity, Policy: l.policy}
-	e := Event{Policy: &l.policy, Key: key, Cost: cost, Outcome: o, Decision: d}
+	e := Event{Policy: &l.policy, Key: key, Cost: cost, Outcome: o, Decision: d, Binding: true}
 	for _, obs := range l.observers {
 		obs.Observe(e)
 	}
 	return nil
+}
+
+// observeLayers reports a layered request: one Event per layer that
+// applied, the binding layer's with the request's decision and err, the
+// others' with their own decision (when the store gave one) and no error.
+func (l *Limiter) observeLayers(checks []Check, reqs []Request, p *watch, v *Verdict, err error) {
+	ls := l.layered
+	for i := range reqs {
+		p.key = reqs[i].Key
+		if i == v.Binding {
+			l.observeAs(&ls.layers[checks[i].Layer].Policy, reqs[i].Cost, p, &v.Decision, err, true)
+			continue
+		}
+		d := &v.Decision
+		if i < len(v.Decisions) {
+			d = &v.Decisions[i]
+		}
+		l.observeAs(&ls.layers[checks[i].Layer].Policy, reqs[i].Cost, p, d, nil, false)
+	}
 }

@@ -156,7 +156,7 @@ func TestReport(t *testing.T) {
 	require.NoError(t, l.Report("203.0.113.7", 3, core.OutcomeAllowListed))
 	e := rec.last(t)
 	assert.Equal(t, core.Event{Policy: e.Policy, Key: "203.0.113.7", Cost: 3, Outcome: core.OutcomeAllowListed,
-		Decision: core.Decision{Allowed: true, Limit: 20, Policy: l.Policy()}}, e)
+		Decision: core.Decision{Allowed: true, Limit: 20, Policy: l.Policy()}, Binding: true}, e)
 	assert.Equal(t, "api", e.LimitName())
 	assert.True(t, e.Outcome.Admitted())
 	assert.False(t, e.NearLimit(), "the allow list says nothing of the quota")

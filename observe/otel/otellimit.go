@@ -244,6 +244,9 @@ type layerBounds map[string]*bound
 
 // Observe records e in the series of its layer.
 func (lb layerBounds) Observe(e core.Event) {
+	if !e.Binding {
+		return // recorded once a request, under its binding layer, as before per-layer Events
+	}
 	if b := lb[e.LimitName()]; b != nil {
 		b.Observe(e)
 	}

@@ -188,6 +188,9 @@ type layerObservers map[string]*observer
 
 // Observe counts e in the series of its layer.
 func (lo layerObservers) Observe(e core.Event) {
+	if !e.Binding {
+		return // counted once a request, under its binding layer, as before per-layer Events
+	}
 	if o := lo[e.LimitName()]; o != nil {
 		o.Observe(e)
 	}

@@ -139,7 +139,9 @@ func New(logger *slog.Logger, opts ...Option) (*Logger, error) {
 // Bind returns the observer of the Limiter l: the Logger with samplers of
 // l's own. NewLimiter calls it (see core.Binder); it never fails.
 func (l *Logger) Bind(*core.Limiter) (core.Observer, error) {
-	return l.newLimitLog(), nil
+	b := l.newLimitLog()
+	b.bound = true
+	return b, nil
 }
 
 // Observe logs e, if its outcome is logged, its level enabled and its
@@ -152,6 +154,9 @@ func (l *Logger) Observe(e core.Event) { l.unbound.Observe(e) }
 type limitLog struct {
 	l          *Logger
 	deny, fail *sampler
+	// bound is true for a limitLog that Bind returned: it logs a layered
+	// request once, its binding layer's Event.
+	bound bool
 }
 
 func (l *Logger) newLimitLog() *limitLog {
@@ -162,6 +167,9 @@ func (l *Logger) newLimitLog() *limitLog {
 // the logger's Enabled, a clock reading and two atomic operations.
 func (b *limitLog) Observe(e core.Event) {
 	l := b.l
+	if b.bound && !e.Binding {
+		return
+	}
 	if l.outcomes&(1<<e.Outcome) == 0 {
 		return
 	}
