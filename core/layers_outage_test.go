@@ -11,7 +11,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -42,12 +41,14 @@ func TestLayeredRedisOutage(t *testing.T) {
 	checks := []core.Check{{Layer: 0, Key: "api", Cost: 1}, {Layer: 2, Key: "ip:1", Cost: 1}, {Layer: 3, Key: "ip:1", Cost: 1}}
 	ctx := context.Background()
 
-	// Healthy: one layered decision, from the store, through a Limiter of
-	// its own over the same store and client, with a generous timeout: the
+	// Healthy: one layered decision, from Redis, through a store and a
+	// Limiter of their own over the same client, with a generous timeout: the
 	// short one under test is for the outage, and a healthy round trip on
 	// a busy machine (this first one dials and loads the script) may
 	// outlast it.
-	healthy, err := core.NewLayered(store, fourLayers(), limitertest.Generous())
+	healthyStore, err := redisstore.New(client, redisstore.WithTimeout(10*time.Second))
+	require.NoError(t, err)
+	healthy, err := core.NewLayered(healthyStore, fourLayers())
 	require.NoError(t, err)
 	var v core.Verdict
 	require.NoError(t, healthy.AllowLayers(ctx, checks, &v))
