@@ -19,8 +19,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
 )
 
 // Picture is what docs/img/monitoring.json holds: the title, one panel per
@@ -171,23 +171,8 @@ func Draw(w io.Writer, format string, pic *Picture) error {
 		rows[i] = []*plot.Plot{p}
 	}
 	width, height := 9*vg.Inch, vg.Length(len(panels))*2.3*vg.Inch+0.5*vg.Inch
-	var c vg.CanvasWriterTo
-	switch format {
-	case "svg":
-		c = vgsvg.New(width, height)
-	case "png":
-		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(110), vgimg.UseBackgroundColor(color.White))}
-	default:
-		return fmt.Errorf("unknown picture format %q", format)
-	}
-	dc := draw.New(c)
 	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(10), PadY: vg.Points(8)}
-	canvases := plot.Align(rows, tiles, dc)
-	for i := range rows {
-		rows[i][0].Draw(canvases[i][0])
-	}
-	_, err := c.WriteTo(w)
-	return err
+	return sim.WriteStacked(w, rows, width, height, tiles, format)
 }
 
 // everyTicks marks the axis every step, labeled.

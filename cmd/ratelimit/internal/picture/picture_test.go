@@ -50,7 +50,7 @@ func TestDraw(t *testing.T) {
 	assert.Contains(t, svg.String(), "<svg")
 	assert.Contains(t, svg.String(), "burst", "the mark's label")
 
-	assert.ErrorContains(t, Draw(&png, "gif", sample()), "unknown picture format")
+	assert.ErrorContains(t, Draw(&png, "gif", sample()), "unknown plot format")
 	assert.ErrorContains(t, Draw(&png, "png", &Picture{}), "no panel")
 	bad := sample()
 	bad.Panels[0].Series[0].Y = bad.Panels[0].Series[0].Y[:1]

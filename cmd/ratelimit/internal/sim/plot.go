@@ -71,6 +71,14 @@ func WritePlot(w io.Writer, format string, results []Result, title string) error
 		rows[i] = []*plot.Plot{p}
 	}
 	width, height := 8*vg.Inch, vg.Length(len(results))*1.8*vg.Inch+0.4*vg.Inch
+	tiles := draw.Tiles{Rows: len(results), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(6)}
+	return WriteStacked(w, rows, width, height, tiles, format)
+}
+
+// WriteStacked draws rows (one plot each, aligned in tiles) on a canvas of
+// width by height, in format ("svg", or "png" at 110 dpi on white), to w:
+// the drawing that simulate's plots and the monitoring picture share.
+func WriteStacked(w io.Writer, rows [][]*plot.Plot, width, height vg.Length, tiles draw.Tiles, format string) error {
 	var c vg.CanvasWriterTo
 	switch format {
 	case "svg":
@@ -80,9 +88,7 @@ func WritePlot(w io.Writer, format string, results []Result, title string) error
 	default:
 		return fmt.Errorf("unknown plot format %q", format)
 	}
-	dc := draw.New(c)
-	tiles := draw.Tiles{Rows: len(results), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(6)}
-	canvases := plot.Align(rows, tiles, dc)
+	canvases := plot.Align(rows, tiles, draw.New(c))
 	for i := range rows {
 		rows[i][0].Draw(canvases[i][0])
 	}
