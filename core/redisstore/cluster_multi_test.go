@@ -533,3 +533,65 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	}
 	thaw()
 }
+
+// TestClusterTakeAbandonedWritesNothingOurs: over a cluster client (no
+// batcher), a Take that gives up at its deadline leaves its call running
+// on a goroutine of its own; it returns the error and no decision, and
+// when the frozen node answers later, the abandoned call's take is applied
+// by Redis and the store decides again. That call writes its decision
+// where only it writes (it used to write the caller's variable: a data
+// race -race reported in TestClusterFailover on a busy machine; this test
+// runs the same path, though -race does not reliably catch it here).
+func TestClusterTakeAbandonedWritesNothingOurs(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	c := cl.Client() // a default client: it waits for the frozen node past the deadline
+	s := mustNew(t, c, WithPrefix(testPrefix(t)), WithTimeout(10*time.Second))
+	ctx := context.Background()
+	p := core.Policy{Name: "abandoned", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour}
+	req := core.Request{Key: "client", Policy: p, Cost: 1}
+	d, _, err := s.Take(ctx, time.Time{}, req)
+	require.NoError(t, err, "healthy: the slot map loads")
+	require.True(t, d.Allowed)
+	m, err := c.MasterForKey(ctx, s.stateKey(req.Key, p))
+	require.NoError(t, err)
+	var frozen *redistest.Server
+	for _, n := range cl.Nodes() {
+		if n.Addr() == m.Options().Addr {
+			frozen = n
+		}
+	}
+	require.NotNil(t, frozen, "the key's master")
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = other.Close() })
+	k := s.stateKey(req.Key, p)
+	before := snapshot(t, other, k) // after one take, read while the node answers
+	require.NotEmpty(t, before)
+	frozen.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			frozen.Thaw()
+		}
+	})
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	d, _, err = s.Take(dctx, time.Time{}, req)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the frozen node: given up at the deadline")
+	assert.Equal(t, core.Decision{}, d, "no decision with the error")
+	// Thawed, the node answers the abandoned call, whose goroutine then
+	// writes its decision. Nothing here touches s's client until then (its
+	// pool's locks would order the two goroutines and hide a race from
+	// -race): another client watches the state change.
+	frozen.Thaw()
+	thawed = true
+	require.Eventually(t, func() bool {
+		v := snapshot(t, other, k)
+		return v != "" && v != before
+	}, 10*time.Second, time.Millisecond, "the abandoned take applied")
+	for range 50 { // time for its goroutine to write, while the test runs
+		require.NoError(t, other.Ping(ctx).Err())
+	}
+	after, _, err := s.Take(ctx, time.Time{}, req)
+	require.NoError(t, err, "thawed: decides again")
+	assert.Equal(t, int64(7), after.Remaining, "the abandoned take was applied by Redis (10 - 3)")
+}

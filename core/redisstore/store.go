@@ -300,12 +300,18 @@ func (s *Store) takeUntil(ctx context.Context, at time.Time, req core.Request, d
 	if s.batch != nil {
 		return s.take(ctx, at, req, deadline)
 	}
-	var d core.Decision
+	// The call may go on after bounded stops waiting for it: it writes
+	// its decision where only it writes, read only once it has answered
+	// (err == nil), never into a variable the caller returns regardless.
+	d := new(core.Decision)
 	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
-		d, err = s.take(sctx, at, req, time.Time{})
+		*d, err = s.take(sctx, at, req, time.Time{})
 		return err
 	})
-	return d, err
+	if err != nil {
+		return core.Decision{}, err
+	}
+	return *d, nil
 }
 
 // take is Take, through the batcher when deadline is set.
