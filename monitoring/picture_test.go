@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/picturedata"
 )
 
 var updatePicture = flag.Bool("update-picture", false,
@@ -130,16 +132,16 @@ func TestPicture(t *testing.T) {
 		{title: "denied per second, by limit", expr: rate(deniedOutcomes)},
 		{title: "deny ratio (denied / decided), by limit", expr: rate(deniedOutcomes) + " / " + rate(admittedOutcomes+"|"+deniedOutcomes), ratio: true},
 	}
-	pic := picture{Title: "The chi example under changing traffic, scraped by a real Prometheus every second\n" +
+	pic := picturedata.Picture{Title: "The chi example under changing traffic, scraped by a real Prometheus every second\n" +
 		"sum by (limit) (rate(ratelimit_decisions_total{outcome=...}[10s])), from /api/v1/query_range\n" +
 		"steady clients all along: GET / 1/s, GET /api/data 1.4/s, GET /users/1 every 4 s; shaded: one client's burst, 10/s; another guessing passwords, 2/s"}
 	for _, pn := range panels {
 		r, err := s.queryRange(ctx, pn.expr, from, to, time.Second)
 		require.NoError(t, err, "query_range %s", pn.expr)
 		require.NotEmpty(t, r, "query_range %s", pn.expr)
-		p := picturePanel{Title: pn.title, Expr: pn.expr, Ratio: pn.ratio}
+		p := picturedata.Panel{Title: pn.title, Expr: pn.expr, Ratio: pn.ratio}
 		for _, rs := range r {
-			ps := pictureSeries{Limit: rs.Metric["limit"]}
+			ps := picturedata.Series{Limit: rs.Metric["limit"]}
 			for i, v := range rs.V {
 				ps.X = append(ps.X, rs.T[i].Sub(start).Seconds())
 				if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -155,44 +157,13 @@ func TestPicture(t *testing.T) {
 	}
 	for _, ph := range phases {
 		if ph.mark {
-			pic.Marks = append(pic.Marks, pictureMark{At: ph.from.Seconds(), To: ph.to.Seconds(), Text: ph.name})
+			pic.Marks = append(pic.Marks, picturedata.Mark{At: ph.from.Seconds(), To: ph.to.Seconds(), Text: ph.name})
 		}
 	}
 	out, err := json.MarshalIndent(pic, "", "  ")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(pictureData, append(out, '\n'), 0o644))
 	t.Logf("wrote %s; draw it: go test ./cmd/ratelimit/internal/picture -update-picture", pictureData)
-}
-
-// picture is the data of the guide's picture, as the command's
-// internal/picture package reads it: the same JSON shape.
-type picture struct {
-	Title  string         `json:"title"`
-	Panels []picturePanel `json:"panels"`
-	Marks  []pictureMark  `json:"marks"`
-}
-
-// A picturePanel is one plot: the series of one range query.
-type picturePanel struct {
-	Title  string          `json:"title"`
-	Expr   string          `json:"expr"`
-	Ratio  bool            `json:"ratio"` // the y axis runs from 0 to 1
-	Series []pictureSeries `json:"series"`
-}
-
-// A pictureSeries is one limit's line: x in seconds since the traffic
-// started, y null where the value is not a number.
-type pictureSeries struct {
-	Limit string     `json:"limit"`
-	X     []float64  `json:"x"`
-	Y     []*float64 `json:"y"`
-}
-
-// A pictureMark is a phase of the traffic, shaded on every panel.
-type pictureMark struct {
-	At   float64 `json:"at"`
-	To   float64 `json:"to"`
-	Text string  `json:"text"`
 }
 
 // request sends one request and returns its status, or 0 when it failed.
