@@ -18,7 +18,7 @@ import (
 func TestDenyCache(t *testing.T) {
 	now := t0
 	s := &fakeStore{answer: core.Decision{Limit: 10, Remaining: 1, ResetAfter: time.Second, RetryAfter: 300 * time.Millisecond}}
-	l, err := core.NewLimiter(s, tb10, limitertest.Generous(), core.WithDenyCache(2))
+	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(2))
 	require.NoError(t, err)
 	ctx := context.Background()
 	asked := func() int { return len(s.reqs) }
@@ -88,7 +88,7 @@ func TestDenyCache(t *testing.T) {
 // is remembered for its RetryAfter on the real clock.
 func TestDenyCacheCountsOnTheRealClock(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Hour, ResetAfter: time.Hour}}
-	l, err := core.NewLimiter(s, tb10, limitertest.Generous(), core.WithDenyCache(1))
+	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(1))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 3 {
@@ -157,7 +157,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 func TestDenyCacheCopiesKeys(t *testing.T) {
 	clock := &testClock{}
 	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Minute, ResetAfter: time.Minute}}
-	l, err := core.NewLimiter(s, tb10, limitertest.Generous(), core.WithDenyCache(10))
+	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	a, b := strings.Repeat("a", 100), strings.Repeat("b", 100)

@@ -79,7 +79,6 @@ type Limiter struct {
 
 func init() {
 	hooks.LimiterStore = func(l any) any { return l.(*Limiter).store }
-	hooks.NopOption = Option(func(*config) error { return nil })
 }
 
 // NewLimiter returns a Limiter for policy over store. It fails with

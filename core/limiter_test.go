@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
@@ -108,7 +108,7 @@ func TestNewLimiterRejectsBadInput(t *testing.T) {
 
 func TestAllowNRejectsBadInput(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
-	l, err := core.NewLimiter(s, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}, limitertest.Generous())
+	l, err := core.NewLimiter(s, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20})
 	require.NoError(t, err)
 	tests := []struct {
 		name string
@@ -136,7 +136,7 @@ func TestAllowNRejectsBadInput(t *testing.T) {
 
 func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
-	l, err := core.NewLimiter(s, tb10, limitertest.Generous())
+	l, err := core.NewLimiter(s, tb10)
 	require.NoError(t, err)
 	d, err := l.AllowNAt(context.Background(), "203.0.113.7", 3, t0)
 	require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 // send a zero Now, so that the store reads its own clock.
 func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
-	l, err := core.NewLimiter(s, tb10, limitertest.Generous())
+	l, err := core.NewLimiter(s, tb10)
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = l.Allow(ctx, "k")
@@ -197,7 +197,7 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 	for _, mode := range []core.FailMode{core.FailOpen, core.FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
 			s := &fakeStore{err: boom}
-			l, err := core.NewLimiter(s, tb10, limitertest.Generous(), core.WithFailMode(mode), core.WithFailClosedRetry(2*time.Second))
+			l, err := core.NewLimiter(s, tb10, core.WithFailMode(mode), core.WithFailClosedRetry(2*time.Second))
 			require.NoError(t, err)
 			d, err := l.Allow(context.Background(), "k")
 			require.ErrorIs(t, err, core.ErrStore)
@@ -300,7 +300,7 @@ func TestKeyNormalization(t *testing.T) {
 
 func TestReset(t *testing.T) {
 	s := &fakeStore{}
-	l, err := core.NewLimiter(s, tb10, limitertest.Generous())
+	l, err := core.NewLimiter(s, tb10)
 	require.NoError(t, err)
 	require.NoError(t, l.Reset(context.Background(), "k{1}"))
 	assert.Equal(t, []string{hashed("k{1}")}, s.resets)
@@ -312,7 +312,7 @@ func TestReset(t *testing.T) {
 func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	boom := errors.New("connection refused")
 	local := directStore{&fakeStore{answer: core.Decision{Limit: 10, Remaining: 0, RetryAfter: 300 * time.Millisecond}}}
-	l, err := core.NewLimiter(&fakeStore{err: boom}, tb10, limitertest.Generous(), core.WithFallback(local), core.WithFailMode(core.FailOpen))
+	l, err := core.NewLimiter(&fakeStore{err: boom}, tb10, core.WithFallback(local), core.WithFailMode(core.FailOpen))
 	require.NoError(t, err)
 	d, err := l.AllowN(context.Background(), "k{1}", 2)
 	require.ErrorIs(t, err, core.ErrStore)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
@@ -173,7 +173,7 @@ func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 	// A store that answers is timed on every decision.
 	rec2 := &recorder{}
 	fast := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
-	l2, err := core.NewLimiter(fast, p, core.WithObserver(rec2), limitertest.Generous())
+	l2, err := core.NewLimiter(fast, p, core.WithObserver(rec2))
 	require.NoError(t, err)
 	for range 20 {
 		_, err := l2.Allow(context.Background(), "k")

@@ -18,7 +18,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -73,7 +73,7 @@ func (w *response) Write(status int, contentType string, body []byte) error {
 func newFlow(t testing.TB, store core.Store, ly httplimit.Layer, lopts []core.Option, opts ...httplimit.Option) (*httplimit.Flow, error) {
 	t.Helper()
 	return httplimit.New(clockstore.At(store, t0), []httplimit.Layer{ly}, append([]httplimit.Option{
-		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, lopts...)...)}, opts...)...)
+		httplimit.WithCore(lopts...)}, opts...)...)
 }
 
 // layer is the Layer of p.

@@ -15,7 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -129,7 +129,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 	}
 	ly := httplimit.Layer{Policy: p, Key: record}
 	opts := []httplimit.Option{
-		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, lopts...)...),
+		httplimit.WithCore(lopts...),
 		httplimit.WithMaxDelay(time.Millisecond),
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { ff.errs = append(ff.errs, err) }),
 	}

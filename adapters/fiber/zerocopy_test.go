@@ -18,7 +18,6 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -68,7 +67,7 @@ func testZeroCopyKeys(t *testing.T, srv *redistest.Server) {
 	for _, tc := range cases {
 		for _, n := range []int{65, 100, 128} {
 			t.Run(fmt.Sprintf("%s/%d bytes", tc.name, n), func(t *testing.T) {
-				lopts := []core.Option{limitertest.Generous()}
+				var lopts []core.Option
 				if tc.denyCache {
 					lopts = append(lopts, core.WithDenyCache(1000))
 				}

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -34,7 +34,7 @@ func TestCluster(t *testing.T) {
 	// the test.
 	lims := make([]*core.Limiter, len(ps))
 	for i, p := range ps {
-		l, err := core.NewLimiter(s, p, limitertest.Generous())
+		l, err := core.NewLimiter(s, p)
 		if err != nil {
 			t.Fatal(err)
 		}

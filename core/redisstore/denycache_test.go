@@ -75,7 +75,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 			// A generous timeout: a fail-open admission would hide nothing,
 			// but it would make a round uncheckable.
 			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
-				core.WithDenyCache(100), limitertest.Generous())
+				core.WithDenyCache(100))
 			require.NoError(t, err)
 			limitertest.ResetRace(t, l, 300)
 		})

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -39,7 +39,7 @@ func TestLockoutRealTime(t *testing.T) {
 	for _, p := range lockoutPolicies(2, 200*time.Millisecond, lo) {
 		t.Run(string(p.Algorithm), func(t *testing.T) {
 			t.Parallel()
-			l, err := core.NewLimiter(s, p, limitertest.Generous())
+			l, err := core.NewLimiter(s, p)
 			require.NoError(t, err)
 			ctx := context.Background()
 			for strike, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond, 1200 * time.Millisecond} {

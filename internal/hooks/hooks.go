@@ -10,10 +10,6 @@ import "time"
 // method). core sets it in its init.
 var LimiterStore func(limiter any) any
 
-// NopOption is a core.Option (as any) that changes nothing; core sets it in
-// its init. Test helpers that used to return an option return it.
-var NopOption any
-
 // DefaultStoreTimeout, when positive, replaces redisstore's default
 // timeout for the stores built after it is set without WithTimeout. Test
 // helpers set it (internal/limitertest), so that a healthy store on a busy

@@ -3,7 +3,6 @@ package limitertest
 import (
 	"time"
 
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/hooks"
 )
 
@@ -17,8 +16,3 @@ import (
 const StoreTimeout = 10 * time.Second
 
 func init() { hooks.DefaultStoreTimeout = StoreTimeout }
-
-// Generous returns an Option that changes nothing: the timeout it set is
-// now the store's (see StoreTimeout). It stays so that the option lists of
-// test Limiters need not change.
-func Generous() core.Option { return hooks.NopOption.(core.Option) }

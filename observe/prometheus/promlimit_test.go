@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
@@ -130,11 +130,11 @@ func TestFailModesAndFallback(t *testing.T) {
 	p.Name = "open"
 	// Each failure is counted by kind: a generous timeout, so that none
 	// is a timeout on a busy machine (the store, bounded, answers at once).
-	open := newLimiter(t, down, p, m, noBreaker, limitertest.Generous())
+	open := newLimiter(t, down, p, m, noBreaker)
 	p.Name = "closed"
-	closed := newLimiter(t, down, p, m, noBreaker, limitertest.Generous(), core.WithFailMode(core.FailClosed))
+	closed := newLimiter(t, down, p, m, noBreaker, core.WithFailMode(core.FailClosed))
 	p.Name = "fallback"
-	fallback := newLimiter(t, down, p, m, noBreaker, limitertest.Generous(), core.WithFallback(newMemStore(t)))
+	fallback := newLimiter(t, down, p, m, noBreaker, core.WithFallback(newMemStore(t)))
 	for _, c := range []struct {
 		l     *core.Limiter
 		calls int
@@ -195,7 +195,7 @@ func TestHealthTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
 			m, reg := newMetrics(t)
 			s := &switchStore{store: newMemStore(t)}
-			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond), limitertest.Generous()}
+			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond)}
 			if withFallback {
 				opts = append(opts, core.WithFallback(newMemStore(t)))
 			}
@@ -308,7 +308,7 @@ func TestStoreDuration(t *testing.T) {
 	m, reg := newMetrics(t)
 	ctx := context.Background()
 	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
-	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m, limitertest.Generous())
+	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m)
 	for range 5 {
 		_, err := bounded.Allow(ctx, "alice")
 		require.NoError(t, err)
@@ -449,7 +449,7 @@ func TestLint(t *testing.T) {
 	}
 	down := &switchStore{store: s}
 	down.down.Store(true)
-	f := newLimiter(t, down, core.Policy{Name: "down", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m, limitertest.Generous())
+	f := newLimiter(t, down, core.Policy{Name: "down", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m)
 	for range 4 {
 		_, _ = f.AllowAt(context.Background(), "alice", t0)
 	}

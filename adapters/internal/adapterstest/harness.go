@@ -21,7 +21,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -128,14 +128,14 @@ func Middlewares[M any](ms []Mount, newMW func(*httplimit.Flow) M) []M {
 	return mws
 }
 
-// NewFlow returns httplimit.New(store, layers, opts...) with a generous
-// timeout (limitertest.Generous) unless copts, given by WithCore, set
-// one: a Redis store merely slow on a busy machine must not pass for a
-// failed one. It fails the test on an error.
+// NewFlow returns httplimit.New(store, layers, opts...), copts given by
+// WithCore. It fails the test on an error. (Test Redis stores get a
+// generous timeout from limitertest unless a test sets one: a store merely
+// slow on a busy machine must not pass for a failed one.)
 func NewFlow(t testing.TB, store core.Store, layers []httplimit.Layer, copts []core.Option, opts ...httplimit.Option) *httplimit.Flow {
 	t.Helper()
 	f, err := httplimit.New(store, layers, append([]httplimit.Option{
-		httplimit.WithCore(append([]core.Option{limitertest.Generous()}, copts...)...)}, opts...)...)
+		httplimit.WithCore(copts...)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

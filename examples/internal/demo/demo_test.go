@@ -20,7 +20,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -268,7 +268,7 @@ func TestOpenStoreRedis(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	assert.True(t, strings.HasPrefix(s.Name, "redis at "+srv.Addr()), "Name = %q, want redis at %s", s.Name, srv.Addr())
-	l, err := core.NewLimiter(s.Store, core.Policy{Name: "demo-test", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}, limitertest.Generous())
+	l, err := core.NewLimiter(s.Store, core.Policy{Name: "demo-test", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
 	require.NoError(t, err)
 	key := "test-" + time.Now().Format(time.RFC3339Nano)
 	for i, want := range []bool{true, false} {
