@@ -38,7 +38,7 @@ var memContenders = []memContender{
 	{name: "ours", build: func(tb testing.TB, limit int64, window time.Duration) (memAllow, func()) {
 		st, err := memstore.New(memstore.WithMaxKeys(memMaxKeys))
 		require.NoError(tb, err)
-		l, err := core.NewLimiter(st, core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit: limit, Window: window})
+		l, err := core.NewLimiter(st, []core.Policy{{Name: "bench", Algorithm: core.TokenBucket, Limit: limit, Window: window}})
 		require.NoError(tb, err)
 		ctx := context.Background()
 		return func(key string) (bool, error) {

@@ -56,7 +56,7 @@ func ours(opts ...core.Option) func(tb testing.TB, client *redis.Client, algo st
 		if algo != "" {
 			a = ourAlgorithms[algo]
 		}
-		l, err := core.NewLimiter(st, core.Policy{Name: "bench", Algorithm: a, Limit: limit, Window: window}, opts...)
+		l, err := core.NewLimiter(st, []core.Policy{{Name: "bench", Algorithm: a, Limit: limit, Window: window}}, opts...)
 		require.NoError(tb, err)
 		return func(ctx context.Context, key string) (bool, error) {
 			d, err := l.Allow(ctx, key)

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"errors"
+
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // benchStore answers at once, without allocating: what is left is the
@@ -26,7 +29,7 @@ func (benchStore) Reset(context.Context, string, core.Policy) error { return nil
 func BenchmarkLimiterPaths(b *testing.B) {
 	ctx := context.Background()
 	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
-	run := func(b *testing.B, l *core.Limiter, wantErr bool) {
+	run := func(b *testing.B, l *core.Limiter, degraded bool) {
 		b.Helper()
 		for range 5 {
 			_, _ = l.Allow(ctx, "203.0.113.7")
@@ -35,20 +38,20 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		b.ResetTimer()
 		for b.Loop() {
 			d, err := l.Allow(ctx, "203.0.113.7")
-			if (err != nil) != wantErr || !d.Allowed {
+			if err != nil || (d.Err != nil) != degraded || !d.Allowed {
 				b.Fatalf("%+v, %v", d, err)
 			}
 		}
 	}
 	b.Run("healthy", func(b *testing.B) {
-		l, err := core.NewLimiter(benchStore{}, p)
+		l, err := core.NewLimiter(benchStore{}, []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}
 		run(b, l, false)
 	})
 	b.Run("circuit-open", func(b *testing.B) {
-		l, err := core.NewLimiter(benchStore{err: errDown}, p, core.WithCircuitBreaker(1, time.Hour))
+		l, err := core.NewLimiter(benchStore{err: errDown}, []core.Policy{p}, limitertest.CircuitBreaker(1, time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -56,7 +59,7 @@ func BenchmarkLimiterPaths(b *testing.B) {
 	})
 	b.Run("memstore", func(b *testing.B) {
 		s := newMemStore(b)
-		l, err := core.NewLimiter(s, p)
+		l, err := core.NewLimiter(s, []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -66,12 +69,12 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		// The cost of the observation hook itself: an observer that does
 		// next to nothing.
 		var n int
-		obs := core.ObserverFunc(func(e core.Event) {
-			if e.Outcome.Admitted() {
+		obs := limitertest.Observer(func(e core.Event) {
+			if outcome.Of(&e.Decision).Admitted() {
 				n++
 			}
 		})
-		l, err := core.NewLimiter(newMemStore(b), p, core.WithObserver(obs))
+		l, err := core.NewLimiter(newMemStore(b), []core.Policy{p}, core.WithObserver(obs))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -79,7 +82,7 @@ func BenchmarkLimiterPaths(b *testing.B) {
 	})
 	b.Run("memstore-mirrored", func(b *testing.B) {
 		s, local := newMemStore(b), newMemStore(b)
-		l, err := core.NewLimiter(s, p, core.WithFallback(local))
+		l, err := core.NewLimiter(s, []core.Policy{p}, core.WithFallback(local))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,49 +8,6 @@ import (
 	"time"
 )
 
-// Defaults of the circuit breaker every Limiter has unless
-// WithCircuitBreaker says otherwise.
-const (
-	// DefaultBreakerFailures is the number of consecutive store failures
-	// that open the breaker.
-	DefaultBreakerFailures = 3
-	// DefaultProbeInterval is the least time between two probes of a
-	// store whose breaker is open.
-	DefaultProbeInterval = 100 * time.Millisecond
-)
-
-// maxBreakerFailures bounds WithCircuitBreaker's failures, which the
-// breaker counts in 32 bits.
-const maxBreakerFailures = 1<<31 - 1
-
-// WithCircuitBreaker sets when the Limiter stops asking a failing store.
-// After failures consecutive store failures (timeouts included; the
-// caller's cancellations and invalid input are not failures), the breaker
-// opens: the Limiter decides at once, by its fallback store (WithFallback)
-// or else its FailMode, with an error wrapping ErrStore and
-// ErrCircuitOpen, without waiting on the store. Meanwhile a trickle of
-// requests probes the store: at most one at a time, at most one per
-// probeInterval, each decided by the store as usual (or, if it fails, like
-// any failure). The first probe the store answers closes the breaker.
-// Health reports the state.
-//
-// A Limiter has a breaker of DefaultBreakerFailures and
-// DefaultProbeInterval unless this option says otherwise; failures 0
-// turns it off, so that every decision asks the store. failures must be in
-// [0, 2^31-1] and probeInterval at least a millisecond.
-func WithCircuitBreaker(failures int, probeInterval time.Duration) Option {
-	return func(c *config) error {
-		if failures < 0 || failures > maxBreakerFailures {
-			return fmt.Errorf("%w: circuit breaker failures %d is out of range [0, %d]", ErrInvalidOption, failures, maxBreakerFailures)
-		}
-		if probeInterval < time.Millisecond {
-			return fmt.Errorf("%w: circuit breaker probe interval %v is under 1ms", ErrInvalidOption, probeInterval)
-		}
-		c.brkFailures, c.probeInterval = failures, probeInterval
-		return nil
-	}
-}
-
 // Health is the state of a Limiter's store, as the Limiter sees it.
 type Health uint8
 
@@ -66,8 +23,8 @@ const (
 	// Healthy.
 	Recovering
 	// Failing: the circuit breaker is open; decisions are made without the
-	// store, by the fallback or the FailMode, but for one probe per probe
-	// interval (see WithCircuitBreaker).
+	// store, by the fallback or the policies' FailClosed, but for one probe
+	// per 100 ms.
 	Failing
 )
 
@@ -88,7 +45,7 @@ func (h Health) String() string {
 // the circuit breaker is open, Recovering after a store failure while a
 // fallback store still vouches for the store's admissions. It is cheap
 // enough to call on every request. It reads time.Now: a Limiter that
-// AllowAt drives at times of its own reports its health at the real time.
+// AllowN drives at times of its own reports its health at the real time.
 func (l *Limiter) Health() Health { return l.health(time.Time{}) }
 
 // health is Health at the time at (a zero at: now).

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
@@ -55,28 +56,29 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 			clock := &testClock{}
 			s := &switchStore{}
 			s.fail.Store(true)
-			opts := []core.Option{core.WithFailMode(fc.mode)}
+			var opts []core.Option
 			if fc.fallback {
 				opts = append(opts, core.WithFallback(directStore{&fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 3}}}))
 			}
-			l, err := core.NewLimiter(s, tb10, opts...)
+			l, err := core.NewLimiter(s, []core.Policy{limitertest.Named(tb10, "", fc.failClosed)}, opts...)
 			require.NoError(t, err)
 			ctx := context.Background()
 			checkFailed := func(d core.Decision, err error, open bool) {
 				t.Helper()
-				require.ErrorIs(t, err, core.ErrStore)
+				require.NoError(t, err)
+				require.ErrorIs(t, d.Err, limits.ErrStore)
 				if open {
-					require.ErrorIs(t, err, core.ErrCircuitOpen)
+					require.ErrorIs(t, d.Err, limits.ErrCircuitOpen)
 				} else {
-					require.ErrorIs(t, err, errDown)
-					require.NotErrorIs(t, err, core.ErrCircuitOpen)
+					require.ErrorIs(t, d.Err, errDown)
+					require.NotErrorIs(t, d.Err, limits.ErrCircuitOpen)
 				}
 				switch {
 				case fc.fallback:
 					assert.Equal(t, core.SourceFallback, d.Source)
 					assert.True(t, d.Allowed, "%+v", d)
 					assert.EqualValues(t, 3, d.Remaining)
-				case fc.mode == core.FailOpen:
+				case fc.failClosed == 0:
 					assert.Equal(t, core.SourceFailMode, d.Source)
 					assert.True(t, d.Allowed, "%+v", d)
 				default:
@@ -88,14 +90,14 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 			}
 
 			// Three failures, each asking the store, open the breaker.
-			for i := range core.DefaultBreakerFailures {
+			for i := range 3 {
 				// With a fallback, the first failure starts recovery.
 				want := core.Healthy
 				if fc.fallback && i > 0 {
 					want = core.Recovering
 				}
 				assert.Equal(t, want, l.HealthAt(clock.now()), "after %d failures", i)
-				d, err := l.AllowAt(ctx, "k", clock.now())
+				d, err := l.AllowN(ctx, "k", 1, clock.now())
 				checkFailed(d, err, false)
 			}
 			require.EqualValues(t, 3, s.calls.Load())
@@ -103,20 +105,20 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 
 			// Open: decided at once, the store left alone.
 			for range 100 {
-				d, err := l.AllowAt(ctx, "k", clock.now())
+				d, err := l.AllowN(ctx, "k", 1, clock.now())
 				checkFailed(d, err, true)
 			}
-			clock.advance(core.DefaultProbeInterval - time.Millisecond)
-			d, err := l.AllowAt(ctx, "k", clock.now())
+			clock.advance((100 * time.Millisecond) - time.Millisecond)
+			d, err := l.AllowN(ctx, "k", 1, clock.now())
 			checkFailed(d, err, true)
 			require.EqualValues(t, 3, s.calls.Load(), "the store was asked before the probe interval")
 
 			// One probe per interval; a failed one keeps the breaker open.
 			clock.advance(time.Millisecond)
-			d, err = l.AllowAt(ctx, "k", clock.now())
+			d, err = l.AllowN(ctx, "k", 1, clock.now())
 			checkFailed(d, err, false)
 			require.EqualValues(t, 4, s.calls.Load(), "no probe after the probe interval")
-			d, err = l.AllowAt(ctx, "k", clock.now())
+			d, err = l.AllowN(ctx, "k", 1, clock.now())
 			checkFailed(d, err, true)
 			require.EqualValues(t, 4, s.calls.Load(), "two probes in one interval")
 			assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
@@ -124,14 +126,14 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 			// A probe the store answers closes the breaker at once, and
 			// decides its own request.
 			s.fail.Store(false)
-			clock.advance(core.DefaultProbeInterval)
-			d, err = l.AllowAt(ctx, "k", clock.now())
+			clock.advance((100 * time.Millisecond))
+			d, err = l.AllowN(ctx, "k", 1, clock.now())
 			require.NoError(t, err)
 			assert.Equal(t, core.SourceStore, d.Source)
 			assert.True(t, d.Allowed, "%+v", d)
 			require.EqualValues(t, 5, s.calls.Load())
 			for range 10 {
-				_, err := l.AllowAt(ctx, "k", clock.now())
+				_, err := l.AllowN(ctx, "k", 1, clock.now())
 				require.NoError(t, err)
 			}
 			require.EqualValues(t, 15, s.calls.Load(), "a closed breaker left the store alone")
@@ -146,7 +148,7 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 
 func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
 	s := &switchStore{}
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, fail := range []bool{true, true, false, true, true, false, true, true} {
@@ -156,8 +158,9 @@ func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
 	assert.Equal(t, core.Healthy, l.Health(), "a success in between did not reset the count")
 	require.EqualValues(t, 8, s.calls.Load())
 	s.fail.Store(true)
-	_, err = l.Allow(ctx, "k")
-	require.ErrorIs(t, err, errDown)
+	d, err := l.Allow(ctx, "k")
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, errDown)
 	assert.Equal(t, core.Failing, l.Health())
 }
 
@@ -177,24 +180,25 @@ func (*cancelingStore) Reset(context.Context, string, core.Policy) error { retur
 func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 	t.Run("canceled", func(t *testing.T) {
 		s := &cancelingStore{}
-		l, err := core.NewLimiter(s, tb10)
+		l, err := core.NewLimiter(s, []core.Policy{tb10})
 		require.NoError(t, err)
 		for range 10 {
 			ctx, cancel := context.WithCancel(context.Background())
 			_, err := l.Allow(context.WithValue(ctx, cancelFuncKey{}, cancel), "k")
-			require.ErrorIs(t, err, core.ErrCanceled)
+			require.ErrorIs(t, err, context.Canceled)
 		}
 		require.EqualValues(t, 10, s.calls.Load())
 		assert.Equal(t, core.Healthy, l.Health())
 	})
 	t.Run("invalid input", func(t *testing.T) {
-		s := &switchStore{err: fmt.Errorf("%w: the store knows no such algorithm", core.ErrInvalidPolicy)}
+		s := &switchStore{err: fmt.Errorf("%w: the store knows no such algorithm", core.ErrInvalidOption)}
 		s.fail.Store(true)
-		l, err := core.NewLimiter(s, tb10)
+		l, err := core.NewLimiter(s, []core.Policy{tb10})
 		require.NoError(t, err)
 		for range 10 {
-			_, err := l.Allow(context.Background(), "k")
-			require.ErrorIs(t, err, core.ErrStore)
+			d, err := l.Allow(context.Background(), "k")
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrStore)
 		}
 		require.EqualValues(t, 10, s.calls.Load())
 		assert.Equal(t, core.Healthy, l.Health())
@@ -204,12 +208,13 @@ func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 func TestBreakerCanBeTurnedOff(t *testing.T) {
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, tb10, core.WithCircuitBreaker(0, time.Second))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, limitertest.CircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	for range 20 {
-		_, err := l.Allow(context.Background(), "k")
-		require.ErrorIs(t, err, errDown)
-		require.NotErrorIs(t, err, core.ErrCircuitOpen)
+		d, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err, errDown)
+		require.NotErrorIs(t, d.Err, limits.ErrCircuitOpen)
 	}
 	require.EqualValues(t, 20, s.calls.Load())
 	assert.Equal(t, core.Healthy, l.Health())
@@ -219,16 +224,18 @@ func TestBreakerCustomThreshold(t *testing.T) {
 	clock := &testClock{}
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, tb10, core.WithCircuitBreaker(1, time.Second))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, limitertest.CircuitBreaker(1, time.Second))
 	require.NoError(t, err)
-	_, _ = l.AllowAt(context.Background(), "k", clock.now())
+	_, _ = l.AllowN(context.Background(), "k", 1, clock.now())
 	assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
 	clock.advance(999 * time.Millisecond)
-	_, err = l.AllowAt(context.Background(), "k", clock.now())
-	require.ErrorIs(t, err, core.ErrCircuitOpen)
+	d, err := l.AllowN(context.Background(), "k", 1, clock.now())
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, limits.ErrCircuitOpen)
 	clock.advance(time.Millisecond)
-	_, err = l.AllowAt(context.Background(), "k", clock.now())
-	require.NotErrorIs(t, err, core.ErrCircuitOpen)
+	d, err = l.AllowN(context.Background(), "k", 1, clock.now())
+	require.NoError(t, err)
+	require.NotErrorIs(t, d.Err, limits.ErrCircuitOpen)
 	require.EqualValues(t, 2, s.calls.Load())
 }
 
@@ -244,11 +251,11 @@ func TestWithCircuitBreakerRejectsBadValues(t *testing.T) {
 		{0, -time.Second},
 		{1 << 31, time.Second},
 	} {
-		l, err := core.NewLimiter(&fakeStore{}, tb10, core.WithCircuitBreaker(tt.failures, tt.interval))
+		l, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, limitertest.CircuitBreaker(tt.failures, tt.interval))
 		require.ErrorIs(t, err, core.ErrInvalidOption, "WithCircuitBreaker(%d, %v)", tt.failures, tt.interval)
 		require.Nil(t, l)
 	}
-	_, err := core.NewLimiter(&fakeStore{}, tb10, core.WithCircuitBreaker(1<<31-1, time.Millisecond))
+	_, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, limitertest.CircuitBreaker(1<<31-1, time.Millisecond))
 	require.NoError(t, err)
 }
 
@@ -259,11 +266,11 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	clock := &testClock{}
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	ctx := context.Background()
-	for range core.DefaultBreakerFailures {
-		_, _ = l.AllowAt(ctx, "k", clock.now())
+	for range 3 {
+		_, _ = l.AllowN(ctx, "k", 1, clock.now())
 	}
 	require.Equal(t, core.Failing, l.HealthAt(clock.now()))
 	s.calls.Store(0)
@@ -273,8 +280,8 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 		wg.Go(func() {
 			for range calls {
 				clock.advance(time.Millisecond)
-				d, err := l.AllowAt(ctx, "k", clock.now())
-				if !assert.ErrorIs(t, err, core.ErrStore) || !assert.Equal(t, core.SourceFailMode, d.Source) {
+				d, err := l.AllowN(ctx, "k", 1, clock.now())
+				if !assert.NoError(t, err) || !assert.ErrorIs(t, d.Err, limits.ErrStore) || !assert.Equal(t, core.SourceFailMode, d.Source) {
 					return
 				}
 			}
@@ -283,7 +290,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Duration(clock.ns.Load())
 	assert.EqualValues(t, 1, s.maxInflight.Load(), "probes overlapped")
-	probes, most := s.calls.Load(), int32(elapsed/core.DefaultProbeInterval)+1
+	probes, most := s.calls.Load(), int32(elapsed/(100*time.Millisecond))+1
 	assert.LessOrEqual(t, probes, most, "%d probes in %v", probes, elapsed)
 	assert.Positive(t, probes)
 	assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
@@ -309,12 +316,13 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", tt.p.Algorithm, start.Year()), func(t *testing.T) {
 				s := &switchStore{}
 				local := newMemStore(t)
-				l, err := core.NewLimiter(s, tt.p, core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
+				l, err := core.NewLimiter(s, []core.Policy{tt.p}, core.WithFallback(local), limitertest.CircuitBreaker(0, time.Second))
 				require.NoError(t, err)
 				ctx := context.Background()
 				s.fail.Store(true)
-				d, err := l.AllowAt(ctx, "k", start)
-				require.ErrorIs(t, err, core.ErrStore)
+				d, err := l.AllowN(ctx, "k", 1, start)
+				require.NoError(t, err)
+				require.ErrorIs(t, d.Err, limits.ErrStore)
 				require.Equal(t, core.SourceFallback, d.Source)
 				require.True(t, d.Allowed, "%+v", d)
 				assert.Equal(t, core.Recovering, l.HealthAt(start), "the store failed; the fallback decided")

@@ -10,7 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"errors"
+
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // waitBound bounds every wait of these tests for something that must
@@ -80,13 +83,13 @@ var callModes = []struct {
 // fallback admits everything, so that any use of it on a cancellation
 // shows.
 var failConfigs = []struct {
-	name     string
-	fallback bool
-	mode     core.FailMode
+	name       string
+	fallback   bool
+	failClosed time.Duration // the policy's FailClosed: 0 fails open
 }{
-	{"fail-open", false, core.FailOpen},
-	{"fail-closed", false, core.FailClosed},
-	{"fallback", true, core.FailOpen},
+	{"fail-open", false, 0},
+	{"fail-closed", false, time.Second},
+	{"fallback", true, 0},
 }
 
 // cancelCase is one Limiter of the matrix, over a fresh gateStore.
@@ -107,12 +110,12 @@ func forEachCancelCase(t *testing.T, test func(t *testing.T, c cancelCase)) {
 				var fresh func() cancelCase
 				fresh = func() cancelCase {
 					c := cancelCase{gate: newGateStore(), fallback: &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}, mode: cm.name, fresh: fresh}
-					opts := []core.Option{core.WithFailMode(fc.mode)}
+					var opts []core.Option
 					if fc.fallback {
 						opts = append(opts, core.WithFallback(directStore{c.fallback}))
 					}
 					var err error
-					c.l, err = core.NewLimiter(cm.wrap(c.gate), tb10, opts...)
+					c.l, err = core.NewLimiter(cm.wrap(c.gate), []core.Policy{limitertest.Named(tb10, "", fc.failClosed)}, opts...)
 					require.NoError(t, err)
 					return c
 				}
@@ -123,12 +126,12 @@ func forEachCancelCase(t *testing.T, test func(t *testing.T, c cancelCase)) {
 }
 
 // requireCanceled checks the answer to a caller that has gone: not
-// Allowed, ErrCanceled and cause, no ErrStore, no fail mode, no fallback.
+// Allowed, the context's error and cause, no store failure, no fail
+// mode, no fallback.
 func requireCanceled(t *testing.T, c cancelCase, d core.Decision, err error, cause error) {
 	t.Helper()
-	require.ErrorIs(t, err, core.ErrCanceled)
 	require.ErrorIs(t, err, cause)
-	assert.NotErrorIs(t, err, core.ErrStore, "a cancellation is not a store failure")
+	assert.NotErrorIs(t, err, limits.ErrStore, "a cancellation is not a store failure")
 	assert.False(t, d.Allowed, "a canceled request was admitted: %+v", d)
 	assert.Equal(t, core.SourceStore, d.Source, "no fail mode nor fallback decides a cancellation")
 	assert.EqualValues(t, 10, d.Limit)
@@ -145,7 +148,7 @@ func allowAsync(ctx context.Context, l *core.Limiter) <-chan answer {
 func allowAsyncAt(ctx context.Context, l *core.Limiter, now time.Time) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
-		d, err := l.AllowAt(ctx, "k", now)
+		d, err := l.AllowN(ctx, "k", 1, now)
 		ch <- answer{d, err}
 	}()
 	return ch
@@ -170,7 +173,7 @@ func TestCanceledBeforeTheStoreIsNeverAllowed(t *testing.T) {
 		requireCanceled(t, c, d, err, context.Canceled)
 		assert.Zero(t, c.gate.calls.Load(), "the store was asked for a caller that had gone")
 
-		require.ErrorIs(t, c.l.Reset(ctx, "k"), core.ErrCanceled)
+		require.ErrorIs(t, c.l.Reset(ctx, "k"), context.Canceled)
 	})
 }
 
@@ -197,7 +200,7 @@ func TestCanceledDuringAFailingCallIsNeverAllowed(t *testing.T) {
 func TestStoreDecisionOutlivesTheCaller(t *testing.T) {
 	gate := newGateStore()
 	gate.ignoreCtx = true // it decides, whatever the caller does meanwhile
-	l, err := core.NewLimiter(gate, tb10, core.WithFailMode(core.FailClosed))
+	l, err := core.NewLimiter(gate, []core.Policy{limitertest.Named(tb10, "", time.Second)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := allowAsync(ctx, l)
@@ -246,7 +249,7 @@ func callerDeadlinePassedInStore(t *testing.T, c cancelCase, deadline time.Durat
 	case sctx = <-c.gate.entered:
 	case a := <-res:
 		requireCanceled(t, c, a.d, a.err, context.DeadlineExceeded)
-		assert.NotErrorIs(t, a.err, core.ErrTimeout)
+		assert.NotErrorIs(t, a.err, limits.ErrStore)
 		t.Logf("a deadline of %v passed before the Limiter asked the store", deadline)
 		return false
 	case <-time.After(waitBound):
@@ -258,7 +261,7 @@ func callerDeadlinePassedInStore(t *testing.T, c cancelCase, deadline time.Durat
 	assert.False(t, got.After(want), "the store's deadline %v is after the caller's %v", got, want)
 	a := wait(t, res)
 	requireCanceled(t, c, a.d, a.err, context.DeadlineExceeded)
-	assert.NotErrorIs(t, a.err, core.ErrTimeout)
+	assert.NotErrorIs(t, a.err, limits.ErrStore)
 	return true
 }
 
@@ -269,7 +272,7 @@ func TestStoreContextKeepsValues(t *testing.T) {
 	for _, cm := range callModes {
 		t.Run(cm.name, func(t *testing.T) {
 			gate := newGateStore()
-			l, err := core.NewLimiter(cm.wrap(gate), tb10)
+			l, err := core.NewLimiter(cm.wrap(gate), []core.Policy{tb10})
 			require.NoError(t, err)
 			ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 			res := allowAsync(ctx, l)

@@ -18,13 +18,13 @@ import (
 func TestDenyCache(t *testing.T) {
 	now := t0
 	s := &fakeStore{answer: core.Decision{Limit: 10, Remaining: 1, ResetAfter: time.Second, RetryAfter: 300 * time.Millisecond}}
-	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(2))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, core.WithDenyCache(2))
 	require.NoError(t, err)
 	ctx := context.Background()
 	asked := func() int { return len(s.reqs) }
 	allow := func(key string, cost int64) core.Decision {
 		t.Helper()
-		d, err := l.AllowNAt(ctx, key, cost, now)
+		d, err := l.AllowN(ctx, key, cost, now)
 		require.NoError(t, err)
 		return d
 	}
@@ -88,7 +88,7 @@ func TestDenyCache(t *testing.T) {
 // is remembered for its RetryAfter on the real clock.
 func TestDenyCacheCountsOnTheRealClock(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Hour, ResetAfter: time.Hour}}
-	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(1))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, core.WithDenyCache(1))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 3 {
@@ -96,7 +96,7 @@ func TestDenyCacheCountsOnTheRealClock(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Len(t, s.reqs, 1, "denials within the hour were not answered from the cache")
-	d, err := l.AllowAt(ctx, "k", time.Now().Add(time.Hour))
+	d, err := l.AllowN(ctx, "k", 1, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, core.SourceStore, d.Source, "a denial outlived its RetryAfter")
 	assert.Len(t, s.reqs, 2)
@@ -104,7 +104,7 @@ func TestDenyCacheCountsOnTheRealClock(t *testing.T) {
 
 func TestDenyCacheRejectsBadSize(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		_, err := core.NewLimiter(&fakeStore{}, tb10, core.WithDenyCache(n))
+		_, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, core.WithDenyCache(n))
 		require.ErrorIs(t, err, core.ErrInvalidOption, "WithDenyCache(%d)", n)
 	}
 }
@@ -115,7 +115,7 @@ func TestDenyCacheRejectsBadSize(t *testing.T) {
 // store the test holds mid-call).
 func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 	gate := newGateStore()
-	l, err := core.NewLimiter(gate, tb10, core.WithDenyCache(10))
+	l, err := core.NewLimiter(gate, []core.Policy{tb10}, core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	res := allowAsync(ctx, l)
@@ -146,7 +146,7 @@ func TestDenyCacheDropsADenialThatCrossesAReset(t *testing.T) {
 func TestDenyCacheResetRace(t *testing.T) {
 	s := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
-	l, err := core.NewLimiter(s, p, core.WithDenyCache(100))
+	l, err := core.NewLimiter(s, []core.Policy{p}, core.WithDenyCache(100))
 	require.NoError(t, err)
 	limitertest.ResetRace(t, l, 500)
 }
@@ -157,7 +157,7 @@ func TestDenyCacheResetRace(t *testing.T) {
 func TestDenyCacheCopiesKeys(t *testing.T) {
 	clock := &testClock{}
 	s := &fakeStore{answer: core.Decision{Limit: 10, RetryAfter: time.Minute, ResetAfter: time.Minute}}
-	l, err := core.NewLimiter(s, tb10, core.WithDenyCache(10))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 	a, b := strings.Repeat("a", 100), strings.Repeat("b", 100)
@@ -167,16 +167,16 @@ func TestDenyCacheCopiesKeys(t *testing.T) {
 		buf := []byte(a)
 		zeroCopy := unsafe.String(&buf[0], len(buf))
 		n := asked()
-		d, err := l.AllowAt(ctx, zeroCopy, clock.now()) // remembered: inserted, then overwritten
+		d, err := l.AllowN(ctx, zeroCopy, 1, clock.now()) // remembered: inserted, then overwritten
 		require.NoError(t, err)
 		require.False(t, d.Allowed, "round %d: %+v", round, d)
 		require.Equal(t, core.SourceStore, d.Source, "round %d", round)
 		require.Equal(t, n+1, asked())
 		copy(buf, b) // the framework reuses the buffer
 
-		d, _ = l.AllowAt(ctx, strings.Clone(b), clock.now())
+		d, _ = l.AllowN(ctx, strings.Clone(b), 1, clock.now())
 		assert.Equal(t, core.SourceStore, d.Source, "round %d (overwrite %v): a new client refused from the cache", round, overwrite)
-		d, _ = l.AllowAt(ctx, strings.Clone(a), clock.now())
+		d, _ = l.AllowN(ctx, strings.Clone(a), 1, clock.now())
 		assert.Equal(t, core.SourceDenyCache, d.Source, "round %d (overwrite %v): the denied client was forgotten", round, overwrite)
 		require.NoError(t, l.Reset(ctx, b))
 		clock.advance(time.Minute) // every denial has expired

@@ -18,17 +18,18 @@ func ExamplePolicy_lockout() {
 		panic(err)
 	}
 	defer store.Close()
-	login, err := core.NewLimiter(store, core.Policy{
+	login, err := core.NewLimiter(store, []core.Policy{{
 		Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
 		Lockout: 30 * time.Minute, LockoutMax: 24 * time.Hour,
-	})
+	}})
+
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	attempt := func(at time.Duration) {
-		d, err := login.AllowAt(ctx, "user:alice", t0.Add(at))
+		d, err := login.AllowN(ctx, "user:alice", 1, t0.Add(at))
 		if err != nil {
 			panic(err)
 		}
@@ -73,13 +74,13 @@ func ExampleWithShadow() {
 		panic(err)
 	}
 	defer store.Close()
-	l, err := core.NewLimiter(store, core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}, core.WithShadow())
+	l, err := core.NewLimiter(store, []core.Policy{{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}}, core.WithShadow())
 	if err != nil {
 		panic(err)
 	}
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for range 3 {
-		d, err := l.AllowAt(context.Background(), "203.0.113.7", t0)
+		d, err := l.AllowN(context.Background(), "203.0.113.7", 1, t0)
 		if err != nil {
 			panic(err)
 		}
@@ -99,19 +100,25 @@ func ExampleLimiter_Report() {
 		panic(err)
 	}
 	defer store.Close()
-	obs := core.ObserverFunc(func(e core.Event) {
-		fmt.Printf("%s %s admitted=%v\n", e.LimitName(), e.Outcome, e.Outcome.Admitted())
-	})
-	l, err := core.NewLimiter(store, core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute},
-		core.WithObserver(obs))
+	l, err := core.NewLimiter(store, []core.Policy{{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute}},
+		core.WithObserver(printer{}))
 	if err != nil {
 		panic(err)
 	}
-	_ = l.Report("10.0.0.1", 1, core.OutcomeAllowListed)
-	_ = l.Report("198.51.100.9", 1, core.OutcomeDenyListed)
-	fmt.Println(l.Report("10.0.0.1", 1, core.OutcomeDenied))
+	_ = l.Report("10.0.0.1", 1, true)
+	_ = l.Report("198.51.100.9", 1, false)
+	fmt.Println(l.Report("", 1, true))
 	// Output:
-	// api allow_listed admitted=true
-	// api deny_listed admitted=false
-	// ratelimit: invalid option: Report takes allow_listed or deny_listed, not denied
+	// api 10.0.0.1 list allowed=true
+	// api 198.51.100.9 list allowed=false
+	// ratelimit: invalid argument: empty key
+}
+
+// printer is an Observer that prints every Event.
+type printer struct{}
+
+func (printer) Bind(*core.Limiter) (func(core.Event), error) {
+	return func(e core.Event) {
+		fmt.Printf("%s %s %s allowed=%v\n", e.Policy.Name, e.Key, e.Source, e.Allowed)
+	}, nil
 }

@@ -54,14 +54,15 @@ func TestFallbackBoundsAFlappingStore(t *testing.T) {
 				local := newMemStore(t)
 				now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 				p := core.Policy{Algorithm: alg, Limit: 10, Window: time.Hour}
-				l, err := core.NewLimiter(primary, p, core.WithFallback(local))
+				l, err := core.NewLimiter(primary, []core.Policy{p}, core.WithFallback(local))
 				require.NoError(t, err)
 				admitted, byFallback := 0, 0
 				for i := range 200 {
 					now = now.Add(time.Second) // 200 s: all within the hour
-					d, err := l.AllowAt(context.Background(), "client", now)
-					if err != nil {
-						require.ErrorIs(t, err, core.ErrStore, "attempt %d", i)
+					d, err := l.AllowN(context.Background(), "client", 1, now)
+					require.NoError(t, err)
+					if d.Err != nil {
+						require.ErrorIs(t, d.Err, limits.ErrStore, "attempt %d", i)
 					}
 					require.NotEqual(t, core.SourceFailMode, d.Source, "attempt %d: %+v", i, d)
 					if d.Allowed {
@@ -85,7 +86,7 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 	primary := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return false }}
 	local := newMemStore(t)
 	p := core.Policy{Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-	l, err := core.NewLimiter(primary, p, core.WithFallback(local))
+	l, err := core.NewLimiter(primary, []core.Policy{p}, core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 2 {
@@ -96,7 +97,8 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 	}
 	primary.fail = func(int64) bool { return true }
 	d, err := l.Allow(ctx, "k")
-	require.ErrorIs(t, err, errFlap)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, errFlap)
 	require.True(t, d.Allowed, "%+v", d)
 	require.Equal(t, core.SourceFallback, d.Source)
 	assert.EqualValues(t, 0, d.Remaining, "the fallback did not count the store's 2 admissions")
@@ -105,7 +107,8 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 
 	require.NoError(t, l.Reset(ctx, "k"), "Reset")
 	d, err = l.Allow(ctx, "k")
-	require.ErrorIs(t, err, errFlap)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, errFlap)
 	require.True(t, d.Allowed, "%+v", d)
 	require.Equal(t, core.SourceFallback, d.Source)
 	require.EqualValues(t, 2, d.Remaining, "Reset left the fallback's count")
@@ -121,14 +124,14 @@ func TestFallbackBoundsAFlappingStoreConcurrently(t *testing.T) {
 			local := newMemStore(t)
 			now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 			p := core.Policy{Algorithm: alg, Limit: 10, Window: time.Hour}
-			l, err := core.NewLimiter(primary, p, core.WithFallback(local))
+			l, err := core.NewLimiter(primary, []core.Policy{p}, core.WithFallback(local))
 			require.NoError(t, err)
 			var admitted atomic.Int32
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Go(func() {
 					for range 50 {
-						if d, _ := l.AllowAt(context.Background(), "client", now); d.Allowed {
+						if d, _ := l.AllowN(context.Background(), "client", 1, now); d.Allowed {
 							admitted.Add(1)
 						}
 					}

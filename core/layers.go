@@ -4,240 +4,157 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// Layer is one named limit of a layered Limiter: the whole API, a user, an
-// endpoint, an address. Its Name is the Name of every policy it decides
-// by, in storage and in the RateLimit-Policy header, so that a client
-// moved from one policy to another within the layer (a plan, an override)
-// keeps its usage.
-type Layer struct {
-	// Name identifies the layer: unique within the Limiter whatever the
-	// case, at most 64 characters of [A-Za-z0-9._-].
-	Name string
-	// Policy is the layer's policy, unless a request brings its own
-	// (Check.Policy). Its Name must be empty or Name.
-	Policy Policy
-	// FailClosed makes the layer deny when the store fails, or is not
-	// asked (an open circuit breaker), and no fallback store decides,
-	// whatever the Limiter's FailMode: a login guard that must not open
-	// during an outage, on a Limiter that fails open for the rest of the
-	// API. A request is then admitted only when every layer that applies
-	// fails open; its RetryAfter is the fail-closed retry
-	// (WithFailClosedRetry).
-	FailClosed bool
-}
-
-// Check is one layer's part of a request to a layered Limiter: the client
-// key and cost under that layer, and optionally the policy chosen for this
-// request. A layer that does not apply to the request has no Check.
+// Check is one layer's part of a request to AllowLayers: the client key
+// and cost under that layer. A layer that does not apply to the request
+// has no Check.
 type Check struct {
-	// Layer is the index of the layer in Limiter.Layers().
+	// Layer is the index of the layer in Limiter.Policies().
 	Layer int
-	// Key identifies the client under this layer (see Limiter.Allow).
+	// Key identifies the client under this layer (see Limiter.AllowN).
 	Key string
 	// Cost is the units the request takes from this layer, in [1, the
-	// policy's Capacity].
+	// policy's capacity].
 	Cost int64
 	// Policy, when not nil, is the policy chosen for this request (a
 	// premium plan, a per-API-key quota) instead of the layer's. It must
-	// have the layer's Algorithm; its Name is replaced by the layer's, so
-	// that usage carries across plans. It is read during the call only.
+	// have the layer's Algorithm; its Name and FailClosed are replaced by
+	// the layer's, so that usage carries across plans. It is read during
+	// the call only.
 	Policy *Policy
 }
 
-// Verdict is the answer to a layered request (Limiter.AllowLayers).
-type Verdict struct {
+// verdict is the answer to a layered request as it is being built.
+type verdict struct {
 	// Decision is the request's decision as the client is told it: Allowed
 	// when every layer admits; otherwise not, with RetryAfter the time at
 	// which every layer would admit the request. Its other fields are the
-	// binding layer's: the one that denied (of several, the one whose
-	// denial lasts longest), or, when all admit, the one closest to
-	// denying (the least Remaining; of equals, the longest ResetAfter).
-	// Delay is the longest of the layers'.
+	// binding layer's (see AllowLayers). Delay is the longest of the
+	// layers'.
 	Decision
-	// Binding is the index in the Checks of the binding layer, -1 when
-	// no layer applied (no Checks: the request passes untouched).
-	Binding int
-	// Decisions holds every layer's decision, one per Check, in the
-	// Checks' order. A layer that admitted a request another layer denied
-	// took nothing: its Decision is Allowed, and says what it has left.
-	// AllowLayers reuses the slice's array across calls.
-	Decisions []Decision
-}
-
-// layered is a layered Limiter's own state.
-type layered struct {
-	layers []Layer // validated, Names filled
-	multi  Store
-	// fallback is the fallback store, when the Limiter has one.
-	fallback Store
-	index    map[string]int          // layer name -> index
-	capacity [limits.MaxLayers]int64 // each layer's Policy.capacity()
+	// binding is the index in the checks of the binding layer.
+	binding int
+	// ds holds every layer's decision, one per check, in the checks'
+	// order.
+	ds []Decision
+	// took is the time the store decided at, when it decided in process.
+	took time.Time
 }
 
 // reqPool holds the arrays of requests a layered decision hands its store.
 var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) }}
 
-// decisionPool holds the arrays of decisions that Allow and AllowN on a
-// layered Limiter have the store fill: the array reaches the store through
-// an interface (Store.TakeAll), so escape analysis would move one on
-// the stack to the heap, 2 KB per call.
+// decisionPool holds the arrays of decisions that a layered decision has
+// the store fill when the caller gives none: the array reaches the store
+// through an interface (Store.TakeAll), so escape analysis would move one
+// on the stack to the heap, 2 KB per call.
 var decisionPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Decision) }}
 
-// NewLayered returns a Limiter that decides each request against several
-// layers at once (AllowLayers): a request passes only when every layer
-// that applies admits it, and one denied by any layer takes nothing from
-// any. opts are NewLimiter's; WithDenyCache is not
-// available to a layered Limiter.
-//
-// NewLayered fails with ErrInvalidPolicy when a layer's policy does not
-// validate, and ErrInvalidOption for no layer, more than 16, a
-// duplicate or invalid layer name (names that differ only in case are
-// duplicates: a client reading the headers, an operator writing an
-// override, would take one for the other), a policy whose Name is not its layer's,
-// or a bad option.
-//
-// Allow, AllowN and Reset on a layered Limiter apply to every layer with
-// the same key; Policy returns the first layer's policy.
-func NewLayered(store Store, layers []Layer, opts ...Option) (*Limiter, error) {
-	if len(layers) == 0 {
-		return nil, fmt.Errorf("%w: NewLayered: no layer", ErrInvalidOption)
-	}
-	if len(layers) > limits.MaxLayers {
-		return nil, fmt.Errorf("%w: NewLayered: %d layers, more than %d", ErrInvalidOption, len(layers), limits.MaxLayers)
-	}
-	if store == nil {
-		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
-	}
-	multi := store
-	own := make([]Layer, len(layers))
-	index := make(map[string]int, len(layers))
-	for i, ly := range layers {
-		if ly.Name == "" {
-			return nil, fmt.Errorf("%w: NewLayered: layer %d has no name", ErrInvalidOption, i)
-		}
-		if err := (Policy{Name: ly.Name, Algorithm: FixedWindow, Limit: 1, Window: limits.MinWindow}).Validate(); err != nil {
-			return nil, fmt.Errorf("%w: NewLayered: layer %d: %w", ErrInvalidOption, i, err)
-		}
-		if _, dup := index[ly.Name]; dup {
-			return nil, fmt.Errorf("%w: NewLayered: two layers are named %q", ErrInvalidOption, ly.Name)
-		}
-		for other := range index {
-			if strings.EqualFold(other, ly.Name) {
-				return nil, fmt.Errorf("%w: NewLayered: layers %q and %q differ only in case", ErrInvalidOption, other, ly.Name)
-			}
-		}
-		index[ly.Name] = i
-		if ly.Policy.Name != "" && ly.Policy.Name != ly.Name {
-			return nil, fmt.Errorf("%w: NewLayered: layer %q has a policy named %q: leave the policy's Name empty", ErrInvalidOption, ly.Name, ly.Policy.Name)
-		}
-		ly.Policy.Name = ly.Name
-		if err := ly.Policy.Validate(); err != nil {
-			return nil, fmt.Errorf("layer %q: %w", ly.Name, err)
-		}
-		own[i] = ly
-	}
-	return newLimiter(store, own[0].Policy, func(l *Limiter, _ config) (*layered, error) {
-		if l.denied != nil {
-			return nil, fmt.Errorf("%w: NewLayered: WithDenyCache applies to single-policy Limiters only", ErrInvalidOption)
-		}
-		ls := &layered{layers: own, multi: multi, index: index}
-		for i := range own {
-			ls.capacity[i] = own[i].Policy.capacity()
-		}
-		if l.fallback != nil {
-			ls.fallback = l.fallback
-			for _, ly := range own {
-				l.brk.horizon = max(l.brk.horizon, int64(horizon(ly.Policy)))
-			}
-		}
-		return ls, nil
-	}, opts)
-}
-
-// Layers returns the layers of a layered Limiter (a copy), and nil for a
-// Limiter built by NewLimiter.
-func (l *Limiter) Layers() []Layer {
-	if l.layered == nil {
-		return nil
-	}
-	return append([]Layer(nil), l.layered.layers...)
-}
-
-// LayerIndex returns the index of the layer named name, and false when the
-// Limiter has no such layer.
-func (l *Limiter) LayerIndex(name string) (int, bool) {
-	if l.layered == nil {
-		return 0, false
-	}
-	i, ok := l.layered.index[name]
-	return i, ok
-}
-
 // AllowLayers decides a request made of checks, one per layer that applies
-// (at most one per layer), and fills v. The request is admitted only when
-// every layer admits it; when any denies, no layer records it. A request
-// with no check passes (v.Binding is -1), without a store call.
+// (at most one per layer), at now as AllowN does, fills out[i] with the
+// decision of checks[i] when out is not nil (it must then be at least as
+// long as checks), and returns the request's decision and, when the store
+// decided in process, the time it decided at (a caller writing an absolute
+// time such as X-RateLimit-Reset need not read the clock again; the zero
+// Time otherwise).
+//
+// The request is admitted only when every layer admits it; when any
+// denies, no layer records it, and a layer that would have admitted it
+// took nothing: its decision is Allowed, and says what it has left. The
+// request's decision is the binding layer's, its Policy.Name naming it:
+// the layer that denied (of several, the one whose denial lasts longest),
+// or, when all admit, the one closest to denying (the least Remaining; of
+// equals, the longest ResetAfter); Allowed is the request's, RetryAfter the
+// time at which every layer would admit it, and Delay the longest of the
+// layers'. A request with no check passes, without a store call.
 //
 // A cost above the capacity of the policy in force, but within a policy
 // configured for the request (the layer's own, or its Check.Policy before
 // a PolicySource shrank it), is a denial, not an error: the request is
 // denied without asking the store, takes nothing from any layer, and the
-// layer's RetryAfter is its Window (see overLayers).
+// layer's RetryAfter is its Window.
 //
 // Bad input (a layer index out of range or repeated, an empty key, a cost
-// out of range, a Check.Policy that is invalid or of another algorithm)
-// returns an error wrapping ErrInvalidOption, ErrInvalidKey,
-// ErrInvalidCost, ErrCostExceedsLimit or ErrInvalidPolicy. An invalid
-// Check.Policy, or a PolicySource's, is the caller's to have chosen per
-// request: it is decided by the FailMode (v.Source is SourceFailMode), and
-// the error wraps ErrInvalidPolicy. Store failures, the caller's
-// cancellation and shadow mode are as for AllowN.
-func (l *Limiter) AllowLayers(ctx context.Context, checks []Check, v *Verdict) error {
-	return l.allowLayers(ctx, checks, time.Time{}, v)
+// out of range, an out shorter than checks) returns an error wrapping
+// ErrInvalidOption. A Check.Policy that is invalid or of another
+// algorithm, or a PolicySource's failure, decides the request by the
+// layers' FailClosed, Decision.Err saying why. Store failures, the
+// caller's cancellation and shadow mode are as for AllowN.
+func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check, out []Decision) (Decision, time.Time, error) {
+	if out != nil && len(out) < len(checks) {
+		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
+	}
+	if len(checks) == 0 {
+		return Decision{Allowed: true, Source: SourceStore}, time.Time{}, nil
+	}
+	if len(l.policies) == 1 && len(checks) == 1 && checks[0].Layer == 0 && checks[0].Policy == nil {
+		d, at, err := l.allowOne(ctx, checks[0].Key, checks[0].Cost, now)
+		if out != nil {
+			out[0] = d
+		}
+		return d, at, err
+	}
+	var v verdict
+	var ds *[limits.MaxLayers]Decision
+	if out != nil {
+		v.ds = out[:0]
+	} else {
+		ds = decisionPool.Get().(*[limits.MaxLayers]Decision)
+		v.ds = ds[:0]
+	}
+	err := l.allowLayers(ctx, checks, now, &v)
+	if ds != nil {
+		clear(ds[:]) // drop the policies and errors
+		decisionPool.Put(ds)
+	}
+	return v.Decision, v.took, err
 }
 
-// AllowLayersAt is AllowLayers at the time now, as AllowNAt is AllowN.
-func (l *Limiter) AllowLayersAt(ctx context.Context, checks []Check, now time.Time, v *Verdict) error {
-	return l.allowLayers(ctx, checks, now, v)
+// allowOne is AllowLayers of one check on a Limiter of one layer: AllowN,
+// and the time the store decided at when it asked the store itself.
+func (l *Limiter) allowOne(ctx context.Context, key string, n int64, at time.Time) (Decision, time.Time, error) {
+	if l.direct {
+		req := Request{Key: key, Policy: l.policy, Cost: n}
+		if l.plain(ctx, key, n) {
+			d, took, err := l.store.Take(ctx, at, req)
+			if err != nil {
+				d, err = l.storeFailed(ctx, req, at, false, err)
+				return d, time.Time{}, err
+			}
+			d.Policy = l.policy
+			if d.Source != SourceStore {
+				d.Source = SourceStore
+			}
+			return d, took, nil
+		}
+	}
+	d, err := l.allow(ctx, key, n, at)
+	return d, time.Time{}, err
 }
 
-// allowEvery is Allow on a layered Limiter: key and cost under every layer.
+// allowEvery is AllowN on a layered Limiter: key and cost under every layer.
 func (l *Limiter) allowEvery(ctx context.Context, key string, n int64, at time.Time) (Decision, error) {
 	var checks [limits.MaxLayers]Check
-	for i := range l.layered.layers {
+	for i := range l.policies {
 		checks[i] = Check{Layer: i, Key: key, Cost: n}
 	}
 	ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
-	v := Verdict{Decisions: ds[:0]}
-	err := l.allowLayers(ctx, checks[:len(l.layered.layers)], at, &v)
-	clear(ds[:len(l.layered.layers)]) // drop the policies
+	v := verdict{ds: ds[:0]}
+	err := l.allowLayers(ctx, checks[:len(l.policies)], at, &v)
+	clear(ds[:len(l.policies)]) // drop the policies
 	decisionPool.Put(ds)
 	return v.Decision, err
 }
 
-func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time, v *Verdict) error {
-	if v == nil {
-		return fmt.Errorf("%w: AllowLayers: nil Verdict", ErrInvalidOption)
-	}
-	v.Decisions = v.Decisions[:0]
-	v.Binding = -1
-	ls := l.layered
-	if ls == nil {
-		return l.singleAsLayer(ctx, checks, at, v)
-	}
-	if len(checks) == 0 {
-		v.Decision = Decision{Allowed: true, Source: SourceStore}
-		return nil
-	}
-	if len(checks) > len(ls.layers) {
-		return fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(ls.layers))
+func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time, v *verdict) error {
+	v.binding = 0
+	if len(checks) > len(l.policies) {
+		return fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
 	}
 	arr := reqPool.Get().(*[limits.MaxLayers]Request)
 	defer func() {
@@ -249,139 +166,114 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 	var policyErr error
 	for i := range checks {
 		c := &checks[i]
-		if c.Layer < 0 || c.Layer >= len(ls.layers) {
-			return fmt.Errorf("%w: AllowLayers: check %d names layer %d of %d", ErrInvalidOption, i, c.Layer, len(ls.layers))
+		if c.Layer < 0 || c.Layer >= len(l.policies) {
+			return fmt.Errorf("%w: AllowLayers: check %d names layer %d of %d", ErrInvalidOption, i, c.Layer, len(l.policies))
 		}
+		lp := &l.policies[c.Layer]
 		if seen&(1<<c.Layer) != 0 {
-			return fmt.Errorf("%w: AllowLayers: two checks for layer %q", ErrInvalidOption, ls.layers[c.Layer].Name)
+			return fmt.Errorf("%w: AllowLayers: two checks for layer %q", ErrInvalidOption, lp.Name)
 		}
 		seen |= 1 << c.Layer
 		key, err := normalizeKey(c.Key)
 		if err != nil {
-			return fmt.Errorf("layer %q: %w", ls.layers[c.Layer].Name, err)
+			return fmt.Errorf("layer %q: %w", lp.Name, err)
 		}
-		ly := &ls.layers[c.Layer]
-		r := &reqs[i] // built in place: a Request is 112 bytes
+		r := &reqs[i] // built in place: a Request is large
 		r.Key, r.Cost = key, c.Cost
-		capacity := ls.capacity[c.Layer]
+		capacity := l.caps[c.Layer]
 		if c.Policy == nil && l.sources == nil {
-			r.Policy = ly.Policy
+			r.Policy = *lp
 		} else {
-			p, err := l.resolve(ly, c.Policy)
+			p, err := l.resolve(ctx, c.Key, lp, c.Policy)
 			if err != nil {
 				if policyErr == nil {
 					policyErr = err
 				}
-				p = ly.Policy
+				p = *lp
 			}
 			r.Policy, capacity = p, p.capacity()
 		}
 		if c.Cost < 1 {
-			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidCost, ly.Name, c.Cost)
+			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, c.Cost)
 		}
 		if c.Cost > capacity {
 			// Within a policy configured for the request (the layer's, or
 			// the plan's before a policy source shrank it), the request is
 			// too costly for the policy in force: a denial. Beyond every
 			// one, the cost is the caller's mistake.
-			configured := ls.capacity[c.Layer]
+			configured := l.caps[c.Layer]
 			if c.Policy != nil && policyErr == nil {
 				configured = max(configured, c.Policy.capacity())
 			}
 			if c.Cost > configured {
-				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrCostExceedsLimit, ly.Name, c.Cost, capacity)
+				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, c.Cost, capacity)
 			}
 			over |= 1 << i
 		}
-	}
-	if policyErr != nil {
-		l.failLayers(reqs, v)
-		return policyErr
-	}
-	if over != 0 {
-		l.overLayers(reqs, over, v)
-		if l.shadow {
-			shade(&v.Decision, nil)
-		}
-		if l.observers != nil {
-			var wv watch
-			l.observeLayers(checks, reqs, &wv, v, nil)
-		}
-		return nil
 	}
 	var w *watch
 	var wv watch
 	if l.observers != nil {
 		w = &wv
 	}
-	err := l.decideLayers(ctx, reqs, at, w, v)
+	var err error
+	switch {
+	case policyErr != nil:
+		l.failLayers(reqs, v, policyErr)
+	case over != 0:
+		l.overLayers(reqs, over, v)
+	default:
+		err = l.decideLayers(ctx, reqs, at, w, v)
+	}
 	if l.shadow && !v.Allowed {
 		shade(&v.Decision, err)
 	}
-	if l.observers != nil && v.Binding >= 0 {
-		l.observeLayers(checks, reqs, &wv, v, err)
+	if l.observers != nil {
+		l.observeLayers(reqs, &wv, v, err)
 	}
 	return err
 }
 
-// singleAsLayer is AllowLayers on a Limiter built by NewLimiter: its one
-// policy is layer 0.
-func (l *Limiter) singleAsLayer(ctx context.Context, checks []Check, at time.Time, v *Verdict) error {
-	switch {
-	case len(checks) == 0:
-		v.Decision = Decision{Allowed: true, Source: SourceStore}
-		return nil
-	case len(checks) > 1 || checks[0].Layer != 0:
-		return fmt.Errorf("%w: AllowLayers: a Limiter built by NewLimiter has one layer, 0", ErrInvalidOption)
-	case checks[0].Policy != nil:
-		return fmt.Errorf("%w: AllowLayers: a Limiter built by NewLimiter takes no per-request policy; use NewLayered", ErrInvalidOption)
-	}
-	d, err := l.allow(ctx, checks[0].Key, checks[0].Cost, at)
-	v.Decision, v.Binding = d, 0
-	v.Decisions = append(v.Decisions, d)
-	return err
-}
-
-// resolve returns the policy a check decides by: the request's own, when
-// it brings one, else the layer's, adjusted by the Limiter's policy
-// sources.
-func (l *Limiter) resolve(ly *Layer, own *Policy) (Policy, error) {
-	p := ly.Policy
+// resolve returns the policy a check for key decides by: the request's
+// own, when it brings one, else the layer's lp, adjusted by the Limiter's
+// policy sources.
+func (l *Limiter) resolve(ctx context.Context, key string, lp *Policy, own *Policy) (Policy, error) {
+	p := *lp
 	if own != nil {
 		p = *own
-		if p.Algorithm != ly.Policy.Algorithm {
-			return Policy{}, fmt.Errorf("%w: layer %q: the request's policy is %s, the layer's %s", ErrInvalidPolicy, ly.Name, p.Algorithm, ly.Policy.Algorithm)
+		if p.Algorithm != lp.Algorithm {
+			return Policy{}, fmt.Errorf("%w: layer %q: the request's policy is %s, the layer's %s", limits.ErrPolicy, lp.Name, p.Algorithm, lp.Algorithm)
 		}
-		p.Name = ly.Name
+		p.Name, p.FailClosed = lp.Name, lp.FailClosed
 		if err := p.Validate(); err != nil {
-			return Policy{}, fmt.Errorf("layer %q: the request's policy: %w", ly.Name, err)
+			return Policy{}, fmt.Errorf("%w: layer %q: the request's policy: %w", limits.ErrPolicy, lp.Name, err)
 		}
 	}
 	if l.sources == nil {
 		return p, nil
 	}
-	return l.adjust(p)
+	return l.adjust(ctx, key, p)
 }
 
 // decideLayers asks the store about reqs, all or nothing, and fills v.
-func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time, w *watch, v *Verdict) error {
-	ls := l.layered
+func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time, w *watch, v *verdict) error {
 	if ctx.Err() != nil {
 		return l.canceledLayers(ctx, nil, reqs, v)
 	}
-	v.Decisions = growDecisions(v.Decisions, len(reqs))
+	v.ds = growDecisions(v.ds, len(reqs))
 	state := l.brk.state.Load()
 	probe := false
 	if state&brkOpen != 0 {
 		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
-			return l.layersWithoutStore(ctx, reqs, at, v, l.openErr)
+			l.layersWithoutStore(ctx, reqs, at, v, l.openErr)
+			return nil
 		}
 	}
 	var start time.Time
 	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
-	took, err := l.doAll(ctx, ls.multi, reqs, at, v.Decisions, probe)
+	took, err := l.doAll(ctx, reqs, at, v.ds, probe)
 	if !start.IsZero() {
 		if !took.IsZero() {
 			l.inProcess.Store(true) // in process: timed no more
@@ -393,16 +285,18 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		if callerDone(ctx) {
 			return l.canceledLayers(ctx, err, reqs, v)
 		}
-		if !probe && countsAsFailure(err) {
+		if !probe && !errors.Is(err, ErrInvalidOption) {
 			l.brk.fail(l.elapsed(at))
 		}
-		return l.layersWithoutStore(ctx, reqs, at, v, fmt.Errorf("%w: layers: %w", ErrStore, timedOut(err)))
+		l.layersWithoutStore(ctx, reqs, at, v, storeErr(err))
+		return nil
 	}
 	if state&brkCount != 0 {
 		l.brk.succeed()
 	}
-	l.verdict(reqs, v, SourceStore)
-	if ls.fallback != nil && v.Allowed {
+	v.took = took
+	l.verdict(reqs, v, SourceStore, nil)
+	if l.fallback != nil && v.Allowed {
 		l.mirrorLayers(ctx, reqs, at, v)
 	}
 	return nil
@@ -418,21 +312,21 @@ func growDecisions(ds []Decision, n int) []Decision {
 	return ds
 }
 
-// verdict completes v from the store's decisions of reqs: the policies,
-// the Source, the costs given back, the binding layer.
-func (l *Limiter) verdict(reqs []Request, v *Verdict, src Source) {
+// verdict completes v from the decisions of reqs in v.ds: the policies,
+// the Source and Err, the costs given back, the binding layer.
+func (l *Limiter) verdict(reqs []Request, v *verdict, src Source, err error) {
 	allowed := true
-	for i := range v.Decisions {
-		if !v.Decisions[i].Allowed {
+	for i := range v.ds {
+		if !v.ds[i].Allowed {
 			allowed = false
 			break
 		}
 	}
 	b := -1
 	var delay time.Duration
-	for i := range v.Decisions {
-		d := &v.Decisions[i]
-		d.Policy, d.Source = reqs[i].Policy, src
+	for i := range v.ds {
+		d := &v.ds[i]
+		d.Policy, d.Source, d.Err = reqs[i].Policy, src, err
 		if d.Allowed {
 			delay = max(delay, d.Delay)
 			if !allowed { // it took nothing: what it has left is its cost more
@@ -440,12 +334,12 @@ func (l *Limiter) verdict(reqs []Request, v *Verdict, src Source) {
 				d.Delay = 0
 			}
 		}
-		if b < 0 || binds(d, &v.Decisions[b], allowed) {
+		if b < 0 || binds(d, &v.ds[b], allowed) {
 			b = i
 		}
 	}
-	v.Binding = b
-	v.Decision = v.Decisions[b]
+	v.binding = b
+	v.Decision = v.ds[b]
 	v.Allowed = allowed
 	if allowed {
 		v.Delay = delay
@@ -467,42 +361,37 @@ func binds(d, e *Decision, allowed bool) bool {
 	return d.ResetAfter > e.ResetAfter
 }
 
-// doAll asks store to decide reqs, as do asks one request.
-func (l *Limiter) doAll(ctx context.Context, store Store, reqs []Request, at time.Time, out []Decision, probe bool) (time.Time, error) {
-	took, err := store.TakeAll(ctx, at, reqs, out)
+// doAll asks the store to decide reqs, as do asks one request.
+func (l *Limiter) doAll(ctx context.Context, reqs []Request, at time.Time, out []Decision, probe bool) (time.Time, error) {
+	took, err := l.store.TakeAll(ctx, at, reqs, out)
 	if probe {
 		l.brk.probed(err == nil, l.elapsed(at))
 	}
 	return took, err
 }
 
-// layersWithoutStore decides reqs by the fallback or else the FailMode,
-// for a store that failed with err or was not asked.
-func (l *Limiter) layersWithoutStore(ctx context.Context, reqs []Request, at time.Time, v *Verdict, err error) error {
-	if fb := l.layered.fallback; fb != nil {
+// layersWithoutStore decides reqs by the fallback or else the layers'
+// FailClosed, for a store that failed with err or was not asked.
+func (l *Limiter) layersWithoutStore(ctx context.Context, reqs []Request, at time.Time, v *verdict, err error) {
+	if fb := l.fallback; fb != nil {
 		l.brk.degrade(l.elapsed(at))
-		clear(v.Decisions)
-		if _, ferr := fb.TakeAll(ctx, at, reqs, v.Decisions); ferr == nil {
-			l.verdict(reqs, v, SourceFallback)
-			return err
+		clear(v.ds)
+		if _, ferr := fb.TakeAll(ctx, at, reqs, v.ds); ferr == nil {
+			l.verdict(reqs, v, SourceFallback, err)
+			return
 		}
 	}
-	l.failLayers(reqs, v)
-	return err
+	l.failLayers(reqs, v, err)
 }
 
-// failLayers fills v with the FailMode's decisions of reqs: each layer's
-// fails closed when the Limiter's FailMode or the layer says so.
-func (l *Limiter) failLayers(reqs []Request, v *Verdict) {
-	v.Decisions = growDecisions(v.Decisions, len(reqs))
+// failLayers fills v with the decisions of reqs by each layer's
+// FailClosed, err their Err.
+func (l *Limiter) failLayers(reqs []Request, v *verdict, err error) {
+	v.ds = growDecisions(v.ds, len(reqs))
 	for i := range reqs {
-		closed := l.failMode == FailClosed
-		if j, ok := l.layered.index[reqs[i].Policy.Name]; ok && l.layered.layers[j].FailClosed {
-			closed = true
-		}
-		v.Decisions[i] = l.failedAs(&reqs[i].Policy, closed)
+		v.ds[i] = l.failedAs(&reqs[i].Policy, err)
 	}
-	l.verdict(reqs, v, SourceFailMode)
+	l.verdict(reqs, v, SourceFailMode, err)
 }
 
 // overLayers fills v for reqs, some of which (the bits of over) cost more
@@ -513,25 +402,25 @@ func (l *Limiter) failLayers(reqs []Request, v *Verdict) {
 // the policy in force may have changed. The store was not asked what the
 // others have left: they say nothing left until their Window has passed,
 // so that a client that heeds them is never surprised.
-func (l *Limiter) overLayers(reqs []Request, over uint32, v *Verdict) {
-	v.Decisions = growDecisions(v.Decisions, len(reqs))
+func (l *Limiter) overLayers(reqs []Request, over uint32, v *verdict) {
+	v.ds = growDecisions(v.ds, len(reqs))
 	for i := range reqs {
 		p := &reqs[i].Policy
-		v.Decisions[i] = Decision{Allowed: over&(1<<i) == 0, Limit: p.capacity(), ResetAfter: p.Window}
-		if !v.Decisions[i].Allowed {
-			v.Decisions[i].RetryAfter = p.Window
+		v.ds[i] = Decision{Allowed: over&(1<<i) == 0, Limit: p.capacity(), ResetAfter: p.Window}
+		if !v.ds[i].Allowed {
+			v.ds[i].RetryAfter = p.Window
 		}
 	}
-	l.verdict(reqs, v, SourceStore)
-	for i := range v.Decisions {
-		v.Decisions[i].Remaining = 0 // not the cost back that verdict gives a layer that took nothing
+	l.verdict(reqs, v, SourceStore, nil)
+	for i := range v.ds {
+		v.ds[i].Remaining = 0 // not the cost back that verdict gives a layer that took nothing
 	}
 	v.Remaining = 0
 }
 
 // mirrorLayers takes reqs, which the store admitted, in the fallback too,
 // as mirror does for one request.
-func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time, v *Verdict) {
+func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time, v *verdict) {
 	// From the pools: arrays handed to the fallback's TakeAll, an
 	// interface call, would each go to the heap.
 	own := reqPool.Get().(*[limits.MaxLayers]Request)
@@ -546,61 +435,41 @@ func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time
 	for i := range own[:n] {
 		own[i].Policy.Lockout, own[i].Policy.LockoutMax, own[i].Policy.LockoutMemory = 0, 0, 0
 	}
-	_, err := l.layered.fallback.TakeAll(ctx, at, own[:n], fds[:n])
+	_, err := l.fallback.TakeAll(ctx, at, own[:n], fds[:n])
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
 		return
 	}
-	fv := Verdict{Decisions: fds[:n]}
-	l.verdict(reqs, &fv, SourceFallback)
+	fv := verdict{ds: fds[:n]}
+	l.verdict(reqs, &fv, SourceFallback, nil)
 	if !fv.Allowed {
-		copy(v.Decisions, fv.Decisions)
-		v.Decision, v.Binding = fv.Decision, fv.Binding
+		copy(v.ds, fv.ds)
+		v.Decision, v.binding = fv.Decision, fv.binding
 	}
 }
 
 // canceledLayers is canceled for a layered request.
-func (l *Limiter) canceledLayers(ctx context.Context, storeErr error, reqs []Request, v *Verdict) error {
-	_, err := l.canceled(ctx, storeErr)
-	p := &reqs[0].Policy
-	v.Decision = Decision{Limit: p.capacity(), Policy: *p}
-	v.Binding = 0
+func (l *Limiter) canceledLayers(ctx context.Context, storeErr error, reqs []Request, v *verdict) error {
+	d, err := l.canceled(ctx, &reqs[0].Policy, storeErr)
+	v.Decision, v.binding = d, 0
 	return err
 }
 
-// failedAs is the Decision of a store failure under policy p: a denial
-// when closed, else an admission.
-func (l *Limiter) failedAs(p *Policy, closed bool) Decision {
-	c := p.capacity()
-	if closed {
-		return Decision{Limit: c, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: *p, Source: SourceFailMode}
+// observeLayers reports a layered request: one Event per layer that
+// applied, the binding layer's with the request's decision, the others'
+// with their own; a request that decided nothing (err) is reported once,
+// under its first layer.
+func (l *Limiter) observeLayers(reqs []Request, p *watch, v *verdict, err error) {
+	if err != nil || len(v.ds) < len(reqs) {
+		p.key = reqs[v.binding].Key
+		l.observeAs(reqs[v.binding].Cost, p, &v.Decision, err, true)
+		return
 	}
-	return Decision{Allowed: true, Limit: c, Remaining: c, Policy: *p, Source: SourceFailMode}
-}
-
-// resetEvery is Reset on a layered Limiter: key under every layer.
-func (l *Limiter) resetEvery(ctx context.Context, key string) error {
-	var errs []error
-	for _, ly := range l.layered.layers {
-		if err := l.resetPolicy(ctx, key, ly.Policy); err != nil {
-			if errors.Is(err, ErrCanceled) || errors.Is(err, ErrInvalidKey) {
-				return err
-			}
-			errs = append(errs, fmt.Errorf("layer %q: %w", ly.Name, err))
+	for i := range reqs {
+		p.key = reqs[i].Key
+		if i == v.binding {
+			l.observeAs(reqs[i].Cost, p, &v.Decision, nil, true)
+			continue
 		}
+		l.observeAs(reqs[i].Cost, p, &v.ds[i], nil, false)
 	}
-	return errors.Join(errs...)
-}
-
-// ResetLayer forgets the state of key under the layer named layer, its
-// lockout and strikes included, as Reset does for a Limiter's policy. It
-// fails with ErrInvalidOption when the Limiter has no such layer.
-func (l *Limiter) ResetLayer(ctx context.Context, layer, key string) error {
-	i, ok := l.LayerIndex(layer)
-	if !ok {
-		if l.layered == nil && layer == l.policy.Name {
-			return l.Reset(ctx, key)
-		}
-		return fmt.Errorf("%w: ResetLayer: no layer %q", ErrInvalidOption, layer)
-	}
-	return l.resetPolicy(ctx, key, l.layered.layers[i].Policy)
 }

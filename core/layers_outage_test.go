@@ -11,6 +11,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -27,16 +29,20 @@ func TestLayeredRedisOutage(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
 	require.NoError(t, err)
-	open, err := core.NewLayered(store, fourLayers(), core.WithCircuitBreaker(0, time.Second))
+	open, err := core.NewLimiter(store, fourLayers(), limitertest.CircuitBreaker(0, time.Second))
 	require.NoError(t, err)
-	closed, err := core.NewLayered(store, fourLayers(), core.WithFailMode(core.FailClosed), core.WithCircuitBreaker(0, time.Second))
+	shut := fourLayers()
+	for i := range shut {
+		shut[i].FailClosed = time.Second
+	}
+	closed, err := core.NewLimiter(store, shut, limitertest.CircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	fb := newMemStore(t)
-	fallback, err := core.NewLayered(store, fourLayers(), core.WithFallback(fb), core.WithCircuitBreaker(0, time.Second))
+	fallback, err := core.NewLimiter(store, fourLayers(), core.WithFallback(fb), limitertest.CircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	guarded := fourLayers()
-	guarded[2].FailClosed = true // the login guard stays shut in an outage
-	mixed, err := core.NewLayered(store, guarded, core.WithCircuitBreaker(0, time.Second))
+	guarded[2].FailClosed = time.Second // the login guard stays shut in an outage
+	mixed, err := core.NewLimiter(store, guarded, limitertest.CircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	checks := []core.Check{{Layer: 0, Key: "api", Cost: 1}, {Layer: 2, Key: "ip:1", Cost: 1}, {Layer: 3, Key: "ip:1", Cost: 1}}
 	ctx := context.Background()
@@ -48,10 +54,10 @@ func TestLayeredRedisOutage(t *testing.T) {
 	// outlast it.
 	healthyStore, err := redisstore.New(client, redisstore.WithTimeout(10*time.Second))
 	require.NoError(t, err)
-	healthy, err := core.NewLayered(healthyStore, fourLayers())
+	healthy, err := core.NewLimiter(healthyStore, fourLayers())
 	require.NoError(t, err)
-	var v core.Verdict
-	require.NoError(t, healthy.AllowLayers(ctx, checks, &v))
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(healthy, ctx, checks, time.Time{}, &v))
 	require.True(t, v.Allowed)
 	assert.Equal(t, core.SourceStore, v.Source)
 
@@ -72,10 +78,11 @@ func TestLayeredRedisOutage(t *testing.T) {
 				"mixed":    {mixed, false, core.SourceFailMode},
 			} {
 				start := time.Now()
-				var v core.Verdict
-				err := tc.l.AllowLayers(ctx, checks, &v)
+				var v limitertest.Verdict
+				err := limitertest.AllowLayers(tc.l, ctx, checks, time.Time{}, &v)
 				took := time.Since(start)
-				require.ErrorIs(t, err, core.ErrStore, name)
+				require.NoError(t, err)
+				require.ErrorIs(t, v.Err, limits.ErrStore, name)
 				assert.Equal(t, tc.allowed, v.Allowed, name)
 				assert.Equal(t, tc.source, v.Source, name)
 				assert.Less(t, took, timeout+time.Second, "%s: bounded by the timeout, not the client", name)
@@ -83,8 +90,9 @@ func TestLayeredRedisOutage(t *testing.T) {
 					assert.Equal(t, "login", v.Policy.Name, "the layer that failed closed binds")
 					assert.Equal(t, time.Second, v.RetryAfter)
 					assert.True(t, v.Decisions[0].Allowed, "the global layer failed open")
-					var other core.Verdict
-					require.ErrorIs(t, mixed.AllowLayers(ctx, []core.Check{checks[0], checks[2]}, &other), core.ErrStore)
+					var other limitertest.Verdict
+					require.NoError(t, limitertest.AllowLayers(mixed, ctx, []core.Check{checks[0], checks[2]}, time.Time{}, &other))
+					require.ErrorIs(t, other.Err, limits.ErrStore)
 					assert.True(t, other.Allowed, "without the login layer, the request fails open")
 				}
 				if tc.source == core.SourceFallback {
@@ -98,11 +106,13 @@ func TestLayeredRedisOutage(t *testing.T) {
 	// quarter hour, denies the sixth, and that denial took nothing from
 	// the ip layer.
 	for i := 0; i < 4; i++ {
-		var v core.Verdict
-		require.ErrorIs(t, fallback.AllowLayers(ctx, checks, &v), core.ErrStore)
+		var v limitertest.Verdict
+		require.NoError(t, limitertest.AllowLayers(fallback, ctx, checks, time.Time{}, &v))
+		require.ErrorIs(t, v.Err, limits.ErrStore)
 	}
-	var fv core.Verdict
-	require.ErrorIs(t, fallback.AllowLayers(ctx, checks, &fv), core.ErrStore)
+	var fv limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(fallback, ctx, checks, time.Time{}, &fv))
+	require.ErrorIs(t, fv.Err, limits.ErrStore)
 	assert.False(t, fv.Allowed)
 	assert.Equal(t, "login", fv.Policy.Name)
 	assert.Equal(t, int64(300-5), fv.Decisions[2].Remaining, "the mirrored request and four more were admitted")

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
 
 // TestCostOverThePolicyInForceIsADenial: a request whose cost fits a
@@ -16,19 +17,19 @@ import (
 // force (a policy source shrank it under load, or a smaller plan) is
 // denied, with RetryAfter the layer's Window and no error, and takes
 // nothing from any layer; a cost beyond every configured policy is still
-// ErrCostExceedsLimit.
+// ErrInvalidOption.
 func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	ctx := context.Background()
 	src := &scale{}
-	layers := []core.Layer{
-		{Name: "global", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
-		{Name: "user", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 20, Window: time.Minute}},
+	layers := []core.Policy{
+		{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
+		{Name: "user", Algorithm: core.TokenBucket, Limit: 20, Window: time.Minute},
 	}
-	l, err := core.NewLayered(newMemStore(t), layers, core.WithPolicySource(src))
+	l, err := core.NewLimiter(newMemStore(t), layers, core.WithPolicySource(src))
 	require.NoError(t, err)
-	ask := func(cost int64, plan *core.Policy) (core.Verdict, error) {
-		var v core.Verdict
-		err := l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "api", Cost: cost}, {Layer: 1, Key: "user:1", Cost: cost, Policy: plan}}, layerT0, &v)
+	ask := func(cost int64, plan *core.Policy) (limitertest.Verdict, error) {
+		var v limitertest.Verdict
+		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "api", Cost: cost}, {Layer: 1, Key: "user:1", Cost: cost, Policy: plan}}, layerT0, &v)
 		return v, err
 	}
 
@@ -51,7 +52,7 @@ func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	assert.Zero(t, v.Decisions[0].Remaining, "the store was not asked: the global layer says nothing left")
 
 	_, err = ask(201, nil)
-	require.ErrorIs(t, err, core.ErrCostExceedsLimit, "beyond the user layer's own 20: the caller's mistake")
+	require.ErrorIs(t, err, core.ErrInvalidOption, "beyond the user layer's own 20: the caller's mistake")
 	src.set(0, "")
 
 	// Nothing was taken by the denial: global and user say what they said.
@@ -70,7 +71,7 @@ func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, v.Allowed, "100 fits the premium plan's 500, not its 50 under load")
 	_, err = ask(600, premium)
-	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 	src.set(0, "")
 	small := &core.Policy{Algorithm: core.TokenBucket, Limit: 3, Window: time.Minute}
 	v, err = ask(5, small)
@@ -79,19 +80,20 @@ func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	assert.Equal(t, int64(3), v.Limit)
 
 	// A single Limiter with a policy source, likewise.
-	single, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 20, Window: time.Minute},
+	single, err := core.NewLimiter(newMemStore(t), []core.Policy{{Name: "api", Algorithm: core.FixedWindow, Limit: 20, Window: time.Minute}},
 		core.WithPolicySource(src))
+
 	require.NoError(t, err)
 	src.set(0.1, "")
-	d, err := single.AllowNAt(ctx, "k", 5, layerT0)
+	d, err := single.AllowN(ctx, "k", 5, layerT0)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, int64(2), d.Limit)
 	assert.Equal(t, time.Minute, d.RetryAfter)
-	_, err = single.AllowNAt(ctx, "k", 21, layerT0)
-	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	_, err = single.AllowN(ctx, "k", 21, layerT0)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 	src.set(0, "")
-	d, err = single.AllowNAt(ctx, "k", 20, layerT0)
+	d, err = single.AllowN(ctx, "k", 20, layerT0)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "the denial took nothing")
 }

@@ -12,47 +12,48 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 var layerT0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
-func fourLayers() []core.Layer {
-	return []core.Layer{
-		{Name: "global", Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1_000_000, Window: time.Minute}},
-		{Name: "user", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute}},
-		{Name: "login", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}},
-		{Name: "ip", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 300, Window: time.Minute}},
+func fourLayers() []core.Policy {
+	return []core.Policy{
+		{Name: "global", Algorithm: core.SlidingWindowCounter, Limit: 1_000_000, Window: time.Minute},
+		{Name: "user", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute},
+		{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute},
+		{Name: "ip", Algorithm: core.FixedWindow, Limit: 300, Window: time.Minute},
 	}
 }
 
 func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 	s := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
-	many := make([]core.Layer, limits.MaxLayers+1)
+	many := make([]core.Policy, limits.MaxLayers+1)
 	for i := range many {
-		many[i] = core.Layer{Name: "l" + string(rune('a'+i)), Policy: p}
+		many[i] = limitertest.Named(p, "l"+string(rune('a'+i)))
 	}
 	for name, tc := range map[string]struct {
 		store  core.Store
-		layers []core.Layer
+		layers []core.Policy
 		opts   []core.Option
 		want   error
 	}{
 		"no layer":           {s, nil, nil, core.ErrInvalidOption},
 		"too many":           {s, many, nil, core.ErrInvalidOption},
-		"no name":            {s, []core.Layer{{Policy: p}}, nil, core.ErrInvalidOption},
-		"bad name":           {s, []core.Layer{{Name: "a b", Policy: p}}, nil, core.ErrInvalidOption},
-		"duplicate":          {s, []core.Layer{{Name: "a", Policy: p}, {Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
-		"duplicate but case": {s, []core.Layer{{Name: "login", Policy: p}, {Name: "Login", Policy: p}}, nil, core.ErrInvalidOption},
-		"policy named else":  {s, []core.Layer{{Name: "a", Policy: core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}}}, nil, core.ErrInvalidOption},
-		"invalid policy":     {s, []core.Layer{{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Window: time.Second}}}, nil, core.ErrInvalidPolicy},
-		"nil store":          {nil, []core.Layer{{Name: "a", Policy: p}}, nil, core.ErrInvalidOption},
-		"deny cache":         {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithDenyCache(10)}, core.ErrInvalidOption},
-		"nil source":         {s, []core.Layer{{Name: "a", Policy: p}}, []core.Option{core.WithPolicySource(nil)}, core.ErrInvalidOption},
+		"same derived name":  {s, []core.Policy{p, p}, nil, core.ErrInvalidOption},
+		"bad name":           {s, []core.Policy{limitertest.Named(p, "a b")}, nil, core.ErrInvalidOption},
+		"duplicate":          {s, []core.Policy{limitertest.Named(p, "a"), limitertest.Named(p, "a")}, nil, core.ErrInvalidOption},
+		"duplicate but case": {s, []core.Policy{limitertest.Named(p, "login"), limitertest.Named(p, "Login")}, nil, core.ErrInvalidOption},
+		"invalid policy":     {s, []core.Policy{{Name: "a", Algorithm: core.FixedWindow, Window: time.Second}}, nil, core.ErrInvalidOption},
+		"nil store":          {nil, []core.Policy{limitertest.Named(p, "a")}, nil, core.ErrInvalidOption},
+		"deny cache":         {s, []core.Policy{limitertest.Named(p, "a"), limitertest.Named(p, "b")}, []core.Option{core.WithDenyCache(10)}, core.ErrInvalidOption},
+		"nil source":         {s, []core.Policy{limitertest.Named(p, "a")}, []core.Option{core.WithPolicySource(nil)}, core.ErrInvalidOption},
 	} {
 		t.Run(name, func(t *testing.T) {
-			l, err := core.NewLayered(tc.store, tc.layers, tc.opts...)
+			l, err := core.NewLimiter(tc.store, tc.layers, tc.opts...)
 			require.ErrorIs(t, err, tc.want)
 			assert.Nil(t, l)
 		})
@@ -60,10 +61,10 @@ func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 }
 
 func TestAllowLayersRefusesBadChecks(t *testing.T) {
-	l, err := core.NewLayered(newMemStore(t), fourLayers())
+	l, err := core.NewLimiter(newMemStore(t), fourLayers())
 	require.NoError(t, err)
 	ctx := context.Background()
-	var v core.Verdict
+	var v limitertest.Verdict
 	for name, tc := range map[string]struct {
 		checks []core.Check
 		want   error
@@ -71,34 +72,35 @@ func TestAllowLayersRefusesBadChecks(t *testing.T) {
 		"layer out of range": {[]core.Check{{Layer: 4, Key: "k", Cost: 1}}, core.ErrInvalidOption},
 		"negative layer":     {[]core.Check{{Layer: -1, Key: "k", Cost: 1}}, core.ErrInvalidOption},
 		"layer twice":        {[]core.Check{{Layer: 1, Key: "k", Cost: 1}, {Layer: 1, Key: "j", Cost: 1}}, core.ErrInvalidOption},
-		"empty key":          {[]core.Check{{Layer: 0, Key: "", Cost: 1}}, core.ErrInvalidKey},
-		"zero cost":          {[]core.Check{{Layer: 0, Key: "k"}}, core.ErrInvalidCost},
-		"cost over capacity": {[]core.Check{{Layer: 2, Key: "k", Cost: 6}}, core.ErrCostExceedsLimit},
-		"huge cost":          {[]core.Check{{Layer: 1, Key: "k", Cost: math.MaxInt64}}, core.ErrCostExceedsLimit},
+		"empty key":          {[]core.Check{{Layer: 0, Key: "", Cost: 1}}, core.ErrInvalidOption},
+		"zero cost":          {[]core.Check{{Layer: 0, Key: "k"}}, core.ErrInvalidOption},
+		"cost over capacity": {[]core.Check{{Layer: 2, Key: "k", Cost: 6}}, core.ErrInvalidOption},
+		"huge cost":          {[]core.Check{{Layer: 1, Key: "k", Cost: math.MaxInt64}}, core.ErrInvalidOption},
 		"too many checks": {[]core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1},
 			{Layer: 2, Key: "k", Cost: 1}, {Layer: 3, Key: "k", Cost: 1}, {Layer: 3, Key: "k", Cost: 1}}, core.ErrInvalidOption},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := l.AllowLayersAt(ctx, tc.checks, layerT0, &v)
+			err := limitertest.AllowLayers(l, ctx, tc.checks, layerT0, &v)
 			require.ErrorIs(t, err, tc.want)
 			assert.False(t, v.Allowed)
 		})
 	}
-	require.ErrorIs(t, l.AllowLayers(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, nil), core.ErrInvalidOption)
+	_, _, err = l.AllowLayers(ctx, time.Time{}, []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}, make([]core.Decision, 1))
+	require.ErrorIs(t, err, core.ErrInvalidOption, "out shorter than checks")
 
 	// Nothing was taken by the refused checks: the login layer is whole.
-	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 2, Key: "k", Cost: 1}}, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 2, Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)
 	assert.Equal(t, int64(4), v.Remaining)
 }
 
 func TestAllowLayersAllOrNothing(t *testing.T) {
-	l, err := core.NewLayered(newMemStore(t), fourLayers())
+	l, err := core.NewLimiter(newMemStore(t), fourLayers())
 	require.NoError(t, err)
 	ctx := context.Background()
-	login := func(at time.Time) core.Verdict {
-		var v core.Verdict
-		require.NoError(t, l.AllowLayersAt(ctx, []core.Check{
+	login := func(at time.Time) limitertest.Verdict {
+		var v limitertest.Verdict
+		require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{
 			{Layer: 0, Key: "api", Cost: 1},
 			{Layer: 1, Key: "user:7", Cost: 1},
 			{Layer: 2, Key: "ip:192.0.2.1", Cost: 1},
@@ -132,8 +134,8 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 	}
 	// The other layers' states were not charged: a request outside /login
 	// finds them as the five logins left them.
-	var v core.Verdict
-	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{
 		{Layer: 1, Key: "user:7", Cost: 1},
 		{Layer: 3, Key: "ip:192.0.2.1", Cost: 1},
 	}, layerT0, &v))
@@ -144,51 +146,51 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 	assert.Equal(t, int64(294), v.Remaining)
 
 	// No check: passes, untouched.
-	require.NoError(t, l.AllowLayersAt(ctx, nil, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, nil, layerT0, &v))
 	assert.True(t, v.Allowed)
 	assert.Equal(t, -1, v.Binding)
 	assert.Empty(t, v.Decisions)
 }
 
 func TestAllowLayersRetryAfterIsWhenEveryLayerAdmits(t *testing.T) {
-	l, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "short", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}},
-		{Name: "long", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}},
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "short", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second},
+		{Name: "long", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute},
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
 	both := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
-	var v core.Verdict
-	require.NoError(t, l.AllowLayersAt(ctx, both, layerT0, &v))
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(l, ctx, both, layerT0, &v))
 	require.True(t, v.Allowed)
-	require.NoError(t, l.AllowLayersAt(ctx, both, layerT0.Add(time.Second), &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, both, layerT0.Add(time.Second), &v))
 	require.True(t, v.Allowed)
 	// Both layers deny now: the short one for a second, the long one
 	// until its minute ends. Retry-After is the later.
 	at := layerT0.Add(1500 * time.Millisecond)
-	require.NoError(t, l.AllowLayersAt(ctx, both, at, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, both, at, &v))
 	require.False(t, v.Allowed)
 	assert.Equal(t, 1, v.Binding)
 	assert.Equal(t, time.Minute-1500*time.Millisecond, v.RetryAfter)
 	assert.False(t, v.Decisions[0].Allowed)
 	assert.False(t, v.Decisions[1].Allowed)
 	// One millisecond before it, still denied; at it, admitted.
-	require.NoError(t, l.AllowLayersAt(ctx, both, at.Add(v.RetryAfter-time.Millisecond), &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, both, at.Add(v.RetryAfter-time.Millisecond), &v))
 	assert.False(t, v.Allowed)
-	require.NoError(t, l.AllowLayersAt(ctx, both, layerT0.Add(time.Minute), &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, both, layerT0.Add(time.Minute), &v))
 	assert.True(t, v.Allowed)
 }
 
 func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
-	l, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "fast", Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Burst: 5}},
-		{Name: "slow", Policy: core.Policy{Algorithm: core.LeakyBucket, Limit: 2, Window: time.Second, Burst: 5}},
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "fast", Algorithm: core.LeakyBucket, Limit: 10, Window: time.Second, Burst: 5},
+		{Name: "slow", Algorithm: core.LeakyBucket, Limit: 2, Window: time.Second, Burst: 5},
 	})
 	require.NoError(t, err)
-	var v core.Verdict
+	var v limitertest.Verdict
 	checks := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
-	require.NoError(t, l.AllowLayersAt(context.Background(), checks, layerT0, &v))
-	require.NoError(t, l.AllowLayersAt(context.Background(), checks, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, context.Background(), checks, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, context.Background(), checks, layerT0, &v))
 	require.True(t, v.Allowed)
 	assert.Equal(t, 100*time.Millisecond, v.Decisions[0].Delay)
 	assert.Equal(t, 500*time.Millisecond, v.Decisions[1].Delay)
@@ -196,14 +198,14 @@ func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
 }
 
 func TestAllowLayersPerRequestPolicy(t *testing.T) {
-	l, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "user", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
-	ask := func(p *core.Policy, cost int64) (core.Verdict, error) {
-		var v core.Verdict
-		err := l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "user:1", Cost: cost, Policy: p}}, layerT0, &v)
+	ask := func(p *core.Policy, cost int64) (limitertest.Verdict, error) {
+		var v limitertest.Verdict
+		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "user:1", Cost: cost, Policy: p}}, layerT0, &v)
 		return v, err
 	}
 	// 900 of the free plan's 1,000.
@@ -223,23 +225,25 @@ func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	assert.Equal(t, int64(10_000-901), v.Remaining)
 
 	// A plan of another algorithm, or an invalid one, is decided by the
-	// FailMode (FailOpen here), with an error wrapping ErrInvalidPolicy.
+	// FailMode (FailOpen here), with an error wrapping ErrInvalidOption.
 	for name, p := range map[string]*core.Policy{
 		"other algorithm": {Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute},
 		"invalid":         {Algorithm: core.FixedWindow, Limit: -1, Window: time.Minute},
 	} {
 		v, err := ask(p, 1)
-		require.ErrorIs(t, err, core.ErrInvalidPolicy, name)
+		require.NoError(t, err, name)
+		require.ErrorIs(t, v.Err, limits.ErrPolicy, name)
 		assert.True(t, v.Allowed, name)
 		assert.Equal(t, core.SourceFailMode, v.Source, name)
 	}
-	closed, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "user", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
-	}, core.WithFailMode(core.FailClosed))
+	closed, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute, FailClosed: time.Second},
+	})
 	require.NoError(t, err)
-	var cv core.Verdict
-	err = closed.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{Algorithm: core.FixedWindow, Window: time.Minute}}}, layerT0, &cv)
-	require.ErrorIs(t, err, core.ErrInvalidPolicy)
+	var cv limitertest.Verdict
+	err = limitertest.AllowLayers(closed, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{Algorithm: core.FixedWindow, Window: time.Minute}}}, layerT0, &cv)
+	require.NoError(t, err)
+	require.ErrorIs(t, cv.Err, limits.ErrPolicy)
 	assert.False(t, cv.Allowed)
 	assert.Equal(t, core.SourceFailMode, cv.Source)
 	assert.Equal(t, time.Second, cv.RetryAfter)
@@ -253,7 +257,7 @@ type scale struct {
 	name   string // when set, renames the policy (invalid)
 }
 
-func (s *scale) Adjust(p core.Policy) core.Policy {
+func (s *scale) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.factor != 0 {
@@ -262,7 +266,7 @@ func (s *scale) Adjust(p core.Policy) core.Policy {
 	if s.name != "" {
 		p.Name = s.name
 	}
-	return p
+	return p, nil
 }
 
 func (s *scale) set(f float64, name string) {
@@ -274,125 +278,126 @@ func (s *scale) set(f float64, name string) {
 func TestPolicySourceTakesEffectOnTheNextRequest(t *testing.T) {
 	ctx := context.Background()
 	src := &scale{}
-	single, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute},
+	single, err := core.NewLimiter(newMemStore(t), []core.Policy{{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}},
 		core.WithPolicySource(src))
+
 	require.NoError(t, err)
-	layered, err := core.NewLayered(newMemStore(t), []core.Layer{{Name: "api", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}}},
+	layered, err := core.NewLimiter(newMemStore(t), []core.Policy{{Name: "api", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}},
 		core.WithPolicySource(src))
 	require.NoError(t, err)
 	for name, l := range map[string]*core.Limiter{"single": single, "layered": layered} {
 		t.Run(name, func(t *testing.T) {
 			src.set(0, "")
-			d, err := l.AllowNAt(ctx, "k", 6, layerT0)
+			d, err := l.AllowN(ctx, "k", 6, layerT0)
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 			assert.Equal(t, int64(4), d.Remaining)
 
 			src.set(0.5, "") // an incident: half the limit
-			d, err = l.AllowAt(ctx, "k", layerT0)
+			d, err = l.AllowN(ctx, "k", 1, layerT0)
 			require.NoError(t, err)
 			assert.False(t, d.Allowed, "6 used of a limit now 5")
 			assert.Equal(t, int64(5), d.Limit)
 
 			src.set(2, "")
-			d, err = l.AllowAt(ctx, "k", layerT0)
+			d, err = l.AllowN(ctx, "k", 1, layerT0)
 			require.NoError(t, err)
 			assert.True(t, d.Allowed)
 			assert.Equal(t, int64(13), d.Remaining)
 
 			src.set(0, "renamed") // a source that breaks the contract: the FailMode decides
-			d, err = l.AllowAt(ctx, "k", layerT0)
-			require.ErrorIs(t, err, core.ErrInvalidPolicy)
+			d, err = l.AllowN(ctx, "k", 1, layerT0)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrPolicy)
 			assert.True(t, d.Allowed)
 			assert.Equal(t, core.SourceFailMode, d.Source)
 
 			src.set(-1, "") // a negative limit: invalid, the FailMode decides
-			d, err = l.AllowAt(ctx, "k", layerT0)
-			require.ErrorIs(t, err, core.ErrInvalidPolicy)
+			d, err = l.AllowN(ctx, "k", 1, layerT0)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrPolicy)
 			assert.Equal(t, core.SourceFailMode, d.Source)
 		})
 	}
 }
 
 func TestLayeredAllowAndResetApplyToEveryLayer(t *testing.T) {
-	l, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}},
-		{Name: "b", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}},
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "a", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute},
+		{Name: "b", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute},
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
-	assert.Equal(t, "a", l.Policy().Name)
-	require.Len(t, l.Layers(), 2)
-	i, ok := l.LayerIndex("b")
-	assert.True(t, ok)
-	assert.Equal(t, 1, i)
-	_, ok = l.LayerIndex("c")
-	assert.False(t, ok)
+	assert.Equal(t, "a", l.Policies()[0].Name)
+	require.Len(t, l.Policies(), 2)
+	assert.Equal(t, "b", l.Policies()[1].Name)
 
 	for i := 0; i < 2; i++ {
-		d, err := l.AllowAt(ctx, "k", layerT0)
+		d, err := l.AllowN(ctx, "k", 1, layerT0)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
-	d, err := l.AllowAt(ctx, "k", layerT0)
+	d, err := l.AllowN(ctx, "k", 1, layerT0)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "b", d.Policy.Name)
 
-	require.NoError(t, l.ResetLayer(ctx, "b", "k"))
-	d, err = l.AllowAt(ctx, "k", layerT0)
+	require.NoError(t, l.Reset(ctx, "k", "b"))
+	d, err = l.AllowN(ctx, "k", 1, layerT0)
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "b was reset; a had one left")
-	d, err = l.AllowAt(ctx, "k", layerT0)
+	d, err = l.AllowN(ctx, "k", 1, layerT0)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "a", d.Policy.Name)
 
 	require.NoError(t, l.Reset(ctx, "k"))
-	d, err = l.AllowAt(ctx, "k", layerT0)
+	d, err = l.AllowN(ctx, "k", 1, layerT0)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
-	require.ErrorIs(t, l.ResetLayer(ctx, "nope", "k"), core.ErrInvalidOption)
+	require.ErrorIs(t, l.Reset(ctx, "k", "nope"), core.ErrInvalidOption)
 }
 
 func TestSingleLimiterAsOneLayer(t *testing.T) {
-	l, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}})
 	require.NoError(t, err)
-	assert.Nil(t, l.Layers())
+	require.Len(t, l.Policies(), 1)
 	ctx := context.Background()
-	var v core.Verdict
-	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)
 	assert.Equal(t, 0, v.Binding)
-	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
 	assert.False(t, v.Allowed)
-	require.ErrorIs(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 1, Key: "k", Cost: 1}}, layerT0, &v), core.ErrInvalidOption)
-	require.ErrorIs(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{}}}, layerT0, &v), core.ErrInvalidOption)
-	require.NoError(t, l.ResetLayer(ctx, "p", "k"))
-	require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	require.ErrorIs(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 1, Key: "k", Cost: 1}}, layerT0, &v), core.ErrInvalidOption)
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{}}}, layerT0, &v))
+	require.ErrorIs(t, v.Err, limits.ErrPolicy, "an invalid Check.Policy is decided by the fail mode")
+	assert.Equal(t, core.SourceFailMode, v.Source)
+	require.NoError(t, l.Reset(ctx, "k", "p"))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)
 }
 
 func TestLayeredShadowAndObservers(t *testing.T) {
 	var mu sync.Mutex
 	var events []core.Event
-	obs := core.ObserverFunc(func(e core.Event) {
+	obs := limitertest.Observer(func(e core.Event) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
 	})
-	l, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "a", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}},
-		{Name: "b", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}},
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "a", Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute},
+		{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute},
 	}, core.WithShadow(), core.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
 	checks := []core.Check{{Layer: 0, Key: "x", Cost: 1}, {Layer: 1, Key: "y", Cost: 1}}
-	var v core.Verdict
-	require.NoError(t, l.AllowLayersAt(ctx, checks, layerT0, &v))
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, layerT0, &v))
 	require.True(t, v.Allowed)
 	require.False(t, v.Shadowed)
-	require.NoError(t, l.AllowLayersAt(ctx, checks, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, layerT0, &v))
 	assert.True(t, v.Allowed)
 	assert.True(t, v.Shadowed, "b would have denied")
 	mu.Lock()
@@ -405,18 +410,18 @@ func TestLayeredShadowAndObservers(t *testing.T) {
 			seen = append(seen, e)
 			continue
 		}
-		assert.Equal(t, "a", e.LimitName(), "a never binds")
+		assert.Equal(t, "a", e.Policy.Name, "a never binds")
 		assert.Equal(t, "x", e.Key)
-		assert.Equal(t, core.OutcomeAllowed, e.Outcome, "a would admit both")
+		assert.Equal(t, outcome.Allowed, outcome.Of(&e.Decision), "a would admit both")
 	}
 	require.Len(t, seen, 2, "one binding event a request")
-	assert.Equal(t, core.OutcomeAllowed, seen[0].Outcome)
-	assert.Equal(t, "b", seen[0].LimitName(), "b binds: it has the least left")
+	assert.Equal(t, outcome.Allowed, outcome.Of(&seen[0].Decision))
+	assert.Equal(t, "b", seen[0].Policy.Name, "b binds: it has the least left")
 	assert.Equal(t, "y", seen[0].Key)
-	assert.Equal(t, core.OutcomeShadowDenied, seen[1].Outcome)
-	assert.Equal(t, "b", seen[1].LimitName())
+	assert.Equal(t, outcome.ShadowDenied, outcome.Of(&seen[1].Decision))
+	assert.Equal(t, "b", seen[1].Policy.Name)
 	// In shadow mode the denied request took nothing from a.
-	require.NoError(t, l.AllowLayersAt(ctx, checks[:1], layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks[:1], layerT0, &v))
 	assert.Equal(t, int64(3), v.Remaining)
 }
 
@@ -425,14 +430,14 @@ func TestLayeredConcurrentExactness(t *testing.T) {
 	// was admitted never exceeds its limit, and a layer with room counts
 	// exactly the admitted requests (denied ones took nothing).
 	s := newMemStore(t)
-	layers := []core.Layer{
-		{Name: "wide", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Minute}},
-		{Name: "user", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 40, Window: time.Minute}},
-		{Name: "ip", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 25, Window: time.Hour}},
+	layers := []core.Policy{
+		{Name: "wide", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Minute},
+		{Name: "user", Algorithm: core.SlidingWindowLog, Limit: 40, Window: time.Minute},
+		{Name: "ip", Algorithm: core.TokenBucket, Limit: 25, Window: time.Hour},
 	}
 	var limiters []*core.Limiter
 	for i := 0; i < 3; i++ {
-		l, err := core.NewLayered(s, layers)
+		l, err := core.NewLimiter(s, layers)
 		require.NoError(t, err)
 		limiters = append(limiters, l)
 	}
@@ -448,9 +453,9 @@ func TestLayeredConcurrentExactness(t *testing.T) {
 			l := limiters[g%len(limiters)]
 			user := "u" + string(rune('0'+g%4))
 			ip := "ip" + string(rune('0'+g%3))
-			var v core.Verdict
+			var v limitertest.Verdict
 			for i := 0; i < 60; i++ {
-				err := l.AllowLayersAt(ctx, []core.Check{
+				err := limitertest.AllowLayers(l, ctx, []core.Check{
 					{Layer: 0, Key: "all", Cost: 1}, {Layer: 1, Key: user, Cost: 1}, {Layer: 2, Key: ip, Cost: 1},
 				}, layerT0, &v)
 				if !assert.NoError(t, err) {
@@ -487,20 +492,20 @@ func TestLayeredConcurrentExactness(t *testing.T) {
 		assert.LessOrEqual(t, n, int64(25), ip)
 	}
 	assert.Equal(t, int64(75), total, "3 addresses of 25 each bind before the users' 4*40")
-	var v core.Verdict
-	require.NoError(t, limiters[1].AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "all", Cost: 1}}, layerT0, &v))
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(limiters[1], ctx, []core.Check{{Layer: 0, Key: "all", Cost: 1}}, layerT0, &v))
 	assert.Equal(t, int64(1_000_000-total-1), v.Remaining, "the wide layer counted the admitted requests only")
 }
 
 func TestLayeredCallerCanceled(t *testing.T) {
 	// The caller's cancellation is ErrCanceled: no FailMode applies.
-	l, err := core.NewLayered(newMemStore(t), fourLayers())
+	l, err := core.NewLimiter(newMemStore(t), fourLayers())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var v core.Verdict
-	err = l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v)
-	require.ErrorIs(t, err, core.ErrCanceled)
+	var v limitertest.Verdict
+	err = limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v)
+	require.ErrorIs(t, err, context.Canceled)
 	assert.False(t, v.Allowed)
 	assert.True(t, errors.Is(err, context.Canceled))
 }
@@ -513,17 +518,17 @@ func TestLayeredAllowAllocs(t *testing.T) {
 	// requests and decisions from pools: no allocation per decision, on
 	// admissions and on denials alike.
 	layers := fourLayers()
-	layers[2].Policy.Limit = limits.MaxLogLimit
-	l, err := core.NewLayered(newMemStore(t), layers)
+	layers[2].Limit = limits.MaxLogLimit
+	l, err := core.NewLimiter(newMemStore(t), layers)
 	require.NoError(t, err)
 	ctx := context.Background()
-	d, err := l.AllowAt(ctx, "203.0.113.7", layerT0)
+	d, err := l.AllowN(ctx, "203.0.113.7", 1, layerT0)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	var i int
 	allocs := testing.AllocsPerRun(200, func() {
 		i++
-		d, err := l.AllowAt(ctx, "203.0.113.7", layerT0.Add(time.Duration(i)*time.Millisecond))
+		d, err := l.AllowN(ctx, "203.0.113.7", 1, layerT0.Add(time.Duration(i)*time.Millisecond))
 		if err != nil || !d.Allowed {
 			t.Fatalf("AllowAt: %+v, %v", d, err)
 		}
@@ -533,16 +538,16 @@ func TestLayeredAllowAllocs(t *testing.T) {
 	// integer average rounds away.)
 	assert.Zero(t, allocs, "allocations per admitted layered Allow")
 
-	full, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "room", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute}},
-		{Name: "full", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}},
+	full, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "room", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Minute},
+		{Name: "full", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour},
 	})
 	require.NoError(t, err)
-	d, err = full.AllowAt(ctx, "k", layerT0)
+	d, err = full.AllowN(ctx, "k", 1, layerT0)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	allocs = testing.AllocsPerRun(200, func() {
-		d, err := full.AllowAt(ctx, "k", layerT0)
+		d, err := full.AllowN(ctx, "k", 1, layerT0)
 		if err != nil || d.Allowed {
 			t.Fatalf("AllowAt: %+v, %v", d, err)
 		}
@@ -550,16 +555,16 @@ func TestLayeredAllowAllocs(t *testing.T) {
 	assert.Zero(t, allocs, "allocations per denied layered Allow")
 
 	// With a fallback, which every admission is mirrored in.
-	mirrored, err := core.NewLayered(newMemStore(t), []core.Layer{
-		{Name: "a", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Second}},
-		{Name: "b", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Hour}},
+	mirrored, err := core.NewLimiter(newMemStore(t), []core.Policy{
+		{Name: "a", Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Second},
+		{Name: "b", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Hour},
 	}, core.WithFallback(newMemStore(t)))
 	require.NoError(t, err)
-	d, err = mirrored.AllowAt(ctx, "k", layerT0)
+	d, err = mirrored.AllowN(ctx, "k", 1, layerT0)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	allocs = testing.AllocsPerRun(200, func() {
-		d, err := mirrored.AllowAt(ctx, "k", layerT0)
+		d, err := mirrored.AllowN(ctx, "k", 1, layerT0)
 		if err != nil || !d.Allowed {
 			t.Fatalf("AllowAt: %+v, %v", d, err)
 		}

@@ -6,99 +6,102 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// FailMode says what a Limiter decides when its store fails or times out.
-type FailMode int
-
-const (
-	// FailOpen allows the request (its Decision has Source SourceFailMode).
-	// It is the default, as in Kong and Envoy: an outage of the rate
-	// limiter should not become an outage of the API.
-	FailOpen FailMode = iota
-	// FailClosed denies the request, with RetryAfter and ResetAfter set to
-	// the Limiter's fail-closed retry (one second unless WithFailClosedRetry
-	// says).
-	FailClosed
-)
-
-// String returns "open" or "closed".
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	}
-	return fmt.Sprintf("FailMode(%d)", int(m))
-}
-
-// Limiter decides whether requests may pass under one Policy, keeping its
-// state in a Store. It is safe for concurrent use; build one per policy and
-// share it.
+// Limiter decides whether requests may pass under one or more policies,
+// its layers, keeping its state in a Store. It is safe for concurrent use;
+// build one and share it.
 //
-// Allow and AllowN decide now; AllowAt and AllowNAt at a time the caller
-// gives, as tests do. They return a Decision and an error. Invalid input
-// (an empty key, a bad cost) returns the zero Decision and an error
-// wrapping one of the sentinel errors. A store failure returns the
-// Decision of the fallback store (see WithFallback) or else the FailMode,
-// together with an error wrapping ErrStore, so that callers can log it;
-// Decision.Source says which decided. A caller whose context ends before
-// the store decided gets a Decision that is not Allowed and an error
-// wrapping ErrCanceled (see AllowN).
+// A Limiter of one policy is a plain limit: Allow and AllowN decide a
+// client's request under it. A Limiter of several decides each request
+// against all of them at once, all or nothing: a request passes only when
+// every layer that applies admits it, and one denied by any layer takes
+// nothing from any (AllowLayers; Allow and AllowN put the same key under
+// every layer).
+//
+// A decision returns a Decision and an error, and the error is nil
+// whenever something was decided, in an outage too: a store that fails or
+// times out leaves the decision to the fallback store (WithFallback) or
+// else the policy's FailClosed, with Decision.Err saying what failed and
+// Decision.Source who decided. A non-nil error means that nothing was
+// decided and the request must not proceed: bad input (wrapping
+// ErrInvalidOption) or the caller's context ending first (wrapping
+// ctx.Err()).
 type Limiter struct {
-	store     Store
-	policy    Policy
-	capacity  int64
-	failMode  FailMode
-	failRetry time.Duration
-	fallback  Store // in process
-	denied    *denyCache
-	brk       breaker
-	born      time.Time // when NewLimiter returned it, with a monotonic reading
-	bornNs    int64     // born in Unix nanoseconds
-	openErr   error     // the error of decisions made while the breaker is open
-	observers []Observer
+	store    Store
+	policy   Policy // the first layer's
+	capacity int64  // policy.capacity()
+	policies []Policy
+	caps     []int64 // each layer's capacity()
+	index    map[string]int
+	fallback Store // in process
+	denied   *denyCache
+	brk      breaker
+	born     time.Time // when NewLimiter returned it, with a monotonic reading
+	bornNs   int64     // born in Unix nanoseconds
+	// openErr is the Err of decisions made while the breaker is open.
+	openErr   error
+	observers []func(Event)
 	shadow    bool
-	layered   *layered       // nil but for NewLayered
 	sources   []PolicySource // WithPolicySource, in order; nil when none
 	// direct says that allow may ask the store itself, without decide,
-	// when the request is plain: there is no observer, shadow mode, policy source, deny cache, fallback or layer
-	// to attend to.
+	// when the request is plain: there is one layer, and no observer,
+	// shadow mode, policy source, deny cache or fallback to attend to.
 	direct bool
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
 	inProcess atomic.Bool
 }
 
-func init() {
-	hooks.LimiterStore = func(l any) any { return l.(*Limiter).store }
-}
-
-// NewLimiter returns a Limiter for policy over store. It fails with
-// ErrInvalidPolicy when the policy does not validate and ErrInvalidOption
-// when store is nil, or an option is nil or out of range.
-func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
-	return newLimiter(store, policy, nil, opts)
-}
-
-// newLimiter is NewLimiter, of a layered Limiter when ls is not nil: the
-// observers are bound to the Limiter once it is whole, layers included.
-func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered, error), opts []Option) (*Limiter, error) {
+// NewLimiter returns a Limiter over store of policies, its layers: 1 to 16
+// policies, one being a plain limit. A policy's Name names its layer, in
+// storage, in the headers and in metrics; NewLimiter derives one when it
+// is empty (see Policy.Name). Usage is kept per Name, so that a client
+// moved from one policy to another within a layer (a plan, an override)
+// keeps it.
+//
+// It fails with an error wrapping ErrInvalidOption when store is nil, there
+// is no policy or more than 16, a policy does not validate, two layers have
+// the same Name (names that differ only in case are the same: a client
+// reading the headers, an operator writing an override, would take one for
+// the other), or an option is nil or out of range (WithDenyCache is for
+// Limiters of one policy).
+func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
-	if err := policy.Validate(); err != nil {
-		return nil, err
+	if len(policies) == 0 {
+		return nil, fmt.Errorf("%w: NewLimiter: no policy", ErrInvalidOption)
 	}
-	if policy.Name == "" {
-		policy.Name = policy.defaultName()
+	if len(policies) > limits.MaxLayers {
+		return nil, fmt.Errorf("%w: NewLimiter: %d policies, more than %d", ErrInvalidOption, len(policies), limits.MaxLayers)
+	}
+	own := make([]Policy, len(policies))
+	caps := make([]int64, len(policies))
+	index := make(map[string]int, len(policies))
+	for i, p := range policies {
+		if err := p.Validate(); err != nil {
+			if len(policies) == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("layer %d (%q): %w", i, p.Name, err)
+		}
+		if p.Name == "" {
+			p.Name = p.defaultName()
+		}
+		for other := range index {
+			if strings.EqualFold(other, p.Name) {
+				return nil, fmt.Errorf("%w: NewLimiter: two layers are named %q and %q: give each its own Name", ErrInvalidOption, other, p.Name)
+			}
+		}
+		index[p.Name] = i
+		own[i], caps[i] = p, p.capacity()
 	}
 	c := defaultConfig()
 	for i, opt := range opts {
@@ -109,16 +112,28 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 			return nil, err
 		}
 	}
+	if c.failClosed > 0 { // a test's hook: as if every policy said so
+		for i := range own {
+			own[i].FailClosed = c.failClosed
+			if err := own[i].Validate(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if c.denyCacheKeys > 0 && len(own) > 1 {
+		return nil, fmt.Errorf("%w: WithDenyCache applies to Limiters of one policy only", ErrInvalidOption)
+	}
 	l := &Limiter{
-		store:     store,
-		policy:    policy,
-		capacity:  policy.capacity(),
-		failMode:  c.failMode,
-		failRetry: c.failRetry,
-		fallback:  c.fallback,
-		born:      time.Now(),
-		shadow:    c.shadow,
-		sources:   c.sources,
+		store:    store,
+		policy:   own[0],
+		capacity: caps[0],
+		policies: own,
+		caps:     caps,
+		index:    index,
+		fallback: c.fallback,
+		born:     time.Now(),
+		shadow:   c.shadow,
+		sources:  c.sources,
 	}
 	l.bornNs = unixNano(l.born)
 	if c.denyCacheKeys > 0 {
@@ -126,41 +141,34 @@ func newLimiter(store Store, policy Policy, ls func(*Limiter, config) (*layered,
 	}
 	l.brk.threshold, l.brk.interval = uint64(c.brkFailures), int64(c.probeInterval)
 	if l.fallback != nil {
-		l.brk.horizon = int64(horizon(policy))
-	}
-	l.openErr = fmt.Errorf("%w: policy %q: %w", ErrStore, policy.Name, ErrCircuitOpen)
-	if ls != nil {
-		layered, err := ls(l, c)
-		if err != nil {
-			return nil, err
+		for _, p := range own {
+			l.brk.horizon = max(l.brk.horizon, int64(horizon(p)))
 		}
-		l.layered = layered
 	}
+	l.openErr = fmt.Errorf("%w: %w", limits.ErrStore, limits.ErrCircuitOpen)
 	observers, err := bindObservers(l, c.observers)
 	if err != nil {
 		return nil, err
 	}
 	l.observers = observers
 	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
-		l.denied == nil && l.fallback == nil && l.layered == nil
+		l.denied == nil && l.fallback == nil && len(own) == 1
 	return l, nil
 }
 
-// Policy returns the Limiter's policy, with its Name filled in.
-func (l *Limiter) Policy() Policy { return l.policy }
+// Policies returns the Limiter's policies, its layers, in order, Names
+// filled in (a copy).
+func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies...) }
 
 // Shadow reports whether the Limiter is in shadow mode (WithShadow): it
 // never denies, and marks the requests it would have denied with
 // Decision.Shadowed.
 func (l *Limiter) Shadow() bool { return l.shadow }
 
-// FailMode returns what the Limiter decides when its store fails.
-func (l *Limiter) FailMode() FailMode { return l.failMode }
-
-// DenyCacheLen returns how many denials the Limiter's deny cache
+// denyCacheLen returns how many denials the Limiter's deny cache
 // remembers (WithDenyCache), expired ones not yet dropped included; 0
-// without a deny cache.
-func (l *Limiter) DenyCacheLen() int {
+// without a deny cache. The exporters read it through internal/hooks.
+func (l *Limiter) denyCacheLen() int {
 	if l.denied == nil {
 		return 0
 	}
@@ -169,78 +177,42 @@ func (l *Limiter) DenyCacheLen() int {
 	return len(l.denied.m)
 }
 
-// Allow is AllowN(ctx, key, 1).
+// Allow is AllowN(ctx, key, 1, time.Time{}).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	return l.allow(ctx, key, 1, time.Time{})
 }
 
 // AllowN decides whether a request of cost n from the client identified by
-// key may pass now, and records it when it may. n weighs expensive requests:
-// an endpoint that costs 5 takes 5 units of the quota.
+// key may pass, under every layer, and records it when it may. n weighs
+// expensive requests: an endpoint that costs 5 takes 5 units of the quota.
+// A key over 128 bytes, or with bytes outside printable ASCII, is stored as
+// its SHA-256 digest.
+//
+// now is the time of the decision: the zero Time is now, on the store's
+// clock (time.Now in process, Redis TIME on Redis, so that app servers with
+// skewed clocks agree); an explicit now makes time data, for tests and
+// simulations, and the deny cache and the circuit breaker count time by it
+// too. Mixing both on one Limiter is sound only when now follows the real
+// time.
 //
 // The caller's cancellation is not a store failure. When ctx has ended
 // before the store is asked, the store is not asked; the store is called
 // with ctx, and returns promptly once it ends (see Store). If the store
 // decided, its decision is returned; if it failed and ctx has ended
-// meanwhile (the request may have spent quota in the store, but it was
-// not admitted), the Decision is not Allowed and the error wraps
-// ErrCanceled and ctx's error: no FailMode or fallback applies.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.allow(ctx, key, n, time.Time{})
-}
-
-// AllowNTimed is AllowN that also returns the time the store decided at,
-// when the Limiter asked the store itself and the store reports it (an
-// in-process store, such as the memory store, on a Limiter with no
-// observer, shadow mode, policy source, deny cache, fallback or layer);
-// otherwise the zero Time, and the caller reads its clock if it needs the
-// time.
-// The headers of a response, X-RateLimit-Reset an absolute time among
-// them, are then written without reading the clock a second time.
-func (l *Limiter) AllowNTimed(ctx context.Context, key string, n int64) (Decision, time.Time, error) {
-	if l.direct {
-		req := Request{Key: key, Policy: l.policy, Cost: n}
-		if l.plain(ctx, key, n) {
-			d, at, err := l.store.Take(ctx, time.Time{}, req)
-			if err != nil {
-				d, err = l.storeFailed(ctx, req, time.Time{}, false, err)
-				return d, time.Time{}, err
-			}
-			d.Policy = l.policy
-			if d.Source != SourceStore {
-				d.Source = SourceStore
-			}
-			return d, at, nil
-		}
-	}
-	d, err := l.allow(ctx, key, n, time.Time{})
-	return d, time.Time{}, err
-}
-
-// AllowAt is AllowNAt(ctx, key, 1, now).
-func (l *Limiter) AllowAt(ctx context.Context, key string, now time.Time) (Decision, error) {
-	return l.allow(ctx, key, 1, now)
-}
-
-// AllowNAt is AllowN at the time now: the store decides at now (Take's
-// now) instead of reading its own clock, and the deny cache, the
-// circuit breaker and the recovery after a store failure count time by now
-// too. It makes time explicit, for tests and simulations; a zero now is
-// AllowN's time. Mixing both forms on one Limiter is sound only when now
-// follows the real time: the Limiter counts AllowN's time on the monotonic
-// clock since it was built, an explicit now as it is.
-func (l *Limiter) AllowNAt(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
+// meanwhile (the request may have spent quota in the store, but it was not
+// admitted), the error wraps ctx's error, and no fallback or FailClosed
+// applies.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
 	return l.allow(ctx, key, n, now)
 }
 
-// allow is AllowNAt; a zero at is the store's clock.
+// allow is AllowN; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (d Decision, err error) {
 	if l.direct {
 		// The hot path (memstore's): decide, spared its tests for what
 		// this Limiter does not have, and two copies of the Decision.
 		// req is built before plain's call, so that its stores have
-		// landed when it is copied into Take's arguments (a copy right
-		// after them waits for them: a store-forwarding stall).
+		// landed when it is copied into Take's arguments.
 		req := Request{Key: key, Policy: l.policy, Cost: n}
 		if l.plain(ctx, key, n) {
 			d, _, err = l.store.Take(ctx, at, req)
@@ -254,7 +226,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 			return d, nil
 		}
 	}
-	if l.layered != nil {
+	if len(l.policies) > 1 {
 		return l.allowEvery(ctx, key, n, at)
 	}
 	if l.observers == nil && !l.shadow {
@@ -272,14 +244,14 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 	if l.shadow && !d.Allowed {
 		shade(&d, err)
 	}
-	l.observe(n, &w, &d, err)
+	l.observeAs(n, &w, &d, err, true)
 	return d, err
 }
 
-// shade admits *d, a denial returned with err, in shadow mode, unless no
-// one decided it: invalid input and ErrCanceled stay as they are.
+// shade admits *d, a denial, in shadow mode, unless no one decided it
+// (err is not nil).
 func shade(d *Decision, err error) {
-	if err != nil && (!errors.Is(err, ErrStore) || errors.Is(err, ErrCanceled)) {
+	if err != nil {
 		return
 	}
 	d.Allowed, d.Shadowed = true, true
@@ -289,23 +261,27 @@ func shade(d *Decision, err error) {
 // the Decision.
 func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time, w *watch) (Decision, error) {
 	if n < 1 {
-		return Decision{}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidCost, n)
+		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidOption, n)
+	}
+	if key == "" {
+		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: empty key", ErrInvalidOption)
 	}
 	policy, capacity := l.policy, l.capacity
+	var policyErr error
 	if l.sources != nil {
-		p, err := l.adjust(policy)
-		if err != nil {
-			return l.failed(), err
+		if p, err := l.adjust(ctx, key, policy); err != nil {
+			policyErr = err
+		} else {
+			policy, capacity = p, p.capacity()
 		}
-		policy, capacity = p, p.capacity()
 	}
 	if n > capacity && n > l.capacity {
-		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrCostExceedsLimit, n, capacity, policy.Name)
+		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrInvalidOption, n, l.capacity, l.policy.Name)
 	}
-	key, err := normalizeKey(key)
-	if err != nil {
-		return Decision{}, err
+	if policyErr != nil {
+		return l.failedAs(&l.policy, policyErr), nil
 	}
+	key, _ = normalizeKey(key)
 	if w != nil {
 		w.key = key
 	}
@@ -316,7 +292,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		return Decision{Limit: capacity, ResetAfter: policy.Window, RetryAfter: policy.Window, Policy: policy, Source: SourceStore}, nil
 	}
 	if ctx.Err() != nil {
-		return l.canceled(ctx, nil)
+		return l.canceled(ctx, &policy, nil)
 	}
 	req := Request{Key: key, Policy: policy, Cost: n}
 	var now time.Time // the deny cache's clock, read before the store decides
@@ -335,7 +311,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	probe := false
 	if state&brkOpen != 0 {
 		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
-			return l.withoutStore(ctx, req, at, l.openErr)
+			return l.withoutStore(ctx, req, at, l.openErr), nil
 		}
 	}
 	var d Decision
@@ -344,6 +320,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		start = time.Now()
 	}
 	var took time.Time
+	var err error
 	if !probe {
 		d, took, err = l.store.Take(ctx, at, req) // the hot path, spared a call
 	} else {
@@ -365,7 +342,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if state&brkCount != 0 {
 		l.brk.succeed()
 	}
-	d.Policy, d.Source = policy, SourceStore
+	d.Policy, d.Source, d.Err = policy, SourceStore, nil
 	if l.fallback != nil && d.Allowed {
 		d = l.mirror(ctx, req, at, d)
 	}
@@ -383,34 +360,36 @@ func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
 		l.brk.state.Load() == 0 && ctx.Err() == nil
 }
 
-// storeFailed is the answer to req, which the store failed with err:
-// ErrCanceled when the caller has left meanwhile, else the fallback's or
-// the FailMode's decision, with an error wrapping ErrStore. The failure
-// counts toward opening the breaker unless it was the breaker's probe (the
-// probe reports itself) or it reports invalid input.
+// storeFailed is the answer to req, which the store failed with err: the
+// caller's error when the caller has left meanwhile, else the fallback's
+// or FailClosed's decision, Err set. The failure counts toward opening the
+// breaker unless it was the breaker's probe (the probe reports itself).
 func (l *Limiter) storeFailed(ctx context.Context, req Request, at time.Time, probe bool, err error) (Decision, error) {
 	if callerDone(ctx) {
-		return l.canceled(ctx, err)
+		return l.canceled(ctx, &req.Policy, err)
 	}
-	if !probe && countsAsFailure(err) {
+	if !probe && !errors.Is(err, ErrInvalidOption) { // bad input says nothing of the store's health
 		l.brk.fail(l.elapsed(at))
 	}
-	return l.withoutStore(ctx, req, at, fmt.Errorf("%w: policy %q: %w", ErrStore, l.policy.Name, timedOut(err)))
+	return l.withoutStore(ctx, req, at, storeErr(err)), nil
 }
 
-// withoutStore decides req by the fallback or else the FailMode, for a
-// store that failed with err or was not asked.
-func (l *Limiter) withoutStore(ctx context.Context, req Request, at time.Time, err error) (Decision, error) {
+// storeErr is the Decision.Err of a store failure err.
+func storeErr(err error) error { return fmt.Errorf("%w: %w", limits.ErrStore, err) }
+
+// withoutStore decides req by the fallback or else FailClosed, for a store
+// that failed with err or was not asked.
+func (l *Limiter) withoutStore(ctx context.Context, req Request, at time.Time, err error) Decision {
 	if l.fallback != nil {
 		// Before the fallback's Take, so that a concurrent mirror that
 		// the fallback refuses sees the degraded period (see mirror).
 		l.brk.degrade(l.elapsed(at))
 		if d, _, ferr := l.fallback.Take(ctx, at, req); ferr == nil {
-			d.Policy, d.Source = req.Policy, SourceFallback
-			return d, err
+			d.Policy, d.Source, d.Err = req.Policy, SourceFallback, err
+			return d
 		}
 	}
-	return l.failed(), err
+	return l.failedAs(&req.Policy, err)
 }
 
 // mirror takes req, which the store admitted with d, in the fallback too.
@@ -428,21 +407,13 @@ func (l *Limiter) mirror(ctx context.Context, req Request, at time.Time, d Decis
 		return d
 	}
 	if !fd.Allowed {
-		fd.Policy, fd.Source = req.Policy, SourceFallback
+		fd.Policy, fd.Source, fd.Err = d.Policy, SourceFallback, nil
 		return fd
 	}
 	d.Remaining = min(d.Remaining, fd.Remaining)
 	d.ResetAfter = max(d.ResetAfter, fd.ResetAfter)
 	d.Delay = max(d.Delay, fd.Delay)
 	return d
-}
-
-// countsAsFailure reports whether a store's error counts toward opening
-// the circuit breaker: not when it reports invalid input, which says
-// nothing of the store's health.
-func countsAsFailure(err error) bool {
-	return !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrInvalidPolicy) &&
-		!errors.Is(err, ErrInvalidCost) && !errors.Is(err, ErrCostExceedsLimit)
 }
 
 // elapsed is the time at in Unix nanoseconds, for the breaker. A zero at
@@ -459,45 +430,65 @@ func (l *Limiter) elapsed(at time.Time) int64 {
 // (where t.UnixNano is undefined).
 func unixNano(t time.Time) int64 { return int64(t.Sub(time.Unix(0, 0))) }
 
-// Reset forgets the state of key, here and in the fallback store if any,
-// so its next request finds a whole quota; once it has returned, no denial
-// the deny cache remembered from before is served. It forgets the key's
-// lockout and strikes too (see Lockout): it is the call that forgives a
-// client, after a successful login for instance. It is bounded as the
-// store bounds its calls, and treats the caller's
-// cancellation as AllowN does: the error then wraps ErrCanceled, and the
-// state may or may not have been forgotten. It asks the store even while
-// the circuit breaker is open.
-func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if l.layered != nil {
-		return l.resetEvery(ctx, key)
+// Reset forgets the state of key under the layers named (every layer when
+// none is), here and in the fallback store if any, so its next request
+// finds a whole quota; once it has returned, no denial the deny cache
+// remembered from before is served. It forgets the key's lockout and
+// strikes too (see Policy.Lockout): it is the call that forgives a client,
+// after a successful login for instance. It is bounded as the store bounds
+// its calls, and asks the store even while the circuit breaker is open.
+// It fails with ErrInvalidOption for an empty key or a name that is no
+// layer's, with an error wrapping ctx's when the caller left first (the
+// state may or may not have been forgotten), and with the store's error,
+// for each layer the store could not reset.
+func (l *Limiter) Reset(ctx context.Context, key string, layers ...string) error {
+	if len(layers) == 0 && len(l.policies) == 1 {
+		return l.resetPolicy(ctx, key, &l.policies[0])
 	}
-	return l.resetPolicy(ctx, key, l.policy)
+	for _, name := range layers {
+		if _, ok := l.index[name]; !ok {
+			return fmt.Errorf("%w: Reset: no layer %q", ErrInvalidOption, name)
+		}
+	}
+	var errs []error
+	for i := range l.policies {
+		p := &l.policies[i]
+		if len(layers) > 0 && !slices.Contains(layers, p.Name) {
+			continue
+		}
+		if err := l.resetPolicy(ctx, key, p); err != nil {
+			if errors.Is(err, ErrInvalidOption) || callerDone(ctx) {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // resetPolicy is Reset of key under policy.
-func (l *Limiter) resetPolicy(ctx context.Context, key string, policy Policy) error {
+func (l *Limiter) resetPolicy(ctx context.Context, key string, policy *Policy) error {
 	key, err := normalizeKey(key)
 	if err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
-		_, err := l.canceled(ctx, nil)
+		_, err := l.canceled(ctx, policy, nil)
 		return err
 	}
-	_, _, err = l.do(ctx, opReset, Request{Key: key, Policy: policy}, time.Time{}, false)
+	_, _, err = l.do(ctx, opReset, Request{Key: key, Policy: *policy}, time.Time{}, false)
 	if l.fallback != nil {
-		_ = l.fallback.Reset(ctx, key, policy)
+		_ = l.fallback.Reset(ctx, key, *policy)
 	}
 	if l.denied != nil {
 		l.denied.reset(key)
 	}
 	if err != nil {
 		if callerDone(ctx) {
-			_, err := l.canceled(ctx, err)
+			_, err := l.canceled(ctx, policy, err)
 			return err
 		}
-		return fmt.Errorf("%w: reset: %w", ErrStore, timedOut(err))
+		return fmt.Errorf("ratelimit: reset under %q: %w", policy.Name, storeErr(err))
 	}
 	return nil
 }
@@ -536,47 +527,39 @@ func callerDone(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// canceled is the answer to a caller whose ctx has ended: not Allowed,
-// and an error wrapping ErrCanceled and ctx's error (storeErr, if any,
-// only as text).
-func (l *Limiter) canceled(ctx context.Context, storeErr error) (Decision, error) {
+// canceled is the answer to a caller whose ctx has ended, under policy p:
+// not Allowed, and an error wrapping ctx's error (storeErr, if any, only
+// as text).
+func (l *Limiter) canceled(ctx context.Context, p *Policy, storeErr error) (Decision, error) {
 	cause := ctx.Err()
 	if cause == nil { // the deadline has passed, its timer not yet fired
 		cause = context.DeadlineExceeded
 	}
-	err := fmt.Errorf("%w: policy %q: %w", ErrCanceled, l.policy.Name, cause)
+	err := fmt.Errorf("ratelimit: layer %q: the caller left before a decision: %w", p.Name, cause)
 	if storeErr != nil {
 		err = fmt.Errorf("%w (store: %v)", err, storeErr)
 	}
-	return Decision{Limit: l.capacity, Policy: l.policy}, err
+	return Decision{Limit: p.capacity(), Policy: *p}, err
 }
 
-// timedOut adds ErrTimeout to err, a store failure of a caller whose ctx
-// has not ended, when err says the store gave up on a deadline: its own
-// timeout (it wraps context.DeadlineExceeded, or os.ErrDeadlineExceeded
-// from a socket).
-func timedOut(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w: %w", ErrTimeout, err)
+// failedAs is the Decision of a store failure (or of a policy that could
+// not be had) under policy p, by its FailClosed: a denial when it is set,
+// else an admission; err is its Err.
+func (l *Limiter) failedAs(p *Policy, err error) Decision {
+	c := p.capacity()
+	if fc := p.FailClosed; fc > 0 {
+		return Decision{Limit: c, ResetAfter: fc, RetryAfter: fc, Policy: *p, Source: SourceFailMode, Err: err}
 	}
-	return err
-}
-
-// failed is the Decision of the FailMode.
-func (l *Limiter) failed() Decision {
-	if l.failMode == FailClosed {
-		return Decision{Limit: l.capacity, ResetAfter: l.failRetry, RetryAfter: l.failRetry, Policy: l.policy, Source: SourceFailMode}
-	}
-	return Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity, Policy: l.policy, Source: SourceFailMode}
+	return Decision{Allowed: true, Limit: c, Remaining: c, Policy: *p, Source: SourceFailMode, Err: err}
 }
 
 // normalizeKey returns the key a store sees for a client key: the key
 // itself when it is at most 128 bytes of printable ASCII without '{'
 // or '}', and "sha256:" followed by the hex SHA-256 of the key otherwise. It
-// fails with ErrInvalidKey on an empty key.
+// fails with ErrInvalidOption on an empty key.
 func normalizeKey(key string) (string, error) {
 	if key == "" {
-		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
+		return "", fmt.Errorf("%w: empty key", ErrInvalidOption)
 	}
 	if len(key) <= limits.MaxKeyLen && plainKey(key) {
 		return key, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 )
@@ -85,30 +86,31 @@ func TestNewLimiterRejectsBadInput(t *testing.T) {
 		want  error
 	}{
 		{"nil store", nil, tb10, nil, core.ErrInvalidOption},
-		{"invalid policy", s, core.Policy{Algorithm: core.TokenBucket}, nil, core.ErrInvalidPolicy},
+		{"invalid policy", s, core.Policy{Algorithm: core.TokenBucket}, nil, core.ErrInvalidOption},
 		{"nil option", s, tb10, []core.Option{nil}, core.ErrInvalidOption},
 		{"nil option after a valid one", s, tb10, []core.Option{core.WithShadow(), nil}, core.ErrInvalidOption},
-		{"unknown fail mode", s, tb10, []core.Option{core.WithFailMode(core.FailMode(7))}, core.ErrInvalidOption},
-		{"tiny fail retry", s, tb10, []core.Option{core.WithFailClosedRetry(time.Microsecond)}, core.ErrInvalidOption},
+		{"negative fail closed", s, limitertest.Named(tb10, "", -time.Second), nil, core.ErrInvalidOption},
+		{"tiny fail closed", s, limitertest.Named(tb10, "", time.Microsecond), nil, core.ErrInvalidOption},
+		{"huge fail closed", s, limitertest.Named(tb10, "", 367*24*time.Hour), nil, core.ErrInvalidOption},
 		{"nil fallback", s, tb10, []core.Option{core.WithFallback(nil)}, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := core.NewLimiter(tt.store, tt.p, tt.opts...)
+			l, err := core.NewLimiter(tt.store, []core.Policy{tt.p}, tt.opts...)
 			require.ErrorIs(t, err, tt.want)
 			assert.Nil(t, l)
 		})
 	}
 	// The same options with valid values are accepted.
-	_, err := core.NewLimiter(s, tb10,
-		core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(time.Millisecond),
+	_, err := core.NewLimiter(s, []core.Policy{limitertest.Named(tb10, "", time.Millisecond)},
 		core.WithFallback(directStore{&fakeStore{}}))
+
 	require.NoError(t, err)
 }
 
 func TestAllowNRejectsBadInput(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
-	l, err := core.NewLimiter(s, core.Policy{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20})
+	l, err := core.NewLimiter(s, []core.Policy{{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}})
 	require.NoError(t, err)
 	tests := []struct {
 		name string
@@ -116,29 +118,30 @@ func TestAllowNRejectsBadInput(t *testing.T) {
 		cost int64
 		want error
 	}{
-		{"empty key", "", 1, core.ErrInvalidKey},
-		{"zero cost", "k", 0, core.ErrInvalidCost},
-		{"negative cost", "k", -3, core.ErrInvalidCost},
-		{"cost above burst", "k", 21, core.ErrCostExceedsLimit},
+		{"empty key", "", 1, core.ErrInvalidOption},
+		{"zero cost", "k", 0, core.ErrInvalidOption},
+		{"negative cost", "k", -3, core.ErrInvalidOption},
+		{"cost above burst", "k", 21, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := l.AllowN(context.Background(), tt.key, tt.cost)
+			d, err := l.AllowN(context.Background(), tt.key, tt.cost, time.Time{})
 			require.ErrorIs(t, err, tt.want)
-			assert.Equal(t, core.Decision{}, d, "a rejected request's decision")
+			assert.False(t, d.Allowed, "a rejected request's decision")
+			assert.Nil(t, d.Err, "the call's error says it")
 		})
 	}
 	assert.Empty(t, s.reqs, "the store was asked about rejected input")
 	// The capacity itself is a valid cost.
-	_, err = l.AllowN(context.Background(), "k", 20)
+	_, err = l.AllowN(context.Background(), "k", 20, time.Time{})
 	require.NoError(t, err, "cost == burst")
 }
 
 func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
-	d, err := l.AllowNAt(context.Background(), "203.0.113.7", 3, t0)
+	d, err := l.AllowN(context.Background(), "203.0.113.7", 3, t0)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 	assert.EqualValues(t, 9, d.Remaining)
@@ -150,7 +153,7 @@ func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 	assert.Equal(t, "203.0.113.7", got.Key)
 	assert.EqualValues(t, 3, got.Cost)
 	assert.Equal(t, t0, s.nows[0])
-	assert.Equal(t, l.Policy(), got.Policy)
+	assert.Equal(t, l.Policies()[0], got.Policy)
 	assert.False(t, s.hadDeadline[0], "the Limiter gave the store a deadline of its own")
 }
 
@@ -158,16 +161,16 @@ func TestAllowNAtPassesTheRequestAndFillsThePolicy(t *testing.T) {
 // send a zero Now, so that the store reads its own clock.
 func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = l.Allow(ctx, "k")
 	require.NoError(t, err)
-	_, err = l.AllowN(ctx, "k", 2)
+	_, err = l.AllowN(ctx, "k", 2, time.Time{})
 	require.NoError(t, err)
-	_, err = l.AllowAt(ctx, "k", time.Time{})
+	_, err = l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
-	_, err = l.AllowAt(ctx, "k", t0)
+	_, err = l.AllowN(ctx, "k", 1, t0)
 	require.NoError(t, err)
 	require.Len(t, s.reqs, 4)
 	for i, now := range s.nows[:3] {
@@ -182,7 +185,7 @@ func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
 // bounds its own calls).
 func TestStoreGetsTheCallersContext(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	_, err = l.Allow(context.Background(), "k")
 	require.NoError(t, err)
@@ -194,22 +197,23 @@ func TestStoreGetsTheCallersContext(t *testing.T) {
 
 func TestStoreFailureFollowsFailMode(t *testing.T) {
 	boom := errors.New("connection refused")
-	for _, mode := range []core.FailMode{core.FailOpen, core.FailClosed} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, failClosed := range []time.Duration{0, 2 * time.Second} {
+		t.Run(fmt.Sprint("fail closed ", failClosed), func(t *testing.T) {
 			s := &fakeStore{err: boom}
-			l, err := core.NewLimiter(s, tb10, core.WithFailMode(mode), core.WithFailClosedRetry(2*time.Second))
+			l, err := core.NewLimiter(s, []core.Policy{limitertest.Named(tb10, "", failClosed)})
 			require.NoError(t, err)
 			d, err := l.Allow(context.Background(), "k")
-			require.ErrorIs(t, err, core.ErrStore)
-			require.ErrorIs(t, err, boom)
+			require.NoError(t, err, "a decision was made: the idiomatic err check must not turn fail-open into fail-closed")
+			require.ErrorIs(t, d.Err, limits.ErrStore)
+			require.ErrorIs(t, d.Err, boom)
 			assert.Equal(t, core.SourceFailMode, d.Source)
 			assert.Equal(t, limits.DefaultName(tb10.Algorithm, tb10.Limit, tb10.Window, tb10.Burst), d.Policy.Name)
 			assert.EqualValues(t, 10, d.Limit)
-			switch mode {
-			case core.FailOpen:
+			switch failClosed {
+			case 0:
 				assert.True(t, d.Allowed, "fail open")
 				assert.Zero(t, d.RetryAfter)
-			case core.FailClosed:
+			default:
 				assert.False(t, d.Allowed, "fail closed")
 				assert.Equal(t, 2*time.Second, d.RetryAfter)
 				assert.Equal(t, 2*time.Second, d.ResetAfter)
@@ -220,9 +224,14 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 }
 
 func TestDefaultFailModeIsOpen(t *testing.T) {
-	l, err := core.NewLimiter(&fakeStore{}, tb10)
+	l, err := core.NewLimiter(&fakeStore{err: errDown}, []core.Policy{tb10})
 	require.NoError(t, err)
-	assert.Equal(t, core.FailOpen, l.FailMode())
+	assert.Zero(t, l.Policies()[0].FailClosed)
+	d, err := l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "a store that fails lets the request through")
+	assert.Equal(t, core.SourceFailMode, d.Source)
+	assert.ErrorIs(t, d.Err, errDown)
 }
 
 // TestFrozenStoreTimesOut uses a frozen store that gives up after its own
@@ -231,14 +240,14 @@ func TestFrozenStoreTimesOut(t *testing.T) {
 	const timeout = 30 * time.Millisecond
 	s := &fakeStore{release: make(chan struct{}), timeout: timeout}
 	defer close(s.release)
-	l, err := core.NewLimiter(s, tb10, core.WithFailMode(core.FailClosed))
+	l, err := core.NewLimiter(s, []core.Policy{limitertest.Named(tb10, "", time.Second)})
 	require.NoError(t, err)
 	start := time.Now()
 	d, err := l.Allow(context.Background(), "k")
 	elapsed := time.Since(start)
-	require.ErrorIs(t, err, core.ErrTimeout)
-	require.ErrorIs(t, err, core.ErrStore)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, limits.ErrStore)
+	require.ErrorIs(t, d.Err, context.DeadlineExceeded)
 	assert.False(t, d.Allowed, "fail closed allowed a request")
 	// A correctness bound, not a benchmark: the call must not wait for the
 	// store, which never answers while the test runs.
@@ -249,13 +258,15 @@ func TestFrozenStoreTimesOut(t *testing.T) {
 func TestCallerCancellationIsNotATimeout(t *testing.T) {
 	s := &fakeStore{release: make(chan struct{}), timeout: time.Hour}
 	defer close(s.release)
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = l.Allow(ctx, "k")
+	d, err := l.Allow(ctx, "k")
 	require.ErrorIs(t, err, context.Canceled)
-	assert.NotErrorIs(t, err, core.ErrTimeout)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, limits.ErrStore)
+	assert.False(t, d.Allowed, "nothing was decided")
 }
 
 // TestKeyNormalization checks the key the store sees for each client key:
@@ -278,7 +289,7 @@ func TestKeyNormalization(t *testing.T) {
 		{"ünïcode", true},
 	}
 	s := directStore{&fakeStore{answer: core.Decision{Allowed: true}}}
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	seen := map[string]string{}
 	for i, tt := range tests {
@@ -300,23 +311,24 @@ func TestKeyNormalization(t *testing.T) {
 
 func TestReset(t *testing.T) {
 	s := &fakeStore{}
-	l, err := core.NewLimiter(s, tb10)
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	require.NoError(t, l.Reset(context.Background(), "k{1}"))
 	assert.Equal(t, []string{hashed("k{1}")}, s.resets)
-	require.ErrorIs(t, l.Reset(context.Background(), ""), core.ErrInvalidKey)
+	require.ErrorIs(t, l.Reset(context.Background(), ""), core.ErrInvalidOption)
 	s.err = errors.New("down")
-	require.ErrorIs(t, l.Reset(context.Background(), "k"), core.ErrStore)
+	require.ErrorIs(t, l.Reset(context.Background(), "k"), limits.ErrStore)
 }
 
 func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	boom := errors.New("connection refused")
 	local := directStore{&fakeStore{answer: core.Decision{Limit: 10, Remaining: 0, RetryAfter: 300 * time.Millisecond}}}
-	l, err := core.NewLimiter(&fakeStore{err: boom}, tb10, core.WithFallback(local), core.WithFailMode(core.FailOpen))
+	l, err := core.NewLimiter(&fakeStore{err: boom}, []core.Policy{tb10}, core.WithFallback(local))
 	require.NoError(t, err)
-	d, err := l.AllowN(context.Background(), "k{1}", 2)
-	require.ErrorIs(t, err, core.ErrStore)
-	require.ErrorIs(t, err, boom)
+	d, err := l.AllowN(context.Background(), "k{1}", 2, time.Time{})
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, limits.ErrStore)
+	require.ErrorIs(t, d.Err, boom)
 	assert.False(t, d.Allowed, "the fallback's denial")
 	assert.Equal(t, core.SourceFallback, d.Source)
 	assert.Equal(t, 300*time.Millisecond, d.RetryAfter)
@@ -328,7 +340,8 @@ func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 	// A failing fallback leaves the FailMode to decide.
 	local.err = errors.New("fallback broken too")
 	d, err = l.Allow(context.Background(), "k")
-	require.ErrorIs(t, err, boom)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, boom)
 	assert.True(t, d.Allowed, "fail open")
 	assert.Equal(t, core.SourceFailMode, d.Source)
 }
@@ -385,7 +398,7 @@ func TestDirectPathDecidesAsDecide(t *testing.T) {
 		{name: "full capacity", key: "k", cost: 10, answer: core.Decision{Allowed: true}},
 		{name: "canceled", ctx: canceled, key: "k", cost: 1},
 		{name: "store failure", key: "k", cost: 1, err: errDown},
-		{name: "store refuses the input", key: "k", cost: 1, err: core.ErrInvalidKey},
+		{name: "store refuses the input", key: "k", cost: 1, err: core.ErrInvalidOption},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := tt.ctx
@@ -400,9 +413,9 @@ func TestDirectPathDecidesAsDecide(t *testing.T) {
 			}
 			decide := func(opts ...core.Option) result {
 				s := &fakeStore{answer: tt.answer, err: tt.err}
-				l, err := core.NewLimiter(directStore{s}, tb10, append(opts, core.WithCircuitBreaker(1, time.Hour))...)
+				l, err := core.NewLimiter(directStore{s}, []core.Policy{tb10}, append(opts, limitertest.CircuitBreaker(1, time.Hour))...)
 				require.NoError(t, err)
-				d, err := l.AllowNAt(ctx, tt.key, tt.cost, t0)
+				d, err := l.AllowN(ctx, tt.key, tt.cost, t0)
 				r := result{d: d, reqs: s.reqs, h: l.HealthAt(t0)}
 				if err != nil {
 					r.err = err.Error()
@@ -410,7 +423,7 @@ func TestDirectPathDecidesAsDecide(t *testing.T) {
 				return r
 			}
 			direct := decide()
-			general := decide(core.WithObserver(core.ObserverFunc(func(core.Event) {})))
+			general := decide(core.WithObserver(limitertest.Observer(func(core.Event) {})))
 			assert.Equal(t, general, direct)
 		})
 	}

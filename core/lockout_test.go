@@ -11,6 +11,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // lockout is a policy's three lockout fields, with the lengths the stores
@@ -57,14 +58,14 @@ func TestLockoutValidate(t *testing.T) {
 			p := base
 			p.Lockout, p.LockoutMax, p.LockoutMemory = c.lockout.Duration, c.lockout.Max, c.lockout.Memory
 			err := p.Validate()
-			_, nerr := core.NewLimiter(newMemStore(t), p)
+			_, nerr := core.NewLimiter(newMemStore(t), []core.Policy{p})
 			if c.reason == "" {
 				require.NoError(t, err)
 				require.NoError(t, nerr)
 				return
 			}
 			for _, err := range []error{err, nerr} {
-				require.ErrorIs(t, err, core.ErrInvalidPolicy)
+				require.ErrorIs(t, err, core.ErrInvalidOption)
 				assert.Contains(t, err.Error(), c.reason)
 			}
 		})
@@ -121,36 +122,36 @@ func TestLimiterLockout(t *testing.T) {
 	rec := &recorder{}
 	p := core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
 		Lockout: 30 * time.Minute, LockoutMax: 2 * time.Hour}
-	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(rec))
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for i := range 5 {
-		d, err := l.AllowAt(ctx, "alice", t0.Add(time.Duration(i)*time.Second))
+		d, err := l.AllowN(ctx, "alice", 1, t0.Add(time.Duration(i)*time.Second))
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "attempt %d", i+1)
-		assert.Equal(t, core.OutcomeAllowed, rec.last(t).Outcome)
+		assert.Equal(t, outcome.Allowed, outcomeOf(rec.last(t)))
 	}
-	d, err := l.AllowAt(ctx, "alice", t0.Add(5*time.Second))
+	d, err := l.AllowN(ctx, "alice", 1, t0.Add(5*time.Second))
 	require.NoError(t, err)
-	assert.Equal(t, core.Decision{Limit: 5, ResetAfter: 30 * time.Minute, RetryAfter: 30 * time.Minute, LockedOut: true, Policy: l.Policy()}, d)
+	assert.Equal(t, core.Decision{Limit: 5, ResetAfter: 30 * time.Minute, RetryAfter: 30 * time.Minute, LockedOut: true, Policy: l.Policies()[0]}, d)
 	e := rec.last(t)
-	assert.Equal(t, core.OutcomeLockedOut, e.Outcome)
-	assert.False(t, e.NearLimit())
+	assert.Equal(t, outcome.LockedOut, outcome.Of(&e.Decision))
+	assert.False(t, outcome.NearLimit(&e.Decision))
 
-	d, err = l.AllowAt(ctx, "alice", t0.Add(10*time.Minute))
+	d, err = l.AllowN(ctx, "alice", 1, t0.Add(10*time.Minute))
 	require.NoError(t, err)
 	assert.True(t, d.LockedOut)
 	assert.Equal(t, 20*time.Minute+5*time.Second, d.RetryAfter)
-	assert.Equal(t, core.OutcomeLockedOut, rec.last(t).Outcome)
+	assert.Equal(t, outcome.LockedOut, outcomeOf(rec.last(t)))
 
 	// Another client is not locked out.
-	d, err = l.AllowAt(ctx, "bob", t0.Add(10*time.Minute))
+	d, err = l.AllowN(ctx, "bob", 1, t0.Add(10*time.Minute))
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 
 	// A good login: Reset forgives the lockout and the strikes.
 	require.NoError(t, l.Reset(ctx, "alice"))
-	d, err = l.AllowAt(ctx, "alice", t0.Add(10*time.Minute))
+	d, err = l.AllowN(ctx, "alice", 1, t0.Add(10*time.Minute))
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, int64(4), d.Remaining)
@@ -161,21 +162,21 @@ func TestLimiterLockout(t *testing.T) {
 func TestLockoutDenyCache(t *testing.T) {
 	rec := &recorder{}
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second, Lockout: time.Minute}
-	l, err := core.NewLimiter(newMemStore(t), p, core.WithDenyCache(10), core.WithObserver(rec))
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithDenyCache(10), core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = l.AllowAt(ctx, "k", t0)
+	_, err = l.AllowN(ctx, "k", 1, t0)
 	require.NoError(t, err)
-	d, err := l.AllowAt(ctx, "k", t0)
+	d, err := l.AllowN(ctx, "k", 1, t0)
 	require.NoError(t, err)
 	require.True(t, d.LockedOut)
-	d, err = l.AllowAt(ctx, "k", t0.Add(30*time.Second))
+	d, err = l.AllowN(ctx, "k", 1, t0.Add(30*time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, core.SourceDenyCache, d.Source)
 	assert.True(t, d.LockedOut)
 	assert.Equal(t, 30*time.Second, d.RetryAfter)
-	assert.Equal(t, core.OutcomeDenyCache, rec.last(t).Outcome)
-	d, err = l.AllowAt(ctx, "k", t0.Add(time.Minute))
+	assert.Equal(t, outcome.DenyCache, outcomeOf(rec.last(t)))
+	d, err = l.AllowN(ctx, "k", 1, t0.Add(time.Minute))
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 }
@@ -187,18 +188,18 @@ func TestLockoutFallbackMirrorStrikesNoOne(t *testing.T) {
 	s := &switchStore{}
 	local := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour, Lockout: 2 * time.Hour}
-	l, err := core.NewLimiter(s, p, core.WithFallback(local))
+	l, err := core.NewLimiter(s, []core.Policy{p}, core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()
 	// switchStore admits everything: the mirror overflows the fallback's
 	// count of 1, which must not lock anyone out there.
 	for range 3 {
-		d, err := l.AllowAt(ctx, "k", t0)
+		d, err := l.AllowN(ctx, "k", 1, t0)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
 	// Struck by the mirror, it would be locked out until t0+2h.
-	fd, _, err := local.Take(ctx, t0.Add(time.Minute), core.Request{Key: "k", Policy: l.Policy(), Cost: 1})
+	fd, _, err := local.Take(ctx, t0.Add(time.Minute), core.Request{Key: "k", Policy: l.Policies()[0], Cost: 1})
 	require.NoError(t, err)
 	assert.False(t, fd.Allowed)
 	assert.True(t, fd.LockedOut)

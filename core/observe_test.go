@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // recorder is an Observer that keeps every event, keys copied.
@@ -24,6 +26,11 @@ type recorder struct {
 	mu     sync.Mutex
 	events []core.Event
 }
+
+func (r *recorder) Bind(*core.Limiter) (func(core.Event), error) { return r.Observe, nil }
+
+// outcomeOf is the outcome of e.
+func outcomeOf(e core.Event) outcome.Outcome { return outcome.Of(&e.Decision) }
 
 func (r *recorder) Observe(e core.Event) {
 	e.Key = strings.Clone(e.Key)
@@ -50,61 +57,61 @@ func (r *recorder) len() int {
 func TestObserverHearsTheStoresOutcomes(t *testing.T) {
 	rec := &recorder{}
 	p := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
-	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(rec), core.WithDenyCache(10))
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(rec), core.WithDenyCache(10))
 	require.NoError(t, err)
 	ctx := context.Background()
 
 	// Remaining after each admission: 2, 1, 0; near the limit (under a
 	// fifth of 3) only at 0.
 	for i, near := range []bool{false, false, true} {
-		d, err := l.AllowAt(ctx, "203.0.113.7", t0)
+		d, err := l.AllowN(ctx, "203.0.113.7", 1, t0)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 		e := rec.last(t)
-		assert.Equal(t, core.OutcomeAllowed, e.Outcome, "request %d", i)
-		assert.Equal(t, near, e.NearLimit(), "request %d", i)
+		assert.Equal(t, outcome.Allowed, outcome.Of(&e.Decision), "request %d", i)
+		assert.Equal(t, near, outcome.NearLimit(&e.Decision), "request %d", i)
 		assert.Equal(t, "login", e.Policy.Name)
 		assert.Equal(t, "203.0.113.7", e.Key)
 		assert.Equal(t, int64(1), e.Cost)
 		assert.Equal(t, d, e.Decision)
 		assert.NoError(t, e.Err)
 	}
-	_, err = l.AllowAt(ctx, "203.0.113.7", t0)
+	_, err = l.AllowN(ctx, "203.0.113.7", 1, t0)
 	require.NoError(t, err)
 	denied := rec.last(t)
-	assert.Equal(t, core.OutcomeDenied, denied.Outcome)
-	assert.False(t, denied.NearLimit(), "a denial is not near the limit: it is past it")
+	assert.Equal(t, outcome.Denied, outcome.Of(&denied.Decision))
+	assert.False(t, outcome.NearLimit(&denied.Decision), "a denial is not near the limit: it is past it")
 
-	_, err = l.AllowAt(ctx, "203.0.113.7", t0.Add(time.Second))
+	_, err = l.AllowN(ctx, "203.0.113.7", 1, t0.Add(time.Second))
 	require.NoError(t, err)
 	e := rec.last(t)
-	assert.Equal(t, core.OutcomeDenyCache, e.Outcome)
+	assert.Equal(t, outcome.DenyCache, outcome.Of(&e.Decision))
 	assert.Zero(t, e.StoreLatency, "the store was not asked")
 
-	_, err = l.AllowNAt(ctx, "203.0.113.7", 0, t0)
-	require.ErrorIs(t, err, core.ErrInvalidCost)
+	_, err = l.AllowN(ctx, "203.0.113.7", 0, t0)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 	e = rec.last(t)
-	assert.Equal(t, core.OutcomeInvalid, e.Outcome)
+	assert.Equal(t, outcome.Invalid, outcome.Of(&e.Decision))
 	assert.Equal(t, int64(0), e.Cost)
-	assert.ErrorIs(t, e.Err, core.ErrInvalidCost)
+	assert.ErrorIs(t, e.Err, core.ErrInvalidOption)
 	assert.Equal(t, "login", e.Policy.Name, "an invalid call still names its limit")
 
-	_, err = l.AllowAt(ctx, "", t0)
-	require.ErrorIs(t, err, core.ErrInvalidKey)
-	assert.Equal(t, core.OutcomeInvalid, rec.last(t).Outcome)
+	_, err = l.AllowN(ctx, "", 1, t0)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+	assert.Equal(t, outcome.Invalid, outcomeOf(rec.last(t)))
 	assert.Empty(t, rec.last(t).Key)
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = l.AllowAt(canceled, "198.51.100.1", t0)
-	require.ErrorIs(t, err, core.ErrCanceled)
+	_, err = l.AllowN(canceled, "198.51.100.1", 1, t0)
+	require.ErrorIs(t, err, context.Canceled)
 	e = rec.last(t)
-	assert.Equal(t, core.OutcomeCanceled, e.Outcome)
+	assert.Equal(t, outcome.Canceled, outcome.Of(&e.Decision))
 	assert.Equal(t, "198.51.100.1", e.Key)
-	assert.Empty(t, core.StoreErrorKind(e.Err), "a caller that left is no store failure")
+	assert.Empty(t, outcome.StoreErrorKind(e.Err), "a caller that left is no store failure")
 
 	long := strings.Repeat("k", limits.MaxKeyLen+1)
-	_, err = l.AllowAt(ctx, long, t0)
+	_, err = l.AllowN(ctx, long, 1, t0)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(rec.last(t).Key, "sha256:"), "observers see the key the store sees: %q", rec.last(t).Key)
 	assert.Equal(t, 9, rec.len(), "one event a call")
@@ -114,39 +121,42 @@ func TestObserverHearsFailures(t *testing.T) {
 	p := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
 	ctx := context.Background()
 	for _, c := range []struct {
-		name     string
-		opts     []core.Option
-		fallback core.Decision
-		want     core.Outcome
+		name       string
+		failClosed time.Duration
+		fallback   core.Decision
+		want       outcome.Outcome
 	}{
-		{name: "fail-open", want: core.OutcomeFailedOpen},
-		{name: "fail-closed", opts: []core.Option{core.WithFailMode(core.FailClosed)}, want: core.OutcomeFailedClosed},
-		{name: "fallback-allows", fallback: core.Decision{Allowed: true, Limit: 10, Remaining: 1}, want: core.OutcomeFallbackAllowed},
-		{name: "fallback-denies", fallback: core.Decision{Limit: 10, RetryAfter: time.Second}, want: core.OutcomeFallbackDenied},
+		{name: "fail-open", want: outcome.FailedOpen},
+		{name: "fail-closed", failClosed: time.Second, want: outcome.FailedClosed},
+		{name: "fallback-allows", fallback: core.Decision{Allowed: true, Limit: 10, Remaining: 1}, want: outcome.FallbackAllowed},
+		{name: "fallback-denies", fallback: core.Decision{Limit: 10, RetryAfter: time.Second}, want: outcome.FallbackDenied},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &recorder{}
 			s := &switchStore{}
 			s.fail.Store(true)
-			opts := append([]core.Option{core.WithObserver(rec)}, c.opts...)
+			opts := []core.Option{core.WithObserver(rec)}
+			p := p
+			p.FailClosed = c.failClosed
 			if c.name == "fallback-allows" || c.name == "fallback-denies" {
 				opts = append(opts, core.WithFallback(directStore{&fakeStore{answer: c.fallback}}))
 			}
-			l, err := core.NewLimiter(s, p, opts...)
+			l, err := core.NewLimiter(s, []core.Policy{p}, opts...)
 			require.NoError(t, err)
 			// Three failures open the default breaker; the fourth call
 			// does not reach the store.
 			for i := range 4 {
-				d, err := l.AllowAt(ctx, "k", t0)
-				require.ErrorIs(t, err, core.ErrStore)
+				d, err := l.AllowN(ctx, "k", 1, t0)
+				require.NoError(t, err)
+				require.ErrorIs(t, d.Err, limits.ErrStore)
 				e := rec.last(t)
-				assert.Equal(t, c.want, e.Outcome, "call %d", i)
+				assert.Equal(t, c.want, outcome.Of(&e.Decision), "call %d", i)
 				assert.Equal(t, d, e.Decision)
-				assert.Equal(t, c.want == core.OutcomeFallbackAllowed, e.NearLimit(), "call %d: near limit only for a fallback admission leaving 1 of 10", i)
+				assert.Equal(t, c.want == outcome.FallbackAllowed, outcome.NearLimit(&e.Decision), "call %d: near limit only for a fallback admission leaving 1 of 10", i)
 				if i < 3 {
-					assert.Equal(t, core.StoreErrFailed, core.StoreErrorKind(e.Err), "call %d", i)
+					assert.Equal(t, outcome.StoreErrFailed, outcome.StoreErrorKind(e.Err), "call %d", i)
 				} else {
-					assert.Equal(t, core.StoreErrCircuitOpen, core.StoreErrorKind(e.Err), "call %d", i)
+					assert.Equal(t, outcome.StoreErrCircuitOpen, outcome.StoreErrorKind(e.Err), "call %d", i)
 					assert.Zero(t, e.StoreLatency, "an open breaker does not ask the store")
 				}
 			}
@@ -161,19 +171,20 @@ func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 	g := &fakeStore{release: make(chan struct{}), timeout: timeout} // frozen: gives up after its timeout
 	t.Cleanup(func() { close(g.release) })
 	p := core.Policy{Name: "slow", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
-	l, err := core.NewLimiter(g, p, core.WithObserver(rec))
+	l, err := core.NewLimiter(g, []core.Policy{p}, core.WithObserver(rec))
 	require.NoError(t, err)
-	_, err = l.Allow(context.Background(), "k")
-	require.ErrorIs(t, err, core.ErrTimeout)
+	d, err := l.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, context.DeadlineExceeded)
 	e := rec.last(t)
-	assert.Equal(t, core.OutcomeFailedOpen, e.Outcome)
-	assert.Equal(t, core.StoreErrTimeout, core.StoreErrorKind(e.Err))
+	assert.Equal(t, outcome.FailedOpen, outcome.Of(&e.Decision))
+	assert.Equal(t, outcome.StoreErrTimeout, outcome.StoreErrorKind(e.Err))
 	assert.GreaterOrEqual(t, e.StoreLatency, timeout, "the time the Limiter waited")
 
 	// A store that answers is timed on every decision.
 	rec2 := &recorder{}
 	fast := &fakeStore{answer: core.Decision{Allowed: true, Limit: 10, Remaining: 9}}
-	l2, err := core.NewLimiter(fast, p, core.WithObserver(rec2))
+	l2, err := core.NewLimiter(fast, []core.Policy{p}, core.WithObserver(rec2))
 	require.NoError(t, err)
 	for range 20 {
 		_, err := l2.Allow(context.Background(), "k")
@@ -184,13 +195,13 @@ func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 
 func TestObserverDoesNotTimeADirectStore(t *testing.T) {
 	timed := 0
-	count := core.ObserverFunc(func(e core.Event) {
+	count := limitertest.Observer(func(e core.Event) {
 		if e.StoreLatency != 0 {
 			timed++
 		}
 	})
 	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
-	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(count))
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(count))
 	require.NoError(t, err)
 	for range 1000 {
 		_, err := l.Allow(context.Background(), "k")
@@ -207,7 +218,7 @@ type binder struct {
 	nilObserver bool
 }
 
-func (b *binder) Bind(l *core.Limiter) (core.Observer, error) {
+func (b *binder) Bind(l *core.Limiter) (func(core.Event), error) {
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -215,18 +226,18 @@ func (b *binder) Bind(l *core.Limiter) (core.Observer, error) {
 	if b.nilObserver {
 		return nil, nil
 	}
-	name := l.Policy().Name
-	return core.ObserverFunc(func(e core.Event) {
+	name := l.Policies()[0].Name
+	return func(e core.Event) {
 		e.Policy.Name = "bound:" + name
 		b.Observe(e)
-	}), nil
+	}, nil
 }
 
 func TestBinderIsBoundOncePerLimiter(t *testing.T) {
 	b := &binder{}
 	s := newMemStore(t)
 	mk := func(name string) *core.Limiter {
-		l, err := core.NewLimiter(s, core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}, core.WithObserver(b))
+		l, err := core.NewLimiter(s, []core.Policy{{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}}, core.WithObserver(b))
 		require.NoError(t, err)
 		return l
 	}
@@ -244,23 +255,23 @@ func TestBinderIsBoundOncePerLimiter(t *testing.T) {
 func TestObserverOptionErrors(t *testing.T) {
 	s := newMemStore(t)
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
-	_, err := core.NewLimiter(s, p, core.WithObserver(nil))
+	_, err := core.NewLimiter(s, []core.Policy{p}, core.WithObserver(nil))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	boom := errors.New("duplicate limit name")
-	_, err = core.NewLimiter(s, p, core.WithObserver(&binder{err: boom}))
+	_, err = core.NewLimiter(s, []core.Policy{p}, core.WithObserver(&binder{err: boom}))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	assert.ErrorIs(t, err, boom)
-	_, err = core.NewLimiter(s, p, core.WithObserver(&binder{nilObserver: true}))
+	_, err = core.NewLimiter(s, []core.Policy{p}, core.WithObserver(&binder{nilObserver: true}))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 }
 
 func TestObserversHearEveryEventInOrder(t *testing.T) {
 	var got []string
 	mk := func(name string) core.Observer {
-		return core.ObserverFunc(func(e core.Event) { got = append(got, fmt.Sprintf("%s:%s", name, e.Outcome)) })
+		return limitertest.Observer(func(e core.Event) { got = append(got, fmt.Sprintf("%s:%s", name, outcome.Of(&e.Decision))) })
 	}
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
-	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(mk("a")), core.WithObserver(mk("b")))
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(mk("a")), core.WithObserver(mk("b")))
 	require.NoError(t, err)
 	for range 2 {
 		_, err := l.Allow(context.Background(), "k")
@@ -273,18 +284,18 @@ func TestOutcomeNames(t *testing.T) {
 	want := []string{"allowed", "denied", "deny_cache", "fallback_allowed", "fallback_denied", "failed_open", "failed_closed", "canceled", "invalid",
 		"shadow_denied", "locked_out", "allow_listed", "deny_listed"}
 	var names []string
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		names = append(names, o.String())
 	}
 	assert.Equal(t, want, names)
 	var admitted []string
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		if o.Admitted() {
 			admitted = append(admitted, o.String())
 		}
 	}
 	assert.Equal(t, []string{"allowed", "fallback_allowed", "failed_open", "shadow_denied", "allow_listed"}, admitted)
-	assert.Equal(t, "Outcome(200)", core.Outcome(200).String())
+	assert.Equal(t, "Outcome(200)", outcome.Outcome(200).String())
 }
 
 func TestStoreErrorKind(t *testing.T) {
@@ -293,25 +304,25 @@ func TestStoreErrorKind(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{core.ErrInvalidKey, ""},
-		{fmt.Errorf("%w: %w", core.ErrCanceled, context.Canceled), ""},
-		{fmt.Errorf("%w: %w", core.ErrStore, errDown), core.StoreErrFailed},
-		{fmt.Errorf("%w: %w", core.ErrStore, core.ErrCircuitOpen), core.StoreErrCircuitOpen},
-		{fmt.Errorf("%w: %w after 100ms", core.ErrStore, core.ErrTimeout), core.StoreErrTimeout},
+		{core.ErrInvalidOption, ""},
+		{fmt.Errorf("%w: %w", context.Canceled, context.Canceled), ""},
+		{fmt.Errorf("%w: %w", limits.ErrStore, errDown), outcome.StoreErrFailed},
+		{fmt.Errorf("%w: %w", limits.ErrStore, limits.ErrCircuitOpen), outcome.StoreErrCircuitOpen},
+		{fmt.Errorf("%w: %w after 100ms", limits.ErrStore, context.DeadlineExceeded), outcome.StoreErrTimeout},
 	} {
-		assert.Equal(t, c.want, core.StoreErrorKind(c.err), "%v", c.err)
+		assert.Equal(t, c.want, outcome.StoreErrorKind(c.err), "%v", c.err)
 	}
 }
 
 func TestObservedDecisionDoesNotAllocate(t *testing.T) {
 	var n int
-	obs := core.ObserverFunc(func(e core.Event) {
-		if e.Outcome == core.OutcomeAllowed {
+	obs := limitertest.Observer(func(e core.Event) {
+		if outcome.Of(&e.Decision) == outcome.Allowed {
 			n++
 		}
 	})
 	p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
-	l, err := core.NewLimiter(newMemStore(t), p, core.WithObserver(obs))
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, _ = l.Allow(ctx, "203.0.113.7")
@@ -338,22 +349,14 @@ func (socketDeadlineStore) Reset(context.Context, string, core.Policy) error { r
 func TestSocketDeadlineIsATimeout(t *testing.T) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
 	s := socketDeadlineStore{}
-	l, err := core.NewLimiter(s, p, core.WithCircuitBreaker(0, time.Millisecond))
+	l, err := core.NewLimiter(s, []core.Policy{p}, limitertest.CircuitBreaker(0, time.Millisecond))
 	require.NoError(t, err)
 	for range 20 {
-		_, err := l.Allow(context.Background(), "k")
-		require.ErrorIs(t, err, core.ErrTimeout, "%T", s)
-		require.ErrorIs(t, err, errIOTimeout)
-		assert.Equal(t, core.StoreErrTimeout, core.StoreErrorKind(err))
+		d, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err, errIOTimeout)
+		assert.Equal(t, outcome.StoreErrTimeout, outcome.StoreErrorKind(d.Err))
 	}
-}
-
-func TestEventLimitName(t *testing.T) {
-	var e core.Event
-	assert.Empty(t, e.LimitName(), "an Event made by hand may have no Policy")
-	p := core.Policy{Name: "api"}
-	e.Policy = &p
-	assert.Equal(t, "api", e.LimitName())
 }
 
 // TakeAll fails: the fake decides one request at a time.

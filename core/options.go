@@ -3,6 +3,8 @@ package core
 import (
 	"fmt"
 	"time"
+
+	"github.com/apigate/ratelimit/internal/hooks"
 )
 
 // Option configures a Limiter. NewLimiter applies its options in order and
@@ -12,8 +14,6 @@ type Option func(*config) error
 
 // config is what the Options set, with the defaults of NewLimiter.
 type config struct {
-	failMode      FailMode
-	failRetry     time.Duration
 	fallback      Store
 	denyCacheKeys int // 0: no deny cache
 	brkFailures   int // 0: no circuit breaker
@@ -21,57 +21,74 @@ type config struct {
 	observers     []Observer
 	shadow        bool
 	sources       []PolicySource
+	failClosed    time.Duration // tests only: every policy's FailClosed, when positive
 }
+
+// The circuit breaker every Limiter has: 3 consecutive store failures
+// open it, and an open breaker probes the store once per 100 ms. Not a
+// knob (an outage is told by Policy.FailClosed and WithFallback); tests
+// tune it through internal/hooks.
+const (
+	breakerFailures = 3
+	probeInterval   = 100 * time.Millisecond
+)
 
 func defaultConfig() config {
-	return config{
-		failMode:      FailOpen,
-		failRetry:     time.Second,
-		brkFailures:   DefaultBreakerFailures,
-		probeInterval: DefaultProbeInterval,
+	return config{brkFailures: breakerFailures, probeInterval: probeInterval}
+}
+
+func init() {
+	hooks.LimiterStore = func(l any) any { return l.(*Limiter).store }
+	hooks.DenyCacheLen = func(l any) int { return l.(*Limiter).denyCacheLen() }
+	hooks.CircuitBreaker = func(failures int, probe time.Duration) any { return withCircuitBreaker(failures, probe) }
+	hooks.FailClosed = func(d time.Duration) any {
+		return Option(func(c *config) error { c.failClosed = d; return nil })
 	}
 }
 
-// WithFailMode sets what the Limiter decides when its store fails.
-func WithFailMode(m FailMode) Option {
-	return func(c *config) error {
-		if m != FailOpen && m != FailClosed {
-			return fmt.Errorf("%w: unknown fail mode %d", ErrInvalidOption, int(m))
-		}
-		c.failMode = m
-		return nil
-	}
-}
+// maxBreakerFailures bounds the breaker's failures, which it counts in 32
+// bits.
+const maxBreakerFailures = 1<<31 - 1
 
-// WithFailClosedRetry sets the RetryAfter of decisions denied by FailClosed,
-// at least a millisecond. The default is one second.
-func WithFailClosedRetry(d time.Duration) Option {
+// withCircuitBreaker sets when the Limiter stops asking a failing store.
+// After failures consecutive store failures (timeouts included; the
+// caller's cancellations and invalid input are not failures), the breaker
+// opens: the Limiter decides at once, by its fallback store or else the
+// policies' FailClosed, without waiting on the store, Decision.Err saying
+// the breaker is open. Meanwhile a trickle of requests probes the store:
+// at most one at a time, at most one per probe interval, each decided by
+// the store as usual (or, if it fails, like any failure). The first probe
+// the store answers closes the breaker. failures 0 turns it off.
+func withCircuitBreaker(failures int, probe time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: fail-closed retry %v is under 1ms", ErrInvalidOption, d)
+		if failures < 0 || failures > maxBreakerFailures {
+			return fmt.Errorf("%w: circuit breaker failures %d is out of range [0, %d]", ErrInvalidOption, failures, maxBreakerFailures)
 		}
-		c.failRetry = d
+		if probe < time.Millisecond {
+			return fmt.Errorf("%w: circuit breaker probe interval %v is under 1ms", ErrInvalidOption, probe)
+		}
+		c.brkFailures, c.probeInterval = failures, probe
 		return nil
 	}
 }
 
 // WithFallback makes the Limiter keep limiting with fallback, an in-process
 // store that never waits (a memstore.Store), when its store fails, instead
-// of applying its FailMode: the fallback answers while the store is
-// failing, with the caller's context, so it must never block.
+// of applying the policies' FailClosed: the fallback answers while the
+// store is failing, with the caller's context, so it must never block.
 //
 // The fallback mirrors the store: every request the store admits is taken
 // in the fallback too (a refusal there is ignored while the store is
 // Healthy). When the store fails, times out or has its circuit breaker
-// open, the fallback decides alone: such decisions have Source
-// SourceFallback and come with the store's error (wrapping ErrStore), for
-// the caller to log. After such a decision the Limiter is Recovering for as
-// long as the state it left can still matter (a Window for the fixed
-// window and the log, two for the sliding counter, for the buckets the
-// time a full bucket takes to refill or drain): a request then passes only
-// when the store and the fallback both admit it, and a refusal of the
-// fallback has Source SourceFallback (with no error; the store has counted
-// the request).
+// open (after 3 consecutive failures; it probes the store every 100 ms),
+// the fallback decides alone: such decisions have Source SourceFallback
+// and Decision.Err the store's error, for the caller to log. After such a
+// decision the Limiter is Recovering for as long as the state it left can
+// still matter (a Window for the fixed window and the log, two for the
+// sliding counter, for the buckets the time a full bucket takes to refill
+// or drain): a request then passes only when the store and the fallback
+// both admit it, and a refusal of the fallback has Source SourceFallback
+// (with no Err; the store has counted the request).
 //
 // So one app server never admits more than the policy allows one client,
 // L per window, however often the store fails and comes back, since its
@@ -83,7 +100,7 @@ func WithFailClosedRetry(d time.Duration) Option {
 // up to s outside it. The mirror costs a fallback Take per admitted request
 // and a fallback key per client admitted; a fallback that evicts keys
 // (memstore's WithMaxKeys) forgets their counts, and the bound with them.
-// The FailMode applies if the fallback fails too.
+// FailClosed applies if the fallback fails too.
 func WithFallback(fallback Store) Option {
 	return func(c *config) error {
 		if fallback == nil {
@@ -99,14 +116,11 @@ func WithFallback(fallback Store) Option {
 // it would, but never denies. A request it would have denied (by the
 // store, a lockout, the deny cache, the fallback store or FailClosed) is
 // returned Allowed, with Decision.Shadowed set and every other field as
-// decided (RetryAfter, Remaining, LockedOut, Source), so that logs can
-// show them; its observers hear OutcomeShadowDenied. Admitted requests are
-// returned as they are, a leaky bucket's Delay included. Errors are
-// returned as they are: a shadowed store failure still comes with its
-// error wrapping ErrStore, and invalid input and ErrCanceled are not
-// decisions, so they are never shadowed (their Decision stays not
-// Allowed). Limiter.Shadow reports the mode, for the HTTP flow, which
-// writes no rate-limit headers in shadow mode by default.
+// decided (RetryAfter, Remaining, LockedOut, Source, Err), so that logs
+// can show them. Admitted requests are returned as they are, a leaky
+// bucket's Delay included. A call that returns an error decided nothing,
+// and is never shadowed. Limiter.Shadow reports the mode, for the HTTP
+// flow, which writes no rate-limit headers in shadow mode by default.
 func WithShadow() Option {
 	return func(c *config) error {
 		c.shadow = true

@@ -103,13 +103,26 @@ type Policy struct {
 	// offence: at least the longest lockout, at most 732 days. 0 means
 	// 24 hours, or twice the longest lockout if that is longer.
 	LockoutMemory time.Duration
+	// FailClosed says what the Limiter decides under this policy when its
+	// store fails, times out or is not asked (an open circuit breaker), and
+	// no fallback store decides (WithFallback). 0, the default, fails open:
+	// the request is admitted, as in Kong and Envoy, so that an outage of
+	// the rate limiter is not an outage of the API. Above zero, it fails
+	// closed: the request is denied, with RetryAfter and ResetAfter
+	// FailClosed, from 1 ms to 366 days: a login guard that must not open
+	// during an outage, on a Limiter that fails open for the rest of the
+	// API. A request is admitted only when every layer that applies fails
+	// open. Either way Decision.Source is SourceFailMode and Decision.Err
+	// says why, and the call's error is nil. A PolicySource cannot change
+	// it: a layer fails as it was configured.
+	FailClosed time.Duration
 }
 
-// Validate reports whether p is usable, wrapping ErrInvalidPolicy with the
+// Validate reports whether p is usable, wrapping ErrInvalidOption with the
 // reason when it is not.
 func (p Policy) Validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: policy: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
 	}
 	if !p.Algorithm.known() {
 		return bad("unknown algorithm %q", string(p.Algorithm))
@@ -134,6 +147,9 @@ func (p Policy) Validate() error {
 	}
 	if reason := p.lockoutInvalid(); reason != "" {
 		return bad("%s", reason)
+	}
+	if p.FailClosed != 0 && (p.FailClosed < limits.MinWindow || p.FailClosed > limits.MaxWindow) {
+		return bad("fail-closed retry %v is out of range [%v, %v] (0 fails open)", p.FailClosed, limits.MinWindow, limits.MaxWindow)
 	}
 	if len(p.Name) > limits.MaxNameLen {
 		return bad("name is %d bytes long, more than %d", len(p.Name), limits.MaxNameLen)

@@ -61,7 +61,7 @@ func TestPolicyValidate(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, core.ErrInvalidPolicy)
+			require.ErrorIs(t, err, core.ErrInvalidOption)
 			assert.Contains(t, err.Error(), tt.reason)
 		})
 	}
@@ -96,10 +96,10 @@ func TestRequestValidate(t *testing.T) {
 		want error
 	}{
 		{"valid", func(*core.Request) {}, nil},
-		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidKey},
-		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidPolicy},
-		{"zero cost", func(r *core.Request) { r.Cost = 0 }, core.ErrInvalidCost},
-		{"cost above burst", func(r *core.Request) { r.Cost = 21 }, core.ErrCostExceedsLimit},
+		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidOption},
+		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidOption},
+		{"zero cost", func(r *core.Request) { r.Cost = 0 }, core.ErrInvalidOption},
+		{"cost above burst", func(r *core.Request) { r.Cost = 21 }, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		r := ok

@@ -37,8 +37,16 @@ type Decision struct {
 	// should wait before it proceeds, so that admitted requests leave at the
 	// policy's steady rate. 0 for every other algorithm.
 	Delay time.Duration
-	// Policy is the policy that decided, with its Name filled in.
+	// Policy is the policy that decided, with its Name filled in: the
+	// layer's, as a PolicySource adjusted it.
 	Policy Policy
+	// Err says why the store did not decide: its failure or timeout
+	// (errors.Is(Err, context.DeadlineExceeded) for a timeout), its open
+	// circuit breaker, or a PolicySource's failure. It is set only with
+	// Source SourceFallback or SourceFailMode, for the caller to log; the
+	// call's own error is then nil, since a decision was made. A Store
+	// leaves it nil.
+	Err error
 }
 
 // Request is one question a Limiter asks its Store.
@@ -57,28 +65,31 @@ type Request struct {
 type Source uint8
 
 const (
-	// SourceStore: the Limiter's store decided. It is the zero value, the
-	// only Source a Store returns, and the Source of a Decision returned
-	// with an error that does not wrap ErrStore (bad input, ErrCanceled),
-	// which no one decided.
+	// SourceStore: the Limiter's store decided. It is the zero value, and
+	// the only Source a Store returns.
 	SourceStore Source = iota
 	// SourceFallback: the Limiter's fallback store decided (WithFallback),
 	// from this process's counts alone, because the store failed or its
-	// circuit breaker is open; or, while the Limiter is Recovering, the
-	// fallback refused a request the store admitted.
+	// circuit breaker is open (Err says which); or, while the Limiter is
+	// Recovering, the fallback refused a request the store admitted (Err
+	// nil).
 	SourceFallback
 	// SourceDenyCache: a denial answered from the Limiter's deny cache
 	// (WithDenyCache), without asking the store.
 	SourceDenyCache
 	// SourceFailMode: the store failed or was not asked (open circuit
-	// breaker), and no fallback decided: the Limiter's FailMode did.
-	// Allowed tells FailOpen from FailClosed. Limit, Remaining and the
-	// durations say nothing of the client's quota; a FailClosed denial's
-	// RetryAfter is the fail-closed retry (WithFailClosedRetry).
+	// breaker), or the policy could not be had (a PolicySource failed),
+	// and no fallback decided: the policy's FailClosed did, Allowed telling
+	// open from closed, Err why. Limit, Remaining and the durations say
+	// nothing of the client's quota; a denial's RetryAfter is the policy's
+	// FailClosed.
 	SourceFailMode
+	// SourceList: an allow or deny list decided, before any store (the
+	// HTTP flow's lists, told to observers with Limiter.Report).
+	SourceList
 )
 
-// String returns "store", "fallback", "deny-cache" or "fail-mode".
+// String returns "store", "fallback", "deny-cache", "fail-mode" or "list".
 func (s Source) String() string {
 	switch s {
 	case SourceStore:
@@ -89,6 +100,8 @@ func (s Source) String() string {
 		return "deny-cache"
 	case SourceFailMode:
 		return "fail-mode"
+	case SourceList:
+		return "list"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
@@ -112,11 +125,11 @@ type Store interface {
 	// semantics documented on Policy.Lockout, in the same atomic step. It leaves
 	// Decision.Policy and Decision.Source zero: the Limiter fills them.
 	// Invalid input (a request that breaks the contract on Request) is an error, never a panic; any
-	// error is a store failure to the Limiter, which wraps it in ErrStore.
+	// error is a store failure to the Limiter (see Decision.Err).
 	//
 	// A Store does not see every request of a client: a Limiter answers a
 	// repeated denial from its deny cache (WithDenyCache), and, while its
-	// circuit breaker is open (WithCircuitBreaker), asks the store only a
+	// circuit breaker is open, asks the store only a
 	// probe per interval. A fallback store (WithFallback) is asked with the
 	// same Request when the store fails, and, to mirror the store's count,
 	// after every request the store admits.
@@ -124,8 +137,8 @@ type Store interface {
 	// ctx is the caller's: Take returns promptly once it ends (see Store).
 	// now is the time of the decision: the zero Time (Limiter.Allow)
 	// means the store's own clock, time.Now for memory, Redis TIME for
-	// Redis, so that app servers with skewed clocks still agree;
-	// Limiter.AllowAt makes it explicit, as tests do. Take returns the
+	// Redis, so that app servers with skewed clocks still agree; the
+	// now of Limiter.AllowN makes it explicit, as tests do. Take returns the
 	// time it decided at when it decided in process (now, or the reading
 	// of its own clock): the Limiter then knows the store never waits,
 	// and a caller writing an absolute time from the Decision, such as
@@ -148,7 +161,7 @@ type Store interface {
 	// have fitted, and must say so. Like Take, TakeAll leaves
 	// Decision.Policy and Decision.Source zero, returns the time it
 	// decided at when it decided in process, and any error is a store
-	// failure, which the Limiter wraps in ErrStore.
+	// failure.
 	TakeAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (time.Time, error)
 	// Reset forgets all state of key under policy, its lockout and strikes
 	// included, so the client's next request finds a whole quota. The

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -112,9 +111,5 @@ func (f *Flow) report(key string, l listed) {
 	if key == "" {
 		key = unknownKey
 	}
-	o := core.OutcomeDenyListed
-	if l == allowListed {
-		o = core.OutcomeAllowListed
-	}
-	_ = f.limiter.Report(key, 1, o) // key and cost are valid, o is one Report takes
+	_ = f.limiter.Report(key, 1, l == allowListed) // key and cost are valid
 }

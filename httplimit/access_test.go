@@ -15,6 +15,8 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -237,7 +239,7 @@ func TestAccessOptionsReject(t *testing.T) {
 // requests that never reach it, with their key.
 func TestListedRequestsAreObserved(t *testing.T) {
 	var events []core.Event
-	obs := core.ObserverFunc(func(e core.Event) { events = append(events, e) })
+	obs := limitertest.Observer(func(e core.Event) { events = append(events, e) })
 	peer, err := keyfuncs.NewClientIP()
 	require.NoError(t, err)
 	userKey := func(r keyfuncs.Request) (string, error) {
@@ -254,22 +256,22 @@ func TestListedRequestsAreObserved(t *testing.T) {
 	require.False(t, f.Handle(from("203.0.113.1:1"), newResponse()), "no key, denied by address")
 	require.True(t, f.Handle(from("192.0.2.1:1", "X-User", "8"), newResponse()))
 	require.Len(t, events, 4)
-	assert.Equal(t, core.OutcomeAllowListed, events[0].Outcome)
+	assert.Equal(t, outcome.AllowListed, outcome.Of(&events[0].Decision))
 	assert.Equal(t, "user:7", events[0].Key)
 	assert.True(t, events[0].Decision.Allowed)
-	assert.Equal(t, core.OutcomeDenyListed, events[1].Outcome)
+	assert.Equal(t, outcome.DenyListed, outcome.Of(&events[1].Decision))
 	assert.Equal(t, "user:42", events[1].Key)
 	assert.False(t, events[1].Decision.Allowed)
-	assert.Equal(t, core.OutcomeDenyListed, events[2].Outcome)
+	assert.Equal(t, outcome.DenyListed, outcome.Of(&events[2].Decision))
 	assert.Equal(t, "-", events[2].Key, "a listed request without a key")
-	assert.Equal(t, core.OutcomeAllowed, events[3].Outcome)
+	assert.Equal(t, outcome.Allowed, outcome.Of(&events[3].Decision))
 }
 
 // TestShadowMode: a Limiter in shadow mode never denies through the flow,
 // writes no header unless asked, and never paces.
 func TestShadowMode(t *testing.T) {
 	var events []core.Event
-	obs := core.ObserverFunc(func(e core.Event) { events = append(events, e) })
+	obs := limitertest.Observer(func(e core.Event) { events = append(events, e) })
 	f, err := newFlow(t, memStore(t), layer(perMinute), []core.Option{core.WithShadow(), core.WithObserver(obs)})
 	require.NoError(t, err)
 	for i := range 3 {
@@ -279,9 +281,9 @@ func TestShadowMode(t *testing.T) {
 		assert.Zero(t, w.writes)
 	}
 	require.Len(t, events, 3)
-	assert.Equal(t, core.OutcomeAllowed, events[0].Outcome)
-	assert.Equal(t, core.OutcomeShadowDenied, events[1].Outcome)
-	assert.Equal(t, core.OutcomeShadowDenied, events[2].Outcome)
+	assert.Equal(t, outcome.Allowed, outcome.Of(&events[0].Decision))
+	assert.Equal(t, outcome.ShadowDenied, outcome.Of(&events[1].Decision))
+	assert.Equal(t, outcome.ShadowDenied, outcome.Of(&events[2].Decision))
 
 	// Headers when asked: the decision as made, no Retry-After.
 	f, err = newFlow(t, memStore(t), layer(perMinute), []core.Option{core.WithShadow()}, httplimit.WithHeaders(headers.Default()))
@@ -296,12 +298,12 @@ func TestShadowMode(t *testing.T) {
 
 	// Fail closed, shadowed: the request passes, the error is heard.
 	var errs []error
-	f, err = newFlow(t, failing{}, layer(perMinute), []core.Option{core.WithShadow(), core.WithFailMode(core.FailClosed)},
+	f, err = newFlow(t, failing{}, layer(perMinute), []core.Option{core.WithShadow(), limitertest.FailClosed(time.Second)},
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	require.True(t, f.Handle(newRequest(), newResponse()))
 	require.Len(t, errs, 1)
-	require.ErrorIs(t, errs[0], core.ErrStore)
+	require.ErrorIs(t, errs[0], limits.ErrStore)
 
 	// A leaky bucket's Delay is not paced in shadow mode: with an hour's
 	// cap, a paced request would not return within the bound below.

@@ -12,6 +12,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -46,12 +48,12 @@ func (blocking) Reset(context.Context, string, core.Policy) error { return nil }
 
 // TestCanceledNeverProceeds checks that a request whose context ends
 // before its handler would run never proceeds, under every fail mode, and
-// is answered 499 with the error reported as core.ErrCanceled.
+// is answered 499 with the error reported as context.Canceled.
 func TestCanceledNeverProceeds(t *testing.T) {
 	leaky := core.Policy{Name: "p", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 3}
 	modes := map[string]func(t *testing.T) []core.Option{
 		"fail open":   func(*testing.T) []core.Option { return nil },
-		"fail closed": func(*testing.T) []core.Option { return []core.Option{core.WithFailMode(core.FailClosed)} },
+		"fail closed": func(*testing.T) []core.Option { return []core.Option{limitertest.FailClosed(time.Second)} },
 		"fallback":    func(t *testing.T) []core.Option { return []core.Option{core.WithFallback(memStore(t))} },
 	}
 	tests := []struct {
@@ -123,9 +125,9 @@ func TestCanceledNeverProceeds(t *testing.T) {
 				assert.Equal(t, 499, w.status, "status: nginx's client closed request")
 				assert.Equal(t, canceledBody, w.body)
 				require.Len(t, errs, 1, "the disconnect alone is reported")
-				assert.ErrorIs(t, errs[0], core.ErrCanceled)
 				assert.ErrorIs(t, errs[0], context.Canceled)
-				assert.NotErrorIs(t, errs[0], core.ErrStore, "a disconnect is not a store failure")
+				assert.ErrorIs(t, errs[0], context.Canceled)
+				assert.NotErrorIs(t, errs[0], limits.ErrStore, "a disconnect is not a store failure")
 			})
 		}
 	}
@@ -136,7 +138,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 func TestCanceledLogsAtDebug(t *testing.T) {
 	var rec recordHandler
 	h := httplimit.LogErrors(rec.logger())
-	h(newRequest(), errors.Join(core.ErrCanceled, context.Canceled))
+	h(newRequest(), errors.Join(context.Canceled, context.Canceled))
 	require.Len(t, rec.records, 1)
 	assert.Equal(t, "DEBUG", rec.records[0].Level.String())
 	assert.Equal(t, "ratelimit: request canceled", rec.records[0].Message)
@@ -144,7 +146,7 @@ func TestCanceledLogsAtDebug(t *testing.T) {
 
 func TestDefaultResponderCanceled(t *testing.T) {
 	w := newResponse()
-	httplimit.DefaultResponder(newRequest(), w, core.Decision{}, errors.Join(core.ErrCanceled, context.Canceled))
+	httplimit.DefaultResponder(newRequest(), w, core.Decision{}, errors.Join(context.Canceled, context.Canceled))
 	assert.Equal(t, 499, w.status)
 	assert.Equal(t, "application/json", w.contentType)
 	assert.Equal(t, canceledBody, w.body)

@@ -17,7 +17,7 @@
 // WithDenyList). Every request that does not proceed is answered by the
 // Responder (WithResponder; DefaultResponder by default): one over its
 // limit 429 with a JSON body; one refused because the store failed under
-// core.FailClosed 503; one the flow cannot decide (no key: 400; a bad
+// a layer's FailClosed 503; one the flow cannot decide (no key: 400; a bad
 // cost, a failing key function, a recovered panic: 500; a client that
 // left: 499, and never its handler) once the ErrorHandler has heard the
 // error. A store that fails open lets the request through with no
@@ -29,8 +29,8 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/apigate/ratelimit/access"
@@ -78,10 +78,8 @@ type Flow struct {
 
 // New returns the Flow of layers over store, configured by opts, applied
 // in order, with the Limiter it decides by (see Limiter): core.NewLimiter
-// when there is one layer, without PolicyFor, Methods or Routes (the
-// shortest path), core.NewLayered otherwise, given the options of
-// WithCore. Every wiring mistake is reported here, with an error wrapping
-// core.ErrInvalidOption (or core.ErrInvalidPolicy for a layer's policy):
+// of the layers' policies, given the options of WithCore. Every wiring
+// mistake is reported here, with an error wrapping core.ErrInvalidOption:
 // a nil store, a nil option or the first option given an invalid value,
 // no layer or more than 16, a layer without a name among
 // several or two of one name, a bad method or route pattern, a bad policy;
@@ -116,24 +114,16 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 		allow:    c.allow,
 		deny403:  c.deny403,
 	}
+	policies := make([]core.Policy, len(layers))
+	for i := range layers {
+		policies[i] = layers[i].Policy
+	}
+	if f.limiter, err = core.NewLimiter(store, policies, c.core...); err != nil {
+		return nil, err
+	}
 	if ly := layers[0]; len(layers) == 1 && ly.PolicyFor == nil && ly.Methods == nil && ly.Routes == nil {
-		copts := slices.Clip(c.core)
-		if ly.FailClosed {
-			copts = append(copts, core.WithFailMode(core.FailClosed))
-		}
-		if f.limiter, err = core.NewLimiter(store, ly.Policy, copts...); err != nil {
-			return nil, err
-		}
 		f.single = &ls.layers[0]
-		f.single.name = f.limiter.Policy().Name
-	} else {
-		cl := make([]core.Layer, len(layers))
-		for i, ly := range layers {
-			cl[i] = core.Layer{Name: ly.Policy.Name, Policy: ly.Policy, FailClosed: ly.FailClosed}
-		}
-		if f.limiter, err = core.NewLayered(store, cl, c.core...); err != nil {
-			return nil, err
-		}
+		f.single.name = f.limiter.Policies()[0].Name
 	}
 	f.shadow = f.limiter.Shadow()
 	ownKey := false
@@ -232,22 +222,34 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 	}
 	st.in = inLimiter
 	ctx := r.Context()
-	d, at, err := f.limiter.AllowNTimed(ctx, key, cost)
+	checks := [1]core.Check{{Key: key, Cost: cost}}
+	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, checks[:], nil)
 	if err != nil {
-		// A decision of the fail mode or the fallback store, whatever err
-		// wraps (a failed store, a PolicySource's invalid policy), is
-		// honoured; any other error came with no decision.
-		if !failModeDecided(err, d.Source) {
-			f.fail(&st, r, w, err) // bad input, or the client left: no decision
-			return false
-		}
+		f.fail(&st, r, w, err) // bad input, or the client left: no decision
+		return false
+	}
+	return f.decided(&st, ctx, r, w, d, nil, at)
+}
+
+// errEmptyKey is the error of a key function that returned an empty key.
+var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
+
+// decided tells the client about d, the binding decision of layers (nil
+// for a flow of one layer), decided at the time at (zero when the Limiter
+// does not say, and then read only if a field needs it), and passes
+// (paced) or denies. A degraded decision (d.Err set: the store failed, or a
+// policy could not be had) is first passed to the ErrorHandler; one of the
+// layers' FailClosed (d.Source is core.SourceFailMode) tells the client
+// nothing of its quota: it passes with no rate-limit header, or is refused
+// with Retry-After alone.
+func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision, layers []core.Decision, at time.Time) bool {
+	if d.Err != nil {
 		st.in = inErrorHandler
-		f.onError(r, err)
-		if d.Source == core.SourceFallback {
-			return f.decided(&st, ctx, r, w, d, at) // a real decision, from the fallback store
-		}
+		f.onError(r, d.Err)
+	}
+	if d.Source == core.SourceFailMode {
 		if d.Allowed {
-			return f.proceed(&st, ctx, r, w) // failed open: no header, the store told nothing
+			return f.proceed(st, ctx, r, w) // failed open: no header, the store told nothing
 		}
 		if f.headers.RetryAfter {
 			st.in = inHeaders
@@ -257,18 +259,8 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		f.respond(r, st.guard(w), d, nil)
 		return false
 	}
-	return f.decided(&st, ctx, r, w, d, at)
-}
-
-// errEmptyKey is the error of a key function that returned an empty key.
-var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
-
-// decided tells the client about d, decided at the time at (zero when the
-// Limiter does not say, and then read only if a field needs it), and
-// passes (paced) or denies.
-func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision, at time.Time) bool {
 	st.in = inHeaders
-	f.writer.Write(w, d, nil, at)
+	f.writer.Write(w, d, layers, at)
 	if !d.Allowed {
 		st.in = inResponder
 		f.respond(r, st.guard(w), d, nil)
@@ -300,9 +292,20 @@ func (f *Flow) fail(st *state, r keyfuncs.Request, w Response, err error) {
 }
 
 // canceled is the error of a request admitted, or paced, while its context
-// ended.
+// ended: it wraps ctx.Err() (context.Canceled or context.DeadlineExceeded)
+// and the context's cause.
 func canceled(ctx context.Context) error {
-	return fmt.Errorf("%w: the request's context ended before its handler ran: %w", core.ErrCanceled, context.Cause(ctx))
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return fmt.Errorf("httplimit: the request's context ended before its handler ran: %w", err)
+	}
+	return fmt.Errorf("httplimit: the request's context ended before its handler ran: %w: %w", err, cause)
+}
+
+// clientLeft reports whether err, an error of the flow that came with no
+// decision, says the request's context ended: the client left.
+func clientLeft(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // pace waits d, or until ctx ends, and reports whether the wait completed.

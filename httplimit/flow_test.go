@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -173,15 +174,15 @@ func TestHandle(t *testing.T) {
 		{
 			name:   "fail closed without Retry-After configured",
 			store:  func(testing.TB) core.Store { return failing{} },
-			lopts:  []core.Option{core.WithFailMode(core.FailClosed)},
+			lopts:  []core.Option{limitertest.FailClosed(time.Second)},
 			opts:   []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})},
 			status: 503, header: map[string]string{"Retry-After": "", "X-Ratelimit-Limit": ""},
-			errContains: []error{core.ErrStore},
+			errContains: []error{limits.ErrStore},
 		},
 		{
 			name:  "fail closed, replaced responder",
 			store: func(testing.TB) core.Store { return failing{} },
-			lopts: []core.Option{core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(1500 * time.Millisecond)},
+			lopts: []core.Option{limitertest.FailClosed(1500 * time.Millisecond)},
 			opts: []httplimit.Option{httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
 				if err != nil || d.Source != core.SourceFailMode {
 					httplimit.DefaultResponder(r, w, d, err)
@@ -190,7 +191,7 @@ func TestHandle(t *testing.T) {
 				_ = w.Write(http.StatusTooManyRequests, "text/plain", []byte(d.RetryAfter.String()))
 			})},
 			status: 429, body: "1.5s", header: map[string]string{"Retry-After": "2"},
-			errContains: []error{core.ErrStore},
+			errContains: []error{limits.ErrStore},
 		},
 	}
 	for _, tc := range tests {
@@ -281,7 +282,7 @@ func TestLogErrors(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := httplimit.LogErrors(logger)
-	h(newRequest(), errors.Join(core.ErrStore, errors.New("redis: connection refused")))
+	h(newRequest(), errors.Join(limits.ErrStore, errors.New("redis: connection refused")))
 	h(newRequest(), keyfuncs.ErrNoKey)
 	out := buf.String()
 	for _, want := range []string{

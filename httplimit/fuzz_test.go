@@ -15,7 +15,9 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -90,7 +92,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 		lopts = append(lopts, core.WithDenyCache(16))
 	case 2:
 		store = failing{}
-		lopts = append(lopts, core.WithFailMode(core.FailClosed))
+		lopts = append(lopts, limitertest.FailClosed(time.Second))
 	case 3:
 		store = failing{}
 		lopts = append(lopts, core.WithFallback(mem()))
@@ -349,16 +351,16 @@ func FuzzFlow(f *testing.F) {
 					if !canPanic {
 						t.Fatalf("request %d: unexpected panic: %v\n%s", i, err, err.(*httplimit.PanicError).Stack)
 					}
-				case errors.Is(err, core.ErrCanceled):
+				case errors.Is(err, context.Canceled):
 					if !left {
 						t.Fatalf("request %d: canceled while the client is there: %v", i, err)
 					}
-				case errors.Is(err, core.ErrStore):
+				case errors.Is(err, limits.ErrStore):
 					if !storeFails {
 						t.Fatalf("request %d: store error from a working store: %v", i, err)
 					}
-				case errors.Is(err, keyfuncs.ErrNoKey), errors.Is(err, core.ErrInvalidKey),
-					errors.Is(err, core.ErrInvalidCost), errors.Is(err, core.ErrCostExceedsLimit):
+				case errors.Is(err, keyfuncs.ErrNoKey), errors.Is(err, core.ErrInvalidOption),
+					errors.Is(err, core.ErrInvalidOption), errors.Is(err, core.ErrInvalidOption):
 				default:
 					t.Fatalf("request %d: unexpected error %v", i, err)
 				}

@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -30,7 +27,7 @@ import (
 //		{Policy: fivePer15Minutes("login"), Methods: []string{"POST"}, Routes: []string{"/login"}},
 //		{Policy: perMinute("ip", 300)},
 //	}
-//	flow, err := httplimit.New(store, layers, httplimit.WithCore(core.WithFailMode(core.FailOpen)))
+//	flow, err := httplimit.New(store, layers)
 //	mw := ginlimit.New(flow)
 //
 // A request to which no layer applies passes untouched, with no header.
@@ -74,7 +71,7 @@ type Layer struct {
 	// layer's Algorithm; its Name is the layer's whatever it says, so a
 	// client moved from one plan to another keeps its usage. An error, or
 	// an invalid policy, decides the request by the Limiter's FailMode
-	// (core.FailOpen passes, core.FailClosed answers 503), and is passed
+	// (a layer that fails open passes, one with FailClosed answers 503), and is passed
 	// to the ErrorHandler; never a 500 nor a panic (a PolicyFor that
 	// panics is recovered, and answered 500 like any handler's panic). It
 	// runs on the request's goroutine before the store is asked, outside
@@ -95,10 +92,6 @@ type Layer struct {
 	// is a programming error: the request gets the Responder's answer (500
 	// by default), never a panic and never a 429.
 	Cost func(keyfuncs.Request) int64
-	// FailClosed makes the layer deny when the store fails, whatever the
-	// Limiter's FailMode: a login guard that must not open during an
-	// outage (see core.Layer.FailClosed).
-	FailClosed bool
 }
 
 // CostByRoute returns a Layer.Cost function weighing requests
@@ -274,13 +267,12 @@ func (ly *flowLayer) applies(r keyfuncs.Request, m *matcher) bool {
 	return false
 }
 
-// scratch is what one layered request needs, pooled: the checks, the
-// verdict and its decisions would otherwise escape to the heap.
+// scratch is what one layered request needs, pooled: the checks and the
+// layers' decisions would otherwise escape to the heap.
 type scratch struct {
 	checks [limits.MaxLayers]core.Check
 	keys   [limits.MaxLayers]string
 	ds     [limits.MaxLayers]core.Decision
-	v      core.Verdict
 	m      matcher
 }
 
@@ -288,7 +280,7 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
 // badPolicy is the policy a check carries when its layer's PolicyFor
 // failed: invalid for every layer, so that the Limiter decides the request
-// by its FailMode (core.Limiter.AllowLayers).
+// by the layers' FailClosed (core.Limiter.AllowLayers).
 var badPolicy = core.Policy{}
 
 // inPolicyFor names a layer's PolicyFor in a PanicError.
@@ -302,7 +294,6 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		clear(sc.checks[:])
 		clear(sc.keys[:])
 		clear(sc.ds[:])
-		sc.v = core.Verdict{}
 		sc.m.reset()
 		scratches.Put(sc)
 	}()
@@ -366,7 +357,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			switch {
 			case err != nil:
 				if policyErr == nil {
-					policyErr = fmt.Errorf("%w: httplimit: layer %q: PolicyFor: %w", core.ErrInvalidPolicy, ly.name, err)
+					policyErr = fmt.Errorf("%w: httplimit: layer %q: PolicyFor: %w", limits.ErrPolicy, ly.name, err)
 				}
 				c.Policy = &badPolicy
 			case p != nil:
@@ -376,60 +367,16 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	}
 	st.in = inLimiter
 	ctx := r.Context()
-	v := &sc.v
-	v.Decisions = sc.ds[:0]
-	err := f.limiter.AllowLayers(ctx, sc.checks[:n], v)
-	if policyErr != nil && err != nil && v.Source == core.SourceFailMode {
-		err = policyErr // the Limiter's error only says the policy was bad
-	}
+	ds := sc.ds[:n]
+	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, sc.checks[:n], ds)
 	if err != nil {
-		if !failModeDecided(err, v.Source) {
-			f.fail(st, r, w, err) // bad input, or the client left: no decision
-			return false
-		}
-		st.in = inErrorHandler
-		f.onError(r, err)
-		if v.Source == core.SourceFallback {
-			return f.decidedLayers(st, ctx, r, w, v) // a real decision, from the fallback store
-		}
-		if v.Allowed {
-			return f.proceed(st, ctx, r, w) // failed open: no header, the store told nothing
-		}
-		if f.headers.RetryAfter {
-			st.in = inHeaders
-			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(v.Decision)))
-		}
-		st.in = inResponder
-		f.respond(r, st.guard(w), v.Decision, nil)
+		f.fail(st, r, w, err) // bad input, or the client left: no decision
 		return false
 	}
-	return f.decidedLayers(st, ctx, r, w, v)
-}
-
-// failModeDecided reports whether a Limiter error came with a decision of
-// the FailMode or the fallback store, which the flow honours, rather than
-// with none (bad input, a client that left).
-func failModeDecided(err error, src core.Source) bool {
-	if errors.Is(err, core.ErrCanceled) {
-		return false
+	if policyErr != nil && d.Source == core.SourceFailMode {
+		d.Err = policyErr // the Limiter's Err only says the policy was bad
 	}
-	return src == core.SourceFailMode || src == core.SourceFallback
-}
-
-// decidedLayers tells the client about v and passes (paced) or denies.
-func (f *Flow) decidedLayers(st *state, ctx context.Context, r keyfuncs.Request, w Response, v *core.Verdict) bool {
-	st.in = inHeaders
-	f.writer.Write(w, v.Decision, v.Decisions, time.Time{})
-	if !v.Allowed {
-		st.in = inResponder
-		f.respond(r, st.guard(w), v.Decision, nil)
-		return false
-	}
-	if v.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(v.Delay, f.maxDelay)) {
-		f.fail(st, r, w, canceled(ctx))
-		return false
-	}
-	return f.proceed(st, ctx, r, w)
+	return f.decided(st, ctx, r, w, d, ds, at)
 }
 
 // checkKeys is check for a layered request: the client's address and the

@@ -4,12 +4,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -17,7 +19,7 @@ import (
 // 500, whatever the fail mode, reported as in the "layer policy function";
 // the request takes nothing from any layer.
 func TestLayersPolicyForPanics(t *testing.T) {
-	for _, mode := range []core.FailMode{core.FailOpen, core.FailClosed} {
+	for _, mode := range []time.Duration{0, time.Second} {
 		layers := testLayers(t)
 		layers[1].PolicyFor = func(r keyfuncs.Request, _ string) (*core.Policy, error) {
 			if r.Header("X-Plan") == "panic" {
@@ -26,7 +28,7 @@ func TestLayersPolicyForPanics(t *testing.T) {
 			return nil, nil
 		}
 		var errs []error
-		f, _ := layeredFlow(t, layers, []core.Option{core.WithFailMode(mode)},
+		f, _ := layeredFlow(t, layers, []core.Option{limitertest.FailClosed(mode)},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		r := newPathRequest("POST", "/login")
 		r.header.Set("X-Plan", "panic")

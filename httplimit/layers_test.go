@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -97,7 +98,7 @@ func TestLayersConstruction(t *testing.T) {
 		assert.ErrorIs(t, err, core.ErrInvalidOption, name)
 	}
 	_, err := httplimit.New(store, with(func(ls []httplimit.Layer) []httplimit.Layer { ls[1].Policy.Limit = -1; return ls }))
-	assert.ErrorIs(t, err, core.ErrInvalidPolicy, "bad policy")
+	assert.ErrorIs(t, err, core.ErrInvalidOption, "bad policy")
 	_, err = httplimit.New(store, good, httplimit.WithDenyList(mustList(t, "user:x")))
 	assert.ErrorIs(t, err, core.ErrInvalidOption, "lists and a layer's own Key, no WithClientIP")
 	_, err = httplimit.New(store, good, httplimit.WithDenyList(mustList(t, "user:x")), httplimit.WithClientIP(mustClientIP(t)))
@@ -114,7 +115,7 @@ func TestLayersConstruction(t *testing.T) {
 	f, err = httplimit.New(store, []httplimit.Layer{{Policy: perMin(1)}})
 	require.NoError(t, err)
 	p := perMin(1)
-	assert.Equal(t, limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst), f.Limiter().Policy().Name)
+	assert.Equal(t, limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst), f.Limiter().Policies()[0].Name)
 }
 
 // mustClientIP returns keyfuncs.NewClientIP(): the socket peer.
@@ -215,11 +216,14 @@ func TestLayersAllOrNothing(t *testing.T) {
 // badSource is a PolicySource that returns an invalid policy.
 type badSource struct{}
 
-func (badSource) Adjust(p core.Policy) core.Policy { p.Limit = -1; return p }
+func (badSource) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+	p.Limit = -1
+	return p, nil
+}
 
 func TestLayersPolicyForFailMode(t *testing.T) {
 	errPlans := errors.New("plans down")
-	for _, mode := range []core.FailMode{core.FailOpen, core.FailClosed} {
+	for _, mode := range []time.Duration{0, time.Second} {
 		layers := testLayers(t)
 		layers[0].PolicyFor = func(r keyfuncs.Request, _ string) (*core.Policy, error) {
 			switch r.Header("X-Plan") {
@@ -231,14 +235,14 @@ func TestLayersPolicyForFailMode(t *testing.T) {
 			return nil, nil
 		}
 		var errs []error
-		f, _ := layeredFlow(t, layers, []core.Option{core.WithFailMode(mode)},
+		f, _ := layeredFlow(t, layers, []core.Option{limitertest.FailClosed(mode)},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		for _, plan := range []string{"broken", "invalid"} {
 			r := newPathRequest("GET", "/items")
 			r.header.Set("X-Plan", plan)
 			w := newResponse()
 			ok := f.Handle(r, w)
-			if mode == core.FailOpen {
+			if mode == 0 {
 				assert.True(t, ok, "%s plan fails open", plan)
 				assert.Zero(t, w.writes)
 			} else {
@@ -248,23 +252,23 @@ func TestLayersPolicyForFailMode(t *testing.T) {
 		}
 		require.Len(t, errs, 2)
 		assert.ErrorIs(t, errs[0], errPlans)
-		assert.ErrorIs(t, errs[1], core.ErrInvalidPolicy)
+		assert.ErrorIs(t, errs[1], limits.ErrPolicy)
 	}
 	// The single-policy flow: a PolicySource's invalid policy is decided by
 	// the FailMode too, never a 500.
-	for _, mode := range []core.FailMode{core.FailOpen, core.FailClosed} {
+	for _, mode := range []time.Duration{0, time.Second} {
 		var errs []error
-		f, err := newFlow(t, memStore(t), layer(perMin(5)), []core.Option{core.WithPolicySource(badSource{}), core.WithFailMode(mode)},
+		f, err := newFlow(t, memStore(t), layer(perMin(5)), []core.Option{core.WithPolicySource(badSource{}), limitertest.FailClosed(mode)},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		require.NoError(t, err)
 		w := newResponse()
 		ok := f.Handle(newRequest(), w)
-		assert.Equal(t, mode == core.FailOpen, ok)
-		if mode == core.FailClosed {
+		assert.Equal(t, mode == 0, ok)
+		if mode > 0 {
 			assert.Equal(t, http.StatusServiceUnavailable, w.status)
 		}
 		require.Len(t, errs, 1)
-		assert.ErrorIs(t, errs[0], core.ErrInvalidPolicy)
+		assert.ErrorIs(t, errs[0], core.ErrInvalidOption)
 	}
 }
 

@@ -40,10 +40,9 @@ func invalid(fn, detail string) error {
 	return fmt.Errorf("%w: httplimit.%s: %s", core.ErrInvalidOption, fn, detail)
 }
 
-// WithCore passes opts to the Limiter New builds (core.NewLimiter for one
-// layer without PolicyFor, Methods or Routes, core.NewLayered otherwise):
-// its fail mode, timeout, fallback store, shadow mode, policy sources,
-// observers. Several WithCore options add up, in order. A nil option is
+// WithCore passes opts to the Limiter New builds (core.NewLimiter, given
+// the layers' policies): its fallback store, shadow mode, policy source,
+// observers, deny cache. Several WithCore options add up, in order. A nil option is
 // reported by New.
 func WithCore(opts ...core.Option) Option {
 	return func(c *config) error {
@@ -81,7 +80,7 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 
 // WithResponder sets the answer to every request that does not proceed:
 // over its limit (429 by default), refused by a failed store under
-// core.FailClosed (503), deny-listed (403), or not decided (400 no key,
+// a layer's FailClosed (503), deny-listed (403), or not decided (400 no key,
 // 499 client left, 500). h must write a response: the adapter stops the
 // chain either way. To fall back to another key instead of refusing a
 // request without one, use keyfuncs.FirstOf in the layer's Key. The
@@ -99,7 +98,7 @@ func WithResponder(h Responder) Option {
 // WithErrorHandler sets who hears about the errors of the flow. Every
 // error the flow meets (a failed store, whether it failed open or closed;
 // a key function that failed; a bad cost; a client that left,
-// core.ErrCanceled; a recovered panic, a *PanicError) is passed to h before the
+// context.Canceled; a recovered panic, a *PanicError) is passed to h before the
 // request is answered. h only observes; it writes nothing. The default is
 // LogErrors(nil). A nil h is invalid.
 func WithErrorHandler(h ErrorHandler) Option {

@@ -12,11 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"time"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
-	"time"
 )
 
 const internalBody = `{"error":"rate_limit_error","message":"Internal server error."}`
@@ -94,7 +96,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 				}
 			})}},
 		{name: "responder, fail closed", in: "responder",
-			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{core.WithFailMode(core.FailClosed)},
+			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{limitertest.FailClosed(time.Second)},
 			opts: []httplimit.Option{httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() })}},
 		{name: "error handler on a store failure", in: "error handler",
 			store: func(*testing.T) core.Store { return failing{} },

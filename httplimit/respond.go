@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/apigate/ratelimit/internal/outcome"
+
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
@@ -35,13 +37,13 @@ const statusClientClosedRequest = 499
 // Responder answers a request that does not proceed. err is nil when the
 // request was decided: d is then a denial, over the limit (d.Source is the
 // store's, the fallback's or the deny cache's) or refused because the
-// store failed under core.FailClosed or a fail-closed layer (d.Source is
+// store failed under a layer's FailClosed (d.Source is
 // core.SourceFailMode). The rate-limit headers, Retry-After included, are
 // already set. A non-nil err means nothing was decided, and d is zero: a
 // deny list matched the client (err is then the access.Entry that
 // matched: errors.As(err, &entry) reads it, say for a 451), the key
 // function found no key or failed, the cost was bad, the client left
-// (core.ErrCanceled), or a function given to the flow panicked (a
+// (context.Canceled or context.DeadlineExceeded), or a function given to the flow panicked (a
 // *PanicError). A Responder must write a response: the adapter stops the
 // chain either way.
 type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
@@ -55,7 +57,7 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 //
 // where N is headers.RetryAfterSeconds(d), the Retry-After value ("1
 // second" when N is 1). One refused because the store failed, under
-// core.FailClosed or a fail-closed layer (d.Source is core.SourceFailMode),
+// a layer's FailClosed (d.Source is core.SourceFailMode),
 // gets 503 Service Unavailable, not 429 (the client did nothing wrong, the
 // server cannot serve it), with
 //
@@ -71,7 +73,7 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 // and no rate-limit header. Neither the entry, its reason nor its expiry
 // is written: what put a client on a deny list is the operator's to know.
 //
-// When err wraps core.ErrCanceled, the request's context ended (the client
+// When err wraps context.Canceled or context.DeadlineExceeded, the request's context ended (the client
 // closed the connection, or its half of it) before the handler could run:
 // 499, nginx's "client closed request", with
 //
@@ -109,7 +111,7 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 			[]byte(`{"error":"`+codeForbidden+`","message":"Access denied."}`))
 		return
 	case isPanic(err):
-	case errors.Is(err, core.ErrCanceled):
+	case clientLeft(err):
 		_ = w.Write(statusClientClosedRequest, contentTypeJSON,
 			[]byte(`{"error":"`+codeCanceled+`","message":"The client closed the request."}`))
 		return
@@ -126,7 +128,7 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 // slog.Default() at the time of each call when logger is nil. What the
 // client causes is logged at Debug, so that no client can flood the log: a
 // request without a key (keyfuncs.ErrNoKey), a client that left before its
-// request was decided or served (core.ErrCanceled). A recovered panic
+// request was decided or served (context.Canceled or context.DeadlineExceeded). A recovered panic
 // (a *PanicError) is logged at Error with its stack; every other error (a
 // failed store, a misconfiguration) at Warn. The record carries the error,
 // the method and the route pattern, never the key.
@@ -145,7 +147,7 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 			if errors.As(err, &pe) {
 				stack = append(stack, slog.String("stack", string(pe.Stack)))
 			}
-		case errors.Is(err, keyfuncs.ErrNoKey), errors.Is(err, core.ErrCanceled):
+		case errors.Is(err, keyfuncs.ErrNoKey), clientLeft(err):
 			level = slog.LevelDebug
 		}
 		l.LogAttrs(r.Context(), level, "ratelimit: "+errorKind(err), append([]slog.Attr{
@@ -160,9 +162,9 @@ func errorKind(err error) string {
 	switch {
 	case isPanic(err):
 		return "panic"
-	case errors.Is(err, core.ErrCanceled):
+	case clientLeft(err):
 		return "request canceled"
-	case errors.Is(err, core.ErrStore):
+	case outcome.StoreErrorKind(err) != "":
 		return "store failed"
 	case errors.Is(err, keyfuncs.ErrNoKey):
 		return "no key in request"

@@ -166,7 +166,7 @@ func ExampleNewClientIP_invalidOption() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// ratelimit: invalid option: keyfuncs.NewClientIP: Prefixes(32, 0): want an IPv6 prefix of 1 to 128
+	// ratelimit: invalid argument: keyfuncs.NewClientIP: Prefixes(32, 0): want an IPv6 prefix of 1 to 128
 }
 
 // A keyed hash: without the secret, a key seen in the store cannot be

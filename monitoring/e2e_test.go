@@ -16,14 +16,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/monitoring"
 )
 
 // counts are decisions by limit and outcome.
 type counts map[string]map[string]float64
 
-func (c counts) add(limit string, o core.Outcome) {
+func (c counts) add(limit string, o outcome.Outcome) {
 	if c[limit] == nil {
 		c[limit] = make(map[string]float64)
 	}
@@ -93,9 +93,9 @@ func TestE2EPrometheus(t *testing.T) {
 	login := demoLoginLimit + 3
 	for i := 0; i < login; i++ {
 		if send(http.MethodPost, "/login") == http.StatusTooManyRequests {
-			want.add("login", core.OutcomeLockedOut)
+			want.add("login", outcome.LockedOut)
 		} else {
-			want.add("login", core.OutcomeAllowed)
+			want.add("login", outcome.Allowed)
 		}
 	}
 	// The API (1000 an hour) and users (30 a minute) layers have more
@@ -106,23 +106,23 @@ func TestE2EPrometheus(t *testing.T) {
 			header = []string{demoAPIKeyHeader, "e2e-test-key"}
 		}
 		if send(http.MethodGet, path, header...) == http.StatusOK {
-			want.add("global", core.OutcomeAllowed)
+			want.add("global", outcome.Allowed)
 		} else {
-			want.add("global", core.OutcomeDenied)
+			want.add("global", outcome.Denied)
 		}
 	}
 	// Then GET /, under the global limit only, until it has denied 10.
 	for denied, i := 0, 0; denied < 10; i++ {
 		require.Less(t, i, demoGlobalBurst+100, "GET / never denied 10 requests")
 		if send(http.MethodGet, "/") == http.StatusOK {
-			want.add("global", core.OutcomeAllowed)
+			want.add("global", outcome.Allowed)
 		} else {
-			want.add("global", core.OutcomeDenied)
+			want.add("global", outcome.Denied)
 			denied++
 		}
 	}
-	require.Equal(t, float64(demoLoginLimit), want["login"][core.OutcomeAllowed.String()], "logins admitted")
-	require.Equal(t, 3.0, want["login"][core.OutcomeLockedOut.String()], "logins locked out")
+	require.Equal(t, float64(demoLoginLimit), want["login"][outcome.Allowed.String()], "logins admitted")
+	require.Equal(t, 3.0, want["login"][outcome.LockedOut.String()], "logins locked out")
 	t.Logf("sent: %v", want)
 
 	// Prometheus must find exactly those counts, and zero for every other
@@ -145,7 +145,7 @@ func TestE2EPrometheus(t *testing.T) {
 	})
 	require.NoError(t, err, "ratelimit_decisions_total in Prometheus")
 	for _, limit := range []string{"global", "login", "api", "users", "posts"} {
-		for _, o := range core.Outcomes() {
+		for _, o := range outcome.All() {
 			_, ok := got[limit][o.String()]
 			assert.True(t, ok, "series ratelimit_decisions_total{limit=%q,outcome=%q} exists, at 0 if nothing", limit, o)
 		}

@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/apigate/ratelimit/core"
 )
 
 // exporterMetrics are the series observe/prometheus exports under its
@@ -30,14 +29,14 @@ var exporterMetrics = map[string][]string{
 // and kind as core names them, state as promlimit does.
 var labelValues = map[string][]string{
 	"outcome": outcomeNames(),
-	"kind":    {core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed},
+	"kind":    {outcome.StoreErrTimeout, outcome.StoreErrCircuitOpen, outcome.StoreErrFailed},
 	"state":   {"healthy", "recovering", "failing"},
 }
 
-// outcomeNames returns the String of every core.Outcome, in order.
+// outcomeNames returns the String of every outcome.Outcome, in order.
 func outcomeNames() []string {
 	var names []string
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		names = append(names, o.String())
 	}
 	return names

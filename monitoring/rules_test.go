@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/apigate/ratelimit/core"
 )
 
 // rulesTestPath is the promtool unit test file of the rules.
@@ -207,7 +206,7 @@ func TestRuleOutcomes(t *testing.T) {
 	admitted, denied, decided := set("ratelimit:admitted:rate5m"), set("ratelimit:denied:rate5m"), set("ratelimit:decided:rate5m")
 	shadow, locked := set("ratelimit:shadow_denied:rate5m"), set("ratelimit:locked_out:rate5m")
 	allowListed, denyListed := set("ratelimit:allow_listed:rate5m"), set("ratelimit:deny_listed:rate5m")
-	neither := []string{core.OutcomeCanceled.String(), core.OutcomeFailedClosed.String(), core.OutcomeInvalid.String()}
+	neither := []string{outcome.Canceled.String(), outcome.FailedClosed.String(), outcome.Invalid.String()}
 
 	assert.Equal(t, []string{"shadow_denied"}, shadow)
 	assert.Equal(t, []string{"locked_out"}, locked)
@@ -219,7 +218,7 @@ func TestRuleOutcomes(t *testing.T) {
 
 	classes := map[string][]string{"admitted": admitted, "shadow_denied": shadow, "allow_listed": allowListed,
 		"denied": denied, "deny_listed": denyListed, "neither": neither}
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		var in []string
 		for name, c := range classes {
 			if slices.Contains(c, o.String()) {

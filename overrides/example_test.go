@@ -20,15 +20,15 @@ func ExampleSet() {
 	}
 	defer store.Close()
 	live := overrides.New()
-	l, err := core.NewLayered(store, []core.Layer{
-		{Name: "search", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute}},
+	l, err := core.NewLimiter(store, []core.Policy{
+		{Name: "search", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute},
 	}, core.WithPolicySource(live))
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	d, _ := l.AllowNAt(ctx, "user:42", 6, now)
+	d, _ := l.AllowN(ctx, "user:42", 6, now)
 	fmt.Println("6 of 10:", d.Allowed, d.Remaining)
 
 	o, err := overrides.Parse("scale=0.5")
@@ -38,11 +38,11 @@ func ExampleSet() {
 	if err := live.Put("search", o); err != nil {
 		panic(err)
 	}
-	d, _ = l.AllowAt(ctx, "user:42", now)
+	d, _ = l.AllowN(ctx, "user:42", 1, now)
 	fmt.Println("halved to", d.Limit, "allowed:", d.Allowed)
 
 	live.Delete("search")
-	d, _ = l.AllowAt(ctx, "user:42", now)
+	d, _ = l.AllowN(ctx, "user:42", 1, now)
 	fmt.Println("lifted:", d.Allowed, d.Remaining)
 	// Output:
 	// 6 of 10: true 4
@@ -60,7 +60,7 @@ func ExampleNewLoad() {
 		panic(err)
 	}
 	defer load.Close() // stops the goroutine that reads the signal every second
-	// core.NewLimiter(store, policy, core.WithPolicySource(load)) ...
+	// core.NewLimiter(store, policies, core.WithPolicySource(load)) ...
 	inflight.Add(150)
 	fmt.Println(load.Update()) // an Update now, as the ticker's would be
 	// Output: 0.9

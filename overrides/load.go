@@ -1,6 +1,7 @@
 package overrides
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -161,11 +162,12 @@ func (l *Load) Close() error {
 // Load scales p's layer: rounded down, at least 1, and a burst the scaled
 // rate cannot refill within 366 days clamped down to what it
 // refills (see Override), so that a valid p stays valid and a scale below
-// 1 never loosens it.
-func (l *Load) Adjust(p core.Policy) core.Policy {
+// 1 never loosens it. The scale is every client's: ctx and key are
+// unused. It never fails: the error is always nil.
+func (l *Load) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
 	s := l.Scale()
 	if s == 1 || (len(l.cfg.Layers) > 0 && !slices.Contains(l.cfg.Layers, p.Name)) {
-		return p
+		return p, nil
 	}
-	return Override{Scale: s}.applyTo(p)
+	return Override{Scale: s}.applyTo(p), nil
 }

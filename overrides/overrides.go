@@ -20,7 +20,8 @@
 // falls below 500, and gets the room at once under one to 10,000.
 //
 // No source here ever hands the Limiter an invalid policy, which it would
-// decide by its FailMode (open by default: limiting switched off), nor one
+// decide by the layer's Policy.FailClosed (0 by default: failing open,
+// limiting switched off), nor one
 // looser than the override asks: what an override derives (a burst a
 // slower rate cannot refill, a limit scaled to nothing) is clamped down to
 // the nearest valid value, and what it sets itself that no valid policy
@@ -33,6 +34,7 @@
 package overrides
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -116,7 +118,7 @@ func (o Override) applyTo(p core.Policy) core.Policy {
 }
 
 // apply changes *p as o does, what o derives clamped (see Override), or
-// returns an error wrapping core.ErrInvalidPolicy when what o sets itself
+// returns an error wrapping core.ErrInvalidOption when what o sets itself
 // cannot be valid for *p (then *p is half changed: the caller drops it).
 // It works in place, on the hot path of every request: a Policy is 72
 // bytes, too big to copy at every step.
@@ -136,14 +138,14 @@ func (o Override) apply(p *core.Policy) error {
 		p.Limit = o.Limit
 		if p.Algorithm == core.SlidingWindowLog && p.Limit > limits.MaxLogLimit {
 			return fmt.Errorf("%w: override %q: limit %d is above %d, the most a sliding window log keeps per key",
-				core.ErrInvalidPolicy, o.String(), p.Limit, limits.MaxLogLimit)
+				core.ErrInvalidOption, o.String(), p.Limit, limits.MaxLogLimit)
 		}
 	}
 	if o.Burst > 0 && bucket {
 		p.Burst = o.Burst
 		if most := maxBurst(p.Limit, p.Window); p.Burst > most {
 			return fmt.Errorf("%w: override %q: burst %d takes more than MaxWindow (366 days) to fill at %d per %v; at most %d",
-				core.ErrInvalidPolicy, o.String(), p.Burst, p.Limit, p.Window, most)
+				core.ErrInvalidOption, o.String(), p.Burst, p.Limit, p.Window, most)
 		}
 	}
 	if o.Scale > 0 && o.Scale != 1 {
@@ -402,7 +404,7 @@ func init() {
 // Put sets the override of layer, replacing any. It fails, with an error
 // wrapping core.ErrInvalidOption, when o does not validate, layer is no
 // valid name (core.Policy's Name rules), or o cannot apply to a policy of
-// layer the Set has adjusted (the error then wraps core.ErrInvalidPolicy
+// layer the Set has adjusted (the error then wraps core.ErrInvalidOption
 // too): a Limit a sliding log cannot keep, a Burst its rate cannot refill
 // within 366 days.
 func (s *Set) Put(layer string, o Override) error {
@@ -495,7 +497,7 @@ func successor(cur *slot, layer string, o Override) *slot {
 }
 
 // fits reports, with an error wrapping core.ErrInvalidOption and
-// core.ErrInvalidPolicy, whether o cannot apply to a policy of layer (the
+// core.ErrInvalidOption, whether o cannot apply to a policy of layer (the
 // policies of sl, which may be nil) the Set has adjusted.
 func fits(sl *slot, layer string, o Override) error {
 	if sl == nil {
@@ -525,8 +527,14 @@ func (s *Set) Snapshot() map[string]Override {
 // invalid policy for a valid p, and never one looser than the override
 // asks (see Override). Where the override cannot apply to p, it returns p
 // as the layer's last good override changes it, or p, and logs it once
-// (see Set).
-func (s *Set) Adjust(p core.Policy) core.Policy {
+// (see Set). The override is the layer's, whatever the client: ctx and
+// key are unused. It never fails: the error is always nil.
+func (s *Set) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+	return s.adjust(p), nil
+}
+
+// adjust is Adjust of p.
+func (s *Set) adjust(p core.Policy) core.Policy {
 	sl := (*s.m.Load())[p.Name]
 	if sl == nil {
 		if !s.full.Load() {

@@ -23,6 +23,21 @@ import (
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
+// verdict is a layered call's outcome: the binding decision, and every
+// layer's.
+type verdict struct {
+	core.Decision
+	Decisions []core.Decision
+}
+
+// adjust is src.Adjust of p for a client, which must not fail.
+func adjust(t *testing.T, src core.PolicySource, p core.Policy) core.Policy {
+	t.Helper()
+	q, err := src.Adjust(context.Background(), "c", p)
+	require.NoError(t, err)
+	return q
+}
+
 func newStore(t *testing.T) *memstore.Store {
 	t.Helper()
 	s, err := memstore.New()
@@ -108,15 +123,18 @@ func TestApply(t *testing.T) {
 
 func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
 	live := overrides.New()
-	l, err := core.NewLayered(newStore(t), []core.Layer{
-		{Name: "api", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
-		{Name: "other", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+	l, err := core.NewLimiter(newStore(t), []core.Policy{
+		{Name: "api", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
+		{Name: "other", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
 	}, core.WithPolicySource(live))
 	require.NoError(t, err)
 	ctx := context.Background()
-	ask := func(cost int64) core.Verdict {
-		var v core.Verdict
-		require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: "c", Cost: cost}, {Layer: 1, Key: "c", Cost: 1}}, t0, &v))
+	ask := func(cost int64) verdict {
+		v := verdict{Decisions: make([]core.Decision, 2)}
+		var err error
+		v.Decision, _, err = l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: "c", Cost: cost}, {Layer: 1, Key: "c", Cost: 1}}, v.Decisions)
+		require.NoError(t, err)
+		require.NoError(t, v.Err)
 		return v
 	}
 	require.True(t, ask(900).Allowed)
@@ -187,13 +205,14 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 	unfit := overrides.Override{Limit: 1, Burst: limits.MaxLimit}
 	require.NoError(t, live.Put("api", unfit), "no policy of api seen yet: nothing to refuse it for")
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour}
-	l, err := core.NewLimiter(newStore(t), policy, core.WithPolicySource(live))
+	l, err := core.NewLimiter(newStore(t), []core.Policy{policy}, core.WithPolicySource(live))
 	require.NoError(t, err)
 	ctx := context.Background()
 	admitted := 0
 	for i := range 100 {
-		d, err := l.AllowAt(ctx, "c", t0.Add(time.Duration(i)*time.Millisecond))
-		require.NoError(t, err, "decided by the last good policy, not the FailMode")
+		d, err := l.AllowN(ctx, "c", 1, t0.Add(time.Duration(i)*time.Millisecond))
+		require.NoError(t, err)
+		require.NoError(t, d.Err, "decided by the last good policy, not the FailClosed")
 		require.Equal(t, core.SourceStore, d.Source)
 		assert.Equal(t, policy, d.Policy)
 		if d.Allowed {
@@ -211,15 +230,15 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 	// is written, and so is a limit a sliding log cannot keep.
 	err = live.Put("api", unfit)
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
-	assert.ErrorIs(t, err, core.ErrInvalidPolicy)
-	assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"api": unfit}), core.ErrInvalidPolicy)
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"api": unfit}), core.ErrInvalidOption)
 	assert.Equal(t, map[string]overrides.Override{"api": unfit}, live.Snapshot(), "a refused Replace changes nothing")
-	_ = live.Adjust(core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second})
-	assert.ErrorIs(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit + 1}), core.ErrInvalidPolicy)
+	_ = adjust(t, live, core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second})
+	assert.ErrorIs(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit + 1}), core.ErrInvalidOption)
 	require.NoError(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit}))
 	// What the override only carries over is clamped, never refused.
 	require.NoError(t, live.Put("api", overrides.Override{Limit: 1}))
-	q := live.Adjust(core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000})
+	q := adjust(t, live, core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000})
 	assert.Equal(t, int64(8784), q.Burst, "1 an hour refills 8,784 in 366 days")
 }
 
@@ -230,13 +249,15 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 func TestOverrideUnfitForAPlanKeepsTheLastGoodOverride(t *testing.T) {
 	live, logs := captured()
 	perMinute := core.Policy{Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute}
-	l, err := core.NewLayered(newStore(t), []core.Layer{{Name: "api", Policy: perMinute}}, core.WithPolicySource(live))
+	perMinute.Name = "api"
+	l, err := core.NewLimiter(newStore(t), []core.Policy{perMinute}, core.WithPolicySource(live))
 	require.NoError(t, err)
 	ctx := context.Background()
 	ask := func(key string, plan *core.Policy) core.Decision {
-		var v core.Verdict
-		require.NoError(t, l.AllowLayersAt(ctx, []core.Check{{Layer: 0, Key: key, Cost: 1, Policy: plan}}, t0, &v))
-		return v.Decision
+		d, _, err := l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: key, Cost: 1, Policy: plan}}, nil)
+		require.NoError(t, err)
+		require.NoError(t, d.Err)
+		return d
 	}
 	ask("seen", nil) // the Set learns the per-minute policy
 	require.NoError(t, live.Put("api", overrides.Override{Limit: 5}))
@@ -261,9 +282,10 @@ func TestSetAdjustAllocatesNothing(t *testing.T) {
 	require.NoError(t, live.Put("api", overrides.Override{Scale: 0.5}))
 	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
 	q := core.Policy{Name: "other", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	ctx := context.Background()
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		_ = live.Adjust(p)
-		_ = live.Adjust(q)
+		_, _ = live.Adjust(ctx, "c", p)
+		_, _ = live.Adjust(ctx, "c", q)
 	}))
 }
 
@@ -277,7 +299,12 @@ func TestSetConcurrentChanges(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				if lim := live.Adjust(p).Limit; lim != 100 && lim != 7 && lim != 9 {
+				got, err := live.Adjust(context.Background(), "c", p)
+				if err != nil {
+					t.Errorf("Adjust: %v", err)
+					return
+				}
+				if lim := got.Limit; lim != 100 && lim != 7 && lim != 9 {
 					t.Errorf("limit %d: neither the policy's nor an override's", lim)
 					return
 				}
@@ -301,8 +328,9 @@ func TestLoadShrinksAndRecoversWithHysteresis(t *testing.T) {
 	load, err := overrides.NewLoad(func() float64 { return math.Float64frombits(signal.Load()) },
 		overrides.LoadConfig{High: 100, Low: 50, Step: 0.25, MinScale: 0.25, Layers: []string{"api"}})
 	require.NoError(t, err)
-	l, err := core.NewLimiter(newStore(t), core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 8, Window: time.Minute},
+	l, err := core.NewLimiter(newStore(t), []core.Policy{{Name: "api", Algorithm: core.FixedWindow, Limit: 8, Window: time.Minute}},
 		core.WithPolicySource(load))
+
 	require.NoError(t, err)
 	ctx := context.Background()
 	// admitted counts what one fresh client gets in one window under the
@@ -313,7 +341,7 @@ func TestLoadShrinksAndRecoversWithHysteresis(t *testing.T) {
 		key := "c" + string(rune('a'+n))
 		got := 0
 		for range 20 {
-			d, err := l.AllowAt(ctx, key, t0)
+			d, err := l.AllowN(ctx, key, 1, t0)
 			require.NoError(t, err)
 			if d.Allowed {
 				got++
@@ -352,10 +380,11 @@ func TestLoadShrinksAndRecoversWithHysteresis(t *testing.T) {
 	// A layer Load does not scale keeps its limit.
 	set(1000)
 	load.Update()
-	other, err := core.NewLimiter(newStore(t), core.Policy{Name: "other", Algorithm: core.FixedWindow, Limit: 8, Window: time.Minute},
+	other, err := core.NewLimiter(newStore(t), []core.Policy{{Name: "other", Algorithm: core.FixedWindow, Limit: 8, Window: time.Minute}},
 		core.WithPolicySource(load))
+
 	require.NoError(t, err)
-	d, err := other.AllowAt(ctx, "c", t0)
+	d, err := other.AllowN(ctx, "c", 1, t0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(8), d.Limit)
 }
@@ -403,8 +432,9 @@ func BenchmarkSetAdjust(b *testing.B) {
 		require.NoError(b, live.Put(name, overrides.Override{Scale: 0.5}))
 	}
 	p := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = live.Adjust(p)
+		_, _ = live.Adjust(ctx, "c", p)
 	}
 }

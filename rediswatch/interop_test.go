@@ -135,7 +135,8 @@ func TestOverridesReadAndWriteTheOldLayout(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
 	p := core.Policy{Name: "search", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 10}
-	got := w.Adjust(p)
+	got, err := w.Adjust(ctx, "c", p)
+	require.NoError(t, err)
 	assert.Equal(t, int64(500), got.Limit)
 	assert.Equal(t, int64(50), got.Burst)
 	fields, err := raw.HGetAll(ctx, "rl:overrides").Result()

@@ -110,8 +110,12 @@ func NewOverrides(ctx context.Context, client redis.UniversalClient, opts ...Opt
 }
 
 // Adjust returns p as the override of p.Name changes it, or p, as
-// overrides.Set.Adjust does: an atomic load and a lookup, no I/O.
-func (w *Overrides) Adjust(p core.Policy) core.Policy { return w.set.Adjust(p) }
+// overrides.Set.Adjust does: an atomic load and a lookup, no I/O, and
+// never an error (Redis out of reach leaves the last overrides read in
+// force).
+func (w *Overrides) Adjust(ctx context.Context, key string, p core.Policy) (core.Policy, error) {
+	return w.set.Adjust(ctx, key, p)
+}
 
 // Snapshot returns a copy of the overrides in force, by layer name.
 func (w *Overrides) Snapshot() map[string]overrides.Override { return w.set.Snapshot() }

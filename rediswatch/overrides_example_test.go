@@ -32,9 +32,11 @@ func ExampleNewOverrides() {
 		return
 	}
 	defer w.Close()
-	limiter, err := core.NewLimiter(store,
-		core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
+	limiter, err := core.NewLimiter(store, []core.Policy{
+		{Name: "api", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}},
+
 		core.WithPolicySource(w))
+
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -46,8 +46,15 @@ func openOverrides(t testing.TB, c redis.UniversalClient, key string, opts ...re
 
 var api = core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
 
-// limitOf returns the limit w puts on api.
-func limitOf(w *rediswatch.Overrides) int64 { return w.Adjust(api).Limit }
+// limitOf returns the limit w puts on api; -1 (no limit ever wanted) if
+// Adjust fails.
+func limitOf(w *rediswatch.Overrides) int64 {
+	p, err := w.Adjust(context.Background(), "c", api)
+	if err != nil {
+		return -1
+	}
+	return p.Limit
+}
 
 // waitLimit waits, in a bounded loop, until every watcher puts want on
 // api, and returns how long that took.
@@ -92,11 +99,11 @@ func TestWatcherTwoServersWithinASecond(t *testing.T) {
 		store, err := memstore.New()
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = store.Close() })
-		limiters[i], err = core.NewLimiter(store, api, core.WithPolicySource(w))
+		limiters[i], err = core.NewLimiter(store, []core.Policy{api}, core.WithPolicySource(w))
 		require.NoError(t, err)
 	}
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	d, err := limiters[1].AllowAt(ctx, "client", now)
+	d, err := limiters[1].AllowN(ctx, "client", 1, now)
 	require.NoError(t, err)
 	require.Equal(t, int64(100), d.Limit)
 
@@ -112,7 +119,7 @@ func TestWatcherTwoServersWithinASecond(t *testing.T) {
 	for i, l := range limiters {
 		admitted := 0
 		for range 10 {
-			d, err := l.AllowAt(ctx, "other", now)
+			d, err := l.AllowN(ctx, "other", 1, now)
 			require.NoError(t, err)
 			assert.Equal(t, int64(3), d.Limit)
 			if d.Allowed {
@@ -521,8 +528,11 @@ func TestWatcherAdjustAllocatesNothing(t *testing.T) {
 	w, _ := openOverrides(t, srv.Client(), newKey())
 	require.NoError(t, w.Put(context.Background(), "api", overrides.Override{Scale: 0.5}))
 	var p core.Policy
-	allocs := testing.AllocsPerRun(1000, func() { p = w.Adjust(api) })
+	var err error
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() { p, err = w.Adjust(ctx, "c", api) })
 	assert.Zero(t, allocs)
+	require.NoError(t, err)
 	assert.Equal(t, int64(50), p.Limit)
 }
 
@@ -530,10 +540,11 @@ func BenchmarkWatcherAdjust(b *testing.B) {
 	srv := redistest.Start(b)
 	w, _ := openOverrides(b, srv.Client(), newKey())
 	require.NoError(b, w.Put(context.Background(), "api", overrides.Override{Scale: 0.5}))
+	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			_ = w.Adjust(api)
+			_, _ = w.Adjust(ctx, "c", api)
 		}
 	})
 }

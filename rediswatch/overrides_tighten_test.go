@@ -31,16 +31,16 @@ func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w))
+	l, err := core.NewLimiter(store, []core.Policy{policy}, core.WithPolicySource(w))
 	require.NoError(t, err)
 	ctx := context.Background()
 	key := "client-" + strings.ReplaceAll(t.Name(), "/", "-")
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
-	d, err := l.AllowNAt(ctx, key, 10_000, now)
+	d, err := l.AllowN(ctx, key, 10_000, now)
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "the whole burst")
-	d, err = l.AllowAt(ctx, key, now)
+	d, err = l.AllowN(ctx, key, 1, now)
 	require.NoError(t, err)
 	require.False(t, d.Allowed, "the burst used: denied")
 
@@ -51,7 +51,7 @@ func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	admitted, errs := 0, 0
 	var last core.Decision
 	for i := range 1000 {
-		d, err := l.AllowAt(ctx, key, now.Add(time.Duration(i)*3600*time.Millisecond))
+		d, err := l.AllowN(ctx, key, 1, now.Add(time.Duration(i)*3600*time.Millisecond))
 		if err != nil {
 			errs++
 			if errs == 1 {
@@ -109,13 +109,13 @@ func TestWatcherRawUnfitOverrideKeepsTheLastGood(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
-	l, err := core.NewLimiter(store, policy, core.WithPolicySource(w))
+	l, err := core.NewLimiter(store, []core.Policy{policy}, core.WithPolicySource(w))
 	require.NoError(t, err)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	decide := func(key string) core.Decision {
 		t.Helper()
-		d, err := l.AllowAt(ctx, key, now)
+		d, err := l.AllowN(ctx, key, 1, now)
 		require.NoError(t, err, "no decision fails on an override")
 		require.Equal(t, core.SourceStore, d.Source)
 		return d
@@ -143,7 +143,7 @@ func TestWatcherRawUnfitOverrideKeepsTheLastGood(t *testing.T) {
 	// Put refuses the same value where it is written.
 	err = w.Put(ctx, "api", overrides.Override{Limit: 1, Burst: 10_000})
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
-	assert.ErrorIs(t, err, core.ErrInvalidPolicy)
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	v, err := raw.HGet(ctx, key, "api").Result()
 	require.NoError(t, err)
 	assert.Equal(t, "limit=1 burst=10000", v, "nothing written")

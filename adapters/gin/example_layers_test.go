@@ -57,8 +57,8 @@ func Example_layers() {
 	flow, err := httplimit.New(store, []httplimit.Layer{
 		{Key: must(keyfuncs.Static("api")), Policy: perMinute("global", 1_000_000)},
 		{Key: user, Policy: perMinute("user", 1000), PolicyFor: plan, Cost: search},
-		{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"}, FailClosed: true,
-			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute}},
+		{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"},
+			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute, FailClosed: 5 * time.Second}},
 		{Key: ip, Policy: perMinute("ip", 300)},
 	}, httplimit.WithHeaders(all))
 	if err != nil {

@@ -26,7 +26,7 @@ func benchPolicy(alg core.Algorithm) core.Policy {
 
 func newLimiter(b *testing.B, s core.Store, p core.Policy) *core.Limiter {
 	b.Helper()
-	l, err := core.NewLimiter(s, p)
+	l, err := core.NewLimiter(s, []core.Policy{p})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,12 +16,13 @@ func Example() {
 	}
 	defer store.Close()
 
-	limiter, err := core.NewLimiter(store, core.Policy{
+	limiter, err := core.NewLimiter(store, []core.Policy{{
 		Name:      "api",
 		Algorithm: core.TokenBucket,
 		Limit:     3,
 		Window:    time.Minute,
-	})
+	}})
+
 	if err != nil {
 		panic(err)
 	}

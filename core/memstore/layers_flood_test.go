@@ -12,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
@@ -34,24 +35,25 @@ func TestLayeredFloodKeepsTheLoginGuard(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d-per-address", alg, attempts), func(t *testing.T) {
 				s := newStore(t, memstore.WithMaxKeys(maxKeys))
 				login := core.Policy{Algorithm: alg, Limit: 5, Window: 15 * time.Minute}
-				l, err := core.NewLayered(s, []core.Layer{
-					{Name: "global", Policy: perMinute(limits.MaxLimit)},
-					{Name: "user", Policy: perMinute(20)},
-					{Name: "login", Policy: login},
-					{Name: "ip", Policy: perMinute(300)},
+				l, err := core.NewLimiter(s, []core.Policy{
+					limitertest.Named(perMinute(limits.MaxLimit), "global"),
+					limitertest.Named(perMinute(20), "user"),
+					limitertest.Named(login, "login"),
+					limitertest.Named(perMinute(300), "ip"),
 				})
 				require.NoError(t, err)
 				ctx := context.Background()
-				var v core.Verdict
+				var v limitertest.Verdict
 				now := t0
 				logIn := func(ip, user string) bool {
 					now = now.Add(time.Microsecond)
-					err := l.AllowLayersAt(ctx, []core.Check{
+					err := limitertest.AllowLayers(l, ctx, []core.Check{
 						{Layer: 0, Key: "api", Cost: 1},
 						{Layer: 1, Key: user, Cost: 1},
 						{Layer: 2, Key: ip, Cost: 1},
 						{Layer: 3, Key: ip, Cost: 1},
 					}, now, &v)
+
 					require.NoError(t, err)
 					return v.Allowed
 				}
@@ -97,19 +99,20 @@ func TestLayeredFloodKeepsTheGlobalLayer(t *testing.T) {
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			s := newStore(t, memstore.WithMaxKeys(maxKeys))
-			l, err := core.NewLayered(s, []core.Layer{
-				{Name: "global", Policy: core.Policy{Algorithm: alg, Limit: global, Window: time.Hour}},
-				{Name: "ip", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}},
+			l, err := core.NewLimiter(s, []core.Policy{
+				{Name: "global", Algorithm: alg, Limit: global, Window: time.Hour},
+				{Name: "ip", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour},
 			})
 			require.NoError(t, err)
 			ctx := context.Background()
-			var v core.Verdict
+			var v limitertest.Verdict
 			admitted := 0
 			for i := range 3 * global {
-				err := l.AllowLayersAt(ctx, []core.Check{
+				err := limitertest.AllowLayers(l, ctx, []core.Check{
 					{Layer: 0, Key: "api", Cost: 1},
 					{Layer: 1, Key: "ip:" + strconv.Itoa(i), Cost: 1},
 				}, t0.Add(time.Duration(i)*time.Microsecond), &v)
+
 				require.NoError(t, err)
 				if v.Allowed {
 					admitted++

@@ -111,12 +111,12 @@ func TestLockoutInvalid(t *testing.T) {
 		p := lockoutPolicy()
 		p.Lockout, p.LockoutMax, p.LockoutMemory = lo[0], lo[1], lo[2]
 		_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
-		require.ErrorIs(t, err, core.ErrInvalidPolicy, "%+v", lo)
+		require.ErrorIs(t, err, core.ErrInvalidOption, "%+v", lo)
 	}
 	p := lockoutPolicy()
 	_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 2})
-	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 	p.Algorithm = "gcra"
 	_, _, err = s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
-	require.ErrorIs(t, err, core.ErrInvalidPolicy)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 }

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"time"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
-	"time"
 )
 
 // TakeAll decides reqs all or nothing, as one atomic step, and fills
@@ -182,7 +183,7 @@ func (s *Store) stageOf(t *taken, r *core.Request) error {
 	}
 	k := kindOf(p.Algorithm)
 	if k == unknownKind {
-		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
+		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
 	}
 	*t = taken{h: s.hash(r.Key), capacity: capacity, k: k}
 	if p.Lockout != 0 || p.LockoutMax != 0 || p.LockoutMemory != 0 {

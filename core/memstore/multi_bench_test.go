@@ -6,8 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/apigate/ratelimit/core"
 	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
 
 // benchLayerKeys are the keys of a request under four layers: the whole
@@ -86,28 +88,27 @@ func BenchmarkLayeredLimiter(b *testing.B) {
 		l := newLimiter(b, s, benchPolicy(core.TokenBucket))
 		b.ReportAllocs()
 		for b.Loop() {
-			if d, err := l.AllowN(ctx, benchLayerKeys[0], 1); err != nil || !d.Allowed {
+			if d, err := l.AllowN(ctx, benchLayerKeys[0], 1, time.Time{}); err != nil || !d.Allowed {
 				b.Fatal(d, err)
 			}
 		}
 	})
 	b.Run("AllowLayers-4-layers", func(b *testing.B) {
 		s := mustNew(b)
-		layers := make([]core.Layer, 4)
+		layers := make([]core.Policy, 4)
 		checks := make([]core.Check, 4)
 		for i := range layers {
-			layers[i] = core.Layer{Name: "layer" + strconv.Itoa(i), Policy: benchPolicy(core.TokenBucket)}
-			layers[i].Policy.Name = ""
+			layers[i] = limitertest.Named(benchPolicy(core.TokenBucket), "layer"+strconv.Itoa(i))
 			checks[i] = core.Check{Layer: i, Key: benchLayerKeys[i], Cost: 1}
 		}
-		l, err := core.NewLayered(s, layers)
+		l, err := core.NewLimiter(s, layers)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var v core.Verdict
+		var v limitertest.Verdict
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := l.AllowLayers(ctx, checks, &v); err != nil || !v.Allowed {
+			if err := limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v); err != nil || !v.Allowed {
 				b.Fatal(v.Decision, err)
 			}
 		}

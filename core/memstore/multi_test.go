@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
@@ -146,16 +147,16 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 	for _, shards := range []int{2, 64} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
 			s := newStore(t, memstore.WithShards(shards))
-			layers := []core.Layer{
-				{Name: "global", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 400, Window: time.Hour}},
-				{Name: "user", Policy: core.Policy{Algorithm: core.SlidingWindowLog, Limit: 60, Window: time.Hour}},
-				{Name: "room", Policy: core.Policy{Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Hour}},
-				{Name: "ip", Policy: core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 35, Window: time.Hour}},
+			layers := []core.Policy{
+				{Name: "global", Algorithm: core.FixedWindow, Limit: 400, Window: time.Hour},
+				{Name: "user", Algorithm: core.SlidingWindowLog, Limit: 60, Window: time.Hour},
+				{Name: "room", Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Hour},
+				{Name: "ip", Algorithm: core.SlidingWindowCounter, Limit: 35, Window: time.Hour},
 			}
 			const users, ips = 8, 12
 			limiters := make([]*core.Limiter, 3)
 			for i := range limiters {
-				l, err := core.NewLayered(s, layers)
+				l, err := core.NewLimiter(s, layers)
 				require.NoError(t, err)
 				limiters[i] = l
 			}
@@ -171,7 +172,7 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 				l := limiters[g%len(limiters)]
 				wg.Go(func() {
 					<-start
-					var v core.Verdict
+					var v limitertest.Verdict
 					for a := range attempts {
 						u, ip := (g+a)%users, (g*7+a*5)%ips
 						checks := []core.Check{
@@ -183,7 +184,7 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 						if a%2 == 1 { // another order: no deadlock
 							checks[0], checks[3] = checks[3], checks[0]
 						}
-						if err := l.AllowLayersAt(context.Background(), checks, multiT0, &v); err != nil {
+						if err := limitertest.AllowLayers(l, context.Background(), checks, multiT0, &v); err != nil {
 							t.Error(err)
 							return
 						}
@@ -220,11 +221,11 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 			}
 			// The bound is the ips' (12*35 = 420) and the global 400:
 			// every attempt that fitted every layer passed.
-			var v core.Verdict
-			require.NoError(t, limiters[0].AllowLayersAt(context.Background(), []core.Check{{Layer: 2, Key: "all", Cost: 1}}, multiT0, &v))
+			var v limitertest.Verdict
+			require.NoError(t, limitertest.AllowLayers(limiters[0], context.Background(), []core.Check{{Layer: 2, Key: "all", Cost: 1}}, multiT0, &v))
 			require.True(t, v.Allowed)
 			assert.Equal(t, 1_000_000-got-1, v.Remaining, "the layer with room was charged only for admitted requests")
-			require.NoError(t, limiters[0].AllowLayersAt(context.Background(), []core.Check{{Layer: 0, Key: "all", Cost: 1}}, multiT0, &v))
+			require.NoError(t, limitertest.AllowLayers(limiters[0], context.Background(), []core.Check{{Layer: 0, Key: "all", Cost: 1}}, multiT0, &v))
 			if got < 400 {
 				assert.Equal(t, 400-got-1, v.Remaining, "the global layer was charged only for admitted requests")
 			}

@@ -12,22 +12,22 @@ import (
 // Defaults and bounds of the options. New refuses a value out of these
 // bounds with an error wrapping core.ErrInvalidOption.
 const (
-	// DefaultCleanupInterval is the janitor's period when
-	// WithCleanupInterval is not given.
-	DefaultCleanupInterval = time.Minute
-	// MinCleanupInterval is the shortest janitor period, so that a typo
-	// cannot turn the janitor into a busy loop.
-	MinCleanupInterval = time.Second
-	// MaxShards is the largest number of shards.
-	MaxShards = 1 << 16
-	// DefaultMaxKeys is the number of keys a Store holds at most when
-	// WithMaxKeys is not given: about 80 MB of state at 160 bytes per key
+	// defaultCleanupInterval is the janitor's period when
+	// WithCleanupInterval is not given: a minute.
+	defaultCleanupInterval = time.Minute
+	// minCleanupInterval is the shortest janitor period, a second, so
+	// that a typo cannot turn the janitor into a busy loop.
+	minCleanupInterval = time.Second
+	// maxShards is the largest number of shards, 65,536.
+	maxShards = 1 << 16
+	// defaultMaxKeys is the number of keys a Store holds at most when
+	// WithMaxKeys is not given, 500,000: about 80 MB of state at 160 bytes per key
 	// (an IP address under a window or bucket policy), 145 MB at most
 	// with keys of 128 bytes (plus, for the sliding window
 	// log, 16 bytes per logged microsecond). It suits an API server whose
 	// clients, times its policies, stay below 500,000 within a window;
 	// beyond it the Store evicts instead of growing.
-	DefaultMaxKeys = 500_000
+	defaultMaxKeys = 500_000
 )
 
 // Option configures a Store. New applies the options in order and returns
@@ -43,16 +43,16 @@ type config struct {
 
 // WithShards sets the number of shards, each a map behind its own mutex.
 // More shards mean less lock contention between goroutines deciding for
-// different keys. n must be in [1, MaxShards], and at most the WithMaxKeys
+// different keys. n must be in [1, 65536], and at most the WithMaxKeys
 // bound, so that every shard may hold a key. It is rounded up to a power
 // of two, or down when rounding up would pass that bound. Without it, the
 // Store has the larger of 64 and four times GOMAXPROCS, rounded up to a
-// power of two (and at most MaxShards), and fewer when WithMaxKeys is
+// power of two (and at most 65,536), and fewer when WithMaxKeys is
 // smaller.
 func WithShards(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > MaxShards {
-			return fmt.Errorf("%w: memstore.WithShards: %d is out of [1, %d]", core.ErrInvalidOption, n, MaxShards)
+		if n < 1 || n > maxShards {
+			return fmt.Errorf("%w: memstore.WithShards: %d is out of [1, %d]", core.ErrInvalidOption, n, maxShards)
 		}
 		c.shards = n
 		return nil
@@ -60,7 +60,7 @@ func WithShards(n int) Option {
 }
 
 // WithMaxKeys bounds the number of keys (client key, policy) the Store
-// holds; n must be at least 1, and DefaultMaxKeys applies without it.
+// holds; n must be at least 1, and 500,000 applies without it.
 // There is no unbounded setting: a client rotating keys (random IPv6
 // addresses, made-up API keys) creates one per request, so a Store without
 // a bound grows at the attack's rate.
@@ -105,8 +105,8 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithCleanupInterval sets how often the janitor goroutine removes expired
-// state: d must be at least MinCleanupInterval, and DefaultCleanupInterval
-// applies without it. The janitor sweeps one shard at a time, under that
+// state: d must be at least a second, and a minute applies without
+// it. The janitor sweeps one shard at a time, under that
 // shard's lock only, so decisions on the other shards never pause.
 //
 // The janitor sweeps at the Store's own clock (see Store). State written at
@@ -115,8 +115,8 @@ func WithMaxKeys(n int) Option {
 // times should keep the default interval or a longer one.
 func WithCleanupInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d < MinCleanupInterval {
-			return fmt.Errorf("%w: memstore.WithCleanupInterval: %v is under %v", core.ErrInvalidOption, d, MinCleanupInterval)
+		if d < minCleanupInterval {
+			return fmt.Errorf("%w: memstore.WithCleanupInterval: %v is under %v", core.ErrInvalidOption, d, minCleanupInterval)
 		}
 		c.interval = d
 		return nil
@@ -127,7 +127,7 @@ func WithCleanupInterval(d time.Duration) Option {
 // first option that refuses its value, or of a shard count above the key
 // bound.
 func newConfig(opts []Option) (config, error) {
-	c := config{maxKeys: DefaultMaxKeys, interval: DefaultCleanupInterval}
+	c := config{maxKeys: defaultMaxKeys, interval: defaultCleanupInterval}
 	for i, opt := range opts {
 		if opt == nil {
 			return config{}, fmt.Errorf("%w: memstore.New: option %d is nil", core.ErrInvalidOption, i)
@@ -143,7 +143,7 @@ func newConfig(opts []Option) (config, error) {
 	case c.shards > 0:
 		c.shards = ceilPow2(c.shards)
 	default:
-		c.shards = min(ceilPow2(max(64, 4*runtime.GOMAXPROCS(0))), MaxShards)
+		c.shards = min(ceilPow2(max(64, 4*runtime.GOMAXPROCS(0))), maxShards)
 	}
 	if c.shards > c.maxKeys {
 		// The default count, or n rounded up past the bound.
@@ -152,7 +152,7 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// ceilPow2 returns the smallest power of two >= n, for 1 <= n <= MaxShards
+// ceilPow2 returns the smallest power of two >= n, for 1 <= n <= maxShards
 // and beyond (it saturates at 1<<62).
 func ceilPow2(n int) int {
 	if n <= 1 {

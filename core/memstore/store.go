@@ -46,7 +46,7 @@ import (
 // (the end of the window, the moment the bucket is whole again), and from
 // then on it decides like no state at all; a janitor goroutine deletes it
 // every cleanup interval (WithCleanupInterval). The number of keys is
-// capped, at DefaultMaxKeys unless WithMaxKeys says otherwise; a full
+// capped, at 500,000 unless WithMaxKeys says otherwise; a full
 // Store evicts the state whose loss forgets least. Call Close to stop the
 // janitor.
 type Store struct {
@@ -114,8 +114,8 @@ func New(opts ...Option) (*Store, error) {
 // Take trusts the core.Request contract except for cheap checks that keep
 // it from panicking: an empty key, a policy with an unknown algorithm or a
 // limit, window or lockout out of range, and a cost out of [1, Capacity]
-// return an error wrapping core.ErrInvalidKey, core.ErrInvalidPolicy,
-// core.ErrInvalidCost or core.ErrCostExceedsLimit.
+// return an error wrapping core.ErrInvalidOption, core.ErrInvalidOption,
+// core.ErrInvalidOption or core.ErrInvalidOption.
 func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	d, at, err := s.take(&req, now)
 	switch {
@@ -162,7 +162,7 @@ func (s *Store) take(req *core.Request, at time.Time) (d core.Decision, now int6
 	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return d, 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(p.Algorithm))
+		return d, 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
 	}
 	o.decide(&d, capacity)
 	return d, now, nil
@@ -174,7 +174,7 @@ func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now in
 	o, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(req.Policy.Algorithm))
+		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(req.Policy.Algorithm))
 	}
 	o.decide(&d, capacity)
 	d.LockedOut = locked
@@ -279,5 +279,5 @@ func invalid(req *core.Request) error {
 		return err
 	}
 	// Unreachable while valid only restates Validate's rules.
-	return fmt.Errorf("%w: limit, burst or window out of range", core.ErrInvalidPolicy)
+	return fmt.Errorf("%w: limit, burst or window out of range", core.ErrInvalidOption)
 }

@@ -163,16 +163,16 @@ func TestInvalidRequests(t *testing.T) {
 		req  core.Request
 		want error
 	}{
-		{"empty key", with(func(r *core.Request) { r.Key = "" }), core.ErrInvalidKey},
-		{"unknown algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "gcra" }), core.ErrInvalidPolicy},
-		{"zero limit", with(func(r *core.Request) { r.Policy.Limit = 0 }), core.ErrInvalidPolicy},
-		{"zero window", with(func(r *core.Request) { r.Policy.Window = 0 }), core.ErrInvalidPolicy},
-		{"negative burst", with(func(r *core.Request) { r.Policy.Burst = -1 }), core.ErrInvalidPolicy},
+		{"empty key", with(func(r *core.Request) { r.Key = "" }), core.ErrInvalidOption},
+		{"unknown algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "gcra" }), core.ErrInvalidOption},
+		{"zero limit", with(func(r *core.Request) { r.Policy.Limit = 0 }), core.ErrInvalidOption},
+		{"zero window", with(func(r *core.Request) { r.Policy.Window = 0 }), core.ErrInvalidOption},
+		{"negative burst", with(func(r *core.Request) { r.Policy.Burst = -1 }), core.ErrInvalidOption},
 		{"huge log", with(func(r *core.Request) {
 			r.Policy.Algorithm, r.Policy.Limit = core.SlidingWindowLog, limits.MaxLogLimit+1
-		}), core.ErrInvalidPolicy},
-		{"zero cost", with(func(r *core.Request) { r.Cost = 0 }), core.ErrInvalidCost},
-		{"cost above capacity", with(func(r *core.Request) { r.Cost = 4 }), core.ErrCostExceedsLimit},
+		}), core.ErrInvalidOption},
+		{"zero cost", with(func(r *core.Request) { r.Cost = 0 }), core.ErrInvalidOption},
+		{"cost above capacity", with(func(r *core.Request) { r.Cost = 4 }), core.ErrInvalidOption},
 	}
 	s := newStore(t)
 	for _, tt := range tests {

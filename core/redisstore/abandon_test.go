@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -25,8 +27,8 @@ import (
 // is on the safe side of the limit.
 func TestAbandonedDecisionCounts(t *testing.T) {
 	for _, kind := range clientKinds {
-		for _, mode := range []core.FailMode{core.FailClosed, core.FailOpen} {
-			t.Run(kind.name+"/"+mode.String(), func(t *testing.T) {
+		for _, mode := range []time.Duration{time.Second, 0} { // the policy's FailClosed
+			t.Run(kind.name+"/"+failName(mode), func(t *testing.T) {
 				srv := redistest.StartWith(t) // of its own: it freezes it
 				opts := srv.Options()
 				opts.ContextTimeoutEnabled = kind.contextDeadline
@@ -35,14 +37,14 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 				s := mustNew(t, client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
 				waitChecked(t, s, 10*time.Second)
 				p := core.Policy{Name: "abandon", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-				lim, err := core.NewLimiter(within(s, 100*time.Millisecond), p, core.WithFailMode(mode))
+				lim, err := core.NewLimiter(within(s, 100*time.Millisecond), []core.Policy{p}, limitertest.FailClosed(mode))
 				require.NoError(t, err)
 				// The healthy decisions, before and after the freeze, go
 				// through a Limiter of their own, over the same store and
 				// policy, with a generous timeout (aloneTimeout): a
 				// healthy round trip on a busy machine may outlast the
 				// short one under test.
-				healthy, err := core.NewLimiter(alone(s), p, core.WithFailMode(mode))
+				healthy, err := core.NewLimiter(alone(s), []core.Policy{p}, limitertest.FailClosed(mode))
 				require.NoError(t, err)
 				ctx := context.Background()
 				admitted := 0
@@ -55,8 +57,9 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 
 				srv.Freeze()
 				d, err := lim.Allow(ctx, "k")
-				require.ErrorIs(t, err, core.ErrStore)
-				require.Equal(t, mode == core.FailOpen, d.Allowed, "%+v", d)
+				require.NoError(t, err)
+				require.ErrorIs(t, d.Err, limits.ErrStore)
+				require.Equal(t, mode == 0, d.Allowed, "%+v", d)
 				if d.Allowed {
 					admitted++
 				}

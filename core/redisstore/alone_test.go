@@ -35,7 +35,7 @@ func TestAloneRunsOnTheCaller(t *testing.T) {
 	require.NoError(t, other.Close())
 	for _, p := range policies(50, time.Hour) {
 		p.Name = "alone"
-		l, err := core.NewLimiter(alone(s), p)
+		l, err := core.NewLimiter(alone(s), []core.Policy{p})
 		require.NoError(t, err)
 		counter.reset()
 		admitted := 0

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -63,7 +64,7 @@ func TestBatchRoundTrips(t *testing.T) {
 			}
 			for _, p := range policies(500, time.Hour) {
 				p.Name = "batch-" + strconv.FormatBool(flush)
-				l, err := core.NewLimiter(within(s, 10*time.Second), p)
+				l, err := core.NewLimiter(within(s, 10*time.Second), []core.Policy{p})
 				require.NoError(t, err)
 				if flush {
 					require.NoError(t, c.ScriptFlush(context.Background()).Err())
@@ -91,7 +92,7 @@ func TestBatchManyKeys(t *testing.T) {
 	s, _, _ := newStore(t)
 	t.Cleanup(func() { _ = s.Close() })
 	for _, p := range policies(2, time.Hour) {
-		l, err := core.NewLimiter(within(s, 10*time.Second), p)
+		l, err := core.NewLimiter(within(s, 10*time.Second), []core.Policy{p})
 		require.NoError(t, err)
 		got := concurrently(t, l, 600, func(i int) string { return "k" + strconv.Itoa(i%200) })
 		assert.EqualValues(t, 400, got, "%s: admitted", p.Algorithm)
@@ -103,7 +104,7 @@ func TestBatchLockout(t *testing.T) {
 	s, _, _ := newStore(t)
 	t.Cleanup(func() { _ = s.Close() })
 	p := core.Policy{Name: "lo", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour, Lockout: time.Hour}
-	l, err := core.NewLimiter(within(s, 10*time.Second), p)
+	l, err := core.NewLimiter(within(s, 10*time.Second), []core.Policy{p})
 	require.NoError(t, err)
 	got := concurrently(t, l, 300, func(int) string { return "hot" })
 	assert.EqualValues(t, 5, got, "admitted")
@@ -148,7 +149,7 @@ func TestTakeByDeadline(t *testing.T) {
 func TestClose(t *testing.T) {
 	s, _, _ := newStore(t)
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
-	l, err := core.NewLimiter(alone(s), p)
+	l, err := core.NewLimiter(alone(s), []core.Policy{p})
 	require.NoError(t, err)
 	d, err := l.Allow(context.Background(), "k")
 	require.NoError(t, err)
@@ -156,8 +157,9 @@ func TestClose(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "a second Close")
 	d, err = l.Allow(context.Background(), "k")
-	require.ErrorIs(t, err, core.ErrStore)
-	require.ErrorIs(t, err, redis.ErrClosed)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, limits.ErrStore)
+	require.ErrorIs(t, d.Err, redis.ErrClosed)
 	require.Equal(t, core.SourceFailMode, d.Source)
 	_, _, err = s.Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.ErrorIs(t, err, redis.ErrClosed, "Take after Close")

@@ -32,7 +32,7 @@ func BenchmarkLimiter(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	}
 	for _, p := range policies(limits.MaxLogLimit, time.Second) {
-		l, err := core.NewLimiter(within(s, time.Second), p)
+		l, err := core.NewLimiter(within(s, time.Second), []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func BenchmarkLimiterCall(b *testing.B) {
 		opts.ContextTimeoutEnabled = kind.contextDeadline
 		client := redis.NewClient(opts)
 		b.Cleanup(func() { _ = client.Close() })
-		l, err := core.NewLimiter(within(mustNew(b, client, WithPrefix(testPrefix(b))), time.Second), p)
+		l, err := core.NewLimiter(within(mustNew(b, client, WithPrefix(testPrefix(b))), time.Second), []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func BenchmarkDeniedFlood(b *testing.B) {
 		if cached {
 			name, opts = "deny-cache", append(opts, core.WithDenyCache(10_000))
 		}
-		l, err := core.NewLimiter(within(s, time.Second), p, opts...)
+		l, err := core.NewLimiter(within(s, time.Second), []core.Policy{p}, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func BenchmarkLockout(b *testing.B) {
 		{"locked-out", 1, time.Hour, false},
 	} {
 		p := core.Policy{Name: "bench-" + c.name, Algorithm: core.TokenBucket, Limit: c.limit, Window: time.Hour, Lockout: c.lockout}
-		l, err := core.NewLimiter(within(s, time.Second), p)
+		l, err := core.NewLimiter(within(s, time.Second), []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func BenchmarkBatch(b *testing.B) {
 		name  string
 		store core.Store
 	}{{"batched", within(s, time.Second)}, {"unbatched", unbatched{s}}} {
-		l, err := core.NewLimiter(c.store, p)
+		l, err := core.NewLimiter(c.store, []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}

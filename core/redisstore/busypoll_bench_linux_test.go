@@ -34,7 +34,7 @@ func BenchmarkBusyPoll(b *testing.B) {
 		{"poll400", []Option{WithBusyPoll(400 * time.Microsecond)}},
 	} {
 		s := mustNew(b, srv.Client(), append([]Option{WithPrefix(testPrefix(b))}, c.opts...)...)
-		l, err := core.NewLimiter(within(s, time.Second), p)
+		l, err := core.NewLimiter(within(s, time.Second), []core.Policy{p})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -168,7 +168,7 @@ func TestDirectClientBusyPolls(t *testing.T) {
 		assert.Equal(t, tc.busy && runtime.NumCPU() > 1, busy, "%v, %d CPUs", tc.opts, runtime.NumCPU())
 		require.NoError(t, conn.Close())
 
-		l, err := core.NewLimiter(alone(s), core.Policy{Name: "busy", Algorithm: core.TokenBucket, Limit: 3, Window: time.Hour})
+		l, err := core.NewLimiter(alone(s), []core.Policy{{Name: "busy", Algorithm: core.TokenBucket, Limit: 3, Window: time.Hour}})
 		require.NoError(t, err)
 		admitted := 0
 		for range 5 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
@@ -24,28 +25,28 @@ func BenchmarkMultiClusterSpread(b *testing.B) {
 	keys := spreadKeys(b, s, c, 4)
 	ctx := context.Background()
 	for _, name := range []string{"admitted", "denied"} {
-		layers := make([]core.Layer, 4)
+		layers := make([]core.Policy, 4)
 		checks := make([]core.Check, 4)
 		for i := range layers {
 			p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second}
 			if name == "denied" && i == 3 {
 				p = core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
 			}
-			layers[i] = core.Layer{Name: fmt.Sprintf("%s%d", name, i), Policy: p}
+			layers[i] = limitertest.Named(p, fmt.Sprintf("%s%d", name, i))
 			checks[i] = core.Check{Layer: i, Key: keys[i], Cost: 1}
 		}
-		l, err := core.NewLayered(within(s, 5*time.Second), layers)
+		l, err := core.NewLimiter(within(s, 5*time.Second), layers)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var v core.Verdict
-		if err := l.AllowLayers(ctx, checks, &v); err != nil { // loads the scripts; fills the denying layer
+		var v limitertest.Verdict
+		if err := limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v); err != nil { // loads the scripts; fills the denying layer
 			b.Fatal(err)
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := l.AllowLayers(ctx, checks, &v); err != nil {
+				if err := limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v); err != nil {
 					b.Fatal(err)
 				}
 				if v.Allowed != (name == "admitted") {

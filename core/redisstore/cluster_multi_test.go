@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
@@ -292,7 +293,7 @@ func TestMultiClusterExactness(t *testing.T) {
 		return nil
 	}))
 	for _, s := range stores {
-		require.NoError(t, s.(*Store).Ping(ctx))
+		require.NoError(t, s.(*Store).CheckConfig(ctx))
 	}
 	storetest.RunConcurrent(t, stores, 4)
 	// Every key written has a TTL.
@@ -376,13 +377,13 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.Run(string(alg), func(t *testing.T) {
 			run := fmt.Sprintf("%s-%s-", prefix, alg)
-			layers := make([]core.Layer, len(specs))
+			layers := make([]core.Policy, len(specs))
 			for i, sp := range specs {
 				p := core.Policy{Algorithm: alg, Limit: sp.limit, Window: time.Hour}
 				if sp.name == "login" {
 					p.Lockout = time.Minute
 				}
-				layers[i] = core.Layer{Name: sp.name, Policy: p}
+				layers[i] = limitertest.Named(p, sp.name)
 			}
 			var limiters []*core.Limiter
 			var stores []*Store
@@ -393,7 +394,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 					// Generous: this test is about what is charged, and a
 					// busy machine must not turn a slow decision into an
 					// error.
-					l, err := core.NewLayered(within(s, 10*time.Second), layers)
+					l, err := core.NewLimiter(within(s, 10*time.Second), layers)
 					require.NoError(t, err)
 					limiters = append(limiters, l)
 				}
@@ -409,7 +410,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 				l := limiters[g%len(limiters)]
 				wg.Go(func() {
 					<-start
-					v := core.Verdict{Decisions: make([]core.Decision, 0, len(specs))}
+					v := limitertest.Verdict{Decisions: make([]core.Decision, 0, len(specs))}
 					for a := g; a < attempts; a += goroutines {
 						n := 3
 						if a%3 == 0 {
@@ -419,7 +420,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 						for i := range checks {
 							checks[i] = core.Check{Layer: i, Key: keyOf(i, a), Cost: 1}
 						}
-						if err := l.AllowLayersAt(ctx, checks, now, &v); err != nil {
+						if err := limitertest.AllowLayers(l, ctx, checks, now, &v); err != nil {
 							if errs.Add(1) == 1 {
 								t.Errorf("AllowLayersAt: %v", err)
 							}

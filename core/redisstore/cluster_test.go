@@ -34,7 +34,7 @@ func TestCluster(t *testing.T) {
 	// the test.
 	lims := make([]*core.Limiter, len(ps))
 	for i, p := range ps {
-		l, err := core.NewLimiter(s, p)
+		l, err := core.NewLimiter(s, []core.Policy{p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,14 +52,14 @@ func TestCluster(t *testing.T) {
 				key := fmt.Sprintf("client-%d", k)
 				for _, l := range lims {
 					for range limit + 3 {
-						d, err := l.AllowAt(ctx, key, t0)
+						d, err := l.AllowN(ctx, key, 1, t0)
 						if err != nil {
-							errs <- fmt.Errorf("%s %s: %w", l.Policy().Algorithm, key, err)
+							errs <- fmt.Errorf("%s %s: %w", l.Policies()[0].Algorithm, key, err)
 							return
 						}
 						if d.Allowed {
 							mu.Lock()
-							admitted[string(l.Policy().Algorithm)+" "+key]++
+							admitted[string(l.Policies()[0].Algorithm)+" "+key]++
 							mu.Unlock()
 						}
 					}
@@ -94,7 +94,7 @@ func TestCluster(t *testing.T) {
 	for _, k := range all {
 		assert.Positive(t, c.PTTL(ctx, k).Val(), "%s: PTTL", k)
 	}
-	require.NoError(t, s.Ping(ctx), "Ping over the cluster")
+	require.NoError(t, s.CheckConfig(ctx), "CheckConfig over the cluster: every master answers")
 	for _, p := range ps {
 		require.NoError(t, s.Reset(ctx, "client-0", p), "%s: Reset over the cluster", p.Algorithm)
 	}

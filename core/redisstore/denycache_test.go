@@ -24,7 +24,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	p := core.Policy{Name: "flood", Algorithm: core.SlidingWindowLog, Limit: 5, Window: time.Hour}
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	waitChecked(t, s, 10*time.Second) // its INFO goes through the hook too
-	l, err := core.NewLimiter(alone(s), p, core.WithDenyCache(1000))
+	l, err := core.NewLimiter(alone(s), []core.Policy{p}, core.WithDenyCache(1000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +74,9 @@ func TestDenyCacheResetRace(t *testing.T) {
 			p := core.Policy{Name: "reset-race", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 			// A generous timeout: a fail-open admission would hide nothing,
 			// but it would make a round uncheckable.
-			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), p,
+			l, err := core.NewLimiter(mustNew(t, client, WithPrefix(testPrefix(t))), []core.Policy{p},
 				core.WithDenyCache(100))
+
 			require.NoError(t, err)
 			limitertest.ResetRace(t, l, 300)
 		})

@@ -37,7 +37,7 @@
 // flushers and closes the Store's own connections. Over a cluster client
 // or a Ring, decisions are not batched.
 //
-// A layered core.Limiter (core.NewLayered) asks Store.TakeAll, which
+// A core.Limiter of several policies (layers) asks Store.TakeAll, which
 // decides every layer of a request all or nothing. Over a *redis.Client
 // one script decides them all, in one round trip, as one atomic step. Over
 // a Redis Cluster one script reaches one slot only: the layers are decided

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 )
 
 // A token bucket of 100 requests per minute with bursts of 20, shared by
@@ -30,13 +31,16 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := core.NewLimiter(store, core.Policy{
+	limiter, err := core.NewLimiter(store, []core.Policy{{
 		Name:      "api",
 		Algorithm: core.TokenBucket,
 		Limit:     100,
 		Window:    time.Minute,
 		Burst:     20,
-	}, core.WithFailMode(core.FailOpen))
+	}},
+
+		limitertest.FailClosed(0))
+
 	if err != nil {
 		log.Fatal(err)
 	}

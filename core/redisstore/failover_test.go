@@ -128,7 +128,7 @@ func TestClusterFailover(t *testing.T) {
 	const limit = 5
 	p := core.Policy{Name: "failover", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
 	// Default options, fail open, but for the timeout (takeTimeout).
-	lim, err := core.NewLimiter(within(s, takeTimeout), p)
+	lim, err := core.NewLimiter(within(s, takeTimeout), []core.Policy{p})
 	require.NoError(t, err)
 
 	shards := c.Shards()

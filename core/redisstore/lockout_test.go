@@ -39,7 +39,7 @@ func TestLockoutRealTime(t *testing.T) {
 	for _, p := range lockoutPolicies(2, 200*time.Millisecond, lo) {
 		t.Run(string(p.Algorithm), func(t *testing.T) {
 			t.Parallel()
-			l, err := core.NewLimiter(s, p)
+			l, err := core.NewLimiter(s, []core.Policy{p})
 			require.NoError(t, err)
 			ctx := context.Background()
 			for strike, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond, 1200 * time.Millisecond} {
@@ -63,7 +63,7 @@ func TestLockoutRealTime(t *testing.T) {
 				// the lockout having lasted at least until it would.
 				// (Checked when it was decided surely within the lockout: a
 				// busy machine may take that long between the two.)
-				d, err = l.AllowN(ctx, "client", 2)
+				d, err = l.AllowN(ctx, "client", 2, time.Time{})
 				require.NoError(t, err)
 				if took := time.Since(sent); took < want-50*time.Millisecond {
 					require.True(t, d.LockedOut, "strike %d: a costlier request during the lockout", strike+1)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
@@ -36,7 +37,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 		s := mustNew(b, c, WithPrefix(testPrefix(b)))
 		b.Cleanup(func() { _ = s.Close() })
 		<-s.checked // New's check of the configuration is done: its commands are not counted
-		single, err := core.NewLimiter(within(s, time.Second), core.Policy{Name: "user", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second})
+		single, err := core.NewLimiter(within(s, time.Second), []core.Policy{{Name: "user", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func BenchmarkMultiLayers(b *testing.B) {
 		}
 		for k := range sets {
 			reqs := fourLayers("bench", time.Time{})
-			layers := make([]core.Layer, len(reqs))
+			layers := make([]core.Policy, len(reqs))
 			checks := make([]core.Check, len(reqs))
 			for i, r := range reqs {
 				p := r.Policy
@@ -62,13 +63,13 @@ func BenchmarkMultiLayers(b *testing.B) {
 					p.Algorithm, p.Lockout, p.LockoutMax, p.LockoutMemory = core.TokenBucket, 0, 0, 0
 				}
 				p.Window = time.Second
-				layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+				layers[i] = limitertest.Named(p, r.Policy.Name)
 				checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 			}
 			if sets[k].name == "buckets-1" {
 				layers, checks = layers[1:2], []core.Check{{Layer: 0, Key: "user-bench", Cost: 1}}
 			}
-			l, err := core.NewLayered(within(s, time.Second), layers)
+			l, err := core.NewLimiter(within(s, time.Second), layers)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -89,13 +90,13 @@ func BenchmarkMultiLayers(b *testing.B) {
 			b.ReportMetric(float64(n)/float64(b.N), "round-trips/op")
 		}
 		b.Run(mode+"/single", func(b *testing.B) {
-			if _, err := single.AllowN(ctx, "user-bench", 1); err != nil { // warm up
+			if _, err := single.AllowN(ctx, "user-bench", 1, time.Time{}); err != nil { // warm up
 				b.Fatal(err)
 			}
 			start()
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := single.AllowN(ctx, "user-bench", 1); err != nil {
+				if _, err := single.AllowN(ctx, "user-bench", 1, time.Time{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -104,14 +105,14 @@ func BenchmarkMultiLayers(b *testing.B) {
 		for _, set := range sets {
 			layered, checks := set.layered, set.checks
 			b.Run(mode+"/"+set.name, func(b *testing.B) {
-				var v core.Verdict
-				if err := layered.AllowLayers(ctx, checks, &v); err != nil { // warm up
+				var v limitertest.Verdict
+				if err := limitertest.AllowLayers(layered, ctx, checks, time.Time{}, &v); err != nil { // warm up
 					b.Fatal(err)
 				}
 				start()
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := layered.AllowLayers(ctx, checks, &v); err != nil {
+					if err := limitertest.AllowLayers(layered, ctx, checks, time.Time{}, &v); err != nil {
 						b.Fatal(err)
 					}
 					if !v.Allowed {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
@@ -99,19 +100,19 @@ func TestMultiOneRoundTrip(t *testing.T) {
 		assert.Equal(t, limits.Capacity(reqs[i].Policy.Algorithm, reqs[i].Policy.Limit, reqs[i].Policy.Burst)-2, d.Remaining, "layer %d: remaining after two requests", i)
 	}
 
-	layers := make([]core.Layer, len(reqs))
+	layers := make([]core.Policy, len(reqs))
 	checks := make([]core.Check, len(reqs))
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
-		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+		layers[i] = limitertest.Named(p, r.Policy.Name)
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
-	l, err := core.NewLayered(within(s, 5*time.Second), layers)
+	l, err := core.NewLimiter(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
-	var v core.Verdict
+	var v limitertest.Verdict
 	h.reset()
-	require.NoError(t, l.AllowLayers(ctx, checks, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v))
 	names, pipelines = h.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of AllowLayers")
 	assert.Zero(t, pipelines, "pipelines")
@@ -122,7 +123,7 @@ func TestMultiOneRoundTrip(t *testing.T) {
 	// A denial: the endpoint layer's cost is more than it has left.
 	checks[2].Cost = 98
 	h.reset()
-	require.NoError(t, l.AllowLayers(ctx, checks, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v))
 	names, _ = h.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of a denied AllowLayers")
 	assert.False(t, v.Allowed)
@@ -277,10 +278,10 @@ func TestMultiBadInput(t *testing.T) {
 	bad := append([]core.Request(nil), good...)
 	bad[2].Cost = 0
 	_, err := s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))
-	assert.ErrorIs(t, err, core.ErrInvalidCost)
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	bad[2] = good[2]
 	bad[3].Policy.Algorithm = "nope"
-	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))), core.ErrInvalidPolicy)
+	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))), core.ErrInvalidOption)
 	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, good, make([]core.Decision, 3))), core.ErrInvalidOption)
 	dup := append(good[:2:2], good[1])
 	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, dup, make([]core.Decision, 3))), core.ErrInvalidOption)
@@ -317,16 +318,16 @@ func TestMultiFrozenRedis(t *testing.T) {
 	// Warm up: connections dialled, scripts loaded.
 	require.NoError(t, errOf(sd.TakeAll(ctx, time.Time{}, reqs, out)))
 	require.NoError(t, errOf(sb.TakeAll(ctx, time.Time{}, reqs, out)))
-	layers := make([]core.Layer, len(reqs))
+	layers := make([]core.Policy, len(reqs))
 	checks := make([]core.Check, len(reqs))
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
-		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+		layers[i] = limitertest.Named(p, r.Policy.Name)
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
 	const timeout = 100 * time.Millisecond
-	l, err := core.NewLayered(within(sb, timeout), layers, core.WithFailMode(core.FailClosed))
+	l, err := core.NewLimiter(within(sb, timeout), layers, limitertest.FailClosed(time.Second))
 	require.NoError(t, err)
 
 	srv.Freeze()
@@ -340,11 +341,12 @@ func TestMultiFrozenRedis(t *testing.T) {
 	assert.True(t, errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"), "error: %v", err)
 	assert.Less(t, took, timeout+time.Second, "TakeAll with a deadline, over a frozen Redis")
 
-	var v core.Verdict
+	var v limitertest.Verdict
 	start = time.Now()
-	err = l.AllowLayers(ctx, checks, &v)
+	err = limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v)
 	took = time.Since(start)
-	assert.ErrorIs(t, err, core.ErrStore)
+	require.NoError(t, err)
+	assert.ErrorIs(t, v.Err, limits.ErrStore)
 	assert.False(t, v.Allowed, "fail closed")
 	assert.Equal(t, core.SourceFailMode, v.Source)
 	assert.Less(t, took, timeout+time.Second, "AllowLayers over a frozen Redis")
@@ -405,29 +407,29 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	ctx := context.Background()
 	reqs := fourLayers("by", time.Time{})
-	layers := make([]core.Layer, len(reqs))
+	layers := make([]core.Policy, len(reqs))
 	checks := make([]core.Check, len(reqs))
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
-		layers[i] = core.Layer{Name: r.Policy.Name, Policy: p}
+		layers[i] = limitertest.Named(p, r.Policy.Name)
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
-	l, err := core.NewLayered(within(s, 5*time.Second), layers)
+	l, err := core.NewLimiter(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
-	var v core.Verdict
-	require.NoError(t, l.AllowLayers(ctx, checks, &v)) // loads the script
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v)) // loads the script
 	<-s.checked
 	counter.reset()
 	bh.mu.Lock()
 	bh.batched, bh.other = 0, 0
 	bh.mu.Unlock()
 	for range 3 {
-		require.NoError(t, l.AllowLayers(ctx, checks, &v))
+		require.NoError(t, limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v))
 		assert.True(t, v.Allowed)
 	}
 	checks[2].Cost = 99 // more than the endpoint layer has left
-	require.NoError(t, l.AllowLayers(ctx, checks, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, time.Time{}, &v))
 	assert.False(t, v.Allowed)
 	assert.Equal(t, 2, v.Binding)
 	names, pipelines := counter.snapshot()
@@ -441,7 +443,7 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 
 	// Concurrent decisions: each admitted exactly once by the global
 	// layer, whatever pipelines the flushers made of them.
-	require.NoError(t, l.AllowLayers(ctx, []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: "ip-x", Cost: 1}}, &v)) // loads this combination's script
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: "ip-x", Cost: 1}}, time.Time{}, &v)) // loads this combination's script
 	counter.reset()
 	const workers, each = 8, 10
 	var wg sync.WaitGroup
@@ -449,9 +451,9 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			own := []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: fmt.Sprintf("ip-%d", w), Cost: 1}}
-			var v core.Verdict
+			var v limitertest.Verdict
 			for range each {
-				if err := l.AllowLayers(ctx, own, &v); err == nil && v.Allowed {
+				if err := limitertest.AllowLayers(l, ctx, own, time.Time{}, &v); err == nil && v.Allowed {
 					admitted.Add(1)
 				}
 			}

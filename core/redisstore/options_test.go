@@ -61,12 +61,12 @@ func TestOptions(t *testing.T) {
 		prefix string
 		logger *slog.Logger
 	}{
-		{"defaults", nil, DefaultPrefix, nil},
+		{"defaults", nil, defaultPrefix, nil},
 		{"prefix", []Option{WithPrefix("app:rl:")}, "app:rl:", nil},
 		{"empty prefix", []Option{WithPrefix("")}, "", nil},
 		{"prefix beyond ASCII", []Option{WithPrefix("débit:")}, "débit:", nil},
 		{"last prefix wins", []Option{WithPrefix("a:"), WithPrefix("b:")}, "b:", nil},
-		{"logger", []Option{WithLogger(logger)}, DefaultPrefix, logger},
+		{"logger", []Option{WithLogger(logger)}, defaultPrefix, logger},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

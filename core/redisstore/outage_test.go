@@ -12,6 +12,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -57,9 +59,9 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 		t.Fatalf("honoursDeadline() = %v with ContextTimeoutEnabled %v", got, contextDeadline)
 	}
 	var lims []*core.Limiter
-	for _, m := range []core.FailMode{core.FailOpen, core.FailClosed} {
-		p := core.Policy{Name: "outage-" + m.String(), Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second}
-		l, err := core.NewLimiter(within(s, outageTimeout), p, core.WithFailMode(m))
+	for _, fc := range []time.Duration{0, time.Second} { // fail open, fail closed
+		p := core.Policy{Name: "outage-" + failName(fc), Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second, FailClosed: fc}
+		l, err := core.NewLimiter(within(s, outageTimeout), []core.Policy{p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +74,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, l := range lims {
-		if _, _, err := s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: l.Policy(), Cost: 1}); err != nil {
+		if _, _, err := s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: l.Policies()[0], Cost: 1}); err != nil {
 			t.Fatalf("warming up: %v", err)
 		}
 	}
@@ -83,9 +85,9 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 }
 
 // checkFailing makes decisions through the outage: each returns within the
-// timeout plus slack, with the FailMode's Decision and an error wrapping
-// ErrStore (and ErrTimeout when wantTimeout, until the circuit breaker
-// opens and ErrCircuitOpen takes its place).
+// timeout plus slack, with no error and the fail mode's Decision, its Err
+// wrapping ErrStore (and a timeout when wantTimeout, until the circuit
+// breaker opens and ErrCircuitOpen takes its place).
 func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -97,22 +99,26 @@ func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
 			start := time.Now()
 			d, err := l.Allow(ctx, "k")
 			took := time.Since(start)
-			longest, last = max(longest, took), err
+			longest, last = max(longest, took), d.Err
+			mode := failName(l.Policies()[0].FailClosed)
 			if took > outageTimeout+slack {
-				t.Errorf("fail %s: decision took %v, bound %v", l.FailMode(), took, outageTimeout+slack)
+				t.Errorf("fail %s: decision took %v, bound %v", mode, took, outageTimeout+slack)
 			}
-			if !errors.Is(err, core.ErrStore) {
-				t.Fatalf("fail %s: err %v, want ErrStore", l.FailMode(), err)
+			if err != nil {
+				t.Fatalf("fail %s: err %v, want nil: a decision was made", mode, err)
 			}
-			if wantTimeout && !errors.Is(err, core.ErrTimeout) && !errors.Is(err, core.ErrCircuitOpen) {
-				t.Fatalf("fail %s: err %v, want ErrTimeout or ErrCircuitOpen", l.FailMode(), err)
+			if !errors.Is(d.Err, limits.ErrStore) {
+				t.Fatalf("fail %s: Err %v, want ErrStore", mode, d.Err)
 			}
-			switch l.FailMode() {
-			case core.FailOpen:
+			if wantTimeout && !isTimeout(d.Err) && !errors.Is(d.Err, limits.ErrCircuitOpen) {
+				t.Fatalf("fail %s: Err %v, want a timeout or ErrCircuitOpen", mode, d.Err)
+			}
+			switch mode {
+			case "open":
 				if !d.Allowed || d.Source != core.SourceFailMode {
 					t.Fatalf("fail open: %+v, want Allowed by the fail mode", d)
 				}
-			case core.FailClosed:
+			case "closed":
 				if d.Allowed || d.Source != core.SourceFailMode || d.RetryAfter <= 0 {
 					t.Fatalf("fail closed: %+v, want denied with a RetryAfter", d)
 				}
@@ -133,7 +139,7 @@ func waitRecovered(t *testing.T, lims []*core.Limiter) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("fail %s: not recovered after %v: %+v, %v", l.FailMode(), recoverWithin, d, err)
+				t.Fatalf("fail %s: not recovered after %v: %+v, %v", failName(l.Policies()[0].FailClosed), recoverWithin, d, err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -192,7 +198,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
 	s := mustNew(t, srv.Client(), WithPrefix(testPrefix(t)))
-	l, err := core.NewLimiter(within(s, outageTimeout), p, core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	l, err := core.NewLimiter(within(s, outageTimeout), []core.Policy{p}, limitertest.FailClosed(0), core.WithFallback(local))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +207,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	// policy, with a generous timeout (aloneTimeout), since a healthy first
 	// decision (a dial, the script's load) may outlast outageTimeout on a
 	// busy machine.
-	healthy, err := core.NewLimiter(alone(s), p, core.WithFailMode(core.FailOpen), core.WithFallback(local))
+	healthy, err := core.NewLimiter(alone(s), []core.Policy{p}, limitertest.FailClosed(0), core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()
 	if d, err := healthy.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
@@ -210,8 +216,8 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	srv.Kill()
 	for i := range 5 {
 		d, err := l.Allow(ctx, "k")
-		if !errors.Is(err, core.ErrStore) || d.Source != core.SourceFallback {
-			t.Fatalf("request %d during the outage: %+v, %v; want a fallback decision and ErrStore", i, d, err)
+		if err != nil || !errors.Is(d.Err, limits.ErrStore) || d.Source != core.SourceFallback {
+			t.Fatalf("request %d during the outage: %+v, %v; want a fallback decision, its Err wrapping ErrStore", i, d, err)
 		}
 		// The memory store has seen the request Redis admitted: it
 		// admits 2 more, then denies.
@@ -224,7 +230,8 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	deadline := time.Now().Add(recoverWithin)
 	for {
 		d, err := l.Allow(ctx, "k")
-		if err == nil {
+		require.NoError(t, err)
+		if d.Err == nil {
 			// The restarted server kept nothing (no persistence) and
 			// admits; the memory store, which counted the 3 admissions of
 			// the hour, refuses.
@@ -264,14 +271,14 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				p := core.Policy{Name: "breaker", Algorithm: core.TokenBucket, Limit: 100_000, Window: time.Second}
 				st := mustNew(t, client, WithPrefix(testPrefix(t)))
 				waitChecked(t, st, 10*time.Second) // its INFO must not count below
-				l, err := core.NewLimiter(within(st, outageTimeout), p)
+				l, err := core.NewLimiter(within(st, outageTimeout), []core.Policy{p})
 				require.NoError(t, err)
 				ctx := context.Background()
 				// The first decision loads the script; on a loaded machine
 				// it may take longer than the timeout.
 				require.Eventually(t, func() bool {
 					d, err := l.Allow(ctx, "k")
-					return err == nil && d.Allowed
+					return err == nil && d.Err == nil && d.Allowed
 				}, recoverWithin, 10*time.Millisecond, "Redis never decided")
 				require.Equal(t, core.Healthy, l.Health())
 
@@ -295,7 +302,8 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 					if time.Since(start) >= outageTimeout/2 {
 						slow++
 					}
-					require.ErrorIs(t, err, core.ErrStore)
+					require.NoError(t, err)
+					require.ErrorIs(t, d.Err, limits.ErrStore)
 					require.Equal(t, core.SourceFailMode, d.Source, "%+v", d)
 					require.True(t, d.Allowed, "%+v", d)
 				}
@@ -307,22 +315,23 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				// decisions were slow is a wall-clock figure, which a busy
 				// machine inflates: logged, not asserted.
 				t.Logf("100 decisions: %d took %v or more, Redis was sent %v", slow, outageTimeout/2, names)
-				assert.LessOrEqual(t, names["evalsha"]+names["eval"], core.DefaultBreakerFailures+2)
+				assert.LessOrEqual(t, names["evalsha"]+names["eval"], 3+2)
 
 				// A steady stream for a while: one probe per interval at
 				// most, however many decisions.
 				counter.reset()
 				start, decisions := time.Now(), 0
-				for time.Since(start) < 5*core.DefaultProbeInterval {
-					_, err := l.Allow(ctx, "k")
-					require.ErrorIs(t, err, core.ErrStore)
+				for time.Since(start) < 5*(100*time.Millisecond) {
+					d, err := l.Allow(ctx, "k")
+					require.NoError(t, err)
+					require.ErrorIs(t, d.Err, limits.ErrStore)
 					decisions++
 					time.Sleep(time.Millisecond)
 				}
 				names, _ = counter.snapshot()
 				probes := names["evalsha"] + names["eval"]
 				t.Logf("%d decisions in %v: %d probes", decisions, time.Since(start), probes)
-				assert.LessOrEqual(t, probes, int(time.Since(start)/core.DefaultProbeInterval)+1)
+				assert.LessOrEqual(t, probes, int(time.Since(start)/(100*time.Millisecond))+1)
 
 				if outage == "frozen" {
 					srv.Thaw()
@@ -333,14 +342,15 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				back := time.Now()
 				for {
 					d, err := l.Allow(ctx, "k")
-					if err == nil {
+					require.NoError(t, err)
+					if d.Err == nil {
 						require.Equal(t, core.SourceStore, d.Source, "%+v", d)
 						require.True(t, d.Allowed, "%+v", d)
 						break
 					}
 					// A probe per interval, each of which may outlast
 					// outageTimeout on a busy machine: a generous bound.
-					require.Less(t, time.Since(back), recoverWithin, "decisions not back to Redis %v after it was: %v", recoverWithin, err)
+					require.Less(t, time.Since(back), recoverWithin, "decisions not back to Redis %v after it was: %v", recoverWithin, d.Err)
 					time.Sleep(5 * time.Millisecond)
 				}
 				t.Logf("back to Redis %v after it was", time.Since(back))
@@ -369,8 +379,8 @@ func TestResetIsBoundedOnFrozenRedis(t *testing.T) {
 				err := l.Reset(context.Background(), "k")
 				took := time.Since(start)
 				require.Less(t, took, outageTimeout+slack, "Reset took %v", took)
-				require.ErrorIs(t, err, core.ErrStore)
-				require.ErrorIs(t, err, core.ErrTimeout)
+				require.ErrorIs(t, err, limits.ErrStore)
+				require.True(t, isTimeout(err), "%v", err)
 			}
 			srv.Thaw()
 			thawed = true
@@ -406,7 +416,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			const limit = 10
 			p := core.Policy{Name: "flap", Algorithm: core.SlidingWindowLog, Limit: limit, Window: time.Hour}
 			s := mustNew(t, client, WithPrefix(testPrefix(t)))
-			l, err := core.NewLimiter(within(s, outageTimeout), p, core.WithFallback(local))
+			l, err := core.NewLimiter(within(s, outageTimeout), []core.Policy{p}, core.WithFallback(local))
 			require.NoError(t, err)
 			ctx := context.Background()
 			frozen := false
@@ -420,9 +430,10 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 				for range n {
 					d, err := l.Allow(ctx, "client")
 					require.NotEqual(t, core.SourceFailMode, d.Source, "%+v, %v", d, err)
+					require.NoError(t, err)
 					if d.Allowed {
 						admitted++
-						if err == nil {
+						if d.Err == nil {
 							byRedis++
 						}
 					}
@@ -506,15 +517,15 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				name string
 				opts []core.Option
 			}{
-				{"fail-open", []core.Option{core.WithFailMode(core.FailOpen)}},
-				{"fail-closed", []core.Option{core.WithFailMode(core.FailClosed)}},
+				{"fail-open", []core.Option{limitertest.FailClosed(0)}},
+				{"fail-closed", []core.Option{limitertest.FailClosed(time.Second)}},
 				{"fallback", []core.Option{core.WithFallback(local)}},
 			}
 			limiters := func(timeout time.Duration) []*core.Limiter {
 				lims := make([]*core.Limiter, len(configs))
 				for i, c := range configs {
 					p := core.Policy{Name: "cancel-" + c.name, Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour}
-					l, err := core.NewLimiter(within(s, timeout), p, c.opts...)
+					l, err := core.NewLimiter(within(s, timeout), []core.Policy{p}, c.opts...)
 					require.NoError(t, err)
 					lims[i] = l
 				}
@@ -528,7 +539,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				t.Helper()
 				require.False(t, d.Source == core.SourceFallback || d.Source == core.SourceFailMode && d.Allowed, "%s %s: %+v, %v", configs[i].name, phase, d, err)
 				if err != nil {
-					require.ErrorIs(t, err, core.ErrCanceled, "%s %s", configs[i].name, phase)
+					require.ErrorIs(t, err, context.Canceled, "%s %s", configs[i].name, phase)
 					require.False(t, d.Allowed, "%s %s: a canceled request was admitted: %+v", configs[i].name, phase, d)
 				}
 				if d.Allowed {
@@ -544,7 +555,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 					cancel()
 					d, err := l.Allow(ctx, "gone")
 					check(i, "canceled before", d, err)
-					require.ErrorIs(t, err, core.ErrCanceled)
+					require.ErrorIs(t, err, context.Canceled)
 				}
 			}
 			names, _ := counter.snapshot()
@@ -581,7 +592,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 					ctx = context.WithValue(ctx, cancelKey{}, cancel)
 					d, err := l.Allow(ctx, "gone-frozen")
 					check(i, "canceled on a frozen server", d, err)
-					require.ErrorIs(t, err, core.ErrCanceled, "%s frozen: %+v", configs[i].name, d)
+					require.ErrorIs(t, err, context.Canceled, "%s frozen: %+v", configs[i].name, d)
 					cancel()
 				}
 			}
@@ -590,3 +601,14 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 		})
 	}
 }
+
+// failName names a policy's fail mode by its FailClosed.
+func failName(failClosed time.Duration) string {
+	if failClosed > 0 {
+		return "closed"
+	}
+	return "open"
+}
+
+// isTimeout reports whether err, a store failure, is a timeout.
+func isTimeout(err error) bool { return outcome.StoreErrorKind(err) == outcome.StoreErrTimeout }

@@ -194,19 +194,19 @@ func TestTakeRejects(t *testing.T) {
 		req  core.Request
 		want error
 	}{
-		{core.Request{Key: "", Policy: p, Cost: 1}, core.ErrInvalidKey},
-		{core.Request{Key: "k", Policy: p, Cost: 0}, core.ErrInvalidCost},
-		{core.Request{Key: "k", Policy: p, Cost: 6}, core.ErrCostExceedsLimit},
-		{core.Request{Key: "k", Policy: core.Policy{Algorithm: "gcra", Limit: 1, Window: time.Second}, Cost: 1}, core.ErrInvalidPolicy},
-		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1}, Cost: 1}, core.ErrInvalidPolicy},
-		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.TokenBucket, Window: time.Second}, Cost: 1}, core.ErrInvalidPolicy},
+		{core.Request{Key: "", Policy: p, Cost: 1}, core.ErrInvalidOption},
+		{core.Request{Key: "k", Policy: p, Cost: 0}, core.ErrInvalidOption},
+		{core.Request{Key: "k", Policy: p, Cost: 6}, core.ErrInvalidOption},
+		{core.Request{Key: "k", Policy: core.Policy{Algorithm: "gcra", Limit: 1, Window: time.Second}, Cost: 1}, core.ErrInvalidOption},
+		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1}, Cost: 1}, core.ErrInvalidOption},
+		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.TokenBucket, Window: time.Second}, Cost: 1}, core.ErrInvalidOption},
 	} {
 		_, _, err := s.Take(ctx, time.Time{}, c.req)
 		assert.ErrorIs(t, err, c.want, "Take(%+v)", c.req)
 	}
-	assert.ErrorIs(t, s.Reset(ctx, "k", core.Policy{Algorithm: "gcra"}), core.ErrInvalidPolicy, "Reset of an unknown algorithm")
-	assert.ErrorIs(t, s.Reset(ctx, "", p), core.ErrInvalidKey, "Reset of an empty key")
-	assert.NoError(t, s.Ping(ctx), "Ping")
+	assert.ErrorIs(t, s.Reset(ctx, "k", core.Policy{Algorithm: "gcra"}), core.ErrInvalidOption, "Reset of an unknown algorithm")
+	assert.ErrorIs(t, s.Reset(ctx, "", p), core.ErrInvalidOption, "Reset of an empty key")
+	assert.NoError(t, s.CheckConfig(ctx), "CheckConfig")
 }
 
 // TestWrongType: a key of another type surfaces as an error, never a

@@ -18,9 +18,9 @@ import (
 	"github.com/apigate/ratelimit/internal/reqcheck"
 )
 
-// DefaultPrefix starts every key the Store writes, unless WithPrefix says
+// defaultPrefix starts every key the Store writes, unless WithPrefix says
 // otherwise.
-const DefaultPrefix = "rl:"
+const defaultPrefix = "rl:"
 
 // explicitNowMinTTL is the least TTL of a key written by a request with an
 // explicit time (Take's now): such a time (a test's) may be far from Redis's
@@ -91,12 +91,12 @@ func (s *Store) deadline(ctx context.Context) time.Time {
 	return deadline
 }
 
-// DefaultBusyPoll is how long, by default, a lone decision's read spins
+// defaultBusyPoll is how long, by default, a lone decision's read spins
 // before it parks (see WithBusyPoll): long enough for a loopback or LAN
 // round trip on a loaded machine, which takes 40 to 150 µs. With 50 µs, on
 // a 2-core VM whose loopback round trip took 45 to 110 µs, most polls ran
 // out and a lone decision took half as long again, for more CPU.
-const DefaultBusyPoll = 200 * time.Microsecond
+const defaultBusyPoll = 200 * time.Microsecond
 
 // maxBusyPoll bounds WithBusyPoll.
 const maxBusyPoll = time.Millisecond
@@ -104,7 +104,7 @@ const maxBusyPoll = time.Millisecond
 // WithBusyPoll sets how long a decision that runs alone (no other
 // decision of the Store under way, over a *redis.Client) polls its socket
 // for Redis's reply before it parks its goroutine in the network poller;
-// the default is DefaultBusyPoll, and 0 turns polling off. On loopback or
+// the default is 200 µs, and 0 turns polling off. On loopback or
 // a fast LAN a reply comes back in tens to a hundred or so microseconds,
 // not much more than parking and waking a goroutine costs, so polling
 // takes a quarter to a half off a lone decision's latency, for about the
@@ -127,7 +127,7 @@ func WithBusyPoll(d time.Duration) Option {
 }
 
 // WithPrefix sets the prefix of every key the Store writes; the default is
-// DefaultPrefix, and an empty prefix is allowed. Stores sharing one Redis
+// "rl:", and an empty prefix is allowed. Stores sharing one Redis
 // with different prefixes share no state. A prefix with '{' or '}', which
 // would take the place of the key's Redis Cluster hash tag (see the
 // package documentation), or with an ASCII control byte, is an error.
@@ -212,7 +212,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: redisstore.New: nil %T", core.ErrInvalidOption, client)
 	}
-	c := config{prefix: DefaultPrefix, explicitMinTTL: explicitNowMinTTL, checkTimeout: configCheckTimeout, busyPoll: DefaultBusyPoll, timeout: defaultTimeout}
+	c := config{prefix: defaultPrefix, explicitMinTTL: explicitNowMinTTL, checkTimeout: configCheckTimeout, busyPoll: defaultBusyPoll, timeout: defaultTimeout}
 	if d := hooks.DefaultStoreTimeout; d > 0 {
 		c.timeout = d
 	}
@@ -395,10 +395,10 @@ func decision(r []int64, capacity int64) core.Decision {
 func (s *Store) Reset(ctx context.Context, key string, policy core.Policy) error {
 	i := algo(policy.Algorithm)
 	if i < 0 {
-		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidPolicy, string(policy.Algorithm))
+		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(policy.Algorithm))
 	}
 	if key == "" {
-		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+		return fmt.Errorf("%w: empty key", core.ErrInvalidOption)
 	}
 	return s.resetUntil(ctx, key, policy, i, s.deadline(ctx))
 }
@@ -411,23 +411,6 @@ func (s *Store) resetUntil(ctx context.Context, key string, policy core.Policy, 
 	if err != nil {
 		s.recovery.failed(err)
 		return fmt.Errorf("redisstore: reset: %w", err)
-	}
-	return nil
-}
-
-// Ping checks that Redis answers, for health checks. Over a
-// *redis.ClusterClient it pings every master.
-func (s *Store) Ping(ctx context.Context) error {
-	var err error
-	if c, ok := s.client.(*redis.ClusterClient); ok {
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return n.Ping(ctx).Err()
-		})
-	} else {
-		err = s.client.Ping(ctx).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("redisstore: ping: %w", err)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ import (
 // runs: as many cases and steps for each algorithm, in the same order, with
 // the same fields.
 func TestCasesAreTheScripts(t *testing.T) {
-	cases := Cases()
+	cases := cases()
 	var nScripts, nSteps, nCaseSteps int
 	i := 0
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
@@ -52,7 +52,7 @@ func TestCasesAreTheScripts(t *testing.T) {
 // starts are Cases, by name and in order.
 func TestCasesAreWhatRunPlays(t *testing.T) {
 	var want []string
-	for _, c := range Cases() {
+	for _, c := range cases() {
 		want = append(want, string(c.Policy.Algorithm)+"/"+c.Name)
 	}
 	names := &subtests{}

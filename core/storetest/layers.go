@@ -240,12 +240,12 @@ func testLayersBadInput(t *testing.T, s core.Store, run string) {
 		{"short-out", with(func(*core.Request) {}), 1, nil},
 		{"long-out", with(func(*core.Request) {}), 3, nil},
 		{"more-than-MaxLayers", many, -1, nil},
-		{"empty-key", with(func(r *core.Request) { r.Key = "" }), -1, core.ErrInvalidKey},
-		{"zero-cost", with(func(r *core.Request) { r.Cost = 0 }), -1, core.ErrInvalidCost},
-		{"cost-above-capacity", with(func(r *core.Request) { r.Cost = 6 }), -1, core.ErrCostExceedsLimit},
-		{"zero-limit", with(func(r *core.Request) { r.Policy.Limit = 0 }), -1, core.ErrInvalidPolicy},
-		{"unknown-algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "no-such" }), -1, core.ErrInvalidPolicy},
-		{"bad-lockout", with(func(r *core.Request) { r.Policy.Lockout = -time.Second }), -1, core.ErrInvalidPolicy},
+		{"empty-key", with(func(r *core.Request) { r.Key = "" }), -1, core.ErrInvalidOption},
+		{"zero-cost", with(func(r *core.Request) { r.Cost = 0 }), -1, core.ErrInvalidOption},
+		{"cost-above-capacity", with(func(r *core.Request) { r.Cost = 6 }), -1, core.ErrInvalidOption},
+		{"zero-limit", with(func(r *core.Request) { r.Policy.Limit = 0 }), -1, core.ErrInvalidOption},
+		{"unknown-algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "no-such" }), -1, core.ErrInvalidOption},
+		{"bad-lockout", with(func(r *core.Request) { r.Policy.Lockout = -time.Second }), -1, core.ErrInvalidOption},
 	}
 	for _, c := range cases {
 		n := c.nOut
@@ -317,7 +317,7 @@ const (
 // runLayersExactness races layered requests from goroutinesPerStore
 // goroutines on each of stores (several stores sharing one backend model
 // several app servers; pass one of several stores that keep their own
-// state), each through a core.Limiter of its own (core.NewLayered, two per
+// state), each through a core.Limiter of its own (of several policies, two per
 // store), all at one fixed time, for every algorithm. Every store must be
 // a core.Store.
 //
@@ -370,9 +370,9 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	if !spread {
 		layers = []raceLayer{{"global", 300, 1}, {"user", 200, 1}, {"endpoint", layersRoom, 1}, {"ip", 250, 1}}
 	}
-	spec := make([]core.Layer, len(layers))
+	spec := make([]core.Policy, len(layers))
 	for i, ly := range layers {
-		spec[i] = core.Layer{Name: ly.name, Policy: layerPolicy("", alg, ly.limit, time.Hour)}
+		spec[i] = layerPolicy(ly.name, alg, ly.limit, time.Hour)
 	}
 	keyOf := func(layer, attempt int) string {
 		if !spread {
@@ -386,9 +386,9 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 		// A store that does I/O is given a timeout far past any
 		// decision's by its test (see Run): this race is about what is
 		// admitted.
-		l, err := core.NewLayered(stores[i/perStoreLimiters], spec)
+		l, err := core.NewLimiter(stores[i/perStoreLimiters], spec)
 		if err != nil {
-			t.Fatalf("NewLayered: %v", err)
+			t.Fatalf("NewLimiter: %v", err)
 		}
 		limiters[i] = l
 	}
@@ -406,7 +406,7 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 		wg.Go(func() {
 			<-start
 			checks := make([]core.Check, len(layers))
-			v := core.Verdict{Decisions: make([]core.Decision, 0, len(layers))}
+			out := make([]core.Decision, len(layers))
 			for a := g; a < layersAttempts; a += n {
 				// Each layer's key is chosen by another stride, so that
 				// every layer binds for some attempts.
@@ -414,13 +414,14 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 				for i := range layers {
 					checks[i] = core.Check{Layer: i, Key: keyOf(i, pick[i]), Cost: 1}
 				}
-				if err := l.AllowLayersAt(context.Background(), checks, now, &v); err != nil {
+				d, _, err := l.AllowLayers(context.Background(), now, checks, out)
+				if err != nil || d.Err != nil {
 					if errs.Add(1) == 1 {
-						t.Errorf("goroutine %d: AllowLayersAt: %v", g, err)
+						t.Errorf("goroutine %d: AllowLayers: %v, %v", g, err, d.Err)
 					}
 					continue
 				}
-				if !v.Allowed {
+				if !d.Allowed {
 					continue
 				}
 				total.Add(1)
@@ -461,8 +462,7 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	// another layer denied, whatever slots the keys are in.
 	multi := stores[0]
 	for i, ly := range layers {
-		p := spec[i].Policy
-		p.Name = ly.name
+		p := spec[i]
 		for k := range admitted[i] {
 			d := takeAll(t, multi, now, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: ly.limit}})[0]
 			charged := int64(0)

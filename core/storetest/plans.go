@@ -21,7 +21,7 @@ import (
 // times make it fall on a microsecond, 1µs) before, admitted at it. Moved
 // to 10,000 it has the room at once: Remaining 10,000-901. Moving back and
 // forth keeps the usage. A cost above the plan's capacity is the caller's
-// error (an invalid request, core.ErrCostExceedsLimit), which the store
+// error (an invalid request, core.ErrInvalidOption), which the store
 // returns, changing nothing.
 //
 // What the usage is, per algorithm: the window algorithms count the units
@@ -219,7 +219,7 @@ func fixedWindowPlans() []planStep {
 	return []planStep{
 		{at: 0, limit: 1000, cost: 900, want: ok(100, 60*time.Second)},
 		{at: 10 * time.Second, limit: 500, want: deny(0, 50*time.Second, 50*time.Second)}, // 900 > 500
-		{at: 10 * time.Second, limit: 500, cost: 600, err: core.ErrCostExceedsLimit},
+		{at: 10 * time.Second, limit: 500, cost: 600, err: core.ErrInvalidOption},
 		{at: 10 * time.Second, limit: 10000, want: ok(9099, 50*time.Second)},
 		{at: 20 * time.Second, limit: 500, want: deny(0, 40*time.Second, 40*time.Second)},
 		{at: 20 * time.Second, limit: 1000, cost: 99, want: ok(0, 40*time.Second)}, // 901 + 99
@@ -243,7 +243,7 @@ func slidingLogPlans() []planStep {
 	return append(steps, []planStep{
 		// 900 logged; the 401st unit, of 4s, must leave: at 1m4s.
 		{at: 10 * time.Second, limit: 500, want: deny(0, 58*time.Second, 54*time.Second)},
-		{at: 10 * time.Second, limit: 500, cost: 600, err: core.ErrCostExceedsLimit},
+		{at: 10 * time.Second, limit: 500, cost: 600, err: core.ErrInvalidOption},
 		{at: 10 * time.Second, limit: 10000, want: ok(9099, time.Minute)},
 		{at: 10 * time.Second, limit: 1000, cost: 99, want: ok(0, time.Minute)},
 		// 1,000 logged: the first unit, of 0s, must leave.
@@ -266,7 +266,7 @@ func slidingCounterPlans() []planStep {
 		// 900 in this window: wait into the next, until 900*(60s-el)/60s
 		// + 1 <= 500, el >= 26.7333334s: 1m26.7333334s.
 		{at: 10 * time.Second, limit: 500, want: deny(0, 110*time.Second, 76734*ms)},
-		{at: 10 * time.Second, limit: 500, cost: 600, err: core.ErrCostExceedsLimit},
+		{at: 10 * time.Second, limit: 500, cost: 600, err: core.ErrInvalidOption},
 		{at: 10 * time.Second, limit: 10000, want: ok(9099, 110*time.Second)},
 		{at: 10 * time.Second, limit: 1000, cost: 99, want: ok(0, 110*time.Second)},
 		// 1,000: wait until 1000*(60s-el)/60s + 1 <= 1000, el >= 60ms.
@@ -298,7 +298,7 @@ func bucketPlans(shape bool) []planStep {
 		// 900 used: 401 must drain at 500 per minute, 48.12s; 900 drain
 		// in 108s.
 		{at: 0, limit: 500, want: deny(0, 108*time.Second, 48120*ms)},
-		{at: 0, limit: 500, cost: 600, err: core.ErrCostExceedsLimit},
+		{at: 0, limit: 500, cost: 600, err: core.ErrInvalidOption},
 		{at: 0, limit: 10000, want: admit(9099, 5406*ms, 5400*ms)},
 		// 901 used: 21 must drain at 1,000 per minute.
 		{at: 0, limit: 1000, cost: 120, want: deny(99, 54060*ms, 1260*ms)},

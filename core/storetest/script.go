@@ -81,7 +81,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 		if s.viaLimiter {
 			if l = limiters[p.Name]; l == nil {
 				var err error
-				l, err = core.NewLimiter(store, p)
+				l, err = core.NewLimiter(store, []core.Policy{p})
 				if err != nil {
 					t.Fatalf("%s: NewLimiter: %v", where, err)
 				}
@@ -109,8 +109,8 @@ func (s *script) run(t tester, store core.Store, run string) {
 		var got core.Decision
 		var err error
 		if l != nil {
-			got, err = l.AllowNAt(ctx, key, cost, now)
-			want.Policy = l.Policy()
+			got, err = l.AllowN(ctx, key, cost, now)
+			want.Policy = l.Policies()[0]
 		} else {
 			got, _, err = store.Take(ctx, now, core.Request{Key: key, Policy: p, Cost: cost})
 		}

@@ -44,15 +44,12 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/storecases"
 )
 
-// Epoch returns the suite's time zero: midnight UTC on 1 January 2030, a
-// boundary of every window the suite uses (windows are aligned to the Unix
-// epoch). A Case's Start counts from it.
-func Epoch() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
-
-// epoch is Epoch, under the name the suite's files use.
-func epoch() time.Time { return Epoch() }
+// epoch is the suite's time zero (storecases.Epoch), a boundary of every
+// window the suite uses.
+func epoch() time.Time { return storecases.Epoch }
 
 // Run runs the conformance suite against the store newStore returns. The
 // suite gives Take and TakeAll an explicit now on every call, so the store's own clock is never

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"errors"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/clockstore"
 )
@@ -46,8 +47,9 @@ func TestAtStampsZeroNowOnly(t *testing.T) {
 
 // TestAtCanBeAFallback: a wrapped memory-like store can still be a fallback.
 func TestAtCanBeAFallback(t *testing.T) {
-	_, err := core.NewLimiter(&recorder{}, core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second},
+	_, err := core.NewLimiter(&recorder{}, []core.Policy{{Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}},
 		core.WithFallback(clockstore.At(direct{&recorder{}}, time.Time{})))
+
 	require.NoError(t, err)
 }
 

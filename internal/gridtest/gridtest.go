@@ -204,7 +204,7 @@ func (c gridCase) run(t *testing.T, cfg Config) {
 		require.InDelta(t, c.load, load.Update(), 1e-12)
 		opts = append(opts, core.WithPolicySource(load))
 	}
-	l, err := core.NewLimiter(cfg.Store, c.policy, opts...)
+	l, err := core.NewLimiter(cfg.Store, []core.Policy{c.policy}, opts...)
 	require.NoError(t, err)
 	configured := literal(c.policy, overrides.Override{}, c.load)
 
@@ -219,7 +219,7 @@ func (c gridCase) run(t *testing.T, cfg Config) {
 		// The source has adjusted the policy: it refuses at once.
 		require.Error(t, err, "an override whose own values cannot make a valid policy is refused where it is written")
 		assert.ErrorIs(t, err, core.ErrInvalidOption)
-		assert.ErrorIs(t, err, core.ErrInvalidPolicy)
+		assert.ErrorIs(t, err, core.ErrInvalidOption)
 	} else {
 		require.NoError(t, err, "an override that can apply is never refused")
 	}
@@ -291,8 +291,9 @@ func greedy(t *testing.T, l *core.Limiter, key string, now time.Time, top int64)
 	t.Helper()
 	ctx := context.Background()
 	var g got
-	d, err := l.AllowNAt(ctx, key, 1, now)
+	d, err := l.AllowN(ctx, key, 1, now)
 	require.NoError(t, err, "a decision fails")
+	require.NoError(t, d.Err, "a decision fails: decided by the FailClosed, not the store")
 	require.Equal(t, core.SourceStore, d.Source, "decided by the store")
 	g.in = d.Policy
 	if d.Allowed {
@@ -302,11 +303,12 @@ func greedy(t *testing.T, l *core.Limiter, key string, now time.Time, top int64)
 	floor := max(1, capacity>>10)
 	for c := min(top, capacity); c >= floor; c /= 2 {
 		for range 3 {
-			d, err := l.AllowNAt(ctx, key, c, now)
-			if errors.Is(err, core.ErrCostExceedsLimit) {
+			d, err := l.AllowN(ctx, key, c, now)
+			if errors.Is(err, core.ErrInvalidOption) {
 				break // above every policy configured for the request
 			}
 			require.NoError(t, err, "a decision of cost %d fails", c)
+			require.NoError(t, d.Err, "a decision of cost %d fails", c)
 			require.Equal(t, core.SourceStore, d.Source)
 			require.Equal(t, g.in, d.Policy)
 			if !d.Allowed {

@@ -10,6 +10,11 @@ import "time"
 // method). core sets it in its init.
 var LimiterStore func(limiter any) any
 
+// DenyCacheLen returns how many denials the deny cache of a
+// *core.Limiter remembers, for the exporters' gauge. core sets it in its
+// init.
+var DenyCacheLen func(limiter any) int
+
 // DefaultStoreTimeout, when positive, replaces redisstore's default
 // timeout for the stores built after it is set without WithTimeout. Test
 // helpers set it (internal/limitertest), so that a healthy store on a busy
@@ -24,3 +29,15 @@ func StoreTimeout(store any) time.Duration {
 	}
 	return 0
 }
+
+// CircuitBreaker returns a core.Option (as any) that sets a Limiter's
+// circuit breaker: failures consecutive store failures open it (0: never),
+// and an open breaker probes the store at most once per probe. core sets
+// it in its init; tests reach it through internal/limitertest.
+var CircuitBreaker func(failures int, probe time.Duration) any
+
+// FailClosed returns a core.Option (as any) that makes every policy of a
+// Limiter fail closed for d, as if each had FailClosed d: a test's way
+// to run one flow under both outage answers. core sets it in its init;
+// tests reach it through internal/limitertest.
+var FailClosed func(d time.Duration) any

@@ -6,6 +6,7 @@
 package limits
 
 import (
+	"errors"
 	"strconv"
 	"time"
 )
@@ -127,3 +128,18 @@ func LockoutLength(first, most time.Duration, strike int) time.Duration {
 	}
 	return limit
 }
+
+// The marks of Decision.Err, for the exporters to tell the kinds of
+// degraded decision apart (a bounded metric label). Users read the text,
+// or errors.Is(d.Err, context.DeadlineExceeded) for a timeout.
+var (
+	// ErrStore is wrapped by the Err of a decision the store failed to
+	// make (its error, a timeout included, wrapped too).
+	ErrStore = errors.New("ratelimit: store failed")
+	// ErrCircuitOpen is wrapped, with ErrStore, by the Err of a decision
+	// made without asking the store, its circuit breaker open.
+	ErrCircuitOpen = errors.New("ratelimit: circuit breaker open")
+	// ErrPolicy is wrapped by the Err of a decision whose per-request
+	// policy could not be had (a PolicySource's error, an invalid result).
+	ErrPolicy = errors.New("ratelimit: per-request policy failed")
+)

@@ -11,20 +11,20 @@ import (
 )
 
 // Validate reports whether r keeps the contract on core.Request, wrapping
-// core.ErrInvalidKey, core.ErrInvalidPolicy, core.ErrInvalidCost or
-// core.ErrCostExceedsLimit.
+// core.ErrInvalidOption, core.ErrInvalidOption, core.ErrInvalidOption or
+// core.ErrInvalidOption.
 func Validate(r *core.Request) error {
 	if r.Key == "" {
-		return fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+		return fmt.Errorf("%w: empty key", core.ErrInvalidOption)
 	}
 	if err := r.Policy.Validate(); err != nil {
 		return err
 	}
 	if r.Cost < 1 {
-		return fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidCost, r.Cost)
+		return fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidOption, r.Cost)
 	}
 	if c := limits.Capacity(r.Policy.Algorithm, r.Policy.Limit, r.Policy.Burst); r.Cost > c {
-		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, r.Cost, c)
+		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrInvalidOption, r.Cost, c)
 	}
 	return nil
 }

@@ -7,15 +7,16 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // bound is the Observer of one limit: its measurement options, resolved
 // once, so that Observe builds no attributes and allocates nothing.
 type bound struct {
 	m *Metrics
-	l *core.Limiter // nil for a limit Observe met without Bind
+	l *core.Limiter
 
-	outcomes [][]metric.AddOption // by core.Outcome
+	outcomes [][]metric.AddOption // by outcome.Outcome
 	near     []metric.AddOption
 	errors   [len(storeErrorKinds)][]metric.AddOption
 	record   []metric.RecordOption
@@ -23,8 +24,6 @@ type bound struct {
 	health   [len(healthStates)]metric.ObserveOption
 	limitObs metric.ObserveOption
 }
-
-var _ core.Observer = (*bound)(nil)
 
 // newBound resolves the measurement options of the limit name, observed
 // from l.
@@ -38,7 +37,7 @@ func (m *Metrics) newBound(name string, l *core.Limiter) *bound {
 		record:   []metric.RecordOption{metric.WithAttributeSet(only)},
 		limitObs: metric.WithAttributeSet(only),
 	}
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		set := attribute.NewSet(limit, attribute.String(attrOutcome, o.String()))
 		b.outcomes = append(b.outcomes, []metric.AddOption{metric.WithAttributeSet(set)})
 	}
@@ -64,23 +63,23 @@ func (b *bound) zero() {
 	}
 }
 
-// Observe records one event of the limit.
-func (b *bound) Observe(e core.Event) {
+// observe records one event of the limit.
+func (b *bound) observe(e core.Event) {
 	if b.m.closed.Load() {
 		return
 	}
 	ctx := context.Background()
-	if int(e.Outcome) < len(b.outcomes) {
-		b.m.decisions.Add(ctx, 1, b.outcomes[e.Outcome]...)
+	if oc := outcome.Of(&e.Decision); int(oc) < len(b.outcomes) {
+		b.m.decisions.Add(ctx, 1, b.outcomes[oc]...)
 	}
-	if e.NearLimit() {
+	if outcome.NearLimit(&e.Decision) {
 		b.m.nearLimit.Add(ctx, 1, b.near...)
 	}
 	if e.StoreLatency > 0 {
 		b.m.duration.Record(ctx, e.StoreLatency.Seconds(), b.record...)
 	}
 	if e.Err != nil {
-		if i := errorIndex(core.StoreErrorKind(e.Err)); i >= 0 {
+		if i := errorIndex(outcome.StoreErrorKind(e.Err)); i >= 0 {
 			b.m.errors.Add(ctx, 1, b.errors[i]...)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -112,13 +113,16 @@ func TestCrossCheck(t *testing.T) {
 		fs := &flakyStore{Store: newMemStore(t)}
 		flaky[name] = fs
 		p := core.Policy{Name: name, Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Hour}
-		opts = append(opts, core.WithCircuitBreaker(3, time.Hour))
+		if name == "flaky-closed" {
+			p.FailClosed = time.Second
+		}
+		opts = append(opts, limitertest.CircuitBreaker(3, time.Hour))
 		return mk(fs, p, opts...)
 	}
 	open := newFlaky("flaky-open")
-	closed := newFlaky("flaky-closed", core.WithFailMode(core.FailClosed))
+	closed := newFlaky("flaky-closed")
 	fb := newFlaky("flaky-fallback", core.WithFallback(newMemStore(t)))
-	healed := newFlaky("flaky-healed", core.WithFallback(newMemStore(t)), core.WithCircuitBreaker(1, time.Millisecond))
+	healed := newFlaky("flaky-healed", core.WithFallback(newMemStore(t)), limitertest.CircuitBreaker(1, time.Millisecond))
 
 	// Allowed, denied, the deny cache, near the limit, invalid, canceled.
 	for c := range 4 {
@@ -127,7 +131,7 @@ func TestCrossCheck(t *testing.T) {
 		}
 	}
 	_, _ = api.Allow(ctx, "")
-	_, _ = api.AllowN(ctx, "client-a", 0)
+	_, _ = api.AllowN(ctx, "client-a", 0, time.Time{})
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	_, _ = api.Allow(gone, "client-z")
@@ -136,7 +140,7 @@ func TestCrossCheck(t *testing.T) {
 	for g := range 2 {
 		wg.Go(func() {
 			for i := range 3000 {
-				_, _ = bulk.AllowN(ctx, "bulk-"+string(rune('a'+g+2*(i%3))), 1+int64(i%3))
+				_, _ = bulk.AllowN(ctx, "bulk-"+string(rune('a'+g+2*(i%3))), 1+int64(i%3), time.Time{})
 			}
 		})
 	}
@@ -155,10 +159,11 @@ func TestCrossCheck(t *testing.T) {
 		}
 	}
 	for _, l := range []*core.Limiter{open, closed, fb} {
-		_, err := l.Allow(ctx, "new")
-		require.ErrorIs(t, err, core.ErrTimeout)
-		flaky[l.Policy().Name].hung.Store(false)
-		flaky[l.Policy().Name].down.Store(true)
+		d, err := l.Allow(ctx, "new")
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err, context.DeadlineExceeded)
+		flaky[l.Policies()[0].Name].hung.Store(false)
+		flaky[l.Policies()[0].Name].down.Store(true)
 		for range 4 {
 			_, _ = l.Allow(ctx, "new")
 		}

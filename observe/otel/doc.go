@@ -7,7 +7,7 @@
 //
 // New creates the instruments on a meter named
 // "github.com/apigate/ratelimit" of the MeterProvider given; the Metrics it
-// returns is a core.Binder, given to each Limiter with core.WithObserver:
+// returns is a core.Observer, given to each Limiter with core.WithObserver:
 //
 //	m, err := otellimit.New(provider)
 //	...
@@ -44,23 +44,23 @@
 // _ratio to its Prometheus name.
 //
 // limit is the policy's Name. ratelimit.decisions counts every call to a
-// Limiter, outcome being core.Outcome's String ("allowed", "denied",
+// Limiter, outcome one of "allowed", "denied",
 // "deny_cache", "fallback_allowed", "fallback_denied", "failed_open",
 // "failed_closed", "canceled", "invalid", "shadow_denied", "locked_out",
-// "allow_listed", "deny_listed"); ratelimit.near_limit the
-// admissions that left less than a fifth of the capacity
-// (core.Event.NearLimit). ratelimit.store.duration records the store's
+// "allow_listed", "deny_listed" (see promlimit's
+// ratelimit_decisions_total); ratelimit.near_limit the admissions that
+// left less than a fifth of the capacity. ratelimit.store.duration records the store's
 // latency when the Limiter measured it (every decision of a store that may
 // block, such as Redis; a memory store is not timed), in promlimit's
 // default buckets unless WithBuckets says otherwise. ratelimit.store.errors
-// counts store failures by core.StoreErrorKind: "timeout",
+// counts store failures by kind: "timeout",
 // "circuit_open", "error".
 //
 // The gauges are observed when the reader collects, by one callback over
 // the bound Limiters: ratelimit.store.health is 1 for the Limiter's
 // current core.Health ("healthy", "recovering", "failing") and 0 for the
-// other two; ratelimit.deny_cache.entries is Limiter.DenyCacheLen,
-// ratelimit.store.timeout Limiter.Timeout (the budget to compare the
+// other two; ratelimit.deny_cache.entries the denials its deny cache holds,
+// ratelimit.store.timeout the store's timeout (the budget to compare the
 // latency with), ratelimit.memstore.keys the Len of each memory store
 // given to WatchStore.
 //

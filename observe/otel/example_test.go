@@ -40,7 +40,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	policy := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}
-	limiter, err := core.NewLimiter(store, policy, core.WithObserver(m))
+	limiter, err := core.NewLimiter(store, []core.Policy{policy}, core.WithObserver(m))
 	if err != nil {
 		log.Fatal(err)
 	}

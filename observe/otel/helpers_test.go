@@ -18,6 +18,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/outcome"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 
@@ -58,7 +59,7 @@ func newMemStore(t testing.TB) *memstore.Store {
 // newLimiter returns NewLimiter(s, p, opts...), failing t on an error.
 func newLimiter(t testing.TB, s core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(s, p, opts...)
+	l, err := core.NewLimiter(s, []core.Policy{p}, opts...)
 	require.NoError(t, err)
 	return l
 }
@@ -187,15 +188,17 @@ func newTally() *tally {
 }
 
 // Observe counts e.
+func (t *tally) Bind(*core.Limiter) (func(core.Event), error) { return t.Observe, nil }
+
 func (t *tally) Observe(e core.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lim := e.Policy.Name
-	t.counts[series(decisions, "limit", lim, "outcome", e.Outcome.String())]++
-	if e.NearLimit() {
+	t.counts[series(decisions, "limit", lim, "outcome", outcome.Of(&e.Decision).String())]++
+	if outcome.NearLimit(&e.Decision) {
 		t.counts[series(nearLimit, "limit", lim)]++
 	}
-	if k := core.StoreErrorKind(e.Err); k != "" {
+	if k := outcome.StoreErrorKind(e.Err); k != "" {
 		t.counts[series(storeErrs, "limit", lim, "kind", k)]++
 	}
 	if e.StoreLatency > 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 
@@ -33,9 +34,9 @@ const (
 // errClosed is returned by Bind and WatchStore after Close.
 var errClosed = errors.New("otellimit: metrics closed")
 
-// storeErrorKinds are the values of core.StoreErrorKind, in the order of
-// bound.errors.
-var storeErrorKinds = [...]string{core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed}
+// storeErrorKinds are the kinds of ratelimit.store.errors, in the order
+// of bound.errors.
+var storeErrorKinds = [...]string{outcome.StoreErrTimeout, outcome.StoreErrCircuitOpen, outcome.StoreErrFailed}
 
 // healthStates are the core.Health values, in order.
 var healthStates = [...]core.Health{core.Healthy, core.Recovering, core.Failing}
@@ -76,7 +77,7 @@ func WithBuckets(bounds ...float64) Option {
 	}
 }
 
-// Metrics records the events of the Limiters bound to it (core.Binder) as
+// Metrics records the events of the Limiters bound to it (core.WithObserver) as
 // OpenTelemetry measurements, and observes their gauges when the reader
 // collects. It is safe for concurrent use. Close unregisters its callback.
 type Metrics struct {
@@ -94,7 +95,6 @@ type Metrics struct {
 
 	mu     sync.RWMutex
 	limits map[string]*bound // by limit name
-	free   map[string]*bound // limits Observe met unbound, by name
 	order  []*bound          // in the order bound, for the callback
 	stores []watchedStore
 }
@@ -106,7 +106,7 @@ type watchedStore struct {
 	attr metric.ObserveOption
 }
 
-var _ core.Binder = (*Metrics)(nil)
+var _ core.Observer = (*Metrics)(nil)
 
 // New creates the instruments on mp's meter named
 // "github.com/apigate/ratelimit" (the instrumentation scope,
@@ -128,7 +128,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		}
 	}
 	meter := mp.Meter(meterName)
-	m := &Metrics{limits: make(map[string]*bound), free: make(map[string]*bound)}
+	m := &Metrics{limits: make(map[string]*bound)}
 	var err error
 	mk := func(f func() error) {
 		if err == nil {
@@ -196,23 +196,22 @@ func (m *Metrics) Close() error {
 	return m.reg.Unregister()
 }
 
-// Bind makes ready the series of l's limit (its policy's Name), creating
-// every counter series at 0, and returns the Observer that records l's
-// events. A layered Limiter (core.NewLayered) has series for each layer:
-// each request is recorded once, under the layer that bound its decision,
-// and the Limiter's health and gauges under every layer. Bind fails when a
-// Limiter of the same limit name is already bound, since their series
-// would be one, and after Close.
-func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
+// Bind makes ready the series of l's limits (its policies' Names),
+// creating every counter series at 0, and returns the function that
+// records l's events; NewLimiter calls it when given m by
+// core.WithObserver. A Limiter of several policies (layers) has series
+// for each: a request is recorded under every layer that applied to it,
+// each with that layer's own decision, and the Limiter's health and
+// gauges under every layer. Bind fails when a Limiter of the same limit
+// name is already bound, since their series would be one, and after
+// Close.
+func (m *Metrics) Bind(l *core.Limiter) (func(core.Event), error) {
 	if l == nil {
 		return nil, errors.New("otellimit: nil Limiter")
 	}
-	names := []string{l.Policy().Name}
-	if layers := l.Layers(); layers != nil {
-		names = names[:0]
-		for _, ly := range layers {
-			names = append(names, ly.Name)
-		}
+	var names []string
+	for _, p := range l.Policies() {
+		names = append(names, p.Name)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -224,7 +223,7 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 			return nil, fmt.Errorf("otellimit: limit %q is already bound: limit names must be unique", name)
 		}
 	}
-	byName := make(layerBounds, len(names))
+	byName := make(map[string]*bound, len(names))
 	for _, name := range names {
 		b := m.newBound(name, l)
 		b.zero()
@@ -233,50 +232,13 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 		byName[name] = b
 	}
 	if len(names) == 1 {
-		return byName[names[0]], nil
+		return byName[names[0]].observe, nil
 	}
-	return byName, nil
-}
-
-// layerBounds records the events of a layered Limiter, each under its
-// binding layer (core.Event.Policy), by name.
-type layerBounds map[string]*bound
-
-// Observe records e in the series of its layer.
-func (lb layerBounds) Observe(e core.Event) {
-	if !e.Binding {
-		return // recorded once a request, under its binding layer, as before per-layer Events
-	}
-	if b := lb[e.LimitName()]; b != nil {
-		b.Observe(e)
-	}
-}
-
-// Observe records e, for a Limiter not bound to m (an Observer that
-// passes events on itself, a fan-out of one's own): in the series of the
-// Limiter bound under e.Policy.Name if any, else in series of that name
-// created (at 0) on its first event, at the price of a lookup by name.
-// The gauges of a limit never bound are not observed.
-func (m *Metrics) Observe(e core.Event) {
-	name := e.LimitName()
-	m.mu.RLock()
-	b := m.limits[name]
-	if b == nil {
-		b = m.free[name]
-	}
-	m.mu.RUnlock()
-	if b == nil {
-		m.mu.Lock()
-		if b = m.limits[name]; b == nil {
-			if b = m.free[name]; b == nil {
-				b = m.newBound(name, nil)
-				b.zero()
-				m.free[name] = b
-			}
+	return func(e core.Event) {
+		if b := byName[e.Policy.Name]; b != nil {
+			b.observe(e)
 		}
-		m.mu.Unlock()
-	}
-	b.Observe(e)
+	}, nil
 }
 
 // WatchStore makes each collection report what store s tells of itself,
@@ -323,7 +285,7 @@ func (m *Metrics) observeGauges(_ context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(m.health, v, b.health[i])
 		}
-		o.ObserveInt64(m.denyCache, int64(b.l.DenyCacheLen()), b.limitObs)
+		o.ObserveInt64(m.denyCache, int64(hooks.DenyCacheLen(b.l)), b.limitObs)
 		o.ObserveFloat64(m.timeout, hooks.StoreTimeout(hooks.LimiterStore(b.l)).Seconds(), b.limitObs)
 	}
 	for _, w := range m.stores {

@@ -15,7 +15,9 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 
@@ -33,13 +35,13 @@ func TestOutcomesOverMemstore(t *testing.T) {
 		require.Equal(t, i < 5, d.Allowed, "request %d", i)
 	}
 	_, err := l.Allow(ctx, "")
-	require.ErrorIs(t, err, core.ErrInvalidKey)
-	_, err = l.AllowN(ctx, "client-b", 6)
-	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+	_, err = l.AllowN(ctx, "client-b", 6, time.Time{})
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = l.Allow(gone, "client-b")
-	require.ErrorIs(t, err, core.ErrCanceled)
+	require.ErrorIs(t, err, context.Canceled)
 
 	s := collect(t, r)
 	want := map[string]float64{
@@ -55,13 +57,13 @@ func TestOutcomesOverMemstore(t *testing.T) {
 	requireMatches(t, ref, s)
 
 	// Every outcome and error kind has its series from Bind on.
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		assert.Contains(t, s.values, series(decisions, "limit", "api", "outcome", o.String()))
 	}
-	for _, k := range []string{core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed} {
+	for _, k := range []string{outcome.StoreErrTimeout, outcome.StoreErrCircuitOpen, outcome.StoreErrFailed} {
 		assert.Equal(t, 0.0, s.values[series(storeErrs, "limit", "api", "kind", k)], k)
 	}
-	assert.Len(t, s.of(decisions), len(core.Outcomes()))
+	assert.Len(t, s.of(decisions), len(outcome.All()))
 	assert.True(t, s.monoton[decisions] && s.monoton[nearLimit] && s.monoton[storeErrs])
 
 	// Gauges, at collection.
@@ -111,17 +113,20 @@ func TestStoreFailures(t *testing.T) {
 	mk := func(name string, opts ...core.Option) (*core.Limiter, *flakyStore) {
 		fs := &flakyStore{Store: newMemStore(t)}
 		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
-		opts = append(opts, core.WithCircuitBreaker(2, probe), core.WithObserver(m), core.WithObserver(ref))
+		if name == "closed" {
+			p.FailClosed = time.Second
+		}
+		opts = append(opts, limitertest.CircuitBreaker(2, probe), core.WithObserver(m), core.WithObserver(ref))
 		return newLimiter(t, fs, p, opts...), fs
 	}
 	open, openStore := mk("open")
-	closed, closedStore := mk("closed", core.WithFailMode(core.FailClosed))
+	closed, closedStore := mk("closed")
 	fb, fbStore := mk("fallback", core.WithFallback(newMemStore(t)))
 	lims := []*core.Limiter{open, closed, fb}
 	stores := []*flakyStore{openStore, closedStore, fbStore}
 
 	for _, l := range lims {
-		_, err := l.AllowAt(ctx, "k", at)
+		_, err := l.AllowN(ctx, "k", 1, at)
 		require.NoError(t, err)
 	}
 	for _, s := range stores {
@@ -131,8 +136,9 @@ func TestStoreFailures(t *testing.T) {
 	// store, within the probe interval.
 	for range 5 {
 		for _, l := range lims {
-			_, err := l.AllowAt(ctx, "k", at)
-			require.ErrorIs(t, err, core.ErrStore)
+			d, err := l.AllowN(ctx, "k", 1, at)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrStore)
 		}
 	}
 	s := collect(t, r)
@@ -159,9 +165,9 @@ func TestStoreFailures(t *testing.T) {
 	// A probe interval later, the first decision probes the store, which
 	// answers: the breaker closes.
 	for _, l := range lims {
-		d, err := l.AllowAt(ctx, "k", at.Add(probe))
-		require.NoError(t, err, l.Policy().Name)
-		require.Equal(t, core.SourceStore, d.Source, l.Policy().Name)
+		d, err := l.AllowN(ctx, "k", 1, at.Add(probe))
+		require.NoError(t, err, l.Policies()[0].Name)
+		require.Equal(t, core.SourceStore, d.Source, l.Policies()[0].Name)
 	}
 	s = collect(t, r)
 	requireMatches(t, ref, s)
@@ -207,7 +213,7 @@ func TestBindErrors(t *testing.T) {
 	st := newMemStore(t)
 	p := core.Policy{Name: "dup", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
 	l := newLimiter(t, st, p, core.WithObserver(m))
-	_, err := core.NewLimiter(st, p, core.WithObserver(m))
+	_, err := core.NewLimiter(st, []core.Policy{p}, core.WithObserver(m))
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	require.ErrorContains(t, err, `"dup"`)
 	_, err = m.Bind(nil)
@@ -224,46 +230,11 @@ func TestBindErrors(t *testing.T) {
 	assert.Empty(t, s.of(health), "no gauges after Close")
 
 	p.Name = "late"
-	_, err = core.NewLimiter(st, p, core.WithObserver(m))
+	_, err = core.NewLimiter(st, []core.Policy{p}, core.WithObserver(m))
 	require.ErrorIs(t, err, otellimit.ErrClosed)
 	require.ErrorIs(t, m.WatchStore("late", st), otellimit.ErrClosed)
 }
 
-// TestObserveUnbound: Metrics used as a plain Observer (behind one that
-// forwards) records through the bound limit of the event's name, or else
-// builds the series on the spot.
-func TestObserveUnbound(t *testing.T) {
-	m, r := newMetrics(t)
-	st := newMemStore(t)
-	p := core.Policy{Name: "bound", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
-	newLimiter(t, st, p, core.WithObserver(m))
-	fwd := core.ObserverFunc(m.Observe)
-	lb := newLimiter(t, st, p, core.WithObserver(fwd)) // same name, not bound
-	p.Name = "free"
-	lf := newLimiter(t, st, p, core.WithObserver(fwd))
-	for _, l := range []*core.Limiter{lb, lf} {
-		_, err := l.Allow(context.Background(), "k")
-		require.NoError(t, err)
-	}
-	s := collect(t, r)
-	assert.Equal(t, map[string]float64{
-		series(decisions, "limit", "bound", "outcome", "allowed"): 1,
-		series(decisions, "limit", "free", "outcome", "allowed"):  1,
-	}, s.nonZero(decisions))
-	assert.NotContains(t, s.values, series(health, "limit", "free", "state", "healthy"))
-	assert.Len(t, s.of(decisions), 2*len(core.Outcomes()), "the free limit's series are created at once too")
-
-	// A Limiter bound later under that name is no duplicate; its gauges
-	// appear.
-	lb2 := newLimiter(t, st, p, core.WithObserver(m))
-	_, err := lb2.Allow(context.Background(), "k")
-	require.NoError(t, err)
-	s = collect(t, r)
-	assert.Equal(t, 2.0, s.values[series(decisions, "limit", "free", "outcome", "allowed")])
-	assert.Equal(t, 1.0, s.values[series(health, "limit", "free", "state", "healthy")])
-}
-
-// TestOptions: bad options and a nil MeterProvider are ErrInvalidOption;
 // WithBuckets sets the histogram's bounds.
 func TestOptions(t *testing.T) {
 	for name, opts := range map[string][]otellimit.Option{
@@ -323,8 +294,7 @@ func TestMeterError(t *testing.T) {
 	require.ErrorIs(t, err, errRegister)
 }
 
-// TestConcurrent: decisions, Binds, unbound events and collections at
-// once (for the race detector), and no decision lost.
+// TestConcurrent: decisions, Binds and collections at once (for the race detector), and no decision lost.
 func TestConcurrent(t *testing.T) {
 	m, r := newMetrics(t)
 	st := newMemStore(t)
@@ -343,7 +313,6 @@ func TestConcurrent(t *testing.T) {
 			for i := range 20 {
 				q.Name = fmt.Sprintf("late-%d-%d", w, i)
 				newLimiter(t, st, q, core.WithObserver(m))
-				m.Observe(core.Event{Policy: &core.Policy{Name: fmt.Sprintf("free-%d", i%3)}}) // free-0: 7 of 20
 				collect(t, r)
 			}
 		})
@@ -352,5 +321,4 @@ func TestConcurrent(t *testing.T) {
 	s := collect(t, r)
 	assert.Equal(t, float64(workers*each), s.values[series(decisions, "limit", "shared", "outcome", "allowed")])
 	assert.Len(t, s.of(health), 3*(1+workers*20))
-	assert.Equal(t, float64(workers*7), s.values[series(decisions, "limit", "free-0", "outcome", "allowed")])
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -52,12 +54,15 @@ func TestRedisOutage(t *testing.T) {
 	ref := newTally()
 	mk := func(name string, opts ...core.Option) *core.Limiter {
 		p := core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}
-		opts = append(opts, core.WithCircuitBreaker(2, redisProbe),
+		if name == "redis-closed" {
+			p.FailClosed = time.Second
+		}
+		opts = append(opts, limitertest.CircuitBreaker(2, redisProbe),
 			core.WithObserver(m), core.WithObserver(ref))
 		return newLimiter(t, rs, p, opts...)
 	}
 	fb := mk("redis-fallback", core.WithFallback(newMemStore(t)))
-	closed := mk("redis-closed", core.WithFailMode(core.FailClosed))
+	closed := mk("redis-closed")
 	open := mk("redis-open", core.WithDenyCache(10))
 	lims := []*core.Limiter{fb, closed, open}
 	at := func(s snapshot, name, limit string, kv ...string) float64 {
@@ -70,13 +75,13 @@ func TestRedisOutage(t *testing.T) {
 		for i := range 7 {
 			d, err := l.Allow(ctx, "k")
 			require.NoError(t, err)
-			require.Equal(t, i < 5, d.Allowed, "%s request %d", l.Policy().Name, i)
+			require.Equal(t, i < 5, d.Allowed, "%s request %d", l.Policies()[0].Name, i)
 		}
 	}
 	s := collect(t, r)
 	requireMatches(t, ref, s)
 	for _, l := range lims {
-		name := l.Policy().Name
+		name := l.Policies()[0].Name
 		assert.Equal(t, 5.0, at(s, decisions, name, "outcome", "allowed"), name)
 		assert.Equal(t, 1.0, at(s, nearLimit, name), name)
 		assert.Equal(t, 1.0, at(s, health, name, "state", "healthy"), name)
@@ -110,19 +115,20 @@ func TestRedisOutage(t *testing.T) {
 			if i >= 2 && l == fb {
 				key = "k"
 			}
-			_, err := l.AllowAt(ctx, key, at)
-			require.ErrorIs(t, err, core.ErrStore)
+			d, err := l.AllowN(ctx, key, 1, at)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrStore)
 			if i < 2 {
-				require.ErrorIs(t, err, core.ErrTimeout)
+				require.ErrorIs(t, d.Err, context.DeadlineExceeded)
 			} else {
-				require.ErrorIs(t, err, core.ErrCircuitOpen)
+				require.ErrorIs(t, d.Err, limits.ErrCircuitOpen)
 			}
 		}
 	}
 	s = collect(t, r)
 	requireMatches(t, ref, s)
 	for _, l := range lims {
-		name := l.Policy().Name
+		name := l.Policies()[0].Name
 		assert.Equal(t, 2.0, at(s, storeErrs, name, "kind", "timeout"), name)
 		assert.Equal(t, 3.0, at(s, storeErrs, name, "kind", "circuit_open"), name)
 		assert.Equal(t, 0.0, at(s, storeErrs, name, "kind", "error"), name)
@@ -146,7 +152,7 @@ func TestRedisOutage(t *testing.T) {
 		require.Eventually(t, func() bool {
 			d, err := l.Allow(ctx, "after")
 			return err == nil && d.Source == core.SourceStore
-		}, 15*time.Second, 20*time.Millisecond, l.Policy().Name)
+		}, 15*time.Second, 20*time.Millisecond, l.Policies()[0].Name)
 	}
 	s = collect(t, r)
 	requireMatches(t, ref, s)
@@ -160,15 +166,16 @@ func TestRedisOutage(t *testing.T) {
 	srv.Kill()
 	for _, l := range lims {
 		for range 2 {
-			_, err := l.Allow(ctx, "killed")
-			require.ErrorIs(t, err, core.ErrStore)
+			d, err := l.Allow(ctx, "killed")
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrStore)
 		}
 	}
 	s = collect(t, r)
 	requireMatches(t, ref, s)
 	errs := 0.0
 	for _, l := range lims {
-		name := l.Policy().Name
+		name := l.Policies()[0].Name
 		assert.Equal(t, 1.0, at(s, health, name, "state", "failing"), name)
 		errs += at(s, storeErrs, name, "kind", "error")
 		assert.Equal(t, 4.0, at(s, storeErrs, name, "kind", "error")+at(s, storeErrs, name, "kind", "timeout"), name)

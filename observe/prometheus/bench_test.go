@@ -18,7 +18,9 @@ var benchPolicy = core.Policy{Name: "bench", Algorithm: core.TokenBucket, Limit:
 // nopObserver hears events and does nothing with them.
 type nopObserver struct{}
 
-func (nopObserver) Observe(core.Event) {}
+func (nopObserver) Bind(*core.Limiter) (func(core.Event), error) {
+	return func(core.Event) {}, nil
+}
 
 // BenchmarkAllow is the target: Limiter.Allow over a memstore
 // with no observer ("none"), with an observer that does nothing ("hook")
@@ -41,7 +43,7 @@ func BenchmarkAllow(b *testing.B) {
 			if tc.observer != nil {
 				opts = append(opts, core.WithObserver(tc.observer(b)))
 			}
-			l, err := core.NewLimiter(newMemStore(b), benchPolicy, opts...)
+			l, err := core.NewLimiter(newMemStore(b), []core.Policy{benchPolicy}, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -83,7 +85,7 @@ func BenchmarkObserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := core.NewLimiter(newMemStore(b), benchPolicy)
+	l, err := core.NewLimiter(newMemStore(b), []core.Policy{benchPolicy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,13 +93,13 @@ func BenchmarkObserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	allowed := core.Event{Policy: &benchPolicy, Key: "203.0.113.7", Cost: 1, Outcome: core.OutcomeAllowed,
-		Decision: core.Decision{Allowed: true, Limit: 100, Remaining: 50}}
+	allowed := core.Event{Key: "203.0.113.7", Cost: 1, Binding: true,
+		Decision: core.Decision{Allowed: true, Limit: 100, Remaining: 50, Policy: benchPolicy}}
 	timed := allowed
 	timed.StoreLatency = 300 * time.Microsecond
-	failed := core.Event{Policy: &benchPolicy, Key: "203.0.113.7", Cost: 1, Outcome: core.OutcomeFailedOpen,
-		Decision: core.Decision{Allowed: true, Source: core.SourceFailMode},
-		Err:      fmt.Errorf("%w: %w", core.ErrStore, core.ErrTimeout), StoreLatency: 100 * time.Millisecond}
+	failed := core.Event{Key: "203.0.113.7", Cost: 1, Binding: true, StoreLatency: 100 * time.Millisecond,
+		Decision: core.Decision{Allowed: true, Source: core.SourceFailMode, Policy: benchPolicy,
+			Err: fmt.Errorf("%w: %w", limits.ErrStore, context.DeadlineExceeded)}}
 	for _, tc := range []struct {
 		name string
 		e    core.Event
@@ -105,14 +107,14 @@ func BenchmarkObserve(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				o.Observe(tc.e)
+				o(tc.e)
 			}
 		})
 		b.Run(tc.name+"-parallel", func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					o.Observe(tc.e)
+					o(tc.e)
 				}
 			})
 		})

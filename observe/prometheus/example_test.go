@@ -36,9 +36,11 @@ func Example() {
 		panic(err)
 	}
 
-	login, err := core.NewLimiter(store,
-		core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 2, Window: 15 * time.Minute},
+	login, err := core.NewLimiter(store, []core.Policy{
+		{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 2, Window: 15 * time.Minute}},
+
 		core.WithObserver(metrics))
+
 	if err != nil {
 		panic(err)
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"fmt"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/outcome"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -47,7 +49,7 @@ func newMetrics(t testing.TB, opts ...promlimit.Option) (*promlimit.Metrics, *pr
 // newLimiter returns a Limiter of p over s observed by m.
 func newLimiter(t testing.TB, s core.Store, p core.Policy, m *promlimit.Metrics, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(s, p, append([]core.Option{core.WithObserver(m)}, opts...)...)
+	l, err := core.NewLimiter(s, []core.Policy{p}, append([]core.Option{core.WithObserver(m)}, opts...)...)
 	require.NoError(t, err)
 	return l
 }
@@ -110,7 +112,7 @@ func decisions(t testing.TB, reg prometheus.Gatherer, limit string) map[string]f
 // name, count pairs.
 func outcomes(counts ...any) map[string]float64 {
 	out := map[string]float64{}
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		out[o.String()] = 0
 	}
 	for i := 0; i < len(counts); i += 2 {

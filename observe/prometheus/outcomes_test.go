@@ -22,17 +22,17 @@ func TestLockoutShadowAndLists(t *testing.T) {
 		Lockout: time.Hour}
 	login := newLimiter(t, s, p, m)
 	for range 8 { // 5 admitted, the sixth starts a lockout, 2 during it
-		_, err := login.AllowAt(ctx, "alice", t0)
+		_, err := login.AllowN(ctx, "alice", 1, t0)
 		require.NoError(t, err)
 	}
-	require.NoError(t, login.Report("203.0.113.7", 1, core.OutcomeAllowListed))
-	require.NoError(t, login.Report("198.51.100.9", 1, core.OutcomeDenyListed))
-	require.NoError(t, login.Report("198.51.100.9", 1, core.OutcomeDenyListed))
+	require.NoError(t, login.Report("203.0.113.7", 1, true))
+	require.NoError(t, login.Report("198.51.100.9", 1, false))
+	require.NoError(t, login.Report("198.51.100.9", 1, false))
 
 	p = core.Policy{Name: "trial", Algorithm: core.TokenBucket, Limit: 2, Window: time.Hour}
 	trial := newLimiter(t, s, p, m, core.WithShadow())
 	for range 5 { // 2 admitted, 3 would have been denied
-		d, err := trial.AllowAt(ctx, "alice", t0)
+		d, err := trial.AllowN(ctx, "alice", 1, t0)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}

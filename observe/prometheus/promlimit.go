@@ -18,8 +18,11 @@
 //	ratelimit_store_timeout_seconds{limit}         gauge: the store's timeout (redisstore.WithTimeout; 0 for memory)
 //	ratelimit_memstore_keys{store}                 gauge (WatchStore)
 //
-// limit is the policy's Name, outcome a core.Outcome's String, kind a
-// core.StoreErrorKind. Client keys are never labels: there are as many
+// limit is the policy's Name. outcome is one of allowed, denied,
+// deny_cache, fallback_allowed, fallback_denied, failed_open,
+// failed_closed, canceled, invalid, shadow_denied, locked_out,
+// allow_listed and deny_listed (see the metric's help); kind one of
+// timeout, circuit_open and error. Client keys are never labels: there are as many
 // series as limits, whatever the traffic. Each Limiter's series exist,
 // at 0, from the moment it is built, so that rate() sees its first denial.
 //
@@ -39,12 +42,13 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 
 // Metrics counts the decisions of the Limiters it observes and reports
 // their store's health, as a prometheus.Collector. Give it to Limiters
-// with core.WithObserver: it is a core.Binder, and NewLimiter binds it to
+// with core.WithObserver: it is a core.Observer, and NewLimiter binds it to
 // the Limiter, resolving the Limiter's series once. Register it once on a
 // prometheus.Registerer. It keeps every Limiter bound to it for as long as
 // it lives, to read their health and deny cache at each scrape; two
@@ -77,7 +81,7 @@ type memStore struct {
 
 var (
 	_ prometheus.Collector = (*Metrics)(nil)
-	_ core.Binder          = (*Metrics)(nil)
+	_ core.Observer        = (*Metrics)(nil)
 )
 
 // healthStates are the states of ratelimit_store_health, in order.
@@ -85,7 +89,7 @@ var healthStates = []core.Health{core.Healthy, core.Recovering, core.Failing}
 
 // storeErrorKinds are the kinds of ratelimit_store_errors_total, in the
 // order of observer.storeErrors.
-var storeErrorKinds = [...]string{core.StoreErrTimeout, core.StoreErrCircuitOpen, core.StoreErrFailed}
+var storeErrorKinds = [...]string{outcome.StoreErrTimeout, outcome.StoreErrCircuitOpen, outcome.StoreErrFailed}
 
 // New returns Metrics with no Limiter yet, or an error wrapping
 // core.ErrInvalidOption when an option is nil or refuses its value.
@@ -134,16 +138,17 @@ func New(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// Bind resolves the series of l's limit, creating each at 0, and returns
-// the Observer that counts l's decisions in them; NewLimiter calls it
-// when given m by core.WithObserver. From then on, every scrape reports
-// l's health, deny cache size and timeout too. A layered Limiter
-// (core.NewLayered) has series for each of its layers: each request counts
-// once, under the layer that bound its decision (the one that denied, or
-// the one with the least left), and the Limiter's health is reported
-// under every layer. It fails when a Limiter of the same policy or layer
-// Name is bound already, since both would count in the same series.
-func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
+// Bind resolves the series of l's policies, creating each at 0, and
+// returns the function that counts l's decisions in them; NewLimiter
+// calls it when given m by core.WithObserver. From then on, every scrape
+// reports l's health, deny cache size and timeout too. A Limiter of
+// several policies (layers) has series for each: a request counts under
+// every layer that applied to it, each with that layer's own decision
+// (a layer that would have admitted a request another layer denied
+// counts it allowed), and the Limiter's health is reported under every
+// layer. It fails when a Limiter of the same policy Name is bound
+// already, since both would count in the same series.
+func (m *Metrics) Bind(l *core.Limiter) (func(core.Event), error) {
 	if l == nil {
 		return nil, errors.New("promlimit: Bind: nil Limiter")
 	}
@@ -158,51 +163,29 @@ func (m *Metrics) Bind(l *core.Limiter) (core.Observer, error) {
 	m.limiters = append(m.limiters, l)
 	if len(names) == 1 {
 		m.bound[names[0]] = true
-		return m.observer(names[0]), nil
+		return m.observer(names[0]).observe, nil
 	}
-	byName := make(layerObservers, len(names))
+	byName := make(map[string]*observer, len(names))
 	for _, name := range names {
 		m.bound[name] = true
 		byName[name] = m.observer(name)
 	}
-	return byName, nil
+	return func(e core.Event) {
+		if o := byName[e.Policy.Name]; o != nil {
+			o.observe(e)
+		}
+	}, nil
 }
 
 // limitNames returns the names l's decisions are labeled with: its
-// layers' (core.NewLayered), or its policy's.
+// policies'.
 func limitNames(l *core.Limiter) []string {
-	layers := l.Layers()
-	if layers == nil {
-		return []string{l.Policy().Name}
-	}
-	names := make([]string, len(layers))
-	for i, ly := range layers {
-		names[i] = ly.Name
+	ps := l.Policies()
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
 	}
 	return names
-}
-
-// layerObservers counts the events of a layered Limiter, each under its
-// binding layer (core.Event.Policy), by name.
-type layerObservers map[string]*observer
-
-// Observe counts e in the series of its layer.
-func (lo layerObservers) Observe(e core.Event) {
-	if !e.Binding {
-		return // counted once a request, under its binding layer, as before per-layer Events
-	}
-	if o := lo[e.LimitName()]; o != nil {
-		o.Observe(e)
-	}
-}
-
-// Observe counts e under its policy's Name. Limiters given m by
-// core.WithObserver do not call it: they call the Observer Bind returned.
-// It serves observers that pass events on themselves (a fan-out of one's
-// own), at the price of a lookup by name; such events count in the same
-// series as a bound Limiter's of that name, and report no health.
-func (m *Metrics) Observe(e core.Event) {
-	m.observer(e.LimitName()).Observe(e)
 }
 
 // observer returns the observer of the limit name, creating its series
@@ -223,7 +206,7 @@ func (m *Metrics) newObserver(name string) *observer {
 	return &observer{
 		name:      name,
 		created:   time.Now(),
-		decisions: make([]counter, len(core.Outcomes())),
+		decisions: make([]counter, len(outcome.All())),
 		latency:   m.latency.WithLabelValues(name),
 	}
 }
@@ -265,7 +248,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect sends the counters and histograms as they stand, and reads the
-// gauges: each bound Limiter's Health, DenyCacheLen and Timeout, each
+// gauges: each bound Limiter's Health, deny cache size and timeout, each
 // watched store's Len.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, c *counter, o *observer, labels ...string) {
@@ -274,7 +257,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.series.Range(func(_, v any) bool {
 		o := v.(*observer)
 		for i := range o.decisions {
-			counter(m.decisions, &o.decisions[i], o, o.name, core.Outcome(i).String())
+			counter(m.decisions, &o.decisions[i], o, o.name, outcome.Outcome(i).String())
 		}
 		counter(m.nearLimit, &o.nearLimit, o, o.name)
 		for i, kind := range storeErrorKinds {
@@ -297,7 +280,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				}
 				ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
 			}
-			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
+			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(hooks.DenyCacheLen(l)), name)
 			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, hooks.StoreTimeout(hooks.LimiterStore(l)).Seconds(), name)
 		}
 	}
@@ -310,20 +293,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 type observer struct {
 	name        string
 	created     time.Time
-	decisions   []counter // by core.Outcome
+	decisions   []counter // by outcome.Outcome
 	nearLimit   counter
 	storeErrors [len(storeErrorKinds)]counter // by storeErrorKinds
 	latency     prometheus.Observer
 }
 
-// Observe counts e: an atomic addition or two, on counters resolved by
+// observe counts e: an atomic addition or two, on counters resolved by
 // Bind.
-func (o *observer) Observe(e core.Event) {
+func (o *observer) observe(e core.Event) {
 	s := stripeOf(e.Key)
-	if int(e.Outcome) < len(o.decisions) {
-		o.decisions[e.Outcome].inc(s)
+	if oc := outcome.Of(&e.Decision); int(oc) < len(o.decisions) {
+		o.decisions[oc].inc(s)
 	}
-	if e.NearLimit() {
+	if outcome.NearLimit(&e.Decision) {
 		o.nearLimit.inc(s)
 	}
 	if e.StoreLatency > 0 {
@@ -336,12 +319,12 @@ func (o *observer) Observe(e core.Event) {
 
 // storeError counts err by its kind, when it is a store failure.
 func (o *observer) storeError(err error, s uint32) {
-	switch core.StoreErrorKind(err) {
-	case core.StoreErrTimeout:
+	switch outcome.StoreErrorKind(err) {
+	case outcome.StoreErrTimeout:
 		o.storeErrors[0].inc(s)
-	case core.StoreErrCircuitOpen:
+	case outcome.StoreErrCircuitOpen:
 		o.storeErrors[1].inc(s)
-	case core.StoreErrFailed:
+	case outcome.StoreErrFailed:
 		o.storeErrors[2].inc(s)
 	}
 }

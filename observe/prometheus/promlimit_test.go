@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/observe/internal/latency"
@@ -31,21 +32,21 @@ func TestDecisionsByOutcome(t *testing.T) {
 	ctx := context.Background()
 
 	for i := range 11 { // 10 admitted, then the store denies
-		d, err := l.AllowAt(ctx, "alice", t0)
+		d, err := l.AllowN(ctx, "alice", 1, t0)
 		require.NoError(t, err)
 		require.Equal(t, i < 10, d.Allowed, "request %d", i+1)
 	}
-	d, err := l.AllowAt(ctx, "alice", t0) // remembered
+	d, err := l.AllowN(ctx, "alice", 1, t0) // remembered
 	require.NoError(t, err)
 	require.Equal(t, core.SourceDenyCache, d.Source)
-	_, err = l.AllowAt(ctx, "", t0)
-	require.ErrorIs(t, err, core.ErrInvalidKey)
-	_, err = l.AllowNAt(ctx, "bob", 0, t0)
-	require.ErrorIs(t, err, core.ErrInvalidCost)
+	_, err = l.AllowN(ctx, "", 1, t0)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
+	_, err = l.AllowN(ctx, "bob", 0, t0)
+	require.ErrorIs(t, err, core.ErrInvalidOption)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = l.AllowAt(cctx, "bob", t0)
-	require.ErrorIs(t, err, core.ErrCanceled)
+	_, err = l.AllowN(cctx, "bob", 1, t0)
+	require.ErrorIs(t, err, context.Canceled)
 
 	assert.Equal(t, outcomes("allowed", 10, "denied", 1, "deny_cache", 1, "invalid", 2, "canceled", 1),
 		decisions(t, reg, "api"))
@@ -123,7 +124,7 @@ func TestFailModesAndFallback(t *testing.T) {
 	m, reg := newMetrics(t)
 	down := &switchStore{store: newMemStore(t)}
 	down.down.Store(true)
-	noBreaker := core.WithCircuitBreaker(0, time.Second) // every decision asks the store
+	noBreaker := limitertest.CircuitBreaker(0, time.Second) // every decision asks the store
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour}
 	ctx := context.Background()
 
@@ -132,7 +133,9 @@ func TestFailModesAndFallback(t *testing.T) {
 	// is a timeout on a busy machine (the store, bounded, answers at once).
 	open := newLimiter(t, down, p, m, noBreaker)
 	p.Name = "closed"
-	closed := newLimiter(t, down, p, m, noBreaker, core.WithFailMode(core.FailClosed))
+	shut := p
+	shut.FailClosed = time.Second
+	closed := newLimiter(t, down, shut, m, noBreaker)
 	p.Name = "fallback"
 	fallback := newLimiter(t, down, p, m, noBreaker, core.WithFallback(newMemStore(t)))
 	for _, c := range []struct {
@@ -140,8 +143,9 @@ func TestFailModesAndFallback(t *testing.T) {
 		calls int
 	}{{open, 3}, {closed, 2}, {fallback, 3}} {
 		for range c.calls {
-			_, err := c.l.AllowAt(ctx, "alice", t0)
-			require.ErrorIs(t, err, core.ErrStore)
+			d, err := c.l.AllowN(ctx, "alice", 1, t0)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Err, limits.ErrStore)
 		}
 	}
 
@@ -169,11 +173,12 @@ func TestTimeoutsAndCircuitOpen(t *testing.T) {
 	m, reg := newMetrics(t)
 	const timeout = frozenTimeout
 	l := newLimiter(t, frozenStore{}, core.Policy{Name: "frozen", Algorithm: core.TokenBucket, Limit: 100, Window: time.Second}, m,
-		core.WithCircuitBreaker(2, time.Hour))
+		limitertest.CircuitBreaker(2, time.Hour))
 	ctx := context.Background()
 	for i := range 3 {
 		d, err := l.Allow(ctx, "alice")
-		require.ErrorIs(t, err, core.ErrStore, "call %d", i+1)
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err, limits.ErrStore, "call %d", i+1)
 		require.True(t, d.Allowed, "call %d: fail open", i+1)
 	}
 	assert.Equal(t, outcomes("failed_open", 3), decisions(t, reg, "frozen"))
@@ -195,7 +200,7 @@ func TestHealthTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
 			m, reg := newMetrics(t)
 			s := &switchStore{store: newMemStore(t)}
-			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond)}
+			opts := []core.Option{limitertest.CircuitBreaker(2, time.Millisecond)}
 			if withFallback {
 				opts = append(opts, core.WithFallback(newMemStore(t)))
 			}
@@ -209,8 +214,9 @@ func TestHealthTransitions(t *testing.T) {
 
 			s.down.Store(true)
 			for range 2 {
-				_, err := l.Allow(ctx, "alice")
-				require.ErrorIs(t, err, core.ErrStore)
+				d, err := l.Allow(ctx, "alice")
+				require.NoError(t, err)
+				require.ErrorIs(t, d.Err, limits.ErrStore)
 			}
 			require.Equal(t, "failing", health(t, reg, "flaky"))
 
@@ -254,7 +260,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	for _, key := range []string{"a", "b", "c"} {
 		for _, l := range []*core.Limiter{cached, uncached} {
 			for range 2 {
-				_, err := l.AllowAt(ctx, key, t0)
+				_, err := l.AllowN(ctx, key, 1, t0)
 				require.NoError(t, err)
 			}
 		}
@@ -346,13 +352,13 @@ func TestDuplicateNames(t *testing.T) {
 	s := newMemStore(t)
 	p := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}
 	first := newLimiter(t, s, p, m)
-	_, err := core.NewLimiter(s, p, core.WithObserver(m))
+	_, err := core.NewLimiter(s, []core.Policy{p}, core.WithObserver(m))
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	assert.ErrorContains(t, err, `a Limiter of policy "api" is bound already`)
 	// Unnamed policies get their default name, which may collide too.
 	unnamed := core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
 	newLimiter(t, s, unnamed, m)
-	_, err = core.NewLimiter(s, unnamed, core.WithObserver(m))
+	_, err = core.NewLimiter(s, []core.Policy{unnamed}, core.WithObserver(m))
 	assert.ErrorContains(t, err, limits.DefaultName(unnamed.Algorithm, unnamed.Limit, unnamed.Window, unnamed.Burst))
 	// The failed Bind changed nothing: the first one counts alone.
 	_, err = first.Allow(context.Background(), "alice")
@@ -362,26 +368,6 @@ func TestDuplicateNames(t *testing.T) {
 	// Other Metrics take the name.
 	m2, _ := newMetrics(t)
 	newLimiter(t, s, p, m2)
-}
-
-// TestObserveUnbound: events given to Metrics.Observe directly, by an
-// observer of one's own, count under their policy's name.
-func TestObserveUnbound(t *testing.T) {
-	m, reg := newMetrics(t)
-	var fanOut core.ObserverFunc = func(e core.Event) { m.Observe(e) }
-	l, err := core.NewLimiter(newMemStore(t), core.Policy{Name: "fan", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour},
-		core.WithObserver(fanOut))
-	require.NoError(t, err)
-	for range 3 {
-		_, err := l.AllowAt(context.Background(), "alice", t0)
-		require.NoError(t, err)
-	}
-	m.Observe(core.Event{Policy: &core.Policy{Name: "fan"}, Outcome: core.OutcomeFailedClosed,
-		Err: fmt.Errorf("%w: %w", core.ErrStore, core.ErrTimeout), StoreLatency: time.Millisecond})
-	assert.Equal(t, outcomes("allowed", 1, "denied", 2, "failed_closed", 1), decisions(t, reg, "fan"))
-	assert.Equal(t, map[string]float64{"limit=fan": 1}, series(t, reg, "ratelimit_near_limit_total"))
-	assert.Equal(t, 1.0, series(t, reg, "ratelimit_store_errors_total")["kind=timeout,limit=fan"])
-	assert.Empty(t, series(t, reg, "ratelimit_store_health"), "no bound Limiter, no health")
 }
 
 // TestOptions: the namespace and constant labels shape every series; bad
@@ -445,13 +431,13 @@ func TestLint(t *testing.T) {
 	require.NoError(t, m.WatchStore("main", s))
 	l := newLimiter(t, s, core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m, core.WithDenyCache(10))
 	for range 3 {
-		_, _ = l.AllowAt(context.Background(), "alice", t0)
+		_, _ = l.AllowN(context.Background(), "alice", 1, t0)
 	}
 	down := &switchStore{store: s}
 	down.down.Store(true)
 	f := newLimiter(t, down, core.Policy{Name: "down", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, m)
 	for range 4 {
-		_, _ = f.AllowAt(context.Background(), "alice", t0)
+		_, _ = f.AllowN(context.Background(), "alice", 1, t0)
 	}
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)

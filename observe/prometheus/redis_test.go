@@ -2,7 +2,6 @@ package promlimit_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -13,6 +12,9 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -24,7 +26,7 @@ type tally struct {
 
 func newTally() *tally {
 	return &tally{outcomes: outcomes(), errors: map[string]float64{
-		core.StoreErrTimeout: 0, core.StoreErrCircuitOpen: 0, core.StoreErrFailed: 0,
+		outcome.StoreErrTimeout: 0, outcome.StoreErrCircuitOpen: 0, outcome.StoreErrFailed: 0,
 	}}
 }
 
@@ -38,10 +40,11 @@ func (c *tally) allow(t *testing.T, l *core.Limiter, key string) (core.Decision,
 // counts it by what it returned.
 func (c *tally) allowAt(t *testing.T, l *core.Limiter, key string, at time.Time) (core.Decision, error) {
 	t.Helper()
-	d, err := l.AllowAt(context.Background(), key, at)
-	if err != nil {
-		require.ErrorIs(t, err, core.ErrStore)
-		c.errors[core.StoreErrorKind(err)]++
+	d, err := l.AllowN(context.Background(), key, 1, at)
+	require.NoError(t, err, "a decision is made, whatever the store does")
+	if d.Err != nil {
+		require.ErrorIs(t, d.Err, limits.ErrStore)
+		c.errors[outcome.StoreErrorKind(d.Err)]++
 	}
 	outcome := "denied"
 	switch {
@@ -107,7 +110,7 @@ func TestRedisOutage(t *testing.T) {
 	// 1000 a second: the fallback never refuses, so that the health gauge
 	// alone tells where the decisions come from.
 	p := core.Policy{Name: "redis", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Second}
-	l := newLimiter(t, rs, p, m, core.WithCircuitBreaker(2, 200*time.Millisecond),
+	l := newLimiter(t, rs, p, m, limitertest.CircuitBreaker(2, 200*time.Millisecond),
 		core.WithFallback(newMemStore(t)))
 	c := newTally()
 	key := "client-" + time.Now().Format(time.RFC3339Nano)
@@ -137,14 +140,15 @@ func TestRedisOutage(t *testing.T) {
 	at := time.Now()
 	for i := range 4 {
 		d, err := c.allowAt(t, l, key, at)
-		require.Error(t, err, "frozen, call %d", i+1)
+		require.NoError(t, err, "frozen, call %d: a decision was made", i+1)
+		require.Error(t, d.Err, "frozen, call %d", i+1)
 		require.Equal(t, core.SourceFallback, d.Source)
 	}
 	// Two failures opened the breaker. A timeout may count as an error:
 	// go-redis's read deadline, which is the Limiter's, can fire a moment
 	// before the Limiter's own context sees it has expired.
-	assert.Equal(t, 2.0, c.errors[core.StoreErrTimeout]+c.errors[core.StoreErrFailed], "failures before the breaker opened: %v", c.errors)
-	assert.Positive(t, c.errors[core.StoreErrTimeout], "timeouts: %v", c.errors)
+	assert.Equal(t, 2.0, c.errors[outcome.StoreErrTimeout]+c.errors[outcome.StoreErrFailed], "failures before the breaker opened: %v", c.errors)
+	assert.Positive(t, c.errors[outcome.StoreErrTimeout], "timeouts: %v", c.errors)
 	c.check(t, reg, "redis", "frozen")
 	assert.Equal(t, "failing", health(t, reg, "redis"))
 	lat = series(t, reg, "ratelimit_store_duration_seconds")
@@ -163,11 +167,12 @@ func TestRedisOutage(t *testing.T) {
 	srv.Kill()
 	at = time.Now() // one instant again: no probe among the four
 	for i := range 4 {
-		_, err := c.allowAt(t, l, key, at)
-		require.Error(t, err, "killed, call %d", i+1)
+		d, err := c.allowAt(t, l, key, at)
+		require.NoError(t, err)
+		require.Error(t, d.Err, "killed, call %d", i+1)
 	}
-	assert.Equal(t, 4.0, c.errors[core.StoreErrTimeout]+c.errors[core.StoreErrFailed], "failures before the breaker opened again: %v", c.errors)
-	assert.Positive(t, c.errors[core.StoreErrFailed], "refused connections: %v", c.errors)
+	assert.Equal(t, 4.0, c.errors[outcome.StoreErrTimeout]+c.errors[outcome.StoreErrFailed], "failures before the breaker opened again: %v", c.errors)
+	assert.Positive(t, c.errors[outcome.StoreErrFailed], "refused connections: %v", c.errors)
 	c.check(t, reg, "redis", "killed")
 	assert.Equal(t, "failing", health(t, reg, "redis"))
 
@@ -177,7 +182,7 @@ func TestRedisOutage(t *testing.T) {
 	waitFor(t, func() bool { return l.Health() == core.Healthy }, "healthy after the restart")
 	assert.Equal(t, "healthy", health(t, reg, "redis"))
 	assert.Positive(t, c.outcomes["fallback_allowed"])
-	assert.Positive(t, c.errors[core.StoreErrCircuitOpen])
+	assert.Positive(t, c.errors[outcome.StoreErrCircuitOpen])
 }
 
 // waitRedis decides until Redis decides again, at most 15s.
@@ -186,13 +191,11 @@ func waitRedis(t *testing.T, c *tally, l *core.Limiter, key string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		d, err := c.allow(t, l, key)
-		if err == nil && d.Source == core.SourceStore {
+		require.NoError(t, err)
+		if d.Source == core.SourceStore {
 			return
 		}
-		if err != nil && !errors.Is(err, core.ErrStore) {
-			t.Fatal(err)
-		}
-		require.False(t, time.Now().After(deadline), "Redis does not decide again: %v", err)
+		require.False(t, time.Now().After(deadline), "Redis does not decide again: %v", d.Err)
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -82,11 +82,15 @@ func BenchmarkObserveDropped(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := core.Event{Policy: &hourly, Key: "ip:203.0.113.7", Cost: 1, Outcome: core.OutcomeDenied,
-		Decision: core.Decision{Limit: 1, RetryAfter: 1000}}
-	lg.Observe(e)
+	observe, err := lg.Bind(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := core.Event{Key: "ip:203.0.113.7", Cost: 1, Binding: true,
+		Decision: core.Decision{Limit: 1, RetryAfter: 1000, Policy: hourly}}
+	observe(e)
 	b.ReportAllocs()
 	for b.Loop() {
-		lg.Observe(e)
+		observe(e)
 	}
 }

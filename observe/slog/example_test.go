@@ -36,7 +36,7 @@ func Example() {
 	}
 	defer store.Close()
 	policy := core.Policy{Name: "api", Algorithm: core.FixedWindow, Limit: 2, Window: time.Minute}
-	l, err := core.NewLimiter(store, policy, core.WithObserver(lg))
+	l, err := core.NewLimiter(store, []core.Policy{policy}, core.WithObserver(lg))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -45,7 +45,7 @@ func Example() {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	for _, key := range []string{"ip:203.0.113.7", "user:alice"} {
 		for range 3 { // the third is denied
-			if _, err := l.AllowAt(context.Background(), key, now); err != nil {
+			if _, err := l.AllowN(context.Background(), key, 1, now); err != nil {
 				fmt.Println(err)
 			}
 		}

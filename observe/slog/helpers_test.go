@@ -17,6 +17,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/outcome"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
 
@@ -103,7 +104,7 @@ var hourly = core.Policy{Name: "hourly", Algorithm: core.FixedWindow, Limit: 1, 
 
 func newLimiter(t testing.TB, store core.Store, p core.Policy, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(store, p, opts...)
+	l, err := core.NewLimiter(store, []core.Policy{p}, opts...)
 	require.NoError(t, err)
 	return l
 }
@@ -148,7 +149,7 @@ func inf() float64 { return math.Inf(1) }
 // takes.
 func outcomeNames() []string {
 	var names []string
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		names = append(names, o.String())
 	}
 	return names

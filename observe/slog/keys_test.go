@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
@@ -145,7 +146,7 @@ func TestKeyfuncsKeys(t *testing.T) {
 			c, s := new(clock), newSink()
 			l := newLimiter(t, newMemStore(t), hourly, core.WithObserver(newLogger(t, s, c)))
 			for range 2 {
-				_, err := l.AllowAt(ctx, key, t0)
+				_, err := l.AllowN(ctx, key, 1, t0)
 				require.NoError(t, err)
 			}
 			out := s.text()
@@ -194,10 +195,10 @@ func TestRawSecretNeverLogged(t *testing.T) {
 			f := &flaky{Store: newMemStore(t)}
 			limiters := []*core.Limiter{
 				newLimiter(t, f, hourly, core.WithObserver(lg), core.WithDenyCache(10)),
-				newLimiter(t, f, core.Policy{Name: "closed", Algorithm: core.SlidingWindowLog, Limit: 1, Window: time.Hour},
-					core.WithObserver(lg), core.WithFailMode(core.FailClosed)),
+				newLimiter(t, f, core.Policy{Name: "closed", Algorithm: core.SlidingWindowLog, Limit: 1, Window: time.Hour, FailClosed: time.Second},
+					core.WithObserver(lg)),
 				newLimiter(t, f, core.Policy{Name: "fallback", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour},
-					core.WithObserver(lg), core.WithFallback(newMemStore(t)), core.WithCircuitBreaker(2, time.Second)),
+					core.WithObserver(lg), core.WithFallback(newMemStore(t)), limitertest.CircuitBreaker(2, time.Second)),
 				newLimiter(t, f, core.Policy{Name: "open", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour}, core.WithObserver(lg)),
 			}
 			canceled, cancel := context.WithCancel(ctx)
@@ -206,14 +207,14 @@ func TestRawSecretNeverLogged(t *testing.T) {
 				for _, key := range keys {
 					f.down.Store(true)
 					for range 4 { // failed open or closed, fallback; circuit open
-						_, _ = l.AllowAt(ctx, key, c.Now())
+						_, _ = l.AllowN(ctx, key, 1, c.Now())
 					}
 					c.Advance(time.Hour) // room for every record, a probe
 					f.down.Store(false)
 					for range 3 { // allowed, denied, deny cache (on the first)
-						_, _ = l.AllowAt(ctx, key, c.Now())
+						_, _ = l.AllowN(ctx, key, 1, c.Now())
 					}
-					_, _ = l.AllowAt(canceled, key, c.Now())
+					_, _ = l.AllowN(canceled, key, 1, c.Now())
 					c.Advance(time.Hour)
 				}
 			}
@@ -293,7 +294,7 @@ func TestKeyModes(t *testing.T) {
 			l := newLimiter(t, newMemStore(t), hourly, core.WithObserver(newLogger(t, s, c, tc.opts...)))
 			for _, key := range []string{"ip:203.0.113.7", "user:alice"} {
 				for range 2 {
-					_, err := l.AllowAt(ctx, key, t0)
+					_, err := l.AllowN(ctx, key, 1, t0)
 					require.NoError(t, err)
 				}
 			}

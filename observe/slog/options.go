@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // Option configures a Logger. New applies its options in order and fails
@@ -60,10 +61,10 @@ type config struct {
 // defaultOutcomes are the Outcomes a Logger writes without WithOutcomes:
 // every refusal of a Limiter, every decision made without the store, and
 // every denial that shadow mode let through.
-var defaultOutcomes = []core.Outcome{
-	core.OutcomeDenied, core.OutcomeDenyCache, core.OutcomeFallbackDenied,
-	core.OutcomeFailedClosed, core.OutcomeFailedOpen, core.OutcomeFallbackAllowed,
-	core.OutcomeLockedOut, core.OutcomeShadowDenied,
+var defaultOutcomes = []outcome.Outcome{
+	outcome.Denied, outcome.DenyCache, outcome.FallbackDenied,
+	outcome.FailedClosed, outcome.FailedOpen, outcome.FallbackAllowed,
+	outcome.LockedOut, outcome.ShadowDenied,
 }
 
 func defaultConfig() config {
@@ -106,8 +107,8 @@ func WithOutcomes(names ...string) Option {
 }
 
 // outcomeNamed returns the Outcome whose String is name.
-func outcomeNamed(name string) (core.Outcome, bool) {
-	for _, o := range core.Outcomes() {
+func outcomeNamed(name string) (outcome.Outcome, bool) {
+	for _, o := range outcome.All() {
 		if o < 64 && o.String() == name {
 			return o, true
 		}
@@ -118,7 +119,7 @@ func outcomeNamed(name string) (core.Outcome, bool) {
 // outcomeNames lists the names WithOutcomes takes.
 func outcomeNames() string {
 	var names []string
-	for _, o := range core.Outcomes() {
+	for _, o := range outcome.All() {
 		names = append(names, strconv.Quote(o.String()))
 	}
 	return strings.Join(names, ", ")
@@ -127,7 +128,7 @@ func outcomeNames() string {
 // WithLevels sets the level of each class of records: refusal for those
 // whose event is not a store failure (denials, and the outcomes
 // WithOutcomes adds), slog.LevelInfo by default; storeFailure for those
-// whose event is a store failure, its Err wrapping core.ErrStore
+// whose event is a store failure, a store failure
 // (failed_open, failed_closed and the fallback's decisions, timeouts and
 // an open circuit breaker included), slog.LevelWarn by default.
 func WithLevels(refusal, storeFailure slog.Level) Option {

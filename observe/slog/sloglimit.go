@@ -12,7 +12,7 @@
 // # Records
 //
 // Each record has the message "rate limit: store failed" when the event's
-// error wraps core.ErrStore (failed_open, failed_closed, and the
+// is a store failure (failed_open, failed_closed, and the
 // fallback's decisions made because the store failed or its circuit
 // breaker was open), "rate limit: request denied" for the other refusals
 // (denied, locked_out, deny_cache, and fallback_denied while a Limiter
@@ -21,14 +21,14 @@
 // (for the outcomes WithOutcomes may add), and these attributes:
 //
 //	limit        the policy's name
-//	outcome      core.Outcome's name: "denied", "deny_cache", "failed_open" ...
+//	outcome      the outcome, as the metrics' outcome label names it: "denied", "deny_cache", "failed_open" ...
 //	cost         the request's cost
 //	remaining    Decision.Remaining
 //	retry_after  Decision.RetryAfter (a slog duration: JSONHandler writes nanoseconds)
 //	source       Decision.Source: "store", "fallback", "deny-cache", "fail-mode"
 //	key          the client key, when it is shown as it is (see Keys)
 //	key_hash     or its digest, 16 hex digits of its SHA-256 (HMAC-SHA256 with a secret, WithKeys)
-//	error_kind   for store failures, core.StoreErrorKind: "timeout", "circuit_open", "error"
+//	error_kind   for store failures: "timeout", "circuit_open", "error"
 //	error        the error's text, for any event that has one
 //	suppressed   how many records of this limit and class were dropped since the last one written, when any were
 //
@@ -46,8 +46,8 @@
 // the next record written for that limit and class carries the count as
 // "suppressed", so the log still tells the size of the flood. (Records
 // dropped at the end of a flood are told by the next record, whenever it
-// comes.) Calling Observe on the Logger directly, rather than through a
-// Limiter, samples all such events together.
+// comes.) A request of several layers is logged once, as its binding
+// layer decided it (core.Event.Binding).
 //
 // # Keys
 //
@@ -81,12 +81,13 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // Logger is a core.Observer that logs the events of the Limiters it is
-// given to (core.WithObserver) through a *slog.Logger, sampled per limit.
-// It is a core.Binder: each Limiter gets samplers of its own when it is
-// built, so that an event finds its limit's samplers without a lookup.
+// given to (core.WithObserver) through a *slog.Logger, sampled per
+// Limiter: each Limiter gets samplers of its own when it is built (Bind),
+// so that an event finds its samplers without a lookup.
 // It is safe for concurrent use. The zero Logger is not usable; use New.
 type Logger struct {
 	logger    *slog.Logger
@@ -98,13 +99,9 @@ type Logger struct {
 	keySecret []byte
 	epoch     time.Time        // the sampling clock's zero, with a monotonic reading
 	now       func() time.Time // the sampling clock for tests; nil: time.Since(epoch)
-	unbound   *limitLog        // for events given to Observe directly
 }
 
-var (
-	_ core.Observer = (*Logger)(nil)
-	_ core.Binder   = (*Logger)(nil)
-)
+var _ core.Observer = (*Logger)(nil)
 
 // New returns a Logger writing to logger, slog.Default() when nil. It
 // fails with an error wrapping core.ErrInvalidOption when an option is
@@ -132,50 +129,42 @@ func New(logger *slog.Logger, opts ...Option) (*Logger, error) {
 		keySecret: c.keySecret,
 		epoch:     time.Now(),
 	}
-	l.unbound = l.newLimitLog()
 	return l, nil
 }
 
-// Bind returns the observer of the Limiter l: the Logger with samplers of
-// l's own. NewLimiter calls it (see core.Binder); it never fails.
-func (l *Logger) Bind(*core.Limiter) (core.Observer, error) {
-	b := l.newLimitLog()
-	b.bound = true
-	return b, nil
+// Bind returns the function that logs the events of the Limiter l, with
+// samplers of l's own; NewLimiter calls it (see core.Observer). It never
+// fails.
+func (l *Logger) Bind(*core.Limiter) (func(core.Event), error) {
+	return l.newLimitLog().observe, nil
 }
 
-// Observe logs e, if its outcome is logged, its level enabled and its
-// sampler has room. The Limiters a Logger is bound to do not call it (see
-// Bind); events given to it directly share one pair of samplers, whatever
-// their limit.
-func (l *Logger) Observe(e core.Event) { l.unbound.Observe(e) }
-
-// limitLog is a Logger bound to one limit: its samplers.
+// limitLog is a Logger bound to one Limiter: its samplers.
 type limitLog struct {
 	l          *Logger
 	deny, fail *sampler
-	// bound is true for a limitLog that Bind returned: it logs a layered
-	// request once, its binding layer's Event.
-	bound bool
 }
 
 func (l *Logger) newLimitLog() *limitLog {
 	return &limitLog{l: l, deny: newSampler(), fail: newSampler()}
 }
 
-// Observe is the hot path: a refusal that is dropped costs a bit test,
-// the logger's Enabled, a clock reading and two atomic operations.
-func (b *limitLog) Observe(e core.Event) {
+// observe logs e, if it is its request's binding layer, its outcome is
+// logged, its level enabled and its sampler has room. It is the hot
+// path: a refusal that is dropped costs a bit test, the logger's Enabled,
+// a clock reading and two atomic operations.
+func (b *limitLog) observe(e core.Event) {
 	l := b.l
-	if b.bound && !e.Binding {
+	if !e.Binding {
 		return
 	}
-	if l.outcomes&(1<<e.Outcome) == 0 {
+	oc := outcome.Of(&e.Decision)
+	if l.outcomes&(1<<oc) == 0 {
 		return
 	}
 	var kind string
 	if e.Err != nil {
-		kind = core.StoreErrorKind(e.Err)
+		kind = outcome.StoreErrorKind(e.Err)
 	}
 	level, s := l.level, b.deny
 	if kind != "" {
@@ -189,7 +178,7 @@ func (b *limitLog) Observe(e core.Event) {
 		s.dropped.Add(1)
 		return
 	}
-	l.write(ctx, e, level, kind, s.dropped.Swap(0))
+	l.write(ctx, e, oc, level, kind, s.dropped.Swap(0))
 }
 
 // clock returns the sampling time, in ns since the epoch.
@@ -201,11 +190,11 @@ func (l *Logger) clock() int64 {
 }
 
 // write writes the record of e.
-func (l *Logger) write(ctx context.Context, e core.Event, level slog.Level, kind string, suppressed int64) {
+func (l *Logger) write(ctx context.Context, e core.Event, oc outcome.Outcome, level slog.Level, kind string, suppressed int64) {
 	var buf [11]slog.Attr
 	attrs := append(buf[:0],
-		slog.String("limit", e.LimitName()),
-		slog.String("outcome", e.Outcome.String()),
+		slog.String("limit", e.Policy.Name),
+		slog.String("outcome", oc.String()),
 		slog.Int64("cost", e.Cost),
 		slog.Int64("remaining", e.Decision.Remaining),
 		slog.Duration("retry_after", e.Decision.RetryAfter),
@@ -228,26 +217,26 @@ func (l *Logger) write(ctx context.Context, e core.Event, level slog.Level, kind
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int64("suppressed", suppressed))
 	}
-	l.logger.LogAttrs(ctx, level, message(e, kind), attrs...)
+	l.logger.LogAttrs(ctx, level, message(oc, kind), attrs...)
 }
 
 // message returns a record's message.
-func message(e core.Event, kind string) string {
+func message(oc outcome.Outcome, kind string) string {
 	switch {
 	case kind != "":
 		return "rate limit: store failed"
-	case e.Outcome == core.OutcomeDenied, e.Outcome == core.OutcomeDenyCache,
-		e.Outcome == core.OutcomeFallbackDenied, e.Outcome == core.OutcomeFailedClosed,
-		e.Outcome == core.OutcomeLockedOut:
+	case oc == outcome.Denied, oc == outcome.DenyCache,
+		oc == outcome.FallbackDenied, oc == outcome.FailedClosed,
+		oc == outcome.LockedOut:
 		return "rate limit: request denied"
-	case e.Outcome == core.OutcomeShadowDenied:
+	case oc == outcome.ShadowDenied:
 		return "rate limit: request would have been denied (shadow mode)"
-	case e.Outcome == core.OutcomeAllowed:
+	case oc == outcome.Allowed:
 		return "rate limit: request allowed"
-	case e.Outcome == core.OutcomeCanceled:
+	case oc == outcome.Canceled:
 		return "rate limit: request canceled"
-	case e.Outcome == core.OutcomeInvalid:
+	case oc == outcome.Invalid:
 		return "rate limit: request invalid"
 	}
-	return "rate limit: request " + e.Outcome.String()
+	return "rate limit: request " + oc.String()
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/outcome"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
 
@@ -23,14 +26,14 @@ func TestFlood(t *testing.T) {
 	c, s := new(clock), newSink()
 	l := newLimiter(t, newMemStore(t), hourly, core.WithObserver(newLogger(t, s, c)))
 	const key = "ip:203.0.113.7"
-	d, err := l.AllowAt(ctx, key, c.Now())
+	d, err := l.AllowN(ctx, key, 1, c.Now())
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 
 	const n, step = 10000, 400 * time.Microsecond
 	for k := range n {
 		c.ns.Store(int64(k) * int64(step))
-		d, err := l.AllowAt(ctx, key, c.Now())
+		d, err := l.AllowN(ctx, key, 1, c.Now())
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
 	}
@@ -57,7 +60,7 @@ func TestFlood(t *testing.T) {
 
 	// The next record, however late, tells the rest of the flood.
 	c.Advance(time.Minute)
-	_, err = l.AllowAt(ctx, key, c.Now())
+	_, err = l.AllowN(ctx, key, 1, c.Now())
 	require.NoError(t, err)
 	recs = s.records(t)
 	require.Len(t, recs, 1)
@@ -69,9 +72,9 @@ func TestRecordFields(t *testing.T) {
 	ctx := context.Background()
 	c, s := new(clock), newSink()
 	l := newLimiter(t, newMemStore(t), hourly, core.WithObserver(newLogger(t, s, c)))
-	_, err := l.AllowAt(ctx, "ip:203.0.113.7", t0)
+	_, err := l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 	require.NoError(t, err)
-	_, err = l.AllowAt(ctx, "ip:203.0.113.7", t0.Add(time.Minute))
+	_, err = l.AllowN(ctx, "ip:203.0.113.7", 1, t0.Add(time.Minute))
 	require.NoError(t, err)
 	recs := s.records(t)
 	require.Len(t, recs, 1)
@@ -99,14 +102,16 @@ func TestSamplerPerLimit(t *testing.T) {
 	a := newLimiter(t, newMemStore(t), core.Policy{Name: "a", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, core.WithObserver(lg))
 	b := newLimiter(t, newMemStore(t), core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, core.WithObserver(lg))
 	for range 1001 {
-		_, err := a.AllowAt(ctx, "ip:203.0.113.7", t0)
+		_, err := a.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 		require.NoError(t, err)
 	}
 	for range 2 {
-		_, err := b.AllowAt(ctx, "ip:203.0.113.7", t0)
+		_, err := b.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 		require.NoError(t, err)
 	}
-	lg.Observe(core.Event{Policy: &core.Policy{Name: "direct"}, Key: "ip:203.0.113.8", Cost: 1, Outcome: core.OutcomeDenied})
+	direct, err := lg.Bind(nil) // a third Limiter's samplers
+	require.NoError(t, err)
+	direct(core.Event{Key: "ip:203.0.113.8", Cost: 1, Binding: true, Decision: core.Decision{Policy: core.Policy{Name: "direct"}}})
 	recs := s.records(t)
 	require.Len(t, recs, 12)
 	for _, r := range recs[:10] {
@@ -118,7 +123,7 @@ func TestSamplerPerLimit(t *testing.T) {
 	assert.Equal(t, "direct", recs[11]["limit"])
 
 	c.Advance(time.Second) // 10 more records' worth
-	_, err := a.AllowAt(ctx, "ip:203.0.113.7", t0)
+	_, err = a.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 	require.NoError(t, err)
 	recs = s.records(t)
 	require.Len(t, recs, 1)
@@ -134,15 +139,16 @@ func TestStoreFailures(t *testing.T) {
 	f := &flaky{Store: newMemStore(t)}
 	l := newLimiter(t, f, hourly, core.WithObserver(newLogger(t, s, c)))
 	for range 101 { // one admission, 100 denials: the denials' burst is spent
-		_, err := l.AllowAt(ctx, "ip:203.0.113.7", t0)
+		_, err := l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 		require.NoError(t, err)
 	}
 	require.Len(t, s.records(t), 10)
 
 	f.down.Store(true)
 	for range 100 {
-		d, err := l.AllowAt(ctx, "ip:203.0.113.7", t0)
-		require.ErrorIs(t, err, core.ErrStore)
+		d, err := l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err, limits.ErrStore)
 		require.True(t, d.Allowed) // FailOpen
 	}
 	recs := s.records(t)
@@ -153,19 +159,20 @@ func TestStoreFailures(t *testing.T) {
 		assert.Equal(t, "failed_open", r["outcome"])
 		assert.Equal(t, "fail-mode", r["source"])
 		assert.Equal(t, "ip:203.0.113.7", r["key"])
-		if i < core.DefaultBreakerFailures {
-			assert.Equal(t, core.StoreErrFailed, r["error_kind"], "record %d", i)
+		if i < 3 {
+			assert.Equal(t, outcome.StoreErrFailed, r["error_kind"], "record %d", i)
 			assert.Contains(t, r["error"], "take ip:203.0.113.7: connection refused")
 		} else {
-			assert.Equal(t, core.StoreErrCircuitOpen, r["error_kind"], "record %d", i)
+			assert.Equal(t, outcome.StoreErrCircuitOpen, r["error_kind"], "record %d", i)
 			assert.Contains(t, r["error"], "circuit breaker open")
 		}
 		assert.NotContains(t, r, "suppressed")
 	}
 
 	c.Advance(time.Second)
-	_, err := l.AllowAt(ctx, "ip:203.0.113.7", t0) // the breaker is still open
-	require.ErrorIs(t, err, core.ErrCircuitOpen)
+	d, err := l.AllowN(ctx, "ip:203.0.113.7", 1, t0) // the breaker is still open
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Err, limits.ErrCircuitOpen)
 	recs = s.records(t)
 	require.Len(t, recs, 1)
 	assert.Equal(t, int64(90), num(t, recs[0], "suppressed"))
@@ -177,27 +184,28 @@ func TestOutcomes(t *testing.T) {
 	ctx := context.Background()
 	type rec struct{ level, msg, outcome, source, kind string }
 	cases := []struct {
-		name string
-		opts []core.Option
-		down bool
-		run  func(l *core.Limiter)
-		want []rec
+		name       string
+		opts       []core.Option
+		failClosed time.Duration
+		down       bool
+		run        func(l *core.Limiter)
+		want       []rec
 	}{{
 		name: "allowed, canceled and invalid are not logged",
 		run: func(l *core.Limiter) {
-			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+			_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 			canceled, cancel := context.WithCancel(ctx)
 			cancel()
-			_, _ = l.AllowAt(canceled, "ip:203.0.113.7", t0)
-			_, _ = l.AllowNAt(ctx, "ip:203.0.113.7", 0, t0)
-			_, _ = l.AllowAt(ctx, "", t0)
+			_, _ = l.AllowN(canceled, "ip:203.0.113.7", 1, t0)
+			_, _ = l.AllowN(ctx, "ip:203.0.113.7", 0, t0)
+			_, _ = l.AllowN(ctx, "", 1, t0)
 		},
 	}, {
 		name: "deny cache",
 		opts: []core.Option{core.WithDenyCache(10)},
 		run: func(l *core.Limiter) {
 			for range 3 {
-				_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+				_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 			}
 		},
 		want: []rec{
@@ -209,7 +217,7 @@ func TestOutcomes(t *testing.T) {
 		down: true,
 		run: func(l *core.Limiter) {
 			for range 2 {
-				_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+				_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 			}
 		},
 		want: []rec{
@@ -217,11 +225,11 @@ func TestOutcomes(t *testing.T) {
 			{"WARN", "rate limit: store failed", "fallback_denied", "fallback", "error"},
 		},
 	}, {
-		name: "failed closed",
-		opts: []core.Option{core.WithFailMode(core.FailClosed)},
-		down: true,
+		name:       "failed closed",
+		failClosed: time.Second,
+		down:       true,
 		run: func(l *core.Limiter) {
-			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+			_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 		},
 		want: []rec{{"WARN", "rate limit: store failed", "failed_closed", "fail-mode", "error"}},
 	}, {
@@ -229,7 +237,7 @@ func TestOutcomes(t *testing.T) {
 		opts: []core.Option{core.WithShadow()},
 		run: func(l *core.Limiter) {
 			for range 2 {
-				_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+				_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 			}
 		},
 		want: []rec{{"INFO", "rate limit: request would have been denied (shadow mode)", "shadow_denied", "store", ""}},
@@ -243,7 +251,9 @@ func TestOutcomes(t *testing.T) {
 			if tc.name == "fallback" {
 				opts = append(opts, core.WithFallback(newMemStore(t)))
 			}
-			tc.run(newLimiter(t, f, hourly, opts...))
+			p := hourly
+			p.FailClosed = tc.failClosed
+			tc.run(newLimiter(t, f, p, opts...))
 			var got []rec
 			for _, r := range s.records(t) {
 				kind, _ := r["error_kind"].(string)
@@ -259,7 +269,7 @@ func TestOutcomes(t *testing.T) {
 		p.Lockout = 2 * time.Hour
 		l := newLimiter(t, newMemStore(t), p, core.WithObserver(newLogger(t, s, c)))
 		for range 2 { // allowed (not logged), then locked out
-			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+			_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 		}
 		recs := s.records(t)
 		require.Len(t, recs, 1)
@@ -273,12 +283,12 @@ func TestOutcomes(t *testing.T) {
 		lg := newLogger(t, s, c, sloglimit.WithOutcomes("allowed", "canceled", "invalid"))
 		l := newLimiter(t, newMemStore(t), hourly, core.WithObserver(lg))
 		for range 2 { // allowed, then denied (not logged)
-			_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+			_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 		}
 		canceled, cancel := context.WithCancel(ctx)
 		cancel()
-		_, _ = l.AllowAt(canceled, "ip:203.0.113.7", t0)
-		_, _ = l.AllowNAt(ctx, "ip:203.0.113.7", 0, t0)
+		_, _ = l.AllowN(canceled, "ip:203.0.113.7", 1, t0)
+		_, _ = l.AllowN(ctx, "ip:203.0.113.7", 0, t0)
 		recs := s.records(t)
 		require.Len(t, recs, 3)
 		assert.Equal(t, "rate limit: request allowed", recs[0]["msg"])
@@ -301,18 +311,18 @@ func TestLevels(t *testing.T) {
 	c, s := new(clock), newSink()
 	f := &flaky{Store: newMemStore(t)}
 	lg := newLogger(t, s, c, sloglimit.WithLevels(slog.LevelDebug, slog.LevelError))
-	l := newLimiter(t, f, hourly, core.WithObserver(lg), core.WithCircuitBreaker(0, time.Second))
+	l := newLimiter(t, f, hourly, core.WithObserver(lg), limitertest.CircuitBreaker(0, time.Second))
 
 	s.level.Set(slog.LevelInfo)
 	for range 100 {
-		_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+		_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 	}
 	assert.Empty(t, s.records(t))
 
 	s.level.Set(slog.LevelDebug)
-	_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+	_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 	f.down.Store(true)
-	_, _ = l.AllowAt(ctx, "ip:203.0.113.7", t0)
+	_, _ = l.AllowN(ctx, "ip:203.0.113.7", 1, t0)
 	recs := s.records(t)
 	require.Len(t, recs, 2)
 	assert.Equal(t, "DEBUG", recs[0]["level"])
@@ -333,7 +343,7 @@ func TestConcurrent(t *testing.T) {
 	keys := []string{"ip:203.0.113.7", "ip:2001:db8::/56", "user:alice"}
 	for _, l := range limiters {
 		for _, k := range keys {
-			d, err := l.AllowAt(ctx, k, t0)
+			d, err := l.AllowN(ctx, k, 1, t0)
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 		}
@@ -344,7 +354,7 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				l, k := limiters[(g+i)%2], keys[i%3]
-				d, err := l.AllowAt(ctx, k, c.AdvanceNow(50*time.Microsecond))
+				d, err := l.AllowN(ctx, k, 1, c.AdvanceNow(50*time.Microsecond))
 				if err != nil || d.Allowed {
 					t.Errorf("%+v, %v", d, err)
 					return
@@ -355,7 +365,7 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	c.Advance(time.Minute)
 	for _, l := range limiters { // the last records, carrying the rest
-		_, err := l.AllowAt(ctx, keys[0], c.Now())
+		_, err := l.AllowN(ctx, keys[0], 1, c.Now())
 		require.NoError(t, err)
 	}
 	written := map[string]int64{}
@@ -423,7 +433,9 @@ func TestNilLogger(t *testing.T) {
 	slog.SetDefault(s.logger())
 	lg, err := sloglimit.New(nil)
 	require.NoError(t, err)
-	lg.Observe(core.Event{Policy: &core.Policy{Name: "p"}, Key: "ip:203.0.113.7", Cost: 1, Outcome: core.OutcomeDenied})
+	observe, err := lg.Bind(nil)
+	require.NoError(t, err)
+	observe(core.Event{Key: "ip:203.0.113.7", Cost: 1, Binding: true, Decision: core.Decision{Policy: core.Policy{Name: "p"}}})
 	recs := s.records(t)
 	require.Len(t, recs, 1)
 	assert.Equal(t, "p", recs[0]["limit"])

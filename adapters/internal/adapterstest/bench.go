@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"context"
+
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"

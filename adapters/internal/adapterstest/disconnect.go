@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -64,7 +65,7 @@ func RunDisconnects(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	for _, s := range stores {
 		for _, m := range failModes {
 			t.Run(s.name+"/"+m.name, func(t *testing.T) {
-				runDisconnects(t, h, s.new(t), m.opts(t))
+				runDisconnects(t, h, s.new(t), m.failClosed, m.opts(t))
 			})
 		}
 	}
@@ -109,7 +110,7 @@ func runPipelined(t *testing.T, h SocketHarness, store core.Store) {
 	assert.LessOrEqual(t, spec.Hits(), int64(disconnectLimit), "handler runs over a limit of %d", disconnectLimit)
 	assert.Equal(t, spec.Hits(), int64(statuses[http.StatusOK]), "200s and handler runs differ")
 	for _, err := range errs.all() {
-		assert.NotErrorIs(t, err, core.ErrStore)
+		assert.NotErrorIs(t, err, limits.ErrStore)
 	}
 }
 
@@ -140,7 +141,7 @@ func runPacedDisconnects(t *testing.T, h SocketHarness) {
 // signals each decision on decided, and sends a request that leaves at once,
 // then three that the limiter paces for an hour and whose clients leave
 // meanwhile: they read 499, the handler runs for the first only, and the
-// error handler hears core.ErrCanceled three times.
+// error handler hears context.Canceled three times.
 func checkPacedDisconnects(t *testing.T, h SocketHarness, store core.Store, layers []httplimit.Layer, decided <-chan struct{}) {
 	var errs errorRecorder
 	spec := &Spec{
@@ -174,12 +175,12 @@ func checkPacedDisconnects(t *testing.T, h SocketHarness, store core.Store, laye
 	got := errs.all()
 	require.Len(t, got, 3)
 	for _, err := range got {
-		assert.ErrorIs(t, err, core.ErrCanceled)
+		assert.ErrorIs(t, err, context.Canceled)
 	}
 }
 
-func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []core.Option) {
-	p := core.Policy{Name: "disconnect", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour}
+func runDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.Duration, lopts []core.Option) {
+	p := core.Policy{Name: "disconnect", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour, FailClosed: fc}
 	// A generous timeout: a store that is merely slow on a loaded machine
 	// must not pass for the failure under test.
 	clientIP, err := keyfuncs.NewClientIP()
@@ -235,17 +236,17 @@ func runDisconnects(t *testing.T, h SocketHarness, store core.Store, lopts []cor
 
 	var canceled, failed int
 	for _, err := range errs.all() {
-		if errors.Is(err, core.ErrStore) {
+		if errors.Is(err, limits.ErrStore) {
 			if failed++; failed == 1 {
 				t.Errorf("a disconnect reported as a store failure: %v", err)
 			}
 		}
-		if errors.Is(err, core.ErrCanceled) {
+		if errors.Is(err, context.Canceled) {
 			canceled++
 		}
 	}
 	assert.Zero(t, failed, "store failures reported")
 	if h.CancelsOnDisconnect() {
-		assert.Positive(t, canceled, "no disconnect was reported as core.ErrCanceled")
+		assert.Positive(t, canceled, "no disconnect was reported as context.Canceled")
 	}
 }

@@ -127,19 +127,19 @@ func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	stores := socketStores(t, srv, "layers", false)
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
-			serve := func(t *testing.T, mode core.FailMode, routes []Route) *layersApp {
+			serve := func(t *testing.T, fc time.Duration, routes []Route) *layersApp {
 				t.Helper()
-				return serveLayers(t, h, st.new(t), mode, routes)
+				return serveLayers(t, h, st.new(t), fc, routes)
 			}
-			t.Run("all or nothing", func(t *testing.T) { layersAllOrNothing(t, serve(t, core.FailOpen, layersRoutes)) })
-			t.Run("binding headers", func(t *testing.T) { layersBinding(t, serve(t, core.FailOpen, layersRoutes)) })
-			t.Run("retry after", func(t *testing.T) { layersRetryAfter(t, serve(t, core.FailOpen, layersRoutes)) })
-			t.Run("never surprised", func(t *testing.T) { layersNeverSurprised(t, serve(t, core.FailOpen, layersRoutes)) })
-			t.Run("plans", func(t *testing.T) { layersPlans(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("all or nothing", func(t *testing.T) { layersAllOrNothing(t, serve(t, 0, layersRoutes)) })
+			t.Run("binding headers", func(t *testing.T) { layersBinding(t, serve(t, 0, layersRoutes)) })
+			t.Run("retry after", func(t *testing.T) { layersRetryAfter(t, serve(t, 0, layersRoutes)) })
+			t.Run("never surprised", func(t *testing.T) { layersNeverSurprised(t, serve(t, 0, layersRoutes)) })
+			t.Run("plans", func(t *testing.T) { layersPlans(t, serve(t, 0, layersRoutes)) })
 			t.Run("plan failures", func(t *testing.T) {
-				layersPlanFailures(t, serve(t, core.FailOpen, layersRoutes), serve(t, core.FailClosed, layersRoutes))
+				layersPlanFailures(t, serve(t, 0, layersRoutes), serve(t, time.Second, layersRoutes))
 			})
-			t.Run("costs", func(t *testing.T) { layersCosts(t, serve(t, core.FailOpen, layersRoutes)) })
+			t.Run("costs", func(t *testing.T) { layersCosts(t, serve(t, 0, layersRoutes)) })
 			t.Run("two servers", func(t *testing.T) {
 				// Two app servers, each its own Limiter, one store: the
 				// layers' usage is shared, all or nothing on either.
@@ -167,7 +167,7 @@ func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				}, remainingOf(t, res))
 			})
 			t.Run("hostile login paths", func(t *testing.T) {
-				layersHostile(t, serve(t, core.FailOpen, []Route{{Method: "POST", Path: "/login"}}))
+				layersHostile(t, serve(t, 0, []Route{{Method: "POST", Path: "/login"}}))
 			})
 		})
 	}
@@ -343,8 +343,9 @@ func layersPlanFailures(t *testing.T, open, closed *layersApp) {
 		errs := a.errs.all()
 		require.Len(t, errs, 2, "the ErrorHandler heard both")
 		assert.ErrorIs(t, errs[0], errPlan)
-		assert.ErrorIs(t, errs[0], core.ErrInvalidPolicy)
-		assert.ErrorIs(t, errs[1], core.ErrInvalidPolicy)
+		assert.ErrorIs(t, errs[0], limits.ErrPolicy)
+		assert.ErrorIs(t, errs[1], limits.ErrPolicy)
+		assert.ErrorIs(t, errs[1], core.ErrInvalidOption, "an invalid plan")
 	}
 	assert.Equal(t, int64(2), open.spec.Hits())
 	assert.Zero(t, closed.spec.Hits())
@@ -379,7 +380,7 @@ func layersHostile(t *testing.T, a *layersApp) {
 	ctx := context.Background()
 	ipKey := "ip:127.0.0.1"
 	for i, path := range HostileLoginPaths {
-		require.NoError(t, a.limiter.ResetLayer(ctx, "login", ipKey))
+		require.NoError(t, a.limiter.Reset(ctx, ipKey, "login"))
 		user := "hostile" + strconv.Itoa(i) // the user layer has room for each
 		before := a.spec.Hits()
 		res := a.send(t, "POST", path, "X-User", user)

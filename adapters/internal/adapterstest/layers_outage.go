@@ -37,11 +37,11 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 	layers := IssueLayers(t)
 	for i := range layers {
 		if layers[i].Policy.Name == "login" {
-			layers[i].FailClosed = true
+			layers[i].Policy.FailClosed = time.Second
 		}
 	}
 	errs := new(errorRecorder)
-	f := NewFlow(t, store, layers, []core.Option{core.WithCircuitBreaker(0, time.Second)},
+	f := NewFlow(t, store, layers, []core.Option{limitertest.CircuitBreaker(0, time.Second)},
 		httplimit.WithHeaders(layersHeaders), errs.option())
 	spec := &Spec{
 		Global: []Mount{{Flow: f}},

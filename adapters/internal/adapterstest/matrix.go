@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -235,8 +236,8 @@ var matrix = []matrixCase{
 		},
 		errs: func(t *testing.T, errs []error) {
 			require.Len(t, errs, 2, "errors %v", errs)
-			assert.ErrorIs(t, errs[0], core.ErrInvalidCost)
-			assert.ErrorIs(t, errs[1], core.ErrCostExceedsLimit)
+			assert.ErrorIs(t, errs[0], core.ErrInvalidOption)
+			assert.ErrorIs(t, errs[1], core.ErrInvalidOption)
 		},
 	},
 	{
@@ -255,39 +256,42 @@ var matrix = []matrixCase{
 	{
 		name: "store down, fail open: pass without fields",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			return global(t, FailingStore{}, fixed("global", 1), []core.Option{core.WithFailMode(core.FailOpen)}, e.option())
+			return global(t, FailingStore{}, fixed("global", 1), nil, e.option())
 		},
 		steps: []step{
 			{req: get(peerA), status: 200, body: Body},
 			{req: get(peerA), status: 200, body: Body},
 		},
 		hits: 2,
-		errs: wantErrs(core.ErrStore, ErrDown),
+		errs: wantErrs(limits.ErrStore, ErrDown),
 	},
 	{
 		name: "store down, fail closed: 503 with Retry-After",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			lopts := []core.Option{core.WithFailMode(core.FailClosed), core.WithFailClosedRetry(2 * time.Second)}
-			return global(t, FailingStore{}, fixed("global", 1), lopts, e.option())
+			p := fixed("global", 1)
+			p.FailClosed = 2 * time.Second
+			return global(t, FailingStore{}, p, nil, e.option())
 		},
 		steps: []step{
 			{req: get(peerA), status: 503, body: unavailableBody("2"), contentType: "application/json",
 				fields: map[string]string{"Retry-After": "2"}},
 		},
-		errs: wantErrs(core.ErrStore, ErrDown),
+		errs: wantErrs(limits.ErrStore, ErrDown),
 	},
 	{
 		name: "store down, fallback store: real decisions and fields",
 		build: func(t testing.TB, e *errorRecorder) *Spec {
-			lopts := []core.Option{core.WithFailMode(core.FailClosed), core.WithFallback(clockstore.At(NewStore(t), T0))}
-			return global(t, FailingStore{}, fixed("global", 1), lopts, e.option())
+			p := fixed("global", 1)
+			p.FailClosed = time.Second
+			lopts := []core.Option{core.WithFallback(clockstore.At(NewStore(t), T0))}
+			return global(t, FailingStore{}, p, lopts, e.option())
 		},
 		steps: []step{
 			{req: get(peerA), status: 200, body: Body, fields: limited(1, 0, 55)},
 			{req: get(peerA), status: 429, body: exceededBody("55"), fields: denied(1, 0, 55, 55)},
 		},
 		hits: 1,
-		errs: wantErrs(core.ErrStore, ErrDown),
+		errs: wantErrs(limits.ErrStore, ErrDown),
 	},
 	{
 		name: "no key in request: 400",

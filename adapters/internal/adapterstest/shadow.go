@@ -10,6 +10,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // RunShadow checks shadow mode over real sockets: a limit of 1 in shadow
@@ -24,10 +26,10 @@ func RunShadow(t *testing.T, h SocketHarness) {
 		}
 		t.Run(name, func(t *testing.T) {
 			var mu sync.Mutex
-			outcomes := map[core.Outcome]int{}
-			obs := core.ObserverFunc(func(e core.Event) {
+			outcomes := map[outcome.Outcome]int{}
+			obs := limitertest.Observer(func(e core.Event) {
 				mu.Lock()
-				outcomes[e.Outcome]++
+				outcomes[outcome.Of(&e.Decision)]++
 				mu.Unlock()
 			})
 			var opts []httplimit.Option
@@ -54,7 +56,7 @@ func RunShadow(t *testing.T, h SocketHarness) {
 			assert.Equal(t, int64(n), spec.Hits())
 			mu.Lock()
 			defer mu.Unlock()
-			assert.Equal(t, map[core.Outcome]int{core.OutcomeAllowed: 1, core.OutcomeShadowDenied: n - 1}, outcomes)
+			assert.Equal(t, map[outcome.Outcome]int{outcome.Allowed: 1, outcome.ShadowDenied: n - 1}, outcomes)
 		})
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 )
 
@@ -50,12 +52,23 @@ func socketStores(t *testing.T, srv *redistest.Server, prefix string, withContex
 }
 
 // failModes are what a Limiter does when its store fails, each as the
-// options that make it so.
+// policies' FailClosed and the options that make it so.
 var failModes = []struct {
-	name string
-	opts func(t testing.TB) []core.Option
+	name       string
+	failClosed time.Duration
+	opts       func(t testing.TB) []core.Option
 }{
-	{"fail open", func(testing.TB) []core.Option { return nil }},
-	{"fail closed", func(testing.TB) []core.Option { return []core.Option{core.WithFailMode(core.FailClosed)} }},
-	{"fallback", func(t testing.TB) []core.Option { return []core.Option{core.WithFallback(NewStore(t))} }},
+	{"fail open", 0, func(testing.TB) []core.Option { return nil }},
+	{"fail closed", time.Second, func(testing.TB) []core.Option { return nil }},
+	{"fallback", 0, func(t testing.TB) []core.Option { return []core.Option{core.WithFallback(NewStore(t))} }},
+}
+
+// failClosed returns layers with every policy's FailClosed set to d.
+func failClosed(layers []httplimit.Layer, d time.Duration) []httplimit.Layer {
+	out := make([]httplimit.Layer, len(layers))
+	for i, ly := range layers {
+		ly.Policy.FailClosed = d
+		out[i] = ly
+	}
+	return out
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
@@ -45,16 +46,15 @@ func TestNewLimiters(t *testing.T) {
 	}
 	_, err = l.Flow()
 	require.NoError(t, err)
-	layers := l.Limiter.Layers()
+	layers := l.Limiter.Policies()
 	require.Len(t, layers, 5)
 	require.Len(t, l.Layers, 5)
 	for i, name := range []string{"global", "login", "api", "users", PostsLayer} {
 		assert.Equal(t, name, layers[i].Name, "layer %d", i)
 		assert.Equal(t, name, l.Layers[i].Policy.Name, "layer %d", i)
-		assert.Equal(t, name == LoginLayer, layers[i].FailClosed, "%s: fails closed", name)
+		assert.Equal(t, name == LoginLayer, layers[i].FailClosed > 0, "%s: fails closed", name)
 		assert.NotNil(t, l.Layers[i].Key, "%s: key", name)
 	}
-	assert.Equal(t, core.FailOpen, l.Limiter.FailMode(), "the limiter fails open; the login layer closed")
 	assert.Empty(t, l.Guard, "no deny list unless DENY_FILE gives one")
 
 	api := l.Layers[2].Key
@@ -69,16 +69,17 @@ func TestNewLimiters(t *testing.T) {
 	assert.Equal(t, "ip:203.0.113.7", k, "users: per client IP")
 
 	// The limiter reports to the metrics, served by l.Metrics: each
-	// request once, under its binding layer.
-	var v core.Verdict
-	require.NoError(t, l.Limiter.AllowLayers(context.Background(), []core.Check{{Layer: 0, Key: "ip:203.0.113.7", Cost: 1}, {Layer: 1, Key: "ip:203.0.113.7", Cost: 1}}, &v))
+	// request under every layer that applied to it.
+	var v limitertest.Verdict
+	require.NoError(t, limitertest.AllowLayers(l.Limiter, context.Background(), []core.Check{{Layer: 0, Key: "ip:203.0.113.7", Cost: 1}, {Layer: 1, Key: "ip:203.0.113.7", Cost: 1}}, time.Time{}, &v))
 	require.True(t, v.Allowed)
 	rec := httptest.NewRecorder()
 	l.Metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, MetricsPath, nil))
 	assert.Equal(t, http.StatusOK, rec.Code, "GET /metrics")
 	for _, line := range []string{
 		`ratelimit_decisions_total{limit="login",outcome="allowed"} 1`,
-		`ratelimit_decisions_total{limit="global",outcome="allowed"} 0`,
+		`ratelimit_decisions_total{limit="global",outcome="allowed"} 1`,
+		`ratelimit_decisions_total{limit="api",outcome="allowed"} 0`,
 		`ratelimit_memstore_keys{store="memory"} 2`,
 	} {
 		assert.Contains(t, rec.Body.String(), "\n"+line+"\n", "GET /metrics")
@@ -87,7 +88,7 @@ func TestNewLimiters(t *testing.T) {
 	p := DefaultPolicies()
 	p.API.Limit = 0
 	_, err = NewLimiters(store, p)
-	assert.ErrorIs(t, err, core.ErrInvalidPolicy, "invalid API policy")
+	assert.ErrorIs(t, err, core.ErrInvalidOption, "invalid API policy")
 	assert.ErrorContains(t, err, `layer "api"`, "the error names the layer")
 }
 
@@ -268,7 +269,7 @@ func TestOpenStoreRedis(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	assert.True(t, strings.HasPrefix(s.Name, "redis at "+srv.Addr()), "Name = %q, want redis at %s", s.Name, srv.Addr())
-	l, err := core.NewLimiter(s.Store, core.Policy{Name: "demo-test", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute})
+	l, err := core.NewLimiter(s.Store, []core.Policy{{Name: "demo-test", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}})
 	require.NoError(t, err)
 	key := "test-" + time.Now().Format(time.RFC3339Nano)
 	for i, want := range []bool{true, false} {
@@ -315,7 +316,7 @@ func TestRun(t *testing.T) {
 		require.False(t, time.Now().After(deadline), "no banner within 10s")
 	}
 	require.NotNil(t, got.Limiter, "the server's limiter")
-	assert.Equal(t, DefaultPolicies().Global, got.Limiter.Policy(), "the server's first layer: the global policy")
+	assert.Equal(t, DefaultPolicies().Global, got.Limiter.Policies()[0], "the server's first layer: the global policy")
 	c := &http.Client{Timeout: 5 * time.Second}
 	res, err := c.Get(base + "/")
 	require.NoError(t, err)

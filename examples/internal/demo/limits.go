@@ -61,8 +61,10 @@ func DefaultPolicies() Policies {
 		// Exact: at most 5 attempts in any 15 minutes, no boundary burst.
 		// The 6th locks the client out for 30 minutes, every request
 		// refused; each later offence remembered doubles it, up to a day.
+		// While the store is down it fails closed (503, retry after 5 s):
+		// a password guard must not open in an outage.
 		Login: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
-			Lockout: 30 * time.Minute, LockoutMax: 24 * time.Hour},
+			Lockout: 30 * time.Minute, LockoutMax: 24 * time.Hour, FailClosed: 5 * time.Second},
 		// O(1) memory per key, smooth across window boundaries.
 		API: core.Policy{Name: "api", Algorithm: core.SlidingWindowCounter, Limit: 1000, Window: time.Hour},
 		// The cheapest: one counter per key and minute.
@@ -154,7 +156,7 @@ func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, e
 	ip := l.clientIP.Key
 	l.Layers = []httplimit.Layer{
 		{Policy: p.Global, Key: ip},
-		{Policy: p.Login, Key: ip, Methods: []string{http.MethodPost}, Routes: []string{"/login"}, FailClosed: true},
+		{Policy: p.Login, Key: ip, Methods: []string{http.MethodPost}, Routes: []string{"/login"}},
 		// A request without X-API-Key gets 400 and
 		// {"error":"rate_limit_key_missing",...}; the key is not checked,
 		// which is the job of authentication, running before the limiter
@@ -232,7 +234,7 @@ func (l Limiters) ClearLoginStrikes(ctx context.Context, remoteAddr string) erro
 	if err != nil {
 		return err
 	}
-	return l.Limiter.ResetLayer(ctx, LoginLayer, key)
+	return l.Limiter.Reset(ctx, key, LoginLayer)
 }
 
 // peer is a keyfuncs.Request that has nothing but its socket peer.

@@ -71,7 +71,7 @@ func OpenStore(ctx context.Context, redisURL string) (*Store, error) {
 
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()
-	if err := rs.Ping(pctx); err != nil {
+	if err := client.Ping(pctx).Err(); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis at %s does not answer: %w", opt.Addr, err)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/internal/outcome"
 )
 
 // Metrics serves the example's app, as newServer builds it (the server
@@ -35,9 +35,8 @@ func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 	t.Cleanup(func() { _ = store.Close() })
 	p := Generous()
 	p.Login = demo.DefaultPolicies().Login
-	// Each request counts once, under its binding layer, the one with
-	// the least left: with these limits, the route's layer on every
-	// limited route, the global layer elsewhere.
+	// Each request counts under every layer that applied to it, with that
+	// layer's own outcome.
 	p.API.Limit, p.Users.Limit = 10, 10
 	l, err := demo.NewLimiters(store, p)
 	require.NoError(t, err)
@@ -74,7 +73,10 @@ func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 			assert.Equal(t, "1800", res.Header.Get("Retry-After"), "%s %s: the lockout's Retry-After", r.method, r.path)
 		}
 	}
-	const global = 4 // GET / and the 404: the requests no route's layer binds
+	// The global layer applies to every request the limiter decides (all
+	// but the one without an API key) and had room for each, the locked
+	// out logins included: each layer counts what it applied to.
+	const global = 14
 
 	for i := range 3 { // scrapes: none limited, none counted
 		res := send(t, c, "GET", base+demo.MetricsPath, nil)
@@ -95,7 +97,7 @@ func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 		p.Users.Name:  {"allowed": 1},
 	}
 	for limit, counts := range want {
-		for _, o := range core.Outcomes() {
+		for _, o := range outcome.All() {
 			series := fmt.Sprintf(`ratelimit_decisions_total{limit=%q,outcome=%q}`, limit, o.String())
 			if assert.Contains(t, samples, series) {
 				assert.Equal(t, fmt.Sprint(counts[o.String()]), samples[series], series)

@@ -14,12 +14,13 @@ import (
 
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/storetest"
+	_ "github.com/apigate/ratelimit/core/storetest" // registers storecases.Cases
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/storecases"
 )
 
 // TestConformanceDecisions replays every scripted case of core/storetest,
-// storetest.Cases, as CSV traces through the simulator, on the memory store
+// storetest's scripted cases (internal/storecases), as CSV traces through the simulator, on the memory store
 // with the trace's times as the clock, and compares every Decision with the
 // one the suite expects. A trace has no Reset, and the simulator gives each
 // policy a store of its own; both change nothing to the decisions, so:
@@ -35,8 +36,8 @@ import (
 func TestConformanceDecisions(t *testing.T) {
 	// A case's Start counts from the suite's epoch, a trace's times from
 	// the simulator's.
-	require.True(t, sim.Epoch.Equal(storetest.Epoch()), "sim.Epoch %v, storetest.Epoch() %v", sim.Epoch, storetest.Epoch())
-	cases := storetest.Cases()
+	require.True(t, sim.Epoch.Equal(storecases.Epoch), "sim.Epoch %v, storecases.Epoch %v", sim.Epoch, storecases.Epoch)
+	cases := storecases.Cases()
 	require.GreaterOrEqual(t, len(cases), 39, "the suite's scripted cases")
 	for _, c := range cases {
 		t.Run(string(c.Policy.Algorithm)+"/"+c.Name, func(t *testing.T) {

@@ -87,11 +87,11 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 		return Result{}, err
 	}
 	defer store.Close()
-	lim, err := core.NewLimiter(store, p)
+	lim, err := core.NewLimiter(store, []core.Policy{p})
 	if err != nil {
 		return Result{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	p = lim.Policy()
+	p = lim.Policies()[0]
 	res := Result{Policy: p, FirstDenial: -1, WorstWindow: cmp.Or(opt.Window, p.Window)}
 	type counts struct {
 		admitted, denied int64
@@ -116,7 +116,7 @@ func runOne(ctx context.Context, p core.Policy, events []Event, opt Options) (Re
 				opt.Progress(p.Name, i, len(events))
 			}
 		}
-		d, err := lim.AllowNAt(ctx, ev.Key, ev.Cost, ev.At)
+		d, err := lim.AllowN(ctx, ev.Key, ev.Cost, ev.At)
 		if err != nil {
 			return Result{}, fmt.Errorf("policy %q, request %d (key %q at %s): %w", p.Name, i+1, ev.Key, ev.At.Format(time.RFC3339Nano), err)
 		}

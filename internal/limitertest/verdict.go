@@ -1,0 +1,55 @@
+package limitertest
+
+import (
+	"context"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// Verdict is a layered decision as tests read it: the request's Decision,
+// every layer's, and the index of the binding one (-1 for no check).
+type Verdict struct {
+	core.Decision
+	Decisions []core.Decision
+	Binding   int
+}
+
+// AllowLayers is l.AllowLayers at now, filling v.
+func AllowLayers(l *core.Limiter, ctx context.Context, checks []core.Check, now time.Time, v *Verdict) error {
+	if cap(v.Decisions) < len(checks) {
+		v.Decisions = make([]core.Decision, len(checks))
+	}
+	v.Decisions = v.Decisions[:len(checks)]
+	clear(v.Decisions)
+	d, _, err := l.AllowLayers(ctx, now, checks, v.Decisions)
+	v.Decision, v.Binding = d, -1
+	for i := range v.Decisions {
+		if len(checks) > 0 && v.Decisions[i].Policy.Name == d.Policy.Name && d.Policy.Name != "" {
+			v.Binding = i
+			break
+		}
+	}
+	if err != nil && len(checks) > 0 {
+		v.Binding = 0
+	}
+	return err
+}
+
+// Named is p with the Name name, failing closed for the first
+// failClosed, if given.
+func Named(p core.Policy, name string, failClosed ...time.Duration) core.Policy {
+	p.Name = name
+	if len(failClosed) > 0 {
+		p.FailClosed = failClosed[0]
+	}
+	return p
+}
+
+// AllowNTimed decides a request of cost n from key on l's first layer, as
+// AllowN does, and returns the time the store decided at when it decided
+// in process (the zero Time otherwise), as AllowLayers does.
+func AllowNTimed(l *core.Limiter, ctx context.Context, key string, n int64) (core.Decision, time.Time, error) {
+	checks := [1]core.Check{{Layer: 0, Key: key, Cost: n}}
+	return l.AllowLayers(ctx, time.Time{}, checks[:], nil)
+}
