@@ -1,0 +1,349 @@
+package redisstore
+
+// The layers of one request spread over several Redis Cluster slots (or
+// Ring shards): one script per slot, in one pipeline, and the units taken
+// by a slot that admitted given back when another denied (see TakeAll).
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
+)
+
+// group is the requests of TakeAll in one slot (or on one Ring shard).
+type group struct {
+	id        int   // the slot
+	idx       []int // into reqs
+	reqs      []core.Request
+	call      *multiCall
+	cmd       *redis.Cmd
+	admitted  bool
+	committed bool
+	undo      []any // the undo script's ARGV, when committed
+}
+
+// takeGroups decides reqs over a client that spreads keys: grouped by
+// slotOf (by client key when nil). No script can reach two slots, so that
+// a request denied by one group must take nothing in another, it goes in
+// two steps, each one command per group, sent at once (runAtOnce):
+//
+//  1. check: every group decides without writing what an admission
+//     would (modeCheck). When any group denies (or fails), that is the
+//     decision, and no group took anything: a client denied on one layer
+//     (a lockout, its own limit) cannot spend a shared layer's quota
+//     however many requests it sends at once.
+//  2. take: when every group would admit, every group decides again and
+//     writes (modeUndoable). When one now denies, it lost a race with
+//     another request in the moment between the two steps, and the
+//     groups that admitted are undone at once (undo.lua): exactly, but
+//     for a bucket's part that drained meanwhile (never more than it
+//     took).
+//
+// So the units lost to denied requests are bounded by the requests that
+// race in that moment, and given back at once, not when the window
+// slides. A request whose layers all admit costs two round trips, one
+// whose check denies costs one.
+func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
+	var gs []*group
+	for j := range reqs {
+		id := -1
+		if slotOf != nil {
+			id = slotOf(reqs[j].Key)
+		}
+		var g *group
+		for _, h := range gs {
+			if (slotOf != nil && h.id == id) || (slotOf == nil && h.reqs[0].Key == reqs[j].Key) {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &group{id: id}
+			gs = append(gs, g)
+		}
+		g.idx = append(g.idx, j)
+		g.reqs = append(g.reqs, reqs[j])
+	}
+	if len(gs) == 1 {
+		return s.takeOne(ctx, at, reqs, out)
+	}
+	calls := make([]*multiCall, len(gs))
+	for k, g := range gs {
+		g.call = multiPool.Get().(*multiCall)
+		defer g.call.put()
+		if err := s.prepare(g.call, at, g.reqs, modeCheck); err != nil {
+			return err
+		}
+		calls[k] = g.call
+	}
+	// 1. Check.
+	admitted, err := s.runGroups(ctx, gs, calls, out, false)
+	if s.afterStep != nil {
+		s.afterStep()
+	}
+	if err != nil || !admitted {
+		return err
+	}
+	// 2. Take.
+	for _, g := range gs {
+		g.call.args[g.call.modeAt] = modeUndoable
+	}
+	admitted, err = s.runGroups(ctx, gs, calls, out, true)
+	if s.afterStep != nil {
+		s.afterStep()
+	}
+	if err == nil && admitted {
+		return nil
+	}
+	s.giveBack(ctx, gs)
+	return err
+}
+
+// undoTimeout bounds an undo sent after its request's context had ended.
+const undoTimeout = time.Second
+
+// giveBack undoes the groups of gs that committed (see undo). When ctx
+// has already ended (a node slower than the Limiter's deadline failed the
+// take, and the others took), the undo is sent all the same, on a
+// goroutine of its own with a context of undoTimeout, so that a slow node
+// neither holds the caller past its deadline nor leaves the other slots'
+// units taken until they expire. An undo is sent once, never retried: one
+// whose reply was lost may have been made, and a second would give back
+// more than was taken.
+func (s *Store) giveBack(ctx context.Context, gs []*group) {
+	calls := undoCalls(gs)
+	if len(calls) == 0 {
+		return
+	}
+	if ctx.Err() == nil {
+		s.sendUndo(ctx, calls)
+		return
+	}
+	go func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		s.sendUndo(uctx, calls)
+	}()
+}
+
+// sendUndo runs the undo calls at once (runAtOnce), logs a failure, and puts
+// the calls back in their pool.
+func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
+	var errs []error
+	for _, cmd := range runAtOnce(ctx, s.client, calls) {
+		if err := cmd.Err(); err != nil {
+			s.recovery.failed(err)
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range calls {
+		c.put()
+	}
+	if err := errors.Join(errs...); err != nil {
+		l := s.logger
+		if l == nil {
+			l = slog.Default()
+		}
+		l.LogAttrs(ctx, slog.LevelWarn, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires",
+			slog.String("error", err.Error()))
+	}
+}
+
+// runGroups runs the groups' calls at once (runAtOnce) and fills out from
+// their replies: it reports whether every group admitted, and the groups'
+// failures. take says the calls write (modeUndoable) rather than check.
+func (s *Store) runGroups(ctx context.Context, gs []*group, calls []*multiCall, out []core.Decision, take bool) (bool, error) {
+	cmds := runAtOnce(ctx, s.client, calls)
+	var failed error
+	allowed := true
+	for k, g := range gs {
+		g.cmd = cmds[k]
+		if err := g.parse(out, take); err != nil {
+			s.recovery.failed(err)
+			failed = errors.Join(failed, err)
+			continue
+		}
+		allowed = allowed && g.admitted
+	}
+	if failed != nil {
+		return false, fmt.Errorf("redisstore: layers: %w", failed)
+	}
+	return allowed, nil
+}
+
+// parse fills out from g's reply, and g's admitted, committed and undo.
+// take says the call wrote (modeUndoable) rather than checked.
+func (g *group) parse(out []core.Decision, take bool) error {
+	g.admitted, g.committed, g.undo = false, false, g.undo[:0]
+	if err := g.cmd.Err(); err != nil {
+		return err
+	}
+	r, err := g.cmd.Slice()
+	if err != nil {
+		return err
+	}
+	c := g.call
+	if len(r) < c.want {
+		return fmt.Errorf("script returned %d values, want %d or more", len(r), c.want)
+	}
+	ints := make([]int64, c.want)
+	for i := range ints {
+		v, ok := r[i].(int64)
+		if !ok {
+			return fmt.Errorf("script returned %T at %d, want an integer", r[i], i)
+		}
+		ints[i] = v
+	}
+	ds := make([]core.Decision, c.n)
+	c.decisions(ints, ds)
+	g.admitted = true
+	for j, d := range ds {
+		out[g.idx[j]] = d
+		g.admitted = g.admitted && d.Allowed
+	}
+	if !g.admitted || !take {
+		if len(r) != c.want {
+			return fmt.Errorf("script returned %d values, want %d", len(r), c.want)
+		}
+		return nil
+	}
+	// Committed: one undo record per layer, and the Redis TIME.
+	if len(r) != c.want+c.n+1 {
+		return fmt.Errorf("script returned %d values, want %d", len(r), c.want+c.n+1)
+	}
+	g.committed = true
+	g.undo = append(g.undo, r[len(r)-1])
+	for j := range c.n {
+		rec, _ := r[c.want+j].([]any)
+		if len(rec) == 0 || rec[0] == "x" {
+			continue
+		}
+		if len(rec) != 6 {
+			return fmt.Errorf("undo record of %d values, want 6", len(rec))
+		}
+		p := &g.reqs[j].Policy
+		g.undo = append(g.undo, j, undoKind(algos[c.algo[j]].alg), rec[1], rec[2], rec[3], rec[4], rec[5],
+			g.reqs[j].Cost, p.Limit, p.Window.Microseconds())
+	}
+	return nil
+}
+
+// undoKind is what the undo script does with a layer of algorithm a: 'l'
+// removes the log's member, 'c' gives back a window counter's units, 'b'
+// leaves a bucket as it is unless it can be put back exactly.
+func undoKind(a core.Algorithm) string {
+	switch a {
+	case core.SlidingWindowLog:
+		return "l"
+	case core.FixedWindow:
+		return "fw"
+	case core.SlidingWindowCounter:
+		return "swc"
+	}
+	return "b"
+}
+
+// undoFields is the number of ARGV per layer of undoLua.
+const undoFields = 9
+
+// undoLua undoes the writes of the layers of a committed group (see
+// undo.lua).
+//
+//go:embed undo.lua
+var undoLua string
+
+var undoScript = redis.NewScript(undoLua)
+
+// undoCalls returns the undo script's calls for every committed group of
+// gs (see undo.lua), from the pool; they hold copies of what they need of
+// the groups' calls.
+func undoCalls(gs []*group) []*multiCall {
+	var calls []*multiCall
+	for _, g := range gs {
+		if !g.committed || len(g.undo) < 2 {
+			continue
+		}
+		c := multiPool.Get().(*multiCall)
+		c.sha, c.src = undoScript.Hash(), undoLua
+		n := 3
+		nkeys := 0
+		args := []any{g.undo[0]}
+		for k := 1; k+undoFields+1 <= len(g.undo); k += undoFields + 1 {
+			j := g.undo[k].(int)
+			c.keys[nkeys] = g.call.keys[keyIndex(g.call, j)]
+			c.args[n] = &c.keys[nkeys]
+			n++
+			nkeys++
+			args = append(args, g.undo[k+1:k+1+undoFields]...)
+		}
+		c.args[2] = int64(nkeys)
+		n += copy(c.args[n:], args)
+		c.nargs = n
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// keyIndex returns the index in c.keys of layer j's state key.
+func keyIndex(c *multiCall, j int) int {
+	k := 0
+	for i := range j {
+		k++
+		if c.locked[i] {
+			k++
+		}
+	}
+	return k
+}
+
+// runAtOnce sends the calls' EVALSHAs at once, each as a command of
+// its own on its own goroutine (its node's, in parallel: one round trip
+// per node), EVAL after a NOSCRIPT, and returns their commands, in order.
+// Not one go-redis pipeline: a cluster pipeline whose one node fails
+// retries after a back-off that ends with the context, and then marks
+// every command of the pipeline failed, the others' replies included; a
+// slot that took would then have taken without the undo record its reply
+// carries. Each command on its own keeps its reply, whatever another
+// node does.
+func runAtOnce(ctx context.Context, client redis.UniversalClient, calls []*multiCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	var wg sync.WaitGroup
+	for k := range calls {
+		wg.Go(func() {
+			cmd := redis.NewCmd(ctx, calls[k].command(false)...)
+			_ = client.Process(ctx, cmd)
+			if noScript(cmd.Err()) {
+				cmd = redis.NewCmd(ctx, calls[k].command(true)...)
+				_ = client.Process(ctx, cmd)
+			}
+			cmds[k] = cmd
+		})
+	}
+	wg.Wait()
+	return cmds
+}
+
+// slot returns the Redis Cluster slot of the keys of the client key key:
+// CRC16 (XMODEM) of the hash tag, the client key, modulo 16384.
+func slot(key string) uint16 {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
