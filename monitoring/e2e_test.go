@@ -81,15 +81,16 @@ func TestE2EPrometheus(t *testing.T) {
 
 	// The example's limiter is layered: each request is checked against
 	// the global layer (a burst of 20, one more every 600 ms) and its
-	// route's layer at once, and counted once, under its binding layer:
-	// the one that denied, or else the one with the least left. The
-	// login, API and users requests come first, fewer than the burst.
+	// route's layer at once, and counted under every layer that applied
+	// to it, with that layer's own outcome. The login, API and users
+	// requests come first, fewer than the burst: the global layer admits
+	// each of them.
 	//
-	// The login layer is a brute-force guard (5 of 15 minutes, so it
-	// always has less left than the global burst, and binds): the
+	// The login layer is a brute-force guard (5 of 15 minutes): the
 	// attempts, sent without a password, pass (and get 401) up to its
 	// limit; the next one locks the client out, and it and those after it
-	// are locked_out.
+	// are locked_out; the global layer, which had room, counts each
+	// allowed (it took nothing from the refused ones).
 	login := demoLoginLimit + 3
 	for i := 0; i < login; i++ {
 		if send(http.MethodPost, "/login") == http.StatusTooManyRequests {
@@ -97,19 +98,20 @@ func TestE2EPrometheus(t *testing.T) {
 		} else {
 			want.add("login", outcome.Allowed)
 		}
+		want.add("global", outcome.Allowed)
 	}
-	// The API (1000 an hour) and users (30 a minute) layers have more
-	// left than the global burst: the global layer binds, and counts them.
-	for _, path := range []string{"/api/data", "/users/1", "/users/2", "/users/1/posts"} {
+	// The API (1000 an hour), users and posts (30 a minute each) layers
+	// admit theirs, and so does the global layer.
+	for _, r := range []struct{ path, layer string }{
+		{"/api/data", "api"}, {"/users/1", "users"}, {"/users/2", "users"}, {"/users/1/posts", "posts"},
+	} {
 		header := []string(nil)
-		if path == "/api/data" {
+		if r.path == "/api/data" {
 			header = []string{demoAPIKeyHeader, "e2e-test-key"}
 		}
-		if send(http.MethodGet, path, header...) == http.StatusOK {
-			want.add("global", outcome.Allowed)
-		} else {
-			want.add("global", outcome.Denied)
-		}
+		require.Equal(t, http.StatusOK, send(http.MethodGet, r.path, header...), "%s: within every limit", r.path)
+		want.add("global", outcome.Allowed)
+		want.add(r.layer, outcome.Allowed)
 	}
 	// Then GET /, under the global limit only, until it has denied 10.
 	for denied, i := 0, 0; denied < 10; i++ {

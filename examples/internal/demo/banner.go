@@ -46,8 +46,8 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  %-16s %s, per %s header\n", "GET /api/data", Describe(p.API), APIKeyHeader)
 	fmt.Fprintf(&b, "  %-16s %s, per route and client IP:\n", "GET /users/{id}", Describe(p.Users))
 	fmt.Fprintf(&b, "  %-16s a quota of its own (layer \"posts\")\n", "  and /posts")
-	fmt.Fprintf(&b, "metrics: GET %s%s, never limited, for Prometheus (limit=%q, %q, %q, %q)\n",
-		u, MetricsPath, p.Global.Name, p.Login.Name, p.API.Name, p.Users.Name)
+	fmt.Fprintf(&b, "metrics: GET %s%s, never limited, for Prometheus (limit=%q, %q, %q, %q, %q)\n",
+		u, MetricsPath, p.Global.Name, p.Login.Name, p.API.Name, p.Users.Name, PostsLayer)
 	fmt.Fprintf(&b, "try it:\n")
 	fmt.Fprintf(&b, "  # the global limit: the burst passes, then 429 with Retry-After\n")
 	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", limits.Capacity(p.Global.Algorithm, p.Global.Limit, p.Global.Burst)+5, u)

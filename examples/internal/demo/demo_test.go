@@ -159,7 +159,7 @@ func TestWriteBanner(t *testing.T) {
 		"curl -i -H 'X-API-Key: demo' http://127.0.0.1:8080/api/data",
 		"curl -i http://127.0.0.1:8080/users/42",
 		"per client IP (but GET /metrics)\n",
-		`metrics: GET http://127.0.0.1:8080/metrics, never limited, for Prometheus (limit="global", "login", "api", "users")` + "\n",
+		`metrics: GET http://127.0.0.1:8080/metrics, never limited, for Prometheus (limit="global", "login", "api", "users", "posts")` + "\n",
 		"curl -s http://127.0.0.1:8080/metrics | grep '^ratelimit_decisions_total'\n",
 	} {
 		assert.Contains(t, b.String(), want, "the banner")

@@ -101,9 +101,9 @@ type Limiters struct {
 	Guard []httplimit.Option
 
 	// Metrics serves, in the Prometheus text format, what the limiter
-	// decided (promlimit's series: each request counted once, labeled
-	// limit= with its binding layer, "global", "login", "api", "users" or
-	// "posts"), the memory store's key count, and the Go runtime's and the
+	// decided (promlimit's series: each request counted under every layer
+	// that applied to it, labeled limit= "global", "login", "api", "users"
+	// or "posts"), the memory store's key count, and the Go runtime's and the
 	// process's metrics. Examples mount it at GET MetricsPath, which their
 	// Flow skips (SkipMetrics).
 	Metrics http.Handler
