@@ -331,7 +331,12 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				names, _ = counter.snapshot()
 				probes := names["evalsha"] + names["eval"]
 				t.Logf("%d decisions in %v: %d probes", decisions, time.Since(start), probes)
-				assert.LessOrEqual(t, probes, int(time.Since(start)/(100*time.Millisecond))+1)
+				// One probe per interval, plus the one at the start; and
+				// one more on a busy machine: over the default client, a
+				// command the Limiter gave up on before the reset (its
+				// batch still dialing a killed server) may reach the
+				// counter after it.
+				assert.LessOrEqual(t, probes, int(time.Since(start)/(100*time.Millisecond))+2)
 
 				if outage == "frozen" {
 					srv.Thaw()
