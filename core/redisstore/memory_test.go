@@ -58,8 +58,16 @@ func TestTokenBucketMemory(t *testing.T) {
 			state, err := c.Get(ctx, key).Result()
 			require.NoError(t, err)
 			require.NoError(t, c.Del(ctx, key).Err())
-			redisRateKey(t, c, key)
-			theirs := memoryUsage(t, c, key)
+			// redis_rate stores Redis TIME as a float, its trailing zeros
+			// dropped: a write whose time ends in zeros is a byte or two
+			// shorter, which may cross an allocator size class. Its
+			// usual size is the largest of a few writes.
+			var theirs int64
+			for range 5 {
+				require.NoError(t, c.Del(ctx, key).Err())
+				redisRateKey(t, c, key)
+				theirs = max(theirs, memoryUsage(t, c, key))
+			}
 			// Ours again, for the next request.
 			require.NoError(t, c.Set(ctx, key, state, time.Minute).Err())
 			assert.LessOrEqual(t, ours, theirs, "%+v: MEMORY USAGE of the key %s: ours against redis_rate's", p, key)
