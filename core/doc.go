@@ -4,27 +4,33 @@
 // A Policy says how many requests a client may make: Limit per Window, by
 // one of five Algorithms. A Store keeps every client's state and decides
 // atomically: core/memstore in process memory, core/redisstore in Redis,
-// shared by many app servers. A Limiter ties one Policy to a Store, and is
-// safe for concurrent use:
+// shared by many app servers. A Limiter ties its policies (one, or several
+// layers that every request must pass) to a Store, and is safe for
+// concurrent use:
 //
 //	store, err := memstore.New() // or redisstore.New(redisClient)
 //	if err != nil { ... }
-//	l, err := core.NewLimiter(store, core.Policy{
+//	l, err := core.NewLimiter(store, []core.Policy{{
 //		Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20,
-//	})
+//	}})
 //	// ...
 //	d, err := l.Allow(ctx, clientKey)
+//	if err != nil {
+//		return err // nothing was decided: ctx ended, or a bad key
+//	}
 //	if !d.Allowed {
 //		// 429: come back after d.RetryAfter
 //	}
 //
-// Bad input is an error wrapping a sentinel: ErrInvalidPolicy or
-// ErrInvalidOption from NewLimiter, ErrInvalidKey or ErrInvalidCost from
-// Allow. A store that fails, or does not answer within its own timeout
-// (redisstore.WithTimeout), leaves the decision to the Limiter's fallback
-// store or else its FailMode (FailOpen by default), with an error wrapping
-// ErrStore for the caller to log; Decision.Source says which decided.
-// WithFailMode, WithFallback, WithCircuitBreaker and WithDenyCache set how.
+// Bad input is an error wrapping ErrInvalidOption, the one sentinel: a
+// bad policy or option from NewLimiter, an empty key or a bad cost from a
+// decision. A store that fails, or does not answer within its own timeout
+// (redisstore.WithTimeout), is no error: the fallback store (WithFallback)
+// decides, or else the policy's fail mode (Policy.FailClosed: open by
+// default), and Decision.Err says what went wrong, for the caller to log;
+// Decision.Source says which decided. A circuit breaker spares a failing
+// store the wait: after 3 consecutive failures, one probe per 100 ms.
+// AllowLayers decides a request of several layers, all or nothing.
 //
 // A Policy with a Lockout guards against brute force: a client the
 // algorithm denies is locked out for a while, twice as long at each

@@ -98,7 +98,7 @@ func Default() Config {
 // single decision, without the Writer's sharing. Only X-RateLimit-Reset
 // depends on now; it is now+d.ResetAfter, rounded up to a whole second.
 //
-// write writes nothing at all for a decision the FailMode allowed (Source
+// write writes nothing at all for a decision the fail mode allowed (Source
 // core.SourceFailMode, failed open): such a decision was not made by the
 // store and carries no information, and a client is better told nothing
 // than told a quota that does not exist.

@@ -96,7 +96,7 @@ type partBlock struct {
 // a Structured Field string cannot hold, which a validated policy never
 // has, is left out of the lists.
 //
-// Write writes nothing at all for a decision the FailMode allowed (Source
+// Write writes nothing at all for a decision the fail mode allowed (Source
 // core.SourceFailMode, failed open): such a decision was not made by the
 // store and carries no information, and a client is better told nothing
 // than told a quota that does not exist. Negative counts and durations,

@@ -63,7 +63,7 @@ type ErrorHandler func(r keyfuncs.Request, err error)
 type Flow struct {
 	limiter  *core.Limiter
 	layers   *layerSet  // every layer
-	single   *flowLayer // the only layer, decided by Limiter.AllowNTimed; nil: by AllowLayers
+	single   *flowLayer // the only plain layer, decided as one Check without per-layer Decisions; nil: several
 	skips    []func(keyfuncs.Request) bool
 	headers  headers.Config
 	writer   *headers.Writer // of headers
@@ -165,7 +165,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 }
 
 // Limiter returns the Limiter the Flow decides by, which New built: to
-// Reset a client after a good login (Limiter.ResetLayer for one layer),
+// Reset a client after a good login (Limiter.Reset, of one layer or all),
 // or to share the limits with code that is not HTTP.
 func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 

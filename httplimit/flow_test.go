@@ -335,9 +335,9 @@ func BenchmarkHandle(b *testing.B) {
 
 // BenchmarkHandleOneLayerLayered is BenchmarkHandle's one layer decided
 // the way several are (Limiter.AllowLayers), as a PolicyFor makes it: what
-// New's shorter path for one plain layer (Limiter.AllowNTimed) saves. The
-// store is the memory store itself, as in BenchmarkHandleLayers (clockstore's
-// TakeAll copies the requests to the heap).
+// New's shorter path for one plain layer (one Check to Limiter.AllowLayers,
+// no per-layer Decisions) saves. The store is the memory store itself, as in
+// BenchmarkHandleLayers (clockstore's TakeAll copies the requests to the heap).
 func BenchmarkHandleOneLayerLayered(b *testing.B) {
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	same := func(keyfuncs.Request, string) (*core.Policy, error) { return nil, nil }

@@ -70,7 +70,7 @@ type Layer struct {
 	// quota. A nil policy is the layer's Policy. The policy must have the
 	// layer's Algorithm; its Name is the layer's whatever it says, so a
 	// client moved from one plan to another keeps its usage. An error, or
-	// an invalid policy, decides the request by the Limiter's FailMode
+	// an invalid policy, decides the request by the layers' fail mode
 	// (a layer that fails open passes, one with FailClosed answers 503), and is passed
 	// to the ErrorHandler; never a 500 nor a panic (a PolicyFor that
 	// panics is recovered, and answered 500 like any handler's panic). It

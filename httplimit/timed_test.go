@@ -15,8 +15,8 @@ import (
 )
 
 // TestFlowWritesTheStoresTime: the flow writes X-RateLimit-Reset from the
-// time the store says it decided at (Limiter.AllowNTimed), not from a
-// reading of its own clock, on admissions and denials.
+// time the store says it decided at (the time Limiter.AllowLayers returns),
+// not from a reading of its own clock, on admissions and denials.
 func TestFlowWritesTheStoresTime(t *testing.T) {
 	at := time.Date(2031, 5, 6, 7, 8, 9, 500_000_000, time.UTC)
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute}

@@ -131,7 +131,7 @@ func (o Override) applyTo(p core.Policy) core.Policy {
 // rounds (Scale) was not asked for as such: clamping it down keeps the
 // policy valid and makes it tighter, never looser, so that an override
 // that tightens always tightens, and the Limiter never falls to its
-// FailMode (open by default) on it.
+// fail mode (open by default) on it.
 func (o Override) apply(p *core.Policy) error {
 	bucket := limits.IsBucket(p.Algorithm)
 	if o.Limit > 0 {

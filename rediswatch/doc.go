@@ -134,7 +134,7 @@
 //	w, err := rediswatch.NewOverrides(ctx, client)
 //	...
 //	defer w.Close()
-//	limiter, err := httplimit.NewLayered(store, layers, core.WithPolicySource(w))
+//	flow, err := httplimit.New(store, layers, httplimit.WithCore(core.WithPolicySource(w)))
 //	...
 //	err = w.Put(ctx, "search", overrides.Override{Limit: 500}) // every server, within a second
 //

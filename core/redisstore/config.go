@@ -19,7 +19,7 @@ import (
 // has a memory limit (maxmemory) and evicts nothing to stay under it
 // (maxmemory-policy noeviction, Redis's default): once full, it refuses
 // every script with OOM, so every decision fails and the Limiter's
-// FailMode decides for every client. Set maxmemory-policy to volatile-ttl
+// fail mode decides for every client. Set maxmemory-policy to volatile-ttl
 // (see docs/redis.md).
 var ErrNoEviction = errors.New("redisstore: maxmemory-policy noeviction")
 

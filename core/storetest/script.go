@@ -17,7 +17,7 @@ type script struct {
 	// start is the time of step zero, after the suite's epoch: 0 starts on
 	// a boundary of every window, anything else starts mid-window.
 	start time.Duration
-	// viaLimiter sends the steps through a core.Limiter (AllowNAt, at the
+	// viaLimiter sends the steps through a core.Limiter (AllowN, at the
 	// step's time) instead of calling the store's Take and Reset directly.
 	viaLimiter bool
 	steps      []step

@@ -1,6 +1,6 @@
 // Package clockstore is for tests: it gives a store's requests an explicit
 // time (Take's now), where a test reaches the Limiter through HTTP and
-// cannot call Limiter.AllowAt itself.
+// cannot call Limiter.AllowN with a time itself.
 package clockstore
 
 import (
