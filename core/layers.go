@@ -225,8 +225,16 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 	default:
 		err = l.decideLayers(ctx, reqs, at, w, v)
 	}
-	if l.shadow && !v.Allowed {
-		shade(&v.Decision, err)
+	if l.shadow && !v.Allowed && err == nil {
+		// Every layer that would have denied is shadowed, not only the
+		// binding one: each is what the caller's out and the observers
+		// hear of that layer.
+		shade(&v.Decision, nil)
+		for i := range v.ds {
+			if !v.ds[i].Allowed {
+				shade(&v.ds[i], nil)
+			}
+		}
 	}
 	if l.observers != nil {
 		l.observeLayers(reqs, &wv, v, err)

@@ -193,3 +193,34 @@ func TestReport(t *testing.T) {
 		"an observed report allocates nothing either, for an observer that keeps nothing")
 	assert.Positive(t, heard)
 }
+
+// TestShadowLayersEveryDenial: in shadow mode, a layered request that
+// two layers would deny is admitted, and neither layer's decision, nor
+// what the observers hear of it, says denied: both are shadowed.
+func TestShadowLayersEveryDenial(t *testing.T) {
+	rec := &recorder{}
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
+	l, err := core.NewLimiter(newMemStore(t), []core.Policy{limitertest.Named(p, "a"), limitertest.Named(p, "b")},
+		core.WithShadow(), core.WithObserver(rec))
+	require.NoError(t, err)
+	ctx := context.Background()
+	checks := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	out := make([]core.Decision, 2)
+	d, _, err := l.AllowLayers(ctx, t0, checks, out)
+	require.NoError(t, err)
+	require.True(t, d.Allowed && !d.Shadowed)
+	n := rec.len()
+
+	d, _, err = l.AllowLayers(ctx, t0, checks, out)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed && d.Shadowed, "%+v", d)
+	for i, ld := range out {
+		assert.True(t, ld.Allowed && ld.Shadowed, "layer %d: %+v", i, ld)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.events[n:], 2, "one Event per layer")
+	for _, e := range rec.events[n:] {
+		assert.Equal(t, outcome.ShadowDenied, outcomeOf(e), "layer %s", e.Policy.Name)
+	}
+}
