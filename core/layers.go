@@ -116,7 +116,10 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 }
 
 // allowOne is AllowLayers of one check on a Limiter of one layer: AllowN,
-// and the time the store decided at when it asked the store itself.
+// and the time the store decided at when it asked the store itself. Its
+// direct path repeats allow's rather than sharing a helper: a call
+// returning the Decision once more cost the single limit's decision a
+// quarter more instructions (450 to 563 a call, callgrind).
 func (l *Limiter) allowOne(ctx context.Context, key string, n int64, at time.Time) (Decision, time.Time, error) {
 	if l.direct {
 		req := Request{Key: key, Policy: l.policy, Cost: n}
