@@ -19,14 +19,9 @@ type Check struct {
 	// Key identifies the client under this layer (see Limiter.AllowN).
 	Key string
 	// Cost is the units the request takes from this layer, in [1, the
-	// policy's capacity].
+	// policy's capacity]. A policy chosen per request (a premium plan, a
+	// per-API-key quota) is a PolicySource's.
 	Cost int64
-	// Policy, when not nil, is the policy chosen for this request (a
-	// premium plan, a per-API-key quota) instead of the layer's. It must
-	// have the layer's Algorithm; its Name and FailClosed are replaced by
-	// the layer's, so that usage carries across plans. It is read during
-	// the call only.
-	Policy *Policy
 }
 
 // verdict is the answer to a layered request as it is being built.
@@ -74,16 +69,16 @@ var decisionPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Deci
 // layers'. A request with no check passes, without a store call.
 //
 // A cost above the capacity of the policy in force, but within a policy
-// configured for the request (the layer's own, or its Check.Policy before
-// a PolicySource shrank it), is a denial, not an error: the request is
-// denied without asking the store, takes nothing from any layer, and the
-// layer's RetryAfter is its Window.
+// configured for the request (the layer's own, or one a PolicySource
+// returned before another shrank it), is a denial, not an error: the
+// request is denied without asking the store, takes nothing from any
+// layer, and the layer's RetryAfter is its Window.
 //
 // Bad input (a layer index out of range or repeated, an empty key, a cost
 // out of range, an out shorter than checks) returns an error wrapping
-// ErrInvalidOption. A Check.Policy that is invalid or of another
-// algorithm, or a PolicySource's failure, decides the request by the
-// layers' FailClosed, Decision.Err saying why. Store failures, the
+// ErrInvalidOption. A PolicySource's failure, or an invalid policy from
+// one, decides the request by the layers' FailClosed, Decision.Err saying
+// why. Store failures, the
 // caller's cancellation and shadow mode are as for AllowN.
 func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check, out []Decision) (Decision, time.Time, error) {
 	if out != nil && len(out) < len(checks) {
@@ -92,7 +87,7 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 	if len(checks) == 0 {
 		return Decision{Allowed: true, Source: SourceStore}, time.Time{}, nil
 	}
-	if len(l.policies) == 1 && len(checks) == 1 && checks[0].Layer == 0 && checks[0].Policy == nil {
+	if len(l.policies) == 1 && len(checks) == 1 && checks[0].Layer == 0 {
 		d, at, err := l.allowOne(ctx, checks[0].Key, checks[0].Cost, now)
 		if out != nil {
 			out[0] = d
@@ -183,31 +178,27 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		}
 		r := &reqs[i] // built in place: a Request is large
 		r.Key, r.Cost = key, c.Cost
-		capacity := l.caps[c.Layer]
-		if c.Policy == nil && l.sources == nil {
+		capacity, configured := l.caps[c.Layer], l.caps[c.Layer]
+		if l.sources == nil {
 			r.Policy = *lp
 		} else {
-			p, err := l.resolve(ctx, c.Key, lp, c.Policy)
+			p, ceiling, err := l.adjust(ctx, c.Key, *lp)
 			if err != nil {
 				if policyErr == nil {
 					policyErr = err
 				}
 				p = *lp
 			}
-			r.Policy, capacity = p, p.capacity()
+			r.Policy, capacity, configured = p, p.capacity(), max(configured, ceiling)
 		}
 		if c.Cost < 1 {
 			return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, c.Cost)
 		}
 		if c.Cost > capacity {
 			// Within a policy configured for the request (the layer's, or
-			// the plan's before a policy source shrank it), the request is
+			// a plan's before another source shrank it), the request is
 			// too costly for the policy in force: a denial. Beyond every
 			// one, the cost is the caller's mistake.
-			configured := l.caps[c.Layer]
-			if c.Policy != nil && policyErr == nil {
-				configured = max(configured, c.Policy.capacity())
-			}
 			if c.Cost > configured {
 				return fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, c.Cost, capacity)
 			}
@@ -243,27 +234,6 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		l.observeLayers(reqs, &wv, v, err)
 	}
 	return err
-}
-
-// resolve returns the policy a check for key decides by: the request's
-// own, when it brings one, else the layer's lp, adjusted by the Limiter's
-// policy sources.
-func (l *Limiter) resolve(ctx context.Context, key string, lp *Policy, own *Policy) (Policy, error) {
-	p := *lp
-	if own != nil {
-		p = *own
-		if p.Algorithm != lp.Algorithm {
-			return Policy{}, fmt.Errorf("%w: layer %q: the request's policy is %s, the layer's %s", limits.ErrPolicy, lp.Name, p.Algorithm, lp.Algorithm)
-		}
-		p.Name, p.FailClosed = lp.Name, lp.FailClosed
-		if err := p.Validate(); err != nil {
-			return Policy{}, fmt.Errorf("%w: layer %q: the request's policy: %w", limits.ErrPolicy, lp.Name, err)
-		}
-	}
-	if l.sources == nil {
-		return p, nil
-	}
-	return l.adjust(ctx, key, p)
 }
 
 // decideLayers asks the store about reqs, all or nothing, and fills v.

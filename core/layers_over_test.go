@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,25 +22,27 @@ import (
 func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	ctx := context.Background()
 	src := &scale{}
+	plans := &planned{layer: "user"}
 	layers := []core.Policy{
 		{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
 		{Name: "user", Algorithm: core.TokenBucket, Limit: 20, Window: time.Minute},
 	}
-	l, err := core.NewLimiter(newMemStore(t), layers, core.WithPolicySource(src))
+	l, err := core.NewLimiter(newMemStore(t), layers, core.WithPolicySource(plans), core.WithPolicySource(src))
 	require.NoError(t, err)
-	ask := func(cost int64, plan *core.Policy) (limitertest.Verdict, error) {
+	ask := func(cost, plan int64) (limitertest.Verdict, error) {
+		plans.set(plan)
 		var v limitertest.Verdict
-		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "api", Cost: cost}, {Layer: 1, Key: "user:1", Cost: cost, Policy: plan}}, layerT0, &v)
+		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "api", Cost: cost}, {Layer: 1, Key: "user:1", Cost: cost}}, layerT0, &v)
 		return v, err
 	}
 
-	v, err := ask(5, nil)
+	v, err := ask(5, 0)
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
 	require.Equal(t, int64(15), v.Decisions[1].Remaining)
 
 	src.set(0.1, "") // shedding load: the user layer holds 2
-	v, err = ask(5, nil)
+	v, err = ask(5, 0)
 	require.NoError(t, err, "a denial, not an error")
 	assert.False(t, v.Allowed)
 	assert.Equal(t, 1, v.Binding, "the user layer denied")
@@ -51,30 +54,31 @@ func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	assert.True(t, v.Decisions[0].Allowed)
 	assert.Zero(t, v.Decisions[0].Remaining, "the store was not asked: the global layer says nothing left")
 
-	_, err = ask(201, nil)
+	_, err = ask(201, 0)
 	require.ErrorIs(t, err, core.ErrInvalidOption, "beyond the user layer's own 20: the caller's mistake")
 	src.set(0, "")
 
 	// Nothing was taken by the denial: global and user say what they said.
-	v, err = ask(1, nil)
+	v, err = ask(1, 0)
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
 	assert.Equal(t, int64(1000-5-1), v.Decisions[0].Remaining)
 	assert.Equal(t, int64(20-5-1), v.Decisions[1].Remaining)
 
-	// A plan: its capacity counts as configured, before the source
-	// shrinks it; a cost beyond both the plan's and the layer's is an
-	// error.
-	premium := &core.Policy{Algorithm: core.TokenBucket, Limit: 500, Window: time.Minute}
+	// A plan (the first source): its capacity counts as configured,
+	// before the next source shrinks it; a cost beyond both the plan's
+	// and the layer's is an error.
 	src.set(0.1, "")
-	v, err = ask(100, premium)
+	v, err = ask(100, 500)
 	require.NoError(t, err)
 	assert.False(t, v.Allowed, "100 fits the premium plan's 500, not its 50 under load")
-	_, err = ask(600, premium)
+	_, err = ask(600, 500)
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	src.set(0, "")
-	small := &core.Policy{Algorithm: core.TokenBucket, Limit: 3, Window: time.Minute}
-	v, err = ask(5, small)
+	v, err = ask(100, 500)
+	require.NoError(t, err)
+	assert.True(t, v.Allowed, "100 fits the premium plan, above the layer's own 20")
+	v, err = ask(5, 3)
 	require.NoError(t, err)
 	assert.False(t, v.Allowed, "5 fits the layer's own 20, not the small plan's 3")
 	assert.Equal(t, int64(3), v.Limit)
@@ -96,4 +100,27 @@ func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	d, err = single.AllowN(ctx, "k", 20, layerT0)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "the denial took nothing")
+}
+
+// planned is a PolicySource of plans: the layer named layer gets the
+// plan's Limit, when one is set.
+type planned struct {
+	mu    sync.Mutex
+	layer string
+	limit int64
+}
+
+func (s *planned) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.limit != 0 && p.Name == s.layer {
+		p.Limit = s.limit
+	}
+	return p, nil
+}
+
+func (s *planned) set(limit int64) {
+	s.mu.Lock()
+	s.limit = limit
+	s.mu.Unlock()
 }

@@ -197,38 +197,57 @@ func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
 	assert.Equal(t, 500*time.Millisecond, v.Delay)
 }
 
+// planKey is the context key under which the tests' authentication puts
+// the client's plan: the policy its requests are decided by.
+type planKey struct{}
+
+// plans is the PolicySource of a plan read from the request's context.
+var plans = core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+	if plan, ok := ctx.Value(planKey{}).(core.Policy); ok {
+		return plan, nil
+	}
+	return p, nil
+})
+
 func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
 		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
-	})
+	}, core.WithPolicySource(plans))
 	require.NoError(t, err)
-	ctx := context.Background()
 	ask := func(p *core.Policy, cost int64) (limitertest.Verdict, error) {
+		ctx := context.Background()
+		if p != nil {
+			ctx = context.WithValue(ctx, planKey{}, *p)
+		}
 		var v limitertest.Verdict
-		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "user:1", Cost: cost, Policy: p}}, layerT0, &v)
+		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "user:1", Cost: cost}}, layerT0, &v)
 		return v, err
 	}
 	// 900 of the free plan's 1,000.
 	v, err := ask(nil, 900)
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
-	small := &core.Policy{Name: "ignored", Algorithm: core.FixedWindow, Limit: 500, Window: time.Minute}
+	small := &core.Policy{Name: "user", Algorithm: core.FixedWindow, Limit: 500, Window: time.Minute}
 	v, err = ask(small, 1)
 	require.NoError(t, err)
 	assert.False(t, v.Allowed, "moved to 500, a client that used 900 is denied")
-	assert.Equal(t, "user", v.Policy.Name, "the layer's name, whatever the plan says")
+	assert.Equal(t, "user", v.Policy.Name)
 	assert.Equal(t, int64(500), v.Limit)
-	big := &core.Policy{Algorithm: core.FixedWindow, Limit: 10_000, Window: time.Minute}
+	big := &core.Policy{Name: "user", Algorithm: core.FixedWindow, Limit: 10_000, Window: time.Minute}
 	v, err = ask(big, 1)
 	require.NoError(t, err)
 	require.True(t, v.Allowed, "moved to 10,000, it gets the room at once")
 	assert.Equal(t, int64(10_000-901), v.Remaining)
+	v, err = ask(big, 5000)
+	require.NoError(t, err, "a cost within the plan, above the layer's own 1,000, is the plan's to decide")
+	require.True(t, v.Allowed)
 
-	// A plan of another algorithm, or an invalid one, is decided by the
-	// FailMode (FailOpen here), with an error wrapping ErrInvalidOption.
+	// A plan of another name or algorithm, or an invalid one, is decided
+	// by the fail mode (open here), with Decision.Err saying why.
 	for name, p := range map[string]*core.Policy{
-		"other algorithm": {Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute},
-		"invalid":         {Algorithm: core.FixedWindow, Limit: -1, Window: time.Minute},
+		"other name":      {Name: "gold", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute},
+		"other algorithm": {Name: "user", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute},
+		"invalid":         {Name: "user", Algorithm: core.FixedWindow, Limit: -1, Window: time.Minute},
 	} {
 		v, err := ask(p, 1)
 		require.NoError(t, err, name)
@@ -238,15 +257,20 @@ func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	}
 	closed, err := core.NewLimiter(newMemStore(t), []core.Policy{
 		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute, FailClosed: time.Second},
-	})
+	}, core.WithPolicySource(plans))
 	require.NoError(t, err)
 	var cv limitertest.Verdict
-	err = limitertest.AllowLayers(closed, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{Algorithm: core.FixedWindow, Window: time.Minute}}}, layerT0, &cv)
+	ctx := context.WithValue(context.Background(), planKey{}, core.Policy{Name: "user", Algorithm: core.FixedWindow, Window: time.Minute})
+	err = limitertest.AllowLayers(closed, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &cv)
 	require.NoError(t, err)
 	require.ErrorIs(t, cv.Err, limits.ErrPolicy)
 	assert.False(t, cv.Allowed)
 	assert.Equal(t, core.SourceFailMode, cv.Source)
 	assert.Equal(t, time.Second, cv.RetryAfter)
+	d, err := closed.AllowN(ctx, "k", 1, layerT0)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "AllowN consults the source alike")
+	assert.Equal(t, core.SourceFailMode, d.Source)
 }
 
 // scale is a PolicySource that multiplies every Limit by an atomic-ish
@@ -370,9 +394,6 @@ func TestSingleLimiterAsOneLayer(t *testing.T) {
 	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
 	assert.False(t, v.Allowed)
 	require.ErrorIs(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 1, Key: "k", Cost: 1}}, layerT0, &v), core.ErrInvalidOption)
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1, Policy: &core.Policy{}}}, layerT0, &v))
-	require.ErrorIs(t, v.Err, limits.ErrPolicy, "an invalid Check.Policy is decided by the fail mode")
-	assert.Equal(t, core.SourceFailMode, v.Source)
 	require.NoError(t, l.Reset(ctx, "k", "p"))
 	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)

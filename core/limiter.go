@@ -160,11 +160,6 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 // filled in (a copy).
 func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies...) }
 
-// Shadow reports whether the Limiter is in shadow mode (WithShadow): it
-// never denies, and marks the requests it would have denied with
-// Decision.Shadowed.
-func (l *Limiter) Shadow() bool { return l.shadow }
-
 // denyCacheLen returns how many denials the Limiter's deny cache
 // remembers (WithDenyCache), expired ones not yet dropped included; 0
 // without a deny cache. The exporters read it through internal/hooks.
@@ -266,16 +261,16 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if key == "" {
 		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: empty key", ErrInvalidOption)
 	}
-	policy, capacity := l.policy, l.capacity
+	policy, capacity, ceiling := l.policy, l.capacity, l.capacity
 	var policyErr error
 	if l.sources != nil {
-		if p, err := l.adjust(ctx, key, policy); err != nil {
+		if p, c, err := l.adjust(ctx, key, policy); err != nil {
 			policyErr = err
 		} else {
-			policy, capacity = p, p.capacity()
+			policy, capacity, ceiling = p, p.capacity(), c
 		}
 	}
-	if n > capacity && n > l.capacity {
+	if n > capacity && n > ceiling {
 		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrInvalidOption, n, l.capacity, l.policy.Name)
 	}
 	if policyErr != nil {

@@ -40,6 +40,7 @@ func defaultConfig() config {
 func init() {
 	hooks.LimiterStore = func(l any) any { return l.(*Limiter).store }
 	hooks.DenyCacheLen = func(l any) int { return l.(*Limiter).denyCacheLen() }
+	hooks.Shadow = func(l any) bool { return l.(*Limiter).shadow }
 	hooks.CircuitBreaker = func(failures int, probe time.Duration) any { return withCircuitBreaker(failures, probe) }
 	hooks.FailClosed = func(d time.Duration) any {
 		return Option(func(c *config) error { c.failClosed = d; return nil })

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/outcome"
@@ -25,8 +26,8 @@ func TestShadowDecidesAndRecordsButNeverDenies(t *testing.T) {
 	require.NoError(t, err)
 	enforcing, err := core.NewLimiter(s, []core.Policy{p}) // same store, same name: same counts
 	require.NoError(t, err)
-	assert.True(t, shadow.Shadow())
-	assert.False(t, enforcing.Shadow())
+	assert.True(t, hooks.Shadow(shadow))
+	assert.False(t, hooks.Shadow(enforcing))
 	ctx := context.Background()
 
 	for i := range 2 {

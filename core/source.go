@@ -7,14 +7,21 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
-// PolicySource chooses the policy of each request while the API runs: a
-// client's plan, an operator's live override, a limit that shrinks under
-// load. It is the one way to decide by another policy than the layer's. A
-// Limiter built with WithPolicySource consults its sources on every
-// decision, for every layer, and decides by what they return; a change
-// takes effect on the next request. The package overrides has sources: in
-// process, shared through Redis (package rediswatch), and driven by a load
-// signal.
+// PolicySource chooses the policy of each request: a client's plan, a
+// per-API-key quota, an operator's live override, a limit that shrinks
+// under load. It is the one way to decide by another policy than the
+// layer's. A Limiter built with WithPolicySource consults its sources on
+// every decision, for every layer, and decides by what they return; a
+// change takes effect on the next request. The package overrides has
+// sources: in process, shared through Redis (package rediswatch), and
+// driven by a load signal; a plan is a PolicySourceFunc that reads the
+// client's plan from the request's context (set by the authentication
+// middleware) or looks it up by key.
+//
+// A source may raise a layer's capacity (a premium plan): a request whose
+// cost fits the raised policy is decided by it. A cost above the policy in
+// force but within one a source returned before another shrank it (a plan
+// cut by an override) is a denial, not an error.
 type PolicySource interface {
 	// Adjust returns the policy to decide the request of the client key
 	// by under the layer whose policy is p (p.Name is the layer's name),
@@ -27,6 +34,23 @@ type PolicySource interface {
 	// be safe for concurrent use, and fast (an atomic load or a map
 	// lookup, not I/O).
 	Adjust(ctx context.Context, key string, p Policy) (Policy, error)
+}
+
+// PolicySourceFunc is a function that is a PolicySource, as
+// http.HandlerFunc is an http.Handler:
+//
+//	plans := core.PolicySourceFunc(func(ctx context.Context, key string, p core.Policy) (core.Policy, error) {
+//		if p.Name == "user" && planOf(ctx) == "premium" {
+//			p.Limit *= 10
+//		}
+//		return p, nil
+//	})
+//	limiter, err := core.NewLimiter(store, policies, core.WithPolicySource(plans))
+type PolicySourceFunc func(ctx context.Context, key string, p Policy) (Policy, error)
+
+// Adjust returns f(ctx, key, p).
+func (f PolicySourceFunc) Adjust(ctx context.Context, key string, p Policy) (Policy, error) {
+	return f(ctx, key, p)
 }
 
 // WithPolicySource makes the Limiter consult src on every decision (see
@@ -42,25 +66,30 @@ func WithPolicySource(src PolicySource) Option {
 	}
 }
 
-// adjust returns p as the Limiter's sources adjust it for key, checked;
-// an error wraps limits.ErrPolicy.
-func (l *Limiter) adjust(ctx context.Context, key string, p Policy) (Policy, error) {
-	q := p
-	for _, src := range l.sources {
+// adjust returns p as the Limiter's sources adjust it for key, checked,
+// and the ceiling: the largest capacity of p and of what each source
+// returned, a cost above which is the caller's mistake rather than a
+// denial. An error wraps limits.ErrPolicy.
+func (l *Limiter) adjust(ctx context.Context, key string, p Policy) (Policy, int64, error) {
+	q, ceiling := p, p.capacity()
+	for i, src := range l.sources {
 		var err error
 		if q, err = src.Adjust(ctx, key, q); err != nil {
-			return Policy{}, fmt.Errorf("%w: layer %q: %w", limits.ErrPolicy, p.Name, err)
+			return Policy{}, 0, fmt.Errorf("%w: layer %q: %w", limits.ErrPolicy, p.Name, err)
+		}
+		if i < len(l.sources)-1 && q.Validate() == nil {
+			ceiling = max(ceiling, q.capacity()) // a plan before an override cut it
 		}
 	}
 	q.FailClosed = p.FailClosed
 	if q == p {
-		return p, nil
+		return p, ceiling, nil
 	}
 	if q.Name != p.Name || q.Algorithm != p.Algorithm {
-		return Policy{}, fmt.Errorf("%w: layer %q: a PolicySource changed its name or algorithm (to %q, %s)", limits.ErrPolicy, p.Name, q.Name, q.Algorithm)
+		return Policy{}, 0, fmt.Errorf("%w: layer %q: a PolicySource changed its name or algorithm (to %q, %s)", limits.ErrPolicy, p.Name, q.Name, q.Algorithm)
 	}
 	if err := q.Validate(); err != nil {
-		return Policy{}, fmt.Errorf("%w: layer %q as a PolicySource adjusted it: %w", limits.ErrPolicy, p.Name, err)
+		return Policy{}, 0, fmt.Errorf("%w: layer %q as a PolicySource adjusted it: %w", limits.ErrPolicy, p.Name, err)
 	}
-	return q, nil
+	return q, max(ceiling, q.capacity()), nil
 }

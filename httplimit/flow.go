@@ -36,6 +36,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -121,11 +122,11 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	if f.limiter, err = core.NewLimiter(store, policies, c.core...); err != nil {
 		return nil, err
 	}
-	if ly := layers[0]; len(layers) == 1 && ly.PolicyFor == nil && ly.Methods == nil && ly.Routes == nil {
+	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil {
 		f.single = &ls.layers[0]
 		f.single.name = f.limiter.Policies()[0].Name
 	}
-	f.shadow = f.limiter.Shadow()
+	f.shadow = hooks.Shadow(f.limiter)
 	ownKey := false
 	for _, ly := range layers {
 		ownKey = ownKey || ly.Key != nil

@@ -334,14 +334,13 @@ func BenchmarkHandle(b *testing.B) {
 }
 
 // BenchmarkHandleOneLayerLayered is BenchmarkHandle's one layer decided
-// the way several are (Limiter.AllowLayers), as a PolicyFor makes it: what
+// the way several are (Limiter.AllowLayers), as Methods make it: what
 // New's shorter path for one plain layer (one Check to Limiter.AllowLayers,
 // no per-layer Decisions) saves. The store is the memory store itself, as in
 // BenchmarkHandleLayers (clockstore's TakeAll copies the requests to the heap).
 func BenchmarkHandleOneLayerLayered(b *testing.B) {
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
-	same := func(keyfuncs.Request, string) (*core.Policy, error) { return nil, nil }
-	f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p, PolicyFor: same}})
+	f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p, Methods: []string{"GET"}}})
 	require.NoError(b, err)
 	r, w := newRequest(), newResponse()
 	b.ReportAllocs()

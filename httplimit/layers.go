@@ -23,12 +23,17 @@ import (
 //	search, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5})
 //	layers := []httplimit.Layer{
 //		{Policy: perMinute("global", 1_000_000), Key: global},
-//		{Policy: perMinute("user", 1000), Key: userOrIP, PolicyFor: plan, Cost: search},
+//		{Policy: perMinute("user", 1000), Key: userOrIP, Cost: search},
 //		{Policy: fivePer15Minutes("login"), Methods: []string{"POST"}, Routes: []string{"/login"}},
 //		{Policy: perMinute("ip", 300)},
 //	}
 //	flow, err := httplimit.New(store, layers)
 //	mw := ginlimit.New(flow)
+//
+// A layer's policy chosen per request (a premium plan, a per-API-key
+// quota) is a core.PolicySource's, given with
+// WithCore(core.WithPolicySource(plans)): it reads the plan from the
+// request's context or looks it up by the layer's key.
 //
 // A request to which no layer applies passes untouched, with no header.
 // Key entries of the allow and deny lists are matched against the key of
@@ -48,8 +53,8 @@ import (
 // request the router would not send to its route (over-matching, which
 // costs the client a unit), never miss one the router would.
 type Layer struct {
-	// Policy is the layer's policy, unless PolicyFor chooses another for a
-	// request. Its Name names the layer: unique whatever the case ("login"
+	// Policy is the layer's policy, unless a core.PolicySource chooses
+	// another for a request (see above). Its Name names the layer: unique whatever the case ("login"
 	// and "Login" are one name twice), at most limits.MaxNameLen characters
 	// of [A-Za-z0-9._-]. It names the layer's item in the RateLimit and
 	// RateLimit-Policy headers, and its state in the store. Of a Flow's
@@ -65,18 +70,6 @@ type Layer struct {
 	// an empty key, fails the request (400 for keyfuncs.ErrNoKey, 500
 	// otherwise): to fall back to another key, use keyfuncs.FirstOf.
 	Key keyfuncs.Func
-	// PolicyFor, when not nil, chooses the policy of a request under this
-	// layer from the request and its key: a premium plan, a per-API-key
-	// quota. A nil policy is the layer's Policy. The policy must have the
-	// layer's Algorithm; its Name is the layer's whatever it says, so a
-	// client moved from one plan to another keeps its usage. An error, or
-	// an invalid policy, decides the request by the layers' fail mode
-	// (a layer that fails open passes, one with FailClosed answers 503), and is passed
-	// to the ErrorHandler; never a 500 nor a panic (a PolicyFor that
-	// panics is recovered, and answered 500 like any handler's panic). It
-	// runs on the request's goroutine before the store is asked, outside
-	// the Limiter's timeout: keep it fast (a lookup in memory, not I/O).
-	PolicyFor func(r keyfuncs.Request, key string) (*core.Policy, error)
 	// Methods limits the layer to requests of these methods, compared
 	// case-insensitively; a layer on GET applies to HEAD too, which most
 	// routers serve with the GET handler. Empty: every method.
@@ -171,12 +164,11 @@ type layerSet struct {
 
 // flowLayer is one layer as the flow runs it.
 type flowLayer struct {
-	name      string
-	key       keyfuncs.Func
-	policyFor func(keyfuncs.Request, string) (*core.Policy, error)
-	cost      func(keyfuncs.Request) int64
-	methods   []string // upper case; nil: all
-	routes    []route  // nil: all
+	name    string
+	key     keyfuncs.Func
+	cost    func(keyfuncs.Request) int64
+	methods []string // upper case; nil: all
+	routes  []route  // nil: all
 }
 
 // compileLayers checks layers and returns them compiled, a nil Key left
@@ -200,7 +192,7 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 			return nil, invalid(fn, fmt.Sprintf("two layers are named %q, in some case", name))
 		}
 		seen[strings.ToLower(name)] = true
-		fl := flowLayer{name: name, key: ly.Key, policyFor: ly.PolicyFor, cost: ly.Cost}
+		fl := flowLayer{name: name, key: ly.Key, cost: ly.Cost}
 		for _, m := range ly.Methods {
 			if !validMethod(m) {
 				return nil, invalid(fn, fmt.Sprintf("layer %q: bad method %q", name, m))
@@ -278,16 +270,8 @@ type scratch struct {
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
-// badPolicy is the policy a check carries when its layer's PolicyFor
-// failed: invalid for every layer, so that the Limiter decides the request
-// by the layers' FailClosed (core.Limiter.AllowLayers).
-var badPolicy = core.Policy{}
-
-// inPolicyFor names a layer's PolicyFor in a PanicError.
-const inPolicyFor = "layer policy function"
-
 // handleLayers is Handle for a flow of several layers, or of one that
-// needs them (PolicyFor, Methods, Routes), after the skips.
+// needs them (Methods, Routes), after the skips.
 func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	sc := scratches.Get().(*scratch)
 	defer func() {
@@ -342,7 +326,6 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	if n == 0 {
 		return f.proceed(st, r.Context(), r, w) // no layer applies
 	}
-	var policyErr error
 	for i := range sc.checks[:n] {
 		c := &sc.checks[i]
 		ly := &ls.layers[c.Layer]
@@ -350,19 +333,6 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		if ly.cost != nil {
 			st.in = inCost
 			c.Cost = ly.cost(r)
-		}
-		if ly.policyFor != nil {
-			st.in = inPolicyFor
-			p, err := ly.policyFor(r, c.Key)
-			switch {
-			case err != nil:
-				if policyErr == nil {
-					policyErr = fmt.Errorf("%w: httplimit: layer %q: PolicyFor: %w", limits.ErrPolicy, ly.name, err)
-				}
-				c.Policy = &badPolicy
-			case p != nil:
-				c.Policy = p
-			}
 		}
 	}
 	st.in = inLimiter
@@ -372,9 +342,6 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	if err != nil {
 		f.fail(st, r, w, err) // bad input, or the client left: no decision
 		return false
-	}
-	if policyErr != nil && d.Source == core.SourceFailMode {
-		d.Err = policyErr // the Limiter's Err only says the policy was bad
 	}
 	return f.decided(st, ctx, r, w, d, ds, at)
 }

@@ -15,23 +15,15 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// TestLayersPolicyForPanics: a PolicyFor that panics is a recovered panic,
-// 500, whatever the fail mode, reported as in the "layer policy function";
-// the request takes nothing from any layer.
-func TestLayersPolicyForPanics(t *testing.T) {
+// TestLayersPlanPanics: a policy source that panics is a recovered panic,
+// 500, whatever the fail mode, reported as in the "limiter"; the request
+// takes nothing from any layer.
+func TestLayersPlanPanics(t *testing.T) {
 	for _, mode := range []time.Duration{0, time.Second} {
-		layers := testLayers(t)
-		layers[1].PolicyFor = func(r keyfuncs.Request, _ string) (*core.Policy, error) {
-			if r.Header("X-Plan") == "panic" {
-				panic("plans exploded")
-			}
-			return nil, nil
-		}
 		var errs []error
-		f, _ := layeredFlow(t, layers, []core.Option{limitertest.FailClosed(mode)},
+		f, _ := layeredFlow(t, testLayers(t), []core.Option{core.WithPolicySource(planOf("login", nil)), limitertest.FailClosed(mode)},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
-		r := newPathRequest("POST", "/login")
-		r.header.Set("X-Plan", "panic")
+		r := withPlan(newPathRequest("POST", "/login"), "panic")
 		w := newResponse()
 		require.NotPanics(t, func() { assert.False(t, f.Handle(r, w)) })
 		assert.Equal(t, http.StatusInternalServerError, w.status, "%v", mode)
@@ -39,7 +31,7 @@ func TestLayersPolicyForPanics(t *testing.T) {
 		require.Len(t, errs, 1)
 		var pe *httplimit.PanicError
 		require.ErrorAs(t, errs[0], &pe)
-		assert.Equal(t, "layer policy function", pe.In)
+		assert.Equal(t, "limiter", pe.In)
 		assert.Equal(t, "plans exploded", pe.Value)
 
 		w = newResponse()

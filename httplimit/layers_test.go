@@ -221,25 +221,49 @@ func (badSource) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy
 	return p, nil
 }
 
-func TestLayersPolicyForFailMode(t *testing.T) {
+// planKey is the context key under which the tests' authentication puts
+// a client's plan.
+type planKey struct{}
+
+// withPlan returns r with plan in its context.
+func withPlan[R interface{ withCtx(context.Context) }](r R, plan string) R {
+	r.withCtx(context.WithValue(context.Background(), planKey{}, plan))
+	return r
+}
+
+func (r *request) withCtx(ctx context.Context) { r.ctx = ctx }
+
+// planOf is a PolicySource of the plans of the layer named layer, from the
+// request's context: "broken" fails with err, "invalid" is of another
+// algorithm, "panic" panics.
+func planOf(layer string, err error) core.PolicySource {
+	return core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+		if p.Name != layer {
+			return p, nil
+		}
+		switch ctx.Value(planKey{}) {
+		case "broken":
+			return p, err
+		case "invalid":
+			return core.Policy{Name: p.Name, Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}, nil // not the layer's algorithm
+		case "panic":
+			panic("plans exploded")
+		}
+		return p, nil
+	})
+}
+
+// TestLayersPlanFailMode: a plan (a PolicySource reading the request's
+// context) that fails, or returns an invalid policy, is decided by the
+// layers' fail mode, and the ErrorHandler hears why.
+func TestLayersPlanFailMode(t *testing.T) {
 	errPlans := errors.New("plans down")
 	for _, mode := range []time.Duration{0, time.Second} {
-		layers := testLayers(t)
-		layers[0].PolicyFor = func(r keyfuncs.Request, _ string) (*core.Policy, error) {
-			switch r.Header("X-Plan") {
-			case "broken":
-				return nil, errPlans
-			case "invalid":
-				return &core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}, nil // not the layer's algorithm
-			}
-			return nil, nil
-		}
 		var errs []error
-		f, _ := layeredFlow(t, layers, []core.Option{limitertest.FailClosed(mode)},
+		f, _ := layeredFlow(t, testLayers(t), []core.Option{core.WithPolicySource(planOf("all", errPlans)), limitertest.FailClosed(mode)},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		for _, plan := range []string{"broken", "invalid"} {
-			r := newPathRequest("GET", "/items")
-			r.header.Set("X-Plan", plan)
+			r := withPlan(newPathRequest("GET", "/items"), plan)
 			w := newResponse()
 			ok := f.Handle(r, w)
 			if mode == 0 {
@@ -253,6 +277,9 @@ func TestLayersPolicyForFailMode(t *testing.T) {
 		require.Len(t, errs, 2)
 		assert.ErrorIs(t, errs[0], errPlans)
 		assert.ErrorIs(t, errs[1], limits.ErrPolicy)
+		w := newResponse()
+		require.True(t, f.Handle(withPlan(newPathRequest("GET", "/items"), "premium"), w), "a good plan is decided as usual")
+		assert.Equal(t, "99", w.header.Get("X-RateLimit-Remaining"))
 	}
 	// The single-policy flow: a PolicySource's invalid policy is decided by
 	// the FailMode too, never a 500.

@@ -10,13 +10,13 @@ import (
 )
 
 // PanicError is the error of a panic that the flow recovered: in a
-// function given to it (skip, key, cost or policy function, the responder,
-// the error handler), or in the Limiter or its store. It is answered 500
+// function given to it (skip, key or cost function, the responder, the
+// error handler), or in the Limiter, its policy sources or its store. It is answered 500
 // whatever its value; errors.As(err, new(*PanicError)) tells it apart.
 type PanicError struct {
 	// In names where the panic happened: "key function", "cost function",
-	// "skip function", "layer policy function" (a Layer's PolicyFor),
-	// "limiter", "responder", "error handler", "headers" or "access list".
+	// "skip function", "limiter" (its policy sources and store too),
+	// "responder", "error handler", "headers" or "access list".
 	In string
 	// Value is what was passed to panic.
 	Value any

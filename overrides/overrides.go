@@ -15,7 +15,7 @@
 //     every app server picks a change up within a second.
 //
 // A client keeps its usage when its limit changes: the stores decide the
-// new policy over the same state (see core.Check.Policy), so a client that
+// new policy over the same state (see core.PolicySource), so a client that
 // used 900 of 1,000 is denied under an override to 500 until its usage
 // falls below 500, and gets the room at once under one to 10,000.
 //

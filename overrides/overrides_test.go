@@ -243,18 +243,30 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 }
 
 // TestOverrideUnfitForAPlanKeepsTheLastGoodOverride: a layer whose
-// requests bring plans of their own (Check.Policy). An override that fits
+// requests bring plans of their own (a PolicySource before the Set,
+// reading the plan from the request's context). An override that fits
 // the plans the Set has seen, but not a plan it meets later, decides that
 // plan by the override in force before it: the last good one.
 func TestOverrideUnfitForAPlanKeepsTheLastGoodOverride(t *testing.T) {
 	live, logs := captured()
 	perMinute := core.Policy{Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute}
 	perMinute.Name = "api"
-	l, err := core.NewLimiter(newStore(t), []core.Policy{perMinute}, core.WithPolicySource(live))
+	type planKey struct{}
+	plans := core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+		if plan, ok := ctx.Value(planKey{}).(core.Policy); ok {
+			plan.Name = p.Name
+			return plan, nil
+		}
+		return p, nil
+	})
+	l, err := core.NewLimiter(newStore(t), []core.Policy{perMinute}, core.WithPolicySource(plans), core.WithPolicySource(live))
 	require.NoError(t, err)
-	ctx := context.Background()
 	ask := func(key string, plan *core.Policy) core.Decision {
-		d, _, err := l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: key, Cost: 1, Policy: plan}}, nil)
+		ctx := context.Background()
+		if plan != nil {
+			ctx = context.WithValue(ctx, planKey{}, *plan)
+		}
+		d, _, err := l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: key, Cost: 1}}, nil)
 		require.NoError(t, err)
 		require.NoError(t, d.Err)
 		return d

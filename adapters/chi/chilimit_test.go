@@ -45,6 +45,13 @@ func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
 // handler is the app of spec: a chi router, without Recoverer.
 func (h harness) handler(spec *adapterstest.Spec) http.Handler {
 	r := chi.NewRouter()
+	if auth := spec.Authenticate; auth != nil {
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				next.ServeHTTP(w, r.WithContext(auth(r.Context(), r.Header.Get)))
+			})
+		})
+	}
 	r.Use(adapterstest.Middlewares(spec.Global, chilimit.New)...)
 	for _, rt := range spec.Routes {
 		r.With(adapterstest.Middlewares(rt.Limits, chilimit.New)...).Method(rt.Method, h.Pattern(rt.Path), served(spec))

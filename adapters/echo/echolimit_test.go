@@ -28,6 +28,15 @@ func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
 // handler is the app of spec: echo.New, without the Recover middleware.
 func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e := echo.New()
+	if auth := spec.Authenticate; auth != nil {
+		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				r := c.Request()
+				c.SetRequest(r.WithContext(auth(r.Context(), r.Header.Get)))
+				return next(c)
+			}
+		})
+	}
 	e.Use(adapterstest.Middlewares(spec.Global, echolimit.New)...)
 	for _, r := range spec.Routes {
 		e.Add(r.Method, r.Path, func(c echo.Context) error {

@@ -43,6 +43,12 @@ func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
 // setup registers the app of spec.
 func (harness) setup(spec *adapterstest.Spec) func(f *fiber.App) {
 	return func(f *fiber.App) {
+		if auth := spec.Authenticate; auth != nil {
+			f.Use(func(c *fiber.Ctx) error {
+				c.SetUserContext(auth(c.UserContext(), func(k string) string { return c.Get(k) }))
+				return c.Next()
+			})
+		}
 		for _, m := range spec.Global {
 			f.Use(fiberlimit.New(m.Flow))
 		}

@@ -41,13 +41,16 @@ func Example_layers() {
 	perMinute := func(name string, n int64) core.Policy {
 		return core.Policy{Name: name, Algorithm: core.TokenBucket, Limit: n, Window: time.Minute}
 	}
-	plan := func(r keyfuncs.Request, _ string) (*core.Policy, error) {
-		if r.Header("X-Plan") == "premium" { // from your auth middleware, in a real API
-			p := perMinute("", 10_000)
-			return &p, nil
+	// Plans: a premium user gets 10,000 a minute under the user layer, a
+	// client moved between plans keeping its usage. Looked up by the
+	// layer's key here; a source may read the request's context too.
+	premium := map[string]bool{"user:42": true} // your billing data, in a real API
+	plans := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+		if p.Name == "user" && premium[key] {
+			p.Limit = 10_000
 		}
-		return nil, nil // the layer's own
-	}
+		return p, nil
+	})
 	search, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5})
 	if err != nil {
 		panic(err)
@@ -56,11 +59,11 @@ func Example_layers() {
 	all.Structured = true // the draft-10 fields too: they list every layer
 	flow, err := httplimit.New(store, []httplimit.Layer{
 		{Key: must(keyfuncs.Static("api")), Policy: perMinute("global", 1_000_000)},
-		{Key: user, Policy: perMinute("user", 1000), PolicyFor: plan, Cost: search},
+		{Key: user, Policy: perMinute("user", 1000), Cost: search},
 		{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"},
 			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute, FailClosed: 5 * time.Second}},
 		{Key: ip, Policy: perMinute("ip", 300)},
-	}, httplimit.WithHeaders(all))
+	}, httplimit.WithHeaders(all), httplimit.WithCore(core.WithPolicySource(plans)))
 	if err != nil {
 		panic(err) // invalid layers fail here, never later
 	}

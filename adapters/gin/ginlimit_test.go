@@ -35,6 +35,11 @@ func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
 // handler is the app of spec: gin.New, without Recovery.
 func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e := gin.New()
+	if auth := spec.Authenticate; auth != nil {
+		e.Use(func(c *gin.Context) {
+			c.Request = c.Request.WithContext(auth(c.Request.Context(), c.GetHeader))
+		})
+	}
 	e.Use(adapterstest.Middlewares(spec.Global, ginlimit.New)...)
 	for _, r := range spec.Routes {
 		hs := append(adapterstest.Middlewares(r.Limits, ginlimit.New), func(c *gin.Context) {

@@ -15,6 +15,11 @@ var LimiterStore func(limiter any) any
 // init.
 var DenyCacheLen func(limiter any) int
 
+// Shadow reports whether a *core.Limiter is in shadow mode (it never
+// denies; a Decision says Shadowed), for httplimit, which then neither
+// paces nor writes the headers of a denial. core sets it in its init.
+var Shadow func(limiter any) bool
+
 // DefaultStoreTimeout, when positive, replaces redisstore's default
 // timeout for the stores built after it is set without WithTimeout. Test
 // helpers set it (internal/limitertest), so that a healthy store on a busy

@@ -51,8 +51,13 @@ type Route struct {
 // framework's Use, then the routes. Every route's handler calls Served and
 // answers 200 Body.
 type Spec struct {
-	Global []Mount
-	Routes []Route
+	// Authenticate, when set, runs before the Global mounts, as an app's
+	// authentication middleware would: the request's context becomes what
+	// it returns (the net/http request's context; in Fiber, the user
+	// context), given the request's context and its header.
+	Authenticate func(ctx context.Context, header func(string) string) context.Context
+	Global       []Mount
+	Routes       []Route
 
 	hits   atomic.Int64
 	mu     sync.Mutex

@@ -45,14 +45,43 @@ func (s multiClocked) TakeAll(ctx context.Context, now time.Time, reqs []core.Re
 	return time.Time{}, err
 }
 
-// errPlan is what the layers' PolicyFor returns for "X-Plan: broken".
+// errPlan is what the plans' source returns for "X-Plan: broken".
 var errPlan = errors.New("adapterstest: the plan service is down")
 
+// planKey is the context key under which Authenticate puts the client's
+// plan.
+type planKey struct{}
+
+// Authenticate is the suite's authentication middleware (Spec.Authenticate):
+// it puts the request's X-Plan in its context, where IssuePlans reads it.
+func Authenticate(ctx context.Context, header func(string) string) context.Context {
+	if plan := header("X-Plan"); plan != "" {
+		return context.WithValue(ctx, planKey{}, plan)
+	}
+	return ctx
+}
+
+// IssuePlans is the PolicySource of IssueLayers' plans: the user layer's
+// policy by the plan in the request's context (see Authenticate), premium
+// for "premium"; "broken" fails, "invalid" is an invalid policy.
+var IssuePlans core.PolicySource = core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+	if p.Name != "user" {
+		return p, nil
+	}
+	switch ctx.Value(planKey{}) {
+	case "premium":
+		p.Limit = layersPremium
+	case "broken":
+		return p, errPlan
+	case "invalid":
+		p.Limit = -1
+	}
+	return p, nil
+})
+
 // IssueLayers returns the issue's four layers: global (one shared key),
-// user (by X-User, else by address; premium by "X-Plan: premium"; GET
-// /search costs 5), login (POST /login, 5 per 15 minutes per address) and
-// ip. "X-Plan: broken" makes PolicyFor fail, "X-Plan: invalid" return an
-// invalid policy.
+// user (by X-User, else by address; GET /search costs 5; premium by
+// IssuePlans), login (POST /login, 5 per 15 minutes per address) and ip.
 func IssueLayers(t testing.TB) []httplimit.Layer {
 	t.Helper()
 	clientIP, err := keyfuncs.NewClientIP()
@@ -71,22 +100,9 @@ func IssueLayers(t testing.TB) []httplimit.Layer {
 	perMinute := func(name string, n int64) core.Policy {
 		return core.Policy{Name: name, Algorithm: core.SlidingWindowCounter, Limit: n, Window: time.Minute}
 	}
-	premium := perMinute("", layersPremium)
-	invalidPlan := core.Policy{Algorithm: core.SlidingWindowCounter, Limit: -1, Window: time.Minute}
-	plan := func(r keyfuncs.Request, _ string) (*core.Policy, error) {
-		switch r.Header("X-Plan") {
-		case "premium":
-			return &premium, nil
-		case "broken":
-			return nil, errPlan
-		case "invalid":
-			return &invalidPlan, nil
-		}
-		return nil, nil
-	}
 	return []httplimit.Layer{
 		{Policy: perMinute("global", layersGlobal), Key: global},
-		{Policy: perMinute("user", layersUser), Key: userOrIP, PolicyFor: plan,
+		{Policy: perMinute("user", layersUser), Key: userOrIP,
 			Cost: MustCost(t, map[string]int64{"GET /search": searchCost})},
 		{Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: layersLogin, Window: 15 * time.Minute},
 			Methods: []string{"POST"}, Routes: []string{"/login"}, Key: ip},
@@ -119,8 +135,9 @@ var layersRoutes = []Route{
 // with a test clock, on a memory store and on Redis: the issue's four
 // layers in one r.Use; all or nothing; the binding layer's headers and
 // the draft-10 list of every layer; Retry-After when every layer admits;
-// a client that follows the headers is never surprised; plans through
-// PolicyFor, its failures decided by the FailMode; costs by route; and
+// a client that follows the headers is never surprised; plans from the
+// request's context, set by an authentication middleware (a PolicySource,
+// IssuePlans), their failures decided by the fail mode; costs by route; and
 // two app servers sharing one store; hostile spellings of POST /login,
 // which never reach its handler uncounted.
 func RunLayers(t *testing.T, h SocketHarness, srv *redistest.Server) {

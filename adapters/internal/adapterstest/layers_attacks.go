@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ var OddLoginPaths = []string{
 //     no quota; a cost of the whole capacity (limits.MaxLimit) is admitted,
 //     and the next request denied with a Retry-After;
 //   - disconnects: clients that close their side of the connection, before
-//     the decision, while a layer's PolicyFor runs, or in the middle of
+//     the decision, while a policy source runs, or in the middle of
 //     their body, whatever the store and the fail mode: the handler runs
 //     at most as often as the tightest layer admits, never for a client
 //     that left before the decision, and every other answer is 429 or 499;
@@ -84,12 +85,13 @@ func serveLayers(t *testing.T, h SocketHarness, store core.Store, fc time.Durati
 	t.Helper()
 	a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
 	layers := failClosed(IssueLayers(t), fc)
-	f := NewFlow(t, AtClockMulti(store, a.clock), layers, nil,
+	f := NewFlow(t, AtClockMulti(store, a.clock), layers, []core.Option{core.WithPolicySource(IssuePlans)},
 		httplimit.WithHeaders(layersHeaders), a.errs.option())
 	a.limiter = f.Limiter()
 	a.spec = &Spec{
-		Global: []Mount{{Flow: f}},
-		Routes: routes,
+		Authenticate: Authenticate,
+		Global:       []Mount{{Flow: f}},
+		Routes:       routes,
 	}
 	a.addr = h.Serve(t, a.spec)
 	return a
@@ -222,14 +224,19 @@ func layersOddCosts(t *testing.T, h SocketHarness, store core.Store) {
 	assert.Equal(t, int64(3), spec.Hits())
 }
 
-// holdPlanHeader asks the login layer's PolicyFor of the layered
-// disconnect attack to wait until the request's context ends.
+// holdPlanHeader asks the policy source of the layered disconnect attack
+// to wait, under the login layer, until the request's context ends.
 const holdPlanHeader = "X-Test-Hold-Plan"
+
+// holdPlanKey is the context key under which the attack's authentication
+// middleware marks a request whose plan is to be held.
+type holdPlanKey struct{}
 
 // layersDisconnects is runDisconnects against a login layer of
 // disconnectLimit per hour under a global layer, over store: half-closed
 // requests, some of whose clients leave while the login layer's key
-// function or PolicyFor runs (a plan service that is slow to answer).
+// function or the policy source runs (a plan service that is slow to
+// answer).
 
 func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.Duration, lopts []core.Option) {
 	clientIP, err := keyfuncs.NewClientIP()
@@ -237,30 +244,38 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.
 	ip := clientIP.Key
 	global, err := keyfuncs.Static("api")
 	require.NoError(t, err)
-	hold := func(header string) func(r keyfuncs.Request) {
-		return func(r keyfuncs.Request) {
-			if r.Header(header) != "" {
-				select {
-				case <-r.Context().Done():
-				case <-time.After(ioGuard):
-				}
-			}
+	hold := func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(ioGuard):
 		}
 	}
-	holdKey, holdPlan := hold(holdHeader), hold(holdPlanHeader)
+	holdKey := func(r keyfuncs.Request) {
+		if r.Header(holdHeader) != "" {
+			hold(r.Context())
+		}
+	}
+	plans := core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+		if p.Name == "login" && ctx.Value(holdPlanKey{}) != nil {
+			hold(ctx)
+		}
+		return p, nil
+	})
 	layers := []httplimit.Layer{
 		{Key: global, Policy: core.Policy{Name: "global", Algorithm: core.SlidingWindowCounter, Limit: 1000, Window: time.Hour}},
 		{Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: disconnectLimit, Window: time.Hour},
-			Key: func(r keyfuncs.Request) (string, error) { holdKey(r); return ip(r) },
-			PolicyFor: func(r keyfuncs.Request, _ string) (*core.Policy, error) {
-				holdPlan(r)
-				return nil, nil
-			}},
+			Key: func(r keyfuncs.Request) (string, error) { holdKey(r); return ip(r) }},
 	}
 	var errs errorRecorder
-	f := NewFlow(t, store, failClosed(layers, fc), lopts, errs.option())
+	f := NewFlow(t, store, failClosed(layers, fc), append(slices.Clip(lopts), core.WithPolicySource(plans)), errs.option())
 	l := f.Limiter()
 	spec := &Spec{
+		Authenticate: func(ctx context.Context, header func(string) string) context.Context {
+			if header(holdPlanHeader) != "" {
+				return context.WithValue(ctx, holdPlanKey{}, true)
+			}
+			return ctx
+		},
 		Global: []Mount{{Flow: f}},
 		Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/upload"}},
 	}
@@ -279,7 +294,7 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.
 		// First: the first requests find the quota whole.
 		kinds = append([]kind{
 			{"before key", RawRequest{Header: http.Header{holdHeader: {"1"}}, HalfClose: true}, true},
-			{"in PolicyFor", RawRequest{Header: http.Header{holdPlanHeader: {"1"}}, HalfClose: true}, true},
+			{"in the policy source", RawRequest{Header: http.Header{holdPlanHeader: {"1"}}, HalfClose: true}, true},
 		}, kinds...)
 	}
 	var ok int64
@@ -310,7 +325,7 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.
 	var canceled int
 	for _, err := range errs.all() {
 		assert.NotErrorIs(t, err, limits.ErrStore, "a disconnect reported as a store failure")
-		assert.NotErrorIs(t, err, core.ErrInvalidOption, "a disconnect in PolicyFor reported as a bad policy")
+		assert.NotErrorIs(t, err, core.ErrInvalidOption, "a disconnect in the policy source reported as a bad policy")
 		if errors.Is(err, context.Canceled) {
 			canceled++
 		}

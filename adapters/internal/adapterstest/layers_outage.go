@@ -41,11 +41,12 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 		}
 	}
 	errs := new(errorRecorder)
-	f := NewFlow(t, store, layers, []core.Option{limitertest.CircuitBreaker(0, time.Second)},
+	f := NewFlow(t, store, layers, []core.Option{limitertest.CircuitBreaker(0, time.Second), core.WithPolicySource(IssuePlans)},
 		httplimit.WithHeaders(layersHeaders), errs.option())
 	spec := &Spec{
-		Global: []Mount{{Flow: f}},
-		Routes: layersRoutes,
+		Authenticate: Authenticate,
+		Global:       []Mount{{Flow: f}},
+		Routes:       layersRoutes,
 	}
 	a := &layersApp{addr: h.Serve(t, spec), limiter: f.Limiter(), spec: spec, errs: errs}
 
