@@ -109,7 +109,7 @@ func Default() Config {
 //
 // How the fields are set depends on h (see emit). write is safe for
 // concurrent use on distinct Setters.
-func write(h Setter, d core.Decision, now time.Time, cfg Config) {
+func write(h Setter, d *core.Decision, now time.Time, cfg Config) {
 	if d.Allowed && d.Source == core.SourceFailMode {
 		return
 	}
@@ -320,7 +320,7 @@ func (fs *fieldSet) addInt(buf []byte, name string, n int64) []byte {
 
 // build fills fs with the fields of d that cfg selects (see write), their
 // values appended to buf, and returns buf.
-func (fs *fieldSet) build(buf []byte, d core.Decision, now time.Time, cfg Config) []byte {
+func (fs *fieldSet) build(buf []byte, d *core.Decision, now time.Time, cfg Config) []byte {
 	remaining := max(d.Remaining, 0)
 	reset := ceilSeconds(d.ResetAfter)
 	if cfg.XRateLimit || cfg.Draft6 {
@@ -347,7 +347,7 @@ func (fs *fieldSet) build(buf []byte, d core.Decision, now time.Time, cfg Config
 		buf = fs.addStructured(buf, d.Policy, remaining, reset)
 	}
 	if cfg.RetryAfter && !d.Allowed {
-		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(d))
+		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(*d))
 	}
 	return buf
 }

@@ -280,21 +280,21 @@ func BenchmarkWrite(b *testing.B) {
 			h := http.Header{}
 			b.ReportAllocs()
 			for b.Loop() {
-				write(h, c.d, t0, c.cfg)
+				write(h, &c.d, t0, c.cfg)
 			}
 		})
 		b.Run(c.name+"/counting-setter", func(b *testing.B) {
 			s := &countingSetter{}
 			b.ReportAllocs()
 			for b.Loop() {
-				write(s, c.d, t0, c.cfg)
+				write(s, &c.d, t0, c.cfg)
 			}
 		})
 		b.Run(c.name+"/HeaderMap", func(b *testing.B) {
 			m := mapResponse{http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {
-				write(m, c.d, t0, c.cfg)
+				write(m, &c.d, t0, c.cfg)
 			}
 		})
 	}

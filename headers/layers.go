@@ -12,15 +12,15 @@ import (
 // writeLayers is Writer.Write of a request that several layers decided,
 // with the structured fields (see there), at time now (the zero Time
 // means time.Now).
-func writeLayers(h Setter, d core.Decision, layers []core.Decision, now time.Time, cfg Config) {
+func writeLayers(h Setter, d *core.Decision, layers []core.Decision, now time.Time, cfg Config) {
 	var fs fieldSet
 	var space [512]byte
 	single := cfg
 	single.Structured, single.RetryAfter = false, false
 	buf := fs.build(space[:0], d, now, single)
-	buf = fs.addStructuredList(buf, &d, layers)
+	buf = fs.addStructuredList(buf, d, layers)
 	if cfg.RetryAfter && !d.Allowed {
-		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(d))
+		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(*d))
 	}
 	if fs.n == 0 {
 		return

@@ -124,28 +124,28 @@ func (w *Writer) Write(h Setter, d core.Decision, layers []core.Decision, now ti
 		if now.IsZero() && cfg.XRateLimit {
 			now = time.Unix(0, w.nowUnixNano())
 		}
-		writeLayers(h, d, layers, now, cfg)
+		writeLayers(h, &d, layers, now, cfg)
 		return
 	}
 	if (!cfg.XRateLimit && !cfg.Draft6) || cfg.Structured || (cfg.RetryAfter && !d.Allowed) {
-		write(h, d, now, cfg)
+		write(h, &d, now, cfg)
 		return
 	}
 	switch m := h.(type) {
 	case fastMap:
-		w.writeMap(m.HeaderMap(), d, now, false)
+		w.writeMap(m.HeaderMap(), &d, now, false)
 	case http.Header:
-		w.writeMap(m, d, now, true)
+		w.writeMap(m, &d, now, true)
 	case fastBytes:
-		w.writeBytes(m, d, now)
+		w.writeBytes(m, &d, now)
 	default:
-		write(h, d, now, cfg)
+		write(h, &d, now, cfg)
 	}
 }
 
 // numbers returns the values of d that a sharedBlock remembers: Limit,
 // X-RateLimit-Reset (0 unless written) and RateLimit-Reset.
-func (w *Writer) numbers(d core.Decision, now time.Time) (lim, xreset, reset int64) {
+func (w *Writer) numbers(d *core.Decision, now time.Time) (lim, xreset, reset int64) {
 	lim, reset = max(d.Limit, 0), ceilSeconds(d.ResetAfter)
 	if w.cfg.XRateLimit {
 		after := max(d.ResetAfter, 0)
@@ -241,7 +241,7 @@ func (b *sharedBlock) format(cfg Config) []byte {
 
 // writeMap is Writer.Write of X-RateLimit-* and RateLimit-*, the families of
 // w.cfg (at least one of them, and only them), in m.
-func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonical bool) {
+func (w *Writer) writeMap(m http.Header, d *core.Decision, now time.Time, canonical bool) {
 	cfg := w.cfg
 	lim, xreset, reset := w.numbers(d, now)
 	// vals[0] is Limit, vals[1] Remaining, vals[2] X-RateLimit-Reset,
@@ -296,7 +296,7 @@ func (w *Writer) writeMap(m http.Header, d core.Decision, now time.Time, canonic
 // the same Limit, makes a new last block (one allocation); a Writer whose
 // last block has another Limit keeps it, for a client of another limit (a
 // policy source's plan) could take turns with it.
-func (w *Writer) writeBytes(h fastBytes, d core.Decision, now time.Time) {
+func (w *Writer) writeBytes(h fastBytes, d *core.Decision, now time.Time) {
 	cfg := w.cfg
 	lim, xreset, reset := w.numbers(d, now)
 	remaining := max(d.Remaining, 0)

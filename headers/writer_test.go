@@ -63,17 +63,17 @@ func TestWriterIsWrite(t *testing.T) {
 				now = t0.Add(time.Hour) // Write would read the clock
 			}
 			want, got := mapResponse{http.Header{}}, mapResponse{http.Header{}}
-			write(want, d, now, cfg)
+			write(want, &d, now, cfg)
 			w.Write(got, d, nil, now)
 			require.Equal(t, want.h, got.h, "%+v, decision %d: HeaderMap", cfg, i)
 
 			wantH, gotH := http.Header{}, http.Header{}
-			write(wantH, d, now, cfg)
+			write(wantH, &d, now, cfg)
 			w.Write(gotH, d, nil, now)
 			require.Equal(t, wantH, gotH, "%+v, decision %d: http.Header", cfg, i)
 
 			wantS, gotS := &recordingSetter{}, &recordingSetter{}
-			write(wantS, d, now, cfg)
+			write(wantS, &d, now, cfg)
 			w.Write(gotS, d, nil, now)
 			require.Equal(t, wantS.m, gotS.m, "%+v, decision %d: Setter", cfg, i)
 
@@ -81,7 +81,7 @@ func TestWriterIsWrite(t *testing.T) {
 			w.Write(gotB, d, nil, now)
 			require.Equal(t, wantS.m, gotB.m, "%+v, decision %d: BytesSetter", cfg, i)
 			gotB.m = nil
-			write(gotB, d, now, cfg)
+			write(gotB, &d, now, cfg)
 			require.Equal(t, wantS.m, gotB.m, "%+v, decision %d: BytesSetter, Write", cfg, i)
 		}
 	}
@@ -190,7 +190,7 @@ func TestWriterIntPair(t *testing.T) {
 		w := NewWriter(cfg)
 		for i, d := range []core.Decision{allowedDecision, allowedDecision, func() core.Decision { d := allowedDecision; d.Limit = 7; return d }()} {
 			want, got := &bytesSetter{}, &pairSetter{}
-			write(want, d, t0, cfg)
+			write(want, &d, t0, cfg)
 			w.Write(got, d, nil, t0)
 			assert.Equal(t, want.m, got.m, "%+v, decision %d", cfg, i)
 			switch {
@@ -229,13 +229,13 @@ func TestWriterConcurrent(t *testing.T) {
 				d.ResetAfter = time.Duration(g) * time.Second
 				now := t0.Add(time.Duration(i/500) * time.Second)
 				want, got := http.Header{}, http.Header{}
-				write(want, d, now, Default())
+				write(want, &d, now, Default())
 				w.Write(got, d, nil, now)
 				if !assert.Equal(t, want, got) {
 					return
 				}
 				wantS, gotB := &recordingSetter{}, &bytesSetter{}
-				write(wantS, d, now, Default())
+				write(wantS, &d, now, Default())
 				w.Write(gotB, d, nil, now)
 				if !assert.Equal(t, wantS.m, gotB.m) {
 					return
@@ -265,7 +265,7 @@ func BenchmarkWriter(b *testing.B) {
 				d := clients[i%len(clients)]
 				i++
 				if name == "Write" {
-					write(m, d, t0, Default())
+					write(m, &d, t0, Default())
 				} else {
 					w.Write(m, d, nil, t0)
 				}
@@ -281,7 +281,7 @@ func BenchmarkWriter(b *testing.B) {
 			for b.Loop() {
 				clear(h)
 				if name == "Write" {
-					write(m, bucket, t0, Default())
+					write(m, &bucket, t0, Default())
 				} else {
 					w.Write(m, bucket, nil, t0)
 				}
@@ -325,11 +325,11 @@ func TestWriterClockReset(t *testing.T) {
 		d := allowedDecision
 		d.ResetAfter = after
 		before := time.Now()
-		_, xreset, _ := w.numbers(d, time.Time{})
+		_, xreset, _ := w.numbers(&d, time.Time{})
 		after2 := time.Now()
 		assert.GreaterOrEqual(t, xreset, ceilUnix(before.Add(after)), "%v", after)
 		assert.LessOrEqual(t, xreset, ceilUnix(after2.Add(after)), "%v", after)
-		_, atT0, _ := w.numbers(d, t0)
+		_, atT0, _ := w.numbers(&d, t0)
 		assert.Equal(t, ceilUnix(t0.Add(after)), atT0, "%v: an explicit time", after)
 	}
 }

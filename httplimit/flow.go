@@ -229,7 +229,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		f.fail(&st, r, w, err) // bad input, or the client left: no decision
 		return false
 	}
-	return f.decided(&st, ctx, r, w, d, nil, at)
+	return f.decided(&st, ctx, r, w, &d, nil, at)
 }
 
 // errEmptyKey is the error of a key function that returned an empty key.
@@ -243,7 +243,7 @@ var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfu
 // layers' FailClosed (d.Source is core.SourceFailMode) tells the client
 // nothing of its quota: it passes with no rate-limit header, or is refused
 // with Retry-After alone.
-func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d core.Decision, layers []core.Decision, at time.Time) bool {
+func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Response, d *core.Decision, layers []core.Decision, at time.Time) bool {
 	if d.Err != nil {
 		st.in = inErrorHandler
 		f.onError(r, d.Err)
@@ -254,17 +254,17 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 		}
 		if f.headers.RetryAfter {
 			st.in = inHeaders
-			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(d)))
+			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(*d)))
 		}
 		st.in = inResponder
-		f.respond(r, st.guard(w), d, nil)
+		f.respond(r, st.guard(w), *d, nil)
 		return false
 	}
 	st.in = inHeaders
-	f.writer.Write(w, d, layers, at)
+	f.writer.Write(w, *d, layers, at)
 	if !d.Allowed {
 		st.in = inResponder
-		f.respond(r, st.guard(w), d, nil)
+		f.respond(r, st.guard(w), *d, nil)
 		return false
 	}
 	if d.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(d.Delay, f.maxDelay)) {

@@ -343,7 +343,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		f.fail(st, r, w, err) // bad input, or the client left: no decision
 		return false
 	}
-	return f.decided(st, ctx, r, w, d, ds, at)
+	return f.decided(st, ctx, r, w, &d, ds, at)
 }
 
 // checkKeys is check for a layered request: the client's address and the

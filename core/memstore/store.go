@@ -116,8 +116,8 @@ func New(opts ...Option) (*Store, error) {
 // limit, window or lockout out of range, and a cost out of [1, Capacity]
 // return an error wrapping core.ErrInvalidOption, core.ErrInvalidOption,
 // core.ErrInvalidOption or core.ErrInvalidOption.
-func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, at, err := s.take(&req, now)
+func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (d core.Decision, _ time.Time, err error) {
+	at, err := s.take(&req, now, &d) // d filled in place: a Decision is large, and copied once less
 	switch {
 	case err != nil:
 		return d, time.Time{}, err
@@ -127,8 +127,9 @@ func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (core.D
 	return d, s.clock.at(at), nil
 }
 
-// take is Take, with the time it decided at in µs since the Unix epoch.
-func (s *Store) take(req *core.Request, at time.Time) (d core.Decision, now int64, err error) {
+// take is Take, filling *d, which is zero, and returning the time it
+// decided at in µs since the Unix epoch.
+func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int64, err error) {
 	p := &req.Policy
 	// limits.Capacity(p.Algorithm, p.Limit, p.Burst), comparing strings only for a policy with a Burst.
 	capacity := p.Limit
@@ -136,10 +137,10 @@ func (s *Store) take(req *core.Request, at time.Time) (d core.Decision, now int6
 		capacity = p.Burst
 	}
 	if !valid(req, capacity) {
-		return d, 0, invalid(req)
+		return 0, invalid(req)
 	}
 	if len(s.shards) == 0 {
-		return d, 0, errNoStore
+		return 0, errNoStore
 	}
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
@@ -151,34 +152,33 @@ func (s *Store) take(req *core.Request, at time.Time) (d core.Decision, now int6
 	k := kindOf(p.Algorithm)
 	if p.Lockout != 0 || p.LockoutMax != 0 || p.LockoutMemory != 0 {
 		if err := p.Validate(); err != nil {
-			return d, 0, err
+			return 0, err
 		}
 		if p.Lockout > 0 {
-			d, err = takeLocked(sh, h, req, k, capacity, now)
-			return d, now, err
+			return now, takeLocked(sh, h, req, k, capacity, now, d)
 		}
 	}
 	sh.mu.Lock()
 	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return d, 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
+		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
 	}
-	o.decide(&d, capacity)
-	return d, now, nil
+	o.decide(d, capacity)
+	return now, nil
 }
 
-// takeLocked is Take for a policy with a Lockout, on shard sh.
-func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64) (d core.Decision, err error) {
+// takeLocked is Take for a policy with a Lockout, on shard sh, filling *d.
+func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64, d *core.Decision) error {
 	sh.mu.Lock()
 	o, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return d, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(req.Policy.Algorithm))
+		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(req.Policy.Algorithm))
 	}
-	o.decide(&d, capacity)
+	o.decide(d, capacity)
 	d.LockedOut = locked
-	return d, nil
+	return nil
 }
 
 // Reset forgets the state of key under policy, its lockout and strikes
