@@ -90,6 +90,28 @@ func BenchmarkLimiterPaths(b *testing.B) {
 	})
 }
 
+// BenchmarkDenyCache is a flood past the limit answered by the deny cache
+// (WithDenyCache), the store never asked: bench's Redis/denied-1g/ours-denycache
+// without Redis.
+func BenchmarkDenyCache(b *testing.B) {
+	ctx := context.Background()
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+	l, err := core.NewLimiter(newMemStore(b), []core.Policy{p}, core.WithDenyCache(1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 2 {
+		_, _ = l.Allow(ctx, "203.0.113.7")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := l.Allow(ctx, "203.0.113.7")
+		if err != nil || d.Allowed || d.Source != core.SourceDenyCache {
+			b.Fatalf("%+v, %v", d, err)
+		}
+	}
+}
+
 // TakeAll fails: the fake decides one request at a time.
 func (benchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	return time.Time{}, errors.New("fake store: no layers")

@@ -60,21 +60,18 @@ type denial struct {
 }
 
 // get returns the remembered denial of a request of cost for key at now.
-func (c *denyCache) get(key string, cost int64, now time.Time, p *Policy) (Decision, bool) {
+func (c *denyCache) get(key string, cost int64, now time.Time, p *Policy, d *Decision) bool {
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
 	if !ok || cost < e.cost || !now.Before(e.until) || e.limit != p.Limit || e.burst != p.Burst || e.window != p.Window {
-		return Decision{}, false
+		return false
 	}
 	retry := msCeil(e.until.Sub(now))
-	return Decision{
-		Remaining:  e.remaining,
-		ResetAfter: max(retry, msCeil(e.resetAt.Sub(now))),
-		RetryAfter: retry,
-		Source:     SourceDenyCache,
-		LockedOut:  e.lockedOut,
-	}, true
+	d.Remaining, d.RetryAfter = e.remaining, retry
+	d.ResetAfter = max(retry, msCeil(e.resetAt.Sub(now)))
+	d.Source, d.LockedOut = SourceDenyCache, e.lockedOut
+	return true
 }
 
 // generation returns the count of Resets, to pass to put.

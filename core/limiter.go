@@ -254,7 +254,7 @@ func shade(d *Decision, err error) {
 
 // decide is allow; w, when not nil, records what observers hear beyond
 // the Decision.
-func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time, w *watch) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time, w *watch) (d Decision, err error) {
 	if n < 1 {
 		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidOption, n)
 	}
@@ -296,7 +296,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		if now = at; now.IsZero() {
 			now = time.Now()
 		}
-		if d, ok := l.denied.get(key, n, now, &policy); ok {
+		if l.denied.get(key, n, now, &policy, &d) { // into the result: a Decision is large
 			d.Limit, d.Policy = capacity, policy
 			return d, nil
 		}
@@ -309,13 +309,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 			return l.withoutStore(ctx, req, at, l.openErr), nil
 		}
 	}
-	var d Decision
 	var start time.Time
 	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
 	var took time.Time
-	var err error
 	if !probe {
 		d, took, err = l.store.Take(ctx, at, req) // the hot path, spared a call
 	} else {

@@ -59,6 +59,9 @@ type Request struct {
 	// Cost is in [1, the policy's capacity] (Burst for the buckets, or
 	// Limit).
 	Cost int64
+
+	// _ keeps a Request 128 bytes, a multiple of 16: see Policy's.
+	_ [8]byte
 }
 
 // Source says where a Decision came from.
