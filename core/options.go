@@ -120,8 +120,8 @@ func WithFallback(fallback Store) Option {
 // decided (RetryAfter, Remaining, LockedOut, Source, Err), so that logs
 // can show them. Admitted requests are returned as they are, a leaky
 // bucket's Delay included. A call that returns an error decided nothing,
-// and is never shadowed. Limiter.Shadow reports the mode, for the HTTP
-// flow, which writes no rate-limit headers in shadow mode by default.
+// and is never shadowed. The HTTP flow (httplimit) of a shadow Limiter
+// writes no rate-limit headers by default and never paces.
 func WithShadow() Option {
 	return func(c *config) error {
 		c.shadow = true
