@@ -306,6 +306,10 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	probe := false
 	if state&brkOpen != 0 {
 		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
+			if l.fallback == nil {
+				failInto(&d, &req.Policy, l.openErr)
+				return d, nil
+			}
 			return l.withoutStore(ctx, req, at, l.openErr), nil
 		}
 	}
@@ -538,12 +542,21 @@ func (l *Limiter) canceled(ctx context.Context, p *Policy, storeErr error) (Deci
 // failedAs is the Decision of a store failure (or of a policy that could
 // not be had) under policy p, by its FailClosed: a denial when it is set,
 // else an admission; err is its Err.
-func (l *Limiter) failedAs(p *Policy, err error) Decision {
+func (l *Limiter) failedAs(p *Policy, err error) (d Decision) {
+	failInto(&d, p, err)
+	return d
+}
+
+// failInto is failedAs into *d, which is zero: on the open breaker's path,
+// straight into decide's result (a Decision is large).
+func failInto(d *Decision, p *Policy, err error) {
 	c := p.capacity()
+	d.Limit, d.Policy, d.Source, d.Err = c, *p, SourceFailMode, err
 	if fc := p.FailClosed; fc > 0 {
-		return Decision{Limit: c, ResetAfter: fc, RetryAfter: fc, Policy: *p, Source: SourceFailMode, Err: err}
+		d.ResetAfter, d.RetryAfter = fc, fc
+	} else {
+		d.Allowed, d.Remaining = true, c
 	}
-	return Decision{Allowed: true, Limit: c, Remaining: c, Policy: *p, Source: SourceFailMode, Err: err}
 }
 
 // normalizeKey returns the key a store sees for a client key: the key
