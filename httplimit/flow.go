@@ -75,6 +75,7 @@ type Flow struct {
 	allow    []access.Matcher // nil when none
 	deny403  []access.Matcher // nil when none
 	shadow   bool             // the limiter's shadow mode: never pace
+	problems bool             // WithProblemDetails
 }
 
 // New returns the Flow of layers over store, configured by opts, applied
@@ -114,6 +115,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 		clientIP: c.clientIP,
 		allow:    c.allow,
 		deny403:  c.deny403,
+		problems: c.problems,
 	}
 	policies := make([]core.Policy, len(layers))
 	for i := range layers {
@@ -207,8 +209,7 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			return f.proceed(&st, r.Context(), r, w)
 		case denyListed:
 			f.report(k, l)
-			st.in = inResponder
-			f.respond(r, st.guard(w), core.Decision{}, e)
+			f.forbid(&st, r, w, e)
 			return false
 		}
 	}
@@ -256,15 +257,13 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 			st.in = inHeaders
 			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(*d)))
 		}
-		st.in = inResponder
-		f.respond(r, st.guard(w), *d, nil)
+		f.refuse(st, r, w, d, layers)
 		return false
 	}
 	st.in = inHeaders
 	f.writer.Write(w, *d, layers, at)
 	if !d.Allowed {
-		st.in = inResponder
-		f.respond(r, st.guard(w), *d, nil)
+		f.refuse(st, r, w, d, layers)
 		return false
 	}
 	if d.Delay > 0 && f.maxDelay > 0 && !f.shadow && !pace(ctx, min(d.Delay, f.maxDelay)) {

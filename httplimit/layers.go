@@ -314,8 +314,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			return f.proceed(st, r.Context(), r, w)
 		case denyListed:
 			f.reportKeys(sc.keys[:n], l)
-			st.in = inResponder
-			f.respond(r, st.guard(w), core.Decision{}, e)
+			f.forbid(st, r, w, e)
 			return false
 		}
 	}

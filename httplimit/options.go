@@ -33,6 +33,7 @@ type config struct {
 	clientIP    *keyfuncs.ClientIP
 	allow       []access.Matcher
 	deny403     []access.Matcher
+	problems    bool
 }
 
 // invalid returns the error of the option named fn given a bad value.
@@ -84,7 +85,9 @@ func WithSkip(skip func(keyfuncs.Request) bool) Option {
 // 499 client left, 500). h must write a response: the adapter stops the
 // chain either way. To fall back to another key instead of refusing a
 // request without one, use keyfuncs.FirstOf in the layer's Key. The
-// default is DefaultResponder. A nil h is invalid.
+// default is DefaultResponder. A nil h is invalid. With
+// WithProblemDetails, a client that asks for problem details gets them
+// instead of h's answer to a refusal (429, 503, 403).
 func WithResponder(h Responder) Option {
 	return func(c *config) error {
 		if h == nil {

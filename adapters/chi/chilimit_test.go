@@ -79,6 +79,10 @@ func TestLockout(t *testing.T) { adapterstest.RunLockout(t, harness{}, redistest
 // TestShadow checks shadow mode over real sockets.
 func TestShadow(t *testing.T) { adapterstest.RunShadow(t, harness{}) }
 
+// TestProblemDetails checks problem details (httplimit.WithProblemDetails)
+// over real sockets.
+func TestProblemDetails(t *testing.T) { adapterstest.RunProblemDetails(t, harness{}) }
+
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.
 func TestBans(t *testing.T) { adapterstest.RunBans(t, harness{}, redistest.Start(t)) }
