@@ -98,7 +98,8 @@ func TestRequestValidate(t *testing.T) {
 		{"valid", func(*core.Request) {}, nil},
 		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidOption},
 		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidOption},
-		{"zero cost", func(r *core.Request) { r.Cost = 0 }, core.ErrInvalidOption},
+		{"a peek (cost 0)", func(r *core.Request) { r.Cost = 0 }, nil},
+		{"negative cost", func(r *core.Request) { r.Cost = -1 }, core.ErrInvalidOption},
 		{"cost above burst", func(r *core.Request) { r.Cost = 21 }, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {

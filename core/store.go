@@ -57,7 +57,22 @@ type Request struct {
 	// Policy has been validated and has a Name.
 	Policy Policy
 	// Cost is in [1, the policy's capacity] (Burst for the buckets, or
-	// Limit).
+	// Limit), or 0 for a peek (Limiter.Peek).
+	//
+	// A peek asks where the client stands without spending: the store
+	// decides it as a request of cost 1 would be decided (Allowed, and
+	// RetryAfter when denied or Delay when admitted; LockedOut, with the
+	// time left on it, during a lockout), but its Remaining and ResetAfter
+	// are those of the state as it stands, as a denied request reports
+	// them, and it writes nothing: no count, no log entry, no expiry
+	// moved, no lockout strike, no state created for a client that has
+	// none, nothing trimmed or evicted. A peek at a time before the
+	// state's last admission is decided at that admission, as Take
+	// decides. In TakeAll, either every request is a peek or none is (a
+	// mix is invalid input); peeks are decided each on its own, at one
+	// now, in one atomic read where the store can (memory; one Redis: one
+	// round trip; a Redis Cluster reads each slot's keys atomically, one
+	// script per slot).
 	Cost int64
 
 	// _ keeps a Request 128 bytes, a multiple of 16: see Policy's.

@@ -190,6 +190,10 @@ func (o outcome) decide(d *core.Decision, capacity int64) {
 // step decides one request of cost c at now (µs) against st, by the
 // algorithm of st.kind (which must be p's), updating st when the request is
 // admitted. fresh says st holds no state yet.
+//
+// c == 0 is a peek (core.Request.Cost): each algorithm tests admission as
+// for a cost of 1 (ask), reports what is left and the reset of the state
+// as it stands, and writes nothing to st.
 func step(st *state, fresh bool, p *core.Policy, c, now int64) outcome {
 	w := p.Window.Microseconds()
 	if !fresh && now < st.last {
@@ -221,10 +225,12 @@ func fixedWindow(st *state, fresh bool, l, w, c, now int64) outcome {
 		n = st.cur
 	}
 	o := outcome{}
-	if n+c <= l {
-		n += c
-		st.win, st.cur, st.last, st.expires = ws, n, now, ws+w
+	if n+max(c, 1) <= l {
 		o.allowed = true
+		if c > 0 {
+			n += c
+			st.win, st.cur, st.last, st.expires = ws, n, now, ws+w
+		}
 	} else {
 		o.wait = ws + w - now
 	}
@@ -250,10 +256,14 @@ func slidingCounter(st *state, fresh bool, l, w, c, now int64) outcome {
 	// Lua: local previous_weight = weigh(previous, elapsed)
 	p := weigh(prev, w, el)
 	o := outcome{}
+	peek := c == 0
+	c = max(c, 1)
 	if fits(p, cur, c, l) {
-		cur += c
-		st.win, st.cur, st.prev, st.last, st.expires = ws, cur, prev, now, ws+2*w
 		o.allowed = true
+		if !peek {
+			cur += c
+			st.win, st.cur, st.prev, st.last, st.expires = ws, cur, prev, now, ws+2*w
+		}
 	} else if need := l - cur - c; need >= 0 {
 		// The previous window's weight blocks. It decays to nothing at
 		// the window's end, where cur+c <= l passes: find the first el
@@ -306,6 +316,9 @@ func fits(p float64, cur, c, l int64) bool {
 }
 
 func slidingLog(st *state, l, w, c, now int64) outcome {
+	if c == 0 {
+		return peekLog(st.log, l, w, now)
+	}
 	if st.log == nil {
 		st.log = new(unitLog)
 	}
@@ -329,6 +342,28 @@ func slidingLog(st *state, l, w, c, now int64) outcome {
 		o.reset = lg.entries[len(lg.entries)-1].at + w - now
 	}
 	lg.shrink()
+	return o
+}
+
+// peekLog is slidingLog's peek: it counts what lg holds in the window
+// without forgetting the rest (a view of lg moves its head, lg keeps its
+// own), and adds nothing.
+func peekLog(lg *unitLog, l, w, now int64) outcome {
+	if lg == nil {
+		return outcome{allowed: true, remaining: l}
+	}
+	v := unitLog{entries: lg.entries, head: lg.head}
+	if live := v.entries[v.head:]; len(live) > 0 && live[0].at <= now-w {
+		v.head += gallop(len(live), func(i int) bool { return live[i].at <= now-w })
+	}
+	n := v.units()
+	o := outcome{allowed: n+1 <= l, remaining: max(0, l-n)}
+	if !o.allowed {
+		o.wait = v.unitAt(n+1-l) + w - now
+	}
+	if n > 0 {
+		o.reset = v.entries[len(v.entries)-1].at + w - now
+	}
 	return o
 }
 
@@ -384,11 +419,15 @@ func bucket(st *state, fresh bool, l, b, w, c, now int64, shape bool) outcome {
 		}
 	}
 	o := outcome{}
+	peek := c == 0
+	c = max(c, 1)
 	if float64(level+float64(c)) <= float64(b) {
 		if shape {
 			o.wait = int64(math.Ceil(level * float64(w) / float64(l)))
 		}
-		level += float64(c)
+		if !peek {
+			level += float64(c)
+		}
 		o.allowed = true
 	} else {
 		// Not fresh: an empty bucket has room for c <= b, and the state
@@ -400,7 +439,7 @@ func bucket(st *state, fresh bool, l, b, w, c, now int64, shape bool) outcome {
 	// The level exceeds b when the client was moved to a smaller plan.
 	o.remaining = max(0, int64(math.Floor(float64(b)-level)))
 	o.reset = min(int64(math.Ceil(level*float64(w)/float64(l))), horizon)
-	if o.allowed {
+	if o.allowed && !peek {
 		st.level, st.last, st.expires = level, now, now+o.reset
 	}
 	return o

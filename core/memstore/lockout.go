@@ -62,7 +62,7 @@ func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capaci
 		}
 	}
 	o, known = sh.take(h, key, p, k, capacity, cost, now)
-	if !known || o.allowed {
+	if !known || o.allowed || cost == 0 { // a peek strikes nothing
 		return o, known, false
 	}
 	strikes = min(strikes+1, limits.MaxStrikes)

@@ -98,6 +98,15 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 			m++
 		}
 	}
+	peeks := 0
+	for i := range reqs {
+		if reqs[i].Cost == 0 {
+			peeks++
+		}
+	}
+	if peeks != 0 && peeks != len(reqs) {
+		return 0, fmt.Errorf("%w: memstore: TakeAll: %d of %d requests are peeks (cost 0): all or none must be", core.ErrInvalidOption, peeks, len(reqs))
+	}
 	var now int64
 	if at.IsZero() {
 		now = s.clock.now()
@@ -108,16 +117,26 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 	for _, ix := range shards[:m] {
 		s.shards[ix].mu.Lock()
 	}
-	allowed := true
+	allowed := peeks == 0
 	for i := range reqs {
 		t := &ts[i]
-		s.shards[t.h&s.mask].stage(t, &reqs[i], now)
+		sh := &s.shards[t.h&s.mask]
+		if peeks != 0 { // read under every shard's lock: one snapshot, nothing written
+			r := &reqs[i]
+			if t.lockout {
+				t.o, _, t.locked = sh.takeLocked(t.h, r.Key, &r.Policy, t.k, t.capacity, 0, now)
+			} else {
+				t.o, _ = sh.take(t.h, r.Key, &r.Policy, t.k, t.capacity, 0, now)
+			}
+			continue
+		}
+		sh.stage(t, &reqs[i], now)
 		allowed = allowed && t.o.allowed
 	}
 	for i := range reqs {
 		t := &ts[i]
 		switch {
-		case !t.o.allowed || t.e == nil:
+		case peeks != 0 || !t.o.allowed || t.e == nil:
 		case allowed && t.created:
 			sh := &s.shards[t.h&s.mask]
 			t.e.setKey(reqs[i].Key)

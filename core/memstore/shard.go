@@ -120,6 +120,12 @@ func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, co
 	if e := sh.find(h, key, p.Name, k); e != nil {
 		st := &e.st
 		fresh := st.expires <= now
+		if cost == 0 { // a peek writes nothing, not even a clear
+			if fresh {
+				return step(&state{kind: k}, true, p, 0, now), true
+			}
+			return step(st, false, p, 0, now), true
+		}
 		if fresh {
 			// Expired state decides like none at all.
 			st.clear()
@@ -129,6 +135,9 @@ func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, co
 	}
 	if k == unknownKind {
 		return outcome{}, false
+	}
+	if cost == 0 { // a peek creates no state
+		return step(&state{kind: k}, true, p, 0, now), true
 	}
 	e := &entry{st: state{kind: k, capacity: float32(capacity)}}
 	o := step(&e.st, true, p, cost, now)

@@ -256,7 +256,7 @@ func valid(req *core.Request, capacity int64) bool {
 		uint64(p.Limit-1) < limits.MaxLimit && uint64(p.Burst) <= limits.MaxLimit &&
 		uint64(p.Window-limits.MinWindow) <= uint64(limits.MaxWindow-limits.MinWindow) &&
 		(p.Limit <= limits.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
-		uint64(req.Cost-1) < uint64(capacity) &&
+		uint64(req.Cost) <= uint64(capacity) && // 0 is a peek
 		(p.Burst <= p.Limit || refillsWithin(p))
 }
 

@@ -171,7 +171,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"huge log", with(func(r *core.Request) {
 			r.Policy.Algorithm, r.Policy.Limit = core.SlidingWindowLog, limits.MaxLogLimit+1
 		}), core.ErrInvalidOption},
-		{"zero cost", with(func(r *core.Request) { r.Cost = 0 }), core.ErrInvalidOption},
+		{"negative cost", with(func(r *core.Request) { r.Cost = -1 }), core.ErrInvalidOption},
 		{"cost above capacity", with(func(r *core.Request) { r.Cost = 4 }), core.ErrInvalidOption},
 	}
 	s := newStore(t)

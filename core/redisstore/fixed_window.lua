@@ -1,7 +1,7 @@
 -- Fixed window: one counter per window aligned to the Unix epoch. Mirrors
 -- fixedWindow in core/memstore/algo.go, operation for operation (Lua
 -- numbers are float64, as there). It ignores capacity: cost is in
--- [1, limit].
+-- [0, limit], 0 for a peek.
 --
 -- KEYS[1] is a string (read_state in prelude.lua), '<ddd': the start of
 -- the counted window (µs), the units admitted in it, and the time of the
@@ -21,10 +21,12 @@ if stored_start == window_start then
 end
 
 local allowed, reset, retry = 0, 0, 0
-if count + cost <= limit then
-  count = count + cost
+if count + ask <= limit then
   allowed = 1
-  write_state(KEYS[1], math.max(ms_up(window_start + window - now), min_ttl), '<ddd', window_start, count, at)
+  if cost > 0 then
+    count = count + cost
+    write_state(KEYS[1], math.max(ms_up(window_start + window - now), min_ttl), '<ddd', window_start, count, at)
+  end
 else
   retry = window_start + window - at
 end

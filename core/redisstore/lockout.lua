@@ -20,7 +20,9 @@
 -- (at most 64) and a lockout of lock_duration * 2^(strikes-1), capped at
 -- lock_max, or until the algorithm would admit the request again if that
 -- is later. The key lives until the later of the lockout's end and the
--- strikes' memory, at least min_ttl.
+-- strikes' memory, at least min_ttl. A peek (cost 0) is denied as any
+-- request is during a lockout; otherwise decide's reply is its own, and a
+-- denied peek strikes nothing.
 
 local lock_duration = tonumber(ARGV[7])
 local lock_max = tonumber(ARGV[8])
@@ -39,7 +41,7 @@ if lock[1] then
 end
 
 local reply = decide()
-if reply[1] == 1 then
+if reply[1] == 1 or cost == 0 then
   reply[6] = 0
   return reply
 end

@@ -27,6 +27,7 @@ var multiLua string
 // function declares them from its own ARGV (at offset ab), but for the
 // Redis TIME, read once for all layers (shared_now in multi.lua).
 const layerLocals = `  local limit, window, capacity, cost, now, min_ttl = struct.unpack('<dddddd', ARGV[ab + 1])
+  local ask = math.max(cost, 1)
   if now ~= now then
     if not shared_now then
       local time = redis.call('TIME')
@@ -120,6 +121,7 @@ const preludeLocals = `local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
+local ask = math.max(cost, 1)
 local now = tonumber(ARGV[5])
 if not now then
   local time = redis.call('TIME')
@@ -416,6 +418,10 @@ func checkLayers(reqs []core.Request, out []core.Decision) error {
 		if err := reqcheck.Validate(&reqs[j]); err != nil {
 			return fmt.Errorf("redisstore: TakeAll: request %d: %w", j, err)
 		}
+		if (reqs[j].Cost == 0) != (reqs[0].Cost == 0) {
+			return fmt.Errorf("%w: redisstore: TakeAll: requests 0 and %d: a peek (cost 0) with a request that is not; all or none must be peeks",
+				core.ErrInvalidOption, j)
+		}
 		name := policyName(&reqs[j].Policy)
 		for k := range j {
 			if reqs[k].Key == reqs[j].Key && policyName(&reqs[k].Policy) == name {
@@ -465,8 +471,13 @@ func (s *Store) takeOne(ctx context.Context, at time.Time, reqs []core.Request, 
 // denied one and the sliding log's trimming of what has left its window,
 // which Take makes too. It fails, without a round trip, on invalid input
 // (an invalid request, two with one Key and Policy.Name, len(out) not
-// len(reqs), more than 16), and, when Redis fails, wraps the
-// client's error.
+// len(reqs), more than 16, peeks mixed with other requests), and, when
+// Redis fails, wraps the client's error.
+//
+// Peeks (every request of cost 0, see core.Request.Cost) are decided each
+// on its own and write nothing; over a *redis.Client in one script run,
+// over a cluster client in one script run per slot, all sent at once: a
+// single round trip, since nothing written needs checking or undoing.
 //
 // Over a *redis.Client (or any client but a cluster client or a Ring),
 // every layer is decided by one script run, in one round trip, as one

@@ -37,7 +37,10 @@
 -- and are made only when every layer admitted: a request denied
 -- by one layer takes nothing in any. The log's trimming of what has left
 -- its window, and a lockout's strikes, are made at once, as the
--- single-layer scripts make them.
+-- single-layer scripts make them. Peeks (every layer's cost 0: the Store
+-- never mixes them with other requests) queue no write, trim nothing and
+-- strike nothing, so that a script of peeks writes nothing in any mode
+-- and each layer's reply is its own.
 
 local undoable, checking = ARGV[1] == '1', ARGV[1] == '2'
 

@@ -51,6 +51,9 @@ type group struct {
 // race in that moment, and given back at once, not when the window
 // slides. A request whose layers all admit costs two round trips, one
 // whose check denies costs one.
+//
+// Peeks (every request of cost 0) write nothing, so there is nothing to
+// check first or undo: each group decides once, and that is the decision.
 func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
 	var gs []*group
 	for j := range reqs {
@@ -89,7 +92,7 @@ func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Reques
 	if s.afterStep != nil {
 		s.afterStep()
 	}
-	if err != nil || !admitted {
+	if err != nil || !admitted || reqs[0].Cost == 0 { // peeks: all decided, nothing to take
 		return err
 	}
 	// 2. Take.

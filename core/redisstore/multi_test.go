@@ -276,7 +276,7 @@ func TestMultiBadInput(t *testing.T) {
 	ctx := context.Background()
 	good := fourLayers("a", time.Time{})
 	bad := append([]core.Request(nil), good...)
-	bad[2].Cost = 0
+	bad[2].Cost = -1
 	_, err := s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	bad[2] = good[2]

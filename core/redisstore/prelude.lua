@@ -9,7 +9,8 @@
 -- ARGV[2]  window: W, in microseconds
 -- ARGV[3]  capacity: the buckets' depth (the policy's Burst, or L); the
 --          window algorithms ignore it
--- ARGV[4]  cost: the units the request takes, in [1, capacity]
+-- ARGV[4]  cost: the units the request takes, in [0, capacity]; 0 is a
+--          peek (see below)
 -- ARGV[5]  now: in microseconds since the Unix epoch; "" reads Redis TIME
 -- ARGV[6]  min_ttl: the least TTL, in milliseconds, of a key written
 --          (0 unless now is explicit)
@@ -23,13 +24,20 @@
 -- every key it writes a TTL no longer than its state matters, and at least
 -- min_ttl.
 --
+-- A peek (cost 0, core.Request.Cost) is decided as a request of cost 1
+-- is: its admission test asks for ask units, cost or 1. Its remaining and
+-- reset_ms are those of the state as it stands, as a denial reports them,
+-- and it writes nothing at all: no state, no TTL, no trimming of the log,
+-- no lockout strike.
+--
 -- Requires Redis 5.0 or later. The scripts read TIME and then write, which
 -- needs script effects replication: the default from Redis 5.0 (Redis 7.0
 -- has no other), refused with "Write commands not allowed after non
 -- deterministic commands" before. Otherwise they call only HMGET, HSET
 -- with several fields (4.0), PEXPIRE, GET, SET with PX, DEL and the
--- sorted-set commands ZADD, ZRANGE by rank, ZREMRANGEBYSCORE, ZREM and
--- ZCARD (and, for a Cluster's undo, PTTL and ZRANGEBYSCORE), all older, and Lua's struct library (Redis 2.6).
+-- sorted-set commands ZADD, ZRANGE by rank, ZREMRANGEBYSCORE, ZREM, ZCARD
+-- and ZCOUNT (and, for a Cluster's undo, PTTL and ZRANGEBYSCORE), all
+-- older, and Lua's struct library (Redis 2.6).
 -- version_test.go checks this against the commands' own history.
 --
 -- Times are microseconds and Lua numbers float64, exact up to 2^53 µs;
@@ -40,6 +48,7 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
+local ask = math.max(cost, 1)
 local now = tonumber(ARGV[5])
 if not now then
   local time = redis.call('TIME')

@@ -2,7 +2,7 @@
 -- counts, the previous one weighed by the part of it still inside the
 -- sliding window. Mirrors slidingCounter in core/memstore/algo.go, operation
 -- for operation (Lua numbers are float64, as there). It ignores capacity:
--- cost is in [1, limit].
+-- cost is in [0, limit], 0 for a peek.
 --
 -- KEYS[1] is a string (read_state in prelude.lua), '<dddd': the start of
 -- the current window (µs), its count, the count of the window before it,
@@ -19,9 +19,9 @@ local function weigh(count, elapsed)
   return count * (window - elapsed) / window
 end
 
--- fits is the admission test.
+-- fits is the admission test, for ask units (a peek's is 1).
 local function fits(previous_weight, current)
-  return previous_weight + current + cost <= limit
+  return previous_weight + current + ask <= limit
 end
 
 -- counter_estimate is the elapsed time into the window at which count,
@@ -48,26 +48,28 @@ local elapsed = at - window_start
 local previous_weight = weigh(previous, elapsed)
 local allowed, reset, retry = 0, 0, 0
 if fits(previous_weight, current) then
-  current = current + cost
   allowed = 1
-  write_state(KEYS[1], math.max(ms_up(window_start + 2 * window - now), min_ttl), '<dddd', window_start, current,
-    previous, at)
+  if cost > 0 then
+    current = current + cost
+    write_state(KEYS[1], math.max(ms_up(window_start + 2 * window - now), min_ttl), '<dddd', window_start, current,
+      previous, at)
+  end
 else
-  local need = limit - current - cost
+  local need = limit - current - ask
   if need >= 0 then
     -- The previous window's weight blocks; it decays to nothing at the
-    -- window's end, where current + cost <= limit passes. Find the first
+    -- window's end, where current + ask <= limit passes. Find the first
     -- elapsed time at which the admission test passes, from the estimate
     -- previous * (window - elapsed) / window + current = the largest sum
     -- the test's two roundings admit (sum_bound).
-    local estimate = counter_estimate(previous, sum_bound(limit, cost, true) - current)
+    local estimate = counter_estimate(previous, sum_bound(limit, ask, true) - current)
     local first = first_pass(elapsed, window, estimate, function(k) return fits(weigh(previous, k), current) end)
     retry = window_start + first - at
   else
     -- This window's own count blocks: wait into the next window, where
     -- current becomes the previous count and the new window starts empty.
-    -- The weight is a float already: one rounding, of its sum with cost.
-    local estimate = counter_estimate(current, sum_bound(limit, cost, false))
+    -- The weight is a float already: one rounding, of its sum with ask.
+    local estimate = counter_estimate(current, sum_bound(limit, ask, false))
     local first = first_pass(0, window, estimate, function(k) return fits(weigh(current, k), 0) end)
     retry = window_start + window + first - at
   end

@@ -3,8 +3,8 @@
 -- time, over (now - window, now]. Members number their units in a running
 -- count, so that, whatever its cost, a request costs a few O(log n)
 -- commands for n members (O(log n) of them for a denial at worst) and
--- writes one member. Mirrors slidingLog and unitLog in core/memstore. It
--- ignores capacity: cost is in [1, limit].
+-- writes one member. Mirrors slidingLog, peekLog and unitLog in
+-- core/memstore. It ignores capacity: cost is in [0, limit], 0 for a peek.
 --
 -- KEYS[1] is a ZSET: score = admission time (µs); member "<from>:<to>",
 -- the running count before its first unit and after its last (it holds
@@ -17,13 +17,14 @@
 -- Deciding a request dated before the last admission at that admission
 -- (see prelude.lua) keeps the log in time order. Every request first trims
 -- the members at or before now - window, which have left the window; a
--- denied request changes nothing else. An admitted one adds a member (or
--- widens the newest, admitted in the same microsecond) and sets the TTL to
--- the window, when that member leaves it. The count starts again at 0
--- whenever the window is empty, and is rebased on the oldest member,
--- rewriting every member, in the rare case it would pass 2^52 (float64
--- numbers are exact to 2^53); that costs O(n), once every
--- 2^52 - 2 * limit units.
+-- denied request changes nothing else. A peek trims nothing: it counts
+-- from the oldest member still in the window, by its rank. An admitted
+-- request adds a member (or widens the newest, admitted in the same
+-- microsecond) and sets the TTL to the window, when that member leaves
+-- it. The count starts again at 0 whenever the window is empty, and is
+-- rebased on the oldest member, rewriting every member, in the rare case
+-- it would pass 2^52 (float64 numbers are exact to 2^53); that costs
+-- O(n), once every 2^52 - 2 * limit units.
 
 local log = KEYS[1]
 
@@ -41,13 +42,21 @@ if newest[2] then
   last = tonumber(newest[2])
   at = math.max(now, last)
 end
+-- first is the rank of the oldest member in the window: 0 once the
+-- members that have left it are trimmed, as a request does; a peek, which
+-- writes nothing, counts them instead.
 -- Lua's tostring keeps 14 digits: format every microsecond time with %d.
-redis.call('ZREMRANGEBYSCORE', log, '-inf', string.format('%d', at - window))
+local first = 0
+if cost > 0 then
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', string.format('%d', at - window))
+elseif last then
+  first = redis.call('ZCOUNT', log, '-inf', string.format('%d', at - window))
+end
 -- base and total are the running counts before the oldest unit in the
 -- window and after the newest: the newest member outlives every trim
 -- that leaves any member.
 local base, total = 0, 0
-local oldest = redis.call('ZRANGE', log, 0, 0)
+local oldest = redis.call('ZRANGE', log, first, first)
 if oldest[1] then
   base = span(oldest[1])
   local _, to = span(newest[1])
@@ -56,7 +65,13 @@ end
 local count = total - base
 
 local allowed, reset, retry = 0, 0, 0
-if count + cost <= limit then
+if cost == 0 and count + ask <= limit then
+  -- A peek that would pass: the units in the window, as they stand.
+  allowed = 1
+  if count > 0 then
+    reset = last + window - at
+  end
+elseif cost > 0 and count + cost <= limit then
   if total + cost > 4503599627370496 then -- 2^52: rebase on the oldest
     local members = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
     redis.call('DEL', log)
@@ -89,16 +104,16 @@ if count + cost <= limit then
 else
   -- The k-th oldest unit, unit base + k, must leave the window first. It
   -- is in the first member whose running count after it reaches base + k,
-  -- below rank k since each member holds a unit or more. Ranks are
+  -- below rank first + k since each member holds a unit or more. Ranks are
   -- searched by interpolation (one probe when the members hold even
   -- costs) alternating with bisection (O(log n) probes at worst); the
-  -- last few members are read at once. count > 0 here, since cost <= limit.
-  local k = count + cost - limit
+  -- last few members are read at once. count > 0 here, since ask <= limit.
+  local k = count + ask - limit
   local unit = base + k
   local size = redis.call('ZCARD', log)
   -- The member is in ranks [lo, hi]. below is the running count before
   -- rank lo; above the count after rank top, at or past hi.
-  local lo, hi = 0, math.min(k, size) - 1
+  local lo, hi = first, first + math.min(k, size - first) - 1
   local below, top, above = base, size - 1, total
   local interpolate = true
   while hi - lo > 8 do

@@ -269,8 +269,9 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // Take decides req with one script run, as one atomic step in Redis, and
 // records it when it is allowed. It fails, without a round trip, on a
 // request the Limiter never sends (an invalid policy, an empty key, a cost
-// out of [1, capacity]), wrapping the core sentinel error; and when Redis
-// fails, wrapping the client's error with the algorithm.
+// out of [0, capacity]), wrapping the core sentinel error; and when Redis
+// fails, wrapping the client's error with the algorithm. A peek (cost 0,
+// see core.Request.Cost) runs the same script, which then writes nothing.
 //
 // A request with a zero now is decided at Redis TIME. One with an explicit
 // now (a test's time) is decided at that time, and the key it writes lives

@@ -38,21 +38,23 @@ if stored_level then
 end
 
 local allowed, retry = 0, 0
-if level + cost <= capacity then
-  level = level + cost
+if level + ask <= capacity then
+  if cost > 0 then
+    level = level + cost
+  end
   allowed = 1
 else
   -- Not fresh: an empty bucket has room for cost <= capacity, and the
   -- state decides like none from its expiry on.
   -- From the last admission (leakyEstimate in core/memstore/algo.go).
   local elapsed = at - last
-  local estimate = math.ceil((stored_level - sum_bound(capacity, cost, true)) * window / limit) - elapsed
-  retry = first_pass(0, math.min(expires - at, horizon), estimate, function(k) return level_at(elapsed + k) + cost <= capacity end)
+  local estimate = math.ceil((stored_level - sum_bound(capacity, ask, true)) * window / limit) - elapsed
+  retry = first_pass(0, math.min(expires - at, horizon), estimate, function(k) return level_at(elapsed + k) + ask <= capacity end)
 end
 -- The level exceeds capacity when the client was moved to a smaller plan.
 local remaining = math.max(0, math.floor(capacity - level))
 local reset = math.min(math.ceil(level * window / limit), horizon)
-if allowed == 1 then
+if allowed == 1 and cost > 0 then
   write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end
 return {allowed, remaining, ms_up(reset), ms_up(retry), 0}

@@ -51,6 +51,9 @@ func runLayers(t *testing.T, newStore func(t *testing.T) core.Store) {
 		t.Run("explicit-now", func(t *testing.T) {
 			testLayersNow(t, multi(t), run+"-now")
 		})
+		t.Run("peeks", func(t *testing.T) {
+			testLayersPeek(t, multi(t), run+"-peek")
+		})
 	})
 }
 
@@ -474,5 +477,64 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 				t.Errorf("%s: layer %s (limit %d), key %d: charged %d, admitted %d", race, ly.name, ly.limit, k, charged, admitted[i][k].Load())
 			}
 		}
+	}
+}
+
+// testLayersPeek checks TakeAll's peeks (core.Request.Cost 0): six layers,
+// one of each algorithm (4 per 10s) and a fixed window of 2 per 10s with a
+// lockout, see a client make a request every 700ms. Before each, a
+// TakeAll of peeks must tell each layer what Take's peek of it alone
+// tells, and a twin client making the same requests without peeks must
+// get the same decisions: the peeks wrote nothing. A client never seen has
+// whole quotas, and a mix of peeks and takes is bad input.
+func testLayersPeek(t *testing.T, s core.Store, run string) {
+	ctx := context.Background()
+	t0 := epoch()
+	var ps []core.Policy
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
+		ps = append(ps, layerPolicy("peek-"+string(alg), alg, 4, 10*time.Second))
+	}
+	lo := layerPolicy("peek-lockout", core.FixedWindow, 2, 10*time.Second)
+	lo.Lockout = 5 * time.Second
+	ps = append(ps, lo)
+	reqs := func(key string, cost int64) []core.Request {
+		rs := make([]core.Request, len(ps))
+		for i, p := range ps {
+			rs[i] = core.Request{Key: run + "-" + key, Policy: p, Cost: cost}
+		}
+		return rs
+	}
+	for step := range 12 {
+		now := t0.Add(time.Duration(step) * 700 * time.Millisecond)
+		peeks := takeAll(t, s, now, reqs("main", 0))
+		for i, r := range reqs("main", 0) {
+			one, _, err := s.Take(ctx, now, r)
+			if err != nil {
+				t.Fatalf("step %d: Take(%s, cost 0): %v", step, r.Policy.Name, err)
+			}
+			if !sameDecision(peeks[i], one, false) {
+				t.Fatalf("step %d, layer %s: TakeAll's peek %s, Take's %s", step, r.Policy.Name, show(peeks[i]), show(one))
+			}
+		}
+		got, want := takeAll(t, s, now, reqs("main", 1)), takeAll(t, s, now, reqs("twin", 1))
+		for i := range got {
+			if !sameDecision(got[i], want[i], false) {
+				t.Fatalf("step %d, layer %s: after peeks %s, without %s", step, ps[i].Name, show(got[i]), show(want[i]))
+			}
+		}
+	}
+	for i, d := range takeAll(t, s, t0, reqs("never-seen", 0)) {
+		c := limits.Capacity(ps[i].Algorithm, ps[i].Limit, ps[i].Burst)
+		if !d.Allowed || d.Remaining != c || d.ResetAfter != 0 || d.RetryAfter != 0 || d.Delay != 0 || d.LockedOut {
+			t.Fatalf("layer %s: a client never seen peeks %s, want a whole quota", ps[i].Name, show(d))
+		}
+	}
+	mix := reqs("mix", 0)
+	mix[2].Cost = 1
+	if _, err := s.TakeAll(ctx, t0, mix, make([]core.Decision, len(mix))); !errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("TakeAll of peeks and a take: %v, want an error wrapping ErrInvalidOption", err)
+	}
+	if d := takeAll(t, s, t0, reqs("mix", 1)); !d[0].Allowed || d[0].Remaining != 3 {
+		t.Fatalf("after the refused mix, the client's first request gets %s, want Remaining 3: the mix wrote", show(d[0]))
 	}
 }

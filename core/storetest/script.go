@@ -106,6 +106,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 		if want.Limit == 0 {
 			want.Limit = limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		}
+		s.checkPeek(t, store, l, key, p, cost, now, want, where)
 		var got core.Decision
 		var err error
 		if l != nil {
@@ -160,4 +161,49 @@ func show(d core.Decision) string {
 		out += fmt.Sprintf(" policy=%q", d.Policy.Name)
 	}
 	return out + "}"
+}
+
+// checkPeek peeks (core.Request.Cost 0, or Limiter.Peek when l is set) at
+// key under p at now, just before the step that wants want, and fails
+// unless the peek tells what the step's decision says of the state before
+// it: the Remaining and ResetAfter a denial reports, the Remaining an
+// admission leaves plus its cost, and, for a step of cost 1, whether it
+// passes, its RetryAfter and Delay. The script's later steps then check
+// that the peek wrote nothing: each still gets its Decision.
+func (s *script) checkPeek(t tester, store core.Store, l *core.Limiter, key string, p core.Policy, cost int64, now time.Time, want core.Decision, where string) {
+	t.Helper()
+	var got core.Decision
+	var err error
+	if l != nil {
+		out := make([]core.Decision, 1)
+		err = l.Peek(context.Background(), now, []core.Check{{Key: key}}, out)
+		got = out[0]
+		if err == nil && got.Policy != l.Policies()[0] {
+			t.Fatalf("%s: peek: policy %q, want %q", where, got.Policy.Name, l.Policies()[0].Name)
+		}
+	} else {
+		got, _, err = store.Take(context.Background(), now, core.Request{Key: key, Policy: p})
+	}
+	if err != nil {
+		t.Fatalf("%s: peek: %v", where, err)
+	}
+	bad := got.Limit != want.Limit || got.Shadowed || got.Source != core.SourceStore
+	switch {
+	case got.LockedOut:
+		// A lockout in force: the step is denied by it alike.
+		bad = bad || got.Allowed || !want.LockedOut || got.Remaining != want.Remaining ||
+			got.ResetAfter != want.ResetAfter || got.RetryAfter != want.RetryAfter
+	case want.LockedOut:
+		// The step's denial starts a lockout, which the peek does not.
+		bad = bad || cost == 1 && got.Allowed
+	case !want.Allowed:
+		bad = bad || got.Remaining != want.Remaining || got.ResetAfter != want.ResetAfter ||
+			cost == 1 && (got.Allowed || got.RetryAfter != want.RetryAfter)
+	default:
+		bad = bad || got.Remaining != want.Remaining+cost ||
+			cost == 1 && (!got.Allowed || got.Delay != want.Delay || got.RetryAfter != 0)
+	}
+	if bad {
+		t.Fatalf("%s: the peek before it:\n got %s\nstep %s", where, show(got), show(want))
+	}
 }

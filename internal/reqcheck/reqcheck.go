@@ -20,8 +20,8 @@ func Validate(r *core.Request) error {
 	if err := r.Policy.Validate(); err != nil {
 		return err
 	}
-	if r.Cost < 1 {
-		return fmt.Errorf("%w: cost %d is not positive", core.ErrInvalidOption, r.Cost)
+	if r.Cost < 0 {
+		return fmt.Errorf("%w: cost %d is negative", core.ErrInvalidOption, r.Cost)
 	}
 	if c := limits.Capacity(r.Policy.Algorithm, r.Policy.Limit, r.Policy.Burst); r.Cost > c {
 		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrInvalidOption, r.Cost, c)

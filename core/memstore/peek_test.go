@@ -1,0 +1,128 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
+)
+
+// TestPeekFloodCreatesNothing: a flood of peeks on 20,000 distinct keys, by
+// Take and by TakeAll, into a store full of clients at their limits,
+// creates no state and evicts none: the clients stay at their limits.
+func TestPeekFloodCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := mustNew(t, memstore.WithShards(1), memstore.WithMaxKeys(200))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ps []core.Policy
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
+		ps = append(ps, core.Policy{Name: "p-" + string(alg), Algorithm: alg, Limit: 2, Window: time.Hour, Burst: 2})
+	}
+	for i := range 40 {
+		for _, p := range ps {
+			for range 2 {
+				d, _, err := s.Take(ctx, now, core.Request{Key: "client-" + strconv.Itoa(i), Policy: p, Cost: 1})
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+		}
+	}
+	require.Equal(t, 200, s.Len())
+	reqs := make([]core.Request, len(ps))
+	out := make([]core.Decision, len(ps))
+	for i := range 20000 {
+		key := "flood-" + strconv.Itoa(i)
+		d, _, err := s.Take(ctx, now, core.Request{Key: key, Policy: ps[i%len(ps)]})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		for j, p := range ps {
+			reqs[j] = core.Request{Key: key, Policy: p}
+		}
+		_, err = s.TakeAll(ctx, now, reqs, out)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 200, s.Len(), "peeks created or evicted state")
+	for i := range 40 {
+		for _, p := range ps {
+			d, _, err := s.Take(ctx, now, core.Request{Key: "client-" + strconv.Itoa(i), Policy: p, Cost: 1})
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "client-%d under %s was forgotten", i, p.Name)
+		}
+	}
+}
+
+// TestPeekOfExpiredState: a state past its expiry peeks as none, and the
+// peek leaves it for the next take to clear (a sliding log keeps its
+// entries).
+func TestPeekOfExpiredState(t *testing.T) {
+	ctx := context.Background()
+	s := mustNew(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
+		p := core.Policy{Algorithm: alg, Limit: 3, Window: time.Second, Burst: 3}
+		req := core.Request{Key: "k-" + string(alg), Policy: p, Cost: 3}
+		_, _, err := s.Take(ctx, now, req)
+		require.NoError(t, err)
+		later := now.Add(time.Hour)
+		req.Cost = 0
+		d, _, err := s.Take(ctx, later, req)
+		require.NoError(t, err)
+		assert.Equal(t, true, d.Allowed, string(alg))
+		assert.Equal(t, int64(3), d.Remaining, string(alg))
+		assert.Zero(t, d.ResetAfter, string(alg))
+		req.Cost = 3
+		d, _, err = s.Take(ctx, later, req)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, string(alg))
+	}
+}
+
+// BenchmarkPeek is a peek beside the decision it tells of (BenchmarkTake,
+// BenchmarkTakeAll): one key, and four layers, on the store's clock.
+func BenchmarkPeek(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
+		for _, cost := range []int64{1, 0} {
+			name := map[int64]string{1: "take", 0: "peek"}[cost]
+			b.Run(fmt.Sprintf("%s/%s", alg, name), func(b *testing.B) {
+				s := mustNew(b)
+				req := core.Request{Key: "203.0.113.7", Policy: benchPolicy(alg), Cost: 1}
+				_, _, _ = s.Take(ctx, time.Time{}, req)
+				req.Cost = cost
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b)
+			})
+		}
+	}
+	for _, cost := range []int64{1, 0} {
+		name := map[int64]string{1: "take", 0: "peek"}[cost]
+		b.Run("4-layers/"+name, func(b *testing.B) {
+			s := mustNew(b)
+			reqs := benchLayers(4, 0)
+			out := make([]core.Decision, 4)
+			_, _ = s.TakeAll(ctx, time.Time{}, reqs, out)
+			for i := range reqs {
+				reqs[i].Cost = cost
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.TakeAll(ctx, time.Time{}, reqs, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

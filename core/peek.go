@@ -1,0 +1,97 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/apigate/ratelimit/internal/limits"
+)
+
+// Peek tells where a client stands under the layers of checks without
+// spending anything, as GitHub's GET /rate_limit does: it fills out[i]
+// (out must be at least as long as checks) with what the next decision of
+// checks[i] would report before it spends. Remaining and ResetAfter are
+// the quota as it stands; Allowed says whether a request of cost 1 would
+// pass now, and RetryAfter, when not, when it would; LockedOut and its
+// RetryAfter tell a lockout in force. Policy is the policy in force for
+// the key, as a PolicySource adjusts it. Check.Cost is ignored.
+//
+// A peek writes nothing to the store (no count, no expiry moved, no
+// lockout strike, no state for a client that has none), and asks it once
+// for all the checks: one round trip on Redis. It is not a decision:
+// observers do not hear it, the deny cache neither answers nor learns
+// from it, shadow mode does not change it, and the fallback is not asked.
+// So a store failure, an open circuit breaker or a PolicySource's failure
+// is Peek's error (nothing was read), as are bad input (wrapping
+// ErrInvalidOption: a layer index out of range or repeated, an invalid
+// key, an out shorter than checks) and the end of ctx.
+//
+// now is the time to peek at, as for AllowN: the zero Time is the store's
+// clock.
+func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out []Decision) error {
+	if len(out) < len(checks) {
+		return fmt.Errorf("%w: Peek: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
+	}
+	if len(checks) > len(l.policies) {
+		return fmt.Errorf("%w: Peek: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratelimit: Peek: %w", err)
+	}
+	arr := reqPool.Get().(*[limits.MaxLayers]Request)
+	defer func() {
+		clear(arr[:len(checks)]) // drop the keys and policies
+		reqPool.Put(arr)
+	}()
+	reqs := arr[:len(checks)]
+	var seen uint32
+	for i := range checks {
+		c := &checks[i]
+		if c.Layer < 0 || c.Layer >= len(l.policies) {
+			return fmt.Errorf("%w: Peek: check %d names layer %d of %d", ErrInvalidOption, i, c.Layer, len(l.policies))
+		}
+		lp := &l.policies[c.Layer]
+		if seen&(1<<c.Layer) != 0 {
+			return fmt.Errorf("%w: Peek: two checks for layer %q", ErrInvalidOption, lp.Name)
+		}
+		seen |= 1 << c.Layer
+		key, err := normalizeKey(c.Key)
+		if err != nil {
+			return fmt.Errorf("layer %q: %w", lp.Name, err)
+		}
+		r := &reqs[i]
+		r.Key, r.Policy = key, *lp // Cost 0: a peek
+		if l.sources != nil {
+			if r.Policy, _, err = l.adjust(ctx, c.Key, *lp); err != nil {
+				return fmt.Errorf("ratelimit: Peek: %w", err)
+			}
+		}
+	}
+	if l.brk.state.Load()&brkOpen != 0 {
+		return l.openErr
+	}
+	var err error
+	if len(reqs) == 1 {
+		out[0], _, err = l.store.Take(ctx, now, reqs[0])
+	} else {
+		_, err = l.store.TakeAll(ctx, now, reqs, out[:len(reqs)])
+	}
+	if err != nil {
+		if callerDone(ctx) {
+			cause := ctx.Err()
+			if cause == nil { // the deadline has passed, its timer not yet fired
+				cause = context.DeadlineExceeded
+			}
+			return fmt.Errorf("ratelimit: Peek: the caller left: %w (store: %v)", cause, err)
+		}
+		return storeErr(err)
+	}
+	for i := range reqs {
+		out[i].Policy, out[i].Source, out[i].Err = reqs[i].Policy, SourceStore, nil
+	}
+	return nil
+}
