@@ -76,6 +76,7 @@ type Flow struct {
 	deny403  []access.Matcher // nil when none
 	shadow   bool             // the limiter's shadow mode: never pace
 	problems bool             // WithProblemDetails
+	quota    *quotaEndpoint   // WithQuota; nil when none
 }
 
 // New returns the Flow of layers over store, configured by opts, applied
@@ -122,6 +123,9 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 		policies[i] = layers[i].Policy
 	}
 	if f.limiter, err = core.NewLimiter(store, policies, c.core...); err != nil {
+		return nil, err
+	}
+	if f.quota, err = newQuotaEndpoint(c.quota); err != nil {
 		return nil, err
 	}
 	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil {
@@ -184,6 +188,10 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 			f.recovered(r, w, &st, v)
 		}
 	}()
+	if f.quota != nil && f.quota.is(r) {
+		f.answerQuota(&st, r, w)
+		return false
+	}
 	st.in = inSkip
 	for _, skip := range f.skips {
 		if skip(r) {

@@ -34,6 +34,7 @@ type config struct {
 	allow       []access.Matcher
 	deny403     []access.Matcher
 	problems    bool
+	quota       *route // WithQuota's path
 }
 
 // invalid returns the error of the option named fn given a bad value.

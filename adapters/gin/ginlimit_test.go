@@ -68,6 +68,10 @@ func TestShadow(t *testing.T) { adapterstest.RunShadow(t, harness{}) }
 // over real sockets.
 func TestProblemDetails(t *testing.T) { adapterstest.RunProblemDetails(t, harness{}) }
 
+// TestQuota checks the quota endpoint (httplimit.WithQuota) over real
+// sockets, on memory and on Redis with two app servers.
+func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Start(t)) }
+
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.
 func TestBans(t *testing.T) { adapterstest.RunBans(t, harness{}, redistest.Start(t)) }

@@ -48,6 +48,7 @@ func WriteBanner(w io.Writer, framework string, addr net.Addr, storeName string,
 	fmt.Fprintf(&b, "  %-16s a quota of its own (layer \"posts\")\n", "  and /posts")
 	fmt.Fprintf(&b, "metrics: GET %s%s, never limited, for Prometheus (limit=%q, %q, %q, %q, %q)\n",
 		u, MetricsPath, p.Global.Name, p.Login.Name, p.API.Name, p.Users.Name, PostsLayer)
+	fmt.Fprintf(&b, "quota: GET %s%s shows this client's quota in every layer, spending none\n", u, QuotaPath)
 	fmt.Fprintf(&b, "try it:\n")
 	fmt.Fprintf(&b, "  # the global limit: the burst passes, then 429 with Retry-After\n")
 	fmt.Fprintf(&b, "  for i in $(seq 1 %d); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", limits.Capacity(p.Global.Algorithm, p.Global.Limit, p.Global.Burst)+5, u)

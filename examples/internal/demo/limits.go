@@ -117,14 +117,15 @@ type Limiters struct {
 
 // Flow returns the Flow every example mounts, after opts, its own skip
 // of GET MetricsPath: Layers over the store, the client address the deny
-// list matches (the socket peer, as the layers' keys see it), then Guard.
+// list matches (the socket peer, as the layers' keys see it), the quota
+// endpoint at GET QuotaPath, then Guard.
 // It sets l.Limiter to the Flow's Limiter, for Authenticate. Call it once:
 // Metrics counts one Limiter.
 func (l *Limiters) Flow(opts ...httplimit.Option) (*httplimit.Flow, error) {
 	if l.store == nil {
 		return nil, errors.New("demo: Flow of Limiters not built by NewLimiters")
 	}
-	opts = append(append(opts, httplimit.WithCore(l.core...), httplimit.WithClientIP(l.clientIP)), l.Guard...)
+	opts = append(append(opts, httplimit.WithCore(l.core...), httplimit.WithClientIP(l.clientIP), httplimit.WithQuota(QuotaPath)), l.Guard...)
 	f, err := httplimit.New(l.store, l.Layers, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("limits: %w", err)

@@ -17,6 +17,10 @@ import (
 // would count as traffic.
 const MetricsPath = "/metrics"
 
+// QuotaPath is where every example's Flow answers a client's quota in
+// every layer, spending none (httplimit.WithQuota).
+const QuotaPath = "/rate_limit"
+
 // MemStoreName is the store label of the memory store's key gauge:
 // ratelimit_memstore_keys{store="memory"}.
 const MemStoreName = "memory"

@@ -22,6 +22,7 @@ import (
 	"github.com/apigate/ratelimit/examples/internal/demo"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limits"
 )
 
 // Client sends one request through an app and returns its response.
@@ -81,6 +82,36 @@ func Run(t *testing.T, newApp func(demo.Limiters) Client) {
 		c.wantStatus(t, c.do(t, "GET", "/no-such-route", nil), http.StatusNotFound)
 		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
 		c.wantDenied(t, c.do(t, "GET", "/", nil), "2")
+	})
+
+	t.Run("Quota", func(t *testing.T) {
+		t.Parallel()
+		p := Generous()
+		p.Global.Limit = 10
+		c := build(t, newApp, p)
+		c.wantStatus(t, c.do(t, "GET", "/", nil), http.StatusOK)
+		c.wantStatus(t, c.login(t, "wrong"), http.StatusUnauthorized)
+		var q struct {
+			Layers []struct {
+				Name      string   `json:"name"`
+				Limit     int64    `json:"limit"`
+				Remaining int64    `json:"remaining"`
+				Routes    []string `json:"routes"`
+			} `json:"layers"`
+		}
+		for range 5 { // spending nothing
+			res := c.do(t, "GET", demo.QuotaPath, nil)
+			c.wantStatus(t, res, http.StatusOK)
+			c.decodeJSON(t, res, &q)
+		}
+		byName := map[string]int64{}
+		for _, l := range q.Layers {
+			byName[l.Name] = l.Remaining
+		}
+		assert.Equal(t, int64(8), byName[p.Global.Name], "two requests so far: %+v", q.Layers)
+		assert.Equal(t, limits.Capacity(p.Login.Algorithm, p.Login.Limit, p.Login.Burst)-1, byName[p.Login.Name], "one login so far: %+v", q.Layers)
+		res := c.do(t, "GET", "/", nil)
+		assert.Equal(t, "7", res.Header.Get("X-RateLimit-Remaining"), "the next request starts from the quota shown")
 	})
 
 	t.Run("LoginLimit", func(t *testing.T) {

@@ -1,0 +1,205 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// WithQuota makes the flow answer GET (and HEAD) requests to path itself,
+// as GitHub's GET /rate_limit does: with the caller's quota under every
+// layer, as JSON, spending nothing. The middleware answers it before any
+// skip and never passes it to a handler, so no route needs registering;
+// other methods on path are limited as any request. path is matched as a
+// Layer route is ("/rate_limit", and so "/rate_limit/" and
+// "/Rate_Limit"), and may not hold parameters or wildcards.
+//
+// The caller is keyed exactly as the flow keys it: each layer's Key (and
+// WithClientIP's trust model), on this request, so that no header a
+// client can forge shows it another client's quota; a layer whose key
+// cannot be had from this request is left out, and a deny-listed caller
+// is refused 403 as on any route. Each layer that has Methods or Routes
+// lists them, since it applies only there. Quotas are read with
+// core.Limiter.Peek (no write, no expiry moved; one round trip on Redis
+// for all layers) under the policy in force for the key (a plan's).
+//
+//	{"layers":[{"name":"user","algorithm":"fixed_window","limit":1000,"remaining":996,"used":4,
+//	  "reset":1765000000,"reset_after":42,"window":60}]}
+//
+// limit is the most remaining can be (a bucket's Burst); used is limit
+// less remaining; reset is the Unix time, in seconds, at which remaining
+// is whole again, reset_after the seconds until then; window is the
+// policy's window in seconds. A layer that would refuse a request of cost
+// 1 adds retry_after, the seconds until one passes, and locked_out during
+// a lockout.
+//
+// The endpoint is itself limited, so that a flood of it costs the store
+// nothing: 10 a second per client address, in bursts of 20, counted in
+// this process alone; a caller over it gets 429 with Retry-After. It
+// answers 503 with Retry-After when the store cannot be read (the
+// ErrorHandler hears why), and sends Cache-Control: no-store.
+func WithQuota(path string) Option {
+	return func(c *config) error {
+		rt, err := parseRoute(path)
+		if err != nil {
+			return invalid("WithQuota", err.Error())
+		}
+		if strings.ContainsAny(path, "{}:*") {
+			return invalid("WithQuota", "the path "+path+" holds a parameter or wildcard")
+		}
+		c.quota = &rt
+		return nil
+	}
+}
+
+// quotaGuard is the policy that limits the quota endpoint per client
+// address, in process.
+var quotaGuard = core.Policy{Name: "quota-endpoint", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}
+
+// quotaEndpoint is a Flow's WithQuota.
+type quotaEndpoint struct {
+	route *route
+	guard *core.Limiter // quotaGuard over a memstore of its own
+}
+
+// newQuotaEndpoint returns the endpoint of rt, nil when rt is.
+func newQuotaEndpoint(rt *route) (*quotaEndpoint, error) {
+	if rt == nil {
+		return nil, nil
+	}
+	// The memstore's janitor ends when the Flow is collected.
+	store, err := memstore.New()
+	if err != nil {
+		return nil, err
+	}
+	guard, err := core.NewLimiter(store, []core.Policy{quotaGuard})
+	if err != nil {
+		return nil, err
+	}
+	return &quotaEndpoint{route: rt, guard: guard}, nil
+}
+
+// is reports whether r asks the quota endpoint.
+func (q *quotaEndpoint) is(r keyfuncs.Request) bool {
+	if m := r.Method(); m != http.MethodGet && m != http.MethodHead {
+		return false
+	}
+	var m matcher
+	m.init(r)
+	ok := m.matches(q.route)
+	m.reset()
+	return ok
+}
+
+// quotaLayer is one layer of the quota endpoint's answer.
+type quotaLayer struct {
+	Name       string   `json:"name"`
+	Algorithm  string   `json:"algorithm"`
+	Limit      int64    `json:"limit"`
+	Remaining  int64    `json:"remaining"`
+	Used       int64    `json:"used"`
+	Reset      int64    `json:"reset"`
+	ResetAfter int64    `json:"reset_after"`
+	Window     float64  `json:"window"`
+	RetryAfter int64    `json:"retry_after,omitempty"`
+	LockedOut  bool     `json:"locked_out,omitempty"`
+	Methods    []string `json:"methods,omitempty"`
+	Routes     []string `json:"routes,omitempty"`
+}
+
+// answerQuota answers a request to the quota endpoint.
+func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
+	q := f.quota
+	ctx := r.Context()
+	st.in = inKey
+	addr, err := f.clientIP.Key(r)
+	if err != nil || addr == "" {
+		addr = "unknown" // no address: all such callers share one guard
+	}
+	st.in = inLimiter
+	if d, err := q.guard.Allow(ctx, addr); err != nil || !d.Allowed {
+		if err != nil {
+			f.fail(st, r, w, err)
+			return
+		}
+		st.in = inResponder
+		w.Set("Retry-After", itoa(max(1, int64((d.RetryAfter+time.Second-1)/time.Second))))
+		_ = st.guard(w).Write(http.StatusTooManyRequests, "application/json", []byte(`{"error":"too many quota requests"}`))
+		return
+	}
+
+	var checks [limits.MaxLayers]core.Check
+	var keys [limits.MaxLayers]string
+	n := 0
+	st.in = inKey
+	for i := range f.layers.layers {
+		key, err := f.layers.layers[i].key(r)
+		if err != nil || key == "" {
+			continue // no key from this request: nothing to show
+		}
+		checks[n], keys[n] = core.Check{Layer: i, Key: key}, key
+		n++
+	}
+	if f.allow != nil || f.deny403 != nil {
+		if l, e := f.checkKeys(st, r, keys[:n]); l == denyListed {
+			f.reportKeys(keys[:n], l)
+			f.forbid(st, r, w, e)
+			return
+		}
+	}
+	st.in = inLimiter
+	var ds [limits.MaxLayers]core.Decision
+	if err := f.limiter.Peek(ctx, time.Time{}, checks[:n], ds[:n]); err != nil {
+		if ctx.Err() != nil {
+			f.fail(st, r, w, err) // the client left
+			return
+		}
+		st.in = inErrorHandler
+		f.onError(r, err)
+		st.in = inResponder
+		w.Set("Retry-After", "1")
+		w.Set("Cache-Control", "no-store")
+		_ = st.guard(w).Write(http.StatusServiceUnavailable, "application/json", []byte(`{"error":"quota unavailable"}`))
+		return
+	}
+	now := time.Now()
+	out := struct {
+		Layers []quotaLayer `json:"layers"`
+	}{Layers: make([]quotaLayer, n)}
+	for i := range n {
+		d, ly := &ds[i], &f.layers.layers[checks[i].Layer]
+		ql := &out.Layers[i]
+		ql.Name, ql.Algorithm = d.Policy.Name, string(d.Policy.Algorithm)
+		ql.Limit, ql.Remaining, ql.Used = d.Limit, d.Remaining, max(0, d.Limit-d.Remaining)
+		ql.ResetAfter = ceilSeconds(d.ResetAfter)
+		ql.Reset = now.Add(d.ResetAfter).Add(time.Second - 1).Unix()
+		ql.Window = d.Policy.Window.Seconds()
+		if !d.Allowed {
+			ql.RetryAfter = max(1, ceilSeconds(d.RetryAfter))
+		}
+		ql.LockedOut = d.LockedOut
+		ql.Methods = ly.methods
+		for _, rt := range ly.routes {
+			ql.Routes = append(ql.Routes, rt.pattern)
+		}
+	}
+	body, err := json.Marshal(out)
+	if err != nil { // cannot happen: plain fields
+		f.fail(st, r, w, err)
+		return
+	}
+	st.in = inResponder
+	w.Set("Cache-Control", "no-store")
+	_ = st.guard(w).Write(http.StatusOK, "application/json", body)
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
