@@ -73,8 +73,11 @@ func newQuotaEndpoint(rt *route) (*quotaEndpoint, error) {
 	if rt == nil {
 		return nil, nil
 	}
-	// The memstore's janitor ends when the Flow is collected.
-	store, err := memstore.New()
+	// The memstore's janitor ends when the Flow is collected. 100,000
+	// addresses at most (about 10 MB): a flood of new addresses evicts
+	// the guard's oldest, each of which then has its burst again, which
+	// costs the store what any request costs (one peek).
+	store, err := memstore.New(memstore.WithMaxKeys(100_000))
 	if err != nil {
 		return nil, err
 	}
