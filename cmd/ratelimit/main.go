@@ -2,6 +2,8 @@
 //
 //	ratelimit simulate  replays traffic against policies with a virtual clock
 //	ratelimit probe     sends a bounded stream of requests to a running server
+//	ratelimit openapi   merges the limits into the API's OpenAPI document
+//	ratelimit describe  writes a page of the limits, in Markdown
 //
 // Exit codes: 0 ok, 1 the check failed, 2 usage or input error.
 package main
@@ -30,6 +32,9 @@ Commands:
              on the memory store with a virtual clock, and report what passed
   probe      send a bounded, paced stream of requests to a server's URL and
              check that its rate-limit headers agree with what it does
+  openapi    merge the limits of a layers file into the API's OpenAPI
+             document (or write one of their own)
+  describe   write a page, in Markdown, of the limits of each operation
   help       show this help, or "ratelimit help <command>"
 
 Run "ratelimit <command> --help" for a command's flags and examples.
@@ -54,6 +59,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runSimulate(ctx, args[1:], stdout, stderr)
 	case "probe":
 		return runProbe(ctx, args[1:], stdout, stderr)
+	case "openapi":
+		return runOpenAPI(args[1:], stdout, stderr)
+	case "describe":
+		return runDescribe(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			switch args[1] {
@@ -61,6 +70,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return runSimulate(ctx, []string{"--help"}, stdout, stderr)
 			case "probe":
 				return runProbe(ctx, []string{"--help"}, stdout, stderr)
+			case "openapi":
+				return runOpenAPI([]string{"--help"}, stdout, stderr)
+			case "describe":
+				return runDescribe([]string{"--help"}, stdout, stderr)
 			}
 			fmt.Fprintf(stderr, "ratelimit: unknown command %q\n\n%s", args[1], usage)
 			return exitUsage
