@@ -16,8 +16,8 @@ const (
 
 // validateScript validates the document at process.argv[1] with
 // swagger-parser's validate(): the OpenAPI 3.0 or 3.1 schema of its
-// version, $refs resolved, and the rules a schema cannot say (path
-// parameters declared, operationIds unique).
+// version and $refs resolved (it does not check that path parameters are
+// declared).
 const validateScript = `
 const SwaggerParser = require("@apidevtools/swagger-parser");
 SwaggerParser.validate(process.argv[1])
