@@ -102,7 +102,7 @@ func TestQuotaEndpoint(t *testing.T) {
 	assert.Equal(t, int64(0), q["login"].Remaining)
 
 	before := quota("/rate_limit")
-	for range 15 { // within the endpoint's own burst
+	for range 12 { // within the endpoint's own burst
 		quota("/rate_limit")
 	}
 	assert.Equal(t, before, quota("/rate_limit"), "quota requests spent nothing")
@@ -111,8 +111,14 @@ func TestQuotaEndpoint(t *testing.T) {
 	assert.Equal(t, before["all"].Remaining-1, int64(atoi(t, w.header.Get("X-RateLimit-Remaining"))), "the next decision")
 
 	w = newResponse()
+	head := newPathRequest("HEAD", "/rate_limit")
+	head.remote = "192.0.2.50:1" // the first address's quota requests are at the endpoint's burst
+	require.False(t, f.Handle(head, w), "HEAD is answered too")
+	assert.Equal(t, int64(100), quotaOf(t, w)["all"].Remaining)
+	w = newResponse()
 	assert.True(t, f.Handle(newPathRequest("POST", "/rate_limit"), w), "POST is not the endpoint")
 	r := newPathRequest("GET", "/rate_limit")
+	r.remote = "192.0.2.50:1"
 	r.header.Set("X-User", "ann")
 	w = newResponse()
 	f.Handle(r, w)
