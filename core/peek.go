@@ -51,14 +51,10 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	var seen uint32
 	for i := range checks {
 		c := &checks[i]
-		if c.Layer < 0 || c.Layer >= len(l.policies) {
-			return fmt.Errorf("%w: Peek: check %d names layer %d of %d", ErrInvalidOption, i, c.Layer, len(l.policies))
+		lp, err := l.layerOf("Peek", i, c, &seen)
+		if err != nil {
+			return err
 		}
-		lp := &l.policies[c.Layer]
-		if seen&(1<<c.Layer) != 0 {
-			return fmt.Errorf("%w: Peek: two checks for layer %q", ErrInvalidOption, lp.Name)
-		}
-		seen |= 1 << c.Layer
 		key, err := normalizeKey(c.Key)
 		if err != nil {
 			return fmt.Errorf("layer %q: %w", lp.Name, err)
