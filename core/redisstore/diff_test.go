@@ -32,26 +32,9 @@ func TestMatchesMemstore(t *testing.T) {
 	// Far in the future, so that memstore's janitor (which reads the real
 	// clock) never reclaims state the history still needs.
 	base := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-	shapes := []struct {
-		limit, burst int64
-		window       time.Duration
-	}{
-		{10, 0, time.Minute},
-		{7, 0, time.Second + 333*time.Microsecond},
-		{3, 0, 10 * time.Millisecond},
-		{100, 0, time.Hour},
-		{13, 29, 7*time.Second + 1},
-		{1, 0, time.Millisecond},
-		{limits.MaxLogLimit, 0, time.Minute},
-		{999_999_999_937, 0, 366 * 24 * time.Hour},
-		// Where float64 loses the small terms (issue 6, item 9).
-		{limits.MaxLimit, 0, time.Minute + time.Microsecond},
-		{1_000_000_000, 0, 24 * time.Hour},
-		{32, limits.MaxLimit, time.Millisecond}, // the slowest deepest bucket
-	}
 	steps := *diffSteps
 	for ai, alg := range limits.Algorithms[core.Algorithm]() {
-		for si, sh := range shapes {
+		for si, sh := range diffShapes {
 			p := core.Policy{Name: fmt.Sprintf("diff%d", si), Algorithm: alg, Limit: sh.limit, Window: sh.window}
 			if limits.IsBucket(alg) {
 				p.Burst = sh.burst
@@ -70,21 +53,8 @@ func TestMatchesMemstore(t *testing.T) {
 				keys := []string{"a", "b", "c"}
 				var history []string
 				for i := range steps {
-					switch r := rng.IntN(100); {
-					case r < 30: // same microsecond
-					case r < 60:
-						now += rng.Int64N(step + 1)
-					case r < 80:
-						now += rng.Int64N(span + 1)
-					case r < 90:
-						now += rng.Int64N(3*span + 1)
-					default:
-						now += 1 + rng.Int64N(3)
-					}
-					at := now
-					if rng.IntN(20) == 0 { // a clock stepping back
-						at -= rng.Int64N(step + 1)
-					}
+					var at int64
+					now, at = diffAdvance(rng, now, step, span)
 					key := keys[rng.IntN(len(keys))]
 					if rng.IntN(50) == 0 {
 						history = append(history, fmt.Sprintf("%d %s reset", i, key))
@@ -136,4 +106,48 @@ func TestMatchesMemstore(t *testing.T) {
 			})
 		}
 	}
+}
+
+// diffShapes are the policies' shapes the randomized histories run under
+// (a bucket's burst where it has one).
+var diffShapes = []struct {
+	limit, burst int64
+	window       time.Duration
+}{
+	{10, 0, time.Minute},
+	{7, 0, time.Second + 333*time.Microsecond},
+	{3, 0, 10 * time.Millisecond},
+	{100, 0, time.Hour},
+	{13, 29, 7*time.Second + 1},
+	{1, 0, time.Millisecond},
+	{limits.MaxLogLimit, 0, time.Minute},
+	{999_999_999_937, 0, 366 * 24 * time.Hour},
+	// Where float64 loses the small terms (issue 6, item 9).
+	{limits.MaxLimit, 0, time.Minute + time.Microsecond},
+	{1_000_000_000, 0, 24 * time.Hour},
+	{32, limits.MaxLimit, time.Millisecond}, // the slowest deepest bucket
+}
+
+// diffAdvance moves a randomized history's clock on from now (µs): by
+// nothing (the same microsecond), up to a unit's return (step), up to one
+// or three spans, or a microsecond or three. It returns the new now and the
+// time of the next request: now, or, one time in 20, a clock stepping
+// back by up to step.
+func diffAdvance(rng *rand.Rand, now, step, span int64) (int64, int64) {
+	switch r := rng.IntN(100); {
+	case r < 30: // same microsecond
+	case r < 60:
+		now += rng.Int64N(step + 1)
+	case r < 80:
+		now += rng.Int64N(span + 1)
+	case r < 90:
+		now += rng.Int64N(3*span + 1)
+	default:
+		now += 1 + rng.Int64N(3)
+	}
+	at := now
+	if rng.IntN(20) == 0 { // a clock stepping back
+		at -= rng.Int64N(step + 1)
+	}
+	return now, at
 }

@@ -28,23 +28,8 @@ func TestPeekMatchesMemstore(t *testing.T) {
 	// Far in the future, so that memstore's janitor (which reads the real
 	// clock) never reclaims state the history still needs.
 	base := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-	shapes := []struct {
-		limit, burst int64
-		window       time.Duration
-	}{
-		{10, 0, time.Minute},
-		{7, 0, time.Second + 333*time.Microsecond},
-		{3, 0, 10 * time.Millisecond},
-		{100, 0, time.Hour},
-		{13, 29, 7*time.Second + 1},
-		{1, 0, time.Millisecond},
-		{limits.MaxLogLimit, 0, time.Minute},
-		{999_999_999_937, 0, 366 * 24 * time.Hour},
-		{limits.MaxLimit, 0, time.Minute + time.Microsecond},
-		{32, limits.MaxLimit, time.Millisecond},
-	}
 	steps := *diffSteps
-	for si, sh := range shapes {
+	for si, sh := range diffShapes {
 		for _, locked := range []bool{false, true} {
 			var ps []core.Policy
 			for _, alg := range limits.Algorithms[core.Algorithm]() {
@@ -77,21 +62,8 @@ func TestPeekMatchesMemstore(t *testing.T) {
 				}
 				peeks := 0
 				for i := range steps {
-					switch r := rng.IntN(100); {
-					case r < 30:
-					case r < 60:
-						now += rng.Int64N(step + 1)
-					case r < 80:
-						now += rng.Int64N(span + 1)
-					case r < 90:
-						now += rng.Int64N(3*span + 1)
-					default:
-						now += 1 + rng.Int64N(3)
-					}
-					at := now
-					if rng.IntN(20) == 0 { // a clock stepping back
-						at -= rng.Int64N(step + 1)
-					}
+					var at int64
+					now, at = diffAdvance(rng, now, step, span)
 					key := keys[rng.IntN(len(keys))]
 					p := ps[rng.IntN(len(ps))]
 					c := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
