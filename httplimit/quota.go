@@ -53,6 +53,9 @@ func WithQuota(path string) Option {
 		if strings.ContainsAny(path, "{}:*") {
 			return invalid("WithQuota", "the path "+path+" holds a parameter or wildcard")
 		}
+		if strings.Trim(path, "/") == "" {
+			return invalid("WithQuota", "the path / would answer every GET of the API's root")
+		}
 		c.quota = &rt
 		return nil
 	}
@@ -65,6 +68,9 @@ var quotaGuard = core.Policy{Name: "quota-endpoint", Algorithm: core.TokenBucket
 // quotaEndpoint is a Flow's WithQuota.
 type quotaEndpoint struct {
 	route *route
+	// last is the path's last segment, lower case: a path that holds it
+	// in no case, and no '%' that could spell it, is not the endpoint's.
+	last  string
 	guard *core.Limiter // quotaGuard over a memstore of its own
 }
 
@@ -85,7 +91,9 @@ func newQuotaEndpoint(rt *route) (*quotaEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &quotaEndpoint{route: rt, guard: guard}, nil
+	p := strings.TrimRight(rt.pattern, "/")
+	last := strings.ToLower(p[strings.LastIndexByte(p, '/')+1:])
+	return &quotaEndpoint{route: rt, last: last, guard: guard}, nil
 }
 
 // is reports whether r asks the quota endpoint.
@@ -93,10 +101,21 @@ func (q *quotaEndpoint) is(r keyfuncs.Request) bool {
 	if m := r.Method(); m != http.MethodGet && m != http.MethodHead {
 		return false
 	}
-	var m matcher
-	m.init(r)
-	ok := m.matches(q.route)
-	m.reset()
+	// Every GET asks: spare the ones that cannot match the route
+	// matcher's work (a path normalized, 1.3 µs and 1.8 kB on the heap
+	// when it was asked every time).
+	p := r.Path()
+	if p == "" {
+		p = r.Route()
+	}
+	if strings.IndexByte(p, '%') < 0 && !containsFold(p, q.last) {
+		return false
+	}
+	sc := scratches.Get().(*scratch)
+	sc.m.init(r)
+	ok := sc.m.matches(q.route)
+	sc.m.reset()
+	scratches.Put(sc)
 	return ok
 }
 
@@ -200,6 +219,28 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 	st.in = inResponder
 	w.Set("Cache-Control", "no-store")
 	_ = st.guard(w).Write(http.StatusOK, "application/json", body)
+}
+
+// containsFold reports whether s holds lower, which is lower case, in any
+// ASCII case.
+func containsFold(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for j < len(lower) {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+			j++
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

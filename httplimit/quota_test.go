@@ -117,6 +117,15 @@ func TestQuotaEndpoint(t *testing.T) {
 	assert.Equal(t, int64(100), quotaOf(t, w)["all"].Remaining)
 	w = newResponse()
 	assert.True(t, f.Handle(newPathRequest("POST", "/rate_limit"), w), "POST is not the endpoint")
+	for path, is := range map[string]bool{
+		"/%72ate_limit": true, "/RATE_LIMIT": true, "//rate_limit/": true, "/rate_limit;x": true, `\rate_limit`: true,
+		"/api/rate_limit": false, "/rate_limits": false, "/rate": false, "/%2e%2e/rate_limitx": false,
+	} {
+		sp := newPathRequest("GET", path)
+		sp.remote = "192.0.2.77:1" // an address of its own: the endpoint's burst
+		w = newResponse()
+		assert.Equal(t, !is, f.Handle(sp, w), "%q: the endpoint", path)
+	}
 	r := newPathRequest("GET", "/rate_limit")
 	r.remote = "192.0.2.50:1"
 	r.header.Set("X-User", "ann")
@@ -196,7 +205,7 @@ func TestQuotaEndpointStoreDown(t *testing.T) {
 // TestWithQuotaRejects: a path the option cannot match exactly is an
 // error at construction.
 func TestWithQuotaRejects(t *testing.T) {
-	for _, p := range []string{"", "rate_limit", "/users/{id}", "/api/*", "/a/:b"} {
+	for _, p := range []string{"", "/", "//", "rate_limit", "/users/{id}", "/api/*", "/a/:b"} {
 		_, err := httplimit.New(memStore(t), quotaLayers(t), httplimit.WithQuota(p))
 		assert.ErrorIs(t, err, core.ErrInvalidOption, "%q", p)
 	}
@@ -223,4 +232,23 @@ func atoi(t *testing.T, s string) int {
 	n, err := strconv.Atoi(s)
 	require.NoError(t, err, "%q", s)
 	return n
+}
+
+// TestQuotaEndpointClientLeft: a caller whose request's context has ended
+// (it disconnected) gets the Responder's 499, as on any route, never a
+// 503 that blames the store.
+func TestQuotaEndpointClientLeft(t *testing.T) {
+	var heard []error
+	f, err := httplimit.New(memStore(t), quotaLayers(t), httplimit.WithQuota("/rate_limit"),
+		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { heard = append(heard, err) }))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := newPathRequest("GET", "/rate_limit")
+	r.ctx = ctx
+	w := newResponse()
+	require.False(t, f.Handle(r, w))
+	assert.Equal(t, 499, w.status, w.body)
+	require.Len(t, heard, 1)
+	assert.ErrorIs(t, heard[0], context.Canceled)
 }
