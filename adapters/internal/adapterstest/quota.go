@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -166,4 +167,41 @@ func RunQuota(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				"the next decision: the binding layer's quota less the request's cost")
 		})
 	}
+
+	// A full Redis (maxmemory reached, noeviction) refuses the decisions'
+	// writes, not the peeks' reads: the quota is still shown. A frozen one
+	// is a 503 with Retry-After within the store's timeout, never a quota
+	// made up.
+	t.Run("redis full, then frozen", func(t *testing.T) {
+		if srv.External() {
+			t.Skip("REDIS_URL: the test would fill and freeze a server it does not own")
+		}
+		ctx := context.Background()
+		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("quota%d:", quotaPrefixes.Add(1))),
+			redisstore.WithTimeout(300*time.Millisecond))
+		require.NoError(t, err)
+		f := NewFlow(t, store, layers, nil, httplimit.WithQuota("/rate_limit"), httplimit.WithClientIP(client))
+		addr := h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: spec().Routes})
+		require.Equal(t, 200, Send(t, addr, RawRequest{Header: one}).Status)
+
+		c := srv.Client()
+		require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+		t.Cleanup(func() { _ = c.ConfigSet(ctx, "maxmemory", "0").Err() })
+		res := Send(t, addr, RawRequest{Header: one})
+		require.Equal(t, 200, res.Status, "the store refused the write: the layers fail open")
+		require.Empty(t, res.Header.Get("X-RateLimit-Remaining"), "failed open, so Redis is full: no quota told")
+		q, res := quota(t, addr, one)
+		require.NotNil(t, q, "a full Redis: %d %s", res.Status, res.Body)
+		assert.Equal(t, int64(99), q["all"].Remaining, "read from the full Redis")
+		require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
+
+		srv.Freeze()
+		defer srv.Thaw()
+		start := time.Now()
+		res = Send(t, addr, RawRequest{Path: "/rate_limit", Header: one})
+		assert.Equal(t, http.StatusServiceUnavailable, res.Status, res.Body)
+		assert.Equal(t, "1", res.Header.Get("Retry-After"))
+		assert.Less(t, time.Since(start), 5*time.Second, "bounded by the store's timeout (300 ms)")
+	})
 }
