@@ -78,11 +78,8 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	}
 	if err != nil {
 		if callerDone(ctx) {
-			cause := ctx.Err()
-			if cause == nil { // the deadline has passed, its timer not yet fired
-				cause = context.DeadlineExceeded
-			}
-			return fmt.Errorf("ratelimit: Peek: the caller left: %w (store: %v)", cause, err)
+			_, err = l.canceled(ctx, &reqs[0].Policy, err)
+			return err
 		}
 		return storeErr(err)
 	}

@@ -156,3 +156,17 @@ func TestPeekErrors(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, l.Peek(canceled, time.Time{}, []core.Check{{Key: "k"}}, out), context.Canceled)
 }
+
+// TestPeekCallerLeftDuringTheRead: a caller that disconnects while the
+// store reads gets an error wrapping context.Canceled, not a store
+// failure.
+func TestPeekCallerLeftDuringTheRead(t *testing.T) {
+	s := &cancelingStore{}
+	l, err := core.NewLimiter(s, []core.Policy{tb10})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	err = l.Peek(context.WithValue(ctx, cancelFuncKey{}, cancel), time.Time{}, []core.Check{{Key: "k"}}, make([]core.Decision, 1))
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, limits.ErrStore)
+	assert.EqualValues(t, 1, s.calls.Load())
+}
