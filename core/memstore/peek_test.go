@@ -126,3 +126,24 @@ func BenchmarkPeek(b *testing.B) {
 		})
 	}
 }
+
+// TestPeekOfUnknownKeysAllocatesNothing: a flood of peeks on keys the store
+// has never seen costs no memory, not even transiently.
+func TestPeekOfUnknownKeysAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := mustNew(t)
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "new-" + strconv.Itoa(i)
+	}
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
+		p := core.Policy{Algorithm: alg, Limit: 5, Window: time.Minute}
+		i := 0
+		allocs := testing.AllocsPerRun(500, func() {
+			_, _, _ = s.Take(ctx, time.Time{}, core.Request{Key: keys[i%len(keys)], Policy: p})
+			i++
+		})
+		assert.Zero(t, allocs, string(alg))
+	}
+	assert.Zero(t, s.Len())
+}
