@@ -24,7 +24,9 @@ import (
 // WithClientIP's trust model), on this request, so that no header a
 // client can forge shows it another client's quota; a layer whose key
 // cannot be had from this request is left out, and a deny-listed caller
-// is refused 403 as on any route. Each layer that has Methods or Routes
+// is refused 403 as on any route. (A key that reads the route,
+// keyfuncs.Route, reads the quota request's: such a layer shows a quota
+// no request spends; key it by the client and give it Routes instead.) Each layer that has Methods or Routes
 // lists them, since it applies only there. Quotas are read with
 // core.Limiter.Peek (no write, no expiry moved; one round trip on Redis
 // for all layers) under the policy in force for the key (a plan's).
