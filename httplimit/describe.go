@@ -1,9 +1,8 @@
 package httplimit
 
 import (
-	"context"
-
 	"github.com/apigate/ratelimit/internal/flowinfo"
+	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 func init() { flowinfo.Of = func(f any) flowinfo.Flow { return f.(*Flow).info() } }
@@ -21,8 +20,7 @@ func (f *Flow) info() flowinfo.Flow {
 		for _, rt := range ly.routes {
 			fl.Routes = append(fl.Routes, rt.pattern)
 		}
-		fl.Applies = func(method, path string) bool {
-			r := &describedRequest{method: method, path: path}
+		fl.Applies = func(r keyfuncs.Request) bool {
 			var m matcher
 			m.init(r)
 			return ly.applies(r, &m)
@@ -31,15 +29,3 @@ func (f *Flow) info() flowinfo.Flow {
 	}
 	return out
 }
-
-// describedRequest is a request of a method to a path, and nothing else.
-type describedRequest struct{ method, path string }
-
-func (r *describedRequest) RemoteAddr() string           { return "" }
-func (r *describedRequest) Header(string) string         { return "" }
-func (r *describedRequest) HeaderValues(string) []string { return nil }
-func (r *describedRequest) Query(string) string          { return "" }
-func (r *describedRequest) Method() string               { return r.method }
-func (r *describedRequest) Route() string                { return r.path }
-func (r *describedRequest) Path() string                 { return r.path }
-func (r *describedRequest) Context() context.Context     { return context.Background() }

@@ -58,7 +58,7 @@ func (d *describer) limitsOf(method, path string) []limit {
 	}
 	var out []limit
 	for i, ly := range d.flow.Layers {
-		if !ly.Applies(method, path) {
+		if !ly.Applies(&syntheticRequest{method: method, path: path}) {
 			continue
 		}
 		p := ly.Policy
@@ -114,7 +114,8 @@ func costOf(cost func(keyfuncs.Request) int64, method, path string) (n int64) {
 }
 
 // syntheticRequest is a request of a method to a path, from a documented
-// peer, with nothing else. probe records what a key function reads of it.
+// peer, with nothing else: what a layer's matching, cost and key functions
+// are asked about. probe records what a key function reads of it.
 type syntheticRequest struct {
 	method, path string
 	peer         string

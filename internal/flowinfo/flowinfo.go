@@ -39,9 +39,9 @@ type Layer struct {
 	// Key is the layer's key function (the Flow's client address when the
 	// layer gave none).
 	Key keyfuncs.Func
-	// Applies reports whether the layer applies to a request of method to
-	// path, matched as the Flow matches it.
-	Applies func(method, path string) bool
+	// Applies reports whether the layer applies to r, by its method and
+	// path (or route), matched as the Flow matches them.
+	Applies func(r keyfuncs.Request) bool
 }
 
 // Of returns what flow, an *httplimit.Flow, was built from.
