@@ -77,31 +77,32 @@ func TestPeekTellsTheNextDecision(t *testing.T) {
 // not change it, and it spends nothing after a thousand calls.
 func TestPeekIsNotADecision(t *testing.T) {
 	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 12, 30, 0, 0, time.UTC) // mid-window: the test is not about time
 	heard := 0
 	obs := limitertest.Observer(func(core.Event) { heard++ })
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour}
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(obs), core.WithShadow(), core.WithDenyCache(100))
 	require.NoError(t, err)
 	for range 3 {
-		_, err := l.Allow(ctx, "k")
+		_, err := l.AllowN(ctx, "k", 1, now)
 		require.NoError(t, err)
 	}
 	heard = 0
 	out := make([]core.Decision, 1)
 	for range 1000 {
-		require.NoError(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}}, out))
+		require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: "k"}}, out))
 	}
 	assert.Zero(t, heard, "observers heard peeks")
 	assert.False(t, out[0].Allowed, "the quota is spent: a peek tells the truth in shadow mode")
 	assert.False(t, out[0].Shadowed)
 	assert.Equal(t, int64(0), out[0].Remaining)
-	require.NoError(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: "fresh"}}, out))
+	require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: "fresh"}}, out))
 	assert.True(t, out[0].Allowed)
 	assert.Equal(t, int64(2), out[0].Remaining)
 	for range 1000 {
-		require.NoError(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: "fresh"}}, out))
+		require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: "fresh"}}, out))
 	}
-	d, err := l.Allow(ctx, "fresh")
+	d, err := l.AllowN(ctx, "fresh", 1, now)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), d.Remaining, "1,000 peeks spent nothing")
 }
@@ -127,9 +128,10 @@ func TestPeekErrors(t *testing.T) {
 	}
 	assert.ErrorIs(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}, {Layer: 1, Key: "k"}}, out[:1]), core.ErrInvalidOption, "out too short")
 	odd := "{user} with spaces"
-	_, err = l.AllowN(ctx, odd, 2, time.Time{})
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // a bucket refills: time stands still
+	_, err = l.AllowN(ctx, odd, 2, now)
 	require.NoError(t, err)
-	require.NoError(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: odd}}, out[:1]))
+	require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: odd}}, out[:1]))
 	assert.Equal(t, int64(3), out[0].Remaining, "a hashed key is peeked as it was decided")
 
 	down := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return true }}

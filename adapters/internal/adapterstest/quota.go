@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -37,6 +38,9 @@ type quotaLayer struct {
 }
 
 var quotaPrefixes atomic.Int64
+
+// quotaT0 is the time of every decision and peek of RunQuota's stores.
+var quotaT0 = time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC)
 
 // RunQuota checks httplimit.WithQuota over real sockets, on memory and on
 // Redis (two app servers sharing it): GET /rate_limit, a path no route
@@ -95,7 +99,10 @@ func RunQuota(t *testing.T, h SocketHarness, srv *redistest.Server) {
 
 	for _, sc := range socketStores(t, srv, fmt.Sprintf("quota%d:", quotaPrefixes.Add(1)), false) {
 		t.Run(sc.name, func(t *testing.T) {
-			store := sc.new(t)
+			// The store's clock stands still (every decision and peek at
+			// t0): a window ending, or a bucket refilling, during the test
+			// would change the quota between two reads of it.
+			store := clockstore.At(sc.new(t), quotaT0)
 			f := NewFlow(t, store, layers, nil, httplimit.WithQuota("/rate_limit"), httplimit.WithClientIP(client))
 			addr := h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: spec().Routes})
 			for range 3 {
@@ -182,9 +189,10 @@ func RunQuota(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			t.Skip("REDIS_URL: the test would fill and freeze a server it does not own")
 		}
 		ctx := context.Background()
-		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("quota%d:", quotaPrefixes.Add(1))),
+		rs, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("quota%d:", quotaPrefixes.Add(1))),
 			redisstore.WithTimeout(300*time.Millisecond))
 		require.NoError(t, err)
+		store := clockstore.At(rs, quotaT0)
 		f := NewFlow(t, store, layers, nil, httplimit.WithQuota("/rate_limit"), httplimit.WithClientIP(client))
 		addr := h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: spec().Routes})
 		require.Equal(t, 200, Send(t, addr, RawRequest{Header: one}).Status)
