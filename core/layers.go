@@ -272,7 +272,7 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 	}
 	took, err := l.doAll(ctx, reqs, at, v.ds, probe)
 	if !start.IsZero() {
-		if !took.IsZero() {
+		if inProcess(took) {
 			l.inProcess.Store(true) // in process: timed no more
 		} else {
 			w.latency = time.Since(start)

@@ -324,7 +324,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		d, took, err = l.do(ctx, opTake, req, at, probe)
 	}
 	if !start.IsZero() {
-		if !took.IsZero() {
+		if inProcess(took) {
 			// It decided in process: it never waits, and is timed no
 			// more.
 			l.inProcess.Store(true)
@@ -348,6 +348,12 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	}
 	return d, nil
 }
+
+// inProcess reports whether took, a time a store returned, was read from
+// this process's clock (it carries a monotonic reading): the store decided
+// in process (see Store.Take). A store that decides elsewhere returns its
+// own clock's time, or none.
+func inProcess(took time.Time) bool { return took != took.Round(0) }
 
 // plain reports whether a request for key and cost n on a direct Limiter
 // may skip decide: its input is valid as it is (no key to digest), ctx has

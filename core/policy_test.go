@@ -99,7 +99,9 @@ func TestRequestValidate(t *testing.T) {
 		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidOption},
 		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidOption},
 		{"a peek (cost 0)", func(r *core.Request) { r.Cost = 0 }, nil},
-		{"negative cost", func(r *core.Request) { r.Cost = -1 }, core.ErrInvalidOption},
+		{"a give-back (cost -1)", func(r *core.Request) { r.Cost = -1 }, nil},
+		{"a give-back of the capacity", func(r *core.Request) { r.Cost = -20 }, nil},
+		{"a give-back above the capacity", func(r *core.Request) { r.Cost = -21 }, core.ErrInvalidOption},
 		{"cost above burst", func(r *core.Request) { r.Cost = 21 }, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {

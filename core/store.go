@@ -57,7 +57,8 @@ type Request struct {
 	// Policy has been validated and has a Name.
 	Policy Policy
 	// Cost is in [1, the policy's capacity] (Burst for the buckets, or
-	// Limit), or 0 for a peek (Limiter.Peek).
+	// Limit); 0 for a peek (Limiter.Peek); below 0 for a give-back
+	// (Limiter.Refund), of -Cost units, at most the capacity.
 	//
 	// A peek asks where the client stands without spending: the store
 	// decides it as a request of cost 1 would be decided (Allowed, and
@@ -73,6 +74,26 @@ type Request struct {
 	// now, in one atomic read where the store can (memory; one Redis: one
 	// round trip; a Redis Cluster reads each slot's keys atomically, one
 	// script per slot).
+	//
+	// A give-back returns units that an admission took: now is the time
+	// Take or TakeAll returned for that admission (never zero), and the
+	// store removes -Cost units from what that admission was counted in,
+	// if it is still counted there, and changes nothing otherwise. Fixed
+	// window: the count of the window that holds now. Sliding window
+	// counter: the count of now's window, the current one or, once the
+	// state has moved on, the previous one. Sliding log: the entry logged
+	// at now (one per microsecond: the units admitted in it are alike),
+	// never more than it holds. The buckets: the level, by the units
+	// that have not drained since (-Cost less the drain between now and
+	// the key's last admission; all of it when nothing was admitted
+	// since), never below empty. What has left the window, or drained,
+	// is never given back, so that a late give-back frees nothing that
+	// time has not freed already. A give-back is never denied: its
+	// Decision is Allowed, with the policy's capacity as Limit and every
+	// other field zero. It strikes no lockout and lifts none, creates no
+	// state and extends no expiry. In TakeAll, either every request is a
+	// give-back or none is; give-backs are applied each on its own (they
+	// cannot conflict), in one round trip where the store has several.
 	Cost int64
 
 	// _ keeps a Request 128 bytes, a multiple of 16: see Policy's.
@@ -158,11 +179,16 @@ type Store interface {
 	// Redis, so that app servers with skewed clocks still agree; the
 	// now of Limiter.AllowN makes it explicit, as tests do. Take returns the
 	// time it decided at when it decided in process (now, or the reading
-	// of its own clock): the Limiter then knows the store never waits,
-	// and a caller writing an absolute time from the Decision, such as
-	// X-RateLimit-Reset, need not read the clock again. A store that
-	// decides elsewhere (Redis) returns the zero Time. On an error the
-	// time is zero.
+	// of its own clock), which dates a give-back of what it admitted (see
+	// Request.Cost). A store that decides in process returns a time read
+	// from this process's clock, carrying its monotonic reading (see the
+	// time package), unless the caller's now carried none: the Limiter
+	// then knows the store never waits, and a caller writing an absolute
+	// time from the Decision, such as X-RateLimit-Reset, need not read
+	// the clock again. A store that decides elsewhere returns the time it
+	// decided at by its own clock (Redis TIME), with no monotonic
+	// reading, or the zero Time if it cannot tell, and then cannot take
+	// give-backs. On an error the time is zero.
 	Take(ctx context.Context, now time.Time, req Request) (Decision, time.Time, error)
 	// TakeAll decides reqs, 1 to 16 of them, all or nothing, at now as
 	// Take does, and fills out[i] with the decision of reqs[i]; len(out)
@@ -178,7 +204,8 @@ type Store interface {
 	// slots) may, under contention, deny a set of requests that would
 	// have fitted, and must say so. Like Take, TakeAll leaves
 	// Decision.Policy and Decision.Source zero, returns the time it
-	// decided at when it decided in process, and any error is a store
+	// decided at (every request of a TakeAll is decided at one time, which
+	// dates the give-backs of all of them), and any error is a store
 	// failure.
 	TakeAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (time.Time, error)
 	// Reset forgets all state of key under policy, its lockout and strikes

@@ -348,7 +348,7 @@ func TestValidAgreesWithValidate(t *testing.T) {
 			req.Policy.Burst = 0
 		}
 		capacity := limits.Capacity(req.Policy.Algorithm, req.Policy.Limit, req.Policy.Burst)
-		got, err := valid(&req, capacity), reqcheck.Validate(&req)
+		got, err := valid(&req, capacity) || req.Cost < 0 && validGiveBack(&req, capacity), reqcheck.Validate(&req)
 		burstMisplaced := req.Policy.Burst != 0 && !limits.IsBucket(req.Policy.Algorithm)
 		if !got && err == nil || got && err != nil && !burstMisplaced {
 			t.Fatalf("%+v: valid = %v, Validate says %v", req, got, err)

@@ -111,3 +111,26 @@ func gallop(n int, before func(i int) bool) int {
 	}
 	return lo
 }
+
+// giveBack removes up to c units of the entry logged at now, if it is in
+// the window, renumbering the entries after it, and the entry itself once
+// it holds none: O(log k + entries after it).
+func (lg *unitLog) giveBack(now, c int64) {
+	live := lg.entries[lg.head:]
+	i := gallop(len(live), func(i int) bool { return live[i].at < now })
+	if i == len(live) || live[i].at != now {
+		return
+	}
+	prev := lg.base()
+	if i > 0 {
+		prev = live[i-1].cum
+	}
+	give := min(c, live[i].cum-prev)
+	for j := i; j < len(live); j++ {
+		live[j].cum -= give
+	}
+	if live[i].cum == prev {
+		k := lg.head + i
+		lg.entries = append(lg.entries[:k], lg.entries[k+1:]...)
+	}
+}

@@ -57,6 +57,9 @@ func (s *Store) takeAllAt(at time.Time, reqs []core.Request, out []core.Decision
 	if len(s.shards) == 0 {
 		return 0, errNoStore
 	}
+	if reqs[0].Cost < 0 || reqs[n-1].Cost < 0 {
+		return s.giveBackAll(at, reqs, out)
+	}
 	// The stack array of what undoing needs is a few kB at MaxLayers:
 	// zeroing it would cost a single layer more than its decision.
 	if n <= smallLayers {
@@ -65,6 +68,38 @@ func (s *Store) takeAllAt(at time.Time, reqs []core.Request, out []core.Decision
 	}
 	var ts [limits.MaxLayers]taken
 	return s.takeAll(at, reqs, out, ts[:n])
+}
+
+// giveBackAll is TakeAll of give-backs (core.Request.Cost): each is
+// applied on its own, as Take applies it, since none can be denied.
+func (s *Store) giveBackAll(at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost >= 0 {
+			return 0, fmt.Errorf("%w: memstore: TakeAll: request %d is not a give-back (cost %d) and others are: all or none must be", core.ErrInvalidOption, i, r.Cost)
+		}
+		var t taken
+		g := *r
+		g.Cost = -g.Cost // checked as the admission it gives back
+		if err := s.stageOf(&t, &g); err != nil {
+			return 0, fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
+		}
+		for j := range i {
+			if reqs[j].Key == reqs[i].Key && reqs[j].Policy.Name == reqs[i].Policy.Name {
+				return 0, fmt.Errorf("%w: memstore: TakeAll: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, reqs[i].Key, reqs[i].Policy.Name)
+			}
+		}
+	}
+	var now int64
+	for i := range reqs {
+		out[i] = core.Decision{}
+		at, err := s.take(&reqs[i], at, &out[i])
+		if err != nil {
+			return 0, fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
+		}
+		now = at
+	}
+	return now, nil
 }
 
 // smallLayers is how many requests TakeAll decides with a small array.
@@ -198,6 +233,9 @@ func (s *Store) stageOf(t *taken, r *core.Request) error {
 		capacity = p.Burst
 	}
 	if !valid(r, capacity) {
+		if r.Cost < 0 {
+			return fmt.Errorf("%w: a give-back (cost %d) among requests that are not", core.ErrInvalidOption, r.Cost)
+		}
 		return invalid(r)
 	}
 	k := kindOf(p.Algorithm)

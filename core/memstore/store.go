@@ -137,6 +137,9 @@ func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int
 		capacity = p.Burst
 	}
 	if !valid(req, capacity) {
+		if req.Cost < 0 && validGiveBack(req, capacity) {
+			return s.giveBack(req, at, capacity, d)
+		}
 		return 0, invalid(req)
 	}
 	if len(s.shards) == 0 {
@@ -165,6 +168,45 @@ func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int
 		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
 	}
 	o.decide(d, capacity)
+	return now, nil
+}
+
+// validGiveBack reports whether req, which valid refused, is a give-back
+// (core.Request.Cost) that keeps the rest of the contract.
+func validGiveBack(req *core.Request, capacity int64) bool {
+	r := *req
+	r.Cost = -r.Cost
+	return r.Cost > 0 && valid(&r, capacity)
+}
+
+// giveBack is take for a give-back, req.Cost < 0, of an admission made at
+// at, filling *d.
+func (s *Store) giveBack(req *core.Request, at time.Time, capacity int64, d *core.Decision) (int64, error) {
+	if at.IsZero() {
+		return 0, fmt.Errorf("%w: memstore: a give-back (cost %d) without the time of its admission", core.ErrInvalidOption, req.Cost)
+	}
+	p := &req.Policy
+	if p.Lockout != 0 || p.LockoutMax != 0 || p.LockoutMemory != 0 {
+		if err := p.Validate(); err != nil {
+			return 0, err
+		}
+	}
+	k := kindOf(p.Algorithm)
+	if k == unknownKind {
+		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
+	}
+	if len(s.shards) == 0 {
+		return 0, errNoStore
+	}
+	now := at.UnixMicro()
+	h := s.hash(req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	if e := sh.find(h, req.Key, p.Name, k); e != nil && e.st.expires > now {
+		giveBack(&e.st, p, -req.Cost, now)
+	}
+	sh.mu.Unlock()
+	d.Allowed, d.Limit = true, capacity
 	return now, nil
 }
 

@@ -61,7 +61,7 @@ func TestAloneRunsOnTheCaller(t *testing.T) {
 	out := make([]core.Decision, len(reqs))
 	counter.reset()
 	for range 5 {
-		require.NoError(t, s.takeAllUntil(context.Background(), time.Time{}, reqs, out, time.Now().Add(time.Second)))
+		require.NoError(t, errOfN(s.takeAllUntil(context.Background(), time.Time{}, reqs, out, time.Now().Add(time.Second))))
 	}
 	names, _ := counter.snapshot()
 	assert.Equal(t, 5, names["evalsha"], "%v", names)
@@ -83,7 +83,7 @@ func TestAloneNotHeldByAFullPool(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "pool", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}}
-	_, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
+	_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 	require.NoError(t, err)
 
 	// The client pool's only connection, held by a blocking command until
@@ -94,7 +94,7 @@ func TestAloneNotHeldByAFullPool(t *testing.T) {
 	go func() { held <- client.BLPop(ctx, 2*limitertest.StoreTimeout, list).Err() }()
 	require.Eventually(t, func() bool { return client.PoolStats().IdleConns == 0 }, 5*time.Second, time.Millisecond)
 	for range 3 {
-		_, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
+		_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 		require.NoError(t, err, "a lone decision does not wait for the client's pool")
 	}
 	assert.LessOrEqual(t, s.batch.direct.PoolStats().TotalConns, uint32(1), "the Store's own pool: one connection for lone decisions")
@@ -121,12 +121,12 @@ func TestAloneAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "restart", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}}
 	for range 3 {
-		_, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
+		_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 		require.NoError(t, err)
 	}
 	srv.Restart()
 	for i := range 5 {
-		d, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
+		d, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 		require.NoError(t, err, "decision %d after the restart", i)
 		assert.True(t, d.Allowed)
 	}
@@ -147,7 +147,7 @@ func TestAloneFrozenRedis(t *testing.T) {
 	waitChecked(t, s, 10*time.Second)
 	ctx := context.Background()
 	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "frozen", Algorithm: core.SlidingWindowLog, Limit: 100, Window: time.Hour}}
-	_, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
+	_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 	require.NoError(t, err)
 	srv.Freeze()
 	thawed := false
@@ -158,7 +158,7 @@ func TestAloneFrozenRedis(t *testing.T) {
 	})
 	for range 5 {
 		start := time.Now()
-		_, err := s.takeUntil(ctx, time.Time{}, req, start.Add(60*time.Millisecond))
+		_, _, err := s.takeUntil(ctx, time.Time{}, req, start.Add(60*time.Millisecond))
 		took := time.Since(start)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		var ne net.Error
@@ -169,7 +169,7 @@ func TestAloneFrozenRedis(t *testing.T) {
 	srv.Thaw()
 	thawed = true
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
+		_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 		assert.NoError(c, err)
 	}, 10*time.Second, 10*time.Millisecond)
 }
@@ -197,13 +197,13 @@ func TestAloneKilledRedisFailsAtOnce(t *testing.T) {
 	s := mustNew(t, client, WithPrefix(testPrefix(t)))
 	t.Cleanup(func() { _ = s.Close() })
 	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "killed", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}}
-	_, err := s.takeUntil(context.Background(), time.Time{}, req, time.Now().Add(time.Second))
+	_, _, err := s.takeUntil(context.Background(), time.Time{}, req, time.Now().Add(time.Second))
 	require.NoError(t, err)
 	srv.Kill()
 	for i := range 3 {
 		dials.Store(0)
 		start := time.Now()
-		_, err := s.takeUntil(context.Background(), time.Time{}, req, start.Add(time.Second))
+		_, _, err := s.takeUntil(context.Background(), time.Time{}, req, start.Add(time.Second))
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded)
 		assert.Less(t, time.Since(start), 500*time.Millisecond, "failed at once: %v", err)

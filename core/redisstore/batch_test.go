@@ -128,16 +128,16 @@ func TestTakeByDeadline(t *testing.T) {
 	waitChecked(t, s, 10*time.Second)
 	ctx := context.Background()
 	req := core.Request{Key: "k", Cost: 1, Policy: core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}}
-	_, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(5*time.Second))
+	_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(5*time.Second))
 	require.NoError(t, err)
-	_, err = s.takeUntil(ctx, time.Time{}, req, time.Now().Add(-time.Millisecond))
+	_, _, err = s.takeUntil(ctx, time.Time{}, req, time.Now().Add(-time.Millisecond))
 	require.Error(t, err, "a deadline already passed")
 
 	srv.Freeze()
 	defer srv.Thaw()
 	for range 30 { // more than the flushers
 		start := time.Now()
-		_, err := s.takeUntil(ctx, time.Time{}, req, start.Add(50*time.Millisecond))
+		_, _, err := s.takeUntil(ctx, time.Time{}, req, start.Add(50*time.Millisecond))
 		took := time.Since(start)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Less(t, took, 50*time.Millisecond+slack, "TakeBy on a frozen server")

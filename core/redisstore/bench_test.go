@@ -197,7 +197,7 @@ type unbatched struct{ s *Store }
 
 func (u unbatched) Take(ctx context.Context, now time.Time, req core.Request) (d core.Decision, _ time.Time, err error) {
 	err = u.s.bounded(ctx, time.Now().Add(time.Second), func(sctx context.Context) (err error) {
-		d, err = u.s.take(sctx, now, req, time.Time{})
+		d, _, err = u.s.take(sctx, now, req, time.Time{})
 		return err
 	})
 	return d, time.Time{}, err

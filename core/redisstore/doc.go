@@ -17,6 +17,11 @@
 // same key followed by ":lock", in the same slot, decided by the same
 // script run (the algorithm's script wrapped in lockout.lua).
 //
+// Store.Take and Store.TakeAll return the time they decided at, Redis
+// TIME unless the caller gave one: the time that dates a give-back (a
+// negative core.Request.Cost) of what they admitted, which one script,
+// give_back.lua, applies to the state alone, never to a lockout.
+//
 // Over a *redis.Client, decisions (Store.Take, Store.TakeAll) are batched: a few flusher goroutines, started at the
 // first decision, send the decisions that arrive while the others are busy
 // as one pipeline (one write and one read for many scripts), and a lone

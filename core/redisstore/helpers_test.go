@@ -52,12 +52,19 @@ func (s timedStore) until(ctx context.Context) time.Time {
 }
 
 func (s timedStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, err := s.takeUntil(ctx, now, req, s.until(ctx))
-	return d, time.Time{}, err
+	d, at, err := s.takeUntil(ctx, now, req, s.until(ctx))
+	if err != nil {
+		return d, time.Time{}, err
+	}
+	return d, time.UnixMicro(at), nil
 }
 
 func (s timedStore) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	return time.Time{}, s.takeAllUntil(ctx, now, reqs, out, s.until(ctx))
+	at, err := s.takeAllUntil(ctx, now, reqs, out, s.until(ctx))
+	if err != nil || at == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(at), nil
 }
 
 func (s timedStore) Reset(ctx context.Context, key string, p core.Policy) error {

@@ -49,4 +49,4 @@ local reset = math.min(math.ceil(level * window / limit), horizon)
 if allowed == 1 and cost > 0 then
   write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end
-return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay)}
+return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay), now}

@@ -13,7 +13,8 @@
 -- ARGV[8]  lock_max: the longest lockout, in microseconds (>= duration)
 -- ARGV[9]  lock_memory: how long strikes are remembered after the last
 --          offence, in microseconds
--- Returns  the algorithm's reply and a sixth integer, locked_out (1 or 0).
+-- Returns  the algorithm's reply (its six integers, now the sixth) and a
+--          seventh, locked_out (1 or 0).
 --
 -- A locked-out client is denied without calling decide: the algorithm's
 -- state is not touched. A denial of decide is an offence: one more strike
@@ -33,7 +34,7 @@ local lock = redis.call('HMGET', KEYS[2], 'u', 's', 'o', 'r')
 if lock[1] then
   local lock_until, offence, reset_at = tonumber(lock[1]), tonumber(lock[3]), tonumber(lock[4])
   if now < lock_until then
-    return {0, 0, ms_up(math.max(lock_until, reset_at) - now), ms_up(lock_until - now), 0, 1}
+    return {0, 0, ms_up(math.max(lock_until, reset_at) - now), ms_up(lock_until - now), 0, now, 1}
   end
   if now < offence + lock_memory then
     strikes = tonumber(lock[2])
@@ -42,7 +43,7 @@ end
 
 local reply = decide()
 if reply[1] == 1 or cost == 0 then
-  reply[6] = 0
+  reply[7] = 0
   return reply
 end
 
@@ -55,4 +56,4 @@ local reset_at = now + reply[3] * 1000
 redis.call('HSET', KEYS[2], 'u', string.format('%d', lock_until), 's', string.format('%d', strikes),
   'o', string.format('%d', now), 'r', string.format('%d', reset_at))
 redis.call('PEXPIRE', KEYS[2], string.format('%d', math.max(ms_up(math.max(lock_until, now + lock_memory) - now), min_ttl)))
-return {0, 0, ms_up(math.max(lock_until, reset_at) - now), ms_up(lock_until - now), 0, 1}
+return {0, 0, ms_up(math.max(lock_until, reset_at) - now), ms_up(lock_until - now), 0, now, 1}

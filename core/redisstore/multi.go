@@ -258,11 +258,12 @@ func layeredSource(vs []int) (string, error) {
 }
 
 // replySize is the number of integers in the reply of the layers of
-// variants vs: 5 per layer, 6 with a lockout.
+// variants vs: 6 per layer (the sixth the time decided at), 7 with a
+// lockout.
 func replySize(vs []int) int {
 	n := 0
 	for _, v := range vs {
-		n += 5 + v%2
+		n += 6 + v%2
 	}
 	return n
 }
@@ -316,7 +317,7 @@ func (s *Store) prepare(c *multiCall, at time.Time, reqs []core.Request, mode st
 		c.algo[j], c.locked[j], c.capacity[j] = i, locked, limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		c.keys[nkeys] = s.key(reqs[j].Key, *p, i)
 		nkeys++
-		want += 5
+		want += 6
 		if locked {
 			c.keys[nkeys] = lockKey(c.keys[nkeys-1])
 			nkeys++
@@ -371,39 +372,62 @@ func (c *multiCall) command(eval bool) []any {
 	return c.args[:c.nargs]
 }
 
-// decisions fills out from the layers' integers r (c.want of them).
-func (c *multiCall) decisions(r []int64, out []core.Decision) {
+// decisions fills out from the layers' integers r (c.want of them), and
+// returns the time the first layer was decided at (µs), which is every
+// layer's: one now for all (see multi.lua).
+func (c *multiCall) decisions(r []int64, out []core.Decision) int64 {
 	off := 0
 	for j := range c.n {
 		out[j] = decision(r[off:], c.capacity[j])
-		off += 5
+		off += 6
 		if c.locked[j] {
 			out[j].LockedOut = r[off] == 1
 			off++
 		}
 	}
+	return r[5]
+}
+
+// setNow makes every layer of c, prepared at Redis TIME, decide at now
+// (µs) instead, its keys living minTTL (ms) or more (see takeGroups): the
+// packed now and min_ttl, the fifth and sixth numbers of each layer's ARGV
+// (packLayer), rewritten in place.
+func (c *multiCall) setNow(now, minTTL int64) {
+	for j := range c.n {
+		binary.LittleEndian.PutUint64(c.packed[j][32:], math.Float64bits(float64(now)))
+		binary.LittleEndian.PutUint64(c.packed[j][40:], math.Float64bits(float64(minTTL)))
+	}
 }
 
 // takeAll runs on the caller's goroutine and honours ctx as the client
 // does (a go-redis client built with ContextTimeoutEnabled stops at its
-// deadline; any client stops at its own timeouts); TakeAll bounds it.
-func (s *Store) takeAll(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) error {
+// deadline; any client stops at its own timeouts); TakeAll bounds it. It
+// returns the time decided at, in µs (0 when reqs is empty).
+func (s *Store) takeAll(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
 	if err := checkLayers(reqs, out); err != nil {
-		return err
+		return 0, err
 	}
 	if len(reqs) == 0 {
-		return nil
+		return 0, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redisstore: layers: %w", err)
+		return 0, fmt.Errorf("redisstore: layers: %w", err)
 	}
+	var slotOf func(string) int
 	switch s.client.(type) {
 	case *redis.ClusterClient:
-		return s.takeGroups(ctx, at, reqs, out, func(key string) int { return int(slot(key)) })
+		slotOf = func(key string) int { return int(slot(key)) }
 	case *redis.Ring:
-		return s.takeGroups(ctx, at, reqs, out, nil)
+	default:
+		if reqs[0].Cost < 0 {
+			return s.giveBackAll(ctx, at, reqs, out, time.Time{})
+		}
+		return s.takeOne(ctx, at, reqs, out)
 	}
-	return s.takeOne(ctx, at, reqs, out)
+	if reqs[0].Cost < 0 {
+		return s.giveBackGroups(ctx, at, reqs, out, slotOf)
+	}
+	return s.takeGroups(ctx, at, reqs, out, slotOf)
 }
 
 // checkLayers reports invalid input to TakeAll.
@@ -420,6 +444,10 @@ func checkLayers(reqs []core.Request, out []core.Decision) error {
 		}
 		if (reqs[j].Cost == 0) != (reqs[0].Cost == 0) {
 			return fmt.Errorf("%w: redisstore: TakeAll: requests 0 and %d: a peek (cost 0) with a request that is not; all or none must be peeks",
+				core.ErrInvalidOption, j)
+		}
+		if (reqs[j].Cost < 0) != (reqs[0].Cost < 0) {
+			return fmt.Errorf("%w: redisstore: TakeAll: requests 0 and %d: a give-back (cost below 0) with a request that is not; all or none must be give-backs",
 				core.ErrInvalidOption, j)
 		}
 		name := policyName(&reqs[j].Policy)
@@ -440,29 +468,35 @@ func policyName(p *core.Policy) string {
 	return limits.DefaultName(p.Algorithm, p.Limit, p.Window, p.Burst)
 }
 
-// takeOne decides reqs with one script run.
-func (s *Store) takeOne(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) error {
+// takeOne decides reqs with one script run, and returns the time decided
+// at (µs).
+func (s *Store) takeOne(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
 	c := multiPool.Get().(*multiCall)
 	defer c.put()
 	if err := s.prepare(c, at, reqs, modeTake); err != nil {
-		return err
+		return 0, err
 	}
+	r, err := s.process(ctx, c)
+	if err != nil {
+		s.recovery.failed(err)
+		return 0, fmt.Errorf("redisstore: layers: %w", err)
+	}
+	if len(r) != c.want {
+		return 0, fmt.Errorf("redisstore: layers: script returned %d values, want %d", len(r), c.want)
+	}
+	return c.decisions(r, out), nil
+}
+
+// process runs c's script with ctx on the Store's client, EVAL after a
+// NOSCRIPT, and returns its reply.
+func (s *Store) process(ctx context.Context, c *multiCall) ([]int64, error) {
 	cmd := redis.NewIntSliceCmd(ctx, c.command(false)...)
 	_ = s.client.Process(ctx, cmd)
 	if noScript(cmd.Err()) {
 		cmd = redis.NewIntSliceCmd(ctx, c.command(true)...)
 		_ = s.client.Process(ctx, cmd)
 	}
-	if err := cmd.Err(); err != nil {
-		s.recovery.failed(err)
-		return fmt.Errorf("redisstore: layers: %w", err)
-	}
-	r := cmd.Val()
-	if len(r) != c.want {
-		return fmt.Errorf("redisstore: layers: script returned %d values, want %d", len(r), c.want)
-	}
-	c.decisions(r, out)
-	return nil
+	return cmd.Val(), cmd.Err()
 }
 
 // TakeAll decides reqs, one per layer of a layered core.Limiter, all or
@@ -471,13 +505,23 @@ func (s *Store) takeOne(ctx context.Context, at time.Time, reqs []core.Request, 
 // denied one and the sliding log's trimming of what has left its window,
 // which Take makes too. It fails, without a round trip, on invalid input
 // (an invalid request, two with one Key and Policy.Name, len(out) not
-// len(reqs), more than 16, peeks mixed with other requests), and, when
-// Redis fails, wraps the client's error.
+// len(reqs), more than 16, peeks or give-backs mixed with other requests,
+// give-backs at a zero now), and, when Redis fails, wraps the client's
+// error.
 //
 // Peeks (every request of cost 0, see core.Request.Cost) are decided each
 // on its own and write nothing; over a *redis.Client in one script run,
 // over a cluster client in one script run per slot, all sent at once: a
 // single round trip, since nothing written needs checking or undoing.
+// Give-backs (every request of a cost below 0, dated with the time a
+// TakeAll or Take returned for their admissions) are applied each on its
+// own, since none can be denied: one run of give_back.lua over every key
+// over a *redis.Client, one per slot over a cluster client, all sent at
+// once, with no check and no undo.
+//
+// TakeAll returns the time it decided at, every request's (see Take):
+// over a *redis.Client, the one Redis TIME its script read, or now; over
+// a cluster client, the time every slot took at (see takeGroups).
 //
 // Over a *redis.Client (or any client but a cluster client or a Ring),
 // every layer is decided by one script run, in one round trip, as one
@@ -507,36 +551,65 @@ func (s *Store) takeOne(ctx context.Context, at time.Time, reqs []core.Request, 
 // context deadlines. It fails with the context's error when it stops
 // waiting.
 func (s *Store) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	return time.Time{}, s.takeAllUntil(ctx, now, reqs, out, s.deadline(ctx))
+	at, err := s.takeAllUntil(ctx, now, reqs, out, s.deadline(ctx))
+	if err != nil || at == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(at), nil
 }
 
-// takeAllUntil is TakeAll, returning by deadline.
-func (s *Store) takeAllUntil(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+// takeAllUntil is TakeAll, returning by deadline, with the time decided at
+// in µs (0 when reqs is empty).
+func (s *Store) takeAllUntil(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, deadline time.Time) (int64, error) {
 	if s.batch == nil {
 		return s.takeAllBounded(ctx, at, reqs, out, deadline)
 	}
 	if err := checkLayers(reqs, out); err != nil {
-		return err
+		return 0, err
 	}
 	if len(reqs) == 0 {
-		return nil
+		return 0, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redisstore: layers: %w", err)
+		return 0, fmt.Errorf("redisstore: layers: %w", err)
+	}
+	if reqs[0].Cost < 0 {
+		return s.giveBackAll(ctx, at, reqs, out, deadline)
 	}
 	m := multiPool.Get().(*multiCall)
 	if err := s.prepare(m, at, reqs, modeTake); err != nil {
 		m.put()
-		return err
+		return 0, err
 	}
+	r, owned, err := s.batched(ctx, m, deadline)
+	if !owned {
+		// The flusher may still send m's arguments: m does not go back
+		// to its pool.
+		return 0, fmt.Errorf("redisstore: layers: %w", err)
+	}
+	defer m.put()
+	if err != nil {
+		s.recovery.failed(err)
+		return 0, fmt.Errorf("redisstore: layers: %w", err)
+	}
+	if len(r) != m.want {
+		return 0, fmt.Errorf("redisstore: layers: script returned %d values, want %d", len(r), m.want)
+	}
+	return m.decisions(r, out), nil
+}
+
+// batched runs m's script through the batcher, by deadline, and returns
+// its reply. It returns owned false, with the error of the wait, when it
+// stopped waiting after the call was queued: m then belongs to the
+// flusher, which may still send its arguments, and must not go back to
+// its pool.
+func (s *Store) batched(ctx context.Context, m *multiCall, deadline time.Time) (_ []int64, owned bool, _ error) {
 	c := callPool.Get().(*call)
 	c.reset(m)
 	c.deadline, c.parent = deadline, ctx
 	owned, err := s.batch.do(ctx, c)
 	if !owned {
-		// The flusher may still send m's arguments: neither goes back
-		// to its pool.
-		return fmt.Errorf("redisstore: layers: %w", err)
+		return nil, false, err
 	}
 	r := c.reply
 	if err == nil {
@@ -546,35 +619,39 @@ func (s *Store) takeAllUntil(ctx context.Context, at time.Time, reqs []core.Requ
 	if !c.burnt {
 		callPool.Put(c)
 	}
-	defer m.put()
-	if err != nil {
-		s.recovery.failed(err)
-		return fmt.Errorf("redisstore: layers: %w", err)
-	}
-	if len(r) != m.want {
-		return fmt.Errorf("redisstore: layers: script returned %d values, want %d", len(r), m.want)
-	}
-	m.decisions(r, out)
-	return nil
+	return r, true, err
 }
 
 // takeAllBounded is TakeAll over a client without a batcher: takeAll,
 // bounded (see bounded), into copies of its own of reqs and out, which are
 // the caller's again once TakeAll has returned.
-func (s *Store) takeAllBounded(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+func (s *Store) takeAllBounded(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, deadline time.Time) (int64, error) {
 	if len(reqs) > limits.MaxLayers || len(out) != len(reqs) {
-		return checkLayers(reqs, out)
+		return 0, checkLayers(reqs, out)
 	}
+	// The call may go on after bounded stops waiting for it: it writes
+	// the time where only it writes, read only once it has answered.
+	now := new(int64)
 	if s.honoursDeadline() {
-		return s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, at, reqs, out) })
+		err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
+			*now, err = s.takeAll(sctx, at, reqs, out)
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		return *now, nil
 	}
 	own := make([]core.Request, len(reqs))
 	copy(own, reqs)
 	ds := new([limits.MaxLayers]core.Decision)
-	err := s.bounded(ctx, deadline, func(sctx context.Context) error { return s.takeAll(sctx, at, own, ds[:len(own)]) })
+	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
+		*now, err = s.takeAll(sctx, at, own, ds[:len(own)])
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("redisstore: layers: %w", err)
+		return 0, fmt.Errorf("redisstore: layers: %w", err)
 	}
 	copy(out, ds[:len(out)])
-	return nil
+	return *now, nil
 }

@@ -27,12 +27,15 @@
 --          with a lockout: prelude.lua's, then lockout.lua's) packed as
 --          little-endian doubles (struct '<dddddd'), now NaN when the
 --          script reads Redis's TIME (layerLocals, packLayer in multi.go)
--- Returns  every layer's reply, 5 integers (6 with a lockout), in order.
---          With ARGV[1] '1', when every layer admitted: then one undo
---          record per layer (undo_record), and the Redis TIME in ms.
+-- Returns  every layer's reply, 6 integers (7 with a lockout: the sixth
+--          the time decided at, in µs, see prelude.lua), in order. With
+--          ARGV[1] '1', when every layer admitted: then one undo record
+--          per layer (undo_record), and the Redis TIME in ms.
 --
 -- Every layer is decided, each at its own ARGV's now, the Redis TIME
--- being read once for all. An algorithm's writes (write_state, and the
+-- being read once for all: the Store gives every layer the same now (or
+-- none), so that all are decided at one time, which each layer's reply
+-- carries. An algorithm's writes (write_state, and the
 -- log's ZADD, ZREM, PEXPIRE and DEL) wait in the list of pending writes,
 -- and are made only when every layer admitted: a request denied
 -- by one layer takes nothing in any. The log's trimming of what has left

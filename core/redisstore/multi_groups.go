@@ -25,6 +25,7 @@ type group struct {
 	reqs      []core.Request
 	call      *multiCall
 	cmd       *redis.Cmd
+	now       int64 // the time its script decided at (µs)
 	admitted  bool
 	committed bool
 	undo      []any // the undo script's ARGV, when committed
@@ -54,7 +55,79 @@ type group struct {
 //
 // Peeks (every request of cost 0) write nothing, so there is nothing to
 // check first or undo: each group decides once, and that is the decision.
-func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, slotOf func(string) int) error {
+//
+// It returns the time decided at, in µs. Every group takes at one time,
+// so that one time dates the give-backs of all the requests, in every
+// slot (see core.Request.Cost). The checks, sent at once to several
+// nodes, each read their own node's TIME; the take then decides every
+// group at the latest of those times, given to each group's script as an
+// explicit now (setNow), at no cost of a round trip. The latest, so that
+// no group takes before its own check (a window ending between the two
+// would turn the check's admission into a denial), nor before an
+// admission its check saw (the script would decide at that admission, a
+// time the give-backs do not know: a log's member widened at another
+// microsecond). That time may be ahead of a node whose clock lags the
+// others', and a TTL counted from it would end that key early: so the
+// take's keys live at least explicitNowMinTTL, as keys written at a
+// caller's explicit time do. (The earliest of the times would need no
+// such TTL, but would take before admissions on a node whose clock is
+// ahead.) A call whose check denies, or of peeks, returns the latest of
+// the checks' times: each group was decided at its own node's TIME, and
+// nothing was admitted that a give-back could date. A caller's explicit
+// now is every group's already.
+func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, slotOf func(string) int) (int64, error) {
+	gs := groupBy(reqs, slotOf)
+	if len(gs) == 1 {
+		return s.takeOne(ctx, at, reqs, out)
+	}
+	calls := make([]*multiCall, len(gs))
+	for k, g := range gs {
+		g.call = multiPool.Get().(*multiCall)
+		defer g.call.put()
+		if err := s.prepare(g.call, at, g.reqs, modeCheck); err != nil {
+			return 0, err
+		}
+		calls[k] = g.call
+	}
+	// 1. Check.
+	admitted, err := s.runGroups(ctx, gs, calls, out, false)
+	if s.afterStep != nil {
+		s.afterStep()
+	}
+	var now int64
+	for _, g := range gs {
+		now = max(now, g.now)
+	}
+	if err != nil || !admitted || reqs[0].Cost == 0 { // peeks: all decided, nothing to take
+		if err != nil {
+			return 0, err
+		}
+		return now, nil
+	}
+	// 2. Take, every group at now.
+	for _, g := range gs {
+		g.call.args[g.call.modeAt] = modeUndoable
+		if at.IsZero() {
+			g.call.setNow(now, s.explicitMinTTL.Milliseconds())
+		}
+	}
+	admitted, err = s.runGroups(ctx, gs, calls, out, true)
+	if s.afterStep != nil {
+		s.afterStep()
+	}
+	if err == nil && admitted {
+		return now, nil
+	}
+	s.giveBack(ctx, gs)
+	if err != nil {
+		return 0, err
+	}
+	return now, nil
+}
+
+// groupBy groups reqs by slotOf (by client key when nil), in the order of
+// their first requests.
+func groupBy(reqs []core.Request, slotOf func(string) int) []*group {
 	var gs []*group
 	for j := range reqs {
 		id := -1
@@ -75,39 +148,7 @@ func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Reques
 		g.idx = append(g.idx, j)
 		g.reqs = append(g.reqs, reqs[j])
 	}
-	if len(gs) == 1 {
-		return s.takeOne(ctx, at, reqs, out)
-	}
-	calls := make([]*multiCall, len(gs))
-	for k, g := range gs {
-		g.call = multiPool.Get().(*multiCall)
-		defer g.call.put()
-		if err := s.prepare(g.call, at, g.reqs, modeCheck); err != nil {
-			return err
-		}
-		calls[k] = g.call
-	}
-	// 1. Check.
-	admitted, err := s.runGroups(ctx, gs, calls, out, false)
-	if s.afterStep != nil {
-		s.afterStep()
-	}
-	if err != nil || !admitted || reqs[0].Cost == 0 { // peeks: all decided, nothing to take
-		return err
-	}
-	// 2. Take.
-	for _, g := range gs {
-		g.call.args[g.call.modeAt] = modeUndoable
-	}
-	admitted, err = s.runGroups(ctx, gs, calls, out, true)
-	if s.afterStep != nil {
-		s.afterStep()
-	}
-	if err == nil && admitted {
-		return nil
-	}
-	s.giveBack(ctx, gs)
-	return err
+	return gs
 }
 
 // undoTimeout bounds an undo sent after its request's context had ended.
@@ -185,7 +226,7 @@ func (s *Store) runGroups(ctx context.Context, gs []*group, calls []*multiCall, 
 // parse fills out from g's reply, and g's admitted, committed and undo.
 // take says the call wrote (modeUndoable) rather than checked.
 func (g *group) parse(out []core.Decision, take bool) error {
-	g.admitted, g.committed, g.undo = false, false, g.undo[:0]
+	g.now, g.admitted, g.committed, g.undo = 0, false, false, g.undo[:0]
 	if err := g.cmd.Err(); err != nil {
 		return err
 	}
@@ -206,7 +247,7 @@ func (g *group) parse(out []core.Decision, take bool) error {
 		ints[i] = v
 	}
 	ds := make([]core.Decision, c.n)
-	c.decisions(ints, ds)
+	g.now = c.decisions(ints, ds)
 	g.admitted = true
 	for j, d := range ds {
 		out[g.idx[j]] = d

@@ -493,7 +493,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	reqs := fourLayers("fz", time.Time{})
 	out := make([]core.Decision, len(reqs))
 	for _, s := range stores {
-		require.NoError(t, s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(5*time.Second))) // warm up
+		require.NoError(t, errOfN(s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(5*time.Second)))) // warm up
 	}
 	srv.Freeze()
 	thawed := false
@@ -506,7 +506,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	for name, s := range stores {
 		for i := range 2 {
 			start := time.Now()
-			err := s.takeAllUntil(ctx, time.Time{}, reqs, out, start.Add(timeout))
+			_, err := s.takeAllUntil(ctx, time.Time{}, reqs, out, start.Add(timeout))
 			took := time.Since(start)
 			require.Error(t, err, "%s %d", name, i)
 			assert.Less(t, took, timeout+500*time.Millisecond, "%s %d: TakeAllBy over a frozen Redis", name, i)
@@ -515,7 +515,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
 		start := time.Now()
-		err := s.takeAllUntil(cctx, time.Time{}, reqs, out, start.Add(time.Minute))
+		_, err := s.takeAllUntil(cctx, time.Time{}, reqs, out, start.Add(time.Minute))
 		assert.ErrorIs(t, err, context.Canceled, name)
 		assert.Less(t, time.Since(start), 10*time.Second, "%s: canceled", name)
 	}
@@ -523,7 +523,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 	thawed = true
 	for name, s := range stores {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.NoError(c, s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(time.Second)))
+			assert.NoError(c, errOfN(s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(time.Second))))
 		}, 10*time.Second, 10*time.Millisecond, "%s after the thaw", name)
 		assert.True(t, out[0].Allowed, name)
 	}
@@ -554,7 +554,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 				want := make([]core.Decision, len(reqs))
 				got := make([]core.Decision, len(reqs))
 				require.NoError(t, errOf(a.TakeAll(ctx, at, reqs, want)), "request %d", i)
-				require.NoError(t, b.takeAllUntil(ctx, at, reqs, got, time.Now().Add(5*time.Second)), "request %d", i)
+				require.NoError(t, errOfN(b.takeAllUntil(ctx, at, reqs, got, time.Now().Add(5*time.Second))), "request %d", i)
 				assert.Equal(t, want, got, "request %d", i)
 				if !want[0].Allowed || !want[1].Allowed || !want[2].Allowed || !want[3].Allowed {
 					denied++
@@ -563,7 +563,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 			assert.Positive(t, denied, "some requests denied")
 			assert.Less(t, denied, 60, "some admitted")
 			// Bad input is TakeAll's error, without a round trip.
-			err := b.takeAllUntil(ctx, now, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
+			_, err := b.takeAllUntil(ctx, now, fourLayers("m", now), make([]core.Decision, 3), time.Now().Add(time.Second))
 			assert.ErrorIs(t, err, core.ErrInvalidOption)
 		})
 	}

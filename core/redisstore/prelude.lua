@@ -10,13 +10,17 @@
 -- ARGV[3]  capacity: the buckets' depth (the policy's Burst, or L); the
 --          window algorithms ignore it
 -- ARGV[4]  cost: the units the request takes, in [0, capacity]; 0 is a
---          peek (see below)
+--          peek (see below). A give-back (a cost below 0) runs
+--          give_back.lua instead.
 -- ARGV[5]  now: in microseconds since the Unix epoch; "" reads Redis TIME
 -- ARGV[6]  min_ttl: the least TTL, in milliseconds, of a key written
 --          (0 unless now is explicit)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms},
+-- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms, now},
 --          integers; durations rounded up to whole milliseconds. delay_ms
---          is 0 but for the leaky bucket.
+--          is 0 but for the leaky bucket. now is the time decided at, in
+--          µs: ARGV[5], or the Redis TIME read (Take returns it, and a
+--          give-back of what the request took is dated with it; see
+--          give_back.lua).
 --
 -- Every script decides a request dated before the key's last admission (a
 -- clock stepping back) at that admission, writes nothing for a denied
@@ -36,8 +40,9 @@
 -- deterministic commands" before. Otherwise they call only HMGET, HSET
 -- with several fields (4.0), PEXPIRE, GET, SET with PX, DEL and the
 -- sorted-set commands ZADD, ZRANGE by rank, ZREMRANGEBYSCORE, ZREM, ZCARD
--- and ZCOUNT (and, for a Cluster's undo, PTTL and ZRANGEBYSCORE), all
--- older, and Lua's struct library (Redis 2.6).
+-- and ZCOUNT (and, for a Cluster's undo, PTTL and ZRANGEBYSCORE; for
+-- give-backs, ZRANGEBYSCORE and SETRANGE), all older, and Lua's struct
+-- library (Redis 2.6).
 -- version_test.go checks this against the commands' own history.
 --
 -- Times are microseconds and Lua numbers float64, exact up to 2^53 µs;

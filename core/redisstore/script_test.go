@@ -195,7 +195,8 @@ func TestTakeRejects(t *testing.T) {
 		want error
 	}{
 		{core.Request{Key: "", Policy: p, Cost: 1}, core.ErrInvalidOption},
-		{core.Request{Key: "k", Policy: p, Cost: -1}, core.ErrInvalidOption},
+		{core.Request{Key: "k", Policy: p, Cost: -1}, core.ErrInvalidOption}, // a give-back needs a now
+		{core.Request{Key: "k", Policy: p, Cost: -6}, core.ErrInvalidOption},
 		{core.Request{Key: "k", Policy: p, Cost: 6}, core.ErrInvalidOption},
 		{core.Request{Key: "k", Policy: core.Policy{Algorithm: "gcra", Limit: 1, Window: time.Second}, Cost: 1}, core.ErrInvalidOption},
 		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1}, Cost: 1}, core.ErrInvalidOption},

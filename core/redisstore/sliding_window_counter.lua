@@ -80,4 +80,4 @@ if current > 0 then
 elseif previous > 0 then
   reset = window_start + window - at
 end
-return {allowed, remaining, ms_up(reset), ms_up(retry), 0}
+return {allowed, remaining, ms_up(reset), ms_up(retry), 0, now}

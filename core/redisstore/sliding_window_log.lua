@@ -141,4 +141,4 @@ else
   reset = last + window - at
 end
 -- count exceeds limit when the client was moved to a smaller plan.
-return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0}
+return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0, now}

@@ -269,13 +269,20 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // Take decides req with one script run, as one atomic step in Redis, and
 // records it when it is allowed. It fails, without a round trip, on a
 // request the Limiter never sends (an invalid policy, an empty key, a cost
-// out of [0, capacity]), wrapping the core sentinel error; and when Redis
-// fails, wrapping the client's error with the algorithm. A peek (cost 0,
-// see core.Request.Cost) runs the same script, which then writes nothing.
+// out of [-capacity, capacity], a give-back with a zero now), wrapping the
+// core sentinel error; and when Redis fails, wrapping the client's error
+// with the algorithm. A peek (cost 0, see core.Request.Cost) runs the same
+// script, which then writes nothing. A give-back (a cost below 0) runs
+// give_back.lua, which gives back to the state of req's key what is still
+// counted of the admission Take returned now for, and touches nothing
+// else (see core.Request.Cost).
 //
 // A request with a zero now is decided at Redis TIME. One with an explicit
 // now (a test's time) is decided at that time, and the key it writes lives
-// at least a minute, however near the end of its state that time is.
+// at least a minute, however near the end of its state that time is. Take
+// returns the time decided at, as the script read it (Redis TIME) or was
+// given it, to the microsecond and with no monotonic reading: the time
+// that dates a give-back of what it admitted.
 //
 // Take returns within the Store's timeout (WithTimeout; ctx's deadline if
 // earlier) or as soon as ctx ends, however the client is configured, with
@@ -292,33 +299,47 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 // honours context deadlines (ContextTimeoutEnabled). The caller's
 // cancellation never aborts a command in flight; its result is dropped.
 func (s *Store) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, err := s.takeUntil(ctx, now, req, s.deadline(ctx))
-	return d, time.Time{}, err
+	d, at, err := s.takeUntil(ctx, now, req, s.deadline(ctx))
+	if err != nil {
+		return d, time.Time{}, err
+	}
+	return d, time.UnixMicro(at), nil
 }
 
-// takeUntil is Take, returning by deadline.
-func (s *Store) takeUntil(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, error) {
+// takeUntil is Take, returning by deadline, with the time decided at in
+// µs since the Unix epoch.
+func (s *Store) takeUntil(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, int64, error) {
 	if s.batch != nil {
 		return s.take(ctx, at, req, deadline)
 	}
 	// The call may go on after bounded stops waiting for it: it writes
 	// its decision where only it writes, read only once it has answered
 	// (err == nil), never into a variable the caller returns regardless.
-	d := new(core.Decision)
+	type result struct {
+		d   core.Decision
+		now int64
+	}
+	res := new(result)
 	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
-		*d, err = s.take(sctx, at, req, time.Time{})
+		res.d, res.now, err = s.take(sctx, at, req, time.Time{})
 		return err
 	})
 	if err != nil {
-		return core.Decision{}, err
+		return core.Decision{}, 0, err
 	}
-	return *d, nil
+	return res.d, res.now, nil
 }
 
-// take is Take, through the batcher when deadline is set.
-func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, error) {
+// take is Take, through the batcher when deadline is set, with the time
+// decided at in µs since the Unix epoch: the script's, so that a Take at
+// Redis TIME and one at an explicit time return alike a time with no
+// monotonic reading.
+func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, int64, error) {
 	if err := reqcheck.Validate(&req); err != nil {
-		return core.Decision{}, err
+		return core.Decision{}, 0, err
+	}
+	if req.Cost < 0 {
+		return s.giveBackOne(ctx, at, &req, deadline)
 	}
 	p := req.Policy
 	i := algo(p.Algorithm)
@@ -334,9 +355,9 @@ func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadli
 	capacity := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 	c := callPool.Get().(*call)
 	locked := p.Lockout > 0
-	what, want := string(p.Algorithm), 5
+	what, want := string(p.Algorithm), 6
 	if locked {
-		what, want = what+" with lockout", 6
+		what, want = what+" with lockout", 7
 		c.prepare(s.locked[i], s.lockedSrc[i], key, lockKey(key), explicit,
 			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
 			p.Lockout.Microseconds(), limits.LockoutCap(p.Lockout, p.LockoutMax).Microseconds(),
@@ -352,7 +373,7 @@ func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadli
 		c.deadline, c.parent = deadline, ctx
 		var owned bool
 		if owned, err = s.batch.do(ctx, c); !owned {
-			return core.Decision{}, fmt.Errorf("redisstore: %s: %w", what, err)
+			return core.Decision{}, 0, fmt.Errorf("redisstore: %s: %w", what, err)
 		}
 	}
 	r := c.reply
@@ -365,21 +386,22 @@ func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadli
 	}
 	if err != nil {
 		s.recovery.failed(err)
-		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", what, err)
+		return core.Decision{}, 0, fmt.Errorf("redisstore: %s: %w", what, err)
 	}
 	if len(r) != want {
-		return core.Decision{}, fmt.Errorf("redisstore: %s: script returned %d values, want %d", what, len(r), want)
+		return core.Decision{}, 0, fmt.Errorf("redisstore: %s: script returned %d values, want %d", what, len(r), want)
 	}
 	d := decision(r, capacity)
-	d.LockedOut = locked && r[5] == 1
-	return d, nil
+	d.LockedOut = locked && r[6] == 1
+	return d, r[5], nil
 }
 
 // lockKey returns the key of the lockout beside the state key key: the
 // same hash tag, so the same Redis Cluster slot.
 func lockKey(key string) string { return key + ":lock" }
 
-// decision is the Decision of a script's reply r, of at least 5 values.
+// decision is the Decision of a script's reply r, of at least 5 values
+// (the sixth, the time decided at, is the caller's).
 func decision(r []int64, capacity int64) core.Decision {
 	return core.Decision{
 		Allowed:    r[0] == 1,

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 	runSuite(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
 	runLayers(t, newStore)
 	runPlans(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })
+	runGiveBacks(t, newStore)
 }
 
 // RunConcurrent checks exactness under real concurrency, from

@@ -13,8 +13,9 @@ import (
 // At returns s with the zero now of every Take and TakeAll set to now, so
 // that s decides at now whatever the real time. The Limiter's own clock
 // (its deny cache, its circuit breaker) stays the real one. The store
-// returns no decision time: the Limiter takes it for a store that decides
-// elsewhere, and the caller reads its own clock for headers.
+// returns the time it decided at with no monotonic reading, as a store
+// that decides elsewhere does (Redis): the Limiter times it, and the
+// time dates give-backs (core.Request.Cost).
 func At(s core.Store, now time.Time) core.Store { return store{s, now} }
 
 type store struct {
@@ -26,8 +27,8 @@ func (s store) Take(ctx context.Context, now time.Time, req core.Request) (core.
 	if now.IsZero() {
 		now = s.now
 	}
-	d, _, err := s.Store.Take(ctx, now, req)
-	return d, time.Time{}, err // decided as elsewhere: a store the Limiter times
+	d, took, err := s.Store.Take(ctx, now, req)
+	return d, took.Round(0), err // decided as elsewhere: a store the Limiter times
 }
 
 // TakeAll is the inner store's TakeAll, a zero now set to the store's
@@ -36,6 +37,6 @@ func (s store) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, 
 	if now.IsZero() {
 		now = s.now
 	}
-	_, err := s.Store.TakeAll(ctx, now, reqs, out)
-	return time.Time{}, err
+	took, err := s.Store.TakeAll(ctx, now, reqs, out)
+	return took.Round(0), err
 }

@@ -20,10 +20,8 @@ func Validate(r *core.Request) error {
 	if err := r.Policy.Validate(); err != nil {
 		return err
 	}
-	if r.Cost < 0 {
-		return fmt.Errorf("%w: cost %d is negative", core.ErrInvalidOption, r.Cost)
-	}
-	if c := limits.Capacity(r.Policy.Algorithm, r.Policy.Limit, r.Policy.Burst); r.Cost > c {
+	// A negative cost is a give-back of at most the capacity.
+	if c := limits.Capacity(r.Policy.Algorithm, r.Policy.Limit, r.Policy.Burst); r.Cost > c || r.Cost < -c {
 		return fmt.Errorf("%w: cost %d, capacity %d", core.ErrInvalidOption, r.Cost, c)
 	}
 	return nil

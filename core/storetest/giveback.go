@@ -1,0 +1,279 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
+)
+
+// runGiveBacks checks give-backs (core.Request.Cost below 0) against
+// twins: a client that took c units and gave g back must decide every
+// later request as a twin that took only what the give-back left counted
+// (c-g while the admission is still counted where it was; c once its
+// window has passed, for the windows, or less the drain between the
+// admission and the key's last one, for the buckets). Each case runs on
+// every algorithm, with and without a lockout; a give-back never lifts a
+// lockout, and one for a client with no state creates none. Layered:
+// a TakeAll of give-backs dated with the time TakeAll returned gives back
+// in every layer. Bad input is an error: a give-back without its
+// admission's time, above the capacity, or mixed with other requests in a
+// TakeAll. Every call has an explicit now, which the store must return.
+func runGiveBacks(t *testing.T, newStore func(t *testing.T) core.Store) {
+	t.Helper()
+	t.Run("give-backs", func(t *testing.T) {
+		run := runID(testingT{t})
+		for _, alg := range limits.Algorithms[core.Algorithm]() {
+			t.Run(string(alg), func(t *testing.T) {
+				for _, lo := range []*lockoutOf{nil, {30 * time.Second, 2 * time.Minute, 5 * time.Minute}} {
+					name := "plain"
+					if lo != nil {
+						name = "lockout"
+					}
+					t.Run(name, func(t *testing.T) {
+						for _, c := range giveBackCases(alg) {
+							t.Run(c.name, func(t *testing.T) {
+								c.check(t, newStore(t), run+"-"+name, alg, lo)
+							})
+						}
+						t.Run("lockout-kept", func(t *testing.T) {
+							testGiveBackLocked(t, newStore(t), run+"-"+name, alg, lo)
+						})
+					})
+				}
+			})
+		}
+		t.Run("layered", func(t *testing.T) {
+			testGiveBackLayers(t, newStore(t), run+"-layers")
+		})
+		t.Run("bad-input", func(t *testing.T) {
+			testGiveBackBadInput(t, newStore(t), run+"-bad")
+		})
+	})
+}
+
+// gbStep is a step of a give-back case: a take of cost at t0+at, or,
+// with back, a give-back of back units of the case's first admission.
+type gbStep struct {
+	at   time.Duration
+	cost int64
+	back int64
+}
+
+// gbCase is a give-back case: main's steps, and the twin's, which gives
+// nothing back, and must decide every later request as main.
+type gbCase struct {
+	name       string
+	main, twin []gbStep
+}
+
+// giveBackCases returns the cases for alg, with a policy of 10 per 10s
+// (a bucket of 10).
+func giveBackCases(alg core.Algorithm) []gbCase {
+	bucket := limits.IsBucket(alg)
+	cases := []gbCase{
+		{"at-once", []gbStep{{0, 5, 0}, {0, 0, 3}}, []gbStep{{0, 2, 0}}},
+		{"all-of-it", []gbStep{{0, 4, 0}, {0, 0, 4}}, nil},
+		{"missing-key", []gbStep{{0, 0, 3}}, nil},
+	}
+	// After another admission, 1s later: the buckets have drained 1 unit
+	// of the first admission's since (10 per 10s), which is not given
+	// back; the windows still count it all.
+	kept := int64(2)
+	if bucket {
+		kept = 3
+	}
+	cases = append(cases, gbCase{"after-another", []gbStep{{0, 5, 0}, {time.Second, 1, 0}, {0, 0, 3}}, []gbStep{{0, kept, 0}, {time.Second, 1, 0}}})
+	// Once the admission's window has passed, a give-back frees nothing,
+	// but for the sliding counter, whose previous window still weighs.
+	passed := []gbStep{{0, 5, 0}, {11 * time.Second, 1, 0}}
+	switch alg {
+	case core.SlidingWindowCounter:
+		cases = append(cases, gbCase{"window-passed", append(passed, gbStep{0, 0, 3}), []gbStep{{0, 2, 0}, {11 * time.Second, 1, 0}}})
+		cases = append(cases, gbCase{"two-windows-passed", []gbStep{{0, 5, 0}, {21 * time.Second, 1, 0}, {0, 0, 3}}, []gbStep{{0, 5, 0}, {21 * time.Second, 1, 0}}})
+	default:
+		cases = append(cases, gbCase{"window-passed", append(passed, gbStep{0, 0, 3}), passed})
+	}
+	return cases
+}
+
+// check plays c for alg, with lockout lo, and compares main with its twin
+// over requests of cost 1 every 700ms for 25s.
+func (c gbCase) check(t *testing.T, s core.Store, run string, alg core.Algorithm, lo *lockoutOf) {
+	t.Helper()
+	p := layerPolicy("gb", alg, 10, 10*time.Second)
+	lo.set(&p)
+	t0 := epoch()
+	mainKey, twinKey := run+"-"+string(alg)+"-"+c.name+"-main", run+"-"+string(alg)+"-"+c.name+"-twin"
+	var first time.Time // when main's first admission was decided
+	play := func(key string, steps []gbStep) {
+		for i, st := range steps {
+			if st.back > 0 {
+				at := first
+				if at.IsZero() { // no admission: date the give-back t0
+					at = t0
+				}
+				d, took, err := s.Take(context.Background(), at, core.Request{Key: key, Policy: p, Cost: -st.back})
+				if err != nil {
+					t.Fatalf("%s step %d: give-back of %d: %v", key, i, st.back, err)
+				}
+				if !d.Allowed || d.Limit != 10 || d.Remaining != 0 || d.ResetAfter != 0 || d.RetryAfter != 0 || d.Delay != 0 || d.LockedOut {
+					t.Errorf("%s step %d: give-back of %d: %s, want allowed, limit 10, every other field zero", key, i, st.back, show(d))
+				}
+				if !took.Equal(at) {
+					t.Errorf("%s step %d: give-back dated %v returned %v", key, i, at, took)
+				}
+				continue
+			}
+			now := t0.Add(st.at)
+			d, took, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: st.cost})
+			if err != nil {
+				t.Fatalf("%s step %d: take of %d: %v", key, i, st.cost, err)
+			}
+			if !d.Allowed {
+				t.Fatalf("%s step %d: take of %d at t0+%v: %s, want allowed", key, i, st.cost, st.at, show(d))
+			}
+			if !took.Equal(now) {
+				t.Errorf("%s step %d: a take at %v returned the time %v, not the time it decided at", key, i, now, took)
+			}
+			if i == 0 {
+				first = took
+			}
+		}
+	}
+	play(mainKey, c.main)
+	first = time.Time{}
+	play(twinKey, c.twin)
+	late := time.Duration(0)
+	for _, st := range c.main {
+		late = max(late, st.at)
+	}
+	start := t0.Add(late + 50*time.Millisecond)
+	for k := range 36 {
+		now := start.Add(time.Duration(k) * 700 * time.Millisecond)
+		g, _, err := s.Take(context.Background(), now, core.Request{Key: mainKey, Policy: p, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _, err := s.Take(context.Background(), now, core.Request{Key: twinKey, Policy: p, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameDecision(g, w, false) {
+			t.Fatalf("request %d at %v after t0, after the give-back:\n got %s\nwant %s, as the twin that took only what stayed counted", k, now.Sub(t0), show(g), show(w))
+		}
+	}
+}
+
+// testGiveBackLocked checks that a give-back lifts no lockout: a client
+// locked out, given back every unit it took, is still locked out, for as
+// long; without a lockout, the give-back lets it in at once.
+func testGiveBackLocked(t *testing.T, s core.Store, run string, alg core.Algorithm, lo *lockoutOf) {
+	p := layerPolicy("gbl", alg, 2, 10*time.Second)
+	lo.set(&p)
+	key := run + "-" + string(alg) + "-locked"
+	t0 := epoch()
+	var took time.Time
+	for i := range 2 {
+		d, at, err := s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 1})
+		if err != nil || !d.Allowed {
+			t.Fatalf("take %d: %s, %v", i, show(d), err)
+		}
+		took = at
+	}
+	t1 := t0.Add(time.Second)
+	d, _, err := s.Take(context.Background(), t1, core.Request{Key: key, Policy: p, Cost: 1})
+	if err != nil || d.Allowed || d.LockedOut != (lo != nil) {
+		t.Fatalf("third take: %s, %v; want denied (locked out: %v)", show(d), err, lo != nil)
+	}
+	if _, _, err := s.Take(context.Background(), took, core.Request{Key: key, Policy: p, Cost: -2}); err != nil {
+		t.Fatal(err)
+	}
+	d, _, err = s.Take(context.Background(), t1.Add(time.Millisecond), core.Request{Key: key, Policy: p, Cost: 1})
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case lo != nil && (d.Allowed || !d.LockedOut || d.RetryAfter != lo.first-time.Millisecond):
+		t.Fatalf("after giving back every unit, within the lockout: %s, want still locked out for %v", show(d), lo.first-time.Millisecond)
+	case lo == nil && !d.Allowed:
+		t.Fatalf("after giving back every unit: %s, want allowed", show(d))
+	}
+}
+
+// testGiveBackLayers takes two layers of every algorithm with TakeAll,
+// gives back part of both with one TakeAll dated with the time it
+// returned, and compares each layer with a twin that took the rest.
+func testGiveBackLayers(t *testing.T, s core.Store, run string) {
+	t0 := epoch()
+	var mains, twins, backs []core.Request
+	for i, alg := range limits.Algorithms[core.Algorithm]() {
+		p := layerPolicy(fmt.Sprintf("gb-%d", i), alg, 10, 10*time.Second)
+		mains = append(mains, core.Request{Key: run + "-main", Policy: p, Cost: 6})
+		twins = append(twins, core.Request{Key: run + "-twin", Policy: p, Cost: 2})
+		backs = append(backs, core.Request{Key: run + "-main", Policy: p, Cost: -4})
+	}
+	out := make([]core.Decision, len(mains))
+	took, err := s.TakeAll(context.Background(), t0, mains, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !took.Equal(t0) {
+		t.Fatalf("TakeAll at %v returned %v, not the time it decided at", t0, took)
+	}
+	takeAll(t, s, t0, twins)
+	if _, err := s.TakeAll(context.Background(), took, backs, out); err != nil {
+		t.Fatalf("TakeAll of give-backs: %v", err)
+	}
+	for i, d := range out {
+		if !d.Allowed || d.Limit != 10 || d.Remaining != 0 {
+			t.Errorf("give-back %d: %s, want allowed, limit 10", i, show(d))
+		}
+	}
+	for k := range 20 {
+		now := t0.Add(time.Duration(k) * 900 * time.Millisecond)
+		for j := range mains {
+			g := takeAll(t, s, now, []core.Request{{Key: run + "-main", Policy: mains[j].Policy, Cost: 1}})[0]
+			w := takeAll(t, s, now, []core.Request{{Key: run + "-twin", Policy: mains[j].Policy, Cost: 1}})[0]
+			if !sameDecision(g, w, false) {
+				t.Fatalf("layer %s at t0+%v, after a layered give-back:\n got %s\nwant %s", mains[j].Policy.Algorithm, now.Sub(t0), show(g), show(w))
+			}
+		}
+	}
+}
+
+// testGiveBackBadInput checks that bad give-backs are errors wrapping
+// core.ErrInvalidOption, and give nothing back.
+func testGiveBackBadInput(t *testing.T, s core.Store, run string) {
+	t0 := epoch()
+	p := layerPolicy("gbb", core.FixedWindow, 10, 10*time.Second)
+	key := run + "-k"
+	if _, _, err := s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 5}); err != nil {
+		t.Fatal(err)
+	}
+	bad := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, core.ErrInvalidOption) {
+			t.Errorf("%s: %v, want an error wrapping core.ErrInvalidOption", what, err)
+		}
+	}
+	_, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: key, Policy: p, Cost: -1})
+	bad("a give-back without its admission's time", err)
+	_, _, err = s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: -11})
+	bad("a give-back above the capacity", err)
+	q := layerPolicy("gbb2", core.TokenBucket, 10, 10*time.Second)
+	out := make([]core.Decision, 2)
+	_, err = s.TakeAll(context.Background(), t0, []core.Request{{Key: key, Policy: p, Cost: -1}, {Key: key, Policy: q, Cost: 1}}, out)
+	bad("a TakeAll of a give-back and a take", err)
+	_, err = s.TakeAll(context.Background(), t0, []core.Request{{Key: key, Policy: q, Cost: 1}, {Key: key, Policy: p, Cost: -1}}, out)
+	bad("a TakeAll of a take and a give-back", err)
+	_, err = s.TakeAll(context.Background(), t0, []core.Request{{Key: key, Policy: p, Cost: -1}, {Key: key, Policy: q, Cost: 0}}, out)
+	bad("a TakeAll of a give-back and a peek", err)
+	d, _, err := s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 0})
+	if err != nil || d.Remaining != 5 {
+		t.Fatalf("after the bad give-backs: %s, %v; want 5 remaining, nothing given back", show(d), err)
+	}
+}
