@@ -3,7 +3,10 @@
 // stores set or read its variables.
 package hooks
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // LimiterStore returns the Store of a *core.Limiter (as any), so that an
 // exporter can read a store's own timeout (a Timeout() time.Duration
@@ -46,3 +49,12 @@ var CircuitBreaker func(failures int, probe time.Duration) any
 // to run one flow under both outage answers. core sets it in its init;
 // tests reach it through internal/limitertest.
 var FailClosed func(d time.Duration) any
+
+// AllowTimed is core.Limiter.AllowLayers by its layered path, which
+// returns the time the store decided at whatever the Limiter, for
+// httplimit's settling layers (AllowLayers's one-check shortcut does not
+// when observers are on): limiter a *core.Limiter, checks a []core.Check,
+// out a []core.Decision at least as long, d a *core.Decision for the
+// request's decision. The time is zero unless the store decided. core
+// sets it in its init.
+var AllowTimed func(limiter any, ctx context.Context, checks, out, d any) (time.Time, error)

@@ -1,0 +1,128 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/limits"
+)
+
+// Refund gives back what an admitted request took and did not use: for
+// each check, Cost units of its layer, from the admission that
+// AllowLayers decided at the time at it returned. It is how a cost known
+// only after the work is settled: reserve the most the work may cost,
+// then refund what it did not (httplimit's Layer.Counts settles a
+// response this way).
+//
+// The units go back into what the admission was counted in, if it is
+// still counted there: the same fixed window, the sliding counter's
+// window, the sliding log's entry, the buckets' level less what has
+// drained since. What has left the window or drained is not given back,
+// so a late refund frees nothing that time has not freed already, and a
+// refund never lifts a lockout. Refund the units of one admission once:
+// the store cannot tell two refunds of one admission from refunds of two
+// admitted at the same microsecond.
+//
+// A refund is not a decision: observers do not hear it, shadow mode does
+// not change it, and the fallback is not asked. Bad input is an error
+// wrapping ErrInvalidOption: a zero at (the admission was not the
+// store's: a fallback's or FailClosed's decision, which took nothing from
+// the store), a layer index out of range or repeated, an invalid key, a
+// cost out of range. So are a store failure, an open circuit breaker and
+// the end of ctx; nothing is then given back, and the units stay counted
+// until their window passes, as they would have without a refund.
+func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) error {
+	if at.IsZero() {
+		return fmt.Errorf("%w: Refund: the zero time: no store admission to refund", ErrInvalidOption)
+	}
+	if len(checks) > len(l.policies) {
+		return fmt.Errorf("%w: Refund: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratelimit: Refund: %w", err)
+	}
+	arr := reqPool.Get().(*[limits.MaxLayers]Request)
+	defer func() {
+		clear(arr[:len(checks)]) // drop the keys and policies
+		reqPool.Put(arr)
+	}()
+	reqs := arr[:len(checks)]
+	var seen uint32
+	for i := range checks {
+		c := &checks[i]
+		lp, err := l.layerOf("Refund", i, c, &seen)
+		if err != nil {
+			return err
+		}
+		key, err := normalizeKey(c.Key)
+		if err != nil {
+			return fmt.Errorf("layer %q: %w", lp.Name, err)
+		}
+		r := &reqs[i]
+		r.Key, r.Policy = key, *lp
+		if l.sources != nil {
+			if r.Policy, _, err = l.adjust(ctx, c.Key, *lp); err != nil {
+				return fmt.Errorf("ratelimit: Refund: %w", err)
+			}
+		}
+		if capacity := r.Policy.capacity(); c.Cost < 1 || c.Cost > capacity {
+			return fmt.Errorf("%w: Refund: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, c.Cost, capacity)
+		}
+		r.Cost = -c.Cost
+	}
+	if l.brk.state.Load()&brkOpen != 0 {
+		return l.openErr
+	}
+	var err error
+	if len(reqs) == 1 {
+		_, _, err = l.store.Take(ctx, at, reqs[0])
+	} else {
+		ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
+		_, err = l.store.TakeAll(ctx, at, reqs, ds[:len(reqs)])
+		clear(ds[:len(reqs)])
+		decisionPool.Put(ds)
+	}
+	if err != nil {
+		if callerDone(ctx) {
+			_, err = l.canceled(ctx, &reqs[0].Policy, err)
+			return err
+		}
+		return storeErr(err)
+	}
+	if l.denied != nil {
+		for i := range reqs {
+			l.denied.reset(reqs[i].Key) // a denial remembered before the units came back no longer holds
+		}
+	}
+	return nil
+}
+
+// allowLayersTimed is AllowLayers by the layered path, which returns the
+// time the store decided at whatever the Limiter (see hooks.AllowTimed).
+func (l *Limiter) allowLayersTimed(ctx context.Context, checks []Check, out []Decision) (Decision, time.Time, error) {
+	if len(out) < len(checks) {
+		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
+	}
+	if len(checks) == 0 {
+		return Decision{Allowed: true, Source: SourceStore}, time.Time{}, nil
+	}
+	v := verdict{ds: out[:0]}
+	err := l.allowLayers(ctx, checks, time.Time{}, &v)
+	if v.Source != SourceStore {
+		v.took = time.Time{} // nothing the store took, to refund
+	}
+	return v.Decision, v.took, err
+}
+
+func init() {
+	hooks.AllowTimed = func(l any, ctx context.Context, checks, out, d any) (time.Time, error) {
+		dec, at, err := l.(*Limiter).allowLayersTimed(ctx, checks.([]Check), out.([]Decision))
+		*d.(*Decision) = dec
+		return at, err
+	}
+}
