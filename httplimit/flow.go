@@ -102,6 +102,12 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 			return nil, err
 		}
 	}
+	for i, ly := range layers {
+		if ly.Counts == CountSuccesses && ly.Policy.Name == "" {
+			return nil, invalid("New", fmt.Sprintf("layer %d counts successes and has no name (Policy.Name): its companion is named after it", i))
+		}
+	}
+	layers = withCompanions(layers)
 	ls, err := compileLayers(layers)
 	if err != nil {
 		return nil, err
@@ -128,7 +134,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	if f.quota, err = newQuotaEndpoint(c.quota); err != nil {
 		return nil, err
 	}
-	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil {
+	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil && ly.Counts == CountAll {
 		f.single = &ls.layers[0]
 		f.single.name = f.limiter.Policies()[0].Name
 	}
@@ -172,30 +178,41 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 }
 
 // Limiter returns the Limiter the Flow decides by, which New built: to
-// Reset a client after a good login (Limiter.Reset, of one layer or all),
-// or to share the limits with code that is not HTTP.
+// Reset a client (Limiter.Reset, of one layer or all; a login layer that
+// counts only failures, Layer.Counts, needs none after a good login), or
+// to share the limits with code that is not HTTP.
 func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 
 // Handle runs the flow for one request and reports whether it may proceed
 // to the next handler. When it returns false, the response has been
 // written and the adapter must stop the chain. Handle never panics: a
 // panic in a function given to the flow is recovered (see PanicError).
+//
+// Handle does not settle the layers that count by the response
+// (Layer.Counts): their requests count whole. Serve does.
 func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
+	proceed, _ = f.handle(r, w)
+	return proceed
+}
+
+// handle is Handle, and returns the settlement of a request that proceeds
+// admitted by layers that settle.
+func (f *Flow) handle(r keyfuncs.Request, w Response) (proceed bool, s *settlement) {
 	var st state
 	defer func() {
 		if v := recover(); v != nil {
-			proceed = false
+			proceed, s = false, nil
 			f.recovered(r, w, &st, v)
 		}
 	}()
 	if f.quota != nil && f.quota.is(r) {
 		f.answerQuota(&st, r, w)
-		return false
+		return false, nil
 	}
 	st.in = inSkip
 	for _, skip := range f.skips {
 		if skip(r) {
-			return true
+			return true, nil
 		}
 	}
 	if f.single == nil {
@@ -214,16 +231,16 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 		switch l, e := f.check(&st, r, k); l {
 		case allowListed:
 			f.report(k, l)
-			return f.proceed(&st, r.Context(), r, w)
+			return f.proceed(&st, r.Context(), r, w), nil
 		case denyListed:
 			f.report(k, l)
 			f.forbid(&st, r, w, e)
-			return false
+			return false, nil
 		}
 	}
 	if err != nil {
 		f.fail(&st, r, w, err)
-		return false
+		return false, nil
 	}
 	cost := int64(1)
 	if f.single.cost != nil {
@@ -236,9 +253,9 @@ func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
 	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, checks[:], nil)
 	if err != nil {
 		f.fail(&st, r, w, err) // bad input, or the client left: no decision
-		return false
+		return false, nil
 	}
-	return f.decided(&st, ctx, r, w, &d, nil, at)
+	return f.decided(&st, ctx, r, w, &d, nil, at), nil
 }
 
 // errEmptyKey is the error of a key function that returned an empty key.

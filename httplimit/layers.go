@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -85,6 +86,22 @@ type Layer struct {
 	// is a programming error: the request gets the Responder's answer (500
 	// by default), never a panic and never a 429.
 	Cost func(keyfuncs.Request) int64
+	// Counts says which admitted requests the layer counts, by how they
+	// ended: all of them (CountAll, the zero value), only failures, only
+	// successes, or what the response reports they cost; see Counts for
+	// how such a layer reserves and settles. It needs an adapter that
+	// settles (all four do, through Serve).
+	Counts Counts
+	// IsFailure tells a failure by the response's status, for a layer
+	// that counts failures or successes, when the handler did not
+	// Report: nil is 400 and above (so 401 and 403, and 429 and 5xx,
+	// fail). Given to a layer of another Counts, it is an error.
+	IsFailure func(status int) bool
+	// CostHeader names the response header whose value, an integer, is
+	// what the request cost, for a CountReported layer whose handler did
+	// not ReportCost (an upstream's X-Tokens-Used, say). Given to a
+	// layer of another Counts, it is an error.
+	CostHeader string
 }
 
 // CostByRoute returns a Layer.Cost function weighing requests
@@ -164,11 +181,40 @@ type layerSet struct {
 
 // flowLayer is one layer as the flow runs it.
 type flowLayer struct {
-	name    string
-	key     keyfuncs.Func
-	cost    func(keyfuncs.Request) int64
-	methods []string // upper case; nil: all
-	routes  []route  // nil: all
+	name       string
+	key        keyfuncs.Func
+	cost       func(keyfuncs.Request) int64
+	methods    []string // upper case; nil: all
+	routes     []route  // nil: all
+	counts     Counts
+	isFailure  func(int) bool
+	costHeader string
+}
+
+// withCompanions returns layers with, after each CountSuccesses layer, its
+// companion (see CountSuccesses), or layers itself when none counts
+// successes.
+func withCompanions(layers []Layer) []Layer {
+	var out []Layer
+	for i, ly := range layers {
+		if ly.Counts != CountSuccesses {
+			if out != nil {
+				out = append(out, ly)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]Layer, 0, len(layers)+1), layers[:i]...)
+		}
+		c := ly
+		c.Counts = CountFailures
+		c.Policy.Name += companionSuffix
+		out = append(out, ly, c)
+	}
+	if out == nil {
+		return layers
+	}
+	return out
 }
 
 // compileLayers checks layers and returns them compiled, a nil Key left
@@ -192,7 +238,19 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 			return nil, invalid(fn, fmt.Sprintf("two layers are named %q, in some case", name))
 		}
 		seen[strings.ToLower(name)] = true
-		fl := flowLayer{name: name, key: ly.Key, cost: ly.Cost}
+		fl := flowLayer{name: name, key: ly.Key, cost: ly.Cost, counts: ly.Counts, isFailure: ly.IsFailure, costHeader: ly.CostHeader}
+		switch {
+		case ly.Counts > CountReported:
+			return nil, invalid(fn, fmt.Sprintf("layer %q: unknown Counts %d", name, ly.Counts))
+		case ly.IsFailure != nil && ly.Counts != CountFailures && ly.Counts != CountSuccesses:
+			return nil, invalid(fn, fmt.Sprintf("layer %q: IsFailure for a layer that counts %s: it would never be asked", name, ly.Counts))
+		case ly.CostHeader != "" && ly.Counts != CountReported:
+			return nil, invalid(fn, fmt.Sprintf("layer %q: CostHeader for a layer that counts %s: it would never be read", name, ly.Counts))
+		case ly.Counts == CountReported && ly.Cost == nil:
+			return nil, invalid(fn, fmt.Sprintf("layer %q: CountReported needs a Cost, the most a request may cost, which it reserves", name))
+		case ly.CostHeader != "" && !validHeaderName(ly.CostHeader):
+			return nil, invalid(fn, fmt.Sprintf("layer %q: CostHeader %q is not a header field name", name, ly.CostHeader))
+		}
 		for _, m := range ly.Methods {
 			if !validMethod(m) {
 				return nil, invalid(fn, fmt.Sprintf("layer %q: bad method %q", name, m))
@@ -213,6 +271,9 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 	}
 	return ls, nil
 }
+
+// validHeaderName reports whether h is a header field name: a token.
+func validHeaderName(h string) bool { return validMethod(h) }
 
 // validMethod reports whether m is an HTTP method token.
 func validMethod(m string) bool {
@@ -272,7 +333,7 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
 // handleLayers is Handle for a flow of several layers, or of one that
 // needs them (Methods, Routes), after the skips.
-func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
+func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) (bool, *settlement) {
 	sc := scratches.Get().(*scratch)
 	defer func() {
 		clear(sc.checks[:])
@@ -287,6 +348,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	}
 	st.in = inKey
 	n := 0
+	settles := false
 	var keyErr error
 	for i := range ls.layers {
 		ly := &ls.layers[i]
@@ -303,6 +365,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 			}
 			continue
 		}
+		settles = settles || ly.counts != CountAll
 		sc.checks[n] = core.Check{Layer: i, Key: key}
 		sc.keys[n] = key
 		n++
@@ -311,19 +374,19 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 		switch l, e := f.checkKeys(st, r, sc.keys[:n]); l {
 		case allowListed:
 			f.reportKeys(sc.keys[:n], l)
-			return f.proceed(st, r.Context(), r, w)
+			return f.proceed(st, r.Context(), r, w), nil
 		case denyListed:
 			f.reportKeys(sc.keys[:n], l)
 			f.forbid(st, r, w, e)
-			return false
+			return false, nil
 		}
 	}
 	if keyErr != nil {
 		f.fail(st, r, w, keyErr)
-		return false
+		return false, nil
 	}
 	if n == 0 {
-		return f.proceed(st, r.Context(), r, w) // no layer applies
+		return f.proceed(st, r.Context(), r, w), nil // no layer applies
 	}
 	for i := range sc.checks[:n] {
 		c := &sc.checks[i]
@@ -337,12 +400,34 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) bool {
 	st.in = inLimiter
 	ctx := r.Context()
 	ds := sc.ds[:n]
+	if settles {
+		return f.decideSettling(st, ctx, r, w, sc.checks[:n], ds)
+	}
 	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, sc.checks[:n], ds)
 	if err != nil {
 		f.fail(st, r, w, err) // bad input, or the client left: no decision
-		return false
+		return false, nil
 	}
-	return f.decided(st, ctx, r, w, &d, ds, at)
+	return f.decided(st, ctx, r, w, &d, ds, at), nil
+}
+
+// decideSettling is the end of handleLayers for a request with checks
+// that settle: it returns the settlement of a request that proceeds, and
+// gives back whole one that was admitted but does not.
+func (f *Flow) decideSettling(st *state, ctx context.Context, r keyfuncs.Request, w Response, checks []core.Check, ds []core.Decision) (bool, *settlement) {
+	d, at, err := f.allowSettling(ctx, checks, ds)
+	if err != nil {
+		f.fail(st, r, w, err) // bad input, or the client left: no decision
+		return false, nil
+	}
+	s := f.newSettlement(&d, at, checks)
+	if !f.decided(st, ctx, r, w, &d, ds, at) {
+		if s != nil {
+			f.refundAll(r, s) // the client left before its handler ran
+		}
+		return false, nil
+	}
+	return true, s
 }
 
 // checkKeys is check for a layered request: the client's address and the

@@ -24,8 +24,10 @@
 package chilimit
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,12 +52,17 @@ func New(f *httplimit.Flow) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rw := responses.Get().(*response)
 			rw.w = w
-			proceed := f.Handle(request{r}, rw)
+			f.Serve(request{r}, rw, func(ctx context.Context) int {
+				if ctx == r.Context() { // nothing to settle: the handler as it is
+					next.ServeHTTP(w, r)
+					return 0
+				}
+				sw := &statusWriter{ResponseWriter: w}
+				next.ServeHTTP(sw, r.WithContext(ctx))
+				return sw.status
+			})
 			rw.w = nil
 			responses.Put(rw)
-			if proceed {
-				next.ServeHTTP(w, r)
-			}
 		})
 	}
 }
@@ -158,6 +165,50 @@ func (w *response) Set(key, value string) { w.w.Header().Set(key, value) }
 // HeaderMap is the response's header map, in which headers.Writer sets the
 // rate-limit fields as the standards spell them.
 func (w *response) HeaderMap() http.Header { return w.w.Header() }
+
+// Get returns the response's header field key, for a layer's
+// CostHeader.
+func (w *response) Get(key string) string { return w.w.Header().Get(key) }
+
+// statusWriter is the http.ResponseWriter of a handler whose layers
+// settle: it remembers the first final status written (200 when the
+// handler writes a body first). http.ResponseController reaches the
+// writer it wraps through Unwrap; Flush and Hijack are passed on for the
+// handlers that assert them.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the writer s wraps, for http.ResponseController.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush sends what is buffered, if the writer s wraps can.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// Hijack hands over the connection, if the writer s wraps can.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
 
 func (w *response) Write(status int, contentType string, body []byte) error {
 	w.w.Header().Set("Content-Type", contentType)

@@ -60,8 +60,9 @@ func (h harness) handler(spec *adapterstest.Spec) http.Handler {
 }
 
 func served(spec *adapterstest.Spec) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		spec.Served()
+	return func(w http.ResponseWriter, r *http.Request) {
+		status := spec.Answer(r.Context(), r.Header.Get, w.Header().Set)
+		w.WriteHeader(status)
 		_, _ = w.Write([]byte(adapterstest.Body))
 	}
 }
@@ -86,6 +87,10 @@ func TestProblemDetails(t *testing.T) { adapterstest.RunProblemDetails(t, harnes
 // TestQuota checks the quota endpoint (httplimit.WithQuota) over real
 // sockets, on memory and on Redis with two app servers.
 func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Start(t)) }
+
+// TestSettle checks layers that count by the response over real
+// sockets, on memory and on Redis with two app servers.
+func TestSettle(t *testing.T) { adapterstest.RunSettle(t, harness{}, redistest.Start(t)) }
 
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.

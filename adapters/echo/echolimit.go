@@ -22,6 +22,7 @@ package echolimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -59,14 +60,34 @@ func handler(f *httplimit.Flow, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		q := requests.Get().(*request)
 		q.c = c
-		proceed := f.Handle(q, response{c.Response()})
+		var err error
+		f.Serve(q, response{c.Response()}, func(ctx context.Context) int {
+			if ctx == c.Request().Context() { // nothing to settle
+				err = next(c)
+				return 0
+			}
+			c.SetRequest(c.Request().WithContext(ctx))
+			err = next(c)
+			return statusOf(c.Response(), err)
+		})
 		q.c = nil
 		requests.Put(q)
-		if !proceed {
-			return nil
-		}
-		return next(c)
+		return err
 	}
+}
+
+// statusOf is the status of a response whose handler returned err: the
+// one written, or the one Echo's error handler will write for err (an
+// *echo.HTTPError's code, else 500).
+func statusOf(r *echo.Response, err error) int {
+	if err == nil || r.Committed {
+		return r.Status
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return he.Code
+	}
+	return http.StatusInternalServerError
 }
 
 // chainCache remembers the handlers that one New's middleware built for
@@ -209,6 +230,10 @@ func (w response) Set(key, value string) { w.r.Header().Set(key, value) }
 // HeaderMap is the response's header map, in which headers.Writer sets the
 // rate-limit fields as the standards spell them.
 func (w response) HeaderMap() http.Header { return w.r.Header() }
+
+// Get returns the response's header field key, for a layer's
+// CostHeader.
+func (w response) Get(key string) string { return w.r.Header().Get(key) }
 
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.r.Header().Set(echo.HeaderContentType, contentType)

@@ -40,8 +40,8 @@ func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e.Use(adapterstest.Middlewares(spec.Global, echolimit.New)...)
 	for _, r := range spec.Routes {
 		e.Add(r.Method, r.Path, func(c echo.Context) error {
-			spec.Served()
-			return c.String(http.StatusOK, adapterstest.Body)
+			r := c.Request()
+			return c.String(spec.Answer(r.Context(), r.Header.Get, c.Response().Header().Set), adapterstest.Body)
 		}, adapterstest.Middlewares(r.Limits, echolimit.New)...)
 	}
 	return e
@@ -67,6 +67,10 @@ func TestProblemDetails(t *testing.T) { adapterstest.RunProblemDetails(t, harnes
 // TestQuota checks the quota endpoint (httplimit.WithQuota) over real
 // sockets, on memory and on Redis with two app servers.
 func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Start(t)) }
+
+// TestSettle checks layers that count by the response over real
+// sockets, on memory and on Redis with two app servers.
+func TestSettle(t *testing.T) { adapterstest.RunSettle(t, harness{}, redistest.Start(t)) }
 
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.

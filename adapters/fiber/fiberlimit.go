@@ -23,6 +23,7 @@ package fiberlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -45,11 +46,32 @@ func New(f *httplimit.Flow) fiber.Handler {
 		panic("fiberlimit.New: nil *httplimit.Flow")
 	}
 	return func(c *fiber.Ctx) error {
-		if !f.Handle(request{c}, response{c}) {
-			return nil
-		}
-		return c.Next()
+		var err error
+		f.Serve(request{c}, response{c}, func(ctx context.Context) int {
+			if ctx == c.UserContext() { // nothing to settle
+				err = c.Next()
+				return 0
+			}
+			c.SetUserContext(ctx)
+			err = c.Next()
+			return statusOf(c, err)
+		})
+		return err
 	}
+}
+
+// statusOf is the status of a response whose handler returned err: the
+// one written, or the one Fiber's error handler writes for err by
+// default (a *fiber.Error's code, else 500).
+func statusOf(c *fiber.Ctx, err error) int {
+	if err == nil {
+		return c.Response().StatusCode()
+	}
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return fe.Code
+	}
+	return fiber.StatusInternalServerError
 }
 
 // WithNext is the httplimit.Option exempting the requests for which next
@@ -184,6 +206,10 @@ type response struct{ c *fiber.Ctx }
 func (w response) Set(key, value string) {
 	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), unsafe.Slice(unsafe.StringData(value), len(value)))
 }
+
+// Get returns the response's header field key, copied, for a layer's
+// CostHeader.
+func (w response) Get(key string) string { return string(w.c.Response().Header.Peek(key)) }
 
 // SetBytes is Set with the value in bytes, which fasthttp copies
 // (a fast path of headers.Writer): the fields are set without allocating.

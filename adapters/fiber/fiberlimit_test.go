@@ -54,8 +54,8 @@ func (harness) setup(spec *adapterstest.Spec) func(f *fiber.App) {
 		}
 		for _, r := range spec.Routes {
 			hs := append(adapterstest.Middlewares(r.Limits, fiberlimit.New), func(c *fiber.Ctx) error {
-				spec.Served()
-				return c.SendString(adapterstest.Body)
+				status := spec.Answer(c.UserContext(), func(k string) string { return c.Get(k) }, func(k, v string) { c.Set(k, v) })
+				return c.Status(status).SendString(adapterstest.Body)
 			})
 			f.Add(r.Method, r.Path, hs...)
 		}
@@ -175,6 +175,10 @@ func TestProblemDetails(t *testing.T) { adapterstest.RunProblemDetails(t, harnes
 // TestQuota checks the quota endpoint (httplimit.WithQuota) over real
 // sockets, on memory and on Redis with two app servers.
 func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Start(t)) }
+
+// TestSettle checks layers that count by the response over real
+// sockets, on memory and on Redis with two app servers.
+func TestSettle(t *testing.T) { adapterstest.RunSettle(t, harness{}, redistest.Start(t)) }
 
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.

@@ -61,7 +61,8 @@ func Example_layers() {
 		{Key: must(keyfuncs.Static("api")), Policy: perMinute("global", 1_000_000)},
 		{Key: user, Policy: perMinute("user", 1000), Cost: search},
 		{Key: ip, Methods: []string{"POST"}, Routes: []string{"/login"},
-			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute, FailClosed: 5 * time.Second}},
+			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute, FailClosed: 5 * time.Second},
+			Counts: httplimit.CountFailures}, // failed logins only
 		{Key: ip, Policy: perMinute("ip", 300)},
 	}, httplimit.WithHeaders(all), httplimit.WithCore(core.WithPolicySource(plans)))
 	if err != nil {

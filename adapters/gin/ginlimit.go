@@ -40,11 +40,18 @@ func New(f *httplimit.Flow) gin.HandlerFunc {
 		panic("ginlimit.New: nil *httplimit.Flow")
 	}
 	return func(c *gin.Context) {
-		if !f.Handle(request{c}, response{c}) {
+		proceeded := f.Serve(request{c}, response{c}, func(ctx context.Context) int {
+			if ctx != c.Request.Context() { // layers to settle: the handlers see ctx
+				c.Request = c.Request.WithContext(ctx)
+				c.Next()
+				return c.Writer.Status()
+			}
+			c.Next()
+			return 0
+		})
+		if !proceeded {
 			c.Abort()
-			return
 		}
-		c.Next()
 	}
 }
 
@@ -105,6 +112,10 @@ func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }
 // HeaderMap is the response's header map, in which headers.Writer sets the
 // rate-limit fields as the standards spell them.
 func (w response) HeaderMap() http.Header { return w.c.Writer.Header() }
+
+// Get returns the response's header field key, for a layer's
+// CostHeader.
+func (w response) Get(key string) string { return w.c.Writer.Header().Get(key) }
 
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.c.Writer.Header().Set("Content-Type", contentType)

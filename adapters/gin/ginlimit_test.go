@@ -43,8 +43,7 @@ func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e.Use(adapterstest.Middlewares(spec.Global, ginlimit.New)...)
 	for _, r := range spec.Routes {
 		hs := append(adapterstest.Middlewares(r.Limits, ginlimit.New), func(c *gin.Context) {
-			spec.Served()
-			c.String(http.StatusOK, adapterstest.Body)
+			c.String(spec.Answer(c.Request.Context(), c.GetHeader, c.Header), adapterstest.Body)
 		})
 		e.Handle(r.Method, r.Path, hs...)
 	}
@@ -71,6 +70,10 @@ func TestProblemDetails(t *testing.T) { adapterstest.RunProblemDetails(t, harnes
 // TestQuota checks the quota endpoint (httplimit.WithQuota) over real
 // sockets, on memory and on Redis with two app servers.
 func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Start(t)) }
+
+// TestSettle checks layers that count by the response over real
+// sockets, on memory and on Redis with two app servers.
+func TestSettle(t *testing.T) { adapterstest.RunSettle(t, harness{}, redistest.Start(t)) }
 
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,7 +63,21 @@ type Spec struct {
 	hits   atomic.Int64
 	mu     sync.Mutex
 	served []time.Time
+	// ok and failed count the handlers that answered 200 and 401.
+	ok, failed atomic.Int64
 }
+
+// outcome counts a handler's answer of status, 200 or 401.
+func (s *Spec) outcome(status int) {
+	if status == http.StatusOK {
+		s.ok.Add(1)
+	} else {
+		s.failed.Add(1)
+	}
+}
+
+// Outcomes is how many handlers answered 200 and 401.
+func (s *Spec) Outcomes() (ok, failed int64) { return s.ok.Load(), s.failed.Load() }
 
 // Served records that a route's handler ran. Harnesses call it from every
 // route handler.
@@ -235,4 +250,58 @@ func (e *errorRecorder) all() []error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]error(nil), e.errs...)
+}
+
+// The request headers Answer obeys, for the settling cases (RunSettle).
+const (
+	// StatusHeader asks the handler to answer with this status.
+	StatusHeader = "X-Test-Status"
+	// ReportHeader asks the handler to httplimit.Report the request:
+	// "fail" failed, "ok" succeeded.
+	ReportHeader = "X-Test-Report"
+	// ReportCostHeader asks the handler to httplimit.ReportCost this cost.
+	ReportCostHeader = "X-Test-Report-Cost"
+	// CostEchoHeader asks the handler to answer with this value in the
+	// response header CostHeader.
+	CostEchoHeader = "X-Test-Cost"
+	// CostHeader is the response header of a cost (Layer.CostHeader).
+	CostHeader = "X-Cost"
+	// WaitHeader asks the handler to wait until the request's context
+	// ends (its client left), at most 10 s, before it answers.
+	WaitHeader = "X-Test-Wait"
+)
+
+// Answer is what every route's handler does, given the request's context
+// (where httplimit.Report reaches its settlement), its header and a way
+// to set a response header; it returns the status to answer Body with:
+// 200, unless the request asks for another (see StatusHeader).
+func (s *Spec) Answer(ctx context.Context, header func(string) string, set func(k, v string)) int {
+	s.Served()
+	if header(WaitHeader) != "" {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+	switch header(ReportHeader) {
+	case "fail":
+		httplimit.Report(ctx, true)
+	case "ok":
+		httplimit.Report(ctx, false)
+	}
+	if v := header(ReportCostHeader); v != "" {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		httplimit.ReportCost(ctx, n)
+	}
+	if v := header(CostEchoHeader); v != "" {
+		set(CostHeader, v)
+	}
+	status := http.StatusOK
+	if v := header(StatusHeader); v != "" {
+		status, _ = strconv.Atoi(v)
+	}
+	if status == http.StatusUnauthorized || status == http.StatusOK {
+		s.outcome(status)
+	}
+	return status
 }

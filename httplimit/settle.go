@@ -1,0 +1,314 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// Counts says which of the requests it admits a layer counts, by how they
+// ended (Layer.Counts). A layer that counts by the response reserves a
+// request's Cost when it admits it, as every layer takes it, and settles
+// once the handler is done: it gives back (core.Limiter.Refund) what the
+// response says should not count, in one store call for all the layers
+// of the request. So the limit holds under concurrency, across app
+// servers: a request in flight holds its units, and N concurrent failing
+// logins against a failure-only limit of 5 get at most 5 past it. A
+// request that does not settle (a crashed server, a store that fails the
+// refund) stays counted, as every request of a CountAll layer is, until
+// its window passes.
+//
+// What ends a request, for settling:
+//   - the handler's Report, if it called it: a login page that answers
+//     200 with an error reports a failure; otherwise the status, by the
+//     layer's IsFailure (400 and above by default);
+//   - a handler that panics failed, whatever it wrote, and keeps the cost
+//     it reported (its whole reserve if none);
+//   - a client that disconnects changes nothing: the request ends as its
+//     handler ended it. Settling does not use the request's context, so
+//     the refund is made after the client has left;
+//   - a streamed response ends when the handler returns: its status is
+//     the one it sent first, and CostHeader is read then;
+//   - an admitted request whose handler never ran (the client left while
+//     it was paced) is given back whole, in every layer that settles.
+//
+// Only Serve settles: an adapter that calls Handle never does, and every
+// request then counts whole.
+type Counts uint8
+
+const (
+	// CountAll counts every admitted request, whatever its response: the
+	// zero value.
+	CountAll Counts = iota
+	// CountFailures counts only the requests that fail: the login
+	// limit that five wrong passwords reach and good logins never
+	// touch, with no Limiter.Reset to call. With the policy's Lockout,
+	// the request after the Limit-th failure starts the lockout.
+	CountFailures
+	// CountSuccesses counts only the requests that succeed. So that
+	// failing at will is no way around it, the layer comes with a
+	// companion, a CountFailures layer of the same policy, key, methods,
+	// routes and cost, named Name+".failures": a client gets Limit
+	// successes and Limit failures a window, not unlimited failures. The
+	// companion is a layer of the Flow like any other (it is listed by
+	// Limiter.Policies, the headers and the quota endpoint), and counts
+	// toward the 16 layers.
+	CountSuccesses
+	// CountReported counts what the response says the request cost: the
+	// handler's ReportCost, or else the integer in the response header
+	// CostHeader names. The layer's Cost is the reserve, the most a
+	// request may cost (a model's max_tokens), and must be set; what the
+	// response reports below it is given back. A response that reports
+	// more is charged the reserve alone, and the ErrorHandler hears of
+	// it: units past the reserve were never admitted, and charging them
+	// after the fact would let a request exceed the limit. One that
+	// reports nothing, or a malformed value, is charged the reserve.
+	CountReported
+)
+
+// String returns "all", "failures", "successes" or "reported".
+func (c Counts) String() string {
+	switch c {
+	case CountAll:
+		return "all"
+	case CountFailures:
+		return "failures"
+	case CountSuccesses:
+		return "successes"
+	case CountReported:
+		return "reported"
+	}
+	return "Counts(" + strconv.Itoa(int(c)) + ")"
+}
+
+// companionSuffix names a CountSuccesses layer's companion.
+const companionSuffix = ".failures"
+
+// settleKey is the context key of a request's settlement.
+type settleKey struct{}
+
+// settlement is what a request admitted by layers that settle needs once
+// its handler is done: the checks of those layers, the time the store
+// admitted them at, and what the handler reported.
+type settlement struct {
+	at       time.Time
+	n        int
+	checks   [limits.MaxLayers]core.Check
+	reported atomic.Int32 // 0: nothing; 1: success; 2: failure
+	cost     atomic.Int64 // ReportCost's, plus one; 0: none
+	settled  bool
+}
+
+// Report tells the layers that count by the response how the request
+// ended, from its handler, through the request's context (ginlimit:
+// c.Request.Context(); echolimit: c.Request().Context(); chilimit:
+// r.Context(); fiberlimit: c.UserContext()): failed says it failed
+// whatever its status says, and !failed that it succeeded. The last call
+// wins. It does nothing on a context no settling layer admitted.
+func Report(ctx context.Context, failed bool) {
+	if s, ok := ctx.Value(settleKey{}).(*settlement); ok {
+		v := int32(1)
+		if failed {
+			v = 2
+		}
+		s.reported.Store(v)
+	}
+}
+
+// ReportCost tells the CountReported layers of the request what it cost,
+// from its handler, through the request's context (see Report): rows
+// exported, tokens generated. It wins over CostHeader; the last call wins.
+// A negative cost counts as none reported. It does nothing on a context
+// no settling layer admitted.
+func ReportCost(ctx context.Context, cost int64) {
+	if s, ok := ctx.Value(settleKey{}).(*settlement); ok && cost >= 0 && cost < 1<<62 {
+		s.cost.Store(cost + 1)
+	}
+}
+
+// Serve runs the flow for one request around next, the rest of the chain,
+// and reports whether the request proceeded: when it returns false, the
+// response has been written and next was not called. It is Handle for
+// the adapters, which settles the layers that count by the response
+// (Layer.Counts) once next has returned. The adapter's next runs the
+// handler under ctx and returns the status it wrote (0 if it cannot
+// tell): ctx is the request's own context unless a layer is to settle,
+// and then carries the settlement that Report and ReportCost reach, so an
+// adapter may skip capturing the status when ctx is the request's own. A
+// panic in next settles the request as failed and goes on. CostHeader is
+// read from w, which must stay valid until Serve returns, by its
+// Get(name string) string method (every adapter's Response has one).
+func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Context) (status int)) bool {
+	proceed, s := f.handle(r, w)
+	if !proceed {
+		return false
+	}
+	if s == nil {
+		next(r.Context())
+		return true
+	}
+	status := 0
+	defer func() { f.settle(r, w, s, status) }() // on a panic too
+	status = next(context.WithValue(r.Context(), settleKey{}, s))
+	if status == 0 {
+		status = 200 // a handler that wrote nothing is answered 200
+	}
+	return true
+}
+
+// newSettlement returns the settlement of the checks of ds's request
+// (its decision d, admitted by the store at at) that settle, or nil when
+// none does or nothing was taken from the store.
+func (f *Flow) newSettlement(d *core.Decision, at time.Time, checks []core.Check) *settlement {
+	if !d.Allowed || d.Shadowed || d.Source != core.SourceStore || at.IsZero() {
+		return nil // nothing taken: shadowed (denied), or not the store's
+	}
+	var s *settlement
+	for i := range checks {
+		if f.layers.layers[checks[i].Layer].counts == CountAll {
+			continue
+		}
+		if s == nil {
+			s = &settlement{at: at}
+		}
+		s.checks[s.n] = checks[i]
+		s.n++
+	}
+	return s
+}
+
+// settle gives back what the response of a request admitted with s says
+// should not count; status 0 is a handler that panicked. A failure is the
+// ErrorHandler's to hear; the units then stay counted.
+func (f *Flow) settle(r keyfuncs.Request, w Response, s *settlement, status int) {
+	if s.settled {
+		return
+	}
+	s.settled = true
+	var back [limits.MaxLayers]core.Check
+	n := 0
+	var problems []error
+	for i := range s.checks[:s.n] {
+		c := s.checks[i]
+		ly := &f.layers.layers[c.Layer]
+		give := int64(0)
+		switch ly.counts {
+		case CountFailures, CountSuccesses:
+			failed, err := s.failed(ly, status)
+			if err != nil {
+				problems = append(problems, fmt.Errorf("layer %q: %w", ly.name, err))
+				continue // counted: an outcome it cannot tell
+			}
+			if failed != (ly.counts == CountFailures) {
+				give = c.Cost
+			}
+		case CountReported:
+			cost, err := s.reportedCost(ly, w, status, c.Cost)
+			switch {
+			case err != nil:
+				problems = append(problems, fmt.Errorf("layer %q: %w", ly.name, err))
+			case cost > c.Cost:
+				problems = append(problems, fmt.Errorf("layer %q: the response reported a cost of %d, above the reserve of %d: charged %d", ly.name, cost, c.Cost, c.Cost))
+			default:
+				give = c.Cost - cost
+			}
+		}
+		if give > 0 {
+			back[n] = core.Check{Layer: c.Layer, Key: c.Key, Cost: give}
+			n++
+		}
+	}
+	if n > 0 {
+		ctx := context.WithoutCancel(r.Context()) // the refund outlives a client that left
+		if err := f.limiter.Refund(ctx, s.at, back[:n]); err != nil {
+			problems = append(problems, fmt.Errorf("httplimit: settling the response: %w", err))
+		}
+	}
+	if problems != nil {
+		try(func() { f.onError(r, errors.Join(problems...)) })
+	}
+}
+
+// refundAll gives back every settling layer's units of a request that was
+// admitted but never reached its handler.
+func (f *Flow) refundAll(r keyfuncs.Request, s *settlement) {
+	s.settled = true
+	if err := f.limiter.Refund(context.WithoutCancel(r.Context()), s.at, s.checks[:s.n]); err != nil {
+		try(func() {
+			f.onError(r, fmt.Errorf("httplimit: giving back a request that never reached its handler: %w", err))
+		})
+	}
+}
+
+// failed reports whether the request failed, for ly: as its handler
+// reported, or as a panic (status 0), or by ly's IsFailure of status.
+func (s *settlement) failed(ly *flowLayer, status int) (failed bool, err error) {
+	switch s.reported.Load() {
+	case 1:
+		return false, nil
+	case 2:
+		return true, nil
+	}
+	if status == 0 {
+		return true, nil
+	}
+	if ly.isFailure == nil {
+		return status >= 400, nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("IsFailure panicked: %v", v)
+		}
+	}()
+	return ly.isFailure(status), nil
+}
+
+// reportedCost is the cost the response reported for ly: ReportCost's,
+// or else CostHeader's; the reserve when a handler that panicked reported
+// none.
+func (s *settlement) reportedCost(ly *flowLayer, w Response, status int, reserve int64) (int64, error) {
+	if c := s.cost.Load(); c > 0 {
+		return c - 1, nil
+	}
+	if status == 0 {
+		return reserve, nil
+	}
+	if ly.costHeader == "" {
+		return 0, errNoCost
+	}
+	g, ok := w.(interface{ Get(string) string })
+	if !ok {
+		return 0, fmt.Errorf("the adapter's Response has no Get method to read %s", ly.costHeader)
+	}
+	v := strings.TrimSpace(g.Get(ly.costHeader))
+	if v == "" {
+		return 0, errNoCost
+	}
+	cost, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || cost < 0 || len(v) > 19 {
+		return 0, fmt.Errorf("response header %s: %.32q is not a cost", ly.costHeader, v)
+	}
+	return cost, nil
+}
+
+// errNoCost is the error of a CountReported response that reported no
+// cost: it is charged its reserve.
+var errNoCost = errors.New("the response reported no cost (ReportCost, or the CostHeader): charged the reserve")
+
+// allowSettling is AllowLayers for a request with checks that settle: by
+// the path that returns the time the store admitted them at, which
+// dates their refunds.
+func (f *Flow) allowSettling(ctx context.Context, checks []core.Check, ds []core.Decision) (core.Decision, time.Time, error) {
+	var d core.Decision
+	at, err := hooks.AllowTimed(f.limiter, ctx, checks, ds, &d)
+	return d, at, err
+}

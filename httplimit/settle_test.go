@@ -1,0 +1,285 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// settleResponse is a response for tests with the Get method Serve reads
+// CostHeader by.
+type settleResponse struct{ *response }
+
+func (w settleResponse) Get(k string) string { return w.header.Get(k) }
+
+// settleFlow returns a flow of layers over a memstore deciding at t0, and
+// the errors its ErrorHandler heard.
+func settleFlow(t *testing.T, store core.Store, layers []httplimit.Layer, opts ...httplimit.Option) (*httplimit.Flow, *[]error) {
+	t.Helper()
+	var mu sync.Mutex
+	errs := &[]error{}
+	f, err := httplimit.New(clockstore.At(store, t0), layers, append([]httplimit.Option{httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) {
+		mu.Lock()
+		*errs = append(*errs, err)
+		mu.Unlock()
+	})}, opts...)...)
+	require.NoError(t, err)
+	return f, errs
+}
+
+// used is what layer has counted of the test request's client.
+func used(t *testing.T, f *httplimit.Flow, layer int) int64 {
+	t.Helper()
+	out := make([]core.Decision, 1)
+	require.NoError(t, f.Limiter().Peek(context.Background(), time.Time{}, []core.Check{{Layer: layer, Key: "ip:192.0.2.1"}}, out))
+	return out[0].Limit - out[0].Remaining
+}
+
+// answer returns a next for Serve that answers status, after do.
+func answer(status int, do func(ctx context.Context)) func(ctx context.Context) int {
+	return func(ctx context.Context) int {
+		if do != nil {
+			do(ctx)
+		}
+		return status
+	}
+}
+
+func TestNewRejectsBadSettling(t *testing.T) {
+	p := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
+	reserve := func(keyfuncs.Request) int64 { return 10 }
+	for name, layers := range map[string][]httplimit.Layer{
+		"unknown Counts":               {{Policy: p, Counts: 9}},
+		"IsFailure counting all":       {{Policy: p, IsFailure: func(int) bool { return true }}},
+		"IsFailure counting reported":  {{Policy: p, Counts: httplimit.CountReported, Cost: reserve, IsFailure: func(int) bool { return true }}},
+		"CostHeader counting failures": {{Policy: p, Counts: httplimit.CountFailures, CostHeader: "X-Cost"}},
+		"reported without a reserve":   {{Policy: p, Counts: httplimit.CountReported}},
+		"bad CostHeader":               {{Policy: p, Counts: httplimit.CountReported, Cost: reserve, CostHeader: "X Cost"}},
+		"successes without a name":     {{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}, Counts: httplimit.CountSuccesses}},
+		"a companion's name taken": {{Policy: p, Counts: httplimit.CountSuccesses},
+			{Policy: core.Policy{Name: "login.failures", Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}}},
+	} {
+		_, err := httplimit.New(memStore(t), layers)
+		assert.ErrorIs(t, err, core.ErrInvalidOption, name)
+	}
+	f, err := httplimit.New(memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountSuccesses}})
+	require.NoError(t, err)
+	names := []string{}
+	for _, q := range f.Limiter().Policies() {
+		names = append(names, q.Name)
+	}
+	assert.Equal(t, []string{"login", "login.failures"}, names, "the companion")
+}
+
+// TestServeSettles: failures and successes by status, by IsFailure and by
+// Report; costs by ReportCost and CostHeader; what a panic, a refused
+// request and Handle leave counted.
+func TestServeSettles(t *testing.T) {
+	p := core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 1000, Window: time.Hour}
+	t.Run("failures", func(t *testing.T) {
+		f, errs := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures}})
+		for _, c := range []struct {
+			status int
+			report func(context.Context)
+			counts int64
+		}{
+			{200, nil, 0}, {401, nil, 1}, {404, nil, 1}, {500, nil, 1}, {302, nil, 0},
+			{200, func(ctx context.Context) { httplimit.Report(ctx, true) }, 1},
+			{401, func(ctx context.Context) { httplimit.Report(ctx, false) }, 0},
+			{401, func(ctx context.Context) { httplimit.Report(ctx, false); httplimit.Report(ctx, true) }, 1},
+		} {
+			before := used(t, f, 0)
+			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(c.status, c.report)))
+			assert.Equal(t, c.counts, used(t, f, 0)-before, "status %d", c.status)
+		}
+		assert.Empty(t, *errs)
+
+		before := used(t, f, 0)
+		assert.Panics(t, func() {
+			f.Serve(newRequest(), settleResponse{newResponse()}, func(context.Context) int { panic("handler") })
+		}, "a handler's panic goes on")
+		assert.Equal(t, int64(1), used(t, f, 0)-before, "a handler that panicked failed")
+
+		before = used(t, f, 0)
+		require.True(t, f.Handle(newRequest(), settleResponse{newResponse()}))
+		assert.Equal(t, int64(1), used(t, f, 0)-before, "Handle does not settle: the request counts whole")
+	})
+
+	t.Run("is-failure", func(t *testing.T) {
+		only5xx := func(status int) bool { return status >= 500 }
+		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures, IsFailure: only5xx}})
+		for _, status := range []int{200, 401, 404, 429, 503, 500} {
+			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(status, nil)))
+		}
+		assert.Equal(t, int64(2), used(t, f, 0), "only the 5xx fail")
+		panicky := func(int) bool { panic("predicate") }
+		g, errs := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures, IsFailure: panicky}})
+		require.True(t, g.Serve(newRequest(), settleResponse{newResponse()}, answer(200, nil)))
+		assert.Equal(t, int64(1), used(t, g, 0), "an outcome that cannot be told stays counted")
+		require.Len(t, *errs, 1)
+		assert.ErrorContains(t, (*errs)[0], "IsFailure panicked")
+	})
+
+	t.Run("successes", func(t *testing.T) {
+		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountSuccesses}})
+		for _, status := range []int{200, 201, 401, 500, 204} {
+			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(status, nil)))
+		}
+		assert.Equal(t, int64(3), used(t, f, 0), "successes")
+		assert.Equal(t, int64(2), used(t, f, 1), "failures, in the companion")
+	})
+
+	t.Run("reported", func(t *testing.T) {
+		reserve := func(keyfuncs.Request) int64 { return 50 }
+		ly := httplimit.Layer{Policy: p, Counts: httplimit.CountReported, Cost: reserve, CostHeader: "X-Cost"}
+		f, errs := settleFlow(t, memStore(t), []httplimit.Layer{ly})
+		serve := func(header string, do func(context.Context)) int64 {
+			t.Helper()
+			before := used(t, f, 0)
+			w := newResponse()
+			if header != "" {
+				w.header.Set("X-Cost", header)
+			}
+			require.True(t, f.Serve(newRequest(), settleResponse{w}, answer(200, do)))
+			return used(t, f, 0) - before
+		}
+		assert.Equal(t, int64(7), serve("", func(ctx context.Context) { httplimit.ReportCost(ctx, 7) }))
+		assert.Equal(t, int64(0), serve("", func(ctx context.Context) { httplimit.ReportCost(ctx, 0) }), "a cost of nothing")
+		assert.Equal(t, int64(12), serve("12", nil))
+		assert.Equal(t, int64(3), serve("12", func(ctx context.Context) { httplimit.ReportCost(ctx, 3) }), "ReportCost wins")
+		assert.Empty(t, *errs)
+		for _, bad := range []string{"", "abc", "-1", "12.5", "99999999999999999999", "51"} {
+			assert.Equal(t, int64(50), serve(bad, nil), "%q: the reserve", bad)
+		}
+		assert.Len(t, *errs, 6, "each heard by the ErrorHandler")
+
+		*errs = nil
+		before := used(t, f, 0)
+		assert.Panics(t, func() {
+			f.Serve(newRequest(), settleResponse{newResponse()}, func(ctx context.Context) int {
+				httplimit.ReportCost(ctx, 9)
+				panic("handler")
+			})
+		})
+		assert.Equal(t, int64(9), used(t, f, 0)-before, "a panic keeps the cost reported")
+		before = used(t, f, 0)
+		assert.Panics(t, func() {
+			f.Serve(newRequest(), settleResponse{newResponse()}, func(context.Context) int { panic("handler") })
+		})
+		assert.Equal(t, int64(50), used(t, f, 0)-before, "and the reserve if none")
+		assert.Empty(t, *errs)
+
+		g, errs := settleFlow(t, memStore(t), []httplimit.Layer{ly})
+		require.True(t, g.Serve(newRequest(), newResponse(), answer(200, nil)))
+		assert.Equal(t, int64(50), used(t, g, 0), "a Response without Get: the reserve")
+		require.Len(t, *errs, 1)
+		assert.ErrorContains(t, (*errs)[0], "no Get method")
+	})
+
+	t.Run("refused-and-left", func(t *testing.T) {
+		tight := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: tight, Counts: httplimit.CountFailures}})
+		require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		ran := false
+		w := newResponse()
+		assert.False(t, f.Serve(newRequest(), settleResponse{w}, func(context.Context) int { ran = true; return 200 }))
+		assert.False(t, ran)
+		assert.Equal(t, http.StatusTooManyRequests, w.status)
+
+		// A leaky bucket paces the second request; its client leaves while
+		// it waits, and what it reserved is given back whole.
+		leaky := core.Policy{Name: "login", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 5}
+		g, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: leaky, Counts: httplimit.CountFailures}})
+		require.True(t, g.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		ctx, cancel := context.WithCancel(context.Background())
+		r := newRequest()
+		r.ctx = ctx
+		go cancel()
+		assert.False(t, g.Serve(r, settleResponse{newResponse()}, func(context.Context) int { return 401 }))
+		assert.Equal(t, int64(1), used(t, g, 0), "the request that left before its handler counts nothing")
+	})
+
+	t.Run("shadow", func(t *testing.T) {
+		// In shadow mode a request admitted only because of it took
+		// nothing, and gives nothing back.
+		one := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
+		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: one, Counts: httplimit.CountFailures}}, httplimit.WithCore(core.WithShadow()))
+		require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		for range 3 {
+			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(200, nil)), "shadow mode denies nothing")
+		}
+		assert.Equal(t, int64(1), used(t, f, 0), "the failure stays counted: the shadowed successes took nothing to give back")
+	})
+
+	t.Run("refund-fails", func(t *testing.T) {
+		down := &downAfter{Store: memStore(t)}
+		f, errs := settleFlow(t, down, []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures}})
+		require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, func(context.Context) int {
+			down.down = true // the store fails between the admission and the refund
+			return 200
+		}))
+		require.Len(t, *errs, 1)
+		assert.ErrorContains(t, (*errs)[0], "settling the response")
+	})
+}
+
+// downAfter is a store that fails every call once down is set.
+type downAfter struct {
+	core.Store
+	down bool
+}
+
+func (s *downAfter) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	if s.down {
+		return core.Decision{}, time.Time{}, errors.New("down")
+	}
+	return s.Store.Take(ctx, now, req)
+}
+
+func (s *downAfter) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if s.down {
+		return time.Time{}, errors.New("down")
+	}
+	return s.Store.TakeAll(ctx, now, reqs, out)
+}
+
+// BenchmarkServe is a layer through Serve, on the memory store: counting
+// all (the handler's status is not read), and counting failures, for a
+// failure (nothing to give back) and a success (given back).
+func BenchmarkServe(b *testing.B) {
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
+	for _, c := range []struct {
+		name   string
+		counts httplimit.Counts
+		status int
+	}{
+		{"all", httplimit.CountAll, 200},
+		{"failures/failed", httplimit.CountFailures, 401},
+		{"failures/succeeded", httplimit.CountFailures, 200},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p, Counts: c.counts}})
+			require.NoError(b, err)
+			r, w := newRequest(), settleResponse{newResponse()}
+			next := func(context.Context) int { return c.status }
+			b.ReportAllocs()
+			for b.Loop() {
+				if !f.Serve(r, w, next) {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
+}
