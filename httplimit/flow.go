@@ -38,6 +38,7 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // Response is the framework-neutral response the flow writes to. Set sets
@@ -77,6 +78,7 @@ type Flow struct {
 	shadow   bool             // the limiter's shadow mode: never pace
 	problems bool             // WithProblemDetails
 	quota    *quotaEndpoint   // WithQuota; nil when none
+	rep      *reputation.Tracker
 }
 
 // New returns the Flow of layers over store, configured by opts, applied
@@ -112,7 +114,9 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	if err != nil {
 		return nil, err
 	}
+	withReputation(&c)
 	f := &Flow{
+		rep:      c.rep,
 		layers:   ls,
 		skips:    c.skips,
 		headers:  c.headers,
@@ -288,6 +292,13 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 	st.in = inHeaders
 	f.writer.Write(w, *d, layers, at)
 	if !d.Allowed {
+		if f.rep != nil {
+			s := reputation.Denied
+			if d.LockedOut {
+				s = reputation.LockedOut
+			}
+			f.repSignal(r, s)
+		}
 		f.refuse(st, r, w, d, layers)
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // defaultMaxDelay is the longest a request paced by a leaky bucket waits
@@ -35,6 +36,7 @@ type config struct {
 	deny403     []access.Matcher
 	problems    bool
 	quota       *route // WithQuota's path
+	rep         *reputation.Tracker
 }
 
 // invalid returns the error of the option named fn given a bad value.

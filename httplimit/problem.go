@@ -8,6 +8,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // WithProblemDetails makes the flow answer a client that asks for
@@ -68,6 +69,22 @@ func (f *Flow) refuse(st *state, r keyfuncs.Request, w Response, d *core.Decisio
 // flow gives them and the client asks, else by the Responder with the
 // entry e as its error.
 func (f *Flow) forbid(st *state, r keyfuncs.Request, w Response, e error) {
+	if f.rep != nil {
+		f.repSignal(r, reputation.DenyListed)
+		if banned, left := repBan(e); banned {
+			// A reputation's ban: the client is told when it ends, and why
+			// in problem details.
+			w.Set("Retry-After", retryAfter(left))
+			st.in = inResponder
+			if f.problems && wantsProblem(r) {
+				_ = st.guard(w).Write(http.StatusForbidden, contentTypeProblem, []byte(`{"type":"`+problemAbnormalUsage+
+					`","title":"Abnormal Usage Detected","status":403,"detail":"Refused for abnormal usage, retry after `+retryAfter(left)+` seconds."}`))
+				return
+			}
+			f.respond(r, st.guard(w), core.Decision{}, e)
+			return
+		}
+	}
 	st.in = inResponder
 	if f.problems && wantsProblem(r) {
 		_ = st.guard(w).Write(http.StatusForbidden, contentTypeProblem,

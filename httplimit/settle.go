@@ -152,13 +152,34 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 	if !proceed {
 		return false
 	}
-	if s == nil {
+	if s == nil && f.rep == nil {
 		next(r.Context())
 		return true
 	}
+	ctx := r.Context()
+	if s != nil {
+		ctx = context.WithValue(ctx, settleKey{}, s)
+	}
+	repKey := ""
+	if f.rep != nil {
+		if repKey = f.repKey(r); repKey != "" {
+			ctx = hooks.ReputationContext(f.rep, ctx, repKey)
+		}
+	}
+	if ctx == r.Context() {
+		next(ctx)
+		return true
+	}
 	status := 0
-	defer func() { f.settle(r, w, s, status) }() // on a panic too
-	status = next(context.WithValue(r.Context(), settleKey{}, s))
+	defer func() { // on a panic too
+		if s != nil {
+			f.settle(r, w, s, status)
+		}
+		if repKey != "" && status != 0 {
+			f.repResponse(r, repKey, status)
+		}
+	}()
+	status = next(ctx)
 	if status == 0 {
 		status = 200 // a handler that wrote nothing is answered 200
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // settleResponse is a response for tests with the Get method Serve reads
@@ -277,6 +279,40 @@ func BenchmarkServe(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if !f.Serve(r, w, next) {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHandleReputation is BenchmarkHandle with a reputation: bans
+// only (its bans a deny list), and a band that scales (a PolicySource
+// too); the client has a score, below every band.
+func BenchmarkHandleReputation(b *testing.B) {
+	p := core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
+	for _, c := range []struct {
+		name  string
+		bands []reputation.Band
+	}{
+		{"none", nil},
+		{"bans", []reputation.Band{{Name: "abusive", Above: 40, Ban: true}}},
+		{"bans-and-scales", []reputation.Band{{Name: "suspicious", Above: 20, Scale: 0.5}, {Name: "abusive", Above: 40, Ban: true}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var opts []httplimit.Option
+			if c.bands != nil {
+				rep, err := reputation.New(reputation.Config{Bands: c.bands})
+				require.NoError(b, err)
+				hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.1", uint8(reputation.Denied))
+				opts = append(opts, httplimit.WithReputation(rep))
+			}
+			f, err := newFlow(b, memStore(b), layer(p), nil, opts...)
+			require.NoError(b, err)
+			r, w := newRequest(), newResponse()
+			b.ReportAllocs()
+			for b.Loop() {
+				if !f.Handle(r, w) {
 					b.Fatal("denied")
 				}
 			}

@@ -92,6 +92,10 @@ func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Sta
 // sockets, on memory and on Redis with two app servers.
 func TestSettle(t *testing.T) { adapterstest.RunSettle(t, harness{}, redistest.Start(t)) }
 
+// TestReputation checks reputations over real sockets, on memory and on
+// Redis with two app servers.
+func TestReputation(t *testing.T) { adapterstest.RunReputation(t, harness{}, redistest.Start(t)) }
+
 // TestBans checks bans over real sockets: in process, and through Redis
 // between two app servers.
 func TestBans(t *testing.T) { adapterstest.RunBans(t, harness{}, redistest.Start(t)) }

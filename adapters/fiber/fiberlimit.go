@@ -54,11 +54,30 @@ func New(f *httplimit.Flow) fiber.Handler {
 			}
 			c.SetUserContext(ctx)
 			err = c.Next()
+			if unrouted(err) {
+				c.Locals(unroutedLocal{}, true)
+			}
 			return statusOf(c, err)
 		})
 		return err
 	}
 }
+
+// unroutedLocal is the Locals key marking a request no route served.
+type unroutedLocal struct{}
+
+// unrouted reports whether err, what the chain after the middleware
+// returned, is Fiber's own 404 for a path no route serves ("Cannot GET
+// /x"), not a handler's fiber.ErrNotFound ("Not Found").
+func unrouted(err error) bool {
+	var fe *fiber.Error
+	return errors.As(err, &fe) && fe.Code == fiber.StatusNotFound && strings.HasPrefix(fe.Message, "Cannot ")
+}
+
+// Unrouted reports whether no route served the request, which Fiber's
+// Route cannot tell under Use (httplimit reads it for a reputation's
+// 404s).
+func (q request) Unrouted() bool { return q.c.Locals(unroutedLocal{}) != nil }
 
 // statusOf is the status of a response whose handler returned err: the
 // one written, or the one Fiber's error handler writes for err by

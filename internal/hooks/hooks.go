@@ -58,3 +58,49 @@ var FailClosed func(d time.Duration) any
 // request's decision. The time is zero unless the store decided. core
 // sets it in its init.
 var AllowTimed func(limiter any, ctx context.Context, checks, out, d any) (time.Time, error)
+
+// The reputation's hooks, for httplimit (a *reputation.Tracker as t; the
+// package sets them in its init). ReputationKey is the Tracker's own key
+// function's key for r (an error when it has none: the flow's client
+// address is then the key); ReputationSignal scores signal s (a
+// reputation.Signal) of key; ReputationContext returns ctx carrying the
+// request's Tracker and key, for reputation.Report; ReputationBans is the
+// Tracker's bans, an access.Matcher (nil in shadow mode, which bans no
+// one); ReputationScales reports whether a band scales limits, out of
+// shadow mode (the Tracker is then a PolicySource of the Limiter's); ReputationTest sets a Tracker's clock and its outcome hook,
+// for tests.
+var (
+	ReputationKey     func(t any, r any) (string, error)
+	ReputationSignal  func(t any, ctx context.Context, key string, s uint8)
+	ReputationContext func(t any, ctx context.Context, key string) context.Context
+	ReputationBans    func(t any) any
+	ReputationScales  func(t any) bool
+	ReputationTest    func(t any, now func() time.Time, on func(key string, s uint8, score float64, band string, acted bool))
+)
+
+// ReputationStats returns what a *reputation.Tracker's metrics report
+// (observe/prometheus reads it at each scrape): the signals scored by
+// kind, each band's clients held in this process and its bans, and the
+// highest and mean score held. The reputation package sets it.
+var ReputationStats func(t any) RepStats
+
+// RepStats is ReputationStats's answer.
+type RepStats struct {
+	Signals             []RepCount
+	Bands               []RepBand
+	MaxScore, MeanScore float64
+}
+
+// RepCount is a signal kind's count.
+type RepCount struct {
+	Name string
+	N    uint64
+}
+
+// RepBand is a band's clients, bans made, and bans not made in shadow
+// mode.
+type RepBand struct {
+	Name             string
+	Clients          int
+	Bans, ShadowBans uint64
+}

@@ -1,0 +1,249 @@
+package adapterstest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/rediswatch"
+	"github.com/apigate/ratelimit/reputation"
+)
+
+// repBands are RunReputation's bands: limits halved above 20, banned
+// above 40 (a signal weighs 1, so the 41st bad request bans).
+var repBands = []reputation.Band{{Name: "suspicious", Above: 20, Scale: 0.5}, {Name: "abusive", Above: 40, Ban: true}}
+
+// repClock is a virtual clock for a Tracker: it moves only when told.
+type repClock struct{ us atomic.Int64 }
+
+func (c *repClock) now() time.Time          { return time.UnixMicro(c.us.Load()) }
+func (c *repClock) advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+func newRepClock() *repClock                { c := &repClock{}; c.us.Store(T0.UnixMicro()); return c }
+func repIP(run, i int) string               { return fmt.Sprintf("198.18.%d.%d", run%250, i) }
+func repIPv6(run, i int, host uint16) string {
+	return fmt.Sprintf("2001:db8:%x:%x00::%x", run%0xffff, i, host)
+}
+func fromIP(ip string, kv ...string) http.Header {
+	h := http.Header{"X-Forwarded-For": {ip}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// RunReputation checks httplimit.WithReputation over real sockets, on
+// memory and on Redis with two app servers (their Trackers sharing the
+// scores, and their bans through rediswatch):
+//   - a scanner walking 1,000 missing paths is banned within 100 requests,
+//     answered 403 with Retry-After and the abnormal-usage-detected
+//     problem type, and the other server holds the ban within a second;
+//     a client walking missing files on a route that exists is not;
+//   - a credential stuffer trying usernames from one address is banned,
+//     and a password it guesses right clears nothing;
+//   - forged X-Forwarded-For entries ban the real client, not the forged
+//     one, and addresses rotated inside an IPv6 /56 are one client;
+//   - a normal client (2% 404s on a route that exists, 1% 401s) is never
+//     penalised over 100,000 requests, one a second on a virtual clock;
+//   - a client in the band that halves limits gets them whole again once
+//     its score has decayed, on the virtual clock;
+//   - in shadow mode, nothing is done.
+func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
+	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("127.0.0.0/8"))
+	require.NoError(t, err)
+	run := rand.IntN(1 << 20)
+	routes := []Route{{Method: "GET", Path: "/"}, {Method: "GET", Path: "/files/:name"}, {Method: "POST", Path: "/login"}}
+	layers := []httplimit.Layer{{Policy: fixed("all", 1_000_000_000)}}
+	type backend struct {
+		name  string
+		redis bool
+	}
+	serve := func(t *testing.T, be backend, cfg reputation.Config, clock *repClock, servers int) ([]string, []*reputation.Tracker) {
+		t.Helper()
+		var addrs []string
+		var reps []*reputation.Tracker
+		bansKey := fmt.Sprintf("rep-bans-%d-%d", run, rand.Int64())
+		for range servers {
+			c := cfg
+			if be.redis {
+				rc := redis.NewClient(srv.Options())
+				t.Cleanup(func() { _ = rc.Close() })
+				bans, err := rediswatch.NewBans(context.Background(), rc, rediswatch.WithKey(bansKey))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = bans.Close() })
+				c.Redis, c.Bans = rc, bans
+			}
+			rep, err := reputation.New(c)
+			require.NoError(t, err)
+			if clock != nil {
+				hooks.ReputationTest(rep, clock.now, nil)
+			}
+			f := NewFlow(t, clockstore.At(NewStore(t), T0), layers, nil, httplimit.WithClientIP(client),
+				httplimit.WithReputation(rep), httplimit.WithProblemDetails())
+			addrs = append(addrs, h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: routes}))
+			reps = append(reps, rep)
+		}
+		return addrs, reps
+	}
+	// walk sends n requests on one connection and counts their statuses,
+	// stopping at the first with status stop (0: never).
+	walk := func(t *testing.T, addr string, n int, req func(i int) RawRequest, stop int) (map[int]int, Response) {
+		t.Helper()
+		c := Dial(t, addr)
+		seen := map[int]int{}
+		var last Response
+		for i := range n {
+			last = c.Do(t, req(i))
+			seen[last.Status]++
+			if last.Status == stop {
+				break
+			}
+		}
+		return seen, last
+	}
+
+	for _, be := range []backend{{"memory", false}, {"redis two app servers", true}} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Run("scanner", func(t *testing.T) {
+				servers := 1
+				if be.redis {
+					servers = 2
+				}
+				addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, servers)
+				ip := repIP(run, 1)
+				seen, res := walk(t, addrs[0], 1000, func(i int) RawRequest {
+					return RawRequest{Path: "/wp-admin/" + strconv.Itoa(i) + ".php", Header: fromIP(ip)}
+				}, http.StatusForbidden)
+				banned := time.Now()
+				require.Equal(t, http.StatusForbidden, res.Status, "banned: %v", seen)
+				assert.Equal(t, 41, seen[http.StatusNotFound], "the 41st missing path takes it past 40: the last to pass")
+				retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
+				require.NoError(t, err, "Retry-After")
+				assert.InDelta(t, 60, retry, 7, "a first offence: a minute, ±10%")
+				pd := Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(ip, "Accept", "application/problem+json")})
+				assert.Equal(t, http.StatusForbidden, pd.Status)
+				var body struct{ Type string }
+				require.NoError(t, json.Unmarshal([]byte(pd.Body), &body), pd.Body)
+				assert.Equal(t, "https://iana.org/assignments/http-problem-types#abnormal-usage-detected", body.Type)
+				assert.Equal(t, http.StatusOK, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(repIP(run, 2))}).Status, "another client")
+				if be.redis {
+					for {
+						if Send(t, addrs[1], RawRequest{Path: "/", Header: fromIP(ip)}).Status == http.StatusForbidden {
+							break
+						}
+						require.Less(t, time.Since(banned), time.Second, "the other server holds the ban within a second")
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+			})
+
+			t.Run("missing-files-on-a-route", func(t *testing.T) {
+				addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, 1)
+				seen, _ := walk(t, addrs[0], 1000, func(i int) RawRequest {
+					return RawRequest{Path: "/files/f" + strconv.Itoa(i), Header: fromIP(repIP(run, 3), StatusHeader, "404")}
+				}, http.StatusForbidden)
+				assert.Equal(t, map[int]int{http.StatusNotFound: 1000}, seen, "a 404 on a route that exists is no scanner's")
+			})
+
+			t.Run("credential-stuffer", func(t *testing.T) {
+				addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, 1)
+				ip := repIP(run, 4)
+				seen, res := walk(t, addrs[0], 200, func(i int) RawRequest {
+					h := fromIP(ip, StatusHeader, "401", "X-Username", "user"+strconv.Itoa(i))
+					if i == 20 {
+						h.Del(StatusHeader) // one password right: it clears nothing
+					}
+					return RawRequest{Method: "POST", Path: "/login", Header: h}
+				}, http.StatusForbidden)
+				require.Equal(t, http.StatusForbidden, res.Status, "%v", seen)
+				assert.Equal(t, 41, seen[http.StatusUnauthorized], "banned at the 41st failure, the success between them cleared nothing")
+				assert.Equal(t, 1, seen[http.StatusOK])
+			})
+
+			t.Run("forged-and-rotated", func(t *testing.T) {
+				addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, 1)
+				victim, scanner := repIP(run, 5), repIP(run, 6)
+				seen, _ := walk(t, addrs[0], 100, func(i int) RawRequest {
+					return RawRequest{Path: "/x" + strconv.Itoa(i), Header: fromIP(victim + ", " + scanner)} // forged leftmost entry
+				}, http.StatusForbidden)
+				assert.Equal(t, 41, seen[http.StatusNotFound])
+				assert.Equal(t, http.StatusOK, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(victim)}).Status, "the forged address is not banned")
+				assert.Equal(t, http.StatusForbidden, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(scanner)}).Status)
+
+				seen, _ = walk(t, addrs[0], 100, func(i int) RawRequest {
+					return RawRequest{Path: "/y" + strconv.Itoa(i), Header: fromIP(repIPv6(run, 7, uint16(i+1)))} // a new address each time
+				}, http.StatusForbidden)
+				assert.Equal(t, 41, seen[http.StatusNotFound], "one /56: one client")
+				assert.Equal(t, http.StatusForbidden, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(repIPv6(run, 7, 999))}).Status)
+			})
+
+			if be.redis {
+				return // the virtual clock is the memory store's
+			}
+			t.Run("normal-client", func(t *testing.T) {
+				clock := newRepClock()
+				addrs, reps := serve(t, be, reputation.Config{Bands: repBands}, clock, 1)
+				worst := 0.0
+				hooks.ReputationTest(reps[0], nil, func(_ string, _ uint8, score float64, _ string, _ bool) { worst = max(worst, score) })
+				ip := repIP(run, 8)
+				c := Dial(t, addrs[0])
+				full := ""
+				for i := range 100_000 {
+					clock.advance(time.Second)
+					req := RawRequest{Path: "/", Header: fromIP(ip)}
+					switch {
+					case i%50 == 7:
+						req = RawRequest{Path: "/files/gone", Header: fromIP(ip, StatusHeader, "404")}
+					case i%100 == 13:
+						req = RawRequest{Method: "POST", Path: "/login", Header: fromIP(ip, StatusHeader, "401")}
+					}
+					res := c.Do(t, req)
+					require.NotEqual(t, http.StatusForbidden, res.Status, "request %d: a normal client banned", i)
+					if full == "" {
+						full = res.Header.Get("X-RateLimit-Limit")
+					}
+					require.Equal(t, full, res.Header.Get("X-RateLimit-Limit"), "request %d: its limits scaled", i)
+				}
+				assert.Less(t, worst, repBands[0].Above, "its highest score")
+				t.Logf("a normal client's highest score over 100,000 requests: %.2f", worst)
+			})
+
+			t.Run("decay", func(t *testing.T) {
+				clock := newRepClock()
+				addrs, _ := serve(t, be, reputation.Config{Bands: repBands, HalfLife: 10 * time.Minute}, clock, 1)
+				ip := repIP(run, 9)
+				full := Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(ip)}).Header.Get("X-RateLimit-Limit")
+				for i := range 25 {
+					require.Equal(t, http.StatusNotFound, Send(t, addrs[0], RawRequest{Path: "/z" + strconv.Itoa(i), Header: fromIP(ip)}).Status)
+				}
+				n, err := strconv.ParseInt(full, 10, 64)
+				require.NoError(t, err)
+				assert.Equal(t, strconv.FormatInt(n/2, 10), Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(ip)}).Header.Get("X-RateLimit-Limit"), "suspicious: half the limits")
+				clock.advance(9 * time.Minute) // 25 × 2^-0.9 ≈ 13.4, below 20
+				assert.Equal(t, full, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(ip)}).Header.Get("X-RateLimit-Limit"), "decayed below 20: whole limits again")
+			})
+
+			t.Run("shadow", func(t *testing.T) {
+				addrs, _ := serve(t, be, reputation.Config{Bands: repBands, Shadow: true}, nil, 1)
+				seen, _ := walk(t, addrs[0], 200, func(i int) RawRequest {
+					return RawRequest{Path: "/s" + strconv.Itoa(i), Header: fromIP(repIP(run, 10))}
+				}, http.StatusForbidden)
+				assert.Equal(t, map[int]int{http.StatusNotFound: 200}, seen, "shadow mode bans no one")
+			})
+		})
+	}
+}

@@ -1,0 +1,114 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/reputation"
+)
+
+// WithReputation scores the flow's clients with t, and enforces what t
+// decides (see package reputation): t hears every request a limit
+// denies or a lockout refuses, every deny-listed one, and, through Serve,
+// every 401 and 403 answer and every 404 (a 404 for a path no route
+// serves apart from one on a route that exists); t's bans are a deny list
+// of the flow, answered 403 with Retry-After, and the problem type
+// "abnormal-usage-detected" where problem details are enabled; and a band
+// that scales limits scales the policy of every layer keyed like t (its
+// Config.Key, by default the client address: the layers with no Key of
+// their own), as a core.PolicySource after those of WithCore. A nil t is
+// invalid.
+func WithReputation(t *reputation.Tracker) Option {
+	return func(c *config) error {
+		if t == nil {
+			return invalid("WithReputation", "nil Tracker")
+		}
+		c.rep = t
+		return nil
+	}
+}
+
+// reputationMark starts the Reason of the bans a Tracker writes.
+const reputationMark = "reputation: "
+
+// repKey is the key r's signals count toward: the Tracker's key
+// function's, or the client address's; "" when there is none.
+func (f *Flow) repKey(r keyfuncs.Request) string {
+	key, err := hooks.ReputationKey(f.rep, r)
+	if err != nil {
+		if key, err = f.clientIP.Key(r); err != nil {
+			return ""
+		}
+	}
+	return key
+}
+
+// repSignal scores signal s of r's client.
+func (f *Flow) repSignal(r keyfuncs.Request, s reputation.Signal) {
+	if key := f.repKey(r); key != "" {
+		hooks.ReputationSignal(f.rep, context.WithoutCancel(r.Context()), key, uint8(s))
+	}
+}
+
+// repResponse scores what the response of r's client, of status, says.
+func (f *Flow) repResponse(r keyfuncs.Request, key string, status int) {
+	var s reputation.Signal
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		s = reputation.Refused
+	case status == http.StatusNotFound && unrouted(r):
+		s = reputation.Unrouted // no route serves the path: a scanner's
+	case status == http.StatusNotFound:
+		s = reputation.NotFound
+	default:
+		return
+	}
+	hooks.ReputationSignal(f.rep, context.WithoutCancel(r.Context()), key, uint8(s))
+}
+
+// repBan reports whether e, a deny list's entry, is a ban a Tracker
+// wrote, and the time left on it.
+func repBan(e error) (bool, time.Duration) {
+	var le access.Entry
+	if !errors.As(e, &le) || !strings.HasPrefix(le.Reason, reputationMark) {
+		return false, 0
+	}
+	return true, time.Until(le.Expires)
+}
+
+// withReputation completes New for WithReputation's Tracker: its bans
+// are a deny list, and it scales limits as the last PolicySource.
+func withReputation(c *config) {
+	if c.rep == nil {
+		return
+	}
+	if bans, ok := hooks.ReputationBans(c.rep).(access.Matcher); ok { // none in shadow mode
+		c.deny403 = append(c.deny403, bans)
+	}
+	if hooks.ReputationScales(c.rep) {
+		c.core = append(c.core, core.WithPolicySource(c.rep))
+	}
+}
+
+// retryAfter is d in whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
+}
+
+// unrouted reports whether no route served r: its Route is empty, or its
+// adapter says so where the framework's route cannot tell (Fiber's, under
+// Use, is the middleware's).
+func unrouted(r keyfuncs.Request) bool {
+	if u, ok := r.(interface{ Unrouted() bool }); ok {
+		return u.Unrouted()
+	}
+	return r.Route() == ""
+}

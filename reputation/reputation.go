@@ -1,0 +1,458 @@
+// Package reputation scores clients by what they do and answers those
+// that misbehave: a score per client key rises with bad signals (denied by
+// a limit, locked out, deny-listed, 401 and 403 answers, 404s for paths no
+// route serves, what the application reports) and halves every half-life,
+// so that a client who stops, or a shared or recycled address, recovers.
+// Bands of score act on the client: its limits scaled down, or a ban
+// through the bans every app server holds, escalating on repeat.
+//
+// A Tracker is given to the HTTP flow with httplimit.WithReputation, which
+// feeds it the flow's and the responses' signals and enforces its bans
+// and scales:
+//
+//	rep, err := reputation.New(reputation.Config{
+//		Bands: []reputation.Band{
+//			{Name: "suspicious", Above: 10, Scale: 0.5}, // half the limits
+//			{Name: "abusive", Above: 30, Ban: true},      // banned: 1 min, 2, 4... up to a day
+//		},
+//	})
+//	flow, err := httplimit.New(store, layers, httplimit.WithReputation(rep))
+//
+// The signal that crosses a ban band bans the client at once: that request
+// is the last to pass on that server, and with rediswatch's Bans as
+// Config.Bans, every server holds the ban within its poll interval (200 ms
+// by default). Bans escalate: Config.BanFor at the first offence, doubled
+// for each offence remembered, up to Config.BanMax, ±10% at random so
+// that banned clients do not return at one instant. Offences are
+// remembered apart from the score, and forgiven on a half-life of their
+// own (Config.OffenceHalfLife).
+//
+// Who the client is: Config.Key, by default the flow's client address
+// (httplimit.WithClientIP: IPv6 grouped by /56, so that rotating addresses
+// inside a prefix launders nothing, and no forwarding header believed but
+// from trusted proxies, so that no client can lower another's reputation
+// by forging one).
+//
+// A 404 for a path no route serves (a scanner walking /wp-admin, /.env)
+// is told from a 404 on a route that exists (a WebDAV or file-sync client
+// asking for a file it does not have): only the first weighs by default.
+//
+// Scores are kept in process, or in Redis (Config.Redis) shared by every
+// app server: each signal is one atomic script; reading a score for a
+// decision reads the copy this server holds, kept by its own signals, so
+// it adds no round trip. Memory is bounded under a flood of distinct keys.
+//
+// In shadow mode (Config.Shadow) a Tracker scores, and logs what it would
+// do, but neither bans nor scales.
+package reputation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/scores"
+	"github.com/apigate/ratelimit/keyfuncs"
+)
+
+// Signal is a kind of behaviour a Tracker scores.
+type Signal uint8
+
+const (
+	// Denied: a request a limit denied (429). Weight 1 by default.
+	Denied Signal = 1 + iota
+	// LockedOut: a request a lockout refused. Weight 3 by default.
+	LockedOut
+	// DenyListed: a request of a deny-listed client (403), a ban's
+	// included. Weight 1 by default.
+	DenyListed
+	// Refused: a 401 or 403 answer of the handler (a wrong password, a
+	// bad token). Weight 1 by default.
+	Refused
+	// Unrouted: a 404 for a path no route serves, as scanners ask.
+	// Weight 1 by default.
+	Unrouted
+	// NotFound: a 404 on a route that exists (a resource missing, as
+	// WebDAV and file-sync clients ask all day). Weight 0 by default.
+	NotFound
+	// Reported: a signal the application reports with Report (a failed
+	// captcha, a honeypot route), of the weight it gives.
+	Reported
+)
+
+// defaultWeights are the signals' weights when Config.Weights does not
+// say.
+var defaultWeights = [...]float64{Denied: 1, LockedOut: 3, DenyListed: 1, Refused: 1, Unrouted: 1, NotFound: 0, Reported: 0}
+
+// Band is a range of scores and what is done to the clients in it: from
+// Above (excluded) to the next band's Above.
+type Band struct {
+	// Name names the band in logs and metrics.
+	Name string
+	// Above is the score the band starts above, at least 0.
+	Above float64
+	// Scale, in (0, 1], scales the client's limits while it is in the
+	// band: 0.5 halves them (a limit of 1 stays 1). 0 leaves them.
+	Scale float64
+	// Ban bans the client when a signal takes it into the band, for the
+	// length its offences earn (see the package doc).
+	Ban bool
+}
+
+// Banner holds bans and enforces them: rediswatch's Bans, shared by
+// every app server. A Ban must be in force for Match on this server when
+// it returns.
+type Banner interface {
+	access.Matcher
+	Ban(ctx context.Context, e access.Entry, d time.Duration) (access.Entry, error)
+}
+
+// Config configures a Tracker. Its zero value but for Bands is a valid
+// configuration in process.
+type Config struct {
+	// Key says whose score a request counts toward: nil is the flow's
+	// client address (httplimit.WithClientIP). A request it finds no key
+	// for is not scored.
+	Key keyfuncs.Func
+	// HalfLife is how long a score takes to halve: 10 minutes when 0.
+	HalfLife time.Duration
+	// Weights replaces the default weight of the signals it names (see
+	// each Signal), from 0 (not scored) to 2^20.
+	Weights map[Signal]float64
+	// Bands, by Above ascending, say what is done to the clients in
+	// them; at least one.
+	Bands []Band
+	// Bans holds the bans of the bands that ban: rediswatch's Bans for
+	// every app server. Nil keeps them in this process.
+	Bans Banner
+	// BanFor is a first offence's ban, 1 minute when 0; each offence
+	// remembered doubles it, up to BanMax, 24 hours when 0.
+	BanFor, BanMax time.Duration
+	// OffenceHalfLife is how long an offence takes to be half forgiven:
+	// a day when 0.
+	OffenceHalfLife time.Duration
+	// Redis, when set, keeps the scores and offences in it, shared by
+	// every app server, under keys that start with "ratelimit:rep:".
+	Redis redis.UniversalClient
+	// Shadow scores, and logs what the Tracker would do, but never bans
+	// nor scales: a reputation on trial.
+	Shadow bool
+}
+
+// store is what a Tracker keeps scores in (internal/scores).
+type store interface {
+	Add(ctx context.Context, key string, w float64, now time.Time) (float64, error)
+	Get(key string, now time.Time) float64
+	Range(now time.Time, fn func(key string, v float64))
+}
+
+// signalNames are the signals' names, as metrics label them.
+var signalNames = [...]string{Denied: "denied", LockedOut: "locked_out", DenyListed: "deny_listed", Refused: "refused",
+	Unrouted: "unrouted", NotFound: "not_found", Reported: "reported"}
+
+// Tracker scores clients and acts on their scores. Build it with New; it
+// is safe for concurrent use.
+type Tracker struct {
+	key       keyfuncs.Func
+	weights   [Reported + 1]float64
+	bands     []Band
+	bans      Banner
+	banFor    time.Duration
+	banMax    time.Duration
+	scores    store
+	offences  store
+	shadow    bool
+	scales    bool // some band scales
+	now       func() time.Time
+	log       *slog.Logger
+	onOutcome func(key string, s Signal, score float64, band string, acted bool) // tests
+	// What the metrics read: the signals scored by kind, and the bans by
+	// band, made and (in shadow mode) not made.
+	signals    [Reported + 1]atomic.Uint64
+	banned     []atomic.Uint64
+	shadowBans []atomic.Uint64
+}
+
+// maxKeys bounds the scores and offences a Tracker holds in process.
+const maxKeys = 100_000
+
+// New returns a Tracker configured by cfg. A configuration that cannot be
+// carried out is an error wrapping core.ErrInvalidOption: no band, bands
+// out of order, a Scale out of (0, 1], an unknown signal, a weight out
+// of range, a negative duration.
+func New(cfg Config) (*Tracker, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: reputation: %s", core.ErrInvalidOption, fmt.Sprintf(format, args...))
+	}
+	if len(cfg.Bands) == 0 {
+		return nil, bad("no band: a reputation that does nothing")
+	}
+	for i, b := range cfg.Bands {
+		switch {
+		case b.Name == "":
+			return nil, bad("band %d has no name", i)
+		case !(b.Above >= 0):
+			return nil, bad("band %q: Above %v below 0", b.Name, b.Above)
+		case i > 0 && !(b.Above > cfg.Bands[i-1].Above):
+			return nil, bad("band %q: Above %v not above the band before it", b.Name, b.Above)
+		case !(b.Scale >= 0 && b.Scale <= 1):
+			return nil, bad("band %q: Scale %v out of (0, 1]", b.Name, b.Scale)
+		}
+	}
+	for _, b := range cfg.Bands {
+		if b.Ban && cfg.Redis != nil && cfg.Bans == nil {
+			// Scores every server shares, and bans only this one holds: the
+			// ban would not hold on the others.
+			return nil, bad("band %q bans, and the scores are in Redis: Config.Bans must be bans every server holds (rediswatch.NewBans)", b.Name)
+		}
+	}
+	for _, d := range []time.Duration{cfg.HalfLife, cfg.BanFor, cfg.BanMax, cfg.OffenceHalfLife} {
+		if d < 0 {
+			return nil, bad("a negative duration, %v", d)
+		}
+	}
+	t := &Tracker{key: cfg.Key, bands: slices.Clone(cfg.Bands), bans: cfg.Bans, banFor: cfg.BanFor, banMax: cfg.BanMax,
+		shadow: cfg.Shadow, now: time.Now, log: slog.Default()}
+	t.banned, t.shadowBans = make([]atomic.Uint64, len(t.bands)), make([]atomic.Uint64, len(t.bands))
+	copy(t.weights[:], defaultWeights[:])
+	for s, w := range cfg.Weights {
+		if s < Denied || s > Reported {
+			return nil, bad("unknown signal %d", s)
+		}
+		if !(w >= 0 && w <= scores.MaxWeight) {
+			return nil, bad("signal %d: weight %v out of [0, 2^20]", s, w)
+		}
+		t.weights[s] = w
+	}
+	for _, b := range t.bands {
+		t.scales = t.scales || b.Scale > 0 && b.Scale < 1
+	}
+	half := cmpOr(cfg.HalfLife, 10*time.Minute)
+	offHalf := cmpOr(cfg.OffenceHalfLife, 24*time.Hour)
+	t.banFor = cmpOr(t.banFor, time.Minute)
+	t.banMax = max(cmpOr(t.banMax, 24*time.Hour), t.banFor)
+	var err error
+	if cfg.Redis != nil {
+		if t.scores, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:s:", half, maxKeys); err == nil {
+			t.offences, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:o:", offHalf, maxKeys)
+		}
+	} else {
+		if t.scores, err = scores.NewMemory(half, maxKeys); err == nil {
+			t.offences, err = scores.NewMemory(offHalf, maxKeys)
+		}
+	}
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if t.bans == nil {
+		b, err := access.NewBans(maxKeys)
+		if err != nil {
+			return nil, err
+		}
+		t.bans = localBans{b}
+	}
+	return t, nil
+}
+
+// cmpOr is d, or def when d is 0.
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// localBans is an access.Bans as a Banner: the bans of one process.
+type localBans struct{ *access.Bans }
+
+func (b localBans) Ban(_ context.Context, e access.Entry, d time.Duration) (access.Entry, error) {
+	return b.Bans.Ban(e, d)
+}
+
+// band returns the index of the band of score v, or -1 below every band.
+func (t *Tracker) band(v float64) int {
+	i := -1
+	for j := range t.bands {
+		if v > t.bands[j].Above {
+			i = j
+		}
+	}
+	return i
+}
+
+// Adjust scales p's Limit (and Burst) by the band of key's score: it is
+// the core.PolicySource httplimit.WithReputation gives the Limiter. It
+// reads the score this server holds: no I/O, no allocation.
+func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+	if t.shadow || !t.scales {
+		return p, nil
+	}
+	i := t.band(t.scores.Get(key, t.now()))
+	if i < 0 {
+		return p, nil
+	}
+	if s := t.bands[i].Scale; s > 0 && s < 1 {
+		p.Limit = max(1, int64(float64(p.Limit)*s))
+		if p.Burst > 0 {
+			p.Burst = max(1, int64(float64(p.Burst)*s))
+		}
+	}
+	return p, nil
+}
+
+// signal scores s, of weight w (the signal's own when w < 0), for key at
+// now, and acts on the band it takes key into: a ban band bans it, for
+// its offences' length. addr is the client's address, for the log.
+func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
+	if w < 0 {
+		w = t.weights[s]
+	}
+	if w == 0 || key == "" {
+		return
+	}
+	t.signals[s].Add(1)
+	now := t.now()
+	before := t.scores.Get(key, now)
+	v, err := t.scores.Add(ctx, key, w, now)
+	if err != nil {
+		t.log.Warn("reputation: scoring failed", "key", key, "signal", s, "error", err)
+		return
+	}
+	from, to := t.band(before), t.band(v)
+	acted := false
+	name := ""
+	if to >= 0 {
+		name = t.bands[to].Name
+	}
+	if to > from && to >= 0 {
+		for i := max(from+1, 0); i <= to; i++ {
+			if t.bands[i].Ban {
+				acted = t.ban(ctx, key, i)
+				break
+			}
+		}
+	}
+	if t.onOutcome != nil {
+		t.onOutcome(key, s, v, name, acted)
+	}
+}
+
+// ban bans key, which entered band, for the length its offences earn,
+// and reports whether it did (not in shadow mode).
+func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
+	band := t.bands[bi].Name
+	now := t.now()
+	offences := t.offences.Get(key, now)
+	d := t.banFor
+	for i := 0.0; i+0.5 < offences && d < t.banMax; i++ { // doubled for each offence remembered, rounded
+		d *= 2
+	}
+	d = min(d, t.banMax)
+	d = time.Duration(float64(d) * (0.9 + 0.2*rand.Float64())) // ±10%: banned clients do not return at one instant
+	if t.shadow {
+		t.shadowBans[bi].Add(1)
+		t.log.Info("reputation: would ban (shadow mode)", "key", key, "band", band, "for", d)
+		return false
+	}
+	if _, err := t.offences.Add(ctx, key, 1, now); err != nil {
+		t.log.Warn("reputation: remembering an offence failed", "key", key, "error", err)
+	}
+	if _, err := t.bans.Ban(ctx, access.Entry{Key: key, Reason: "reputation: " + band}, d); err != nil {
+		t.log.Warn("reputation: banning failed", "key", key, "band", band, "error", err)
+		return false
+	}
+	t.banned[bi].Add(1)
+	t.log.Info("reputation: banned", "key", key, "band", band, "for", d)
+	return true
+}
+
+// ctxKey is the context key of a request's reputation (see Report).
+type ctxKey struct{}
+
+// reqRep is what Report needs of a request: its Tracker and key.
+type reqRep struct {
+	t   *Tracker
+	key string
+}
+
+// Report scores a signal the application saw, of weight w (at most 2^20),
+// against the client of the request whose context ctx is (see
+// httplimit.Report for which context that is): a failed captcha, an
+// invalid token, a request to a honeypot route. It does nothing on a
+// context no Tracker scores.
+func Report(ctx context.Context, w float64) {
+	if r, ok := ctx.Value(ctxKey{}).(*reqRep); ok && w > 0 {
+		r.t.signal(context.WithoutCancel(ctx), r.key, Reported, min(w, scores.MaxWeight))
+	}
+}
+
+// errNoKey is the error of a request with no reputation key.
+var errNoKey = errors.New("reputation: no key")
+
+func init() {
+	hooks.ReputationKey = func(t any, r any) (string, error) {
+		tr := t.(*Tracker)
+		if tr.key == nil {
+			return "", errNoKey
+		}
+		return tr.key(r.(keyfuncs.Request))
+	}
+	hooks.ReputationSignal = func(t any, ctx context.Context, key string, s uint8) {
+		t.(*Tracker).signal(ctx, key, Signal(s), -1)
+	}
+	hooks.ReputationContext = func(t any, ctx context.Context, key string) context.Context {
+		return context.WithValue(ctx, ctxKey{}, &reqRep{t: t.(*Tracker), key: key})
+	}
+	hooks.ReputationBans = func(t any) any {
+		if tr := t.(*Tracker); !tr.shadow { // in shadow mode it bans no one
+			return access.Matcher(tr.bans)
+		}
+		return nil
+	}
+	hooks.ReputationScales = func(t any) bool { tr := t.(*Tracker); return tr.scales && !tr.shadow }
+	hooks.ReputationStats = func(t any) hooks.RepStats {
+		tr := t.(*Tracker)
+		st := hooks.RepStats{}
+		for s := Denied; s <= Reported; s++ {
+			st.Signals = append(st.Signals, hooks.RepCount{Name: signalNames[s], N: tr.signals[s].Load()})
+		}
+		clients := make([]int, len(tr.bands))
+		n, sum := 0, 0.0
+		tr.scores.Range(tr.now(), func(_ string, v float64) {
+			if i := tr.band(v); i >= 0 {
+				clients[i]++
+			}
+			n++
+			sum += v
+			st.MaxScore = max(st.MaxScore, v)
+		})
+		if n > 0 {
+			st.MeanScore = sum / float64(n)
+		}
+		for i, b := range tr.bands {
+			st.Bands = append(st.Bands, hooks.RepBand{Name: b.Name, Clients: clients[i], Bans: tr.banned[i].Load(), ShadowBans: tr.shadowBans[i].Load()})
+		}
+		return st
+	}
+	hooks.ReputationTest = func(t any, now func() time.Time, on func(key string, s uint8, score float64, band string, acted bool)) {
+		tr := t.(*Tracker)
+		if now != nil {
+			tr.now = now
+		}
+		if on != nil {
+			tr.onOutcome = func(key string, s Signal, score float64, band string, acted bool) {
+				on(key, uint8(s), score, band, acted)
+			}
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package reputation_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/reputation"
+)
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestNewRefuses(t *testing.T) {
+	ban := []reputation.Band{{Name: "b", Above: 1, Ban: true}}
+	for name, cfg := range map[string]reputation.Config{
+		"no band":             {},
+		"a band with no name": {Bands: []reputation.Band{{Above: 1}}},
+		"a negative Above":    {Bands: []reputation.Band{{Name: "a", Above: -1}}},
+		"bands out of order":  {Bands: []reputation.Band{{Name: "a", Above: 5}, {Name: "b", Above: 5}}},
+		"a Scale above 1":     {Bands: []reputation.Band{{Name: "a", Above: 5, Scale: 2}}},
+		"an unknown signal":   {Bands: ban, Weights: map[reputation.Signal]float64{99: 1}},
+		"a negative weight":   {Bands: ban, Weights: map[reputation.Signal]float64{reputation.Denied: -1}},
+		"a weight too large":  {Bands: ban, Weights: map[reputation.Signal]float64{reputation.Denied: 1 << 21}},
+		"a negative HalfLife": {Bands: ban, HalfLife: -time.Second},
+		// Scores every server shares, bans only this one would hold.
+		"Redis scores with local bans": {Bands: ban, Redis: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
+	} {
+		_, err := reputation.New(cfg)
+		assert.ErrorIs(t, err, core.ErrInvalidOption, name)
+	}
+}
+
+// tracker returns a Tracker of cfg on a virtual clock, and what it
+// reported of each signal.
+func tracker(t *testing.T, cfg reputation.Config) (*reputation.Tracker, *time.Time, *[]outcome) {
+	t.Helper()
+	rep, err := reputation.New(cfg)
+	require.NoError(t, err)
+	now := t0
+	var outs []outcome
+	hooks.ReputationTest(rep, func() time.Time { return now }, func(key string, s uint8, score float64, band string, acted bool) {
+		outs = append(outs, outcome{key, reputation.Signal(s), score, band, acted})
+	})
+	return rep, &now, &outs
+}
+
+type outcome struct {
+	key   string
+	s     reputation.Signal
+	score float64
+	band  string
+	acted bool
+}
+
+// TestBansEscalate: a ban lasts BanFor, doubled for each offence
+// remembered, up to BanMax, ±10%; offences are forgiven on their own
+// half-life, so a client that behaves recovers its first ban's length.
+func TestBansEscalate(t *testing.T) {
+	bans, err := access.NewBans(100)
+	require.NoError(t, err)
+	rep, now, outs := tracker(t, reputation.Config{
+		Bands:  []reputation.Band{{Name: "abusive", Above: 3, Ban: true}},
+		Bans:   localBanner{bans},
+		BanFor: time.Minute, BanMax: 10 * time.Minute, OffenceHalfLife: 100 * time.Hour, HalfLife: time.Minute,
+	})
+	offend := func() time.Duration {
+		t.Helper()
+		from := len(*outs)
+		for range 4 {
+			hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.7", uint8(reputation.Denied))
+		}
+		acted := 0
+		for _, o := range (*outs)[from:] {
+			if o.acted {
+				acted++
+			}
+		}
+		require.Equal(t, 1, acted, "banned once, as it entered the band: %+v", (*outs)[from:])
+		e, ok := bans.Match(netip.Addr{}, "ip:192.0.2.7", time.Now()) // the bans keep the real clock
+		require.True(t, ok)
+		assert.Equal(t, "reputation: abusive", e.Reason)
+		d := time.Until(e.Expires)
+		*now = now.Add(20 * time.Minute) // the score decays to nothing, the offence stays
+		_, err := bans.Unban(e)
+		require.NoError(t, err)
+		return d
+	}
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute} {
+		got := offend()
+		assert.InDelta(t, float64(want), float64(got), float64(want)/10+float64(time.Second), "offence %d", i+1)
+	}
+	*now = now.Add(2000 * time.Hour) // offences forgiven: 6 × 2^-20
+	assert.InDelta(t, float64(time.Minute), float64(offend()), float64(7*time.Second), "a first offence again")
+}
+
+type localBanner struct{ *access.Bans }
+
+func (b localBanner) Ban(_ context.Context, e access.Entry, d time.Duration) (access.Entry, error) {
+	return b.Bans.Ban(e, d)
+}
+
+// TestAdjustScales: a client in a band that scales gets its limits
+// scaled, by the score this server holds, and whole again once it has
+// decayed; in shadow mode nothing is scaled nor banned.
+func TestAdjustScales(t *testing.T) {
+	bands := []reputation.Band{{Name: "suspicious", Above: 5, Scale: 0.5}, {Name: "abusive", Above: 10, Ban: true}}
+	rep, now, _ := tracker(t, reputation.Config{Bands: bands, HalfLife: time.Minute})
+	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 100, Burst: 40, Window: time.Minute}
+	for range 6 {
+		hooks.ReputationSignal(rep, context.Background(), "k", uint8(reputation.Refused))
+	}
+	q, err := rep.Adjust(context.Background(), "k", p)
+	require.NoError(t, err)
+	assert.Equal(t, int64(50), q.Limit)
+	assert.Equal(t, int64(20), q.Burst)
+	q, _ = rep.Adjust(context.Background(), "other", p)
+	assert.Equal(t, p, q, "another client")
+	*now = now.Add(time.Minute) // 6 → 3
+	q, _ = rep.Adjust(context.Background(), "k", p)
+	assert.Equal(t, p, q, "decayed below the band")
+
+	shadow, _, outs := tracker(t, reputation.Config{Bands: bands, Shadow: true})
+	for range 20 {
+		hooks.ReputationSignal(shadow, context.Background(), "k", uint8(reputation.Denied))
+	}
+	q, _ = shadow.Adjust(context.Background(), "k", p)
+	assert.Equal(t, p, q, "shadow mode scales nothing")
+	last := (*outs)[len(*outs)-1]
+	assert.Equal(t, "abusive", last.band, "it scores all the same")
+	for _, o := range *outs {
+		assert.False(t, o.acted, "shadow mode bans no one")
+	}
+}
+
+// TestReport: the application's signals, of their weight, through the
+// request's context; and nothing on a context no Tracker scores.
+func TestReport(t *testing.T) {
+	rep, _, outs := tracker(t, reputation.Config{Bands: []reputation.Band{{Name: "b", Above: 100}}})
+	ctx := hooks.ReputationContext(rep, context.Background(), "k")
+	reputation.Report(ctx, 7.5)
+	reputation.Report(ctx, -1) // ignored
+	reputation.Report(context.Background(), 5)
+	require.Len(t, *outs, 1)
+	assert.Equal(t, outcome{"k", reputation.Reported, 7.5, "", false}, (*outs)[0])
+}
+
+// BenchmarkAdjust is what a Tracker that scales costs a decision: the
+// score read, in process.
+func BenchmarkAdjust(b *testing.B) {
+	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "s", Above: 5, Scale: 0.5}}})
+	require.NoError(b, err)
+	hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.1", uint8(reputation.Denied))
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if q, _ := rep.Adjust(ctx, "ip:192.0.2.1", p); q.Limit != 100 {
+			b.Fatal("scaled")
+		}
+	}
+}
