@@ -23,6 +23,11 @@ var exporterMetrics = map[string][]string{
 	"ratelimit_deny_cache_entries":            {"limit"},
 	"ratelimit_store_timeout_seconds":         {"limit"},
 	"ratelimit_memstore_keys":                 {"store"},
+	"ratelimit_reputation_signals_total":      {"signal"},
+	"ratelimit_reputation_bans_total":         {"band", "mode"},
+	"ratelimit_reputation_clients":            {"band"},
+	"ratelimit_reputation_score_max":          {},
+	"ratelimit_reputation_score_mean":         {},
 }
 
 // labelValues are the values of the exporter's bounded labels: outcome
@@ -31,6 +36,8 @@ var labelValues = map[string][]string{
 	"outcome": outcomeNames(),
 	"kind":    {outcome.StoreErrTimeout, outcome.StoreErrCircuitOpen, outcome.StoreErrFailed},
 	"state":   {"healthy", "recovering", "failing"},
+	"signal":  {"denied", "locked_out", "deny_listed", "refused", "unrouted", "not_found", "reported"},
+	"mode":    {"enforced", "shadow"},
 }
 
 // outcomeNames returns the String of every outcome.Outcome, in order.

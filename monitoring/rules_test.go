@@ -69,12 +69,13 @@ func TestRuleExprs(t *testing.T) {
 		assert.NotEqual(t, r.Expr, r.Signal, r.Name)
 		assert.Contains(t, r.Signal, " bool ", r.Name)
 	}
-	assert.Equal(t, 8, alerts)
+	assert.Equal(t, 10, alerts)
 
 	// The end-to-end test and the README rely on these alerts existing.
 	for _, a := range []string{"RateLimitDenyRatioHigh", "RateLimitLockoutSurge", "RateLimitDenyListedSurge",
 		"RateLimitNearLimitSurge", "RateLimitStoreErrors",
-		"RateLimitFallbackActive", "RateLimitStoreLatencyHigh", "RateLimitStoreFailing"} {
+		"RateLimitFallbackActive", "RateLimitStoreLatencyHigh", "RateLimitStoreFailing",
+		"RateLimitReputationBanSurge", "RateLimitReputationOutlier"} {
 		assert.True(t, names[a], "no alert %s", a)
 	}
 }
@@ -99,7 +100,13 @@ func TestRuleFields(t *testing.T) {
 			assert.Equal(t, []string{"severity"}, slices.Sorted(maps.Keys(r.Labels)), "%s: labels", r.Alert)
 			assert.Equal(t, []string{"description", "summary"}, slices.Sorted(maps.Keys(r.Annotations)), "%s: annotations", r.Alert)
 			for k, v := range r.Annotations {
-				assert.Contains(t, v, "{{ $labels.limit }}", "%s: %s names the limit", r.Alert, k)
+				if g.Name == "ratelimit.reputation" {
+					// A reputation's series have no limit: its alerts
+					// say it is the reputation's.
+					assert.Contains(t, v, "reputation", "%s: %s says it is the reputation's", r.Alert, k)
+				} else {
+					assert.Contains(t, v, "{{ $labels.limit }}", "%s: %s names the limit", r.Alert, k)
+				}
 				assert.NotContains(t, v, "\n", "%s: %s on one line", r.Alert, k)
 			}
 		}

@@ -44,6 +44,7 @@ import (
 	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/observe/internal/latency"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // Metrics counts the decisions of the Limiters it observes and reports
@@ -65,12 +66,15 @@ type Metrics struct {
 	timeout   *prometheus.Desc
 	memKeys   *prometheus.Desc
 
+	repSignals, repBans, repClients, repMax, repMean *prometheus.Desc
+
 	series sync.Map // limit name -> *observer
 
 	mu       sync.Mutex
 	limiters []*core.Limiter // bound, in order; append only
 	bound    map[string]bool // names of limiters
 	stores   []memStore      // watched, in order; append only
+	reps     []*reputation.Tracker
 }
 
 // memStore is a store watched by WatchStore.
@@ -133,6 +137,17 @@ func New(opts ...Option) (*Metrics, error) {
 		memKeys: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "memstore_keys"),
 			"Keys a memory store holds, expired ones its janitor has not yet deleted included, by store.",
 			[]string{"store"}, cl),
+		repSignals: prometheus.NewDesc(prometheus.BuildFQName(ns, "reputation", "signals_total"),
+			"Signals a reputation scored, by kind.", []string{"signal"}, cl),
+		repBans: prometheus.NewDesc(prometheus.BuildFQName(ns, "reputation", "bans_total"),
+			"Bans a reputation made as clients entered a band, by band; mode=shadow counts those a reputation in shadow mode would have made.",
+			[]string{"band", "mode"}, cl),
+		repClients: prometheus.NewDesc(prometheus.BuildFQName(ns, "reputation", "clients"),
+			"Clients whose score, as this server holds it, is in a band, by band.", []string{"band"}, cl),
+		repMax: prometheus.NewDesc(prometheus.BuildFQName(ns, "reputation", "score_max"),
+			"The highest score this server holds.", nil, cl),
+		repMean: prometheus.NewDesc(prometheus.BuildFQName(ns, "reputation", "score_mean"),
+			"The mean of the scores this server holds.", nil, cl),
 		bound: make(map[string]bool),
 	}
 	return m, nil
@@ -234,6 +249,30 @@ func (m *Metrics) WatchStore(name string, s interface{ Len() int }) error {
 	return nil
 }
 
+// WatchReputation makes every scrape report what t has scored and done:
+// ratelimit_reputation_signals_total by signal,
+// ratelimit_reputation_bans_total by band and mode (enforced, or shadow
+// for the bans a Tracker in shadow mode would have made),
+// ratelimit_reputation_clients by band, and the highest and mean score
+// held, ratelimit_reputation_score_max and _score_mean, which the alert
+// for a client far above the rest compares. The client counts and scores
+// are those this server holds (on Redis, the copy its own signals keep):
+// sum or max them across servers. Reading them walks the scores held
+// (100,000 at most) at each scrape. A nil t is an error wrapping
+// core.ErrInvalidOption; watch one Tracker per Metrics.
+func (m *Metrics) WatchReputation(t *reputation.Tracker) error {
+	if t == nil {
+		return fmt.Errorf("%w: promlimit.WatchReputation: nil Tracker", core.ErrInvalidOption)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.reps) > 0 {
+		return fmt.Errorf("%w: promlimit.WatchReputation: a Tracker is watched already", core.ErrInvalidOption)
+	}
+	m.reps = append(m.reps, t)
+	return nil
+}
+
 // Describe sends the descriptors of every metric m reports, as
 // prometheus.Collector asks.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
@@ -245,6 +284,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.denyCache
 	ch <- m.timeout
 	ch <- m.memKeys
+	ch <- m.repSignals
+	ch <- m.repBans
+	ch <- m.repClients
+	ch <- m.repMax
+	ch <- m.repMean
 }
 
 // Collect sends the counters and histograms as they stand, and reads the
@@ -268,7 +312,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.latency.Collect(ch)
 
 	m.mu.Lock()
-	limiters, stores := m.limiters, m.stores // append only: a snapshot
+	limiters, stores, reps := m.limiters, m.stores, m.reps // append only: a snapshot
 	m.mu.Unlock()
 	for _, l := range limiters {
 		h := l.Health()
@@ -286,6 +330,19 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range stores {
 		ch <- prometheus.MustNewConstMetric(m.memKeys, prometheus.GaugeValue, float64(s.s.Len()), s.name)
+	}
+	for _, t := range reps {
+		st := hooks.ReputationStats(t)
+		for _, c := range st.Signals {
+			ch <- prometheus.MustNewConstMetric(m.repSignals, prometheus.CounterValue, float64(c.N), c.Name)
+		}
+		for _, b := range st.Bands {
+			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.Bans), b.Name, "enforced")
+			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.ShadowBans), b.Name, "shadow")
+			ch <- prometheus.MustNewConstMetric(m.repClients, prometheus.GaugeValue, float64(b.Clients), b.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(m.repMax, prometheus.GaugeValue, st.MaxScore)
+		ch <- prometheus.MustNewConstMetric(m.repMean, prometheus.GaugeValue, st.MeanScore)
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // APIKeyHeader is the request header that identifies API clients.
@@ -110,6 +111,10 @@ type Limiters struct {
 
 	store core.Store    // the Flow's
 	core  []core.Option // the Flow's Limiter's
+	// rep scores clients in shadow mode (package reputation): it logs
+	// whom it would ban and its metrics count them, but it bans and
+	// scales no one, as a team trying one would start.
+	rep *reputation.Tracker
 
 	// clientIP is the adapters' default key: "ip:" and the socket peer.
 	clientIP *keyfuncs.ClientIP
@@ -125,7 +130,8 @@ func (l *Limiters) Flow(opts ...httplimit.Option) (*httplimit.Flow, error) {
 	if l.store == nil {
 		return nil, errors.New("demo: Flow of Limiters not built by NewLimiters")
 	}
-	opts = append(append(opts, httplimit.WithCore(l.core...), httplimit.WithClientIP(l.clientIP), httplimit.WithQuota(QuotaPath)), l.Guard...)
+	opts = append(append(opts, httplimit.WithCore(l.core...), httplimit.WithClientIP(l.clientIP), httplimit.WithQuota(QuotaPath),
+		httplimit.WithReputation(l.rep)), l.Guard...)
 	f, err := httplimit.New(l.store, l.Layers, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
@@ -142,7 +148,14 @@ func (l *Limiters) Flow(opts ...httplimit.Option) (*httplimit.Flow, error) {
 // The other layers fail open, the core's default.
 func NewLimiters(store core.Store, p Policies, opts ...core.Option) (Limiters, error) {
 	var l Limiters
-	metrics, handler, err := newMetrics(store)
+	rep, err := reputation.New(reputation.Config{Shadow: true, Bands: []reputation.Band{
+		{Name: "suspicious", Above: 20, Scale: 0.5}, {Name: "abusive", Above: 40, Ban: true},
+	}})
+	if err != nil {
+		return Limiters{}, fmt.Errorf("reputation: %w", err)
+	}
+	l.rep = rep
+	metrics, handler, err := newMetrics(store, rep)
 	if err != nil {
 		return Limiters{}, fmt.Errorf("metrics: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/apigate/ratelimit/keyfuncs"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // MetricsPath is where every example serves its metrics, in the
@@ -36,11 +37,14 @@ func SkipMetrics(r keyfuncs.Request) bool {
 
 // newMetrics returns the Metrics every demo limiter reports to and the
 // handler of MetricsPath: promlimit's series, the Go runtime's and the
-// process's, on a registry of their own. When store has a Len method (a
-// memory store), its key count is reported too.
-func newMetrics(store any) (*promlimit.Metrics, http.Handler, error) {
+// process's, on a registry of their own, and what rep scored. When store
+// has a Len method (a memory store), its key count is reported too.
+func newMetrics(store any, rep *reputation.Tracker) (*promlimit.Metrics, http.Handler, error) {
 	m, err := promlimit.New()
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.WatchReputation(rep); err != nil {
 		return nil, nil, err
 	}
 	if s, ok := store.(interface{ Len() int }); ok {
