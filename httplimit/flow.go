@@ -79,6 +79,8 @@ type Flow struct {
 	problems bool             // WithProblemDetails
 	quota    *quotaEndpoint   // WithQuota; nil when none
 	rep      *reputation.Tracker
+	repBans  access.Matcher // the reputation's bans, matched by its key; nil when none
+	repOwn   bool           // the reputation has a Key of its own
 }
 
 // New returns the Flow of layers over store, configured by opts, applied
@@ -117,6 +119,8 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	withReputation(&c)
 	f := &Flow{
 		rep:      c.rep,
+		repBans:  c.repBans,
+		repOwn:   c.rep != nil && hooks.ReputationHasKey(c.rep),
 		layers:   ls,
 		skips:    c.skips,
 		headers:  c.headers,
@@ -162,7 +166,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	}
 	for i := range ls.layers {
 		if ls.layers[i].key == nil {
-			ls.layers[i].key = f.clientIP.Key
+			ls.layers[i].key, ls.layers[i].defaultKey = f.clientIP.Key, true
 		}
 	}
 	if !c.headersSet && !f.shadow {
@@ -245,6 +249,15 @@ func (f *Flow) handle(r keyfuncs.Request, w Response) (proceed bool, s *settleme
 	if err != nil {
 		f.fail(&st, r, w, err)
 		return false, nil
+	}
+	if f.repBans != nil {
+		rk := key // the reputation's key, when it is the layer's (the client address)
+		if !f.single.defaultKey || f.repOwn {
+			rk = f.repKey(r)
+		}
+		if f.repBanned(&st, r, w, key, rk) {
+			return false, nil
+		}
 	}
 	cost := int64(1)
 	if f.single.cost != nil {

@@ -189,6 +189,7 @@ type flowLayer struct {
 	counts     Counts
 	isFailure  func(int) bool
 	costHeader string
+	defaultKey bool // key is the client address's (WithClientIP): the layer had no Key
 }
 
 // withCompanions returns layers with, after each CountSuccesses layer, its
@@ -384,6 +385,27 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) (bool, *s
 	if keyErr != nil {
 		f.fail(st, r, w, keyErr)
 		return false, nil
+	}
+	if f.repBans != nil {
+		rk := ""
+		if !f.repOwn { // the client address: a layer of the default key has it
+			for i := range sc.checks[:n] {
+				if ls.layers[sc.checks[i].Layer].defaultKey {
+					rk = sc.keys[i]
+					break
+				}
+			}
+		}
+		if rk == "" {
+			rk = f.repKey(r)
+		}
+		k := ""
+		if n > 0 {
+			k = sc.keys[0]
+		}
+		if f.repBanned(st, r, w, k, rk) {
+			return false, nil
+		}
 	}
 	if n == 0 {
 		return f.proceed(st, r.Context(), r, w), nil // no layer applies

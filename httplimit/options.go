@@ -37,6 +37,7 @@ type config struct {
 	problems    bool
 	quota       *route // WithQuota's path
 	rep         *reputation.Tracker
+	repBans     access.Matcher // set by New from rep
 }
 
 // invalid returns the error of the option named fn given a bad value.

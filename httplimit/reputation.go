@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -85,17 +86,36 @@ func repBan(e error) (bool, time.Duration) {
 }
 
 // withReputation completes New for WithReputation's Tracker: its bans
-// are a deny list, and it scales limits as the last PolicySource.
+// are matched by its key (repBanned), and it scales limits as the last
+// PolicySource.
 func withReputation(c *config) {
 	if c.rep == nil {
 		return
 	}
 	if bans, ok := hooks.ReputationBans(c.rep).(access.Matcher); ok { // none in shadow mode
-		c.deny403 = append(c.deny403, bans)
+		c.repBans = bans
 	}
 	if hooks.ReputationScales(c.rep) {
 		c.core = append(c.core, core.WithPolicySource(c.rep))
 	}
+}
+
+// repBanned answers r, whose reputation key is rk and whose first
+// layer's key is key, when the reputation has banned rk: 403 with
+// Retry-After, as a deny list's refusal (the allow lists, checked
+// before, win). It reports whether it did. The bans are the Tracker's
+// own, by key: no address to parse, one atomic load and one lookup.
+func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, rk string) bool {
+	if rk == "" {
+		return false
+	}
+	e, ok := f.repBans.Match(netip.Addr{}, rk, time.Now())
+	if !ok {
+		return false
+	}
+	f.report(key, denyListed)
+	f.forbid(st, r, w, e)
+	return true
 }
 
 // retryAfter is d in whole seconds, rounded up, at least 1.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
@@ -316,6 +318,68 @@ func BenchmarkHandleReputation(b *testing.B) {
 					b.Fatal("denied")
 				}
 			}
+		})
+	}
+}
+
+// TestReputationBans: a reputation's ban refuses the client's requests
+// on a flow of one layer and on a layered one, by the reputation's own
+// key too; an allow list wins over it; and its 403 tells when it ends.
+func TestReputationBans(t *testing.T) {
+	ctx := context.Background()
+	p := core.Policy{Name: "all", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}
+	bands := []reputation.Band{{Name: "abusive", Above: 2, Ban: true}}
+	ban := func(t *testing.T, rep *reputation.Tracker, key string) {
+		for range 3 {
+			hooks.ReputationSignal(rep, ctx, key, uint8(reputation.Denied))
+		}
+	}
+	byHeader := keyfuncs.Func(func(r keyfuncs.Request) (string, error) {
+		if v := r.Header("X-User"); v != "" {
+			return "user:" + v, nil
+		}
+		return "", keyfuncs.ErrNoKey
+	})
+	for _, c := range []struct {
+		name    string
+		cfg     reputation.Config
+		layers  []httplimit.Layer
+		banned  string
+		request func() *request
+	}{
+		{"one layer", reputation.Config{Bands: bands}, []httplimit.Layer{{Policy: p}}, "ip:192.0.2.1", newRequest},
+		{"layered", reputation.Config{Bands: bands}, []httplimit.Layer{{Policy: p, Key: byHeader},
+			{Policy: core.Policy{Name: "ip", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}}}, "ip:192.0.2.1", newRequest},
+		{"own key", reputation.Config{Bands: bands, Key: byHeader}, []httplimit.Layer{{Policy: p}}, "user:alice", func() *request {
+			r := newRequest()
+			r.header.Set("X-User", "alice")
+			return r
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep, err := reputation.New(c.cfg)
+			require.NoError(t, err)
+			opts := []httplimit.Option{httplimit.WithReputation(rep)}
+			f, err := httplimit.New(memStore(t), c.layers, append(opts, httplimit.WithClientIP(mustClientIP(t)))...)
+			require.NoError(t, err)
+			r := c.request()
+			r.header.Set("X-User", "alice")
+			require.True(t, f.Handle(r, newResponse()))
+			ban(t, rep, c.banned)
+			w := newResponse()
+			require.False(t, f.Handle(r, w), "banned")
+			assert.Equal(t, http.StatusForbidden, w.status)
+			assert.NotEmpty(t, w.header.Get("Retry-After"))
+			other := newRequest()
+			other.remote = "198.51.100.9:1"
+			other.header.Set("X-User", "bob")
+			assert.True(t, f.Handle(other, newResponse()), "another client")
+
+			allow, err := access.NewList(access.Entry{Prefix: netip.MustParsePrefix("192.0.2.0/24")})
+			require.NoError(t, err)
+			g, err := httplimit.New(memStore(t), c.layers, append(opts, httplimit.WithClientIP(mustClientIP(t)), httplimit.WithAllowList(allow))...)
+			require.NoError(t, err)
+			assert.True(t, g.Handle(r, newResponse()), "an allow list wins over a ban")
 		})
 	}
 }

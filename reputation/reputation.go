@@ -51,8 +51,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -163,19 +166,28 @@ var signalNames = [...]string{Denied: "denied", LockedOut: "locked_out", DenyLis
 // Tracker scores clients and acts on their scores. Build it with New; it
 // is safe for concurrent use.
 type Tracker struct {
-	key       keyfuncs.Func
-	weights   [Reported + 1]float64
-	bands     []Band
-	bans      Banner
-	banFor    time.Duration
-	banMax    time.Duration
-	scores    store
-	offences  store
-	shadow    bool
-	scales    bool // some band scales
-	now       func() time.Time
-	log       *slog.Logger
-	onOutcome func(key string, s Signal, score float64, band string, acted bool) // tests
+	key      keyfuncs.Func
+	weights  [Reported + 1]float64
+	bands    []Band
+	bans     Banner
+	banFor   time.Duration
+	banMax   time.Duration
+	scores   store
+	offences store
+	shadow   bool
+	halfLife time.Duration
+	scales   bool // some band scales
+	// scaleFrom is the lowest score a band scales from (its Above), and
+	// suspects the clients whose score, at their last signal, was above
+	// it: Adjust reads this snapshot, with one atomic load, and the
+	// scores only for the clients in it. Signals replace it (copied on
+	// write, under suspectsMu), dropping what has decayed below scaleFrom.
+	scaleFrom  float64
+	suspects   atomic.Pointer[map[string]suspect]
+	suspectsMu sync.Mutex
+	now        func() time.Time
+	log        *slog.Logger
+	onOutcome  func(key string, s Signal, score float64, band string, acted bool) // tests
 	// What the metrics read: the signals scored by kind, and the bans by
 	// band, made and (in shadow mode) not made.
 	signals    [Reported + 1]atomic.Uint64
@@ -185,6 +197,18 @@ type Tracker struct {
 
 // maxKeys bounds the scores and offences a Tracker holds in process.
 const maxKeys = 100_000
+
+// maxSuspects bounds the snapshot of the clients in a band that scales:
+// past it, a client newly in such a band is not scaled (it is still
+// banned at a band that bans). A flood of suspects copies it at most at
+// each of their signals.
+const maxSuspects = 4096
+
+// suspect is a client's score at its last signal.
+type suspect struct {
+	v  float64
+	at time.Time
+}
 
 // New returns a Tracker configured by cfg. A configuration that cannot be
 // carried out is an error wrapping core.ErrInvalidOption: no band, bands
@@ -235,9 +259,12 @@ func New(cfg Config) (*Tracker, error) {
 		t.weights[s] = w
 	}
 	for _, b := range t.bands {
-		t.scales = t.scales || b.Scale > 0 && b.Scale < 1
+		if b.Scale > 0 && b.Scale < 1 && !t.scales {
+			t.scales, t.scaleFrom = true, b.Above
+		}
 	}
-	half := cmpOr(cfg.HalfLife, 10*time.Minute)
+	t.halfLife = cmpOr(cfg.HalfLife, 10*time.Minute)
+	half := t.halfLife
 	offHalf := cmpOr(cfg.OffenceHalfLife, 24*time.Hour)
 	t.banFor = cmpOr(t.banFor, time.Minute)
 	t.banMax = max(cmpOr(t.banMax, 24*time.Hour), t.banFor)
@@ -297,7 +324,15 @@ func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Pol
 	if t.shadow || !t.scales {
 		return p, nil
 	}
-	i := t.band(t.scores.Get(key, t.now()))
+	m := t.suspects.Load()
+	if m == nil {
+		return p, nil // no client above a band that scales
+	}
+	e, ok := (*m)[key]
+	if !ok {
+		return p, nil
+	}
+	i := t.band(e.v * math.Exp2(-float64(t.now().Sub(e.at))/float64(t.halfLife)))
 	if i < 0 {
 		return p, nil
 	}
@@ -328,23 +363,69 @@ func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 		t.log.Warn("reputation: scoring failed", "key", key, "signal", s, "error", err)
 		return
 	}
+	if t.scales && (v > t.scaleFrom || before > t.scaleFrom) {
+		t.suspect(key, v, now)
+	}
 	from, to := t.band(before), t.band(v)
 	acted := false
 	name := ""
 	if to >= 0 {
 		name = t.bands[to].Name
 	}
-	if to > from && to >= 0 {
-		for i := max(from+1, 0); i <= to; i++ {
-			if t.bands[i].Ban {
-				acted = t.ban(ctx, key, i)
-				break
-			}
+	// A client in a band that bans is banned unless it is already: as it
+	// enters the band, and again at its first bad signal once a ban has
+	// ended while its score is still that high.
+	for i := to; i >= 0; i-- {
+		if !t.bands[i].Ban {
+			continue
 		}
+		if to > from || !t.bannedNow(key) {
+			acted = t.ban(ctx, key, i)
+		}
+		break
 	}
 	if t.onOutcome != nil {
 		t.onOutcome(key, s, v, name, acted)
 	}
+}
+
+// bannedNow reports whether key is banned now.
+func (t *Tracker) bannedNow(key string) bool {
+	_, ok := t.bans.Match(netip.Addr{}, key, time.Now())
+	return ok
+}
+
+// suspect records key's score v at now in the snapshot of suspects
+// (replacing it), or drops key from it once v is below every band that
+// scales, and drops the suspects that have decayed below them.
+func (t *Tracker) suspect(key string, v float64, now time.Time) {
+	t.suspectsMu.Lock()
+	defer t.suspectsMu.Unlock()
+	old := t.suspects.Load()
+	n := 1
+	if old != nil {
+		n += len(*old)
+	}
+	m := make(map[string]suspect, n)
+	if old != nil {
+		for k, e := range *old {
+			if e.v*math.Exp2(-float64(now.Sub(e.at))/float64(t.halfLife)) > t.scaleFrom {
+				m[k] = e
+			}
+		}
+	}
+	if v > t.scaleFrom {
+		if _, ok := m[key]; ok || len(m) < maxSuspects {
+			m[key] = suspect{v: v, at: now}
+		}
+	} else {
+		delete(m, key)
+	}
+	if len(m) == 0 {
+		t.suspects.Store(nil)
+		return
+	}
+	t.suspects.Store(&m)
 }
 
 // ban bans key, which entered band, for the length its offences earn,
@@ -444,6 +525,7 @@ func init() {
 		}
 		return st
 	}
+	hooks.ReputationHasKey = func(t any) bool { return t.(*Tracker).key != nil }
 	hooks.ReputationTest = func(t any, now func() time.Time, on func(key string, s uint8, score float64, band string, acted bool)) {
 		tr := t.(*Tracker)
 		if now != nil {

@@ -97,6 +97,32 @@ func TestBansEscalate(t *testing.T) {
 		got := offend()
 		assert.InDelta(t, float64(want), float64(got), float64(want)/10+float64(time.Second), "offence %d", i+1)
 	}
+	// A client still abusive once its ban ends is banned again at its
+	// next bad signal, not before, and for longer.
+	from := len(*outs)
+	for range 6 {
+		hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.9", uint8(reputation.Denied))
+	}
+	for range 5 { // banned: more signals ban no more
+		hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.9", uint8(reputation.DenyListed))
+	}
+	acted := 0
+	for _, o := range (*outs)[from:] {
+		if o.acted {
+			acted++
+		}
+	}
+	assert.Equal(t, 1, acted, "one ban, however many signals during it")
+	e, ok := bans.Match(netip.Addr{}, "ip:192.0.2.9", time.Now())
+	require.True(t, ok)
+	_, err = bans.Unban(e) // it has ended
+	require.NoError(t, err)
+	hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.9", uint8(reputation.Unrouted))
+	require.True(t, (*outs)[len(*outs)-1].acted, "banned again at its first bad signal after the ban")
+	e, ok = bans.Match(netip.Addr{}, "ip:192.0.2.9", time.Now())
+	require.True(t, ok)
+	assert.InDelta(t, float64(2*time.Minute), float64(time.Until(e.Expires)), float64(13*time.Second), "a second offence")
+
 	*now = now.Add(2000 * time.Hour) // offences forgiven: 6 × 2^-20
 	assert.InDelta(t, float64(time.Minute), float64(offend()), float64(7*time.Second), "a first offence again")
 }

@@ -24,7 +24,7 @@ func requireDecidedAt(t *testing.T, want, got time.Time, what string) {
 	require.False(t, got.IsZero(), "%s: a time", what)
 	require.Equal(t, got, got.Round(0), "%s: no monotonic reading", what)
 	if want.IsZero() {
-		require.WithinDuration(t, time.Now(), got, time.Second, "%s: Redis TIME", what)
+		require.WithinDuration(t, time.Now(), got, 5*time.Second, "%s: Redis TIME (a busy machine may answer late)", what)
 		return
 	}
 	require.Equal(t, time.UnixMicro(want.UnixMicro()), got, "%s: the explicit time, to the µs", what)
@@ -179,11 +179,11 @@ func TestGiveBackKeepsTTLAndLockout(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, d.LockedOut, "the denial locks out")
 			key := s.stateKey("k", p)
+			start := time.Now() // before the TTLs are read
 			lock := stateOf(t, c, lockKey(key))
 			require.Len(t, lock, 1)
 			ttl := c.PTTL(ctx, key).Val()
 			state := snapshot(t, c, key)
-			start := time.Now()
 
 			d, _, err = s.Take(ctx, at, core.Request{Key: "k", Policy: p, Cost: -2})
 			require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestGiveBackKeepsTTLAndLockout(t *testing.T) {
 			assert.NotEqual(t, state, snapshot(t, c, key), "the state gave back")
 			after := c.PTTL(ctx, key).Val()
 			assert.LessOrEqual(t, after, ttl, "PTTL not increased")
-			assert.GreaterOrEqual(t, after, ttl-time.Since(start)-5*time.Millisecond, "PTTL only ticked down")
+			assert.GreaterOrEqual(t, after, ttl-time.Since(start)-time.Second, "PTTL only ticked down (a second for a busy machine's gaps)")
 			requireUnchanged(t, c, lockKey(key), lock, start)
 
 			d, _, err = s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p})

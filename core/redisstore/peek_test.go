@@ -80,7 +80,8 @@ func stateOf(t testing.TB, c redis.UniversalClient, prefix string) map[string]ke
 
 // requireUnchanged requires that the keys of prefix are those of before,
 // read after since, byte for byte, their TTLs only ticked down, by no more
-// than the time since.
+// than the time since and a second (before is read around since, and a
+// busy machine's gaps are not what this checks: an expiry moved).
 func requireUnchanged(t *testing.T, c redis.UniversalClient, prefix string, before map[string]keyState, since time.Time) {
 	t.Helper()
 	after := stateOf(t, c, prefix)
@@ -91,7 +92,7 @@ func requireUnchanged(t *testing.T, c redis.UniversalClient, prefix string, befo
 		assert.Equal(t, b.dump, a.dump, "%s: DUMP", k)
 		assert.Positive(t, a.pttl, "%s: PTTL", k)
 		assert.LessOrEqual(t, a.pttl, b.pttl, "%s: PTTL not increased", k)
-		assert.GreaterOrEqual(t, a.pttl, b.pttl-elapsed-5*time.Millisecond, "%s: PTTL only ticked down", k)
+		assert.GreaterOrEqual(t, a.pttl, b.pttl-elapsed-time.Second, "%s: PTTL only ticked down", k)
 	}
 }
 

@@ -67,7 +67,8 @@ var AllowTimed func(limiter any, ctx context.Context, checks, out, d any) (time.
 // request's Tracker and key, for reputation.Report; ReputationBans is the
 // Tracker's bans, an access.Matcher (nil in shadow mode, which bans no
 // one); ReputationScales reports whether a band scales limits, out of
-// shadow mode (the Tracker is then a PolicySource of the Limiter's); ReputationTest sets a Tracker's clock and its outcome hook,
+// shadow mode (the Tracker is then a PolicySource of the Limiter's);
+// ReputationHasKey reports whether it has a Key of its own; ReputationTest sets a Tracker's clock and its outcome hook,
 // for tests.
 var (
 	ReputationKey     func(t any, r any) (string, error)
@@ -75,6 +76,7 @@ var (
 	ReputationContext func(t any, ctx context.Context, key string) context.Context
 	ReputationBans    func(t any) any
 	ReputationScales  func(t any) bool
+	ReputationHasKey  func(t any) bool
 	ReputationTest    func(t any, now func() time.Time, on func(key string, s uint8, score float64, band string, acted bool))
 )
 
