@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -55,7 +56,10 @@ func RunProblemDetails(t *testing.T, h SocketHarness) {
 		{Policy: core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour},
 			Methods: []string{"POST"}, Routes: []string{"/login"}, Key: clientIP.Key},
 	}
-	f := NewFlow(t, NewStore(t), layers, nil, httplimit.WithProblemDetails(),
+	// The store decides at T0 (03:04:05): at the real clock's last minute
+	// of an hour, the minute's and the hour's windows would end together,
+	// and the login's denial would no longer last longest.
+	f := NewFlow(t, clockstore.At(NewStore(t), T0), layers, nil, httplimit.WithProblemDetails(),
 		httplimit.WithClientIP(clientIP), httplimit.WithDenyList(deny), httplimit.WithHeaders(layersHeaders))
 	addr := h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: []Route{{Method: "GET", Path: "/"}, {Method: "POST", Path: "/login"}}})
 	asking := http.Header{"Accept": {"application/json;q=0.9, application/problem+json"}}
