@@ -96,7 +96,7 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 		// call, callgrind).
 		c := &checks[0]
 		direct := false
-		if l.direct {
+		if l.direct || l.untouched != nil && l.untouched(c.Key) {
 			req := Request{Key: c.Key, Policy: l.policy, Cost: c.Cost} // before plain, as in allow
 			if direct = l.plain(ctx, c.Key, c.Cost); direct {
 				if d, at, err = l.store.Take(ctx, now, req); err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/internal/limits"
 )
 
@@ -54,6 +55,10 @@ type Limiter struct {
 	// when the request is plain: there is one layer, and no observer,
 	// shadow mode, policy source, deny cache or fallback to attend to.
 	direct bool
+	// untouched, when set, reports the keys the Limiter's one
+	// PolicySource leaves as they are, which may then take the direct
+	// path (see NewLimiter).
+	untouched func(key string) bool
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
 	inProcess atomic.Bool
@@ -153,6 +158,13 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 	l.observers = observers
 	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
 		l.denied == nil && l.fallback == nil && len(own) == 1
+	if len(l.sources) == 1 && hooks.SourceUntouched != nil && l.observers == nil && !l.shadow &&
+		l.denied == nil && l.fallback == nil && len(own) == 1 {
+		// A source that can tell the keys it leaves as they are (a
+		// reputation: the clients in no band that scales): those take
+		// the direct path, as on a Limiter without it.
+		l.untouched = hooks.SourceUntouched(l.sources[0])
+	}
 	return l, nil
 }
 
@@ -203,7 +215,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time
 
 // allow is AllowN; a zero at is the store's clock.
 func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (d Decision, err error) {
-	if l.direct {
+	if l.direct || l.untouched != nil && l.untouched(key) {
 		// The hot path (memstore's): decide, spared its tests for what
 		// this Limiter does not have, and two copies of the Decision.
 		// req is built before plain's call, so that its stores have

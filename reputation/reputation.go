@@ -395,6 +395,21 @@ func (t *Tracker) bannedNow(key string) bool {
 	return ok
 }
 
+// untouched reports whether Adjust leaves key's policies as they are: in
+// shadow mode, and for a client not in the snapshot of suspects. It is
+// what lets the Limiter decide key by its direct path (hooks.SourceUntouched).
+func (t *Tracker) untouched(key string) bool {
+	if t.shadow || !t.scales {
+		return true
+	}
+	m := t.suspects.Load()
+	if m == nil {
+		return true
+	}
+	_, ok := (*m)[key]
+	return !ok
+}
+
 // suspect records key's score v at now in the snapshot of suspects
 // (replacing it), or drops key from it once v is below every band that
 // scales, and drops the suspects that have decayed below them.
@@ -526,6 +541,12 @@ func init() {
 		return st
 	}
 	hooks.ReputationHasKey = func(t any) bool { return t.(*Tracker).key != nil }
+	hooks.SourceUntouched = func(src any) func(key string) bool {
+		if t, ok := src.(*Tracker); ok {
+			return t.untouched
+		}
+		return nil
+	}
 	hooks.ReputationTest = func(t any, now func() time.Time, on func(key string, s uint8, score float64, band string, acted bool)) {
 		tr := t.(*Tracker)
 		if now != nil {

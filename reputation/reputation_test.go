@@ -12,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/hooks"
 	"github.com/apigate/ratelimit/reputation"
 )
@@ -192,4 +193,35 @@ func BenchmarkAdjust(b *testing.B) {
 			b.Fatal("scaled")
 		}
 	}
+}
+
+// TestLimiterScales: as a Limiter's PolicySource, a Tracker scales the
+// clients in a band that scales, and leaves the others to the Limiter's
+// direct path, with the policy as it is.
+func TestLimiterScales(t *testing.T) {
+	rep, _, _ := tracker(t, reputation.Config{Bands: []reputation.Band{{Name: "suspicious", Above: 2, Scale: 0.5}}})
+	store, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 100, Window: time.Hour}
+	l, err := core.NewLimiter(store, []core.Policy{p}, core.WithPolicySource(rep))
+	require.NoError(t, err)
+	ctx := context.Background()
+	d, err := l.Allow(ctx, "ip:192.0.2.1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), d.Limit)
+	for range 3 {
+		hooks.ReputationSignal(rep, ctx, "ip:192.0.2.1", uint8(reputation.Refused))
+	}
+	d, err = l.Allow(ctx, "ip:192.0.2.1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(50), d.Limit, "suspicious: half")
+	assert.Equal(t, "p", d.Policy.Name)
+	d, err = l.Allow(ctx, "ip:192.0.2.2")
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), d.Limit, "another client")
+	out := make([]core.Decision, 1)
+	d, _, err = l.AllowLayers(ctx, time.Time{}, []core.Check{{Key: "ip:192.0.2.1", Cost: 1}}, out)
+	require.NoError(t, err)
+	assert.Equal(t, int64(50), d.Limit, "by AllowLayers too")
 }

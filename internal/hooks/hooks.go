@@ -106,3 +106,10 @@ type RepBand struct {
 	Clients          int
 	Bans, ShadowBans uint64
 }
+
+// SourceUntouched returns, for a core.PolicySource that can tell them, a
+// function reporting the keys it leaves as they are, or nil: a
+// *reputation.Tracker, whose clients in no band that scales are left
+// alone. core.NewLimiter asks it of a Limiter's one source, so that
+// those keys keep the direct path. The reputation package sets it.
+var SourceUntouched func(src any) func(key string) bool
