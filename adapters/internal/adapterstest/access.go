@@ -9,6 +9,7 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -155,7 +156,7 @@ func RunAccess(t *testing.T, h SocketHarness) {
 			if tc.deny != nil {
 				opts = append(opts, httplimit.WithDenyList(mustList(t, tc.deny)))
 			}
-			store := &limitertest.Counting{Store: NewStore(t)}
+			store := &limitertest.Counting{Store: clockstore.At(NewStore(t), T0)}
 			spec := globalLayer(t, store, ly, nil, opts...)
 			addr := h.Serve(t, spec)
 			var hits int64

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -18,7 +19,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 
 	t.Run("limiter on the route", func(t *testing.T) {
 		var log KeyLog
-		mount := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("route", 10), Key: log.Wrap(keyfuncs.Route())}, nil)
+		mount := NewMount(t, clockstore.At(NewStore(t), T0), httplimit.Layer{Policy: fixed("route", 10), Key: log.Wrap(keyfuncs.Route())}, nil)
 		spec := &Spec{Routes: []Route{{Method: "GET", Path: "/users/:id", Limits: []Mount{mount}}}}
 		app := h.Build(t, spec)
 		for i, p := range paths {
@@ -32,7 +33,7 @@ func RunRouteKeys(t *testing.T, h Harness) {
 	t.Run("limiter for every request", func(t *testing.T) {
 		var log KeyLog
 		spec := &Spec{
-			Global: []Mount{NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("route", 100), Key: log.Wrap(keyfuncs.Route())}, nil)},
+			Global: []Mount{NewMount(t, clockstore.At(NewStore(t), T0), httplimit.Layer{Policy: fixed("route", 100), Key: log.Wrap(keyfuncs.Route())}, nil)},
 			Routes: routes,
 		}
 		app := h.Build(t, spec)

@@ -10,6 +10,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/outcome"
 )
@@ -36,7 +37,7 @@ func RunShadow(t *testing.T, h SocketHarness) {
 			if withHeaders {
 				opts = append(opts, httplimit.WithHeaders(headers.Default()))
 			}
-			m := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("trial", 1)}, []core.Option{core.WithShadow(), core.WithObserver(obs)}, opts...)
+			m := NewMount(t, clockstore.At(NewStore(t), T0), httplimit.Layer{Policy: fixed("trial", 1)}, []core.Option{core.WithShadow(), core.WithObserver(obs)}, opts...)
 			spec := &Spec{Global: []Mount{m}, Routes: []Route{{Method: "GET", Path: "/"}}}
 			addr := h.Serve(t, spec)
 			const n = 5

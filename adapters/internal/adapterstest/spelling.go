@@ -13,6 +13,7 @@ import (
 
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 )
 
 // RunSpelling checks, on the bytes a real socket carries, that every
@@ -21,7 +22,7 @@ import (
 // fasthttp's canonical case ("X-Ratelimit-Limit").
 func RunSpelling(t *testing.T, h SocketHarness) {
 	all := headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
-	m := NewMount(t, NewStore(t), httplimit.Layer{Policy: fixed("spelled", 1)}, nil, httplimit.WithHeaders(all))
+	m := NewMount(t, clockstore.At(NewStore(t), T0), httplimit.Layer{Policy: fixed("spelled", 1)}, nil, httplimit.WithHeaders(all))
 	spec := &Spec{Global: []Mount{m}, Routes: []Route{{Method: "GET", Path: "/"}}}
 	addr := h.Serve(t, spec)
 	for i, want := range []int{200, 429} {

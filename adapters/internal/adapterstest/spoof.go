@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -95,7 +96,7 @@ func RunSpoofing(t *testing.T, h Harness) {
 			if tc.opts != nil {
 				ly.Key = clientIP.Key
 			}
-			spec := globalLayer(t, NewStore(t), ly, nil)
+			spec := globalLayer(t, clockstore.At(NewStore(t), T0), ly, nil)
 			app := h.Build(t, spec)
 			for i, s := range tc.steps {
 				res := app.Do(t, Request{Method: "GET", Path: "/", RemoteAddr: s.peer, Header: s.header})
