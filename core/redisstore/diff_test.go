@@ -108,12 +108,34 @@ func TestMatchesMemstore(t *testing.T) {
 	}
 }
 
-// diffShapes are the policies' shapes the randomized histories run under
-// (a bucket's burst where it has one).
-var diffShapes = []struct {
+// diffShape is a policy's shape a randomized history runs under (a
+// bucket's burst where it has one).
+type diffShape struct {
 	limit, burst int64
 	window       time.Duration
-}{
+}
+
+// policies returns sh under every algorithm that takes it, named by name
+// and the algorithm, with a lockout of a third of the window when locked.
+func (sh diffShape) policies(name string, locked bool) []core.Policy {
+	var ps []core.Policy
+	for _, alg := range limits.Algorithms[core.Algorithm]() {
+		p := core.Policy{Name: name + "-" + string(alg), Algorithm: alg, Limit: sh.limit, Window: sh.window}
+		if limits.IsBucket(alg) {
+			p.Burst = sh.burst
+		}
+		if locked {
+			p.Lockout = max(sh.window/3, time.Millisecond)
+		}
+		if p.Validate() == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// diffShapes are the shapes the randomized histories run under.
+var diffShapes = []diffShape{
 	{10, 0, time.Minute},
 	{7, 0, time.Second + 333*time.Microsecond},
 	{3, 0, 10 * time.Millisecond},

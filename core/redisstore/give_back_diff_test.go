@@ -60,19 +60,7 @@ func TestGiveBackMatchesMemstore(t *testing.T) {
 	steps := *diffSteps
 	for si, sh := range diffShapes {
 		for _, locked := range []bool{false, true} {
-			var ps []core.Policy
-			for _, alg := range limits.Algorithms[core.Algorithm]() {
-				p := core.Policy{Name: fmt.Sprintf("gb%d-%v-%s", si, locked, alg), Algorithm: alg, Limit: sh.limit, Window: sh.window}
-				if limits.IsBucket(alg) {
-					p.Burst = sh.burst
-				}
-				if locked {
-					p.Lockout = max(sh.window/3, time.Millisecond)
-				}
-				if p.Validate() == nil {
-					ps = append(ps, p)
-				}
-			}
+			ps := sh.policies(fmt.Sprintf("gb%d-%v", si, locked), locked)
 			t.Run(fmt.Sprintf("%d/lockout=%v", si, locked), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(*diffSeed+uint64(si), 7+uint64(len(ps))))
 				w := sh.window.Microseconds()
