@@ -39,19 +39,38 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	if len(checks) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratelimit: Peek: %w", err)
-	}
 	arr := reqPool.Get().(*[limits.MaxLayers]Request)
 	defer func() {
 		clear(arr[:len(checks)]) // drop the keys and policies
 		reqPool.Put(arr)
 	}()
 	reqs := arr[:len(checks)]
+	if err := l.quietRequests(ctx, "Peek", checks, reqs); err != nil {
+		return err
+	}
+	if err := l.quietly(ctx, now, reqs, out[:len(reqs)]); err != nil {
+		return err
+	}
+	for i := range reqs {
+		out[i].Policy, out[i].Source, out[i].Err = reqs[i].Policy, SourceStore, nil
+	}
+	return nil
+}
+
+// quietRequests fills reqs with the requests of checks that are no
+// decision (Peek, Refund, fn): each layer's key, normalized, and its policy
+// in force for the key; Cost left 0. It refuses what AllowLayers refuses:
+// a layer out of range or repeated, an invalid key; a PolicySource's
+// failure and an ended ctx are its error too (nothing is decided, so
+// nothing falls back).
+func (l *Limiter) quietRequests(ctx context.Context, fn string, checks []Check, reqs []Request) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ratelimit: %s: %w", fn, err)
+	}
 	var seen uint32
 	for i := range checks {
 		c := &checks[i]
-		lp, err := l.layerOf("Peek", i, c, &seen)
+		lp, err := l.layerOf(fn, i, c, &seen)
 		if err != nil {
 			return err
 		}
@@ -60,13 +79,21 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 			return fmt.Errorf("layer %q: %w", lp.Name, err)
 		}
 		r := &reqs[i]
-		r.Key, r.Policy = key, *lp // Cost 0: a peek
+		r.Key, r.Policy = key, *lp
 		if l.sources != nil {
 			if r.Policy, _, err = l.adjust(ctx, c.Key, *lp); err != nil {
-				return fmt.Errorf("ratelimit: Peek: %w", err)
+				return fmt.Errorf("ratelimit: %s: %w", fn, err)
 			}
 		}
 	}
+	return nil
+}
+
+// quietly asks the store reqs, peeks or give-backs, at now, into out: one
+// Take, or one TakeAll. An open circuit breaker is the error without
+// asking; a store failure is the error, the caller's cancellation when it
+// has left. Neither counts toward the breaker, nor is decided otherwise.
+func (l *Limiter) quietly(ctx context.Context, now time.Time, reqs []Request, out []Decision) error {
 	if l.brk.state.Load()&brkOpen != 0 {
 		return l.openErr
 	}
@@ -74,17 +101,14 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	if len(reqs) == 1 {
 		out[0], _, err = l.store.Take(ctx, now, reqs[0])
 	} else {
-		_, err = l.store.TakeAll(ctx, now, reqs, out[:len(reqs)])
+		_, err = l.store.TakeAll(ctx, now, reqs, out)
 	}
-	if err != nil {
-		if callerDone(ctx) {
-			_, err = l.canceled(ctx, &reqs[0].Policy, err)
-			return err
-		}
-		return storeErr(err)
+	if err == nil {
+		return nil
 	}
-	for i := range reqs {
-		out[i].Policy, out[i].Source, out[i].Err = reqs[i].Policy, SourceStore, nil
+	if callerDone(ctx) {
+		_, err = l.canceled(ctx, &reqs[0].Policy, err)
+		return err
 	}
-	return nil
+	return storeErr(err)
 }

@@ -43,56 +43,27 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 	if len(checks) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratelimit: Refund: %w", err)
-	}
 	arr := reqPool.Get().(*[limits.MaxLayers]Request)
 	defer func() {
 		clear(arr[:len(checks)]) // drop the keys and policies
 		reqPool.Put(arr)
 	}()
 	reqs := arr[:len(checks)]
-	var seen uint32
-	for i := range checks {
-		c := &checks[i]
-		lp, err := l.layerOf("Refund", i, c, &seen)
-		if err != nil {
-			return err
-		}
-		key, err := normalizeKey(c.Key)
-		if err != nil {
-			return fmt.Errorf("layer %q: %w", lp.Name, err)
-		}
-		r := &reqs[i]
-		r.Key, r.Policy = key, *lp
-		if l.sources != nil {
-			if r.Policy, _, err = l.adjust(ctx, c.Key, *lp); err != nil {
-				return fmt.Errorf("ratelimit: Refund: %w", err)
-			}
-		}
-		if capacity := r.Policy.capacity(); c.Cost < 1 || c.Cost > capacity {
-			return fmt.Errorf("%w: Refund: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, c.Cost, capacity)
-		}
-		r.Cost = -c.Cost
+	if err := l.quietRequests(ctx, "Refund", checks, reqs); err != nil {
+		return err
 	}
-	if l.brk.state.Load()&brkOpen != 0 {
-		return l.openErr
+	for i := range reqs {
+		if c, capacity := checks[i].Cost, reqs[i].Policy.capacity(); c < 1 || c > capacity {
+			return fmt.Errorf("%w: Refund: layer %q: cost %d, capacity %d", ErrInvalidOption, reqs[i].Policy.Name, c, capacity)
+		}
+		reqs[i].Cost = -checks[i].Cost
 	}
-	var err error
-	if len(reqs) == 1 {
-		_, _, err = l.store.Take(ctx, at, reqs[0])
-	} else {
-		ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
-		_, err = l.store.TakeAll(ctx, at, reqs, ds[:len(reqs)])
-		clear(ds[:len(reqs)])
-		decisionPool.Put(ds)
-	}
+	ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
+	err := l.quietly(ctx, at, reqs, ds[:len(reqs)])
+	clear(ds[:len(reqs)])
+	decisionPool.Put(ds)
 	if err != nil {
-		if callerDone(ctx) {
-			_, err = l.canceled(ctx, &reqs[0].Policy, err)
-			return err
-		}
-		return storeErr(err)
+		return err
 	}
 	if l.denied != nil {
 		for i := range reqs {
