@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
@@ -70,25 +71,35 @@ func (f *Flow) refuse(st *state, r keyfuncs.Request, w Response, d *core.Decisio
 // entry e as its error.
 func (f *Flow) forbid(st *state, r keyfuncs.Request, w Response, e error) {
 	if f.rep != nil {
-		f.repSignal(r, reputation.DenyListed)
 		if banned, left := repBan(e); banned {
-			// A reputation's ban: the client is told when it ends, and why
-			// in problem details.
-			w.Set("Retry-After", retryAfter(left))
-			st.in = inResponder
-			if f.problems && wantsProblem(r) {
-				_ = st.guard(w).Write(http.StatusForbidden, contentTypeProblem, []byte(`{"type":"`+problemAbnormalUsage+
-					`","title":"Abnormal Usage Detected","status":403,"detail":"Refused for abnormal usage, retry after `+retryAfter(left)+` seconds."}`))
-				return
-			}
-			f.respond(r, st.guard(w), core.Decision{}, e)
+			f.forbidBanned(st, r, w, e, left)
 			return
 		}
+		// A deny list's refusal is a signal. A reputation's own ban is not
+		// scored again: it is what the signals earned, and a banned
+		// client's flood must not cost a store write a request (on Redis,
+		// a round trip).
+		f.repSignal(r, reputation.DenyListed)
 	}
 	st.in = inResponder
 	if f.problems && wantsProblem(r) {
 		_ = st.guard(w).Write(http.StatusForbidden, contentTypeProblem,
 			[]byte(`{"type":"about:blank","title":"Forbidden","status":403,"detail":"Access denied."}`))
+		return
+	}
+	f.respond(r, st.guard(w), core.Decision{}, e)
+}
+
+// forbidBanned answers a request a reputation's ban e refuses, for left
+// more: 403 with Retry-After, and the abnormal-usage-detected problem
+// type when problem details are given and asked for.
+func (f *Flow) forbidBanned(st *state, r keyfuncs.Request, w Response, e error, left time.Duration) {
+	n := itoa(headers.RetryAfterSeconds(core.Decision{RetryAfter: left}))
+	w.Set("Retry-After", n)
+	st.in = inResponder
+	if f.problems && wantsProblem(r) {
+		_ = st.guard(w).Write(http.StatusForbidden, contentTypeProblem, []byte(`{"type":"`+problemAbnormalUsage+
+			`","title":"Abnormal Usage Detected","status":403,"detail":"Refused for abnormal usage, retry after `+n+` seconds."}`))
 		return
 	}
 	f.respond(r, st.guard(w), core.Decision{}, e)

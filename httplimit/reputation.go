@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -116,11 +115,6 @@ func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, rk stri
 	f.report(key, denyListed)
 	f.forbid(st, r, w, e)
 	return true
-}
-
-// retryAfter is d in whole seconds, rounded up, at least 1.
-func retryAfter(d time.Duration) string {
-	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
 }
 
 // unrouted reports whether no route served r: its Route is empty, or its

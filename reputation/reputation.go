@@ -51,7 +51,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -178,13 +177,16 @@ type Tracker struct {
 	halfLife time.Duration
 	scales   bool // some band scales
 	// scaleFrom is the lowest score a band scales from (its Above), and
-	// suspects the clients whose score, at their last signal, was above
-	// it: Adjust reads this snapshot, with one atomic load, and the
-	// scores only for the clients in it. Signals replace it (copied on
-	// write, under suspectsMu), dropping what has decayed below scaleFrom.
+	// suspects the clients whose score has been above it: Adjust reads
+	// this snapshot, with one atomic load, and the score only of a client
+	// in it. A client entering it copies it (under suspectsMu); one
+	// already in it changes nothing, so that a client's every signal
+	// costs no copy. Those whose score has decayed are dropped when it is
+	// full, at most once per pruneEvery.
 	scaleFrom  float64
-	suspects   atomic.Pointer[map[string]suspect]
+	suspects   atomic.Pointer[map[string]struct{}]
 	suspectsMu sync.Mutex
+	pruned     time.Time // the last prune, under suspectsMu
 	now        func() time.Time
 	log        *slog.Logger
 	onOutcome  func(key string, s Signal, score float64, band string, acted bool) // tests
@@ -199,16 +201,15 @@ type Tracker struct {
 const maxKeys = 100_000
 
 // maxSuspects bounds the snapshot of the clients in a band that scales:
-// past it, a client newly in such a band is not scaled (it is still
-// banned at a band that bans). A flood of suspects copies it at most at
-// each of their signals.
+// past it, a client newly in such a band is not scaled until a prune
+// makes room (it is still banned at a band that bans). Each client that
+// enters copies it once, so a flood of distinct suspects costs at most
+// maxSuspects copies of at most maxSuspects entries, then a prune per
+// pruneEvery.
 const maxSuspects = 4096
 
-// suspect is a client's score at its last signal.
-type suspect struct {
-	v  float64
-	at time.Time
-}
+// pruneEvery is how often a full snapshot of suspects may be pruned.
+const pruneEvery = time.Second
 
 // New returns a Tracker configured by cfg. A configuration that cannot be
 // carried out is an error wrapping core.ErrInvalidOption: no band, bands
@@ -324,15 +325,10 @@ func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Pol
 	if t.shadow || !t.scales {
 		return p, nil
 	}
-	m := t.suspects.Load()
-	if m == nil {
-		return p, nil // no client above a band that scales
+	if t.untouched(key) {
+		return p, nil // no client, or not this one, above a band that scales
 	}
-	e, ok := (*m)[key]
-	if !ok {
-		return p, nil
-	}
-	i := t.band(e.v * math.Exp2(-float64(t.now().Sub(e.at))/float64(t.halfLife)))
+	i := t.band(t.scores.Get(key, t.now()))
 	if i < 0 {
 		return p, nil
 	}
@@ -363,8 +359,8 @@ func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 		t.log.Warn("reputation: scoring failed", "key", key, "signal", s, "error", err)
 		return
 	}
-	if t.scales && (v > t.scaleFrom || before > t.scaleFrom) {
-		t.suspect(key, v, now)
+	if t.scales && v > t.scaleFrom {
+		t.suspect(key, now)
 	}
 	from, to := t.band(before), t.band(v)
 	acted := false
@@ -410,35 +406,40 @@ func (t *Tracker) untouched(key string) bool {
 	return !ok
 }
 
-// suspect records key's score v at now in the snapshot of suspects
-// (replacing it), or drops key from it once v is below every band that
-// scales, and drops the suspects that have decayed below them.
-func (t *Tracker) suspect(key string, v float64, now time.Time) {
+// suspect adds key, whose score is above scaleFrom, to the snapshot of
+// suspects, unless it is in it already, or the snapshot is full and
+// cannot be pruned yet (see maxSuspects).
+func (t *Tracker) suspect(key string, now time.Time) {
+	if m := t.suspects.Load(); m != nil {
+		if _, ok := (*m)[key]; ok {
+			return // the common case: no lock, no copy
+		}
+	}
 	t.suspectsMu.Lock()
 	defer t.suspectsMu.Unlock()
 	old := t.suspects.Load()
-	n := 1
-	if old != nil {
-		n += len(*old)
-	}
-	m := make(map[string]suspect, n)
-	if old != nil {
-		for k, e := range *old {
-			if e.v*math.Exp2(-float64(now.Sub(e.at))/float64(t.halfLife)) > t.scaleFrom {
-				m[k] = e
-			}
-		}
-	}
-	if v > t.scaleFrom {
-		if _, ok := m[key]; ok || len(m) < maxSuspects {
-			m[key] = suspect{v: v, at: now}
-		}
-	} else {
-		delete(m, key)
-	}
-	if len(m) == 0 {
-		t.suspects.Store(nil)
+	if old == nil {
+		t.suspects.Store(&map[string]struct{}{key: {}})
 		return
+	}
+	if _, ok := (*old)[key]; ok {
+		return
+	}
+	prune := len(*old) >= maxSuspects && now.Sub(t.pruned) >= pruneEvery
+	if len(*old) >= maxSuspects && !prune {
+		return
+	}
+	m := make(map[string]struct{}, len(*old)+1)
+	for k := range *old {
+		if !prune || t.scores.Get(k, now) > t.scaleFrom {
+			m[k] = struct{}{}
+		}
+	}
+	if prune {
+		t.pruned = now
+	}
+	if len(m) < maxSuspects {
+		m[key] = struct{}{}
 	}
 	t.suspects.Store(&m)
 }

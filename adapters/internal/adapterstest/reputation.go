@@ -139,7 +139,19 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				var body struct{ Type string }
 				require.NoError(t, json.Unmarshal([]byte(pd.Body), &body), pd.Body)
 				assert.Equal(t, "https://iana.org/assignments/http-problem-types#abnormal-usage-detected", body.Type)
+				assert.Equal(t, http.StatusForbidden, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(ip)}).Status, "still banned")
 				assert.Equal(t, http.StatusOK, Send(t, addrs[0], RawRequest{Path: "/", Header: fromIP(repIP(run, 2))}).Status, "another client")
+				if be.redis {
+					// A banned client's flood costs Redis nothing: refused by
+					// the bans every server holds in process, and not scored
+					// again.
+					before := redisScripts(t, srv)
+					seen, _ := walk(t, addrs[0], 200, func(i int) RawRequest {
+						return RawRequest{Path: "/wp-login/" + strconv.Itoa(i), Header: fromIP(ip)}
+					}, 0)
+					assert.Equal(t, map[int]int{http.StatusForbidden: 200}, seen)
+					assert.Equal(t, int64(0), redisScripts(t, srv)-before, "scripts Redis ran for 200 banned requests")
+				}
 				if be.redis {
 					for {
 						if Send(t, addrs[1], RawRequest{Path: "/", Header: fromIP(ip)}).Status == http.StatusForbidden {

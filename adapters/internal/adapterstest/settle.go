@@ -246,22 +246,6 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 					all := httplimit.Layer{Policy: fixed("all", 10000), Key: client.Key}
 					addrs, _, _ := serve(t, be.stores, []httplimit.Layer{all, login})
 					ip := "198.51.100.16"
-					scripts := func() int64 {
-						t.Helper()
-						info, err := srv.Client().Info(context.Background(), "commandstats").Result()
-						require.NoError(t, err)
-						n := int64(0)
-						for _, line := range strings.Split(info, "\n") {
-							for _, cmd := range []string{"evalsha", "eval"} {
-								if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-									calls, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-									require.NoError(t, err)
-									n += calls
-								}
-							}
-						}
-						return n
-					}
 					for _, c := range []struct {
 						name   string
 						req    RawRequest
@@ -278,11 +262,11 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 						for _, addr := range addrs {
 							require.Equal(t, c.status, Send(t, addr, warm).Status, c.name)
 						}
-						before := scripts()
+						before := redisScripts(t, srv)
 						for i := range 4 {
 							require.Equal(t, c.status, Send(t, addrs[i%len(addrs)], c.req).Status, c.name)
 						}
-						assert.Equal(t, 4*c.trips, scripts()-before, "%s: %d round trip(s) each", c.name, c.trips)
+						assert.Equal(t, 4*c.trips, redisScripts(t, srv)-before, "%s: %d round trip(s) each", c.name, c.trips)
 					}
 				})
 			}
@@ -320,4 +304,24 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			}
 		})
 	}
+}
+
+// redisScripts is how many scripts srv has run (EVALSHA and EVAL calls,
+// by INFO commandstats): round trips of the stores, which send one script
+// each.
+func redisScripts(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	n := int64(0)
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"evalsha", "eval"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				calls, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				require.NoError(t, err)
+				n += calls
+			}
+		}
+	}
+	return n
 }
