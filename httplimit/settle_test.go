@@ -202,16 +202,20 @@ func TestServeSettles(t *testing.T) {
 		assert.False(t, ran)
 		assert.Equal(t, http.StatusTooManyRequests, w.status)
 
-		// A leaky bucket paces the second request; its client leaves while
-		// it waits, and what it reserved is given back whole.
-		leaky := core.Policy{Name: "login", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 5}
-		g, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: leaky, Counts: httplimit.CountFailures}})
-		require.True(t, g.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		// The client leaves as the store admits its request (the store
+		// ends the request's context once it has decided): admitted, its
+		// handler never runs, and what it reserved is given back whole.
 		ctx, cancel := context.WithCancel(context.Background())
+		leaving := &cancelAfter{Store: memStore(t), cancel: cancel}
+		g, _ := settleFlow(t, leaving, []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures}})
+		require.True(t, g.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
 		r := newRequest()
 		r.ctx = ctx
-		go cancel()
-		assert.False(t, g.Serve(r, settleResponse{newResponse()}, func(context.Context) int { return 401 }))
+		leaving.armed = true
+		ran = false
+		assert.False(t, g.Serve(r, settleResponse{newResponse()}, func(context.Context) int { ran = true; return 401 }))
+		assert.False(t, ran, "no handler for a client that left")
+		assert.True(t, leaving.admitted, "admitted before the client left")
 		assert.Equal(t, int64(1), used(t, g, 0), "the request that left before its handler counts nothing")
 	})
 
@@ -237,6 +241,33 @@ func TestServeSettles(t *testing.T) {
 		require.Len(t, *errs, 1)
 		assert.ErrorContains(t, (*errs)[0], "settling the response")
 	})
+}
+
+// cancelAfter is a store that, once armed, calls cancel after it has
+// decided a request: a client leaving as its request is admitted.
+type cancelAfter struct {
+	core.Store
+	cancel          context.CancelFunc
+	armed, admitted bool
+}
+
+func (s *cancelAfter) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+	d, at, err := s.Store.Take(ctx, now, req)
+	s.after(req.Cost, d.Allowed)
+	return d, at, err
+}
+
+func (s *cancelAfter) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	at, err := s.Store.TakeAll(ctx, now, reqs, out)
+	s.after(reqs[0].Cost, err == nil && out[0].Allowed)
+	return at, err
+}
+
+func (s *cancelAfter) after(cost int64, allowed bool) {
+	if s.armed && cost > 0 { // an admission, not a peek or a give-back
+		s.armed, s.admitted = false, allowed
+		s.cancel()
+	}
 }
 
 // downAfter is a store that fails every call once down is set.
