@@ -59,6 +59,10 @@ type Spec struct {
 	Authenticate func(ctx context.Context, header func(string) string) context.Context
 	Global       []Mount
 	Routes       []Route
+	// During, when set, is called by the handler of a request with
+	// DuringHeader, before it answers: what happens to the world while a
+	// handler runs (a store frozen between admission and settling).
+	During func()
 
 	hits   atomic.Int64
 	mu     sync.Mutex
@@ -266,6 +270,8 @@ const (
 	CostEchoHeader = "X-Test-Cost"
 	// CostHeader is the response header of a cost (Layer.CostHeader).
 	CostHeader = "X-Cost"
+	// DuringHeader asks the handler to call Spec.During.
+	DuringHeader = "X-Test-During"
 	// WaitHeader asks the handler to wait until the request's context
 	// ends (its client left), at most 10 s, before it answers.
 	WaitHeader = "X-Test-Wait"
@@ -282,6 +288,9 @@ func (s *Spec) Answer(ctx context.Context, header func(string) string, set func(
 		case <-ctx.Done():
 		case <-time.After(10 * time.Second):
 		}
+	}
+	if header(DuringHeader) != "" && s.During != nil {
+		s.During()
 	}
 	switch header(ReportHeader) {
 	case "fail":

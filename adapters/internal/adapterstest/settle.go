@@ -304,6 +304,46 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			}
 		})
 	}
+
+	// Redis frozen between a request's admission and its settling: the
+	// refund times out within the store's timeout (300 ms), the
+	// ErrorHandler hears it, and the response is answered all the same.
+	// The refund was sent, and Redis runs it once thawed: the success is
+	// given back once, late, and never twice.
+	t.Run("redis frozen before the refund", func(t *testing.T) {
+		if srv.External() {
+			t.Skip("REDIS_URL: the test would freeze a server it does not own")
+		}
+		rs, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("settle%d:", settlePrefixes.Add(1))),
+			redisstore.WithTimeout(300*time.Millisecond))
+		require.NoError(t, err)
+		var heard atomic.Int64
+		f := NewFlow(t, clockstore.At(rs, settleT0), []httplimit.Layer{login}, nil, httplimit.WithClientIP(client),
+			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) {
+				if strings.Contains(err.Error(), "settling the response") {
+					heard.Add(1)
+				}
+			}))
+		spec := &Spec{Routes: routes, Global: []Mount{{Flow: f}}, During: srv.Freeze}
+		addr := h.Serve(t, spec)
+		ip := "198.51.100.19"
+		require.Equal(t, http.StatusUnauthorized, Send(t, addr, RawRequest{Method: "POST", Path: "/login", Header: fail(ip)}).Status) // 1 counted
+		start := time.Now()
+		res := Send(t, addr, RawRequest{Method: "POST", Path: "/login", Header: from(ip, DuringHeader, "1")}) // a success
+		took := time.Since(start)
+		srv.Thaw()
+		assert.Equal(t, http.StatusOK, res.Status, "answered all the same")
+		assert.Less(t, took, 5*time.Second, "bounded by the store's timeout (300 ms)")
+		t.Logf("a settling response with Redis frozen before its refund: %v", took)
+		assert.Equal(t, int64(1), heard.Load(), "the ErrorHandler heard the failed refund")
+		deadline := time.Now().Add(5 * time.Second)
+		for used(t, f, 0, ip) != 1 {
+			require.True(t, time.Now().Before(deadline), "the refund Redis ran once thawed: %d counted", used(t, f, 0, ip))
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Equal(t, http.StatusOK, Send(t, addr, RawRequest{Method: "POST", Path: "/login", Header: from(ip)}).Status)
+		assert.Equal(t, int64(1), used(t, f, 0, ip), "given back once, not twice: the failure still counts")
+	})
 }
 
 // redisScripts is how many scripts srv has run (EVALSHA and EVAL calls,
