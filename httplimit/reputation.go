@@ -42,11 +42,15 @@ const reputationMark = "reputation: "
 // repKey is the key r's signals count toward: the Tracker's key
 // function's, or the client address's; "" when there is none.
 func (f *Flow) repKey(r keyfuncs.Request) string {
-	key, err := hooks.ReputationKey(f.rep, r)
+	var key string
+	var err error
+	if f.repOwn {
+		key, err = hooks.ReputationKey(f.rep, r)
+	} else {
+		key, err = f.clientIP.Key(r)
+	}
 	if err != nil {
-		if key, err = f.clientIP.Key(r); err != nil {
-			return ""
-		}
+		return ""
 	}
 	return key
 }

@@ -47,8 +47,8 @@
 package reputation
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -264,11 +264,11 @@ func New(cfg Config) (*Tracker, error) {
 			t.scales, t.scaleFrom = true, b.Above
 		}
 	}
-	t.halfLife = cmpOr(cfg.HalfLife, 10*time.Minute)
+	t.halfLife = cmp.Or(cfg.HalfLife, 10*time.Minute)
 	half := t.halfLife
-	offHalf := cmpOr(cfg.OffenceHalfLife, 24*time.Hour)
-	t.banFor = cmpOr(t.banFor, time.Minute)
-	t.banMax = max(cmpOr(t.banMax, 24*time.Hour), t.banFor)
+	offHalf := cmp.Or(cfg.OffenceHalfLife, 24*time.Hour)
+	t.banFor = cmp.Or(t.banFor, time.Minute)
+	t.banMax = max(cmp.Or(t.banMax, 24*time.Hour), t.banFor)
 	var err error
 	if cfg.Redis != nil {
 		if t.scores, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:s:", half, maxKeys); err == nil {
@@ -290,14 +290,6 @@ func New(cfg Config) (*Tracker, error) {
 		t.bans = localBans{b}
 	}
 	return t, nil
-}
-
-// cmpOr is d, or def when d is 0.
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // localBans is an access.Bans as a Banner: the bans of one process.
@@ -343,7 +335,7 @@ func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Pol
 
 // signal scores s, of weight w (the signal's own when w < 0), for key at
 // now, and acts on the band it takes key into: a ban band bans it, for
-// its offences' length. addr is the client's address, for the log.
+// its offences' length.
 func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 	if w < 0 {
 		w = t.weights[s]
@@ -493,17 +485,8 @@ func Report(ctx context.Context, w float64) {
 	}
 }
 
-// errNoKey is the error of a request with no reputation key.
-var errNoKey = errors.New("reputation: no key")
-
 func init() {
-	hooks.ReputationKey = func(t any, r any) (string, error) {
-		tr := t.(*Tracker)
-		if tr.key == nil {
-			return "", errNoKey
-		}
-		return tr.key(r.(keyfuncs.Request))
-	}
+	hooks.ReputationKey = func(t any, r any) (string, error) { return t.(*Tracker).key(r.(keyfuncs.Request)) }
 	hooks.ReputationSignal = func(t any, ctx context.Context, key string, s uint8) {
 		t.(*Tracker).signal(ctx, key, Signal(s), -1)
 	}

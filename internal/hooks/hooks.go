@@ -61,8 +61,7 @@ var AllowTimed func(limiter any, ctx context.Context, checks, out, d any) (time.
 
 // The reputation's hooks, for httplimit (a *reputation.Tracker as t; the
 // package sets them in its init). ReputationKey is the Tracker's own key
-// function's key for r (an error when it has none: the flow's client
-// address is then the key); ReputationSignal scores signal s (a
+// function's key for r (ReputationHasKey: it has one); ReputationSignal scores signal s (a
 // reputation.Signal) of key; ReputationContext returns ctx carrying the
 // request's Tracker and key, for reputation.Report; ReputationBans is the
 // Tracker's bans, an access.Matcher (nil in shadow mode, which bans no

@@ -38,15 +38,6 @@ func decay(v float64, el, hl int64) float64 {
 	return v * math.Exp2(-float64(el)/float64(hl))
 }
 
-// lifetime is how long, in µs, a score of v takes to decay below
-// Forgotten under a half-life of hl µs: its TTL.
-func lifetime(v float64, hl int64) int64 {
-	if v <= Forgotten {
-		return 0
-	}
-	return int64(math.Ceil(float64(hl) * math.Log2(v/Forgotten)))
-}
-
 // check reports a bad half-life or weight.
 func check(halfLife time.Duration, w float64) error {
 	if halfLife < time.Millisecond || halfLife > 366*24*time.Hour {

@@ -163,3 +163,12 @@ func BenchmarkMemoryGet(b *testing.B) {
 		}
 	}
 }
+
+// lifetime is how long, in µs, a score of v takes to decay below
+// Forgotten under a half-life of hl µs: the TTL add.lua gives its key.
+func lifetime(v float64, hl int64) int64 {
+	if v <= Forgotten {
+		return 0
+	}
+	return int64(math.Ceil(float64(hl) * math.Log2(v/Forgotten)))
+}
