@@ -199,22 +199,22 @@ func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 // Handle does not settle the layers that count by the response
 // (Layer.Counts): their requests count whole. Serve does.
 func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
-	proceed, _ = f.handle(r, w)
+	var st state
+	proceed, _ = f.handle(r, w, &st)
 	return proceed
 }
 
-// handle is Handle, and returns the settlement of a request that proceeds
-// admitted by layers that settle.
-func (f *Flow) handle(r keyfuncs.Request, w Response) (proceed bool, s *settlement) {
-	var st state
+// handle is Handle, in st, and returns the settlement of a request that
+// proceeds admitted by layers that settle.
+func (f *Flow) handle(r keyfuncs.Request, w Response, st *state) (proceed bool, s *settlement) {
 	defer func() {
 		if v := recover(); v != nil {
 			proceed, s = false, nil
-			f.recovered(r, w, &st, v)
+			f.recovered(r, w, st, v)
 		}
 	}()
 	if f.quota != nil && f.quota.is(r) {
-		f.answerQuota(&st, r, w)
+		f.answerQuota(st, r, w)
 		return false, nil
 	}
 	st.in = inSkip
@@ -224,7 +224,7 @@ func (f *Flow) handle(r keyfuncs.Request, w Response) (proceed bool, s *settleme
 		}
 	}
 	if f.single == nil {
-		return f.handleLayers(&st, r, w)
+		return f.handleLayers(st, r, w)
 	}
 	st.in = inKey
 	key, err := f.single.key(r)
@@ -236,26 +236,26 @@ func (f *Flow) handle(r keyfuncs.Request, w Response) (proceed bool, s *settleme
 		if err != nil {
 			k = ""
 		}
-		switch l, e := f.check(&st, r, k); l {
+		switch l, e := f.check(st, r, k); l {
 		case allowListed:
 			f.report(k, l)
-			return f.proceed(&st, r.Context(), r, w), nil
+			return f.proceed(st, r.Context(), r, w), nil
 		case denyListed:
 			f.report(k, l)
-			f.forbid(&st, r, w, e)
+			f.forbid(st, r, w, e)
 			return false, nil
 		}
 	}
 	if err != nil {
-		f.fail(&st, r, w, err)
+		f.fail(st, r, w, err)
 		return false, nil
 	}
 	if f.repBans != nil {
-		rk := key // the reputation's key, when it is the layer's (the client address)
+		st.repKey = key // the reputation's key, when it is the layer's (the client address)
 		if !f.single.defaultKey || f.repOwn {
-			rk = f.repKey(r)
+			st.repKey = f.repKey(r)
 		}
-		if f.repBanned(&st, r, w, key, rk) {
+		if f.repBanned(st, r, w, key, st.repKey) {
 			return false, nil
 		}
 	}
@@ -269,10 +269,10 @@ func (f *Flow) handle(r keyfuncs.Request, w Response) (proceed bool, s *settleme
 	checks := [1]core.Check{{Key: key, Cost: cost}}
 	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, checks[:], nil)
 	if err != nil {
-		f.fail(&st, r, w, err) // bad input, or the client left: no decision
+		f.fail(st, r, w, err) // bad input, or the client left: no decision
 		return false, nil
 	}
-	return f.decided(&st, ctx, r, w, &d, nil, at), nil
+	return f.decided(st, ctx, r, w, &d, nil, at), nil
 }
 
 // errEmptyKey is the error of a key function that returned an empty key.

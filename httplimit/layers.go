@@ -403,6 +403,7 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) (bool, *s
 		if n > 0 {
 			k = sc.keys[0]
 		}
+		st.repKey = rk
 		if f.repBanned(st, r, w, k, rk) {
 			return false, nil
 		}

@@ -58,6 +58,9 @@ const (
 type state struct {
 	in string
 	w  *writeOnce
+	// repKey is the reputation's key of the request, once the flow has
+	// had it (matching its bans), for Serve to reuse.
+	repKey string
 }
 
 // guard returns w wrapped so that the flow knows whether it was written.

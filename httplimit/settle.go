@@ -148,7 +148,8 @@ func ReportCost(ctx context.Context, cost int64) {
 // read from w, which must stay valid until Serve returns, by its
 // Get(name string) string method (every adapter's Response has one).
 func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Context) (status int)) bool {
-	proceed, s := f.handle(r, w)
+	var st state
+	proceed, s := f.handle(r, w, &st)
 	if !proceed {
 		return false
 	}
@@ -160,9 +161,12 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 	if s != nil {
 		ctx = context.WithValue(ctx, settleKey{}, s)
 	}
-	repKey := ""
+	repKey := st.repKey // the flow's, when it matched the reputation's bans
 	if f.rep != nil {
-		if repKey = f.repKey(r); repKey != "" {
+		if repKey == "" {
+			repKey = f.repKey(r)
+		}
+		if repKey != "" {
 			ctx = hooks.ReputationContext(f.rep, ctx, repKey)
 		}
 	}

@@ -414,3 +414,22 @@ func TestReputationBans(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkServeReputation is BenchmarkServe's plain layer with a
+// reputation that bans, through Serve: what the response's signals and
+// reputation.Report's context cost a request.
+func BenchmarkServeReputation(b *testing.B) {
+	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
+	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "abusive", Above: 40, Ban: true}}})
+	require.NoError(b, err)
+	f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p}}, httplimit.WithReputation(rep))
+	require.NoError(b, err)
+	r, w := newRequest(), settleResponse{newResponse()}
+	next := func(context.Context) int { return 200 }
+	b.ReportAllocs()
+	for b.Loop() {
+		if !f.Serve(r, w, next) {
+			b.Fatal("denied")
+		}
+	}
+}

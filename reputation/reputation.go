@@ -474,6 +474,22 @@ type reqRep struct {
 	key string
 }
 
+// repCtx is a request's context carrying its reqRep: one allocation a
+// request, where context.WithValue and the reqRep would be two.
+type repCtx struct {
+	context.Context
+	rep reqRep
+}
+
+// Value returns the request's reqRep for ctxKey, and what the parent
+// holds for any other key.
+func (c *repCtx) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return &c.rep
+	}
+	return c.Context.Value(key)
+}
+
 // Report scores a signal the application saw, of weight w (at most 2^20),
 // against the client of the request whose context ctx is (see
 // httplimit.Report for which context that is): a failed captcha, an
@@ -491,7 +507,7 @@ func init() {
 		t.(*Tracker).signal(ctx, key, Signal(s), -1)
 	}
 	hooks.ReputationContext = func(t any, ctx context.Context, key string) context.Context {
-		return context.WithValue(ctx, ctxKey{}, &reqRep{t: t.(*Tracker), key: key})
+		return &repCtx{Context: ctx, rep: reqRep{t: t.(*Tracker), key: key}}
 	}
 	hooks.ReputationBans = func(t any) any {
 		if tr := t.(*Tracker); !tr.shadow { // in shadow mode it bans no one

@@ -57,9 +57,13 @@ func New(f *httplimit.Flow) func(http.Handler) http.Handler {
 					next.ServeHTTP(w, r)
 					return 0
 				}
-				sw := &statusWriter{ResponseWriter: w}
+				sw := statusWriters.Get().(*statusWriter)
+				sw.ResponseWriter, sw.status = w, 0
 				next.ServeHTTP(sw, r.WithContext(ctx))
-				return sw.status
+				status := sw.status
+				sw.ResponseWriter = nil
+				statusWriters.Put(sw) // valid only until the handler returns, as net/http's own
+				return status
 			})
 			rw.w = nil
 			responses.Put(rw)
@@ -179,6 +183,8 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 }
+
+var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {

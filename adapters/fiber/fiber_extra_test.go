@@ -90,6 +90,7 @@ func BenchmarkFiber(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx.Response.Reset()
+			ctx.ResetUserValues() // as fasthttp's server does between requests
 			h(&ctx)
 			if ctx.Response.StatusCode() != fiber.StatusOK {
 				b.Fatal(ctx.Response.StatusCode())

@@ -52,8 +52,10 @@ func New(f *httplimit.Flow) fiber.Handler {
 				err = c.Next()
 				return 0
 			}
+			prev := c.UserContext()
 			c.SetUserContext(ctx)
 			err = c.Next()
+			c.SetUserContext(prev) // the chain's, for the middleware before this one
 			if unrouted(err) {
 				c.Locals(unroutedLocal{}, true)
 			}

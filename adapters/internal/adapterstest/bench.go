@@ -12,6 +12,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/reputation"
 )
 
 // The request every adapter benchmark serves: GET BenchPath from
@@ -29,7 +30,7 @@ const (
 // measures the app with b.Loop. Apps are built outside the measurement.
 func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *testing.B, h H)) {
 	layers := []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}}}
-	for _, name := range []string{"NoLimiter", "Limiter", "LimiterUntimed"} {
+	for _, name := range []string{"NoLimiter", "Limiter", "LimiterUntimed", "LimiterReputation"} {
 		var f *httplimit.Flow
 		var err error
 		switch name {
@@ -37,6 +38,11 @@ func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *t
 			f, err = httplimit.New(NewStore(b), layers)
 		case "LimiterUntimed":
 			f, err = httplimit.New(untimed{NewStore(b)}, layers)
+		case "LimiterReputation": // a reputation that bans: its bans matched, the status read, Report's context
+			var rep *reputation.Tracker
+			if rep, err = reputation.New(reputation.Config{Bands: repBands}); err == nil {
+				f, err = httplimit.New(NewStore(b), layers, httplimit.WithReputation(rep))
+			}
 		}
 		if err != nil {
 			b.Fatal(err)
