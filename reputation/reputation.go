@@ -38,9 +38,16 @@
 // asking for a file it does not have): only the first weighs by default.
 //
 // Scores are kept in process, or in Redis (Config.Redis) shared by every
-// app server: each signal is one atomic script; reading a score for a
-// decision reads the copy this server holds, kept by its own signals, so
-// it adds no round trip. Memory is bounded under a flood of distinct keys.
+// app server. Decisions read the copy of the scores this server holds (no
+// round trip). A signal is one atomic script, which returns the score
+// every server's signals made: the signal that crosses a band, on any
+// server, acts. But a client's signals that come while its script is
+// under way, or while Redis is failing, count in the copy at once and go
+// to Redis within 100 ms, batched: a flood of bad requests costs Redis at
+// most one script under way per client and server, and a slow Redis
+// delays one bad request by at most 250 ms a second (a go-redis client
+// with ContextTimeoutEnabled), not each. Memory is bounded under a flood
+// of distinct keys.
 //
 // In shadow mode (Config.Shadow) a Tracker scores, and logs what it would
 // do, but neither bans nor scales.
@@ -49,6 +56,7 @@ package reputation
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -165,17 +173,23 @@ var signalNames = [...]string{Denied: "denied", LockedOut: "locked_out", DenyLis
 // Tracker scores clients and acts on their scores. Build it with New; it
 // is safe for concurrent use.
 type Tracker struct {
-	key      keyfuncs.Func
-	weights  [Reported + 1]float64
-	bands    []Band
-	bans     Banner
-	banFor   time.Duration
-	banMax   time.Duration
-	scores   store
-	offences store
-	shadow   bool
-	halfLife time.Duration
-	scales   bool // some band scales
+	key     keyfuncs.Func
+	weights [Reported + 1]float64
+	bands   []Band
+	bans    Banner
+	// fallback holds, on this server, the bans Config.Bans failed to (a
+	// Redis down or frozen), for their length, so that a client who earned
+	// one is refused here all the same; and bansPaused (ns) is until when
+	// bans go there directly, without trying Config.Bans again.
+	fallback   *access.Bans
+	bansPaused atomic.Int64
+	banFor     time.Duration
+	banMax     time.Duration
+	scores     store
+	offences   store
+	shadow     bool
+	halfLife   time.Duration
+	scales     bool // some band scales
 	// scaleFrom is the lowest score a band scales from (its Above), and
 	// suspects the clients whose score has been above it: Adjust reads
 	// this snapshot, with one atomic load, and the score only of a client
@@ -189,6 +203,7 @@ type Tracker struct {
 	pruned     time.Time // the last prune, under suspectsMu
 	now        func() time.Time
 	log        *slog.Logger
+	lastLog    atomic.Int64                                                       // when flushFailed last logged, ns
 	onOutcome  func(key string, s Signal, score float64, band string, acted bool) // tests
 	// What the metrics read: the signals scored by kind, and the bans by
 	// band, made and (in shadow mode) not made.
@@ -271,8 +286,16 @@ func New(cfg Config) (*Tracker, error) {
 	t.banMax = max(cmp.Or(t.banMax, 24*time.Hour), t.banFor)
 	var err error
 	if cfg.Redis != nil {
-		if t.scores, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:s:", half, maxKeys); err == nil {
-			t.offences, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:o:", offHalf, maxKeys)
+		var rs *scores.Redis
+		if rs, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:s:", half, maxKeys); err == nil {
+			rs.OnShared(t.shared, t.flushFailed)
+			t.scores = rs
+			var ro *scores.Redis
+			ro, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:o:", offHalf, maxKeys)
+			if err == nil {
+				ro.OnShared(nil, t.flushFailed)
+				t.offences = ro
+			}
 		}
 	} else {
 		if t.scores, err = scores.NewMemory(half, maxKeys); err == nil {
@@ -282,14 +305,38 @@ func New(cfg Config) (*Tracker, error) {
 	if err != nil {
 		return nil, bad("%v", err)
 	}
+	b, err := access.NewBans(maxKeys)
+	if err != nil {
+		return nil, err
+	}
 	if t.bans == nil {
-		b, err := access.NewBans(maxKeys)
-		if err != nil {
-			return nil, err
-		}
 		t.bans = localBans{b}
+	} else {
+		t.fallback = b
 	}
 	return t, nil
+}
+
+// eitherBans matches the bans of Config.Bans, and those this server holds
+// because writing them there failed (Tracker.fallback).
+type eitherBans struct {
+	shared   access.Matcher
+	fallback *access.Bans
+}
+
+func (b eitherBans) Match(addr netip.Addr, key string, now time.Time) (access.Entry, bool) {
+	if e, ok := b.shared.Match(addr, key, now); ok {
+		return e, true
+	}
+	return b.fallback.Match(addr, key, now)
+}
+
+// matcher returns the bans t enforces.
+func (t *Tracker) matcher() access.Matcher {
+	if t.fallback == nil {
+		return t.bans
+	}
+	return eitherBans{t.bans, t.fallback}
 }
 
 // localBans is an access.Bans as a Banner: the bans of one process.
@@ -351,6 +398,11 @@ func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 		t.log.Warn("reputation: scoring failed", "key", key, "signal", s, "error", err)
 		return
 	}
+	if rs, ok := t.scores.(*scores.Redis); ok {
+		if shared, ok := rs.Sync(ctx, key); ok {
+			v = shared // every server's signals: this one may cross a band they took the client near
+		}
+	}
 	if t.scales && v > t.scaleFrom {
 		t.suspect(key, now)
 	}
@@ -377,9 +429,60 @@ func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 	}
 }
 
+// shared acts on key's score as a flush of the scores to Redis read it,
+// before (this server's copy) and after (the score every server's signals
+// made): a client other servers' signals took above a band that scales
+// is scaled here too, and one they took into a band that bans is banned,
+// if its ban is not in force yet.
+func (t *Tracker) shared(key string, before, after float64) {
+	now := t.now()
+	if t.scales && after > t.scaleFrom {
+		t.suspect(key, now)
+	}
+	from, to := t.band(before), t.band(after)
+	if to <= from {
+		return
+	}
+	for i := to; i >= 0; i-- {
+		if t.bands[i].Ban {
+			if !t.bannedNow(key) {
+				t.ban(context.Background(), key, i)
+			}
+			return
+		}
+	}
+}
+
+// flushFailed logs a failed flush of the scores to Redis, at most once
+// per logEvery: the scores are still counted in this server's copy.
+func (t *Tracker) flushFailed(err error) {
+	now := time.Now().UnixNano()
+	last := t.lastLog.Load()
+	if now-last < int64(logEvery) || !t.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	t.log.Warn("reputation: sharing scores through Redis failed; they count on this server meanwhile", "error", err)
+}
+
+// logEvery bounds how often a failing Redis is logged.
+const logEvery = 10 * time.Second
+
+// banTimeout bounds a ban's write (over a client that honours context
+// deadlines: go-redis's ContextTimeoutEnabled), and banPause is how long,
+// after one failed, bans are held on this server without trying the
+// shared ones: a frozen Redis costs one request banTimeout, not each.
+const (
+	banTimeout = time.Second
+	banPause   = time.Second
+)
+
+// errBansPaused is why a ban is held on this server only while the
+// shared bans are paused after a failure.
+var errBansPaused = errors.New("reputation: shared bans paused after a failure")
+
 // bannedNow reports whether key is banned now.
 func (t *Tracker) bannedNow(key string) bool {
-	_, ok := t.bans.Match(netip.Addr{}, key, time.Now())
+	_, ok := t.matcher().Match(netip.Addr{}, key, time.Now())
 	return ok
 }
 
@@ -456,9 +559,28 @@ func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
 	if _, err := t.offences.Add(ctx, key, 1, now); err != nil {
 		t.log.Warn("reputation: remembering an offence failed", "key", key, "error", err)
 	}
-	if _, err := t.bans.Ban(ctx, access.Entry{Key: key, Reason: "reputation: " + band}, d); err != nil {
-		t.log.Warn("reputation: banning failed", "key", key, "band", band, "error", err)
-		return false
+	e := access.Entry{Key: key, Reason: "reputation: " + band}
+	var err error
+	if t.fallback == nil || time.Now().UnixNano() >= t.bansPaused.Load() {
+		ctx, cancel := context.WithTimeout(ctx, banTimeout)
+		_, err = t.bans.Ban(ctx, e, d)
+		cancel()
+		if err != nil && t.fallback != nil {
+			t.bansPaused.Store(time.Now().Add(banPause).UnixNano())
+		}
+	} else {
+		err = errBansPaused
+	}
+	if err != nil {
+		if t.fallback == nil {
+			t.log.Warn("reputation: banning failed", "key", key, "band", band, "error", err)
+			return false
+		}
+		if _, ferr := t.fallback.Ban(e, d); ferr != nil {
+			t.log.Warn("reputation: banning failed", "key", key, "band", band, "error", errors.Join(err, ferr))
+			return false
+		}
+		t.log.Warn("reputation: banned on this server only: the shared bans failed", "key", key, "band", band, "for", d, "error", err)
 	}
 	t.banned[bi].Add(1)
 	t.log.Info("reputation: banned", "key", key, "band", band, "for", d)
@@ -511,7 +633,7 @@ func init() {
 	}
 	hooks.ReputationBans = func(t any) any {
 		if tr := t.(*Tracker); !tr.shadow { // in shadow mode it bans no one
-			return access.Matcher(tr.bans)
+			return tr.matcher()
 		}
 		return nil
 	}

@@ -466,3 +466,31 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	c.tb.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
+
+// Scripts returns how many scripts the server c reaches has run: its
+// EVALSHA and EVAL calls, by INFO commandstats (the stores' round trips,
+// which send one script each).
+func Scripts(tb testing.TB, c redis.UniversalClient) int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	n := int64(0)
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"evalsha", "eval"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				end := strings.IndexByte(rest, ',')
+				if end < 0 {
+					end = len(rest)
+				}
+				calls, err := strconv.ParseInt(rest[:end], 10, 64)
+				if err != nil {
+					tb.Fatalf("redistest: commandstats line %q: %v", line, err)
+				}
+				n += calls
+			}
+		}
+	}
+	return n
+}

@@ -68,7 +68,14 @@ func (m *Memory) Add(_ context.Context, key string, w float64, now time.Time) (f
 	if now.IsZero() {
 		now = time.Now()
 	}
-	us := now.UnixMicro()
+	e := m.add(key, w, now.UnixMicro())
+	return e.v, nil
+}
+
+// add adds w, checked, to the score of key at us µs, and returns the
+// score after it, with the time it was added at (later than us when the
+// clock stepped back).
+func (m *Memory) add(key string, w float64, us int64) entry {
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -84,7 +91,7 @@ func (m *Memory) Add(_ context.Context, key string, w float64, now time.Time) (f
 	e.v += w
 	e.at = us
 	sh.m[key] = e
-	return e.v, nil
+	return e
 }
 
 // Get returns the score of key at now: 0 for a key with none.
@@ -103,19 +110,24 @@ func (m *Memory) Get(key string, now time.Time) float64 {
 	return v
 }
 
-// set records v, key's score at at µs, as a store that decides elsewhere
-// told it (see Redis), unless the copy holds a later one.
-func (m *Memory) set(key string, v float64, at int64) {
+// entry returns key's score as of its last signal.
+func (m *Memory) entry(key string) (entry, bool) {
 	sh := m.shard(key)
 	sh.mu.Lock()
-	if e, ok := sh.m[key]; ok && e.at > at {
-		sh.mu.Unlock()
-		return
-	}
+	e, ok := sh.m[key]
+	sh.mu.Unlock()
+	return e, ok
+}
+
+// put records e as key's score, as a store that decides elsewhere told
+// it (see Redis).
+func (m *Memory) put(key string, e entry) {
+	sh := m.shard(key)
+	sh.mu.Lock()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= sh.max {
-		sh.evict(at, m.hl)
+		sh.evict(e.at, m.hl)
 	}
-	sh.m[key] = entry{v: v, at: at}
+	sh.m[key] = e
 	sh.mu.Unlock()
 }
 

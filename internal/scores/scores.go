@@ -1,10 +1,10 @@
 // Package scores keeps decaying scores by key: each signal adds its weight,
 // and a score halves every half-life (exponential decay), so that a client
 // who stops misbehaving recovers, and a shared or recycled address too. It
-// is the groundwork of the reputation the HTTP flow will keep per client
-// (issue #25, part 2): the Memory store serves one process, and the Redis
-// store shares the scores between app servers, each update one atomic
-// script, each read a copy in process (no round trip).
+// is what package reputation keeps per client: the Memory store serves
+// one process, and the Redis store shares the scores between app servers,
+// each read a copy in process (no round trip), the updates written behind,
+// batched, one atomic script per key (see Redis).
 //
 // A score is kept as its value at the time of its last signal; its value
 // at a later time t is value × 2^(-(t - at) / halfLife), computed when it

@@ -2,6 +2,7 @@ package scores
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -24,7 +25,9 @@ type store interface {
 	Get(key string, now time.Time) float64
 }
 
-// stores returns a Memory and a Redis store of one half-life.
+// stores returns a Memory and a Redis store of one half-life. The Redis
+// store's Add flushes before it returns, so that what it returns and Get
+// reads is the score Redis computed.
 func stores(t *testing.T, hl time.Duration) map[string]store {
 	t.Helper()
 	m, err := NewMemory(hl, 10_000)
@@ -32,7 +35,31 @@ func stores(t *testing.T, hl time.Duration) map[string]store {
 	srv := redistest.Start(t)
 	r, err := NewRedis(srv.Client(), fmt.Sprintf("scores-%d:", rand.Int64()), hl, 10_000)
 	require.NoError(t, err)
-	return map[string]store{"memory": m, "redis": r}
+	return map[string]store{"memory": m, "redis": flushing{r}}
+}
+
+// flushing is a Redis store whose Add is flushed to Redis before it
+// returns: the score it returns is Redis's reply.
+type flushing struct{ *Redis }
+
+func (f flushing) Add(ctx context.Context, key string, w float64, now time.Time) (float64, error) {
+	if _, err := f.Redis.Add(ctx, key, w, now); err != nil {
+		return 0, err
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return f.Get(key, now), nil
+}
+
+// stored reads key's score as Redis holds it (add.lua's '<dd'), at its
+// last signal.
+func stored(t *testing.T, c redis.UniversalClient, key string) float64 {
+	t.Helper()
+	b, err := c.Get(context.Background(), key).Bytes()
+	require.NoError(t, err)
+	require.Len(t, b, 16)
+	return math.Float64frombits(binary.LittleEndian.Uint64(b[:8]))
 }
 
 // TestDecay: a score halves every half-life, signals add up, a clock
@@ -67,27 +94,198 @@ func TestDecay(t *testing.T) {
 }
 
 // TestRedisMatchesMemory: random histories of signals give the same
-// scores on both stores, to 1e-12.
+// scores on both stores, to 1e-12, flushed to Redis after every signal,
+// or after a random number of them (the weights queued between flushes
+// add up as the signals one by one would have), with clock step-backs.
 func TestRedisMatchesMemory(t *testing.T) {
 	ctx := context.Background()
-	ss := stores(t, 10*time.Second)
-	m, r := ss["memory"], ss["redis"]
-	rng := rand.New(rand.NewPCG(1, 2))
-	now := t0
-	for i := range 2000 {
-		now = now.Add(time.Duration(rng.Int64N(int64(5 * time.Second))))
-		if rng.IntN(10) == 0 {
-			now = now.Add(-time.Duration(rng.Int64N(int64(time.Second)))) // steps back
-		}
-		key := fmt.Sprintf("k%d", rng.IntN(20))
-		w := float64(rng.IntN(5)) + rng.Float64()
-		mv, err := m.Add(ctx, key, w, now)
-		require.NoError(t, err)
-		rv, err := r.Add(ctx, key, w, now)
-		require.NoError(t, err)
-		require.InEpsilon(t, mv, rv, 1e-12, "step %d", i)
-		require.InEpsilon(t, m.Get(key, now.Add(time.Second)), r.Get(key, now.Add(time.Second)), 1e-12, "step %d: the copy in process", i)
+	for _, every := range []int{1, 0} {
+		t.Run(fmt.Sprintf("flushed every %d", every), func(t *testing.T) {
+			m, err := NewMemory(10*time.Second, 10_000)
+			require.NoError(t, err)
+			srv := redistest.Start(t)
+			r, err := NewRedis(srv.Client(), fmt.Sprintf("match-%d:", rand.Int64()), 10*time.Second, 10_000)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(1, uint64(every)))
+			now := t0
+			touched := map[string]bool{}
+			for i := range 2000 {
+				now = now.Add(time.Duration(rng.Int64N(int64(5 * time.Second))))
+				if rng.IntN(10) == 0 {
+					now = now.Add(-time.Duration(rng.Int64N(int64(time.Second)))) // steps back
+				}
+				key := fmt.Sprintf("k%d", rng.IntN(20))
+				w := float64(rng.IntN(5)) + rng.Float64()
+				mv, err := m.Add(ctx, key, w, now)
+				require.NoError(t, err)
+				rv, err := r.Add(ctx, key, w, now)
+				require.NoError(t, err)
+				require.InEpsilon(t, mv, rv, 1e-12, "step %d: the copy", i)
+				touched[key] = true
+				if every == 1 || rng.IntN(7) == 0 {
+					_, err := r.Flush(ctx)
+					require.NoError(t, err)
+					for k := range touched {
+						// What Redis holds, at its last signal, is the copy's.
+						e, ok := r.copy.entry(k)
+						require.True(t, ok)
+						require.InEpsilon(t, e.v, stored(t, srv.Client(), r.prefix+k), 1e-12, "step %d: Redis's %s", i, k)
+						require.InEpsilon(t, m.Get(k, now.Add(time.Second)), r.Get(k, now.Add(time.Second)), 1e-12, "step %d: %s", i, k)
+					}
+					clear(touched)
+				}
+			}
+		})
 	}
+}
+
+// TestRedisWrittenBehind: a flood of signals for a key costs Redis one
+// script a FlushEvery, not one a signal, and every one of them counts;
+// signals are counted, and answered, while Redis is frozen, and shared
+// once it thaws.
+func TestRedisWrittenBehind(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	r, err := NewRedis(c, fmt.Sprintf("behind-%d:", rand.Int64()), time.Hour, 1000)
+	require.NoError(t, err)
+	before := scripts(t, c)
+	start := time.Now()
+	for range 20_000 {
+		_, err := r.Add(ctx, "flood", 1, t0)
+		require.NoError(t, err)
+	}
+	took := time.Since(start)
+	waitIdle(t, r)
+	ran := scripts(t, c) - before
+	assert.LessOrEqual(t, ran, int64(took/FlushEvery)+3, "one script a flush for %v of signals", took)
+	assert.Equal(t, 20_000.0, stored(t, c, r.prefix+"flood"), "every signal counted in Redis")
+	assert.Equal(t, 20_000.0, r.Get("flood", t0))
+	t.Logf("20,000 signals in %v: %d scripts", took, ran)
+
+	if srv.External() {
+		return
+	}
+	srv.Freeze()
+	frozen := time.Now()
+	for range 100 {
+		_, err := r.Add(ctx, "frozen", 1, t0)
+		require.NoError(t, err)
+	}
+	assert.Less(t, time.Since(frozen), time.Second, "no Add waits for Redis")
+	assert.Equal(t, 100.0, r.Get("frozen", t0), "counted in the copy meanwhile")
+	srv.Thaw()
+	waitIdle(t, r)
+	assert.Equal(t, 100.0, stored(t, c, r.prefix+"frozen"), "shared once thawed")
+}
+
+// TestRedisShared: a flush brings to each server the score every
+// server's signals made, and OnShared hears it.
+func TestRedisShared(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("shared-%d:", rand.Int64())
+	a, err := NewRedis(srv.Client(), prefix, time.Hour, 100)
+	require.NoError(t, err)
+	b, err := NewRedis(srv.Client(), prefix, time.Hour, 100)
+	require.NoError(t, err)
+	type heard struct{ before, after float64 }
+	var mu sync.Mutex
+	var got []heard
+	b.OnShared(func(key string, before, after float64) {
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, "k", key)
+		got = append(got, heard{before, after})
+	}, nil)
+	_, err = a.Add(ctx, "k", 30, t0)
+	require.NoError(t, err)
+	_, err = a.Flush(ctx)
+	require.NoError(t, err)
+	v, err := b.Add(ctx, "k", 1, t0)
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, v, "b has not flushed: its own signal only")
+	_, err = b.Flush(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 31.0, b.Get("k", t0), "b's copy takes the shared score")
+	mu.Lock()
+	assert.Equal(t, []heard{{1, 31}}, got)
+	mu.Unlock()
+}
+
+// TestRedisSync: a Sync sends a key's signals at once and returns the
+// score every server's made; while Redis is frozen, one Sync waits
+// SyncTimeout and the next ones, for SyncPause, none, every signal still
+// counting in the copy, and all of them in Redis once it thaws.
+func TestRedisSync(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("sync-%d:", rand.Int64())
+	opts := srv.Options()
+	opts.ContextTimeoutEnabled = true
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	a, err := NewRedis(c, prefix, time.Hour, 100)
+	require.NoError(t, err)
+	b, err := NewRedis(c, prefix, time.Hour, 100)
+	require.NoError(t, err)
+	require.NoError(t, addScript.Load(ctx, c).Err()) // no NOSCRIPT to count
+	before := scripts(t, c)
+	for range 30 {
+		_, err := a.Add(ctx, "k", 1, t0)
+		require.NoError(t, err)
+		_, ok := a.Sync(ctx, "k")
+		require.True(t, ok)
+	}
+	assert.Equal(t, int64(30), scripts(t, c)-before, "a script a Sync")
+	_, err = b.Add(ctx, "k", 1, t0)
+	require.NoError(t, err)
+	v, ok := b.Sync(ctx, "k")
+	require.True(t, ok)
+	assert.Equal(t, 31.0, v, "the score both servers' signals made")
+	assert.Equal(t, 31.0, b.Get("k", t0))
+	_, ok = b.Sync(ctx, "k")
+	assert.False(t, ok, "nothing queued: nothing sent")
+
+	if srv.External() {
+		return
+	}
+	var errs []error
+	var mu sync.Mutex
+	a.OnShared(nil, func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() })
+	srv.Freeze()
+	start := time.Now()
+	_, err = a.Add(ctx, "frozen", 1, t0)
+	require.NoError(t, err)
+	_, ok = a.Sync(ctx, "frozen")
+	first := time.Since(start)
+	assert.False(t, ok, "timed out")
+	assert.GreaterOrEqual(t, first, SyncTimeout)
+	assert.Less(t, first, 2*time.Second, "bounded by SyncTimeout")
+	start = time.Now()
+	for range 99 {
+		_, err := a.Add(ctx, "frozen", 1, t0)
+		require.NoError(t, err)
+		_, ok := a.Sync(ctx, "frozen")
+		require.False(t, ok, "paused")
+	}
+	assert.Less(t, time.Since(start), SyncTimeout, "no wait while paused")
+	assert.Equal(t, 100.0, a.Get("frozen", t0), "counted in the copy")
+	srv.Thaw()
+	waitIdle(t, a)
+	assert.InDelta(t, 99.5, stored(t, c, prefix+"frozen"), 0.5, "in Redis once thawed (the timed-out script's one, if Redis read it before the client left)")
+	mu.Lock()
+	assert.NotEmpty(t, errs, "the failure heard")
+	mu.Unlock()
+}
+
+// scripts is how many scripts Redis has run.
+func scripts(t *testing.T, c redis.UniversalClient) int64 { return redistest.Scripts(t, c) }
+
+// waitIdle waits until r's flusher has sent everything and stopped.
+func waitIdle(t *testing.T, r *Redis) {
+	t.Helper()
+	require.Eventually(t, func() bool { return !r.running.Load() && !r.queued() }, 30*time.Second, 10*time.Millisecond)
 }
 
 // TestRedisAtomic: two app servers (two clients) adding at once lose no
@@ -114,20 +312,23 @@ func TestRedisAtomic(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	v, err := servers[0].Add(ctx, "k", 0, t0)
-	require.NoError(t, err)
-	assert.Equal(t, 200.0, v, "every signal counted")
+	for _, s := range servers {
+		_, err := s.Flush(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 200.0, stored(t, srv.Client(), prefix+"k"), "every signal counted")
+	assert.Equal(t, 200.0, servers[1].Get("k", t0), "the last to flush has them all")
 	ttl, err := srv.Client().PTTL(ctx, prefix+"k").Result()
 	require.NoError(t, err)
 	want := time.Duration(lifetime(200, time.Hour.Microseconds())) * time.Microsecond
 	assert.InDelta(t, float64(want), float64(ttl), float64(2*time.Second), "forgotten when it decays below %v", Forgotten)
 
-	// Redis TIME when the signal is not dated.
-	v, err = servers[1].Add(ctx, "now", 2, time.Time{})
+	// time.Now when the signal is not dated.
+	v, err := servers[1].Add(ctx, "now", 2, time.Time{})
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, v)
 	assert.InEpsilon(t, 2.0, servers[1].Get("now", time.Now()), 1e-3)
-	assert.Zero(t, servers[0].Get("now", time.Now()), "the other server sees it at its own next signal")
+	assert.Zero(t, servers[0].Get("now", time.Now()), "the other server sees it at its own next flush of the key")
 }
 
 // TestMemoryBounded: a flood of distinct keys keeps the store within its

@@ -80,7 +80,9 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		for range servers {
 			c := cfg
 			if be.redis {
-				rc := redis.NewClient(srv.Options())
+				o := srv.Options()
+				o.ContextTimeoutEnabled = true // as docs/redis.md asks: the Tracker's timeouts hold
+				rc := redis.NewClient(o)
 				t.Cleanup(func() { _ = rc.Close() })
 				bans, err := rediswatch.NewBans(context.Background(), rc, rediswatch.WithKey(bansKey))
 				require.NoError(t, err)
@@ -162,6 +164,77 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 					}
 				}
 			})
+
+			if be.redis {
+				// A scanner spread over two app servers, one request to each
+				// in turn: each signal's script returns the score both
+				// servers' signals made, so the request that crosses the
+				// band, on either server, is the last to pass there (a
+				// score each server kept alone would let 80 pass).
+				t.Run("scanner-across-servers", func(t *testing.T) {
+					addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, 2)
+					ip := repIP(run, 11)
+					conns := []*Conn{Dial(t, addrs[0]), Dial(t, addrs[1])}
+					seen := map[int]int{}
+					for i := range 1000 {
+						res := conns[i%2].Do(t, RawRequest{Path: "/wp-admin/" + strconv.Itoa(i) + ".php", Header: fromIP(ip)})
+						seen[res.Status]++
+						if res.Status == http.StatusForbidden {
+							break
+						}
+					}
+					// The 41st crosses the band on its server, which bans at once;
+					// the 42nd may reach the other server before it polls the
+					// ban (within 200 ms), and pass there, its last.
+					assert.Equal(t, 1, seen[http.StatusForbidden])
+					assert.Contains(t, []int{41, 42}, seen[http.StatusNotFound], "passed, of the scanner's requests spread over both servers")
+				})
+
+				// Redis frozen (a partition, a stuck command) while a scanner
+				// walks: no bad request waits on Redis but the one that finds
+				// it frozen (250 ms) and the ban's write (1 s); the scores count
+				// on this server meanwhile, and the ban, which the shared bans
+				// cannot take, holds here.
+				t.Run("redis-frozen", func(t *testing.T) {
+					if srv.External() {
+						t.Skip("REDIS_URL: the test would freeze a server it does not own")
+					}
+					addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, 1)
+					ip := repIP(run, 12)
+					c := Dial(t, addrs[0])
+					require.Equal(t, http.StatusNotFound, c.Do(t, RawRequest{Path: "/warm", Header: fromIP(ip)}).Status)
+					srv.Freeze()
+					thawed := false
+					thaw := func() {
+						if !thawed {
+							thawed = true
+							srv.Thaw()
+						}
+					}
+					defer thaw()
+					start := time.Now()
+					seen := map[int]int{}
+					slow := 0
+					for i := range 100 {
+						begin := time.Now()
+						res := c.Do(t, RawRequest{Path: "/wp-admin/" + strconv.Itoa(i), Header: fromIP(ip)})
+						if time.Since(begin) > 200*time.Millisecond {
+							slow++
+						}
+						seen[res.Status]++
+						if res.Status == http.StatusForbidden {
+							break
+						}
+					}
+					took := time.Since(start)
+					assert.Equal(t, map[int]int{http.StatusNotFound: 40, http.StatusForbidden: 1}, seen, "banned at its 41st signal (one before the freeze)")
+					assert.LessOrEqual(t, slow, 3, "requests that waited on the frozen Redis")
+					assert.Less(t, took, 10*time.Second)
+					t.Logf("a scanner's walk with Redis frozen: %v, %d requests slow", took, slow)
+					assert.Equal(t, http.StatusForbidden, c.Do(t, RawRequest{Path: "/", Header: fromIP(ip)}).Status, "the ban holds on this server")
+					thaw()
+				})
+			}
 
 			t.Run("missing-files-on-a-route", func(t *testing.T) {
 				addrs, _ := serve(t, be, reputation.Config{Bands: repBands}, nil, 1)

@@ -346,22 +346,8 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	})
 }
 
-// redisScripts is how many scripts srv has run (EVALSHA and EVAL calls,
-// by INFO commandstats): round trips of the stores, which send one script
-// each.
+// redisScripts is how many scripts srv has run (redistest.Scripts).
 func redisScripts(t *testing.T, srv *redistest.Server) int64 {
 	t.Helper()
-	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	n := int64(0)
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"evalsha", "eval"} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-				calls, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				require.NoError(t, err)
-				n += calls
-			}
-		}
-	}
-	return n
+	return redistest.Scripts(t, srv.Client())
 }
