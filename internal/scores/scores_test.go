@@ -373,3 +373,49 @@ func lifetime(v float64, hl int64) int64 {
 	}
 	return int64(math.Ceil(float64(hl) * math.Log2(v/Forgotten)))
 }
+
+// BenchmarkRedisSignal is a signal as a Tracker scores it on Redis (Add,
+// then Sync), one at a time and from many goroutines on one key (a
+// flood), with the scripts Redis ran per signal.
+func BenchmarkRedisSignal(b *testing.B) {
+	ctx := context.Background()
+	srv := redistest.Start(b)
+	o := srv.Options()
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClient(o)
+	b.Cleanup(func() { _ = c.Close() })
+	for _, parallel := range []bool{false, true} {
+		name := "one-at-a-time"
+		if parallel {
+			name = "flood-one-key"
+		}
+		b.Run(name, func(b *testing.B) {
+			r, err := NewRedis(c, fmt.Sprintf("bench-%d:", rand.Int64()), time.Hour, 1000)
+			require.NoError(b, err)
+			signal := func() {
+				if _, err := r.Add(ctx, "k", 1, time.Time{}); err != nil {
+					b.Error(err)
+				}
+				r.Sync(ctx, "k")
+			}
+			before := redistest.Scripts(b, c)
+			b.ReportAllocs()
+			b.ResetTimer()
+			if parallel {
+				b.SetParallelism(16)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						signal()
+					}
+				})
+			} else {
+				for range b.N {
+					signal()
+				}
+			}
+			b.StopTimer()
+			ran := redistest.Scripts(b, c) - before
+			b.ReportMetric(float64(ran)/float64(b.N), "scripts/op")
+		})
+	}
+}
