@@ -419,3 +419,70 @@ func BenchmarkRedisSignal(b *testing.B) {
 		})
 	}
 }
+
+// TestRedisCluster: on a Redis Cluster, a flush's pipeline reaches every
+// slot of its keys, and Syncs too: 200 keys, each with its signals, are
+// each what one process would hold.
+func TestRedisCluster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
+	prefix := fmt.Sprintf("cluster-%d:", rand.Int64())
+	a, err := NewRedis(c, prefix, time.Hour, 1000)
+	require.NoError(t, err)
+	b, err := NewRedis(c, prefix, time.Hour, 1000)
+	require.NoError(t, err)
+	for i := range 200 {
+		key := fmt.Sprintf("k%d", i)
+		for range i%5 + 1 {
+			_, err := a.Add(ctx, key, 1, t0)
+			require.NoError(t, err)
+		}
+	}
+	n, err := a.Flush(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 200, n)
+	for i := range 200 {
+		key := fmt.Sprintf("k%d", i)
+		assert.Equal(t, float64(i%5+1), stored(t, c, prefix+key), key)
+		_, err := b.Add(ctx, key, 1, t0)
+		require.NoError(t, err)
+		v, ok := b.Sync(ctx, key)
+		require.True(t, ok, key)
+		assert.Equal(t, float64(i%5+2), v, "%s: both servers' signals", key)
+	}
+}
+
+// TestRedisFull: a Redis that refuses writes (maxmemory reached under
+// noeviction) fails a Sync at once, and the signals after it, for
+// SyncPause, neither wait nor are lost to this server: they count in its
+// copy, and the error is heard.
+func TestRedisFull(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	if srv.External() {
+		t.Skip("REDIS_URL: the test would fill a server it does not own")
+	}
+	c := srv.Client()
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+	t.Cleanup(func() { _ = c.ConfigSet(ctx, "maxmemory", "0").Err() })
+	r, err := NewRedis(c, fmt.Sprintf("full-%d:", rand.Int64()), time.Hour, 100)
+	require.NoError(t, err)
+	var heard []error
+	var mu sync.Mutex
+	r.OnShared(nil, func(err error) { mu.Lock(); heard = append(heard, err); mu.Unlock() })
+	start := time.Now()
+	for range 50 {
+		_, err := r.Add(ctx, "k", 1, t0)
+		require.NoError(t, err)
+		_, ok := r.Sync(ctx, "k")
+		require.False(t, ok)
+	}
+	assert.Less(t, time.Since(start), SyncTimeout, "refused at once, then paused")
+	assert.Equal(t, 50.0, r.Get("k", t0), "counted on this server")
+	mu.Lock()
+	require.NotEmpty(t, heard)
+	assert.ErrorContains(t, heard[0], "OOM")
+	mu.Unlock()
+}
