@@ -33,21 +33,12 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	if len(out) < len(checks) {
 		return fmt.Errorf("%w: Peek: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
 	}
-	if len(checks) > len(l.policies) {
-		return fmt.Errorf("%w: Peek: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
+	arr, err := l.quietRequests(ctx, "Peek", checks)
+	if arr == nil {
+		return err // or no checks
 	}
-	if len(checks) == 0 {
-		return nil
-	}
-	arr := reqPool.Get().(*[limits.MaxLayers]Request)
-	defer func() {
-		clear(arr[:len(checks)]) // drop the keys and policies
-		reqPool.Put(arr)
-	}()
+	defer putRequests(arr, len(checks))
 	reqs := arr[:len(checks)]
-	if err := l.quietRequests(ctx, "Peek", checks, reqs); err != nil {
-		return err
-	}
 	if err := l.quietly(ctx, now, reqs, out[:len(reqs)]); err != nil {
 		return err
 	}
@@ -57,36 +48,54 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	return nil
 }
 
-// quietRequests fills reqs with the requests of checks that are no
-// decision (Peek, Refund, fn): each layer's key, normalized, and its policy
-// in force for the key; Cost left 0. It refuses what AllowLayers refuses:
-// a layer out of range or repeated, an invalid key; a PolicySource's
-// failure and an ended ctx are its error too (nothing is decided, so
-// nothing falls back).
-func (l *Limiter) quietRequests(ctx context.Context, fn string, checks []Check, reqs []Request) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ratelimit: %s: %w", fn, err)
+// quietRequests returns the requests of checks that are no decision
+// (Peek, Refund, fn), in an array of reqPool that the caller gives back
+// with putRequests: each layer's key, normalized, and its policy in force
+// for the key; Cost left 0. It returns nil for no checks, and refuses
+// what AllowLayers refuses: more checks than layers, a layer out of range
+// or repeated, an invalid key; a PolicySource's failure and an ended ctx
+// are its error too (nothing is decided, so nothing falls back).
+func (l *Limiter) quietRequests(ctx context.Context, fn string, checks []Check) (*[limits.MaxLayers]Request, error) {
+	if len(checks) > len(l.policies) {
+		return nil, fmt.Errorf("%w: %s: %d checks for %d layers", ErrInvalidOption, fn, len(checks), len(l.policies))
 	}
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ratelimit: %s: %w", fn, err)
+	}
+	arr := reqPool.Get().(*[limits.MaxLayers]Request)
 	var seen uint32
 	for i := range checks {
 		c := &checks[i]
 		lp, err := l.layerOf(fn, i, c, &seen)
 		if err != nil {
-			return err
+			putRequests(arr, i)
+			return nil, err
 		}
 		key, err := normalizeKey(c.Key)
 		if err != nil {
-			return fmt.Errorf("layer %q: %w", lp.Name, err)
+			putRequests(arr, i)
+			return nil, fmt.Errorf("layer %q: %w", lp.Name, err)
 		}
-		r := &reqs[i]
+		r := &arr[i]
 		r.Key, r.Policy = key, *lp
 		if l.sources != nil {
 			if r.Policy, _, err = l.adjust(ctx, c.Key, *lp); err != nil {
-				return fmt.Errorf("ratelimit: %s: %w", fn, err)
+				putRequests(arr, i+1)
+				return nil, fmt.Errorf("ratelimit: %s: %w", fn, err)
 			}
 		}
 	}
-	return nil
+	return arr, nil
+}
+
+// putRequests gives arr, of which n requests were filled, back to
+// reqPool, without their keys and policies.
+func putRequests(arr *[limits.MaxLayers]Request, n int) {
+	clear(arr[:n])
+	reqPool.Put(arr)
 }
 
 // quietly asks the store reqs, peeks or give-backs, at now, into out: one

@@ -37,21 +37,12 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 	if at.IsZero() {
 		return fmt.Errorf("%w: Refund: the zero time: no store admission to refund", ErrInvalidOption)
 	}
-	if len(checks) > len(l.policies) {
-		return fmt.Errorf("%w: Refund: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
+	arr, err := l.quietRequests(ctx, "Refund", checks)
+	if arr == nil {
+		return err // or no checks
 	}
-	if len(checks) == 0 {
-		return nil
-	}
-	arr := reqPool.Get().(*[limits.MaxLayers]Request)
-	defer func() {
-		clear(arr[:len(checks)]) // drop the keys and policies
-		reqPool.Put(arr)
-	}()
+	defer putRequests(arr, len(checks))
 	reqs := arr[:len(checks)]
-	if err := l.quietRequests(ctx, "Refund", checks, reqs); err != nil {
-		return err
-	}
 	for i := range reqs {
 		if c, capacity := checks[i].Cost, reqs[i].Policy.capacity(); c < 1 || c > capacity {
 			return fmt.Errorf("%w: Refund: layer %q: cost %d, capacity %d", ErrInvalidOption, reqs[i].Policy.Name, c, capacity)
@@ -59,7 +50,7 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 		reqs[i].Cost = -checks[i].Cost
 	}
 	ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
-	err := l.quietly(ctx, at, reqs, ds[:len(reqs)])
+	err = l.quietly(ctx, at, reqs, ds[:len(reqs)])
 	clear(ds[:len(reqs)])
 	decisionPool.Put(ds)
 	if err != nil {
