@@ -183,6 +183,7 @@ type Tracker struct {
 	// bans go there directly, without trying Config.Bans again.
 	fallback   *access.Bans
 	bansPaused atomic.Int64
+	match      access.Matcher // the bans t enforces: bans, and fallback when there is one
 	banFor     time.Duration
 	banMax     time.Duration
 	scores     store
@@ -311,8 +312,10 @@ func New(cfg Config) (*Tracker, error) {
 	}
 	if t.bans == nil {
 		t.bans = localBans{b}
+		t.match = t.bans
 	} else {
 		t.fallback = b
+		t.match = eitherBans{t.bans, b}
 	}
 	return t, nil
 }
@@ -329,14 +332,6 @@ func (b eitherBans) Match(addr netip.Addr, key string, now time.Time) (access.En
 		return e, true
 	}
 	return b.fallback.Match(addr, key, now)
-}
-
-// matcher returns the bans t enforces.
-func (t *Tracker) matcher() access.Matcher {
-	if t.fallback == nil {
-		return t.bans
-	}
-	return eitherBans{t.bans, t.fallback}
 }
 
 // localBans is an access.Bans as a Banner: the bans of one process.
@@ -482,7 +477,7 @@ var errBansPaused = errors.New("reputation: shared bans paused after a failure")
 
 // bannedNow reports whether key is banned now.
 func (t *Tracker) bannedNow(key string) bool {
-	_, ok := t.matcher().Match(netip.Addr{}, key, time.Now())
+	_, ok := t.match.Match(netip.Addr{}, key, time.Now())
 	return ok
 }
 
@@ -633,7 +628,7 @@ func init() {
 	}
 	hooks.ReputationBans = func(t any) any {
 		if tr := t.(*Tracker); !tr.shadow { // in shadow mode it bans no one
-			return tr.matcher()
+			return tr.match
 		}
 		return nil
 	}

@@ -5,16 +5,12 @@
 --          last signal, and that signal's time (µs)
 -- ARGV[1]  the weight, in [0, 2^20]
 -- ARGV[2]  the half-life, in µs
--- ARGV[3]  now, in µs since the Unix epoch; "" reads Redis TIME
+-- ARGV[3]  now, in µs since the Unix epoch (the signal's time)
 -- Returns  {the score after the signal ('%.17g', which reads back
 --          exactly), the time it was added at (µs)}
 local w = tonumber(ARGV[1])
 local hl = tonumber(ARGV[2])
 local now = tonumber(ARGV[3])
-if not now then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
 local v = 0
 local state = redis.call('GET', KEYS[1])
 if state and #state == 16 then
