@@ -486,3 +486,33 @@ func TestRedisFull(t *testing.T) {
 	assert.ErrorContains(t, heard[0], "OOM")
 	mu.Unlock()
 }
+
+// TestRedisQueueBounded: a flood of distinct keys keeps what waits for
+// Redis within the bound, as the copy is, and the key queued before the
+// flood still reaches Redis whole.
+func TestRedisQueueBounded(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	prefix := fmt.Sprintf("bounded-%d:", rand.Int64())
+	r, err := NewRedis(c, prefix, time.Hour, 160)
+	require.NoError(t, err)
+	_, err = r.Add(ctx, "scanner", 50, t0)
+	require.NoError(t, err)
+	for i := range 10_000 {
+		_, err := r.Add(ctx, fmt.Sprintf("flood-%d", i), 1, t0)
+		require.NoError(t, err)
+	}
+	queued := 0
+	for i := range r.queues {
+		q := &r.queues[i]
+		q.mu.Lock()
+		assert.LessOrEqual(t, len(q.m), q.max)
+		queued += len(q.m)
+		q.mu.Unlock()
+	}
+	assert.LessOrEqual(t, queued, 160, "queued")
+	assert.LessOrEqual(t, r.copy.Len(), 160, "the copy")
+	waitIdle(t, r)
+	assert.Equal(t, 50.0, stored(t, c, prefix+"scanner"))
+}
