@@ -128,20 +128,16 @@ func DefaultResponder(r keyfuncs.Request, w Response, d core.Decision, err error
 }
 
 // LogErrors returns an ErrorHandler that logs to logger, or to
-// slog.Default() at the time of each call when logger is nil. What the
-// client causes is logged at Debug, so that no client can flood the log: a
-// request without a key (keyfuncs.ErrNoKey), a client that left before its
-// request was decided or served (its context ended). A recovered panic (a
-// *PanicError) is logged at Error with its stack. A store failure (a
-// timeout, its circuit breaker open, any error of the store) is logged at
-// Warn as "ratelimit: store failed", rate-limited per Flow: the first
-// failure of an outage at once, then at most one line every 10 seconds,
-// saying how many failures it left unlogged (suppressed), so an outage
-// writes at most 7 lines in any minute; when the store decides again, one
-// Info line, "ratelimit: store decides again", ends an outage that was
-// logged. Every other error (a misconfiguration) is logged at Warn. The
-// record carries the error, the method and the route pattern, never the
-// key.
+// slog.Default() at the time of each call when logger is nil, with the
+// error, the method and the route pattern, never the key. What any client
+// can cause is logged at Debug: a request without a key
+// (keyfuncs.ErrNoKey), a client that left (the request's context ended).
+// A recovered panic (a *PanicError) is logged at Error with its stack. A
+// store failure is logged at Warn, per Flow: the first of an outage at
+// once, then at most one line each 10 seconds, counting the failures left
+// unlogged (at most 7 lines in any minute), and one Info line when the
+// store decides again. Any other error (a misconfiguration) is logged at
+// Warn. docs/monitoring.md lists the records.
 func LogErrors(logger *slog.Logger) ErrorHandler {
 	own := newStoreOutage(time.Now()) // for store failures heard from no Flow
 	return func(r keyfuncs.Request, err error) {
