@@ -106,7 +106,8 @@ func armedLog(armed *atomic.Bool, heard *atomic.Int64) (httplimit.Option, *logRe
 // the store decides again. Meanwhile a client that leaves while its
 // request waits on the frozen store is still canceled (499, at Debug),
 // and a key function that times out while its client waits is not (500,
-// at Warn).
+// at Warn). Last, Redis is killed: a Flow that had not failed yet logs
+// its first failure at once, at Warn, naming the store's error.
 func RunOutageLog(t *testing.T, h SocketHarness) {
 	srv := redistest.Start(t)
 	if srv.External() {
@@ -133,10 +134,13 @@ func RunOutageLog(t *testing.T, h SocketHarness) {
 		return "", fmt.Errorf("api key lookup: %w", context.DeadlineExceeded)
 	}
 	keyTimeout := NewFlow(t, NewStore(t), []httplimit.Layer{{Policy: policy, Key: lookup}}, nil, keyOpt)
+	deadOpt, deadLog := armedLog(&armed, nil)
+	dead := NewFlow(t, newStore(100*time.Millisecond, "outage-dead:"), []httplimit.Layer{{Policy: policy}}, nil, deadOpt)
 	spec := &Spec{Routes: []Route{
 		{Method: "GET", Path: "/", Limits: []Mount{{Flow: outage}}},
 		{Method: "GET", Path: "/leave", Limits: []Mount{{Flow: leave}}},
 		{Method: "GET", Path: "/lookup", Limits: []Mount{{Flow: keyTimeout}}},
+		{Method: "GET", Path: "/dead", Limits: []Mount{{Flow: dead}}},
 	}}
 	addr := h.Serve(t, spec)
 	decided := func() bool { // by the store: it wrote the client's quota
@@ -217,4 +221,22 @@ func RunOutageLog(t *testing.T, h SocketHarness) {
 	require.Len(t, ends, 1, "the end of the outage, once")
 	assert.Equal(t, fmt.Sprint(heard.Load()), ends[0].attrs["failures"], "every failure counted")
 	assert.Len(t, recs, len(warns)+1, "nothing else logged")
+
+	t.Run("port closed", func(t *testing.T) {
+		srv.Kill()
+		start := time.Now()
+		c := Dial(t, addr)
+		for i := range each {
+			res := c.Do(t, RawRequest{Path: "/dead"})
+			require.Equal(t, http.StatusOK, res.Status, "request %d fails open", i)
+		}
+		recs := deadLog.all()
+		t.Logf("%d requests in %v, records: %+v", each, time.Since(start), recs)
+		noneCanceled(t, recs)
+		require.NotEmpty(t, recs, "the first failure is logged at once")
+		assert.LessOrEqual(t, len(recs), 1+int(time.Since(start)/outageLogEvery))
+		assert.Equal(t, slog.LevelWarn, recs[0].level)
+		assert.Equal(t, "ratelimit: store failed", recs[0].msg)
+		assert.Contains(t, recs[0].attrs["error"], "ratelimit: store failed: redisstore", "the store's error")
+	})
 }
