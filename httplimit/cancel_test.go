@@ -3,6 +3,8 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -133,23 +135,77 @@ func TestCanceledNeverProceeds(t *testing.T) {
 	}
 }
 
-// TestCanceledLogsAtDebug checks that a client's disconnect, which any
-// client can cause at will, is not logged above Debug.
-func TestCanceledLogsAtDebug(t *testing.T) {
-	var rec recordHandler
-	h := httplimit.LogErrors(rec.logger())
-	h(newRequest(), errors.Join(context.Canceled, context.Canceled))
-	require.Len(t, rec.records, 1)
-	assert.Equal(t, "DEBUG", rec.records[0].Level.String())
-	assert.Equal(t, "ratelimit: request canceled", rec.records[0].Message)
+// leftRequest returns a request whose context has ended: its client left.
+func leftRequest() *request {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := newRequest()
+	r.ctx = ctx
+	return r
 }
 
+// errKeyTimeout is the error of a key function that timed out on a lookup of
+// its own: it wraps context.DeadlineExceeded, yet the client still waits.
+var errKeyTimeout = fmt.Errorf("api key lookup: %w", context.DeadlineExceeded)
+
+// TestCanceledLogsAtDebug checks that a client's disconnect, which any
+// client can cause at will, is not logged above Debug, and that an error
+// is a disconnect only when the request's own context ended: one that
+// wraps context.DeadlineExceeded (a key function's timeout, a store's)
+// while the client waits is no disconnect.
+func TestCanceledLogsAtDebug(t *testing.T) {
+	storeTimeout := errors.Join(limits.ErrStore, context.DeadlineExceeded)
+	for _, tc := range []struct {
+		name  string
+		r     *request
+		err   error
+		level slog.Level
+		msg   string
+	}{
+		{"client left", leftRequest(), errors.Join(context.Canceled, context.Canceled), slog.LevelDebug, "ratelimit: request canceled"},
+		{"key function timed out", newRequest(), errKeyTimeout, slog.LevelWarn, "ratelimit: request not decided"},
+		{"store timed out", newRequest(), storeTimeout, slog.LevelWarn, "ratelimit: store failed"},
+		{"store timed out, then the client left", leftRequest(), storeTimeout, slog.LevelWarn, "ratelimit: store failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec recordHandler
+			httplimit.LogErrors(rec.logger())(tc.r, tc.err)
+			require.Len(t, rec.records, 1)
+			assert.Equal(t, tc.level, rec.records[0].Level)
+			assert.Equal(t, tc.msg, rec.records[0].Message)
+		})
+	}
+}
+
+// TestDefaultResponderCanceled: 499 for a request whose context ended,
+// and never for one whose client waits, whatever its error wraps.
 func TestDefaultResponderCanceled(t *testing.T) {
 	w := newResponse()
-	httplimit.DefaultResponder(newRequest(), w, core.Decision{}, errors.Join(context.Canceled, context.Canceled))
+	httplimit.DefaultResponder(leftRequest(), w, core.Decision{}, errors.Join(context.Canceled, context.Canceled))
 	assert.Equal(t, 499, w.status)
 	assert.Equal(t, "application/json", w.contentType)
 	assert.Equal(t, canceledBody, w.body)
+
+	w = newResponse()
+	httplimit.DefaultResponder(newRequest(), w, core.Decision{}, errKeyTimeout)
+	assert.Equal(t, 500, w.status, "a key function's timeout, the client waiting")
+}
+
+// TestKeyTimeoutIsNoDisconnect runs the flow with a key function that
+// times out on a lookup of its own, its client still there: 500 and a
+// Warn line, never 499 nor "request canceled".
+func TestKeyTimeoutIsNoDisconnect(t *testing.T) {
+	var rec recordHandler
+	ly := layer(perMinute)
+	ly.Key = func(keyfuncs.Request) (string, error) { return "", errKeyTimeout }
+	f, err := newFlow(t, memStore(t), ly, nil, httplimit.WithErrorHandler(httplimit.LogErrors(rec.logger())))
+	require.NoError(t, err)
+	w := newResponse()
+	assert.False(t, f.Handle(newRequest(), w))
+	assert.Equal(t, 500, w.status)
+	require.Len(t, rec.records, 1)
+	assert.Equal(t, slog.LevelWarn, rec.records[0].Level)
+	assert.Equal(t, "ratelimit: request not decided", rec.records[0].Message)
 }
 
 // TakeAll fails: the fake decides one request at a time.

@@ -37,6 +37,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
@@ -70,7 +71,8 @@ type Flow struct {
 	headers  headers.Config
 	writer   *headers.Writer // of headers
 	respond  Responder
-	onError  ErrorHandler
+	onError  ErrorHandler // WithErrorHandler's, or LogErrors(nil), handed store failures marked with outage
+	outage   *storeOutage // the store's failures, as LogErrors logs them
 	maxDelay time.Duration
 	clientIP *keyfuncs.ClientIP
 	allow    []access.Matcher // nil when none
@@ -125,7 +127,6 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 		skips:    c.skips,
 		headers:  c.headers,
 		respond:  c.respond,
-		onError:  c.onError,
 		maxDelay: c.maxDelay,
 		clientIP: c.clientIP,
 		allow:    c.allow,
@@ -176,9 +177,12 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	if f.respond == nil {
 		f.respond = DefaultResponder
 	}
-	if f.onError == nil {
-		f.onError = LogErrors(nil)
+	onError := c.onError
+	if onError == nil {
+		onError = LogErrors(nil)
 	}
+	f.outage = newStoreOutage(time.Now())
+	f.onError = func(r keyfuncs.Request, err error) { onError(r, f.outage.mark(err)) }
 	if !c.maxDelaySet {
 		f.maxDelay = defaultMaxDelay
 	}
@@ -290,6 +294,8 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 	if d.Err != nil {
 		st.in = inErrorHandler
 		f.onError(r, d.Err)
+	} else if f.outage.down.Load() && (d.Source == core.SourceStore || d.Source == core.SourceFallback) {
+		f.outage.recovered(ctx, time.Now()) // the store decided (the fallback only refused what it admitted)
 	}
 	if d.Source == core.SourceFailMode {
 		if d.Allowed {
@@ -352,9 +358,22 @@ func canceled(ctx context.Context) error {
 }
 
 // clientLeft reports whether err, an error of the flow that came with no
-// decision, says the request's context ended: the client left.
-func clientLeft(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+// decision for the request whose context is ctx, says that the client
+// left: ctx has ended (or its deadline passed, its timer not yet fired:
+// the Limiter counts that as ended too) and err wraps a context's error.
+// The error alone never tells: a store's timeout, or a key function's,
+// wraps context.DeadlineExceeded while the client still waits, and a
+// store failure is never the client leaving.
+func clientLeft(ctx context.Context, err error) bool {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) ||
+		outcome.StoreErrorKind(err) != "" {
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // pace waits d, or until ctx ends, and reports whether the wait completed.

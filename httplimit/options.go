@@ -104,9 +104,10 @@ func WithResponder(h Responder) Option {
 
 // WithErrorHandler sets who hears about the errors of the flow. Every
 // error the flow meets (a failed store, whether it failed open or closed;
-// a key function that failed; a bad cost; a client that left,
-// context.Canceled; a recovered panic, a *PanicError) is passed to h before the
-// request is answered. h only observes; it writes nothing. The default is
+// a key function that failed; a bad cost; a client that left, its
+// context's error; a recovered panic, a *PanicError) is passed to h before the
+// request is answered, every store failure included: only LogErrors
+// bounds its lines. h only observes; it writes nothing. The default is
 // LogErrors(nil). A nil h is invalid.
 func WithErrorHandler(h ErrorHandler) Option {
 	return func(c *config) error {

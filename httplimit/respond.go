@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/apigate/ratelimit/internal/outcome"
 
@@ -43,8 +44,8 @@ const statusClientClosedRequest = 499
 // deny list matched the client (err is then the access.Entry that
 // matched: errors.As(err, &entry) reads it, say for a 451), the key
 // function found no key or failed, the cost was bad, the client left
-// (context.Canceled or context.DeadlineExceeded), or a function given to the flow panicked (a
-// *PanicError). A Responder must write a response: the adapter stops the
+// (the request's context ended: err wraps its error), or a function given
+// to the flow panicked (a *PanicError). A Responder must write a response: the adapter stops the
 // chain either way.
 type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 
@@ -73,13 +74,15 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 // and no rate-limit header. Neither the entry, its reason nor its expiry
 // is written: what put a client on a deny list is the operator's to know.
 //
-// When err wraps context.Canceled or context.DeadlineExceeded, the request's context ended (the client
-// closed the connection, or its half of it) before the handler could run:
-// 499, nginx's "client closed request", with
+// When the request's context has ended (the client closed the
+// connection, or its half of it) and err wraps its error, before the
+// handler could run: 499, nginx's "client closed request", with
 //
 //	{"error":"request_canceled","message":"The client closed the request."}
 //
-// which a client that only half-closed still reads; never a 200. When err
+// which a client that only half-closed still reads; never a 200. An error
+// that wraps context.DeadlineExceeded while the context lives (a key
+// function's own timeout) is no disconnect: 500. When err
 // wraps keyfuncs.ErrNoKey, the request lacks what the key function
 // identifies clients by (an API key, a user, a usable peer address): 400
 // Bad Request with
@@ -94,7 +97,7 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 // Error with
 //
 //	{"error":"rate_limit_error","message":"Internal server error."}
-func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error) {
+func DefaultResponder(r keyfuncs.Request, w Response, d core.Decision, err error) {
 	if err == nil {
 		n := headers.RetryAfterSeconds(d)
 		if d.Source == core.SourceFailMode {
@@ -111,7 +114,7 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 			[]byte(`{"error":"`+codeForbidden+`","message":"Access denied."}`))
 		return
 	case isPanic(err):
-	case clientLeft(err):
+	case r != nil && clientLeft(r.Context(), err):
 		_ = w.Write(statusClientClosedRequest, contentTypeJSON,
 			[]byte(`{"error":"`+codeCanceled+`","message":"The client closed the request."}`))
 		return
@@ -125,51 +128,55 @@ func DefaultResponder(_ keyfuncs.Request, w Response, d core.Decision, err error
 }
 
 // LogErrors returns an ErrorHandler that logs to logger, or to
-// slog.Default() at the time of each call when logger is nil. What the
-// client causes is logged at Debug, so that no client can flood the log: a
-// request without a key (keyfuncs.ErrNoKey), a client that left before its
-// request was decided or served (context.Canceled or context.DeadlineExceeded). A recovered panic
-// (a *PanicError) is logged at Error with its stack; every other error (a
-// failed store, a misconfiguration) at Warn. The record carries the error,
-// the method and the route pattern, never the key.
+// slog.Default() at the time of each call when logger is nil, with the
+// error, the method and the route pattern, never the key. What any client
+// can cause is logged at Debug: a request without a key
+// (keyfuncs.ErrNoKey), a client that left (the request's context ended).
+// A recovered panic (a *PanicError) is logged at Error with its stack. A
+// store failure is logged at Warn, per Flow: the first of an outage at
+// once, then at most one line each 10 seconds, counting the failures left
+// unlogged (at most 7 lines in any minute), and one Info line when the
+// store decides again. Any other error (a misconfiguration) is logged at
+// Warn. docs/monitoring.md lists the records.
 func LogErrors(logger *slog.Logger) ErrorHandler {
+	own := newStoreOutage(time.Now()) // for store failures heard from no Flow
 	return func(r keyfuncs.Request, err error) {
 		l := logger
 		if l == nil {
 			l = slog.Default()
 		}
-		level := slog.LevelWarn
+		ctx := r.Context()
+		if kind := outcome.StoreErrorKind(err); kind != "" {
+			if !l.Enabled(ctx, slog.LevelWarn) {
+				return
+			}
+			o := own
+			var sf *storeFailure
+			if errors.As(err, &sf) {
+				o = sf.outage
+			}
+			o.failed(l, r, err, kind, time.Now())
+			return
+		}
+		level, kind := slog.LevelWarn, "request not decided"
 		var stack []slog.Attr
 		switch {
 		case isPanic(err):
-			level = slog.LevelError
+			level, kind = slog.LevelError, "panic"
 			var pe *PanicError
 			if errors.As(err, &pe) {
 				stack = append(stack, slog.String("stack", string(pe.Stack)))
 			}
-		case errors.Is(err, keyfuncs.ErrNoKey), clientLeft(err):
-			level = slog.LevelDebug
+		case clientLeft(ctx, err):
+			level, kind = slog.LevelDebug, "request canceled"
+		case errors.Is(err, keyfuncs.ErrNoKey):
+			level, kind = slog.LevelDebug, "no key in request"
 		}
-		l.LogAttrs(r.Context(), level, "ratelimit: "+errorKind(err), append([]slog.Attr{
+		l.LogAttrs(ctx, level, "ratelimit: "+kind, append([]slog.Attr{
 			slog.String("error", err.Error()),
 			slog.String("method", r.Method()),
 			slog.String("route", r.Route())}, stack...)...)
 	}
-}
-
-// errorKind names the class of a flow error for the log message.
-func errorKind(err error) string {
-	switch {
-	case isPanic(err):
-		return "panic"
-	case clientLeft(err):
-		return "request canceled"
-	case outcome.StoreErrorKind(err) != "":
-		return "store failed"
-	case errors.Is(err, keyfuncs.ErrNoKey):
-		return "no key in request"
-	}
-	return "request not decided"
 }
 
 // retryBody encodes {"error":code,"message":msg+N+" seconds.","retry_after_seconds":N}
