@@ -73,9 +73,18 @@ func WithPolicySource(src PolicySource) Option {
 func (l *Limiter) adjust(ctx context.Context, key string, p Policy) (Policy, int64, error) {
 	q, ceiling := p, p.capacity()
 	for i, src := range l.sources {
+		prev := q
 		var err error
 		if q, err = src.Adjust(ctx, key, q); err != nil {
 			return Policy{}, 0, fmt.Errorf("%w: layer %q: %w", limits.ErrPolicy, p.Name, err)
+		}
+		if q.Limit != prev.Limit || q.Burst != prev.Burst || q.Window != prev.Window {
+			// The one clamp of every derived policy (limits.Derive): what
+			// no valid policy keeps, a burst the rate cannot refill within
+			// 366 days, a limit above the most, is lowered to the nearest
+			// valid value, so that a source's scaled policy is decided by
+			// the store, tighter, never by the fail mode, which admits.
+			q.Limit, q.Burst = limits.Derive(q.Algorithm, q.Limit, q.Window, q.Burst, 1)
 		}
 		if i < len(l.sources)-1 && q.Validate() == nil {
 			ceiling = max(ceiling, q.capacity()) // a plan before an override cut it
