@@ -98,6 +98,7 @@ func Policies() []core.Policy {
 		{Limit: limits.MaxLimit, Window: time.Second},
 		{Limit: 5, Window: limits.MaxWindow},
 		{Limit: 1, Window: limits.MinWindow, Burst: maxBurstFor1PerMs},
+		{Limit: 3, Window: 24 * time.Hour, Burst: 800}, // the reputation issue's (Reputation)
 	}
 	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
 		for _, p := range buckets {
