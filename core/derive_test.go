@@ -121,3 +121,23 @@ func TestSourceResultClamped(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkScaledSource is a decision through a source that halves a
+// bucket's policy, the clamp of its result included (the burst above
+// the limit takes the clamp's division).
+func BenchmarkScaledSource(b *testing.B) {
+	half := core.PolicySourceFunc(func(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+		p.Limit, p.Burst = p.Limit/2, p.Burst/2
+		return p, nil
+	})
+	l, err := core.NewLimiter(newMemStore(b), []core.Policy{{Name: "api", Algorithm: core.TokenBucket, Limit: 100_000_000_000, Window: time.Second, Burst: limits.MaxLimit}},
+		core.WithPolicySource(half))
+	require.NoError(b, err)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _ := l.AllowN(ctx, "k", 1, layerT0); d.Source != core.SourceStore {
+			b.Fatal(d.Err)
+		}
+	}
+}

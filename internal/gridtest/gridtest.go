@@ -8,7 +8,9 @@
 // admitted cost never exceeds what the override allows as written (its
 // values applied without any clamp: the "literal" policy, which may be
 // invalid), or, where the override's own values cannot make a valid
-// policy, what the configured policy allows. Bounds are computed here,
+// policy, what the configured policy allows. RunScales crosses the same
+// policies with scale factors alone (a reputation band, the load signal,
+// a plan of the user's). Bounds are computed here,
 // from the algorithms' definitions (core.Algorithm), not from the code
 // under test.
 package gridtest
