@@ -42,8 +42,6 @@ const derivedBand = "366"
 // rate-limit headers or a 403 of the ban, and the ErrorHandler hears
 // nothing (no decision falls to the fail mode, which admits).
 func RunDerivedLimits(t *testing.T, h SocketHarness, srv *redistest.Server) {
-	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("127.0.0.0/8"))
-	require.NoError(t, err)
 	run := rand.IntN(1 << 20)
 	bands := []reputation.Band{{Name: "suspicious", Above: 20, Scale: 0.5}, {Name: "abusive", Above: 40, Ban: true}}
 	for _, be := range []struct {
@@ -58,28 +56,10 @@ func RunDerivedLimits(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			} else {
 				s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("derived-%d-%d:", run, rand.Int64())))
 				require.NoError(t, err)
+				t.Cleanup(func() { _ = s.Close() })
 				store = s
 			}
-			bansKey := fmt.Sprintf("derived-bans-%d-%d", run, rand.Int64())
-			var addrs []string
-			for range be.servers {
-				cfg := reputation.Config{Bands: bands}
-				if be.servers > 1 {
-					o := srv.Options()
-					o.ContextTimeoutEnabled = true
-					rc := redis.NewClient(o)
-					t.Cleanup(func() { _ = rc.Close() })
-					bans, err := rediswatch.NewBans(context.Background(), rc, rediswatch.WithKey(bansKey))
-					require.NoError(t, err)
-					t.Cleanup(func() { _ = bans.Close() })
-					cfg.Redis, cfg.Bans = rc, bans
-				}
-				rep, err := reputation.New(cfg)
-				require.NoError(t, err)
-				f := NewFlow(t, clockstore.At(store, T0), []httplimit.Layer{{Policy: derivedPolicy}}, nil,
-					httplimit.WithClientIP(client), httplimit.WithReputation(rep), errs.option())
-				addrs = append(addrs, h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: []Route{{Method: "GET", Path: "/"}}}))
-			}
+			addrs := derivedServers(t, h, srv, store, be.servers, bands, &errs, run)
 			conns := make([]*Conn, len(addrs))
 			for i, a := range addrs {
 				conns[i] = Dial(t, a)
@@ -131,4 +111,33 @@ func RunDerivedLimits(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			}
 		})
 	}
+}
+
+// derivedServers serves RunDerivedLimits's flow, over store, on servers
+// app servers: with a Tracker of bands each, sharing scores and bans
+// through the Redis of srv when there are several.
+func derivedServers(t *testing.T, h SocketHarness, srv *redistest.Server, store core.Store, servers int, bands []reputation.Band, errs *errorRecorder, run int) []string {
+	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("127.0.0.0/8"))
+	require.NoError(t, err)
+	bansKey := fmt.Sprintf("derived-bans-%d-%d", run, rand.Int64())
+	var addrs []string
+	for range servers {
+		cfg := reputation.Config{Bands: bands}
+		if servers > 1 {
+			o := srv.Options()
+			o.ContextTimeoutEnabled = true
+			rc := redis.NewClient(o)
+			t.Cleanup(func() { _ = rc.Close() })
+			bans, err := rediswatch.NewBans(context.Background(), rc, rediswatch.WithKey(bansKey))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = bans.Close() })
+			cfg.Redis, cfg.Bans = rc, bans
+		}
+		rep, err := reputation.New(cfg)
+		require.NoError(t, err)
+		f := NewFlow(t, clockstore.At(store, T0), []httplimit.Layer{{Policy: derivedPolicy}}, nil,
+			httplimit.WithClientIP(client), httplimit.WithReputation(rep), errs.option())
+		addrs = append(addrs, h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: []Route{{Method: "GET", Path: "/"}}}))
+	}
+	return addrs
 }
