@@ -27,10 +27,13 @@ type PolicySource interface {
 	// by under the layer whose policy is p (p.Name is the layer's name),
 	// or p itself. ctx is the request's. The result must keep p's Name and
 	// Algorithm (usage carries across plans); its FailClosed is the
-	// layer's, whatever the result says. The Limiter validates a result
-	// that differs from p. An error, or an invalid result, decides the
-	// request by the layer's FailClosed, with Decision.Err saying why, and
-	// no store asked. Adjust is called on the request's goroutine: it must
+	// layer's, whatever the result says. The Limiter clamps a result
+	// that differs from p down to the nearest valid policy, never up: a
+	// burst its rate cannot refill within 366 days to what it refills, a
+	// limit above the most allowed to the most. An error, or a result no
+	// clamp makes valid (a limit below 1, a window out of range), decides
+	// the request by the layer's FailClosed, with Decision.Err saying why,
+	// and no store asked. Adjust is called on the request's goroutine: it must
 	// be safe for concurrent use, and fast (an atomic load or a map
 	// lookup, not I/O).
 	Adjust(ctx context.Context, key string, p Policy) (Policy, error)
@@ -73,9 +76,18 @@ func WithPolicySource(src PolicySource) Option {
 func (l *Limiter) adjust(ctx context.Context, key string, p Policy) (Policy, int64, error) {
 	q, ceiling := p, p.capacity()
 	for i, src := range l.sources {
+		prev := q
 		var err error
 		if q, err = src.Adjust(ctx, key, q); err != nil {
 			return Policy{}, 0, fmt.Errorf("%w: layer %q: %w", limits.ErrPolicy, p.Name, err)
+		}
+		if q.Limit != prev.Limit || q.Burst != prev.Burst || q.Window != prev.Window {
+			// The one clamp of every derived policy (limits.Derive): what
+			// no valid policy keeps, a burst the rate cannot refill within
+			// 366 days, a limit above the most, is lowered to the nearest
+			// valid value, so that a source's scaled policy is decided by
+			// the store, tighter, never by the fail mode, which admits.
+			q.Limit, q.Burst = limits.Derive(q.Algorithm, q.Limit, q.Window, q.Burst, 1)
 		}
 		if i < len(l.sources)-1 && q.Validate() == nil {
 			ceiling = max(ceiling, q.capacity()) // a plan before an override cut it

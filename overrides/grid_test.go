@@ -53,3 +53,20 @@ func TestGridNeverLooserOnRedis(t *testing.T) {
 // redisMaxDrain is 2^53 microseconds, about 285 years: past it the Redis
 // store's bucket scripts do not return (see gridtest.Config.MaxDrain).
 const redisMaxDrain = time.Duration(1<<53) * time.Microsecond
+
+// loadScaler is a Load whose MinScale is f, read down to it (one Step)
+// when the case scales.
+func loadScaler(t *testing.T, f float64) gridtest.Scaler {
+	load, err := overrides.NewLoad(func() float64 { return 1 }, overrides.LoadConfig{High: 0.5, Low: 0.1, Step: 1, MinScale: f})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = load.Close() })
+	return gridtest.Scaler{Adjust: load, Scale: func(t *testing.T, _ string) { require.InDelta(t, f, load.Update(), 1e-12) }}
+}
+
+// TestLoadNeverLooserOnMemstore: the load signal's scale, every factor
+// of gridtest.Scales, through the same derivation as a band's
+// (limits.Derive): no decision fails, none admits more than the scaled
+// policy allows.
+func TestLoadNeverLooserOnMemstore(t *testing.T) {
+	gridtest.RunScales(t, gridtest.ScaleConfig{Store: newStore(t), NewScaler: loadScaler})
+}

@@ -39,7 +39,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,72 +142,13 @@ func (o Override) apply(p *core.Policy) error {
 	}
 	if o.Burst > 0 && bucket {
 		p.Burst = o.Burst
-		if most := maxBurst(p.Limit, p.Window); p.Burst > most {
+		if most := limits.MaxBurst(p.Limit, p.Window); p.Burst > most {
 			return fmt.Errorf("%w: override %q: burst %d takes more than MaxWindow (366 days) to fill at %d per %v; at most %d",
 				core.ErrInvalidOption, o.String(), p.Burst, p.Limit, p.Window, most)
 		}
 	}
-	if o.Scale > 0 && o.Scale != 1 {
-		p.Limit = scaled(p.Limit, o.Scale)
-		if p.Burst > 0 {
-			p.Burst = scaled(p.Burst, o.Scale)
-		}
-	}
-	clamp(p)
+	p.Limit, p.Burst = limits.Derive(p.Algorithm, p.Limit, p.Window, p.Burst, o.Scale)
 	return nil
-}
-
-// clamp lowers what p cannot keep to the nearest valid value: a sliding
-// log's limit to 100,000, a bucket's burst to what its rate
-// refills within 366 days. Both only tighten.
-func clamp(p *core.Policy) {
-	if p.Algorithm == core.SlidingWindowLog && p.Limit > limits.MaxLogLimit {
-		p.Limit = limits.MaxLogLimit
-	}
-	if p.Burst > 0 {
-		// At least p.Limit for any window up to MaxWindow: a clamped
-		// burst never falls below the limit.
-		p.Burst = min(p.Burst, maxBurst(p.Limit, p.Window))
-	}
-}
-
-// maxBurst is the largest burst a bucket refilled at limit per window
-// fills from empty within 366 days, as core.Policy.Validate counts
-// it (the window in whole microseconds): floor(MaxWindow*limit/window),
-// at most 10^12. A limit or window out of range gives MaxLimit,
-// and Validate the policy's error.
-func maxBurst(limit int64, window time.Duration) int64 {
-	w := uint64(window.Microseconds())
-	if limit < 1 || window.Microseconds() < 1 {
-		return limits.MaxLimit
-	}
-	hi, lo := bits.Mul64(uint64(limits.MaxWindow.Microseconds()), uint64(limit))
-	if hi >= w { // a quotient of 64 bits or more
-		return limits.MaxLimit
-	}
-	q, _ := bits.Div64(hi, lo, w)
-	return int64(min(q, limits.MaxLimit))
-}
-
-// scaled is n*f rounded down, in [1, 10^12]: a scaled limit is
-// never looser than the scale asks (3 at 0.5 is 1, not 2), and never 0.
-// A product within a few float64 ulps of an integer (1e-15 of it) is that
-// integer, so that 0.003 of 1,000, 2.9999999999999996 in float64, is 3:
-// the error of the decimal scale's binary form and of the product, not a
-// fraction anyone asked for.
-func scaled(n int64, f float64) int64 {
-	v := float64(n) * f
-	if r := math.Round(v); math.Abs(v-r) <= 1e-15*max(1, r) {
-		v = r
-	}
-	v = math.Floor(v)
-	switch {
-	case v < 1:
-		return 1
-	case v > limits.MaxLimit:
-		return limits.MaxLimit
-	}
-	return int64(v)
 }
 
 // String returns o in the text form Parse reads: its set fields as

@@ -71,6 +71,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/scores"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -112,7 +113,9 @@ type Band struct {
 	// Above is the score the band starts above, at least 0.
 	Above float64
 	// Scale, in (0, 1], scales the client's limits while it is in the
-	// band: 0.5 halves them (a limit of 1 stays 1). 0 leaves them.
+	// band: 0.5 halves them, rounded down (a limit of 1 stays 1), and a
+	// burst the halved rate cannot refill within 366 days is cut to what
+	// it refills, as an override's is. 0 leaves them.
 	Scale float64
 	// Ban bans the client when a signal takes it into the band, for the
 	// length its offences earn (see the package doc).
@@ -352,7 +355,8 @@ func (t *Tracker) band(v float64) int {
 	return i
 }
 
-// Adjust scales p's Limit (and Burst) by the band of key's score: it is
+// Adjust scales p's Limit (and Burst) by the band of key's score (see
+// Band.Scale), never into an invalid policy or a looser one: it is
 // the core.PolicySource httplimit.WithReputation gives the Limiter. It
 // reads the score this server holds: no I/O, no allocation.
 func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Policy, error) {
@@ -367,10 +371,12 @@ func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Pol
 		return p, nil
 	}
 	if s := t.bands[i].Scale; s > 0 && s < 1 {
-		p.Limit = max(1, int64(float64(p.Limit)*s))
-		if p.Burst > 0 {
-			p.Burst = max(1, int64(float64(p.Burst)*s))
-		}
+		// The one derivation of a scaled policy (as the overrides' and the
+		// load signal's): rounded down, and what the scaled rate cannot
+		// keep (a burst it takes longer than 366 days to refill) clamped
+		// down, so that the band's policy is valid and no looser than the
+		// scale asks, never one the Limiter would decide by its fail mode.
+		p.Limit, p.Burst = limits.Derive(p.Algorithm, p.Limit, p.Window, p.Burst, s)
 	}
 	return p, nil
 }

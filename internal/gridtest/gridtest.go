@@ -8,7 +8,9 @@
 // admitted cost never exceeds what the override allows as written (its
 // values applied without any clamp: the "literal" policy, which may be
 // invalid), or, where the override's own values cannot make a valid
-// policy, what the configured policy allows. Bounds are computed here,
+// policy, what the configured policy allows. RunScales crosses the same
+// policies with scale factors alone (a reputation band, the load signal,
+// a plan of the user's). Bounds are computed here,
 // from the algorithms' definitions (core.Algorithm), not from the code
 // under test.
 package gridtest
@@ -98,6 +100,7 @@ func Policies() []core.Policy {
 		{Limit: limits.MaxLimit, Window: time.Second},
 		{Limit: 5, Window: limits.MaxWindow},
 		{Limit: 1, Window: limits.MinWindow, Burst: maxBurstFor1PerMs},
+		{Limit: 3, Window: 24 * time.Hour, Burst: 800}, // the reputation issue's (Reputation)
 	}
 	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
 		for _, p := range buckets {

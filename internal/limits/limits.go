@@ -7,6 +7,8 @@ package limits
 
 import (
 	"errors"
+	"math"
+	"math/bits"
 	"strconv"
 	"time"
 )
@@ -80,6 +82,76 @@ func Capacity[T ~string](algo T, limit, burst int64) int64 {
 		return burst
 	}
 	return limit
+}
+
+// Derive returns the limit and burst of a policy derived from one of
+// algo with limit per window and burst: both multiplied by f when f is
+// above 0 and not 1 (each rounded down, at least 1, at most MaxLimit),
+// then clamped down to the nearest values a valid policy can have: a
+// sliding log's limit to MaxLogLimit, a bucket's burst to what its rate
+// refills within MaxWindow (MaxBurst). It is the one derivation of every
+// source of policies (overrides, the load signal, reputation bands) and
+// the Limiter's clamp of every source's result (f = 1). It only lowers
+// and rounds down: a scale below 1 never loosens, and a limit below 1 or
+// a window out of range, which no clamp makes valid without loosening,
+// is left for Validate to refuse.
+func Derive[T ~string](algo T, limit int64, window time.Duration, burst int64, f float64) (int64, int64) {
+	if f > 0 && f != 1 {
+		limit = Scale(limit, f)
+		if burst > 0 {
+			burst = Scale(burst, f)
+		}
+	}
+	if limit > MaxLimit {
+		limit = MaxLimit
+	}
+	if algo == SlidingWindowLog && limit > MaxLogLimit {
+		limit = MaxLogLimit
+	}
+	if burst > limit && limit >= 1 && window >= MinWindow && window <= MaxWindow {
+		// MaxBurst is at least limit for a window up to MaxWindow: a
+		// clamped burst never falls below the limit.
+		burst = min(burst, MaxBurst(limit, window))
+	}
+	return limit, burst
+}
+
+// MaxBurst is the largest burst a bucket refilled at limit per window
+// fills from empty within MaxWindow, as core.Policy.Validate counts it
+// (the window in whole microseconds): floor(MaxWindow*limit/window), at
+// most MaxLimit. A limit or window out of range gives MaxLimit.
+func MaxBurst(limit int64, window time.Duration) int64 {
+	w := uint64(window.Microseconds())
+	if limit < 1 || window.Microseconds() < 1 {
+		return MaxLimit
+	}
+	hi, lo := bits.Mul64(uint64(MaxWindow.Microseconds()), uint64(limit))
+	if hi >= w { // a quotient of 64 bits or more
+		return MaxLimit
+	}
+	q, _ := bits.Div64(hi, lo, w)
+	return int64(min(q, MaxLimit))
+}
+
+// Scale is n*f rounded down, in [1, MaxLimit]: a scaled limit is never
+// looser than the scale asks (3 at 0.5 is 1, not 2), and never 0. A
+// product within a few float64 ulps of an integer (1e-15 of it) is that
+// integer, so that 0.003 of 1,000, 2.9999999999999996 in float64, is 3:
+// the error of the decimal scale's binary form and of the product, not a
+// fraction anyone asked for.
+func Scale(n int64, f float64) int64 {
+	v := float64(n) * f
+	if r := math.Round(v); math.Abs(v-r) <= 1e-15*max(1, r) {
+		v = r
+	}
+	v = math.Floor(v)
+	switch {
+	case v < 1:
+		return 1
+	case v > MaxLimit:
+		return MaxLimit
+	}
+	return int64(v)
 }
 
 // DefaultName is the name a Limiter gives a policy whose Name is empty,
