@@ -139,7 +139,11 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	if f.limiter, err = core.NewLimiter(store, policies, c.core...); err != nil {
 		return nil, err
 	}
-	if f.quota, err = newQuotaEndpoint(c.quota); err != nil {
+	names := make([]string, len(layers))
+	for i, p := range f.limiter.Policies() {
+		names[i] = p.Name
+	}
+	if f.quota, err = newQuotaEndpoint(c.quota, c.quotaShow, names); err != nil {
 		return nil, err
 	}
 	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil && ly.Counts == CountAll {
