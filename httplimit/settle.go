@@ -161,12 +161,16 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 	if s != nil {
 		ctx = context.WithValue(ctx, settleKey{}, s)
 	}
-	repKey := st.repKey // the flow's, when it matched the reputation's bans
+	repKey := st.repKey // the address's, when the flow matched the reputation's bans
 	if f.rep != nil {
 		if repKey == "" {
-			repKey = f.repKey(r)
+			repKey = f.repAddr(r)
 		}
-		if repKey != "" {
+		// reputation.Report counts against the Tracker's own key, the
+		// handler's to vouch for; the response's signals, the address.
+		if own := f.repOwnKey(r); own != "" {
+			ctx = hooks.ReputationContext(f.rep, ctx, own)
+		} else if repKey != "" {
 			ctx = hooks.ReputationContext(f.rep, ctx, repKey)
 		}
 	}
