@@ -57,8 +57,11 @@ const (
 	// CountSuccesses counts only the requests that succeed. So that
 	// failing at will is no way around it, the layer comes with a
 	// companion, a CountFailures layer of the same policy, key, methods,
-	// routes and cost, named Name+".failures": a client gets Limit
-	// successes and Limit failures a window, not unlimited failures. The
+	// routes and cost, named Name+".failures": a client gets at most
+	// Limit successes and at most Limit failures a window. A request is
+	// admitted before its outcome is known, so it needs room in both: a
+	// client whose failures are used up is refused (429) every request,
+	// good ones too, until the companion's window frees room. The
 	// companion is a layer of the Flow like any other (it is listed by
 	// Limiter.Policies, the headers and the quota endpoint), and counts
 	// toward the 16 layers.
