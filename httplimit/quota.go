@@ -272,7 +272,9 @@ var clientKinds = [...]string{"ip:", "key:", "user:"}
 // caller: it, or a part of it that keyfuncs.Compose joined with "|", is a
 // client's key (clientKinds).
 func callersKey(key string) bool {
-	for part := range strings.SplitSeq(key, "|") {
+	for more := true; more; {
+		var part string
+		part, key, more = strings.Cut(key, "|")
 		for _, kind := range clientKinds {
 			if strings.HasPrefix(part, kind) {
 				return true

@@ -2,7 +2,6 @@ package adapterstest
 
 import (
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -202,6 +201,6 @@ func RunDoors(t *testing.T, h SocketHarness) {
 		res := Send(t, addr, RawRequest{Path: "/", Header: fromIP(attacker, "X-Key-Id", "another")})
 		assert.Equal(t, http.StatusForbidden, res.Status, "the ban is the attacker's address's, whatever identity it claims")
 		right(t, "at the end")
-		t.Log(fmt.Sprintf("attacker: %v", seen))
+		t.Logf("the attacker's answers: %v", seen)
 	})
 }
