@@ -140,7 +140,11 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	if f.limiter, err = core.NewLimiter(store, policies, c.core...); err != nil {
 		return nil, err
 	}
-	if f.quota, err = newQuotaEndpoint(c.quota); err != nil {
+	names := make([]string, len(layers))
+	for i, p := range f.limiter.Policies() {
+		names[i] = p.Name
+	}
+	if f.quota, err = newQuotaEndpoint(c.quota, c.quotaShow, names); err != nil {
 		return nil, err
 	}
 	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil && ly.Counts == CountAll {
@@ -255,11 +259,11 @@ func (f *Flow) handle(r keyfuncs.Request, w Response, st *state) (proceed bool, 
 		return false, nil
 	}
 	if f.repBans != nil {
-		st.repKey = key // the reputation's key, when it is the layer's (the client address)
-		if !f.single.defaultKey || f.repOwn {
-			st.repKey = f.repKey(r)
+		addr := key // the client address, when it is the layer's key
+		if !f.single.defaultKey {
+			addr = f.repAddr(r)
 		}
-		if f.repBanned(st, r, w, key, st.repKey) {
+		if f.repBanned(st, r, w, key, addr) {
 			return false, nil
 		}
 	}
@@ -316,7 +320,7 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 			if d.LockedOut {
 				s = reputation.LockedOut
 			}
-			f.repSignal(r, s)
+			f.repSignal(st, r, s)
 		}
 		f.refuse(st, r, w, d, layers)
 		return false

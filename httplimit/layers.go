@@ -387,24 +387,21 @@ func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) (bool, *s
 		return false, nil
 	}
 	if f.repBans != nil {
-		rk := ""
-		if !f.repOwn { // the client address: a layer of the default key has it
-			for i := range sc.checks[:n] {
-				if ls.layers[sc.checks[i].Layer].defaultKey {
-					rk = sc.keys[i]
-					break
-				}
+		addr := "" // the client address: a layer of the default key has it
+		for i := range sc.checks[:n] {
+			if ls.layers[sc.checks[i].Layer].defaultKey {
+				addr = sc.keys[i]
+				break
 			}
 		}
-		if rk == "" {
-			rk = f.repKey(r)
+		if addr == "" {
+			addr = f.repAddr(r)
 		}
 		k := ""
 		if n > 0 {
 			k = sc.keys[0]
 		}
-		st.repKey = rk
-		if f.repBanned(st, r, w, k, rk) {
+		if f.repBanned(st, r, w, k, addr) {
 			return false, nil
 		}
 	}

@@ -35,7 +35,8 @@ type config struct {
 	allow       []access.Matcher
 	deny403     []access.Matcher
 	problems    bool
-	quota       *route // WithQuota's path
+	quota       *route   // WithQuota's path
+	quotaShow   []string // WithQuota's layers shown whatever their key
 	rep         *reputation.Tracker
 	repBans     access.Matcher // set by New from rep
 }

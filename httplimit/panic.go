@@ -58,8 +58,9 @@ const (
 type state struct {
 	in string
 	w  *writeOnce
-	// repKey is the reputation's key of the request, once the flow has
-	// had it (matching its bans), for Serve to reuse.
+	// repKey is the client address's key, which the reputation's signals
+	// count toward, once the flow has had it (matching the bans), for
+	// Serve to reuse.
 	repKey string
 }
 

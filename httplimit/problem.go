@@ -79,7 +79,7 @@ func (f *Flow) forbid(st *state, r keyfuncs.Request, w Response, e error) {
 		// scored again: it is what the signals earned, and a banned
 		// client's flood must not cost a store write a request (on Redis,
 		// a round trip).
-		f.repSignal(r, reputation.DenyListed)
+		f.repSignal(st, r, reputation.DenyListed)
 	}
 	st.in = inResponder
 	if f.problems && wantsProblem(r) {

@@ -2,7 +2,9 @@ package httplimit
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,21 +15,27 @@ import (
 )
 
 // WithQuota makes the flow answer GET (and HEAD) requests to path itself,
-// as GitHub's GET /rate_limit does: with the caller's quota under every
-// layer, as JSON, spending nothing. The middleware answers it before any
-// skip and never passes it to a handler, so no route needs registering;
-// other methods on path are limited as any request. path is matched as a
-// Layer route is ("/rate_limit", and so "/rate_limit/" and
+// as GitHub's GET /rate_limit does: with the caller's quota under each of
+// its layers, as JSON, spending nothing. The middleware answers it before
+// any skip and never passes it to a handler, so no route needs
+// registering; other methods on path are limited as any request. path is
+// matched as a Layer route is ("/rate_limit", and so "/rate_limit/" and
 // "/Rate_Limit"), and may not hold parameters or wildcards.
 //
 // The caller is keyed exactly as the flow keys it: each layer's Key (and
 // WithClientIP's trust model), on this request, so that no header a
 // client can forge shows it another client's quota; a layer whose key
-// cannot be had from this request is left out, and a deny-listed caller
-// is refused 403 as on any route. (A key that reads the route,
-// keyfuncs.Route, reads the quota request's: such a layer shows a quota
-// no request spends; key it by the client and give it Routes instead.) Each layer that has Methods or Routes
-// lists them, since it applies only there. Quotas are read with
+// cannot be had from this request is left out, and a deny-listed caller,
+// or one the reputation banned, is refused 403 as on any route. Only the
+// layers keyed by the caller are shown: those whose key, or a part of a
+// keyfuncs.Compose key, is a client's (an address, "ip:"; an API key,
+// "key:"; a user, "user:"). A layer shared by clients (keyfuncs.Static,
+// keyfuncs.Route alone) or keyed by a function of your own is shown only
+// when show names it: its quota tells every caller what the others
+// spend. New refuses a name no layer has. (A key that reads the route,
+// keyfuncs.Route, reads the quota request's: key per-endpoint layers by
+// the client and give them Routes instead.) Each layer that has Methods or
+// Routes lists them, since it applies only there. Quotas are read with
 // core.Limiter.Peek (no write, no expiry moved; one round trip on Redis
 // for all layers) under the policy in force for the key (a plan's).
 //
@@ -46,7 +54,7 @@ import (
 // this process alone; a caller over it gets 429 with Retry-After. It
 // answers 503 with Retry-After when the store cannot be read (the
 // ErrorHandler hears why), and sends Cache-Control: no-store.
-func WithQuota(path string) Option {
+func WithQuota(path string, show ...string) Option {
 	return func(c *config) error {
 		rt, err := parseRoute(path)
 		if err != nil {
@@ -59,6 +67,7 @@ func WithQuota(path string) Option {
 			return invalid("WithQuota", "the path / would answer every GET of the API's root")
 		}
 		c.quota = &rt
+		c.quotaShow = append([]string(nil), show...)
 		return nil
 	}
 }
@@ -74,12 +83,24 @@ type quotaEndpoint struct {
 	// in no case, and no '%' that could spell it, is not the endpoint's.
 	last  string
 	guard *core.Limiter // quotaGuard over a memstore of its own
+	// show[i] says that layer i is shown whatever its key (WithQuota's
+	// show).
+	show []bool
 }
 
-// newQuotaEndpoint returns the endpoint of rt, nil when rt is.
-func newQuotaEndpoint(rt *route) (*quotaEndpoint, error) {
+// newQuotaEndpoint returns the endpoint of rt, nil when rt is, showing
+// the layers named in show (of the layers named names) whatever their key.
+func newQuotaEndpoint(rt *route, show, names []string) (*quotaEndpoint, error) {
 	if rt == nil {
 		return nil, nil
+	}
+	shown := make([]bool, len(names))
+	for _, s := range show {
+		i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, s) })
+		if i < 0 {
+			return nil, invalid("WithQuota", fmt.Sprintf("no layer is named %q", s))
+		}
+		shown[i] = true
 	}
 	// The memstore's janitor ends when the Flow is collected. 100,000
 	// addresses at most (about 10 MB): a flood of new addresses evicts
@@ -95,7 +116,7 @@ func newQuotaEndpoint(rt *route) (*quotaEndpoint, error) {
 	}
 	p := strings.TrimRight(rt.pattern, "/")
 	last := strings.ToLower(p[strings.LastIndexByte(p, '/')+1:])
-	return &quotaEndpoint{route: rt, last: last, guard: guard}, nil
+	return &quotaEndpoint{route: rt, last: last, guard: guard, show: shown}, nil
 }
 
 // is reports whether r asks the quota endpoint.
@@ -177,6 +198,26 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 			return
 		}
 	}
+	if f.repBans != nil {
+		k := ""
+		if n > 0 {
+			k = keys[0]
+		}
+		if ak, err := f.clientIP.Key(r); err == nil && f.repBanned(st, r, w, k, ak) {
+			return // banned by the reputation: as deny-listed
+		}
+	}
+	// Only the caller's own layers, and those WithQuota names: a shared
+	// one would tell every caller what the others spend. Dropped after the
+	// lists, which match every key.
+	shown := 0
+	for i := range checks[:n] {
+		if q.show[checks[i].Layer] || callersKey(keys[i]) {
+			checks[shown], keys[shown] = checks[i], keys[i]
+			shown++
+		}
+	}
+	n = shown
 	st.in = inLimiter
 	var ds [limits.MaxLayers]core.Decision
 	if err := f.limiter.Peek(ctx, time.Time{}, checks[:n], ds[:n]); err != nil {
@@ -221,6 +262,26 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 	st.in = inResponder
 	w.Set("Cache-Control", "no-store")
 	_ = st.guard(w).Write(http.StatusOK, "application/json", body)
+}
+
+// clientKinds are the prefixes of the keyfuncs keys that name a client:
+// an address, an API key, a user.
+var clientKinds = [...]string{"ip:", "key:", "user:"}
+
+// callersKey reports whether key, a layer's key for the caller, names the
+// caller: it, or a part of it that keyfuncs.Compose joined with "|", is a
+// client's key (clientKinds).
+func callersKey(key string) bool {
+	for more := true; more; {
+		var part string
+		part, key, more = strings.Cut(key, "|")
+		for _, kind := range clientKinds {
+			if strings.HasPrefix(part, kind) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // containsFold reports whether s holds lower, which is lower case, in any

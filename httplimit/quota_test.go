@@ -61,12 +61,13 @@ func quotaOf(t *testing.T, w *response) map[string]quotaLayer {
 }
 
 // quotaLayers: every request costs the "all" layer 1; POST /login is its
-// own layer with a lockout; a "user" layer on /me is keyed by X-User.
+// own layer with a lockout; a "user" layer on /me is keyed by X-User
+// ("user:", a client's key, which the quota endpoint shows).
 func quotaLayers(t *testing.T) []httplimit.Layer {
 	ip := clientIPKey(t)
 	user := func(r keyfuncs.Request) (string, error) {
 		if u := r.Header("X-User"); u != "" {
-			return "u:" + u, nil
+			return "user:" + u, nil
 		}
 		return "", keyfuncs.ErrNoKey
 	}
@@ -215,6 +216,10 @@ func TestWithQuotaRejects(t *testing.T) {
 		_, err := httplimit.New(memStore(t), quotaLayers(t), httplimit.WithQuota(p))
 		assert.ErrorIs(t, err, core.ErrInvalidOption, "%q", p)
 	}
+	_, err := httplimit.New(memStore(t), quotaLayers(t), httplimit.WithQuota("/rate_limit", "all", "nope"))
+	assert.ErrorIs(t, err, core.ErrInvalidOption, "a layer to show that no layer is")
+	_, err = httplimit.New(memStore(t), quotaLayers(t), httplimit.WithQuota("/rate_limit", "ALL", "user"))
+	assert.NoError(t, err, "layer names, in any case")
 }
 
 // countingStore counts the calls of a store.

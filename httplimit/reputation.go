@@ -22,10 +22,16 @@ import (
 // serves apart from one on a route that exists); t's bans are a deny list
 // of the flow, answered 403 with Retry-After, and the problem type
 // "abnormal-usage-detected" where problem details are enabled; and a band
-// that scales limits scales the policy of every layer keyed like t (its
-// Config.Key, by default the client address: the layers with no Key of
-// their own), as a core.PolicySource after those of WithCore. A nil t is
+// that scales limits scales the policy of every layer keyed like a client
+// t scored, as a core.PolicySource after those of WithCore. A nil t is
 // invalid.
+//
+// What the flow sees counts against the client's address (WithClientIP),
+// whatever t's Config.Key: a request proves no identity to the flow, and
+// one that only claims another client's (its key id, the username of a
+// login form) must not earn that client a ban. Config.Key is whom
+// reputation.Report counts against, from a handler that knows who the
+// client is; a request is refused when its address or that key is banned.
 func WithReputation(t *reputation.Tracker) Option {
 	return func(c *config) error {
 		if t == nil {
@@ -39,30 +45,44 @@ func WithReputation(t *reputation.Tracker) Option {
 // reputationMark starts the Reason of the bans a Tracker writes.
 const reputationMark = "reputation: "
 
-// repKey is the key r's signals count toward: the Tracker's key
-// function's, or the client address's; "" when there is none.
-func (f *Flow) repKey(r keyfuncs.Request) string {
-	var key string
-	var err error
-	if f.repOwn {
-		key, err = hooks.ReputationKey(f.rep, r)
-	} else {
-		key, err = f.clientIP.Key(r)
-	}
+// repAddr is the key the flow's signals about r count toward: its
+// client address's; "" when it has none.
+func (f *Flow) repAddr(r keyfuncs.Request) string {
+	key, err := f.clientIP.Key(r)
 	if err != nil {
 		return ""
 	}
 	return key
 }
 
-// repSignal scores signal s of r's client.
-func (f *Flow) repSignal(r keyfuncs.Request, s reputation.Signal) {
-	if key := f.repKey(r); key != "" {
+// repOwnKey is the key of r under the Tracker's own Config.Key, which
+// reputation.Report counts toward; "" when the Tracker has none, or it
+// finds none for r.
+func (f *Flow) repOwnKey(r keyfuncs.Request) string {
+	if !f.repOwn {
+		return ""
+	}
+	key, err := hooks.ReputationKey(f.rep, r)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
+// repSignal scores signal s of r's client, against its address (st's,
+// when the flow had it).
+func (f *Flow) repSignal(st *state, r keyfuncs.Request, s reputation.Signal) {
+	key := st.repKey
+	if key == "" {
+		key = f.repAddr(r)
+	}
+	if key != "" {
 		hooks.ReputationSignal(f.rep, context.WithoutCancel(r.Context()), key, uint8(s))
 	}
 }
 
-// repResponse scores what the response of r's client, of status, says.
+// repResponse scores what the response of r's client, of status, says,
+// against key, its address's.
 func (f *Flow) repResponse(r keyfuncs.Request, key string, status int) {
 	var s reputation.Signal
 	switch {
@@ -103,16 +123,25 @@ func withReputation(c *config) {
 	}
 }
 
-// repBanned answers r, whose reputation key is rk and whose first
-// layer's key is key, when the reputation has banned rk: 403 with
-// Retry-After, as a deny list's refusal (the allow lists, checked
-// before, win). It reports whether it did. The bans are the Tracker's
-// own, by key: no address to parse, one atomic load and one lookup.
-func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, rk string) bool {
-	if rk == "" {
-		return false
+// repBanned answers r, whose address's key is addr and whose first
+// layer's key is key, when the reputation has banned addr, or r's key
+// under the Tracker's own Config.Key: 403 with Retry-After, as a deny
+// list's refusal (the allow lists, checked before, win). It reports
+// whether it did, and keeps addr in st for the signals. The bans are the
+// Tracker's own, by key: no address to parse, one atomic load and one
+// lookup (two with a Config.Key).
+func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, addr string) bool {
+	st.repKey = addr
+	now := time.Now()
+	e, ok := f.repBans.Match(netip.Addr{}, addr, now)
+	if addr == "" {
+		ok = false
 	}
-	e, ok := f.repBans.Match(netip.Addr{}, rk, time.Now())
+	if !ok && f.repOwn {
+		if own := f.repOwnKey(r); own != "" {
+			e, ok = f.repBans.Match(netip.Addr{}, own, now)
+		}
+	}
 	if !ok {
 		return false
 	}

@@ -57,8 +57,11 @@ const (
 	// CountSuccesses counts only the requests that succeed. So that
 	// failing at will is no way around it, the layer comes with a
 	// companion, a CountFailures layer of the same policy, key, methods,
-	// routes and cost, named Name+".failures": a client gets Limit
-	// successes and Limit failures a window, not unlimited failures. The
+	// routes and cost, named Name+".failures": a client gets at most
+	// Limit successes and at most Limit failures a window. A request is
+	// admitted before its outcome is known, so it needs room in both: a
+	// client whose failures are used up is refused (429) every request,
+	// good ones too, until the companion's window frees room. The
 	// companion is a layer of the Flow like any other (it is listed by
 	// Limiter.Policies, the headers and the quota endpoint), and counts
 	// toward the 16 layers.
@@ -161,12 +164,16 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 	if s != nil {
 		ctx = context.WithValue(ctx, settleKey{}, s)
 	}
-	repKey := st.repKey // the flow's, when it matched the reputation's bans
+	repKey := st.repKey // the address's, when the flow matched the reputation's bans
 	if f.rep != nil {
 		if repKey == "" {
-			repKey = f.repKey(r)
+			repKey = f.repAddr(r)
 		}
-		if repKey != "" {
+		// reputation.Report counts against the Tracker's own key, the
+		// handler's to vouch for; the response's signals, the address.
+		if own := f.repOwnKey(r); own != "" {
+			ctx = hooks.ReputationContext(f.rep, ctx, own)
+		} else if repKey != "" {
 			ctx = hooks.ReputationContext(f.rep, ctx, repKey)
 		}
 	}

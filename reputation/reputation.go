@@ -27,11 +27,14 @@
 // remembered apart from the score, and forgiven on a half-life of their
 // own (Config.OffenceHalfLife).
 //
-// Who the client is: Config.Key, by default the flow's client address
-// (httplimit.WithClientIP: IPv6 grouped by /56, so that rotating addresses
-// inside a prefix launders nothing, and no forwarding header believed but
-// from trusted proxies, so that no client can lower another's reputation
-// by forging one).
+// Who the client is: the flow's client address (httplimit.WithClientIP:
+// IPv6 grouped by /56, so that rotating addresses inside a prefix
+// launders nothing, and no forwarding header believed but from trusted
+// proxies, so that no client can lower another's reputation by forging
+// one). Every signal the flow sees counts against it, whatever
+// Config.Key: a request proves no identity to the flow, and one that
+// claims another client's (a key id, a login form's username) must not
+// get that client banned. Config.Key is whom Report counts against.
 //
 // A 404 for a path no route serves (a scanner walking /wp-admin, /.env)
 // is told from a 404 on a route that exists (a WebDAV or file-sync client
@@ -133,9 +136,11 @@ type Banner interface {
 // Config configures a Tracker. Its zero value but for Bands is a valid
 // configuration in process.
 type Config struct {
-	// Key says whose score a request counts toward: nil is the flow's
-	// client address (httplimit.WithClientIP). A request it finds no key
-	// for is not scored.
+	// Key says whom Report counts against: an identity the handler that
+	// reports has proven (a signed-in user). Nil, or a request it finds
+	// no key for, is the flow's client address (httplimit.WithClientIP),
+	// which the flow's own signals always count against. A request is
+	// refused while its address or its Key is banned.
 	Key keyfuncs.Func
 	// HalfLife is how long a score takes to halve: 10 minutes when 0.
 	HalfLife time.Duration
