@@ -62,8 +62,10 @@ func (f *Flow) repSignal(r keyfuncs.Request, s reputation.Signal) {
 	}
 }
 
-// repResponse scores what the response of r's client, of status, says.
-func (f *Flow) repResponse(r keyfuncs.Request, key string, status int) {
+// repResponse scores what the response of r's client, of status, says;
+// ctx is the context its handler ran under, which reputation.MarkUnrouted
+// may have marked.
+func (f *Flow) repResponse(ctx context.Context, r keyfuncs.Request, key string, status int) {
 	var s reputation.Signal
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
@@ -75,7 +77,7 @@ func (f *Flow) repResponse(r keyfuncs.Request, key string, status int) {
 	default:
 		return
 	}
-	hooks.ReputationSignal(f.rep, context.WithoutCancel(r.Context()), key, uint8(s))
+	hooks.ReputationSignal(f.rep, context.WithoutCancel(ctx), key, uint8(s))
 }
 
 // repBan reports whether e, a deny list's entry, is a ban a Tracker

@@ -585,10 +585,12 @@ func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
 // ctxKey is the context key of a request's reputation (see Report).
 type ctxKey struct{}
 
-// reqRep is what Report needs of a request: its Tracker and key.
+// reqRep is what Report needs of a request: its Tracker and key; and
+// whether MarkUnrouted marked it.
 type reqRep struct {
-	t   *Tracker
-	key string
+	t        *Tracker
+	key      string
+	unrouted atomic.Bool
 }
 
 // repCtx is a request's context carrying its reqRep: one allocation a
@@ -621,7 +623,7 @@ func Report(ctx context.Context, w float64) {
 func init() {
 	hooks.ReputationKey = func(t any, r any) (string, error) { return t.(*Tracker).key(r.(keyfuncs.Request)) }
 	hooks.ReputationSignal = func(t any, ctx context.Context, key string, s uint8) {
-		t.(*Tracker).signal(ctx, key, Signal(s), -1)
+		t.(*Tracker).signal(ctx, key, marked(ctx, Signal(s)), -1)
 	}
 	hooks.ReputationContext = func(t any, ctx context.Context, key string) context.Context {
 		return &repCtx{Context: ctx, rep: reqRep{t: t.(*Tracker), key: key}}
