@@ -216,7 +216,33 @@ func (q *request) HeaderValues(name string) []string { return q.c.Request().Head
 func (q *request) Query(name string) string          { return q.c.QueryParam(name) }
 func (q *request) Method() string                    { return q.c.Request().Method }
 func (q *request) Route() string                     { return q.c.Path() }
-func (q *request) Context() context.Context          { return q.c.Request().Context() }
+
+// Unrouted reports whether no route served the request, by Echo's router:
+// it matched none (c.Path() is empty), or only a route registered with
+// e.RouteNotFound, whose path is no route of the request's method
+// (httplimit reads it for a reputation's 404s). The flow asks only of a
+// 404.
+func (q *request) Unrouted() bool {
+	path := q.c.Path()
+	if path == "" {
+		return true
+	}
+	r := q.c.Request()
+	e := q.c.Echo()
+	router := e.Router()
+	if hosts := e.Routers(); len(hosts) > 0 { // the router Echo chose, as its findRouter does
+		if hr, ok := hosts[r.Host]; ok {
+			router = hr
+		}
+	}
+	for _, rt := range router.Routes() {
+		if rt.Path == path && rt.Method == r.Method {
+			return false
+		}
+	}
+	return true
+}
+func (q *request) Context() context.Context { return q.c.Request().Context() }
 
 // Path is the request's path, for the routes of httplimit layers.
 func (q *request) Path() string { return q.c.Request().URL.Path }
