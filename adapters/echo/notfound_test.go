@@ -51,3 +51,17 @@ func (harness) ServeNotFound(t testing.TB, idiom adapterstest.NotFoundIdiom, f *
 
 // TestNotFound checks Echo's idioms for "not found" with a reputation.
 func TestNotFound(t *testing.T) { adapterstest.RunNotFound(t, harness{}) }
+
+// TestNotFoundGroupMiddleware: a group's middleware registers
+// e.RouteNotFound routes under the group's prefix, so that it runs on
+// every path there; a scanner walking unknown paths under the group is
+// still one.
+func TestNotFoundGroupMiddleware(t *testing.T) {
+	adapterstest.RunNotFoundUnder(t, "/api/", func(t testing.TB, f *httplimit.Flow) string {
+		e := echo.New()
+		e.Use(echolimit.New(f))
+		api := e.Group("/api", func(next echo.HandlerFunc) echo.HandlerFunc { return next }) // an auth middleware, say
+		api.GET("/files/:name", func(c echo.Context) error { return echo.ErrNotFound })
+		return adapterstest.ListenHTTP(t, e)
+	})
+}

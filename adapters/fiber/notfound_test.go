@@ -66,3 +66,18 @@ func (harness) ServeNotFound(t testing.TB, idiom adapterstest.NotFoundIdiom, f *
 
 // TestNotFound checks Fiber's idioms for "not found" with a reputation.
 func TestNotFound(t *testing.T) { adapterstest.RunNotFound(t, harness{}) }
+
+// TestNotFoundMount: the routes of an app mounted in another (app.Mount)
+// are routes, its last app.Use a not-found handler, as in the app itself.
+func TestNotFoundMount(t *testing.T) {
+	adapterstest.RunNotFoundUnder(t, "/api/", func(t testing.TB, f *httplimit.Flow) string {
+		api := fiber.New()
+		api.Get("/files/:name", func(c *fiber.Ctx) error { return c.Status(fiber.StatusNotFound).SendString("no such file") })
+		api.Use(func(c *fiber.Ctx) error { return c.Status(fiber.StatusNotFound).SendString(adapterstest.NotFoundBody) })
+		a := &app{fiber: fiber.New(fiber.Config{DisableStartupMessage: true})}
+		a.fiber.Use(fiberlimit.New(f))
+		a.fiber.Mount("/api", api)
+		a.fiber.Handler()
+		return a.listen(t)
+	})
+}

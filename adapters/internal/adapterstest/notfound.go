@@ -132,6 +132,24 @@ func RunNotFound(t *testing.T, h NotFoundHarness) {
 	}
 }
 
+// RunNotFoundUnder checks, over real sockets, an app that serve serves
+// with f mounted for every request, and GET prefix+"files/:name" answering
+// 404: a scanner walking 150 unknown paths under prefix is banned at its
+// 41st, and a client asking for 150 missing files on that route never.
+func RunNotFoundUnder(t *testing.T, prefix string, serve func(t testing.TB, f *httplimit.Flow) string) {
+	client, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("127.0.0.0/8"))
+	require.NoError(t, err)
+	rep, err := reputation.New(reputation.Config{Bands: repBands})
+	require.NoError(t, err)
+	addr := serve(t, NewFlow(t, clockstore.At(NewStore(t), T0), []httplimit.Layer{{Policy: fixed("all", 1_000_000_000)}}, nil,
+		httplimit.WithClientIP(client), httplimit.WithReputation(rep)))
+	run := rand.IntN(1 << 20)
+	seen, _, _ := notFoundWalk(t, addr, repIP(run, 1), func(i int) string { return prefix + "wp-" + strconv.Itoa(i) + ".php" })
+	assert.Equal(t, map[int]int{http.StatusNotFound: 41, http.StatusForbidden: 1}, seen, "banned at its 41st unknown path under %s", prefix)
+	seen, _, _ = notFoundWalk(t, addr, repIP(run, 2), func(i int) string { return prefix + "files/f" + strconv.Itoa(i) })
+	assert.Equal(t, map[int]int{http.StatusNotFound: 150}, seen, "a 404 on a route that exists is no scanner's")
+}
+
 // notFoundWalk sends 150 GET requests for path(i) from ip on one
 // connection, stopping at the first 403, and returns how many got each
 // status, the first response and the last.
