@@ -123,9 +123,10 @@ func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, rk stri
 	return true
 }
 
-// unrouted reports whether no route served r: its Route is empty, or its
-// adapter says so where the framework's route cannot tell (Fiber's, under
-// Use, is the middleware's).
+// unrouted reports whether no route served r, whose answer is a 404: its
+// Route is empty, or its adapter says so by the framework's routing
+// where Route cannot tell (Echo's e.RouteNotFound routes; Fiber's Route,
+// under Use, is the middleware's).
 func unrouted(r keyfuncs.Request) bool {
 	if u, ok := r.(interface{ Unrouted() bool }); ok {
 		return u.Unrouted()

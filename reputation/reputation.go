@@ -35,7 +35,9 @@
 //
 // A 404 for a path no route serves (a scanner walking /wp-admin, /.env)
 // is told from a 404 on a route that exists (a WebDAV or file-sync client
-// asking for a file it does not have): only the first weighs by default.
+// asking for a file it does not have, a missing static file): only the
+// first weighs by default. A catch-all route serving as the 404 page,
+// which no router can tell from a route, says so with MarkUnrouted.
 //
 // Scores are kept in process, or in Redis (Config.Redis) shared by every
 // app server. Decisions read the copy of the scores this server holds (no
