@@ -240,6 +240,7 @@ func (q *request) Unrouted() bool {
 	}
 	return q.routes.unrouted(router, r.Method, path)
 }
+
 func (q *request) Context() context.Context { return q.c.Request().Context() }
 
 // Path is the request's path, for the routes of httplimit layers.

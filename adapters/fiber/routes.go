@@ -27,8 +27,9 @@ type routeIndex struct {
 	caseSensitive bool
 }
 
-// staticHandler starts the name of the handler of every app.Static
-// route (a closure of registerStatic, in every release of Fiber v2).
+// staticHandler starts the name of the handler of every app.Static route,
+// a closure of Fiber v2's registerStatic (RunNotFound's Static idioms fail
+// should it move).
 const staticHandler = "github.com/gofiber/fiber/v2.(*App).registerStatic."
 
 // newRouteIndex reads app's routes.
