@@ -82,8 +82,9 @@ func (f *Flow) repSignal(st *state, r keyfuncs.Request, s reputation.Signal) {
 }
 
 // repResponse scores what the response of r's client, of status, says,
-// against key, its address's.
-func (f *Flow) repResponse(r keyfuncs.Request, key string, status int) {
+// against key, its address's; ctx is the context its handler ran under,
+// which reputation.MarkUnrouted may have marked.
+func (f *Flow) repResponse(ctx context.Context, r keyfuncs.Request, key string, status int) {
 	var s reputation.Signal
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
@@ -95,7 +96,7 @@ func (f *Flow) repResponse(r keyfuncs.Request, key string, status int) {
 	default:
 		return
 	}
-	hooks.ReputationSignal(f.rep, context.WithoutCancel(r.Context()), key, uint8(s))
+	hooks.ReputationSignal(f.rep, context.WithoutCancel(ctx), key, uint8(s))
 }
 
 // repBan reports whether e, a deny list's entry, is a ban a Tracker
@@ -150,9 +151,10 @@ func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, addr st
 	return true
 }
 
-// unrouted reports whether no route served r: its Route is empty, or its
-// adapter says so where the framework's route cannot tell (Fiber's, under
-// Use, is the middleware's).
+// unrouted reports whether no route served r, whose answer is a 404: its
+// Route is empty, or its adapter says so by the framework's routing
+// where Route cannot tell (Echo's e.RouteNotFound routes; Fiber's Route,
+// under Use, is the middleware's).
 func unrouted(r keyfuncs.Request) bool {
 	if u, ok := r.(interface{ Unrouted() bool }); ok {
 		return u.Unrouted()

@@ -187,7 +187,7 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 			f.settle(r, w, s, status)
 		}
 		if repKey != "" && status != 0 {
-			f.repResponse(r, repKey, status)
+			f.repResponse(ctx, r, repKey, status)
 		}
 	}()
 	status = next(ctx)

@@ -38,7 +38,9 @@
 //
 // A 404 for a path no route serves (a scanner walking /wp-admin, /.env)
 // is told from a 404 on a route that exists (a WebDAV or file-sync client
-// asking for a file it does not have): only the first weighs by default.
+// asking for a file it does not have, a missing static file): only the
+// first weighs by default. A catch-all route serving as the 404 page,
+// which no router can tell from a route, says so with MarkUnrouted.
 //
 // Scores are kept in process, or in Redis (Config.Redis) shared by every
 // app server. Decisions read the copy of the scores this server holds (no
@@ -596,10 +598,12 @@ func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
 // ctxKey is the context key of a request's reputation (see Report).
 type ctxKey struct{}
 
-// reqRep is what Report needs of a request: its Tracker and key.
+// reqRep is what Report needs of a request: its Tracker and key; and
+// whether MarkUnrouted marked it.
 type reqRep struct {
-	t   *Tracker
-	key string
+	t        *Tracker
+	key      string
+	unrouted atomic.Bool
 }
 
 // repCtx is a request's context carrying its reqRep: one allocation a
@@ -632,7 +636,7 @@ func Report(ctx context.Context, w float64) {
 func init() {
 	hooks.ReputationKey = func(t any, r any) (string, error) { return t.(*Tracker).key(r.(keyfuncs.Request)) }
 	hooks.ReputationSignal = func(t any, ctx context.Context, key string, s uint8) {
-		t.(*Tracker).signal(ctx, key, Signal(s), -1)
+		t.(*Tracker).signal(ctx, key, marked(ctx, Signal(s)), -1)
 	}
 	hooks.ReputationContext = func(t any, ctx context.Context, key string) context.Context {
 		return &repCtx{Context: ctx, rep: reqRep{t: t.(*Tracker), key: key}}

@@ -50,21 +50,26 @@ func New(f *httplimit.Flow) func(http.Handler) http.Handler {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			q := requests.Get().(*request)
+			q.r = r
 			rw := responses.Get().(*response)
 			rw.w = w
-			f.Serve(request{r}, rw, func(ctx context.Context) int {
+			f.Serve(q, rw, func(ctx context.Context) int {
 				if ctx == r.Context() { // nothing to settle: the handler as it is
 					next.ServeHTTP(w, r)
 					return 0
 				}
 				sw := statusWriters.Get().(*statusWriter)
 				sw.ResponseWriter, sw.status = w, 0
-				next.ServeHTTP(sw, r.WithContext(ctx))
+				q.ran = r.WithContext(ctx)
+				next.ServeHTTP(sw, q.ran)
 				status := sw.status
 				sw.ResponseWriter = nil
 				statusWriters.Put(sw) // valid only until the handler returns, as net/http's own
 				return status
 			})
+			q.r, q.ran = nil, nil
+			requests.Put(q)
 			rw.w = nil
 			responses.Put(rw)
 		})
@@ -75,8 +80,11 @@ func New(f *httplimit.Flow) func(http.Handler) http.Handler {
 // functions that need more of it. ok is false when r does not come from
 // this package.
 func Unwrap(r keyfuncs.Request) (req *http.Request, ok bool) {
-	q, ok := r.(request)
-	return q.r, ok
+	q, ok := r.(*request)
+	if !ok || q.r == nil {
+		return nil, false
+	}
+	return q.r, true
 }
 
 // User returns a key function keying requests on the user ID that an
@@ -97,19 +105,25 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is a net/http request as a keyfuncs.Request. Holding one
-// pointer, it converts to an interface without allocating.
-type request struct{ r *http.Request }
+// request is a net/http request as a keyfuncs.Request: r, and ran, the
+// copy the handler ran with when the flow gave it a context of its own,
+// on which a ServeMux writes the pattern it matched. The middleware takes
+// them from requests, a pool: a struct of two pointers does not fit in an
+// interface, and would cost an allocation a request. It is valid only
+// while the flow runs; Unwrap of one kept longer reports false.
+type request struct{ r, ran *http.Request }
 
-func (q request) RemoteAddr() string                { return q.r.RemoteAddr }
-func (q request) Header(name string) string         { return q.r.Header.Get(name) }
-func (q request) HeaderValues(name string) []string { return q.r.Header.Values(name) }
-func (q request) Query(name string) string          { return q.r.URL.Query().Get(name) }
-func (q request) Method() string                    { return q.r.Method }
-func (q request) Context() context.Context          { return q.r.Context() }
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+func (q *request) RemoteAddr() string                { return q.r.RemoteAddr }
+func (q *request) Header(name string) string         { return q.r.Header.Get(name) }
+func (q *request) HeaderValues(name string) []string { return q.r.Header.Values(name) }
+func (q *request) Query(name string) string          { return q.r.URL.Query().Get(name) }
+func (q *request) Method() string                    { return q.r.Method }
+func (q *request) Context() context.Context          { return q.r.Context() }
 
 // Path is the request's path, for the routes of httplimit layers.
-func (q request) Path() string { return q.r.URL.Path }
+func (q *request) Path() string { return q.r.URL.Path }
 
 // Route returns the pattern of the route the request matches:
 //
@@ -122,11 +136,16 @@ func (q request) Path() string { return q.r.URL.Path }
 //     the same tree walk the router is about to do. A request that matches
 //     nothing gets "".
 //   - Plain net/http: r.Pattern (Go 1.22+ ServeMux), which is set only for
-//     a handler inside the mux.
+//     a handler inside the mux; once the handler has run, the pattern the
+//     mux wrote on the request it was given (a copy when the flow gave
+//     the handler a context of its own).
 //
 // keyfuncs.Route keys "" as one "unmatched" bucket, never the raw path.
-func (q request) Route() string {
+func (q *request) Route() string {
 	r := q.r
+	if q.ran != nil { // the handler has run, on a copy: the mux's pattern is there
+		r = q.ran
+	}
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return r.Pattern

@@ -44,22 +44,22 @@ func New(f *httplimit.Flow) echo.MiddlewareFunc {
 	if f == nil {
 		panic("echolimit.New: nil *httplimit.Flow")
 	}
-	chains := new(chainCache)
+	chains, routes := new(chainCache), new(routeCache)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if h, ok := chains.get(next); ok {
 			return h
 		}
-		h := handler(f, next)
+		h := handler(f, next, routes)
 		chains.put(next, h)
 		return h
 	}
 }
 
 // handler is the handler that runs f, then next if the request proceeds.
-func handler(f *httplimit.Flow, next echo.HandlerFunc) echo.HandlerFunc {
+func handler(f *httplimit.Flow, next echo.HandlerFunc, routes *routeCache) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		q := requests.Get().(*request)
-		q.c = c
+		q.c, q.routes = c, routes
 		var err error
 		f.Serve(q, response{c.Response()}, func(ctx context.Context) int {
 			if ctx == c.Request().Context() { // nothing to settle
@@ -70,7 +70,7 @@ func handler(f *httplimit.Flow, next echo.HandlerFunc) echo.HandlerFunc {
 			err = next(c)
 			return statusOf(c.Response(), err)
 		})
-		q.c = nil
+		q.c, q.routes = nil, nil
 		requests.Put(q)
 		return err
 	}
@@ -206,7 +206,10 @@ func User(key any) (keyfuncs.Func, error) {
 // them from requests, a pool: a struct holding an interface does not fit
 // in one, and would cost an allocation a request. It is valid only while
 // the flow runs; Unwrap of one kept longer reports false.
-type request struct{ c echo.Context }
+type request struct {
+	c      echo.Context
+	routes *routeCache
+}
 
 var requests = sync.Pool{New: func() any { return new(request) }}
 
@@ -216,7 +219,29 @@ func (q *request) HeaderValues(name string) []string { return q.c.Request().Head
 func (q *request) Query(name string) string          { return q.c.QueryParam(name) }
 func (q *request) Method() string                    { return q.c.Request().Method }
 func (q *request) Route() string                     { return q.c.Path() }
-func (q *request) Context() context.Context          { return q.c.Request().Context() }
+
+// Unrouted reports whether no route served the request, by Echo's router:
+// it matched none (c.Path() is empty), or only a route registered with
+// e.RouteNotFound (a group's middleware registers some), whose path is no
+// route of the request's method (httplimit reads it for a reputation's
+// 404s). The flow asks only of a 404.
+func (q *request) Unrouted() bool {
+	path := q.c.Path()
+	if path == "" {
+		return true
+	}
+	r := q.c.Request()
+	e := q.c.Echo()
+	router := e.Router()
+	if hosts := e.Routers(); len(hosts) > 0 { // the router Echo chose, as its findRouter does
+		if hr, ok := hosts[r.Host]; ok {
+			router = hr
+		}
+	}
+	return q.routes.unrouted(router, r.Method, path)
+}
+
+func (q *request) Context() context.Context { return q.c.Request().Context() }
 
 // Path is the request's path, for the routes of httplimit layers.
 func (q *request) Path() string { return q.c.Request().URL.Path }

@@ -45,6 +45,7 @@ func New(f *httplimit.Flow) fiber.Handler {
 	if f == nil {
 		panic("fiberlimit.New: nil *httplimit.Flow")
 	}
+	routes := new(routeCache)
 	return func(c *fiber.Ctx) error {
 		var err error
 		f.Serve(request{c}, response{c}, func(ctx context.Context) int {
@@ -56,10 +57,11 @@ func New(f *httplimit.Flow) fiber.Handler {
 			c.SetUserContext(ctx)
 			err = c.Next()
 			c.SetUserContext(prev) // the chain's, for the middleware before this one
-			if unrouted(err) {
+			status := statusOf(c, err)
+			if status == fiber.StatusNotFound && routes.index(c.App()).unrouted(c) {
 				c.Locals(unroutedLocal{}, true)
 			}
-			return statusOf(c, err)
+			return status
 		})
 		return err
 	}
@@ -68,17 +70,9 @@ func New(f *httplimit.Flow) fiber.Handler {
 // unroutedLocal is the Locals key marking a request no route served.
 type unroutedLocal struct{}
 
-// unrouted reports whether err, what the chain after the middleware
-// returned, is Fiber's own 404 for a path no route serves ("Cannot GET
-// /x"), not a handler's fiber.ErrNotFound ("Not Found").
-func unrouted(err error) bool {
-	var fe *fiber.Error
-	return errors.As(err, &fe) && fe.Code == fiber.StatusNotFound && strings.HasPrefix(fe.Message, "Cannot ")
-}
-
 // Unrouted reports whether no route served the request, which Fiber's
 // Route cannot tell under Use (httplimit reads it for a reputation's
-// 404s).
+// 404s): see routeIndex.unrouted.
 func (q request) Unrouted() bool { return q.c.Locals(unroutedLocal{}) != nil }
 
 // statusOf is the status of a response whose handler returned err: the
