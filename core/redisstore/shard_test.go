@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/testwait"
 )
@@ -237,4 +239,90 @@ func TestClusterDeadShardCostsOnlyItsKeys(t *testing.T) {
 			i-1, n.store[0], healthy)
 	}
 	assert.Positive(t, victimFailed, "no decision on the victim's shard failed open: the kill did not reach it")
+}
+
+// TestClusterPartitions: over a cluster client, the Store names each key's
+// partition by its master's address, as go-redis routes it; a TakeAll
+// over two masters, one of them dead, fails with a core.PartitionError
+// naming the dead one; and a layered Limiter opens the dead master's
+// breaker alone, so that layered requests and single ones on the live
+// masters go on through Redis. Over a *redis.Client the Store is one
+// partition.
+func TestClusterPartitions(t *testing.T) {
+	one := mustNew(t, redistest.Start(t).Client(), WithPrefix(testPrefix(t)))
+	assert.Nil(t, one.Partitioner(), "one Redis is one partition")
+
+	c := redistest.StartCluster(t, "--cluster-require-full-coverage", "no")
+	client := c.Client()
+	s := mustNew(t, client, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	name := s.Partitioner()
+	require.NotNil(t, name)
+	testwait.For(t, 5*time.Second, 10*time.Millisecond, func() bool { return name("k") != "" },
+		"the slot map loaded (until then, every key is in partition \"\")")
+	byName := map[string]string{} // a key per master
+	for i := 0; len(byName) < 3; i++ {
+		require.Less(t, i, 1000, "no key on every master")
+		k := fmt.Sprintf("k-%d", i)
+		m, err := client.MasterForKey(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, m.Options().Addr, name(k), "%s: the master go-redis sends it to", k)
+		if _, ok := byName[name(k)]; !ok {
+			byName[name(k)] = k
+		}
+	}
+	var dead *redistest.Server
+	var live []string
+	for _, n := range c.Nodes() {
+		if dead == nil {
+			dead = n
+			continue
+		}
+		live = append(live, byName[n.Addr()])
+	}
+	deadKey := byName[dead.Addr()]
+	require.NotEmpty(t, deadKey)
+	require.Len(t, live, 2)
+	require.NotContains(t, live, "")
+
+	layers := []core.Policy{
+		{Name: "user", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second},
+		{Name: "all", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second},
+	}
+	l, err := core.NewLimiter(within(s, testwait.D(takeTimeout)), layers)
+	require.NoError(t, err)
+	spread := []core.Check{{Layer: 0, Key: deadKey, Cost: 1}, {Layer: 1, Key: live[0], Cost: 1}}
+	healthy := []core.Check{{Layer: 0, Key: live[0], Cost: 1}, {Layer: 1, Key: live[1], Cost: 1}}
+	d, _, err := l.AllowLayers(ctx, time.Time{}, spread, nil)
+	require.NoError(t, err)
+	require.Equal(t, core.SourceStore, d.Source, "before the kill: %v", d.Err)
+
+	dead.Kill()
+	reqs := []core.Request{{Key: deadKey, Policy: layers[0], Cost: 1}, {Key: live[0], Policy: layers[1], Cost: 1}}
+	_, err = s.TakeAll(ctx, time.Time{}, reqs, make([]core.Decision, 2))
+	var pe *core.PartitionError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, dead.Addr(), pe.Partition)
+
+	// The spread requests fail; after three, the dead master's breaker
+	// is open, and only requests that need it fail over.
+	for i := 0; ; i++ {
+		require.Less(t, i, 10, "the dead master's breaker never opened")
+		d, _, err = l.AllowLayers(ctx, time.Time{}, spread, nil)
+		require.NoError(t, err)
+		require.Equal(t, core.SourceFailMode, d.Source)
+		if errors.Is(d.Err, limits.ErrCircuitOpen) {
+			break
+		}
+	}
+	d, _, err = l.AllowLayers(ctx, time.Time{}, healthy, nil)
+	require.NoError(t, err)
+	assert.Equal(t, core.SourceStore, d.Source, "a layered request on the live masters: %v", d.Err)
+	d, err = l.Allow(ctx, live[1])
+	require.NoError(t, err)
+	assert.Equal(t, core.SourceStore, d.Source, "a request on a live master: %v", d.Err)
+	d, err = l.Allow(ctx, deadKey)
+	require.NoError(t, err)
+	assert.ErrorIs(t, d.Err, limits.ErrCircuitOpen, "a request on the dead master")
+	assert.Equal(t, core.Failing, l.Health())
 }
