@@ -23,9 +23,10 @@ const (
 	// shardPacers offer decisions, each one every shardEvery, each
 	// decision on a goroutine of its own (at most shardInFlight of a
 	// pacer's at once: an app server's requests do not wait for each
-	// other): 2,000 decisions a second in all.
+	// other): 2,000 decisions a second in all, 500 under the race
+	// detector.
 	shardPacers   = 8
-	shardEvery    = 4 * time.Millisecond
+	shardEvery    = raceSlowdown * 4 * time.Millisecond
 	shardInFlight = 64
 	shardKeys     = 1000
 	// shardMaxEach bounds each pacer's decisions: 40 s of them.
