@@ -22,6 +22,16 @@ func (s benchStore) Take(context.Context, time.Time, core.Request) (core.Decisio
 }
 func (benchStore) Reset(context.Context, string, core.Policy) error { return nil }
 
+// partitionedBenchStore is a benchStore of three partitions, named by the
+// key's last byte.
+type partitionedBenchStore struct{ benchStore }
+
+var benchPartitions = [...]string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+
+func (partitionedBenchStore) Partitioner() func(string) string {
+	return func(key string) string { return benchPartitions[key[len(key)-1]%3] }
+}
+
 // BenchmarkLimiterPaths measures the Limiter around a store that costs
 // nothing: healthy (the hot path: one atomic load for the breaker), with
 // the circuit breaker open (decided without the store), and with a
@@ -79,6 +89,29 @@ func BenchmarkLimiterPaths(b *testing.B) {
 			b.Fatal(err)
 		}
 		run(b, l, false)
+	})
+	b.Run("partitioned", func(b *testing.B) {
+		// A store of three partitions (a Redis Cluster's masters): the
+		// Limiter finds the key's partition's breaker.
+		l, err := core.NewLimiter(partitionedBenchStore{}, []core.Policy{p})
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, l, false)
+	})
+	b.Run("memstore-layers", func(b *testing.B) {
+		two := []core.Policy{limitertest.Named(p, "user"), limitertest.Named(p, "all")}
+		l, err := core.NewLimiter(newMemStore(b), two)
+		if err != nil {
+			b.Fatal(err)
+		}
+		checks := []core.Check{{Layer: 0, Key: "203.0.113.7", Cost: 1}, {Layer: 1, Key: "all", Cost: 1}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, _, err := l.AllowLayers(ctx, time.Time{}, checks, nil); err != nil || !d.Allowed {
+				b.Fatalf("%+v, %v", d, err)
+			}
+		}
 	})
 	b.Run("memstore-mirrored", func(b *testing.B) {
 		s, local := newMemStore(b), newMemStore(b)

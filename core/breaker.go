@@ -43,14 +43,20 @@ func (h Health) String() string {
 
 // Health reports the state of the Limiter's store: Healthy, Failing while
 // the circuit breaker is open, Recovering after a store failure while a
-// fallback store still vouches for the store's admissions. It is cheap
-// enough to call on every request. It reads time.Now: a Limiter that
-// AllowN drives at times of its own reports its health at the real time.
+// fallback store still vouches for the store's admissions. Over a
+// Partitioned store (a Redis Cluster), which has a breaker per partition,
+// it is Failing while any partition's breaker is open (and a request has
+// met it in its last 10 probe intervals). It is cheap enough to call on
+// every request. It reads time.Now: a Limiter that AllowN drives at times
+// of its own reports its health at the real time.
 func (l *Limiter) Health() Health { return l.health(time.Time{}) }
 
 // health is Health at the time at (a zero at: now).
 func (l *Limiter) health(at time.Time) Health {
 	w := l.brk.state.Load()
+	if l.parts != nil && w&brkOpen == 0 && l.parts.failing(l.elapsed(at)) {
+		w |= brkOpen
+	}
 	switch {
 	case w&brkOpen != 0:
 		return Failing

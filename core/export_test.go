@@ -5,3 +5,11 @@ import "time"
 // HealthAt is Health at the time now, for the tests that drive a Limiter
 // with AllowAt.
 func (l *Limiter) HealthAt(now time.Time) Health { return l.health(now) }
+
+// Partitions returns how many partitions' breakers the Limiter keeps.
+func (l *Limiter) Partitions() int {
+	if l.parts == nil {
+		return 0
+	}
+	return len(*l.parts.m.Load())
+}

@@ -100,7 +100,7 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 			req := Request{Key: c.Key, Policy: l.policy, Cost: c.Cost} // before plain, as in allow
 			if direct = l.plain(ctx, c.Key, c.Cost); direct {
 				if d, at, err = l.store.Take(ctx, now, req); err != nil {
-					d, err = l.storeFailed(ctx, req, now, false, err)
+					d, err = l.storeFailed(ctx, req, now, &l.brk, err)
 					at = time.Time{}
 				} else {
 					d.Policy = l.policy
@@ -258,10 +258,22 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		return l.canceledLayers(ctx, nil, reqs, v)
 	}
 	v.ds = growDecisions(v.ds, len(reqs))
-	state := l.brk.state.Load()
-	probe := false
+	var bs breakers // of the partitions reqs touch: the Limiter's one, unless the store is Partitioned
+	if l.parts == nil {
+		bs.add(&l.brk)
+	} else {
+		for i := range reqs {
+			bs.add(l.parts.of(reqs[i].Key, at))
+		}
+	}
+	var state uint64
+	for _, b := range bs.list() {
+		state |= b.state.Load()
+	}
+	var probes uint32 // the breakers of bs this request probes
 	if state&brkOpen != 0 {
-		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
+		var ok bool
+		if probes, ok = l.tryProbes(&bs, at); !ok {
 			l.layersWithoutStore(ctx, reqs, at, v, l.openErr)
 			return nil
 		}
@@ -270,7 +282,7 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 	if w != nil && !l.inProcess.Load() {
 		start = time.Now()
 	}
-	took, err := l.doAll(ctx, reqs, at, v.ds, probe)
+	took, err := l.doAll(ctx, reqs, at, v.ds, &bs, probes)
 	if !start.IsZero() {
 		if inProcess(took) {
 			l.inProcess.Store(true) // in process: timed no more
@@ -282,14 +294,18 @@ func (l *Limiter) decideLayers(ctx context.Context, reqs []Request, at time.Time
 		if callerDone(ctx) {
 			return l.canceledLayers(ctx, err, reqs, v)
 		}
-		if !probe && !errors.Is(err, ErrInvalidOption) {
-			l.brk.fail(l.elapsed(at))
+		if !errors.Is(err, ErrInvalidOption) {
+			l.failedOn(&bs, probes, err, l.elapsed(at))
 		}
 		l.layersWithoutStore(ctx, reqs, at, v, storeErr(err))
 		return nil
 	}
 	if state&brkCount != 0 {
-		l.brk.succeed()
+		for _, b := range bs.list() {
+			if b.state.Load()&brkCount != 0 {
+				b.succeed()
+			}
+		}
 	}
 	v.took = took
 	l.verdict(reqs, v, SourceStore, nil)
@@ -358,13 +374,39 @@ func binds(d, e *Decision, allowed bool) bool {
 	return d.ResetAfter > e.ResetAfter
 }
 
-// doAll asks the store to decide reqs, as do asks one request.
-func (l *Limiter) doAll(ctx context.Context, reqs []Request, at time.Time, out []Decision, probe bool) (time.Time, error) {
+// doAll asks the store to decide reqs, as do asks one request; probes
+// are the breakers of bs whose probe it is.
+func (l *Limiter) doAll(ctx context.Context, reqs []Request, at time.Time, out []Decision, bs *breakers, probes uint32) (time.Time, error) {
 	took, err := l.store.TakeAll(ctx, at, reqs, out)
-	if probe {
-		l.brk.probed(err == nil, l.elapsed(at))
+	for i, b := range bs.list() {
+		if probes&(1<<i) != 0 {
+			l.probed(b, err == nil, at)
+		}
 	}
 	return took, err
+}
+
+// tryProbes returns the open breakers of bs that the request at at is to
+// probe (bits of bs), and whether it may ask the store: not when one of
+// its open breakers has no probe due (it then gives up the probes it won).
+func (l *Limiter) tryProbes(bs *breakers, at time.Time) (uint32, bool) {
+	now := l.elapsed(at)
+	var probes uint32
+	for i, b := range bs.list() {
+		if b.state.Load()&brkOpen == 0 {
+			continue
+		}
+		if !b.tryProbe(now) {
+			for j, c := range bs.list() {
+				if probes&(1<<j) != 0 {
+					c.probed(false, now)
+				}
+			}
+			return 0, false
+		}
+		probes |= 1 << i
+	}
+	return probes, true
 }
 
 // layersWithoutStore decides reqs by the fallback or else the layers'

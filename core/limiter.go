@@ -47,7 +47,11 @@ type Limiter struct {
 	born     time.Time // when NewLimiter returned it, with a monotonic reading
 	bornNs   int64     // born in Unix nanoseconds
 	// openErr is the Err of decisions made while the breaker is open.
-	openErr   error
+	openErr error
+	// parts holds a circuit breaker per partition of a Partitioned store
+	// (nil for any other): brk then keeps only the degraded period after
+	// a failure (see WithFallback), which is the Limiter's.
+	parts     *partitions
 	observers []func(Event)
 	shadow    bool
 	sources   []PolicySource // WithPolicySource, in order; nil when none
@@ -150,16 +154,23 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 			l.brk.horizon = max(l.brk.horizon, int64(horizon(p)))
 		}
 	}
+	if ps, ok := store.(Partitioned); ok {
+		if name := ps.Partitioner(); name != nil {
+			l.parts = newPartitions(name, &l.brk, l.elapsed)
+		}
+	}
 	l.openErr = fmt.Errorf("%w: %w", limits.ErrStore, limits.ErrCircuitOpen)
 	observers, err := bindObservers(l, c.observers)
 	if err != nil {
 		return nil, err
 	}
 	l.observers = observers
+	// The direct path reads the one breaker: a partitioned store's
+	// decisions go through decide, which finds their partition's.
 	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
-		l.denied == nil && l.fallback == nil && len(own) == 1
+		l.denied == nil && l.fallback == nil && len(own) == 1 && l.parts == nil
 	if len(l.sources) == 1 && hooks.SourceUntouched != nil && l.observers == nil && !l.shadow &&
-		l.denied == nil && l.fallback == nil && len(own) == 1 {
+		l.denied == nil && l.fallback == nil && len(own) == 1 && l.parts == nil {
 		// A source that can tell the keys it leaves as they are (a
 		// reputation: the clients in no band that scales): those take
 		// the direct path, as on a Limiter without it.
@@ -224,7 +235,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 		if l.plain(ctx, key, n) {
 			d, _, err = l.store.Take(ctx, at, req)
 			if err != nil {
-				return l.storeFailed(ctx, req, at, false, err)
+				return l.storeFailed(ctx, req, at, &l.brk, err)
 			}
 			d.Policy = l.policy
 			if d.Source != SourceStore {
@@ -314,10 +325,14 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		}
 		gen = l.denied.generation()
 	}
-	state := l.brk.state.Load() // 0 on the hot path: all is well
+	b := &l.brk
+	if l.parts != nil {
+		b = l.parts.of(key, at)
+	}
+	state := b.state.Load() // 0 on the hot path: all is well
 	probe := false
 	if state&brkOpen != 0 {
-		if probe = l.brk.tryProbe(l.elapsed(at)); !probe {
+		if probe = b.tryProbe(l.elapsed(at)); !probe {
 			if l.fallback == nil {
 				failInto(&d, &req.Policy, l.openErr)
 				return d, nil
@@ -333,7 +348,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	if !probe {
 		d, took, err = l.store.Take(ctx, at, req) // the hot path, spared a call
 	} else {
-		d, took, err = l.do(ctx, opTake, req, at, probe)
+		d, took, err = l.do(ctx, opTake, req, at, b)
 	}
 	if !start.IsZero() {
 		if inProcess(took) {
@@ -346,10 +361,13 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 		}
 	}
 	if err != nil {
-		return l.storeFailed(ctx, req, at, probe, err)
+		if probe {
+			b = nil // it reported itself
+		}
+		return l.storeFailed(ctx, req, at, b, err)
 	}
 	if state&brkCount != 0 {
-		l.brk.succeed()
+		b.succeed()
 	}
 	d.Policy, d.Source, d.Err = policy, SourceStore, nil
 	if l.fallback != nil && d.Allowed {
@@ -377,14 +395,15 @@ func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
 
 // storeFailed is the answer to req, which the store failed with err: the
 // caller's error when the caller has left meanwhile, else the fallback's
-// or FailClosed's decision, Err set. The failure counts toward opening the
-// breaker unless it was the breaker's probe (the probe reports itself).
-func (l *Limiter) storeFailed(ctx context.Context, req Request, at time.Time, probe bool, err error) (Decision, error) {
+// or FailClosed's decision, Err set. The failure counts toward opening b,
+// the breaker of req's partition, unless b is nil: it was the breaker's
+// probe (the probe reports itself).
+func (l *Limiter) storeFailed(ctx context.Context, req Request, at time.Time, b *breaker, err error) (Decision, error) {
 	if callerDone(ctx) {
 		return l.canceled(ctx, &req.Policy, err)
 	}
-	if !probe && !errors.Is(err, ErrInvalidOption) { // bad input says nothing of the store's health
-		l.brk.fail(l.elapsed(at))
+	if b != nil && !errors.Is(err, ErrInvalidOption) { // bad input says nothing of the store's health
+		b.fail(l.elapsed(at))
 	}
 	return l.withoutStore(ctx, req, at, storeErr(err)), nil
 }
@@ -491,7 +510,7 @@ func (l *Limiter) resetPolicy(ctx context.Context, key string, policy *Policy) e
 		_, err := l.canceled(ctx, policy, nil)
 		return err
 	}
-	_, _, err = l.do(ctx, opReset, Request{Key: key, Policy: *policy}, time.Time{}, false)
+	_, _, err = l.do(ctx, opReset, Request{Key: key, Policy: *policy}, time.Time{}, nil)
 	if l.fallback != nil {
 		_ = l.fallback.Reset(ctx, key, *policy)
 	}
@@ -517,18 +536,30 @@ const (
 )
 
 // do asks the store op about req, with the caller's ctx: a store that
-// may block bounds its own calls (see Store). When probe is set, the call
-// is the circuit breaker's probe, ended as soon as the store returns.
-func (l *Limiter) do(ctx context.Context, op storeOp, req Request, at time.Time, probe bool) (d Decision, took time.Time, err error) {
+// may block bounds its own calls (see Store). When probe is not nil, the
+// call is that circuit breaker's probe, ended as soon as the store
+// returns.
+func (l *Limiter) do(ctx context.Context, op storeOp, req Request, at time.Time, probe *breaker) (d Decision, took time.Time, err error) {
 	if op == opReset {
 		err = l.store.Reset(ctx, req.Key, req.Policy)
 	} else {
 		d, took, err = l.store.Take(ctx, at, req)
 	}
-	if probe {
-		l.brk.probed(err == nil, l.elapsed(at))
+	if probe != nil {
+		l.probed(probe, err == nil, at)
 	}
 	return d, took, err
+}
+
+// probed ends the probe of b at at: ok says the store answered. A
+// partition's breaker that closes starts the Limiter's degraded period,
+// as the Limiter's own does (see breaker.probed).
+func (l *Limiter) probed(b *breaker, ok bool, at time.Time) {
+	now := l.elapsed(at)
+	b.probed(ok, now)
+	if ok && b != &l.brk {
+		l.brk.degrade(now)
+	}
 }
 
 // callerDone reports whether the caller's ctx has ended: canceled, or its

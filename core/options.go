@@ -81,8 +81,10 @@ func withCircuitBreaker(failures int, probe time.Duration) Option {
 // The fallback mirrors the store: every request the store admits is taken
 // in the fallback too (a refusal there is ignored while the store is
 // Healthy). When the store fails, times out or has its circuit breaker
-// open (after 3 consecutive failures; it probes the store every 100 ms),
-// the fallback decides alone: such decisions have Source SourceFallback
+// open (after 3 consecutive failures; it probes the store every 100 ms;
+// over a Partitioned store such as a Redis Cluster, the breaker of the
+// request's partition, so that only its keys go to the fallback), the
+// fallback decides alone: such decisions have Source SourceFallback
 // and Decision.Err the store's error, for the caller to log. After such a
 // decision the Limiter is Recovering for as long as the state it left can
 // still matter (a Window for the fixed window and the log, two for the

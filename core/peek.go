@@ -103,7 +103,7 @@ func putRequests(arr *[limits.MaxLayers]Request, n int) {
 // asking; a store failure is the error, the caller's cancellation when it
 // has left. Neither counts toward the breaker, nor is decided otherwise.
 func (l *Limiter) quietly(ctx context.Context, now time.Time, reqs []Request, out []Decision) error {
-	if l.brk.state.Load()&brkOpen != 0 {
+	if l.open(reqs, now) {
 		return l.openErr
 	}
 	var err error

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/core"
 )
 
 // reloadEvery is the least time between two requests to reload the
@@ -94,4 +96,87 @@ func nodeFailure(err error) bool {
 	}
 	return redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
 		redis.IsReadOnlyError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err)
+}
+
+// Partitioner names, over a cluster client, the master that serves a
+// client key's slot, by its address, so that a core.Limiter keeps a
+// circuit breaker per master: a dead master opens its own, and decisions
+// on the other masters go on through Redis (see core.Partitioned). When
+// its replica takes over (the Store reloads the slot map, see New), the
+// slot's partition is the new master's. Over any other client, a Ring
+// included, it returns nil: the Store is one partition.
+//
+// The name costs a read of go-redis's slot map, never a round trip: until
+// the client has loaded its map, every key is in one partition "", while
+// a goroutine loads it (at most one at a time, at most five a second).
+func (s *Store) Partitioner() func(key string) string {
+	if s.part == nil {
+		return nil
+	}
+	return s.part.name
+}
+
+// partitioner names the master of a client key's slot over a cluster
+// client (see Store.Partitioner).
+type partitioner struct {
+	client  *redis.ClusterClient
+	timeout time.Duration // of a load
+	loaded  atomic.Bool   // the client has a slot map
+	loading atomic.Bool   // a load is under way
+	last    atomic.Int64  // time.Now().UnixNano() of the last load started
+}
+
+// newPartitioner returns the partitioner of client, or nil when it is no
+// cluster client.
+func newPartitioner(client redis.UniversalClient, timeout time.Duration) *partitioner {
+	if c, ok := client.(*redis.ClusterClient); ok {
+		return &partitioner{client: c, timeout: timeout}
+	}
+	return nil
+}
+
+// name returns the address of the master serving key's slot (key has no
+// braces, so that its slot is its hash tag's), "" until the client has a
+// slot map or when the map has no master for it.
+func (p *partitioner) name(key string) string {
+	if !p.loaded.Load() {
+		p.load()
+		return ""
+	}
+	// With a slot map loaded, MasterForKey reads it, and at most starts a
+	// reload on a goroutine of go-redis's own: ctx is not used.
+	m, err := p.client.MasterForKey(context.Background(), key)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}
+
+// load has the client load its slot map on a goroutine, unless a load is
+// under way or one started within reloadEvery.
+func (p *partitioner) load() {
+	now := time.Now().UnixNano()
+	last := p.last.Load()
+	if now-last < int64(reloadEvery) || !p.last.CompareAndSwap(last, now) || !p.loading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer p.loading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		defer cancel()
+		if _, err := p.client.MasterForKey(ctx, ""); err == nil {
+			p.loaded.Store(true)
+		}
+	}()
+}
+
+// failedOn wraps err, the failure of a group of a TakeAll over a cluster
+// client whose first client key is key, in a core.PartitionError naming
+// key's master, so that a Limiter counts it against that master's breaker
+// alone. Over any other client it returns err.
+func (s *Store) failedOn(key string, err error) error {
+	if s.part == nil {
+		return err
+	}
+	return &core.PartitionError{Partition: s.part.name(key), Err: err}
 }

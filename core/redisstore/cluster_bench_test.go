@@ -57,3 +57,32 @@ func BenchmarkMultiClusterSpread(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPartitioner measures the name of a key's partition over a
+// cluster client (the master of its slot, from go-redis's slot map),
+// which a core.Limiter asks on every decision over a cluster.
+func BenchmarkPartitioner(b *testing.B) {
+	cl := redistest.StartCluster(b)
+	s := mustNew(b, cl.Client(), WithPrefix(testPrefix(b)))
+	b.Cleanup(func() { _ = s.Close() })
+	name := s.Partitioner()
+	deadline := time.Now().Add(5 * time.Second)
+	for name("k") == "" {
+		if time.Now().After(deadline) {
+			b.Fatal("no slot map after 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("203.0.113.%d", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if name(keys[i%len(keys)]) == "" {
+			b.Fatal("no name")
+		}
+		i++
+	}
+}

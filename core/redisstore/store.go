@@ -153,13 +153,15 @@ type Store struct {
 	src       [len(algos)]string        // the sources of scripts
 	lockedSrc [len(algos)]string        // and of locked
 	recovery  *clusterRecovery          // nil unless client is a cluster client
+	part      *partitioner              // likewise
 	checked   chan struct{}             // closed once the check New starts is done
 	batch     *batcher                  // nil unless client is a *redis.Client
 	afterStep func()                    // tests only: called after each step of takeGroups
 }
 
 var (
-	_ core.Store = (*Store)(nil)
+	_ core.Store       = (*Store)(nil)
+	_ core.Partitioned = (*Store)(nil)
 )
 
 // algos lists, per algorithm, the code that ends its keys and its script.
@@ -224,7 +226,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{client: client, config: c, recovery: newClusterRecovery(client), checked: make(chan struct{})}
+	s := &Store{client: client, config: c, recovery: newClusterRecovery(client), part: newPartitioner(client, c.timeout), checked: make(chan struct{})}
 	if rc, ok := client.(*redis.Client); ok {
 		s.batch = newBatcher(rc, c.busyPoll)
 		// A Store dropped without Close closes its own connections.

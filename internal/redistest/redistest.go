@@ -370,18 +370,19 @@ type Cluster struct {
 // free loopback ports, joins them with redis-cli --cluster create and waits
 // until every node reports cluster_state:ok. The nodes are killed when the
 // test ends. It skips the test when redis-server or redis-cli is missing,
-// or fails it under CI=true. REDIS_URL plays no part.
-func StartCluster(tb testing.TB) *Cluster {
+// or fails it under CI=true. REDIS_URL plays no part. Each node also gets
+// the redis-server arguments extra.
+func StartCluster(tb testing.TB, extra ...string) *Cluster {
 	tb.Helper()
 	bin := lookPath(tb, "redis-server")
 	cli := lookPath(tb, "redis-cli")
 	c := &Cluster{tb: tb}
 	clusterArgs := func(dir string) []string {
-		return []string{
+		return append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000",
-		}
+		}, extra...)
 	}
 	for range 3 {
 		// A node listens for the cluster bus on port+10000 as well.

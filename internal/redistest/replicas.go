@@ -60,20 +60,21 @@ func (s Shard) Has(slot int) bool {
 // until every node reports cluster_state:ok and every replica is in sync
 // with its master. The nodes are killed when the test ends. It skips the
 // test when redis-server or redis-cli is missing, or fails it under
-// CI=true. REDIS_URL plays no part.
-func StartReplicatedCluster(tb testing.TB) *ReplicatedCluster {
+// CI=true. REDIS_URL plays no part. Each node also gets the redis-server
+// arguments extra (such as "--cluster-require-full-coverage", "no").
+func StartReplicatedCluster(tb testing.TB, extra ...string) *ReplicatedCluster {
 	tb.Helper()
 	bin := lookPath(tb, "redis-server")
 	cli := lookPath(tb, "redis-cli")
 	c := &ReplicatedCluster{Cluster: Cluster{tb: tb}}
 	args := func(dir string) []string {
-		return []string{
+		return append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", strconv.Itoa(int(FailoverNodeTimeout.Milliseconds())),
 			// A replica's first sync starts at once, not 5 s later.
 			"--repl-diskless-sync-delay", "0",
-		}
+		}, extra...)
 	}
 	for range 6 {
 		c.nodes = append(c.nodes, startLocal(tb, bin, args, clusterPort))
