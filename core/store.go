@@ -78,7 +78,16 @@ type Request struct {
 	// A give-back returns units that an admission took: now is the time
 	// Take or TakeAll returned for that admission (never zero), and the
 	// store removes -Cost units from what that admission was counted in,
-	// if it is still counted there, and changes nothing otherwise. Fixed
+	// if it is still counted there, and changes nothing otherwise. That
+	// time is the admission's identity: the store records the admission
+	// at exactly that time (a request dated before the key's last
+	// admission is decided, recorded and returned at that admission; every
+	// request of a TakeAll at one time), or, where it cannot (a Redis
+	// Cluster slot that decided at a later admission than the others),
+	// notes under that time where it recorded it. So no request admitted
+	// since moves what a give-back finds: the units of admissions that
+	// returned one time are alike, and each gives back at most its own.
+	// Fixed
 	// window: the count of the window that holds now. Sliding window
 	// counter: the count of now's window, the current one or, once the
 	// state has moved on, the previous one. Sliding log: the entry logged
@@ -179,8 +188,8 @@ type Store interface {
 	// Redis, so that app servers with skewed clocks still agree; the
 	// now of Limiter.AllowN makes it explicit, as tests do. Take returns the
 	// time it decided at when it decided in process (now, or the reading
-	// of its own clock), which dates a give-back of what it admitted (see
-	// Request.Cost). A store that decides in process returns a time read
+	// of its own clock, or the key's last admission when that is later),
+	// which dates a give-back of what it admitted (see Request.Cost). A store that decides in process returns a time read
 	// from this process's clock, carrying its monotonic reading (see the
 	// time package), unless the caller's now carried none: the Limiter
 	// then knows the store never waits, and a caller writing an absolute
@@ -204,8 +213,9 @@ type Store interface {
 	// slots) may, under contention, deny a set of requests that would
 	// have fitted, and must say so. Like Take, TakeAll leaves
 	// Decision.Policy and Decision.Source zero, returns the time it
-	// decided at (every request of a TakeAll is decided at one time, which
-	// dates the give-backs of all of them), and any error is a store
+	// decided at (every request of a TakeAll is decided at one time, the
+	// latest of its keys' last admissions when that is later than now,
+	// which dates the give-backs of all of them), and any error is a store
 	// failure.
 	TakeAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (time.Time, error)
 	// Reset forgets all state of key under policy, its lockout and strikes

@@ -92,6 +92,11 @@ func TestQuota(t *testing.T) { adapterstest.RunQuota(t, harness{}, redistest.Sta
 // sockets, on memory and on Redis with two app servers.
 func TestSettle(t *testing.T) { adapterstest.RunSettle(t, harness{}, redistest.Start(t)) }
 
+// TestSettleCluster plays the README's layered login on a Redis Cluster
+// over real sockets, from two app servers: good logins, 5 at a time, are
+// never refused, and leave the login layer empty.
+func TestSettleCluster(t *testing.T) { adapterstest.RunSettleCluster(t, harness{}) }
+
 // TestReputation checks reputations over real sockets, on memory and on
 // Redis with two app servers.
 func TestReputation(t *testing.T) { adapterstest.RunReputation(t, harness{}, redistest.Start(t)) }

@@ -49,7 +49,7 @@ func BenchmarkHotKeyLock(b *testing.B) {
 					now := clock.now()
 					h := maphash.String(seed, key)
 					lock()
-					o, _ := sh.take(h, key, &p, tokenBucketKind, p.Limit, 1, now)
+					o, _, _ := sh.take(h, key, &p, tokenBucketKind, p.Limit, 1, now)
 					unlock()
 					if !o.allowed {
 						b.Error("denied")

@@ -47,23 +47,24 @@ func (lp lockParams) length(strike int64) int64 {
 // takeLocked is take for a policy with a Lockout: it denies a locked-out
 // client without deciding, and locks out a client the algorithm denies.
 // It reports whether the outcome is a lockout's, and false for known when
-// p's algorithm is unknown. The caller holds sh.mu.
-func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (o outcome, known, locked bool) {
+// p's algorithm is unknown; at is the time an admission was decided and
+// recorded at (see shard.take). The caller holds sh.mu.
+func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (o outcome, at int64, known, locked bool) {
 	lp := lockParamsOf(p)
 	lock := sh.find(h, key, p.Name, k|lockBit)
 	var strikes int64
 	if lock != nil {
 		st := &lock.st
 		if now < st.win {
-			return outcome{remaining: 0, reset: max(st.win, st.prev) - now, wait: st.win - now}, true, true
+			return outcome{remaining: 0, reset: max(st.win, st.prev) - now, wait: st.win - now}, now, true, true
 		}
 		if now < st.last+lp.memory {
 			strikes = st.cur
 		}
 	}
-	o, known = sh.take(h, key, p, k, capacity, cost, now)
+	o, at, known = sh.take(h, key, p, k, capacity, cost, now)
 	if !known || o.allowed || cost == 0 { // a peek strikes nothing
-		return o, known, false
+		return o, at, known, false
 	}
 	strikes = min(strikes+1, limits.MaxStrikes)
 	until := now + max(lp.length(strikes), msUp(o.wait).Microseconds())
@@ -77,7 +78,7 @@ func (sh *shard) takeLocked(h uint64, key string, p *core.Policy, k kind, capaci
 	st := &lock.st
 	st.win, st.cur, st.prev, st.last = until, strikes, resetAt, now
 	st.expires = max(until, now+lp.memory)
-	return outcome{remaining: 0, reset: max(until, resetAt) - now, wait: until - now}, true, true
+	return outcome{remaining: 0, reset: max(until, resetAt) - now, wait: until - now}, now, true, true
 }
 
 // lockWorth is the worth of a lockout entry at now (see state.worth): a

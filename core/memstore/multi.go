@@ -22,8 +22,9 @@ import (
 // shards never wait; it decides every request, then undoes the steps of
 // the admitted ones if any was denied: it restores the state each held
 // before, and a state created for the request is never stored. It decides
-// at now, or at the Store's clock when that is zero, as Take does, and
-// returns the time it decided at as Take does.
+// at now, or at the Store's clock read under the locks when that is zero,
+// and every request at one time, the latest of its keys' last admissions
+// when that is later (see stageAll), and returns it as Take does.
 // It never blocks on I/O and ignores ctx.
 //
 // Bad input is an error and records nothing: len(out) not len(reqs), more
@@ -32,13 +33,10 @@ import (
 // errors). Requests on keys that exist already cost no allocation.
 func (s *Store) TakeAll(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	at, err := s.takeAllAt(now, reqs, out)
-	switch {
-	case err != nil || at == 0:
+	if err != nil || at == 0 {
 		return time.Time{}, err
-	case !now.IsZero():
-		return now, nil
 	}
-	return s.clock.at(at), nil
+	return s.timeOf(now, at), nil
 }
 
 // takeAllAt is TakeAll, with the time it decided at in µs since the Unix
@@ -142,31 +140,31 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 	if peeks != 0 && peeks != len(reqs) {
 		return 0, fmt.Errorf("%w: memstore: TakeAll: %d of %d requests are peeks (cost 0): all or none must be", core.ErrInvalidOption, peeks, len(reqs))
 	}
+	for _, ix := range shards[:m] {
+		s.shards[ix].mu.Lock()
+	}
+	// The clock is read under the locks, so that no request decided
+	// since its reading has recorded a later admission on these keys.
 	var now int64
 	if at.IsZero() {
 		now = s.clock.now()
 	} else {
 		now = at.UnixMicro()
 	}
-
-	for _, ix := range shards[:m] {
-		s.shards[ix].mu.Lock()
-	}
 	allowed := peeks == 0
-	for i := range reqs {
-		t := &ts[i]
-		sh := &s.shards[t.h&s.mask]
-		if peeks != 0 { // read under every shard's lock: one snapshot, nothing written
-			r := &reqs[i]
+	if peeks != 0 {
+		// Read under every shard's lock: one snapshot, nothing written.
+		for i := range reqs {
+			t, r := &ts[i], &reqs[i]
+			sh := &s.shards[t.h&s.mask]
 			if t.lockout {
-				t.o, _, t.locked = sh.takeLocked(t.h, r.Key, &r.Policy, t.k, t.capacity, 0, now)
+				t.o, _, _, t.locked = sh.takeLocked(t.h, r.Key, &r.Policy, t.k, t.capacity, 0, now)
 			} else {
-				t.o, _ = sh.take(t.h, r.Key, &r.Policy, t.k, t.capacity, 0, now)
+				t.o, _, _ = sh.take(t.h, r.Key, &r.Policy, t.k, t.capacity, 0, now)
 			}
-			continue
 		}
-		sh.stage(t, &reqs[i], now)
-		allowed = allowed && t.o.allowed
+	} else {
+		now, allowed = s.stageAll(reqs, ts, now)
 	}
 	for i := range reqs {
 		t := &ts[i]
@@ -195,11 +193,48 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 	return now, nil
 }
 
+// stageAll stages every request of reqs at now (see stage), and returns
+// the one time every admission is recorded at, and whether all were
+// allowed. A key whose last admission is later than now decides its
+// request at that admission (see step): when every request is allowed,
+// but not all at one time, every step is undone and every request decided
+// again at the latest of their times, at which every key's last admission
+// is past. So the time TakeAll returns is the one where every layer
+// recorded its units, which dates their give-backs. The caller holds the
+// requests' shards' locks.
+func (s *Store) stageAll(reqs []core.Request, ts []taken, now int64) (int64, bool) {
+	allowed, latest := s.stageAt(reqs, ts, now)
+	if !allowed || latest == now {
+		return now, allowed
+	}
+	for i := range ts {
+		if t := &ts[i]; t.e != nil && !t.created {
+			t.undo()
+		}
+	}
+	allowed, _ = s.stageAt(reqs, ts, latest)
+	return latest, allowed
+}
+
+// stageAt stages every request of reqs at now, and reports whether all
+// were allowed, and the latest time one was decided at.
+func (s *Store) stageAt(reqs []core.Request, ts []taken, now int64) (allowed bool, latest int64) {
+	allowed, latest = true, now
+	for i := range reqs {
+		t := &ts[i]
+		s.shards[t.h&s.mask].stage(t, &reqs[i], now)
+		allowed = allowed && t.o.allowed
+		latest = max(latest, t.at)
+	}
+	return allowed, latest
+}
+
 // taken is one request of a TakeAll: what it was decided by, and how to
 // undo its step.
 type taken struct {
 	h        uint64
 	capacity int64
+	at       int64 // the time the request was decided at (µs)
 	k        kind
 	lockout  bool // the policy has a Lockout
 	locked   bool // the outcome is the lockout's
@@ -258,10 +293,11 @@ func (s *Store) stageOf(t *taken, r *core.Request) error {
 // recorded at once. The caller holds sh.mu.
 func (sh *shard) stage(t *taken, r *core.Request, now int64) {
 	p := &r.Policy
+	t.at, t.e, t.created, t.locked = now, nil, false, false
 	if t.lockout {
 		if lock := sh.find(t.h, r.Key, p.Name, t.k|lockBit); lock != nil && now < lock.st.win {
 			// Locked out: takeLocked denies without deciding.
-			t.o, _, t.locked = sh.takeLocked(t.h, r.Key, p, t.k, t.capacity, r.Cost, now)
+			t.o, _, _, t.locked = sh.takeLocked(t.h, r.Key, p, t.k, t.capacity, r.Cost, now)
 			return
 		}
 	}
@@ -269,6 +305,9 @@ func (sh *shard) stage(t *taken, r *core.Request, now int64) {
 		st := &e.st
 		t.e, t.saved = e, *st
 		t.fresh = st.expires <= now
+		if !t.fresh {
+			t.at = max(now, st.last) // as step decides
+		}
 		if t.fresh {
 			// Expired state decides like none at all.
 			st.clear()
@@ -292,7 +331,7 @@ func (sh *shard) stage(t *taken, r *core.Request, now int64) {
 		// The step changed nothing: takeLocked decides again, alike,
 		// and records the strike.
 		t.e = nil
-		t.o, _, t.locked = sh.takeLocked(t.h, r.Key, p, t.k, t.capacity, r.Cost, now)
+		t.o, _, _, t.locked = sh.takeLocked(t.h, r.Key, p, t.k, t.capacity, r.Cost, now)
 	}
 }
 

@@ -113,31 +113,36 @@ func (sh *shard) find(h uint64, key, name string, k kind) *entry {
 }
 
 // take decides a request of cost under p, whose algorithm is k and whose
-// capacity is capacity, for key, whose hash is h, at now (µs). It reports
-// false, deciding nothing, when p's algorithm is unknown. The caller
-// holds sh.mu.
-func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (outcome, bool) {
+// capacity is capacity, for key, whose hash is h, at now (µs). It returns
+// the time it decided at: now, or the key's last admission when that is
+// later (see step), which is the time an admission is recorded at, and
+// so the one that dates its give-back. It reports false, deciding
+// nothing, when p's algorithm is unknown. The caller holds sh.mu.
+func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, cost, now int64) (outcome, int64, bool) {
 	if e := sh.find(h, key, p.Name, k); e != nil {
 		st := &e.st
 		fresh := st.expires <= now
+		if !fresh {
+			now = max(now, st.last) // as step decides
+		}
 		if cost == 0 { // a peek writes nothing, not even a clear
 			if fresh {
-				return step(&state{kind: k}, true, p, 0, now), true
+				return step(&state{kind: k}, true, p, 0, now), now, true
 			}
-			return step(st, false, p, 0, now), true
+			return step(st, false, p, 0, now), now, true
 		}
 		if fresh {
 			// Expired state decides like none at all.
 			st.clear()
 			st.capacity = float32(capacity)
 		}
-		return step(st, fresh, p, cost, now), true
+		return step(st, fresh, p, cost, now), now, true
 	}
 	if k == unknownKind {
-		return outcome{}, false
+		return outcome{}, now, false
 	}
 	if cost == 0 { // a peek creates no state
-		return step(&state{kind: k}, true, p, 0, now), true
+		return step(&state{kind: k}, true, p, 0, now), now, true
 	}
 	e := &entry{st: state{kind: k, capacity: float32(capacity)}}
 	o := step(&e.st, true, p, cost, now)
@@ -146,7 +151,7 @@ func (sh *shard) take(h uint64, key string, p *core.Policy, k kind, capacity, co
 		e.name = sh.intern(p.Name)
 		sh.insert(h, e, now)
 	}
-	return o, true
+	return o, now, true
 }
 
 // insert adds e under h, evicting first when the shard is full. The

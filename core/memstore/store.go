@@ -100,7 +100,9 @@ func New(opts ...Option) (*Store, error) {
 // on I/O and ignores ctx.
 //
 // It returns the time it decided at: now, or else the reading of the
-// Store's clock, to the microsecond, with its monotonic reading. A caller
+// Store's clock, to the microsecond, with its monotonic reading, or the
+// key's latest admission when that is later: the time its admission is
+// recorded at, which dates its give-back (core.Request.Cost). A caller
 // writing an absolute time from the Decision, such as X-RateLimit-Reset,
 // then need not read the clock again; the Store's clock counts from the
 // wall clock at New, so such a caller takes the wall time from the
@@ -118,13 +120,23 @@ func New(opts ...Option) (*Store, error) {
 // core.ErrInvalidOption or core.ErrInvalidOption.
 func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (d core.Decision, _ time.Time, err error) {
 	at, err := s.take(&req, now, &d) // d filled in place: a Decision is large, and copied once less
-	switch {
-	case err != nil:
+	if err != nil {
 		return d, time.Time{}, err
-	case !now.IsZero():
-		return d, now, nil
 	}
-	return d, s.clock.at(at), nil
+	return d, s.timeOf(now, at), nil
+}
+
+// timeOf is the time a Take or TakeAll asked at now returns for having
+// decided at at (µs): now itself, unless the key's last admission was
+// later (see Store), or the reading of the Store's clock.
+func (s *Store) timeOf(now time.Time, at int64) time.Time {
+	if now.IsZero() {
+		return s.clock.at(at)
+	}
+	if us := now.UnixMicro(); at != us {
+		return now.Add(time.Duration(at-us) * time.Microsecond) // keeps now's monotonic reading, if any
+	}
+	return now
 }
 
 // take is Take, filling *d, which is zero, and returning the time it
@@ -158,11 +170,11 @@ func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int
 			return 0, err
 		}
 		if p.Lockout > 0 {
-			return now, takeLocked(sh, h, req, k, capacity, now, d)
+			return takeLocked(sh, h, req, k, capacity, now, d)
 		}
 	}
 	sh.mu.Lock()
-	o, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
+	o, now, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
 		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
@@ -210,17 +222,18 @@ func (s *Store) giveBack(req *core.Request, at time.Time, capacity int64, d *cor
 	return now, nil
 }
 
-// takeLocked is Take for a policy with a Lockout, on shard sh, filling *d.
-func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64, d *core.Decision) error {
+// takeLocked is Take for a policy with a Lockout, on shard sh, filling *d,
+// and returning the time it decided at.
+func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64, d *core.Decision) (int64, error) {
 	sh.mu.Lock()
-	o, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
+	o, at, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
 	sh.mu.Unlock()
 	if !known {
-		return fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(req.Policy.Algorithm))
+		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(req.Policy.Algorithm))
 	}
 	o.decide(d, capacity)
 	d.LockedOut = locked
-	return nil
+	return at, nil
 }
 
 // Reset forgets the state of key under policy, its lockout and strikes

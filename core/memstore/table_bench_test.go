@@ -117,7 +117,7 @@ func (x *tableIndex) take(key string, p *core.Policy, now int64) outcome {
 	h := maphash.String(x.seed, key)
 	sh := &x.shards[h&(indexShards-1)]
 	sh.mu.Lock()
-	o, _ := sh.take(h, key, p, tokenBucketKind, p.Limit, 1, now)
+	o, _, _ := sh.take(h, key, p, tokenBucketKind, p.Limit, 1, now)
 	sh.mu.Unlock()
 	return o
 }

@@ -9,9 +9,9 @@
 -- of the window. delay_ms is 0.
 
 local stored_start, stored_count, last = read_state(KEYS[1], '<ddd', 'w', 'n', 't')
-local at = now
+local at = earliest
 if stored_start then
-  at = math.max(now, last or now)
+  at = math.max(earliest, last or earliest)
 end
 -- math.fmod truncates like Go's %, and is exact.
 local window_start = at - math.fmod(at, window)
@@ -34,4 +34,4 @@ if count > 0 then
   reset = window_start + window - at
 end
 -- count exceeds limit when the client was moved to a smaller plan.
-return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0, now}
+return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0, at}

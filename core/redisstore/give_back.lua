@@ -26,6 +26,16 @@
 -- (which GET refuses, and which an admission since the upgrade has
 -- replaced) change nothing. Giving back a log's last units removes the
 -- key, as ZREM of a ZSET's last member does.
+--
+-- Over a Redis Cluster, a layered request's slot may have recorded its
+-- units at a later time than now, the one the request returned, which
+-- alias.lua then noted in the HASH "<state key>:at:<now>" (a field per
+-- time, its units). The give-back takes its units from there first, and
+-- the rest at now. Admissions dated alike share the HASH and the member
+-- at now, whose units are alike: however their give-backs share them out,
+-- none takes more than the admissions dated now put there, and each
+-- gives back no more than its own took, so every unit given back was
+-- taken, and none is missed.
 
 -- span returns the running counts of a log's member (see
 -- sliding_window_log.lua).
@@ -39,13 +49,11 @@ local function put(key, offset, x)
   redis.call('SETRANGE', key, offset, struct.pack('<d', x))
 end
 
-local now
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local algorithm, limit, window, give
-  algorithm, limit, window, give, now = struct.unpack('<ddddd', ARGV[i])
+-- give gives back units of the admissions recorded at at (µs) from key's
+-- state, of algorithm, limit and window.
+local function give(key, algorithm, limit, window, units, at)
   if algorithm == 1 then
-    -- The log: the member scored now gives back up to give of its last
+    -- The log: the member scored at gives back up to units of its last
     -- units (units admitted in one microsecond are alike), and every
     -- member after it is renumbered that much lower, so that the log
     -- holds that many units fewer wherever the window starts (as undo.lua
@@ -55,14 +63,14 @@ for i = 1, #KEYS do
     -- it has members (a ZSET without members is deleted, and a ZADD would
     -- make it anew without a TTL); in time order, the new names meet no
     -- name still in the log (the members hold disjoint runs of units).
-    local at = string.format('%d', now)
-    local found = redis.call('ZRANGEBYSCORE', key, at, at)[1]
+    local score = string.format('%d', at)
+    local found = redis.call('ZRANGEBYSCORE', key, score, score)[1]
     if found then
       local from, to = span(found)
-      local units = math.min(give, to - from)
-      local later = redis.call('ZRANGEBYSCORE', key, '(' .. at, '+inf', 'WITHSCORES')
+      units = math.min(units, to - from)
+      local later = redis.call('ZRANGEBYSCORE', key, '(' .. score, '+inf', 'WITHSCORES')
       if to - units > from then
-        redis.call('ZADD', key, at, string.format('%d:%d', from, to - units))
+        redis.call('ZADD', key, score, string.format('%d:%d', from, to - units))
       end
       redis.call('ZREM', key, found)
       for k = 1, #later, 2 do
@@ -71,42 +79,63 @@ for i = 1, #KEYS do
         redis.call('ZREM', key, later[k])
       end
     end
-  else
-    local packed = redis.pcall('GET', key)
-    if type(packed) == 'string' then
-      -- math.fmod truncates like Go's %, and is exact.
-      local window_start = now - math.fmod(now, window)
-      if algorithm == 0 then
-        -- '<ddd': the window's start, its count, the last admission.
-        local start, count = struct.unpack('<dd', packed)
-        if start == window_start and count > 0 then
-          put(key, 8, math.max(0, count - give))
-        end
-      elseif algorithm == 2 then
-        -- '<dddd': the current window's start, its count, the previous
-        -- window's count, the last admission. The admission's window is
-        -- the current one, or the previous one once the state has moved
-        -- on to the next.
-        local start, current, previous = struct.unpack('<ddd', packed)
-        if start == window_start and current > 0 then
-          put(key, 8, math.max(0, current - give))
-        elseif start == window_start + window and previous > 0 then
-          put(key, 16, math.max(0, previous - give))
-        end
-      else
-        -- A bucket, '<dd': the level (the units used) as of the last
-        -- admission, and its time. What has drained between the
-        -- admission and the last admission is not given back: of the
-        -- admission's units, only give less that drain can still be in
-        -- the level (all of them when nothing was admitted since).
-        local level, last = struct.unpack('<dd', packed)
-        local drained = math.max(0, last - now) * limit / window
-        local units = math.min(give, math.max(0, give - drained))
-        if units > 0 and level > 0 then
-          put(key, 0, math.max(0, level - units))
-        end
-      end
+    return
+  end
+  local packed = redis.pcall('GET', key)
+  if type(packed) ~= 'string' then return end
+  -- math.fmod truncates like Go's %, and is exact.
+  local window_start = at - math.fmod(at, window)
+  if algorithm == 0 then
+    -- '<ddd': the window's start, its count, the last admission.
+    local start, count = struct.unpack('<dd', packed)
+    if start == window_start and count > 0 then
+      put(key, 8, math.max(0, count - units))
     end
+  elseif algorithm == 2 then
+    -- '<dddd': the current window's start, its count, the previous
+    -- window's count, the last admission. The admission's window is the
+    -- current one, or the previous one once the state has moved on to
+    -- the next.
+    local start, current, previous = struct.unpack('<ddd', packed)
+    if start == window_start and current > 0 then
+      put(key, 8, math.max(0, current - units))
+    elseif start == window_start + window and previous > 0 then
+      put(key, 16, math.max(0, previous - units))
+    end
+  else
+    -- A bucket, '<dd': the level (the units used) as of the last
+    -- admission, and its time. What has drained between the admission
+    -- and the last admission is not given back: of the admission's
+    -- units, only units less that drain can still be in the level (all
+    -- of them when nothing was admitted since).
+    local level, last = struct.unpack('<dd', packed)
+    local drained = math.max(0, last - at) * limit / window
+    units = math.min(units, math.max(0, units - drained))
+    if units > 0 and level > 0 then
+      put(key, 0, math.max(0, level - units))
+    end
+  end
+end
+
+local now
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local algorithm, limit, window, units
+  algorithm, limit, window, units, now = struct.unpack('<ddddd', ARGV[i])
+  -- The units that alias.lua recorded elsewhere first, then those at now.
+  local alias = key .. ':at:' .. string.format('%d', now)
+  local elsewhere = redis.call('HGETALL', alias)
+  for k = 1, #elsewhere, 2 do
+    if units <= 0 then break end
+    local there = math.min(units, tonumber(elsewhere[k + 1]))
+    give(key, algorithm, limit, window, there, tonumber(elsewhere[k]))
+    units = units - there
+    if redis.call('HINCRBY', alias, elsewhere[k], -there) <= 0 then
+      redis.call('HDEL', alias, elsewhere[k])
+    end
+  end
+  if units > 0 then
+    give(key, algorithm, limit, window, units, now)
   end
 end
 return {now}

@@ -7,7 +7,7 @@
 -- is the time the queue is empty again (at least 1 ms). delay_ms is how
 -- long an admitted request waits in the queue.
 
-local at, level = now, 0
+local at, level = earliest, 0
 local stored_level, last = read_state(KEYS[1], '<dd', 'v', 't')
 if stored_level then
   -- The state expires when the queue is empty again: from then on it
@@ -23,7 +23,7 @@ local function level_at(elapsed)
 end
 
 if stored_level then
-  at = math.max(now, last)
+  at = math.max(earliest, last)
   level = level_at(at - last)
 end
 
@@ -49,4 +49,4 @@ local reset = math.min(math.ceil(level * window / limit), horizon)
 if allowed == 1 and cost > 0 then
   write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end
-return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay), now}
+return {allowed, remaining, ms_up(reset), ms_up(retry), ms_up(delay), at}

@@ -35,6 +35,8 @@ const layerLocals = `  local limit, window, capacity, cost, now, min_ttl = struc
     end
     now = shared_now
   end
+  local earliest = at_least or now
+  peeking = cost == 0
 `
 
 // layerLockLocals is a locked variant's lockout arguments, which follow
@@ -128,6 +130,7 @@ if not now then
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 local min_ttl = tonumber(ARGV[6])
+local earliest = now
 `
 
 // layeredScript is the script of one combination of layers (see
@@ -242,7 +245,7 @@ func layeredSource(vs []int) (string, error) {
 		}
 		b.WriteString("\nend\n")
 	}
-	b.WriteString("\n")
+	b.WriteString("\nlocal function decide_layers()\n")
 	key, arg := 1, 2
 	for j, v := range vs {
 		fmt.Fprintf(&b, "layer = %d\nr = layer_%d(%d, %d)\n", j+1, v, key-1, arg-1)
@@ -253,6 +256,7 @@ func layeredSource(vs []int) (string, error) {
 			key, arg = key+1, arg+1
 		}
 	}
+	b.WriteString("end\ndecide_layers()\n")
 	b.WriteString(multiTail)
 	return b.String(), nil
 }

@@ -34,8 +34,13 @@
 --
 -- Every layer is decided, each at its own ARGV's now, the Redis TIME
 -- being read once for all: the Store gives every layer the same now (or
--- none), so that all are decided at one time, which each layer's reply
--- carries. An algorithm's writes (write_state, and the
+-- none). A layer whose key's last admission is later decides at that
+-- admission (see prelude.lua); when every layer admitted, but not all at
+-- one time, every layer is decided again, its pending writes dropped, no
+-- earlier than the latest of their times (at_least), at which every one
+-- decides. So all the layers are decided, and recorded, at one time,
+-- which each layer's reply carries, and which dates the give-backs of
+-- all of them (see give_back.lua). An algorithm's writes (write_state, and the
 -- log's ZADD, ZREM, PEXPIRE and DEL) wait in the list of pending writes,
 -- and are made only when every layer admitted: a request denied
 -- by one layer takes nothing in any. The log's trimming of what has left
@@ -46,6 +51,13 @@
 -- and each layer's reply is its own.
 
 local undoable, checking = ARGV[1] == '1', ARGV[1] == '2'
+
+-- at_least is, when the layers are decided again, the time they are
+-- decided at, or later (see above); earliest_at and latest_at are the
+-- earliest and the latest time a layer was decided at; peeking says the
+-- layers are peeks, each decided at its own time, since they record
+-- nothing.
+local at_least, earliest_at, latest_at, peeking
 
 -- shared_now is the Redis TIME in µs, once a layer's function has read it
 -- (for every other to use).
@@ -76,12 +88,22 @@ end
 
 local replied, admitted, r = 0, true, nil
 
--- The calls of the layers' functions go here, each followed by:
+-- The calls of the layers' functions go here, in the function
+-- decide_layers,
+-- each followed by:
 -- after each layer
 if r[1] ~= 1 then admitted = false end
 for i = 1, #r do reply[replied + i] = r[i] end
 replied = replied + #r
+earliest_at, latest_at = math.min(earliest_at or r[6], r[6]), math.max(latest_at or r[6], r[6])
 -- end after each layer
+
+-- Every layer at one time: decided again, at the latest, when they were
+-- not (their pending writes dropped).
+if admitted and not peeking and earliest_at ~= latest_at then
+  writes, replied, at_least, earliest_at, latest_at = 0, 0, latest_at, nil, nil
+  decide_layers()
+end
 
 -- The pending writes are made when every layer admitted.
 if not admitted or checking then return reply end

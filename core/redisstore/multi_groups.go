@@ -64,9 +64,13 @@ type group struct {
 // explicit now (setNow), at no cost of a round trip. The latest, so that
 // no group takes before its own check (a window ending between the two
 // would turn the check's admission into a denial), nor before an
-// admission its check saw (the script would decide at that admission, a
-// time the give-backs do not know: a log's member widened at another
-// microsecond). That time may be ahead of a node whose clock lags the
+// admission its check saw. Another request may still take on a group's
+// key, at a later time, between this one's check and its take: that
+// group then decides, and records its units, at that admission (see
+// prelude.lua), and alias notes beside its states where the admissions
+// dated now hold them, for their give-backs (a third round trip, only
+// then). Moving the groups to one time instead would race the requests
+// that keep taking on a busy key, and lose. That time may be ahead of a node whose clock lags the
 // others', and a TTL counted from it would end that key early: so the
 // take's keys live at least explicitNowMinTTL, as keys written at a
 // caller's explicit time do. (The earliest of the times would need no
@@ -116,6 +120,7 @@ func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Reques
 		s.afterStep()
 	}
 	if err == nil && admitted {
+		s.alias(ctx, gs, now)
 		return now, nil
 	}
 	s.giveBack(ctx, gs)
@@ -123,6 +128,63 @@ func (s *Store) takeGroups(ctx context.Context, at time.Time, reqs []core.Reques
 		return 0, err
 	}
 	return now, nil
+}
+
+// aliasLua records where the groups of a take recorded their units, when
+// not at the time the take returns (see alias.lua).
+//
+//go:embed alias.lua
+var aliasLua string
+
+var aliasScript = redis.NewScript(aliasLua)
+
+// alias makes the give-backs dated now (µs), the time every group of gs
+// (all committed) was given, find what each took: a group whose key's
+// last admission was later than now decided, and recorded its units, at
+// that admission (see prelude.lua), and records, beside its layers'
+// states, that the admissions dated now hold those units there
+// (alias.lua); give_back.lua gives them back from there. One script per
+// such group, sent at once; none when every group recorded at now, as
+// they do unless another request took on one of their keys between this
+// one's check and its take. An alias that fails to be written leaves the
+// units counted, as a request that does not settle leaves them, until
+// their window passes: never a unit given back that was not taken.
+func (s *Store) alias(ctx context.Context, gs []*group, now int64) {
+	var calls []*multiCall
+	for _, g := range gs {
+		if g.now == now {
+			continue
+		}
+		c := multiPool.Get().(*multiCall)
+		c.sha, c.src = aliasScript.Hash(), aliasLua
+		c.args[2] = int64(g.call.n)
+		n := 3
+		for j := range g.call.n {
+			c.keys[j] = g.call.keys[keyIndex(g.call, j)]
+			c.args[n] = &c.keys[j]
+			n++
+		}
+		c.args[n], c.args[n+1] = now, g.now
+		n += 2
+		for j := range g.call.n {
+			c.args[n] = g.reqs[j].Cost
+			n++
+		}
+		c.nargs = n
+		calls = append(calls, c)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	for _, cmd := range runAtOnce(ctx, s.client, calls) {
+		if err := cmd.Err(); err != nil {
+			s.recovery.failed(err)
+			s.warn(ctx, "redisstore: a layered request could not record where some layers took their units; a give-back will leave them counted until they expire", err)
+		}
+	}
+	for _, c := range calls {
+		c.put()
+	}
 }
 
 // groupBy groups reqs by slotOf (by client key when nil), in the order of
@@ -192,13 +254,17 @@ func (s *Store) sendUndo(ctx context.Context, calls []*multiCall) {
 		c.put()
 	}
 	if err := errors.Join(errs...); err != nil {
-		l := s.logger
-		if l == nil {
-			l = slog.Default()
-		}
-		l.LogAttrs(ctx, slog.LevelWarn, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires",
-			slog.String("error", err.Error()))
+		s.warn(ctx, "redisstore: a denied layered request could not give back what some layers took; they keep it until it expires", err)
 	}
+}
+
+// warn logs msg and err at the warning level, on the Store's logger.
+func (s *Store) warn(ctx context.Context, msg string, err error) {
+	l := s.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(ctx, slog.LevelWarn, msg, slog.String("error", err.Error()))
 }
 
 // runGroups runs the groups' calls at once (runAtOnce) and fills out from

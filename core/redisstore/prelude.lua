@@ -15,15 +15,19 @@
 -- ARGV[5]  now: in microseconds since the Unix epoch; "" reads Redis TIME
 -- ARGV[6]  min_ttl: the least TTL, in milliseconds, of a key written
 --          (0 unless now is explicit)
--- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms, now},
+-- Returns  {allowed (1 or 0), remaining, reset_ms, retry_ms, delay_ms, at},
 --          integers; durations rounded up to whole milliseconds. delay_ms
---          is 0 but for the leaky bucket. now is the time decided at, in
---          µs: ARGV[5], or the Redis TIME read (Take returns it, and a
---          give-back of what the request took is dated with it; see
---          give_back.lua).
+--          is 0 but for the leaky bucket. at is the time decided at, in
+--          µs: now (ARGV[5], or the Redis TIME read), or the key's last
+--          admission when that is later. An admission is recorded at
+--          exactly at: Take returns it, and a give-back of what the
+--          request took is dated with it (see give_back.lua), so that it
+--          finds that record, whatever was admitted since.
 --
--- Every script decides a request dated before the key's last admission (a
--- clock stepping back) at that admission, writes nothing for a denied
+-- Every script decides at earliest (now, unless a layered script decides
+-- its layers again at a later time, see multi.lua) or, for a request
+-- dated before the key's last admission (a clock stepping back, requests
+-- racing), at that admission, writes nothing for a denied
 -- request (but the log, which drops what has left the window), and gives
 -- every key it writes a TTL no longer than its state matters, and at least
 -- min_ttl.
@@ -60,6 +64,7 @@ if not now then
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 local min_ttl = tonumber(ARGV[6])
+local earliest = now
 
 -- horizon bounds a bucket's ResetAfter and RetryAfter: 2^52 µs (about 142
 -- years), below which every microsecond is a float64 integer. A bucket

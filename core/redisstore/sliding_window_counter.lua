@@ -31,9 +31,9 @@ local function counter_estimate(count, bound)
 end
 
 local stored_start, stored_current, stored_previous, last = read_state(KEYS[1], '<dddd', 'w', 'c', 'p', 't')
-local at = now
+local at = earliest
 if stored_start then
-  at = math.max(now, last or now)
+  at = math.max(earliest, last or earliest)
 end
 -- math.fmod truncates like Go's %, and is exact.
 local window_start = at - math.fmod(at, window)
@@ -80,4 +80,4 @@ if current > 0 then
 elseif previous > 0 then
   reset = window_start + window - at
 end
-return {allowed, remaining, ms_up(reset), ms_up(retry), 0, now}
+return {allowed, remaining, ms_up(reset), ms_up(retry), 0, at}

@@ -37,10 +37,10 @@ end
 
 -- The newest member is the last admission.
 local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-local at, last = now, nil
+local at, last = earliest, nil
 if newest[2] then
   last = tonumber(newest[2])
-  at = math.max(now, last)
+  at = math.max(earliest, last)
 end
 -- first is the rank of the oldest member in the window: 0 once the
 -- members that have left it are trimmed, as a request does; a peek, which
@@ -141,4 +141,4 @@ else
   reset = last + window - at
 end
 -- count exceeds limit when the client was moved to a smaller plan.
-return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0, now}
+return {allowed, math.max(0, limit - count), ms_up(reset), ms_up(retry), 0, at}

@@ -15,7 +15,7 @@
 -- at that rate, or when the key's TTL, set by the plan that wrote it,
 -- runs out, whichever comes first.
 
-local at, level = now, 0
+local at, level = earliest, 0
 local stored_level, last = read_state(KEYS[1], '<dd', 'v', 't')
 local expires
 if stored_level then
@@ -33,7 +33,7 @@ local function level_at(elapsed)
 end
 
 if stored_level then
-  at = math.max(now, last)
+  at = math.max(earliest, last)
   level = level_at(at - last)
 end
 
@@ -57,4 +57,4 @@ local reset = math.min(math.ceil(level * window / limit), horizon)
 if allowed == 1 and cost > 0 then
   write_state(KEYS[1], math.max(ms_up(at + reset - now), 1, min_ttl), '<dd', level, at)
 end
-return {allowed, remaining, ms_up(reset), ms_up(retry), 0, now}
+return {allowed, remaining, ms_up(reset), ms_up(retry), 0, at}

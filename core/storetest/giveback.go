@@ -22,7 +22,9 @@ import (
 // a TakeAll of give-backs dated with the time TakeAll returned gives back
 // in every layer. Bad input is an error: a give-back without its
 // admission's time, above the capacity, or mixed with other requests in a
-// TakeAll. Every call has an explicit now, which the store must return.
+// TakeAll. Every call has an explicit now, which the store must return
+// unless the key's last admission is later: a take dated before it is
+// recorded at that admission, and returns it.
 func runGiveBacks(t *testing.T, newStore func(t *testing.T) core.Store) {
 	t.Helper()
 	t.Run("give-backs", func(t *testing.T) {
@@ -49,6 +51,9 @@ func runGiveBacks(t *testing.T, newStore func(t *testing.T) core.Store) {
 		}
 		t.Run("layered", func(t *testing.T) {
 			testGiveBackLayers(t, newStore(t), run+"-layers")
+		})
+		t.Run("step-back", func(t *testing.T) {
+			testGiveBackStepBack(t, newStore(t), run+"-step-back")
 		})
 		t.Run("bad-input", func(t *testing.T) {
 			testGiveBackBadInput(t, newStore(t), run+"-bad")
@@ -276,4 +281,73 @@ func testGiveBackBadInput(t *testing.T, s core.Store, run string) {
 	if err != nil || d.Remaining != 5 {
 		t.Fatalf("after the bad give-backs: %s, %v; want 5 remaining, nothing given back", show(d), err)
 	}
+}
+
+// testGiveBackStepBack checks that an admission dated before its key's
+// last admission (requests racing, a clock stepping back) is recorded at
+// the time Take or TakeAll returns for it, and that a give-back dated
+// with that time gives it back: for every algorithm, a take dated 2ms
+// before a window's edge, on a key last admitted 1ms after it, alone and
+// layered with a key that has no state, given back whole, leaves each key
+// deciding as a twin that never took it.
+func testGiveBackStepBack(t *testing.T, s core.Store, run string) {
+	ctx := context.Background()
+	t1 := epoch().Add(10*time.Second + time.Millisecond) // 10s windows: 1ms into the second
+	before := t1.Add(-2 * time.Millisecond)              // the end of the first
+	for i, alg := range limits.Algorithms[core.Algorithm]() {
+		p := layerPolicy(fmt.Sprintf("gbs-%d", i), alg, 10, 10*time.Second)
+		key := func(name string) string { return run + "-" + string(alg) + "-" + name }
+		for _, k := range []string{"alone", "layered", "twin"} {
+			if d, at, err := s.Take(ctx, t1, core.Request{Key: key(k), Policy: p, Cost: 5}); err != nil || !d.Allowed || !at.Equal(t1) {
+				t.Fatalf("%s: take of 5 at t1: %s, %v, at %v", key(k), show(d), err, at)
+			}
+		}
+		d, at, err := s.Take(ctx, before, core.Request{Key: key("alone"), Policy: p, Cost: 3})
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s: take of 3, dated 2ms before: %s, %v", key("alone"), show(d), err)
+		}
+		if !at.Equal(t1) {
+			t.Errorf("%s: a take dated %v, decided at the key's last admission %v, returned %v", alg, before, t1, at)
+		}
+		if _, _, err := s.Take(ctx, at, core.Request{Key: key("alone"), Policy: p, Cost: -3}); err != nil {
+			t.Fatal(err)
+		}
+		reqs := []core.Request{{Key: key("layered"), Policy: p, Cost: 3}, {Key: key("fresh"), Policy: p, Cost: 3}}
+		out := make([]core.Decision, 2)
+		at, err = s.TakeAll(ctx, before, reqs, out)
+		if err != nil || !out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("%s: TakeAll of 3 and 3, dated 2ms before: %s %s, %v", alg, show(out[0]), show(out[1]), err)
+		}
+		if !at.Equal(t1) {
+			t.Errorf("%s: a TakeAll dated %v, on a key last admitted at %v, returned %v: not the one time both layers were decided at", alg, before, t1, at)
+		}
+		reqs[0].Cost, reqs[1].Cost = -3, -3
+		if _, err := s.TakeAll(ctx, at, reqs, out); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 20 {
+			now := t1.Add(50*time.Millisecond + time.Duration(k)*900*time.Millisecond)
+			w := takeOne(t, s, now, key("twin"), p)
+			for _, name := range []string{"alone", "layered"} {
+				if g := takeOne(t, s, now, key(name), p); !sameDecision(g, w, false) {
+					t.Fatalf("%s at t1+%v, after the take dated before t1 was given back:\n got %s\nwant %s, as the twin that never took it", key(name), now.Sub(t1), show(g), show(w))
+				}
+			}
+			f := takeOne(t, s, now, key("fresh"), p)
+			g := takeOne(t, s, now, key("fresh-twin"), p)
+			if !sameDecision(f, g, false) {
+				t.Fatalf("%s at t1+%v, after the layered take was given back:\n got %s\nwant %s, as a key that never took", key("fresh"), now.Sub(t1), show(f), show(g))
+			}
+		}
+	}
+}
+
+// takeOne is a take of cost 1 at now, failing t on an error.
+func takeOne(t *testing.T, s core.Store, now time.Time, key string, p core.Policy) core.Decision {
+	t.Helper()
+	d, _, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: 1})
+	if err != nil {
+		t.Fatalf("take at %v: %v", now, err)
+	}
+	return d
 }

@@ -68,11 +68,13 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 // app servers; stores that keep their own state, such as several
 // memstores, are not one backend: pass one of them): single requests, as
 // runExactness describes, and layered requests, as runLayersExactness
-// describes.
+// describes, and layered requests that give back part of what they took,
+// as runSettleExactness describes.
 func RunConcurrent(t *testing.T, stores []core.Store, goroutinesPerStore int) {
 	t.Helper()
 	t.Run("single", func(t *testing.T) { runExactness(testingT{t}, stores, goroutinesPerStore) })
 	t.Run("layers", func(t *testing.T) { runLayersExactness(t, stores, goroutinesPerStore) })
+	t.Run("settle", func(t *testing.T) { runSettleExactness(t, stores, goroutinesPerStore) })
 }
 
 // runSuite is Run on any tester, so that the suite's own tests can run it
