@@ -25,24 +25,40 @@ var (
 	unbanLua string
 	//go:embed load.lua
 	loadLua string
+	//go:embed page.lua
+	pageLua string
 	//go:embed poll.lua
 	pollLua string
+	//go:embed restore_claim.lua
+	claimLua string
 	//go:embed restore.lua
 	restoreLua string
+	//go:embed restore_done.lua
+	doneLua string
 
 	banScript     = redis.NewScript(banLua)
 	unbanScript   = redis.NewScript(unbanLua)
 	loadScript    = redis.NewScript(loadLua)
+	pageScript    = redis.NewScript(pageLua)
 	pollScript    = redis.NewScript(pollLua)
+	claimScript   = redis.NewScript(claimLua)
 	restoreScript = redis.NewScript(restoreLua)
+	doneScript    = redis.NewScript(doneLua)
 )
 
 // Bounds of the calls the poller makes, and of the log.
 const (
-	// loadTimeout bounds a full load from the poller.
-	loadTimeout = 10 * time.Second
-	// mgetChunk is how many bans one MGET of a load reads.
-	mgetChunk = 1000
+	// loadTimeout bounds a full load from the poller, waiting for
+	// another server's write-back included; each of its calls is small,
+	// and bounded by the client's timeouts too.
+	loadTimeout = time.Minute
+	// loadPage is how many ids one page of a load asks ZSCAN for (it
+	// may return a few more or fewer), whose bans the page then reads:
+	// a script that holds Redis about a millisecond, with a reply of
+	// about 100 KB.
+	loadPage = 2000
+	// pageTries is how many times a load sends a page that timed out.
+	pageTries = 3
 	// minSkew is the least clock skew from Redis that the snapshot
 	// corrects for; below it the measure is mostly round-trip noise.
 	minSkew = 100 * time.Millisecond
@@ -67,13 +83,14 @@ type Bans struct {
 	client redis.UniversalClient
 	cfg    config
 	// The keys; see the package doc.
-	index, ver, log, marker, rjournal, banKey string
+	index, ver, log, marker, rjournal, lease, banKey string
 
 	view atomic.Pointer[view]
 
-	// reloadMu serializes full loads and writing back; it is taken before
-	// mu, never while holding it.
-	reloadMu sync.Mutex
+	// reloadMu serializes full loads, and recoverMu writing back; each
+	// is taken before mu, never while holding it, and reloadMu before
+	// recoverMu.
+	reloadMu, recoverMu sync.Mutex
 
 	// mu guards the fields below. It is held for work in memory and for
 	// the poller's read of the log (one small round trip), never for a
@@ -136,6 +153,7 @@ func NewBans(ctx context.Context, client redis.UniversalClient, opts ...Option) 
 		log:      tag + "l",
 		marker:   tag + "m",
 		rjournal: tag + "j",
+		lease:    tag + "w",
 		banKey:   tag + "b:",
 		cursor:   "0-0",
 	}
@@ -358,73 +376,6 @@ func (b *Bans) Unban(ctx context.Context, target access.Entry) (bool, error) {
 		b.applyOwn(res[1], res[3], res[2], []ownChange{{id: id, seq: seq, entry: t, lift: true}})
 	}
 	return res[0] == "1", nil
-}
-
-// dropStale lifts here a ban of target that Redis does not hold (its key
-// evicted, or deleted by hand) when the view is at Redis's version, so
-// that Unban lifts it here before it returns, as it does a ban Redis
-// holds. When the view is behind, the poller or the next resync tells.
-func (b *Bans) dropStale(id string, target access.Entry, version string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	v := b.view.Load()
-	if version != b.loaded || v.get(target) == nil {
-		return
-	}
-	bl := from(v)
-	bl.del(target)
-	b.journal.record(id, change{seq: b.loadedSeq})
-	b.view.Store(bl.build())
-}
-
-// ownChange is one change this server made, as Redis numbered it.
-type ownChange struct {
-	id    string
-	seq   int64
-	entry access.Entry // Expires by Redis's clock
-	ms    int64        // Expires in Unix ms, 0 if permanent
-	lift  bool
-}
-
-// applyOwn puts this server's own changes in force here, at once, so that
-// a Ban is in force and an Unban lifted before they return. prev is the
-// version before them, xid the stream id of the last, last its sequence
-// number. When prev is the view's version the view moves up to last, and
-// the poller will not read them again; else the poller applies them again
-// in log order with the others' changes between. A change older than
-// the one this server already applied to its target (two of its own
-// calls racing) is skipped.
-func (b *Bans) applyOwn(prev, xid, last string, changes []ownChange) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bl := from(b.view.Load())
-	bl.bulk(len(changes))
-	for _, c := range changes {
-		if c.seq <= b.loadedSeq && prev != b.loaded {
-			continue // the view holds it, or a later change, already
-		}
-		if s, ok := b.journal.seen(c.id); ok && s >= c.seq {
-			continue
-		}
-		b.applyOneLocked(bl, c.id, c.seq, c.entry, c.ms, c.lift)
-	}
-	if prev == b.loaded {
-		b.loaded, b.loadedSeq, b.cursor = last, parseSeq(last), xid
-	}
-	v := bl.build()
-	if v.len() > b.cfg.max {
-		b.needFull = true // the next load truncates as WithMax says
-	}
-	b.view.Store(v)
-}
-
-// newBanLocked returns the ban of e, whose Expires (ms) is by Redis's
-// clock, with Expires by this server's.
-func (b *Bans) newBanLocked(e access.Entry, ms int64) *ban {
-	if ms != 0 {
-		e.Expires = time.UnixMilli(ms).Add(-b.skew)
-	}
-	return &ban{entry: e, ms: ms}
 }
 
 // List returns the bans in force in Redis now, at most WithMax of

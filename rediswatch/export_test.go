@@ -20,6 +20,10 @@ var WithResyncInterval = withResyncInterval
 // interval, for benchmarks.
 func Reload(ctx context.Context, b *Bans) error { return b.reload(ctx) }
 
+// WriteBack writes back what b holds into a Redis that lost its data,
+// as a Ban that finds the marker gone does first, for benchmarks.
+func WriteBack(ctx context.Context, b *Bans) error { return b.recoverLost(ctx) }
+
 // Len returns how many bans the snapshot of b holds, expired ones not yet
 // dropped included.
 func Len(b *Bans) int { return b.view.Load().len() }

@@ -2,12 +2,13 @@ package rediswatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // reload loads every ban from Redis and puts them in force, after writing
@@ -15,6 +16,11 @@ import (
 func (b *Bans) reload(ctx context.Context) error {
 	b.reloadMu.Lock()
 	defer b.reloadMu.Unlock()
+	// Recover first when the marker says so, rather than load what a
+	// lost Redis holds and load again.
+	if err := b.recoverLost(ctx); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := b.load(ctx)
 		if err != nil {
@@ -29,7 +35,7 @@ func (b *Bans) reload(ctx context.Context) error {
 		if attempt > 0 {
 			return fmt.Errorf("rediswatch: the marker key %q is gone again just after writing the bans back", b.marker)
 		}
-		if err := b.recoverLocked(ctx); err != nil {
+		if err := b.recoverLost(ctx); err != nil {
 			return err
 		}
 	}
@@ -111,6 +117,7 @@ type loaded struct {
 	epoch    string // the marker's, "" if it is gone
 	restored string // the marker's version written back at
 	cursor   string // the log's last entry at the load
+	nowMS    int64  // Redis's time at the load's start, Unix ms
 	// bans holds the bans read, their Expires by Redis's clock, in one
 	// slice: one allocation, not one a ban, which a view keeps until
 	// every one of them has left it.
@@ -119,93 +126,145 @@ type loaded struct {
 	truncated bool          // Redis held more than WithMax
 }
 
-// load reads every ban from Redis: the index (load.lua), then the bans.
+// load reads every ban from Redis: where it starts (load.lua), then the
+// index in pages (page.lua: a ZSCAN and the bans it names). Every call is
+// small (about loadPage ids), so none comes near a client's read timeout
+// and none holds Redis for long, however many bans there are. The pages are
+// not one snapshot: a ban made, changed or lifted while they are read
+// may be missed or read twice, but it is in the log after the cursor
+// load.lua read, which install applies on top, so the view is Redis's at
+// the end of the load. Every call reads only: go-redis may retry any.
 func (b *Bans) load(ctx context.Context) (loaded, error) {
-	start := b.cfg.now()
-	reply, err := loadScript.Run(ctx, b.client, []string{b.index, b.ver, b.log, b.marker}, b.cfg.max).Slice()
-	elapsed := b.cfg.now().Sub(start)
+	s, live, floor, err := b.loadStart(ctx)
 	if err != nil {
-		return loaded{}, fmt.Errorf("rediswatch: loading the index: %w", err)
+		return loaded{}, err
 	}
-	if len(reply) < 6 || len(reply)%2 != 0 {
-		return loaded{}, fmt.Errorf("rediswatch: loading the index: a reply of %d values", len(reply))
-	}
-	version, _ := reply[0].(string)
-	nowStr, _ := reply[1].(string)
-	nowMS, err := strconv.ParseInt(nowStr, 10, 64)
-	if err != nil {
-		return loaded{}, fmt.Errorf("rediswatch: loading the index: Redis's time %q", nowStr)
-	}
-	live, _ := reply[2].(int64)
-	s := loaded{version: version, skew: time.UnixMilli(nowMS).Sub(start.Add(elapsed / 2))}
-	s.epoch, _ = reply[3].(string)
-	s.restored, _ = reply[4].(string)
-	s.cursor, _ = reply[5].(string)
-
-	ids := make([]string, 0, (len(reply)-6)/2)
-	for i := 6; i+1 < len(reply); i += 2 {
-		id, _ := reply[i].(string)
-		ids = append(ids, id)
-	}
-	values := make([]any, 0, len(ids))
-	pipe := b.client.Pipeline()
-	cmds := make([]*redis.SliceCmd, 0, len(ids)/mgetChunk+1)
-	for i := 0; i < len(ids); i += mgetChunk {
-		keys := make([]string, 0, mgetChunk)
-		for _, id := range ids[i:min(i+mgetChunk, len(ids))] {
-			keys = append(keys, b.banKey+id)
-		}
-		cmds = append(cmds, pipe.MGet(ctx, keys...))
-	}
-	if len(cmds) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
+	s.truncated = live > int64(b.cfg.max)
+	held := int(min(live, int64(b.cfg.max)))
+	r := pageReader{now: time.UnixMilli(s.nowMS), seen: make(map[string]struct{}, held)}
+	// One slice for every ban: a view keeps it until each has left.
+	r.bans = make([]ban, 0, held+held/16)
+	keys := []string{b.index}
+	now, from, cursor := strconv.FormatInt(s.nowMS, 10), strconv.FormatFloat(floor, 'g', -1, 64), "0"
+	for {
+		reply, err := b.readPage(ctx, keys, cursor, now, from)
+		if err != nil {
 			return loaded{}, fmt.Errorf("rediswatch: loading the bans: %w", err)
 		}
-	}
-	for _, c := range cmds {
-		values = append(values, c.Val()...)
-	}
-	if len(values) != len(ids) {
-		return loaded{}, fmt.Errorf("rediswatch: loading the bans: %d values for %d ids", len(values), len(ids))
-	}
-
-	var (
-		skipped  int
-		firstBad string
-		firstWhy error
-		bans     = make([]ban, 0, len(ids))
-		nowRedis = time.UnixMilli(nowMS)
-	)
-	s.truncated = live > int64(len(ids))
-	for i, id := range ids {
-		if values[i] == nil {
-			continue // expired, evicted or unbanned since the index was read
+		if len(reply)%2 != 1 {
+			return loaded{}, fmt.Errorf("rediswatch: loading the bans: a reply of %d values", len(reply))
 		}
-		v, _ := values[i].(string)
-		e, err := parse(id, v)
+		r.page(reply[1:])
+		if cursor = reply[0]; cursor == "0" {
+			break
+		}
+	}
+	if r.skipped > 0 {
+		b.cfg.log().Error("rediswatch: skipped malformed bans in Redis",
+			slog.Int("skipped", r.skipped), slog.String("first", clip(r.firstBad)), slog.Any("error", r.firstWhy))
+	}
+	if s.truncated {
+		r.keepTop(b.cfg.max)
+		b.cfg.log().Warn("rediswatch: more bans in Redis than WithMax; loaded the permanent ones, then those that expire last",
+			slog.Int64("in_redis", live), slog.Int("loaded", len(r.bans)))
+	}
+	s.bans = r.bans
+	return s, nil
+}
+
+// readPage runs page.lua, again after a timeout (a page only reads, and
+// one slow reply should not throw away the pages read before it), at
+// most pageTries times in all.
+func (b *Bans) readPage(ctx context.Context, keys []string, cursor, now, floor string) ([]string, error) {
+	for try := 1; ; try++ {
+		reply, err := pageScript.Run(ctx, b.client, keys, cursor, loadPage, now, floor, b.banKey).StringSlice()
+		var ne net.Error
+		if err == nil || try == pageTries || ctx.Err() != nil || !errors.As(err, &ne) || !ne.Timeout() {
+			return reply, err
+		}
+	}
+}
+
+// loadStart runs load.lua: what a load starts from, how many bans are
+// live, and the least score a load takes (-inf unless truncated).
+func (b *Bans) loadStart(ctx context.Context) (s loaded, live int64, floor float64, err error) {
+	start := b.cfg.now()
+	reply, err := loadScript.Run(ctx, b.client, []string{b.index, b.ver, b.log, b.marker}, b.cfg.max).StringSlice()
+	elapsed := b.cfg.now().Sub(start)
+	if err != nil {
+		return s, 0, 0, fmt.Errorf("rediswatch: loading the index: %w", err)
+	}
+	if len(reply) != 7 {
+		return s, 0, 0, fmt.Errorf("rediswatch: loading the index: a reply of %d values", len(reply))
+	}
+	nowMS, err1 := strconv.ParseInt(reply[1], 10, 64)
+	live, err2 := strconv.ParseInt(reply[2], 10, 64)
+	floor, err3 := strconv.ParseFloat(reply[6], 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return s, 0, 0, fmt.Errorf("rediswatch: loading the index: unexpected reply %q", reply)
+	}
+	s = loaded{version: reply[0], nowMS: nowMS, skew: time.UnixMilli(nowMS).Sub(start.Add(elapsed / 2))}
+	s.epoch, s.restored, s.cursor = reply[3], reply[4], reply[5]
+	return s, live, floor, nil
+}
+
+// pageReader gathers the bans of a load, page by page.
+type pageReader struct {
+	now  time.Time // Redis's, when the load began
+	seen map[string]struct{}
+	bans []ban
+
+	skipped  int
+	firstBad string
+	firstWhy error
+}
+
+// page adds the bans of one page.lua reply (id, value, ...) not read
+// yet that are live at the load's start.
+func (r *pageReader) page(pairs []string) {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		id := pairs[i]
+		if _, ok := r.seen[id]; ok {
+			continue // ZSCAN returns an id more than once while Redis rehashes
+		}
+		r.seen[id] = struct{}{}
+		e, err := parse(id, pairs[i+1])
 		if err != nil {
-			if skipped == 0 {
-				firstBad, firstWhy = id, err
+			if r.skipped == 0 {
+				r.firstBad, r.firstWhy = id, err
 			}
-			skipped++
+			r.skipped++
 			continue
 		}
-		if liveAt(e, nowRedis) {
+		if liveAt(e, r.now) {
 			nb := ban{entry: e}
 			if !e.Expires.IsZero() {
 				nb.ms = e.Expires.UnixMilli()
 			}
-			bans = append(bans, nb)
+			r.bans = append(r.bans, nb)
 		}
 	}
-	if skipped > 0 {
-		b.cfg.log().Error("rediswatch: skipped malformed bans in Redis",
-			slog.Int("skipped", skipped), slog.String("first", clip(firstBad)), slog.Any("error", firstWhy))
+}
+
+// keepTop keeps the n bans a truncated load takes: the permanent ones,
+// then those that expire last (ties at the floor, and bans made during
+// the load, may make more).
+func (r *pageReader) keepTop(n int) {
+	if len(r.bans) <= n {
+		return
 	}
-	if s.truncated {
-		b.cfg.log().Warn("rediswatch: more bans in Redis than WithMax; loaded the permanent ones, then those that expire last",
-			slog.Int64("in_redis", live), slog.Int("loaded", len(ids)))
-	}
-	s.bans = bans
-	return s, nil
+	slices.SortFunc(r.bans, func(x, y ban) int {
+		switch {
+		case x.ms == y.ms:
+			return 0
+		case x.ms == 0:
+			return -1
+		case y.ms == 0:
+			return 1
+		case x.ms > y.ms:
+			return -1
+		}
+		return 1
+	})
+	r.bans = r.bans[:n]
 }
