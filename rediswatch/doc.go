@@ -114,7 +114,7 @@
 // Loads and writing back go in pages, so that with 100,000 bans no call
 // holds Redis more than a few milliseconds or comes near a client's read
 // timeout of 200 ms, and a limiter on the same Redis keeps deciding:
-// a load is about 50 calls, writing back about 200 (BenchmarkResync,
+// a load is about 50 calls, writing back about 400 (BenchmarkResync,
 // BenchmarkWriteBack). Every server then reloads once. A server that
 // stops while writing back leaves its lease to run out (3 s); the next
 // takes over.

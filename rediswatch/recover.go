@@ -44,7 +44,7 @@ import (
 const (
 	// restorePage is how many journal entries or bans one page of a
 	// write-back takes: a script that holds Redis a few ms.
-	restorePage = 500
+	restorePage = 250
 	// leaseTime is how long a write-back's lease lasts after its last
 	// page: longer than any page takes, short enough that another
 	// server soon takes over from one that stopped.
