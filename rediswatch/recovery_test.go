@@ -362,6 +362,8 @@ func TestLostDataWaitsForTheWriter(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, one.Sync(short), context.DeadlineExceeded, "Sync waits for the writer")
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
 	_, err := one.Ban(short, access.Entry{Key: "user:during"}, 0)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "Ban waits for the writer")
 	n, err := raw.Exists(ctx, "{"+rediswatch.DefaultPrefix+"}:m").Result()
