@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -185,4 +186,47 @@ func reaches(t *testing.T, from *rediswatch.Bans, others []*rediswatch.Bans, e a
 		}
 		return true
 	}, "ban %v on every other server within a second of its acceptance", e)
+}
+
+// TestLoadPagesMissNothing changes the bans between the pages of a load
+// (Redis holds 20,000, about ten pages): a ban made, one replaced, one
+// lifted after its page was read and one lifted before, each from
+// another server. The load's snapshot is Redis's at its end, every ban
+// untouched included, without a poll to catch up.
+func TestLoadPagesMissNothing(t *testing.T) {
+	srv := redistest.StartWith(t)
+	raw := srv.Client()
+	ctx := context.Background()
+	const held = 20_000
+	fill(t, raw, rediswatch.DefaultPrefix, held)
+	other, _ := open(t, raw, manual)
+	var pages atomic.Int64
+	first, last := benchEntry(0), benchEntry(held-1)
+	hook := func() {
+		if pages.Add(1) != 3 {
+			return
+		}
+		_, err := other.Ban(ctx, access.Entry{Key: "made:during"}, 0)
+		assert.NoError(t, err)
+		_, err = other.Ban(ctx, access.Entry{Key: "user:1", Reason: "replaced"}, 0)
+		assert.NoError(t, err)
+		for _, e := range []access.Entry{first, last} {
+			_, err := other.Unban(ctx, e)
+			assert.NoError(t, err)
+		}
+	}
+	b, _ := open(t, raw, manual, rediswatch.WithPageHook(hook))
+	require.Greater(t, pages.Load(), int64(5), "the load went in pages")
+	assert.Equal(t, held-2+1, rediswatch.Len(b))
+	assert.True(t, has(b, access.Entry{Key: "made:during"}))
+	e, ok := b.Match(netip.Addr{}, "user:1", time.Now())
+	assert.True(t, ok)
+	assert.Equal(t, "replaced", e.Reason)
+	assert.False(t, has(b, first))
+	assert.False(t, has(b, last))
+	for i := 1; i < held-1; i++ {
+		if !has(b, benchEntry(i)) {
+			t.Fatalf("ban %d, untouched, is missing", i)
+		}
+	}
 }

@@ -13,6 +13,15 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithPageHook makes a Bans call f after each page a load reads, for
+// tests.
+func WithPageHook(f func()) Option {
+	return func(c *config) error {
+		c.page = f
+		return nil
+	}
+}
+
 // WithResyncInterval is withResyncInterval, for tests.
 var WithResyncInterval = withResyncInterval
 

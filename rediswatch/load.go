@@ -155,6 +155,9 @@ func (b *Bans) load(ctx context.Context) (loaded, error) {
 			return loaded{}, fmt.Errorf("rediswatch: loading the bans: a reply of %d values", len(reply))
 		}
 		r.page(reply[1:])
+		if b.cfg.page != nil {
+			b.cfg.page()
+		}
 		if cursor = reply[0]; cursor == "0" {
 			break
 		}
