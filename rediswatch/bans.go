@@ -3,10 +3,7 @@ package rediswatch
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
-	"log/slog"
-	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -28,24 +25,40 @@ var (
 	unbanLua string
 	//go:embed load.lua
 	loadLua string
+	//go:embed page.lua
+	pageLua string
 	//go:embed poll.lua
 	pollLua string
+	//go:embed restore_claim.lua
+	claimLua string
 	//go:embed restore.lua
 	restoreLua string
+	//go:embed restore_done.lua
+	doneLua string
 
 	banScript     = redis.NewScript(banLua)
 	unbanScript   = redis.NewScript(unbanLua)
 	loadScript    = redis.NewScript(loadLua)
+	pageScript    = redis.NewScript(pageLua)
 	pollScript    = redis.NewScript(pollLua)
+	claimScript   = redis.NewScript(claimLua)
 	restoreScript = redis.NewScript(restoreLua)
+	doneScript    = redis.NewScript(doneLua)
 )
 
 // Bounds of the calls the poller makes, and of the log.
 const (
-	// loadTimeout bounds a full load from the poller.
-	loadTimeout = 10 * time.Second
-	// mgetChunk is how many bans one MGET of a load reads.
-	mgetChunk = 1000
+	// loadTimeout bounds a full load from the poller, waiting for
+	// another server's write-back included; each of its calls is small,
+	// and bounded by the client's timeouts too.
+	loadTimeout = time.Minute
+	// loadPage is how many ids one page of a load asks ZSCAN for (it
+	// may return a few more or fewer), whose bans the page then reads:
+	// a script that holds Redis about a millisecond, with a reply of
+	// about 100 KB.
+	loadPage = 2000
+	// pageTries is how many times a load sends a page that timed out.
+	pageTries = 3
 	// minSkew is the least clock skew from Redis that the snapshot
 	// corrects for; below it the measure is mostly round-trip noise.
 	minSkew = 100 * time.Millisecond
@@ -70,13 +83,14 @@ type Bans struct {
 	client redis.UniversalClient
 	cfg    config
 	// The keys; see the package doc.
-	index, ver, log, marker, rjournal, banKey string
+	index, ver, log, marker, rjournal, lease, banKey string
 
 	view atomic.Pointer[view]
 
-	// reloadMu serializes full loads and writing back; it is taken before
-	// mu, never while holding it.
-	reloadMu sync.Mutex
+	// reloadMu serializes full loads, and recoverMu writing back; each
+	// is taken before mu, never while holding it, and reloadMu before
+	// recoverMu.
+	reloadMu, recoverMu sync.Mutex
 
 	// mu guards the fields below. It is held for work in memory and for
 	// the poller's read of the log (one small round trip), never for a
@@ -139,6 +153,7 @@ func NewBans(ctx context.Context, client redis.UniversalClient, opts ...Option) 
 		log:      tag + "l",
 		marker:   tag + "m",
 		rjournal: tag + "j",
+		lease:    tag + "w",
 		banKey:   tag + "b:",
 		cursor:   "0-0",
 	}
@@ -363,73 +378,6 @@ func (b *Bans) Unban(ctx context.Context, target access.Entry) (bool, error) {
 	return res[0] == "1", nil
 }
 
-// dropStale lifts here a ban of target that Redis does not hold (its key
-// evicted, or deleted by hand) when the view is at Redis's version, so
-// that Unban lifts it here before it returns, as it does a ban Redis
-// holds. When the view is behind, the poller or the next resync tells.
-func (b *Bans) dropStale(id string, target access.Entry, version string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	v := b.view.Load()
-	if version != b.loaded || v.get(target) == nil {
-		return
-	}
-	bl := from(v)
-	bl.del(target)
-	b.journal.record(id, change{seq: b.loadedSeq})
-	b.view.Store(bl.build())
-}
-
-// ownChange is one change this server made, as Redis numbered it.
-type ownChange struct {
-	id    string
-	seq   int64
-	entry access.Entry // Expires by Redis's clock
-	ms    int64        // Expires in Unix ms, 0 if permanent
-	lift  bool
-}
-
-// applyOwn puts this server's own changes in force here, at once, so that
-// a Ban is in force and an Unban lifted before they return. prev is the
-// version before them, xid the stream id of the last, last its sequence
-// number. When prev is the view's version the view moves up to last, and
-// the poller will not read them again; else the poller applies them again
-// in log order with the others' changes between. A change older than
-// the one this server already applied to its target (two of its own
-// calls racing) is skipped.
-func (b *Bans) applyOwn(prev, xid, last string, changes []ownChange) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bl := from(b.view.Load())
-	bl.bulk(len(changes))
-	for _, c := range changes {
-		if c.seq <= b.loadedSeq && prev != b.loaded {
-			continue // the view holds it, or a later change, already
-		}
-		if s, ok := b.journal.seen(c.id); ok && s >= c.seq {
-			continue
-		}
-		b.applyOneLocked(bl, c.id, c.seq, c.entry, c.ms, c.lift)
-	}
-	if prev == b.loaded {
-		b.loaded, b.loadedSeq, b.cursor = last, parseSeq(last), xid
-	}
-	v := bl.build()
-	if v.len() > b.cfg.max {
-		b.needFull = true // the next load truncates as WithMax says
-	}
-	b.view.Store(v)
-}
-
-// newBanLocked returns the ban of e, whose Expires (ms) is by Redis's
-// clock, with Expires by this server's.
-func (b *Bans) newBanLocked(e access.Entry, ms int64) *ban {
-	if ms != 0 {
-		e.Expires = time.UnixMilli(ms).Add(-b.skew)
-	}
-	return &ban{entry: e, ms: ms}
-}
-
 // List returns the bans in force in Redis now, at most WithMax of
 // them, ranges first (IPv4, then IPv6, in address order), then keys in
 // byte order, with Expires by Redis's clock. Malformed bans are skipped
@@ -477,472 +425,6 @@ func (b *Bans) Sync(ctx context.Context) error {
 	b.pruneLocked(b.cfg.now())
 	b.mu.Unlock()
 	return nil
-}
-
-// needsRecoveryLocked reports whether a marker of epoch means that Redis
-// lost its data since this server last knew it: the marker is gone, or
-// is of an epoch this server has not merged its knowledge into.
-func (b *Bans) needsRecoveryLocked(epoch string) bool {
-	return epoch == "" || (b.epoch != "" && epoch != b.epoch && epoch != b.merged)
-}
-
-// catchUp applies to the view the changes logged since its version, and
-// reports whether it takes a full reload instead: the view is due one,
-// Redis lost its data, or the log does not lead from the view's version
-// to Redis's.
-func (b *Bans) catchUp(ctx context.Context) (full bool, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.needFull || time.Since(b.lastFull) >= b.cfg.resync {
-		return true, nil
-	}
-	r, err := b.readLog(ctx, b.loaded, b.cursor)
-	if err != nil {
-		return false, err
-	}
-	switch {
-	case b.needsRecoveryLocked(r.epoch):
-		return true, nil
-	case r.version == b.loaded:
-		return false, nil
-	case !r.leads(b.loaded):
-		return true, nil
-	}
-	bl := from(b.view.Load())
-	bl.bulk(len(r.entries))
-	b.applyLocked(bl, r.entries)
-	v := bl.build()
-	if v.len() > b.cfg.max {
-		return true, nil // a load truncates as WithMax says
-	}
-	b.view.Store(v)
-	b.loaded, b.loadedSeq = r.version, parseSeq(r.version)
-	b.cursor = r.entries[len(r.entries)-1].xid
-	return false, nil
-}
-
-// applyLocked applies log entries to bl, in order, skipping malformed ones.
-func (b *Bans) applyLocked(bl *builder, entries []logEntry) {
-	for _, le := range entries {
-		if le.err != nil {
-			continue
-		}
-		b.applyOneLocked(bl, le.id, le.seq, le.target, le.ms, le.lift)
-	}
-}
-
-// applyOneLocked applies one change, numbered seq, of the target named id
-// to bl: a lift of target, or a ban of it until ms (0: permanent), and
-// records it in the journal.
-func (b *Bans) applyOneLocked(bl *builder, id string, seq int64, target access.Entry, ms int64, lift bool) {
-	if lift {
-		bl.del(target)
-		b.journal.record(id, change{seq: seq})
-		return
-	}
-	nb := b.newBanLocked(target, ms)
-	bl.put(nb)
-	b.expq.add(nb)
-	b.journal.record(id, change{seq: seq, ban: nb})
-}
-
-// logRead is what poll.lua read.
-type logRead struct {
-	epoch   string
-	version string
-	entries []logEntry
-	over    bool // more entries than logLen
-}
-
-// logEntry is one change read from the log.
-type logEntry struct {
-	xid, s, p string // its stream id, its sequence number, the one before
-	seq       int64
-	id        string
-	target    access.Entry // the ban (Expires by Redis's clock), or the target lifted
-	ms        int64        // Expires in Unix ms, 0 if permanent
-	lift      bool
-	err       error // why the entry is malformed
-}
-
-// leads reports whether the entries lead from version from to r.version,
-// each naming the one before it, none malformed.
-func (r *logRead) leads(from string) bool {
-	if r.over || len(r.entries) == 0 {
-		return false
-	}
-	for _, le := range r.entries {
-		if le.err != nil || le.p != from {
-			return false
-		}
-		from = le.s
-	}
-	return from == r.version
-}
-
-// readLog runs poll.lua: the marker's epoch, the version, and the log
-// entries after cursor if the version is not since.
-func (b *Bans) readLog(ctx context.Context, since, cursor string) (logRead, error) {
-	res, err := pollScript.Run(ctx, b.client, []string{b.marker, b.ver, b.log}, since, cursor, logLen, maxLogField).StringSlice()
-	if err != nil {
-		return logRead{}, fmt.Errorf("rediswatch: reading the log: %w", err)
-	}
-	if len(res) < 2 || (len(res)-2)%6 != 0 {
-		return logRead{}, fmt.Errorf("rediswatch: reading the log: a reply of %d values", len(res))
-	}
-	r := logRead{epoch: res[0], version: res[1]}
-	n := (len(res) - 2) / 6
-	if n > logLen {
-		r.over = true
-		return r, nil
-	}
-	r.entries = make([]logEntry, n)
-	var bad int
-	var first logEntry
-	for i := range n {
-		le := parseLog(res[2+6*i : 8+6*i])
-		if le.err != nil {
-			if bad == 0 {
-				first = le
-			}
-			bad++
-		}
-		r.entries[i] = le
-	}
-	if bad > 0 {
-		b.cfg.log().Error("rediswatch: malformed changes in the log; reloading every ban",
-			slog.Int("malformed", bad), slog.String("first", clip(first.xid)), slog.Any("error", first.err))
-	}
-	return r, nil
-}
-
-// parseLog reads one log entry: its stream id, s, p, o, i, v.
-func parseLog(f []string) logEntry {
-	le := logEntry{xid: f[0], s: f[1], p: f[2], id: f[4]}
-	seq, err := strconv.ParseInt(le.s, 10, 64)
-	if err != nil || seq <= 0 {
-		le.err = fmt.Errorf("%w: sequence number %s", errMalformed, clip(le.s))
-		return le
-	}
-	le.seq = seq
-	switch f[3] {
-	case "u":
-		le.lift = true
-		le.target, le.err = parseTarget(le.id)
-	case "b":
-		le.target, le.err = parse(le.id, f[5])
-		if le.err == nil && !le.target.Expires.IsZero() {
-			le.ms = le.target.Expires.UnixMilli()
-		}
-	default:
-		le.err = fmt.Errorf("%w: change %s", errMalformed, clip(f[3]))
-	}
-	return le
-}
-
-// reload loads every ban from Redis and puts them in force, after writing
-// back what this server knows if Redis lost its data.
-func (b *Bans) reload(ctx context.Context) error {
-	b.reloadMu.Lock()
-	defer b.reloadMu.Unlock()
-	for attempt := 0; ; attempt++ {
-		s, err := b.load(ctx)
-		if err != nil {
-			return err
-		}
-		b.mu.Lock()
-		lost := b.needsRecoveryLocked(s.epoch)
-		b.mu.Unlock()
-		if !lost {
-			return b.install(ctx, s)
-		}
-		if attempt > 0 {
-			return fmt.Errorf("rediswatch: the marker key %q is gone again just after writing the bans back", b.marker)
-		}
-		if err := b.recoverLocked(ctx); err != nil {
-			return err
-		}
-	}
-}
-
-// install makes the bans of a load the view, with the changes logged
-// since the load began applied, and records in the journal what the load
-// changed.
-func (b *Bans) install(ctx context.Context, s loaded) error {
-	skew := s.skew
-	if skew > -minSkew && skew < minSkew {
-		skew = 0
-	}
-	bl := fresh()
-	var expiring expiry
-	for i := range s.bans {
-		nb := &s.bans[i] // the load's own: not in a view yet
-		if nb.ms != 0 {
-			nb.entry.Expires = time.UnixMilli(nb.ms).Add(-skew)
-			expiring = append(expiring, nb)
-		}
-		bl.put(nb)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// Under mu, so that no change of this server's own slips between the
-	// read of the log and the new view.
-	r, err := b.readLog(ctx, s.version, s.cursor)
-	if err != nil {
-		return err
-	}
-	if b.epoch != "" {
-		b.diffLocked(b.view.Load(), &bl.v, parseSeq(s.version), s.truncated)
-	}
-	b.skew = skew
-	expiring.init()
-	b.expq = expiring // the stale bans of the last view go with it
-	version, cursor := s.version, s.cursor
-	full := false
-	if r.epoch == s.epoch && r.version != s.version {
-		b.applyLocked(bl, r.entries)
-		full = !r.leads(s.version)
-		version = r.version
-		if len(r.entries) > 0 {
-			cursor = r.entries[len(r.entries)-1].xid
-		}
-	}
-	v := bl.build()
-	b.view.Store(v)
-	b.epoch, b.loaded, b.loadedSeq, b.cursor = s.epoch, version, parseSeq(version), cursor
-	b.lastFull, b.needFull = time.Now(), full
-	return nil
-}
-
-// diffLocked records in the journal the changes a load found: bans new or
-// changed, and bans lifted (unless the load was truncated).
-func (b *Bans) diffLocked(old, next *view, seq int64, truncated bool) {
-	next.each(func(nb *ban) bool {
-		if ob := old.get(nb.entry); ob == nil || ob.ms != nb.ms || ob.entry.Reason != nb.entry.Reason {
-			b.journal.record(idOf(nb.entry), change{seq: seq, ban: nb})
-		}
-		return true
-	})
-	if truncated {
-		return
-	}
-	now := b.cfg.now()
-	old.each(func(ob *ban) bool {
-		if liveAt(ob.entry, now) && next.get(ob.entry) == nil {
-			b.journal.record(idOf(ob.entry), change{seq: seq})
-		}
-		return true
-	})
-}
-
-// loaded is what one load read.
-type loaded struct {
-	version  string
-	epoch    string // the marker's, "" if it is gone
-	restored string // the marker's version written back at
-	cursor   string // the log's last entry at the load
-	// bans holds the bans read, their Expires by Redis's clock, in one
-	// slice: one allocation, not one a ban, which a view keeps until
-	// every one of them has left it.
-	bans      []ban
-	skew      time.Duration // Redis's clock minus ours, as measured
-	truncated bool          // Redis held more than WithMax
-}
-
-// load reads every ban from Redis: the index (load.lua), then the bans.
-func (b *Bans) load(ctx context.Context) (loaded, error) {
-	start := b.cfg.now()
-	reply, err := loadScript.Run(ctx, b.client, []string{b.index, b.ver, b.log, b.marker}, b.cfg.max).Slice()
-	elapsed := b.cfg.now().Sub(start)
-	if err != nil {
-		return loaded{}, fmt.Errorf("rediswatch: loading the index: %w", err)
-	}
-	if len(reply) < 6 || len(reply)%2 != 0 {
-		return loaded{}, fmt.Errorf("rediswatch: loading the index: a reply of %d values", len(reply))
-	}
-	version, _ := reply[0].(string)
-	nowStr, _ := reply[1].(string)
-	nowMS, err := strconv.ParseInt(nowStr, 10, 64)
-	if err != nil {
-		return loaded{}, fmt.Errorf("rediswatch: loading the index: Redis's time %q", nowStr)
-	}
-	live, _ := reply[2].(int64)
-	s := loaded{version: version, skew: time.UnixMilli(nowMS).Sub(start.Add(elapsed / 2))}
-	s.epoch, _ = reply[3].(string)
-	s.restored, _ = reply[4].(string)
-	s.cursor, _ = reply[5].(string)
-
-	ids := make([]string, 0, (len(reply)-6)/2)
-	for i := 6; i+1 < len(reply); i += 2 {
-		id, _ := reply[i].(string)
-		ids = append(ids, id)
-	}
-	values := make([]any, 0, len(ids))
-	pipe := b.client.Pipeline()
-	cmds := make([]*redis.SliceCmd, 0, len(ids)/mgetChunk+1)
-	for i := 0; i < len(ids); i += mgetChunk {
-		keys := make([]string, 0, mgetChunk)
-		for _, id := range ids[i:min(i+mgetChunk, len(ids))] {
-			keys = append(keys, b.banKey+id)
-		}
-		cmds = append(cmds, pipe.MGet(ctx, keys...))
-	}
-	if len(cmds) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return loaded{}, fmt.Errorf("rediswatch: loading the bans: %w", err)
-		}
-	}
-	for _, c := range cmds {
-		values = append(values, c.Val()...)
-	}
-	if len(values) != len(ids) {
-		return loaded{}, fmt.Errorf("rediswatch: loading the bans: %d values for %d ids", len(values), len(ids))
-	}
-
-	var (
-		skipped  int
-		firstBad string
-		firstWhy error
-		bans     = make([]ban, 0, len(ids))
-		nowRedis = time.UnixMilli(nowMS)
-	)
-	s.truncated = live > int64(len(ids))
-	for i, id := range ids {
-		if values[i] == nil {
-			continue // expired, evicted or unbanned since the index was read
-		}
-		v, _ := values[i].(string)
-		e, err := parse(id, v)
-		if err != nil {
-			if skipped == 0 {
-				firstBad, firstWhy = id, err
-			}
-			skipped++
-			continue
-		}
-		if liveAt(e, nowRedis) {
-			nb := ban{entry: e}
-			if !e.Expires.IsZero() {
-				nb.ms = e.Expires.UnixMilli()
-			}
-			bans = append(bans, nb)
-		}
-	}
-	if skipped > 0 {
-		b.cfg.log().Error("rediswatch: skipped malformed bans in Redis",
-			slog.Int("skipped", skipped), slog.String("first", clip(firstBad)), slog.Any("error", firstWhy))
-	}
-	if s.truncated {
-		b.cfg.log().Warn("rediswatch: more bans in Redis than WithMax; loaded the permanent ones, then those that expire last",
-			slog.Int64("in_redis", live), slog.Int("loaded", len(ids)))
-	}
-	s.bans = bans
-	return s, nil
-}
-
-// parseSeq returns a version as a number, 0 if it is none.
-func parseSeq(v string) int64 {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-// errMalformed is wrapped by the reason a ban in Redis was skipped.
-var errMalformed = errors.New("malformed ban")
-
-// idOf returns the id of e's target.
-func idOf(e access.Entry) string {
-	if e.Key != "" {
-		return "k:" + e.Key
-	}
-	return "p:" + e.Prefix.String()
-}
-
-// parseTarget reads the target of an id; anything but what idOf writes is
-// an error.
-func parseTarget(id string) (access.Entry, error) {
-	e, err := splitID(id)
-	if err != nil {
-		return e, err
-	}
-	return canonical(e)
-}
-
-// splitID reads an id's kind and target, unchecked.
-func splitID(id string) (access.Entry, error) {
-	var e access.Entry
-	kind, target, ok := strings.Cut(id, ":")
-	switch {
-	case !ok:
-		return e, fmt.Errorf("%w: id without a kind", errMalformed)
-	case kind == "k":
-		e.Key = target
-	case kind == "p":
-		p, err := netip.ParsePrefix(target)
-		if err != nil {
-			return e, fmt.Errorf("%w: %v", errMalformed, err)
-		}
-		e.Prefix = p
-	default:
-		return e, fmt.Errorf("%w: id of kind %s", errMalformed, clip(kind))
-	}
-	return e, nil
-}
-
-// normalize checks e as access.NewList does, and returns it in the form
-// a List stores it (the range masked, an IPv4-mapped one folded to IPv4).
-// An invalid e is an error wrapping access.ErrInvalidEntry.
-func normalize(e access.Entry) (access.Entry, error) {
-	p, err := accessentry.Check(e.Prefix, e.Key, e.Reason)
-	if err != nil {
-		return access.Entry{}, fmt.Errorf("%w: %w", access.ErrInvalidEntry, err)
-	}
-	e.Prefix = p
-	return e, nil
-}
-
-// liveAt reports whether e matches at now: it is permanent or expires
-// after now.
-func liveAt(e access.Entry, now time.Time) bool {
-	return e.Expires.IsZero() || now.Before(e.Expires)
-}
-
-// canonical checks e as normalize does, and that its range is in the form
-// Normalize gives it.
-func canonical(e access.Entry) (access.Entry, error) {
-	n, err := normalize(e)
-	if err != nil {
-		return e, fmt.Errorf("%w: %w", errMalformed, err)
-	}
-	if n.Prefix != e.Prefix {
-		return e, fmt.Errorf("%w: range %v is not in its canonical form %v", errMalformed, e.Prefix, n.Prefix)
-	}
-	return n, nil
-}
-
-// parse reads one ban from its id and its value; anything but what Ban
-// writes is an error.
-func parse(id, value string) (access.Entry, error) {
-	e, err := splitID(id)
-	if err != nil {
-		return e, err
-	}
-	version, rest, ok := strings.Cut(value, "|")
-	if !ok || version != "v1" {
-		return e, fmt.Errorf("%w: value %s is not v1|<expires_ms>|<reason>", errMalformed, clip(value))
-	}
-	expires, reason, ok := strings.Cut(rest, "|")
-	ms, err := strconv.ParseInt(expires, 10, 64)
-	if !ok || err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
-		return e, fmt.Errorf("%w: value %s is not v1|<expires_ms>|<reason>", errMalformed, clip(value))
-	}
-	if ms != 0 {
-		e.Expires = time.UnixMilli(ms)
-	}
-	e.Reason = reason
-	return canonical(e)
 }
 
 // poll catches up with the log, or reloads when it must; then drops the

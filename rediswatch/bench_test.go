@@ -6,6 +6,10 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,6 +175,7 @@ func BenchmarkPropagation(b *testing.B) {
 func BenchmarkStartup(b *testing.B) {
 	srv, prefix := benchSetup(b)
 	c := benchClient(b, srv)
+	defer longestCall(b, c)()
 	b.ReportAllocs()
 	for b.Loop() {
 		bans, err := rediswatch.NewBans(context.Background(), c, rediswatch.WithKey(prefix), quiet)
@@ -250,18 +255,125 @@ func BenchmarkPropagationMany(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
+// longestCall reports, as max-call-ms, the longest any one call of c
+// kept Redis's main thread on a CPU from the moment it was sent until
+// its reply came back (Linux: the thread's schedstat; a busy machine
+// stretches the wall time of a call, not this), and as max-wall-ms its
+// wall time: how long one call of a load or a write-back holds Redis.
+// It reports when the returned function is called.
+func longestCall(b *testing.B, c *redis.Client) func() {
+	b.Helper()
+	pid, err := c.InfoMap(context.Background(), "server").Result()
+	require.NoError(b, err)
+	stat := "/proc/" + pid["Server"]["process_id"] + "/schedstat"
+	cpu := func() time.Duration {
+		raw, err := os.ReadFile(stat)
+		if err != nil {
+			return 0 // not Linux, or a Redis elsewhere: max-call-ms is 0
+		}
+		ns, _ := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		return time.Duration(ns)
+	}
+	var mu sync.Mutex
+	var longest, wall time.Duration
+	c.AddHook(timingHook(func(d, w time.Duration) {
+		mu.Lock()
+		longest, wall = max(longest, d), max(wall, w)
+		mu.Unlock()
+	}, cpu))
+	return func() {
+		b.ReportMetric(float64(longest.Microseconds())/1000, "max-call-ms")
+		b.ReportMetric(float64(wall.Microseconds())/1000, "max-wall-ms")
+	}
+}
+
+// timingHook returns a go-redis hook that tells f each call's Redis CPU
+// time, as cpu reads it, and its wall time.
+func timingHook(f func(cpu, wall time.Duration), cpu func() time.Duration) redis.Hook {
+	return hookFuncs{f: f, cpu: cpu}
+}
+
+type hookFuncs struct {
+	f   func(cpu, wall time.Duration)
+	cpu func() time.Duration
+}
+
+func (h hookFuncs) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hookFuncs) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c0, w0 := h.cpu(), time.Now()
+		err := next(ctx, cmd)
+		h.f(h.cpu()-c0, time.Since(w0))
+		return err
+	}
+}
+
+func (h hookFuncs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c0, w0 := h.cpu(), time.Now()
+		err := next(ctx, cmds)
+		h.f(h.cpu()-c0, time.Since(w0))
+		return err
+	}
+}
+
+// BenchmarkResync is the full reload of 100,000 bans that each server's
+// poller does every resync interval (a minute), and after a loss: every
+// call reads a page of them.
+func BenchmarkResync(b *testing.B) {
+	srv, prefix := benchSetup(b)
+	c := benchClient(b, srv)
+	bans := benchOpen(b, c, prefix)
+	ctx := context.Background()
+	defer longestCall(b, c)()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := rediswatch.Reload(ctx, bans); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWriteBack is what a server holding 100,000 bans does first
+// when it finds Redis flushed: it writes them back, in pages.
+func BenchmarkWriteBack(b *testing.B) {
+	srv, prefix := benchSetup(b)
+	c := benchClient(b, srv)
+	bans := benchOpen(b, c, prefix)
+	ctx := context.Background()
+	defer longestCall(b, c)()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		if err := c.FlushDBAsync(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := rediswatch.WriteBack(ctx, bans); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if n, err := c.ZCard(ctx, "{"+prefix+"}:i").Result(); err != nil || n != benchHeld {
+			b.Fatalf("%d bans in Redis (%v) after the write-back", n, err)
+		}
+		require.NoError(b, rediswatch.Reload(ctx, bans)) // in the new epoch
+		b.StartTimer()
+	}
+}
+
 // BenchmarkRecovery is what a server holding 100,000 bans does when it
-// finds Redis flushed: it writes them back (one script call, during which
-// Redis serves no one else) and reloads them.
+// finds Redis flushed: it writes them back and reloads them, in pages.
 func BenchmarkRecovery(b *testing.B) {
 	srv, prefix := benchSetup(b)
 	c := benchClient(b, srv)
 	bans := benchOpen(b, c, prefix)
 	ctx := context.Background()
+	defer longestCall(b, c)()
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		if err := c.FlushDB(ctx).Err(); err != nil {
+		if err := c.FlushDBAsync(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

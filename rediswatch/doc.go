@@ -51,6 +51,8 @@
 //	                         deleted by this package (see below)
 //	{ratelimit:bans}:j       the recovery journal, for a while after a
 //	                         loss (see below)
+//	{ratelimit:bans}:w       the lease of the server writing the bans
+//	                         back after a loss, while it does
 //
 // An id is "p:" and a range ("p:203.0.113.0/24", "p:2001:db8::1/128") or
 // "k:" and a client key ("k:user:42"). Ban, BanMany and Unban are Lua
@@ -58,8 +60,10 @@
 // once. A poll reads the log entries after the last one applied; it
 // applies them only if they chain from the snapshot's version to Redis's
 // (each names the version before it), and reloads otherwise. A load reads
-// the index and then the bans (MGET), and then, before the new snapshot
-// is in force, applies the changes logged since it began.
+// the index in pages of about 2,000 ids (ZSCAN) with their bans, one
+// small script call each, and then, before the new snapshot is in force,
+// applies the changes logged since it began: a ban made or lifted while
+// the pages were read is in force as it is at the end.
 //
 // Redis keeps the time: a Ban's TTL for a duration runs from Redis's TIME, and Expires
 // in what List and Ban return are by Redis's clock. The snapshot shifts
@@ -86,10 +90,11 @@
 // A Redis restarted without persistence, or flushed, comes back empty,
 // which would lift every ban on every server. So the servers keep a
 // marker key: a server that finds it gone writes the bans it holds back
-// (those not expired, with their original end) and sets the marker, in
-// one script, before it takes anything from Redis; Ban and Unban refuse
-// to write while it is gone, and write the bans back first. Nothing is
-// lifted that was not unbanned or did not expire.
+// (those not expired, with their original end) and then sets the marker,
+// before it takes anything from Redis; the others wait for the marker
+// meanwhile. Ban and Unban refuse to write while it is gone, and write
+// the bans back (or wait) first. Nothing is lifted that was not unbanned
+// or did not expire.
 //
 // The server that writes back may not have seen the last changes before
 // the loss yet: an Unban made on another server just before it, say. So
@@ -106,9 +111,13 @@
 // server knows is lost with Redis: a ban lifted by a server that then
 // stopped, and that the others had not yet seen lifted, comes back.
 //
-// Writing back is one script call: with 100,000 bans it holds Redis for
-// about 0.7 s, once (BenchmarkRecovery; a full load holds it about 0.1 s).
-// Every server then reloads once.
+// Loads and writing back go in pages, so that with 100,000 bans no call
+// holds Redis more than a few milliseconds or comes near a client's read
+// timeout of 200 ms, and a limiter on the same Redis keeps deciding:
+// a load is about 50 calls, writing back about 400 (BenchmarkResync,
+// BenchmarkWriteBack). Every server then reloads once. A server that
+// stops while writing back leaves its lease to run out (3 s); the next
+// takes over.
 //
 // To clear every ban by hand, delete the bans, the index and the log, and
 // bump the version (or remove them with Unban), not the marker: bans and

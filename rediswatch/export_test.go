@@ -13,12 +13,25 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithPageHook makes a Bans call f after each page a load reads, for
+// tests.
+func WithPageHook(f func()) Option {
+	return func(c *config) error {
+		c.page = f
+		return nil
+	}
+}
+
 // WithResyncInterval is withResyncInterval, for tests.
 var WithResyncInterval = withResyncInterval
 
 // Reload loads every ban in full now, as the poller does every resync
 // interval, for benchmarks.
 func Reload(ctx context.Context, b *Bans) error { return b.reload(ctx) }
+
+// WriteBack writes back what b holds into a Redis that lost its data,
+// as a Ban that finds the marker gone does first, for benchmarks.
+func WriteBack(ctx context.Context, b *Bans) error { return b.recoverLost(ctx) }
 
 // Len returns how many bans the snapshot of b holds, expired ones not yet
 // dropped included.

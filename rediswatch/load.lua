@@ -1,16 +1,19 @@
--- Reads the index for a full load; writes nothing.
+-- Starts a load; writes nothing. The load then reads the index in pages
+-- (ZSCAN) and the bans of each page (MGET); see load.go.
 --
 -- KEYS[1] .. KEYS[4]  the index, the version, the log, the marker (ban.lua)
--- ARGV[1]  the most ids to return
+-- ARGV[1]  the most ids a load takes
 -- Returns  {version ("" if none), now_ms, live, epoch, restored, cursor,
---          id1, expires1, id2, ...}: live is how many ids the index holds
---          that expire after now (permanent ones included); epoch and
+--          floor}, strings: live is how many ids the index holds that
+--          expire after now (permanent ones included); epoch and
 --          restored are the marker's (restore.lua; "" if it is gone);
 --          cursor is the stream id of the log's last entry ("0-0" if
---          none), from which the changes after this load are read. At
---          most ARGV[1] ids follow, the permanent ones first, then the
---          latest to expire; expires is "inf" for a permanent ban, else
---          ms, as ZRANGE writes scores.
+--          none), from which the changes made during the load are read;
+--          floor is the least score a load takes: "-inf", or, when live
+--          is over ARGV[1], the score of the ARGV[1]-th id from the top,
+--          so that it takes the permanent bans first, then the latest to
+--          expire. Every command is O(log n): it holds Redis for
+--          microseconds whatever the index holds.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local version = redis.call('GET', KEYS[2]) or ''
@@ -22,11 +25,11 @@ if redis.call('TYPE', KEYS[3]).ok == 'stream' then
     cursor = last[1][1]
   end
 end
-local after = '(' .. string.format('%d', now)
-local live = redis.call('ZCOUNT', KEYS[1], after, '+inf')
-local ids = redis.call('ZRANGE', KEYS[1], '+inf', after, 'BYSCORE', 'REV', 'LIMIT', 0, tonumber(ARGV[1]), 'WITHSCORES')
-local out = {version, string.format('%d', now), live, marker[1] or '', marker[2] or '', cursor}
-for i = 1, #ids do
-  out[#out + 1] = ids[i]
+local live = redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now), '+inf')
+local floor = '-inf'
+local most = tonumber(ARGV[1])
+if live > most then
+  local at = redis.call('ZRANGE', KEYS[1], most - 1, most - 1, 'REV', 'WITHSCORES')
+  floor = at[2]
 end
-return out
+return {version, string.format('%d', now), string.format('%d', live), marker[1] or '', marker[2] or '', cursor, floor}

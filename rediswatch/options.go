@@ -26,6 +26,9 @@ type config struct {
 	// now is this server's clock, time.Now; a test shifts it to play a
 	// server whose clock is off Redis's.
 	now func() time.Time
+	// page, if set, is called after each page a load reads (Bans only),
+	// so that a test may change the bans in the middle of a load.
+	page func()
 }
 
 func (c *config) log() *slog.Logger {

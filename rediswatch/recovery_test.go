@@ -342,3 +342,39 @@ func TestLostDataFreshServerFirst(t *testing.T) {
 	require.NoError(t, three.Sync(ctx))
 	checkRestored(t, raw, s, one, two, three)
 }
+
+// TestLostDataWaitsForTheWriter: while another server holds the lease of
+// a write-back (its pages under way), a server that finds the marker
+// gone neither sets it nor writes over it: its Sync and its Ban wait for
+// the write-back to end (here until their deadline), and Redis stays as
+// the writer leaves it. Once the lease is gone (the writer stopped, its
+// lease ran out), the next server takes the write-back over.
+func TestLostDataWaitsForTheWriter(t *testing.T) {
+	srv := redistest.StartWith(t)
+	raw := srv.Client()
+	ctx := context.Background()
+	one, _ := open(t, srv.Client(), manual)
+	s := banLostSet(t, one)
+	require.NoError(t, raw.FlushDB(ctx).Err())
+	lease := "{" + rediswatch.DefaultPrefix + "}:w"
+	require.NoError(t, raw.Set(ctx, lease, "another server", time.Hour).Err())
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, one.Sync(short), context.DeadlineExceeded, "Sync waits for the writer")
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := one.Ban(short, access.Entry{Key: "user:during"}, 0)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Ban waits for the writer")
+	n, err := raw.Exists(ctx, "{"+rediswatch.DefaultPrefix+"}:m").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no marker while another server writes back")
+	assert.Equal(t, []bool{false, false, false}, inRedis(t, raw, s.perm, s.timed, s.lifted), "nothing written over the writer's pages")
+	assert.True(t, has(one, s.perm), "the bans held stay in force meanwhile")
+
+	require.NoError(t, raw.Del(ctx, lease).Err())
+	require.NoError(t, one.Sync(ctx))
+	assert.Equal(t, []bool{true, true, true}, inRedis(t, raw, s.perm, s.timed, s.lifted))
+	_, err = one.Ban(ctx, access.Entry{Key: "user:after"}, 0)
+	require.NoError(t, err)
+}
