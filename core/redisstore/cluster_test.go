@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestCluster runs every algorithm over a Redis Cluster of three masters on
@@ -254,7 +255,7 @@ func TestClusterRecoveryNeverWaits(t *testing.T) {
 	}()
 	select {
 	case <-returned:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.D(5 * time.Second)):
 		t.Fatal("a failed decision waited for the reload of the slot map")
 	}
 	// The reload has started, and is still hanging on ClusterSlots.

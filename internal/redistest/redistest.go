@@ -469,7 +469,9 @@ func (c *Cluster) Client() *redis.ClusterClient {
 
 // Scripts returns how many scripts the server c reaches has run: its
 // EVALSHA and EVAL calls, by INFO commandstats (the stores' round trips,
-// which send one script each).
+// which send one script each). It counts every client's: what a test's
+// own clients sent, which no other client or poller changes, is
+// CountScripts's.
 func Scripts(tb testing.TB, c redis.UniversalClient) int64 {
 	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
