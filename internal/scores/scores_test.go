@@ -307,6 +307,10 @@ func TestRedisAtomic(t *testing.T) {
 		r, err := NewRedis(c, prefix, time.Hour, 100)
 		require.NoError(t, err)
 		servers = append(servers, r)
+		// No flusher of its own: one that flushed before the test's
+		// Flush (200 Adds outlasting FlushEvery on a slow machine) would
+		// leave that Flush nothing to send, and the copy as it was then.
+		r.running.Store(true)
 	}
 	var wg sync.WaitGroup
 	for i := range 200 {
@@ -321,6 +325,7 @@ func TestRedisAtomic(t *testing.T) {
 	for _, s := range servers {
 		_, err := s.Flush(ctx)
 		require.NoError(t, err)
+		s.running.Store(false)
 	}
 	assert.Equal(t, 200.0, stored(t, srv.Client(), prefix+"k"), "every signal counted")
 	assert.Equal(t, 200.0, servers[1].Get("k", t0), "the last to flush has them all")
