@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // A watched path that is a symbolic link into another directory, as
@@ -371,6 +372,9 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 		return bytes.Count(buf, []byte("created by github.com/apigate/ratelimit/access.WatchFile ")) +
 			bytes.Count(buf, []byte("created by github.com/fsnotify/fsnotify.newBackend "))
 	}
+	// An earlier test's watcher, closed, may not have quite left the
+	// scheduler's list yet: start from none.
+	testwait.For(t, 10*time.Second, 10*time.Millisecond, func() bool { return goroutines() == 0 }, "the watchers of earlier tests ended")
 	startGoroutines, startWatches := goroutines(), kernelWatches(t)
 
 	base := realTempDir(t)
@@ -405,7 +409,7 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 		assert.Equal(t, startWatches, kernelWatches(t))
 		// Close waits for both goroutines to return; they may not have
 		// quite left the scheduler's list yet.
-		assert.Eventually(t, func() bool { return goroutines() == startGoroutines }, 10*time.Second, 10*time.Millisecond)
+		testwait.For(t, 10*time.Second, 10*time.Millisecond, func() bool { return goroutines() == startGoroutines }, "the File's goroutines ended")
 	}
 	// Once closed, changes are not followed and Reload still reads.
 	require.NoError(t, f.Reload())

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // reload is one OnReload call.
@@ -55,19 +56,20 @@ func watchPath(t *testing.T, path string, opts ...access.FileOption) (*access.Fi
 	return f, reloads, logs
 }
 
-// await waits, at most 10 s, for a reload that satisfies ok; other
-// reloads (a file seen half-written) are skipped.
+// await waits, at most testwait.D(10 s), for a reload that satisfies ok;
+// other reloads (a file seen half-written) are skipped.
 func await(t *testing.T, reloads <-chan reload, ok func(reload) bool) reload {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.NewTimer(testwait.D(10 * time.Second))
+	defer timeout.Stop()
 	for {
 		select {
 		case r := <-reloads:
 			if ok(r) {
 				return r
 			}
-		case <-timeout:
-			t.Fatal("no such reload within 10s")
+		case <-timeout.C:
+			t.Fatalf("no such reload within %v", testwait.D(10*time.Second))
 			return reload{}
 		}
 	}

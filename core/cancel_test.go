@@ -14,11 +14,12 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // waitBound bounds every wait of these tests for something that must
 // happen; it is never slept.
-const waitBound = 10 * time.Second
+var waitBound = testwait.D(10 * time.Second)
 
 // answer is what a gateStore's Take returns.
 type answer struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestLayeredRedisOutage: a layered Limiter over a frozen, then a dead,
@@ -85,7 +86,7 @@ func TestLayeredRedisOutage(t *testing.T) {
 				require.ErrorIs(t, v.Err, limits.ErrStore, name)
 				assert.Equal(t, tc.allowed, v.Allowed, name)
 				assert.Equal(t, tc.source, v.Source, name)
-				assert.Less(t, took, timeout+time.Second, "%s: bounded by the timeout, not the client", name)
+				assert.Less(t, took, timeout+testwait.D(time.Second), "%s: bounded by the timeout, not the client", name)
 				if name == "mixed" {
 					assert.Equal(t, "login", v.Policy.Name, "the layer that failed closed binds")
 					assert.Equal(t, time.Second, v.RetryAfter)

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -316,7 +317,7 @@ func TestShadowMode(t *testing.T) {
 	select {
 	case ok := <-done:
 		assert.True(t, ok)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.D(10 * time.Second)):
 		t.Fatal("a shadow decision was paced")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -275,7 +276,7 @@ func TestMaxDelayZeroDisablesPacing(t *testing.T) {
 		select {
 		case ok := <-done:
 			assert.True(t, ok, "request held back")
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.D(10 * time.Second)):
 			t.Fatal("request paced although MaxDelay is 0")
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/monitoring"
 )
 
@@ -55,7 +56,7 @@ func TestE2EPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an example and a Prometheus server for about 15 s")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(90*time.Second))
 	defer cancel()
 	start := time.Now()
 	s := startStack(t, ctx)
@@ -192,7 +193,7 @@ func TestE2EPrometheus(t *testing.T) {
 		checks = append(checks, check{"recording rule " + rule.Name, rule.Expr})
 		checks = append(checks, check{"series recorded by " + rule.Name, rule.Name})
 	}
-	deadline, cancelChecks := context.WithTimeout(ctx, 30*time.Second)
+	deadline, cancelChecks := context.WithTimeout(ctx, testwait.D(30*time.Second))
 	defer cancelChecks()
 	for _, c := range checks {
 		var last []sample

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/internal/picturedata"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 var updatePicture = flag.Bool("update-picture", false,
@@ -76,7 +77,7 @@ func TestPicture(t *testing.T) {
 	if !*updatePicture {
 		t.Skip("records docs/img/monitoring.json from an 80 s run; pass -update-picture")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(4*time.Minute))
 	defer cancel()
 	s := startStack(t, ctx)
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/apigate/ratelimit/internal/gobuild"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/monitoring"
 )
 
@@ -142,7 +143,7 @@ scrape_configs:
 		prom = base
 	}
 
-	s := &stack{app: base, prom: prom, http: &http.Client{Timeout: 5 * time.Second}}
+	s := &stack{app: base, prom: prom, http: &http.Client{Timeout: testwait.D(5 * time.Second)}}
 	err = poll(ctx, 20*time.Second, 100*time.Millisecond, func() (bool, string) {
 		r, err := s.query(ctx, fmt.Sprintf(`up{job=%q}`, stackJob))
 		if err != nil {
@@ -335,9 +336,11 @@ func (s *stack) rules(ctx context.Context) ([]ruleHealth, error) {
 	return out, nil
 }
 
-// poll calls f every interval until it reports done, at most timeout (or
-// until ctx ends); the error then carries f's last reason.
+// poll calls f every interval until it reports done, at most
+// testwait.D(timeout) (or until ctx ends); the error then carries f's
+// last reason.
 func poll(ctx context.Context, timeout, interval time.Duration, f func() (done bool, why string)) error {
+	timeout = testwait.D(timeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(interval)
@@ -397,10 +400,11 @@ func startProcess(t *testing.T, name, bin string, env []string, args ...string) 
 	return p
 }
 
-// waitFor waits, at most timeout, for a line of p's output containing s,
-// and returns the line.
+// waitFor waits, at most testwait.D(timeout), for a line of p's output
+// containing s, and returns the line.
 func (p *process) waitFor(t *testing.T, s string, timeout time.Duration) string {
 	t.Helper()
+	timeout = testwait.D(timeout)
 	deadline := time.After(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -454,7 +458,7 @@ func clientFrom(ip string) *http.Client {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
 	}
 	return &http.Client{
-		Timeout:   5 * time.Second,
+		Timeout:   testwait.D(5 * time.Second),
 		Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4},
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/overridespeer"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/overrides"
 )
 
@@ -407,7 +408,7 @@ func TestLoadIntervalUpdatesUntilClose(t *testing.T) {
 	load, err := overrides.NewLoad(func() float64 { reads.Add(1); return float64(inflight.Load()) },
 		overrides.LoadConfig{High: 3, Low: 1, Interval: time.Millisecond})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return load.Scale() <= 0.5 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return load.Scale() <= 0.5 }, testwait.D(5*time.Second), time.Millisecond,
 		"4 in flight, above High: the ticker shrank the limits")
 	require.NoError(t, load.Close()) // joins the ticker's goroutine
 	require.NoError(t, load.Close())

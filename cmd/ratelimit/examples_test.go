@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/internal/gobuild"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestProbeTheExamples builds the four example programs of examples/, runs
@@ -83,7 +84,7 @@ func startExample(t *testing.T, path string) string {
 		}
 	})
 	const prefix = "listening on " // the examples' banner
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(testwait.D(20 * time.Second))
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/reqcheck"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -197,7 +198,7 @@ func TestJanitorSweeps(t *testing.T) {
 
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}
 	mustTake(t, s, "k", p, 1, time.Now().Add(-time.Hour))
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testwait.D(10 * time.Second))
 	for s.Len() != 0 {
 		select {
 		case <-deadline:
@@ -215,7 +216,7 @@ func TestDroppedStoreStopsJanitor(t *testing.T) {
 		require.NoError(t, err)
 		return s.jan
 	}()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testwait.D(10 * time.Second))
 	for {
 		runtime.GC()
 		select {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestShardLockExcludes has many more goroutines than CPUs increment a
@@ -57,7 +59,7 @@ func TestShardLockWaitersBehindAHold(t *testing.T) {
 	started.Wait()
 	require.False(t, l.tryLock(), "the lock is held")
 	require.Eventually(t, func() bool { return l.state.Load() == contended },
-		10*time.Second, time.Millisecond, "a waiter goes to sleep")
+		testwait.D(10*time.Second), time.Millisecond, "a waiter goes to sleep")
 	l.Unlock()
 	done.Wait()
 	require.Len(t, got, waiters)

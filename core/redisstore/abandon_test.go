@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestAbandonedDecisionCounts freezes Redis under a decision: the Limiter
@@ -76,7 +77,7 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 					_, to, _ := cutMember(z[0])
 					return to
 				}
-				require.Eventually(t, func() bool { return units() == 3 }, 5*time.Second, 5*time.Millisecond,
+				require.Eventually(t, func() bool { return units() == 3 }, testwait.D(5*time.Second), 5*time.Millisecond,
 					"the abandoned decision never reached the log")
 				for range 3 {
 					d, err := healthy.Allow(ctx, "k")

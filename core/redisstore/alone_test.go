@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestAloneRunsOnTheCaller: decisions made one at a time through a
@@ -92,7 +93,7 @@ func TestAloneNotHeldByAFullPool(t *testing.T) {
 	held := make(chan error, 1)
 	list := testPrefix(t) + "nothing"
 	go func() { held <- client.BLPop(ctx, 2*limitertest.StoreTimeout, list).Err() }()
-	require.Eventually(t, func() bool { return client.PoolStats().IdleConns == 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return client.PoolStats().IdleConns == 0 }, testwait.D(5*time.Second), time.Millisecond)
 	for range 3 {
 		_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 		require.NoError(t, err, "a lone decision does not wait for the client's pool")
@@ -171,7 +172,7 @@ func TestAloneFrozenRedis(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, _, err := s.takeUntil(ctx, time.Time{}, req, time.Now().Add(time.Second))
 		assert.NoError(c, err)
-	}, 10*time.Second, 10*time.Millisecond)
+	}, testwait.D(10*time.Second), 10*time.Millisecond)
 }
 
 // TestAloneKilledRedisFailsAtOnce: with Redis killed, a lone decision over
@@ -206,7 +207,7 @@ func TestAloneKilledRedisFailsAtOnce(t *testing.T) {
 		_, _, err := s.takeUntil(context.Background(), time.Time{}, req, start.Add(time.Second))
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded)
-		assert.Less(t, time.Since(start), 500*time.Millisecond, "failed at once: %v", err)
+		assert.Less(t, time.Since(start), testwait.D(500*time.Millisecond), "failed at once: %v", err)
 		if i == 0 {
 			// The first decision dials once (DialerRetries attempts), and
 			// is not retried. (Once dials have failed PoolSize times, the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.
@@ -77,7 +78,7 @@ func TestBusyConnReads(t *testing.T) {
 	require.ErrorAs(t, err, &ne)
 	assert.True(t, ne.Timeout())
 	assert.True(t, errors.Is(err, os.ErrDeadlineExceeded))
-	assert.Less(t, time.Since(start), time.Second)
+	assert.Less(t, time.Since(start), testwait.D(time.Second))
 	require.NoError(t, conn.SetReadDeadline(time.Time{}))
 
 	// The end of the stream.
@@ -101,7 +102,7 @@ func TestBusyConnBacksOff(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), spin, "it spun for its spin")
 	_, err := peer.Write([]byte("x"))
 	require.NoError(t, err)
-	require.Eventually(t, conn.await, time.Second, time.Millisecond, "the byte sent")
+	require.Eventually(t, conn.await, testwait.D(time.Second), time.Millisecond, "the byte sent")
 
 	for i := 1; i < busyMisses; i++ {
 		require.True(t, conn.spins())

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // spreadKeys returns n client keys whose state keys are in n distinct
@@ -529,7 +530,7 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	require.False(t, time.Now().Before(dl), "TakeAll returned before the deadline: %v", err)
 	for i, r := range reqs[1:] {
 		k := s.stateKey(r.Key, r.Policy)
-		require.Eventually(t, func() bool { return snapshot(t, other, k) == before[i+1] }, 10*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return snapshot(t, other, k) == before[i+1] }, testwait.D(10*time.Second), 10*time.Millisecond,
 			"%s: given back after the deadline, the frozen node still frozen", r.Policy.Algorithm)
 	}
 	thaw()
@@ -586,7 +587,7 @@ func TestClusterTakeAbandonedWritesNothingOurs(t *testing.T) {
 	require.Eventually(t, func() bool {
 		v := snapshot(t, other, k)
 		return v != "" && v != before
-	}, 10*time.Second, time.Millisecond, "the abandoned take applied")
+	}, testwait.D(10*time.Second), time.Millisecond, "the abandoned take applied")
 	after, _, err := s.Take(ctx, time.Time{}, req)
 	require.NoError(t, err, "thawed: decides again")
 	assert.Equal(t, int64(7), after.Remaining, "the abandoned take was applied by Redis (10 - 3)")

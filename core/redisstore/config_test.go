@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // logBuffer is a slog destination that tests read, safe for concurrent
@@ -40,9 +41,11 @@ func (b *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// waitChecked waits until the check New started is done, within d.
+// waitChecked waits until the check New started is done, within
+// testwait.D(d).
 func waitChecked(t testing.TB, s *Store, d time.Duration) {
 	t.Helper()
+	d = testwait.D(d)
 	select {
 	case <-s.checked:
 	case <-time.After(d):

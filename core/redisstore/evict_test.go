@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestEvictionUnderAttack fills a Redis of 3 MB with an attacker rotating
@@ -51,7 +52,7 @@ func TestEvictionUnderAttack(t *testing.T) {
 			require.NoError(t, err)
 
 			const keys, attackers, every = 40_000, 4, 100
-			deadline := time.Now().Add(20 * time.Second)
+			deadline := testwait.Deadline(20 * time.Second)
 			var sent, oom atomic.Int64
 			var stop atomic.Bool
 			var mu sync.Mutex

@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // lockout is a policy's three lockout fields.
@@ -86,7 +87,7 @@ func TestLockoutRealTime(t *testing.T) {
 					assert.True(t, d.LockedOut, "denied during the lockout by the lockout")
 					assert.LessOrEqual(t, d.RetryAfter, want)
 					return false
-				}, want+2*time.Second, 10*time.Millisecond, "strike %d: the lockout ends", strike+1)
+				}, want+testwait.D(2*time.Second), 10*time.Millisecond, "strike %d: the lockout ends", strike+1)
 				assert.GreaterOrEqual(t, time.Duration(passed.Load()), want-50*time.Millisecond, "strike %d: the lockout lasted", strike+1)
 			}
 			// A good login: Reset forgives, and the next offence is the

@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // fourLayers returns four layered requests for one client, one per kind of
@@ -339,7 +340,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 	cancel()
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"), "error: %v", err)
-	assert.Less(t, took, timeout+time.Second, "TakeAll with a deadline, over a frozen Redis")
+	assert.Less(t, took, timeout+testwait.D(time.Second), "TakeAll with a deadline, over a frozen Redis")
 
 	var v limitertest.Verdict
 	start = time.Now()
@@ -349,7 +350,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 	assert.ErrorIs(t, v.Err, limits.ErrStore)
 	assert.False(t, v.Allowed, "fail closed")
 	assert.Equal(t, core.SourceFailMode, v.Source)
-	assert.Less(t, took, timeout+time.Second, "AllowLayers over a frozen Redis")
+	assert.Less(t, took, timeout+testwait.D(time.Second), "AllowLayers over a frozen Redis")
 }
 
 // TestMultiExactness races layered Limiters on four Stores over one Redis
@@ -509,7 +510,7 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 			_, err := s.takeAllUntil(ctx, time.Time{}, reqs, out, start.Add(timeout))
 			took := time.Since(start)
 			require.Error(t, err, "%s %d", name, i)
-			assert.Less(t, took, timeout+500*time.Millisecond, "%s %d: TakeAllBy over a frozen Redis", name, i)
+			assert.Less(t, took, timeout+testwait.D(500*time.Millisecond), "%s %d: TakeAllBy over a frozen Redis", name, i)
 		}
 		// A canceled caller stops waiting at once.
 		cctx, cancel := context.WithCancel(ctx)
@@ -517,14 +518,14 @@ func TestMultiTakeAllByFrozenRedis(t *testing.T) {
 		start := time.Now()
 		_, err := s.takeAllUntil(cctx, time.Time{}, reqs, out, start.Add(time.Minute))
 		assert.ErrorIs(t, err, context.Canceled, name)
-		assert.Less(t, time.Since(start), 10*time.Second, "%s: canceled", name)
+		assert.Less(t, time.Since(start), testwait.D(10*time.Second), "%s: canceled", name)
 	}
 	srv.Thaw()
 	thawed = true
 	for name, s := range stores {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.NoError(c, errOfN(s.takeAllUntil(ctx, time.Time{}, reqs, out, time.Now().Add(time.Second))))
-		}, 10*time.Second, 10*time.Millisecond, "%s after the thaw", name)
+		}, testwait.D(10*time.Second), 10*time.Millisecond, "%s after the thaw", name)
 		assert.True(t, out[0].Allowed, name)
 	}
 }

@@ -15,19 +15,22 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
-const (
-	// outageTimeout is the Limiter's timeout in the outage tests.
-	outageTimeout = 50 * time.Millisecond
+// outageTimeout is the Limiter's timeout in the outage tests.
+const outageTimeout = 50 * time.Millisecond
+
+var (
 	// slack is what a decision may take beyond the timeout: scheduling,
 	// the race detector, a loaded machine. A correctness bound, not a
 	// benchmark: it tells the Limiter's timeout from the client's own
 	// (a default go-redis client waits 3s on a frozen server), and a busy
-	// 2-core machine can stall a process for a good part of a second.
-	slack = time.Second
+	// 2-core machine can stall a process for a good part of a second;
+	// scaled, as a deadline (testwait).
+	slack = testwait.D(time.Second)
 	// recoverWithin bounds the wait for decisions to succeed again.
-	recoverWithin = 15 * time.Second
+	recoverWithin = testwait.D(15 * time.Second)
 )
 
 // clientKinds are the go-redis clients the outage tests run with: default
@@ -71,7 +74,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	// decision (a dial, NOSCRIPT, then EVAL) may take longer than
 	// outageTimeout on a loaded machine, which is not what these tests
 	// are about.
-	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	wctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	for _, l := range lims {
 		if _, _, err := s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: l.Policies()[0], Cost: 1}); err != nil {

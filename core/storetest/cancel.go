@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // promptBound is how soon a store must return once its caller's context
 // has ended: far more than a healthy call takes on a loaded machine, far
-// less than a hung one would.
-const promptBound = 2 * time.Second
+// less than a hung one would. It is scaled by RATELIMIT_TEST_TIMESCALE
+// (internal/testwait), as every deadline of the module's tests is.
+var promptBound = testwait.D(2 * time.Second)
 
 // testPromptCancel checks that a store returns promptly once its caller's
 // context ends (a Limiter waits for its store on the caller's goroutine,

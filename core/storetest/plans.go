@@ -8,6 +8,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // runPlans checks that a client moved between plans keeps its usage, under
@@ -80,7 +81,7 @@ const cliffHorizon = 4503599627371 * time.Millisecond
 // whole server.
 func testPlanCliff(t tester, store core.Store, key string, alg core.Algorithm) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(30*time.Second))
 	defer cancel()
 	now := epoch().Add(time.Hour)
 	for _, fast := range []int64{10_000_000, 1_000_000} {

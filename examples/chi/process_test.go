@@ -24,6 +24,7 @@ import (
 	"github.com/apigate/ratelimit/internal/gobuild"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // TestProcess builds the chi example, runs it as a process on a free
@@ -70,7 +71,7 @@ func TestProcess(t *testing.T) {
 	assert.Contains(t, out.String(), "store: memory", "the banner names the store")
 	assert.Contains(t, out.String(), "deny list: "+deny+" (1 entry; reloaded when it changes)", "the banner names the deny list")
 
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: testwait.D(2 * time.Second)}
 	global := demo.DefaultPolicies().Global
 	capacity := limits.Capacity(global.Algorithm, global.Limit, global.Burst)
 	var passed int64
@@ -124,7 +125,7 @@ func TestProcess(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
 	select {
 	case <-exited:
-	case <-time.After(demo.ShutdownTimeout + 5*time.Second):
+	case <-time.After(demo.ShutdownTimeout + testwait.D(5*time.Second)):
 		require.Fail(t, "the example did not exit after SIGTERM")
 	}
 	assert.NoError(t, waitErr, "the example's exit: want status 0")
@@ -144,14 +145,14 @@ func TestProcessMalformedDenyFile(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "chi-example")
-	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	bctx, cancel := context.WithTimeout(context.Background(), testwait.D(3*time.Minute))
 	defer cancel()
 	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go build: %s", built)
 	deny := filepath.Join(dir, "deny.txt")
 	require.NoError(t, os.WriteFile(deny, []byte("# blocked\n203.0.113.7\n10.1.2.3/8\n"), 0o600))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(30*time.Second))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = append(environWithout("ADDR", "REDIS_URL", demo.DenyFileEnv), "ADDR=127.0.0.1:0", demo.DenyFileEnv+"="+deny)
@@ -166,11 +167,11 @@ func TestProcessMalformedDenyFile(t *testing.T) {
 	assert.NotContains(t, stdout.String(), demo.ListeningPrefix, "it never listened")
 }
 
-// waitForURL waits, at most timeout, for the banner line giving the
+// waitForURL waits, at most testwait.D(timeout), for the banner line giving the
 // server's URL, and returns the URL.
 func waitForURL(t *testing.T, out *syncBuffer, exited <-chan struct{}, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(testwait.D(timeout))
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -184,7 +185,7 @@ func waitForURL(t *testing.T, out *syncBuffer, exited <-chan struct{}, timeout t
 		case <-exited:
 			t.Fatal("the example exited before listening")
 		case <-deadline:
-			t.Fatalf("the example did not print %q within %v", demo.ListeningPrefix, timeout)
+			t.Fatalf("the example did not print %q within %v", demo.ListeningPrefix, testwait.D(timeout))
 		case <-tick.C:
 		}
 	}

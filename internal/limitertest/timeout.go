@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // StoreTimeout is the default timeout of every store a test builds
@@ -12,7 +13,7 @@ import (
 // busy CI machine a healthy Redis round trip can take longer, and a test
 // that is not testing the timeout would then see a store failure (a
 // fail-open 200 where it wants a 429). Tests that are about the timeout
-// give their store a short one.
-const StoreTimeout = 10 * time.Second
+// give their store a short one. It is a deadline, so testwait scales it.
+var StoreTimeout = testwait.D(10 * time.Second)
 
 func init() { hooks.DefaultStoreTimeout = StoreTimeout }

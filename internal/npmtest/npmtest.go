@@ -19,10 +19,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // installTimeout bounds one npm install.
-const installTimeout = 5 * time.Minute
+var installTimeout = testwait.D(5 * time.Minute)
 
 // Install returns the node_modules directory that holds pkg at version,
 // installing it when missing. It skips tb, or fails it under CI=true,
@@ -75,7 +77,7 @@ func Install(tb testing.TB, pkg, version string) string {
 func Node(tb testing.TB, modules, script string, args ...string) (string, error) {
 	tb.Helper()
 	node := tool(tb, "node")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{"-e", script}, args...)...)
 	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)

@@ -28,19 +28,23 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
-// Bounds on every wait, so that no test hangs on a server that misbehaves.
-const (
-	// startAttempts is how many ports Start tries before giving up.
-	startAttempts = 5
+// startAttempts is how many ports Start tries before giving up.
+const startAttempts = 5
+
+// Bounds on every wait, so that no test hangs on a server that misbehaves;
+// deadlines, scaled by testwait.
+var (
 	// readyTimeout bounds the wait for a new server to answer PING.
-	readyTimeout = 10 * time.Second
+	readyTimeout = testwait.D(10 * time.Second)
 	// killTimeout bounds the wait for a killed server to exit.
-	killTimeout = 10 * time.Second
+	killTimeout = testwait.D(10 * time.Second)
 	// clusterTimeout bounds redis-cli --cluster create and the wait for
 	// cluster_state:ok on every node.
-	clusterTimeout = 30 * time.Second
+	clusterTimeout = testwait.D(30 * time.Second)
 )
 
 // Install is the hint given when a Redis binary is missing.
@@ -199,7 +203,7 @@ func ping(addr string) error {
 		return err
 	}
 	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+	if err := c.SetDeadline(testwait.Deadline(500 * time.Millisecond)); err != nil {
 		return err
 	}
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
@@ -470,7 +474,9 @@ func (c *Cluster) Client() *redis.ClusterClient {
 
 // Scripts returns how many scripts the server c reaches has run: its
 // EVALSHA and EVAL calls, by INFO commandstats (the stores' round trips,
-// which send one script each).
+// which send one script each). It counts every client's: what a test's
+// own clients sent, which no other client or poller changes, is
+// CountScripts's.
 func Scripts(tb testing.TB, c redis.UniversalClient) int64 {
 	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()

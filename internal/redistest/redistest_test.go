@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 func TestServerLifecycle(t *testing.T) {
@@ -40,7 +42,7 @@ func TestServerLifecycle(t *testing.T) {
 	// A restart loses the data; the old client reconnects by itself.
 	require.Eventually(t, func() bool {
 		return c.Get(ctx, "redistest:k").Err() == redis.Nil
-	}, 5*time.Second, 20*time.Millisecond, "GET after restart never answered redis.Nil")
+	}, testwait.D(5*time.Second), 20*time.Millisecond, "GET after restart never answered redis.Nil")
 }
 
 func TestCluster(t *testing.T) {

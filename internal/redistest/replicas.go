@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // FailoverNodeTimeout is the cluster-node-timeout of a ReplicatedCluster:
@@ -23,7 +25,7 @@ import (
 const FailoverNodeTimeout = time.Second
 
 // failoverTimeout bounds the wait for a replica to take over.
-const failoverTimeout = 20 * time.Second
+var failoverTimeout = testwait.D(20 * time.Second)
 
 // ReplicatedCluster is a Redis Cluster of three masters, each with one
 // replica, for failover tests: kill a master, and its replica takes over
@@ -156,7 +158,7 @@ func isReplica(shards []Shard, n *Server) bool {
 // Shards returns the shards as the first node that answers sees them.
 func (c *ReplicatedCluster) Shards() []Shard {
 	c.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(5*time.Second))
 	defer cancel()
 	var err error
 	for _, n := range c.nodes {
@@ -173,7 +175,7 @@ func (c *ReplicatedCluster) Shards() []Shard {
 // computes it.
 func (c *ReplicatedCluster) Slot(key string) int {
 	c.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(5*time.Second))
 	defer cancel()
 	var err error
 	for _, n := range c.nodes {
@@ -355,10 +357,11 @@ func (c *ReplicatedCluster) command(ctx context.Context, n *Server, args ...any)
 
 // WaitReplicated waits until every replica of s has processed every write
 // its master had accepted when WaitReplicated was called, so that those
-// writes survive the master's death. It fails the test after 10 s.
+// writes survive the master's death. It fails the test after
+// testwait.D(10 s).
 func (c *ReplicatedCluster) WaitReplicated(s Shard) {
 	c.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	target, err := c.replOffset(ctx, s.Master, "master_repl_offset")
 	if err != nil {

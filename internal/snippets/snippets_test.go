@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/internal/gobuild"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // root is the repository's root, from this folder.
@@ -115,7 +116,7 @@ func build(t *testing.T, snippets []snippet) string {
 	if err != nil {
 		t.Skip("no go tool in PATH")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a cold cache on a busy machine
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(8*time.Minute)) // a cold cache on a busy machine
 	defer cancel()
 	// -race when this test is: the packages are then those the test run
 	// compiled already (see gobuild).

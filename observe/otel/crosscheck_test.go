@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/testwait"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
 
@@ -179,7 +180,7 @@ func TestCrossCheck(t *testing.T) {
 	require.Eventually(t, func() bool {
 		d, err := healed.Allow(ctx, "k")
 		return err == nil && d.Source == core.SourceStore
-	}, 5*time.Second, 2*time.Millisecond)
+	}, testwait.D(5*time.Second), 2*time.Millisecond)
 
 	// Both collected at the same moment, nothing in flight.
 	s := collect(t, r)

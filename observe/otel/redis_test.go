@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 const (
@@ -45,7 +46,7 @@ func TestRedisOutage(t *testing.T) {
 	ctx := context.Background()
 	// Dial and load the script first, unhurried: a first decision's dial
 	// and NOSCRIPT round trips are no part of the healthy phase.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, testwait.D(10*time.Second))
 	defer cancel()
 	_, _, err = rs.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
 	require.NoError(t, err)
@@ -152,7 +153,7 @@ func TestRedisOutage(t *testing.T) {
 		require.Eventually(t, func() bool {
 			d, err := l.Allow(ctx, "after")
 			return err == nil && d.Source == core.SourceStore
-		}, 15*time.Second, 20*time.Millisecond, l.Policies()[0].Name)
+		}, testwait.D(15*time.Second), 20*time.Millisecond, l.Policies()[0].Name)
 	}
 	s = collect(t, r)
 	requireMatches(t, ref, s)

@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limitertest"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
@@ -236,10 +237,10 @@ func TestHealthTransitions(t *testing.T) {
 	}
 }
 
-// waitFor polls cond, at most 10s.
+// waitFor polls cond, at most testwait.D(10 s).
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := testwait.Deadline(10 * time.Second)
 	for !cond() {
 		require.False(t, time.Now().After(deadline), "waiting for %s", what)
 		time.Sleep(2 * time.Millisecond)

@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/outcome"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // tally counts what callers of a Limiter saw, as the metrics should.
@@ -101,7 +102,7 @@ func TestRedisOutage(t *testing.T) {
 
 	// Dial and load the script first, unhurried: a first decision's dial
 	// and NOSCRIPT round trips are no part of the healthy phase.
-	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	wctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	_, _, err = rs.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
 	require.NoError(t, err)
@@ -185,10 +186,10 @@ func TestRedisOutage(t *testing.T) {
 	assert.Positive(t, c.errors[outcome.StoreErrCircuitOpen])
 }
 
-// waitRedis decides until Redis decides again, at most 15s.
+// waitRedis decides until Redis decides again, at most testwait.D(15 s).
 func waitRedis(t *testing.T, c *tally, l *core.Limiter, key string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := testwait.Deadline(15 * time.Second)
 	for {
 		d, err := c.allow(t, l, key)
 		require.NoError(t, err)

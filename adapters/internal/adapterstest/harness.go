@@ -23,6 +23,7 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -273,7 +274,7 @@ const (
 	// DuringHeader asks the handler to call Spec.During.
 	DuringHeader = "X-Test-During"
 	// WaitHeader asks the handler to wait until the request's context
-	// ends (its client left), at most 10 s, before it answers.
+	// ends (its client left), at most testwait.D(10 s), before it answers.
 	WaitHeader = "X-Test-Wait"
 )
 
@@ -286,7 +287,7 @@ func (s *Spec) Answer(ctx context.Context, header func(string) string, set func(
 	if header(WaitHeader) != "" {
 		select {
 		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.D(10 * time.Second)):
 		}
 	}
 	if header(DuringHeader) != "" && s.During != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/overrides"
 	"github.com/apigate/ratelimit/rediswatch"
@@ -27,7 +28,7 @@ import (
 // claim, which a busy machine breaks while nothing is wrong (the poll
 // interval is rediswatch's to test). Here the bound is generous, and the
 // time it took is logged.
-const overrideWithin = 10 * time.Second
+var overrideWithin = testwait.D(10 * time.Second)
 
 var overrideKeys atomic.Int64
 

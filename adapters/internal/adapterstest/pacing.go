@@ -12,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -31,7 +32,7 @@ func (c *watchedContext) Done() <-chan struct{} {
 
 // guard fails the test if done is not closed in time: a stuck request,
 // not a timing assumption.
-const guard = 10 * time.Second
+var guard = testwait.D(10 * time.Second)
 
 // RunPacing checks the leaky bucket's Delay: an admitted request waits it
 // before its handler runs (up to WithMaxDelay), and a request whose context

@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -216,6 +217,6 @@ func RunQuota(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		res = Send(t, addr, RawRequest{Path: "/rate_limit", Header: one})
 		assert.Equal(t, http.StatusServiceUnavailable, res.Status, res.Body)
 		assert.Equal(t, "1", res.Header.Get("Retry-After"))
-		assert.Less(t, time.Since(start), 5*time.Second, "bounded by the store's timeout (300 ms)")
+		assert.Less(t, time.Since(start), testwait.D(5*time.Second), "bounded by the store's timeout (300 ms)")
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/apigate/ratelimit/internal/clockstore"
 	"github.com/apigate/ratelimit/internal/limits"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -35,26 +36,30 @@ var settleT0 = time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC)
 // runs on: one memory store (one process), and two Redis stores with
 // clients of their own sharing one prefix (two app servers), each
 // deciding at settleT0.
-func settleBackends(t *testing.T, srv *redistest.Server) []struct {
-	name   string
-	stores []core.Store
-} {
+func settleBackends(t *testing.T, srv *redistest.Server) []settleBackend {
 	prefix := fmt.Sprintf("settle%d:", settlePrefixes.Add(1))
 	var rs []core.Store
+	var sent []func() int64
 	for range 2 {
 		c := redis.NewClient(srv.Options())
 		t.Cleanup(func() { _ = c.Close() })
+		sent = append(sent, redistest.CountScripts(c))
 		s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
 		require.NoError(t, err)
 		rs = append(rs, clockstore.At(s, settleT0))
 	}
-	return []struct {
-		name   string
-		stores []core.Store
-	}{
-		{"memory", []core.Store{clockstore.At(NewStore(t), settleT0)}},
-		{"redis two app servers", rs},
+	return []settleBackend{
+		{name: "memory", stores: []core.Store{clockstore.At(NewStore(t), settleT0)}},
+		{name: "redis two app servers", stores: rs, scripts: func() int64 { return sent[0]() + sent[1]() }},
 	}
+}
+
+// settleBackend is a store per app server, and for Redis the scripts
+// their clients have sent (redistest.CountScripts: no other client's).
+type settleBackend struct {
+	name    string
+	stores  []core.Store
+	scripts func() int64
 }
 
 // RunSettle checks layers that count by the response (httplimit.Counts)
@@ -224,7 +229,7 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 					ip := "198.51.100.18"
 					c := Dial(t, addrs[0])
 					require.NoError(t, c.Write(RawRequest{Method: "POST", Path: "/login", Header: from(ip, WaitHeader, "1")}))
-					deadline := time.Now().Add(10 * time.Second)
+					deadline := testwait.Deadline(10 * time.Second)
 					for spec.Hits() == 0 { // the handler runs: now leave
 						require.True(t, time.Now().Before(deadline), "the handler never ran")
 						time.Sleep(time.Millisecond)
@@ -262,11 +267,13 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 						for _, addr := range addrs {
 							require.Equal(t, c.status, Send(t, addr, warm).Status, c.name)
 						}
-						before := redisScripts(t, srv)
+						before := be.scripts()
 						for i := range 4 {
 							require.Equal(t, c.status, Send(t, addrs[i%len(addrs)], c.req).Status, c.name)
 						}
-						assert.Equal(t, 4*c.trips, redisScripts(t, srv)-before, "%s: %d round trip(s) each", c.name, c.trips)
+						// The settling happens before the response is sent, so
+						// the count is complete when the fourth has arrived.
+						assert.Equal(t, 4*c.trips, be.scripts()-before, "%s: %d round trip(s) each", c.name, c.trips)
 					}
 				})
 			}
@@ -333,10 +340,10 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		took := time.Since(start)
 		srv.Thaw()
 		assert.Equal(t, http.StatusOK, res.Status, "answered all the same")
-		assert.Less(t, took, 5*time.Second, "bounded by the store's timeout (300 ms)")
+		assert.Less(t, took, testwait.D(5*time.Second), "bounded by the store's timeout (300 ms)")
 		t.Logf("a settling response with Redis frozen before its refund: %v", took)
 		assert.Equal(t, int64(1), heard.Load(), "the ErrorHandler heard the failed refund")
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := testwait.Deadline(5 * time.Second)
 		for used(t, f, 0, ip) != 1 {
 			require.True(t, time.Now().Before(deadline), "the refund Redis ran once thawed: %d counted", used(t, f, 0, ip))
 			time.Sleep(10 * time.Millisecond)
@@ -344,10 +351,4 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 		require.Equal(t, http.StatusOK, Send(t, addr, RawRequest{Method: "POST", Path: "/login", Header: from(ip)}).Status)
 		assert.Equal(t, int64(1), used(t, f, 0, ip), "given back once, not twice: the failure still counts")
 	})
-}
-
-// redisScripts is how many scripts srv has run (redistest.Scripts).
-func redisScripts(t *testing.T, srv *redistest.Server) int64 {
-	t.Helper()
-	return redistest.Scripts(t, srv.Client())
 }

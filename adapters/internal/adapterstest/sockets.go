@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // SocketHarness serves apps on real loopback sockets, for the suites that
@@ -31,7 +33,7 @@ type SocketHarness interface {
 
 // ioGuard bounds every read and write of the socket client, so that a
 // stuck server fails the test instead of hanging it.
-const ioGuard = 10 * time.Second
+var ioGuard = testwait.D(10 * time.Second)
 
 // ListenHTTP serves h with net/http on a free port of 127.0.0.1 until the
 // test ends and returns the address.

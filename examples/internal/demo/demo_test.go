@@ -24,6 +24,7 @@ import (
 	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -255,7 +256,7 @@ func TestOpenStoreRedisDown(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	_, err = OpenStore(ctx, "redis://"+addr+"/0")
 	assert.ErrorContains(t, err, "does not answer")
@@ -263,7 +264,7 @@ func TestOpenStoreRedisDown(t *testing.T) {
 
 func TestOpenStoreRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	s, err := OpenStore(ctx, "redis://"+srv.Addr()+"/0")
 	require.NoError(t, err)
@@ -300,7 +301,7 @@ func TestRun(t *testing.T) {
 	}()
 
 	var base string
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := testwait.Deadline(10 * time.Second)
 	for base == "" {
 		if _, rest, ok := strings.Cut(out.String(), ListeningPrefix); ok {
 			if line, _, ok := strings.Cut(rest, "\n"); ok {
@@ -313,11 +314,11 @@ func TestRun(t *testing.T) {
 			require.Failf(t, "run returned early", "%v", err)
 		case <-time.After(10 * time.Millisecond):
 		}
-		require.False(t, time.Now().After(deadline), "no banner within 10s")
+		require.False(t, time.Now().After(deadline), "no banner within %v", testwait.D(10*time.Second))
 	}
 	require.NotNil(t, got.Limiter, "the server's limiter")
 	assert.Equal(t, DefaultPolicies().Global, got.Limiter.Policies()[0], "the server's first layer: the global policy")
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: testwait.D(5 * time.Second)}
 	res, err := c.Get(base + "/")
 	require.NoError(t, err)
 	_ = res.Body.Close()
@@ -327,7 +328,7 @@ func TestRun(t *testing.T) {
 	select {
 	case err := <-done:
 		assert.NoError(t, err, "run after a graceful shutdown")
-	case <-time.After(ShutdownTimeout + 5*time.Second):
+	case <-time.After(ShutdownTimeout + testwait.D(5*time.Second)):
 		require.Fail(t, "run did not return after its context ended")
 	}
 	assert.True(t, strings.HasSuffix(out.String(), "stopped\n"), "output does not end with the stop:\n%s", out.String())

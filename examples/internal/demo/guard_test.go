@@ -31,6 +31,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -187,7 +188,7 @@ func TestAuthenticateStoreDown(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Flow()
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	require.ErrorIs(t, l.ClearLoginStrikes(ctx, "203.0.113.7:1"), limits.ErrStore)
 	status, body := l.Authenticate(ctx, "203.0.113.7:1", DemoPassword)
@@ -256,7 +257,7 @@ func TestRunDenyFile(t *testing.T) {
 	assert.Contains(t, out.String(), "deny list: "+path+" (1 entry; reloaded when it changes)")
 	assert.Contains(t, out.String(), "echo 127.0.0.1 >> "+path+"\n")
 
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: testwait.D(5 * time.Second)}
 	status := func(path string) int {
 		res, err := c.Get(base + path)
 		require.NoError(t, err)
@@ -267,23 +268,23 @@ func TestRunDenyFile(t *testing.T) {
 	require.Equal(t, http.StatusOK, status("/"), "not listed")
 
 	writeFile(t, path, "198.51.100.0/24\n127.0.0.0/8 reason=the test\n")
-	require.Eventually(t, func() bool { return status("/") == http.StatusForbidden }, 10*time.Second, 20*time.Millisecond, "listed once the file changed")
+	require.Eventually(t, func() bool { return status("/") == http.StatusForbidden }, testwait.D(10*time.Second), 20*time.Millisecond, "listed once the file changed")
 	assert.Equal(t, http.StatusForbidden, status("/anything"), "a 404 route too")
 	assert.Equal(t, http.StatusOK, status(MetricsPath), "GET /metrics is skipped before the lists")
 	assert.Contains(t, logs.String(), "access: list reloaded")
 
 	writeFile(t, path, "not an entry/\n")
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the last good one") }, 10*time.Second, 20*time.Millisecond, "a bad reload is logged")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the last good one") }, testwait.D(10*time.Second), 20*time.Millisecond, "a bad reload is logged")
 	assert.Equal(t, http.StatusForbidden, status("/"), "the last good list stays in force")
 
 	writeFile(t, path, "198.51.100.0/24\n")
-	require.Eventually(t, func() bool { return status("/") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "served again once the line is gone")
+	require.Eventually(t, func() bool { return status("/") == http.StatusOK }, testwait.D(10*time.Second), 20*time.Millisecond, "served again once the line is gone")
 
 	cancel()
 	select {
 	case err := <-done:
 		assert.NoError(t, err, "run after a graceful shutdown, the deny list closed")
-	case <-time.After(ShutdownTimeout + 5*time.Second):
+	case <-time.After(ShutdownTimeout + testwait.D(5*time.Second)):
 		require.Fail(t, "run did not return after its context ended")
 	}
 }
@@ -301,7 +302,7 @@ func writeFile(t *testing.T, path, content string) {
 // it gives.
 func waitForBanner(t *testing.T, out *syncBuffer, done <-chan error) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := testwait.Deadline(10 * time.Second)
 	for {
 		if _, rest, ok := strings.Cut(out.String(), ListeningPrefix); ok {
 			if line, _, ok := strings.Cut(rest, "\n"); ok {
@@ -317,6 +318,6 @@ func waitForBanner(t *testing.T, out *syncBuffer, done <-chan error) string {
 			require.Failf(t, "run returned early", "%v", err)
 		case <-time.After(10 * time.Millisecond):
 		}
-		require.False(t, time.Now().After(deadline), "no banner within 10s")
+		require.False(t, time.Now().After(deadline), "no banner within %v", testwait.D(10*time.Second))
 	}
 }

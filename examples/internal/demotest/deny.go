@@ -16,11 +16,12 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // reloadWithin bounds the wait for a deny list file's change to be in
 // force: the File's debounce (100 ms) and a busy machine.
-const reloadWithin = 10 * time.Second
+var reloadWithin = testwait.D(10 * time.Second)
 
 // DenyList serves the example's app, as newServer builds it, on a
 // loopback port with a deny list file in Limiters.Guard, as DENY_FILE
@@ -47,7 +48,7 @@ func DenyList(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 	require.NoError(t, err)
 	l.Guard = []httplimit.Option{httplimit.WithDenyList(deny)}
 	base := serve(t, newServer(l))
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: testwait.D(5 * time.Second)}
 
 	var allowed, forbidden int // GET / as the global limit decides it
 	get := func() int {

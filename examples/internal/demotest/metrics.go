@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
 	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 // Metrics serves the example's app, as newServer builds it (the server
@@ -41,7 +42,7 @@ func Metrics(t *testing.T, newServer func(demo.Limiters) demo.Server) {
 	l, err := demo.NewLimiters(store, p)
 	require.NoError(t, err)
 	base := serve(t, newServer(l))
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: testwait.D(5 * time.Second)}
 
 	alice := http.Header{demo.APIKeyHeader: {"alice-key"}}
 	form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
@@ -124,7 +125,7 @@ func serve(t *testing.T, srv demo.Server) string {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), demo.ShutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.D(demo.ShutdownTimeout))
 		defer cancel()
 		assert.NoError(t, srv.Shutdown(ctx), "shutdown")
 		select {
