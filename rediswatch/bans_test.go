@@ -17,12 +17,13 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // propagation is the bound the issue sets: a ban made on one server stops
 // a client on another within it.
-const propagation = time.Second
+var propagation = testwait.D(time.Second)
 
 // tick is how often a test polls for a condition.
 const tick = 10 * time.Millisecond
@@ -205,19 +206,19 @@ func TestOutageKeepsSnapshot(t *testing.T) {
 	require.NoError(t, err)
 
 	srv.Freeze()
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read the bans from Redis") }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read the bans from Redis") }, testwait.D(5*time.Second), tick)
 	assert.True(t, matches(b, "", "user:1"), "the last snapshot stays")
 	_, ok := b.Match(netip.Addr{}, "user:2", short.Expires.Add(-time.Millisecond))
 	assert.True(t, ok)
 	// Local expiry goes on: user:2's ban ends, and is dropped, without Redis.
-	require.Eventually(t, func() bool { return rediswatch.Len(b) == 1 }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return rediswatch.Len(b) == 1 }, testwait.D(5*time.Second), tick)
 	assert.False(t, matches(b, "", "user:2"))
 	_, err = b.Ban(ctx, access.Entry{Key: "user:3"}, 0)
 	require.Error(t, err, "a ban needs Redis")
 	assert.Equal(t, 1, strings.Count(logs.String(), "cannot read the bans"), "the outage is logged once")
 
 	srv.Thaw()
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "reading the bans from Redis again") }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "reading the bans from Redis again") }, testwait.D(5*time.Second), tick)
 	_, err = other.Ban(ctx, access.Entry{Key: "user:4"}, 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return matches(b, "", "user:4") }, propagation, tick)
@@ -225,15 +226,15 @@ func TestOutageKeepsSnapshot(t *testing.T) {
 	// A Redis that dies and comes back empty: the snapshot stays while it
 	// is away, then the bans are written back (TestLostData has more).
 	srv.Kill()
-	require.Eventually(t, func() bool { return strings.Count(logs.String(), "cannot read the bans") == 2 }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "cannot read the bans") == 2 }, testwait.D(5*time.Second), tick)
 	assert.True(t, matches(b, "", "user:1"))
 	srv.Restart()
 	raw := srv.Client()
 	require.Eventually(t, func() bool {
 		n, err := raw.Exists(ctx, "{"+rediswatch.DefaultPrefix+"}:b:k:user:1", "{"+rediswatch.DefaultPrefix+"}:b:k:user:4").Result()
 		return err == nil && n == 2
-	}, 5*time.Second, tick)
-	require.Eventually(t, func() bool { return strings.Count(logs.String(), "reading the bans from Redis again") == 2 }, 5*time.Second, tick)
+	}, testwait.D(5*time.Second), tick)
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "reading the bans from Redis again") == 2 }, testwait.D(5*time.Second), tick)
 	assert.True(t, matches(b, "", "user:1"))
 	assert.True(t, matches(other, "", "user:4"))
 	_, err = b.Ban(ctx, access.Entry{Key: "user:5"}, 0)

@@ -18,12 +18,13 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/redistest"
 	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/overrides"
 	"github.com/apigate/ratelimit/rediswatch"
 )
 
 // within is the bound: every server picks a change up in a second.
-const within = time.Second
+var within = testwait.D(time.Second)
 
 var keys atomic.Int64
 
@@ -83,7 +84,7 @@ func waitLimit(t *testing.T, want int64, ws ...*rediswatch.Overrides) time.Durat
 func waitReads(t *testing.T, w *rediswatch.Overrides, n int64) {
 	t.Helper()
 	from := w.Reads()
-	require.Eventually(t, func() bool { return w.Reads() >= from+n }, 10*time.Second, 5*time.Millisecond, "%d more reads", n)
+	require.Eventually(t, func() bool { return w.Reads() >= from+n }, testwait.D(10*time.Second), 5*time.Millisecond, "%d more reads", n)
 }
 
 func TestWatcherTwoServersWithinASecond(t *testing.T) {
@@ -224,7 +225,7 @@ func TestWatcherOutage(t *testing.T) {
 		assert.Equal(t, outage, strings.Count(logs.String(), "cannot read the overrides"), "each outage is logged once")
 		srv.Restart()
 		require.Eventually(t, func() bool { return strings.Count(logs.String(), "from Redis again") == outage },
-			10*time.Second, 5*time.Millisecond)
+			testwait.D(10*time.Second), 5*time.Millisecond)
 		assert.Equal(t, int64(5), limitOf(w))
 	}
 	assert.NotContains(t, logs.String(), "lost the overrides", "Redis kept its data")
@@ -264,7 +265,7 @@ func TestWatcherFrozenRedis(t *testing.T) {
 		5*time.Second, 5*time.Millisecond)
 	srv.Thaw()
 	thawed = true
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "from Redis again") }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "from Redis again") }, testwait.D(5*time.Second), 5*time.Millisecond)
 	start = time.Now()
 	require.NoError(t, srv.Client().HSet(ctx, key, "api", "limit=6").Err())
 	waitLimit(t, 6, w)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 	"github.com/apigate/ratelimit/rediswatch"
 )
 
@@ -110,7 +111,7 @@ func TestLostDataStaleServerFirst(t *testing.T) {
 	late, err := one.Ban(ctx, access.Entry{Key: "user:late"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, raw.FlushDB(ctx).Err())
-	require.Eventually(t, func() bool { return time.Now().After(short.Expires) }, 5*time.Second, tick)
+	require.Eventually(t, func() bool { return time.Now().After(short.Expires) }, testwait.D(5*time.Second), tick)
 
 	require.NoError(t, two.Sync(ctx))
 	assert.Contains(t, logs2.String(), "Redis lost the bans (their marker key is gone)")
@@ -192,7 +193,7 @@ func TestLostDataRestart(t *testing.T) {
 	srv.Restart()
 	raw := srv.Client()
 	// Checked at every tick, in the test's goroutine, until recovered.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := testwait.Deadline(10 * time.Second); ; {
 		require.True(t, has(one, s.perm) && has(one, s.timed) && has(two, s.perm) && has(two, s.timed), "a ban was lifted")
 		require.False(t, has(one, s.lifted), "the lift was undone on the server that made it")
 		if in := inRedis(t, raw, s.perm, s.timed, s.lifted); in[0] && in[1] && !in[2] && !has(two, s.lifted) {

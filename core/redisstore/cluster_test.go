@@ -234,7 +234,7 @@ func TestClusterRecoveryRateLimited(t *testing.T) {
 	t.Logf("%d failures in %v asked for %d reloads", calls.Load(), elapsed, n)
 	assert.LessOrEqual(t, n, int64(elapsed/reloadEvery)+1, "reloads asked for")
 	assert.GreaterOrEqual(t, n, int64(2), "reloads asked for in %v", elapsed)
-	waitFor(t, testwait.D(5*time.Second), "reload of the slot map", func() bool { return loads.Load() > atStart })
+	waitFor(t, 5*time.Second, "reload of the slot map", func() bool { return loads.Load() > atStart })
 }
 
 // TestClusterRecoveryNeverWaits: a failed decision asks for a reload
@@ -259,7 +259,7 @@ func TestClusterRecoveryNeverWaits(t *testing.T) {
 		t.Fatal("a failed decision waited for the reload of the slot map")
 	}
 	// The reload has started, and is still hanging on ClusterSlots.
-	waitFor(t, testwait.D(5*time.Second), "reload of the slot map", func() bool { return loads.Load() == 2 })
+	waitFor(t, 5*time.Second, "reload of the slot map", func() bool { return loads.Load() == 2 })
 }
 
 // TestClusterRecoveryClients: only clients with a slot map get a recovery;

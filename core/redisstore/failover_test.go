@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testwait"
 )
 
 const (
@@ -292,14 +293,9 @@ func keysPerShard(t *testing.T, ctx context.Context, client *redis.ClusterClient
 	return keys
 }
 
-// waitFor polls cond until it holds, failing the test after limit.
+// waitFor polls cond until it holds, failing the test after limit
+// (scaled by testwait).
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, limit, 10*time.Millisecond, cond, "no %s", what)
 }
