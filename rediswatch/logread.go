@@ -63,8 +63,9 @@ type logPos struct {
 // since p in the epoch of a reload still loading, and moves p past them,
 // so that a change made during a long load reaches this server within a
 // page of it. It starts where the view is, or, when the view is of an
-// epoch before a loss, at the start of the log (which a write-back leaves
-// to the changes since). Each run of changes it applies leads, in order,
+// epoch before a loss, at the start of the log (a write-back logs
+// nothing, so a log lost with the bans holds only the changes since;
+// one that was not lost, and so does not lead, stops it). Each run of changes it applies leads, in order,
 // to Redis's version, so it leaves each target it touches as Redis's last
 // change made it, later than the view had: it brings back nothing lifted.
 // The view stays otherwise as it was until install, which applies the
@@ -100,9 +101,12 @@ func (b *Bans) applyPending(ctx context.Context, epoch string, p *logPos) {
 	bl := from(b.view.Load())
 	bl.bulk(len(r.entries))
 	b.applyLocked(bl, r.entries)
-	if v := bl.build(); v.len() <= b.cfg.max {
-		b.view.Store(v)
+	v := bl.build()
+	if v.len() > b.cfg.max {
+		p.stop = true // the load truncates as WithMax says
+		return
 	}
+	b.view.Store(v)
 	p.version, p.cursor = r.version, r.entries[len(r.entries)-1].xid
 }
 
