@@ -384,7 +384,7 @@ func (b *Bans) Unban(ctx context.Context, target access.Entry) (bool, error) {
 // and logged, as in a load. If Redis lost its data, List writes the bans
 // back first (see the package doc).
 func (b *Bans) List(ctx context.Context) ([]access.Entry, error) {
-	s, err := b.load(ctx)
+	s, err := b.load(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +395,7 @@ func (b *Bans) List(ctx context.Context) ([]access.Entry, error) {
 		if err := b.reload(ctx); err != nil {
 			return nil, err
 		}
-		if s, err = b.load(ctx); err != nil {
+		if s, err = b.load(ctx, false); err != nil {
 			return nil, err
 		}
 	}

@@ -178,6 +178,7 @@ func reaches(t *testing.T, from *rediswatch.Bans, others []*rediswatch.Bans, e a
 	defer cancel()
 	_, err := from.Ban(ctx, e, 0)
 	require.NoError(t, err, "ban %v", e)
+	accepted := time.Now()
 	testwait.For(t, time.Second, tick, func() bool {
 		for _, o := range others {
 			if !has(o, e) {
@@ -186,6 +187,7 @@ func reaches(t *testing.T, from *rediswatch.Bans, others []*rediswatch.Bans, e a
 		}
 		return true
 	}, "ban %v on every other server within a second of its acceptance", e)
+	t.Logf("ban %v on every other server %v after its acceptance (checked every %v)", e, time.Since(accepted).Round(time.Millisecond), tick)
 }
 
 // TestLoadPagesMissNothing changes the bans between the pages of a load

@@ -63,7 +63,11 @@
 // the index in pages of about 2,000 ids (ZSCAN) with their bans, one
 // small script call each, and then, before the new snapshot is in force,
 // applies the changes logged since it began: a ban made or lifted while
-// the pages were read is in force as it is at the end.
+// the pages were read is in force as it is at the end. Meanwhile, before
+// each page, a reload also applies the changes logged since the last to
+// the snapshot in force (after a loss, those since the write-back), so
+// that a ban made during a load of seconds reaches the server within a
+// page, not when the load ends.
 //
 // Redis keeps the time: a Ban's TTL for a duration runs from Redis's TIME, and Expires
 // in what List and Ban return are by Redis's clock. The snapshot shifts

@@ -22,7 +22,7 @@ func (b *Bans) reload(ctx context.Context) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		s, err := b.load(ctx)
+		s, err := b.load(ctx, true)
 		if err != nil {
 			return err
 		}
@@ -134,7 +134,12 @@ type loaded struct {
 // may be missed or read twice, but it is in the log after the cursor
 // load.lua read, which install applies on top, so the view is Redis's at
 // the end of the load. Every call reads only: go-redis may retry any.
-func (b *Bans) load(ctx context.Context) (loaded, error) {
+//
+// With pending (a reload, not List), the changes logged meanwhile are
+// also put in force before each page, on the view in force
+// (applyPending), so that a ban made during a load that takes seconds
+// reaches this server within a page, not at its end.
+func (b *Bans) load(ctx context.Context, pending bool) (loaded, error) {
 	s, live, floor, err := b.loadStart(ctx)
 	if err != nil {
 		return loaded{}, err
@@ -146,7 +151,11 @@ func (b *Bans) load(ctx context.Context) (loaded, error) {
 	r.bans = make([]ban, 0, held+held/16)
 	keys := []string{b.index}
 	now, from, cursor := strconv.FormatInt(s.nowMS, 10), strconv.FormatFloat(floor, 'g', -1, 64), "0"
+	var p logPos
 	for {
+		if pending {
+			b.applyPending(ctx, s.epoch, &p)
+		}
 		reply, err := b.readPage(ctx, keys, cursor, now, from)
 		if err != nil {
 			return loaded{}, fmt.Errorf("rediswatch: loading the bans: %w", err)

@@ -52,6 +52,64 @@ func (b *Bans) catchUp(ctx context.Context) (full bool, err error) {
 	return false, nil
 }
 
+// logPos is where a reload's applyPending reads the log from: a version
+// and the stream id of the entry that made it.
+type logPos struct {
+	version, cursor string
+	started, stop   bool
+}
+
+// applyPending puts in force, on the view in force, the changes logged
+// since p in the epoch of a reload still loading, and moves p past them,
+// so that a change made during a long load reaches this server within a
+// page of it. It starts where the view is, or, when the view is of an
+// epoch before a loss, at the start of the log (a write-back logs
+// nothing, so a log lost with the bans holds only the changes since;
+// one that was not lost, and so does not lead, stops it). Each run of changes it applies leads, in order,
+// to Redis's version, so it leaves each target it touches as Redis's last
+// change made it, later than the view had: it brings back nothing lifted.
+// The view stays otherwise as it was until install, which applies the
+// log again on top of the load from its start. It does nothing before the
+// first load or after another loss, and stops once the log does not lead
+// from p (install then decides).
+func (b *Bans) applyPending(ctx context.Context, epoch string, p *logPos) {
+	if p.stop {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.epoch == "" || b.needsRecoveryLocked(epoch) {
+		return
+	}
+	if !p.started {
+		p.started, p.cursor = true, "0-0"
+		if b.epoch == epoch {
+			p.version, p.cursor = b.loaded, b.cursor
+		}
+	}
+	r, err := b.readLog(ctx, p.version, p.cursor)
+	if err != nil || r.version == p.version || (len(r.entries) == 0 && !r.over) {
+		return
+	}
+	if p.version == "" && !r.over {
+		p.version = r.entries[0].p // the log's start: from its first entry
+	}
+	if r.epoch != epoch || !r.leads(p.version) {
+		p.stop = true
+		return
+	}
+	bl := from(b.view.Load())
+	bl.bulk(len(r.entries))
+	b.applyLocked(bl, r.entries)
+	v := bl.build()
+	if v.len() > b.cfg.max {
+		p.stop = true // the load truncates as WithMax says
+		return
+	}
+	b.view.Store(v)
+	p.version, p.cursor = r.version, r.entries[len(r.entries)-1].xid
+}
+
 // applyLocked applies log entries to bl, in order, skipping malformed ones.
 func (b *Bans) applyLocked(bl *builder, entries []logEntry) {
 	for _, le := range entries {
