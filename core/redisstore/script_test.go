@@ -141,6 +141,12 @@ func TestTTLs(t *testing.T) {
 		require.LessOrEqual(t, len(keys), 7*len(ps), "keys scanned")
 		for _, k := range keys {
 			ttl := c.PTTL(ctx, k).Val()
+			if ttl == -2*time.Nanosecond {
+				// Gone since the scan: its expiry passed (a fixed
+				// window ending while a busy machine ran the test). A
+				// key with no expiry answers -1, which fails below.
+				continue
+			}
 			// Longest: the sliding counter's two windows; a burst of 30
 			// at 10 per 2s takes 6s to refill.
 			assert.Positive(t, ttl, "%s: PTTL", k)
