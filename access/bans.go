@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/accessentry"
+	"github.com/apigate/ratelimit/internal/rules/accessentry"
 )
 
 // defaultMaxBans is how many bans a [Bans] holds at most unless NewBans

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/accessentry"
+	"github.com/apigate/ratelimit/internal/rules/accessentry"
 )
 
 // ErrInvalidEntry reports an Entry that [NewList] or [ParseEntry] rejects:

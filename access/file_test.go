@@ -16,8 +16,8 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/syncbuf"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // reload is one OnReload call.

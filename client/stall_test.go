@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/client"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // stallServer is a raw HTTP/1.1 server on a loopback socket: it answers

@@ -17,7 +17,7 @@ import (
 
 	"github.com/apigate/ratelimit/client"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // refusing serves status with header on every request, counting them, and

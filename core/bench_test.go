@@ -8,9 +8,9 @@ import (
 	"errors"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // benchStore answers at once, without allocating: what is left is the

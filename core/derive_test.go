@@ -11,9 +11,9 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/gridtest"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/gridtest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // planScaler is a plan as a user writes it, a PolicySourceFunc that

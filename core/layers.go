@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Check is one layer's part of a request to AllowLayers: the client key

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // TestCostOverThePolicyInForceIsADenial: a request whose cost fits a

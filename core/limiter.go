@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Limiter decides whether requests may pass under one or more policies,
@@ -185,7 +185,7 @@ func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies.
 
 // denyCacheLen returns how many denials the Limiter's deny cache
 // remembers (WithDenyCache), expired ones not yet dropped included; 0
-// without a deny cache. The exporters read it through internal/hooks.
+// without a deny cache. The exporters read it through internal/glue/hooks.
 func (l *Limiter) denyCacheLen() int {
 	if l.denied == nil {
 		return 0

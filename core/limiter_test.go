@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // fakeStore is a Store that records what it is asked and answers what it is

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // lockoutInvalid reports why p's lockout fields are not usable, or "".

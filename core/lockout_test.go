@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 )
 
 // lockout is a policy's three lockout fields, with the lengths the stores
-// compute from them (internal/limits).
+// compute from them (internal/rules/limits).
 type lockout struct{ Duration, Max, Memory time.Duration }
 
 func (lo lockout) Length(strike int) time.Duration {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
 )
 
 // Option configures a Limiter. NewLimiter applies its options in order and
@@ -27,7 +27,7 @@ type config struct {
 // The circuit breaker every Limiter has: 3 consecutive store failures
 // open it, and an open breaker probes the store once per 100 ms. Not a
 // knob (an outage is told by Policy.FailClosed and WithFallback); tests
-// tune it through internal/hooks.
+// tune it through internal/glue/hooks.
 const (
 	breakerFailures = 3
 	probeInterval   = 100 * time.Millisecond

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Peek tells where a client stands under the layers of checks without

@@ -5,7 +5,7 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Algorithm names a rate-limiting algorithm. Every Store implements all five

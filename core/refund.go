@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Refund gives back what an admitted request took and did not use: for

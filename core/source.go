@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // PolicySource chooses the policy of each request: a client's plan, a

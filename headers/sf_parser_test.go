@@ -10,7 +10,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
-	"github.com/apigate/ratelimit/internal/npmtest"
+	"github.com/apigate/ratelimit/internal/testkit/npmtest"
 )
 
 // TestStructuredFieldsIndependentParser parses the RateLimit and

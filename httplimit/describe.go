@@ -1,7 +1,7 @@
 package httplimit
 
 import (
-	"github.com/apigate/ratelimit/internal/flowinfo"
+	"github.com/apigate/ratelimit/internal/glue/flowinfo"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

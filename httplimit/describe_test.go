@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/flowinfo"
+	"github.com/apigate/ratelimit/internal/glue/flowinfo"
 )
 
 // TestFlowInfo: what the describers read of a Flow is what it was built

@@ -17,11 +17,11 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

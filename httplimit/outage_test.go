@@ -14,7 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

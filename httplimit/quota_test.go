@@ -14,7 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

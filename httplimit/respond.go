@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"

@@ -15,9 +15,9 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )

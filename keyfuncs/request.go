@@ -18,7 +18,7 @@ import (
 	"context"
 	"net/netip"
 
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 )
 
 // Request is the framework-neutral view of an HTTP request that key

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 )
 
 // User returns a key function keying requests on the authenticated user:

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 )
 
 type ctxKey struct{}
@@ -52,7 +52,7 @@ func TestUser(t *testing.T) {
 }
 
 // TestDocumentedBounds: the bounds the package documentation states. The
-// adapters' helpers check user IDs in internal/userkey.
+// adapters' helpers check user IDs in internal/rules/userkey.
 func TestDocumentedBounds(t *testing.T) {
 	require.Equal(t, 512, userkey.MaxIDLen)
 	require.Equal(t, 4096, maxAPIKeyLen)

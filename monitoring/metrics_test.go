@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -18,8 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/picturedata"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/rules/picturedata"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 var updatePicture = flag.Bool("update-picture", false,

@@ -22,9 +22,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/gobuild"
-	"github.com/apigate/ratelimit/internal/syncbuf"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/gobuild"
+	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/monitoring"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/npmtest"
+	"github.com/apigate/ratelimit/internal/testkit/npmtest"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/openapi"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/flowinfo"
+	"github.com/apigate/ratelimit/internal/glue/flowinfo"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

@@ -9,14 +9,14 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/gridtest"
+	"github.com/apigate/ratelimit/internal/testkit/gridtest"
 	// The generous store timeout of the module's tests (10 s): the grid
 	// decides thousands of times through Redis, and none is about a
 	// timeout.
-	_ "github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/overridespeer"
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/glue/overridespeer"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
 )
 

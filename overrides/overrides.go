@@ -47,8 +47,8 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/overridespeer"
+	"github.com/apigate/ratelimit/internal/glue/overridespeer"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // maxScale is the largest Override.Scale, and maxTextLen the longest text

@@ -15,10 +15,10 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/overridespeer"
-	"github.com/apigate/ratelimit/internal/syncbuf"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/glue/overridespeer"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/overrides"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/internal/accessentry"
+	"github.com/apigate/ratelimit/internal/rules/accessentry"
 )
 
 var (

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/internal/accessentry"
+	"github.com/apigate/ratelimit/internal/rules/accessentry"
 )
 
 // parseSeq returns a version as a number, 0 if it is none.

@@ -11,13 +11,13 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/gridtest"
+	"github.com/apigate/ratelimit/internal/testkit/gridtest"
 	// The generous store timeout of the module's tests (10 s): the grid
 	// makes thousands of decisions through Redis, and none is about a
 	// timeout; under -race on a busy machine one outlasted the default
 	// 100 ms.
-	_ "github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/redistest"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/overrides"
 )
 

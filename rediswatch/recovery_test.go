@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/access"
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/rediswatch"
 )
 

@@ -75,9 +75,9 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/scores"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/rules/scores"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -169,7 +169,7 @@ type Config struct {
 	Shadow bool
 }
 
-// store is what a Tracker keeps scores in (internal/scores).
+// store is what a Tracker keeps scores in (internal/rules/scores).
 type store interface {
 	Add(ctx context.Context, key string, w float64, now time.Time) (float64, error)
 	Get(key string, now time.Time) float64

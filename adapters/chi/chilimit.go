@@ -35,7 +35,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

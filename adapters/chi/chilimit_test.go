@@ -13,7 +13,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/chi"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

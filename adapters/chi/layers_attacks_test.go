@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // TestLayersAttacks runs the hostile-client attacks on layered limits

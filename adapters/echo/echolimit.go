@@ -33,7 +33,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

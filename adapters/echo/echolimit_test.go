@@ -8,7 +8,7 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 type harness struct{}

@@ -9,7 +9,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // TestLayers runs the layered limits suite (httplimit.Layer) over

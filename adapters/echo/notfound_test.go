@@ -15,7 +15,7 @@ import (
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/reputation"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // TestOverrides runs the live-limits suite over real sockets: an override

@@ -34,7 +34,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

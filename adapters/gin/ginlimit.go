@@ -27,7 +27,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/userkey"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/gobuild"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/gobuild"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // TestProbeTheExamples builds the four example programs of examples/, runs

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/apigate/ratelimit/internal/npmtest"
+	"github.com/apigate/ratelimit/internal/testkit/npmtest"
 )
 
 // petstore is the openapi package's sample spec.

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 var debugHist = flag.Bool("denialhist", false, "TestDenialSearchIsShort: log the histograms of admission tests, with the old estimates too, and do not bound them")

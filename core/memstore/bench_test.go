@@ -10,7 +10,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // benchPolicy admits every request of the benchmarks: the limit is far above

@@ -2,7 +2,7 @@ package memstore
 
 import (
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // This file keeps the lockouts of core.Policy.Lockout. A client's lockout under a

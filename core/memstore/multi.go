@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // TakeAll decides reqs all or nothing, as one atomic step, and fills

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // benchLayerKeys are the keys of a request under four layers: the whole

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/reqcheck"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 )
 
 // Store keeps rate-limit state in memory. Build one with New and share it

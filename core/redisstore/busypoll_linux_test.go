@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.

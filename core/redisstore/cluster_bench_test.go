@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // BenchmarkMultiClusterSpread measures, from one goroutine against a local

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // TestCluster runs every algorithm over a Redis Cluster of three masters on

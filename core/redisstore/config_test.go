@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // logBuffer is a slog destination that tests read, safe for concurrent

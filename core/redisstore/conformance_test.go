@@ -5,7 +5,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/storetest"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // TestConformance runs the suite every core.Store passes.

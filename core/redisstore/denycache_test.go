@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // TestDenyCacheSparesRedis: behind core.WithDenyCache, a flood of denied

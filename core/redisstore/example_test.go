@@ -10,7 +10,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // A token bucket of 100 requests per minute with bursts of 20, shared by

@@ -14,8 +14,8 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // testPrefix returns a key prefix of its own for the test, so that tests

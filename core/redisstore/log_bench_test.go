@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // BenchmarkSlidingWindowLog measures one sliding-log decision (Store.Take,

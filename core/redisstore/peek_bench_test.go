@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/redistest"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
 // BenchmarkPeek measures, beside BenchmarkTake, a peek (Take of cost 0)

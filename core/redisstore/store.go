@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/reqcheck"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 )
 
 // defaultPrefix starts every key the Store writes, unless WithPrefix says

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // promptBound is how soon a store must return once its caller's context
 // has ended: far more than a healthy call takes on a loaded machine, far
 // less than a hung one would. It is scaled by RATELIMIT_TEST_TIMESCALE
-// (internal/testwait), as every deadline of the module's tests is.
+// (internal/testkit/testwait), as every deadline of the module's tests is.
 var promptBound = testwait.D(2 * time.Second)
 
 // testPromptCancel checks that a store returns promptly once its caller's

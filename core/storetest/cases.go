@@ -2,8 +2,8 @@ package storetest
 
 import (
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/storecases"
+	"github.com/apigate/ratelimit/internal/glue/storecases"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 func init() { storecases.Cases = cases }

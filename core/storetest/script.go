@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // A script is one case: a policy and the requests made under it, in order,

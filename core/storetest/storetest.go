@@ -43,8 +43,8 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/storecases"
+	"github.com/apigate/ratelimit/internal/glue/storecases"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // epoch is the suite's time zero (storecases.Epoch), a boundary of every

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Units of the scripts' times.

@@ -21,10 +21,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/internal/gobuild"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/syncbuf"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/gobuild"
+	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // TestProcess builds the chi example, runs it as a process on a free

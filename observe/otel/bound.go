@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 )
 
 // bound is the Observer of one limit: its measurement options, resolved

@@ -18,7 +18,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 

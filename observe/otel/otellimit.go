@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 )
 

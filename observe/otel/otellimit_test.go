@@ -15,9 +15,9 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 

@@ -11,10 +11,10 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 const (

@@ -17,7 +17,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
 

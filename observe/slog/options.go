@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 )
 
 // Option configures a Logger. New applies its options in order and fails

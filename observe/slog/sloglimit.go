@@ -81,7 +81,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 )
 
 // Logger is a core.Observer that logs the events of the Limiters it is

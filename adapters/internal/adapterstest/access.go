@@ -9,8 +9,8 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

@@ -21,9 +21,9 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	_ "github.com/apigate/ratelimit/internal/limitertest" // test stores: a generous timeout by default
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

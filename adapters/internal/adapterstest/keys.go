@@ -14,7 +14,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/syncbuf"
+	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }

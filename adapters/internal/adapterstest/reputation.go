@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/rediswatch"
 	"github.com/apigate/ratelimit/reputation"
@@ -171,7 +171,7 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				if be.redis {
 					// And the score Redis holds carries no signal later than
 					// the ban: its state is '<dd', the score and its last
-					// signal's time in µs (internal/scores/add.lua).
+					// signal's time in µs (internal/rules/scores/add.lua).
 					key := scored.Load()
 					require.NotNil(t, key, "the scanner's signals were heard")
 					state, err := srv.Client().Get(context.Background(), "ratelimit:rep:s:"+*key).Bytes()

@@ -10,9 +10,9 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/outcome"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // RunShadow checks shadow mode over real sockets: a limit of 1 in shadow

@@ -13,7 +13,7 @@ import (
 
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 )
 
 // RunSpelling checks, on the bytes a real socket carries, that every

@@ -3,7 +3,7 @@
 // directory, nothing saved to disk, killed by Close. When REDIS_URL is set,
 // Start uses that server instead and starts nothing.
 //
-// It is a small copy of what the main module's internal/redistest does,
+// It is a small copy of what the main module's internal/testkit/redistest does,
 // since another module cannot import that package.
 package redisserver
 

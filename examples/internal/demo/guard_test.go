@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/limitertest"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
@@ -30,8 +30,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/clockstore"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/npmtest"
+	"github.com/apigate/ratelimit/internal/testkit/npmtest"
 	"github.com/apigate/ratelimit/openapi"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // reloadWithin bounds the wait for a deny list file's change to be in

@@ -17,8 +17,8 @@ import (
 
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/examples/internal/demo"
-	"github.com/apigate/ratelimit/internal/outcome"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/rules/outcome"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // Metrics serves the example's app, as newServer builds it (the server

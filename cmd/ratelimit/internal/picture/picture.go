@@ -21,7 +21,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
-	"github.com/apigate/ratelimit/internal/picturedata"
+	"github.com/apigate/ratelimit/internal/rules/picturedata"
 )
 
 // The data's shape, shared with monitoring's picture test.

@@ -15,12 +15,12 @@ import (
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
 	"github.com/apigate/ratelimit/core"
 	_ "github.com/apigate/ratelimit/core/storetest" // registers storecases.Cases
-	"github.com/apigate/ratelimit/internal/limits"
-	"github.com/apigate/ratelimit/internal/storecases"
+	"github.com/apigate/ratelimit/internal/glue/storecases"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // TestConformanceDecisions replays every scripted case of core/storetest,
-// storetest's scripted cases (internal/storecases), as CSV traces through the simulator, on the memory store
+// storetest's scripted cases (internal/glue/storecases), as CSV traces through the simulator, on the memory store
 // with the trace's times as the clock, and compares every Decision with the
 // one the suite expects. A trace has no Reset, and the simulator gives each
 // policy a store of its own; both change nothing to the decisions, so:

@@ -29,7 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // startAttempts is how many ports Start tries before giving up.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Validate reports whether r keeps the contract on core.Request, wrapping

@@ -3,8 +3,8 @@ package limitertest
 import (
 	"time"
 
-	"github.com/apigate/ratelimit/internal/hooks"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // StoreTimeout is the default timeout of every store a test builds

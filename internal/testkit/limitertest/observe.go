@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/hooks"
+	"github.com/apigate/ratelimit/internal/glue/hooks"
 )
 
 // Observer is a core.Observer of a function: every Limiter it is given to

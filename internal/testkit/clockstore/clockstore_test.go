@@ -11,7 +11,7 @@ import (
 	"errors"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 )
 
 // recorder records the Requests it takes.

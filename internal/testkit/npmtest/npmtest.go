@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // installTimeout bounds one npm install.

@@ -25,7 +25,7 @@ var Shadow func(limiter any) bool
 
 // DefaultStoreTimeout, when positive, replaces redisstore's default
 // timeout for the stores built after it is set without WithTimeout. Test
-// helpers set it (internal/limitertest), so that a healthy store on a busy
+// helpers set it (internal/testkit/limitertest), so that a healthy store on a busy
 // machine does not fail a test that is not about timeouts.
 var DefaultStoreTimeout time.Duration
 
@@ -41,13 +41,13 @@ func StoreTimeout(store any) time.Duration {
 // CircuitBreaker returns a core.Option (as any) that sets a Limiter's
 // circuit breaker: failures consecutive store failures open it (0: never),
 // and an open breaker probes the store at most once per probe. core sets
-// it in its init; tests reach it through internal/limitertest.
+// it in its init; tests reach it through internal/testkit/limitertest.
 var CircuitBreaker func(failures int, probe time.Duration) any
 
 // FailClosed returns a core.Option (as any) that makes every policy of a
 // Limiter fail closed for d, as if each had FailClosed d: a test's way
 // to run one flow under both outage answers. core sets it in its init;
-// tests reach it through internal/limitertest.
+// tests reach it through internal/testkit/limitertest.
 var FailClosed func(d time.Duration) any
 
 // AllowTimed is core.Limiter.AllowLayers by its layered path, which

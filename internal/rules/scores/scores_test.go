@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/redistest"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/internal/gobuild"
-	"github.com/apigate/ratelimit/internal/testwait"
+	"github.com/apigate/ratelimit/internal/testkit/gobuild"
+	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
 // root is the repository's root, from this folder.
-const root = "../.."
+const root = "../../.."
 
 // A snippet is one ```go block of a Markdown file.
 type snippet struct {

@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/limits"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Outcome says what became of one layer of one call to a Limiter.
