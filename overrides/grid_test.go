@@ -13,7 +13,6 @@ import (
 	// The generous store timeout of the module's tests (10 s): the grid
 	// decides thousands of times through Redis, and none is about a
 	// timeout.
-	"github.com/apigate/ratelimit/internal/glue/overridespeer"
 	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
@@ -25,7 +24,7 @@ import (
 func setSource(t *testing.T) gridtest.Source {
 	set := overrides.New()
 	logs := new(syncbuf.Buffer)
-	overridespeer.SetLogger(set, slog.New(slog.NewTextHandler(logs, nil)))
+	set.SetLogger(slog.New(slog.NewTextHandler(logs, nil)))
 	return gridtest.Source{Adjust: set, Put: set.Put, Logs: logs.String}
 }
 

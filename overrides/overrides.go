@@ -47,15 +47,14 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/overridespeer"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // maxScale is the largest Override.Scale, and maxTextLen the longest text
-// Parse reads (shared with package rediswatch through package overridespeer).
+// Parse reads (shared with package rediswatch).
 const (
-	maxScale   = overridespeer.MaxScale
-	maxTextLen = overridespeer.MaxTextLen
+	maxScale   = limits.MaxOverrideScale
+	maxTextLen = limits.MaxOverrideText
 )
 
 // Override changes one layer's policy. Its zero fields change nothing:
@@ -311,35 +310,20 @@ func New() *Set {
 	return s
 }
 
-func init() {
-	// For rediswatch: see package overridespeer.
-	overridespeer.Check = func(set any, layer string, o any) error {
-		s, ok := set.(*Set)
-		ov, ok2 := o.(Override)
-		if !ok || !ok2 || s == nil {
-			return fmt.Errorf("%w: override: a %T and a %T, not a *Set and an Override", core.ErrInvalidOption, set, o)
-		}
-		if err := checkEntry(layer, ov); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return fits((*s.m.Load())[layer], layer, ov)
+// Check reports whether Put would take o for layer, without the change:
+// the same errors, wrapping core.ErrInvalidOption.
+func (s *Set) Check(layer string, o Override) error {
+	if err := checkEntry(layer, o); err != nil {
+		return err
 	}
-	overridespeer.Store = func(set any, m any) error {
-		s, ok := set.(*Set)
-		om, ok2 := m.(map[string]Override)
-		if !ok || !ok2 || s == nil {
-			return fmt.Errorf("%w: overrides: a %T and a %T, not a *Set and a map[string]Override", core.ErrInvalidOption, set, m)
-		}
-		return s.replace(om, false)
-	}
-	overridespeer.SetLogger = func(set any, l *slog.Logger) {
-		if s, ok := set.(*Set); ok && s != nil {
-			s.logger.Store(l)
-		}
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fits((*s.m.Load())[layer], layer, o)
 }
+
+// SetLogger makes the Set log to l (slog.Default when nil) the
+// overrides it cannot apply.
+func (s *Set) SetLogger(l *slog.Logger) { s.logger.Store(l) }
 
 // Put sets the override of layer, replacing any. It fails, with an error
 // wrapping core.ErrInvalidOption, when o does not validate, layer is no
@@ -379,13 +363,12 @@ func (s *Set) Delete(layer string) {
 
 // Replace sets every override at once, as one change: the requests see
 // either the old set or m, never a mix. It fails, changing nothing, when
-// any entry is one Put would refuse.
-func (s *Set) Replace(m map[string]Override) error { return s.replace(m, true) }
-
-// replace is Replace; without fit, it takes an override that cannot
-// apply to a policy the Set knows (Adjust then decides by the last good
-// one), as a rediswatch.Overrides does with what it reads from Redis.
-func (s *Set) replace(m map[string]Override, fit bool) error {
+// any entry does not validate or names no valid layer. An entry that
+// cannot apply to a policy of its layer the Set has adjusted (which Put
+// refuses) is kept, as one met later would be: Adjust decides by the
+// layer's last good override and logs it once (see Set). Call Check
+// first to refuse such entries.
+func (s *Set) Replace(m map[string]Override) error {
 	for layer, o := range m {
 		if err := checkEntry(layer, o); err != nil {
 			return err
@@ -394,13 +377,6 @@ func (s *Set) replace(m map[string]Override, fit bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := *s.m.Load()
-	if fit {
-		for layer, o := range m {
-			if err := fits(cur[layer], layer, o); err != nil {
-				return err
-			}
-		}
-	}
 	next := make(map[string]*slot, max(len(cur), len(m)))
 	for name, sl := range cur {
 		if len(sl.known) > 0 { // the policies stay known; the overrides go

@@ -15,7 +15,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/glue/overridespeer"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
@@ -190,7 +189,7 @@ func TestSetRefusesBadEntries(t *testing.T) {
 func captured() (*overrides.Set, *syncbuf.Buffer) {
 	live := overrides.New()
 	logs := new(syncbuf.Buffer)
-	overridespeer.SetLogger(live, slog.New(slog.NewTextHandler(logs, nil)))
+	live.SetLogger(slog.New(slog.NewTextHandler(logs, nil)))
 	return live, logs
 }
 
@@ -232,8 +231,15 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 	err = live.Put("api", unfit)
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
-	assert.ErrorIs(t, live.Replace(map[string]overrides.Override{"api": unfit}), core.ErrInvalidOption)
-	assert.Equal(t, map[string]overrides.Override{"api": unfit}, live.Snapshot(), "a refused Replace changes nothing")
+	assert.ErrorIs(t, live.Check("api", unfit), core.ErrInvalidOption, "Check refuses what Put refuses")
+	require.NoError(t, live.Check("api", overrides.Override{Limit: 5}))
+	// Replace keeps it, as one another writer stored: out of force, the
+	// policy decides by the last good override (none here), and Adjust
+	// keeps its answer.
+	require.NoError(t, live.Put("api", overrides.Override{Limit: 5}))
+	require.NoError(t, live.Replace(map[string]overrides.Override{"api": unfit}))
+	assert.Equal(t, map[string]overrides.Override{"api": unfit}, live.Snapshot())
+	assert.Equal(t, int64(5), adjust(t, live, policy).Limit, "the last good override, limit=5, decides")
 	_ = adjust(t, live, core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second})
 	assert.ErrorIs(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit + 1}), core.ErrInvalidOption)
 	require.NoError(t, live.Put("log", overrides.Override{Limit: limits.MaxLogLimit}))

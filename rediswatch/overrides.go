@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/overridespeer"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/overrides"
 )
@@ -34,7 +33,7 @@ var (
 )
 
 // tooLong starts the value overrides_read.lua sends for a value over
-// overridessoverridespeer.MaxTextLen.
+// limits.MaxOverrideText.
 const tooLong = "\x00"
 
 var (
@@ -97,7 +96,7 @@ func NewOverrides(ctx context.Context, client redis.UniversalClient, opts ...Opt
 	}
 	w := &Overrides{client: client, cfg: cfg, marker: markerOf(cfg.key), set: overrides.New(), bad: map[string]string{}}
 	if cfg.logger != nil {
-		overridespeer.SetLogger(w.set, cfg.logger)
+		w.set.SetLogger(cfg.logger)
 	}
 	w.mu.Lock()
 	err = w.syncLocked(ctx)
@@ -143,7 +142,7 @@ func (w *Overrides) Sync(ctx context.Context) error {
 // its data, Put writes the last good overrides back first (see the
 // package doc).
 func (w *Overrides) Put(ctx context.Context, layer string, o overrides.Override) error {
-	if err := overridespeer.Check(w.set, layer, o); err != nil {
+	if err := w.set.Check(layer, o); err != nil {
 		return err
 	}
 	return w.write(ctx, layer, o)
@@ -195,7 +194,7 @@ func (w *Overrides) write(ctx context.Context, layer string, o overrides.Overrid
 	// since does not refuse it here (it is in Redis already): the Set
 	// keeps it, and decides by the last good override where it cannot
 	// apply, as it does with what it reads.
-	if err := overridespeer.Store(w.set, next); err != nil {
+	if err := w.set.Replace(next); err != nil {
 		// Unreachable: Put validated o, and the rest was in force.
 		return fmt.Errorf("rediswatch: applying %q: %w", cut(layer), err)
 	}
@@ -248,7 +247,7 @@ type reply struct {
 // read runs read.lua.
 func (w *Overrides) read(ctx context.Context, digest string) (reply, error) {
 	w.reads.Add(1)
-	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.max, overridespeer.MaxTextLen, limits.MaxNameLen, digest).Slice()
+	v, err := readScript.Run(ctx, w.client, w.keys(), w.cfg.max, limits.MaxOverrideText, limits.MaxNameLen, digest).Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("rediswatch: reading %q: %w", w.cfg.key, err)
 	}
@@ -368,7 +367,7 @@ func (w *Overrides) applyLocked(fields []string) bool {
 	if maps.Equal(next, last) {
 		return true
 	}
-	if err := overridespeer.Store(w.set, next); err != nil {
+	if err := w.set.Replace(next); err != nil {
 		// Unreachable: parseField checks each entry as Store does. Not
 		// applied: the next poll reads the hash again.
 		w.cfg.log().Error("rediswatch: cannot apply the overrides", slog.Any("error", err))
@@ -381,7 +380,7 @@ func (w *Overrides) applyLocked(fields []string) bool {
 func parseField(name, value string) (overrides.Override, error) {
 	if n, ok := strings.CutPrefix(value, tooLong); ok && n != "" && strings.Trim(n, "0123456789") == "" {
 		return overrides.Override{}, fmt.Errorf("%w: override: a value of %s bytes, more than %d",
-			core.ErrInvalidOption, n, overridespeer.MaxTextLen)
+			core.ErrInvalidOption, n, limits.MaxOverrideText)
 	}
 	o, err := overrides.Parse(value)
 	if err != nil {

@@ -44,6 +44,12 @@ const (
 	// MaxStrikes is the most strikes a store counts: the lockout has long
 	// reached any cap by then.
 	MaxStrikes = 64
+
+	// MaxOverrideScale is the largest overrides.Override.Scale.
+	MaxOverrideScale = 1e6
+	// MaxOverrideText is the longest text overrides.Parse reads (and
+	// rediswatch reads from Redis).
+	MaxOverrideText = 256
 )
 
 // The algorithms' names, as core.Algorithm spells them.

@@ -29,7 +29,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/overridespeer"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/overrides"
 )
@@ -125,7 +124,7 @@ func Overrides() []overrides.Override {
 		{Limit: 200_000},
 		{Scale: 1e-6},
 		{Scale: 0.5},
-		{Scale: overridespeer.MaxScale},
+		{Scale: limits.MaxOverrideScale},
 		{Limit: 3, Scale: 0.5},
 		{Limit: 3, Burst: 3 * 8784, Scale: 0.5},
 		{Limit: 100_000, Scale: 10},
