@@ -8,7 +8,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/glue/flowinfo"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -32,7 +31,7 @@ type limit struct {
 
 // describer is what Describe and Markdown read of a Flow.
 type describer struct {
-	flow  flowinfo.Flow
+	flow  flowDesc
 	kinds []string // of each layer's key, by layer
 }
 
@@ -41,7 +40,7 @@ func newDescriber(flow *httplimit.Flow) (*describer, error) {
 	if flow == nil {
 		return nil, errorf("nil flow")
 	}
-	d := &describer{flow: flowinfo.Of(flow)}
+	d := &describer{flow: describeFlow(flow)}
 	for _, ly := range d.flow.Layers {
 		d.kinds = append(d.kinds, keyKind(ly.Key))
 	}
