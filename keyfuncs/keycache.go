@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync/atomic"
-	"unsafe"
 )
 
 // keyCacheSlots is the number of client keys an ipResolver remembers: a
@@ -26,17 +25,11 @@ type keyCache struct {
 	slots [keyCacheSlots]atomic.Pointer[keyEntry]
 }
 
-// keyEntry is the key of one address. key points into buf, so that the
-// entry and the string it returns are one allocation.
+// keyEntry is the key of one address.
 type keyEntry struct {
 	addr netip.Addr
 	key  string
-	buf  [maxKeyText]byte
 }
-
-// maxKeyText is the longest key format writes: "ip:", an IPv6 address
-// (at most 39 characters without zone), "/" and three digits.
-const maxKeyText = len("ip:") + 39 + len("/128")
 
 // keyOf returns the key of a, a normalised client address: what format
 // returns, from the cache when a was seen lately.
@@ -48,12 +41,7 @@ func (r *ipResolver) keyOf(a netip.Addr) string {
 	if rand.Uint32()%keyCacheSample != 0 {
 		return r.format(a)
 	}
-	e := &keyEntry{addr: a}
-	b := r.appendKey(e.buf[:0], a)
-	if len(b) == 0 || len(b) > len(e.buf) || &b[0] != &e.buf[0] {
-		return string(b) // longer than any key format writes: never cached
-	}
-	e.key = unsafe.String(&e.buf[0], len(b)) // buf is never written again
+	e := &keyEntry{addr: a, key: r.format(a)}
 	slot.Store(e)
 	return e.key
 }
