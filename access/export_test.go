@@ -7,24 +7,14 @@ func SetBansClock(b *Bans, now func() time.Time) { b.now = now }
 
 // The bounds of the package, documented by value, for tests.
 const (
-	MaxFieldLen     = maxFieldLen
-	MaxLines        = maxLines
-	MaxLineLen      = maxLineLen
-	MaxFileBytes    = maxFileBytes
-	DefaultDebounce = defaultDebounce
+	MaxFieldLen  = maxFieldLen
+	MaxLines     = maxLines
+	MaxLineLen   = maxLineLen
+	MaxFileBytes = maxFileBytes
 )
 
 // Column returns the byte column e names in its message.
 func Column(e *ParseError) int { return e.column }
 
-// CurrentList returns the List f has in force.
-func CurrentList(f *File) *List { return f.list.Load() }
-
 // Size returns the number of distinct ranges and keys of l.
 func Size(l *List) int { return l.size() }
-
-// LoadFile reads and builds the list at path as a File loads it.
-func LoadFile(path string) (*List, error) {
-	l, _, err := loadFile(path)
-	return l, err
-}

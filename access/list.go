@@ -11,10 +11,10 @@
 // by exact comparison in a map, with no allocation: with 100,000 ranges,
 // 30-90 ns for one address looked up again and again, 140-190 ns for a
 // stream of addresses spread over the whole table (BenchmarkMatch).
-// [File] keeps a List in step with a file, reloading it when the file
-// changes. [Bans] holds bans added and removed from code while the server
-// runs; package rediswatch shares them between servers through Redis. All
-// of them are a [Matcher].
+// Package accessfile keeps a List in step with a file, reloading it when
+// the file changes. [Bans] holds bans added and removed from code while
+// the server runs; package rediswatch shares them between servers through
+// Redis. All of them are a [Matcher].
 //
 // # Which address
 //
@@ -27,7 +27,7 @@
 //
 // # The line format
 //
-// [Parse] and [WatchFile] read one entry a line ([NewList] builds a List
+// [Parse] and accessfile.Watch read one entry a line ([NewList] builds a List
 // of what Parse read):
 //
 //	# a comment line; blank lines are ignored
@@ -67,9 +67,9 @@ import (
 )
 
 // Matcher is what the flow consults for an allow or a deny list: a
-// [List], a [File], [Bans], or rediswatch.Bans. The flow asks every allow
-// Matcher and every deny Matcher of a request; when an allow and a deny
-// entry both match, allow wins. Implementations are safe for concurrent
+// [List], [Bans], accessfile.File or rediswatch.Bans. The flow asks every
+// allow Matcher and every deny Matcher of a request; when an allow and a
+// deny entry both match, allow wins. Implementations are safe for concurrent
 // use and do not allocate in Match. The zero netip.Addr (address unknown)
 // matches no range and the empty key matches no key entry.
 type Matcher interface {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -416,6 +417,30 @@ func BenchmarkNewList(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkListHeap reports the heap a List of 100,000 mixed ranges
+// holds once built (heap-B/list), apart from its entries' reasons.
+func BenchmarkListHeap(b *testing.B) {
+	entries := mixed(100_000)
+	var l *access.List
+	var before, after runtime.MemStats
+	var held uint64
+	for b.Loop() {
+		l = nil
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var err error
+		l, err = access.NewList(entries...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		held = after.HeapAlloc - before.HeapAlloc
+	}
+	runtime.KeepAlive(l)
+	b.ReportMetric(float64(held), "heap-B/list")
 }
 
 func ExampleList() {

@@ -64,22 +64,6 @@ func headerKey(fn, name string, secret []byte, bearer bool) (Func, error) {
 	}, nil
 }
 
-// APIKeyQuery returns a key function keying requests on the API key in
-// the named URL query parameter, hashed as by [APIKeyHeader]. An empty
-// name, or a secret that is empty but not nil, is an error.
-func APIKeyQuery(name string, secret []byte) (Func, error) {
-	if name == "" {
-		return nil, fmt.Errorf("%w: keyfuncs.APIKeyQuery: empty parameter name", core.ErrInvalidOption)
-	}
-	if err := checkSecret("APIKeyQuery", secret); err != nil {
-		return nil, err
-	}
-	h := newKeyHasher(secret, name)
-	return func(r Request) (string, error) {
-		return h.key(trimOWS(r.Query(name)))
-	}, nil
-}
-
 // checkSecret rejects a secret that is empty but not nil: nil asks for no
 // secret, an empty one is most likely a secret that was never set.
 func checkSecret(fn string, secret []byte) error {

@@ -25,7 +25,6 @@ func TestAPIKey(t *testing.T) {
 		want string // "": an error wrapping ErrNoKey
 	}{
 		{"same key same bucket", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", " "+raw+" "), plain},
-		{"query", must(APIKeyQuery("api_key", nil)), &fakeRequest{query: map[string]string{"api_key": raw}}, plain},
 		{"bearer", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer "+raw), plain},
 		{"bearer case", must(Bearer("Authorization", nil)), req("", "Authorization", "bEaReR  "+raw), plain},
 		{"bearer: other scheme", must(Bearer("Authorization", nil)), req("", "Authorization", "Basic "+raw), ""},
@@ -33,7 +32,6 @@ func TestAPIKey(t *testing.T) {
 		{"bearer: scheme only", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer"), ""},
 		{"missing", must(APIKeyHeader("X-API-Key", nil)), req(""), ""},
 		{"empty", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", "  "), ""},
-		{"missing query", must(APIKeyQuery("api_key", nil)), &fakeRequest{}, ""},
 		{"at the cap", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", strings.Repeat("a", maxAPIKeyLen)), "key:"},
 		{"over the cap", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", strings.Repeat("a", maxAPIKeyLen+1)), ""},
 	}
@@ -96,10 +94,8 @@ func TestAPIKeyBadInput(t *testing.T) {
 		"empty header":         func() (Func, error) { return APIKeyHeader("", nil) },
 		"bad header":           func() (Func, error) { return APIKeyHeader("X API Key", nil) },
 		"header with colon":    func() (Func, error) { return APIKeyHeader("X-API-Key:", nil) },
-		"empty query":          func() (Func, error) { return APIKeyQuery("", nil) },
 		"empty secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", []byte{}) },
 		"unset secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", []byte(os.Getenv("KEYFUNCS_TEST_UNSET"))) },
-		"empty query secret":   func() (Func, error) { return APIKeyQuery("k", []byte{}) },
 		"bearer: empty header": func() (Func, error) { return Bearer("", nil) },
 		"bearer: bad header":   func() (Func, error) { return Bearer("Author ization", nil) },
 		"bearer: empty secret": func() (Func, error) { return Bearer("Authorization", []byte("")) },

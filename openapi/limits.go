@@ -180,8 +180,9 @@ func (r *syntheticRequest) Context() context.Context {
 // reading what it read and what it returned: "ip" for the
 // client's address (keyfuncs.ClientIP), "static" (keyfuncs.Static),
 // "header:<Name>" for an API key or bearer token in a header
-// (keyfuncs.APIKeyHeader, keyfuncs.Bearer), "query:<name>"
-// (keyfuncs.APIKeyQuery), "route" (keyfuncs.Route), their Compose joined
+// (keyfuncs.APIKeyHeader, keyfuncs.Bearer), "query:<name>" (a function
+// of your own that hashes one query parameter into "key:..."), "route"
+// (keyfuncs.Route), their Compose joined
 // with "+" ("route+ip"), and "custom" for anything else (a user ID, a
 // FirstOf, a function of your own).
 func keyKind(key keyfuncs.Func) (kind string) {

@@ -48,7 +48,7 @@ func (l *Logger) digest(key string) string {
 //
 //	ip:203.0.113.7            an IP address, as keyfuncs.ClientIP writes it
 //	ip:2001:db8:1:100::/56    an IP prefix, likewise (masked)
-//	key:<32 hex digits>       an API key hashed by keyfuncs.APIKeyHeader or APIKeyQuery
+//	key:<32 hex digits>       an API key hashed by keyfuncs.APIKeyHeader or Bearer
 //	sha256:<64 hex digits>    a key the core replaced by its digest (over 128 bytes)
 //
 // Hex digits are lowercase, as both write them; an address or prefix

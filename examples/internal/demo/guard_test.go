@@ -271,7 +271,7 @@ func TestRunDenyFile(t *testing.T) {
 	require.Eventually(t, func() bool { return status("/") == http.StatusForbidden }, testwait.D(10*time.Second), 20*time.Millisecond, "listed once the file changed")
 	assert.Equal(t, http.StatusForbidden, status("/anything"), "a 404 route too")
 	assert.Equal(t, http.StatusOK, status(MetricsPath), "GET /metrics is skipped before the lists")
-	assert.Contains(t, logs.String(), "access: list reloaded")
+	assert.Contains(t, logs.String(), "accessfile: list reloaded")
 
 	writeFile(t, path, "not an entry/\n")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the last good one") }, testwait.D(10*time.Second), 20*time.Millisecond, "a bad reload is logged")

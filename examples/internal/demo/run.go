@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/access/accessfile"
 	"github.com/apigate/ratelimit/httplimit"
 )
 
@@ -41,12 +41,12 @@ func Addr() string {
 const DenyFileEnv = "DENY_FILE"
 
 // OpenDenyList loads the deny list file at path and watches it
-// (access.WatchFile), logging its reloads to logger: a new list at Info, a
+// (accessfile.Watch), logging its reloads to logger: a new list at Info, a
 // bad one at Error, the last good list kept in force. A file that does not
 // load is an error naming DenyFileEnv and, for a malformed line, the line.
 // Close the DenyList when done.
 func OpenDenyList(path string, logger *slog.Logger) (*DenyList, error) {
-	f, err := access.WatchFile(path, access.WithLogger(logger))
+	f, err := accessfile.Watch(path, accessfile.WithLogger(logger))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DenyFileEnv, err)
 	}
@@ -60,7 +60,7 @@ func OpenDenyList(path string, logger *slog.Logger) (*DenyList, error) {
 // DenyList is the watched deny list file and its absolute path, for the
 // banner.
 type DenyList struct {
-	*access.File
+	*accessfile.File
 	Path string
 }
 

@@ -1,4 +1,4 @@
-package access_test
+package accessfile_test
 
 import (
 	"fmt"
@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/access/accessfile"
 )
 
-func ExampleWatchFile() {
+func ExampleWatch() {
 	dir, err := os.MkdirTemp("", "access-example")
 	if err != nil {
 		fmt.Println(err)
@@ -25,7 +25,7 @@ func ExampleWatchFile() {
 	}
 
 	// The list is loaded before WatchFile returns; a malformed file fails here.
-	deny, err := access.WatchFile(path, access.WithLogger(slog.New(slog.DiscardHandler)))
+	deny, err := accessfile.Watch(path, accessfile.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,7 +39,7 @@ func ExampleWatchFile() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(deny.Reload() != nil, access.Size(access.CurrentList(deny)))
+	fmt.Println(deny.Reload() != nil, len(deny.Entries()))
 	_, ok = deny.Match(netip.MustParseAddr("192.0.2.7"), "", time.Now())
 	fmt.Println(ok)
 	// Output:

@@ -1,4 +1,4 @@
-package access_test
+package accessfile_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/access"
+	"github.com/apigate/ratelimit/access/accessfile"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -123,7 +123,7 @@ func logLines(logs *syncBuffer, subs ...string) []string {
 // The target of the link, in another directory, replaced by a rename,
 // written in place, deleted and written again.
 func TestWatchFileLinkTargetChanges(t *testing.T) {
-	for _, debounce := range []time.Duration{0, access.DefaultDebounce} {
+	for _, debounce := range []time.Duration{0, accessfile.DefaultDebounce} {
 		t.Run(debounce.String(), func(t *testing.T) {
 			base := realTempDir(t)
 			dirs := mkdirs(t, base, "etc", "data")
@@ -131,34 +131,34 @@ func TestWatchFileLinkTargetChanges(t *testing.T) {
 			target := filepath.Join(dirs[1], "deny.list")
 			write(t, target, "10.0.0.0/8\n")
 			require.NoError(t, os.Symlink(filepath.Join("..", "data", "deny.list"), link))
-			f, reloads, logs := watchPath(t, link, access.WithDebounce(debounce))
+			f, reloads, logs := watchPath(t, link, accessfile.WithDebounce(debounce))
 			assert.True(t, matches(f, "10.1.1.1"))
-			assert.ElementsMatch(t, dirs, access.WatchedDirs(f), "the link's directory and the target's")
+			assert.ElementsMatch(t, dirs, accessfile.WatchedDirs(f), "the link's directory and the target's")
 
 			replace(t, target, "10.0.0.0/8\n192.0.2.0/24 reason=scanner\n")
 			r := await(t, reloads, withLen(2))
-			assert.Same(t, r.list, access.CurrentList(f))
+			assert.Same(t, r.list, accessfile.CurrentList(f))
 			assert.True(t, matches(f, "192.0.2.9"))
 			assert.NotEmpty(t, logLines(logs, "list reloaded", "path="+link, "target="+target, "entries=2"))
 
 			write(t, target, "10.0.0.0/8\n192.0.2.0/24\n198.51.100.0/24\n")
 			await(t, reloads, withLen(3))
 			assert.True(t, matches(f, "198.51.100.7"))
-			good := access.CurrentList(f)
+			good := accessfile.CurrentList(f)
 
 			require.NoError(t, os.Remove(target))
 			r = await(t, reloads, failed)
 			require.ErrorIs(t, r.err, os.ErrNotExist)
 			assert.Contains(t, r.err.Error(), link+": dangling link")
 			assert.Contains(t, r.err.Error(), target)
-			assert.Same(t, good, access.CurrentList(f), "the last good list stays")
+			assert.Same(t, good, accessfile.CurrentList(f), "the last good list stays")
 			assert.NotEmpty(t, logLines(logs, "level=ERROR", "keeping the last good one", "target="+target))
 
 			write(t, target, "203.0.113.0/24\n")
 			await(t, reloads, withLen(1))
 			assert.True(t, matches(f, "203.0.113.1"))
 			assert.False(t, matches(f, "10.1.1.1"))
-			assert.ElementsMatch(t, dirs, access.WatchedDirs(f))
+			assert.ElementsMatch(t, dirs, accessfile.WatchedDirs(f))
 		})
 	}
 }
@@ -178,13 +178,13 @@ func TestWatchFileLinkRepointed(t *testing.T) {
 			write(t, newTarget, "192.0.2.0/24\n198.51.100.0/24\n")
 			require.NoError(t, os.Symlink(oldTarget, link))
 			f, reloads, _ := watchPath(t, link)
-			assert.ElementsMatch(t, []string{dirs[0], dirs[1]}, access.WatchedDirs(f))
+			assert.ElementsMatch(t, []string{dirs[0], dirs[1]}, accessfile.WatchedDirs(f))
 
 			rp.fn(t, newTarget, link)
 			until(t, reloads, withLen(2))
 			assert.False(t, matches(f, "10.1.1.1"))
 			assert.True(t, matches(f, "198.51.100.1"))
-			assert.ElementsMatch(t, []string{dirs[0], dirs[2]}, access.WatchedDirs(f), "the old target's directory is dropped")
+			assert.ElementsMatch(t, []string{dirs[0], dirs[2]}, accessfile.WatchedDirs(f), "the old target's directory is dropped")
 
 			// The old target written, then the new one: once the new one is
 			// in force, the old one's events (before it) have been handled,
@@ -214,12 +214,12 @@ func TestWatchFileLinkChain(t *testing.T) {
 	require.NoError(t, os.Symlink(mid, link))                                  // absolute
 	require.NoError(t, os.Symlink(filepath.Join("..", "c", "deny.list"), mid)) // relative
 	f, reloads, _ := watchPath(t, link)
-	assert.Equal(t, 1, access.Size(access.CurrentList(f)))
-	assert.ElementsMatch(t, dirs[:3], access.WatchedDirs(f))
+	assert.Len(t, accessfile.CurrentList(f).Entries(), 1)
+	assert.ElementsMatch(t, dirs[:3], accessfile.WatchedDirs(f))
 
 	swapLink(t, filepath.Join("..", "d", "deny.list"), mid)
 	await(t, reloads, withLen(2))
-	assert.ElementsMatch(t, []string{dirs[0], dirs[1], dirs[3]}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], dirs[1], dirs[3]}, accessfile.WatchedDirs(f))
 
 	write(t, filepath.Join(dirs[3], "deny.list"), "192.0.2.0/24\n")
 	await(t, reloads, withLen(1))
@@ -228,7 +228,7 @@ func TestWatchFileLinkChain(t *testing.T) {
 	// The first link past the middle one: b leaves the chain.
 	relink(t, filepath.Join(dirs[4], "deny.list"), link)
 	await(t, reloads, withLen(3))
-	assert.ElementsMatch(t, []string{dirs[0], dirs[4]}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], dirs[4]}, accessfile.WatchedDirs(f))
 	swapLink(t, filepath.Join("..", "c", "deny.list"), mid) // no longer on the way
 	write(t, filepath.Join(dirs[4], "deny.list"), "2001:db8::/32\n")
 	seen := until(t, reloads, matching("2001:db8::1"))
@@ -256,14 +256,14 @@ func TestWatchFileLinkToConfigMap(t *testing.T) {
 	link := filepath.Join(dirs[0], "deny.list")
 	require.NoError(t, os.Symlink(filepath.Join(cm, "deny.list"), link))
 	f, reloads, logs := watchPath(t, link)
-	assert.ElementsMatch(t, []string{dirs[0], cm, v1}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], cm, v1}, accessfile.WatchedDirs(f))
 
 	v2 := update("..2026_12_04_10_05_00.000000002", "192.0.2.0/24\n198.51.100.0/24\n")
 	require.NoError(t, os.RemoveAll(v1))
 	await(t, reloads, withLen(2))
 	assert.True(t, matches(f, "198.51.100.1"))
 	assert.False(t, matches(f, "10.1.1.1"))
-	assert.ElementsMatch(t, []string{dirs[0], cm, v2}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], cm, v2}, accessfile.WatchedDirs(f))
 	assert.NotEmpty(t, logLines(logs, "list reloaded", "target="+filepath.Join(v2, "deny.list")))
 
 	// Not how the kubelet writes, but the file at the end is watched too.
@@ -284,7 +284,7 @@ func TestWatchFileLinkDangling(t *testing.T) {
 	write(t, first, "10.0.0.0/8\n")
 	require.NoError(t, os.Symlink(first, link))
 	f, reloads, logs := watchPath(t, link)
-	good := access.CurrentList(f)
+	good := accessfile.CurrentList(f)
 
 	missing := filepath.Join(dirs[2], "deny.list")
 	swapLink(t, missing, link)
@@ -292,10 +292,10 @@ func TestWatchFileLinkDangling(t *testing.T) {
 	require.ErrorIs(t, r.err, os.ErrNotExist)
 	assert.Contains(t, r.err.Error(), link+": dangling link")
 	assert.Contains(t, r.err.Error(), missing)
-	assert.Same(t, good, access.CurrentList(f), "the last good list stays")
+	assert.Same(t, good, accessfile.CurrentList(f), "the last good list stays")
 	assert.True(t, matches(f, "10.1.1.1"))
 	assert.Len(t, logLines(logs, "level=ERROR", "keeping the last good one", "target="+missing), 1)
-	assert.ElementsMatch(t, []string{dirs[0], dirs[2]}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], dirs[2]}, accessfile.WatchedDirs(f))
 
 	// While it dangles, the old target changing changes nothing (it is
 	// not watched), and Reload says the same again.
@@ -304,14 +304,14 @@ func TestWatchFileLinkDangling(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 	assert.Equal(t, r.err.Error(), err.Error())
 	await(t, reloads, failed)
-	assert.Same(t, good, access.CurrentList(f))
+	assert.Same(t, good, accessfile.CurrentList(f))
 
 	// Fixed by the target appearing.
 	replace(t, missing, "192.0.2.0/24\n198.51.100.0/24\n")
 	seen := until(t, reloads, withLen(2))
 	none(t, seen, "203.0.113.1")
 	assert.True(t, matches(f, "192.0.2.1"))
-	good = access.CurrentList(f)
+	good = accessfile.CurrentList(f)
 
 	// Dangling into a directory that is not there yet: its parent is
 	// watched until it is made.
@@ -321,13 +321,13 @@ func TestWatchFileLinkDangling(t *testing.T) {
 	r = await(t, reloads, func(r reload) bool { return r.err != nil && strings.Contains(r.err.Error(), later) })
 	require.ErrorIs(t, r.err, os.ErrNotExist)
 	assert.Contains(t, r.err.Error(), link+": dangling link")
-	assert.Same(t, good, access.CurrentList(f))
-	assert.ElementsMatch(t, []string{base, dirs[0]}, access.WatchedDirs(f))
+	assert.Same(t, good, accessfile.CurrentList(f))
+	assert.ElementsMatch(t, []string{base, dirs[0]}, accessfile.WatchedDirs(f))
 	require.NoError(t, os.Mkdir(later, 0o700))
 	write(t, filepath.Join(later, "deny.list"), "2001:db8::/32\n")
 	await(t, reloads, withLen(1))
 	assert.True(t, matches(f, "2001:db8::1"))
-	assert.ElementsMatch(t, []string{dirs[0], later}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], later}, accessfile.WatchedDirs(f))
 
 	// Dangling again, then fixed by the link re-pointed to a good file.
 	require.NoError(t, os.RemoveAll(later))
@@ -335,7 +335,7 @@ func TestWatchFileLinkDangling(t *testing.T) {
 	assert.True(t, matches(f, "2001:db8::1"))
 	swapLink(t, first, link)
 	await(t, reloads, matching("203.0.113.1"))
-	assert.ElementsMatch(t, []string{dirs[0], dirs[1]}, access.WatchedDirs(f))
+	assert.ElementsMatch(t, []string{dirs[0], dirs[1]}, accessfile.WatchedDirs(f))
 }
 
 // Links in a loop are a failed reload, logged, and seen when broken.
@@ -369,7 +369,7 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		// By creator, which a goroutine not yet run names too.
-		return bytes.Count(buf, []byte("created by github.com/apigate/ratelimit/access.WatchFile ")) +
+		return bytes.Count(buf, []byte("created by github.com/apigate/ratelimit/access/accessfile.Watch ")) +
 			bytes.Count(buf, []byte("created by github.com/fsnotify/fsnotify.newBackend "))
 	}
 	// An earlier test's watcher, closed, may not have quite left the
@@ -384,7 +384,7 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 		write(t, filepath.Join(d, "deny.list"), userLines(i+1))
 	}
 	require.NoError(t, os.Symlink(filepath.Join(dirs[1], "deny.list"), link))
-	f, reloads, _ := watchPath(t, link, access.WithDebounce(0))
+	f, reloads, _ := watchPath(t, link, accessfile.WithDebounce(0))
 	if runtime.GOOS == "linux" {
 		assert.Equal(t, startGoroutines+2, goroutines(), "the File's and fsnotify's")
 	}
@@ -396,7 +396,7 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 			}
 			repoints[(round+i)%2].fn(t, filepath.Join(d, "deny.list"), link)
 			await(t, reloads, withLen(i+1))
-			require.ElementsMatch(t, []string{dirs[0], d}, access.WatchedDirs(f), "round %d, %s", round, d)
+			require.ElementsMatch(t, []string{dirs[0], d}, accessfile.WatchedDirs(f), "round %d, %s", round, d)
 			if runtime.GOOS == "linux" {
 				require.Equal(t, startWatches+2, kernelWatches(t), "round %d, %s", round, d)
 			}
@@ -404,7 +404,7 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 	}
 
 	require.NoError(t, f.Close())
-	assert.Empty(t, access.WatchedDirs(f))
+	assert.Empty(t, accessfile.WatchedDirs(f))
 	if runtime.GOOS == "linux" {
 		assert.Equal(t, startWatches, kernelWatches(t))
 		// Close waits for both goroutines to return; they may not have
@@ -413,7 +413,7 @@ func TestWatchFileLinkNoLeaks(t *testing.T) {
 	}
 	// Once closed, changes are not followed and Reload still reads.
 	require.NoError(t, f.Reload())
-	assert.Empty(t, access.WatchedDirs(f))
+	assert.Empty(t, accessfile.WatchedDirs(f))
 }
 
 // userLines is n distinct user entries.

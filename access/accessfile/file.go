@@ -1,4 +1,12 @@
-package access
+// Package accessfile keeps an access.List in step with a file in the
+// line format of access.Parse: [Watch] loads the file, watches it and
+// reloads it when it changes, keeping the last good list when a new
+// version is malformed. A [File] is an access.Matcher, for
+// httplimit.WithAllowList and httplimit.WithDenyList.
+//
+// It is a package of its own so that a program that builds its lists
+// in code does not compile the file watcher (github.com/fsnotify/fsnotify).
+package accessfile
 
 import (
 	"bytes"
@@ -7,20 +15,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unicode/utf8"
 
+	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/fsnotify/fsnotify"
 )
@@ -32,49 +35,53 @@ const defaultDebounce = 100 * time.Millisecond
 // maxDebounce bounds WithDebounce.
 const maxDebounce = time.Minute
 
+// maxFileBytes is the bound of access.Parse on a list's text (256 MiB):
+// loadFile reads and hashes no more than one byte past it.
+const maxFileBytes = 256 << 20
+
 // loadFile reads, parses and builds, and returns the SHA-256 of what it
 // read (the whole file, bounded by maxFileBytes, even when a line is bad).
-func loadFile(path string) (*List, [sha256.Size]byte, error) {
+func loadFile(path string) (*access.List, [sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, sum, fmt.Errorf("access: %w", err)
+		return nil, sum, fmt.Errorf("accessfile: %w", err)
 	}
 	defer fh.Close()
 	h := sha256.New()
 	r := io.TeeReader(io.LimitReader(fh, maxFileBytes+1), h)
-	entries, err := Parse(r)
+	entries, err := access.Parse(r)
 	if _, cerr := io.Copy(io.Discard, r); cerr != nil && err == nil {
 		err = cerr
 	}
 	h.Sum(sum[:0])
 	if err != nil {
-		return nil, sum, fmt.Errorf("access: %s: %w", path, err)
+		return nil, sum, fmt.Errorf("accessfile: %s: %w", path, err)
 	}
-	l, err := NewList(entries...)
+	l, err := access.NewList(entries...)
 	if err != nil {
-		return nil, sum, fmt.Errorf("access: %s: %w", path, err)
+		return nil, sum, fmt.Errorf("accessfile: %s: %w", path, err)
 	}
 	return l, sum, nil
 }
 
-// FileOption configures [WatchFile]. A bad value makes WatchFile return an
-// error wrapping core.ErrInvalidOption.
-type FileOption func(*fileConfig) error
+// Option configures [Watch]. A bad value makes Watch return an error
+// wrapping core.ErrInvalidOption.
+type Option func(*config) error
 
-type fileConfig struct {
+type config struct {
 	logger   *slog.Logger
-	onReload func(*List, error)
+	onReload func(*access.List, error)
 	debounce time.Duration
 }
 
 // WithLogger sets where a File logs its reloads: each new list at Info,
 // each failed reload (the last good list kept) at Error. The default is
 // slog.Default().
-func WithLogger(l *slog.Logger) FileOption {
-	return func(c *fileConfig) error {
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
 		if l == nil {
-			return fmt.Errorf("%w: access.WithLogger: nil logger", core.ErrInvalidOption)
+			return fmt.Errorf("%w: accessfile.WithLogger: nil logger", core.ErrInvalidOption)
 		}
 		c.logger = l
 		return nil
@@ -87,10 +94,10 @@ func WithLogger(l *slog.Logger) FileOption {
 // list kept. An unchanged file calls nothing; a bad file is reported once
 // until it changes. fn runs on the watching goroutine (or the caller of
 // Reload) and must not call Reload or Close.
-func OnReload(fn func(*List, error)) FileOption {
-	return func(c *fileConfig) error {
+func OnReload(fn func(*access.List, error)) Option {
+	return func(c *config) error {
 		if fn == nil {
-			return fmt.Errorf("%w: access.OnReload: nil function", core.ErrInvalidOption)
+			return fmt.Errorf("%w: accessfile.OnReload: nil function", core.ErrInvalidOption)
 		}
 		c.onReload = fn
 		return nil
@@ -100,17 +107,17 @@ func OnReload(fn func(*List, error)) FileOption {
 // WithDebounce sets how long a File waits after the last change event
 // before it reloads, from 0 (at once, on every event) to a minute. The
 // default is 100 ms.
-func WithDebounce(d time.Duration) FileOption {
-	return func(c *fileConfig) error {
+func WithDebounce(d time.Duration) Option {
+	return func(c *config) error {
 		if d < 0 || d > maxDebounce {
-			return fmt.Errorf("%w: access.WithDebounce: %v is out of range [0, %v]", core.ErrInvalidOption, d, maxDebounce)
+			return fmt.Errorf("%w: accessfile.WithDebounce: %v is out of range [0, %v]", core.ErrInvalidOption, d, maxDebounce)
 		}
 		c.debounce = d
 		return nil
 	}
 }
 
-// File is a List kept in step with a file. It watches the file's
+// File is an access.List kept in step with a file. It watches the file's
 // directory, so that a file replaced by a rename (as editors, config
 // management and Kubernetes ConfigMap volumes do) is seen as well as one
 // written in place, and reloads the file a short while (WithDebounce)
@@ -143,8 +150,8 @@ func WithDebounce(d time.Duration) FileOption {
 // one atomic load.
 type File struct {
 	path string
-	cfg  fileConfig
-	list atomic.Pointer[List]
+	cfg  config
+	list atomic.Pointer[access.List]
 
 	mu      sync.Mutex // serializes reloads; guards the fields below
 	goodSum [sha256.Size]byte
@@ -161,18 +168,18 @@ type File struct {
 	closeErr  error
 }
 
-var _ Matcher = (*File)(nil)
+var _ access.Matcher = (*File)(nil)
 
-// WatchFile loads the file at path and watches it for changes. A file
-// that does not load at start is an error (wrapping a *ParseError for a
+// Watch loads the file at path and watches it for changes. A file that
+// does not load at start is an error (wrapping an *access.ParseError for a
 // malformed line), as is a bad option or a directory that cannot be
 // watched (the file's, or that of a link on the way to it; see [File]).
 // Close stops the watching.
-func WatchFile(path string, opts ...FileOption) (*File, error) {
-	cfg := fileConfig{logger: slog.Default(), debounce: defaultDebounce}
+func Watch(path string, opts ...Option) (*File, error) {
+	cfg := config{logger: slog.Default(), debounce: defaultDebounce}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: access.WatchFile: nil option", core.ErrInvalidOption)
+			return nil, fmt.Errorf("%w: accessfile.Watch: nil option", core.ErrInvalidOption)
 		}
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -180,11 +187,11 @@ func WatchFile(path string, opts ...FileOption) (*File, error) {
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("access: %w", err)
+		return nil, fmt.Errorf("accessfile: %w", err)
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("access: watching %s: %w", abs, err)
+		return nil, fmt.Errorf("accessfile: watching %s: %w", abs, err)
 	}
 	f := &File{
 		path:    abs,
@@ -198,7 +205,7 @@ func WatchFile(path string, opts ...FileOption) (*File, error) {
 	ld := f.load()
 	if ld.watchErr != nil {
 		w.Close()
-		return nil, fmt.Errorf("access: watching %s: %w", abs, ld.watchErr)
+		return nil, fmt.Errorf("accessfile: watching %s: %w", abs, ld.watchErr)
 	}
 	l, sum, err := ld.list, ld.sum, ld.err
 	if err != nil {
@@ -211,15 +218,15 @@ func WatchFile(path string, opts ...FileOption) (*File, error) {
 	return f, nil
 }
 
-// Match reports the entry of the current List that matches; see
-// [List.Match].
-func (f *File) Match(addr netip.Addr, key string, now time.Time) (Entry, bool) {
+// Match reports the entry of the current list that matches; see
+// access.List.Match.
+func (f *File) Match(addr netip.Addr, key string, now time.Time) (access.Entry, bool) {
 	return f.list.Load().Match(addr, key, now)
 }
 
 // Entries returns a copy of the entries of the list in force; see
-// [List.Entries].
-func (f *File) Entries() []Entry { return f.list.Load().Entries() }
+// access.List.Entries.
+func (f *File) Entries() []access.Entry { return f.list.Load().Entries() }
 
 // Reload reads the file now, as a change event would, and puts its list
 // in force if it is good. A bad file is an error, logged, and the last
@@ -236,7 +243,7 @@ func (f *File) reload(explicit bool) error {
 	s, l, sum, err := ld.way, ld.list, ld.sum, ld.err
 	if ld.watchErr != nil {
 		// The list can still be read; only later changes may be missed.
-		f.cfg.logger.Error("access: watching a list file failed; later changes to it may be missed",
+		f.cfg.logger.Error("accessfile: watching a list file failed; later changes to it may be missed",
 			f.pathAttrs(s, slog.Any("error", ld.watchErr))...)
 	}
 	if err != nil {
@@ -246,7 +253,7 @@ func (f *File) reload(explicit bool) error {
 		}
 		if explicit || bad != f.lastBad {
 			f.lastBad = bad
-			f.cfg.logger.Error("access: reloading a list failed; keeping the last good one",
+			f.cfg.logger.Error("accessfile: reloading a list failed; keeping the last good one",
 				f.pathAttrs(s, slog.Any("error", err))...)
 			if f.cfg.onReload != nil {
 				f.cfg.onReload(nil, err)
@@ -260,7 +267,7 @@ func (f *File) reload(explicit bool) error {
 	}
 	f.goodSum = sum
 	f.list.Store(l)
-	f.cfg.logger.Info("access: list reloaded", f.pathAttrs(s, slog.Int("entries", l.size()))...)
+	f.cfg.logger.Info("accessfile: list reloaded", f.pathAttrs(s, slog.Int("entries", len(l.Entries())))...)
 	if f.cfg.onReload != nil {
 		f.cfg.onReload(l, nil)
 	}
@@ -269,9 +276,9 @@ func (f *File) reload(explicit bool) error {
 
 // loaded is what load did.
 type loaded struct {
-	way      *watchSet // where the path led, now watched
-	watchErr error     // of directories on the way that could not be watched
-	list     *List     // and the rest as from loadFile, the error explained
+	way      *watchSet    // where the path led, now watched
+	watchErr error        // of directories on the way that could not be watched
+	list     *access.List // and the rest as from loadFile, the error explained
 	sum      [sha256.Size]byte
 	err      error
 }
@@ -350,7 +357,7 @@ func (f *File) watch() {
 			if !ok {
 				return
 			}
-			f.cfg.logger.Warn("access: watching a list file", slog.String("path", f.path), slog.Any("error", err))
+			f.cfg.logger.Warn("accessfile: watching a list file", slog.String("path", f.path), slog.Any("error", err))
 		}
 	}
 }
@@ -366,179 +373,6 @@ func (f *File) concerns(ev fsnotify.Event) bool {
 		_, ok = s.dirs[name]
 	}
 	return ok
-}
-
-// maxLinks bounds the links followed on the way to the file; more is a
-// loop. (Linux itself gives up after 40.)
-const maxLinks = 255
-
-// maxRewatch bounds the rounds of rewatch; see there.
-const maxRewatch = 8
-
-// errLinkLoop is the error of a path with more than maxLinks links on the
-// way.
-var errLinkLoop = errors.New("too many links (a loop?)")
-
-// watchSet is where a path led when its links were last followed: the
-// names whose change may change what the path reads, and the directories
-// watched for events on them.
-type watchSet struct {
-	// names holds each link on the way and the file at its end, or the
-	// first part of the way that is missing or unusable, all without links
-	// in their directory part (as the watcher names its events).
-	names map[string]struct{}
-	// dirs holds the directory of each name: the ones watched.
-	dirs map[string]struct{}
-	// target is the last name: the file, or where the way stopped.
-	target string
-	// links counts the links followed.
-	links int
-	// err is why the way stopped short of a file, nil if it did not.
-	err error
-}
-
-// sameWay reports whether s and o are the same way to the same place.
-func (s *watchSet) sameWay(o *watchSet) bool {
-	return s.target == o.target && (s.err == nil) == (o.err == nil) && maps.Equal(s.names, o.names)
-}
-
-// explain makes a failed load of path that the links of s explain
-// (a link that dangles) say so; other errors it returns as they are.
-func (s *watchSet) explain(path string, err error) error {
-	if s.links > 0 && s.err != nil && errors.Is(err, os.ErrNotExist) && errors.Is(s.err, os.ErrNotExist) {
-		return fmt.Errorf("access: %s: dangling link: %w", path, s.err)
-	}
-	return err
-}
-
-// resolve follows the links on the way to path (absolute and clean) one
-// part at a time, as the kernel does, and notes every link it passes and
-// where it ends. It never fails: a way that stops short (a part missing,
-// not a directory, unreadable, or a loop) ends there with the error, so
-// that its fixing, an event in a directory that exists, is seen.
-func resolve(path string) *watchSet {
-	s := &watchSet{names: map[string]struct{}{}, dirs: map[string]struct{}{}}
-	note := func(name string, err error) *watchSet {
-		s.names[name] = struct{}{}
-		s.dirs[filepath.Dir(name)] = struct{}{}
-		s.target, s.err = name, err
-		return s
-	}
-	// done is the way so far, with no links in it; todo the parts to go.
-	vol := filepath.VolumeName(path)
-	done := vol + string(filepath.Separator)
-	todo := splitPath(path[len(vol):])
-	for len(todo) > 0 {
-		part := todo[0]
-		todo = todo[1:]
-		switch part {
-		case ".":
-			continue
-		case "..":
-			done = filepath.Dir(done) // done has no links, so this is its parent
-			continue
-		}
-		p := filepath.Join(done, part)
-		fi, err := os.Lstat(p)
-		switch {
-		case err != nil:
-			return note(p, err)
-		case fi.Mode()&fs.ModeSymlink == 0:
-			if len(todo) > 0 && !fi.IsDir() {
-				return note(p, &fs.PathError{Op: "lstat", Path: p, Err: syscall.ENOTDIR})
-			}
-			done = p
-			continue
-		}
-		s.links++
-		if s.links > maxLinks {
-			return note(p, &fs.PathError{Op: "readlink", Path: p, Err: errLinkLoop})
-		}
-		dest, err := os.Readlink(p)
-		if err != nil {
-			return note(p, err)
-		}
-		note(p, nil)
-		if v := filepath.VolumeName(dest); v != "" || (dest != "" && os.IsPathSeparator(dest[0])) {
-			if v == "" {
-				v = filepath.VolumeName(done)
-			}
-			done = v + string(filepath.Separator)
-			dest = dest[len(filepath.VolumeName(dest)):]
-		}
-		todo = append(splitPath(dest), todo...)
-	}
-	return note(done, nil)
-}
-
-// splitPath returns the parts of p between separators, without empty
-// ones.
-func splitPath(p string) []string {
-	return strings.FieldsFunc(p, func(r rune) bool { return r < utf8.RuneSelf && os.IsPathSeparator(uint8(r)) })
-}
-
-// rewatch follows the path's links and watches the directories of what it
-// passes, stops watching directories no longer on the way, and returns
-// where the path now leads, for concerns. The error is of directories it
-// could not watch; after Close it watches nothing and reports nothing.
-//
-// A link could change between being read and its directory (or the
-// directory of where it leads) being watched, and that change would be
-// missed. So the links are followed again once the directories are
-// watched, until a round needs no new directory: that round's links were
-// all read, and its file's directory watched, with their directories
-// watched already, so any later change is an event. (A link re-pointed
-// without end gives up after maxRewatch rounds, with every directory seen
-// watched.)
-func (f *File) rewatch() (*watchSet, error) {
-	select {
-	case <-f.done:
-		return resolve(f.path), nil
-	default:
-	}
-	added := map[string]error{}
-	var s *watchSet
-	for round := 1; ; round++ {
-		s = resolve(f.path)
-		fresh := false
-		for d := range s.dirs {
-			if _, ok := added[d]; ok {
-				continue
-			}
-			fresh = true
-			// Adding a directory already watched only renews its watch; it
-			// is added again each time because the system drops the watch
-			// of a directory that was deleted (and one of that name may be
-			// back).
-			added[d] = f.watcher.Add(d)
-		}
-		if !fresh || round == maxRewatch {
-			break
-		}
-	}
-	prev := f.watching.Swap(s)
-	stale := make(map[string]struct{}, len(prev.dirs)+len(added))
-	for d := range prev.dirs {
-		stale[d] = struct{}{}
-	}
-	for d := range added {
-		stale[d] = struct{}{}
-	}
-	for d := range stale {
-		if _, ok := s.dirs[d]; !ok {
-			// An error is a watch already gone (the directory deleted)
-			// or a watcher closed: nothing is left watched either way.
-			_ = f.watcher.Remove(d)
-		}
-	}
-	var errs []error
-	for d := range s.dirs {
-		if err := added[d]; err != nil && !errors.Is(err, fsnotify.ErrClosed) {
-			errs = append(errs, fmt.Errorf("%s: %w", d, err))
-		}
-	}
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	return s, errors.Join(errs...)
 }
 
 // Close stops watching the file; the last List stays in force for Match.
