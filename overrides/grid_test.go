@@ -14,7 +14,7 @@ import (
 	// decides thousands of times through Redis, and none is about a
 	// timeout.
 	"github.com/apigate/ratelimit/internal/glue/overridespeer"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
@@ -43,7 +43,7 @@ func TestGridNeverLooserOnMemstore(t *testing.T) {
 // running them all.
 func TestGridNeverLooserOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	var _ core.Store = store
