@@ -61,7 +61,7 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		run(b, l, false)
 	})
 	b.Run("circuit-open", func(b *testing.B) {
-		l, err := core.NewLimiter(benchStore{err: errDown}, []core.Policy{p}, limitertest.CircuitBreaker(1, time.Hour))
+		l, err := core.NewLimiter(benchStore{err: errDown}, []core.Policy{p}, core.WithCircuitBreaker(1, time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}

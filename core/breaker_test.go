@@ -208,7 +208,7 @@ func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 func TestBreakerCanBeTurnedOff(t *testing.T) {
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, []core.Policy{tb10}, limitertest.CircuitBreaker(0, time.Second))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	for range 20 {
 		d, err := l.Allow(context.Background(), "k")
@@ -224,7 +224,7 @@ func TestBreakerCustomThreshold(t *testing.T) {
 	clock := &testClock{}
 	s := &switchStore{}
 	s.fail.Store(true)
-	l, err := core.NewLimiter(s, []core.Policy{tb10}, limitertest.CircuitBreaker(1, time.Second))
+	l, err := core.NewLimiter(s, []core.Policy{tb10}, core.WithCircuitBreaker(1, time.Second))
 	require.NoError(t, err)
 	_, _ = l.AllowN(context.Background(), "k", 1, clock.now())
 	assert.Equal(t, core.Failing, l.HealthAt(clock.now()))
@@ -251,11 +251,11 @@ func TestWithCircuitBreakerRejectsBadValues(t *testing.T) {
 		{0, -time.Second},
 		{1 << 31, time.Second},
 	} {
-		l, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, limitertest.CircuitBreaker(tt.failures, tt.interval))
+		l, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, core.WithCircuitBreaker(tt.failures, tt.interval))
 		require.ErrorIs(t, err, core.ErrInvalidOption, "WithCircuitBreaker(%d, %v)", tt.failures, tt.interval)
 		require.Nil(t, l)
 	}
-	_, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, limitertest.CircuitBreaker(1<<31-1, time.Millisecond))
+	_, err := core.NewLimiter(&fakeStore{}, []core.Policy{tb10}, core.WithCircuitBreaker(1<<31-1, time.Millisecond))
 	require.NoError(t, err)
 }
 
@@ -316,7 +316,7 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", tt.p.Algorithm, start.Year()), func(t *testing.T) {
 				s := &switchStore{}
 				local := newMemStore(t)
-				l, err := core.NewLimiter(s, []core.Policy{tt.p}, core.WithFallback(local), limitertest.CircuitBreaker(0, time.Second))
+				l, err := core.NewLimiter(s, []core.Policy{tt.p}, core.WithFallback(local), core.WithCircuitBreaker(0, time.Second))
 				require.NoError(t, err)
 				ctx := context.Background()
 				s.fail.Store(true)

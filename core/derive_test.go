@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/gridtest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
@@ -49,7 +50,7 @@ func TestScaledSourcesNeverLooserOnMemstore(t *testing.T) {
 // (gridtest.Config.MaxDrain).
 func TestScaledSourcesNeverLooserOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	gridtest.RunScales(t, gridtest.ScaleConfig{Store: store, NewScaler: planScaler, MaxDrain: time.Duration(1<<53) * time.Microsecond})

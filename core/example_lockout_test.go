@@ -93,8 +93,8 @@ func ExampleWithShadow() {
 }
 
 // The HTTP flow decides allow- and deny-listed clients without the
-// Limiter, and tells its observers with Report.
-func ExampleLimiter_Report() {
+// Limiter, and tells its observers with Observe.
+func ExampleLimiter_Observe() {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
@@ -105,9 +105,9 @@ func ExampleLimiter_Report() {
 	if err != nil {
 		panic(err)
 	}
-	_ = l.Report("10.0.0.1", 1, true)
-	_ = l.Report("198.51.100.9", 1, false)
-	fmt.Println(l.Report("", 1, true))
+	_ = l.Observe("10.0.0.1", 1, true)
+	_ = l.Observe("198.51.100.9", 1, false)
+	fmt.Println(l.Observe("", 1, true))
 	// Output:
 	// api 10.0.0.1 list allowed=true
 	// api 198.51.100.9 list allowed=false

@@ -30,20 +30,20 @@ func TestLayeredRedisOutage(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	store, err := redisstore.New(client, redisstore.WithTimeout(timeout))
 	require.NoError(t, err)
-	open, err := core.NewLimiter(store, fourLayers(), limitertest.CircuitBreaker(0, time.Second))
+	open, err := core.NewLimiter(store, fourLayers(), core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	shut := fourLayers()
 	for i := range shut {
 		shut[i].FailClosed = time.Second
 	}
-	closed, err := core.NewLimiter(store, shut, limitertest.CircuitBreaker(0, time.Second))
+	closed, err := core.NewLimiter(store, shut, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	fb := newMemStore(t)
-	fallback, err := core.NewLimiter(store, fourLayers(), core.WithFallback(fb), limitertest.CircuitBreaker(0, time.Second))
+	fallback, err := core.NewLimiter(store, fourLayers(), core.WithFallback(fb), core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	guarded := fourLayers()
 	guarded[2].FailClosed = time.Second // the login guard stays shut in an outage
-	mixed, err := core.NewLimiter(store, guarded, limitertest.CircuitBreaker(0, time.Second))
+	mixed, err := core.NewLimiter(store, guarded, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	checks := []core.Check{{Layer: 0, Key: "api", Cost: 1}, {Layer: 2, Key: "ip:1", Cost: 1}, {Layer: 3, Key: "ip:1", Cost: 1}}
 	ctx := context.Background()

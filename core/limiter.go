@@ -121,14 +121,6 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 			return nil, err
 		}
 	}
-	if c.failClosed > 0 { // a test's hook: as if every policy said so
-		for i := range own {
-			own[i].FailClosed = c.failClosed
-			if err := own[i].Validate(); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if c.denyCacheKeys > 0 && len(own) > 1 {
 		return nil, fmt.Errorf("%w: WithDenyCache applies to Limiters of one policy only", ErrInvalidOption)
 	}
@@ -183,10 +175,17 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 // filled in (a copy).
 func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies...) }
 
-// denyCacheLen returns how many denials the Limiter's deny cache
+// Store returns the Limiter's store. An exporter reads from it what the
+// store tells of itself, such as its timeout (see Store).
+func (l *Limiter) Store() Store { return l.store }
+
+// Shadow reports whether the Limiter is in shadow mode (WithShadow).
+func (l *Limiter) Shadow() bool { return l.shadow }
+
+// DenyCacheLen returns how many denials the Limiter's deny cache
 // remembers (WithDenyCache), expired ones not yet dropped included; 0
-// without a deny cache. The exporters read it through internal/glue/hooks.
-func (l *Limiter) denyCacheLen() int {
+// without a deny cache.
+func (l *Limiter) DenyCacheLen() int {
 	if l.denied == nil {
 		return 0
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -414,7 +413,7 @@ func TestDirectPathDecidesAsDecide(t *testing.T) {
 			}
 			decide := func(opts ...core.Option) result {
 				s := &fakeStore{answer: tt.answer, err: tt.err}
-				l, err := core.NewLimiter(directStore{s}, []core.Policy{tb10}, append(opts, limitertest.CircuitBreaker(1, time.Hour))...)
+				l, err := core.NewLimiter(directStore{s}, []core.Policy{tb10}, append(opts, core.WithCircuitBreaker(1, time.Hour))...)
 				require.NoError(t, err)
 				d, err := l.AllowN(ctx, tt.key, tt.cost, t0)
 				r := result{d: d, reqs: s.reqs, h: l.HealthAt(t0)}

@@ -113,16 +113,16 @@ func (l *Limiter) observeAs(n int64, p *watch, d *Decision, err error, binding b
 	}
 }
 
-// Report tells the Limiter's observers of a request of cost that the
+// Observe tells the Limiter's observers of a request of cost that the
 // caller decided without asking the Limiter, by an allow list (allowed) or
-// a deny list, as the HTTP flow reports its lists. The observers hear an
+// a deny list, as the HTTP flow tells of its lists. The observers hear an
 // Event of the first layer with the key as the store would see it (see
 // Event.Key), the cost, and a Decision that says nothing of the client's
 // quota: Source SourceList, Allowed as given, Limit the policy's capacity,
-// and Policy; no store is asked. Without observers, Report only checks its
-// arguments. It fails with ErrInvalidOption for an empty key or a cost
+// and Policy; no store is asked. Without observers, Observe only checks
+// its arguments. It fails with ErrInvalidOption for an empty key or a cost
 // below 1.
-func (l *Limiter) Report(key string, cost int64, allowed bool) error {
+func (l *Limiter) Observe(key string, cost int64, allowed bool) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidOption)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 )
 
 // recorder is an Observer that keeps every event, keys copied.
@@ -349,7 +348,7 @@ func (socketDeadlineStore) Reset(context.Context, string, core.Policy) error { r
 func TestSocketDeadlineIsATimeout(t *testing.T) {
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
 	s := socketDeadlineStore{}
-	l, err := core.NewLimiter(s, []core.Policy{p}, limitertest.CircuitBreaker(0, time.Millisecond))
+	l, err := core.NewLimiter(s, []core.Policy{p}, core.WithCircuitBreaker(0, time.Millisecond))
 	require.NoError(t, err)
 	for range 20 {
 		d, err := l.Allow(context.Background(), "k")

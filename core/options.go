@@ -3,8 +3,6 @@ package core
 import (
 	"fmt"
 	"time"
-
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 )
 
 // Option configures a Limiter. NewLimiter applies its options in order and
@@ -21,13 +19,11 @@ type config struct {
 	observers     []Observer
 	shadow        bool
 	sources       []PolicySource
-	failClosed    time.Duration // tests only: every policy's FailClosed, when positive
 }
 
-// The circuit breaker every Limiter has: 3 consecutive store failures
-// open it, and an open breaker probes the store once per 100 ms. Not a
-// knob (an outage is told by Policy.FailClosed and WithFallback); tests
-// tune it through internal/glue/hooks.
+// The circuit breaker every Limiter has unless WithCircuitBreaker says
+// otherwise: 3 consecutive store failures open it, and an open breaker
+// probes the store once per 100 ms.
 const (
 	breakerFailures = 3
 	probeInterval   = 100 * time.Millisecond
@@ -37,30 +33,20 @@ func defaultConfig() config {
 	return config{brkFailures: breakerFailures, probeInterval: probeInterval}
 }
 
-func init() {
-	hooks.LimiterStore = func(l any) any { return l.(*Limiter).store }
-	hooks.DenyCacheLen = func(l any) int { return l.(*Limiter).denyCacheLen() }
-	hooks.Shadow = func(l any) bool { return l.(*Limiter).shadow }
-	hooks.CircuitBreaker = func(failures int, probe time.Duration) any { return withCircuitBreaker(failures, probe) }
-	hooks.FailClosed = func(d time.Duration) any {
-		return Option(func(c *config) error { c.failClosed = d; return nil })
-	}
-}
-
 // maxBreakerFailures bounds the breaker's failures, which it counts in 32
 // bits.
 const maxBreakerFailures = 1<<31 - 1
 
-// withCircuitBreaker sets when the Limiter stops asking a failing store.
-// After failures consecutive store failures (timeouts included; the
-// caller's cancellations and invalid input are not failures), the breaker
-// opens: the Limiter decides at once, by its fallback store or else the
-// policies' FailClosed, without waiting on the store, Decision.Err saying
-// the breaker is open. Meanwhile a trickle of requests probes the store:
-// at most one at a time, at most one per probe interval, each decided by
-// the store as usual (or, if it fails, like any failure). The first probe
-// the store answers closes the breaker. failures 0 turns it off.
-func withCircuitBreaker(failures int, probe time.Duration) Option {
+// WithCircuitBreaker sets when the Limiter stops asking a failing store
+// (by default after 3 failures, probing every 100 ms). After failures
+// consecutive store failures (timeouts included; the caller's
+// cancellations and invalid input are not failures), the breaker opens:
+// the Limiter decides at once, by its fallback store or else the
+// policies' FailClosed, Decision.Err saying the breaker is open. Meanwhile
+// at most one request per probe interval asks the store; the first the
+// store answers closes the breaker. failures 0 turns the breaker off;
+// probe must be at least 1 ms.
+func WithCircuitBreaker(failures int, probe time.Duration) Option {
 	return func(c *config) error {
 		if failures < 0 || failures > maxBreakerFailures {
 			return fmt.Errorf("%w: circuit breaker failures %d is out of range [0, %d]", ErrInvalidOption, failures, maxBreakerFailures)
@@ -81,9 +67,9 @@ func withCircuitBreaker(failures int, probe time.Duration) Option {
 // The fallback mirrors the store: every request the store admits is taken
 // in the fallback too (a refusal there is ignored while the store is
 // Healthy). When the store fails, times out or has its circuit breaker
-// open (after 3 consecutive failures; it probes the store every 100 ms;
-// over a Partitioned store such as a Redis Cluster, the breaker of the
-// request's partition, so that only its keys go to the fallback), the
+// open (see WithCircuitBreaker; over a Partitioned store such as a Redis
+// Cluster, the breaker of the request's partition, so that only its keys
+// go to the fallback), the
 // fallback decides alone: such decisions have Source SourceFallback
 // and Decision.Err the store's error, for the caller to log. After such a
 // decision the Limiter is Recovering for as long as the state it left can

@@ -135,7 +135,7 @@ func TestPeekErrors(t *testing.T) {
 	assert.Equal(t, int64(3), out[0].Remaining, "a hashed key is peeked as it was decided")
 
 	down := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return true }}
-	l, err = core.NewLimiter(down, []core.Policy{p}, limitertest.CircuitBreaker(3, time.Hour))
+	l, err = core.NewLimiter(down, []core.Policy{p}, core.WithCircuitBreaker(3, time.Hour))
 	require.NoError(t, err)
 	err = l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}}, out)
 	assert.ErrorIs(t, err, errFlap)

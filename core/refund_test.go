@@ -100,7 +100,7 @@ func TestRefundErrors(t *testing.T) {
 	assert.NoError(t, l.Refund(ctx, now, nil), "nothing to refund")
 
 	down := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return true }}
-	l, err = core.NewLimiter(down, []core.Policy{p}, limitertest.CircuitBreaker(3, time.Hour))
+	l, err = core.NewLimiter(down, []core.Policy{p}, core.WithCircuitBreaker(3, time.Hour))
 	require.NoError(t, err)
 	assert.ErrorIs(t, l.Refund(ctx, now, []core.Check{{Key: "k", Cost: 1}}), errFlap)
 	for range 3 {

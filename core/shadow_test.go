@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
@@ -26,8 +25,8 @@ func TestShadowDecidesAndRecordsButNeverDenies(t *testing.T) {
 	require.NoError(t, err)
 	enforcing, err := core.NewLimiter(s, []core.Policy{p}) // same store, same name: same counts
 	require.NoError(t, err)
-	assert.True(t, hooks.Shadow(shadow))
-	assert.False(t, hooks.Shadow(enforcing))
+	assert.True(t, shadow.Shadow())
+	assert.False(t, enforcing.Shadow())
 	ctx := context.Background()
 
 	for i := range 2 {
@@ -153,13 +152,13 @@ func TestShadowEveryDenier(t *testing.T) {
 	})
 }
 
-func TestReport(t *testing.T) {
+func TestObserve(t *testing.T) {
 	rec := &recorder{}
 	p := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(rec))
 	require.NoError(t, err)
 
-	require.NoError(t, l.Report("203.0.113.7", 3, true))
+	require.NoError(t, l.Observe("203.0.113.7", 3, true))
 	e := rec.last(t)
 	assert.Equal(t, core.Event{Key: "203.0.113.7", Cost: 3,
 		Decision: core.Decision{Allowed: true, Source: core.SourceList, Limit: 20, Policy: l.Policies()[0]}, Binding: true}, e)
@@ -169,7 +168,7 @@ func TestReport(t *testing.T) {
 	assert.False(t, outcome.NearLimit(&e.Decision), "the allow list says nothing of the quota")
 
 	long := string(make([]byte, limits.MaxKeyLen+1))
-	require.NoError(t, l.Report(long, 1, false))
+	require.NoError(t, l.Observe(long, 1, false))
 	e = rec.last(t)
 	assert.Equal(t, outcome.DenyListed, outcome.Of(&e.Decision))
 	assert.False(t, e.Decision.Allowed)
@@ -177,20 +176,20 @@ func TestReport(t *testing.T) {
 	assert.False(t, outcome.Of(&e.Decision).Admitted())
 
 	n := rec.len()
-	assert.ErrorIs(t, l.Report("", 1, true), core.ErrInvalidOption)
-	assert.ErrorIs(t, l.Report("k", 0, true), core.ErrInvalidOption)
+	assert.ErrorIs(t, l.Observe("", 1, true), core.ErrInvalidOption)
+	assert.ErrorIs(t, l.Observe("k", 0, true), core.ErrInvalidOption)
 	assert.Equal(t, n, rec.len(), "nothing reported for bad arguments")
 
 	// Without observers: nothing to do, and no allocation.
 	quiet, err := core.NewLimiter(newMemStore(t), []core.Policy{p})
 	require.NoError(t, err)
-	require.NoError(t, quiet.Report("k", 1, true))
-	assert.ErrorIs(t, quiet.Report("", 1, false), core.ErrInvalidOption)
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = quiet.Report("203.0.113.7", 1, false) }))
+	require.NoError(t, quiet.Observe("k", 1, true))
+	assert.ErrorIs(t, quiet.Observe("", 1, false), core.ErrInvalidOption)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = quiet.Observe("203.0.113.7", 1, false) }))
 	var heard int
 	counted, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(limitertest.Observer(func(core.Event) { heard++ })))
 	require.NoError(t, err)
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = counted.Report("203.0.113.7", 1, false) }),
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = counted.Observe("203.0.113.7", 1, false) }),
 		"an observed report allocates nothing either, for an observer that keeps nothing")
 	assert.Positive(t, heard)
 }

@@ -133,7 +133,7 @@ const (
 	// FailClosed.
 	SourceFailMode
 	// SourceList: an allow or deny list decided, before any store (the
-	// HTTP flow's lists, told to observers with Limiter.Report).
+	// HTTP flow's lists, told to observers with Limiter.Observe).
 	SourceList
 )
 
@@ -165,7 +165,10 @@ func (s Source) String() string {
 // wrapping the context's error; the call may finish in the background, its
 // result dropped. The Limiter reads a timeout from that error (it wraps
 // context.DeadlineExceeded, or os.ErrDeadlineExceeded from a socket) unless
-// the caller's own ctx has ended. redisstore.Store is such a store.
+// the caller's own ctx has ended. redisstore.Store is such a store. A
+// store that bounds its calls may tell its bound with a method
+// Timeout() time.Duration, which the exporters in observe read (through
+// Limiter.Store) as the store's timeout.
 type Store interface {
 	// Take decides one request and, when it is allowed, records it, as one
 	// atomic step; a denied request changes nothing but the lockout state

@@ -111,5 +111,5 @@ func (f *Flow) report(key string, l listed) {
 	if key == "" {
 		key = unknownKey
 	}
-	_ = f.limiter.Report(key, 1, l == allowListed) // key and cost are valid
+	_ = f.limiter.Observe(key, 1, l == allowListed) // key and cost are valid
 }

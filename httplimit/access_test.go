@@ -299,7 +299,7 @@ func TestShadowMode(t *testing.T) {
 
 	// Fail closed, shadowed: the request passes, the error is heard.
 	var errs []error
-	f, err = newFlow(t, failing{}, layer(perMinute), []core.Option{core.WithShadow(), limitertest.FailClosed(time.Second)},
+	f, err = newFlow(t, failing{}, layer(limitertest.Named(perMinute, perMinute.Name, time.Second)), []core.Option{core.WithShadow()},
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	require.True(t, f.Handle(newRequest(), newResponse()))

@@ -15,7 +15,6 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -55,7 +54,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 	leaky := core.Policy{Name: "p", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 3}
 	modes := map[string]func(t *testing.T) []core.Option{
 		"fail open":   func(*testing.T) []core.Option { return nil },
-		"fail closed": func(*testing.T) []core.Option { return []core.Option{limitertest.FailClosed(time.Second)} },
+		"fail closed": func(*testing.T) []core.Option { return nil }, // the policy says so
 		"fallback":    func(t *testing.T) []core.Option { return []core.Option{core.WithFallback(memStore(t))} },
 	}
 	tests := []struct {
@@ -115,7 +114,11 @@ func TestCanceledNeverProceeds(t *testing.T) {
 					cancel()
 				}
 				var errs []error
-				f, err := newFlow(t, store, layer(tc.policy), lopts(t),
+				p := tc.policy
+				if mode == "fail closed" {
+					p.FailClosed = time.Second
+				}
+				f, err := newFlow(t, store, layer(p), lopts(t),
 					httplimit.WithMaxDelay(time.Hour),
 					httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 				require.NoError(t, err)

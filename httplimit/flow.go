@@ -151,7 +151,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 		f.single = &ls.layers[0]
 		f.single.name = f.limiter.Policies()[0].Name
 	}
-	f.shadow = hooks.Shadow(f.limiter)
+	f.shadow = f.limiter.Shadow()
 	ownKey := false
 	for _, ly := range layers {
 		ownKey = ownKey || ly.Key != nil

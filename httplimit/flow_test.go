@@ -20,7 +20,6 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -128,6 +127,7 @@ func TestHandle(t *testing.T) {
 		name        string
 		store       func(t testing.TB) core.Store
 		lopts       []core.Option
+		failClosed  time.Duration // the policy's FailClosed
 		key         keyfuncs.Func
 		opts        []httplimit.Option
 		proceed     bool
@@ -173,17 +173,17 @@ func TestHandle(t *testing.T) {
 				mustKeyFunc(t)(keyfuncs.APIKeyHeader("X-Api-Key", nil)), mustKeyFunc(t)(keyfuncs.Static("anonymous")))),
 		},
 		{
-			name:   "fail closed without Retry-After configured",
-			store:  func(testing.TB) core.Store { return failing{} },
-			lopts:  []core.Option{limitertest.FailClosed(time.Second)},
-			opts:   []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})},
-			status: 503, header: map[string]string{"Retry-After": "", "X-Ratelimit-Limit": ""},
+			name:       "fail closed without Retry-After configured",
+			store:      func(testing.TB) core.Store { return failing{} },
+			failClosed: time.Second,
+			opts:       []httplimit.Option{httplimit.WithHeaders(headers.Config{XRateLimit: true})},
+			status:     503, header: map[string]string{"Retry-After": "", "X-Ratelimit-Limit": ""},
 			errContains: []error{limits.ErrStore},
 		},
 		{
-			name:  "fail closed, replaced responder",
-			store: func(testing.TB) core.Store { return failing{} },
-			lopts: []core.Option{limitertest.FailClosed(1500 * time.Millisecond)},
+			name:       "fail closed, replaced responder",
+			store:      func(testing.TB) core.Store { return failing{} },
+			failClosed: 1500 * time.Millisecond,
 			opts: []httplimit.Option{httplimit.WithResponder(func(r keyfuncs.Request, w httplimit.Response, d core.Decision, err error) {
 				if err != nil || d.Source != core.SourceFailMode {
 					httplimit.DefaultResponder(r, w, d, err)
@@ -205,7 +205,7 @@ func TestHandle(t *testing.T) {
 			opts := append([]httplimit.Option{
 				httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }),
 			}, tc.opts...)
-			f, err := newFlow(t, store, httplimit.Layer{Policy: perMinute, Key: tc.key}, tc.lopts, opts...)
+			f, err := newFlow(t, store, httplimit.Layer{Policy: limitertest.Named(perMinute, perMinute.Name, tc.failClosed), Key: tc.key}, tc.lopts, opts...)
 			require.NoError(t, err)
 			w := newResponse()
 			before := time.Now()

@@ -16,8 +16,6 @@ import (
 	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -92,7 +90,7 @@ func newFuzzFlow(t *testing.T, mode uint16, key string, cost int64) *fuzzFlow {
 		lopts = append(lopts, core.WithDenyCache(16))
 	case 2:
 		store = failing{}
-		lopts = append(lopts, limitertest.FailClosed(time.Second))
+		p.FailClosed = time.Second
 	case 3:
 		store = failing{}
 		lopts = append(lopts, core.WithFallback(mem()))

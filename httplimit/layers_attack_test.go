@@ -11,7 +11,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -21,7 +20,7 @@ import (
 func TestLayersPlanPanics(t *testing.T) {
 	for _, mode := range []time.Duration{0, time.Second} {
 		var errs []error
-		f, _ := layeredFlow(t, testLayers(t), []core.Option{core.WithPolicySource(planOf("login", nil)), limitertest.FailClosed(mode)},
+		f, _ := layeredFlow(t, failingClosed(mode, testLayers(t)), []core.Option{core.WithPolicySource(planOf("login", nil))},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		r := withPlan(newPathRequest("POST", "/login"), "panic")
 		w := newResponse()

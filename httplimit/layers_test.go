@@ -18,7 +18,6 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -65,6 +64,15 @@ func layeredFlow(t testing.TB, layers []httplimit.Layer, lopts []core.Option, op
 		httplimit.WithHeaders(headers.Config{XRateLimit: true, Structured: true, RetryAfter: true})}, opts...)...)
 	require.NoError(t, err)
 	return f, f.Limiter()
+}
+
+// failingClosed returns layers, each policy failing closed for d (0:
+// open).
+func failingClosed(d time.Duration, layers []httplimit.Layer) []httplimit.Layer {
+	for i := range layers {
+		layers[i].Policy.FailClosed = d
+	}
+	return layers
 }
 
 // named returns p named name, the name of its layer.
@@ -260,7 +268,7 @@ func TestLayersPlanFailMode(t *testing.T) {
 	errPlans := errors.New("plans down")
 	for _, mode := range []time.Duration{0, time.Second} {
 		var errs []error
-		f, _ := layeredFlow(t, testLayers(t), []core.Option{core.WithPolicySource(planOf("all", errPlans)), limitertest.FailClosed(mode)},
+		f, _ := layeredFlow(t, failingClosed(mode, testLayers(t)), []core.Option{core.WithPolicySource(planOf("all", errPlans))},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		for _, plan := range []string{"broken", "invalid"} {
 			r := withPlan(newPathRequest("GET", "/items"), plan)
@@ -285,7 +293,7 @@ func TestLayersPlanFailMode(t *testing.T) {
 	// the FailMode too, never a 500.
 	for _, mode := range []time.Duration{0, time.Second} {
 		var errs []error
-		f, err := newFlow(t, memStore(t), layer(perMin(5)), []core.Option{core.WithPolicySource(badSource{}), limitertest.FailClosed(mode)},
+		f, err := newFlow(t, memStore(t), failingClosed(mode, []httplimit.Layer{layer(perMin(5))})[0], []core.Option{core.WithPolicySource(badSource{})},
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		require.NoError(t, err)
 		w := newResponse()

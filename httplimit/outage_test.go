@@ -14,7 +14,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -40,7 +39,7 @@ func (s switchStore) Take(ctx context.Context, now time.Time, req core.Request) 
 func TestOutageLoggedOnce(t *testing.T) {
 	modes := map[string]func(t *testing.T) []core.Option{
 		"fail open":   func(*testing.T) []core.Option { return nil },
-		"fail closed": func(*testing.T) []core.Option { return []core.Option{limitertest.FailClosed(time.Second)} },
+		"fail closed": func(*testing.T) []core.Option { return nil }, // the policy says so
 		"fallback":    func(t *testing.T) []core.Option { return []core.Option{core.WithFallback(memStore(t))} },
 	}
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute}
@@ -52,8 +51,12 @@ func TestOutageLoggedOnce(t *testing.T) {
 			log := httplimit.LogErrors(rec.logger())
 			// No circuit breaker: every request asks the store, whose
 			// clock (t0) never reaches a probe.
+			p := p
+			if mode == "fail closed" {
+				p.FailClosed = time.Second
+			}
 			f, err := newFlow(t, switchStore{Store: memStore(t), down: &down}, layer(p),
-				append(lopts(t), limitertest.CircuitBreaker(0, time.Millisecond)),
+				append(lopts(t), core.WithCircuitBreaker(0, time.Millisecond)),
 				httplimit.WithErrorHandler(func(r keyfuncs.Request, err error) { heard.Add(1); log(r, err) }))
 			require.NoError(t, err)
 			handle := func() { f.Handle(newRequest(), newResponse()) }

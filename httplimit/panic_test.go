@@ -59,6 +59,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 		in     string
 		opts   []httplimit.Option
 		lopts  []core.Option
+		closed time.Duration // the policy's FailClosed
 		key    keyfuncs.Func
 		cost   func(keyfuncs.Request) int64
 		store  func(t *testing.T) core.Store
@@ -96,7 +97,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 				}
 			})}},
 		{name: "responder, fail closed", in: "responder",
-			store: func(*testing.T) core.Store { return failing{} }, lopts: []core.Option{limitertest.FailClosed(time.Second)},
+			store: func(*testing.T) core.Store { return failing{} }, closed: time.Second,
 			opts: []httplimit.Option{httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { boom() })}},
 		{name: "error handler on a store failure", in: "error handler",
 			store: func(*testing.T) core.Store { return failing{} },
@@ -126,7 +127,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 				slog.SetDefault(rec.logger())
 				t.Cleanup(func() { slog.SetDefault(prev) })
 			}
-			f, err := newFlow(t, store, httplimit.Layer{Policy: denyAll, Key: tc.key, Cost: tc.cost}, tc.lopts, opts...)
+			f, err := newFlow(t, store, httplimit.Layer{Policy: limitertest.Named(denyAll, denyAll.Name, tc.closed), Key: tc.key, Cost: tc.cost}, tc.lopts, opts...)
 			require.NoError(t, err)
 			for range tc.before {
 				require.True(t, f.Handle(newRequest(), newResponse()))

@@ -13,7 +13,7 @@ import (
 	// The generous store timeout of the module's tests (10 s): the grid
 	// decides thousands of times through Redis, and none is about a
 	// timeout.
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/syncbuf"
 	"github.com/apigate/ratelimit/overrides"
@@ -42,7 +42,7 @@ func TestGridNeverLooserOnMemstore(t *testing.T) {
 // running them all.
 func TestGridNeverLooserOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	var _ core.Store = store

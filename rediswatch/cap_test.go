@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/rediswatch"
@@ -80,7 +81,7 @@ func seedAtCap(t *testing.T, raw *redis.Client) {
 // closed, and returns how many decisions it made and how many failed
 // open (Redis did not answer within the Limiter's 100 ms).
 func failedOpen(t *testing.T, srv *redistest.Server, stop <-chan struct{}) func() (all, open int) {
-	store, err := redisstore.New(docsClient(t, srv, new(atomic.Int64)), redisstore.WithPrefix("cap:"))
+	store, err := redisstore.New(docsClient(t, srv, new(atomic.Int64)), redisstore.WithPrefix("cap:"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	lim, err := core.NewLimiter(store, []core.Policy{{Name: "api", Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Second}})

@@ -16,7 +16,7 @@ import (
 	// makes thousands of decisions through Redis, and none is about a
 	// timeout; under -race on a busy machine one outlasted the default
 	// 100 ms.
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/overrides"
 )
@@ -32,7 +32,7 @@ import (
 func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 	srv := redistest.Start(t)
 	w, _ := openOverrides(t, srv.Client(), newKey())
-	store, err := redisstore.New(srv.Client())
+	store, err := redisstore.New(srv.Client(), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}
@@ -82,7 +82,7 @@ func TestWatcherTighteningNeverSwitchesLimitingOff(t *testing.T) {
 // through an overrides.Set on both stores).
 func TestWatcherGridNeverLooser(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("watchergrid:"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("watchergrid:"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	gridtest.Run(t, gridtest.Config{
@@ -110,7 +110,7 @@ func TestWatcherRawUnfitOverrideKeepsTheLastGood(t *testing.T) {
 	key := newKey()
 	raw := srv.Client()
 	w, logs := openOverrides(t, srv.Client(), key)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("rawunfit:"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("rawunfit:"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	policy := core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 100, Window: time.Hour, Burst: 10_000}

@@ -15,7 +15,7 @@ import (
 	// The generous store timeout of the module's tests (10 s): the grid
 	// decides thousands of times through Redis, and none is about a
 	// timeout.
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/reputation"
 )
@@ -57,7 +57,7 @@ func TestBandsNeverLooserOnMemstore(t *testing.T) {
 // (gridtest.Config.MaxDrain).
 func TestBandsNeverLooserOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"))
+	store, err := redisstore.New(srv.Client(), redisstore.WithPrefix("grid:"+t.Name()+":"), redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	gridtest.RunScales(t, gridtest.ScaleConfig{Store: store, NewScaler: bandScaler, MaxDrain: time.Duration(1<<53) * time.Microsecond})

@@ -18,6 +18,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -51,7 +52,7 @@ func testZeroCopyKeys(t *testing.T, srv *redistest.Server) {
 	}
 	var prefix atomic.Int64
 	redis := func(t *testing.T) core.Store {
-		s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("zerocopy%d:", prefix.Add(1))))
+		s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("zerocopy%d:", prefix.Add(1))), redisstore.WithTimeout(limitertest.StoreTimeout))
 		require.NoError(t, err)
 		return s
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
@@ -37,15 +36,15 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 				t.Cleanup(func() { _ = client.Close() })
 				s := mustNew(t, client, WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.DiscardHandler)))
 				waitChecked(t, s, 10*time.Second)
-				p := core.Policy{Name: "abandon", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
-				lim, err := core.NewLimiter(within(s, 100*time.Millisecond), []core.Policy{p}, limitertest.FailClosed(mode))
+				p := core.Policy{Name: "abandon", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour, FailClosed: mode}
+				lim, err := core.NewLimiter(within(s, 100*time.Millisecond), []core.Policy{p})
 				require.NoError(t, err)
 				// The healthy decisions, before and after the freeze, go
 				// through a Limiter of their own, over the same store and
 				// policy, with a generous timeout (aloneTimeout): a
 				// healthy round trip on a busy machine may outlast the
 				// short one under test.
-				healthy, err := core.NewLimiter(alone(s), []core.Policy{p}, limitertest.FailClosed(mode))
+				healthy, err := core.NewLimiter(alone(s), []core.Policy{p})
 				require.NoError(t, err)
 				ctx := context.Background()
 				admitted := 0

@@ -10,7 +10,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // A token bucket of 100 requests per minute with bursts of 20, shared by
@@ -37,9 +36,7 @@ func Example() {
 		Limit:     100,
 		Window:    time.Minute,
 		Burst:     20,
-	}},
-
-		limitertest.FailClosed(0))
+	}})
 
 	if err != nil {
 		log.Fatal(err)

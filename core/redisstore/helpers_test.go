@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
@@ -74,10 +75,11 @@ func (s timedStore) Reset(ctx context.Context, key string, p core.Policy) error 
 // Timeout is d.
 func (s timedStore) Timeout() time.Duration { return s.d }
 
-// mustNew returns New(client, opts...), failing t on an error.
+// mustNew returns New(client, opts...), failing t on an error, with
+// limitertest.StoreTimeout unless opts set another timeout.
 func mustNew(t testing.TB, client redis.UniversalClient, opts ...Option) *Store {
 	t.Helper()
-	s, err := New(client, opts...)
+	s, err := New(client, append([]Option{WithTimeout(limitertest.StoreTimeout)}, opts...)...)
 	require.NoError(t, err)
 	return s
 }

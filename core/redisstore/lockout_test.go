@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )

@@ -324,11 +324,11 @@ func TestMultiFrozenRedis(t *testing.T) {
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
-		layers[i] = limitertest.Named(p, r.Policy.Name)
+		layers[i] = limitertest.Named(p, r.Policy.Name, time.Second)
 		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
 	}
 	const timeout = 100 * time.Millisecond
-	l, err := core.NewLimiter(within(sb, timeout), layers, limitertest.FailClosed(time.Second))
+	l, err := core.NewLimiter(within(sb, timeout), layers)
 	require.NoError(t, err)
 
 	srv.Freeze()

@@ -201,7 +201,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	local := newMemStore(t)
 	p := core.Policy{Name: "fallback", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Hour}
 	s := mustNew(t, srv.Client(), WithPrefix(testPrefix(t)))
-	l, err := core.NewLimiter(within(s, outageTimeout), []core.Policy{p}, limitertest.FailClosed(0), core.WithFallback(local))
+	l, err := core.NewLimiter(within(s, outageTimeout), []core.Policy{p}, core.WithFallback(local))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	// policy, with a generous timeout (aloneTimeout), since a healthy first
 	// decision (a dial, the script's load) may outlast outageTimeout on a
 	// busy machine.
-	healthy, err := core.NewLimiter(alone(s), []core.Policy{p}, limitertest.FailClosed(0), core.WithFallback(local))
+	healthy, err := core.NewLimiter(alone(s), []core.Policy{p}, core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()
 	if d, err := healthy.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
@@ -525,14 +525,17 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				name string
 				opts []core.Option
 			}{
-				{"fail-open", []core.Option{limitertest.FailClosed(0)}},
-				{"fail-closed", []core.Option{limitertest.FailClosed(time.Second)}},
+				{"fail-open", nil},
+				{"fail-closed", nil}, // the policy fails closed (below)
 				{"fallback", []core.Option{core.WithFallback(local)}},
 			}
 			limiters := func(timeout time.Duration) []*core.Limiter {
 				lims := make([]*core.Limiter, len(configs))
 				for i, c := range configs {
 					p := core.Policy{Name: "cancel-" + c.name, Algorithm: core.SlidingWindowLog, Limit: 2, Window: time.Hour}
+					if c.name == "fail-closed" {
+						p.FailClosed = time.Second
+					}
 					l, err := core.NewLimiter(within(s, timeout), []core.Policy{p}, c.opts...)
 					require.NoError(t, err)
 					lims[i] = l

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 )
@@ -215,9 +214,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: redisstore.New: nil %T", core.ErrInvalidOption, client)
 	}
 	c := config{prefix: defaultPrefix, explicitMinTTL: explicitNowMinTTL, checkTimeout: configCheckTimeout, busyPoll: defaultBusyPoll, timeout: defaultTimeout}
-	if d := hooks.DefaultStoreTimeout; d > 0 {
-		c.timeout = d
-	}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: redisstore.New: option %d is nil", core.ErrInvalidOption, i)

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
 )
@@ -117,13 +116,13 @@ func TestCrossCheck(t *testing.T) {
 		if name == "flaky-closed" {
 			p.FailClosed = time.Second
 		}
-		opts = append(opts, limitertest.CircuitBreaker(3, time.Hour))
+		opts = append(opts, core.WithCircuitBreaker(3, time.Hour))
 		return mk(fs, p, opts...)
 	}
 	open := newFlaky("flaky-open")
 	closed := newFlaky("flaky-closed")
 	fb := newFlaky("flaky-fallback", core.WithFallback(newMemStore(t)))
-	healed := newFlaky("flaky-healed", core.WithFallback(newMemStore(t)), limitertest.CircuitBreaker(1, time.Millisecond))
+	healed := newFlaky("flaky-healed", core.WithFallback(newMemStore(t)), core.WithCircuitBreaker(1, time.Millisecond))
 
 	// Allowed, denied, the deny cache, near the limit, invalid, canceled.
 	for c := range 4 {

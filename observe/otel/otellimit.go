@@ -7,13 +7,13 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 )
@@ -285,11 +285,21 @@ func (m *Metrics) observeGauges(_ context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(m.health, v, b.health[i])
 		}
-		o.ObserveInt64(m.denyCache, int64(hooks.DenyCacheLen(b.l)), b.limitObs)
-		o.ObserveFloat64(m.timeout, hooks.StoreTimeout(hooks.LimiterStore(b.l)).Seconds(), b.limitObs)
+		o.ObserveInt64(m.denyCache, int64(b.l.DenyCacheLen()), b.limitObs)
+		o.ObserveFloat64(m.timeout, storeTimeout(b.l).Seconds(), b.limitObs)
 	}
 	for _, w := range m.stores {
 		o.ObserveInt64(m.memKeys, int64(w.s.Len()), w.attr)
 	}
 	return nil
+}
+
+// storeTimeout is the timeout of l's store: what its Timeout method
+// returns, for a store that has one (redisstore.Store: see core.Store),
+// else 0.
+func storeTimeout(l *core.Limiter) time.Duration {
+	if s, ok := l.Store().(interface{ Timeout() time.Duration }); ok {
+		return s.Timeout()
+	}
+	return 0
 }

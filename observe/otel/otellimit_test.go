@@ -17,7 +17,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 
@@ -116,7 +115,7 @@ func TestStoreFailures(t *testing.T) {
 		if name == "closed" {
 			p.FailClosed = time.Second
 		}
-		opts = append(opts, limitertest.CircuitBreaker(2, probe), core.WithObserver(m), core.WithObserver(ref))
+		opts = append(opts, core.WithCircuitBreaker(2, probe), core.WithObserver(m), core.WithObserver(ref))
 		return newLimiter(t, fs, p, opts...), fs
 	}
 	open, openStore := mk("open")

@@ -12,7 +12,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
@@ -58,7 +57,7 @@ func TestRedisOutage(t *testing.T) {
 		if name == "redis-closed" {
 			p.FailClosed = time.Second
 		}
-		opts = append(opts, limitertest.CircuitBreaker(2, redisProbe),
+		opts = append(opts, core.WithCircuitBreaker(2, redisProbe),
 			core.WithObserver(m), core.WithObserver(ref))
 		return newLimiter(t, rs, p, opts...)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // TestLockoutShadowAndLists: lockouts, shadow mode's would-be denials and
-// the HTTP flow's allow and deny lists (Limiter.Report) are counted under
+// the HTTP flow's allow and deny lists (Limiter.Observe) are counted under
 // their own outcomes; none of them is near the limit.
 func TestLockoutShadowAndLists(t *testing.T) {
 	m, reg := newMetrics(t)
@@ -25,9 +25,9 @@ func TestLockoutShadowAndLists(t *testing.T) {
 		_, err := login.AllowN(ctx, "alice", 1, t0)
 		require.NoError(t, err)
 	}
-	require.NoError(t, login.Report("203.0.113.7", 1, true))
-	require.NoError(t, login.Report("198.51.100.9", 1, false))
-	require.NoError(t, login.Report("198.51.100.9", 1, false))
+	require.NoError(t, login.Observe("203.0.113.7", 1, true))
+	require.NoError(t, login.Observe("198.51.100.9", 1, false))
+	require.NoError(t, login.Observe("198.51.100.9", 1, false))
 
 	p = core.Policy{Name: "trial", Algorithm: core.TokenBucket, Limit: 2, Window: time.Hour}
 	trial := newLimiter(t, s, p, m, core.WithShadow())

@@ -324,8 +324,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				}
 				ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
 			}
-			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(hooks.DenyCacheLen(l)), name)
-			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, hooks.StoreTimeout(hooks.LimiterStore(l)).Seconds(), name)
+			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
+			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, storeTimeout(l).Seconds(), name)
 		}
 	}
 	for _, s := range stores {
@@ -434,4 +434,14 @@ func stripeOf(key string) uint32 {
 		h ^= uint32(key[n-7]) | uint32(key[n-8])<<8 | uint32(key[n-9])<<16 | uint32(key[n/2])<<24
 	}
 	return (h * 0x9E3779B1) >> (32 - stripeBits) // Fibonacci hashing: the top bits
+}
+
+// storeTimeout is the timeout of l's store: what its Timeout method
+// returns, for a store that has one (redisstore.Store: see core.Store),
+// else 0.
+func storeTimeout(l *core.Limiter) time.Duration {
+	if s, ok := l.Store().(interface{ Timeout() time.Duration }); ok {
+		return s.Timeout()
+	}
+	return 0
 }

@@ -17,8 +17,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 	promlimit "github.com/apigate/ratelimit/observe/prometheus"
@@ -125,7 +123,7 @@ func TestFailModesAndFallback(t *testing.T) {
 	m, reg := newMetrics(t)
 	down := &switchStore{store: newMemStore(t)}
 	down.down.Store(true)
-	noBreaker := limitertest.CircuitBreaker(0, time.Second) // every decision asks the store
+	noBreaker := core.WithCircuitBreaker(0, time.Second) // every decision asks the store
 	p := core.Policy{Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour}
 	ctx := context.Background()
 
@@ -174,7 +172,7 @@ func TestTimeoutsAndCircuitOpen(t *testing.T) {
 	m, reg := newMetrics(t)
 	const timeout = frozenTimeout
 	l := newLimiter(t, frozenStore{}, core.Policy{Name: "frozen", Algorithm: core.TokenBucket, Limit: 100, Window: time.Second}, m,
-		limitertest.CircuitBreaker(2, time.Hour))
+		core.WithCircuitBreaker(2, time.Hour))
 	ctx := context.Background()
 	for i := range 3 {
 		d, err := l.Allow(ctx, "alice")
@@ -201,7 +199,7 @@ func TestHealthTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
 			m, reg := newMetrics(t)
 			s := &switchStore{store: newMemStore(t)}
-			opts := []core.Option{limitertest.CircuitBreaker(2, time.Millisecond)}
+			opts := []core.Option{core.WithCircuitBreaker(2, time.Millisecond)}
 			if withFallback {
 				opts = append(opts, core.WithFallback(newMemStore(t)))
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
@@ -111,7 +110,7 @@ func TestRedisOutage(t *testing.T) {
 	// 1000 a second: the fallback never refuses, so that the health gauge
 	// alone tells where the decisions come from.
 	p := core.Policy{Name: "redis", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Second}
-	l := newLimiter(t, rs, p, m, limitertest.CircuitBreaker(2, 200*time.Millisecond),
+	l := newLimiter(t, rs, p, m, core.WithCircuitBreaker(2, 200*time.Millisecond),
 		core.WithFallback(newMemStore(t)))
 	c := newTally()
 	key := "client-" + time.Now().Format(time.RFC3339Nano)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/keyfuncs"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
@@ -198,7 +197,7 @@ func TestRawSecretNeverLogged(t *testing.T) {
 				newLimiter(t, f, core.Policy{Name: "closed", Algorithm: core.SlidingWindowLog, Limit: 1, Window: time.Hour, FailClosed: time.Second},
 					core.WithObserver(lg)),
 				newLimiter(t, f, core.Policy{Name: "fallback", Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour},
-					core.WithObserver(lg), core.WithFallback(newMemStore(t)), limitertest.CircuitBreaker(2, time.Second)),
+					core.WithObserver(lg), core.WithFallback(newMemStore(t)), core.WithCircuitBreaker(2, time.Second)),
 				newLimiter(t, f, core.Policy{Name: "open", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour}, core.WithObserver(lg)),
 			}
 			canceled, cancel := context.WithCancel(ctx)

@@ -14,7 +14,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
-	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
 
@@ -311,7 +310,7 @@ func TestLevels(t *testing.T) {
 	c, s := new(clock), newSink()
 	f := &flaky{Store: newMemStore(t)}
 	lg := newLogger(t, s, c, sloglimit.WithLevels(slog.LevelDebug, slog.LevelError))
-	l := newLimiter(t, f, hourly, core.WithObserver(lg), limitertest.CircuitBreaker(0, time.Second))
+	l := newLimiter(t, f, hourly, core.WithObserver(lg), core.WithCircuitBreaker(0, time.Second))
 
 	s.level.Set(slog.LevelInfo)
 	for range 100 {

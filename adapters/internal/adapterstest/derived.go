@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/rediswatch"
@@ -54,7 +55,7 @@ func RunDerivedLimits(t *testing.T, h SocketHarness, srv *redistest.Server) {
 			if be.servers == 1 {
 				store = NewStore(t)
 			} else {
-				s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("derived-%d-%d:", run, rand.Int64())))
+				s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("derived-%d-%d:", run, rand.Int64())), redisstore.WithTimeout(limitertest.StoreTimeout))
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = s.Close() })
 				store = s

@@ -22,7 +22,6 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
-	_ "github.com/apigate/ratelimit/internal/testkit/limitertest" // test stores: a generous timeout by default
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
 )

@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
@@ -73,7 +74,7 @@ func RunLockout(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	}{
 		{"memory", 1, func(t testing.TB) core.Store { return NewStore(t) }},
 		{"redis, two servers", 2, func(t testing.TB) core.Store {
-			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("lockout%d:", prefixes.Add(1))))
+			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("lockout%d:", prefixes.Add(1))), redisstore.WithTimeout(limitertest.StoreTimeout))
 			require.NoError(t, err)
 			return s
 		}},

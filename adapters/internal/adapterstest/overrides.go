@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -72,7 +73,7 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	t.Run("through Redis, two servers", func(t *testing.T) {
 		n := overrideKeys.Add(1)
 		hash := fmt.Sprintf("rl:overrides:adapters%d", n)
-		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)))
+		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)), redisstore.WithTimeout(limitertest.StoreTimeout))
 		require.NoError(t, err)
 		shared := clockstore.At(store, T0) // one window for the whole test
 		ctx := context.Background()
@@ -123,7 +124,7 @@ func RunOverrides(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	t.Run("through Redis, one layer of several", func(t *testing.T) {
 		n := overrideKeys.Add(1)
 		hash := fmt.Sprintf("rl:overrides:adapters%d", n)
-		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)))
+		store, err := redisstore.New(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("overrides%d:", n)), redisstore.WithTimeout(limitertest.StoreTimeout))
 		require.NoError(t, err)
 		ctx := context.Background()
 		w, err := rediswatch.NewOverrides(ctx, srv.Client(), rediswatch.WithKey(hash))

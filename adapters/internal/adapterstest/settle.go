@@ -20,6 +20,7 @@ import (
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -44,7 +45,7 @@ func settleBackends(t *testing.T, srv *redistest.Server) []settleBackend {
 		c := redis.NewClient(srv.Options())
 		t.Cleanup(func() { _ = c.Close() })
 		sent = append(sent, redistest.CountScripts(c))
-		s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+		s, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(limitertest.StoreTimeout))
 		require.NoError(t, err)
 		rs = append(rs, clockstore.At(s, settleT0))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -44,7 +45,7 @@ func RunSettleCluster(t *testing.T, h SocketHarness) {
 	for range 2 { // two app servers, each with its own cluster client
 		c := cl.Client()
 		t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+		s, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(limitertest.StoreTimeout))
 		require.NoError(t, err)
 		f := NewFlow(t, s, layers, nil, httplimit.WithClientIP(client))
 		spec.Global = []Mount{{Flow: f}}

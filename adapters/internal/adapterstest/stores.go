@@ -12,6 +12,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
@@ -32,7 +33,7 @@ func socketStores(t *testing.T, srv *redistest.Server, prefix string, withContex
 	redisStore := func(c redis.UniversalClient) func(t testing.TB) core.Store {
 		return func(t testing.TB) core.Store {
 			t.Helper()
-			s, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("%s%d:", prefix, n.Add(1))))
+			s, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("%s%d:", prefix, n.Add(1))), redisstore.WithTimeout(limitertest.StoreTimeout))
 			require.NoError(t, err)
 			return s
 		}

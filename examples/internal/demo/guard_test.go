@@ -182,7 +182,7 @@ func TestAuthenticateStoreDown(t *testing.T) {
 	require.NoError(t, ln.Close()) // nothing listens there now
 	client := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	rs, err := redisstore.New(client)
+	rs, err := redisstore.New(client, redisstore.WithTimeout(limitertest.StoreTimeout))
 	require.NoError(t, err)
 	l, err := NewLimiters(rs, DefaultPolicies())
 	require.NoError(t, err)
