@@ -30,7 +30,7 @@ import (
 // whatever t's Config.Key: a request proves no identity to the flow, and
 // one that only claims another client's (its key id, the username of a
 // login form) must not earn that client a ban. Config.Key is whom
-// reputation.Report counts against, from a handler that knows who the
+// reputation.Penalize counts against, from a handler that knows who the
 // client is; a request is refused when its address or that key is banned.
 func WithReputation(t *reputation.Tracker) Option {
 	return func(c *config) error {
@@ -56,7 +56,7 @@ func (f *Flow) repAddr(r keyfuncs.Request) string {
 }
 
 // repOwnKey is the key of r under the Tracker's own Config.Key, which
-// reputation.Report counts toward; "" when the Tracker has none, or it
+// reputation.Penalize counts toward; "" when the Tracker has none, or it
 // finds none for r.
 func (f *Flow) repOwnKey(r keyfuncs.Request) string {
 	if f.repOwn == nil {

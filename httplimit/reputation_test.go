@@ -16,7 +16,7 @@ import (
 
 // TestReputationCountsTheAddress: with Config.Key reading an identity the
 // request claims, what the flow sees (a 401, a 429) counts against the
-// client address, and only reputation.Report, from the handler, against
+// client address, and only reputation.Penalize, from the handler, against
 // Config.Key's key (the address when it finds none).
 func TestReputationCountsTheAddress(t *testing.T) {
 	claimed := keyfuncs.Func(func(r keyfuncs.Request) (string, error) {
@@ -40,10 +40,10 @@ func TestReputationCountsTheAddress(t *testing.T) {
 		f.Serve(r, settleResponse{newResponse()}, next)
 	}
 	scores := func() [2]float64 { return [2]float64{rep.Score("user:victim"), rep.Score("ip:192.0.2.1")} }
-	serve("victim", func(ctx context.Context) int { reputation.Report(ctx, 2); return 401 })
+	serve("victim", func(ctx context.Context) int { reputation.Penalize(ctx, 2); return 401 })
 	// The handler vouches for whom it reports; the 401 is the address's.
 	assert.Equal(t, [2]float64{2, 1}, scores())
-	serve("", func(ctx context.Context) int { reputation.Report(ctx, 2); return 200 })
+	serve("", func(ctx context.Context) int { reputation.Penalize(ctx, 2); return 200 })
 	assert.Equal(t, [2]float64{2, 3}, scores(), "no key: the address")
 	serve("victim", func(context.Context) int { return 200 }) // over the limit: 429
 	assert.Equal(t, [2]float64{2, 4}, scores(), "a 429: the address")

@@ -169,7 +169,7 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 		if repKey == "" {
 			repKey = f.repAddr(r)
 		}
-		// reputation.Report counts against the Tracker's own key, the
+		// reputation.Penalize counts against the Tracker's own key, the
 		// handler's to vouch for; the response's signals, the address.
 		if own := f.repOwnKey(r); own != "" {
 			ctx = f.rep.NewContext(ctx, own)

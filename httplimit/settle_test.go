@@ -416,7 +416,7 @@ func TestReputationBans(t *testing.T) {
 
 // BenchmarkServeReputation is BenchmarkServe's plain layer with a
 // reputation that bans, through Serve: what the response's signals and
-// reputation.Report's context cost a request.
+// reputation.Penalize's context cost a request.
 func BenchmarkServeReputation(b *testing.B) {
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "abusive", Above: 40, Ban: true}}})

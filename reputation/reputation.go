@@ -34,7 +34,7 @@
 // one). Every signal the flow sees counts against it, whatever
 // Config.Key: a request proves no identity to the flow, and one that
 // claims another client's (a key id, a login form's username) must not
-// get that client banned. Config.Key is whom Report counts against.
+// get that client banned. Config.Key is whom Penalize counts against.
 //
 // A 404 for a path no route serves (a scanner walking /wp-admin, /.env)
 // is told from a 404 on a route that exists (a WebDAV or file-sync client
@@ -101,7 +101,7 @@ const (
 	// NotFound: a 404 on a route that exists (a resource missing, as
 	// WebDAV and file-sync clients ask all day). Weight 0 by default.
 	NotFound
-	// Reported: a signal the application reports with Report (a failed
+	// Reported: bad behaviour the application reports with Penalize (a failed
 	// captcha, a honeypot route), of the weight it gives.
 	Reported
 )
@@ -138,7 +138,7 @@ type Banner interface {
 // Config configures a Tracker. Its zero value but for Bands is a valid
 // configuration in process.
 type Config struct {
-	// Key says whom Report counts against: an identity the handler that
+	// Key says whom Penalize counts against: an identity the handler that
 	// reports has proven (a signed-in user). Nil, or a request it finds
 	// no key for, is the flow's client address (httplimit.WithClientIP),
 	// which the flow's own signals always count against. A request is
@@ -601,10 +601,10 @@ func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
 	return true
 }
 
-// ctxKey is the context key of a request's reputation (see Report).
+// ctxKey is the context key of a request's reputation (see Penalize).
 type ctxKey struct{}
 
-// reqRep is what Report needs of a request: its Tracker and key; and
+// reqRep is what Penalize needs of a request: its Tracker and key; and
 // whether MarkUnrouted marked it.
 type reqRep struct {
 	t        *Tracker
@@ -628,12 +628,12 @@ func (c *repCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// Report scores a signal the application saw, of weight w (at most 2^20),
-// against the client of the request whose context ctx is (see
-// httplimit.Report for which context that is): a failed captcha, an
-// invalid token, a request to a honeypot route. It does nothing on a
-// context no Tracker scores.
-func Report(ctx context.Context, w float64) {
+// Penalize scores bad behaviour the application saw of the client of the
+// request whose context ctx is (see httplimit.Report for which context
+// that is), of weight w (at most 2^20): a failed captcha, an invalid
+// token, a request to a honeypot route. It counts as a Reported signal,
+// and does nothing on a context no Tracker scores.
+func Penalize(ctx context.Context, w float64) {
 	if r, ok := ctx.Value(ctxKey{}).(*reqRep); ok && w > 0 {
 		r.t.signal(context.WithoutCancel(ctx), r.key, Reported, min(w, scores.MaxWeight))
 	}
@@ -648,7 +648,7 @@ func (t *Tracker) Record(ctx context.Context, key string, s Signal) {
 }
 
 // NewContext returns a context of the request whose client is key,
-// derived from ctx: Report and MarkUnrouted, given it or a context
+// derived from ctx: Penalize and MarkUnrouted, given it or a context
 // derived from it, act on key's score through t.
 func (t *Tracker) NewContext(ctx context.Context, key string) context.Context {
 	return &repCtx{Context: ctx, rep: reqRep{t: t, key: key}}

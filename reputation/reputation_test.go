@@ -167,14 +167,14 @@ func TestAdjustScales(t *testing.T) {
 	}
 }
 
-// TestReport: the application's signals, of their weight, through the
+// TestPenalize: the application's signals, of their weight, through the
 // request's context; and nothing on a context no Tracker scores.
-func TestReport(t *testing.T) {
+func TestPenalize(t *testing.T) {
 	rep, _, outs := tracker(t, reputation.Config{Bands: []reputation.Band{{Name: "b", Above: 100}}})
 	ctx := rep.NewContext(context.Background(), "k")
-	reputation.Report(ctx, 7.5)
-	reputation.Report(ctx, -1) // ignored
-	reputation.Report(context.Background(), 5)
+	reputation.Penalize(ctx, 7.5)
+	reputation.Penalize(ctx, -1) // ignored
+	reputation.Penalize(context.Background(), 5)
 	require.Len(t, *outs, 1)
 	assert.Equal(t, outcome{"k", reputation.Reported, 7.5, "", false}, (*outs)[0])
 }
