@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
@@ -161,12 +160,13 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 	// decisions go through decide, which finds their partition's.
 	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
 		l.denied == nil && l.fallback == nil && len(own) == 1 && l.parts == nil
-	if len(l.sources) == 1 && hooks.SourceUntouched != nil && l.observers == nil && !l.shadow &&
+	if len(l.sources) == 1 && l.observers == nil && !l.shadow &&
 		l.denied == nil && l.fallback == nil && len(own) == 1 && l.parts == nil {
-		// A source that can tell the keys it leaves as they are (a
-		// reputation: the clients in no band that scales): those take
-		// the direct path, as on a Limiter without it.
-		l.untouched = hooks.SourceUntouched(l.sources[0])
+		if src, ok := l.sources[0].(SelectiveSource); ok {
+			// The keys the one source leaves as they are take the direct
+			// path, as on a Limiter without it.
+			l.untouched = src.Untouched
+		}
 	}
 	return l, nil
 }

@@ -39,6 +39,18 @@ type PolicySource interface {
 	Adjust(ctx context.Context, key string, p Policy) (Policy, error)
 }
 
+// SelectiveSource is a PolicySource that leaves the policies of most keys
+// as they are and can tell which (a reputation.Tracker: the clients in
+// no band that scales). A Limiter whose one source is a SelectiveSource
+// decides those keys as fast as a Limiter without a source.
+type SelectiveSource interface {
+	PolicySource
+	// Untouched reports whether Adjust returns every policy of key as it
+	// is. It is called on every decision: it must be safe for concurrent
+	// use, and fast (an atomic load and a map lookup).
+	Untouched(key string) bool
+}
+
 // PolicySourceFunc is a function that is a PolicySource, as
 // http.HandlerFunc is an http.Handler:
 //

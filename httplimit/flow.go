@@ -82,7 +82,7 @@ type Flow struct {
 	quota    *quotaEndpoint   // WithQuota; nil when none
 	rep      *reputation.Tracker
 	repBans  access.Matcher // the reputation's bans, matched by its key; nil when none
-	repOwn   bool           // the reputation has a Key of its own
+	repOwn   keyfuncs.Func  // the reputation's own Config.Key; nil when none
 }
 
 // New returns the Flow of layers over store, configured by opts, applied
@@ -122,7 +122,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 	f := &Flow{
 		rep:      c.rep,
 		repBans:  c.repBans,
-		repOwn:   c.rep != nil && hooks.ReputationHasKey(c.rep),
+		repOwn:   repOwn(c.rep),
 		layers:   ls,
 		skips:    c.skips,
 		headers:  c.headers,

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
@@ -30,7 +30,7 @@ import (
 // whatever t's Config.Key: a request proves no identity to the flow, and
 // one that only claims another client's (its key id, the username of a
 // login form) must not earn that client a ban. Config.Key is whom
-// reputation.Report counts against, from a handler that knows who the
+// reputation.Penalize counts against, from a handler that knows who the
 // client is; a request is refused when its address or that key is banned.
 func WithReputation(t *reputation.Tracker) Option {
 	return func(c *config) error {
@@ -56,13 +56,13 @@ func (f *Flow) repAddr(r keyfuncs.Request) string {
 }
 
 // repOwnKey is the key of r under the Tracker's own Config.Key, which
-// reputation.Report counts toward; "" when the Tracker has none, or it
+// reputation.Penalize counts toward; "" when the Tracker has none, or it
 // finds none for r.
 func (f *Flow) repOwnKey(r keyfuncs.Request) string {
-	if !f.repOwn {
+	if f.repOwn == nil {
 		return ""
 	}
-	key, err := hooks.ReputationKey(f.rep, r)
+	key, err := f.repOwn(r)
 	if err != nil {
 		return ""
 	}
@@ -77,7 +77,7 @@ func (f *Flow) repSignal(st *state, r keyfuncs.Request, s reputation.Signal) {
 		key = f.repAddr(r)
 	}
 	if key != "" {
-		hooks.ReputationSignal(f.rep, context.WithoutCancel(r.Context()), key, uint8(s))
+		f.rep.Record(context.WithoutCancel(r.Context()), key, s)
 	}
 }
 
@@ -96,7 +96,7 @@ func (f *Flow) repResponse(ctx context.Context, r keyfuncs.Request, key string, 
 	default:
 		return
 	}
-	hooks.ReputationSignal(f.rep, context.WithoutCancel(ctx), key, uint8(s))
+	f.rep.Record(context.WithoutCancel(ctx), key, s)
 }
 
 // repBan reports whether e, a deny list's entry, is a ban a Tracker
@@ -116,11 +116,10 @@ func withReputation(c *config) {
 	if c.rep == nil {
 		return
 	}
-	if bans, ok := hooks.ReputationBans(c.rep).(access.Matcher); ok { // none in shadow mode
-		c.repBans = bans
-	}
-	if hooks.ReputationScales(c.rep) {
-		c.core = append(c.core, core.WithPolicySource(c.rep))
+	c.repBans = c.rep.Bans() // none in shadow mode
+	cfg := c.rep.Config()
+	if !cfg.Shadow && slices.ContainsFunc(cfg.Bands, func(b reputation.Band) bool { return b.Scale > 0 && b.Scale < 1 }) {
+		c.core = append(c.core, core.WithPolicySource(c.rep)) // a band scales limits
 	}
 }
 
@@ -138,7 +137,7 @@ func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, addr st
 	if addr == "" {
 		ok = false
 	}
-	if !ok && f.repOwn {
+	if !ok && f.repOwn != nil {
 		if own := f.repOwnKey(r); own != "" {
 			e, ok = f.repBans.Match(netip.Addr{}, own, now)
 		}
@@ -160,4 +159,12 @@ func unrouted(r keyfuncs.Request) bool {
 		return u.Unrouted()
 	}
 	return r.Route() == ""
+}
+
+// repOwn returns t's own Config.Key, or nil (and for a nil t).
+func repOwn(t *reputation.Tracker) keyfuncs.Func {
+	if t == nil {
+		return nil
+	}
+	return t.Config().Key
 }

@@ -2,7 +2,6 @@ package httplimit_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,14 +10,13 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
 
 // TestReputationCountsTheAddress: with Config.Key reading an identity the
 // request claims, what the flow sees (a 401, a 429) counts against the
-// client address, and only reputation.Report, from the handler, against
+// client address, and only reputation.Penalize, from the handler, against
 // Config.Key's key (the address when it finds none).
 func TestReputationCountsTheAddress(t *testing.T) {
 	claimed := keyfuncs.Func(func(r keyfuncs.Request) (string, error) {
@@ -27,19 +25,10 @@ func TestReputationCountsTheAddress(t *testing.T) {
 		}
 		return "", keyfuncs.ErrNoKey
 	})
-	rep, err := reputation.New(reputation.Config{Key: claimed, Bands: []reputation.Band{{Name: "abusive", Above: 100, Ban: true}}})
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // no decay
+	rep, err := reputation.New(reputation.Config{Key: claimed, Bands: []reputation.Band{{Name: "abusive", Above: 100, Ban: true}},
+		Now: func() time.Time { return now }})
 	require.NoError(t, err)
-	type signal struct {
-		key string
-		s   reputation.Signal
-	}
-	var mu sync.Mutex
-	var heard []signal
-	hooks.ReputationTest(rep, nil, func(key string, s uint8, _ float64, _ string, _ bool) {
-		mu.Lock()
-		heard = append(heard, signal{key, reputation.Signal(s)})
-		mu.Unlock()
-	})
 	p := core.Policy{Name: "all", Algorithm: core.FixedWindow, Limit: 2, Window: time.Hour}
 	f, err := httplimit.New(memStore(t), []httplimit.Layer{{Policy: p}}, httplimit.WithReputation(rep))
 	require.NoError(t, err)
@@ -50,15 +39,14 @@ func TestReputationCountsTheAddress(t *testing.T) {
 		}
 		f.Serve(r, settleResponse{newResponse()}, next)
 	}
-	serve("victim", func(ctx context.Context) int { reputation.Report(ctx, 2); return 401 })
-	serve("", func(ctx context.Context) int { reputation.Report(ctx, 2); return 200 })
+	scores := func() [2]float64 { return [2]float64{rep.Score("user:victim"), rep.Score("ip:192.0.2.1")} }
+	serve("victim", func(ctx context.Context) int { reputation.Penalize(ctx, 2); return 401 })
+	// The handler vouches for whom it reports; the 401 is the address's.
+	assert.Equal(t, [2]float64{2, 1}, scores())
+	serve("", func(ctx context.Context) int { reputation.Penalize(ctx, 2); return 200 })
+	assert.Equal(t, [2]float64{2, 3}, scores(), "no key: the address")
 	serve("victim", func(context.Context) int { return 200 }) // over the limit: 429
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []signal{
-		{"user:victim", reputation.Reported}, // the handler vouches for whom it reports
-		{"ip:192.0.2.1", reputation.Refused},
-		{"ip:192.0.2.1", reputation.Reported}, // no key: the address
-		{"ip:192.0.2.1", reputation.Denied},
-	}, heard)
+	assert.Equal(t, [2]float64{2, 4}, scores(), "a 429: the address")
+	st := rep.Stats().Signals
+	assert.Equal(t, []uint64{2, 1, 1}, []uint64{st[reputation.Reported], st[reputation.Refused], st[reputation.Denied]})
 }

@@ -169,12 +169,12 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 		if repKey == "" {
 			repKey = f.repAddr(r)
 		}
-		// reputation.Report counts against the Tracker's own key, the
+		// reputation.Penalize counts against the Tracker's own key, the
 		// handler's to vouch for; the response's signals, the address.
 		if own := f.repOwnKey(r); own != "" {
-			ctx = hooks.ReputationContext(f.rep, ctx, own)
+			ctx = f.rep.NewContext(ctx, own)
 		} else if repKey != "" {
-			ctx = hooks.ReputationContext(f.rep, ctx, repKey)
+			ctx = f.rep.NewContext(ctx, repKey)
 		}
 	}
 	if ctx == r.Context() {

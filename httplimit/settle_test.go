@@ -15,7 +15,6 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -337,7 +336,7 @@ func BenchmarkHandleReputation(b *testing.B) {
 			if c.bands != nil {
 				rep, err := reputation.New(reputation.Config{Bands: c.bands})
 				require.NoError(b, err)
-				hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.1", uint8(reputation.Denied))
+				rep.Record(context.Background(), "ip:192.0.2.1", reputation.Denied)
 				opts = append(opts, httplimit.WithReputation(rep))
 			}
 			f, err := newFlow(b, memStore(b), layer(p), nil, opts...)
@@ -362,7 +361,7 @@ func TestReputationBans(t *testing.T) {
 	bands := []reputation.Band{{Name: "abusive", Above: 2, Ban: true}}
 	ban := func(t *testing.T, rep *reputation.Tracker, key string) {
 		for range 3 {
-			hooks.ReputationSignal(rep, ctx, key, uint8(reputation.Denied))
+			rep.Record(ctx, key, reputation.Denied)
 		}
 	}
 	byHeader := keyfuncs.Func(func(r keyfuncs.Request) (string, error) {
@@ -417,7 +416,7 @@ func TestReputationBans(t *testing.T) {
 
 // BenchmarkServeReputation is BenchmarkServe's plain layer with a
 // reputation that bans, through Serve: what the response's signals and
-// reputation.Report's context cost a request.
+// reputation.Penalize's context cost a request.
 func BenchmarkServeReputation(b *testing.B) {
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: time.Hour}
 	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "abusive", Above: 40, Ban: true}}})

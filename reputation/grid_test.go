@@ -10,7 +10,6 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/core/redisstore"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/testkit/gridtest"
 	// The generous store timeout of the module's tests (10 s): the grid
 	// decides thousands of times through Redis, and none is about a
@@ -24,11 +23,10 @@ import (
 // above 0.5: a client's first bad signal takes it in. Its clock stands
 // still, so that the score never decays out of the band.
 func bandScaler(t *testing.T, f float64) gridtest.Scaler {
-	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "suspicious", Above: 0.5, Scale: f}}})
+	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "suspicious", Above: 0.5, Scale: f}}, Now: func() time.Time { return t0 }})
 	require.NoError(t, err)
-	hooks.ReputationTest(rep, func() time.Time { return t0 }, nil)
 	return gridtest.Scaler{Adjust: rep, Scale: func(t *testing.T, key string) {
-		hooks.ReputationSignal(rep, context.Background(), key, uint8(reputation.Denied))
+		rep.Record(context.Background(), key, reputation.Denied)
 		if f < 1 {
 			p := core.Policy{Name: "x", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Minute}
 			got, err := rep.Adjust(context.Background(), key, p)

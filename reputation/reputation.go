@@ -34,7 +34,7 @@
 // one). Every signal the flow sees counts against it, whatever
 // Config.Key: a request proves no identity to the flow, and one that
 // claims another client's (a key id, a login form's username) must not
-// get that client banned. Config.Key is whom Report counts against.
+// get that client banned. Config.Key is whom Penalize counts against.
 //
 // A 404 for a path no route serves (a scanner walking /wp-admin, /.env)
 // is told from a 404 on a route that exists (a WebDAV or file-sync client
@@ -64,6 +64,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -75,7 +76,6 @@ import (
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/scores"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -101,7 +101,7 @@ const (
 	// NotFound: a 404 on a route that exists (a resource missing, as
 	// WebDAV and file-sync clients ask all day). Weight 0 by default.
 	NotFound
-	// Reported: a signal the application reports with Report (a failed
+	// Reported: bad behaviour the application reports with Penalize (a failed
 	// captcha, a honeypot route), of the weight it gives.
 	Reported
 )
@@ -138,7 +138,7 @@ type Banner interface {
 // Config configures a Tracker. Its zero value but for Bands is a valid
 // configuration in process.
 type Config struct {
-	// Key says whom Report counts against: an identity the handler that
+	// Key says whom Penalize counts against: an identity the handler that
 	// reports has proven (a signed-in user). Nil, or a request it finds
 	// no key for, is the flow's client address (httplimit.WithClientIP),
 	// which the flow's own signals always count against. A request is
@@ -167,6 +167,8 @@ type Config struct {
 	// Shadow scores, and logs what the Tracker would do, but never bans
 	// nor scales: a reputation on trial.
 	Shadow bool
+	// Now is the clock scores decay by: time.Now when nil. Tests set it.
+	Now func() time.Time
 }
 
 // store is what a Tracker keeps scores in (internal/rules/scores).
@@ -183,7 +185,7 @@ var signalNames = [...]string{Denied: "denied", LockedOut: "locked_out", DenyLis
 // Tracker scores clients and acts on their scores. Build it with New; it
 // is safe for concurrent use.
 type Tracker struct {
-	key     keyfuncs.Func
+	cfg     Config // as given to New, for Config
 	weights [Reported + 1]float64
 	bands   []Band
 	bans    Banner
@@ -272,8 +274,12 @@ func New(cfg Config) (*Tracker, error) {
 			return nil, bad("a negative duration, %v", d)
 		}
 	}
-	t := &Tracker{key: cfg.Key, bands: slices.Clone(cfg.Bands), bans: cfg.Bans, banFor: cfg.BanFor, banMax: cfg.BanMax,
-		shadow: cfg.Shadow, now: time.Now, log: slog.Default()}
+	t := &Tracker{cfg: cfg, bands: slices.Clone(cfg.Bands), bans: cfg.Bans, banFor: cfg.BanFor, banMax: cfg.BanMax,
+		shadow: cfg.Shadow, now: cfg.Now, log: slog.Default()}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	t.cfg.Bands, t.cfg.Weights = slices.Clone(cfg.Bands), maps.Clone(cfg.Weights)
 	t.banned, t.shadowBans = make([]atomic.Uint64, len(t.bands)), make([]atomic.Uint64, len(t.bands))
 	copy(t.weights[:], defaultWeights[:])
 	for s, w := range cfg.Weights {
@@ -370,7 +376,7 @@ func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Pol
 	if t.shadow || !t.scales {
 		return p, nil
 	}
-	if t.untouched(key) {
+	if t.Untouched(key) {
 		return p, nil // no client, or not this one, above a band that scales
 	}
 	i := t.band(t.scores.Get(key, t.now()))
@@ -494,10 +500,10 @@ func (t *Tracker) bannedNow(key string) bool {
 	return ok
 }
 
-// untouched reports whether Adjust leaves key's policies as they are: in
-// shadow mode, and for a client not in the snapshot of suspects. It is
-// what lets the Limiter decide key by its direct path (hooks.SourceUntouched).
-func (t *Tracker) untouched(key string) bool {
+// Untouched reports whether Adjust leaves every policy of key as it is,
+// as core.SelectiveSource asks: a client in no band that scales.
+func (t *Tracker) Untouched(key string) bool {
+	// In shadow mode, and for a client not in the snapshot of suspects.
 	if t.shadow || !t.scales {
 		return true
 	}
@@ -595,10 +601,10 @@ func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
 	return true
 }
 
-// ctxKey is the context key of a request's reputation (see Report).
+// ctxKey is the context key of a request's reputation (see Penalize).
 type ctxKey struct{}
 
-// reqRep is what Report needs of a request: its Tracker and key; and
+// reqRep is what Penalize needs of a request: its Tracker and key; and
 // whether MarkUnrouted marked it.
 type reqRep struct {
 	t        *Tracker
@@ -622,72 +628,106 @@ func (c *repCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// Report scores a signal the application saw, of weight w (at most 2^20),
-// against the client of the request whose context ctx is (see
-// httplimit.Report for which context that is): a failed captcha, an
-// invalid token, a request to a honeypot route. It does nothing on a
-// context no Tracker scores.
-func Report(ctx context.Context, w float64) {
+// Penalize scores bad behaviour the application saw of the client of the
+// request whose context ctx is (see httplimit.Report for which context
+// that is), of weight w (at most 2^20): a failed captcha, an invalid
+// token, a request to a honeypot route. It counts as a Reported signal,
+// and does nothing on a context no Tracker scores.
+func Penalize(ctx context.Context, w float64) {
 	if r, ok := ctx.Value(ctxKey{}).(*reqRep); ok && w > 0 {
 		r.t.signal(context.WithoutCancel(ctx), r.key, Reported, min(w, scores.MaxWeight))
 	}
 }
 
-func init() {
-	hooks.ReputationKey = func(t any, r any) (string, error) { return t.(*Tracker).key(r.(keyfuncs.Request)) }
-	hooks.ReputationSignal = func(t any, ctx context.Context, key string, s uint8) {
-		t.(*Tracker).signal(ctx, key, marked(ctx, Signal(s)), -1)
-	}
-	hooks.ReputationContext = func(t any, ctx context.Context, key string) context.Context {
-		return &repCtx{Context: ctx, rep: reqRep{t: t.(*Tracker), key: key}}
-	}
-	hooks.ReputationBans = func(t any) any {
-		if tr := t.(*Tracker); !tr.shadow { // in shadow mode it bans no one
-			return tr.match
-		}
+// Record scores signal s, of its weight (Config.Weights), against the
+// client key: what the HTTP flow calls for what it sees. A NotFound on a
+// context MarkUnrouted marked counts as Unrouted. ctx bounds the writes
+// to shared scores and bans, if any.
+func (t *Tracker) Record(ctx context.Context, key string, s Signal) {
+	t.signal(ctx, key, marked(ctx, s), -1)
+}
+
+// NewContext returns a context of the request whose client is key,
+// derived from ctx: Penalize and MarkUnrouted, given it or a context
+// derived from it, act on key's score through t.
+func (t *Tracker) NewContext(ctx context.Context, key string) context.Context {
+	return &repCtx{Context: ctx, rep: reqRep{t: t, key: key}}
+}
+
+// Bans returns the bans t makes, to enforce as a deny list; nil in shadow
+// mode, which bans no one.
+func (t *Tracker) Bans() access.Matcher {
+	if t.shadow {
 		return nil
 	}
-	hooks.ReputationScales = func(t any) bool { tr := t.(*Tracker); return tr.scales && !tr.shadow }
-	hooks.ReputationStats = func(t any) hooks.RepStats {
-		tr := t.(*Tracker)
-		st := hooks.RepStats{}
-		for s := Denied; s <= Reported; s++ {
-			st.Signals = append(st.Signals, hooks.RepCount{Name: signalNames[s], N: tr.signals[s].Load()})
-		}
-		clients := make([]int, len(tr.bands))
-		n, sum := 0, 0.0
-		tr.scores.Range(tr.now(), func(_ string, v float64) {
-			if i := tr.band(v); i >= 0 {
-				clients[i]++
-			}
-			n++
-			sum += v
-			st.MaxScore = max(st.MaxScore, v)
-		})
-		if n > 0 {
-			st.MeanScore = sum / float64(n)
-		}
-		for i, b := range tr.bands {
-			st.Bands = append(st.Bands, hooks.RepBand{Name: b.Name, Clients: clients[i], Bans: tr.banned[i].Load(), ShadowBans: tr.shadowBans[i].Load()})
-		}
-		return st
+	return t.match
+}
+
+// Config returns t's configuration, as given to New.
+func (t *Tracker) Config() Config {
+	c := t.cfg
+	c.Bands, c.Weights = slices.Clone(c.Bands), maps.Clone(c.Weights)
+	return c
+}
+
+// Score returns key's score, as this server holds it.
+func (t *Tracker) Score(key string) float64 {
+	return t.scores.Get(key, t.now())
+}
+
+// String returns the signal's name, as metrics label it ("denied",
+// "locked_out", ...).
+func (s Signal) String() string {
+	if s >= Denied && s <= Reported {
+		return signalNames[s]
 	}
-	hooks.ReputationHasKey = func(t any) bool { return t.(*Tracker).key != nil }
-	hooks.SourceUntouched = func(src any) func(key string) bool {
-		if t, ok := src.(*Tracker); ok {
-			return t.untouched
-		}
-		return nil
+	return fmt.Sprintf("Signal(%d)", uint8(s))
+}
+
+// Stats is what a Tracker has scored and done, for metrics.
+type Stats struct {
+	// Signals counts the signals scored, by kind: every kind, 0 included.
+	Signals map[Signal]uint64
+	// Bands are Config.Bands's, in order.
+	Bands []BandStats
+	// MaxScore and MeanScore are the highest and the mean score held in
+	// process.
+	MaxScore, MeanScore float64
+}
+
+// BandStats is what a band holds and has done.
+type BandStats struct {
+	// Name is the band's.
+	Name string
+	// Clients is how many clients this server holds in the band.
+	Clients int
+	// Bans counts the bans made as clients entered it, and ShadowBans
+	// those that shadow mode did not make.
+	Bans, ShadowBans uint64
+}
+
+// Stats returns what t has scored and done so far.
+func (t *Tracker) Stats() Stats {
+	st := Stats{Signals: make(map[Signal]uint64, Reported)}
+	for s := Denied; s <= Reported; s++ {
+		st.Signals[s] = t.signals[s].Load()
 	}
-	hooks.ReputationTest = func(t any, now func() time.Time, on func(key string, s uint8, score float64, band string, acted bool)) {
-		tr := t.(*Tracker)
-		if now != nil {
-			tr.now = now
+	clients := make([]int, len(t.bands))
+	n, sum := 0, 0.0
+	t.scores.Range(t.now(), func(_ string, v float64) {
+		if i := t.band(v); i >= 0 {
+			clients[i]++
 		}
-		if on != nil {
-			tr.onOutcome = func(key string, s Signal, score float64, band string, acted bool) {
-				on(key, uint8(s), score, band, acted)
-			}
-		}
+		n++
+		sum += v
+		st.MaxScore = max(st.MaxScore, v)
+	})
+	if n > 0 {
+		st.MeanScore = sum / float64(n)
 	}
+	st.Bands = make([]BandStats, len(t.bands))
+	for i, b := range t.bands {
+		st.Bands[i] = BandStats{Name: b.Name, Clients: clients[i], Bans: t.banned[i].Load(), ShadowBans: t.shadowBans[i].Load()}
+	}
+	return st
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/reputation"
 )
 
@@ -43,12 +42,13 @@ func TestNewRefuses(t *testing.T) {
 // reported of each signal.
 func tracker(t *testing.T, cfg reputation.Config) (*reputation.Tracker, *time.Time, *[]outcome) {
 	t.Helper()
+	now := t0
+	cfg.Now = func() time.Time { return now }
 	rep, err := reputation.New(cfg)
 	require.NoError(t, err)
-	now := t0
 	var outs []outcome
-	hooks.ReputationTest(rep, func() time.Time { return now }, func(key string, s uint8, score float64, band string, acted bool) {
-		outs = append(outs, outcome{key, reputation.Signal(s), score, band, acted})
+	reputation.OnOutcome(rep, func(key string, s reputation.Signal, score float64, band string, acted bool) {
+		outs = append(outs, outcome{key, s, score, band, acted})
 	})
 	return rep, &now, &outs
 }
@@ -76,7 +76,7 @@ func TestBansEscalate(t *testing.T) {
 		t.Helper()
 		from := len(*outs)
 		for range 4 {
-			hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.7", uint8(reputation.Denied))
+			rep.Record(context.Background(), "ip:192.0.2.7", reputation.Denied)
 		}
 		acted := 0
 		for _, o := range (*outs)[from:] {
@@ -102,10 +102,10 @@ func TestBansEscalate(t *testing.T) {
 	// next bad signal, not before, and for longer.
 	from := len(*outs)
 	for range 6 {
-		hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.9", uint8(reputation.Denied))
+		rep.Record(context.Background(), "ip:192.0.2.9", reputation.Denied)
 	}
 	for range 5 { // banned: more signals ban no more
-		hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.9", uint8(reputation.DenyListed))
+		rep.Record(context.Background(), "ip:192.0.2.9", reputation.DenyListed)
 	}
 	acted := 0
 	for _, o := range (*outs)[from:] {
@@ -118,7 +118,7 @@ func TestBansEscalate(t *testing.T) {
 	require.True(t, ok)
 	_, err = bans.Unban(e) // it has ended
 	require.NoError(t, err)
-	hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.9", uint8(reputation.Unrouted))
+	rep.Record(context.Background(), "ip:192.0.2.9", reputation.Unrouted)
 	require.True(t, (*outs)[len(*outs)-1].acted, "banned again at its first bad signal after the ban")
 	e, ok = bans.Match(netip.Addr{}, "ip:192.0.2.9", time.Now())
 	require.True(t, ok)
@@ -142,7 +142,7 @@ func TestAdjustScales(t *testing.T) {
 	rep, now, _ := tracker(t, reputation.Config{Bands: bands, HalfLife: time.Minute})
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 100, Burst: 40, Window: time.Minute}
 	for range 6 {
-		hooks.ReputationSignal(rep, context.Background(), "k", uint8(reputation.Refused))
+		rep.Record(context.Background(), "k", reputation.Refused)
 	}
 	q, err := rep.Adjust(context.Background(), "k", p)
 	require.NoError(t, err)
@@ -156,7 +156,7 @@ func TestAdjustScales(t *testing.T) {
 
 	shadow, _, outs := tracker(t, reputation.Config{Bands: bands, Shadow: true})
 	for range 20 {
-		hooks.ReputationSignal(shadow, context.Background(), "k", uint8(reputation.Denied))
+		shadow.Record(context.Background(), "k", reputation.Denied)
 	}
 	q, _ = shadow.Adjust(context.Background(), "k", p)
 	assert.Equal(t, p, q, "shadow mode scales nothing")
@@ -167,14 +167,14 @@ func TestAdjustScales(t *testing.T) {
 	}
 }
 
-// TestReport: the application's signals, of their weight, through the
+// TestPenalize: the application's signals, of their weight, through the
 // request's context; and nothing on a context no Tracker scores.
-func TestReport(t *testing.T) {
+func TestPenalize(t *testing.T) {
 	rep, _, outs := tracker(t, reputation.Config{Bands: []reputation.Band{{Name: "b", Above: 100}}})
-	ctx := hooks.ReputationContext(rep, context.Background(), "k")
-	reputation.Report(ctx, 7.5)
-	reputation.Report(ctx, -1) // ignored
-	reputation.Report(context.Background(), 5)
+	ctx := rep.NewContext(context.Background(), "k")
+	reputation.Penalize(ctx, 7.5)
+	reputation.Penalize(ctx, -1) // ignored
+	reputation.Penalize(context.Background(), 5)
 	require.Len(t, *outs, 1)
 	assert.Equal(t, outcome{"k", reputation.Reported, 7.5, "", false}, (*outs)[0])
 }
@@ -184,7 +184,7 @@ func TestReport(t *testing.T) {
 func BenchmarkAdjust(b *testing.B) {
 	rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "s", Above: 5, Scale: 0.5}}})
 	require.NoError(b, err)
-	hooks.ReputationSignal(rep, context.Background(), "ip:192.0.2.1", uint8(reputation.Denied))
+	rep.Record(context.Background(), "ip:192.0.2.1", reputation.Denied)
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -211,7 +211,7 @@ func TestLimiterScales(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), d.Limit)
 	for range 3 {
-		hooks.ReputationSignal(rep, ctx, "ip:192.0.2.1", uint8(reputation.Refused))
+		rep.Record(ctx, "ip:192.0.2.1", reputation.Refused)
 	}
 	d, err = l.Allow(ctx, "ip:192.0.2.1")
 	require.NoError(t, err)

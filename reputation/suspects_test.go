@@ -28,14 +28,14 @@ func TestSuspectsBounded(t *testing.T) {
 	assert.Len(t, *m, maxSuspects, "bounded")
 	tr.signal(ctx, "k0", Denied, 1)
 	assert.Same(t, m, tr.suspects.Load(), "a client in the snapshot copies nothing")
-	assert.False(t, tr.untouched("k0"))
-	assert.True(t, tr.untouched(fmt.Sprintf("k%d", 2*maxSuspects-1)), "past the bound: not scaled")
+	assert.False(t, tr.Untouched("k0"))
+	assert.True(t, tr.Untouched(fmt.Sprintf("k%d", 2*maxSuspects-1)), "past the bound: not scaled")
 
 	now = now.Add(10 * time.Minute) // the flood decays: 3 / 2^10
 	tr.signal(ctx, "late", Denied, 3)
 	m = tr.suspects.Load()
 	assert.Len(t, *m, 1, "pruned: only the client above the band now")
-	assert.False(t, tr.untouched("late"))
+	assert.False(t, tr.Untouched("late"))
 	tr.signal(ctx, "later", Denied, 3)
 	assert.Len(t, *tr.suspects.Load(), 2, "room again")
 }

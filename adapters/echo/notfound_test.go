@@ -15,7 +15,6 @@ import (
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/reputation"
 )
 
@@ -116,7 +115,16 @@ func TestNotFoundRoutesAddedLater(t *testing.T) {
 		Weights: map[reputation.Signal]float64{reputation.NotFound: 1}})
 	require.NoError(t, err)
 	var got []reputation.Signal
-	hooks.ReputationTest(rep, nil, func(_ string, s uint8, _ float64, _ string, _ bool) { got = append(got, reputation.Signal(s)) })
+	var last map[reputation.Signal]uint64
+	heard := func() { // the signal scored since the last call
+		now := rep.Stats().Signals
+		for s, n := range now {
+			if n > last[s] {
+				got = append(got, s)
+			}
+		}
+		last = now
+	}
 	f, err := httplimit.New(adapterstest.NewStore(t), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1000, Window: time.Hour}}}, httplimit.WithReputation(rep))
 	require.NoError(t, err)
 	e := echo.New()
@@ -126,6 +134,7 @@ func TestNotFoundRoutesAddedLater(t *testing.T) {
 		t.Helper()
 		res := adapterstest.ServeHTTP(e, adapterstest.Request{Method: "GET", Path: path, RemoteAddr: adapterstest.BenchPeer})
 		require.Equal(t, http.StatusNotFound, res.Status, path)
+		heard()
 	}
 	get("/old")
 	e.RouteNotFound("/old", func(c echo.Context) error { return c.NoContent(http.StatusNotFound) })

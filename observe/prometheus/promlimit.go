@@ -332,9 +332,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.memKeys, prometheus.GaugeValue, float64(s.s.Len()), s.name)
 	}
 	for _, t := range reps {
-		st := hooks.ReputationStats(t)
-		for _, c := range st.Signals {
-			ch <- prometheus.MustNewConstMetric(m.repSignals, prometheus.CounterValue, float64(c.N), c.Name)
+		st := t.Stats()
+		for s, n := range st.Signals {
+			ch <- prometheus.MustNewConstMetric(m.repSignals, prometheus.CounterValue, float64(n), s.String())
 		}
 		for _, b := range st.Bands {
 			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.Bans), b.Name, "enforced")

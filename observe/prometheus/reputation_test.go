@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/reputation"
 )
 
@@ -26,12 +25,12 @@ func TestReputationMetrics(t *testing.T) {
 	assert.ErrorIs(t, m.WatchReputation(nil), core.ErrInvalidOption)
 	ctx := context.Background()
 	for range 5 { // into abusive: banned once
-		hooks.ReputationSignal(rep, ctx, "ip:192.0.2.1", uint8(reputation.Unrouted))
+		rep.Record(ctx, "ip:192.0.2.1", reputation.Unrouted)
 	}
 	for range 3 { // suspicious
-		hooks.ReputationSignal(rep, ctx, "ip:192.0.2.2", uint8(reputation.Refused))
+		rep.Record(ctx, "ip:192.0.2.2", reputation.Refused)
 	}
-	hooks.ReputationSignal(rep, ctx, "ip:192.0.2.3", uint8(reputation.Denied))
+	rep.Record(ctx, "ip:192.0.2.3", reputation.Denied)
 	want := `
 # HELP ratelimit_reputation_bans_total Bans a reputation made as clients entered a band, by band; mode=shadow counts those a reputation in shadow mode would have made.
 # TYPE ratelimit_reputation_bans_total counter

@@ -7,14 +7,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
@@ -89,8 +87,7 @@ func RunNotFound(t *testing.T, h NotFoundHarness) {
 			// recorded by kind.
 			rep, err := reputation.New(reputation.Config{Bands: repBands, Weights: map[reputation.Signal]float64{reputation.NotFound: 1.0 / 1024}})
 			require.NoError(t, err)
-			sig := &signalLog{byKey: map[string]map[reputation.Signal]int{}}
-			hooks.ReputationTest(rep, nil, sig.record)
+			sig := &signalLog{rep: rep}
 			f := NewFlow(t, clockstore.At(NewStore(t), T0), []httplimit.Layer{{Policy: fixed("all", 1_000_000_000)}}, nil,
 				httplimit.WithClientIP(client), httplimit.WithReputation(rep))
 			addr := h.ServeNotFound(t, idiom, f, dir)
@@ -103,18 +100,18 @@ func RunNotFound(t *testing.T, h NotFoundHarness) {
 				}
 				if idiom.CatchAll && !idiom.Marked {
 					assert.Equal(t, map[int]int{http.StatusNotFound: 150}, seen, "a catch-all route the framework cannot tell from a route")
-					assert.Equal(t, map[reputation.Signal]int{reputation.NotFound: 150}, sig.of(ip(1)))
+					assert.Equal(t, map[reputation.Signal]int{reputation.NotFound: 150}, sig.of(t, ip(1)))
 					return
 				}
 				assert.Equal(t, map[int]int{http.StatusNotFound: 41, http.StatusForbidden: 1}, seen, "banned at its 41st unknown path")
 				assert.Equal(t, http.StatusForbidden, last.Status)
-				assert.Equal(t, map[reputation.Signal]int{reputation.Unrouted: 41}, sig.of(ip(1)), "signals")
+				assert.Equal(t, map[reputation.Signal]int{reputation.Unrouted: 41}, sig.of(t, ip(1)), "signals")
 			})
 
 			t.Run("missing-on-a-route", func(t *testing.T) {
 				seen, _, _ := notFoundWalk(t, addr, ip(2), func(i int) string { return "/files/f" + strconv.Itoa(i) })
 				assert.Equal(t, map[int]int{http.StatusNotFound: 150}, seen, "a 404 on a route that exists is no scanner's")
-				assert.Equal(t, map[reputation.Signal]int{reputation.NotFound: 150}, sig.of(ip(2)), "signals")
+				assert.Equal(t, map[reputation.Signal]int{reputation.NotFound: 150}, sig.of(t, ip(2)), "signals")
 			})
 
 			if !idiom.Static {
@@ -123,7 +120,7 @@ func RunNotFound(t *testing.T, h NotFoundHarness) {
 			t.Run("missing-static-files", func(t *testing.T) {
 				seen, _, _ := notFoundWalk(t, addr, ip(3), func(i int) string { return "/static/app." + strconv.Itoa(i) + ".js" })
 				assert.Equal(t, map[int]int{http.StatusNotFound: 150}, seen, "missing static files are no scanner's")
-				assert.Equal(t, map[reputation.Signal]int{reputation.NotFound: 150}, sig.of(ip(3)), "signals")
+				assert.Equal(t, map[reputation.Signal]int{reputation.NotFound: 150}, sig.of(t, ip(3)), "signals")
 				res := Send(t, addr, RawRequest{Path: "/static/" + StaticFile, Header: fromIP(ip(3))})
 				assert.Equal(t, http.StatusOK, res.Status)
 				assert.Equal(t, StaticBody, res.Body, "the file that exists is served")
@@ -170,34 +167,26 @@ func notFoundWalk(t *testing.T, addr, ip string, path func(i int) string) (seen 
 	return seen, first, last
 }
 
-// signalLog records the signals a Tracker scored, by client key.
+// signalLog reads the signals a Tracker scored, by kind, one client at
+// a time.
 type signalLog struct {
-	mu    sync.Mutex
-	byKey map[string]map[reputation.Signal]int
+	rep  *reputation.Tracker
+	last map[reputation.Signal]uint64
 }
 
-func (l *signalLog) record(key string, s uint8, _ float64, _ string, _ bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.byKey[key]
-	if m == nil {
-		m = map[reputation.Signal]int{}
-		l.byKey[key] = m
-	}
-	m[reputation.Signal(s)]++
-}
-
-// of returns the signals of the client whose key holds ip.
-func (l *signalLog) of(ip string) map[reputation.Signal]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// of returns the signals scored since the last call, which are the
+// client ip's (the one client whose requests came meanwhile): its score
+// holds them.
+func (l *signalLog) of(t *testing.T, ip string) map[reputation.Signal]int {
+	t.Helper()
+	now := l.rep.Stats().Signals
 	out := map[reputation.Signal]int{}
-	for k, m := range l.byKey {
-		if strings.HasSuffix(k, ip) {
-			for s, n := range m {
-				out[s] += n
-			}
+	for s, n := range now {
+		if d := int(n - l.last[s]); d > 0 {
+			out[s] = d
 		}
 	}
+	l.last = now
+	assert.Positive(t, l.rep.Score("ip:"+ip), "the signals count against %s", ip)
 	return out
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
@@ -92,11 +91,11 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				t.Cleanup(func() { _ = bans.Close() })
 				c.Redis, c.Bans = rc, bans
 			}
+			if clock != nil {
+				c.Now = clock.now
+			}
 			rep, err := reputation.New(c)
 			require.NoError(t, err)
-			if clock != nil {
-				hooks.ReputationTest(rep, clock.now, nil)
-			}
 			f := NewFlow(t, clockstore.At(NewStore(t), T0), layers, nil, httplimit.WithClientIP(client),
 				httplimit.WithReputation(rep), httplimit.WithProblemDetails())
 			addrs = append(addrs, h.Serve(t, &Spec{Global: []Mount{{Flow: f}}, Routes: routes}))
@@ -130,8 +129,6 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				}
 				addrs, reps := serve(t, be, reputation.Config{Bands: repBands}, nil, servers)
 				ip := repIP(run, 1)
-				var scored atomic.Pointer[string] // the client's key, as the Tracker scores it
-				hooks.ReputationTest(reps[0], nil, func(key string, _ uint8, _ float64, _ string, _ bool) { scored.Store(&key) })
 				seen, res := walk(t, addrs[0], 1000, func(i int) RawRequest {
 					return RawRequest{Path: "/wp-admin/" + strconv.Itoa(i) + ".php", Header: fromIP(ip)}
 				}, http.StatusForbidden)
@@ -156,8 +153,8 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				// slower the machine.
 				signals := func() (n int) {
 					for _, rep := range reps {
-						for _, s := range hooks.ReputationStats(rep).Signals {
-							n += int(s.N)
+						for _, c := range rep.Stats().Signals {
+							n += int(c)
 						}
 					}
 					return n
@@ -172,9 +169,9 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 					// And the score Redis holds carries no signal later than
 					// the ban: its state is '<dd', the score and its last
 					// signal's time in µs (internal/rules/scores/add.lua).
-					key := scored.Load()
-					require.NotNil(t, key, "the scanner's signals were heard")
-					state, err := srv.Client().Get(context.Background(), "ratelimit:rep:s:"+*key).Bytes()
+					key := "ip:" + ip // the client's key, as the Tracker scores it
+					require.Positive(t, reps[0].Score(key), "the scanner's signals were heard")
+					state, err := srv.Client().Get(context.Background(), "ratelimit:rep:s:"+key).Bytes()
 					require.NoError(t, err, "the scanner's score in Redis")
 					require.Len(t, state, 16)
 					last := time.UnixMicro(int64(math.Float64frombits(binary.LittleEndian.Uint64(state[8:]))))
@@ -312,7 +309,6 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				clock := newRepClock()
 				addrs, reps := serve(t, be, reputation.Config{Bands: repBands}, clock, 1)
 				worst := 0.0
-				hooks.ReputationTest(reps[0], nil, func(_ string, _ uint8, score float64, _ string, _ bool) { worst = max(worst, score) })
 				ip := repIP(run, 8)
 				c := Dial(t, addrs[0])
 				full := ""
@@ -331,6 +327,7 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 						full = res.Header.Get("X-RateLimit-Limit")
 					}
 					require.Equal(t, full, res.Header.Get("X-RateLimit-Limit"), "request %d: its limits scaled", i)
+					worst = max(worst, reps[0].Score("ip:"+ip))
 				}
 				assert.Less(t, worst, repBands[0].Above, "its highest score")
 				t.Logf("a normal client's highest score over 100,000 requests: %.2f", worst)
