@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/apigate/ratelimit/access"
@@ -313,7 +314,7 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 		return false
 	}
 	st.in = inHeaders
-	f.writer.Write(w, *d, layers, at)
+	f.writer.Write(fieldsOf(w), *d, layers, at)
 	if !d.Allowed {
 		if f.rep != nil {
 			s := reputation.Denied
@@ -330,6 +331,18 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 		return false
 	}
 	return f.proceed(st, ctx, r, w)
+}
+
+// fieldsOf returns where the rate-limit fields of w go: its net/http
+// header map when it has one (HeaderMap), in which headers.Writer sets
+// them under their canonical names ("X-Ratelimit-Remaining"), so that
+// Header().Get finds them in a handler and on an httptest recorder; w
+// itself otherwise.
+func fieldsOf(w Response) headers.Setter {
+	if m, ok := w.(interface{ HeaderMap() http.Header }); ok {
+		return m.HeaderMap()
+	}
+	return w
 }
 
 // proceed lets an admitted request through, unless its context has ended:

@@ -185,8 +185,8 @@ var responses = sync.Pool{New: func() any { return new(response) }}
 
 func (w *response) Set(key, value string) { w.w.Header().Set(key, value) }
 
-// HeaderMap is the response's header map, in which headers.Writer sets the
-// rate-limit fields as the standards spell them.
+// HeaderMap is the response's header map, in which the flow sets the
+// rate-limit fields under their canonical names.
 func (w *response) HeaderMap() http.Header { return w.w.Header() }
 
 // Get returns the response's header field key, for a layer's

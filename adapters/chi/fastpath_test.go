@@ -2,9 +2,9 @@ package chilimit
 
 import "net/http"
 
-// The response reaches headers.Writer's fast path for a header map, which
-// headers matches by method set: had the method drifted, the writer would
-// fall back to Set, and allocate, without a word.
+// The response has the header map in which the flow sets the rate-limit
+// fields directly (httplimit matches it by method set): had the method
+// drifted, the flow would fall back to Set, and allocate, without a word.
 var _ interface {
 	Set(key, value string)
 	HeaderMap() http.Header

@@ -252,8 +252,8 @@ type response struct{ r *echo.Response }
 
 func (w response) Set(key, value string) { w.r.Header().Set(key, value) }
 
-// HeaderMap is the response's header map, in which headers.Writer sets the
-// rate-limit fields as the standards spell them.
+// HeaderMap is the response's header map, in which the flow sets the
+// rate-limit fields under their canonical names.
 func (w response) HeaderMap() http.Header { return w.r.Header() }
 
 // Get returns the response's header field key, for a layer's

@@ -215,11 +215,11 @@ func (q request) Path() string { return q.c.Path() }
 // response is Fiber's response as a httplimit.Response.
 type response struct{ c *fiber.Ctx }
 
-// Set sets the field key as spelled, "X-RateLimit-Limit" and not
-// fasthttp's normalized "X-Ratelimit-Limit"; fasthttp copies both key and
-// value.
+// Set sets the field key under its canonical name ("X-Ratelimit-Limit"),
+// under which fasthttp's Peek, and so c.GetRespHeader, finds it; fasthttp
+// copies both key and value.
 func (w response) Set(key, value string) {
-	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), unsafe.Slice(unsafe.StringData(value), len(value)))
+	w.setBytes(key, unsafe.Slice(unsafe.StringData(value), len(value)))
 }
 
 // Get returns the response's header field key, copied, for a layer's
@@ -228,15 +228,13 @@ func (w response) Get(key string) string { return string(w.c.Response().Header.P
 
 // SetBytes is Set with the value in bytes, which fasthttp copies
 // (a fast path of headers.Writer): the fields are set without allocating.
-func (w response) SetBytes(key string, value []byte) {
-	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), value)
-}
+func (w response) SetBytes(key string, value []byte) { w.setBytes(key, value) }
 
 // SetInt sets the field key to the decimal text of n, formatted on the
 // stack, since fasthttp copies it (a fast path of headers.Writer).
 func (w response) SetInt(key string, n int64) {
 	var b [20]byte
-	w.c.Response().Header.SetCanonical(unsafe.Slice(unsafe.StringData(key), len(key)), strconv.AppendInt(b[:0], n, 10))
+	w.setBytes(key, strconv.AppendInt(b[:0], n, 10))
 }
 
 // SetIntPair sets the fields key1 and key2 to the decimal text of n,
@@ -244,9 +242,46 @@ func (w response) SetInt(key string, n int64) {
 func (w response) SetIntPair(key1, key2 string, n int64) {
 	var b [20]byte
 	v := strconv.AppendInt(b[:0], n, 10)
+	w.setBytes(key1, v)
+	w.setBytes(key2, v)
+}
+
+// setBytes sets the field key to value, under key's canonical name: one
+// precomputed for the fields the flow writes, fasthttp's normalizing of
+// any other.
+func (w response) setBytes(key string, value []byte) {
 	h := &w.c.Response().Header
-	h.SetCanonical(unsafe.Slice(unsafe.StringData(key1), len(key1)), v)
-	h.SetCanonical(unsafe.Slice(unsafe.StringData(key2), len(key2)), v)
+	if k := canonicalKey(key); k != "" {
+		h.SetCanonical(unsafe.Slice(unsafe.StringData(k), len(k)), value)
+		return
+	}
+	h.SetBytesV(key, value)
+}
+
+// canonicalKey returns the canonical name of a field the flow writes,
+// given as the standards spell it, and "" for any other.
+func canonicalKey(key string) string {
+	switch key {
+	case "X-RateLimit-Limit":
+		return "X-Ratelimit-Limit"
+	case "X-RateLimit-Remaining":
+		return "X-Ratelimit-Remaining"
+	case "X-RateLimit-Reset":
+		return "X-Ratelimit-Reset"
+	case "RateLimit-Limit":
+		return "Ratelimit-Limit"
+	case "RateLimit-Remaining":
+		return "Ratelimit-Remaining"
+	case "RateLimit-Reset":
+		return "Ratelimit-Reset"
+	case "RateLimit":
+		return "Ratelimit"
+	case "RateLimit-Policy":
+		return "Ratelimit-Policy"
+	case "Retry-After", "Cache-Control", "Content-Type":
+		return key
+	}
+	return ""
 }
 
 func (w response) Write(status int, contentType string, body []byte) error {

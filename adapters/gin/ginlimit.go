@@ -109,8 +109,8 @@ type response struct{ c *gin.Context }
 
 func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }
 
-// HeaderMap is the response's header map, in which headers.Writer sets the
-// rate-limit fields as the standards spell them.
+// HeaderMap is the response's header map, in which the flow sets the
+// rate-limit fields under their canonical names.
 func (w response) HeaderMap() http.Header { return w.c.Writer.Header() }
 
 // Get returns the response's header field key, for a layer's

@@ -20,20 +20,7 @@ func ServeHTTP(h http.Handler, req Request) Response {
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	return Response{Status: w.Code, Header: asParsed(w.Header()), Body: w.Body.String()}
-}
-
-// asParsed returns h as a client reads it off the wire: the fields the
-// middleware wrote under the names as the standards spell them
-// ("X-RateLimit-Limit"), which net/http sends as they are, under their
-// canonical names, as a client's parser keeps them.
-func asParsed(h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	for k, vs := range h {
-		ck := http.CanonicalHeaderKey(k)
-		out[ck] = append(out[ck], vs...)
-	}
-	return out
+	return Response{Status: w.Code, Header: w.Header(), Body: w.Body.String()}
 }
 
 // HTTPApp returns h as an App whose Do is ServeHTTP.

@@ -17,9 +17,10 @@ import (
 )
 
 // RunSpelling checks, on the bytes a real socket carries, that every
-// rate-limit field goes on the wire spelled as its standard spells it
-// ("X-RateLimit-Limit", "RateLimit-Policy"), once, and not in net/http's or
-// fasthttp's canonical case ("X-Ratelimit-Limit").
+// rate-limit field goes on the wire once, under its canonical name
+// ("X-Ratelimit-Limit", "Ratelimit-Policy"): the name under which
+// net/http's and fasthttp's header maps hold it, so that a handler's
+// Header().Get finds it (field names are case-insensitive on the wire).
 func RunSpelling(t *testing.T, h SocketHarness) {
 	all := headers.Config{XRateLimit: true, Draft6: true, Structured: true, RetryAfter: true}
 	m := NewMount(t, clockstore.At(NewStore(t), T0), httplimit.Layer{Policy: fixed("spelled", 1)}, nil, httplimit.WithHeaders(all))
@@ -32,9 +33,10 @@ func RunSpelling(t *testing.T, h SocketHarness) {
 				assert.NotContains(t, names, f, "request %d", i)
 				continue
 			}
-			assert.Equal(t, 1, count(names, f), "request %d: %s as spelled, once, in %v", i, f, names)
-			if c := canonical(f); c != f {
-				assert.NotContains(t, names, c, "request %d: canonical spelling on the wire", i)
+			c := canonical(f)
+			assert.Equal(t, 1, count(names, c), "request %d: %s, once, in %v", i, c, names)
+			if c != f {
+				assert.NotContains(t, names, f, "request %d: a name not canonical on the wire", i)
 			}
 		}
 	}
