@@ -37,7 +37,6 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"

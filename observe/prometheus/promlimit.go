@@ -41,7 +41,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/observe/internal/latency"
 	"github.com/apigate/ratelimit/reputation"
