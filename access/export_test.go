@@ -18,4 +18,3 @@ func Column(e *ParseError) int { return e.column }
 
 // Size returns the number of distinct ranges and keys of l.
 func Size(l *List) int { return l.size() }
-
