@@ -16,10 +16,16 @@ import (
 // most two spans per range, and one more.
 //
 // Design note: it replaced github.com/gaissmai/bart so that package
-// access needs no dependency; BenchmarkMatch and BenchmarkListHeap
-// compare them. One hash map per prefix length was not tried: a miss
-// would cost one lookup per length present (25 for the benchmark's IPv4
-// ranges, 49 for its IPv6).
+// access needs no dependency. With BenchmarkMatch's 100,000 ranges, in
+// thread CPU time per Match (median of 30 runs, alternating, on a busy
+// 2-core machine), bart against this table: a random stream 84.5 ns
+// against 47.7; one IPv4 address 16.9 against 9.1 (hit) and 16.2
+// against 6.9 (miss); one IPv6 address 27.3 against 24.6 (hit) and 7.6
+// against 11.8 (miss, past every range); 0 allocations each. A List
+// holds 15.3 MiB against 12.1 (BenchmarkListHeap; the table about 6 MiB
+// against 3), and NewList makes 282 allocations instead of 141,636. One
+// hash map per prefix length was not tried: a miss would cost one lookup
+// per length present (25 for the benchmark's IPv4 ranges, 49 for IPv6).
 type table struct {
 	v4 spans[uint32]
 	v6 spans[uint128]
