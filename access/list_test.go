@@ -316,6 +316,44 @@ func TestListEdges(t *testing.T) {
 	}
 }
 
+// TestListMatchesNaiveScanAtEdges: ranges spread over the address
+// spaces, probed at and beside both ends of each range, against the
+// naive scan.
+func TestListMatchesNaiveScanAtEdges(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	entries := mixed(1000)
+	for i := range entries {
+		if r.IntN(3) == 0 {
+			entries[i].Expires = t0.Add(time.Duration(1+r.IntN(9)) * time.Second)
+		}
+		entries[i].Reason = fmt.Sprint(i)
+	}
+	l, err := access.NewList(entries...)
+	require.NoError(t, err)
+	ref := naive(entries)
+	last := func(p netip.Prefix) netip.Addr {
+		b := p.Addr().AsSlice()
+		for i := p.Bits(); i < len(b)*8; i++ {
+			b[i/8] |= 0x80 >> (i % 8)
+		}
+		a, _ := netip.AddrFromSlice(b)
+		return a
+	}
+	for _, e := range entries {
+		first, end := e.Prefix.Addr(), last(e.Prefix)
+		for _, a := range []netip.Addr{first, first.Prev(), first.Next(), end, end.Prev(), end.Next()} {
+			if !a.IsValid() {
+				continue
+			}
+			now := t0.Add(time.Duration(r.IntN(10)) * time.Second)
+			got, gotOK := l.Match(a, "", now)
+			want, wantOK := ref.Match(a, "", now)
+			require.Equal(t, wantOK, gotOK, "%v at %v", a, now)
+			require.Equal(t, want.Prefix, got.Prefix, "%v at %v", a, now)
+		}
+	}
+}
+
 func TestMatchDoesNotAllocate(t *testing.T) {
 	l, err := access.NewList(randEntries(rand.New(rand.NewPCG(3, 4)), 5000, t0)...)
 	require.NoError(t, err)
