@@ -139,49 +139,54 @@ type extent[K any] struct {
 	index       int32
 }
 
-// order is what building the spans of a family needs of its numbers.
-type order[K any] struct {
-	bits    int // of an address
-	compare func(a, b K) int
-	next    func(K) (K, bool)  // K+1, false past the last address
-	common  func(a, b K) uint8 // the leading bits a and b share
-	bucket  func(a K, skip, width uint8) uint32
+// family is what building the spans of an address family needs of its
+// numbers: fam4 for IPv4, fam6 for IPv6.
+type family[K any] interface {
+	bits() int // of an address
+	compare(a, b K) int
+	next(K) (K, bool)  // K+1, false past the last address
+	common(a, b K) int // the leading bits a and b share
+	bucket(a K, skip, width uint8) uint32
 }
 
 // maxWidth bounds the bits that number a bucket: 4 MiB of buckets.
 const maxWidth = 20
 
-var (
-	order4 = order[uint32]{
-		bits:    32,
-		compare: cmp.Compare[uint32],
-		next:    func(k uint32) (uint32, bool) { return k + 1, k != ^uint32(0) },
-		common:  func(a, b uint32) uint8 { return uint8(bits.LeadingZeros32(a ^ b)) },
-		bucket:  bucket4,
-	}
-	order6 = order[uint128]{
-		bits: 128,
-		compare: func(a, b uint128) int {
-			if c := cmp.Compare(a.hi, b.hi); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.lo, b.lo)
-		},
-		next: func(k uint128) (uint128, bool) {
-			if k.lo != ^uint64(0) {
-				return uint128{k.hi, k.lo + 1}, true
-			}
-			return uint128{k.hi + 1, 0}, k.hi != ^uint64(0)
-		},
-		common: func(a, b uint128) uint8 {
-			if a.hi != b.hi {
-				return uint8(bits.LeadingZeros64(a.hi ^ b.hi))
-			}
-			return uint8(64 + bits.LeadingZeros64(a.lo^b.lo))
-		},
-		bucket: bucket6,
-	}
+type (
+	fam4 struct{}
+	fam6 struct{}
 )
+
+func (fam4) bits() int                                 { return 32 }
+func (fam4) compare(a, b uint32) int                   { return cmp.Compare(a, b) }
+func (fam4) next(k uint32) (uint32, bool)              { return k + 1, k != ^uint32(0) }
+func (fam4) common(a, b uint32) int                    { return bits.LeadingZeros32(a ^ b) }
+func (fam4) bucket(a uint32, skip, width uint8) uint32 { return bucket4(a, skip, width) }
+
+func (fam6) bits() int { return 128 }
+
+func (fam6) compare(a, b uint128) int {
+	if c := cmp.Compare(a.hi, b.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.lo, b.lo)
+}
+
+func (fam6) next(k uint128) (uint128, bool) {
+	if k.lo != ^uint64(0) {
+		return uint128{k.hi, k.lo + 1}, true
+	}
+	return uint128{k.hi + 1, 0}, k.hi != ^uint64(0)
+}
+
+func (fam6) common(a, b uint128) int {
+	if a.hi != b.hi {
+		return bits.LeadingZeros64(a.hi ^ b.hi)
+	}
+	return 64 + bits.LeadingZeros64(a.lo^b.lo)
+}
+
+func (fam6) bucket(a uint128, skip, width uint8) uint32 { return bucket6(a, skip, width) }
 
 // newTable builds the table of ranges (masked, IPv4 unmapped) and sets
 // each one's parent: the index of the longest other range holding it, or
@@ -211,24 +216,24 @@ func newTable(ranges []rangeNode) table {
 		}
 		v6 = append(v6, extent[uint128]{first, uint128{first.hi | host.hi, first.lo | host.lo}, int32(i)})
 	}
-	return table{v4: flatten(v4, order4, ranges), v6: flatten(v6, order6, ranges)}
+	return table{v4: flatten(v4, fam4{}, ranges), v6: flatten(v6, fam6{}, ranges)}
 }
 
 // flatten makes the spans of one family's ranges, setting their parents.
-// It sweeps the ranges by first address, the longer of two that start
+// It sweeps the ranges by first address, the wider of two that start
 // together first, keeping a stack of the ranges open at that point
 // (each holding the one above it): a range closes, and its holder's
 // span resumes after it, once the sweep is past its last address.
-func flatten[K comparable](ext []extent[K], o order[K], ranges []rangeNode) spans[K] {
+func flatten[K comparable, F family[K]](ext []extent[K], f F, ranges []rangeNode) spans[K] {
 	var s spans[K]
 	if len(ext) == 0 {
 		return s
 	}
 	slices.SortFunc(ext, func(a, b extent[K]) int {
-		if c := o.compare(a.first, b.first); c != 0 {
+		if c := f.compare(a.first, b.first); c != 0 {
 			return c
 		}
-		return o.compare(b.last, a.last)
+		return f.compare(b.last, a.last)
 	})
 	s.starts = make([]K, 0, 2*len(ext)+1)
 	s.ranges = make([]int32, 0, 2*len(ext)+1)
@@ -242,10 +247,10 @@ func flatten[K comparable](ext []extent[K], o order[K], ranges []rangeNode) span
 		return open[len(open)-1].index
 	}
 	closeBefore := func(first K, all bool) {
-		for len(open) > 0 && (all || o.compare(open[len(open)-1].last, first) < 0) {
+		for len(open) > 0 && (all || f.compare(open[len(open)-1].last, first) < 0) {
 			q := open[len(open)-1]
 			open = open[:len(open)-1]
-			if after, ok := o.next(q.last); ok {
+			if after, ok := f.next(q.last); ok {
 				s.emit(after, top())
 			}
 		}
@@ -260,25 +265,25 @@ func flatten[K comparable](ext []extent[K], o order[K], ranges []rangeNode) span
 	// Held for the List's life: no room to spare.
 	s.starts = slices.Clone(s.starts)
 	s.ranges = slices.Clone(s.ranges)
-	s.index(o)
+	fillBuckets(&s, f)
 	return s
 }
 
-// index fills the buckets: buckets[b] is the last span that starts
+// fillBuckets fills the buckets of s: buckets[b] is the last span that starts
 // before bucket b (span 0 counting as before them all), so that the
 // spans of bucket b are buckets[b] to buckets[b+1].
-func (s *spans[K]) index(o order[K]) {
+func fillBuckets[K comparable, F family[K]](s *spans[K], f F) {
 	n := len(s.starts)
 	if n <= 2 {
 		return // lookup needs no bucket
 	}
-	s.skip = o.common(s.starts[1], s.starts[n-1])
-	s.width = uint8(min(bits.Len(uint(n))-1, maxWidth, o.bits-int(s.skip)))
+	s.skip = uint8(f.common(s.starts[1], s.starts[n-1]))
+	s.width = uint8(min(bits.Len(uint(n))-1, maxWidth, f.bits()-int(s.skip)))
 	nb := 1 << s.width
 	s.buckets = make([]int32, nb+1)
 	j := 0
 	for b := range nb + 1 {
-		for j+1 < n && o.bucket(s.starts[j+1], s.skip, s.width) < uint32(b) {
+		for j+1 < n && f.bucket(s.starts[j+1], s.skip, s.width) < uint32(b) {
 			j++
 		}
 		s.buckets[b] = int32(j)
