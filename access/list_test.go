@@ -280,6 +280,80 @@ func TestListMatchesNaiveScan(t *testing.T) {
 	}
 }
 
+// TestListEdges: ranges at both ends of each address space, and nested
+// ranges that end together, against the naive scan.
+func TestListEdges(t *testing.T) {
+	t1 := t0.Add(time.Minute)
+	var entries []access.Entry
+	for i, p := range []string{
+		"0.0.0.0/0", "0.0.0.0/32", "255.255.255.0/24", "255.255.255.255/32",
+		"10.0.0.0/8", "10.255.0.0/16", "10.255.255.0/24", "10.255.255.255/32", "11.0.0.0/32",
+		"::/0", "::/128", "ffff::/16", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128",
+		"2001:db8::/32", "2001:db8:ffff:ffff:ffff:ffff:ffff:0/112", "2001:db8:ffff:ffff::/64", "2001:db9::/128",
+	} {
+		e := access.Entry{Prefix: pfx(p), Reason: p}
+		if i%2 == 0 {
+			e.Expires = t1
+		}
+		entries = append(entries, e)
+	}
+	l, err := access.NewList(entries...)
+	require.NoError(t, err)
+	ref := naive(entries)
+	for _, a := range []string{
+		"0.0.0.0", "0.0.0.1", "9.255.255.255", "10.0.0.0", "10.254.255.255", "10.255.0.0", "10.255.255.254",
+		"10.255.255.255", "11.0.0.0", "11.0.0.1", "255.255.254.255", "255.255.255.0", "255.255.255.254", "255.255.255.255",
+		"::", "::1", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
+		"2001:db8:ffff:ffff:ffff:ffff:fffe:ffff", "2001:db9::", "2001:db9::1", "fffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		"ffff::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+	} {
+		for _, now := range []time.Time{t0, t1} {
+			got, gotOK := l.Match(addr(a), "", now)
+			want, wantOK := ref.Match(addr(a), "", now)
+			require.Equal(t, wantOK, gotOK, "%s at %v", a, now)
+			assert.Equal(t, want.Reason, got.Reason, "%s at %v", a, now)
+		}
+	}
+}
+
+// TestListMatchesNaiveScanAtEdges: ranges spread over the address
+// spaces, probed at and beside both ends of each range, against the
+// naive scan.
+func TestListMatchesNaiveScanAtEdges(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	entries := mixed(1000)
+	for i := range entries {
+		if r.IntN(3) == 0 {
+			entries[i].Expires = t0.Add(time.Duration(1+r.IntN(9)) * time.Second)
+		}
+		entries[i].Reason = fmt.Sprint(i)
+	}
+	l, err := access.NewList(entries...)
+	require.NoError(t, err)
+	ref := naive(entries)
+	last := func(p netip.Prefix) netip.Addr {
+		b := p.Addr().AsSlice()
+		for i := p.Bits(); i < len(b)*8; i++ {
+			b[i/8] |= 0x80 >> (i % 8)
+		}
+		a, _ := netip.AddrFromSlice(b)
+		return a
+	}
+	for _, e := range entries {
+		first, end := e.Prefix.Addr(), last(e.Prefix)
+		for _, a := range []netip.Addr{first, first.Prev(), first.Next(), end, end.Prev(), end.Next()} {
+			if !a.IsValid() {
+				continue
+			}
+			now := t0.Add(time.Duration(r.IntN(10)) * time.Second)
+			got, gotOK := l.Match(a, "", now)
+			want, wantOK := ref.Match(a, "", now)
+			require.Equal(t, wantOK, gotOK, "%v at %v", a, now)
+			require.Equal(t, want.Prefix, got.Prefix, "%v at %v", a, now)
+		}
+	}
+}
+
 func TestMatchDoesNotAllocate(t *testing.T) {
 	l, err := access.NewList(randEntries(rand.New(rand.NewPCG(3, 4)), 5000, t0)...)
 	require.NoError(t, err)
