@@ -125,7 +125,7 @@ func TestAccessLists(t *testing.T) {
 				httplimit.WithErrorHandler(func(keyfuncs.Request, error) {})}, tc.opts...)...)
 			require.NoError(t, err)
 			w := newResponse()
-			proceed := f.Handle(tc.req, w)
+			proceed := handle(f, tc.req, w)
 			assert.Equal(t, tc.takes, store.Takes(), "store calls")
 			if tc.status == 0 {
 				require.True(t, proceed, "status %d %s", w.status, w.body)
@@ -152,12 +152,12 @@ func TestAllowListedNeverLimited(t *testing.T) {
 	f, err := newFlow(t, store, layer(perMinute), nil, httplimit.WithAllowList(list(t, "192.0.2.1")))
 	require.NoError(t, err)
 	for range 100 {
-		require.True(t, f.Handle(from("192.0.2.1:1"), newResponse()))
+		require.True(t, handle(f, from("192.0.2.1:1"), newResponse()))
 	}
 	assert.Zero(t, store.Takes())
-	require.True(t, f.Handle(from("192.0.2.2:1"), newResponse()))
+	require.True(t, handle(f, from("192.0.2.2:1"), newResponse()))
 	w := newResponse()
-	require.False(t, f.Handle(from("192.0.2.2:1"), w))
+	require.False(t, handle(f, from("192.0.2.2:1"), w))
 	assert.Equal(t, 429, w.status)
 }
 
@@ -183,7 +183,7 @@ func TestAccessSeesTheClient(t *testing.T) {
 	f, err := newFlow(t, memStore(t), layer(perMinute), nil, httplimit.WithDenyList(m))
 	require.NoError(t, err)
 	before := time.Now()
-	require.True(t, f.Handle(from("[::ffff:192.0.2.9]:1"), newResponse()))
+	require.True(t, handle(f, from("[::ffff:192.0.2.9]:1"), newResponse()))
 	assert.Equal(t, netip.MustParseAddr("192.0.2.9"), got.addr)
 	assert.Equal(t, "ip:192.0.2.9", got.key)
 	assert.False(t, got.now.Before(before))
@@ -192,7 +192,7 @@ func TestAccessSeesTheClient(t *testing.T) {
 	// A peer that is no address: the address is unknown (matches no
 	// range), and the request gets the key function's 400.
 	w := newResponse()
-	require.False(t, f.Handle(from("@unix"), w))
+	require.False(t, handle(f, from("@unix"), w))
 	assert.False(t, got.addr.IsValid())
 	assert.Empty(t, got.key)
 	assert.Equal(t, 400, w.status)
@@ -205,7 +205,7 @@ func TestAccessPanicsAreRecovered(t *testing.T) {
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	w := newResponse()
-	require.False(t, f.Handle(newRequest(), w))
+	require.False(t, handle(f, newRequest(), w))
 	assert.Equal(t, 500, w.status)
 	require.Len(t, errs, 1)
 	var pe *httplimit.PanicError
@@ -217,7 +217,7 @@ func TestAccessPanicsAreRecovered(t *testing.T) {
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	w = newResponse()
-	require.False(t, f.Handle(newRequest(), w))
+	require.False(t, handle(f, newRequest(), w))
 	assert.Equal(t, 500, w.status)
 	require.ErrorAs(t, errs[len(errs)-1], &pe)
 	assert.Equal(t, "responder", pe.In)
@@ -252,10 +252,10 @@ func TestListedRequestsAreObserved(t *testing.T) {
 	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: userKey}, []core.Option{core.WithObserver(obs)}, httplimit.WithClientIP(peer),
 		httplimit.WithAllowList(list(t, "198.51.100.0/24")), httplimit.WithDenyList(list(t, "user:42", "203.0.113.0/24")))
 	require.NoError(t, err)
-	require.True(t, f.Handle(from("198.51.100.1:1", "X-User", "7"), newResponse()))
-	require.False(t, f.Handle(from("192.0.2.1:1", "X-User", "42"), newResponse()))
-	require.False(t, f.Handle(from("203.0.113.1:1"), newResponse()), "no key, denied by address")
-	require.True(t, f.Handle(from("192.0.2.1:1", "X-User", "8"), newResponse()))
+	require.True(t, handle(f, from("198.51.100.1:1", "X-User", "7"), newResponse()))
+	require.False(t, handle(f, from("192.0.2.1:1", "X-User", "42"), newResponse()))
+	require.False(t, handle(f, from("203.0.113.1:1"), newResponse()), "no key, denied by address")
+	require.True(t, handle(f, from("192.0.2.1:1", "X-User", "8"), newResponse()))
 	require.Len(t, events, 4)
 	assert.Equal(t, outcome.AllowListed, outcome.Of(&events[0].Decision))
 	assert.Equal(t, "user:7", events[0].Key)
@@ -277,7 +277,7 @@ func TestShadowMode(t *testing.T) {
 	require.NoError(t, err)
 	for i := range 3 {
 		w := newResponse()
-		require.True(t, f.Handle(newRequest(), w), "request %d", i)
+		require.True(t, handle(f, newRequest(), w), "request %d", i)
 		assert.Empty(t, w.header, "request %d: no header in shadow mode", i)
 		assert.Zero(t, w.writes)
 	}
@@ -290,10 +290,10 @@ func TestShadowMode(t *testing.T) {
 	f, err = newFlow(t, memStore(t), layer(perMinute), []core.Option{core.WithShadow()}, httplimit.WithHeaders(headers.Default()))
 	require.NoError(t, err)
 	w := newResponse()
-	require.True(t, f.Handle(newRequest(), w))
+	require.True(t, handle(f, newRequest(), w))
 	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"))
 	w = newResponse()
-	require.True(t, f.Handle(newRequest(), w))
+	require.True(t, handle(f, newRequest(), w))
 	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"))
 	assert.Empty(t, w.header.Get("Retry-After"))
 
@@ -302,7 +302,7 @@ func TestShadowMode(t *testing.T) {
 	f, err = newFlow(t, failing{}, layer(limitertest.Named(perMinute, perMinute.Name, time.Second)), []core.Option{core.WithShadow()},
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
-	require.True(t, f.Handle(newRequest(), newResponse()))
+	require.True(t, handle(f, newRequest(), newResponse()))
 	require.Len(t, errs, 1)
 	require.ErrorIs(t, errs[0], limits.ErrStore)
 
@@ -311,9 +311,9 @@ func TestShadowMode(t *testing.T) {
 	leaky := core.Policy{Name: "leaky", Algorithm: core.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 5}
 	f, err = newFlow(t, memStore(t), layer(leaky), []core.Option{core.WithShadow()}, httplimit.WithMaxDelay(time.Hour))
 	require.NoError(t, err)
-	require.True(t, f.Handle(newRequest(), newResponse()))
+	require.True(t, handle(f, newRequest(), newResponse()))
 	done := make(chan bool, 1)
-	go func() { done <- f.Handle(newRequest(), newResponse()) }() // Delay one hour
+	go func() { done <- handle(f, newRequest(), newResponse()) }() // Delay one hour
 	select {
 	case ok := <-done:
 		assert.True(t, ok)

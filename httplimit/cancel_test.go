@@ -125,7 +125,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 				r, w := newRequest(), newResponse()
 				r.ctx = ctx
 
-				assert.False(t, f.Handle(r, w), "a request whose client left proceeds")
+				assert.False(t, handle(f, r, w), "a request whose client left proceeds")
 				assert.Equal(t, 1, w.writes)
 				assert.Equal(t, 499, w.status, "status: nginx's client closed request")
 				assert.Equal(t, canceledBody, w.body)
@@ -204,7 +204,7 @@ func TestKeyTimeoutIsNoDisconnect(t *testing.T) {
 	f, err := newFlow(t, memStore(t), ly, nil, httplimit.WithErrorHandler(httplimit.LogErrors(rec.logger())))
 	require.NoError(t, err)
 	w := newResponse()
-	assert.False(t, f.Handle(newRequest(), w))
+	assert.False(t, handle(f, newRequest(), w))
 	assert.Equal(t, 500, w.status)
 	require.Len(t, rec.records, 1)
 	assert.Equal(t, slog.LevelWarn, rec.records[0].Level)

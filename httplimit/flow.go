@@ -8,9 +8,9 @@
 // endpoint, per IP: see Layer); a single limit is a Flow of one Layer.
 //
 // Applications use it through an adapter (ginlimit, echolimit, chilimit,
-// fiberlimit), which takes the Flow. An adapter for another
-// framework translates the framework's request into a keyfuncs.Request
-// and its response into a Response, and calls Flow.Handle.
+// fiberlimit), which takes the Flow. An adapter for another framework
+// implements Request and Response over the framework's request and
+// response, and calls Flow.Serve around the rest of the chain.
 //
 // An allow-listed client passes without a decision and a deny-listed one
 // is answered 403, both without a store call (WithAllowList,
@@ -42,16 +42,36 @@ import (
 	"github.com/apigate/ratelimit/reputation"
 )
 
-// Response is the framework-neutral response the flow writes to. Set sets
-// a response header field, replacing any value (each adapter passes the
-// framework's own header map); Write sends status, Content-Type and body,
+// Request is the request an adapter hands to Serve: what key, skip and
+// cost functions read, and whether a route serves it.
+type Request interface {
+	keyfuncs.Request
+	// Unrouted reports whether no route of the application serves the
+	// request: Route() == "" where the framework's Route tells, or its
+	// router's answer where a not-found handler has a pattern of its own
+	// (Echo's RouteNotFound; Fiber's Route under Use, which is the
+	// middleware's). The flow asks it, for a reputation's signals
+	// (WithReputation), only once next has answered 404.
+	Unrouted() bool
+}
+
+// Response is the response an adapter hands to Serve. Set sets a header
+// field, replacing any value; Write sends status, Content-Type and body,
 // ending the response. The flow calls Write at most once, and only for a
-// request that does not proceed; the Response it hands to handlers and
-// responders refuses a second Write with an error. The Request and the
-// Response are valid only until Handle returns: adapters reuse them (chi's
-// responses and Echo's requests come from pools, to spare an allocation a
-// request), so a handler, key, skip or cost function must not keep them,
-// nor use them from a goroutine of its own, past its call.
+// request that does not proceed; the Response it hands to responders
+// refuses a second Write with an error.
+//
+// The Request and the Response are valid only until Serve returns:
+// adapters may reuse them (chi's come from pools, to spare an allocation
+// a request), so a handler, key, skip or cost function must not keep
+// them, nor use them from a goroutine of its own, past its call.
+//
+// A Response over a net/http header should also have HeaderMap()
+// http.Header, returning that map (never nil): the flow then sets the
+// rate-limit fields in it directly, under their canonical names, without
+// a Set call each. One over a header that copies what it is set, as
+// fasthttp's does, may have the byte setters headers.Writer reads. Both
+// are matched by method set, and are only faster: Set alone is correct.
 type Response interface {
 	headers.Setter
 	Write(status int, contentType string, body []byte) error
@@ -199,20 +219,72 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 // to share the limits with code that is not HTTP.
 func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 
-// Handle runs the flow for one request and reports whether it may proceed
-// to the next handler. When it returns false, the response has been
-// written and the adapter must stop the chain. Handle never panics: a
-// panic in a function given to the flow is recovered (see PanicError).
+// Serve runs the flow for one request and, if the request may proceed,
+// next, the rest of the chain; it reports whether the request proceeded.
+// When it returns false, the response has been written, next was not
+// called, and the adapter must stop the chain. Serve never panics: a
+// panic in a function given to the flow is recovered (see PanicError); a
+// panic in next settles the request as failed and goes on.
 //
-// Handle does not settle the layers that count by the response
-// (Layer.Counts): their requests count whole. Serve does.
-func (f *Flow) Handle(r keyfuncs.Request, w Response) (proceed bool) {
+// next runs the rest of the chain under ctx and returns the status the
+// response got:
+//   - when ctx is r.Context(), nothing is to be settled or scored: run the
+//     chain as it is and return 0;
+//   - otherwise ctx carries what Report, ReportCost and reputation.Report
+//     reach from the handler: make it the handler's request context
+//     (net/http: r.WithContext(ctx); Fiber: the user context), run the
+//     chain, and return the status written, or the one the framework will
+//     write for an error the handler returned (0 if it cannot tell: read
+//     as 200). The flow then settles the layers that count by the
+//     response (Layer.Counts) and scores it (WithReputation).
+func (f *Flow) Serve(r Request, w Response, next func(ctx context.Context) (status int)) bool {
 	var st state
-	proceed, _ = f.handle(r, w, &st)
-	return proceed
+	proceed, s := f.handle(r, w, &st)
+	if !proceed {
+		return false
+	}
+	if s == nil && f.rep == nil {
+		next(r.Context())
+		return true
+	}
+	ctx := r.Context()
+	if s != nil {
+		ctx = context.WithValue(ctx, settleKey{}, s)
+	}
+	repKey := st.repKey // the address's, when the flow matched the reputation's bans
+	if f.rep != nil {
+		if repKey == "" {
+			repKey = f.repAddr(r)
+		}
+		// reputation.Report counts against the Tracker's own key, the
+		// handler's to vouch for; the response's signals, the address.
+		if own := f.repOwnKey(r); own != "" {
+			ctx = f.rep.NewContext(ctx, own)
+		} else if repKey != "" {
+			ctx = f.rep.NewContext(ctx, repKey)
+		}
+	}
+	if ctx == r.Context() {
+		next(ctx)
+		return true
+	}
+	status := 0
+	defer func() { // on a panic too
+		if s != nil {
+			f.settle(r, w, s, status)
+		}
+		if repKey != "" && status != 0 {
+			f.repResponse(ctx, r, repKey, status)
+		}
+	}()
+	status = next(ctx)
+	if status == 0 {
+		status = 200 // a handler that wrote nothing is answered 200
+	}
+	return true
 }
 
-// handle is Handle, in st, and returns the settlement of a request that
+// handle is the flow before next, in st, and returns the settlement of a request that
 // proceeds admitted by layers that settle.
 func (f *Flow) handle(r keyfuncs.Request, w Response, st *state) (proceed bool, s *settlement) {
 	defer func() {

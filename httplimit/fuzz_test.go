@@ -291,7 +291,7 @@ func FuzzFlow(f *testing.F) {
 			r := &request{remote: peer, header: h, ctx: ctx}
 			w := newResponse()
 			errsBefore := len(ff.errs)
-			proceed := ff.flow.Handle(r, w)
+			proceed := handle(ff.flow, r, w)
 			left := ctx.ended() // the client left during the flow
 			ctx.cancel()
 

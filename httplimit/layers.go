@@ -89,8 +89,7 @@ type Layer struct {
 	// Counts says which admitted requests the layer counts, by how they
 	// ended: all of them (CountAll, the zero value), only failures, only
 	// successes, or what the response reports they cost; see Counts for
-	// how such a layer reserves and settles. It needs an adapter that
-	// settles (all four do, through Serve).
+	// how such a layer reserves and settles.
 	Counts Counts
 	// IsFailure tells a failure by the response's status, for a layer
 	// that counts failures or successes, when the handler did not
@@ -332,7 +331,7 @@ type scratch struct {
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
-// handleLayers is Handle for a flow of several layers, or of one that
+// handleLayers is handle for a flow of several layers, or of one that
 // needs them (Methods, Routes), after the skips.
 func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) (bool, *settlement) {
 	sc := scratches.Get().(*scratch)

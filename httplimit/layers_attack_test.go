@@ -24,7 +24,7 @@ func TestLayersPlanPanics(t *testing.T) {
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		r := withPlan(newPathRequest("POST", "/login"), "panic")
 		w := newResponse()
-		require.NotPanics(t, func() { assert.False(t, f.Handle(r, w)) })
+		require.NotPanics(t, func() { assert.False(t, handle(f, r, w)) })
 		assert.Equal(t, http.StatusInternalServerError, w.status, "%v", mode)
 		assert.Empty(t, w.header.Get("RateLimit"), "%v: no quota told", mode)
 		require.Len(t, errs, 1)
@@ -34,7 +34,7 @@ func TestLayersPlanPanics(t *testing.T) {
 		assert.Equal(t, "plans exploded", pe.Value)
 
 		w = newResponse()
-		require.True(t, f.Handle(newPathRequest("POST", "/login"), w))
+		require.True(t, handle(f, newPathRequest("POST", "/login"), w))
 		assert.Equal(t, `"login";r=4;t=55, "all";r=99;t=55`, w.header.Get("RateLimit"), "%v: the panicking request took nothing", mode)
 	}
 }
@@ -56,7 +56,7 @@ func TestLayersOddKeys(t *testing.T) {
 		r := newPathRequest("GET", "/")
 		r.header.Set("X-User", u)
 		w := newResponse()
-		f.Handle(r, w)
+		handle(f, r, w)
 		return w
 	}
 

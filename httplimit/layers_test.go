@@ -117,7 +117,7 @@ func TestLayersConstruction(t *testing.T) {
 	f, err := httplimit.New(clockstore.At(memStore(t), t0), noKey, httplimit.WithDenyList(mustList(t, "203.0.113.0/24")))
 	require.NoError(t, err)
 	w := newResponse()
-	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+	require.True(t, handle(f, newPathRequest("GET", "/items"), w))
 	assert.Equal(t, "99", w.header.Get("X-Ratelimit-Remaining"))
 	// One layer needs no name, and takes the policy's default one.
 	f, err = httplimit.New(store, []httplimit.Layer{{Policy: perMin(1)}})
@@ -151,7 +151,7 @@ func mustList(t testing.TB, entries ...string) *access.List {
 func loginCounted(t *testing.T, f *httplimit.Flow, r keyfuncs.Request) bool {
 	t.Helper()
 	w := newResponse()
-	require.True(t, f.Handle(r, w))
+	require.True(t, handle(f, r, w))
 	items, err := headers.ParseLayers(w.header)
 	require.NoError(t, err)
 	for _, it := range items {
@@ -207,17 +207,17 @@ func TestCostByRoute(t *testing.T) {
 func TestLayersAllOrNothing(t *testing.T) {
 	f, _ := layeredFlow(t, testLayers(t), nil)
 	for range 5 {
-		require.True(t, f.Handle(newPathRequest("POST", "/login"), newResponse()))
+		require.True(t, handle(f, newPathRequest("POST", "/login"), newResponse()))
 	}
 	w := newResponse()
-	require.False(t, f.Handle(newPathRequest("POST", "/login"), w))
+	require.False(t, handle(f, newPathRequest("POST", "/login"), w))
 	assert.Equal(t, http.StatusTooManyRequests, w.status)
 	assert.Equal(t, "0", w.header.Get("X-RateLimit-Remaining"), "the login layer binds")
 	assert.Equal(t, `"login";r=0;t=55, "all";r=95;t=55`, w.header.Get("RateLimit"), "binding layer first; all took nothing")
 	assert.Equal(t, `"login";q=5;w=60, "all";q=100;w=60`, w.header.Get("RateLimit-Policy"))
 	assert.Equal(t, "55", w.header.Get("Retry-After"))
 	w = newResponse()
-	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+	require.True(t, handle(f, newPathRequest("GET", "/items"), w))
 	assert.Equal(t, `"all";r=94;t=55`, w.header.Get("RateLimit"), "one layer applies")
 }
 
@@ -273,7 +273,7 @@ func TestLayersPlanFailMode(t *testing.T) {
 		for _, plan := range []string{"broken", "invalid"} {
 			r := withPlan(newPathRequest("GET", "/items"), plan)
 			w := newResponse()
-			ok := f.Handle(r, w)
+			ok := handle(f, r, w)
 			if mode == 0 {
 				assert.True(t, ok, "%s plan fails open", plan)
 				assert.Zero(t, w.writes)
@@ -286,7 +286,7 @@ func TestLayersPlanFailMode(t *testing.T) {
 		assert.ErrorIs(t, errs[0], errPlans)
 		assert.ErrorIs(t, errs[1], limits.ErrPolicy)
 		w := newResponse()
-		require.True(t, f.Handle(withPlan(newPathRequest("GET", "/items"), "premium"), w), "a good plan is decided as usual")
+		require.True(t, handle(f, withPlan(newPathRequest("GET", "/items"), "premium"), w), "a good plan is decided as usual")
 		assert.Equal(t, "99", w.header.Get("X-RateLimit-Remaining"))
 	}
 	// The single-policy flow: a PolicySource's invalid policy is decided by
@@ -297,7 +297,7 @@ func TestLayersPlanFailMode(t *testing.T) {
 			httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 		require.NoError(t, err)
 		w := newResponse()
-		ok := f.Handle(newRequest(), w)
+		ok := handle(f, newRequest(), w)
 		assert.Equal(t, mode == 0, ok)
 		if mode > 0 {
 			assert.Equal(t, http.StatusServiceUnavailable, w.status)
@@ -321,11 +321,11 @@ func TestLayersLists(t *testing.T) {
 	r := newPathRequest("GET", "/")
 	r.header.Set("X-User", "bad")
 	w := newResponse()
-	assert.False(t, f.Handle(r, w), "the second layer's key is deny-listed")
+	assert.False(t, handle(f, r, w), "the second layer's key is deny-listed")
 	assert.Equal(t, http.StatusForbidden, w.status)
 	r.header.Set("X-User", "vip")
 	w = newResponse()
-	assert.True(t, f.Handle(r, w))
+	assert.True(t, handle(f, r, w))
 	assert.Empty(t, w.header, "allow-listed: no decision, no header")
 }
 
@@ -334,7 +334,7 @@ func TestLayersNoneApplies(t *testing.T) {
 	f, _ := layeredFlow(t, []httplimit.Layer{{Policy: named("login", perMin(1)), Routes: []string{"/login"}, Key: ip}}, nil)
 	for range 3 {
 		w := newResponse()
-		assert.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+		assert.True(t, handle(f, newPathRequest("GET", "/items"), w))
 		assert.Empty(t, w.header)
 	}
 }
@@ -359,7 +359,7 @@ func BenchmarkHandleLayers(b *testing.B) {
 	r.ctx = context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if !f.Handle(r, w) {
+		if !handle(f, r, w) {
 			b.Fatal("denied")
 		}
 	}
@@ -375,7 +375,7 @@ func TestLayersConcurrent(t *testing.T) {
 	var passed atomic.Int64
 	for range n {
 		wg.Go(func() {
-			if f.Handle(newPathRequest("POST", "/login"), newResponse()) {
+			if handle(f, newPathRequest("POST", "/login"), newResponse()) {
 				passed.Add(1)
 			}
 		})
@@ -383,7 +383,7 @@ func TestLayersConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int64(5), passed.Load())
 	w := newResponse()
-	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+	require.True(t, handle(f, newPathRequest("GET", "/items"), w))
 	assert.Equal(t, `"all";r=94;t=55`, w.header.Get("RateLimit"), "5 logins and this request")
 }
 
@@ -403,7 +403,7 @@ func TestLayersPacing(t *testing.T) {
 	// machine took between the two (timed from between them, a stall there
 	// would shorten the wait measured).
 	start := time.Now()
-	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
-	require.True(t, f.Handle(newPathRequest("GET", "/"), newResponse()))
+	require.True(t, handle(f, newPathRequest("GET", "/"), newResponse()))
+	require.True(t, handle(f, newPathRequest("GET", "/"), newResponse()))
 	assert.GreaterOrEqual(t, time.Since(start), 45*time.Millisecond, "the second request waited its delay")
 }

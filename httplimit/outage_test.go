@@ -59,7 +59,7 @@ func TestOutageLoggedOnce(t *testing.T) {
 				append(lopts(t), core.WithCircuitBreaker(0, time.Millisecond)),
 				httplimit.WithErrorHandler(func(r keyfuncs.Request, err error) { heard.Add(1); log(r, err) }))
 			require.NoError(t, err)
-			handle := func() { f.Handle(newRequest(), newResponse()) }
+			handle := func() { handle(f, newRequest(), newResponse()) }
 
 			handle()
 			require.Empty(t, rec.records, "healthy")

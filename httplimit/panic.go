@@ -53,7 +53,7 @@ const (
 )
 
 // state is where one run of the flow is, and the guard of its response
-// once a handler or responder may have written it. It lives on Handle's
+// once a handler or responder may have written it. It lives on Serve's
 // stack.
 type state struct {
 	in string
@@ -93,7 +93,7 @@ func (w *writeOnce) Write(status int, contentType string, body []byte) error {
 	return w.Response.Write(status, contentType, body)
 }
 
-// recovered handles a panic with value v recovered from Handle: it reports
+// recovered handles a panic with value v recovered from the flow: it reports
 // a *PanicError to the ErrorHandler (to LogErrors(nil) when the
 // ErrorHandler is what panicked, or panics again), then answers 500 with
 // the Responder (DefaultResponder when the Responder is what panicked, or

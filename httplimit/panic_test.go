@@ -130,7 +130,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 			f, err := newFlow(t, store, httplimit.Layer{Policy: limitertest.Named(denyAll, denyAll.Name, tc.closed), Key: tc.key, Cost: tc.cost}, tc.lopts, opts...)
 			require.NoError(t, err)
 			for range tc.before {
-				require.True(t, f.Handle(newRequest(), newResponse()))
+				require.True(t, handle(f, newRequest(), newResponse()))
 			}
 			r := newRequest()
 			var w httplimit.Response = newResponse()
@@ -138,7 +138,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 				w = panickingSetter{w.(*response)}
 			}
 			var proceed bool
-			require.NotPanics(t, func() { proceed = f.Handle(r, w) })
+			require.NotPanics(t, func() { proceed = handle(f, r, w) })
 			assert.False(t, proceed)
 
 			res := unwrap(w)
@@ -182,7 +182,7 @@ func TestPanicHandlerAndResponderBothBreak(t *testing.T) {
 		httplimit.WithResponder(func(keyfuncs.Request, httplimit.Response, core.Decision, error) { panic("responder") }))
 	require.NoError(t, err)
 	w := newResponse()
-	require.NotPanics(t, func() { assert.False(t, f.Handle(newRequest(), w)) })
+	require.NotPanics(t, func() { assert.False(t, handle(f, newRequest(), w)) })
 	assert.Equal(t, 1, w.writes)
 	assert.Equal(t, http.StatusInternalServerError, w.status)
 	assert.Equal(t, internalBody, w.body)
@@ -196,7 +196,7 @@ func TestPanicLoggedAtErrorWithStack(t *testing.T) {
 	f, err := newFlow(t, memStore(t), httplimit.Layer{Policy: perMinute, Key: func(keyfuncs.Request) (string, error) { panic("key") }}, nil,
 		httplimit.WithErrorHandler(httplimit.LogErrors(rec.logger())))
 	require.NoError(t, err)
-	f.Handle(newRequest(), newResponse())
+	handle(f, newRequest(), newResponse())
 	require.Len(t, rec.records, 1)
 	r := rec.records[0]
 	assert.Equal(t, slog.LevelError, r.Level)
@@ -212,7 +212,7 @@ func TestNextHandlerPanicsAreNotRecovered(t *testing.T) {
 	f, err := newFlow(t, memStore(t), layer(perMinute), nil)
 	require.NoError(t, err)
 	assert.PanicsWithValue(t, "next", func() {
-		if f.Handle(newRequest(), newResponse()) {
+		if handle(f, newRequest(), newResponse()) {
 			panic("next")
 		}
 	})
@@ -240,7 +240,7 @@ func TestPanicErrorUnwrapsItsValue(t *testing.T) {
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { errs = append(errs, err) }))
 	require.NoError(t, err)
 	w := newResponse()
-	require.False(t, f.Handle(newRequest(), w))
+	require.False(t, handle(f, newRequest(), w))
 	assert.Equal(t, 500, w.status)
 	require.Len(t, errs, 1)
 	assert.ErrorIs(t, errs[0], errBoom)

@@ -60,7 +60,7 @@ func (r *request) addHeader(k, v string) { r.header.Add(k, v) }
 func TestProblemDetailsNegotiation(t *testing.T) {
 	f, err := newFlow(t, memStore(t), layer(perMinute), nil, httplimit.WithProblemDetails())
 	require.NoError(t, err)
-	require.True(t, f.Handle(newRequest(), newResponse()))
+	require.True(t, handle(f, newRequest(), newResponse()))
 	for _, c := range []struct {
 		accept  []string
 		problem bool
@@ -81,7 +81,7 @@ func TestProblemDetailsNegotiation(t *testing.T) {
 		{[]string{strings.Repeat("text/plain, ", 100) + "application/problem+json"}, false}, // past the members read
 	} {
 		w := newResponse()
-		require.False(t, f.Handle(withAccept(newRequest(), c.accept...), w))
+		require.False(t, handle(f, withAccept(newRequest(), c.accept...), w))
 		assert.Equal(t, http.StatusTooManyRequests, w.status, "%q", c.accept)
 		assert.Equal(t, 1, w.writes)
 		assert.NotEmpty(t, w.header.Get("Retry-After"), "%q: the fields are set as for any denial", c.accept)
@@ -100,9 +100,9 @@ func TestProblemDetailsNegotiation(t *testing.T) {
 	// Without the option, a client that asks gets the default body.
 	plain, err := newFlow(t, memStore(t), layer(perMinute), nil)
 	require.NoError(t, err)
-	require.True(t, plain.Handle(newRequest(), newResponse()))
+	require.True(t, handle(plain, newRequest(), newResponse()))
 	w := newResponse()
-	require.False(t, plain.Handle(withAccept(newRequest(), "application/problem+json"), w))
+	require.False(t, handle(plain, withAccept(newRequest(), "application/problem+json"), w))
 	assert.Equal(t, "application/json", w.contentType)
 }
 
@@ -119,7 +119,7 @@ func TestProblemDetailsLayers(t *testing.T) {
 	f, _ := layeredFlow(t, layers, nil, httplimit.WithProblemDetails())
 	send := func(method, path string) *response {
 		w := newResponse()
-		f.Handle(withAccept(newPathRequest(method, path), "application/problem+json"), w)
+		handle(f, withAccept(newPathRequest(method, path), "application/problem+json"), w)
 		return w
 	}
 	for range 2 {
@@ -137,9 +137,9 @@ func TestProblemDetailsLayers(t *testing.T) {
 		{Policy: named("short", core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}), Key: ip},
 		{Policy: named("long", core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}), Key: ip},
 	}, nil, httplimit.WithProblemDetails())
-	require.True(t, both.Handle(newPathRequest("GET", "/"), newResponse()))
+	require.True(t, handle(both, newPathRequest("GET", "/"), newResponse()))
 	w = newResponse()
-	require.False(t, both.Handle(withAccept(newPathRequest("GET", "/"), "application/problem+json"), w))
+	require.False(t, handle(both, withAccept(newPathRequest("GET", "/"), "application/problem+json"), w))
 	p := decodeProblem(t, w)
 	assert.Equal(t, []string{"long", "short"}, p.ViolatedPolicies, "both, the binding (longest) denial first")
 	assert.Equal(t, "Too many requests, retry after "+w.header.Get("Retry-After")+" seconds.", p.Detail)
@@ -156,7 +156,7 @@ func TestProblemDetailsLockoutOutageAndLists(t *testing.T) {
 	var last *response
 	for range 4 {
 		last = newResponse()
-		f.Handle(withAccept(newRequest(), "application/problem+json"), last)
+		handle(f, withAccept(newRequest(), "application/problem+json"), last)
 	}
 	p := decodeProblem(t, last)
 	assert.Equal(t, http.StatusTooManyRequests, p.Status)
@@ -170,7 +170,7 @@ func TestProblemDetailsLockoutOutageAndLists(t *testing.T) {
 		httplimit.WithErrorHandler(func(keyfuncs.Request, error) {}))
 	require.NoError(t, err)
 	w := newResponse()
-	require.False(t, down.Handle(withAccept(newRequest(), "application/problem+json"), w))
+	require.False(t, handle(down, withAccept(newRequest(), "application/problem+json"), w))
 	p = decodeProblem(t, w)
 	assert.Equal(t, http.StatusServiceUnavailable, p.Status)
 	assert.Equal(t, "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity", p.Type)
@@ -185,14 +185,14 @@ func TestProblemDetailsLockoutOutageAndLists(t *testing.T) {
 			httplimit.WithDenyList(list(t, "192.0.2.0/24 reason=scraping")))
 		require.NoError(t, err)
 		w = newResponse()
-		require.False(t, listed.Handle(withAccept(newPathRequest("GET", "/"), "application/problem+json"), w))
+		require.False(t, handle(listed, withAccept(newPathRequest("GET", "/"), "application/problem+json"), w))
 		assert.Equal(t, http.StatusForbidden, w.status)
 		p = decodeProblem(t, w)
 		assert.Equal(t, "about:blank", p.Type)
 		assert.Equal(t, "Forbidden", p.Title)
 		assert.NotContains(t, w.body, "scraping")
 		w = newResponse()
-		require.False(t, listed.Handle(newPathRequest("GET", "/"), w))
+		require.False(t, handle(listed, newPathRequest("GET", "/"), w))
 		assert.Equal(t, "application/json", w.contentType, "no Accept: the Responder's 403")
 	}
 }

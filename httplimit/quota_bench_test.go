@@ -27,7 +27,7 @@ func BenchmarkHandleQuota(b *testing.B) {
 			r, w := newPathRequest("GET", "/api/v1/users/12345/orders"), newResponse()
 			b.ReportAllocs()
 			for b.Loop() {
-				f.Handle(r, w)
+				handle(f, r, w)
 			}
 		})
 	}

@@ -88,7 +88,7 @@ func TestQuotaEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	quota := func(path string) map[string]quotaLayer {
 		w := newResponse()
-		require.False(t, f.Handle(newPathRequest("GET", path), w), "the endpoint never proceeds")
+		require.False(t, handle(f, newPathRequest("GET", path), w), "the endpoint never proceeds")
 		return quotaOf(t, w)
 	}
 	q := quota("/rate_limit")
@@ -98,7 +98,7 @@ func TestQuotaEndpoint(t *testing.T) {
 	assert.Equal(t, []string{"/login"}, q["login"].Routes)
 
 	for range 3 {
-		f.Handle(newPathRequest("POST", "/login"), newResponse())
+		handle(f, newPathRequest("POST", "/login"), newResponse())
 	}
 	q = quota("/Rate_Limit/")
 	assert.Equal(t, int64(98), q["all"].Remaining, "the third login, denied, took nothing")
@@ -114,16 +114,16 @@ func TestQuotaEndpoint(t *testing.T) {
 	}
 	assert.Equal(t, before, quota("/rate_limit"), "quota requests spent nothing")
 	w := newResponse()
-	require.True(t, f.Handle(newPathRequest("GET", "/items"), w))
+	require.True(t, handle(f, newPathRequest("GET", "/items"), w))
 	assert.Equal(t, before["all"].Remaining-1, int64(atoi(t, w.header.Get("X-RateLimit-Remaining"))), "the next decision")
 
 	w = newResponse()
 	head := newPathRequest("HEAD", "/rate_limit")
 	head.remote = "192.0.2.50:1" // the first address's quota requests are at the endpoint's burst
-	require.False(t, f.Handle(head, w), "HEAD is answered too")
+	require.False(t, handle(f, head, w), "HEAD is answered too")
 	assert.Equal(t, int64(100), quotaOf(t, w)["all"].Remaining)
 	w = newResponse()
-	assert.True(t, f.Handle(newPathRequest("POST", "/rate_limit"), w), "POST is not the endpoint")
+	assert.True(t, handle(f, newPathRequest("POST", "/rate_limit"), w), "POST is not the endpoint")
 	for path, is := range map[string]bool{
 		"/%72ate_limit": true, "/RATE_LIMIT": true, "//rate_limit/": true, "/rate_limit;x": true, `\rate_limit`: true,
 		"/api/rate_limit": false, "/rate_limits": false, "/rate": false, "/%2e%2e/rate_limitx": false,
@@ -131,13 +131,13 @@ func TestQuotaEndpoint(t *testing.T) {
 		sp := newPathRequest("GET", path)
 		sp.remote = "192.0.2.77:1" // an address of its own: the endpoint's burst
 		w = newResponse()
-		assert.Equal(t, !is, f.Handle(sp, w), "%q: the endpoint", path)
+		assert.Equal(t, !is, handle(f, sp, w), "%q: the endpoint", path)
 	}
 	r := newPathRequest("GET", "/rate_limit")
 	r.remote = "192.0.2.50:1"
 	r.header.Set("X-User", "ann")
 	w = newResponse()
-	f.Handle(r, w)
+	handle(f, r, w)
 	assert.Equal(t, int64(20), quotaOf(t, w)["user"].Remaining, "a token bucket's limit is its burst")
 }
 
@@ -147,7 +147,7 @@ func TestQuotaEndpointKeyedAsTheFlow(t *testing.T) {
 	f, err := httplimit.New(clockstore.At(memStore(t), t0), quotaLayers(t), httplimit.WithQuota("/rate_limit"))
 	require.NoError(t, err)
 	for range 5 {
-		f.Handle(newPathRequest("GET", "/"), newResponse())
+		handle(f, newPathRequest("GET", "/"), newResponse())
 	}
 	for _, h := range []string{"X-Forwarded-For", "X-Real-IP", "Forwarded", "True-Client-IP"} {
 		r := newPathRequest("GET", "/rate_limit")
@@ -156,7 +156,7 @@ func TestQuotaEndpointKeyedAsTheFlow(t *testing.T) {
 			r.header.Set(h, "for=198.51.100.9")
 		}
 		w := newResponse()
-		f.Handle(r, w)
+		handle(f, r, w)
 		assert.Equal(t, int64(95), quotaOf(t, w)["all"].Remaining, "%s: the socket peer's quota", h)
 	}
 }
@@ -172,7 +172,7 @@ func TestQuotaEndpointGuard(t *testing.T) {
 	start := time.Now()
 	for range 1000 {
 		w := newResponse()
-		f.Handle(newPathRequest("GET", "/rate_limit"), w)
+		handle(f, newPathRequest("GET", "/rate_limit"), w)
 		switch w.status {
 		case 200:
 			ok++
@@ -189,7 +189,7 @@ func TestQuotaEndpointGuard(t *testing.T) {
 	r := newPathRequest("GET", "/rate_limit")
 	r.remote = "192.0.2.99:1"
 	w := newResponse()
-	f.Handle(r, w)
+	handle(f, r, w)
 	assert.Equal(t, 200, w.status)
 }
 
@@ -201,7 +201,7 @@ func TestQuotaEndpointStoreDown(t *testing.T) {
 		httplimit.WithErrorHandler(func(_ keyfuncs.Request, err error) { heard = append(heard, err) }))
 	require.NoError(t, err)
 	w := newResponse()
-	f.Handle(newPathRequest("GET", "/rate_limit"), w)
+	handle(f, newPathRequest("GET", "/rate_limit"), w)
 	assert.Equal(t, 503, w.status)
 	assert.Equal(t, "1", w.header.Get("Retry-After"))
 	assert.Equal(t, `{"error":"quota unavailable"}`, w.body)
@@ -258,7 +258,7 @@ func TestQuotaEndpointClientLeft(t *testing.T) {
 	r := newPathRequest("GET", "/rate_limit")
 	r.ctx = ctx
 	w := newResponse()
-	require.False(t, f.Handle(r, w))
+	require.False(t, handle(f, r, w))
 	assert.Equal(t, 499, w.status, w.body)
 	require.Len(t, heard, 1)
 	assert.ErrorIs(t, heard[0], context.Canceled)

@@ -84,12 +84,12 @@ func (f *Flow) repSignal(st *state, r keyfuncs.Request, s reputation.Signal) {
 // repResponse scores what the response of r's client, of status, says,
 // against key, its address's; ctx is the context its handler ran under,
 // which reputation.MarkUnrouted may have marked.
-func (f *Flow) repResponse(ctx context.Context, r keyfuncs.Request, key string, status int) {
+func (f *Flow) repResponse(ctx context.Context, r Request, key string, status int) {
 	var s reputation.Signal
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		s = reputation.Refused
-	case status == http.StatusNotFound && unrouted(r):
+	case status == http.StatusNotFound && r.Unrouted():
 		s = reputation.Unrouted // no route serves the path: a scanner's
 	case status == http.StatusNotFound:
 		s = reputation.NotFound
@@ -148,17 +148,6 @@ func (f *Flow) repBanned(st *state, r keyfuncs.Request, w Response, key, addr st
 	f.report(key, denyListed)
 	f.forbid(st, r, w, e)
 	return true
-}
-
-// unrouted reports whether no route served r, whose answer is a 404: its
-// Route is empty, or its adapter says so by the framework's routing
-// where Route cannot tell (Echo's e.RouteNotFound routes; Fiber's Route,
-// under Use, is the middleware's).
-func unrouted(r keyfuncs.Request) bool {
-	if u, ok := r.(interface{ Unrouted() bool }); ok {
-		return u.Unrouted()
-	}
-	return r.Route() == ""
 }
 
 // repOwn returns t's own Config.Key, or nil (and for a nil t).

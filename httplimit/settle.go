@@ -40,9 +40,6 @@ import (
 //     the one it sent first, and CostHeader is read then;
 //   - an admitted request whose handler never ran (the client left while
 //     it was paced) is given back whole, in every layer that settles.
-//
-// Only Serve settles: an adapter that calls Handle never does, and every
-// request then counts whole.
 type Counts uint8
 
 const (
@@ -136,65 +133,6 @@ func ReportCost(ctx context.Context, cost int64) {
 	if s, ok := ctx.Value(settleKey{}).(*settlement); ok && cost >= 0 && cost < 1<<62 {
 		s.cost.Store(cost + 1)
 	}
-}
-
-// Serve runs the flow for one request around next, the rest of the chain,
-// and reports whether the request proceeded: when it returns false, the
-// response has been written and next was not called. It is Handle for
-// the adapters, which settles the layers that count by the response
-// (Layer.Counts) once next has returned. The adapter's next runs the
-// handler under ctx and returns the status it wrote (0 if it cannot
-// tell): ctx is the request's own context unless a layer is to settle,
-// and then carries the settlement that Report and ReportCost reach, so an
-// adapter may skip capturing the status when ctx is the request's own. A
-// panic in next settles the request as failed and goes on. CostHeader is
-// read from w, which must stay valid until Serve returns, by its
-// Get(name string) string method (every adapter's Response has one).
-func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Context) (status int)) bool {
-	var st state
-	proceed, s := f.handle(r, w, &st)
-	if !proceed {
-		return false
-	}
-	if s == nil && f.rep == nil {
-		next(r.Context())
-		return true
-	}
-	ctx := r.Context()
-	if s != nil {
-		ctx = context.WithValue(ctx, settleKey{}, s)
-	}
-	repKey := st.repKey // the address's, when the flow matched the reputation's bans
-	if f.rep != nil {
-		if repKey == "" {
-			repKey = f.repAddr(r)
-		}
-		// reputation.Penalize counts against the Tracker's own key, the
-		// handler's to vouch for; the response's signals, the address.
-		if own := f.repOwnKey(r); own != "" {
-			ctx = f.rep.NewContext(ctx, own)
-		} else if repKey != "" {
-			ctx = f.rep.NewContext(ctx, repKey)
-		}
-	}
-	if ctx == r.Context() {
-		next(ctx)
-		return true
-	}
-	status := 0
-	defer func() { // on a panic too
-		if s != nil {
-			f.settle(r, w, s, status)
-		}
-		if repKey != "" && status != 0 {
-			f.repResponse(ctx, r, repKey, status)
-		}
-	}()
-	status = next(ctx)
-	if status == 0 {
-		status = 200 // a handler that wrote nothing is answered 200
-	}
-	return true
 }
 
 // newSettlement returns the settlement of the checks of ds's request

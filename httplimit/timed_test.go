@@ -24,7 +24,7 @@ func TestFlowWritesTheStoresTime(t *testing.T) {
 	require.NoError(t, err)
 	for i, allowed := range []bool{true, true, false} {
 		w := newResponse()
-		assert.Equal(t, allowed, f.Handle(newRequest(), w), "request %d", i)
+		assert.Equal(t, allowed, handle(f, newRequest(), w), "request %d", i)
 		d, err := headers.Parse(w.header)
 		require.NoError(t, err, "request %d", i)
 		reset, err := strconv.ParseInt(w.header.Get("X-RateLimit-Reset"), 10, 64)

@@ -105,7 +105,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is a net/http request as a keyfuncs.Request: r, and ran, the
+// request is a net/http request as a httplimit.Request: r, and ran, the
 // copy the handler ran with when the flow gave it a context of its own,
 // on which a ServeMux writes the pattern it matched. The middleware takes
 // them from requests, a pool: a struct of two pointers does not fit in an
@@ -175,6 +175,9 @@ func (q *request) Route() string {
 	}
 	return rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
 }
+
+// Unrouted reports whether no route serves the request: its Route is "".
+func (q *request) Unrouted() bool { return q.Route() == "" }
 
 // response is a net/http response as a httplimit.Response. The
 // middleware takes them from responses, a pool: a struct holding an

@@ -202,7 +202,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Echo's request as a keyfuncs.Request. The middleware takes
+// request is Echo's request as a httplimit.Request. The middleware takes
 // them from requests, a pool: a struct holding an interface does not fit
 // in one, and would cost an allocation a request. It is valid only while
 // the flow runs; Unwrap of one kept longer reports false.

@@ -136,7 +136,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Fiber's request as a keyfuncs.Request. Holding one pointer,
+// request is Fiber's request as a httplimit.Request. Holding one pointer,
 // it converts to an interface without allocating.
 type request struct{ c *fiber.Ctx }
 

@@ -89,7 +89,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Gin's request as a keyfuncs.Request. Holding one pointer, it
+// request is Gin's request as a httplimit.Request. Holding one pointer, it
 // converts to an interface without allocating.
 type request struct{ c *gin.Context }
 
@@ -103,6 +103,10 @@ func (q request) Context() context.Context          { return q.c.Request.Context
 
 // Path is the request's path, for the routes of httplimit layers.
 func (q request) Path() string { return q.c.Request.URL.Path }
+
+// Unrouted reports whether no route serves the request: c.FullPath() is
+// "".
+func (q request) Unrouted() bool { return q.c.FullPath() == "" }
 
 // response is Gin's response as a httplimit.Response.
 type response struct{ c *gin.Context }
