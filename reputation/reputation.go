@@ -42,17 +42,17 @@
 // first weighs by default. A catch-all route serving as the 404 page,
 // which no router can tell from a route, says so with MarkUnrouted.
 //
-// Scores are kept in process, or in Redis (Config.Redis) shared by every
-// app server. Decisions read the copy of the scores this server holds (no
-// round trip). A signal is one atomic script, which returns the score
-// every server's signals made: the signal that crosses a band, on any
-// server, acts. But a client's signals that come while its script is
-// under way, or while Redis is failing, count in the copy at once and go
-// to Redis within 100 ms, batched: a flood of bad requests costs Redis at
-// most one script under way per client and server, and a slow Redis
-// delays one bad request by at most 250 ms a second (a go-redis client
-// with ContextTimeoutEnabled), not each. Memory is bounded under a flood
-// of distinct keys.
+// Scores are kept in process, or shared by every app server
+// (Config.Scores: rediswatch.NewScores keeps them in Redis). Decisions
+// read the copy of the scores this server holds (no round trip). A signal
+// is one atomic add, which returns the score every server's signals made:
+// the signal that crosses a band, on any server, acts. But a client's
+// signals that come while its add is under way, or while Redis is
+// failing, count in the copy at once and go to Redis within 100 ms,
+// batched: a flood of bad requests costs Redis at most one script under
+// way per client and server, and a slow Redis delays one bad request by
+// at most 250 ms a second (a go-redis client with ContextTimeoutEnabled),
+// not each. Memory is bounded under a flood of distinct keys.
 //
 // In shadow mode (Config.Shadow) a Tracker scores, and logs what it would
 // do, but neither bans nor scales.
@@ -71,8 +71,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
@@ -161,9 +159,10 @@ type Config struct {
 	// OffenceHalfLife is how long an offence takes to be half forgiven:
 	// a day when 0.
 	OffenceHalfLife time.Duration
-	// Redis, when set, keeps the scores and offences in it, shared by
-	// every app server, under keys that start with "ratelimit:rep:".
-	Redis redis.UniversalClient
+	// Scores, when set, shares the scores and offences with every app
+	// server: rediswatch.NewScores keeps them in Redis. Nil keeps them in
+	// this process.
+	Scores SharedScores
 	// Shadow scores, and logs what the Tracker would do, but never bans
 	// nor scales: a reputation on trial.
 	Shadow bool
@@ -263,10 +262,10 @@ func New(cfg Config) (*Tracker, error) {
 		}
 	}
 	for _, b := range cfg.Bands {
-		if b.Ban && cfg.Redis != nil && cfg.Bans == nil {
+		if b.Ban && cfg.Scores != nil && cfg.Bans == nil {
 			// Scores every server shares, and bans only this one holds: the
 			// ban would not hold on the others.
-			return nil, bad("band %q bans, and the scores are in Redis: Config.Bans must be bans every server holds (rediswatch.NewBans)", b.Name)
+			return nil, bad("band %q bans, and the scores are shared: Config.Bans must be bans every server holds (rediswatch.NewBans)", b.Name)
 		}
 	}
 	for _, d := range []time.Duration{cfg.HalfLife, cfg.BanFor, cfg.BanMax, cfg.OffenceHalfLife} {
@@ -302,15 +301,15 @@ func New(cfg Config) (*Tracker, error) {
 	t.banFor = cmp.Or(t.banFor, time.Minute)
 	t.banMax = max(cmp.Or(t.banMax, 24*time.Hour), t.banFor)
 	var err error
-	if cfg.Redis != nil {
-		var rs *scores.Redis
-		if rs, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:s:", half, maxKeys); err == nil {
-			rs.OnShared(t.shared, t.flushFailed)
+	if cfg.Scores != nil {
+		var rs *shared
+		if rs, err = newShared(cfg.Scores, "s:", half, maxKeys); err == nil {
+			rs.onShared, rs.onError = t.sharedScore, t.flushFailed
 			t.scores = rs
-			var ro *scores.Redis
-			ro, err = scores.NewRedis(cfg.Redis, "ratelimit:rep:o:", offHalf, maxKeys)
+			var ro *shared
+			ro, err = newShared(cfg.Scores, "o:", offHalf, maxKeys)
 			if err == nil {
-				ro.OnShared(nil, t.flushFailed)
+				ro.onError = t.flushFailed
 				t.offences = ro
 			}
 		}
@@ -412,7 +411,7 @@ func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 		t.log.Warn("reputation: scoring failed", "key", key, "signal", s, "error", err)
 		return
 	}
-	if rs, ok := t.scores.(*scores.Redis); ok {
+	if rs, ok := t.scores.(*shared); ok {
 		if shared, ok := rs.Sync(ctx, key); ok {
 			v = shared // every server's signals: this one may cross a band they took the client near
 		}
@@ -443,12 +442,12 @@ func (t *Tracker) signal(ctx context.Context, key string, s Signal, w float64) {
 	}
 }
 
-// shared acts on key's score as a flush of the scores to Redis read it,
+// sharedScore acts on key's score as a flush of the shared scores read it,
 // before (this server's copy) and after (the score every server's signals
 // made): a client other servers' signals took above a band that scales
 // is scaled here too, and one they took into a band that bans is banned,
 // if its ban is not in force yet.
-func (t *Tracker) shared(key string, before, after float64) {
+func (t *Tracker) sharedScore(key string, before, after float64) {
 	now := t.now()
 	if t.scales && after > t.scaleFrom {
 		t.suspect(key, now)
