@@ -2,7 +2,8 @@
 // app server through Redis, each server keeping an in-process copy that
 // a goroutine keeps in step with Redis: [Bans] (an access.Matcher) and
 // [Overrides] (a core.PolicySource). Neither calls Redis on a request's
-// path: Match and Adjust read the local copy with one atomic load.
+// path: Match and Adjust read the local copy with one atomic load. And
+// [NewScores] shares the scores of package reputation's Trackers.
 //
 // Both watch their Redis key the same way, with one option set (WithKey,
 // WithPollInterval, WithMax, WithLogger): the constructor reads Redis
@@ -205,4 +206,15 @@
 //
 // The scripts need Redis 3.2 or later (HSTRLEN). On a Redis Cluster the
 // hash and the marker share a slot, so each script touches one slot.
+//
+// # Scores
+//
+// [NewScores] keeps the scores of package reputation in Redis, for
+// reputation.Config.Scores, so that a client's signals on every server
+// add up to one score. Each Tracker still reads its own copy in process;
+// a signal runs one script (scores.lua) that decays the client's score,
+// adds the weight, sets the key's TTL to when it has decayed to nothing,
+// and returns the score, which the copy takes. A score a Redis loses is
+// not written back: a score is a hint, and the Tracker's copy keeps it
+// until it decays.
 package rediswatch

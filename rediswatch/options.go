@@ -9,8 +9,8 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// Option configures [NewBans] and [NewOverrides]. They apply the options
-// in order and return the error of the first that refuses its value, or
+// Option configures [NewBans], [NewOverrides] and [NewScores] (which
+// takes WithKey only). They apply the options in order and return the error of the first that refuses its value, or
 // of a value out of the watcher's own range; a nil Option is an error
 // too. Every such error wraps core.ErrInvalidOption.
 type Option func(*config) error
@@ -52,7 +52,8 @@ const maxKeyLen = 256
 // is the hash itself; its marker key is key+":alive" when key has a hash
 // tag ("{rl}:overrides" gives "{rl}:overrides:alive"), else
 // "{"+key+"}:alive" ("{rl:overrides}:alive"), in the hash's slot; it may
-// hold braces only as a hash tag.
+// hold braces only as a hash tag. For Scores (default "ratelimit:rep")
+// it starts every key (see NewScores).
 //
 // A key that is empty, over 256 bytes, or has an ASCII control byte is an
 // error, as is one with braces that the watcher does not take.

@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
+	"github.com/apigate/ratelimit/rediswatch"
 	"github.com/apigate/ratelimit/reputation"
 )
 
@@ -20,6 +21,8 @@ var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestNewRefuses(t *testing.T) {
 	ban := []reputation.Band{{Name: "b", Above: 1, Ban: true}}
+	shared, err := rediswatch.NewScores(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	require.NoError(t, err)
 	for name, cfg := range map[string]reputation.Config{
 		"no band":             {},
 		"a band with no name": {Bands: []reputation.Band{{Above: 1}}},
@@ -31,7 +34,7 @@ func TestNewRefuses(t *testing.T) {
 		"a weight too large":  {Bands: ban, Weights: map[reputation.Signal]float64{reputation.Denied: 1 << 21}},
 		"a negative HalfLife": {Bands: ban, HalfLife: -time.Second},
 		// Scores every server shares, bans only this one would hold.
-		"Redis scores with local bans": {Bands: ban, Redis: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
+		"shared scores with local bans": {Bands: ban, Scores: shared},
 	} {
 		_, err := reputation.New(cfg)
 		assert.ErrorIs(t, err, core.ErrInvalidOption, name)

@@ -132,7 +132,9 @@ func derivedServers(t *testing.T, h SocketHarness, srv *redistest.Server, store 
 			bans, err := rediswatch.NewBans(context.Background(), rc, rediswatch.WithKey(bansKey))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = bans.Close() })
-			cfg.Redis, cfg.Bans = rc, bans
+			shared, err := rediswatch.NewScores(rc)
+			require.NoError(t, err)
+			cfg.Scores, cfg.Bans = shared, bans
 		}
 		rep, err := reputation.New(cfg)
 		require.NoError(t, err)

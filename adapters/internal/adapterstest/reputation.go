@@ -89,7 +89,9 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				bans, err := rediswatch.NewBans(context.Background(), rc, rediswatch.WithKey(bansKey))
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = bans.Close() })
-				c.Redis, c.Bans = rc, bans
+				shared, err := rediswatch.NewScores(rc)
+				require.NoError(t, err)
+				c.Scores, c.Bans = shared, bans
 			}
 			if clock != nil {
 				c.Now = clock.now
@@ -168,7 +170,7 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				if be.redis {
 					// And the score Redis holds carries no signal later than
 					// the ban: its state is '<dd', the score and its last
-					// signal's time in µs (internal/rules/scores/add.lua).
+					// signal's time in µs (rediswatch/scores.lua).
 					key := "ip:" + ip // the client's key, as the Tracker scores it
 					require.Positive(t, reps[0].Score(key), "the scanner's signals were heard")
 					state, err := srv.Client().Get(context.Background(), "ratelimit:rep:s:"+key).Bytes()

@@ -22,35 +22,35 @@ type Memory struct {
 
 type memShard struct {
 	mu  sync.Mutex
-	m   map[string]entry
+	m   map[string]Entry
 	max int
 	_   [40]byte // apart from the next shard's lock
 }
 
-// entry is a score as of its last signal.
-type entry struct {
-	v  float64
-	at int64 // µs since the Unix epoch
+// Entry is a score as of its last signal.
+type Entry struct {
+	V  float64
+	At int64 // µs since the Unix epoch
 }
 
-// memShards is the number of shards of a Memory.
-const memShards = 16
+// Shards is the number of shards of a Memory.
+const Shards = 16
 
 // evictSample is how many scores a full shard looks at to evict one.
 const evictSample = 8
 
 // NewMemory returns a Memory of scores halving every halfLife, holding at
-// most maxKeys keys (at least memShards).
+// most maxKeys keys (at least Shards).
 func NewMemory(halfLife time.Duration, maxKeys int) (*Memory, error) {
-	if err := check(halfLife, 0); err != nil {
+	if err := Check(halfLife, 0); err != nil {
 		return nil, err
 	}
 	if maxKeys < 1 {
 		return nil, errors.New("scores: maxKeys below 1")
 	}
-	m := &Memory{hl: halfLife.Microseconds(), seed: maphash.MakeSeed(), shards: make([]memShard, memShards), mask: memShards - 1}
+	m := &Memory{hl: halfLife.Microseconds(), seed: maphash.MakeSeed(), shards: make([]memShard, Shards), mask: Shards - 1}
 	for i := range m.shards {
-		m.shards[i] = memShard{m: map[string]entry{}, max: max(1, maxKeys/memShards)}
+		m.shards[i] = memShard{m: map[string]Entry{}, max: max(1, maxKeys/Shards)}
 	}
 	return m, nil
 }
@@ -62,34 +62,34 @@ func (m *Memory) shard(key string) *memShard {
 // Add adds w to the score of key at now (the zero Time: time.Now) and
 // returns the score after it.
 func (m *Memory) Add(_ context.Context, key string, w float64, now time.Time) (float64, error) {
-	if err := check(time.Duration(m.hl)*time.Microsecond, w); err != nil {
+	if err := Check(time.Duration(m.hl)*time.Microsecond, w); err != nil {
 		return 0, err
 	}
 	if now.IsZero() {
 		now = time.Now()
 	}
-	e := m.add(key, w, now.UnixMicro())
-	return e.v, nil
+	e := m.AddAt(key, w, now.UnixMicro())
+	return e.V, nil
 }
 
-// add adds w, checked, to the score of key at us µs, and returns the
-// score after it, with the time it was added at (later than us when the
-// clock stepped back).
-func (m *Memory) add(key string, w float64, us int64) entry {
+// AddAt adds w, checked (Check), to the score of key at us µs, and
+// returns the score after it, with the time it was added at (later than
+// us when the clock stepped back).
+func (m *Memory) AddAt(key string, w float64, us int64) Entry {
 	sh := m.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
 	if ok {
-		if us < e.at {
-			us = e.at // a clock stepping back: added at the last signal's time
+		if us < e.At {
+			us = e.At // a clock stepping back: added at the last signal's time
 		}
-		e.v = decay(e.v, us-e.at, m.hl)
+		e.V = Decay(e.V, us-e.At, m.hl)
 	} else if len(sh.m) >= sh.max {
 		sh.evict(us, m.hl)
 	}
-	e.v += w
-	e.at = us
+	e.V += w
+	e.At = us
 	sh.m[key] = e
 	return e
 }
@@ -103,15 +103,15 @@ func (m *Memory) Get(key string, now time.Time) float64 {
 	if !ok {
 		return 0
 	}
-	v := decay(e.v, now.UnixMicro()-e.at, m.hl)
+	v := Decay(e.V, now.UnixMicro()-e.At, m.hl)
 	if v < Forgotten {
 		return 0
 	}
 	return v
 }
 
-// entry returns key's score as of its last signal.
-func (m *Memory) entry(key string) (entry, bool) {
+// Last returns key's score as of its last signal.
+func (m *Memory) Last(key string) (Entry, bool) {
 	sh := m.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]
@@ -119,13 +119,13 @@ func (m *Memory) entry(key string) (entry, bool) {
 	return e, ok
 }
 
-// put records e as key's score, as a store that decides elsewhere told
-// it (see Redis).
-func (m *Memory) put(key string, e entry) {
+// Put records e as key's score, as a store that decides elsewhere told
+// it (a shared score).
+func (m *Memory) Put(key string, e Entry) {
 	sh := m.shard(key)
 	sh.mu.Lock()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= sh.max {
-		sh.evict(e.at, m.hl)
+		sh.evict(e.At, m.hl)
 	}
 	sh.m[key] = e
 	sh.mu.Unlock()
@@ -154,7 +154,7 @@ func (sh *memShard) evict(now, hl int64) {
 		freed  bool
 	)
 	for k, e := range sh.m {
-		v := decay(e.v, now-e.at, hl)
+		v := Decay(e.V, now-e.At, hl)
 		switch {
 		case v < Forgotten:
 			delete(sh.m, k)
@@ -179,7 +179,7 @@ func (m *Memory) Range(now time.Time, fn func(key string, v float64)) {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
-			if v := decay(e.v, us-e.at, m.hl); v >= Forgotten {
+			if v := Decay(e.V, us-e.At, m.hl); v >= Forgotten {
 				fn(k, v)
 			}
 		}

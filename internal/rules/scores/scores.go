@@ -1,10 +1,9 @@
 // Package scores keeps decaying scores by key: each signal adds its weight,
 // and a score halves every half-life (exponential decay), so that a client
 // who stops misbehaving recovers, and a shared or recycled address too. It
-// is what package reputation keeps per client: the Memory store serves
-// one process, and the Redis store shares the scores between app servers,
-// each read a copy in process (no round trip), the updates written behind,
-// batched, one atomic script per key (see Redis).
+// is what package reputation keeps per client, in a Memory: the scores of
+// one process, or this process's copy of the scores every app server
+// shares (rediswatch's scores.lua computes the same as Memory.AddAt).
 //
 // A score is kept as its value at the time of its last signal; its value
 // at a later time t is value × 2^(-(t - at) / halfLife), computed when it
@@ -28,18 +27,18 @@ const Forgotten = 1e-3
 // behaviour, far past any band.
 const MaxWeight = 1 << 20
 
-// decay is v, a score at some time, el µs later under a half-life of hl
+// Decay is v, a score at some time, el µs later under a half-life of hl
 // µs. The Redis script computes the same (2^x is Lua's pow; Go's Exp2 may
 // differ from it in the last bit, which no band's threshold can tell).
-func decay(v float64, el, hl int64) float64 {
+func Decay(v float64, el, hl int64) float64 {
 	if el <= 0 {
 		return v
 	}
 	return v * math.Exp2(-float64(el)/float64(hl))
 }
 
-// check reports a bad half-life or weight.
-func check(halfLife time.Duration, w float64) error {
+// Check reports a bad half-life or weight.
+func Check(halfLife time.Duration, w float64) error {
 	if halfLife < time.Millisecond || halfLife > 366*24*time.Hour {
 		return fmt.Errorf("scores: half-life %v out of [1ms, 366 days]", halfLife)
 	}
