@@ -48,7 +48,7 @@ func TestReputationCountsTheAddress(t *testing.T) {
 		if user != "" {
 			r.header.Set("X-User", user)
 		}
-		f.Serve(r, settleResponse{newResponse()}, next)
+		f.Serve(r, newResponse(), next)
 	}
 	serve("victim", func(ctx context.Context) int { reputation.Report(ctx, 2); return 401 })
 	serve("", func(ctx context.Context) int { reputation.Report(ctx, 2); return 200 })
