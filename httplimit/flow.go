@@ -271,7 +271,7 @@ func (f *Flow) Serve(r Request, w Response, next func(ctx context.Context) (stat
 	status := 0
 	defer func() { // on a panic too
 		if s != nil {
-			f.settle(r, w, s, status)
+			f.settle(r, s, status)
 		}
 		if repKey != "" && status != 0 {
 			f.repResponse(ctx, r, repKey, status)

@@ -96,11 +96,6 @@ type Layer struct {
 	// Report: nil is 400 and above (so 401 and 403, and 429 and 5xx,
 	// fail). Given to a layer of another Counts, it is an error.
 	IsFailure func(status int) bool
-	// CostHeader names the response header whose value, an integer, is
-	// what the request cost, for a CountReported layer whose handler did
-	// not ReportCost (an upstream's X-Tokens-Used, say). Given to a
-	// layer of another Counts, it is an error.
-	CostHeader string
 }
 
 // CostByRoute returns a Layer.Cost function weighing requests
@@ -187,7 +182,6 @@ type flowLayer struct {
 	routes     []route  // nil: all
 	counts     Counts
 	isFailure  func(int) bool
-	costHeader string
 	defaultKey bool // key is the client address's (WithClientIP): the layer had no Key
 }
 
@@ -238,18 +232,14 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 			return nil, invalid(fn, fmt.Sprintf("two layers are named %q, in some case", name))
 		}
 		seen[strings.ToLower(name)] = true
-		fl := flowLayer{name: name, key: ly.Key, cost: ly.Cost, counts: ly.Counts, isFailure: ly.IsFailure, costHeader: ly.CostHeader}
+		fl := flowLayer{name: name, key: ly.Key, cost: ly.Cost, counts: ly.Counts, isFailure: ly.IsFailure}
 		switch {
 		case ly.Counts > CountReported:
 			return nil, invalid(fn, fmt.Sprintf("layer %q: unknown Counts %d", name, ly.Counts))
 		case ly.IsFailure != nil && ly.Counts != CountFailures && ly.Counts != CountSuccesses:
 			return nil, invalid(fn, fmt.Sprintf("layer %q: IsFailure for a layer that counts %s: it would never be asked", name, ly.Counts))
-		case ly.CostHeader != "" && ly.Counts != CountReported:
-			return nil, invalid(fn, fmt.Sprintf("layer %q: CostHeader for a layer that counts %s: it would never be read", name, ly.Counts))
 		case ly.Counts == CountReported && ly.Cost == nil:
 			return nil, invalid(fn, fmt.Sprintf("layer %q: CountReported needs a Cost, the most a request may cost, which it reserves", name))
-		case ly.CostHeader != "" && !validHeaderName(ly.CostHeader):
-			return nil, invalid(fn, fmt.Sprintf("layer %q: CostHeader %q is not a header field name", name, ly.CostHeader))
 		}
 		for _, m := range ly.Methods {
 			if !validMethod(m) {
@@ -271,9 +261,6 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 	}
 	return ls, nil
 }
-
-// validHeaderName reports whether h is a header field name: a token.
-func validHeaderName(h string) bool { return validMethod(h) }
 
 // validMethod reports whether m is an HTTP method token.
 func validMethod(m string) bool {

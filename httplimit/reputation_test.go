@@ -37,7 +37,7 @@ func TestReputationCountsTheAddress(t *testing.T) {
 		if user != "" {
 			r.header.Set("X-User", user)
 		}
-		f.Serve(r, settleResponse{newResponse()}, next)
+		f.Serve(r, newResponse(), next)
 	}
 	scores := func() [2]float64 { return [2]float64{rep.Score("user:victim"), rep.Score("ip:192.0.2.1")} }
 	serve("victim", func(ctx context.Context) int { reputation.Penalize(ctx, 2); return 401 })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +36,7 @@ import (
 //     handler ended it. Settling does not use the request's context, so
 //     the refund is made after the client has left;
 //   - a streamed response ends when the handler returns: its status is
-//     the one it sent first, and CostHeader is read then;
+//     the one it sent first;
 //   - an admitted request whose handler never ran (the client left while
 //     it was paced) is given back whole, in every layer that settles.
 type Counts uint8
@@ -63,15 +62,15 @@ const (
 	// Limiter.Policies, the headers and the quota endpoint), and counts
 	// toward the 16 layers.
 	CountSuccesses
-	// CountReported counts what the response says the request cost: the
-	// handler's ReportCost, or else the integer in the response header
-	// CostHeader names. The layer's Cost is the reserve, the most a
-	// request may cost (a model's max_tokens), and must be set; what the
-	// response reports below it is given back. A response that reports
-	// more is charged the reserve alone, and the ErrorHandler hears of
-	// it: units past the reserve were never admitted, and charging them
-	// after the fact would let a request exceed the limit. One that
-	// reports nothing, or a malformed value, is charged the reserve.
+	// CountReported counts what the handler says the request cost, by
+	// ReportCost (rows exported; tokens, from an upstream's
+	// X-Tokens-Used). The layer's Cost is the reserve, the most a request
+	// may cost (a model's max_tokens), and must be set; what the handler
+	// reports below it is given back. A request that reports more is
+	// charged the reserve alone, and the ErrorHandler hears of it: units
+	// past the reserve were never admitted, and charging them after the
+	// fact would let a request exceed the limit. One that reports
+	// nothing is charged the reserve.
 	CountReported
 )
 
@@ -126,9 +125,9 @@ func Report(ctx context.Context, failed bool) {
 
 // ReportCost tells the CountReported layers of the request what it cost,
 // from its handler, through the request's context (see Report): rows
-// exported, tokens generated. It wins over CostHeader; the last call wins.
-// A negative cost counts as none reported. It does nothing on a context
-// no settling layer admitted.
+// exported, tokens generated. The last call wins. A negative cost counts
+// as none reported. It does nothing on a context no settling layer
+// admitted.
 func ReportCost(ctx context.Context, cost int64) {
 	if s, ok := ctx.Value(settleKey{}).(*settlement); ok && cost >= 0 && cost < 1<<62 {
 		s.cost.Store(cost + 1)
@@ -159,7 +158,7 @@ func (f *Flow) newSettlement(d *core.Decision, at time.Time, checks []core.Check
 // settle gives back what the response of a request admitted with s says
 // should not count; status 0 is a handler that panicked. A failure is the
 // ErrorHandler's to hear; the units then stay counted.
-func (f *Flow) settle(r keyfuncs.Request, w Response, s *settlement, status int) {
+func (f *Flow) settle(r keyfuncs.Request, s *settlement, status int) {
 	if s.settled {
 		return
 	}
@@ -182,12 +181,12 @@ func (f *Flow) settle(r keyfuncs.Request, w Response, s *settlement, status int)
 				give = c.Cost
 			}
 		case CountReported:
-			cost, err := s.reportedCost(ly, w, status, c.Cost)
+			cost, err := s.reportedCost(status, c.Cost)
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Errorf("layer %q: %w", ly.name, err))
 			case cost > c.Cost:
-				problems = append(problems, fmt.Errorf("layer %q: the response reported a cost of %d, above the reserve of %d: charged %d", ly.name, cost, c.Cost, c.Cost))
+				problems = append(problems, fmt.Errorf("layer %q: the handler reported a cost of %d, above the reserve of %d: charged %d", ly.name, cost, c.Cost, c.Cost))
 			default:
 				give = c.Cost - cost
 			}
@@ -242,37 +241,21 @@ func (s *settlement) failed(ly *flowLayer, status int) (failed bool, err error) 
 	return ly.isFailure(status), nil
 }
 
-// reportedCost is the cost the response reported for ly: ReportCost's,
-// or else CostHeader's; the reserve when a handler that panicked reported
-// none.
-func (s *settlement) reportedCost(ly *flowLayer, w Response, status int, reserve int64) (int64, error) {
+// reportedCost is the cost the handler reported (ReportCost); the
+// reserve when a handler that panicked reported none.
+func (s *settlement) reportedCost(status int, reserve int64) (int64, error) {
 	if c := s.cost.Load(); c > 0 {
 		return c - 1, nil
 	}
 	if status == 0 {
 		return reserve, nil
 	}
-	if ly.costHeader == "" {
-		return 0, errNoCost
-	}
-	g, ok := w.(interface{ Get(string) string })
-	if !ok {
-		return 0, fmt.Errorf("the adapter's Response has no Get method to read %s", ly.costHeader)
-	}
-	v := strings.TrimSpace(g.Get(ly.costHeader))
-	if v == "" {
-		return 0, errNoCost
-	}
-	cost, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || cost < 0 || len(v) > 19 {
-		return 0, fmt.Errorf("response header %s: %.32q is not a cost", ly.costHeader, v)
-	}
-	return cost, nil
+	return 0, errNoCost
 }
 
 // errNoCost is the error of a CountReported response that reported no
 // cost: it is charged its reserve.
-var errNoCost = errors.New("the response reported no cost (ReportCost, or the CostHeader): charged the reserve")
+var errNoCost = errors.New("the handler reported no cost (ReportCost): charged the reserve")
 
 // allowSettling is AllowLayers for a request with checks that settle: by
 // the path that returns the time the store admitted them at, which

@@ -21,12 +21,6 @@ import (
 	"github.com/apigate/ratelimit/reputation"
 )
 
-// settleResponse is a response for tests with the Get method Serve reads
-// CostHeader by.
-type settleResponse struct{ *response }
-
-func (w settleResponse) Get(k string) string { return w.header.Get(k) }
-
 // settleFlow returns a flow of layers over a memstore deciding at t0, and
 // the errors its ErrorHandler heard.
 func settleFlow(t *testing.T, store core.Store, layers []httplimit.Layer, opts ...httplimit.Option) (*httplimit.Flow, *[]error) {
@@ -64,13 +58,11 @@ func TestNewRejectsBadSettling(t *testing.T) {
 	p := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
 	reserve := func(keyfuncs.Request) int64 { return 10 }
 	for name, layers := range map[string][]httplimit.Layer{
-		"unknown Counts":               {{Policy: p, Counts: 9}},
-		"IsFailure counting all":       {{Policy: p, IsFailure: func(int) bool { return true }}},
-		"IsFailure counting reported":  {{Policy: p, Counts: httplimit.CountReported, Cost: reserve, IsFailure: func(int) bool { return true }}},
-		"CostHeader counting failures": {{Policy: p, Counts: httplimit.CountFailures, CostHeader: "X-Cost"}},
-		"reported without a reserve":   {{Policy: p, Counts: httplimit.CountReported}},
-		"bad CostHeader":               {{Policy: p, Counts: httplimit.CountReported, Cost: reserve, CostHeader: "X Cost"}},
-		"successes without a name":     {{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}, Counts: httplimit.CountSuccesses}},
+		"unknown Counts":              {{Policy: p, Counts: 9}},
+		"IsFailure counting all":      {{Policy: p, IsFailure: func(int) bool { return true }}},
+		"IsFailure counting reported": {{Policy: p, Counts: httplimit.CountReported, Cost: reserve, IsFailure: func(int) bool { return true }}},
+		"reported without a reserve":  {{Policy: p, Counts: httplimit.CountReported}},
+		"successes without a name":    {{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}, Counts: httplimit.CountSuccesses}},
 		"a companion's name taken": {{Policy: p, Counts: httplimit.CountSuccesses},
 			{Policy: core.Policy{Name: "login.failures", Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}}},
 	} {
@@ -87,8 +79,8 @@ func TestNewRejectsBadSettling(t *testing.T) {
 }
 
 // TestServeSettles: failures and successes by status, by IsFailure and by
-// Report; costs by ReportCost and CostHeader; what a panic, a refused
-// request and Handle leave counted.
+// Report; costs by ReportCost; what a panic and a refused request leave
+// counted.
 func TestServeSettles(t *testing.T) {
 	p := core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 1000, Window: time.Hour}
 	t.Run("failures", func(t *testing.T) {
@@ -104,19 +96,19 @@ func TestServeSettles(t *testing.T) {
 			{401, func(ctx context.Context) { httplimit.Report(ctx, false); httplimit.Report(ctx, true) }, 1},
 		} {
 			before := used(t, f, 0)
-			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(c.status, c.report)))
+			require.True(t, f.Serve(newRequest(), newResponse(), answer(c.status, c.report)))
 			assert.Equal(t, c.counts, used(t, f, 0)-before, "status %d", c.status)
 		}
 		assert.Empty(t, *errs)
 
 		before := used(t, f, 0)
 		assert.Panics(t, func() {
-			f.Serve(newRequest(), settleResponse{newResponse()}, func(context.Context) int { panic("handler") })
+			f.Serve(newRequest(), newResponse(), func(context.Context) int { panic("handler") })
 		}, "a handler's panic goes on")
 		assert.Equal(t, int64(1), used(t, f, 0)-before, "a handler that panicked failed")
 
 		before = used(t, f, 0)
-		require.True(t, handle(f, newRequest(), settleResponse{newResponse()}))
+		require.True(t, handle(f, newRequest(), newResponse()))
 		assert.Equal(t, int64(0), used(t, f, 0)-before, "a next that cannot tell the status (0) answered 200")
 	})
 
@@ -124,12 +116,12 @@ func TestServeSettles(t *testing.T) {
 		only5xx := func(status int) bool { return status >= 500 }
 		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures, IsFailure: only5xx}})
 		for _, status := range []int{200, 401, 404, 429, 503, 500} {
-			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(status, nil)))
+			require.True(t, f.Serve(newRequest(), newResponse(), answer(status, nil)))
 		}
 		assert.Equal(t, int64(2), used(t, f, 0), "only the 5xx fail")
 		panicky := func(int) bool { panic("predicate") }
 		g, errs := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures, IsFailure: panicky}})
-		require.True(t, g.Serve(newRequest(), settleResponse{newResponse()}, answer(200, nil)))
+		require.True(t, g.Serve(newRequest(), newResponse(), answer(200, nil)))
 		assert.Equal(t, int64(1), used(t, g, 0), "an outcome that cannot be told stays counted")
 		require.Len(t, *errs, 1)
 		assert.ErrorContains(t, (*errs)[0], "IsFailure panicked")
@@ -138,7 +130,7 @@ func TestServeSettles(t *testing.T) {
 	t.Run("successes", func(t *testing.T) {
 		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: p, Counts: httplimit.CountSuccesses}})
 		for _, status := range []int{200, 201, 401, 500, 204} {
-			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(status, nil)))
+			require.True(t, f.Serve(newRequest(), newResponse(), answer(status, nil)))
 		}
 		assert.Equal(t, int64(3), used(t, f, 0), "successes")
 		assert.Equal(t, int64(2), used(t, f, 1), "failures, in the companion")
@@ -146,32 +138,30 @@ func TestServeSettles(t *testing.T) {
 
 	t.Run("reported", func(t *testing.T) {
 		reserve := func(keyfuncs.Request) int64 { return 50 }
-		ly := httplimit.Layer{Policy: p, Counts: httplimit.CountReported, Cost: reserve, CostHeader: "X-Cost"}
+		ly := httplimit.Layer{Policy: p, Counts: httplimit.CountReported, Cost: reserve}
 		f, errs := settleFlow(t, memStore(t), []httplimit.Layer{ly})
-		serve := func(header string, do func(context.Context)) int64 {
+		serve := func(do func(context.Context)) int64 {
 			t.Helper()
 			before := used(t, f, 0)
-			w := newResponse()
-			if header != "" {
-				w.header.Set("X-Cost", header)
-			}
-			require.True(t, f.Serve(newRequest(), settleResponse{w}, answer(200, do)))
+			require.True(t, f.Serve(newRequest(), newResponse(), answer(200, do)))
 			return used(t, f, 0) - before
 		}
-		assert.Equal(t, int64(7), serve("", func(ctx context.Context) { httplimit.ReportCost(ctx, 7) }))
-		assert.Equal(t, int64(0), serve("", func(ctx context.Context) { httplimit.ReportCost(ctx, 0) }), "a cost of nothing")
-		assert.Equal(t, int64(12), serve("12", nil))
-		assert.Equal(t, int64(3), serve("12", func(ctx context.Context) { httplimit.ReportCost(ctx, 3) }), "ReportCost wins")
-		assert.Empty(t, *errs)
-		for _, bad := range []string{"", "abc", "-1", "12.5", "99999999999999999999", "51"} {
-			assert.Equal(t, int64(50), serve(bad, nil), "%q: the reserve", bad)
+		report := func(n int64) func(context.Context) {
+			return func(ctx context.Context) { httplimit.ReportCost(ctx, n) }
 		}
-		assert.Len(t, *errs, 6, "each heard by the ErrorHandler")
+		assert.Equal(t, int64(7), serve(report(7)))
+		assert.Equal(t, int64(0), serve(report(0)), "a cost of nothing")
+		assert.Equal(t, int64(3), serve(func(ctx context.Context) { report(12)(ctx); report(3)(ctx) }), "the last call wins")
+		assert.Empty(t, *errs)
+		for _, bad := range []func(context.Context){nil, report(-1), report(51)} {
+			assert.Equal(t, int64(50), serve(bad), "the reserve")
+		}
+		assert.Len(t, *errs, 3, "each heard by the ErrorHandler")
 
 		*errs = nil
 		before := used(t, f, 0)
 		assert.Panics(t, func() {
-			f.Serve(newRequest(), settleResponse{newResponse()}, func(ctx context.Context) int {
+			f.Serve(newRequest(), newResponse(), func(ctx context.Context) int {
 				httplimit.ReportCost(ctx, 9)
 				panic("handler")
 			})
@@ -179,25 +169,19 @@ func TestServeSettles(t *testing.T) {
 		assert.Equal(t, int64(9), used(t, f, 0)-before, "a panic keeps the cost reported")
 		before = used(t, f, 0)
 		assert.Panics(t, func() {
-			f.Serve(newRequest(), settleResponse{newResponse()}, func(context.Context) int { panic("handler") })
+			f.Serve(newRequest(), newResponse(), func(context.Context) int { panic("handler") })
 		})
 		assert.Equal(t, int64(50), used(t, f, 0)-before, "and the reserve if none")
 		assert.Empty(t, *errs)
-
-		g, errs := settleFlow(t, memStore(t), []httplimit.Layer{ly})
-		require.True(t, g.Serve(newRequest(), newResponse(), answer(200, nil)))
-		assert.Equal(t, int64(50), used(t, g, 0), "a Response without Get: the reserve")
-		require.Len(t, *errs, 1)
-		assert.ErrorContains(t, (*errs)[0], "no Get method")
 	})
 
 	t.Run("refused-and-left", func(t *testing.T) {
 		tight := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: tight, Counts: httplimit.CountFailures}})
-		require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		require.True(t, f.Serve(newRequest(), newResponse(), answer(401, nil)))
 		ran := false
 		w := newResponse()
-		assert.False(t, f.Serve(newRequest(), settleResponse{w}, func(context.Context) int { ran = true; return 200 }))
+		assert.False(t, f.Serve(newRequest(), w, func(context.Context) int { ran = true; return 200 }))
 		assert.False(t, ran)
 		assert.Equal(t, http.StatusTooManyRequests, w.status)
 
@@ -207,12 +191,12 @@ func TestServeSettles(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		leaving := &cancelAfter{Store: memStore(t), cancel: cancel}
 		g, _ := settleFlow(t, leaving, []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures}})
-		require.True(t, g.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		require.True(t, g.Serve(newRequest(), newResponse(), answer(401, nil)))
 		r := newRequest()
 		r.ctx = ctx
 		leaving.armed = true
 		ran = false
-		assert.False(t, g.Serve(r, settleResponse{newResponse()}, func(context.Context) int { ran = true; return 401 }))
+		assert.False(t, g.Serve(r, newResponse(), func(context.Context) int { ran = true; return 401 }))
 		assert.False(t, ran, "no handler for a client that left")
 		assert.True(t, leaving.admitted, "admitted before the client left")
 		assert.Equal(t, int64(1), used(t, g, 0), "the request that left before its handler counts nothing")
@@ -223,9 +207,9 @@ func TestServeSettles(t *testing.T) {
 		// nothing, and gives nothing back.
 		one := core.Policy{Name: "login", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 		f, _ := settleFlow(t, memStore(t), []httplimit.Layer{{Policy: one, Counts: httplimit.CountFailures}}, httplimit.WithCore(core.WithShadow()))
-		require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(401, nil)))
+		require.True(t, f.Serve(newRequest(), newResponse(), answer(401, nil)))
 		for range 3 {
-			require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, answer(200, nil)), "shadow mode denies nothing")
+			require.True(t, f.Serve(newRequest(), newResponse(), answer(200, nil)), "shadow mode denies nothing")
 		}
 		assert.Equal(t, int64(1), used(t, f, 0), "the failure stays counted: the shadowed successes took nothing to give back")
 	})
@@ -233,7 +217,7 @@ func TestServeSettles(t *testing.T) {
 	t.Run("refund-fails", func(t *testing.T) {
 		down := &downAfter{Store: memStore(t)}
 		f, errs := settleFlow(t, down, []httplimit.Layer{{Policy: p, Counts: httplimit.CountFailures}})
-		require.True(t, f.Serve(newRequest(), settleResponse{newResponse()}, func(context.Context) int {
+		require.True(t, f.Serve(newRequest(), newResponse(), func(context.Context) int {
 			down.down = true // the store fails between the admission and the refund
 			return 200
 		}))
@@ -306,7 +290,7 @@ func BenchmarkServe(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p, Counts: c.counts}})
 			require.NoError(b, err)
-			r, w := newRequest(), settleResponse{newResponse()}
+			r, w := newRequest(), newResponse()
 			next := func(context.Context) int { return c.status }
 			b.ReportAllocs()
 			for b.Loop() {
@@ -423,7 +407,7 @@ func BenchmarkServeReputation(b *testing.B) {
 	require.NoError(b, err)
 	f, err := httplimit.New(memStore(b), []httplimit.Layer{{Policy: p}}, httplimit.WithReputation(rep))
 	require.NoError(b, err)
-	r, w := newRequest(), settleResponse{newResponse()}
+	r, w := newRequest(), newResponse()
 	next := func(context.Context) int { return 200 }
 	b.ReportAllocs()
 	for b.Loop() {

@@ -17,8 +17,8 @@ import (
 // the store cannot hold are the store's to hash. A nil get is an error.
 //
 // A user your framework stores its own way (gin's and echo's c.Set,
-// fiber's Locals, a chi request's context) is found by that adapter's
-// User instead: ginlimit.User("user"), and so on.
+// fiber's Locals) is found by that adapter's User instead:
+// ginlimit.User("user"), and so on.
 func User(get func(ctx context.Context) (string, bool)) (Func, error) {
 	if get == nil {
 		return nil, fmt.Errorf("%w: keyfuncs.User: nil getter", core.ErrInvalidOption)

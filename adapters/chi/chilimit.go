@@ -19,14 +19,13 @@
 // send, must not run before a limiter keyed on IP. Route is the pattern of
 // the route the request matches, wherever the limiter is mounted (chi's
 // RoutePattern, or r.Pattern for a ServeMux route), "" when none does.
-// Unwrap gives them the *http.Request, User a user ID stored in its
-// context.
+// Unwrap gives them the *http.Request; keyfuncs.User keys a user ID an
+// earlier middleware stored in its context.
 package chilimit
 
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -35,7 +34,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/apigate/ratelimit/httplimit"
-	"github.com/apigate/ratelimit/internal/rules/userkey"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -85,24 +83,6 @@ func Unwrap(r keyfuncs.Request) (req *http.Request, ok bool) {
 		return nil, false
 	}
 	return q.r, true
-}
-
-// User returns a key function keying requests on the user ID that an
-// earlier middleware stored in the request's context under key (as by
-// context.WithValue, net/http's and chi's usual way): "user:" followed by
-// the ID, as keyfuncs.User does. No value, or an empty or over-long one,
-// gives an error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can
-// fall back to another key); a value that is not a string is reported as
-// a misconfiguration. A nil or empty key, or one of a type that is not
-// comparable, is an error wrapping core.ErrInvalidOption.
-func User(key any) (keyfuncs.Func, error) {
-	if err := userkey.CheckKey("chilimit.User", key); err != nil {
-		return nil, err
-	}
-	users := userkey.New(fmt.Sprintf("context key %#v", key))
-	return func(r keyfuncs.Request) (string, error) {
-		return users.Value(r.Context().Value(key), true)
-	}, nil
 }
 
 // request is a net/http request as a httplimit.Request: r, and ran, the
@@ -191,10 +171,6 @@ func (w *response) Set(key, value string) { w.w.Header().Set(key, value) }
 // HeaderMap is the response's header map, in which the flow sets the
 // rate-limit fields under their canonical names.
 func (w *response) HeaderMap() http.Header { return w.w.Header() }
-
-// Get returns the response's header field key, for a layer's
-// CostHeader.
-func (w *response) Get(key string) string { return w.w.Header().Get(key) }
 
 // statusWriter is the http.ResponseWriter of a handler whose layers
 // settle: it remembers the first final status written (200 when the

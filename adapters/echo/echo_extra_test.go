@@ -3,14 +3,11 @@ package echolimit_test
 import (
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/stretchr/testify/assert"
 
 	"github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -19,14 +16,11 @@ func TestNewPanicsOnNilFlow(t *testing.T) {
 	adapterstest.CheckPanics(t, "New(nil)", func() { echolimit.New(nil) })
 }
 
-func TestNilSkipperIsInvalid(t *testing.T) {
-	_, err := httplimit.New(adapterstest.NewStore(t), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}}},
-		echolimit.WithSkipper(nil))
-	assert.ErrorIs(t, err, core.ErrInvalidOption)
-}
-
-func TestUserAndSkipper(t *testing.T) {
-	skip := echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/health" })
+func TestUserAndSkip(t *testing.T) {
+	skip := httplimit.WithSkip(func(r keyfuncs.Request) bool {
+		c, ok := echolimit.Unwrap(r)
+		return ok && c.Path() == "/health"
+	})
 	adapterstest.CheckInvalidKeyFunc(t)(echolimit.User(""))
 	adapterstest.CheckInvalidKeyFunc(t)(echolimit.User(42)) // echo.Context.Set takes a string
 	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(echolimit.User("user")), skip, func(m adapterstest.Mount) adapterstest.App {

@@ -1,8 +1,7 @@
 // Package echolimit plugs an httplimit.Flow into Echo (v4).
 //
 // New returns an echo.MiddlewareFunc running the Flow; build the Flow with
-// httplimit.New, given WithSkipper, Echo's own convention, among its
-// options if need be. Mount it with e.Use (it then runs after routing, for
+// httplimit.New. Mount it with e.Use (it then runs after routing, for
 // every request, 404s included), on a group or on a route; several
 // limits on a request are layers of one Flow (all or nothing, one store
 // call), not two middlewares:
@@ -148,22 +147,6 @@ func (cc *chainCache) put(next, h echo.HandlerFunc) {
 	cc.slot(p).Store(&chain{next: next, h: h})
 }
 
-// WithSkipper is the httplimit.Option exempting the requests for which
-// skip reports true, in Echo's convention: an echo/v4/middleware.Skipper
-// (such as a config's Skipper field) is accepted as it is, its type having
-// this parameter's underlying type. It adds to httplimit.WithSkip: a
-// request is skipped when any skip function says so. A nil skip is
-// invalid (httplimit.New reports it).
-func WithSkipper(skip func(c echo.Context) bool) httplimit.Option {
-	if skip == nil {
-		return httplimit.WithSkip(nil) // reported by New as invalid
-	}
-	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
-		c, ok := Unwrap(r)
-		return ok && skip(c)
-	})
-}
-
 // Unwrap returns the echo.Context behind r, for key, skip and cost
 // functions that need Echo's own data. ok is false when r does not come
 // from this package.
@@ -255,10 +238,6 @@ func (w response) Set(key, value string) { w.r.Header().Set(key, value) }
 // HeaderMap is the response's header map, in which the flow sets the
 // rate-limit fields under their canonical names.
 func (w response) HeaderMap() http.Header { return w.r.Header() }
-
-// Get returns the response's header field key, for a layer's
-// CostHeader.
-func (w response) Get(key string) string { return w.r.Header().Get(key) }
 
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.r.Header().Set(echo.HeaderContentType, contentType)

@@ -46,12 +46,16 @@ func Example_keyFunc() {
 	// "" 400
 }
 
-// Health checks are not limited: an echo/v4/middleware.Skipper works as
-// it is.
-func ExampleWithSkipper() {
+// Health checks are not limited: httplimit.WithSkip, here with Echo's
+// own context (an echo/v4/middleware.Skipper would be called so).
+func Example_skip() {
 	health := func(c echo.Context) bool { return c.Path() == "/health" }
+	skip := httplimit.WithSkip(func(r keyfuncs.Request) bool {
+		c, ok := echolimit.Unwrap(r)
+		return ok && health(c)
+	})
 
-	flow, closeStore := twoAnHour(nil, echolimit.WithSkipper(health))
+	flow, closeStore := twoAnHour(nil, skip)
 	defer closeStore()
 
 	e := echo.New()

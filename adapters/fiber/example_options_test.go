@@ -39,11 +39,16 @@ func Example_keyFunc() {
 	// "" 400
 }
 
-// Health checks are not limited: Fiber's Next convention.
-func ExampleWithNext() {
+// Health checks are not limited: httplimit.WithSkip, here with Fiber's
+// own context (a Next function of Fiber's configs would be called so).
+func Example_skip() {
 	health := func(c *fiber.Ctx) bool { return c.Path() == "/health" }
+	skip := httplimit.WithSkip(func(r keyfuncs.Request) bool {
+		c, ok := fiberlimit.Unwrap(r)
+		return ok && health(c)
+	})
 
-	flow, closeStore := twoAnHour(nil, fiberlimit.WithNext(health))
+	flow, closeStore := twoAnHour(nil, skip)
 	defer closeStore()
 
 	app := fiber.New()

@@ -3,7 +3,6 @@ package fiberlimit_test
 import (
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
@@ -12,19 +11,12 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
-	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 func TestNewPanicsOnNilFlow(t *testing.T) {
 	adapterstest.CheckPanics(t, "New(nil)", func() { fiberlimit.New(nil) })
-}
-
-func TestNilNextIsInvalid(t *testing.T) {
-	_, err := httplimit.New(adapterstest.NewStore(t), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}}},
-		fiberlimit.WithNext(nil))
-	assert.ErrorIs(t, err, core.ErrInvalidOption)
 }
 
 // TestKeysOutliveTheRequest checks that keys built from request data are
@@ -52,8 +44,11 @@ func TestKeysOutliveTheRequest(t *testing.T) {
 		"the values the key function saw, read after both requests")
 }
 
-func TestUserAndNext(t *testing.T) {
-	skip := fiberlimit.WithNext(func(c *fiber.Ctx) bool { return c.Path() == "/health" })
+func TestUserAndSkip(t *testing.T) {
+	skip := httplimit.WithSkip(func(r keyfuncs.Request) bool {
+		c, ok := fiberlimit.Unwrap(r)
+		return ok && c.Path() == "/health"
+	})
 	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.User(nil))
 	adapterstest.CheckInvalidKeyFunc(t)(fiberlimit.User([]string{"user"}))
 	adapterstest.CheckUserKey(t, adapterstest.MustKeyFunc(t)(fiberlimit.User("user")), skip, func(m adapterstest.Mount) adapterstest.App {

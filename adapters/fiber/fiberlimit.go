@@ -1,8 +1,7 @@
 // Package fiberlimit plugs an httplimit.Flow into Fiber (v2).
 //
 // New returns a fiber.Handler running the Flow; build the Flow with
-// httplimit.New, given WithNext, Fiber's own convention, among its options
-// if need be; several limits on a request are layers of one Flow (all or
+// httplimit.New; several limits on a request are layers of one Flow (all or
 // nothing, one store call), not two middlewares:
 //
 //	flow, err := httplimit.New(store, []httplimit.Layer{
@@ -87,21 +86,6 @@ func statusOf(c *fiber.Ctx, err error) int {
 		return fe.Code
 	}
 	return fiber.StatusInternalServerError
-}
-
-// WithNext is the httplimit.Option exempting the requests for which next
-// reports true, in Fiber's middleware convention (the Next field of
-// Fiber's configs). It adds to httplimit.WithSkip: a request is skipped
-// when any skip function says so. A nil next is invalid (httplimit.New
-// reports it).
-func WithNext(next func(c *fiber.Ctx) bool) httplimit.Option {
-	if next == nil {
-		return httplimit.WithSkip(nil) // reported by New as invalid
-	}
-	return httplimit.WithSkip(func(r keyfuncs.Request) bool {
-		c, ok := Unwrap(r)
-		return ok && next(c)
-	})
 }
 
 // Unwrap returns the *fiber.Ctx behind r, for key, skip and cost functions
@@ -221,10 +205,6 @@ type response struct{ c *fiber.Ctx }
 func (w response) Set(key, value string) {
 	w.setBytes(key, unsafe.Slice(unsafe.StringData(value), len(value)))
 }
-
-// Get returns the response's header field key, copied, for a layer's
-// CostHeader.
-func (w response) Get(key string) string { return string(w.c.Response().Header.Peek(key)) }
 
 // SetBytes is Set with the value in bytes, which fasthttp copies
 // (a fast path of headers.Writer): the fields are set without allocating.

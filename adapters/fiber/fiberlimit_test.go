@@ -54,7 +54,7 @@ func (harness) setup(spec *adapterstest.Spec) func(f *fiber.App) {
 		}
 		for _, r := range spec.Routes {
 			hs := append(adapterstest.Middlewares(r.Limits, fiberlimit.New), func(c *fiber.Ctx) error {
-				status := spec.Answer(c.UserContext(), func(k string) string { return c.Get(k) }, func(k, v string) { c.Set(k, v) })
+				status := spec.Answer(c.UserContext(), func(k string) string { return c.Get(k) })
 				return c.Status(status).SendString(adapterstest.Body)
 			})
 			f.Add(r.Method, r.Path, hs...)

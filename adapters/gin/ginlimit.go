@@ -117,10 +117,6 @@ func (w response) Set(key, value string) { w.c.Writer.Header().Set(key, value) }
 // rate-limit fields under their canonical names.
 func (w response) HeaderMap() http.Header { return w.c.Writer.Header() }
 
-// Get returns the response's header field key, for a layer's
-// CostHeader.
-func (w response) Get(key string) string { return w.c.Writer.Header().Get(key) }
-
 func (w response) Write(status int, contentType string, body []byte) error {
 	w.c.Writer.Header().Set("Content-Type", contentType)
 	w.c.Writer.WriteHeader(status)

@@ -43,7 +43,7 @@ func (harness) handler(spec *adapterstest.Spec) http.Handler {
 	e.Use(adapterstest.Middlewares(spec.Global, ginlimit.New)...)
 	for _, r := range spec.Routes {
 		hs := append(adapterstest.Middlewares(r.Limits, ginlimit.New), func(c *gin.Context) {
-			c.String(spec.Answer(c.Request.Context(), c.GetHeader, c.Header), adapterstest.Body)
+			c.String(spec.Answer(c.Request.Context(), c.GetHeader), adapterstest.Body)
 		})
 		e.Handle(r.Method, r.Path, hs...)
 	}

@@ -32,6 +32,7 @@ import (
 
 	echolimit "github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/httplimit"
 )
 
 func main() {
@@ -51,9 +52,7 @@ func newApp(l demo.Limiters) http.Handler {
 	// Prometheus's scrapes of /metrics (c.Path() is the route, as Echo
 	// routes before running e.Use's middleware). l.Flow adds the deny
 	// list, if any, which the skip comes before.
-	flow, err := l.Flow(echolimit.WithSkipper(func(c echo.Context) bool {
-		return c.Request().Method == http.MethodGet && c.Path() == demo.MetricsPath
-	}))
+	flow, err := l.Flow(httplimit.WithSkip(demo.SkipMetrics))
 	if err != nil {
 		panic(err) // a wiring mistake in this file, found at startup
 	}

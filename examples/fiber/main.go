@@ -35,6 +35,8 @@ import (
 
 	fiberlimit "github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/examples/internal/demo"
+	"github.com/apigate/ratelimit/httplimit"
+	"github.com/apigate/ratelimit/keyfuncs"
 )
 
 func main() {
@@ -60,8 +62,8 @@ func newApp(l demo.Limiters) *fiber.App {
 	// request), all decided in one store call; but Prometheus's scrapes of
 	// /metrics. l.Flow adds the deny list, if any, which the skip
 	// comes before.
-	flow, err := l.Flow(fiberlimit.WithNext(func(c *fiber.Ctx) bool {
-		return c.Method() == fiber.MethodGet && c.Path() == demo.MetricsPath
+	flow, err := l.Flow(httplimit.WithSkip(func(r keyfuncs.Request) bool {
+		return r.Method() == fiber.MethodGet && r.Path() == demo.MetricsPath
 	}))
 	if err != nil {
 		panic(err) // a wiring mistake in this file, found at startup

@@ -265,11 +265,6 @@ const (
 	ReportHeader = "X-Test-Report"
 	// ReportCostHeader asks the handler to httplimit.ReportCost this cost.
 	ReportCostHeader = "X-Test-Report-Cost"
-	// CostEchoHeader asks the handler to answer with this value in the
-	// response header CostHeader.
-	CostEchoHeader = "X-Test-Cost"
-	// CostHeader is the response header of a cost (Layer.CostHeader).
-	CostHeader = "X-Cost"
 	// DuringHeader asks the handler to call Spec.During.
 	DuringHeader = "X-Test-During"
 	// WaitHeader asks the handler to wait until the request's context
@@ -278,10 +273,10 @@ const (
 )
 
 // Answer is what every route's handler does, given the request's context
-// (where httplimit.Report reaches its settlement), its header and a way
-// to set a response header; it returns the status to answer Body with:
-// 200, unless the request asks for another (see StatusHeader).
-func (s *Spec) Answer(ctx context.Context, header func(string) string, set func(k, v string)) int {
+// (where httplimit.Report reaches its settlement) and its header; it
+// returns the status to answer Body with: 200, unless the request asks
+// for another (see StatusHeader).
+func (s *Spec) Answer(ctx context.Context, header func(string) string) int {
 	s.Served()
 	if header(WaitHeader) != "" {
 		select {
@@ -301,9 +296,6 @@ func (s *Spec) Answer(ctx context.Context, header func(string) string, set func(
 	if v := header(ReportCostHeader); v != "" {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		httplimit.ReportCost(ctx, n)
-	}
-	if v := header(CostEchoHeader); v != "" {
-		set(CostHeader, v)
 	}
 	status := http.StatusOK
 	if v := header(StatusHeader); v != "" {

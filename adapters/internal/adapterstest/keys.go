@@ -85,8 +85,7 @@ type userStep struct {
 // it; then the adapter's New(m.Flow); then handlers
 // answering 200 on "/" and "/health". m allows one request a minute per
 // key, keyed by user. When skip is not nil it is among m.Flow's options and must
-// exempt "/health": the adapter's own skip convention (WithSkipper,
-// WithNext).
+// exempt "/health" (httplimit.WithSkip, reading the framework's context).
 //
 // Alice is let in then denied, Bob has a quota of his own, a request with
 // no user is answered 400 (keyfuncs.ErrNoKey), and, with skip, "/health"

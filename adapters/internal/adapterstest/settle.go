@@ -286,7 +286,7 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 						p.Burst = 30000
 					}
 					reserve := func(keyfuncs.Request) int64 { return 100 }
-					tokens := httplimit.Layer{Policy: p, Key: client.Key, Counts: httplimit.CountReported, Cost: reserve, CostHeader: CostHeader}
+					tokens := httplimit.Layer{Policy: p, Key: client.Key, Counts: httplimit.CountReported, Cost: reserve}
 					addrs, flows, _ := serve(t, be.stores, []httplimit.Layer{tokens})
 					ip := "198.51.100.15"
 					var wg sync.WaitGroup
@@ -296,11 +296,7 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 						go func() {
 							defer wg.Done()
 							cost := int64(1 + i%100)
-							name := ReportCostHeader
-							if i%2 == 1 {
-								name = CostEchoHeader
-							}
-							res := Send(t, addrs[i%len(addrs)], RawRequest{Path: "/", Header: from(ip, name, strconv.FormatInt(cost, 10))})
+							res := Send(t, addrs[i%len(addrs)], RawRequest{Path: "/", Header: from(ip, ReportCostHeader, strconv.FormatInt(cost, 10))})
 							if assert.Equal(t, 200, res.Status) {
 								sum.Add(cost)
 							}

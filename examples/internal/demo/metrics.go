@@ -26,8 +26,8 @@ const QuotaPath = "/rate_limit"
 // ratelimit_memstore_keys{store="memory"}.
 const MemStoreName = "memory"
 
-// SkipMetrics reports whether r is GET MetricsPath, for the adapters'
-// WithSkip option on a limiter that covers every route. It compares the
+// SkipMetrics reports whether r is GET MetricsPath, for
+// httplimit.WithSkip on a limiter that covers every route. It compares the
 // route, not the raw path: "/metrics/" or "/metrics/x" match no route, and
 // stay limited like any 404. (Fiber's app.Use middleware sees the route
 // "/" for every request: the Fiber example compares the path.)
