@@ -37,7 +37,7 @@ func WithClientIP(c *keyfuncs.ClientIP) Option {
 // without a store call, a decision or a rate-limit header. m is matched
 // against the client's address (WithClientIP) and the key the key
 // function returns, at the time of the request; several WithAllowList
-// options add up, as do any number of access.List, access.File and bans.
+// options add up, as do any number of access.List, accessfile.File and bans.
 // Allow wins over deny: a request that an allow list and a deny list both
 // match passes. A nil m is invalid.
 func WithAllowList(m access.Matcher) Option {

@@ -19,7 +19,7 @@ func (f *Flow) Layers() []Layer {
 	for i := range f.layers.layers {
 		ly := &f.layers.layers[i]
 		out[i] = Layer{Policy: ps[i], Key: ly.key, Cost: ly.cost, Counts: ly.counts, IsFailure: ly.isFailure,
-			CostHeader: ly.costHeader, Methods: append([]string(nil), ly.methods...)}
+			Methods: append([]string(nil), ly.methods...)}
 		for _, rt := range ly.routes {
 			out[i].Routes = append(out[i].Routes, rt.pattern)
 		}
