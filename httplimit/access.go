@@ -113,3 +113,66 @@ func (f *Flow) report(key string, l listed) {
 	}
 	_ = f.limiter.Observe(key, 1, l == allowListed) // key and cost are valid
 }
+
+// listed answers r when a list matches its client, whose keys under the
+// layers that apply are keys: it reports whether it did, and whether r
+// then proceeds (allow-listed) or was refused (deny-listed).
+func (f *Flow) listed(st *state, r keyfuncs.Request, w Response, keys []string) (done, proceed bool) {
+	switch l, e := f.checkKeys(st, r, keys); l {
+	case allowListed:
+		f.reportKeys(keys, l)
+		return true, f.proceed(st, r.Context(), r, w)
+	case denyListed:
+		f.reportKeys(keys, l)
+		f.forbid(st, r, w, e)
+		return true, false
+	}
+	return false, false
+}
+
+// checkKeys is check for a layered request: the client's address and the
+// key of every layer that applies are matched against the allow lists,
+// then the deny lists, so that allow wins over deny whatever the layer.
+func (f *Flow) checkKeys(st *state, r keyfuncs.Request, keys []string) (listed, access.Entry) {
+	if len(keys) <= 1 {
+		k := ""
+		if len(keys) == 1 {
+			k = keys[0]
+		}
+		return f.check(st, r, k)
+	}
+	st.in = inAccess
+	addr, err := f.clientIP.Addr(r)
+	if err != nil {
+		addr = netip.Addr{} // matches no range; a key entry may still match
+	}
+	now := time.Now()
+	if e, ok := matchAny(f.allow, addr, keys, now); ok {
+		return allowListed, e
+	}
+	if e, ok := matchAny(f.deny403, addr, keys, now); ok {
+		return denyListed, e
+	}
+	return notListed, access.Entry{}
+}
+
+// matchAny returns the first entry of ms matching addr with any of keys.
+func matchAny(ms []access.Matcher, addr netip.Addr, keys []string, now time.Time) (access.Entry, bool) {
+	for _, m := range ms {
+		for _, k := range keys {
+			if e, ok := m.Match(addr, k, now); ok {
+				return e, true
+			}
+		}
+	}
+	return access.Entry{}, false
+}
+
+// reportKeys is report for a layered request, as of its first layer's key.
+func (f *Flow) reportKeys(keys []string, l listed) {
+	k := ""
+	if len(keys) > 0 {
+		k = keys[0]
+	}
+	f.report(k, l)
+}

@@ -1,223 +1,33 @@
-// Package httplimit is the rate-limiting flow that every adapter runs,
-// written once and free of any web framework:
-//
-//	skip? -> the layers that apply -> their keys -> allow list? deny list? -> costs, policies -> Limiter -> headers -> pass (paced) or respond
-//
-// New builds a Flow from a store and its Layers, named limits checked
-// together, in one Limiter call, all or nothing (global, per user, per
-// endpoint, per IP: see Layer); a single limit is a Flow of one Layer.
-//
-// Applications use it through an adapter (ginlimit, echolimit, chilimit,
-// fiberlimit), which takes the Flow. An adapter for another framework
-// implements Request and Response over the framework's request and
-// response, and calls Flow.Serve around the rest of the chain.
-//
-// An allow-listed client passes without a decision and a deny-listed one
-// is answered 403, both without a store call (WithAllowList,
-// WithDenyList). Every request that does not proceed is answered by the
-// Responder (WithResponder; DefaultResponder by default): one over its
-// limit 429 with a JSON body; one refused because the store failed under
-// a layer's FailClosed 503; one the flow cannot decide (no key: 400; a bad
-// cost, a failing key function, a recovered panic: 500; a client that
-// left: 499, and never its handler) once the ErrorHandler has heard the
-// error. A store that fails open lets the request through with no
-// rate-limit header. A Limiter in shadow mode (core.WithShadow) never
-// denies: the flow then writes no rate-limit header unless WithHeaders
-// asks for them, and never
-// paces. No response ever echoes the request or an error's text.
 package httplimit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"sync"
 	"time"
 
-	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
 
-// Request is the request an adapter hands to Serve: what key, skip and
-// cost functions read, and whether a route serves it.
-type Request interface {
-	keyfuncs.Request
-	// Unrouted reports whether no route of the application serves the
-	// request: Route() == "" where the framework's Route tells, or its
-	// router's answer where a not-found handler has a pattern of its own
-	// (Echo's RouteNotFound; Fiber's Route under Use, which is the
-	// middleware's). The flow asks it, for a reputation's signals
-	// (WithReputation), only once next has answered 404.
-	Unrouted() bool
-}
-
-// Response is the response an adapter hands to Serve. Set sets a header
-// field, replacing any value; Write sends status, Content-Type and body,
-// ending the response. The flow calls Write at most once, and only for a
-// request that does not proceed; the Response it hands to responders
-// refuses a second Write with an error.
+// This file is the request sequence, written once, top to bottom: Serve,
+// then admit (everything before the handler), then decided (what the
+// Limiter's decision makes of the request). Each concern enters it at one
+// point, named where it does:
 //
-// The Request and the Response are valid only until Serve returns:
-// adapters may reuse them (chi's come from pools, to spare an allocation
-// a request), so a handler, key, skip or cost function must not keep
-// them, nor use them from a goroutine of its own, past its call.
-//
-// A Response over a net/http header should also have HeaderMap()
-// http.Header, returning that map (never nil): the flow then sets the
-// rate-limit fields in it directly, under their canonical names, without
-// a Set call each. One over a header that copies what it is set, as
-// fasthttp's does, may have the byte setters headers.Writer reads. Both
-// are matched by method set, and are only faster: Set alone is correct.
-type Response interface {
-	headers.Setter
-	Write(status int, contentType string, body []byte) error
-}
-
-// ErrorHandler hears every error of the flow (WithErrorHandler). It only
-// observes: the response is the flow's, or the Responder's.
-type ErrorHandler func(r keyfuncs.Request, err error)
-
-// Flow runs the rate-limiting sequence of its layers. Build it with New;
-// it is immutable and safe for concurrent use.
-type Flow struct {
-	limiter  *core.Limiter
-	layers   *layerSet  // every layer
-	single   *flowLayer // the only plain layer, decided as one Check without per-layer Decisions; nil: several
-	skips    []func(keyfuncs.Request) bool
-	headers  headers.Config
-	writer   *headers.Writer // of headers
-	respond  Responder
-	onError  ErrorHandler // WithErrorHandler's, or LogErrors(nil), handed store failures marked with outage
-	outage   *storeOutage // the store's failures, as LogErrors logs them
-	maxDelay time.Duration
-	clientIP *keyfuncs.ClientIP
-	allow    []access.Matcher // nil when none
-	deny403  []access.Matcher // nil when none
-	shadow   bool             // the limiter's shadow mode: never pace
-	problems bool             // WithProblemDetails
-	quota    *quotaEndpoint   // WithQuota; nil when none
-	rep      *reputation.Tracker
-	repBans  access.Matcher // the reputation's bans, matched by its key; nil when none
-	repOwn   keyfuncs.Func  // the reputation's own Config.Key; nil when none
-}
-
-// New returns the Flow of layers over store, configured by opts, applied
-// in order, with the Limiter it decides by (see Limiter): core.NewLimiter
-// of the layers' policies, given the options of WithCore. Every wiring
-// mistake is reported here, with an error wrapping core.ErrInvalidOption:
-// a nil store, a nil option or the first option given an invalid value,
-// no layer or more than 16, a layer without a name among
-// several or two of one name, a bad method or route pattern, a bad policy;
-// and allow or deny lists with a layer that has its own Key but no
-// WithClientIP, which would leave the lists and the key disagreeing about
-// who the client is.
-func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
-	if store == nil {
-		return nil, invalid("New", "nil store")
-	}
-	var c config
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, invalid("New", fmt.Sprintf("option %d is nil", i))
-		}
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
-	}
-	for i, ly := range layers {
-		if ly.Counts == CountSuccesses && ly.Policy.Name == "" {
-			return nil, invalid("New", fmt.Sprintf("layer %d counts successes and has no name (Policy.Name): its companion is named after it", i))
-		}
-	}
-	layers = withCompanions(layers)
-	ls, err := compileLayers(layers)
-	if err != nil {
-		return nil, err
-	}
-	withReputation(&c)
-	f := &Flow{
-		rep:      c.rep,
-		repBans:  c.repBans,
-		repOwn:   repOwn(c.rep),
-		layers:   ls,
-		skips:    c.skips,
-		headers:  c.headers,
-		respond:  c.respond,
-		maxDelay: c.maxDelay,
-		clientIP: c.clientIP,
-		allow:    c.allow,
-		deny403:  c.deny403,
-		problems: c.problems,
-	}
-	policies := make([]core.Policy, len(layers))
-	for i := range layers {
-		policies[i] = layers[i].Policy
-	}
-	if f.limiter, err = core.NewLimiter(store, policies, c.core...); err != nil {
-		return nil, err
-	}
-	names := make([]string, len(layers))
-	for i, p := range f.limiter.Policies() {
-		names[i] = p.Name
-	}
-	if f.quota, err = newQuotaEndpoint(c.quota, c.quotaShow, names); err != nil {
-		return nil, err
-	}
-	if ly := layers[0]; len(layers) == 1 && ly.Methods == nil && ly.Routes == nil && ly.Counts == CountAll {
-		f.single = &ls.layers[0]
-		f.single.name = f.limiter.Policies()[0].Name
-	}
-	f.shadow = f.limiter.Shadow()
-	ownKey := false
-	for _, ly := range layers {
-		ownKey = ownKey || ly.Key != nil
-	}
-	if f.clientIP == nil && ownKey && (f.allow != nil || f.deny403 != nil) {
-		// The lists would see the socket peer while the key function may
-		// believe a proxy's header: say which address they are to match.
-		return nil, invalid("New", "WithAllowList and WithDenyList with a layer's own Key need WithClientIP, "+
-			"the client address under the key function's trust model (keyfuncs.NewClientIP() for the socket peer)")
-	}
-	if f.clientIP == nil {
-		ip, err := keyfuncs.NewClientIP()
-		if err != nil {
-			return nil, err
-		}
-		f.clientIP = ip
-	}
-	for i := range ls.layers {
-		if ls.layers[i].key == nil {
-			ls.layers[i].key, ls.layers[i].defaultKey = f.clientIP.Key, true
-		}
-	}
-	if !c.headersSet && !f.shadow {
-		f.headers = headers.Default()
-	}
-	f.writer = headers.NewWriter(f.headers)
-	if f.respond == nil {
-		f.respond = DefaultResponder
-	}
-	onError := c.onError
-	if onError == nil {
-		onError = LogErrors(nil)
-	}
-	f.outage = newStoreOutage(time.Now())
-	f.onError = func(r keyfuncs.Request, err error) { onError(r, f.outage.mark(err)) }
-	if !c.maxDelaySet {
-		f.maxDelay = defaultMaxDelay
-	}
-	return f, nil
-}
-
-// Limiter returns the Limiter the Flow decides by, which New built: to
-// Reset a client (Limiter.Reset, of one layer or all; a login layer that
-// counts only failures, Layer.Counts, needs none after a good login), or
-// to share the limits with code that is not HTTP.
-func (f *Flow) Limiter() *core.Limiter { return f.limiter }
+//	quota endpoint  admit: answered before the skips (quota.go)
+//	lists           admit: after the keys, allow before deny (access.go)
+//	reputation      admit: its bans, after the lists; decided and forbid: its
+//	                signals; Serve: the handler's context and the response (reputation.go)
+//	settling        admit: the Limiter's call reserves; Serve: settles once
+//	                next returns (settle.go)
+//	problem details decided and forbid: the refusal's body (problem.go)
+//	panics          admit: recovered, answered 500 (panic.go)
 
 // Serve runs the flow for one request and, if the request may proceed,
 // next, the rest of the chain; it reports whether the request proceeded.
@@ -239,37 +49,21 @@ func (f *Flow) Limiter() *core.Limiter { return f.limiter }
 //     response (Layer.Counts) and scores it (WithReputation).
 func (f *Flow) Serve(r Request, w Response, next func(ctx context.Context) (status int)) bool {
 	var st state
-	proceed, s := f.handle(r, w, &st)
+	proceed, s := f.admit(r, w, &st)
 	if !proceed {
 		return false
 	}
 	if s == nil && f.rep == nil {
-		next(r.Context())
+		next(r.Context()) // nothing to settle or score: the handler as it is
 		return true
 	}
-	ctx := r.Context()
-	if s != nil {
-		ctx = context.WithValue(ctx, settleKey{}, s)
-	}
-	repKey := st.repKey // the address's, when the flow matched the reputation's bans
-	if f.rep != nil {
-		if repKey == "" {
-			repKey = f.repAddr(r)
-		}
-		// reputation.Report counts against the Tracker's own key, the
-		// handler's to vouch for; the response's signals, the address.
-		if own := f.repOwnKey(r); own != "" {
-			ctx = f.rep.NewContext(ctx, own)
-		} else if repKey != "" {
-			ctx = f.rep.NewContext(ctx, repKey)
-		}
-	}
+	ctx, repKey := f.handlerContext(r, &st, s)
 	if ctx == r.Context() {
 		next(ctx)
 		return true
 	}
 	status := 0
-	defer func() { // on a panic too
+	defer func() { // on a panic too (status 0)
 		if s != nil {
 			f.settle(r, s, status)
 		}
@@ -284,9 +78,12 @@ func (f *Flow) Serve(r Request, w Response, next func(ctx context.Context) (stat
 	return true
 }
 
-// handle is the flow before next, in st, and returns the settlement of a request that
-// proceeds admitted by layers that settle.
-func (f *Flow) handle(r keyfuncs.Request, w Response, st *state) (proceed bool, s *settlement) {
+// admit runs the flow before the handler, in st: it reports whether r
+// proceeds, and returns the settlement of a request admitted by layers
+// that settle. A flow of one layer that applies to every request and
+// counts all keeps its check on the stack and asks the Limiter for no
+// per-layer decision; other flows use a pooled scratch.
+func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s *settlement) {
 	defer func() {
 		if v := recover(); v != nil {
 			proceed, s = false, nil
@@ -303,60 +100,193 @@ func (f *Flow) handle(r keyfuncs.Request, w Response, st *state) (proceed bool, 
 			return true, nil
 		}
 	}
-	if f.single == nil {
-		return f.handleLayers(st, r, w)
+	var one [1]core.Check
+	var oneKey [1]string
+	checks, keys := one[:0], oneKey[:0]
+	var sc *scratch
+	if !f.one {
+		sc = scratches.Get().(*scratch)
+		defer sc.release()
+		checks, keys = sc.checks[:0], sc.keys[:0]
 	}
 	st.in = inKey
-	key, err := f.single.key(r)
-	if err == nil && key == "" {
-		err = errEmptyKey
-	}
+	checks, keys, keyErr := f.keyed(r, sc.matcherFor(r, f.layers), checks, keys)
 	if f.allow != nil || f.deny403 != nil {
-		k := key
-		if err != nil {
-			k = ""
-		}
-		switch l, e := f.check(st, r, k); l {
-		case allowListed:
-			f.report(k, l)
-			return f.proceed(st, r.Context(), r, w), nil
-		case denyListed:
-			f.report(k, l)
-			f.forbid(st, r, w, e)
-			return false, nil
+		if done, proceed := f.listed(st, r, w, keys); done {
+			return proceed, nil
 		}
 	}
-	if err != nil {
-		f.fail(st, r, w, err)
+	if keyErr != nil {
+		f.fail(st, r, w, keyErr)
 		return false, nil
 	}
-	if f.repBans != nil {
-		addr := key // the client address, when it is the layer's key
-		if !f.single.defaultKey {
-			addr = f.repAddr(r)
-		}
-		if f.repBanned(st, r, w, key, addr) {
-			return false, nil
-		}
+	if f.repBans != nil && f.repBanned(st, r, w, firstKey(keys), f.addrKey(r, checks, keys)) {
+		return false, nil
 	}
-	cost := int64(1)
-	if f.single.cost != nil {
-		st.in = inCost
-		cost = f.single.cost(r)
+	if len(checks) == 0 {
+		return f.proceed(st, r.Context(), r, w), nil // no layer applies
 	}
+	f.costs(st, r, checks)
 	st.in = inLimiter
 	ctx := r.Context()
-	checks := [1]core.Check{{Key: key, Cost: cost}}
-	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, checks[:], nil)
+	settles := f.settles && f.anySettles(checks)
+	var ds []core.Decision // each layer's decision, when more than one tells
+	if len(checks) > 1 || settles {
+		ds = sc.ds[:len(checks)]
+	}
+	var d core.Decision
+	var at time.Time
+	var err error
+	if settles {
+		d, at, err = f.allowSettling(ctx, sc.checks[:len(checks)], ds) // reserves: settled once next returns
+	} else {
+		d, at, err = f.limiter.AllowLayers(ctx, time.Time{}, checks, ds)
+	}
 	if err != nil {
 		f.fail(st, r, w, err) // bad input, or the client left: no decision
 		return false, nil
 	}
-	return f.decided(st, ctx, r, w, &d, nil, at), nil
+	if settles {
+		s = f.newSettlement(&d, at, checks)
+	}
+	if !f.decided(st, ctx, r, w, &d, ds, at) {
+		if s != nil {
+			f.refundAll(r, s) // admitted, but the client left before its handler ran
+		}
+		return false, nil
+	}
+	return true, s
+}
+
+// keyed appends to checks and keys, whose room admit chose, the layers of
+// f that apply to r (their paths matched by m, nil when no layer has
+// Routes) and their keys, each check of cost 1; err is the first key
+// function's error, of a layer left out.
+func (f *Flow) keyed(r keyfuncs.Request, m *matcher, checks []core.Check, keys []string) (_ []core.Check, _ []string, err error) {
+	ls := f.layers.layers
+	for i := range ls {
+		ly := &ls[i]
+		if !ly.applies(r, m) {
+			continue
+		}
+		key, kerr := ly.key(r)
+		if kerr == nil && key == "" {
+			kerr = errEmptyKey
+		}
+		if kerr != nil {
+			if err == nil {
+				err = kerr
+				if len(ls) > 1 {
+					err = fmt.Errorf("layer %q: %w", ly.name, kerr)
+				}
+			}
+			continue
+		}
+		checks = append(checks, core.Check{Layer: i, Key: key, Cost: 1})
+		keys = append(keys, key)
+	}
+	return checks, keys, err
+}
+
+// costs sets the cost of each of checks, by its layer's Cost (1 when nil).
+func (f *Flow) costs(st *state, r keyfuncs.Request, checks []core.Check) {
+	for i := range checks {
+		if cost := f.layers.layers[checks[i].Layer].cost; cost != nil {
+			st.in = inCost
+			checks[i].Cost = cost(r)
+		}
+	}
 }
 
 // errEmptyKey is the error of a key function that returned an empty key.
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
+
+// anySettles reports whether a layer of checks counts by the response.
+func (f *Flow) anySettles(checks []core.Check) bool {
+	for i := range checks {
+		if f.layers.layers[checks[i].Layer].counts != CountAll {
+			return true
+		}
+	}
+	return false
+}
+
+// firstKey is the first of keys, "" when there is none: the key a listed
+// or banned request is reported under.
+func firstKey(keys []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
+// addrKey is the client address's key, which the reputation's bans and
+// signals go by: a layer's of the default key that applies has it.
+func (f *Flow) addrKey(r keyfuncs.Request, checks []core.Check, keys []string) string {
+	for i := range checks {
+		if f.layers.layers[checks[i].Layer].defaultKey {
+			return keys[i]
+		}
+	}
+	return f.repAddr(r)
+}
+
+// scratch is the room of a request's checks, keys and decisions in a flow
+// of several layers, pooled: the checks and the decisions would otherwise
+// escape to the heap, or grow every handler goroutine's stack.
+type scratch struct {
+	checks [limits.MaxLayers]core.Check
+	keys   [limits.MaxLayers]string
+	ds     [limits.MaxLayers]core.Decision
+	m      matcher
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// matcherFor returns sc's matcher readied for r when a layer of ls has
+// Routes, nil otherwise (sc is nil for a flow of one plain layer).
+func (sc *scratch) matcherFor(r keyfuncs.Request, ls *layerSet) *matcher {
+	if sc == nil || !ls.needsPath {
+		return nil
+	}
+	sc.m.init(r)
+	return &sc.m
+}
+
+// release clears what sc holds of its request and pools it.
+func (sc *scratch) release() {
+	clear(sc.checks[:])
+	clear(sc.keys[:])
+	clear(sc.ds[:])
+	sc.m.reset()
+	scratches.Put(sc)
+}
+
+// handlerContext returns the context the handler runs under, carrying
+// the settlement s (nil when no layer settles) that Report and ReportCost
+// reach and the key reputation.Report counts against; and the key the
+// response's signals count against, the client address's ("" without a
+// reputation).
+func (f *Flow) handlerContext(r keyfuncs.Request, st *state, s *settlement) (ctx context.Context, repKey string) {
+	ctx = r.Context()
+	if s != nil {
+		ctx = context.WithValue(ctx, settleKey{}, s)
+	}
+	repKey = st.repKey // the address's, when the flow matched the reputation's bans
+	if f.rep != nil {
+		if repKey == "" {
+			repKey = f.repAddr(r)
+		}
+		// reputation.Report counts against the Tracker's own key, the
+		// handler's to vouch for; the response's signals, the address.
+		if own := f.repOwnKey(r); own != "" {
+			ctx = f.rep.NewContext(ctx, own)
+		} else if repKey != "" {
+			ctx = f.rep.NewContext(ctx, repKey)
+		}
+	}
+	return ctx, repKey
+}
 
 // decided tells the client about d, the binding decision of layers (nil
 // for a flow of one layer), decided at the time at (zero when the Limiter
@@ -402,18 +332,6 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 		return false
 	}
 	return f.proceed(st, ctx, r, w)
-}
-
-// fieldsOf returns where the rate-limit fields of w go: its net/http
-// header map when it has one (HeaderMap), in which headers.Writer sets
-// them under their canonical names ("X-Ratelimit-Remaining"), so that
-// Header().Get finds them in a handler and on an httptest recorder; w
-// itself otherwise.
-func fieldsOf(w Response) headers.Setter {
-	if m, ok := w.(interface{ HeaderMap() http.Header }); ok {
-		return m.HeaderMap()
-	}
-	return w
 }
 
 // proceed lets an admitted request through, unless its context has ended:

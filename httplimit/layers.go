@@ -1,15 +1,10 @@
 package httplimit
 
 import (
-	"context"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -187,8 +182,8 @@ type flowLayer struct {
 
 // withCompanions returns layers with, after each CountSuccesses layer, its
 // companion (see CountSuccesses), or layers itself when none counts
-// successes.
-func withCompanions(layers []Layer) []Layer {
+// successes. A CountSuccesses layer without a name is an error.
+func withCompanions(layers []Layer) ([]Layer, error) {
 	var out []Layer
 	for i, ly := range layers {
 		if ly.Counts != CountSuccesses {
@@ -196,6 +191,9 @@ func withCompanions(layers []Layer) []Layer {
 				out = append(out, ly)
 			}
 			continue
+		}
+		if ly.Policy.Name == "" {
+			return nil, invalid("New", fmt.Sprintf("layer %d counts successes and has no name (Policy.Name): its companion is named after it", i))
 		}
 		if out == nil {
 			out = append(make([]Layer, 0, len(layers)+1), layers[:i]...)
@@ -206,9 +204,9 @@ func withCompanions(layers []Layer) []Layer {
 		out = append(out, ly, c)
 	}
 	if out == nil {
-		return layers
+		return layers, nil
 	}
-	return out
+	return out, nil
 }
 
 // compileLayers checks layers and returns them compiled, a nil Key left
@@ -305,180 +303,4 @@ func (ly *flowLayer) applies(r keyfuncs.Request, m *matcher) bool {
 		}
 	}
 	return false
-}
-
-// scratch is what one layered request needs, pooled: the checks and the
-// layers' decisions would otherwise escape to the heap.
-type scratch struct {
-	checks [limits.MaxLayers]core.Check
-	keys   [limits.MaxLayers]string
-	ds     [limits.MaxLayers]core.Decision
-	m      matcher
-}
-
-var scratches = sync.Pool{New: func() any { return new(scratch) }}
-
-// handleLayers is handle for a flow of several layers, or of one that
-// needs them (Methods, Routes), after the skips.
-func (f *Flow) handleLayers(st *state, r keyfuncs.Request, w Response) (bool, *settlement) {
-	sc := scratches.Get().(*scratch)
-	defer func() {
-		clear(sc.checks[:])
-		clear(sc.keys[:])
-		clear(sc.ds[:])
-		sc.m.reset()
-		scratches.Put(sc)
-	}()
-	ls := f.layers
-	if ls.needsPath {
-		sc.m.init(r)
-	}
-	st.in = inKey
-	n := 0
-	settles := false
-	var keyErr error
-	for i := range ls.layers {
-		ly := &ls.layers[i]
-		if !ly.applies(r, &sc.m) {
-			continue
-		}
-		key, err := ly.key(r)
-		if err == nil && key == "" {
-			err = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
-		}
-		if err != nil {
-			if keyErr == nil {
-				keyErr = fmt.Errorf("layer %q: %w", ly.name, err)
-			}
-			continue
-		}
-		settles = settles || ly.counts != CountAll
-		sc.checks[n] = core.Check{Layer: i, Key: key}
-		sc.keys[n] = key
-		n++
-	}
-	if f.allow != nil || f.deny403 != nil {
-		switch l, e := f.checkKeys(st, r, sc.keys[:n]); l {
-		case allowListed:
-			f.reportKeys(sc.keys[:n], l)
-			return f.proceed(st, r.Context(), r, w), nil
-		case denyListed:
-			f.reportKeys(sc.keys[:n], l)
-			f.forbid(st, r, w, e)
-			return false, nil
-		}
-	}
-	if keyErr != nil {
-		f.fail(st, r, w, keyErr)
-		return false, nil
-	}
-	if f.repBans != nil {
-		addr := "" // the client address: a layer of the default key has it
-		for i := range sc.checks[:n] {
-			if ls.layers[sc.checks[i].Layer].defaultKey {
-				addr = sc.keys[i]
-				break
-			}
-		}
-		if addr == "" {
-			addr = f.repAddr(r)
-		}
-		k := ""
-		if n > 0 {
-			k = sc.keys[0]
-		}
-		if f.repBanned(st, r, w, k, addr) {
-			return false, nil
-		}
-	}
-	if n == 0 {
-		return f.proceed(st, r.Context(), r, w), nil // no layer applies
-	}
-	for i := range sc.checks[:n] {
-		c := &sc.checks[i]
-		ly := &ls.layers[c.Layer]
-		c.Cost = 1
-		if ly.cost != nil {
-			st.in = inCost
-			c.Cost = ly.cost(r)
-		}
-	}
-	st.in = inLimiter
-	ctx := r.Context()
-	ds := sc.ds[:n]
-	if settles {
-		return f.decideSettling(st, ctx, r, w, sc.checks[:n], ds)
-	}
-	d, at, err := f.limiter.AllowLayers(ctx, time.Time{}, sc.checks[:n], ds)
-	if err != nil {
-		f.fail(st, r, w, err) // bad input, or the client left: no decision
-		return false, nil
-	}
-	return f.decided(st, ctx, r, w, &d, ds, at), nil
-}
-
-// decideSettling is the end of handleLayers for a request with checks
-// that settle: it returns the settlement of a request that proceeds, and
-// gives back whole one that was admitted but does not.
-func (f *Flow) decideSettling(st *state, ctx context.Context, r keyfuncs.Request, w Response, checks []core.Check, ds []core.Decision) (bool, *settlement) {
-	d, at, err := f.allowSettling(ctx, checks, ds)
-	if err != nil {
-		f.fail(st, r, w, err) // bad input, or the client left: no decision
-		return false, nil
-	}
-	s := f.newSettlement(&d, at, checks)
-	if !f.decided(st, ctx, r, w, &d, ds, at) {
-		if s != nil {
-			f.refundAll(r, s) // the client left before its handler ran
-		}
-		return false, nil
-	}
-	return true, s
-}
-
-// checkKeys is check for a layered request: the client's address and the
-// key of every layer that applies are matched against the allow lists,
-// then the deny lists, so that allow wins over deny whatever the layer.
-func (f *Flow) checkKeys(st *state, r keyfuncs.Request, keys []string) (listed, access.Entry) {
-	if len(keys) <= 1 {
-		k := ""
-		if len(keys) == 1 {
-			k = keys[0]
-		}
-		return f.check(st, r, k)
-	}
-	st.in = inAccess
-	addr, err := f.clientIP.Addr(r)
-	if err != nil {
-		addr = netip.Addr{} // matches no range; a key entry may still match
-	}
-	now := time.Now()
-	if e, ok := matchAny(f.allow, addr, keys, now); ok {
-		return allowListed, e
-	}
-	if e, ok := matchAny(f.deny403, addr, keys, now); ok {
-		return denyListed, e
-	}
-	return notListed, access.Entry{}
-}
-
-// matchAny returns the first entry of ms matching addr with any of keys.
-func matchAny(ms []access.Matcher, addr netip.Addr, keys []string, now time.Time) (access.Entry, bool) {
-	for _, m := range ms {
-		for _, k := range keys {
-			if e, ok := m.Match(addr, k, now); ok {
-				return e, true
-			}
-		}
-	}
-	return access.Entry{}, false
-}
-
-// reportKeys is report for a layered request, as of its first layer's key.
-func (f *Flow) reportKeys(keys []string, l listed) {
-	k := ""
-	if len(keys) > 0 {
-		k = keys[0]
-	}
-	f.report(k, l)
 }

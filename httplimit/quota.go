@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -72,17 +71,13 @@ func WithQuota(path string, show ...string) Option {
 	}
 }
 
-// quotaGuard is the policy that limits the quota endpoint per client
-// address, in process.
-var quotaGuard = core.Policy{Name: "quota-endpoint", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}
-
 // quotaEndpoint is a Flow's WithQuota.
 type quotaEndpoint struct {
 	route *route
 	// last is the path's last segment, lower case: a path that holds it
 	// in no case, and no '%' that could spell it, is not the endpoint's.
 	last  string
-	guard *core.Limiter // quotaGuard over a memstore of its own
+	guard *quotaGuard
 	// show[i] says that layer i is shown whatever its key (WithQuota's
 	// show).
 	show []bool
@@ -102,21 +97,9 @@ func newQuotaEndpoint(rt *route, show, names []string) (*quotaEndpoint, error) {
 		}
 		shown[i] = true
 	}
-	// The memstore's janitor ends when the Flow is collected. 100,000
-	// addresses at most (about 10 MB): a flood of new addresses evicts
-	// the guard's oldest, each of which then has its burst again, which
-	// costs the store what any request costs (one peek).
-	store, err := memstore.New(memstore.WithMaxKeys(100_000))
-	if err != nil {
-		return nil, err
-	}
-	guard, err := core.NewLimiter(store, []core.Policy{quotaGuard})
-	if err != nil {
-		return nil, err
-	}
 	p := strings.TrimRight(rt.pattern, "/")
 	last := strings.ToLower(p[strings.LastIndexByte(p, '/')+1:])
-	return &quotaEndpoint{route: rt, last: last, guard: guard, show: shown}, nil
+	return &quotaEndpoint{route: rt, last: last, guard: newQuotaGuard(time.Now()), show: shown}, nil
 }
 
 // is reports whether r asks the quota endpoint.
@@ -158,27 +141,21 @@ type quotaLayer struct {
 	Routes     []string `json:"routes,omitempty"`
 }
 
-// answerQuota answers a request to the quota endpoint.
+// answerQuota answers a request to the quota endpoint: refused past the
+// guard's rate, refused as on any route when listed or banned, else with
+// the caller's quota.
 func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
-	q := f.quota
-	ctx := r.Context()
 	st.in = inKey
 	addr, err := f.clientIP.Key(r)
 	if err != nil || addr == "" {
 		addr = "unknown" // no address: all such callers share one guard
 	}
-	st.in = inLimiter
-	if d, err := q.guard.Allow(ctx, addr); err != nil || !d.Allowed {
-		if err != nil {
-			f.fail(st, r, w, err)
-			return
-		}
+	if ok, retry := f.quota.guard.allow(addr, time.Now()); !ok {
 		st.in = inResponder
-		w.Set("Retry-After", itoa(max(1, int64((d.RetryAfter+time.Second-1)/time.Second))))
+		w.Set("Retry-After", itoa(max(1, ceilSeconds(retry))))
 		_ = st.guard(w).Write(http.StatusTooManyRequests, "application/json", []byte(`{"error":"too many quota requests"}`))
 		return
 	}
-
 	var checks [limits.MaxLayers]core.Check
 	var keys [limits.MaxLayers]string
 	n := 0
@@ -199,11 +176,7 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 		}
 	}
 	if f.repBans != nil {
-		k := ""
-		if n > 0 {
-			k = keys[0]
-		}
-		if ak, err := f.clientIP.Key(r); err == nil && f.repBanned(st, r, w, k, ak) {
+		if ak, err := f.clientIP.Key(r); err == nil && f.repBanned(st, r, w, firstKey(keys[:n]), ak) {
 			return // banned by the reputation: as deny-listed
 		}
 	}
@@ -212,15 +185,21 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 	// lists, which match every key.
 	shown := 0
 	for i := range checks[:n] {
-		if q.show[checks[i].Layer] || callersKey(keys[i]) {
+		if f.quota.show[checks[i].Layer] || callersKey(keys[i]) {
 			checks[shown], keys[shown] = checks[i], keys[i]
 			shown++
 		}
 	}
-	n = shown
+	f.writeQuota(st, r, w, checks[:shown])
+}
+
+// writeQuota answers r with the quota of checks, read with Peek; 503
+// when the store cannot be read.
+func (f *Flow) writeQuota(st *state, r keyfuncs.Request, w Response, checks []core.Check) {
+	ctx := r.Context()
 	st.in = inLimiter
 	var ds [limits.MaxLayers]core.Decision
-	if err := f.limiter.Peek(ctx, time.Time{}, checks[:n], ds[:n]); err != nil {
+	if err := f.limiter.Peek(ctx, time.Time{}, checks, ds[:len(checks)]); err != nil {
 		if ctx.Err() != nil {
 			f.fail(st, r, w, err) // the client left
 			return
@@ -233,26 +212,12 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 		_ = st.guard(w).Write(http.StatusServiceUnavailable, "application/json", []byte(`{"error":"quota unavailable"}`))
 		return
 	}
-	now := time.Now()
 	out := struct {
 		Layers []quotaLayer `json:"layers"`
-	}{Layers: make([]quotaLayer, n)}
-	for i := range n {
-		d, ly := &ds[i], &f.layers.layers[checks[i].Layer]
-		ql := &out.Layers[i]
-		ql.Name, ql.Algorithm = d.Policy.Name, string(d.Policy.Algorithm)
-		ql.Limit, ql.Remaining, ql.Used = d.Limit, d.Remaining, max(0, d.Limit-d.Remaining)
-		ql.ResetAfter = ceilSeconds(d.ResetAfter)
-		ql.Reset = now.Add(d.ResetAfter).Add(time.Second - 1).Unix()
-		ql.Window = d.Policy.Window.Seconds()
-		if !d.Allowed {
-			ql.RetryAfter = max(1, ceilSeconds(d.RetryAfter))
-		}
-		ql.LockedOut = d.LockedOut
-		ql.Methods = ly.methods
-		for _, rt := range ly.routes {
-			ql.Routes = append(ql.Routes, rt.pattern)
-		}
+	}{Layers: make([]quotaLayer, len(checks))}
+	now := time.Now()
+	for i := range checks {
+		out.Layers[i].fill(&ds[i], &f.layers.layers[checks[i].Layer], now)
 	}
 	body, err := json.Marshal(out)
 	if err != nil { // cannot happen: plain fields
@@ -262,6 +227,23 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 	st.in = inResponder
 	w.Set("Cache-Control", "no-store")
 	_ = st.guard(w).Write(http.StatusOK, "application/json", body)
+}
+
+// fill sets ql to what d, ly's decision peeked at now, says.
+func (ql *quotaLayer) fill(d *core.Decision, ly *flowLayer, now time.Time) {
+	ql.Name, ql.Algorithm = d.Policy.Name, string(d.Policy.Algorithm)
+	ql.Limit, ql.Remaining, ql.Used = d.Limit, d.Remaining, max(0, d.Limit-d.Remaining)
+	ql.ResetAfter = ceilSeconds(d.ResetAfter)
+	ql.Reset = now.Add(d.ResetAfter).Add(time.Second - 1).Unix()
+	ql.Window = d.Policy.Window.Seconds()
+	if !d.Allowed {
+		ql.RetryAfter = max(1, ceilSeconds(d.RetryAfter))
+	}
+	ql.LockedOut = d.LockedOut
+	ql.Methods = ly.methods
+	for _, rt := range ly.routes {
+		ql.Routes = append(ql.Routes, rt.pattern)
+	}
 }
 
 // clientKinds are the prefixes of the keyfuncs keys that name a client:
