@@ -37,7 +37,7 @@ const (
 // client (through reputation) nor a store. While it is false, the checks
 // that need it are skipped; once they would pass, they fail until it is
 // set to true, so that they stay on.
-const httplimitRedisFree = false
+const httplimitRedisFree = true
 
 // graph is the import graph go list gave: each package's imports.
 type graph map[string][]string
