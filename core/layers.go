@@ -41,12 +41,33 @@ type verdict struct {
 	took time.Time
 }
 
+// one is the request and decision of a store call of one request.
+type one struct {
+	req [1]Request
+	d   [1]Decision
+}
+
+// onePool holds the buffers of takeOne: a slice handed to a Store, an
+// interface, escapes to the heap.
+var onePool = sync.Pool{New: func() any { return new(one) }}
+
+// takeOne asks s to Take req alone.
+func takeOne(s Store, ctx context.Context, at time.Time, req *Request) (Decision, time.Time, error) {
+	b := onePool.Get().(*one)
+	b.req[0] = *req
+	took, err := s.Take(ctx, at, b.req[:], b.d[:])
+	d := b.d[0]
+	*b = one{} // drop the key, the policy, the error
+	onePool.Put(b)
+	return d, took, err
+}
+
 // reqPool holds the arrays of requests a layered decision hands its store.
 var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) }}
 
 // decisionPool holds the arrays of decisions that a layered decision has
 // the store fill when the caller gives none: the array reaches the store
-// through an interface (Store.TakeAll), so escape analysis would move one
+// through an interface (Store.Take), so escape analysis would move one
 // on the stack to the heap, 2 KB per call.
 var decisionPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Decision) }}
 
@@ -99,7 +120,7 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 		if l.direct || l.untouched != nil && l.untouched(c.Key) {
 			req := Request{Key: c.Key, Policy: l.policy, Cost: c.Cost} // before plain, as in allow
 			if direct = l.plain(ctx, c.Key, c.Cost); direct {
-				if d, at, err = l.store.Take(ctx, now, req); err != nil {
+				if d, at, err = takeOne(l.store, ctx, now, &req); err != nil {
 					d, err = l.storeFailed(ctx, req, now, &l.brk, err)
 					at = time.Time{}
 				} else {
@@ -377,7 +398,7 @@ func binds(d, e *Decision, allowed bool) bool {
 // doAll asks the store to decide reqs, as do asks one request; probes
 // are the breakers of bs whose probe it is.
 func (l *Limiter) doAll(ctx context.Context, reqs []Request, at time.Time, out []Decision, bs *breakers, probes uint32) (time.Time, error) {
-	took, err := l.store.TakeAll(ctx, at, reqs, out)
+	took, err := l.store.Take(ctx, at, reqs, out)
 	for i, b := range bs.list() {
 		if probes&(1<<i) != 0 {
 			l.probed(b, err == nil, at)
@@ -415,7 +436,7 @@ func (l *Limiter) layersWithoutStore(ctx context.Context, reqs []Request, at tim
 	if fb := l.fallback; fb != nil {
 		l.brk.degrade(l.elapsed(at))
 		clear(v.ds)
-		if _, ferr := fb.TakeAll(ctx, at, reqs, v.ds); ferr == nil {
+		if _, ferr := fb.Take(ctx, at, reqs, v.ds); ferr == nil {
 			l.verdict(reqs, v, SourceFallback, err)
 			return
 		}
@@ -460,7 +481,7 @@ func (l *Limiter) overLayers(reqs []Request, over uint32, v *verdict) {
 // mirrorLayers takes reqs, which the store admitted, in the fallback too,
 // as mirror does for one request.
 func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time, v *verdict) {
-	// From the pools: arrays handed to the fallback's TakeAll, an
+	// From the pools: arrays handed to the fallback's Take, an
 	// interface call, would each go to the heap.
 	own := reqPool.Get().(*[limits.MaxLayers]Request)
 	fds := decisionPool.Get().(*[limits.MaxLayers]Decision)
@@ -474,7 +495,7 @@ func (l *Limiter) mirrorLayers(ctx context.Context, reqs []Request, at time.Time
 	for i := range own[:n] {
 		own[i].Policy.Lockout, own[i].Policy.LockoutMax, own[i].Policy.LockoutMemory = 0, 0, 0
 	}
-	_, err := l.fallback.TakeAll(ctx, at, own[:n], fds[:n])
+	_, err := l.fallback.Take(ctx, at, own[:n], fds[:n])
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
 		return
 	}

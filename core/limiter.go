@@ -232,7 +232,7 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) 
 		// landed when it is copied into Take's arguments.
 		req := Request{Key: key, Policy: l.policy, Cost: n}
 		if l.plain(ctx, key, n) {
-			d, _, err = l.store.Take(ctx, at, req)
+			d, _, err = takeOne(l.store, ctx, at, &req)
 			if err != nil {
 				return l.storeFailed(ctx, req, at, &l.brk, err)
 			}
@@ -345,7 +345,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time,
 	}
 	var took time.Time
 	if !probe {
-		d, took, err = l.store.Take(ctx, at, req) // the hot path, spared a call
+		d, took, err = takeOne(l.store, ctx, at, &req) // the hot path, spared a call
 	} else {
 		d, took, err = l.do(ctx, opTake, req, at, b)
 	}
@@ -417,7 +417,7 @@ func (l *Limiter) withoutStore(ctx context.Context, req Request, at time.Time, e
 		// Before the fallback's Take, so that a concurrent mirror that
 		// the fallback refuses sees the degraded period (see mirror).
 		l.brk.degrade(l.elapsed(at))
-		if d, _, ferr := l.fallback.Take(ctx, at, req); ferr == nil {
+		if d, _, ferr := takeOne(l.fallback, ctx, at, &req); ferr == nil {
 			d.Policy, d.Source, d.Err = req.Policy, SourceFallback, err
 			return d
 		}
@@ -435,7 +435,7 @@ func (l *Limiter) mirror(ctx context.Context, req Request, at time.Time, d Decis
 	// The fallback counts what the store admitted; it strikes no one for
 	// it (its lockouts are its own, when it decides alone).
 	req.Policy.Lockout, req.Policy.LockoutMax, req.Policy.LockoutMemory = 0, 0, 0
-	fd, _, err := l.fallback.Take(ctx, at, req)
+	fd, _, err := takeOne(l.fallback, ctx, at, &req)
 	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
 		return d
 	}
@@ -542,7 +542,7 @@ func (l *Limiter) do(ctx context.Context, op storeOp, req Request, at time.Time,
 	if op == opReset {
 		err = l.store.Reset(ctx, req.Key, req.Policy)
 	} else {
-		d, took, err = l.store.Take(ctx, at, req)
+		d, took, err = takeOne(l.store, ctx, at, &req)
 	}
 	if probe != nil {
 		l.probed(probe, err == nil, at)

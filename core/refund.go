@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/internal/glue/hooks"
-	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Refund gives back what an admitted request took and did not use: for
@@ -47,13 +46,9 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 		if c, capacity := checks[i].Cost, reqs[i].Policy.capacity(); c < 1 || c > capacity {
 			return fmt.Errorf("%w: Refund: layer %q: cost %d, capacity %d", ErrInvalidOption, reqs[i].Policy.Name, c, capacity)
 		}
-		reqs[i].Cost = -checks[i].Cost
+		reqs[i].Cost = checks[i].Cost
 	}
-	ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
-	err = l.quietly(ctx, at, reqs, ds[:len(reqs)])
-	clear(ds[:len(reqs)])
-	decisionPool.Put(ds)
-	if err != nil {
+	if err := l.quietly(ctx, reqs, func() error { return l.store.Refund(ctx, at, reqs) }, at); err != nil {
 		return err
 	}
 	if l.denied != nil {

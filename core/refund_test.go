@@ -148,10 +148,6 @@ func TestAllowTimedReturnsTheTime(t *testing.T) {
 // downStore fails every call.
 type downStore struct{ core.Store }
 
-func (downStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, errFlap
-}
-
-func (downStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+func (downStore) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	return time.Time{}, errFlap
 }

@@ -25,9 +25,9 @@ type countingTake struct {
 	calls *atomic.Int64
 }
 
-func (s countingTake) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s countingTake) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	s.calls.Add(1)
-	return s.Store.Take(ctx, now, req)
+	return s.Store.Take(ctx, now, reqs, out)
 }
 
 // TestAllowNTimed: over the memory store, AllowNTimed returns the time the
