@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 )
 
 // Refund gives back what an admitted request took and did not use: for
@@ -57,29 +56,4 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 		}
 	}
 	return nil
-}
-
-// allowLayersTimed is AllowLayers by the layered path, which returns the
-// time the store decided at whatever the Limiter (see hooks.AllowTimed).
-func (l *Limiter) allowLayersTimed(ctx context.Context, checks []Check, out []Decision) (Decision, time.Time, error) {
-	if len(out) < len(checks) {
-		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
-	}
-	if len(checks) == 0 {
-		return Decision{Allowed: true, Source: SourceStore}, time.Time{}, nil
-	}
-	v := verdict{ds: out[:0]}
-	err := l.allowLayers(ctx, checks, time.Time{}, &v)
-	if v.Source != SourceStore {
-		v.took = time.Time{} // nothing the store took, to refund
-	}
-	return v.Decision, v.took, err
-}
-
-func init() {
-	hooks.AllowTimed = func(l any, ctx context.Context, checks, out, d any) (time.Time, error) {
-		dec, at, err := l.(*Limiter).allowLayersTimed(ctx, checks.([]Check), out.([]Decision))
-		*d.(*Decision) = dec
-		return at, err
-	}
 }

@@ -336,11 +336,8 @@ func (s *settlement) reportedCost(ly *flowLayer, w Response, status int, reserve
 // cost: it is charged its reserve.
 var errNoCost = errors.New("the response reported no cost (ReportCost, or the CostHeader): charged the reserve")
 
-// allowSettling is AllowLayers for a request with checks that settle: by
-// the path that returns the time the store admitted them at, which
-// dates their refunds.
+// allowSettling is AllowLayers for a request with checks that settle: it
+// returns the time the store admitted them at, which dates their refunds.
 func (f *Flow) allowSettling(ctx context.Context, checks []core.Check, ds []core.Decision) (core.Decision, time.Time, error) {
-	var d core.Decision
-	at, err := hooks.AllowTimed(f.limiter, ctx, checks, ds, &d)
-	return d, at, err
+	return f.limiter.AllowLayers(ctx, time.Time{}, checks, ds)
 }
