@@ -159,7 +159,7 @@ func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) 
 		if err != nil {
 			return 0, nil, err
 		}
-		r := &reqs[i] // built in place: a Request is large
+		r := &reqs[i]                      // built in place: a Request is large
 		if r.Cost = ch.Cost; ch.Cost < 1 { // refused before the key is looked at (see Event.Key)
 			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, ch.Cost)
 		}
