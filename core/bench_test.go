@@ -15,9 +15,12 @@ import (
 
 // benchStore answers at once, without allocating: what is left is the
 // Limiter's own cost.
-type benchStore struct{ err error }
+type benchStore struct {
+	quietless
+	err error
+}
 
-func (s benchStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
+func (s benchStore) decide(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
 	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, time.Time{}, s.err
 }
 func (benchStore) Reset(context.Context, string, core.Policy) error { return nil }
@@ -145,7 +148,13 @@ func BenchmarkDenyCache(b *testing.B) {
 	}
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (benchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+// Take decides one request at a time: the fake has no layers.
+func (s benchStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }

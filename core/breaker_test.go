@@ -23,12 +23,13 @@ var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 // switchStore is a CallDirect Store that fails while fail is set and
 // otherwise admits; it counts its calls and the most that ran at once.
 type switchStore struct {
+	quietless
 	calls, inflight, maxInflight atomic.Int32
 	fail                         atomic.Bool
 	err                          error // what it fails with; errDown when nil
 }
 
-func (s *switchStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
+func (s *switchStore) decide(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	n := s.inflight.Add(1)
 	defer s.inflight.Add(-1)
@@ -166,16 +167,29 @@ func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
 
 // cancelingStore cancels its caller's context, as a disconnecting client
 // does, and then fails, as go-redis does on a canceled context.
-type cancelingStore struct{ calls atomic.Int32 }
+type cancelingStore struct {
+	quietless
+	calls atomic.Int32
+}
 
 type cancelFuncKey struct{}
 
-func (s *cancelingStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
+func (s *cancelingStore) decide(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	ctx.Value(cancelFuncKey{}).(context.CancelFunc)()
 	return core.Decision{}, time.Time{}, ctx.Err()
 }
 func (*cancelingStore) Reset(context.Context, string, core.Policy) error { return nil }
+
+func (s *cancelingStore) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	_, err := s.Take(ctx, now, reqs, out)
+	return err
+}
+
+func (s *cancelingStore) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	_, err := s.Take(ctx, at, reqs, make([]core.Decision, len(reqs)))
+	return err
+}
 
 func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 	t.Run("canceled", func(t *testing.T) {
@@ -334,12 +348,24 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 	}
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (*switchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+// Take decides one request at a time: the fake has no layers.
+func (s *switchStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (*cancelingStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+// Take decides one request at a time: the fake has no layers.
+func (s *cancelingStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }

@@ -32,6 +32,7 @@ type answer struct {
 // first, returning the context's error in the latter case: a store that
 // fails on cancellation, as go-redis does.
 type gateStore struct {
+	quietless
 	entered   chan context.Context
 	answers   chan answer
 	calls     atomic.Int32
@@ -42,7 +43,7 @@ func newGateStore() *gateStore {
 	return &gateStore{entered: make(chan context.Context, 1), answers: make(chan answer, 1)}
 }
 
-func (s *gateStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
+func (s *gateStore) decide(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	s.calls.Add(1)
 	s.entered <- ctx
 	if s.ignoreCtx {
@@ -284,7 +285,13 @@ func TestStoreContextKeepsValues(t *testing.T) {
 	}
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (*gateStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+// Take decides one request at a time: the fake has no layers.
+func (s *gateStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }

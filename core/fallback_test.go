@@ -26,11 +26,25 @@ type flakyStore struct {
 
 var errFlap = errors.New("i/o timeout")
 
-func (s *flakyStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s *flakyStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if s.fail(s.calls.Add(1)) {
-		return core.Decision{}, time.Time{}, errFlap
+		return time.Time{}, errFlap
 	}
-	return s.Store.Take(ctx, now, req)
+	return s.Store.Take(ctx, now, reqs, out)
+}
+
+func (s *flakyStore) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	if s.fail(s.calls.Add(1)) {
+		return errFlap
+	}
+	return s.Store.Peek(ctx, now, reqs, out)
+}
+
+func (s *flakyStore) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	if s.fail(s.calls.Add(1)) {
+		return errFlap
+	}
+	return s.Store.Refund(ctx, at, reqs)
 }
 
 // TestFallbackBoundsAFlappingStore is issue #6 item 8: a store that fails

@@ -54,13 +54,9 @@ type Limiter struct {
 	observers []func(Event)
 	shadow    bool
 	sources   []PolicySource // WithPolicySource, in order; nil when none
-	// direct says that allow may ask the store itself, without decide,
-	// when the request is plain: there is one layer, and no observer,
-	// shadow mode, policy source, deny cache or fallback to attend to.
-	direct bool
 	// untouched, when set, reports the keys the Limiter's one
-	// PolicySource leaves as they are, which may then take the direct
-	// path (see NewLimiter).
+	// PolicySource leaves as they are, whose requests it need not ask
+	// (see NewLimiter).
 	untouched func(key string) bool
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
@@ -87,29 +83,9 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 	if len(policies) == 0 {
 		return nil, fmt.Errorf("%w: NewLimiter: no policy", ErrInvalidOption)
 	}
-	if len(policies) > limits.MaxLayers {
-		return nil, fmt.Errorf("%w: NewLimiter: %d policies, more than %d", ErrInvalidOption, len(policies), limits.MaxLayers)
-	}
-	own := make([]Policy, len(policies))
-	caps := make([]int64, len(policies))
-	index := make(map[string]int, len(policies))
-	for i, p := range policies {
-		if err := p.Validate(); err != nil {
-			if len(policies) == 1 {
-				return nil, err
-			}
-			return nil, fmt.Errorf("layer %d (%q): %w", i, p.Name, err)
-		}
-		if p.Name == "" {
-			p.Name = p.defaultName()
-		}
-		for other := range index {
-			if strings.EqualFold(other, p.Name) {
-				return nil, fmt.Errorf("%w: NewLimiter: two layers are named %q and %q: give each its own Name", ErrInvalidOption, other, p.Name)
-			}
-		}
-		index[p.Name] = i
-		own[i], caps[i] = p, p.capacity()
+	own, caps, index, err := layersOf(policies)
+	if err != nil {
+		return nil, err
 	}
 	c := defaultConfig()
 	for i, opt := range opts {
@@ -156,19 +132,45 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 		return nil, err
 	}
 	l.observers = observers
-	// The direct path reads the one breaker: a partitioned store's
-	// decisions go through decide, which finds their partition's.
-	l.direct = l.observers == nil && !l.shadow && l.sources == nil &&
-		l.denied == nil && l.fallback == nil && len(own) == 1 && l.parts == nil
-	if len(l.sources) == 1 && l.observers == nil && !l.shadow &&
-		l.denied == nil && l.fallback == nil && len(own) == 1 && l.parts == nil {
+	if len(l.sources) == 1 {
 		if src, ok := l.sources[0].(SelectiveSource); ok {
-			// The keys the one source leaves as they are take the direct
-			// path, as on a Limiter without it.
+			// The keys the one source leaves as they are (a reputation:
+			// the clients in no band that scales) are decided as on a
+			// Limiter without it.
 			l.untouched = src.Untouched
 		}
 	}
 	return l, nil
+}
+
+// layersOf returns the layers of policies: each policy, validated and
+// named, its capacity, and its index by name.
+func layersOf(policies []Policy) ([]Policy, []int64, map[string]int, error) {
+	if len(policies) > limits.MaxLayers {
+		return nil, nil, nil, fmt.Errorf("%w: NewLimiter: %d policies, more than %d", ErrInvalidOption, len(policies), limits.MaxLayers)
+	}
+	own := make([]Policy, len(policies))
+	caps := make([]int64, len(policies))
+	index := make(map[string]int, len(policies))
+	for i, p := range policies {
+		if err := p.Validate(); err != nil {
+			if len(policies) == 1 {
+				return nil, nil, nil, err
+			}
+			return nil, nil, nil, fmt.Errorf("layer %d (%q): %w", i, p.Name, err)
+		}
+		if p.Name == "" {
+			p.Name = p.defaultName()
+		}
+		for other := range index {
+			if strings.EqualFold(other, p.Name) {
+				return nil, nil, nil, fmt.Errorf("%w: NewLimiter: two layers are named %q and %q: give each its own Name", ErrInvalidOption, other, p.Name)
+			}
+		}
+		index[p.Name] = i
+		own[i], caps[i] = p, p.capacity()
+	}
+	return own, caps, index, nil
 }
 
 // Policies returns the Limiter's policies, its layers, in order, Names
@@ -196,7 +198,7 @@ func (l *Limiter) DenyCacheLen() int {
 
 // Allow is AllowN(ctx, key, 1, time.Time{}).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.allow(ctx, key, 1, time.Time{})
+	return l.AllowN(ctx, key, 1, time.Time{})
 }
 
 // AllowN decides whether a request of cost n from the client identified by
@@ -220,233 +222,15 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // admitted), the error wraps ctx's error, and no fallback or FailClosed
 // applies.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
-	return l.allow(ctx, key, n, now)
-}
-
-// allow is AllowN; a zero at is the store's clock.
-func (l *Limiter) allow(ctx context.Context, key string, n int64, at time.Time) (d Decision, err error) {
-	if l.direct || l.untouched != nil && l.untouched(key) {
-		// The hot path (memstore's): decide, spared its tests for what
-		// this Limiter does not have, and two copies of the Decision.
-		// req is built before plain's call, so that its stores have
-		// landed when it is copied into Take's arguments.
-		req := Request{Key: key, Policy: l.policy, Cost: n}
-		if l.plain(ctx, key, n) {
-			d, _, err = l.store.Take(ctx, at, req)
-			if err != nil {
-				return l.storeFailed(ctx, req, at, &l.brk, err)
-			}
-			d.Policy = l.policy
-			if d.Source != SourceStore {
-				d.Source = SourceStore
-			}
-			return d, nil
-		}
+	c := callPool.Get().(*call)
+	k := len(l.policies)
+	for i := range k {
+		c.checks[i] = Check{Layer: i, Key: key, Cost: n}
 	}
-	if len(l.policies) > 1 {
-		return l.allowEvery(ctx, key, n, at)
-	}
-	if l.observers == nil && !l.shadow {
-		return l.decide(ctx, key, n, at, nil)
-	}
-	if l.observers == nil {
-		d, err = l.decide(ctx, key, n, at, nil)
-		if !d.Allowed {
-			shade(&d, err)
-		}
-		return d, err
-	}
-	var w watch
-	d, err = l.decide(ctx, key, n, at, &w)
-	if l.shadow && !d.Allowed {
-		shade(&d, err)
-	}
-	l.observeAs(n, &w, &d, err, true)
+	err := l.decide(ctx, now, c, c.checks[:k], nil)
+	d := *c.v.result()
+	c.release(k)
 	return d, err
-}
-
-// shade admits *d, a denial, in shadow mode, unless no one decided it
-// (err is not nil).
-func shade(d *Decision, err error) {
-	if err != nil {
-		return
-	}
-	d.Allowed, d.Shadowed = true, true
-}
-
-// decide is allow; w, when not nil, records what observers hear beyond
-// the Decision.
-func (l *Limiter) decide(ctx context.Context, key string, n int64, at time.Time, w *watch) (d Decision, err error) {
-	if n < 1 {
-		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: cost %d is not positive", ErrInvalidOption, n)
-	}
-	if key == "" {
-		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: empty key", ErrInvalidOption)
-	}
-	policy, capacity, ceiling := l.policy, l.capacity, l.capacity
-	var policyErr error
-	if l.sources != nil {
-		if p, c, err := l.adjust(ctx, key, policy); err != nil {
-			policyErr = err
-		} else {
-			policy, capacity, ceiling = p, p.capacity(), c
-		}
-	}
-	if n > capacity && n > ceiling {
-		return Decision{Limit: l.capacity, Policy: l.policy}, fmt.Errorf("%w: cost %d, capacity %d of policy %q", ErrInvalidOption, n, l.capacity, l.policy.Name)
-	}
-	if policyErr != nil {
-		return l.failedAs(&l.policy, policyErr), nil
-	}
-	key, _ = normalizeKey(key)
-	if w != nil {
-		w.key = key
-	}
-	if n > capacity {
-		// Within the configured policy, but not the one a policy source
-		// made of it (limits shrunk under load): a denial, without asking
-		// the store (see overLayers).
-		return Decision{Limit: capacity, ResetAfter: policy.Window, RetryAfter: policy.Window, Policy: policy, Source: SourceStore}, nil
-	}
-	if ctx.Err() != nil {
-		return l.canceled(ctx, &policy, nil)
-	}
-	req := Request{Key: key, Policy: policy, Cost: n}
-	var now time.Time // the deny cache's clock, read before the store decides
-	var gen uint64    // the deny cache's generation, likewise
-	if l.denied != nil {
-		if now = at; now.IsZero() {
-			now = time.Now()
-		}
-		if l.denied.get(key, n, now, &policy, &d) { // into the result: a Decision is large
-			d.Limit, d.Policy = capacity, policy
-			return d, nil
-		}
-		gen = l.denied.generation()
-	}
-	b := &l.brk
-	if l.parts != nil {
-		b = l.parts.of(key, at)
-	}
-	state := b.state.Load() // 0 on the hot path: all is well
-	probe := false
-	if state&brkOpen != 0 {
-		if probe = b.tryProbe(l.elapsed(at)); !probe {
-			if l.fallback == nil {
-				failInto(&d, &req.Policy, l.openErr)
-				return d, nil
-			}
-			return l.withoutStore(ctx, req, at, l.openErr), nil
-		}
-	}
-	var start time.Time
-	if w != nil && !l.inProcess.Load() {
-		start = time.Now()
-	}
-	var took time.Time
-	if !probe {
-		d, took, err = l.store.Take(ctx, at, req) // the hot path, spared a call
-	} else {
-		d, took, err = l.do(ctx, opTake, req, at, b)
-	}
-	if !start.IsZero() {
-		if inProcess(took) {
-			// It decided in process: it never waits, and is timed no
-			// more.
-			l.inProcess.Store(true)
-			w.latency = 0
-		} else {
-			w.latency = time.Since(start)
-		}
-	}
-	if err != nil {
-		if probe {
-			b = nil // it reported itself
-		}
-		return l.storeFailed(ctx, req, at, b, err)
-	}
-	if state&brkCount != 0 {
-		b.succeed()
-	}
-	d.Policy, d.Source, d.Err = policy, SourceStore, nil
-	if l.fallback != nil && d.Allowed {
-		d = l.mirror(ctx, req, at, d)
-	}
-	if l.denied != nil && !d.Allowed {
-		l.denied.put(key, n, now, d, gen)
-	}
-	return d, nil
-}
-
-// inProcess reports whether took, a time a store returned, was read from
-// this process's clock (it carries a monotonic reading): the store decided
-// in process (see Store.Take). A store that decides elsewhere returns its
-// own clock's time, or none.
-func inProcess(took time.Time) bool { return took != took.Round(0) }
-
-// plain reports whether a request for key and cost n on a direct Limiter
-// may skip decide: its input is valid as it is (no key to digest), ctx has
-// not ended and the breaker is closed with no failure counted.
-func (l *Limiter) plain(ctx context.Context, key string, n int64) bool {
-	return uint64(n-1) < uint64(l.capacity) && key != "" && len(key) <= limits.MaxKeyLen && plainKey(key) &&
-		l.brk.state.Load() == 0 && ctx.Err() == nil
-}
-
-// storeFailed is the answer to req, which the store failed with err: the
-// caller's error when the caller has left meanwhile, else the fallback's
-// or FailClosed's decision, Err set. The failure counts toward opening b,
-// the breaker of req's partition, unless b is nil: it was the breaker's
-// probe (the probe reports itself).
-func (l *Limiter) storeFailed(ctx context.Context, req Request, at time.Time, b *breaker, err error) (Decision, error) {
-	if callerDone(ctx) {
-		return l.canceled(ctx, &req.Policy, err)
-	}
-	if b != nil && !errors.Is(err, ErrInvalidOption) { // bad input says nothing of the store's health
-		b.fail(l.elapsed(at))
-	}
-	return l.withoutStore(ctx, req, at, storeErr(err)), nil
-}
-
-// storeErr is the Decision.Err of a store failure err.
-func storeErr(err error) error { return fmt.Errorf("%w: %w", limits.ErrStore, err) }
-
-// withoutStore decides req by the fallback or else FailClosed, for a store
-// that failed with err or was not asked.
-func (l *Limiter) withoutStore(ctx context.Context, req Request, at time.Time, err error) Decision {
-	if l.fallback != nil {
-		// Before the fallback's Take, so that a concurrent mirror that
-		// the fallback refuses sees the degraded period (see mirror).
-		l.brk.degrade(l.elapsed(at))
-		if d, _, ferr := l.fallback.Take(ctx, at, req); ferr == nil {
-			d.Policy, d.Source, d.Err = req.Policy, SourceFallback, err
-			return d
-		}
-	}
-	return l.failedAs(&req.Policy, err)
-}
-
-// mirror takes req, which the store admitted with d, in the fallback too.
-// While the Limiter is Recovering, the fallback's refusal refuses the
-// request; otherwise it is ignored (the fallback's view is already full).
-// The state is read after the fallback's Take: a concurrent decision
-// without the store marks the degraded period before its own Take, so
-// that either this mirror sees it, or that decision sees this mirror.
-func (l *Limiter) mirror(ctx context.Context, req Request, at time.Time, d Decision) Decision {
-	// The fallback counts what the store admitted; it strikes no one for
-	// it (its lockouts are its own, when it decides alone).
-	req.Policy.Lockout, req.Policy.LockoutMax, req.Policy.LockoutMemory = 0, 0, 0
-	fd, _, err := l.fallback.Take(ctx, at, req)
-	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
-		return d
-	}
-	if !fd.Allowed {
-		fd.Policy, fd.Source, fd.Err = d.Policy, SourceFallback, nil
-		return fd
-	}
-	d.Remaining = min(d.Remaining, fd.Remaining)
-	d.ResetAfter = max(d.ResetAfter, fd.ResetAfter)
-	d.Delay = max(d.Delay, fd.Delay)
-	return d
 }
 
 // elapsed is the time at in Unix nanoseconds, for the breaker. A zero at
@@ -509,7 +293,7 @@ func (l *Limiter) resetPolicy(ctx context.Context, key string, policy *Policy) e
 		_, err := l.canceled(ctx, policy, nil)
 		return err
 	}
-	_, _, err = l.do(ctx, opReset, Request{Key: key, Policy: *policy}, time.Time{}, nil)
+	err = l.store.Reset(ctx, key, *policy)
 	if l.fallback != nil {
 		_ = l.fallback.Reset(ctx, key, *policy)
 	}
@@ -524,30 +308,6 @@ func (l *Limiter) resetPolicy(ctx context.Context, key string, policy *Policy) e
 		return fmt.Errorf("ratelimit: reset under %q: %w", policy.Name, storeErr(err))
 	}
 	return nil
-}
-
-// storeOp is what a Limiter asks its store.
-type storeOp uint8
-
-const (
-	opTake  storeOp = iota // Take(req)
-	opReset                // Reset(req.Key, req.Policy)
-)
-
-// do asks the store op about req, with the caller's ctx: a store that
-// may block bounds its own calls (see Store). When probe is not nil, the
-// call is that circuit breaker's probe, ended as soon as the store
-// returns.
-func (l *Limiter) do(ctx context.Context, op storeOp, req Request, at time.Time, probe *breaker) (d Decision, took time.Time, err error) {
-	if op == opReset {
-		err = l.store.Reset(ctx, req.Key, req.Policy)
-	} else {
-		d, took, err = l.store.Take(ctx, at, req)
-	}
-	if probe != nil {
-		l.probed(probe, err == nil, at)
-	}
-	return d, took, err
 }
 
 // probed ends the probe of b at at: ok says the store answered. A

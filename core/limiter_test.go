@@ -24,6 +24,7 @@ import (
 // told to. It checks the Limiter's side of the contract; the algorithms are
 // checked against real stores by core/storetest.
 type fakeStore struct {
+	quietless
 	mu          sync.Mutex
 	reqs        []core.Request
 	nows        []time.Time
@@ -35,7 +36,7 @@ type fakeStore struct {
 	timeout     time.Duration // with release: how long Take waits, as a store bounds its calls
 }
 
-func (s *fakeStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s *fakeStore) decide(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
 	if s.release != nil {
 		// A store that may block bounds itself: by its own timeout, or
 		// the caller's ctx, whichever ends first.
@@ -429,7 +430,13 @@ func TestDirectPathDecidesAsDecide(t *testing.T) {
 	}
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (s *fakeStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+// Take decides one request at a time: the fake has no layers.
+func (s *fakeStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // lockout is a policy's three lockout fields, with the lengths the stores
@@ -199,7 +200,7 @@ func TestLockoutFallbackMirrorStrikesNoOne(t *testing.T) {
 		require.True(t, d.Allowed)
 	}
 	// Struck by the mirror, it would be locked out until t0+2h.
-	fd, _, err := local.Take(ctx, t0.Add(time.Minute), core.Request{Key: "k", Policy: l.Policies()[0], Cost: 1})
+	fd, _, err := storecall.Take(local, ctx, t0.Add(time.Minute), core.Request{Key: "k", Policy: l.Policies()[0], Cost: 1})
 	require.NoError(t, err)
 	assert.False(t, fd.Allowed)
 	assert.True(t, fd.LockedOut)

@@ -334,12 +334,12 @@ func TestObservedDecisionDoesNotAllocate(t *testing.T) {
 // socket deadline is the context's, and it returns its own i/o timeout as
 // soon as that instant has passed, whether or not the context's timer has
 // fired yet.
-type socketDeadlineStore struct{}
+type socketDeadlineStore struct{ quietless }
 
 // errIOTimeout is what a socket read past its deadline fails with.
 var errIOTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
-func (socketDeadlineStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
+func (socketDeadlineStore) decide(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
 	time.Sleep(5 * time.Millisecond) // its own timeout, set on the socket
 	return core.Decision{}, time.Time{}, errIOTimeout
 }
@@ -358,7 +358,13 @@ func TestSocketDeadlineIsATimeout(t *testing.T) {
 	}
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (socketDeadlineStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+// Take decides one request at a time: the fake has no layers.
+func (s socketDeadlineStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }

@@ -26,7 +26,7 @@ type Partitioned interface {
 }
 
 // PartitionError is a store failure confined to one partition (see
-// Partitioned): a TakeAll whose requests span several partitions wraps
+// Partitioned): a Take whose requests span several partitions wraps
 // each partition's failure in one, so that the Limiter counts it against
 // that partition's circuit breaker alone.
 type PartitionError struct {
@@ -134,7 +134,7 @@ func (b *breaker) idle(now int64) bool {
 }
 
 // breakers is the breakers of one request: one for a Take, one per
-// partition its requests touch for a TakeAll.
+// partition its requests touch for a Take.
 type breakers struct {
 	n   int
 	all [limits.MaxLayers]*breaker

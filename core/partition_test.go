@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // nodesStore is a Partitioned store of nodes, each a memstore, like the
@@ -42,17 +43,15 @@ func nodeOf(key string) string { n, _, _ := strings.Cut(key, "-"); return n }
 
 func (s *nodesStore) Partitioner() func(string) string { return nodeOf }
 
-func (s *nodesStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s *nodesStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	s.calls.Add(1)
-	n := nodeOf(req.Key)
-	if s.down[n].Load() {
-		return core.Decision{}, time.Time{}, fmt.Errorf("dial tcp %s: connect: connection refused", n)
+	if len(reqs) == 1 {
+		n := nodeOf(reqs[0].Key)
+		if s.down[n].Load() {
+			return time.Time{}, fmt.Errorf("dial tcp %s: connect: connection refused", n)
+		}
+		return s.nodes[n].Take(ctx, now, reqs, out)
 	}
-	return s.nodes[n].Take(ctx, now, req)
-}
-
-func (s *nodesStore) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	s.calls.Add(1)
 	var errs []error
 	for _, r := range reqs {
 		if n := nodeOf(r.Key); s.down[n].Load() {
@@ -67,7 +66,7 @@ func (s *nodesStore) TakeAll(ctx context.Context, now time.Time, reqs []core.Req
 		return time.Time{}, err
 	}
 	for i, r := range reqs { // no contention in these tests: one at a time is all or nothing
-		d, _, err := s.nodes[nodeOf(r.Key)].Take(ctx, now, core.Request{Key: r.Key, Policy: r.Policy, Cost: 0})
+		d, err := storecall.Peek(s.nodes[nodeOf(r.Key)], ctx, now, r)
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -79,10 +78,16 @@ func (s *nodesStore) TakeAll(ctx context.Context, now time.Time, reqs []core.Req
 		}
 	}
 	for i, r := range reqs {
-		out[i], _, _ = s.nodes[nodeOf(r.Key)].Take(ctx, now, r)
+		out[i], _, _ = storecall.Take(s.nodes[nodeOf(r.Key)], ctx, now, r)
 	}
 	return now, nil
 }
+
+func (s *nodesStore) Peek(context.Context, time.Time, []core.Request, []core.Decision) error {
+	return errQuiet
+}
+
+func (s *nodesStore) Refund(context.Context, time.Time, []core.Request) error { return errQuiet }
 
 func (s *nodesStore) Reset(ctx context.Context, key string, p core.Policy) error {
 	return s.nodes[nodeOf(key)].Reset(ctx, key, p)

@@ -39,7 +39,10 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 	}
 	defer putRequests(arr, len(checks))
 	reqs := arr[:len(checks)]
-	if err := l.quietly(ctx, now, reqs, out[:len(reqs)]); err != nil {
+	for i := range reqs {
+		reqs[i].Cost = 1 // a peek asks about a request of cost 1
+	}
+	if err := l.quietly(ctx, reqs, func() error { return l.store.Peek(ctx, now, reqs, out[:len(reqs)]) }, now); err != nil {
 		return err
 	}
 	for i := range reqs {
@@ -51,7 +54,7 @@ func (l *Limiter) Peek(ctx context.Context, now time.Time, checks []Check, out [
 // quietRequests returns the requests of checks that are no decision
 // (Peek, Refund, fn), in an array of reqPool that the caller gives back
 // with putRequests: each layer's key, normalized, and its policy in force
-// for the key; Cost left 0. It returns nil for no checks, and refuses
+// for the key; Cost left for the caller. It returns nil for no checks, and refuses
 // what AllowLayers refuses: more checks than layers, a layer out of range
 // or repeated, an invalid key; a PolicySource's failure and an ended ctx
 // are its error too (nothing is decided, so nothing falls back).
@@ -98,20 +101,15 @@ func putRequests(arr *[limits.MaxLayers]Request, n int) {
 	reqPool.Put(arr)
 }
 
-// quietly asks the store reqs, peeks or give-backs, at now, into out: one
-// Take, or one TakeAll. An open circuit breaker is the error without
-// asking; a store failure is the error, the caller's cancellation when it
-// has left. Neither counts toward the breaker, nor is decided otherwise.
-func (l *Limiter) quietly(ctx context.Context, now time.Time, reqs []Request, out []Decision) error {
+// quietly asks the store about reqs, at now, by ask: a Peek or a
+// Refund. An open circuit breaker is the error without asking; a store
+// failure is the error, the caller's cancellation when it has left.
+// Neither counts toward the breaker, nor is decided otherwise.
+func (l *Limiter) quietly(ctx context.Context, reqs []Request, ask func() error, now time.Time) error {
 	if l.open(reqs, now) {
 		return l.openErr
 	}
-	var err error
-	if len(reqs) == 1 {
-		out[0], _, err = l.store.Take(ctx, now, reqs[0])
-	} else {
-		_, err = l.store.TakeAll(ctx, now, reqs, out)
-	}
+	err := ask()
 	if err == nil {
 		return nil
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 )
 
 func TestPolicyValidate(t *testing.T) {
@@ -98,16 +97,15 @@ func TestRequestValidate(t *testing.T) {
 		{"valid", func(*core.Request) {}, nil},
 		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidOption},
 		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidOption},
-		{"a peek (cost 0)", func(r *core.Request) { r.Cost = 0 }, nil},
-		{"a give-back (cost -1)", func(r *core.Request) { r.Cost = -1 }, nil},
-		{"a give-back of the capacity", func(r *core.Request) { r.Cost = -20 }, nil},
-		{"a give-back above the capacity", func(r *core.Request) { r.Cost = -21 }, core.ErrInvalidOption},
+		{"cost 0", func(r *core.Request) { r.Cost = 0 }, core.ErrInvalidOption},
+		{"cost -1", func(r *core.Request) { r.Cost = -1 }, core.ErrInvalidOption},
+		{"the capacity", func(r *core.Request) { r.Cost = 20 }, nil},
 		{"cost above burst", func(r *core.Request) { r.Cost = 21 }, core.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		r := ok
 		tt.edit(&r)
-		err := reqcheck.Validate(&r)
+		err := r.Validate()
 		if tt.want == nil {
 			assert.NoError(t, err, tt.name)
 			continue

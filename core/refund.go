@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/apigate/ratelimit/internal/glue/hooks"
-	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Refund gives back what an admitted request took and did not use: for
@@ -47,13 +44,9 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 		if c, capacity := checks[i].Cost, reqs[i].Policy.capacity(); c < 1 || c > capacity {
 			return fmt.Errorf("%w: Refund: layer %q: cost %d, capacity %d", ErrInvalidOption, reqs[i].Policy.Name, c, capacity)
 		}
-		reqs[i].Cost = -checks[i].Cost
+		reqs[i].Cost = checks[i].Cost
 	}
-	ds := decisionPool.Get().(*[limits.MaxLayers]Decision)
-	err = l.quietly(ctx, at, reqs, ds[:len(reqs)])
-	clear(ds[:len(reqs)])
-	decisionPool.Put(ds)
-	if err != nil {
+	if err := l.quietly(ctx, reqs, func() error { return l.store.Refund(ctx, at, reqs) }, at); err != nil {
 		return err
 	}
 	if l.denied != nil {
@@ -62,29 +55,4 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, checks []Check) erro
 		}
 	}
 	return nil
-}
-
-// allowLayersTimed is AllowLayers by the layered path, which returns the
-// time the store decided at whatever the Limiter (see hooks.AllowTimed).
-func (l *Limiter) allowLayersTimed(ctx context.Context, checks []Check, out []Decision) (Decision, time.Time, error) {
-	if len(out) < len(checks) {
-		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
-	}
-	if len(checks) == 0 {
-		return Decision{Allowed: true, Source: SourceStore}, time.Time{}, nil
-	}
-	v := verdict{ds: out[:0]}
-	err := l.allowLayers(ctx, checks, time.Time{}, &v)
-	if v.Source != SourceStore {
-		v.took = time.Time{} // nothing the store took, to refund
-	}
-	return v.Decision, v.took, err
-}
-
-func init() {
-	hooks.AllowTimed = func(l any, ctx context.Context, checks, out, d any) (time.Time, error) {
-		dec, at, err := l.(*Limiter).allowLayersTimed(ctx, checks.([]Check), out.([]Decision))
-		*d.(*Decision) = dec
-		return at, err
-	}
 }

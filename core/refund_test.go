@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
@@ -115,19 +114,19 @@ func TestRefundErrors(t *testing.T) {
 	assert.ErrorIs(t, l.Refund(canceled, now, []core.Check{{Key: "k", Cost: 1}}), context.Canceled)
 }
 
-// TestAllowTimedReturnsTheTime: the layered path that httplimit's
-// settling layers take returns the time the store decided at on a
-// single-layer Limiter with observers (whose one-check shortcut returns
-// none), and the zero time for a decision that was not the store's.
-func TestAllowTimedReturnsTheTime(t *testing.T) {
+// TestAllowLayersReturnsTheTime: AllowLayers returns the time the store
+// decided at on a single-layer Limiter with observers too (the one
+// decision sequence has no shortcut that loses it), so that its admission
+// can be refunded, and the zero time for a decision that was not the
+// store's.
+func TestAllowLayersReturnsTheTime(t *testing.T) {
 	ctx := context.Background()
 	p := core.Policy{Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Minute}
 	obs := limitertest.Observer(func(core.Event) {})
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(obs))
 	require.NoError(t, err)
 	checks := []core.Check{{Key: "k", Cost: 2}}
-	var d core.Decision
-	at, err := hooks.AllowTimed(l, ctx, checks, make([]core.Decision, 1), &d)
+	d, at, err := l.AllowLayers(ctx, time.Time{}, checks, nil)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	require.False(t, at.IsZero())
@@ -139,7 +138,7 @@ func TestAllowTimedReturnsTheTime(t *testing.T) {
 
 	l, err = core.NewLimiter(downStore{newMemStore(t)}, []core.Policy{p})
 	require.NoError(t, err)
-	at, err = hooks.AllowTimed(l, ctx, checks, make([]core.Decision, 1), &d)
+	d, at, err = l.AllowLayers(ctx, time.Time{}, checks, make([]core.Decision, 1))
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "fails open")
 	assert.True(t, at.IsZero(), "nothing the store took")
@@ -148,10 +147,6 @@ func TestAllowTimedReturnsTheTime(t *testing.T) {
 // downStore fails every call.
 type downStore struct{ core.Store }
 
-func (downStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, errFlap
-}
-
-func (downStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+func (downStore) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	return time.Time{}, errFlap
 }

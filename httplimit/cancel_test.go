@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -27,22 +28,29 @@ type hooked struct {
 	hook func()
 }
 
-func (s hooked) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s hooked) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	s.hook()
-	return s.Store.Take(ctx, now, req)
+	return s.Store.Take(ctx, now, reqs, out)
 }
 
 // blocking is a store that answers only once its context ends, as a
 // go-redis call with a canceled context does; it is not CallDirect, so
 // the Limiter bounds it with its timeout.
-type blocking struct{ unblock chan struct{} }
+type blocking struct {
+	quietless
+	unblock chan struct{}
+}
 
-func (s blocking) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
+func (s blocking) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
 	select {
 	case <-ctx.Done():
-		return core.Decision{}, time.Time{}, ctx.Err()
+		return time.Time{}, ctx.Err()
 	case <-s.unblock:
-		return core.Decision{Allowed: true, Limit: 1}, time.Time{}, nil
+		out[0] = core.Decision{Allowed: true, Limit: 1}
+		return time.Time{}, nil
 	}
 }
 func (blocking) Reset(context.Context, string, core.Policy) error { return nil }
@@ -96,7 +104,7 @@ func TestCanceledNeverProceeds(t *testing.T) {
 			setup: func(t *testing.T, cancel context.CancelFunc) core.Store {
 				s := memStore(t)
 				// A first request fills the queue, so the one under test waits.
-				_, _, err := s.Take(context.Background(), t0, core.Request{Key: "ip:192.0.2.1", Policy: leaky, Cost: 1})
+				_, _, err := storecall.Take(s, context.Background(), t0, core.Request{Key: "ip:192.0.2.1", Policy: leaky, Cost: 1})
 				require.NoError(t, err)
 				time.AfterFunc(time.Millisecond, cancel)
 				return s
@@ -209,9 +217,4 @@ func TestKeyTimeoutIsNoDisconnect(t *testing.T) {
 	require.Len(t, rec.records, 1)
 	assert.Equal(t, slog.LevelWarn, rec.records[0].Level)
 	assert.Equal(t, "ratelimit: request not decided", rec.records[0].Message)
-}
-
-// TakeAll fails: the fake decides one request at a time.
-func (blocking) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
 }

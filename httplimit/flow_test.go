@@ -333,12 +333,23 @@ func TestDefaultResponderDenied(t *testing.T) {
 }
 
 // failing is a store that is down.
-type failing struct{}
+type failing struct{ quietless }
 
-func (failing) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, errors.New("down")
+func (failing) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("down")
 }
-func (failing) Reset(context.Context, string, core.Policy) error { return errors.New("down") }
+
+// quietless gives a fake store the Peek and Refund that no test asks of
+// it.
+type quietless struct{}
+
+var errQuiet = errors.New("fake store: no peeks, no refunds")
+
+func (quietless) Peek(context.Context, time.Time, []core.Request, []core.Decision) error {
+	return errQuiet
+}
+func (quietless) Refund(context.Context, time.Time, []core.Request) error { return errQuiet }
+func (failing) Reset(context.Context, string, core.Policy) error          { return errors.New("down") }
 
 // BenchmarkHandle is the flow alone on the memory store, allowed path,
 // default options (IP key, default headers).
@@ -406,9 +417,4 @@ func mustKeyFunc(t testing.TB) func(keyfuncs.Func, error) keyfuncs.Func {
 		require.NoError(t, err, "key function constructor")
 		return fn
 	}
-}
-
-// TakeAll fails: the fake decides one request at a time.
-func (failing) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
 }

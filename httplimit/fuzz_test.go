@@ -163,13 +163,13 @@ type leavingStore struct {
 	ff *fuzzFlow
 }
 
-func (s leavingStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s leavingStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	s.ff.leave("store")
 	defer s.ff.leave("decided")
 	if now.IsZero() {
 		now = t0
 	}
-	return s.Store.Take(ctx, now, req)
+	return s.Store.Take(ctx, now, reqs, out)
 }
 
 // leavePoints are where a client may leave, besides at a look at its

@@ -25,11 +25,11 @@ type switchStore struct {
 
 var errSwitchedOff = errors.New("switch store: down")
 
-func (s switchStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s switchStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if s.down.Load() {
-		return core.Decision{}, time.Time{}, errSwitchedOff
+		return time.Time{}, errSwitchedOff
 	}
-	return s.Store.Take(ctx, now, req)
+	return s.Store.Take(ctx, now, reqs, out)
 }
 
 // TestOutageLoggedOnce runs a Flow through an outage of its store under

@@ -43,7 +43,7 @@ func (h *recordHandler) logger() *slog.Logger               { return slog.New(h)
 // panicking is a CallDirect store whose every decision panics.
 type panicking struct{ hooked }
 
-func (panicking) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
+func (panicking) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	panic("store broke")
 }
 

@@ -202,10 +202,11 @@ type downStore struct{}
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connection refused")
 
-func (downStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, errDown
-}
-func (downStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+func (downStore) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	return time.Time{}, errDown
 }
-func (downStore) Reset(context.Context, string, core.Policy) error { return errDown }
+func (downStore) Peek(context.Context, time.Time, []core.Request, []core.Decision) error {
+	return errDown
+}
+func (downStore) Refund(context.Context, time.Time, []core.Request) error { return errDown }
+func (downStore) Reset(context.Context, string, core.Policy) error        { return errDown }

@@ -228,14 +228,19 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
-func (s *countingStore) Take(ctx context.Context, now time.Time, r core.Request) (core.Decision, time.Time, error) {
+func (s *countingStore) Take(ctx context.Context, now time.Time, rs []core.Request, out []core.Decision) (time.Time, error) {
 	s.calls.Add(1)
-	return s.Store.Take(ctx, now, r)
+	return s.Store.Take(ctx, now, rs, out)
 }
 
-func (s *countingStore) TakeAll(ctx context.Context, now time.Time, rs []core.Request, out []core.Decision) (time.Time, error) {
+func (s *countingStore) Peek(ctx context.Context, now time.Time, rs []core.Request, out []core.Decision) error {
 	s.calls.Add(1)
-	return s.Store.TakeAll(ctx, now, rs, out)
+	return s.Store.Peek(ctx, now, rs, out)
+}
+
+func (s *countingStore) Refund(ctx context.Context, at time.Time, rs []core.Request) error {
+	s.calls.Add(1)
+	return s.Store.Refund(ctx, at, rs)
 }
 
 func atoi(t *testing.T, s string) int {

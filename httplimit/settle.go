@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/hooks"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -257,11 +256,8 @@ func (s *settlement) reportedCost(status int, reserve int64) (int64, error) {
 // cost: it is charged its reserve.
 var errNoCost = errors.New("the handler reported no cost (ReportCost): charged the reserve")
 
-// allowSettling is AllowLayers for a request with checks that settle: by
-// the path that returns the time the store admitted them at, which
-// dates their refunds.
+// allowSettling is AllowLayers for a request with checks that settle: it
+// returns the time the store admitted them at, which dates their refunds.
 func (f *Flow) allowSettling(ctx context.Context, checks []core.Check, ds []core.Decision) (core.Decision, time.Time, error) {
-	var d core.Decision
-	at, err := hooks.AllowTimed(f.limiter, ctx, checks, ds, &d)
-	return d, at, err
+	return f.limiter.AllowLayers(ctx, time.Time{}, checks, ds)
 }

@@ -234,23 +234,13 @@ type cancelAfter struct {
 	armed, admitted bool
 }
 
-func (s *cancelAfter) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, at, err := s.Store.Take(ctx, now, req)
-	s.after(req.Cost, d.Allowed)
-	return d, at, err
-}
-
-func (s *cancelAfter) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	at, err := s.Store.TakeAll(ctx, now, reqs, out)
-	s.after(reqs[0].Cost, err == nil && out[0].Allowed)
-	return at, err
-}
-
-func (s *cancelAfter) after(cost int64, allowed bool) {
-	if s.armed && cost > 0 { // an admission, not a peek or a give-back
-		s.armed, s.admitted = false, allowed
+func (s *cancelAfter) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	at, err := s.Store.Take(ctx, now, reqs, out)
+	if s.armed {
+		s.armed, s.admitted = false, err == nil && out[0].Allowed
 		s.cancel()
 	}
+	return at, err
 }
 
 // downAfter is a store that fails every call once down is set.
@@ -259,18 +249,25 @@ type downAfter struct {
 	down bool
 }
 
-func (s *downAfter) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	if s.down {
-		return core.Decision{}, time.Time{}, errors.New("down")
-	}
-	return s.Store.Take(ctx, now, req)
-}
-
-func (s *downAfter) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+func (s *downAfter) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if s.down {
 		return time.Time{}, errors.New("down")
 	}
-	return s.Store.TakeAll(ctx, now, reqs, out)
+	return s.Store.Take(ctx, now, reqs, out)
+}
+
+func (s *downAfter) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	if s.down {
+		return errors.New("down")
+	}
+	return s.Store.Peek(ctx, now, reqs, out)
+}
+
+func (s *downAfter) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	if s.down {
+		return errors.New("down")
+	}
+	return s.Store.Refund(ctx, at, reqs)
 }
 
 // BenchmarkServe is a layer through Serve, on the memory store: counting

@@ -191,7 +191,7 @@ func (o outcome) decide(d *core.Decision, capacity int64) {
 // algorithm of st.kind (which must be p's), updating st when the request is
 // admitted. fresh says st holds no state yet.
 //
-// c == 0 is a peek (core.Request.Cost): each algorithm tests admission as
+// c == 0 is a peek (core.Store.Peek): each algorithm tests admission as
 // for a cost of 1 (ask), reports what is left and the reset of the state
 // as it stands, and writes nothing to st.
 func step(st *state, fresh bool, p *core.Policy, c, now int64) outcome {
@@ -551,7 +551,7 @@ func msUp(us int64) time.Duration {
 }
 
 // giveBack gives back c units (c > 0) of an admission made at now (µs)
-// under p, from st, which has not expired (core.Request.Cost): from what
+// under p, from st, which has not expired (core.Store.Refund): from what
 // that admission was counted in, if it is still counted there, never
 // below nothing. It changes no time of st, so that the state expires when
 // it would have: a give-back frees units, and never holds any longer.

@@ -153,7 +153,7 @@ func BenchmarkTake(b *testing.B) {
 	req := core.Request{Key: "203.0.113.7", Policy: benchPolicy(core.TokenBucket), Cost: 1}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
+		if _, _, err := memstore.TakeOne(s, ctx, time.Time{}, req); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func BenchmarkSlidingLog(b *testing.B) {
 				t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 				at := int64(0)
 				for ; at < n; at++ {
-					if d, _, err := s.Take(ctx, t0.Add(time.Duration(at)*time.Microsecond), req); err != nil || !d.Allowed {
+					if d, _, err := memstore.TakeOne(s, ctx, t0.Add(time.Duration(at)*time.Microsecond), req); err != nil || !d.Allowed {
 						b.Fatalf("filling: got %+v, %v", d, err)
 					}
 				}
@@ -189,7 +189,7 @@ func BenchmarkSlidingLog(b *testing.B) {
 					if want {
 						at++
 					}
-					if d, _, err := s.Take(ctx, t0.Add(time.Duration(at)*time.Microsecond), req); err != nil || d.Allowed != want {
+					if d, _, err := memstore.TakeOne(s, ctx, t0.Add(time.Duration(at)*time.Microsecond), req); err != nil || d.Allowed != want {
 						b.Fatalf("got %+v, %v", d, err)
 					}
 				}

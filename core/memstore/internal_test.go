@@ -18,7 +18,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -46,7 +45,7 @@ func lookup(s *Store, key string, p core.Policy) *state {
 
 func mustTake(t *testing.T, s *Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
 	t.Helper()
-	d, _, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: cost})
+	d, _, err := TakeOne(s, context.Background(), now, core.Request{Key: key, Policy: p, Cost: cost})
 	require.NoError(t, err, "Take(%q, %s, %d)", key, p.Algorithm, cost)
 	return d
 }
@@ -289,7 +288,7 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				if _, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1}); !assert.NoError(t, err) {
+				if _, _, err := TakeOne(s, context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1}); !assert.NoError(t, err) {
 					return
 				}
 			}
@@ -349,7 +348,7 @@ func TestValidAgreesWithValidate(t *testing.T) {
 			req.Policy.Burst = 0
 		}
 		capacity := limits.Capacity(req.Policy.Algorithm, req.Policy.Limit, req.Policy.Burst)
-		got, err := valid(&req, capacity) || req.Cost < 0 && validGiveBack(&req, capacity), reqcheck.Validate(&req)
+		got, err := valid(&req, capacity), req.Validate()
 		burstMisplaced := req.Policy.Burst != 0 && !limits.IsBucket(req.Policy.Algorithm)
 		if !got && err == nil || got && err != nil && !burstMisplaced {
 			t.Fatalf("%+v: valid = %v, Validate says %v", req, got, err)

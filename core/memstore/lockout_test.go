@@ -110,13 +110,13 @@ func TestLockoutInvalid(t *testing.T) {
 	} {
 		p := lockoutPolicy()
 		p.Lockout, p.LockoutMax, p.LockoutMemory = lo[0], lo[1], lo[2]
-		_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
+		_, _, err := TakeOne(s, context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
 		require.ErrorIs(t, err, core.ErrInvalidOption, "%+v", lo)
 	}
 	p := lockoutPolicy()
-	_, _, err := s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 2})
+	_, _, err := TakeOne(s, context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 2})
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	p.Algorithm = "gcra"
-	_, _, err = s.Take(context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
+	_, _, err = TakeOne(s, context.Background(), t0, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 }

@@ -1,110 +1,50 @@
 package memstore
 
 import (
-	"context"
 	"fmt"
-
 	"time"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-// TakeAll decides reqs all or nothing, as one atomic step, and fills
-// out[i] with the decision of reqs[i] (see core.Store): when every
-// request is allowed it records them all, and when any is denied it
-// records none, out[i] of a request that would have been admitted alone
-// being Allowed with what it would have left had it been taken. A denied
-// request's lockout strike (core.Policy.Lockout) is kept, as Take keeps it.
-//
-// It locks the shards the requests' keys hash to, each once, in ascending
-// order, so that TakeAlls and Takes never deadlock and decisions on other
-// shards never wait; it decides every request, then undoes the steps of
-// the admitted ones if any was denied: it restores the state each held
-// before, and a state created for the request is never stored. It decides
-// at now, or at the Store's clock read under the locks when that is zero,
-// and every request at one time, the latest of its keys' last admissions
-// when that is later (see stageAll), and returns it as Take does.
-// It never blocks on I/O and ignores ctx.
-//
-// Bad input is an error and records nothing: len(out) not len(reqs), more
-// than 16 requests, two with the same Key and Policy.Name, or a
-// request that Take refuses (wrapping the same
-// errors). Requests on keys that exist already cost no allocation.
-func (s *Store) TakeAll(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	at, err := s.takeAllAt(now, reqs, out)
-	if err != nil || at == 0 {
-		return time.Time{}, err
-	}
-	return s.timeOf(now, at), nil
-}
-
-// takeAllAt is TakeAll, with the time it decided at in µs since the Unix
-// epoch (0 when there was nothing to decide).
-func (s *Store) takeAllAt(at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
+// takeAllAt is Take of several requests (peeks when peek is set: see
+// Peek), with the time it decided at in µs since the Unix epoch.
+func (s *Store) takeAllAt(at time.Time, reqs []core.Request, out []core.Decision, peek bool) (int64, error) {
 	n := len(reqs)
-	if n != len(out) {
-		return 0, fmt.Errorf("%w: memstore: TakeAll: %d requests and %d decisions", core.ErrInvalidOption, n, len(out))
-	}
-	if n > limits.MaxLayers {
-		return 0, fmt.Errorf("%w: memstore: TakeAll: %d requests, more than %d", core.ErrInvalidOption, n, limits.MaxLayers)
-	}
-	if n == 0 {
-		return 0, nil
+	if err := checkLen(n, len(out)); err != nil {
+		return 0, err
 	}
 	if len(s.shards) == 0 {
 		return 0, errNoStore
-	}
-	if reqs[0].Cost < 0 || reqs[n-1].Cost < 0 {
-		return s.giveBackAll(at, reqs, out)
 	}
 	// The stack array of what undoing needs is a few kB at MaxLayers:
 	// zeroing it would cost a single layer more than its decision.
 	if n <= smallLayers {
 		var ts [smallLayers]taken
-		return s.takeAll(at, reqs, out, ts[:n])
+		return s.takeAll(at, reqs, out, ts[:n], peek)
 	}
 	var ts [limits.MaxLayers]taken
-	return s.takeAll(at, reqs, out, ts[:n])
+	return s.takeAll(at, reqs, out, ts[:n], peek)
 }
 
-// giveBackAll is TakeAll of give-backs (core.Request.Cost): each is
-// applied on its own, as Take applies it, since none can be denied.
-func (s *Store) giveBackAll(at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
-	for i := range reqs {
-		r := &reqs[i]
-		if r.Cost >= 0 {
-			return 0, fmt.Errorf("%w: memstore: TakeAll: request %d is not a give-back (cost %d) and others are: all or none must be", core.ErrInvalidOption, i, r.Cost)
-		}
-		var t taken
-		g := *r
-		g.Cost = -g.Cost // checked as the admission it gives back
-		if err := s.stageOf(&t, &g); err != nil {
-			return 0, fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
-		}
-		for j := range i {
-			if reqs[j].Key == reqs[i].Key && reqs[j].Policy.Name == reqs[i].Policy.Name {
-				return 0, fmt.Errorf("%w: memstore: TakeAll: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, reqs[i].Key, reqs[i].Policy.Name)
-			}
-		}
+// checkLen reports bad lengths of a call's n requests and m decisions.
+func checkLen(n, m int) error {
+	if n != m {
+		return fmt.Errorf("%w: memstore: %d requests and %d decisions", core.ErrInvalidOption, n, m)
 	}
-	var now int64
-	for i := range reqs {
-		out[i] = core.Decision{}
-		at, err := s.take(&reqs[i], at, &out[i])
-		if err != nil {
-			return 0, fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
-		}
-		now = at
+	if n < 1 || n > limits.MaxLayers {
+		return fmt.Errorf("%w: memstore: %d requests, not in [1, %d]", core.ErrInvalidOption, n, limits.MaxLayers)
 	}
-	return now, nil
+	return nil
 }
 
-// smallLayers is how many requests TakeAll decides with a small array.
+// smallLayers is how many requests Take decides with a small array.
 const smallLayers = 4
 
-// takeAll is TakeAll on valid lengths, with ts, len(reqs) long, to work in.
-func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, ts []taken) (int64, error) {
+// takeAll is takeAllAt on valid lengths, with ts, len(reqs) long, to work
+// in.
+func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, ts []taken, peek bool) (int64, error) {
 	var (
 		shards [limits.MaxLayers]uint32 // distinct, ascending
 		m      int                      // len(shards)
@@ -113,11 +53,11 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 		r := &reqs[i]
 		t := &ts[i]
 		if err := s.stageOf(t, r); err != nil {
-			return 0, fmt.Errorf("memstore: TakeAll: request %d: %w", i, err)
+			return 0, fmt.Errorf("memstore: request %d: %w", i, err)
 		}
 		for j := range i {
 			if ts[j].h == t.h && reqs[j].Key == r.Key && reqs[j].Policy.Name == r.Policy.Name {
-				return 0, fmt.Errorf("%w: memstore: TakeAll: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, r.Key, r.Policy.Name)
+				return 0, fmt.Errorf("%w: memstore: requests %d and %d are both for key %q under policy %q", core.ErrInvalidOption, j, i, r.Key, r.Policy.Name)
 			}
 		}
 		ix := uint32(t.h & s.mask)
@@ -131,15 +71,6 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 			m++
 		}
 	}
-	peeks := 0
-	for i := range reqs {
-		if reqs[i].Cost == 0 {
-			peeks++
-		}
-	}
-	if peeks != 0 && peeks != len(reqs) {
-		return 0, fmt.Errorf("%w: memstore: TakeAll: %d of %d requests are peeks (cost 0): all or none must be", core.ErrInvalidOption, peeks, len(reqs))
-	}
 	for _, ix := range shards[:m] {
 		s.shards[ix].mu.Lock()
 	}
@@ -151,8 +82,8 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 	} else {
 		now = at.UnixMicro()
 	}
-	allowed := peeks == 0
-	if peeks != 0 {
+	allowed := !peek
+	if peek {
 		// Read under every shard's lock: one snapshot, nothing written.
 		for i := range reqs {
 			t, r := &ts[i], &reqs[i]
@@ -169,7 +100,7 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 	for i := range reqs {
 		t := &ts[i]
 		switch {
-		case peeks != 0 || !t.o.allowed || t.e == nil:
+		case peek || !t.o.allowed || t.e == nil:
 		case allowed && t.created:
 			sh := &s.shards[t.h&s.mask]
 			t.e.setKey(reqs[i].Key)
@@ -199,7 +130,7 @@ func (s *Store) takeAll(at time.Time, reqs []core.Request, out []core.Decision, 
 // request at that admission (see step): when every request is allowed,
 // but not all at one time, every step is undone and every request decided
 // again at the latest of their times, at which every key's last admission
-// is past. So the time TakeAll returns is the one where every layer
+// is past. So the time Take returns is the one where every layer
 // recorded its units, which dates their give-backs. The caller holds the
 // requests' shards' locks.
 func (s *Store) stageAll(reqs []core.Request, ts []taken, now int64) (int64, bool) {
@@ -229,7 +160,7 @@ func (s *Store) stageAt(reqs []core.Request, ts []taken, now int64) (allowed boo
 	return allowed, latest
 }
 
-// taken is one request of a TakeAll: what it was decided by, and how to
+// taken is one request of a Take of several: what it was decided by, and how to
 // undo its step.
 type taken struct {
 	h        uint64
@@ -268,9 +199,6 @@ func (s *Store) stageOf(t *taken, r *core.Request) error {
 		capacity = p.Burst
 	}
 	if !valid(r, capacity) {
-		if r.Cost < 0 {
-			return fmt.Errorf("%w: a give-back (cost %d) among requests that are not", core.ErrInvalidOption, r.Cost)
-		}
 		return invalid(r)
 	}
 	k := kindOf(p.Algorithm)
@@ -288,7 +216,7 @@ func (s *Store) stageOf(t *taken, r *core.Request) error {
 }
 
 // stage decides r at now into t, as Take would, but keeps what undoing it
-// needs, and leaves a state it creates out of the table: TakeAll inserts it
+// needs, and leaves a state it creates out of the table: takeAll inserts it
 // once every request is admitted. A denial is final: its lockout strike is
 // recorded at once. The caller holds sh.mu.
 func (sh *shard) stage(t *taken, r *core.Request, now int64) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkTakeAll(b *testing.B) {
 		req := benchLayers(1, 0)[0]
 		b.ReportAllocs()
 		for b.Loop() {
-			if d, _, err := s.Take(ctx, time.Time{}, req); err != nil || !d.Allowed {
+			if d, _, err := memstore.TakeOne(s, ctx, time.Time{}, req); err != nil || !d.Allowed {
 				b.Fatal(d, err)
 			}
 		}
@@ -56,7 +57,7 @@ func BenchmarkTakeAll(b *testing.B) {
 			out := make([]core.Decision, n)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.TakeAll(ctx, time.Time{}, reqs, out); err != nil || !out[0].Allowed {
+				if _, err := s.Take(ctx, time.Time{}, reqs, out); err != nil || !out[0].Allowed {
 					b.Fatal(out[0], err)
 				}
 			}
@@ -69,7 +70,7 @@ func BenchmarkTakeAll(b *testing.B) {
 				reqs := benchLayers(n, int(next.Add(1)))
 				out := make([]core.Decision, n)
 				for pb.Next() {
-					if _, err := s.TakeAll(ctx, time.Time{}, reqs, out); err != nil || !out[0].Allowed {
+					if _, err := s.Take(ctx, time.Time{}, reqs, out); err != nil || !out[0].Allowed {
 						b.Error(out[0], err)
 						return
 					}

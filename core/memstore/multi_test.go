@@ -48,13 +48,13 @@ func TestTakeAllDeniedStoresNoNewKey(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	tight := core.Request{Key: "k", Policy: core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}, Cost: 1}
-	_, _, err := s.Take(ctx, multiT0, tight)
+	_, _, err := memstore.TakeOne(s, ctx, multiT0, tight)
 	require.NoError(t, err)
 	require.Equal(t, 1, s.Len())
 	reqs := fourLayers([4]string{"a", "b", "c", "d"}, [4]int64{10, 10, 10, 10}, multiT0)
 	reqs = append(reqs, tight)
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, errOf(s.TakeAll(ctx, multiT0, reqs, out)))
+	require.NoError(t, errOf(s.Take(ctx, multiT0, reqs, out)))
 	for i := range 4 {
 		assert.True(t, out[i].Allowed, "layer %d admits alone", i)
 		assert.Equal(t, int64(9), out[i].Remaining, "layer %d: what it would have left", i)
@@ -63,7 +63,7 @@ func TestTakeAllDeniedStoresNoNewKey(t *testing.T) {
 	assert.Equal(t, 1, s.Len(), "the denied request stored none of its new keys")
 
 	// Admitted, it stores them all.
-	require.NoError(t, errOf(s.TakeAll(ctx, multiT0, reqs[:4], out[:4])))
+	require.NoError(t, errOf(s.Take(ctx, multiT0, reqs[:4], out[:4])))
 	assert.Equal(t, 5, s.Len())
 }
 
@@ -75,11 +75,11 @@ func TestTakeAllExpiredStateRolledBack(t *testing.T) {
 	logp := core.Policy{Name: "log", Algorithm: core.SlidingWindowLog, Limit: 3, Window: time.Minute}
 	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
 	for range 3 {
-		d, _, err := s.Take(ctx, multiT0, core.Request{Key: "k", Policy: logp, Cost: 1})
+		d, _, err := memstore.TakeOne(s, ctx, multiT0, core.Request{Key: "k", Policy: logp, Cost: 1})
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
-	_, _, err := s.Take(ctx, multiT0, core.Request{Key: "k", Policy: tight, Cost: 1})
+	_, _, err := memstore.TakeOne(s, ctx, multiT0, core.Request{Key: "k", Policy: tight, Cost: 1})
 	require.NoError(t, err)
 	later := multiT0.Add(2 * time.Minute) // the log has expired; tight has not
 	reqs := []core.Request{
@@ -87,10 +87,10 @@ func TestTakeAllExpiredStateRolledBack(t *testing.T) {
 		{Key: "k", Policy: tight, Cost: 1},
 	}
 	out := make([]core.Decision, 2)
-	require.NoError(t, errOf(s.TakeAll(ctx, later, reqs, out)))
+	require.NoError(t, errOf(s.Take(ctx, later, reqs, out)))
 	require.True(t, out[0].Allowed)
 	require.False(t, out[1].Allowed)
-	d, _, err := s.Take(ctx, later, core.Request{Key: "k", Policy: logp, Cost: 3})
+	d, _, err := memstore.TakeOne(s, ctx, later, core.Request{Key: "k", Policy: logp, Cost: 3})
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "the whole log is free: the rolled-back request took nothing")
 	assert.Equal(t, int64(0), d.Remaining)
@@ -99,12 +99,12 @@ func TestTakeAllExpiredStateRolledBack(t *testing.T) {
 // TestTakeAllWithoutStore: a Store not built by New refuses TakeAll.
 func TestTakeAllWithoutStore(t *testing.T) {
 	reqs := fourLayers([4]string{"a", "b", "c", "d"}, [4]int64{10, 10, 10, 10}, multiT0)
-	require.ErrorIs(t, errOf((&memstore.Store{}).TakeAll(context.Background(), time.Time{}, reqs[:1], make([]core.Decision, 1))), errNoStoreOf(t))
+	require.ErrorIs(t, errOf((&memstore.Store{}).Take(context.Background(), time.Time{}, reqs[:1], make([]core.Decision, 1))), errNoStoreOf(t))
 }
 
 // errNoStoreOf returns the error of a Store not built with New.
 func errNoStoreOf(t *testing.T) error {
-	_, _, err := (&memstore.Store{}).Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1})
+	_, _, err := memstore.TakeOne((&memstore.Store{}), context.Background(), time.Time{}, core.Request{Key: "k", Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1})
 	require.Error(t, err)
 	return err
 }
@@ -117,12 +117,12 @@ func TestTakeAllAllocs(t *testing.T) {
 	deny := append(fourLayers(keys, [4]int64{limits.MaxLogLimit, limits.MaxLogLimit, 1e9, 1e9}, multiT0),
 		core.Request{Key: "full", Policy: core.Policy{Name: "full", Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}, Cost: 1})
 	out := make([]core.Decision, len(deny))
-	require.NoError(t, errOf(s.TakeAll(ctx, multiT0, deny, out))) // creates every key; "full" is now full
+	require.NoError(t, errOf(s.Take(ctx, multiT0, deny, out))) // creates every key; "full" is now full
 	require.True(t, out[4].Allowed)
 	var i int64
 	allocs := testing.AllocsPerRun(200, func() {
 		i++
-		if _, err := s.TakeAll(ctx, multiT0.Add(time.Duration(i)*time.Millisecond), admit, out[:4]); err != nil || !out[0].Allowed {
+		if _, err := s.Take(ctx, multiT0.Add(time.Duration(i)*time.Millisecond), admit, out[:4]); err != nil || !out[0].Allowed {
 			t.Fatalf("TakeAll: %v, %+v", err, out[0])
 		}
 	})
@@ -132,7 +132,7 @@ func TestTakeAllAllocs(t *testing.T) {
 	assert.Zero(t, allocs, "allocations per admitted TakeAll")
 	allocs = testing.AllocsPerRun(200, func() {
 		i++
-		if _, err := s.TakeAll(ctx, multiT0.Add(time.Duration(i)*time.Millisecond), deny, out); err != nil || out[4].Allowed {
+		if _, err := s.Take(ctx, multiT0.Add(time.Duration(i)*time.Millisecond), deny, out); err != nil || out[4].Allowed {
 			t.Fatalf("TakeAll: %v, %+v", err, out[4])
 		}
 	})
@@ -200,7 +200,7 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for a := range attempts {
-					_, _, err := s.Take(context.Background(), multiT0, core.Request{Key: fmt.Sprintf("u%d", a%users), Policy: core.Policy{Name: "other", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}, Cost: 1})
+					_, _, err := memstore.TakeOne(s, context.Background(), multiT0, core.Request{Key: fmt.Sprintf("u%d", a%users), Policy: core.Policy{Name: "other", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}, Cost: 1})
 					if err != nil {
 						t.Error(err)
 						return

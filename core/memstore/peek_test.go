@@ -15,8 +15,8 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-// TestPeekFloodCreatesNothing: a flood of peeks on 20,000 distinct keys, by
-// Take and by TakeAll, into a store full of clients at their limits,
+// TestPeekFloodCreatesNothing: a flood of peeks on 20,000 distinct keys,
+// of one request and of several, into a store full of clients at their limits,
 // creates no state and evicts none: the clients stay at their limits.
 func TestPeekFloodCreatesNothing(t *testing.T) {
 	ctx := context.Background()
@@ -29,7 +29,7 @@ func TestPeekFloodCreatesNothing(t *testing.T) {
 	for i := range 40 {
 		for _, p := range ps {
 			for range 2 {
-				d, _, err := s.Take(ctx, now, core.Request{Key: "client-" + strconv.Itoa(i), Policy: p, Cost: 1})
+				d, _, err := memstore.TakeOne(s, ctx, now, core.Request{Key: "client-" + strconv.Itoa(i), Policy: p, Cost: 1})
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
@@ -40,19 +40,19 @@ func TestPeekFloodCreatesNothing(t *testing.T) {
 	out := make([]core.Decision, len(ps))
 	for i := range 20000 {
 		key := "flood-" + strconv.Itoa(i)
-		d, _, err := s.Take(ctx, now, core.Request{Key: key, Policy: ps[i%len(ps)]})
+		d, err := memstore.PeekOne(s, ctx, now, core.Request{Key: key, Policy: ps[i%len(ps)]})
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 		for j, p := range ps {
-			reqs[j] = core.Request{Key: key, Policy: p}
+			reqs[j] = core.Request{Key: key, Policy: p, Cost: 1}
 		}
-		_, err = s.TakeAll(ctx, now, reqs, out)
+		err = s.Peek(ctx, now, reqs, out)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 200, s.Len(), "peeks created or evicted state")
 	for i := range 40 {
 		for _, p := range ps {
-			d, _, err := s.Take(ctx, now, core.Request{Key: "client-" + strconv.Itoa(i), Policy: p, Cost: 1})
+			d, _, err := memstore.TakeOne(s, ctx, now, core.Request{Key: "client-" + strconv.Itoa(i), Policy: p, Cost: 1})
 			require.NoError(t, err)
 			require.False(t, d.Allowed, "client-%d under %s was forgotten", i, p.Name)
 		}
@@ -69,17 +69,16 @@ func TestPeekOfExpiredState(t *testing.T) {
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		p := core.Policy{Algorithm: alg, Limit: 3, Window: time.Second, Burst: 3}
 		req := core.Request{Key: "k-" + string(alg), Policy: p, Cost: 3}
-		_, _, err := s.Take(ctx, now, req)
+		_, _, err := memstore.TakeOne(s, ctx, now, req)
 		require.NoError(t, err)
 		later := now.Add(time.Hour)
-		req.Cost = 0
-		d, _, err := s.Take(ctx, later, req)
+		d, err := memstore.PeekOne(s, ctx, later, req)
 		require.NoError(t, err)
 		assert.Equal(t, true, d.Allowed, string(alg))
 		assert.Equal(t, int64(3), d.Remaining, string(alg))
 		assert.Zero(t, d.ResetAfter, string(alg))
 		req.Cost = 3
-		d, _, err = s.Take(ctx, later, req)
+		d, _, err = memstore.TakeOne(s, ctx, later, req)
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, string(alg))
 	}
@@ -90,16 +89,20 @@ func TestPeekOfExpiredState(t *testing.T) {
 func BenchmarkPeek(b *testing.B) {
 	ctx := context.Background()
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
-		for _, cost := range []int64{1, 0} {
-			name := map[int64]string{1: "take", 0: "peek"}[cost]
+		for _, name := range []string{"take", "peek"} {
 			b.Run(fmt.Sprintf("%s/%s", alg, name), func(b *testing.B) {
 				s := mustNew(b)
 				req := core.Request{Key: "203.0.113.7", Policy: benchPolicy(alg), Cost: 1}
-				_, _, _ = s.Take(ctx, time.Time{}, req)
-				req.Cost = cost
+				_, _, _ = memstore.TakeOne(s, ctx, time.Time{}, req)
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
+					var err error
+					if name == "take" {
+						_, _, err = memstore.TakeOne(s, ctx, time.Time{}, req)
+					} else {
+						_, err = memstore.PeekOne(s, ctx, time.Time{}, req)
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -107,19 +110,21 @@ func BenchmarkPeek(b *testing.B) {
 			})
 		}
 	}
-	for _, cost := range []int64{1, 0} {
-		name := map[int64]string{1: "take", 0: "peek"}[cost]
+	for _, name := range []string{"take", "peek"} {
 		b.Run("4-layers/"+name, func(b *testing.B) {
 			s := mustNew(b)
 			reqs := benchLayers(4, 0)
 			out := make([]core.Decision, 4)
-			_, _ = s.TakeAll(ctx, time.Time{}, reqs, out)
-			for i := range reqs {
-				reqs[i].Cost = cost
-			}
+			_, _ = s.Take(ctx, time.Time{}, reqs, out)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.TakeAll(ctx, time.Time{}, reqs, out); err != nil {
+				var err error
+				if name == "take" {
+					_, err = s.Take(ctx, time.Time{}, reqs, out)
+				} else {
+					err = s.Peek(ctx, time.Time{}, reqs, out)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -140,7 +145,7 @@ func TestPeekOfUnknownKeysAllocatesNothing(t *testing.T) {
 		p := core.Policy{Algorithm: alg, Limit: 5, Window: time.Minute}
 		i := 0
 		allocs := testing.AllocsPerRun(500, func() {
-			_, _, _ = s.Take(ctx, time.Time{}, core.Request{Key: keys[i%len(keys)], Policy: p})
+			_, _ = memstore.PeekOne(s, ctx, time.Time{}, core.Request{Key: keys[i%len(keys)], Policy: p})
 			i++
 		})
 		assert.Zero(t, allocs, string(alg))

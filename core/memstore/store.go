@@ -16,7 +16,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 )
 
 // Store keeps rate-limit state in memory. Build one with New and share it
@@ -94,41 +93,61 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Take decides req and, when it is allowed, records it, as one atomic step.
+// Take decides reqs, 1 to 16 requests, all or nothing, as one atomic
+// step, and fills out[i] with the decision of reqs[i] (see core.Store).
 // It decides at now, or at the Store's clock when now is zero (or at the
-// key's latest admission when that is later, see Store). It never blocks
-// on I/O and ignores ctx.
+// latest of the keys' last admissions when that is later, see Store). It
+// never blocks on I/O and ignores ctx.
 //
 // It returns the time it decided at: now, or else the reading of the
 // Store's clock, to the microsecond, with its monotonic reading, or the
-// key's latest admission when that is later: the time its admission is
-// recorded at, which dates its give-back (core.Request.Cost). A caller
-// writing an absolute time from the Decision, such as X-RateLimit-Reset,
-// then need not read the clock again; the Store's clock counts from the
-// wall clock at New, so such a caller takes the wall time from the
-// monotonic reading and a recent reading of the wall clock, as
-// headers.Writer does. On an error the time is zero.
+// keys' latest admission when that is later: the time its admissions are
+// recorded at, which dates their Refund. A caller writing an absolute
+// time from the Decision, such as X-RateLimit-Reset, then need not read
+// the clock again; the Store's clock counts from the wall clock at New,
+// so such a caller takes the wall time from the monotonic reading and a
+// recent reading of the wall clock, as headers.Writer does. On an error
+// the time is zero.
 //
-// A policy with a core.Policy.Lockout is decided with its lockout in the same
-// critical section: the lockout is an entry of its own beside the state,
-// and a policy without one pays a comparison for it.
+// One request is one critical section on its key's shard. Several lock
+// the shards their keys hash to, each once, in ascending order, so that
+// calls never deadlock and decisions on other shards never wait; it
+// decides every request, then undoes the steps of the admitted ones if
+// any was denied: it restores the state each held before, and a state
+// created for the request is never stored. A policy with a
+// core.Policy.Lockout is decided with its lockout in the same critical
+// section: the lockout is an entry of its own beside the state, and a
+// policy without one pays a comparison for it. Requests on keys that
+// exist already cost no allocation.
 //
 // Take trusts the core.Request contract except for cheap checks that keep
-// it from panicking: an empty key, a policy with an unknown algorithm or a
-// limit, window or lockout out of range, and a cost out of [1, Capacity]
-// return an error wrapping core.ErrInvalidOption, core.ErrInvalidOption,
-// core.ErrInvalidOption or core.ErrInvalidOption.
-func (s *Store) Take(_ context.Context, now time.Time, req core.Request) (d core.Decision, _ time.Time, err error) {
-	at, err := s.take(&req, now, &d) // d filled in place: a Decision is large, and copied once less
-	if err != nil {
-		return d, time.Time{}, err
+// it from panicking: a request that core.Request.Validate refuses
+// (an empty key, a policy with an unknown algorithm or a limit, window or
+// lockout out of range, a cost out of [1, capacity]), len(out) not
+// len(reqs), no request or more than 16, two with the same Key and
+// Policy.Name return an error wrapping core.ErrInvalidOption, and record
+// nothing.
+func (s *Store) Take(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) == 1 && len(out) == 1 {
+		// One request, the common case: no array to stage it in.
+		d := &out[0]
+		*d = core.Decision{}
+		at, err := s.take(&reqs[0], reqs[0].Cost, now, d)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return s.timeOf(now, at), nil
 	}
-	return d, s.timeOf(now, at), nil
+	at, err := s.takeAllAt(now, reqs, out, false)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.timeOf(now, at), nil
 }
 
-// timeOf is the time a Take or TakeAll asked at now returns for having
-// decided at at (µs): now itself, unless the key's last admission was
-// later (see Store), or the reading of the Store's clock.
+// timeOf is the time a Take asked at now returns for having decided at at
+// (µs): now itself, unless the key's last admission was later (see
+// Store), or the reading of the Store's clock.
 func (s *Store) timeOf(now time.Time, at int64) time.Time {
 	if now.IsZero() {
 		return s.clock.at(at)
@@ -139,9 +158,10 @@ func (s *Store) timeOf(now time.Time, at int64) time.Time {
 	return now
 }
 
-// take is Take, filling *d, which is zero, and returning the time it
+// take decides req, asking c units (req.Cost, or 0 for a peek, which
+// writes nothing), filling *d, which is zero, and returns the time it
 // decided at in µs since the Unix epoch.
-func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int64, err error) {
+func (s *Store) take(req *core.Request, c int64, at time.Time, d *core.Decision) (now int64, err error) {
 	p := &req.Policy
 	// limits.Capacity(p.Algorithm, p.Limit, p.Burst), comparing strings only for a policy with a Burst.
 	capacity := p.Limit
@@ -149,9 +169,6 @@ func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int
 		capacity = p.Burst
 	}
 	if !valid(req, capacity) {
-		if req.Cost < 0 && validGiveBack(req, capacity) {
-			return s.giveBack(req, at, capacity, d)
-		}
 		return 0, invalid(req)
 	}
 	if len(s.shards) == 0 {
@@ -170,11 +187,11 @@ func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int
 			return 0, err
 		}
 		if p.Lockout > 0 {
-			return takeLocked(sh, h, req, k, capacity, now, d)
+			return takeLocked(sh, h, req, c, k, capacity, now, d)
 		}
 	}
 	sh.mu.Lock()
-	o, now, known := sh.take(h, req.Key, p, k, capacity, req.Cost, now)
+	o, now, known := sh.take(h, req.Key, p, k, capacity, c, now)
 	sh.mu.Unlock()
 	if !known {
 		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
@@ -183,50 +200,11 @@ func (s *Store) take(req *core.Request, at time.Time, d *core.Decision) (now int
 	return now, nil
 }
 
-// validGiveBack reports whether req, which valid refused, is a give-back
-// (core.Request.Cost) that keeps the rest of the contract.
-func validGiveBack(req *core.Request, capacity int64) bool {
-	r := *req
-	r.Cost = -r.Cost
-	return r.Cost > 0 && valid(&r, capacity)
-}
-
-// giveBack is take for a give-back, req.Cost < 0, of an admission made at
-// at, filling *d.
-func (s *Store) giveBack(req *core.Request, at time.Time, capacity int64, d *core.Decision) (int64, error) {
-	if at.IsZero() {
-		return 0, fmt.Errorf("%w: memstore: a give-back (cost %d) without the time of its admission", core.ErrInvalidOption, req.Cost)
-	}
-	p := &req.Policy
-	if p.Lockout != 0 || p.LockoutMax != 0 || p.LockoutMemory != 0 {
-		if err := p.Validate(); err != nil {
-			return 0, err
-		}
-	}
-	k := kindOf(p.Algorithm)
-	if k == unknownKind {
-		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(p.Algorithm))
-	}
-	if len(s.shards) == 0 {
-		return 0, errNoStore
-	}
-	now := at.UnixMicro()
-	h := s.hash(req.Key)
-	sh := &s.shards[h&s.mask]
+// takeLocked is take for a policy with a Lockout, on shard sh, filling
+// *d, and returning the time it decided at.
+func takeLocked(sh *shard, h uint64, req *core.Request, c int64, k kind, capacity, now int64, d *core.Decision) (int64, error) {
 	sh.mu.Lock()
-	if e := sh.find(h, req.Key, p.Name, k); e != nil && e.st.expires > now {
-		giveBack(&e.st, p, -req.Cost, now)
-	}
-	sh.mu.Unlock()
-	d.Allowed, d.Limit = true, capacity
-	return now, nil
-}
-
-// takeLocked is Take for a policy with a Lockout, on shard sh, filling *d,
-// and returning the time it decided at.
-func takeLocked(sh *shard, h uint64, req *core.Request, k kind, capacity, now int64, d *core.Decision) (int64, error) {
-	sh.mu.Lock()
-	o, at, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, req.Cost, now)
+	o, at, known, locked := sh.takeLocked(h, req.Key, &req.Policy, k, capacity, c, now)
 	sh.mu.Unlock()
 	if !known {
 		return 0, fmt.Errorf("%w: unknown algorithm %q", core.ErrInvalidOption, string(req.Policy.Algorithm))
@@ -298,7 +276,7 @@ func (s *Store) hash(key string) uint64 {
 	return maphash.String(s.seed, key)
 }
 
-// valid is the part of reqcheck.Validate that keeps the arithmetic
+// valid is the part of core.Request.Validate that keeps the arithmetic
 // from dividing by zero or misbehaving, in a form small enough to be
 // inlined: the unsigned conversions fold each range into one comparison.
 // It leaves out the string checks (the name, the algorithm: shard.take
@@ -311,7 +289,7 @@ func valid(req *core.Request, capacity int64) bool {
 		uint64(p.Limit-1) < limits.MaxLimit && uint64(p.Burst) <= limits.MaxLimit &&
 		uint64(p.Window-limits.MinWindow) <= uint64(limits.MaxWindow-limits.MinWindow) &&
 		(p.Limit <= limits.MaxLogLimit || p.Algorithm != core.SlidingWindowLog) &&
-		uint64(req.Cost) <= uint64(capacity) && // 0 is a peek
+		uint64(req.Cost-1) < uint64(capacity) &&
 		(p.Burst <= p.Limit || refillsWithin(p))
 }
 
@@ -327,10 +305,10 @@ func refillsWithin(p *core.Policy) bool {
 }
 
 // invalid is the error of a request that valid refuses: the one
-// reqcheck.Validate gives, whose rules valid restates branch-free for the
-// hot path (TestValidAgreesWithValidate holds them together).
+// core.Request.Validate gives, whose rules valid restates branch-free for
+// the hot path (TestValidAgreesWithValidate holds them together).
 func invalid(req *core.Request) error {
-	if err := reqcheck.Validate(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return err
 	}
 	// Unreachable while valid only restates Validate's rules.

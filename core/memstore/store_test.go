@@ -14,6 +14,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // t0 is the fixed time of the explicit-clock tests.
@@ -46,7 +47,7 @@ func policies() []core.Policy {
 
 func take(t *testing.T, s core.Store, key string, p core.Policy, cost int64, now time.Time) core.Decision {
 	t.Helper()
-	d, _, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: cost})
+	d, _, err := storecall.Take(s, context.Background(), now, core.Request{Key: key, Policy: p, Cost: cost})
 	require.NoError(t, err, "Take(%q, %s, %d)", key, p.Algorithm, cost)
 	return d
 }
@@ -171,13 +172,14 @@ func TestInvalidRequests(t *testing.T) {
 		{"huge log", with(func(r *core.Request) {
 			r.Policy.Algorithm, r.Policy.Limit = core.SlidingWindowLog, limits.MaxLogLimit+1
 		}), core.ErrInvalidOption},
+		{"zero cost", with(func(r *core.Request) { r.Cost = 0 }), core.ErrInvalidOption},
 		{"negative cost", with(func(r *core.Request) { r.Cost = -1 }), core.ErrInvalidOption},
 		{"cost above capacity", with(func(r *core.Request) { r.Cost = 4 }), core.ErrInvalidOption},
 	}
 	s := newStore(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := s.Take(context.Background(), time.Time{}, tt.req)
+			_, _, err := memstore.TakeOne(s, context.Background(), time.Time{}, tt.req)
 			require.ErrorIs(t, err, tt.want)
 		})
 	}
@@ -187,7 +189,7 @@ func TestInvalidRequests(t *testing.T) {
 func TestZeroStoreFailsWithoutPanic(t *testing.T) {
 	var s memstore.Store
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}
-	_, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+	_, _, err := memstore.TakeOne(&s, context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.Error(t, err, "Take on the zero Store")
 	require.Error(t, s.Reset(context.Background(), "k", p), "Reset on the zero Store")
 	require.NoError(t, s.Close(), "Close on the zero Store")
@@ -226,7 +228,7 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range keys * tries {
 				k := (i + g*37) % keys
-				d, _, err := s.Take(context.Background(), t0, core.Request{Key: fmt.Sprint("key-", k), Policy: p, Cost: 1})
+				d, _, err := memstore.TakeOne(s, context.Background(), t0, core.Request{Key: fmt.Sprint("key-", k), Policy: p, Cost: 1})
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -241,7 +243,7 @@ func TestConcurrent(t *testing.T) {
 		q := core.Policy{Name: "q", Algorithm: alg, Limit: 50, Window: time.Second}
 		wg.Go(func() {
 			for i := range 2000 {
-				if _, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: fmt.Sprint("rt-", i%64), Policy: q, Cost: 1}); !assert.NoError(t, err) {
+				if _, _, err := memstore.TakeOne(s, context.Background(), time.Time{}, core.Request{Key: fmt.Sprint("rt-", i%64), Policy: q, Cost: 1}); !assert.NoError(t, err) {
 					return
 				}
 			}

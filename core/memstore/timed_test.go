@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
@@ -23,16 +24,16 @@ func TestTakeTimed(t *testing.T) {
 		for i := range 5 {
 			req := core.Request{Key: "k", Policy: p, Cost: 1}
 			now := t0.Add(time.Duration(i) * time.Second)
-			d, at, err := s.Take(ctx, now, req)
+			d, at, err := memstore.TakeOne(s, ctx, now, req)
 			require.NoError(t, err)
 			assert.Equal(t, now, at, "%s %d: an explicit time, as it is", alg, i)
-			want, _, err := twin.Take(ctx, now, req)
+			want, _, err := memstore.TakeOne(twin, ctx, now, req)
 			require.NoError(t, err)
 			assert.Equal(t, want, d, "%s %d", alg, i)
 		}
 		req := core.Request{Key: "clock", Policy: p, Cost: 1}
 		before := time.Now().Add(-time.Microsecond) // the reading is truncated to the µs
-		d, at, err := s.Take(ctx, time.Time{}, req)
+		d, at, err := memstore.TakeOne(s, ctx, time.Time{}, req)
 		after := time.Now()
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, "%s", alg)
@@ -41,10 +42,10 @@ func TestTakeTimed(t *testing.T) {
 		assert.False(t, at.After(after), "%s: decided at %v, after %v", alg, at, after)
 		assert.WithinDuration(t, time.Now(), at, time.Second, "%s: the wall time", alg)
 	}
-	_, at, err := s.Take(ctx, time.Time{}, core.Request{Key: "", Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1})
+	_, at, err := memstore.TakeOne(s, ctx, time.Time{}, core.Request{Key: "", Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}, Cost: 1})
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	assert.True(t, at.IsZero(), "an error's time")
-	_, at, err = s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}, Cost: 2})
+	_, at, err = memstore.TakeOne(s, ctx, time.Time{}, core.Request{Key: "k", Policy: core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}, Cost: 2})
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	assert.True(t, at.IsZero(), "an error's time")
 }
@@ -56,7 +57,7 @@ func BenchmarkTakeTimed(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
+		if _, _, err := memstore.TakeOne(s, ctx, time.Time{}, req); err != nil {
 			b.Fatal(err)
 		}
 	}

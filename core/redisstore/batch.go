@@ -36,7 +36,7 @@ type call struct {
 	args      [16]any
 	nargs     int
 	cmd       *redis.IntSliceCmd
-	multi     *multiCall // a layered decision's arguments, in place of the above (TakeAll)
+	multi     *multiCall // a layered decision's arguments, in place of the above (Take of several)
 
 	parent   context.Context // the caller's: its values, not its cancellation
 	deadline time.Time

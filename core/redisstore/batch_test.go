@@ -161,6 +161,6 @@ func TestClose(t *testing.T) {
 	require.ErrorIs(t, d.Err, limits.ErrStore)
 	require.ErrorIs(t, d.Err, redis.ErrClosed)
 	require.Equal(t, core.SourceFailMode, d.Source)
-	_, _, err = s.Take(context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+	_, _, err = take1(s, context.Background(), time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.ErrorIs(t, err, redis.ErrClosed, "Take after Close")
 }

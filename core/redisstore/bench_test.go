@@ -83,9 +83,10 @@ func BenchmarkTake(b *testing.B) {
 	req := core.Request{Key: "hot", Cost: 1, Policy: core.Policy{
 		Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second,
 	}}
+	reqs, out := []core.Request{req}, make([]core.Decision, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
+		if _, err := s.Take(ctx, time.Time{}, reqs, out); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -195,16 +196,25 @@ func BenchmarkLockout(b *testing.B) {
 // batching.
 type unbatched struct{ s *Store }
 
-func (u unbatched) Take(ctx context.Context, now time.Time, req core.Request) (d core.Decision, _ time.Time, err error) {
-	err = u.s.bounded(ctx, time.Now().Add(time.Second), func(sctx context.Context) (err error) {
-		d, _, err = u.s.take(sctx, now, req, time.Time{})
+func (u unbatched) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 || len(out) != 1 {
+		return u.s.Take(ctx, now, reqs, out)
+	}
+	var d core.Decision
+	err := u.s.bounded(ctx, time.Now().Add(time.Second), func(sctx context.Context) (err error) {
+		d, _, err = u.s.take(sctx, now, reqs[0], time.Time{})
 		return err
 	})
-	return d, time.Time{}, err
+	out[0] = d
+	return time.Time{}, err
 }
 
-func (u unbatched) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	return u.s.TakeAll(ctx, now, reqs, out)
+func (u unbatched) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	return u.s.Peek(ctx, now, reqs, out)
+}
+
+func (u unbatched) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	return u.s.Refund(ctx, at, reqs)
 }
 
 func (u unbatched) Reset(ctx context.Context, key string, p core.Policy) error {

@@ -170,7 +170,7 @@ func (p *partitioner) load() {
 	}()
 }
 
-// failedOn wraps err, the failure of a group of a TakeAll over a cluster
+// failedOn wraps err, the failure of a group of a Take over a cluster
 // client whose first client key is key, in a core.PartitionError naming
 // key's master, so that a Limiter counts it against that master's breaker
 // alone. Over any other client it returns err.

@@ -112,7 +112,7 @@ func TestMultiClusterUndo(t *testing.T) {
 	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: 10 * time.Second}
 	reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1})
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, t0, reqs, out)))
 	<-s.checked // New's check of the configuration is done: its commands are not counted
 	before := make([]string, len(reqs))
 	ttls := make([]time.Duration, len(reqs))
@@ -123,7 +123,7 @@ func TestMultiClusterUndo(t *testing.T) {
 	}
 
 	counter.reset()
-	require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, t0.Add(time.Second), reqs, out)))
 	names, pipelines := counter.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 6}, names, "the check of each of the six slots, and nothing taken nor undone")
 	assert.Zero(t, pipelines)
@@ -138,7 +138,7 @@ func TestMultiClusterUndo(t *testing.T) {
 	// The layers alone find what the first request left.
 	for i, r := range reqs[:5] {
 		got := make([]core.Decision, 1)
-		require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), []core.Request{r}, got)))
+		require.NoError(t, errOf(takeN(s, ctx, t0.Add(time.Second), []core.Request{r}, got)))
 		assert.True(t, got[0].Allowed, "layer %d alone", i)
 		if limits.IsBucket(r.Policy.Algorithm) {
 			assert.GreaterOrEqual(t, got[0].Remaining, int64(6), "layer %d alone: remaining", i)
@@ -179,7 +179,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			tight := core.Policy{Name: "tight" + run, Algorithm: core.FixedWindow, Limit: 2, Window: window}
 			reqs = append(reqs, core.Request{Key: keys[5], Policy: tight, Cost: 1})
 			out := make([]core.Decision, len(reqs))
-			require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0, reqs, out)))
 			for i := range out {
 				require.True(t, out[i].Allowed, "first request, layer %d", i)
 			}
@@ -192,7 +192,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			}
 			var interloper []error
 			take := func(r core.Request, at time.Time) {
-				d, _, err := other.Take(ctx, at, r)
+				d, _, err := take1(other, ctx, at, r)
 				if err == nil && !d.Allowed {
 					err = fmt.Errorf("%s %s: the other server's request denied", r.Policy.Name, r.Policy.Algorithm)
 				}
@@ -209,7 +209,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 					take(r, t0.Add(time.Second+later))
 				}
 			})
-			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs, out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0.Add(time.Second), reqs, out)))
 			require.Len(t, interloper, 6, "the other server decided between check and take, and between take and undo")
 			for _, err := range interloper {
 				require.NoError(t, err)
@@ -221,7 +221,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 			// t0+1s+later, and not this request's 3.
 			left := func(r core.Request) int64 {
 				r.Cost = 1
-				d, _, err := other.Take(ctx, t0.Add(3*time.Second), r)
+				d, _, err := take1(other, ctx, t0.Add(3*time.Second), r)
 				require.NoError(t, err)
 				require.True(t, d.Allowed, "%s", r.Policy.Algorithm)
 				return d.Remaining
@@ -234,7 +234,7 @@ func TestMultiClusterUndoContended(t *testing.T) {
 					at   time.Duration
 				}{{2, 0}, {1, time.Second + later}} {
 					twin.Cost = step.cost
-					d, _, err := other.Take(ctx, t0.Add(step.at), twin)
+					d, _, err := take1(other, ctx, t0.Add(step.at), twin)
 					require.NoError(t, err)
 					require.True(t, d.Allowed)
 				}
@@ -326,14 +326,14 @@ func TestMultiRing(t *testing.T) {
 	tight := core.Policy{Name: "tight", Algorithm: core.FixedWindow, Limit: 1, Window: 10 * time.Second}
 	reqs = append(reqs, core.Request{Key: "ring-tight", Policy: tight, Cost: 1})
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, t0, reqs, out)))
 	before := make([]string, len(reqs))
 	for i, r := range reqs {
 		require.True(t, out[i].Allowed, "first request, layer %d", i)
 		before[i] = snapshot(t, ring, s.stateKey(r.Key, r.Policy))
 		require.NotEmpty(t, before[i])
 	}
-	require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, t0.Add(time.Second), reqs, out)))
 	assert.False(t, out[5].Allowed, "the tight layer denies")
 	for i, r := range reqs {
 		k := s.stateKey(r.Key, r.Policy)
@@ -448,7 +448,7 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 					out := make([]core.Decision, 1)
 					// The whole limit: denied, taking nothing, unless
 					// nothing was charged.
-					require.NoError(t, errOf(stores[1].TakeAll(ctx, now, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: sp.limit}}, out)))
+					require.NoError(t, errOf(takeN(stores[1], ctx, now, []core.Request{{Key: keyOf(i, k), Policy: p, Cost: sp.limit}}, out)))
 					charged := int64(0)
 					if !out[0].Allowed {
 						charged = sp.limit - out[0].Remaining
@@ -490,7 +490,7 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 		reqs = append(reqs, core.Request{Key: keys[i+1], Policy: p, Cost: 2})
 	}
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, t0, reqs, out)))
 	// other reads the states; its slot map is loaded now, while every
 	// node answers.
 	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
@@ -522,7 +522,7 @@ func TestMultiClusterUndoAfterDeadline(t *testing.T) {
 	hook.arm(frozen.Freeze) // after the check
 	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	_, err = s.TakeAll(dctx, t0.Add(time.Second), reqs, out)
+	_, err = takeN(s, dctx, t0.Add(time.Second), reqs, out)
 	require.Error(t, err, "the frozen node's take")
 	// The store gives up at ctx's deadline by a timer of its own, which
 	// may fire a moment before dctx's: compare with the clock, not dctx.Err.
@@ -551,7 +551,7 @@ func TestClusterTakeAbandonedWritesNothingOurs(t *testing.T) {
 	ctx := context.Background()
 	p := core.Policy{Name: "abandoned", Algorithm: core.TokenBucket, Limit: 10, Window: time.Hour}
 	req := core.Request{Key: "client", Policy: p, Cost: 1}
-	d, _, err := s.Take(ctx, time.Time{}, req)
+	d, _, err := take1(s, ctx, time.Time{}, req)
 	require.NoError(t, err, "healthy: the slot map loads")
 	require.True(t, d.Allowed)
 	m, err := c.MasterForKey(ctx, s.stateKey(req.Key, p))
@@ -577,7 +577,7 @@ func TestClusterTakeAbandonedWritesNothingOurs(t *testing.T) {
 	})
 	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	d, _, err = s.Take(dctx, time.Time{}, req)
+	d, _, err = take1(s, dctx, time.Time{}, req)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the frozen node: given up at the deadline")
 	assert.Equal(t, core.Decision{}, d, "no decision with the error")
 	// Thawed, the node answers the abandoned call: another client watches
@@ -588,7 +588,7 @@ func TestClusterTakeAbandonedWritesNothingOurs(t *testing.T) {
 		v := snapshot(t, other, k)
 		return v != "" && v != before
 	}, testwait.D(10*time.Second), time.Millisecond, "the abandoned take applied")
-	after, _, err := s.Take(ctx, time.Time{}, req)
+	after, _, err := take1(s, ctx, time.Time{}, req)
 	require.NoError(t, err, "thawed: decides again")
 	assert.Equal(t, int64(7), after.Remaining, "the abandoned take was applied by Redis (10 - 3)")
 }

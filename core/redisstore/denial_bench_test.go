@@ -141,12 +141,13 @@ func BenchmarkDenial(b *testing.B) {
 		b.ReportMetric(d, "denied-µs/script")
 		b.ReportMetric(d/a, "denied/admitted")
 	}
+	reqs, out := make([]core.Request, 1), make([]core.Decision, 1)
 	take := func(b *testing.B, s *Store, now time.Time, req core.Request) bool {
-		d, _, err := s.Take(ctx, now, req)
-		if err != nil {
+		reqs[0] = req
+		if _, err := s.Take(ctx, now, reqs, out); err != nil {
 			b.Fatal(err)
 		}
-		return d.Allowed
+		return out[0].Allowed
 	}
 	type denialCase struct {
 		name        string

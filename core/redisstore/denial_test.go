@@ -127,7 +127,7 @@ func TestDenialSearchIsShort(t *testing.T) {
 					cost = b
 				}
 				req := core.Request{Key: p.Name, Policy: p, Cost: cost}
-				want, _, err := ms.Take(ctx, time.UnixMicro(now), req)
+				want, _, err := take1(ms, ctx, time.UnixMicro(now), req)
 				require.NoError(t, err)
 				reply, err := script.Run(ctx, c, []string{key}, p.Limit, w, b, cost, now, 60_000).Int64Slice()
 				require.NoError(t, err, "%+v: step %d", p, step)

@@ -73,7 +73,7 @@ func TestMatchesMemstore(t *testing.T) {
 					}
 					req := core.Request{Key: key, Policy: p, Cost: cost}
 					history = append(history, fmt.Sprintf("%d %s c=%d at=%d", i, key, cost, at))
-					want, _, err := ms.Take(ctx, time.UnixMicro(at), req)
+					want, _, err := take1(ms, ctx, time.UnixMicro(at), req)
 					require.NoError(t, err, "step %d: memory", i)
 					// Half the steps through TakeAll, the layered script
 					// (its packed arguments, multi.go's packLayer).
@@ -81,10 +81,10 @@ func TestMatchesMemstore(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						history[len(history)-1] += " (layered)"
 						out := []core.Decision{{}}
-						_, err = rs.TakeAll(ctx, time.UnixMicro(at), []core.Request{req}, out)
+						_, err = takeN(rs, ctx, time.UnixMicro(at), []core.Request{req}, out)
 						got = out[0]
 					} else {
-						got, _, err = rs.Take(ctx, time.UnixMicro(at), req)
+						got, _, err = take1(rs, ctx, time.UnixMicro(at), req)
 					}
 					require.NoError(t, err, "step %d: redis", i)
 					if got != want {

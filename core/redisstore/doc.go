@@ -17,12 +17,12 @@
 // same key followed by ":lock", in the same slot, decided by the same
 // script run (the algorithm's script wrapped in lockout.lua).
 //
-// Store.Take and Store.TakeAll return the time they decided at, Redis
-// TIME unless the caller gave one: the time that dates a give-back (a
-// negative core.Request.Cost) of what they admitted, which one script,
-// give_back.lua, applies to the state alone, never to a lockout.
+// Store.Take returns the time it decided at, Redis TIME unless the caller
+// gave one: the time that dates a Store.Refund of what it admitted, which
+// one script, give_back.lua, applies to the state alone, never to a
+// lockout. Store.Peek runs the algorithms' scripts asking for nothing.
 //
-// Over a *redis.Client, decisions (Store.Take, Store.TakeAll) are batched: a few flusher goroutines, started at the
+// Over a *redis.Client, decisions (Store.Take, Peek, Refund) are batched: a few flusher goroutines, started at the
 // first decision, send the decisions that arrive while the others are busy
 // as one pipeline (one write and one read for many scripts), and a lone
 // decision at once, as one EVALSHA, so no request waits for others to
@@ -42,8 +42,8 @@
 // flushers and closes the Store's own connections. Over a cluster client
 // or a Ring, decisions are not batched.
 //
-// A core.Limiter of several policies (layers) asks Store.TakeAll, which
-// decides every layer of a request all or nothing. Over a *redis.Client
+// A core.Limiter of several policies (layers) asks Store.Take of several
+// requests, which decides every layer of a request all or nothing. Over a *redis.Client
 // one script decides them all, in one round trip, as one atomic step. Over
 // a Redis Cluster one script reaches one slot only: the layers are decided
 // per slot of their client keys, in one pipeline, and when one denies,

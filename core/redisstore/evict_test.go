@@ -61,7 +61,7 @@ func TestEvictionUnderAttack(t *testing.T) {
 			for a := range attackers {
 				wg.Go(func() {
 					for k := a; k < keys && !stop.Load() && time.Now().Before(deadline); k += attackers {
-						_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "attacker-" + strconv.Itoa(k), Policy: attack, Cost: 1})
+						_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "attacker-" + strconv.Itoa(k), Policy: attack, Cost: 1})
 						sent.Add(1)
 						switch {
 						case err == nil:

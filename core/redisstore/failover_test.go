@@ -142,13 +142,13 @@ func TestClusterFailover(t *testing.T) {
 	for sh := range shards {
 		for _, k := range []string{keys[sh]["take"], keys[sh]["limiter"]} {
 			for i := range limit + 1 {
-				d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: k, Policy: p, Cost: 1})
+				d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: k, Policy: p, Cost: 1})
 				require.NoError(t, err)
 				require.Equal(t, i < limit, d.Allowed, "%s request %d", k, i)
 			}
 		}
 		for range 2 {
-			d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: keys[sh]["quota"], Policy: p, Cost: 1})
+			d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: keys[sh]["quota"], Policy: p, Cost: 1})
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 		}
@@ -159,7 +159,7 @@ func TestClusterFailover(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, takeTimeout)
 		defer cancel()
 		smp := sample{start: time.Now()}
-		d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: key, Policy: p, Cost: 1})
+		d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: key, Policy: p, Cost: 1})
 		smp.end, smp.ok, smp.allowed = time.Now(), err == nil, err == nil && d.Allowed
 		return smp
 	}
@@ -256,7 +256,7 @@ func TestClusterFailover(t *testing.T) {
 	for sh := range shards {
 		admitted := 0
 		for range limit + 3 {
-			d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: keys[sh]["quota"], Policy: p, Cost: 1})
+			d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: keys[sh]["quota"], Policy: p, Cost: 1})
 			require.NoError(t, err, "shard %d after the failover", sh)
 			if d.Allowed {
 				admitted++

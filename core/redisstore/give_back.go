@@ -23,7 +23,7 @@ import (
 // to parse, not a comparison more to run; and a give-back needs neither
 // the prelude nor the lockout's wrapper, whose keys it never touches.
 // One script for every algorithm, taking any number of keys, so that a
-// TakeAll of give-backs is one run on one Redis, and one per slot on a
+// Refund of several requests is one run on one Redis, and one per slot on a
 // Cluster.
 //
 //go:embed give_back.lua
@@ -32,7 +32,7 @@ var giveBackLua string
 var giveBackScript = redis.NewScript(giveBackLua)
 
 // errGiveBackTime refuses a give-back without the time of its admission.
-var errGiveBackTime = errors.New("a give-back (cost below 0) needs now, the time Take or TakeAll returned for its admission")
+var errGiveBackTime = errors.New("a refund needs the time Take returned for its admission")
 
 // prepareGiveBack fills c's arguments for the give-backs reqs (valid,
 // every cost below 0) of admissions made at now (µs).
@@ -118,7 +118,7 @@ func (s *Store) giveBackAll(ctx context.Context, at time.Time, reqs []core.Reque
 // and the others' give-backs stand.
 func (s *Store) giveBackGroups(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision, slotOf func(string) int) (int64, error) {
 	if at.IsZero() {
-		return 0, fmt.Errorf("%w: redisstore: TakeAll: %w", core.ErrInvalidOption, errGiveBackTime)
+		return 0, fmt.Errorf("%w: redisstore: %w", core.ErrInvalidOption, errGiveBackTime)
 	}
 	now := at.UnixMicro()
 	gs := groupBy(reqs, slotOf)

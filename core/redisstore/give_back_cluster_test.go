@@ -74,7 +74,7 @@ func TestMultiClusterOneTime(t *testing.T) {
 		give[i].Cost, peeks[i].Cost = -3, 0
 	}
 	for round := range 20 {
-		at, err := s.TakeAll(ctx, time.Time{}, reqs, out)
+		at, err := takeN(s, ctx, time.Time{}, reqs, out)
 		require.NoError(t, err, "round %d", round)
 		requireDecidedAt(t, time.Time{}, at, fmt.Sprintf("round %d: TakeAll", round))
 		for i, r := range reqs {
@@ -84,10 +84,10 @@ func TestMultiClusterOneTime(t *testing.T) {
 			assert.Positive(t, ttl, "round %d: %s: TTL", round, r.Policy.Algorithm)
 			assert.LessOrEqual(t, ttl, explicitNowMinTTL+r.Policy.Window, "round %d: %s: TTL", round, r.Policy.Algorithm)
 		}
-		gt, err := s.TakeAll(ctx, at, give, out)
+		gt, err := takeN(s, ctx, at, give, out)
 		require.NoError(t, err, "round %d: give-backs", round)
 		requireDecidedAt(t, at, gt, fmt.Sprintf("round %d: give-backs", round))
-		pt, err := s.TakeAll(ctx, at, peeks, out)
+		pt, err := takeN(s, ctx, at, peeks, out)
 		require.NoError(t, err, "round %d: peeks", round)
 		requireDecidedAt(t, at, pt, fmt.Sprintf("round %d: peeks", round))
 		for i, r := range reqs {
@@ -95,11 +95,11 @@ func TestMultiClusterOneTime(t *testing.T) {
 			assert.Zero(t, out[i].ResetAfter, "round %d: %s: all given back", round, r.Policy.Algorithm)
 		}
 	}
-	pt, err := s.TakeAll(ctx, time.Time{}, peeks, out)
+	pt, err := takeN(s, ctx, time.Time{}, peeks, out)
 	require.NoError(t, err)
 	requireDecidedAt(t, time.Time{}, pt, "peeks at Redis TIME")
 	now := time.Now().Add(time.Hour)
-	at, err := s.TakeAll(ctx, now, reqs, out)
+	at, err := takeN(s, ctx, now, reqs, out)
 	require.NoError(t, err)
 	requireDecidedAt(t, now, at, "TakeAll at an explicit time")
 	for i, r := range reqs {
@@ -122,7 +122,7 @@ func TestMultiClusterGiveBacks(t *testing.T) {
 	ctx := context.Background()
 	reqs := spreadRequests(t, s, c, 3)
 	out := make([]core.Decision, len(reqs))
-	at, err := s.TakeAll(ctx, time.Time{}, reqs, out)
+	at, err := takeN(s, ctx, time.Time{}, reqs, out)
 	require.NoError(t, err)
 	give := make([]core.Request, len(reqs))
 	for i, r := range reqs {
@@ -132,10 +132,10 @@ func TestMultiClusterGiveBacks(t *testing.T) {
 	}
 	// The script loaded on every master: give-backs that give nothing back,
 	// at another time.
-	require.NoError(t, errOf(s.TakeAll(ctx, at.Add(-time.Hour), give, out)))
+	require.NoError(t, errOf(takeN(s, ctx, at.Add(-time.Hour), give, out)))
 	<-s.checked // New's check of the configuration is done: its commands are not counted
 	counter.reset()
-	gt, err := s.TakeAll(ctx, at, give, out)
+	gt, err := takeN(s, ctx, at, give, out)
 	require.NoError(t, err)
 	requireDecidedAt(t, at, gt, "give-backs")
 	names, pipelines := counter.snapshot()
@@ -143,13 +143,13 @@ func TestMultiClusterGiveBacks(t *testing.T) {
 	assert.Zero(t, pipelines)
 	for i, r := range reqs {
 		assert.Equal(t, core.Decision{Allowed: true, Limit: 10}, out[i], "layer %d", i)
-		d, _, err := s.Take(ctx, at, core.Request{Key: r.Key, Policy: r.Policy})
+		d, _, err := take1(s, ctx, at, core.Request{Key: r.Key, Policy: r.Policy})
 		require.NoError(t, err)
 		assert.Equal(t, int64(9), d.Remaining, "%s: 2 of 3 given back", r.Policy.Algorithm)
 	}
 	// Invalid: at a zero now, before any round trip.
 	counter.reset()
-	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, give, out)), core.ErrInvalidOption)
+	assert.ErrorIs(t, errOf(takeN(s, ctx, time.Time{}, give, out)), core.ErrInvalidOption)
 	names, _ = counter.snapshot()
 	assert.Empty(t, names)
 }
@@ -173,7 +173,7 @@ func TestMultiRingGiveBacks(t *testing.T) {
 		reqs = append(reqs, core.Request{Key: fmt.Sprintf("ring-%d", i), Policy: p, Cost: 3})
 	}
 	out := make([]core.Decision, len(reqs))
-	at, err := s.TakeAll(ctx, time.Time{}, reqs, out)
+	at, err := takeN(s, ctx, time.Time{}, reqs, out)
 	require.NoError(t, err)
 	requireDecidedAt(t, time.Time{}, at, "TakeAll")
 	for i, r := range reqs {
@@ -181,12 +181,12 @@ func TestMultiRingGiveBacks(t *testing.T) {
 		assert.Equal(t, at.UnixMicro(), storedAt(t, s, ring, r), "%s: the state's time is the one returned", r.Policy.Algorithm)
 		reqs[i].Cost = -2
 	}
-	gt, err := s.TakeAll(ctx, at, reqs, out)
+	gt, err := takeN(s, ctx, at, reqs, out)
 	require.NoError(t, err)
 	requireDecidedAt(t, at, gt, "give-backs")
 	for i, r := range reqs {
 		assert.Equal(t, core.Decision{Allowed: true, Limit: 10}, out[i], "layer %d", i)
-		d, _, err := s.Take(ctx, at, core.Request{Key: r.Key, Policy: r.Policy})
+		d, _, err := take1(s, ctx, at, core.Request{Key: r.Key, Policy: r.Policy})
 		require.NoError(t, err)
 		assert.Equal(t, int64(9), d.Remaining, "%s: 2 of 3 given back", r.Policy.Algorithm)
 	}

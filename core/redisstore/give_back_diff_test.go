@@ -93,18 +93,18 @@ func TestGiveBackMatchesMemstore(t *testing.T) {
 					var err error
 					switch {
 					case all || len(reqs) > 1:
-						wt, err = ms.TakeAll(ctx, when, reqs, want)
+						wt, err = takeN(ms, ctx, when, reqs, want)
 						require.NoError(t, err, "step %d: memory: %s", i, what)
-						gt, err = rs.TakeAll(ctx, when, reqs, got)
+						gt, err = takeN(rs, ctx, when, reqs, got)
 					case rng.IntN(2) == 0:
 						history[len(history)-1] += " (layered)"
-						wt, err = ms.TakeAll(ctx, when, reqs, want)
+						wt, err = takeN(ms, ctx, when, reqs, want)
 						require.NoError(t, err, "step %d: memory: %s", i, what)
-						gt, err = rs.TakeAll(ctx, when, reqs, got)
+						gt, err = takeN(rs, ctx, when, reqs, got)
 					default:
-						want[0], wt, err = ms.Take(ctx, when, reqs[0])
+						want[0], wt, err = take1(ms, ctx, when, reqs[0])
 						require.NoError(t, err, "step %d: memory: %s", i, what)
-						got[0], gt, err = rs.Take(ctx, when, reqs[0])
+						got[0], gt, err = take1(rs, ctx, when, reqs[0])
 					}
 					require.NoError(t, err, "step %d: redis: %s", i, what)
 					if fmt.Sprint(want) != fmt.Sprint(got) {

@@ -48,22 +48,22 @@ func TestDecidedAt(t *testing.T) {
 			name := fmt.Sprintf("%s/lockout=%v", a, locked)
 			for _, now := range []time.Time{{}, time.Now(), time.Now().Add(time.Hour).Round(0)} {
 				key := fmt.Sprintf("k%d", now.UnixNano())
-				d, at, err := s.Take(ctx, now, core.Request{Key: key, Policy: p, Cost: 3})
+				d, at, err := take1(s, ctx, now, core.Request{Key: key, Policy: p, Cost: 3})
 				require.NoError(t, err, name)
 				require.True(t, d.Allowed, name)
 				requireDecidedAt(t, now, at, name+": Take")
 				// Give it back, dated at.
-				g, gt, err := s.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: -3})
+				g, gt, err := take1(s, ctx, at, core.Request{Key: key, Policy: p, Cost: -3})
 				require.NoError(t, err, name)
 				assert.Equal(t, core.Decision{Allowed: true, Limit: 5}, g, "%s: a give-back's decision", name)
 				requireDecidedAt(t, at, gt, name+": give-back")
-				peek, pt, err := s.Take(ctx, now, core.Request{Key: key, Policy: p})
+				peek, pt, err := take1(s, ctx, now, core.Request{Key: key, Policy: p})
 				require.NoError(t, err, name)
 				requireDecidedAt(t, now, pt, name+": peek")
 				assert.Equal(t, int64(5), peek.Remaining, "%s: all given back", name)
 				// Denied (and locked out, with a lockout).
 				for i := range 3 {
-					d, dt, err := s.Take(ctx, now, core.Request{Key: key, Policy: p, Cost: 4})
+					d, dt, err := take1(s, ctx, now, core.Request{Key: key, Policy: p, Cost: 4})
 					require.NoError(t, err, name)
 					assert.Equal(t, i == 0, d.Allowed, "%s: take %d of 4", name, i)
 					assert.Equal(t, locked && i > 0, d.LockedOut, "%s: take %d of 4", name, i)
@@ -77,19 +77,19 @@ func TestDecidedAt(t *testing.T) {
 				// give-backs' step-back case in core/storetest).
 				reqs[0].Key += "-" + key
 				out := make([]core.Decision, len(reqs))
-				tt, err := s.TakeAll(ctx, now, reqs, out)
+				tt, err := takeN(s, ctx, now, reqs, out)
 				require.NoError(t, err, name)
 				requireDecidedAt(t, now, tt, name+": TakeAll")
 				for i := range reqs {
 					reqs[i].Cost = 0
 				}
-				pt, err = s.TakeAll(ctx, now, reqs, out)
+				pt, err = takeN(s, ctx, now, reqs, out)
 				require.NoError(t, err, name)
 				requireDecidedAt(t, now, pt, name+": TakeAll of peeks")
 				for i := range reqs {
 					reqs[i].Cost = -1
 				}
-				gt, err = s.TakeAll(ctx, tt, reqs, out)
+				gt, err = takeN(s, ctx, tt, reqs, out)
 				require.NoError(t, err, name)
 				requireDecidedAt(t, tt, gt, name+": TakeAll of give-backs")
 			}
@@ -130,7 +130,7 @@ func TestGiveBackWritesNothing(t *testing.T) {
 				giveBack := func(key string, at time.Time, cost int64, ps ...core.Policy) {
 					t.Helper()
 					for _, p := range ps {
-						d, gt, err := s.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: -cost})
+						d, gt, err := take1(s, ctx, at, core.Request{Key: key, Policy: p, Cost: -cost})
 						require.NoError(t, err, "%s: %s at %v", p.Name, key, at)
 						assert.Equal(t, core.Decision{Allowed: true, Limit: 5}, d, "%s: %s", p.Name, key)
 						requireDecidedAt(t, at, gt, key)
@@ -140,7 +140,7 @@ func TestGiveBackWritesNothing(t *testing.T) {
 						reqs[j] = core.Request{Key: key, Policy: p, Cost: -cost}
 					}
 					out := make([]core.Decision, len(ps))
-					gt, err := s.TakeAll(ctx, at, reqs, out)
+					gt, err := takeN(s, ctx, at, reqs, out)
 					require.NoError(t, err, "%s at %v", key, at)
 					requireDecidedAt(t, at, gt, key)
 					for j := range out {
@@ -178,10 +178,10 @@ func TestGiveBackKeepsTTLAndLockout(t *testing.T) {
 			ctx := context.Background()
 			p := peekPolicy(a, true)
 			t0 := time.Now()
-			d, at, err := s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 5})
+			d, at, err := take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 5})
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
-			d, _, err = s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+			d, _, err = take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 			require.NoError(t, err)
 			require.True(t, d.LockedOut, "the denial locks out")
 			key := s.stateKey("k", p)
@@ -191,7 +191,7 @@ func TestGiveBackKeepsTTLAndLockout(t *testing.T) {
 			ttl := c.PTTL(ctx, key).Val()
 			state := snapshot(t, c, key)
 
-			d, _, err = s.Take(ctx, at, core.Request{Key: "k", Policy: p, Cost: -2})
+			d, _, err = take1(s, ctx, at, core.Request{Key: "k", Policy: p, Cost: -2})
 			require.NoError(t, err)
 			require.Equal(t, core.Decision{Allowed: true, Limit: 5}, d)
 			assert.NotEqual(t, state, snapshot(t, c, key), "the state gave back")
@@ -200,19 +200,19 @@ func TestGiveBackKeepsTTLAndLockout(t *testing.T) {
 			assert.GreaterOrEqual(t, after, ttl-time.Since(start)-testwait.D(time.Second), "PTTL only ticked down (a second, scaled, for a busy machine's gaps)")
 			requireUnchanged(t, c, lockKey(key), lock, start)
 
-			d, _, err = s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p})
+			d, _, err = take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p})
 			require.NoError(t, err)
 			assert.True(t, d.LockedOut, "still locked out")
 			unlocked := p
 			unlocked.Lockout = 0
-			d, _, err = s.Take(ctx, at, core.Request{Key: "k", Policy: unlocked})
+			d, _, err = take1(s, ctx, at, core.Request{Key: "k", Policy: unlocked})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), d.Remaining, "the state alone: 2 of 5 units given back")
 
-			d, _, err = s.Take(ctx, at, core.Request{Key: "k", Policy: p, Cost: -5})
+			d, _, err = take1(s, ctx, at, core.Request{Key: "k", Policy: p, Cost: -5})
 			require.NoError(t, err)
 			require.Equal(t, core.Decision{Allowed: true, Limit: 5}, d)
-			d, _, err = s.Take(ctx, at, core.Request{Key: "k", Policy: unlocked})
+			d, _, err = take1(s, ctx, at, core.Request{Key: "k", Policy: unlocked})
 			require.NoError(t, err)
 			assert.Equal(t, int64(5), d.Remaining, "all given back, and no more: a give-back of more than is left empties the state")
 			if a == core.SlidingWindowLog {
@@ -247,16 +247,16 @@ func TestGiveBackOneRoundTrip(t *testing.T) {
 				reqs[i].Cost = 3
 			}
 			out := make([]core.Decision, len(reqs))
-			at, err := s.TakeAll(ctx, time.Time{}, reqs, out)
+			at, err := takeN(s, ctx, time.Time{}, reqs, out)
 			require.NoError(t, err)
 			for i := range reqs {
 				reqs[i].Cost = -3
 			}
 			// The script loaded (a NOSCRIPT's EVAL is not counted): a
 			// give-back that gives nothing back, at another time.
-			require.NoError(t, errOf(s.TakeAll(ctx, at.Add(-time.Hour), reqs, out)))
+			require.NoError(t, errOf(takeN(s, ctx, at.Add(-time.Hour), reqs, out)))
 			h.reset()
-			gt, err := s.TakeAll(ctx, at, reqs, out)
+			gt, err := takeN(s, ctx, at, reqs, out)
 			require.NoError(t, err)
 			assert.Equal(t, at, gt)
 			names, pipelines := h.snapshot()
@@ -266,7 +266,7 @@ func TestGiveBackOneRoundTrip(t *testing.T) {
 				assert.Equal(t, core.Decision{Allowed: true, Limit: limits.Capacity(r.Policy.Algorithm, r.Policy.Limit, r.Policy.Burst)}, out[i], "layer %d", i)
 				r.Cost = 0
 				r.Policy.Lockout = 0
-				d, _, err := s.Take(ctx, at, r)
+				d, _, err := take1(s, ctx, at, r)
 				require.NoError(t, err)
 				assert.Equal(t, d.Limit, d.Remaining, "layer %d: all given back", i)
 			}
@@ -288,29 +288,29 @@ func TestGiveBackBadInput(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, Burst: 5}
-	_, at, err := s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: -1})
+	_, at, err := take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: -1})
 	assert.ErrorIs(t, err, core.ErrInvalidOption, "a give-back at a zero now")
 	assert.True(t, at.IsZero())
-	_, _, err = s.Take(ctx, now, core.Request{Key: "k", Policy: p, Cost: -6})
+	_, _, err = take1(s, ctx, now, core.Request{Key: "k", Policy: p, Cost: -6})
 	assert.ErrorIs(t, err, core.ErrInvalidOption, "a give-back beyond the capacity")
 	reqs := fourLayers("a", time.Time{})
 	for i := range reqs {
 		reqs[i].Cost = -1
 	}
 	out := make([]core.Decision, len(reqs))
-	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, reqs, out)), core.ErrInvalidOption, "give-backs at a zero now")
+	assert.ErrorIs(t, errOf(takeN(s, ctx, time.Time{}, reqs, out)), core.ErrInvalidOption, "give-backs at a zero now")
 	for _, cost := range []int64{0, 1} {
 		mixed := append([]core.Request(nil), reqs...)
 		mixed[2].Cost = cost
-		assert.ErrorIs(t, errOf(s.TakeAll(ctx, now, mixed, out)), core.ErrInvalidOption, "give-backs with cost %d", cost)
+		assert.ErrorIs(t, errOf(takeN(s, ctx, now, mixed, out)), core.ErrInvalidOption, "give-backs with cost %d", cost)
 		mixed[0].Cost, mixed[2].Cost = cost, -1
-		assert.ErrorIs(t, errOf(s.TakeAll(ctx, now, mixed, out)), core.ErrInvalidOption, "cost %d with give-backs", cost)
+		assert.ErrorIs(t, errOf(takeN(s, ctx, now, mixed, out)), core.ErrInvalidOption, "cost %d with give-backs", cost)
 	}
 	names, pipelines := h.snapshot()
 	assert.Empty(t, names, "commands")
 	assert.Zero(t, pipelines)
 	// -capacity is a give-back like any.
-	d, _, err := s.Take(ctx, now, core.Request{Key: "k", Policy: p, Cost: -5})
+	d, _, err := take1(s, ctx, now, core.Request{Key: "k", Policy: p, Cost: -5})
 	require.NoError(t, err)
 	assert.Equal(t, core.Decision{Allowed: true, Limit: 5}, d)
 }

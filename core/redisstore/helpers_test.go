@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +29,7 @@ func testPrefix(t testing.TB) string {
 
 // within returns s with every call bounded by d instead of s's timeout,
 // for test Limiters that need a timeout of their own over a shared Store.
-func within(s *Store, d time.Duration) core.Store { return timedStore{s, d} }
+func within(s *Store, d time.Duration) timedStore { return timedStore{s, d} }
 
 // alone returns s bounded as its decisions must be to take the path of
 // the default timeout's: maxAlone, ten times that default, so that a
@@ -36,7 +37,7 @@ func within(s *Store, d time.Duration) core.Store { return timedStore{s, d} }
 // not about timeouts must not see one), and no more, so that a lone
 // decision still runs alone on its caller's goroutine (batcher.alone)
 // instead of through the flushers, as a longer timeout would send it.
-func alone(s *Store) core.Store { return within(s, maxAlone) }
+func alone(s *Store) timedStore { return within(s, maxAlone) }
 
 // timedStore is a Store whose calls are bounded by d.
 type timedStore struct {
@@ -52,20 +53,16 @@ func (s timedStore) until(ctx context.Context) time.Time {
 	return deadline
 }
 
-func (s timedStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, at, err := s.takeUntil(ctx, now, req, s.until(ctx))
-	if err != nil {
-		return d, time.Time{}, err
-	}
-	return d, time.UnixMicro(at), nil
+func (s timedStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	return s.takeBy(ctx, now, reqs, out, s.until(ctx))
 }
 
-func (s timedStore) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	at, err := s.takeAllUntil(ctx, now, reqs, out, s.until(ctx))
-	if err != nil || at == 0 {
-		return time.Time{}, err
-	}
-	return time.UnixMicro(at), nil
+func (s timedStore) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	return s.peekBy(ctx, now, reqs, out, s.until(ctx))
+}
+
+func (s timedStore) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	return s.refundBy(ctx, at, reqs, s.until(ctx))
 }
 
 func (s timedStore) Reset(ctx context.Context, key string, p core.Policy) error {
@@ -220,4 +217,58 @@ func (h *commandCounter) snapshot() (map[string]int, int) {
 		m[k] = v
 	}
 	return m, h.pipelines
+}
+
+// take1 asks s about r alone, as takeN asks about several.
+func take1(s core.Store, ctx context.Context, now time.Time, r core.Request) (core.Decision, time.Time, error) {
+	reqs, out := [1]core.Request{r}, [1]core.Decision{}
+	at, err := takeN(s, ctx, now, reqs[:], out[:])
+	return out[0], at, err
+}
+
+// takeN asks s about reqs in the Store's own encoding (see check): costs
+// of 0 are peeks, below 0 refunds of -Cost. A *Store is asked by its
+// inner path, which these tests check; any other store (a memstore twin)
+// by its Take, Peek or Refund, a refund's decisions being what that path
+// says of them: Allowed, the policy's capacity as Limit.
+func takeN(s core.Store, ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	var rs *Store
+	var deadline time.Time
+	switch s := s.(type) {
+	case *Store:
+		rs, deadline = s, s.deadline(ctx)
+	case timedStore:
+		rs, deadline = s.Store, s.until(ctx)
+	}
+	if rs != nil {
+		var at int64
+		var err error
+		if len(reqs) == 1 && len(out) == 1 {
+			out[0], at, err = rs.takeUntil(ctx, now, reqs[0], deadline)
+		} else {
+			at, err = rs.takeAllUntil(ctx, now, reqs, out, deadline)
+		}
+		if err != nil || at == 0 {
+			return time.Time{}, err
+		}
+		return time.UnixMicro(at), nil
+	}
+	if len(reqs) == 0 || reqs[0].Cost > 0 {
+		return s.Take(ctx, now, reqs, out)
+	}
+	own := slices.Clone(reqs)
+	for i := range own {
+		own[i].Cost = max(1, -own[i].Cost)
+	}
+	if reqs[0].Cost == 0 {
+		return now, s.Peek(ctx, now, own, out)
+	}
+	if err := s.Refund(ctx, now, own); err != nil {
+		return time.Time{}, err
+	}
+	for i := range out {
+		p := &own[i].Policy
+		out[i] = core.Decision{Allowed: true, Limit: limits.Capacity(p.Algorithm, p.Limit, p.Burst)}
+	}
+	return now, nil
 }

@@ -114,14 +114,14 @@ func TestLockoutOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	ps := lockoutPolicies(2, time.Minute, lockout{Duration: time.Hour})
 	for _, p := range ps { // loads the scripts
-		_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "warm", Policy: p, Cost: 1})
+		_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "warm", Policy: p, Cost: 1})
 		require.NoError(t, err)
 	}
 	hook.reset()
 	const n = 5
 	for _, p := range ps {
 		for i := range n {
-			d, _, err := s.Take(ctx, t0, core.Request{Key: "k", Policy: p, Cost: 1})
+			d, _, err := take1(s, ctx, t0, core.Request{Key: "k", Policy: p, Cost: 1})
 			require.NoError(t, err)
 			require.Equal(t, i < 2, d.Allowed, "%s: request %d", p.Algorithm, i)
 			require.Equal(t, i >= 2, d.LockedOut, "%s: request %d", p.Algorithm, i)
@@ -145,7 +145,7 @@ func TestLockoutKeys(t *testing.T) {
 		assert.True(t, strings.HasPrefix(lock, s.prefix+"{user:42}:"), "%s: %s in the client's hash tag", p.Algorithm, lock)
 		now := time.Now()
 		for range 2 {
-			_, _, err := s.Take(ctx, now, core.Request{Key: "user:42", Policy: p, Cost: 1})
+			_, _, err := take1(s, ctx, now, core.Request{Key: "user:42", Policy: p, Cost: 1})
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 1, c.Exists(ctx, lock).Val(), "%s: lock key written", p.Algorithm)
@@ -155,7 +155,7 @@ func TestLockoutKeys(t *testing.T) {
 		// A request during the lockout writes nothing.
 		dump := c.Dump(ctx, lock).Val()
 		stateDump := c.Dump(ctx, state).Val()
-		d, _, err := s.Take(ctx, now.Add(5*time.Second), core.Request{Key: "user:42", Policy: p, Cost: 1})
+		d, _, err := take1(s, ctx, now.Add(5*time.Second), core.Request{Key: "user:42", Policy: p, Cost: 1})
 		require.NoError(t, err)
 		require.True(t, d.LockedOut)
 		assert.Equal(t, 5*time.Second, d.RetryAfter)
@@ -168,7 +168,7 @@ func TestLockoutKeys(t *testing.T) {
 	// A policy without a lockout writes no lock key.
 	p := core.Policy{Name: "plain", Algorithm: core.FixedWindow, Limit: 1, Window: time.Second}
 	for range 3 {
-		_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "user:42", Policy: p, Cost: 1})
+		_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "user:42", Policy: p, Cost: 1})
 		require.NoError(t, err)
 	}
 	assert.EqualValues(t, 0, c.Exists(ctx, s.stateKey("user:42", p)+":lock").Val())
@@ -187,9 +187,9 @@ func TestLockoutMatchesMemstore(t *testing.T) {
 		for i := range 400 {
 			at = at.Add(time.Duration((i*7919)%900) * time.Millisecond / 3)
 			req := core.Request{Key: "k", Policy: p, Cost: 1 + int64(i%3)}
-			rd, _, err := s.Take(ctx, at, req)
+			rd, _, err := take1(s, ctx, at, req)
 			require.NoError(t, err)
-			md, _, err := m.Take(ctx, at, req)
+			md, _, err := take1(m, ctx, at, req)
 			require.NoError(t, err)
 			require.Equal(t, md, rd, "%s: request %d at %v", p.Algorithm, i, at.Sub(t0))
 			if rd.LockedOut {
@@ -212,10 +212,10 @@ func TestLockoutOnCluster(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range lockoutPolicies(1, time.Minute, lockout{Duration: time.Hour}) {
 		for i, key := range []string{"a", "b", "c", "d", "e", "f"} {
-			d, _, err := s.Take(ctx, t0, core.Request{Key: key, Policy: p, Cost: 1})
+			d, _, err := take1(s, ctx, t0, core.Request{Key: key, Policy: p, Cost: 1})
 			require.NoError(t, err, "%s %d", p.Algorithm, i)
 			require.True(t, d.Allowed)
-			d, _, err = s.Take(ctx, t0, core.Request{Key: key, Policy: p, Cost: 1})
+			d, _, err = take1(s, ctx, t0, core.Request{Key: key, Policy: p, Cost: 1})
 			require.NoError(t, err, "%s %d", p.Algorithm, i)
 			require.True(t, d.LockedOut)
 			require.Equal(t, time.Hour, d.RetryAfter)

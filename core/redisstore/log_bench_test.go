@@ -29,12 +29,14 @@ func BenchmarkSlidingWindowLog(b *testing.B) {
 	run := func(b *testing.B, req func(i int) (time.Time, core.Request), allowed bool) {
 		b.Helper()
 		before := scriptMicros(b, srv)
+		reqs, out := make([]core.Request, 1), make([]core.Decision, 1)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			now, r := req(i)
-			d, _, err := s.Take(ctx, now, r)
-			if err != nil || d.Allowed != allowed {
+			var now time.Time
+			now, reqs[0] = req(i)
+			_, err := s.Take(ctx, now, reqs, out)
+			if d := out[0]; err != nil || d.Allowed != allowed {
 				b.Fatalf("%+v, %v; want Allowed %v", d, err, allowed)
 			}
 			i++
@@ -56,7 +58,7 @@ func BenchmarkSlidingWindowLog(b *testing.B) {
 		const n = 20_000
 		for i := range n {
 			req := core.Request{Key: "full", Policy: p, Cost: 1}
-			if d, _, err := s.Take(ctx, t0.Add(time.Duration(i)*time.Microsecond), req); err != nil || !d.Allowed {
+			if d, _, err := take1(s, ctx, t0.Add(time.Duration(i)*time.Microsecond), req); err != nil || !d.Allowed {
 				b.Fatalf("%+v, %v", d, err)
 			}
 		}

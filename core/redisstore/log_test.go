@@ -36,9 +36,9 @@ func (lp *logPair) take(key string, cost int64, at time.Time) core.Decision {
 	lp.t.Helper()
 	ctx := context.Background()
 	req := core.Request{Key: key, Policy: lp.p, Cost: cost}
-	want, _, err := lp.ms.Take(ctx, at, req)
+	want, _, err := take1(lp.ms, ctx, at, req)
 	require.NoError(lp.t, err)
-	got, _, err := lp.rs.Take(ctx, at, req)
+	got, _, err := take1(lp.rs, ctx, at, req)
 	require.NoError(lp.t, err)
 	require.Equal(lp.t, want, got, "cost %d at %v", cost, at.Sub(t0))
 	return got
@@ -61,7 +61,7 @@ func TestLogLargeCost(t *testing.T) {
 	// Load the script, then count from zero: Redis counts the commands a
 	// script calls in INFO commandstats, and logs in SLOWLOG any command
 	// (a script with all it calls) slower than the threshold.
-	_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "warm-up", Policy: p, Cost: 1})
+	_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "warm-up", Policy: p, Cost: 1})
 	require.NoError(t, err)
 	require.NoError(t, c.ConfigSet(ctx, "slowlog-log-slower-than", "100000").Err()) // 100 ms
 	require.NoError(t, c.SlowLogReset(ctx).Err())
@@ -179,9 +179,9 @@ func TestLogRebase(t *testing.T) {
 		redis.Z{Score: us(time.Millisecond), Member: fmt.Sprintf("%d:%d", from+400, from+450)},
 	).Err())
 	require.NoError(t, c.Expire(ctx, key, time.Minute).Err())
-	_, _, err := lp.ms.Take(ctx, t0, core.Request{Key: "k", Policy: p, Cost: 400})
+	_, _, err := take1(lp.ms, ctx, t0, core.Request{Key: "k", Policy: p, Cost: 400})
 	require.NoError(t, err)
-	_, _, err = lp.ms.Take(ctx, t0.Add(time.Millisecond), core.Request{Key: "k", Policy: p, Cost: 50})
+	_, _, err = take1(lp.ms, ctx, t0.Add(time.Millisecond), core.Request{Key: "k", Policy: p, Cost: 50})
 	require.NoError(t, err)
 
 	members := func() []string {
@@ -206,7 +206,7 @@ func TestLogRebase(t *testing.T) {
 		redis.Z{Score: us(0), Member: fmt.Sprintf("%d:%d", from, from+450)},
 	).Err())
 	require.NoError(t, c.Expire(ctx, key, time.Minute).Err())
-	_, _, err = lp.ms.Take(ctx, t0, core.Request{Key: "m", Policy: p, Cost: 450})
+	_, _, err = take1(lp.ms, ctx, t0, core.Request{Key: "m", Policy: p, Cost: 450})
 	require.NoError(t, err)
 	require.True(t, lp.take("m", 100, t0).Allowed)
 	require.Equal(t, []string{"0:550"}, members())
@@ -238,7 +238,7 @@ func TestLogConcurrentCosts(t *testing.T) {
 			wg.Go(func() {
 				for range 50 {
 					cost := 1 + rng.Int64N(40)
-					d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: cost})
+					d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: cost})
 					if !assert.NoError(t, err) {
 						return
 					}

@@ -51,7 +51,7 @@ func TestTokenBucketMemory(t *testing.T) {
 			{Key: "203.0.113.7", Policy: p, Cost: 1},
 		} {
 			key := s.stateKey(req.Key, p)
-			d, _, err := s.Take(ctx, t0.Add(123_457*time.Microsecond), req)
+			d, _, err := take1(s, ctx, t0.Add(123_457*time.Microsecond), req)
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 			ours := memoryUsage(t, c, key)
@@ -95,15 +95,15 @@ func TestLegacyHash(t *testing.T) {
 	} {
 		p.Algorithm = a
 		key := s.stateKey("k", p)
-		_, _, err := ms.Take(ctx, t0, core.Request{Key: "k", Policy: p, Cost: 7})
+		_, _, err := take1(ms, ctx, t0, core.Request{Key: "k", Policy: p, Cost: 7})
 		require.NoError(t, err)
 		require.NoError(t, c.HSet(ctx, key, fields...).Err())
 		require.NoError(t, c.PExpire(ctx, key, time.Minute).Err())
 		for i, cost := range []int64{5, 3, 5} {
 			req := core.Request{Key: "k", Policy: p, Cost: cost}
-			want, _, err := ms.Take(ctx, t0.Add(time.Duration(i+1)*10*time.Millisecond), req)
+			want, _, err := take1(ms, ctx, t0.Add(time.Duration(i+1)*10*time.Millisecond), req)
 			require.NoError(t, err)
-			got, _, err := s.Take(ctx, t0.Add(time.Duration(i+1)*10*time.Millisecond), req)
+			got, _, err := take1(s, ctx, t0.Add(time.Duration(i+1)*10*time.Millisecond), req)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "%s: request %d over the old layout", a, i)
 		}
@@ -164,7 +164,7 @@ func BenchmarkMemoryUsage(b *testing.B) {
 			measure(b, c, func(i int) string {
 				key := "client-" + strconv.Itoa(i)
 				for j := range sh.requests {
-					d, _, err := s.Take(ctx, t0.Add(time.Duration(j)*time.Millisecond), core.Request{Key: key, Policy: p, Cost: 1})
+					d, _, err := take1(s, ctx, t0.Add(time.Duration(j)*time.Millisecond), core.Request{Key: key, Policy: p, Cost: 1})
 					if err != nil || !d.Allowed {
 						b.Fatalf("%+v, %v", d, err)
 					}

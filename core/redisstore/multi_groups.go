@@ -2,7 +2,7 @@ package redisstore
 
 // The layers of one request spread over several Redis Cluster slots (or
 // Ring shards): one script per slot, in one pipeline, and the units taken
-// by a slot that admitted given back when another denied (see TakeAll).
+// by a slot that admitted given back when another denied (see Take).
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// group is the requests of TakeAll in one slot (or on one Ring shard).
+// group is the requests of a Take in one slot (or on one Ring shard).
 type group struct {
 	id        int   // the slot
 	idx       []int // into reqs
@@ -58,7 +58,7 @@ type group struct {
 //
 // It returns the time decided at, in µs. Every group takes at one time,
 // so that one time dates the give-backs of all the requests, in every
-// slot (see core.Request.Cost). The checks, sent at once to several
+// slot (see core.Store.Refund). The checks, sent at once to several
 // nodes, each read their own node's TIME; the take then decides every
 // group at the latest of those times, given to each group's script as an
 // explicit now (setNow), at no cost of a round trip. The latest, so that

@@ -89,10 +89,10 @@ func TestMultiOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	reqs := fourLayers("a", time.Time{})
 	out := make([]core.Decision, len(reqs))
-	require.NoError(t, errOf(s.TakeAll(ctx, time.Time{}, reqs, out))) // loads the script (NOSCRIPT, then EVAL)
-	<-s.checked                                                       // New's check of the configuration is done: its commands are not counted
+	require.NoError(t, errOf(takeN(s, ctx, time.Time{}, reqs, out))) // loads the script (NOSCRIPT, then EVAL)
+	<-s.checked                                                      // New's check of the configuration is done: its commands are not counted
 	h.reset()
-	require.NoError(t, errOf(s.TakeAll(ctx, time.Time{}, reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, time.Time{}, reqs, out)))
 	names, pipelines := h.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of one layered decision")
 	assert.Zero(t, pipelines, "pipelines")
@@ -149,7 +149,7 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 			tp := core.Policy{Name: "tight", Algorithm: tight, Limit: 3, Window: time.Minute}
 			reqs = append(reqs, core.Request{Key: "k-" + string(tight), Policy: tp, Cost: 2})
 			out := make([]core.Decision, len(reqs))
-			require.NoError(t, errOf(s.TakeAll(ctx, t0, reqs, out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0, reqs, out)))
 			dumps := make([]string, len(reqs))
 			ttls := make([]time.Duration, len(reqs))
 			for i, r := range reqs {
@@ -161,7 +161,7 @@ func TestMultiDeniedWritesNothing(t *testing.T) {
 			}
 			later := make([]core.Request, len(reqs))
 			copy(later, reqs)
-			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), later, out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0.Add(time.Second), later, out)))
 			for i, r := range reqs {
 				k := s.stateKey(r.Key, r.Policy)
 				if i == len(reqs)-1 {
@@ -200,7 +200,7 @@ func TestMultiTTLs(t *testing.T) {
 					own[i].Key += "-x"
 				}
 			}
-			require.NoError(t, errOf(s.TakeAll(ctx, time.Now(), own, out)), "round %d", round)
+			require.NoError(t, errOf(takeN(s, ctx, time.Now(), own, out)), "round %d", round)
 			for _, d := range out {
 				if !d.Allowed {
 					denied++
@@ -246,20 +246,20 @@ func TestMultiLockout(t *testing.T) {
 				}
 			}
 			out := make([]core.Decision, 2)
-			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(0), reqs(), out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0.Add(0), reqs(), out)))
 			assert.True(t, out[0].Allowed && out[1].Allowed, "first")
-			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(time.Second), reqs(), out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0.Add(time.Second), reqs(), out)))
 			assert.False(t, out[1].Allowed, "second: denied")
 			assert.True(t, out[1].LockedOut, "second: starts the lockout")
 			// Well after the window, the lockout still denies.
-			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(5*time.Minute), reqs(), out)))
+			require.NoError(t, errOf(takeN(s, ctx, t0.Add(5*time.Minute), reqs(), out)))
 			assert.False(t, out[1].Allowed, "during the lockout")
 			assert.True(t, out[1].LockedOut, "during the lockout")
 			assert.Equal(t, 5*time.Minute+time.Second, out[1].RetryAfter, "the lockout's end")
 			assert.True(t, out[0].Allowed, "the room layer admits alone")
 			assert.Equal(t, int64(98), out[0].Remaining, "the room layer: what it would have left had it taken the request")
 			room1 := make([]core.Decision, 1)
-			require.NoError(t, errOf(s.TakeAll(ctx, t0.Add(5*time.Minute), reqs()[:1], room1)))
+			require.NoError(t, errOf(takeN(s, ctx, t0.Add(5*time.Minute), reqs()[:1], room1)))
 			assert.Equal(t, int64(98), room1[0].Remaining, "the room layer took only the first request, and this one")
 		})
 	}
@@ -278,21 +278,21 @@ func TestMultiBadInput(t *testing.T) {
 	good := fourLayers("a", time.Time{})
 	bad := append([]core.Request(nil), good...)
 	bad[2].Cost = -1
-	_, err := s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))
+	_, err := takeN(s, ctx, time.Time{}, bad, make([]core.Decision, 4))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	bad[2] = good[2]
 	bad[3].Policy.Algorithm = "nope"
-	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, bad, make([]core.Decision, 4))), core.ErrInvalidOption)
-	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, good, make([]core.Decision, 3))), core.ErrInvalidOption)
+	assert.ErrorIs(t, errOf(takeN(s, ctx, time.Time{}, bad, make([]core.Decision, 4))), core.ErrInvalidOption)
+	assert.ErrorIs(t, errOf(takeN(s, ctx, time.Time{}, good, make([]core.Decision, 3))), core.ErrInvalidOption)
 	dup := append(good[:2:2], good[1])
-	assert.ErrorIs(t, errOf(s.TakeAll(ctx, time.Time{}, dup, make([]core.Decision, 3))), core.ErrInvalidOption)
+	assert.ErrorIs(t, errOf(takeN(s, ctx, time.Time{}, dup, make([]core.Decision, 3))), core.ErrInvalidOption)
 	names, pipelines := h.snapshot()
 	assert.Empty(t, names, "commands")
 	assert.Zero(t, pipelines)
-	require.NoError(t, errOf(s.TakeAll(ctx, time.Time{}, nil, nil)), "no request: nothing to do")
+	require.NoError(t, errOf(takeN(s, ctx, time.Time{}, nil, nil)), "no request: nothing to do")
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	assert.ErrorIs(t, errOf(s.TakeAll(canceled, time.Time{}, good, make([]core.Decision, 4))), context.Canceled)
+	assert.ErrorIs(t, errOf(takeN(s, canceled, time.Time{}, good, make([]core.Decision, 4))), context.Canceled)
 	names, _ = h.snapshot()
 	assert.Empty(t, names, "commands after a canceled context")
 }
@@ -317,8 +317,8 @@ func TestMultiFrozenRedis(t *testing.T) {
 	reqs := fourLayers("f", time.Time{})
 	out := make([]core.Decision, len(reqs))
 	// Warm up: connections dialled, scripts loaded.
-	require.NoError(t, errOf(sd.TakeAll(ctx, time.Time{}, reqs, out)))
-	require.NoError(t, errOf(sb.TakeAll(ctx, time.Time{}, reqs, out)))
+	require.NoError(t, errOf(takeN(sd, ctx, time.Time{}, reqs, out)))
+	require.NoError(t, errOf(takeN(sb, ctx, time.Time{}, reqs, out)))
 	layers := make([]core.Policy, len(reqs))
 	checks := make([]core.Check, len(reqs))
 	for i, r := range reqs {
@@ -335,7 +335,7 @@ func TestMultiFrozenRedis(t *testing.T) {
 	defer srv.Thaw()
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
-	_, err = sd.TakeAll(dctx, time.Time{}, reqs, out)
+	_, err = takeN(sd, dctx, time.Time{}, reqs, out)
 	took := time.Since(start)
 	cancel()
 	require.Error(t, err)
@@ -554,7 +554,7 @@ func TestMultiTakeAllByMatchesTakeAll(t *testing.T) {
 				}
 				want := make([]core.Decision, len(reqs))
 				got := make([]core.Decision, len(reqs))
-				require.NoError(t, errOf(a.TakeAll(ctx, at, reqs, want)), "request %d", i)
+				require.NoError(t, errOf(takeN(a, ctx, at, reqs, want)), "request %d", i)
 				require.NoError(t, errOfN(b.takeAllUntil(ctx, at, reqs, got, time.Now().Add(5*time.Second))), "request %d", i)
 				assert.Equal(t, want, got, "request %d", i)
 				if !want[0].Allowed || !want[1].Allowed || !want[2].Allowed || !want[3].Allowed {

@@ -89,7 +89,7 @@ func TestEmptyPrefix(t *testing.T) {
 	ctx := context.Background()
 	key := testPrefix(t) // unique on a shared server
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
-	d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: key, Policy: p, Cost: 1})
+	d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: key, Policy: p, Cost: 1})
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "Allowed")
 	assert.EqualValues(t, 1, c.Exists(ctx, "{"+key+"}:p:fw2").Val(), "the key without a prefix")

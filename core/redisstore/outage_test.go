@@ -77,7 +77,7 @@ func outageLimiters(t *testing.T, contextDeadline bool) (*redistest.Server, []*c
 	wctx, cancel := context.WithTimeout(context.Background(), testwait.D(10*time.Second))
 	defer cancel()
 	for _, l := range lims {
-		if _, _, err := s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: l.Policies()[0], Cost: 1}); err != nil {
+		if _, _, err := take1(s, wctx, time.Time{}, core.Request{Key: "warm-up", Policy: l.Policies()[0], Cost: 1}); err != nil {
 			t.Fatalf("warming up: %v", err)
 		}
 	}
@@ -455,7 +455,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			// for the freezes).
 			wctx, cancel := context.WithTimeout(ctx, limitertest.StoreTimeout)
 			defer cancel()
-			_, _, err = s.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: p, Cost: 1})
+			_, _, err = take1(s, wctx, time.Time{}, core.Request{Key: "warm-up", Policy: p, Cost: 1})
 			require.NoError(t, err)
 			attempt(4)
 			for range 3 {

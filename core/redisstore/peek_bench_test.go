@@ -35,14 +35,20 @@ func BenchmarkPeek(b *testing.B) {
 			if cost == 0 {
 				name = "peek/"
 			}
-			req := core.Request{Key: "hot", Policy: p, Cost: cost}
+			reqs, out := []core.Request{{Key: "hot", Policy: p, Cost: 1}}, make([]core.Decision, 1)
 			b.Run(name+string(p.Algorithm), func(b *testing.B) {
-				if _, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "hot", Policy: p, Cost: 1}); err != nil { // warm up, and some state
+				if _, err := s.Take(ctx, time.Time{}, reqs, out); err != nil { // warm up, and some state
 					b.Fatal(err)
 				}
 				start(b)
 				for b.Loop() {
-					if _, _, err := s.Take(ctx, time.Time{}, req); err != nil {
+					var err error
+					if cost == 0 {
+						err = s.Peek(ctx, time.Time{}, reqs, out)
+					} else {
+						_, err = s.Take(ctx, time.Time{}, reqs, out)
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -61,15 +67,18 @@ func BenchmarkPeek(b *testing.B) {
 		}
 		out := make([]core.Decision, len(reqs))
 		b.Run(name, func(b *testing.B) {
-			if err := errOf(s.TakeAll(ctx, time.Time{}, reqs, out)); err != nil { // warm up, and some state
+			if err := errOf(s.Take(ctx, time.Time{}, reqs, out)); err != nil { // warm up, and some state
 				b.Fatal(err)
-			}
-			for i := range reqs {
-				reqs[i].Cost = cost
 			}
 			start(b)
 			for b.Loop() {
-				if err := errOf(s.TakeAll(ctx, time.Time{}, reqs, out)); err != nil {
+				var err error
+				if cost == 0 {
+					err = s.Peek(ctx, time.Time{}, reqs, out)
+				} else {
+					_, err = s.Take(ctx, time.Time{}, reqs, out)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 				if !out[0].Allowed {

@@ -68,8 +68,8 @@ func TestPeekMatchesMemstore(t *testing.T) {
 						}
 						history = append(history, fmt.Sprintf("%d %s peek all at=%d", i, key, at))
 						want, got := make([]core.Decision, len(reqs)), make([]core.Decision, len(reqs))
-						require.NoError(t, errOf(ms.TakeAll(ctx, when, reqs, want)), "step %d: memory", i)
-						require.NoError(t, errOf(rs.TakeAll(ctx, when, reqs, got)), "step %d: redis", i)
+						require.NoError(t, errOf(takeN(ms, ctx, when, reqs, want)), "step %d: memory", i)
+						require.NoError(t, errOf(takeN(rs, ctx, when, reqs, got)), "step %d: redis", i)
 						if fmt.Sprint(want) != fmt.Sprint(got) {
 							fail(fmt.Sprintf("step %d: TakeAll of peeks of %s at %d", i, key, at), want, got)
 						}
@@ -88,16 +88,16 @@ func TestPeekMatchesMemstore(t *testing.T) {
 						}
 						req := core.Request{Key: key, Policy: p, Cost: cost}
 						history = append(history, fmt.Sprintf("%d %s %s c=%d at=%d", i, key, p.Algorithm, cost, at))
-						want, _, err := ms.Take(ctx, when, req)
+						want, _, err := take1(ms, ctx, when, req)
 						require.NoError(t, err, "step %d: memory", i)
 						var got core.Decision
 						if rng.IntN(2) == 0 {
 							history[len(history)-1] += " (layered)"
 							out := []core.Decision{{}}
-							_, err = rs.TakeAll(ctx, when, []core.Request{req}, out)
+							_, err = takeN(rs, ctx, when, []core.Request{req}, out)
 							got = out[0]
 						} else {
-							got, _, err = rs.Take(ctx, when, req)
+							got, _, err = take1(rs, ctx, when, req)
 						}
 						require.NoError(t, err, "step %d: redis", i)
 						if got != want {
@@ -129,9 +129,9 @@ func TestPeekLogSearch(t *testing.T) {
 	for i := range 60 { // 180 units, in members of 1 to 5
 		req := core.Request{Key: "k", Policy: big, Cost: 1 + int64(i%5)}
 		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
-		want, _, err := ms.Take(ctx, at, req)
+		want, _, err := take1(ms, ctx, at, req)
 		require.NoError(t, err)
-		got, _, err := rs.Take(ctx, at, req)
+		got, _, err := take1(rs, ctx, at, req)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "take %d", i)
 	}
@@ -141,13 +141,13 @@ func TestPeekLogSearch(t *testing.T) {
 		for _, dt := range []time.Duration{0, 500 * time.Millisecond, time.Second, time.Second + 5*time.Millisecond, 1234 * time.Millisecond, 1500 * time.Millisecond, 1590 * time.Millisecond, 1600 * time.Millisecond} {
 			at := t0.Add(dt)
 			req := core.Request{Key: "k", Policy: small}
-			want, _, err := ms.Take(ctx, at, req)
+			want, _, err := take1(ms, ctx, at, req)
 			require.NoError(t, err)
-			got, _, err := rs.Take(ctx, at, req)
+			got, _, err := take1(rs, ctx, at, req)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "limit %d, peek at t0+%v", limit, dt)
 			out := []core.Decision{{}}
-			require.NoError(t, errOf(rs.TakeAll(ctx, at, []core.Request{req}, out)))
+			require.NoError(t, errOf(takeN(rs, ctx, at, []core.Request{req}, out)))
 			require.Equal(t, want, out[0], "limit %d, layered peek at t0+%v", limit, dt)
 		}
 	}

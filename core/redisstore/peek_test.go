@@ -39,7 +39,7 @@ type take struct {
 func play(t testing.TB, s core.Store, key string, p core.Policy, t0 time.Time, h []take) {
 	t.Helper()
 	for _, tk := range h {
-		_, _, err := s.Take(context.Background(), t0.Add(tk.at), core.Request{Key: key, Policy: p, Cost: tk.cost})
+		_, _, err := take1(s, context.Background(), t0.Add(tk.at), core.Request{Key: key, Policy: p, Cost: tk.cost})
 		require.NoError(t, err, "%s: %s: take %+v", p.Name, key, tk)
 	}
 }
@@ -147,7 +147,7 @@ func TestPeekWritesNothing(t *testing.T) {
 						at = t0.Add(-2 * time.Second) // before the last admission
 					}
 					for _, key := range keys {
-						d, _, err := s.Take(ctx, at, core.Request{Key: key, Policy: ps[0]})
+						d, _, err := take1(s, ctx, at, core.Request{Key: key, Policy: ps[0]})
 						require.NoError(t, err, "peek %s at %v", key, at)
 						peeks++
 						if !at.IsZero() {
@@ -167,7 +167,7 @@ func TestPeekWritesNothing(t *testing.T) {
 					for j, p := range ps {
 						reqs[j] = core.Request{Key: key, Policy: p}
 					}
-					require.NoError(t, errOf(s.TakeAll(ctx, at, reqs, out)), "TakeAll of peeks of %s at %v", key, at)
+					require.NoError(t, errOf(takeN(s, ctx, at, reqs, out)), "TakeAll of peeks of %s at %v", key, at)
 					peeks += len(reqs)
 				}
 				require.GreaterOrEqual(t, peeks, 1000)
@@ -213,16 +213,16 @@ func TestPeekIsTheState(t *testing.T) {
 							play(t, s, key(role+"-plain"), plain, t0, h)
 						}
 					}
-					peek, _, err := s.Take(ctx, at, core.Request{Key: key("peek"), Policy: p})
+					peek, _, err := take1(s, ctx, at, core.Request{Key: key("peek"), Policy: p})
 					require.NoError(t, err, what)
 					twin := p
 					if locked && !peek.LockedOut {
 						twin = plain // the lockout plays no part: decide the algorithm alone
 						key = func(role string) string { return fmt.Sprintf("%s-plain-%d", role, n) }
 					}
-					one, _, err := s.Take(ctx, at, core.Request{Key: key("one"), Policy: twin, Cost: 1})
+					one, _, err := take1(s, ctx, at, core.Request{Key: key("one"), Policy: twin, Cost: 1})
 					require.NoError(t, err, what)
-					whole, _, err := s.Take(ctx, at, core.Request{Key: key("whole"), Policy: twin, Cost: capacity})
+					whole, _, err := take1(s, ctx, at, core.Request{Key: key("whole"), Policy: twin, Cost: capacity})
 					require.NoError(t, err, what)
 
 					assert.Equal(t, one.Allowed, peek.Allowed, "%s: Allowed", what)
@@ -245,7 +245,7 @@ func TestPeekIsTheState(t *testing.T) {
 	for _, a := range limits.Algorithms[core.Algorithm]() {
 		p := peekPolicy(a, true)
 		play(t, s, "kinds", p, t0, deniedHistory)
-		d, _, err := s.Take(ctx, t0.Add(time.Second), core.Request{Key: "kinds", Policy: p})
+		d, _, err := take1(s, ctx, t0.Add(time.Second), core.Request{Key: "kinds", Policy: p})
 		require.NoError(t, err)
 		assert.True(t, d.LockedOut, "%s: a peek during a lockout", a)
 		assert.Positive(t, d.RetryAfter, "%s: a peek during a lockout: the time left", a)
@@ -275,14 +275,14 @@ func TestPeekTakeAll(t *testing.T) {
 	}
 	out := make([]core.Decision, len(reqs))
 	for _, at := range []time.Time{t0.Add(time.Second), t0.Add(-time.Second), {}} {
-		require.NoError(t, errOf(s.TakeAll(ctx, at, reqs, out))) // loads the script
+		require.NoError(t, errOf(takeN(s, ctx, at, reqs, out))) // loads the script
 		h.reset()
-		require.NoError(t, errOf(s.TakeAll(ctx, at, reqs, out)))
+		require.NoError(t, errOf(takeN(s, ctx, at, reqs, out)))
 		names, pipelines := h.snapshot()
 		assert.Equal(t, map[string]int{"evalsha": 1}, names, "at %v: commands of TakeAll of peeks", at)
 		assert.Zero(t, pipelines, "pipelines")
 		for i, r := range reqs {
-			want, _, err := s.Take(ctx, at, r)
+			want, _, err := take1(s, ctx, at, r)
 			require.NoError(t, err)
 			if at.IsZero() && want.LockedOut {
 				// The time left on the lockout is counted from Redis
@@ -307,14 +307,14 @@ func TestPeekTakeAll(t *testing.T) {
 	for k := range reqs {
 		mixed := slices.Clone(reqs)
 		mixed[k].Cost = 1
-		_, err := s.TakeAll(ctx, t0, mixed, out)
+		_, err := takeN(s, ctx, t0, mixed, out)
 		assert.ErrorIs(t, err, core.ErrInvalidOption, "a take at %d among peeks", k)
 		mixed = slices.Clone(reqs)
 		for j := range mixed {
 			mixed[j].Cost = 1
 		}
 		mixed[k].Cost = 0
-		_, err = s.TakeAll(ctx, t0, mixed, out)
+		_, err = takeN(s, ctx, t0, mixed, out)
 		assert.ErrorIs(t, err, core.ErrInvalidOption, "a peek at %d among takes", k)
 	}
 	names, pipelines := h.snapshot()
@@ -323,7 +323,7 @@ func TestPeekTakeAll(t *testing.T) {
 
 	// One round trip on a single Take too.
 	h.reset()
-	_, _, err := s.Take(ctx, t0, reqs[0])
+	_, _, err := take1(s, ctx, t0, reqs[0])
 	require.NoError(t, err)
 	names, _ = h.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 1}, names, "commands of a peek")
@@ -362,12 +362,12 @@ func TestPeekCluster(t *testing.T) {
 	<-s.checked // New's check of the configuration is done: its commands are not counted
 	out := make([]core.Decision, len(reqs))
 	at := t0.Add(time.Second)
-	require.NoError(t, errOf(s.TakeAll(ctx, at, reqs, out))) // loads the scripts
+	require.NoError(t, errOf(takeN(s, ctx, at, reqs, out))) // loads the scripts
 	start := time.Now()
 	before := stateOf(t, c, s.prefix)
 	steps.arm(func() { stepped++ }, func() { stepped++ })
 	counter.reset()
-	require.NoError(t, errOf(s.TakeAll(ctx, at, reqs, out)))
+	require.NoError(t, errOf(takeN(s, ctx, at, reqs, out)))
 	names, pipelines := counter.snapshot()
 	assert.Equal(t, map[string]int{"evalsha": 5}, names, "one script per slot, nothing taken nor undone")
 	assert.Zero(t, pipelines)
@@ -380,9 +380,9 @@ func TestPeekCluster(t *testing.T) {
 		one, whole := "one-"+r.Key, "whole-"+r.Key
 		play(t, s, one, r.Policy, t0, h)
 		play(t, s, whole, r.Policy, t0, h)
-		dOne, _, err := s.Take(ctx, at, core.Request{Key: one, Policy: r.Policy, Cost: 1})
+		dOne, _, err := take1(s, ctx, at, core.Request{Key: one, Policy: r.Policy, Cost: 1})
 		require.NoError(t, err)
-		dWhole, _, err := s.Take(ctx, at, core.Request{Key: whole, Policy: r.Policy, Cost: capacity})
+		dWhole, _, err := take1(s, ctx, at, core.Request{Key: whole, Policy: r.Policy, Cost: capacity})
 		require.NoError(t, err)
 		assert.Equal(t, dOne.Allowed, out[i].Allowed, "layer %d: Allowed", i)
 		assert.Equal(t, dOne.RetryAfter, out[i].RetryAfter, "layer %d: RetryAfter", i)

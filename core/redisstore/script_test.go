@@ -36,7 +36,7 @@ func TestOneRoundTrip(t *testing.T) {
 			req := core.Request{Key: "k" + strconv.Itoa(i%3), Policy: p, Cost: 1}
 			if i%2 == 0 {
 			}
-			_, _, err := s.Take(ctx, t0.Add(time.Duration(i)*time.Millisecond), req)
+			_, _, err := take1(s, ctx, t0.Add(time.Duration(i)*time.Millisecond), req)
 			require.NoError(t, err, "%s", p.Algorithm)
 		}
 	}
@@ -77,14 +77,14 @@ func TestKeys(t *testing.T) {
 		base := s.prefix + "{user:42}:p:" + code
 		require.Equal(t, base, s.stateKey("user:42", p), "%s: key", p.Algorithm)
 		for _, k := range []string{"user:42", "other"} {
-			_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: k, Policy: p, Cost: 2})
+			_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: k, Policy: p, Cost: 2})
 			require.NoError(t, err, "%s: Take(%q)", p.Algorithm, k)
 		}
 		require.EqualValues(t, 1, c.Exists(ctx, base).Val(), "%s: key %s written", p.Algorithm, base)
 		require.NoError(t, s.Reset(ctx, "user:42", p), "%s: Reset", p.Algorithm)
 		require.EqualValues(t, 0, c.Exists(ctx, base).Val(), "%s: key left after Reset", p.Algorithm)
 		require.EqualValues(t, 1, c.Exists(ctx, s.stateKey("other", p)).Val(), "%s: another client's key after Reset", p.Algorithm)
-		d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "user:42", Policy: p, Cost: 1})
+		d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "user:42", Policy: p, Cost: 1})
 		require.NoError(t, err, "%s: Take after Reset", p.Algorithm)
 		require.True(t, d.Allowed, "%s: after Reset: Allowed", p.Algorithm)
 		require.EqualValues(t, 4, d.Remaining, "%s: after Reset: Remaining, of a whole quota", p.Algorithm)
@@ -98,14 +98,14 @@ func TestDeniedWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range policies(3, time.Hour) {
 		req := core.Request{Key: "k", Policy: p, Cost: 3}
-		d, _, err := s.Take(ctx, t0, req)
+		d, _, err := take1(s, ctx, t0, req)
 		require.NoError(t, err, "%s", p.Algorithm)
 		require.True(t, d.Allowed, "%s: first request: Allowed", p.Algorithm)
 		key := s.stateKey("k", p)
 		dump := c.Dump(ctx, key).Val()
 		ttl := c.PTTL(ctx, key).Val()
 		req.Cost = 1
-		d, _, err = s.Take(ctx, t0.Add(time.Millisecond), req)
+		d, _, err = take1(s, ctx, t0.Add(time.Millisecond), req)
 		require.NoError(t, err, "%s", p.Algorithm)
 		require.False(t, d.Allowed, "%s: second request: Allowed", p.Algorithm)
 		assert.Equal(t, dump, c.Dump(ctx, key).Val(), "%s: the state after a denied request", p.Algorithm)
@@ -130,7 +130,7 @@ func TestTTLs(t *testing.T) {
 				req := core.Request{Key: "k" + strconv.Itoa(i%7), Policy: p, Cost: 1 + int64(i%4)}
 				if explicit {
 				}
-				_, _, err := s.Take(ctx, time.Now().Add(time.Duration(i)*time.Millisecond), req)
+				_, _, err := take1(s, ctx, time.Now().Add(time.Duration(i)*time.Millisecond), req)
 				require.NoError(t, err, "%s %s", p.Name, p.Algorithm)
 			}
 		}
@@ -162,7 +162,7 @@ func TestTTLs(t *testing.T) {
 		// 1µs before the window ends: the state matters for 1µs of the
 		// test's clock, which may stand still for seconds of real time.
 		at := t0.Add(time.Second - time.Microsecond)
-		_, _, err := s.Take(ctx, at, core.Request{Key: "k", Policy: p, Cost: 1})
+		_, _, err := take1(s, ctx, at, core.Request{Key: "k", Policy: p, Cost: 1})
 		require.NoError(t, err)
 		ttl := c.PTTL(ctx, s.stateKey("k", p)).Val()
 		assert.GreaterOrEqual(t, ttl, explicitNowMinTTL-time.Second, "PTTL")
@@ -176,7 +176,7 @@ func TestRedisTime(t *testing.T) {
 	s, _, c := newStore(t)
 	ctx := context.Background()
 	p := core.Policy{Name: "p", Algorithm: core.FixedWindow, Limit: 10, Window: time.Hour}
-	d, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+	d, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 	require.NoError(t, err)
 	now, err := c.Time(ctx).Result()
 	require.NoError(t, err)
@@ -208,7 +208,7 @@ func TestTakeRejects(t *testing.T) {
 		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1}, Cost: 1}, core.ErrInvalidOption},
 		{core.Request{Key: "k", Policy: core.Policy{Algorithm: core.TokenBucket, Window: time.Second}, Cost: 1}, core.ErrInvalidOption},
 	} {
-		_, _, err := s.Take(ctx, time.Time{}, c.req)
+		_, _, err := take1(s, ctx, time.Time{}, c.req)
 		assert.ErrorIs(t, err, c.want, "Take(%+v)", c.req)
 	}
 	assert.ErrorIs(t, s.Reset(ctx, "k", core.Policy{Algorithm: "gcra"}), core.ErrInvalidOption, "Reset of an unknown algorithm")
@@ -227,15 +227,15 @@ func TestWrongType(t *testing.T) {
 		}
 		key := s.stateKey("k", p)
 		require.NoError(t, c.RPush(ctx, key, "x").Err())
-		_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+		_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 		assert.ErrorContains(t, err, "WRONGTYPE", "%s: Take over a list key", p.Algorithm)
 		// A string, but not the state's.
 		require.NoError(t, c.Set(ctx, key, "x", time.Minute).Err())
-		_, _, err = s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+		_, _, err = take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 		assert.ErrorContains(t, err, "data string too short", "%s: Take over a string of 1 byte", p.Algorithm)
 	}
 	p := core.Policy{Name: "p", Algorithm: core.SlidingWindowLog, Limit: 10, Window: time.Second}
 	require.NoError(t, c.Set(ctx, s.stateKey("k", p), "x", time.Minute).Err())
-	_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
+	_, _, err := take1(s, ctx, time.Time{}, core.Request{Key: "k", Policy: p, Cost: 1})
 	assert.ErrorContains(t, err, "WRONGTYPE", "%s: Take over a string key", p.Algorithm)
 }

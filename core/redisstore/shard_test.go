@@ -300,7 +300,7 @@ func TestClusterPartitions(t *testing.T) {
 
 	dead.Kill()
 	reqs := []core.Request{{Key: deadKey, Policy: layers[0], Cost: 1}, {Key: live[0], Policy: layers[1], Cost: 1}}
-	_, err = s.TakeAll(ctx, time.Time{}, reqs, make([]core.Decision, 2))
+	_, err = takeN(s, ctx, time.Time{}, reqs, make([]core.Decision, 2))
 	var pe *core.PartitionError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, dead.Addr(), pe.Partition)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
-	"github.com/apigate/ratelimit/internal/rules/reqcheck"
 )
 
 // defaultPrefix starts every key the Store writes, unless WithPrefix says
@@ -60,7 +59,7 @@ type config struct {
 // defaultTimeout bounds every call of a Store built without WithTimeout.
 const defaultTimeout = 100 * time.Millisecond
 
-// WithTimeout bounds every call of the Store (Take, TakeAll, Reset): one
+// WithTimeout bounds every call of the Store (Take, Peek, Refund, Reset): one
 // that Redis has not answered after d fails with an error wrapping
 // context.DeadlineExceeded, which a core.Limiter counts as a timeout,
 // however the client is configured (go-redis, by default, does not honour
@@ -262,153 +261,6 @@ func (s *Store) key(key string, policy core.Policy, i int) string {
 		name = limits.DefaultName(policy.Algorithm, policy.Limit, policy.Window, policy.Burst)
 	}
 	return s.prefix + "{" + key + "}:" + name + ":" + algos[i].code
-}
-
-// Take decides req with one script run, as one atomic step in Redis, and
-// records it when it is allowed. It fails, without a round trip, on a
-// request the Limiter never sends (an invalid policy, an empty key, a cost
-// out of [-capacity, capacity], a give-back with a zero now), wrapping the
-// core sentinel error; and when Redis fails, wrapping the client's error
-// with the algorithm. A peek (cost 0, see core.Request.Cost) runs the same
-// script, which then writes nothing. A give-back (a cost below 0) runs
-// give_back.lua, which gives back to the state of req's key what is still
-// counted of the admission Take returned now for, and touches nothing
-// else (see core.Request.Cost).
-//
-// A request with a zero now is decided at Redis TIME. One with an explicit
-// now (a test's time) is decided at that time, and the key it writes lives
-// at least a minute, however near the end of its state that time is. Take
-// returns the time decided at, as the script read it (Redis TIME) or was
-// given it, to the microsecond and with no monotonic reading: the time
-// that dates a give-back of what it admitted.
-//
-// Take returns within the Store's timeout (WithTimeout; ctx's deadline if
-// earlier) or as soon as ctx ends, however the client is configured, with
-// an error wrapping the context's error: over a *redis.Client, the script
-// runs on one of the Store's flusher goroutines, which sends the decisions
-// that arrive while the others are busy as one pipeline (a lone decision
-// goes out at once, as one EVALSHA); a decision asked while no other is
-// under way, with at most a second to its deadline, runs on the caller's
-// goroutine instead (see the package documentation) and ends by its
-// deadline, not at ctx's end. A decision whose deadline passes before a
-// flusher reaches it is never sent. Over any other client (a cluster
-// client, a Ring), the call runs with the deadline as its context's, on a
-// goroutine of its own that Take stops waiting for, unless the client
-// honours context deadlines (ContextTimeoutEnabled). The caller's
-// cancellation never aborts a command in flight; its result is dropped.
-func (s *Store) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, at, err := s.takeUntil(ctx, now, req, s.deadline(ctx))
-	if err != nil {
-		return d, time.Time{}, err
-	}
-	return d, time.UnixMicro(at), nil
-}
-
-// takeUntil is Take, returning by deadline, with the time decided at in
-// µs since the Unix epoch.
-func (s *Store) takeUntil(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, int64, error) {
-	if s.batch != nil {
-		return s.take(ctx, at, req, deadline)
-	}
-	// The call may go on after bounded stops waiting for it: it writes
-	// its decision where only it writes, read only once it has answered
-	// (err == nil), never into a variable the caller returns regardless.
-	type result struct {
-		d   core.Decision
-		now int64
-	}
-	res := new(result)
-	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
-		res.d, res.now, err = s.take(sctx, at, req, time.Time{})
-		return err
-	})
-	if err != nil {
-		return core.Decision{}, 0, err
-	}
-	return res.d, res.now, nil
-}
-
-// take is Take, through the batcher when deadline is set, with the time
-// decided at in µs since the Unix epoch: the script's, so that a Take at
-// Redis TIME and one at an explicit time return alike a time with no
-// monotonic reading.
-func (s *Store) take(ctx context.Context, at time.Time, req core.Request, deadline time.Time) (core.Decision, int64, error) {
-	if err := reqcheck.Validate(&req); err != nil {
-		return core.Decision{}, 0, err
-	}
-	if req.Cost < 0 {
-		return s.giveBackOne(ctx, at, &req, deadline)
-	}
-	p := req.Policy
-	i := algo(p.Algorithm)
-	key := s.key(req.Key, p, i)
-	// ARGV: limit, window µs, capacity, cost, now µs ("" for Redis TIME),
-	// minimum TTL ms, and for a lockout its three durations in µs. The
-	// client writes integers without formatting them into strings first.
-	var now, minTTL int64
-	explicit := !at.IsZero()
-	if explicit {
-		now, minTTL = at.UnixMicro(), s.explicitMinTTL.Milliseconds()
-	}
-	capacity := limits.Capacity(p.Algorithm, p.Limit, p.Burst)
-	c := callPool.Get().(*call)
-	locked := p.Lockout > 0
-	what, want := string(p.Algorithm), 6
-	if locked {
-		what, want = what+" with lockout", 7
-		c.prepare(s.locked[i], s.lockedSrc[i], key, lockKey(key), explicit,
-			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL,
-			p.Lockout.Microseconds(), limits.LockoutCap(p.Lockout, p.LockoutMax).Microseconds(),
-			limits.LockoutMemory(p.Lockout, p.LockoutMax, p.LockoutMemory).Microseconds())
-	} else {
-		c.prepare(s.scripts[i], s.src[i], key, "", explicit,
-			p.Limit, p.Window.Microseconds(), capacity, req.Cost, now, minTTL)
-	}
-	var err error
-	if deadline.IsZero() || s.batch == nil {
-		c.run(ctx, s.client)
-	} else {
-		c.deadline, c.parent = deadline, ctx
-		var owned bool
-		if owned, err = s.batch.do(ctx, c); !owned {
-			return core.Decision{}, 0, fmt.Errorf("redisstore: %s: %w", what, err)
-		}
-	}
-	r := c.reply
-	if err == nil {
-		err = c.err
-	}
-	c.key, c.lock, c.reply, c.cmd, c.err, c.parent = "", "", nil, nil, nil, nil
-	if !c.burnt {
-		callPool.Put(c)
-	}
-	if err != nil {
-		s.recovery.failed(err)
-		return core.Decision{}, 0, fmt.Errorf("redisstore: %s: %w", what, err)
-	}
-	if len(r) != want {
-		return core.Decision{}, 0, fmt.Errorf("redisstore: %s: script returned %d values, want %d", what, len(r), want)
-	}
-	d := decision(r, capacity)
-	d.LockedOut = locked && r[6] == 1
-	return d, r[5], nil
-}
-
-// lockKey returns the key of the lockout beside the state key key: the
-// same hash tag, so the same Redis Cluster slot.
-func lockKey(key string) string { return key + ":lock" }
-
-// decision is the Decision of a script's reply r, of at least 5 values
-// (the sixth, the time decided at, is the caller's).
-func decision(r []int64, capacity int64) core.Decision {
-	return core.Decision{
-		Allowed:    r[0] == 1,
-		Limit:      capacity,
-		Remaining:  r[1],
-		ResetAfter: time.Duration(r[2]) * time.Millisecond,
-		RetryAfter: time.Duration(r[3]) * time.Millisecond,
-		Delay:      time.Duration(r[4]) * time.Millisecond,
-	}
 }
 
 // Reset deletes the state of key under policy, and its lockout (see

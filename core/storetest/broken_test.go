@@ -15,6 +15,7 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/core/memstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // recorder is a tester that records failures instead of reporting them,
@@ -83,12 +84,17 @@ type broken struct {
 	breakTake func(req core.Request, take func(core.Request) (core.Decision, error)) (core.Decision, error)
 }
 
-func (b *broken) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, err := b.breakTake(req, func(req core.Request) (core.Decision, error) {
-		d, _, err := b.Store.Take(ctx, now, req)
+// Take breaks the decision of a request alone; several pass through.
+func (b *broken) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 || len(out) != 1 {
+		return b.Store.Take(ctx, now, reqs, out)
+	}
+	d, err := b.breakTake(reqs[0], func(req core.Request) (core.Decision, error) {
+		d, _, err := storecall.Take(b.Store, ctx, now, req)
 		return d, err
 	})
-	return d, time.Time{}, err
+	out[0] = d
+	return time.Time{}, err
 }
 
 // brokenStores returns stores that each break one rule of the suite.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -17,8 +18,8 @@ var promptBound = testwait.D(2 * time.Second)
 
 // testPromptCancel checks that a store returns promptly once its caller's
 // context ends (a Limiter waits for its store on the caller's goroutine,
-// and bounds it no other way): Take, TakeAll and Reset with a context
-// ended before the call, and Take with one that ends while it runs. Each
+// and bounds it no other way): Take of one and of two requests, Peek,
+// Refund and Reset with a context ended before the call, and Take with one that ends while it runs. Each
 // either decides (a store that never blocks, such as memstore, may ignore
 // ctx) or fails with an error wrapping the context's.
 func testPromptCancel(t tester, store core.Store, run string) {
@@ -40,16 +41,18 @@ func testPromptCancel(t tester, store core.Store, run string) {
 	}
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	take := func(ctx context.Context) error { _, _, err := store.Take(ctx, time.Time{}, req); return err }
+	take := func(ctx context.Context) error { _, _, err := storecall.Take(store, ctx, time.Time{}, req); return err }
 	check("Take", take, ended)
 	check("Reset", func(ctx context.Context) error { return store.Reset(ctx, req.Key, p) }, ended)
 	q := p
 	q.Name = "cancel-2"
 	reqs := []core.Request{req, {Key: req.Key, Policy: q, Cost: 1}}
-	check("TakeAll", func(ctx context.Context) error {
-		_, err := store.TakeAll(ctx, time.Time{}, reqs, make([]core.Decision, 2))
+	check("Take of two", func(ctx context.Context) error {
+		_, err := store.Take(ctx, time.Time{}, reqs, make([]core.Decision, 2))
 		return err
 	}, ended)
+	check("Peek", func(ctx context.Context) error { return store.Peek(ctx, time.Time{}, reqs, make([]core.Decision, 2)) }, ended)
+	check("Refund", func(ctx context.Context) error { return store.Refund(ctx, epoch(), reqs) }, ended)
 	// A context that ends while the store works.
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(time.Millisecond); cancel() }()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // The race of runExactness: exactLimit per hour, exactAttempts tries.
@@ -86,7 +87,7 @@ func exactRace(t tester, stores []core.Store, goroutinesPerStore int, run string
 		wg.Go(func() {
 			<-start
 			for range attempts {
-				d, _, err := store.Take(context.Background(), now, req)
+				d, _, err := storecall.Take(store, context.Background(), now, req)
 				if err != nil {
 					if errs.Add(1) == 1 {
 						t.Errorf("goroutine %d on store %d: %v", g, g/goroutinesPerStore, err)

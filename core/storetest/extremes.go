@@ -7,6 +7,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // extremeWindows run from 1 ms to 366 days, some of them
@@ -69,7 +70,7 @@ func (c *extremeCase) check(t tester, store core.Store, key string) {
 	start := time.UnixMicro(e - e%w + w).UTC()
 	decide := func(at time.Duration, cost int64) core.Decision {
 		t.Helper()
-		d, _, err := store.Take(ctx, start.Add(at), core.Request{Key: key, Policy: p, Cost: cost})
+		d, _, err := storecall.Take(store, ctx, start.Add(at), core.Request{Key: key, Policy: p, Cost: cost})
 		if err != nil {
 			t.Fatalf("%s: cost %d at start+%v: %v", p.Name, cost, at, err)
 		}

@@ -9,20 +9,20 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
-// runGiveBacks checks give-backs (core.Request.Cost below 0) against
-// twins: a client that took c units and gave g back must decide every
+// runGiveBacks checks give-backs (Store.Refund) against twins: a client that took c units and gave g back must decide every
 // later request as a twin that took only what the give-back left counted
 // (c-g while the admission is still counted where it was; c once its
 // window has passed, for the windows, or less the drain between the
 // admission and the key's last one, for the buckets). Each case runs on
 // every algorithm, with and without a lockout; a give-back never lifts a
 // lockout, and one for a client with no state creates none. Layered:
-// a TakeAll of give-backs dated with the time TakeAll returned gives back
-// in every layer. Bad input is an error: a give-back without its
-// admission's time, above the capacity, or mixed with other requests in a
-// TakeAll. Every call has an explicit now, which the store must return
+// a Refund of several requests dated with the time Take returned for them
+// gives back in every layer. Bad input is an error: a give-back without
+// its admission's time, of a cost out of [1, capacity], of two requests
+// for one key and policy, a cost below 1 in Take or Peek. Every call has an explicit now, which the store must return
 // unless the key's last admission is later: a take dated before it is
 // recorded at that admission, and returns it.
 func runGiveBacks(t *testing.T, newStore func(t *testing.T) core.Store) {
@@ -122,20 +122,13 @@ func (c gbCase) check(t *testing.T, s core.Store, run string, alg core.Algorithm
 				if at.IsZero() { // no admission: date the give-back t0
 					at = t0
 				}
-				d, took, err := s.Take(context.Background(), at, core.Request{Key: key, Policy: p, Cost: -st.back})
-				if err != nil {
+				if err := s.Refund(context.Background(), at, []core.Request{{Key: key, Policy: p, Cost: st.back}}); err != nil {
 					t.Fatalf("%s step %d: give-back of %d: %v", key, i, st.back, err)
-				}
-				if !d.Allowed || d.Limit != 10 || d.Remaining != 0 || d.ResetAfter != 0 || d.RetryAfter != 0 || d.Delay != 0 || d.LockedOut {
-					t.Errorf("%s step %d: give-back of %d: %s, want allowed, limit 10, every other field zero", key, i, st.back, show(d))
-				}
-				if !took.Equal(at) {
-					t.Errorf("%s step %d: give-back dated %v returned %v", key, i, at, took)
 				}
 				continue
 			}
 			now := t0.Add(st.at)
-			d, took, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: st.cost})
+			d, took, err := storecall.Take(s, context.Background(), now, core.Request{Key: key, Policy: p, Cost: st.cost})
 			if err != nil {
 				t.Fatalf("%s step %d: take of %d: %v", key, i, st.cost, err)
 			}
@@ -160,11 +153,11 @@ func (c gbCase) check(t *testing.T, s core.Store, run string, alg core.Algorithm
 	start := t0.Add(late + 50*time.Millisecond)
 	for k := range 36 {
 		now := start.Add(time.Duration(k) * 700 * time.Millisecond)
-		g, _, err := s.Take(context.Background(), now, core.Request{Key: mainKey, Policy: p, Cost: 1})
+		g, _, err := storecall.Take(s, context.Background(), now, core.Request{Key: mainKey, Policy: p, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, _, err := s.Take(context.Background(), now, core.Request{Key: twinKey, Policy: p, Cost: 1})
+		w, _, err := storecall.Take(s, context.Background(), now, core.Request{Key: twinKey, Policy: p, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,21 +177,21 @@ func testGiveBackLocked(t *testing.T, s core.Store, run string, alg core.Algorit
 	t0 := epoch()
 	var took time.Time
 	for i := range 2 {
-		d, at, err := s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 1})
+		d, at, err := storecall.Take(s, context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 1})
 		if err != nil || !d.Allowed {
 			t.Fatalf("take %d: %s, %v", i, show(d), err)
 		}
 		took = at
 	}
 	t1 := t0.Add(time.Second)
-	d, _, err := s.Take(context.Background(), t1, core.Request{Key: key, Policy: p, Cost: 1})
+	d, _, err := storecall.Take(s, context.Background(), t1, core.Request{Key: key, Policy: p, Cost: 1})
 	if err != nil || d.Allowed || d.LockedOut != (lo != nil) {
 		t.Fatalf("third take: %s, %v; want denied (locked out: %v)", show(d), err, lo != nil)
 	}
-	if _, _, err := s.Take(context.Background(), took, core.Request{Key: key, Policy: p, Cost: -2}); err != nil {
+	if err := s.Refund(context.Background(), took, []core.Request{{Key: key, Policy: p, Cost: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	d, _, err = s.Take(context.Background(), t1.Add(time.Millisecond), core.Request{Key: key, Policy: p, Cost: 1})
+	d, _, err = storecall.Take(s, context.Background(), t1.Add(time.Millisecond), core.Request{Key: key, Policy: p, Cost: 1})
 	switch {
 	case err != nil:
 		t.Fatal(err)
@@ -209,9 +202,9 @@ func testGiveBackLocked(t *testing.T, s core.Store, run string, alg core.Algorit
 	}
 }
 
-// testGiveBackLayers takes two layers of every algorithm with TakeAll,
-// gives back part of both with one TakeAll dated with the time it
-// returned, and compares each layer with a twin that took the rest.
+// testGiveBackLayers takes a layer of every algorithm with one Take, gives
+// back part of each with one Refund dated with the time it returned, and
+// compares each layer with a twin that took the rest.
 func testGiveBackLayers(t *testing.T, s core.Store, run string) {
 	t0 := epoch()
 	var mains, twins, backs []core.Request
@@ -219,24 +212,19 @@ func testGiveBackLayers(t *testing.T, s core.Store, run string) {
 		p := layerPolicy(fmt.Sprintf("gb-%d", i), alg, 10, 10*time.Second)
 		mains = append(mains, core.Request{Key: run + "-main", Policy: p, Cost: 6})
 		twins = append(twins, core.Request{Key: run + "-twin", Policy: p, Cost: 2})
-		backs = append(backs, core.Request{Key: run + "-main", Policy: p, Cost: -4})
+		backs = append(backs, core.Request{Key: run + "-main", Policy: p, Cost: 4})
 	}
 	out := make([]core.Decision, len(mains))
-	took, err := s.TakeAll(context.Background(), t0, mains, out)
+	took, err := s.Take(context.Background(), t0, mains, out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !took.Equal(t0) {
-		t.Fatalf("TakeAll at %v returned %v, not the time it decided at", t0, took)
+		t.Fatalf("Take at %v returned %v, not the time it decided at", t0, took)
 	}
 	takeAll(t, s, t0, twins)
-	if _, err := s.TakeAll(context.Background(), took, backs, out); err != nil {
-		t.Fatalf("TakeAll of give-backs: %v", err)
-	}
-	for i, d := range out {
-		if !d.Allowed || d.Limit != 10 || d.Remaining != 0 {
-			t.Errorf("give-back %d: %s, want allowed, limit 10", i, show(d))
-		}
+	if err := s.Refund(context.Background(), took, backs); err != nil {
+		t.Fatalf("Refund of several: %v", err)
 	}
 	for k := range 20 {
 		now := t0.Add(time.Duration(k) * 900 * time.Millisecond)
@@ -256,7 +244,7 @@ func testGiveBackBadInput(t *testing.T, s core.Store, run string) {
 	t0 := epoch()
 	p := layerPolicy("gbb", core.FixedWindow, 10, 10*time.Second)
 	key := run + "-k"
-	if _, _, err := s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 5}); err != nil {
+	if _, _, err := storecall.Take(s, context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 5}); err != nil {
 		t.Fatal(err)
 	}
 	bad := func(what string, err error) {
@@ -265,19 +253,25 @@ func testGiveBackBadInput(t *testing.T, s core.Store, run string) {
 			t.Errorf("%s: %v, want an error wrapping core.ErrInvalidOption", what, err)
 		}
 	}
-	_, _, err := s.Take(context.Background(), time.Time{}, core.Request{Key: key, Policy: p, Cost: -1})
-	bad("a give-back without its admission's time", err)
-	_, _, err = s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: -11})
-	bad("a give-back above the capacity", err)
+	ctx := context.Background()
+	one := func(cost int64) []core.Request { return []core.Request{{Key: key, Policy: p, Cost: cost}} }
+	bad("a give-back without its admission's time", s.Refund(ctx, time.Time{}, one(1)))
+	bad("a give-back above the capacity", s.Refund(ctx, t0, one(11)))
+	bad("a give-back of 0", s.Refund(ctx, t0, one(0)))
+	bad("a give-back of -1", s.Refund(ctx, t0, one(-1)))
+	bad("no give-back", s.Refund(ctx, t0, nil))
+	bad("two give-backs for one key and policy", s.Refund(ctx, t0, append(one(1), one(1)...)))
 	q := layerPolicy("gbb2", core.TokenBucket, 10, 10*time.Second)
+	bad("a give-back of 1 and of 0", s.Refund(ctx, t0, []core.Request{{Key: key, Policy: p, Cost: 1}, {Key: key, Policy: q, Cost: 0}}))
 	out := make([]core.Decision, 2)
-	_, err = s.TakeAll(context.Background(), t0, []core.Request{{Key: key, Policy: p, Cost: -1}, {Key: key, Policy: q, Cost: 1}}, out)
-	bad("a TakeAll of a give-back and a take", err)
-	_, err = s.TakeAll(context.Background(), t0, []core.Request{{Key: key, Policy: q, Cost: 1}, {Key: key, Policy: p, Cost: -1}}, out)
-	bad("a TakeAll of a take and a give-back", err)
-	_, err = s.TakeAll(context.Background(), t0, []core.Request{{Key: key, Policy: p, Cost: -1}, {Key: key, Policy: q, Cost: 0}}, out)
-	bad("a TakeAll of a give-back and a peek", err)
-	d, _, err := s.Take(context.Background(), t0, core.Request{Key: key, Policy: p, Cost: 0})
+	for _, c := range []int64{0, -1} {
+		_, err := s.Take(ctx, t0, one(c), out[:1])
+		bad(fmt.Sprintf("a take of %d", c), err)
+		bad(fmt.Sprintf("a peek of %d", c), s.Peek(ctx, t0, one(c), out[:1]))
+		_, err = s.Take(ctx, t0, []core.Request{{Key: key, Policy: q, Cost: 1}, {Key: key, Policy: p, Cost: c}}, out)
+		bad(fmt.Sprintf("a take of 1 and of %d", c), err)
+	}
+	d, err := storecall.Peek(s, ctx, t0, core.Request{Key: key, Policy: p})
 	if err != nil || d.Remaining != 5 {
 		t.Fatalf("after the bad give-backs: %s, %v; want 5 remaining, nothing given back", show(d), err)
 	}
@@ -285,7 +279,7 @@ func testGiveBackBadInput(t *testing.T, s core.Store, run string) {
 
 // testGiveBackStepBack checks that an admission dated before its key's
 // last admission (requests racing, a clock stepping back) is recorded at
-// the time Take or TakeAll returns for it, and that a give-back dated
+// the time Take returns for it, and that a give-back dated
 // with that time gives it back: for every algorithm, a take dated 2ms
 // before a window's edge, on a key last admitted 1ms after it, alone and
 // layered with a key that has no state, given back whole, leaves each key
@@ -298,31 +292,30 @@ func testGiveBackStepBack(t *testing.T, s core.Store, run string) {
 		p := layerPolicy(fmt.Sprintf("gbs-%d", i), alg, 10, 10*time.Second)
 		key := func(name string) string { return run + "-" + string(alg) + "-" + name }
 		for _, k := range []string{"alone", "layered", "twin"} {
-			if d, at, err := s.Take(ctx, t1, core.Request{Key: key(k), Policy: p, Cost: 5}); err != nil || !d.Allowed || !at.Equal(t1) {
+			if d, at, err := storecall.Take(s, ctx, t1, core.Request{Key: key(k), Policy: p, Cost: 5}); err != nil || !d.Allowed || !at.Equal(t1) {
 				t.Fatalf("%s: take of 5 at t1: %s, %v, at %v", key(k), show(d), err, at)
 			}
 		}
-		d, at, err := s.Take(ctx, before, core.Request{Key: key("alone"), Policy: p, Cost: 3})
+		d, at, err := storecall.Take(s, ctx, before, core.Request{Key: key("alone"), Policy: p, Cost: 3})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%s: take of 3, dated 2ms before: %s, %v", key("alone"), show(d), err)
 		}
 		if !at.Equal(t1) {
 			t.Errorf("%s: a take dated %v, decided at the key's last admission %v, returned %v", alg, before, t1, at)
 		}
-		if _, _, err := s.Take(ctx, at, core.Request{Key: key("alone"), Policy: p, Cost: -3}); err != nil {
+		if err := s.Refund(ctx, at, []core.Request{{Key: key("alone"), Policy: p, Cost: 3}}); err != nil {
 			t.Fatal(err)
 		}
 		reqs := []core.Request{{Key: key("layered"), Policy: p, Cost: 3}, {Key: key("fresh"), Policy: p, Cost: 3}}
 		out := make([]core.Decision, 2)
-		at, err = s.TakeAll(ctx, before, reqs, out)
+		at, err = s.Take(ctx, before, reqs, out)
 		if err != nil || !out[0].Allowed || !out[1].Allowed {
-			t.Fatalf("%s: TakeAll of 3 and 3, dated 2ms before: %s %s, %v", alg, show(out[0]), show(out[1]), err)
+			t.Fatalf("%s: Take of 3 and 3, dated 2ms before: %s %s, %v", alg, show(out[0]), show(out[1]), err)
 		}
 		if !at.Equal(t1) {
-			t.Errorf("%s: a TakeAll dated %v, on a key last admitted at %v, returned %v: not the one time both layers were decided at", alg, before, t1, at)
+			t.Errorf("%s: a Take of two dated %v, on a key last admitted at %v, returned %v: not the one time both layers were decided at", alg, before, t1, at)
 		}
-		reqs[0].Cost, reqs[1].Cost = -3, -3
-		if _, err := s.TakeAll(ctx, at, reqs, out); err != nil {
+		if err := s.Refund(ctx, at, reqs); err != nil {
 			t.Fatal(err)
 		}
 		for k := range 20 {
@@ -345,7 +338,7 @@ func testGiveBackStepBack(t *testing.T, s core.Store, run string) {
 // takeOne is a take of cost 1 at now, failing t on an error.
 func takeOne(t *testing.T, s core.Store, now time.Time, key string, p core.Policy) core.Decision {
 	t.Helper()
-	d, _, err := s.Take(context.Background(), now, core.Request{Key: key, Policy: p, Cost: 1})
+	d, _, err := storecall.Take(s, context.Background(), now, core.Request{Key: key, Policy: p, Cost: 1})
 	if err != nil {
 		t.Fatalf("take at %v: %v", now, err)
 	}

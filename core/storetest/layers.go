@@ -12,9 +12,11 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
-// runLayers runs the cases of core.Store.TakeAll against the store
+// runLayers runs the cases of core.Store.Take of several requests against
+// the store
 // newStore returns. Run calls it.
 //
 // For every algorithm, as the layer that denies and among the layers that
@@ -67,12 +69,12 @@ func layerPolicy(name string, alg core.Algorithm, limit int64, window time.Durat
 	return p
 }
 
-// takeAll calls TakeAll and fails t on an error.
+// takeAll calls Take of reqs and fails t on an error.
 func takeAll(t *testing.T, s core.Store, now time.Time, reqs []core.Request) []core.Decision {
 	t.Helper()
 	out := make([]core.Decision, len(reqs))
-	if _, err := s.TakeAll(context.Background(), now, reqs, out); err != nil {
-		t.Fatalf("TakeAll(%s): %v", showReqs(reqs), err)
+	if _, err := s.Take(context.Background(), now, reqs, out); err != nil {
+		t.Fatalf("Take(%s): %v", showReqs(reqs), err)
 	}
 	return out
 }
@@ -256,11 +258,11 @@ func testLayersBadInput(t *testing.T, s core.Store, run string) {
 			n = len(c.reqs)
 		}
 		out := make([]core.Decision, n)
-		_, err := s.TakeAll(context.Background(), t0, c.reqs, out)
+		_, err := s.Take(context.Background(), t0, c.reqs, out)
 		if err == nil {
-			t.Errorf("%s: TakeAll(%s) with %d decisions: no error", c.name, showReqs(c.reqs), n)
+			t.Errorf("%s: Take(%s) with %d decisions: no error", c.name, showReqs(c.reqs), n)
 		} else if c.is != nil && !errors.Is(err, c.is) {
-			t.Errorf("%s: TakeAll: %v, want an error wrapping %v", c.name, err, c.is)
+			t.Errorf("%s: Take: %v, want an error wrapping %v", c.name, err, c.is)
 		}
 	}
 	// None of them took anything, from good or the others.
@@ -272,7 +274,7 @@ func testLayersBadInput(t *testing.T, s core.Store, run string) {
 	}
 }
 
-// testLayersNow checks that TakeAll decides at the requests' Now, not at
+// testLayersNow checks that Take of several decides at the requests' Now, not at
 // the store's clock.
 func testLayersNow(t *testing.T, s core.Store, run string) {
 	fixed := layerPolicy("now-fixed", core.FixedWindow, 10, 10*time.Second)
@@ -480,13 +482,13 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	}
 }
 
-// testLayersPeek checks TakeAll's peeks (core.Request.Cost 0): six layers,
-// one of each algorithm (4 per 10s) and a fixed window of 2 per 10s with a
-// lockout, see a client make a request every 700ms. Before each, a
-// TakeAll of peeks must tell each layer what Take's peek of it alone
-// tells, and a twin client making the same requests without peeks must
-// get the same decisions: the peeks wrote nothing. A client never seen has
-// whole quotas, and a mix of peeks and takes is bad input.
+// testLayersPeek checks Peek of several requests: six layers, one of each
+// algorithm (4 per 10s) and a fixed window of 2 per 10s with a lockout,
+// see a client make a request every 700ms. Before each, a Peek of every
+// layer must tell each layer what a Peek of it alone tells, and a twin
+// client making the same requests without peeks must get the same
+// decisions: the peeks wrote nothing. A client never seen has whole
+// quotas, and bad input to Peek is an error that writes nothing.
 func testLayersPeek(t *testing.T, s core.Store, run string) {
 	ctx := context.Background()
 	t0 := epoch()
@@ -506,14 +508,14 @@ func testLayersPeek(t *testing.T, s core.Store, run string) {
 	}
 	for step := range 12 {
 		now := t0.Add(time.Duration(step) * 700 * time.Millisecond)
-		peeks := takeAll(t, s, now, reqs("main", 0))
-		for i, r := range reqs("main", 0) {
-			one, _, err := s.Take(ctx, now, r)
+		peeks := peekAll(t, s, now, reqs("main", 1))
+		for i, r := range reqs("main", 1) {
+			one, err := storecall.Peek(s, ctx, now, r)
 			if err != nil {
-				t.Fatalf("step %d: Take(%s, cost 0): %v", step, r.Policy.Name, err)
+				t.Fatalf("step %d: Peek(%s): %v", step, r.Policy.Name, err)
 			}
 			if !sameDecision(peeks[i], one, false) {
-				t.Fatalf("step %d, layer %s: TakeAll's peek %s, Take's %s", step, r.Policy.Name, show(peeks[i]), show(one))
+				t.Fatalf("step %d, layer %s: a Peek of every layer %s, of it alone %s", step, r.Policy.Name, show(peeks[i]), show(one))
 			}
 		}
 		got, want := takeAll(t, s, now, reqs("main", 1)), takeAll(t, s, now, reqs("twin", 1))
@@ -523,18 +525,31 @@ func testLayersPeek(t *testing.T, s core.Store, run string) {
 			}
 		}
 	}
-	for i, d := range takeAll(t, s, t0, reqs("never-seen", 0)) {
+	for i, d := range peekAll(t, s, t0, reqs("never-seen", 1)) {
 		c := limits.Capacity(ps[i].Algorithm, ps[i].Limit, ps[i].Burst)
 		if !d.Allowed || d.Remaining != c || d.ResetAfter != 0 || d.RetryAfter != 0 || d.Delay != 0 || d.LockedOut {
 			t.Fatalf("layer %s: a client never seen peeks %s, want a whole quota", ps[i].Name, show(d))
 		}
 	}
-	mix := reqs("mix", 0)
-	mix[2].Cost = 1
-	if _, err := s.TakeAll(ctx, t0, mix, make([]core.Decision, len(mix))); !errors.Is(err, core.ErrInvalidOption) {
-		t.Fatalf("TakeAll of peeks and a take: %v, want an error wrapping ErrInvalidOption", err)
+	bad := reqs("bad", 1)
+	bad[2].Cost = 0
+	if err := s.Peek(ctx, t0, bad, make([]core.Decision, len(bad))); !errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("Peek of a request of cost 0: %v, want an error wrapping ErrInvalidOption", err)
 	}
-	if d := takeAll(t, s, t0, reqs("mix", 1)); !d[0].Allowed || d[0].Remaining != 3 {
-		t.Fatalf("after the refused mix, the client's first request gets %s, want Remaining 3: the mix wrote", show(d[0]))
+	if err := s.Peek(ctx, t0, append(reqs("bad", 1), reqs("bad", 1)[0]), make([]core.Decision, len(bad)+1)); !errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("Peek of two requests for one key and policy: %v, want an error wrapping ErrInvalidOption", err)
 	}
+	if d := takeAll(t, s, t0, reqs("bad", 1)); !d[0].Allowed || d[0].Remaining != 3 {
+		t.Fatalf("after the refused peeks, the client's first request gets %s, want Remaining 3: a peek wrote", show(d[0]))
+	}
+}
+
+// peekAll calls Peek of reqs and fails t on an error.
+func peekAll(t *testing.T, s core.Store, now time.Time, reqs []core.Request) []core.Decision {
+	t.Helper()
+	out := make([]core.Decision, len(reqs))
+	if err := s.Peek(context.Background(), now, reqs, out); err != nil {
+		t.Fatalf("Peek(%s): %v", showReqs(reqs), err)
+	}
+	return out
 }

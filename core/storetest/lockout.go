@@ -7,6 +7,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // locked is the Decision of a request denied by a lockout: Remaining 0,
@@ -141,11 +142,11 @@ func testLockoutExtremes(t tester, store core.Store, run string, alg core.Algori
 	at := epoch()
 	for strike := 1; strike <= 70; strike++ {
 		where := fmt.Sprintf("strike %d at %v", strike, at.Sub(epoch()))
-		d, _, err := store.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
+		d, _, err := storecall.Take(store, ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%s: the first request after the lockout: %s, %v", where, show(d), err)
 		}
-		d, _, err = store.Take(ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
+		d, _, err = storecall.Take(store, ctx, at, core.Request{Key: key, Policy: p, Cost: 1})
 		length := limits.LockoutLength(p.Lockout, p.LockoutMax, strike)
 		want := core.Decision{Limit: 1, ResetAfter: length, RetryAfter: length, LockedOut: true}
 		if err != nil || !sameDecision(d, want, false) {

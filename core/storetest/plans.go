@@ -8,6 +8,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -87,13 +88,13 @@ func testPlanCliff(t tester, store core.Store, key string, alg core.Algorithm) {
 	for _, fast := range []int64{10_000_000, 1_000_000} {
 		k := fmt.Sprintf("%s-%d", key, fast)
 		p := core.Policy{Name: "cliff", Algorithm: alg, Limit: fast, Window: time.Hour}
-		d, _, err := store.Take(ctx, now, core.Request{Key: k, Policy: p, Cost: fast})
+		d, _, err := storecall.Take(store, ctx, now, core.Request{Key: k, Policy: p, Cost: fast})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%d an hour, cost %d: got %s, %v; want it admitted", fast, fast, show(d), err)
 		}
 		p.Limit = 1
 		for i, at := range []time.Duration{0, time.Minute} {
-			d, _, err = store.Take(ctx, now.Add(at), core.Request{Key: k, Policy: p, Cost: 1})
+			d, _, err = storecall.Take(store, ctx, now.Add(at), core.Request{Key: k, Policy: p, Cost: 1})
 			where := fmt.Sprintf("%d an hour, then 1 an hour, %v later (request %d)", fast, at, i)
 			switch {
 			case err != nil:
@@ -142,7 +143,7 @@ func playPlans(t tester, store core.Store, key string, alg core.Algorithm, steps
 		if cost == 0 {
 			cost = 1
 		}
-		d, _, err := store.Take(ctx, epoch().Add(at), core.Request{Key: key, Policy: planPolicy(alg, s.limit), Cost: cost})
+		d, _, err := storecall.Take(store, ctx, epoch().Add(at), core.Request{Key: key, Policy: planPolicy(alg, s.limit), Cost: cost})
 		return d, err
 	}
 	// replay takes steps[:i] under a key of its own, named after what.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // A script is one case: a policy and the requests made under it, in order,
@@ -113,7 +114,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 			got, err = l.AllowN(ctx, key, cost, now)
 			want.Policy = l.Policies()[0]
 		} else {
-			got, _, err = store.Take(ctx, now, core.Request{Key: key, Policy: p, Cost: cost})
+			got, _, err = storecall.Take(store, ctx, now, core.Request{Key: key, Policy: p, Cost: cost})
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
@@ -163,7 +164,7 @@ func show(d core.Decision) string {
 	return out + "}"
 }
 
-// checkPeek peeks (core.Request.Cost 0, or Limiter.Peek when l is set) at
+// checkPeek peeks (Store.Peek, or Limiter.Peek when l is set) at
 // key under p at now, just before the step that wants want, and fails
 // unless the peek tells what the step's decision says of the state before
 // it: the Remaining and ResetAfter a denial reports, the Remaining an
@@ -182,7 +183,7 @@ func (s *script) checkPeek(t tester, store core.Store, l *core.Limiter, key stri
 			t.Fatalf("%s: peek: policy %q, want %q", where, got.Policy.Name, l.Policies()[0].Name)
 		}
 	} else {
-		got, _, err = store.Take(context.Background(), now, core.Request{Key: key, Policy: p})
+		got, err = storecall.Peek(store, context.Background(), now, core.Request{Key: key, Policy: p})
 	}
 	if err != nil {
 		t.Fatalf("%s: peek: %v", where, err)

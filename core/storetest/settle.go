@@ -11,6 +11,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // The race of runSettleExactness: settleAttempts admissions, each of a
@@ -39,9 +40,9 @@ var settleLayers = []settleLayer{{"global", 1}, {"user", 3}, {"ip", 2}}
 // settles a layer that counts by the response: each goroutine, on each
 // of stores (several stores sharing one backend model several app
 // servers), takes a random cost on one layer (Take) or on two or three
-// (TakeAll), at the store's own clock, and gives a random part of it
-// back (a Take or TakeAll of give-backs dated with the time the admission
-// returned, core.Request.Cost). At the end, each key of each layer must
+// (Take of several), at the store's own clock, and gives a random part of
+// it back (a Refund dated with the time the admission returned). At the
+// end, each key of each layer must
 // hold exactly the units the admissions kept: a give-back that misses
 // what its admission took, because the admission was recorded at another
 // time than the one returned, leaves units counted.
@@ -49,7 +50,7 @@ var settleLayers = []settleLayer{{"global", 1}, {"user", 3}, {"ip", 2}}
 // The windows are limits.MaxWindow long, so no window passes during the
 // race; the buckets drain at settleLimit per limits.MaxWindow, a
 // hundredth of a unit in a race of three seconds, which the give-backs do
-// not give back (core.Request.Cost) and the level loses: a bucket may show
+// not give back (core.Store.Refund) and the level loses: a bucket may show
 // one unit more than the admissions kept, never less, never two.
 func runSettleExactness(t *testing.T, stores []core.Store, goroutinesPerStore int) {
 	t.Helper()
@@ -100,15 +101,9 @@ func settleRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 					pick[i] = rng.IntN(settleLayers[i].keys)
 					reqs[i] = core.Request{Key: keys[i][pick[i]], Policy: policies[i], Cost: 1 + rng.Int64N(settleMaxCost)}
 					backs[i] = reqs[i]
-					backs[i].Cost = -rng.Int64N(reqs[i].Cost + 1)
+					backs[i].Cost = rng.Int64N(reqs[i].Cost + 1)
 				}
-				var at time.Time
-				var err error
-				if m == 1 {
-					out[0], at, err = s.Take(ctx, time.Time{}, reqs[0])
-				} else {
-					at, err = s.TakeAll(ctx, time.Time{}, reqs[:m], out[:m])
-				}
+				at, err := s.Take(ctx, time.Time{}, reqs[:m], out[:m])
 				if err != nil || at.IsZero() {
 					fail("attempt %d: take of %s: %v, decided at %v", a, showReqs(reqs[:m]), err, at)
 					continue
@@ -126,17 +121,14 @@ func settleRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 				var gives [3]core.Request
 				k := 0
 				for i := range m {
-					kept[i][pick[i]].Add(reqs[i].Cost + backs[i].Cost)
-					if backs[i].Cost < 0 {
+					kept[i][pick[i]].Add(reqs[i].Cost - backs[i].Cost)
+					if backs[i].Cost > 0 {
 						gives[k] = backs[i]
 						k++
 					}
 				}
-				switch {
-				case k == 1:
-					_, _, err = s.Take(ctx, at, gives[0])
-				case k > 1:
-					_, err = s.TakeAll(ctx, at, gives[:k], out[:k])
+				if k > 0 {
+					err = s.Refund(ctx, at, gives[:k])
 				}
 				if err != nil {
 					fail("attempt %d: give-back of %s at %v: %v", a, showReqs(gives[:k]), at, err)
@@ -155,7 +147,7 @@ func settleRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 	}
 	for i, ly := range settleLayers {
 		for k, key := range keys[i] {
-			d, _, err := stores[0].Take(context.Background(), time.Time{}, core.Request{Key: key, Policy: policies[i]})
+			d, err := storecall.Peek(stores[0], context.Background(), time.Time{}, core.Request{Key: key, Policy: policies[i]})
 			if err != nil {
 				t.Fatalf("peek at %s: %v", key, err)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 )
 
 // testStepBack sends requests whose time steps back: concurrent requests
@@ -38,7 +39,7 @@ func testStepBack(t tester, store core.Store, run string, alg core.Algorithm) {
 				admitted := 0
 				for range n {
 					req := core.Request{Key: key, Policy: p, Cost: 1}
-					d, _, err := store.Take(context.Background(), epoch().Add(at), req)
+					d, _, err := storecall.Take(store, context.Background(), epoch().Add(at), req)
 					if err != nil {
 						t.Fatalf("at %v: %v", at, err)
 					}

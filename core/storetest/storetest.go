@@ -9,11 +9,14 @@
 // checks that a request denied with RetryAfter R is still denied at R-1ms
 // and passes at R. The lockouts of core.Policy.Lockout are scripted too, on every
 // algorithm: their escalation, exact end, memory and Reset, and at the
-// ends of their range. Run also plays layered requests (TakeAll) and
-// plans (one client's usage under changing policies). RunConcurrent races
-// many goroutines, over one store or several sharing a backend, against one
-// key and checks that exactly the policy's limit is admitted, for single
-// and for layered requests.
+// ends of their range. Run also plays layered requests (Take of several),
+// plans (one client's usage under changing policies), peeks (Peek) and
+// give-backs (Refund), and bad input, which every method refuses with an
+// error wrapping core.ErrInvalidOption (see core.Request.Validate).
+// RunConcurrent races many goroutines, over one store or several sharing
+// a backend, against one key and checks that exactly the policy's limit is
+// admitted, for single and for layered requests, and that refunds give
+// back exactly what they should.
 //
 // A store's own test calls Run, and RunConcurrent when it can race:
 //
@@ -25,9 +28,10 @@
 //		})
 //	}
 //
-// The suite never reads the store's clock: every core.Request carries Now,
-// counted from midnight UTC on 1 January 2030, which is a boundary of every
-// window the suite uses (windows are aligned to the Unix epoch). Every key
+// The suite never reads the store's clock: every call of Take and Peek has
+// an explicit now, counted from midnight UTC on 1 January 2030, which is a
+// boundary of every window the suite uses (windows are aligned to the Unix
+// epoch). Every key
 // starts with a prefix drawn at random for each call, so one backend (one
 // Redis) may serve all cases, and reruns, without being flushed.
 //
@@ -52,8 +56,8 @@ import (
 func epoch() time.Time { return storecases.Epoch }
 
 // Run runs the conformance suite against the store newStore returns. The
-// suite gives Take and TakeAll an explicit now on every call, so the store's own clock is never
-// read, and uses a distinct key per case, so newStore may return the same
+// suite gives Take and Peek an explicit now on every call, so the store's
+// own clock is never read, and uses a distinct key per case, so newStore may return the same
 // store every time. newStore is called once per case, with the case's t.
 func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 	runSuite(testingT{t}, func(t tester) core.Store { return newStore(t.(testingT).T) })

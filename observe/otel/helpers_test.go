@@ -249,7 +249,7 @@ type flakyStore struct {
 	down, hung atomic.Bool
 }
 
-func (s *flakyStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s *flakyStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	start := time.Now()
 	for time.Since(start) < time.Microsecond {
 	}
@@ -259,16 +259,16 @@ func (s *flakyStore) Take(ctx context.Context, now time.Time, req core.Request) 
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			return core.Decision{}, time.Time{}, ctx.Err()
+			return time.Time{}, ctx.Err()
 		case <-t.C:
-			return core.Decision{}, time.Time{}, fmt.Errorf("hung: %w", context.DeadlineExceeded)
+			return time.Time{}, fmt.Errorf("hung: %w", context.DeadlineExceeded)
 		}
 	}
 	if s.down.Load() {
-		return core.Decision{}, time.Time{}, errDown
+		return time.Time{}, errDown
 	}
-	d, _, err := s.Store.Take(ctx, now, req)
-	return d, time.Time{}, err // decided as elsewhere: a store the Limiter times
+	_, err := s.Store.Take(ctx, now, reqs, out)
+	return time.Time{}, err // decided as elsewhere: a store the Limiter times
 }
 
 // hungTimeout is how long a hung flakyStore takes to give up.

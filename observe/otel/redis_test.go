@@ -13,6 +13,7 @@ import (
 	"github.com/apigate/ratelimit/core/redisstore"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
+	"github.com/apigate/ratelimit/internal/testkit/storecall"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -47,7 +48,7 @@ func TestRedisOutage(t *testing.T) {
 	// and NOSCRIPT round trips are no part of the healthy phase.
 	wctx, cancel := context.WithTimeout(ctx, testwait.D(10*time.Second))
 	defer cancel()
-	_, _, err = rs.Take(wctx, time.Time{}, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
+	_, _, err = storecall.Take(rs, wctx, time.Time{}, core.Request{Key: "warm-up", Policy: core.Policy{Name: "warm-up", Algorithm: core.FixedWindow, Limit: 5, Window: time.Hour}, Cost: 1})
 	require.NoError(t, err)
 
 	m, r := newMetrics(t)

@@ -157,18 +157,22 @@ var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 // a Redis that goes down and comes back. It returns no decision time, so
 // the Limiter times every call, as a Redis store's.
 type switchStore struct {
+	quietless
 	store core.Store
 	down  atomic.Bool
 	calls atomic.Int64
 }
 
-func (s *switchStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s *switchStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
 	s.calls.Add(1)
 	if s.down.Load() {
-		return core.Decision{}, time.Time{}, errDown
+		return time.Time{}, errDown
 	}
-	d, _, err := s.store.Take(ctx, now, req)
-	return d, time.Time{}, err // like a Redis store: no decision time, timed
+	_, err := s.store.Take(ctx, now, reqs, out)
+	return time.Time{}, err // like a Redis store: no decision time, timed
 }
 
 func (s *switchStore) Reset(ctx context.Context, key string, p core.Policy) error {
@@ -180,14 +184,14 @@ func (s *switchStore) Reset(ctx context.Context, key string, p core.Policy) erro
 
 // frozenStore never answers: it waits for its context's deadline, as a
 // Redis stopped mid-command behind a client that honours deadlines.
-type frozenStore struct{}
+type frozenStore struct{ quietless }
 
 // frozenTimeout is how long a frozenStore waits before it gives up: it
 // bounds itself, as a store that blocks must.
 const frozenTimeout = 20 * time.Millisecond
 
-func (frozenStore) Take(ctx context.Context, now time.Time, _ core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, frozenStore{}.wait(ctx)
+func (frozenStore) Take(ctx context.Context, now time.Time, _ []core.Request, _ []core.Decision) (time.Time, error) {
+	return time.Time{}, frozenStore{}.wait(ctx)
 }
 
 func (frozenStore) Reset(ctx context.Context, _ string, _ core.Policy) error {
@@ -208,12 +212,13 @@ func (frozenStore) wait(ctx context.Context) error {
 	}
 }
 
-// TakeAll fails: the fake decides one request at a time.
-func (*switchStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
-}
+// quietless gives a fake store the Peek and Refund that no test asks of
+// it.
+type quietless struct{}
 
-// TakeAll fails: the fake decides one request at a time.
-func (frozenStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
+var errQuiet = errors.New("fake store: no peeks, no refunds")
+
+func (quietless) Peek(context.Context, time.Time, []core.Request, []core.Decision) error {
+	return errQuiet
 }
+func (quietless) Refund(context.Context, time.Time, []core.Request) error { return errQuiet }

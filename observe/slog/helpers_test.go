@@ -131,11 +131,11 @@ type flaky struct {
 	down atomic.Bool
 }
 
-func (f *flaky) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (f *flaky) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if f.down.Load() {
-		return core.Decision{}, time.Time{}, fmt.Errorf("take %s: %w", req.Key, errDown)
+		return time.Time{}, fmt.Errorf("take %s: %w", reqs[0].Key, errDown)
 	}
-	return f.Store.Take(ctx, now, req)
+	return f.Store.Take(ctx, now, reqs, out)
 }
 
 var json0, json1 = jsonNum(0), jsonNum(1)

@@ -58,9 +58,9 @@ func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *t
 type untimed struct{ *memstore.Store }
 
 // Take is the memory store's, without its decision time.
-func (u untimed) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	d, _, err := u.Store.Take(ctx, now, req)
-	return d, time.Time{}, err
+func (u untimed) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	_, err := u.Store.Take(ctx, now, reqs, out)
+	return time.Time{}, err
 }
 
 // BenchHTTP is Bench for a framework whose app is an http.Handler: it

@@ -123,9 +123,9 @@ type decidedStore struct {
 	decided chan struct{}
 }
 
-func (s decidedStore) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s decidedStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	defer func() { s.decided <- struct{}{} }()
-	return s.Store.Take(ctx, now, req)
+	return s.Store.Take(ctx, now, reqs, out)
 }
 
 // runPacedDisconnects checks clients that leave while the leaky bucket

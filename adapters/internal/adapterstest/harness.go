@@ -223,14 +223,17 @@ type FailingStore struct{}
 var ErrDown = errors.New("adapterstest: store is down")
 
 // Take fails.
-func (FailingStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, ErrDown
-}
-
-// TakeAll fails.
-func (FailingStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+func (FailingStore) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	return time.Time{}, ErrDown
 }
+
+// Peek fails.
+func (FailingStore) Peek(context.Context, time.Time, []core.Request, []core.Decision) error {
+	return ErrDown
+}
+
+// Refund fails.
+func (FailingStore) Refund(context.Context, time.Time, []core.Request) error { return ErrDown }
 
 // Reset fails.
 func (FailingStore) Reset(context.Context, string, core.Policy) error { return ErrDown }

@@ -31,19 +31,9 @@ const (
 	searchCost    = 5
 )
 
-// multiClocked is AtClock, TakeAll included.
-type multiClocked struct{ clocked }
-
-// AtClockMulti returns s deciding at c's time, Take and TakeAll.
-func AtClockMulti(s core.Store, c *Clock) core.Store { return multiClocked{clocked{s, c}} }
-
-func (s multiClocked) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	if now.IsZero() {
-		now = s.c.Now()
-	}
-	_, err := s.Store.TakeAll(ctx, now, reqs, out)
-	return time.Time{}, err
-}
+// AtClockMulti returns s deciding at c's time, as AtClock: a Take of
+// several requests as of one.
+func AtClockMulti(s core.Store, c *Clock) core.Store { return AtClock(s, c) }
 
 // errPlan is what the plans' source returns for "X-Plan: broken".
 var errPlan = errors.New("adapterstest: the plan service is down")

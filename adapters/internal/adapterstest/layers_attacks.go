@@ -342,14 +342,9 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.
 }
 
 // multiDecided is a memory store that signals each layered decision it
-// made.
+// made (decidedStore's Take signals one of one request or of several).
 type multiDecided struct {
 	decidedStore
-}
-
-func (s multiDecided) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	defer func() { s.decided <- struct{}{} }()
-	return s.Store.TakeAll(ctx, now, reqs, out)
 }
 
 // layersPacedDisconnects is runPacedDisconnects with a leaky-bucket layer

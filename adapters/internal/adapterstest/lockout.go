@@ -44,12 +44,19 @@ type clocked struct {
 // AtClock returns s deciding at c's time.
 func AtClock(s core.Store, c *Clock) core.Store { return clocked{s, c} }
 
-func (s clocked) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s clocked) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if now.IsZero() {
 		now = s.c.Now()
 	}
-	d, _, err := s.Store.Take(ctx, now, req)
-	return d, time.Time{}, err // decided as elsewhere: a store the Limiter times
+	_, err := s.Store.Take(ctx, now, reqs, out)
+	return time.Time{}, err // decided as elsewhere: a store the Limiter times
+}
+
+func (s clocked) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	if now.IsZero() {
+		now = s.c.Now()
+	}
+	return s.Store.Peek(ctx, now, reqs, out)
 }
 
 // loginPolicy is the login guard: 5 attempts per 15 minutes, then

@@ -139,10 +139,11 @@ type failingStore struct{}
 
 var errStoreDown = errors.New("adapterstest: the store is down")
 
-func (failingStore) Take(context.Context, time.Time, core.Request) (core.Decision, time.Time, error) {
-	return core.Decision{}, time.Time{}, errStoreDown
-}
-func (failingStore) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
+func (failingStore) Take(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
 	return time.Time{}, errStoreDown
 }
+func (failingStore) Peek(context.Context, time.Time, []core.Request, []core.Decision) error {
+	return errStoreDown
+}
+func (failingStore) Refund(context.Context, time.Time, []core.Request) error { return errStoreDown }
 func (failingStore) Reset(context.Context, string, core.Policy) error { return errStoreDown }

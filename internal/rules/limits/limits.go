@@ -30,7 +30,7 @@ const (
 	// bytes outside printable ASCII, or braces) arrives as its SHA-256 digest.
 	MaxKeyLen = 128
 	// MaxLayers is the most layers (policies) a Limiter has, and so the
-	// most requests a store decides in one TakeAll.
+	// most requests a store decides in one Take.
 	MaxLayers = 16
 
 	// MinLockout and MaxLockout bound the lockout and its cap.

@@ -10,12 +10,12 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// At returns s with the zero now of every Take and TakeAll set to now, so
+// At returns s with the zero now of every Take and Peek set to now, so
 // that s decides at now whatever the real time. The Limiter's own clock
 // (its deny cache, its circuit breaker) stays the real one. The store
 // returns the time it decided at with no monotonic reading, as a store
 // that decides elsewhere does (Redis): the Limiter times it, and the
-// time dates give-backs (core.Request.Cost).
+// time dates refunds (core.Store.Refund).
 func At(s core.Store, now time.Time) core.Store { return store{s, now} }
 
 type store struct {
@@ -23,20 +23,19 @@ type store struct {
 	now time.Time
 }
 
-func (s store) Take(ctx context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
+// Take is the inner store's Take, a zero now set to the store's time.
+func (s store) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if now.IsZero() {
 		now = s.now
 	}
-	d, took, err := s.Store.Take(ctx, now, req)
-	return d, took.Round(0), err // decided as elsewhere: a store the Limiter times
+	took, err := s.Store.Take(ctx, now, reqs, out)
+	return took.Round(0), err // decided as elsewhere: a store the Limiter times
 }
 
-// TakeAll is the inner store's TakeAll, a zero now set to the store's
-// time.
-func (s store) TakeAll(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+// Peek is the inner store's Peek, a zero now set to the store's time.
+func (s store) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
 	if now.IsZero() {
 		now = s.now
 	}
-	took, err := s.Store.TakeAll(ctx, now, reqs, out)
-	return took.Round(0), err
+	return s.Store.Peek(ctx, now, reqs, out)
 }

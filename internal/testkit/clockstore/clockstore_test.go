@@ -8,22 +8,33 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"errors"
-
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 )
 
-// recorder records the Requests it takes.
+// recorder records the Requests it is asked about, and the times.
 type recorder struct {
 	reqs []core.Request
 	nows []time.Time
 }
 
-func (r *recorder) Take(_ context.Context, now time.Time, req core.Request) (core.Decision, time.Time, error) {
-	r.reqs = append(r.reqs, req)
+func (r *recorder) Take(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	return time.Time{}, r.Peek(context.Background(), now, reqs, out)
+}
+
+func (r *recorder) Peek(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
+	r.reqs = append(r.reqs, reqs...)
 	r.nows = append(r.nows, now)
-	return core.Decision{Allowed: true, Limit: 10, Remaining: 9}, time.Time{}, nil
+	for i := range out {
+		out[i] = core.Decision{Allowed: true, Limit: 10, Remaining: 9}
+	}
+	return nil
+}
+
+func (r *recorder) Refund(_ context.Context, at time.Time, reqs []core.Request) error {
+	r.reqs = append(r.reqs, reqs...)
+	r.nows = append(r.nows, at)
+	return nil
 }
 
 func (*recorder) Reset(context.Context, string, core.Policy) error { return nil }
@@ -36,13 +47,18 @@ func TestAtStampsZeroNowOnly(t *testing.T) {
 	rec := &recorder{}
 	s := clockstore.At(rec, t0)
 	ctx := context.Background()
-	_, _, err := s.Take(ctx, time.Time{}, core.Request{Key: "a"})
+	out := make([]core.Decision, 1)
+	_, err := s.Take(ctx, time.Time{}, []core.Request{{Key: "a"}}, out)
 	require.NoError(t, err)
-	_, _, err = s.Take(ctx, t1, core.Request{Key: "b"})
+	_, err = s.Take(ctx, t1, []core.Request{{Key: "b"}}, out)
 	require.NoError(t, err)
-	require.Len(t, rec.reqs, 2)
+	require.NoError(t, s.Peek(ctx, time.Time{}, []core.Request{{Key: "c"}}, out))
+	require.NoError(t, s.Refund(ctx, t1, []core.Request{{Key: "d"}}))
+	require.Len(t, rec.reqs, 4)
 	assert.Equal(t, t0, rec.nows[0], "a zero now is stamped")
 	assert.Equal(t, t1, rec.nows[1], "an explicit now is kept")
+	assert.Equal(t, t0, rec.nows[2], "a peek's zero now is stamped")
+	assert.Equal(t, t1, rec.nows[3], "a refund's time is kept")
 }
 
 // TestAtCanBeAFallback: a wrapped memory-like store can still be a fallback.
@@ -51,9 +67,4 @@ func TestAtCanBeAFallback(t *testing.T) {
 		core.WithFallback(clockstore.At(direct{&recorder{}}, time.Time{})))
 
 	require.NoError(t, err)
-}
-
-// TakeAll fails: the fake decides one request at a time.
-func (*recorder) TakeAll(context.Context, time.Time, []core.Request, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("fake store: no layers")
 }

@@ -3,9 +3,9 @@ package limitertest
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"time"
 )
 
 // Counting is a Store that counts the decisions it is asked for and passes
@@ -16,9 +16,9 @@ type Counting struct {
 }
 
 // Take counts the call and asks the wrapped store.
-func (c *Counting) Take(ctx context.Context, now time.Time, r core.Request) (core.Decision, time.Time, error) {
+func (c *Counting) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	c.takes.Add(1)
-	return c.Store.Take(ctx, now, r)
+	return c.Store.Take(ctx, now, reqs, out)
 }
 
 // Takes returns how many decisions the store was asked for.

@@ -17,12 +17,12 @@ type Timed struct {
 	Err error
 }
 
-// Take decides req through the memory store and returns At, or fails with
+// Take decides reqs through the memory store and returns At, or fails with
 // Err.
-func (s *Timed) Take(ctx context.Context, _ time.Time, req core.Request) (core.Decision, time.Time, error) {
+func (s *Timed) Take(ctx context.Context, _ time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if s.Err != nil {
-		return core.Decision{}, time.Time{}, s.Err
+		return time.Time{}, s.Err
 	}
-	d, _, err := s.Store.Take(ctx, time.Time{}, req)
-	return d, s.At, err
+	_, err := s.Store.Take(ctx, time.Time{}, reqs, out)
+	return s.At, err
 }

@@ -1,0 +1,402 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apigate/ratelimit/internal/rules/limits"
+)
+
+// The one decision sequence. Allow, AllowN and AllowLayers each hand it
+// checks, one per layer that applies (1 to 16), and it runs, top to
+// bottom:
+//
+//	requests    the checks made requests: layers, keys, costs, policies in force
+//	fail mode   a PolicySource that failed decides by the layers' FailClosed
+//	over        a cost beyond the policy in force is a denial, the store not asked
+//	ask         the caller gone, the deny cache, the circuit breakers, the store
+//	            (or, when it fails, the fallback or FailClosed), the mirror
+//	verdict     the layers' decisions made the request's
+//	shadow      a denial admitted, marked Shadowed
+//	observers   one Event per layer
+//
+// One request is the common case, and is made cheap within this sequence
+// rather than by a copy of it: its working memory comes from a pool (the
+// requests and decisions reach the Store, an interface, so they would
+// escape to the heap from the stack), and each step has a branch for one
+// request where it would otherwise loop.
+
+// call is the working memory of one decision. Between decisions it holds
+// no key, policy or error, and its decisions are zero (see release).
+type call struct {
+	checks [limits.MaxLayers]Check // AllowN's, one per layer
+	reqs   [limits.MaxLayers]Request
+	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller gave out
+	bs     breakers                   // of the partitions the requests touch
+	v      verdict
+	w      watch
+}
+
+// callPool holds calls: one Get and one Put a decision.
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// release gives c, whose first n entries were used, back to callPool.
+// It clears only what may hold a key, a policy or an error (a Decision is
+// cleared whole: a store fills a zero one), so that one request's
+// decision does not pay to zero the whole call.
+func (c *call) release(n int) {
+	for i := range n {
+		c.checks[i].Key = ""
+		r := &c.reqs[i]
+		r.Key, r.Policy.Name, r.Policy.Algorithm, r.Cost = "", "", "", 0
+	}
+	clear(c.ds[:n])
+	if n > 1 {
+		c.v.Decision = Decision{}
+	}
+	c.v.ds, c.v.took, c.v.binding, c.w = nil, time.Time{}, 0, watch{}
+	callPool.Put(c)
+}
+
+// verdict is the answer to a request as it is being built.
+type verdict struct {
+	// Decision is the request's decision as the client is told it (see
+	// AllowLayers); for one request, ds[0] is it (see result).
+	Decision
+	// binding is the index in the checks of the binding layer.
+	binding int
+	// ds holds every layer's decision, one per check, in the checks'
+	// order: the caller's out, or the call's own.
+	ds []Decision
+	// took is the time the store decided at, when it decided.
+	took time.Time
+}
+
+// result is the request's decision: ds[0] for one request, whose verdict
+// is its one layer's, which decide does not copy.
+func (v *verdict) result() *Decision {
+	if len(v.ds) == 1 {
+		return &v.ds[0]
+	}
+	return &v.Decision
+}
+
+// decide runs the decision sequence for checks at at (zero: the store's
+// clock) in c, filling out when it is not nil, and leaves the request's
+// decision in c.v.result() and the time the store decided at, if it did,
+// in c.v.took. It returns an error only for bad input or a caller gone
+// first, with c.v.result() the decision observers heard.
+func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, checks []Check, out []Decision) error {
+	n := len(checks)
+	v := &c.v
+	if out != nil {
+		v.ds = out[:n]
+		clear(v.ds)
+	} else {
+		v.ds = c.ds[:n]
+	}
+	reqs := c.reqs[:n]
+	over, policyErr, err := l.requests(ctx, checks, reqs)
+	var w *watch
+	if l.observers != nil {
+		w = &c.w
+	}
+	switch {
+	case err != nil:
+		l.badInput(checks, v)
+	case policyErr != nil:
+		l.failLayers(reqs, v, policyErr)
+	case over != 0:
+		l.overLayers(reqs, over, v)
+	default:
+		err = l.ask(ctx, at, c, reqs, w)
+	}
+	d := v.result()
+	if l.shadow && !d.Allowed && err == nil {
+		// Every layer that would have denied is shadowed, not only the
+		// binding one: each is what the caller's out and the observers
+		// hear of that layer.
+		for i := range v.ds {
+			shade(&v.ds[i])
+		}
+		shade(d)
+	}
+	if w != nil {
+		l.observeLayers(reqs, w, v, err)
+	}
+	if d.Source != SourceStore || err != nil {
+		v.took = time.Time{} // nothing the store took, to refund
+	}
+	return err
+}
+
+// shade admits *d, a denial, in shadow mode.
+func shade(d *Decision) {
+	if !d.Allowed {
+		d.Allowed, d.Shadowed = true, true
+	}
+}
+
+// requests builds reqs from checks: each layer's key as the store sees it
+// (see normalizeKey), its cost, and its policy in force for the key (as
+// the PolicySources adjust it). It returns the checks whose cost exceeds
+// the policy in force but not a policy configured for the request (over,
+// bits of the checks), the first PolicySource failure, or an error
+// wrapping ErrInvalidOption for bad input: a layer out of range or named
+// twice, an empty key, a cost below 1 or above every policy configured for
+// the request.
+func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) (over uint32, policyErr, err error) {
+	if len(checks) > len(l.policies) {
+		return 0, nil, fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
+	}
+	var seen uint32
+	for i := range checks {
+		ch := &checks[i]
+		lp, err := l.layerOf("AllowLayers", i, ch, &seen)
+		if err != nil {
+			return 0, nil, err
+		}
+		r := &reqs[i]                      // built in place: a Request is large
+		if r.Cost = ch.Cost; ch.Cost < 1 { // refused before the key is looked at (see Event.Key)
+			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, ch.Cost)
+		}
+		r.Key = ch.Key
+		if len(ch.Key) > limits.MaxKeyLen || !plainKey(ch.Key) || ch.Key == "" {
+			if r.Key, err = normalizeKey(ch.Key); err != nil {
+				return 0, nil, fmt.Errorf("layer %q: %w", lp.Name, err)
+			}
+		}
+		capacity, configured := l.caps[ch.Layer], l.caps[ch.Layer]
+		if l.sources == nil || l.untouched != nil && l.untouched(ch.Key) {
+			r.Policy = *lp
+		} else {
+			p, ceiling, err := l.adjust(ctx, ch.Key, *lp)
+			if err != nil {
+				if policyErr == nil {
+					policyErr = err
+				}
+				p = *lp
+			}
+			r.Policy, capacity, configured = p, p.capacity(), max(configured, ceiling)
+		}
+		if ch.Cost > capacity {
+			// Within a policy configured for the request (the layer's, or
+			// a plan's before another source shrank it), the request is
+			// too costly for the policy in force: a denial. Beyond every
+			// one, the cost is the caller's mistake.
+			if ch.Cost > configured {
+				return 0, nil, fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, ch.Cost, capacity)
+			}
+			over |= 1 << i
+		}
+	}
+	return over, policyErr, nil
+}
+
+// badInput leaves in v the decision of a request refused for bad input:
+// its first layer's policy and capacity, nothing decided.
+func (l *Limiter) badInput(checks []Check, v *verdict) {
+	p := &l.policies[0]
+	if k := checks[0].Layer; uint(k) < uint(len(l.policies)) {
+		p = &l.policies[k]
+	}
+	d := v.result()
+	*d = Decision{Limit: p.capacity(), Policy: *p}
+	v.binding = 0
+}
+
+// ask decides reqs by the store, into v, unless the caller is gone, the
+// deny cache knows the answer or the circuit breaker is open: then by the
+// fallback or the policies' FailClosed. w, when not nil, records the
+// store's latency.
+func (l *Limiter) ask(ctx context.Context, at time.Time, c *call, reqs []Request, w *watch) error {
+	v := &c.v
+	if ctx.Err() != nil {
+		return l.canceledLayers(ctx, nil, reqs, v)
+	}
+	var now time.Time // the deny cache's clock, read before the store decides
+	var gen uint64    // the deny cache's generation, likewise
+	if l.denied != nil {
+		// A Limiter of one layer: one request.
+		if now = at; now.IsZero() {
+			now = time.Now()
+		}
+		d, r := &v.ds[0], &reqs[0]
+		if l.denied.get(r.Key, r.Cost, now, &r.Policy, d) {
+			d.Limit, d.Policy = r.Policy.capacity(), r.Policy
+			return nil
+		}
+		gen = l.denied.generation()
+	}
+	bs := &c.bs // of the partitions reqs touch: the Limiter's one, unless the store is Partitioned
+	bs.n = 0
+	if l.parts == nil {
+		bs.add(&l.brk)
+	} else {
+		for i := range reqs {
+			bs.add(l.parts.of(reqs[i].Key, at))
+		}
+	}
+	state := bs.all[0].state.Load() // 0 on the hot path: all is well
+	for _, b := range bs.list()[1:] {
+		state |= b.state.Load()
+	}
+	var probes uint32 // the breakers of bs this request probes
+	if state&brkOpen != 0 {
+		var ok bool
+		if probes, ok = l.tryProbes(bs, at); !ok {
+			l.withoutStore(ctx, reqs, at, v, l.openErr)
+			return nil
+		}
+	}
+	var start time.Time
+	if w != nil && !l.inProcess.Load() {
+		start = time.Now()
+	}
+	took, err := l.store.Take(ctx, at, reqs, v.ds)
+	if probes != 0 {
+		for i, b := range bs.list() {
+			if probes&(1<<i) != 0 {
+				l.probed(b, err == nil, at)
+			}
+		}
+	}
+	if !start.IsZero() {
+		if inProcess(took) {
+			l.inProcess.Store(true) // in process: it never waits, and is timed no more
+		} else {
+			w.latency = time.Since(start)
+		}
+	}
+	if err != nil {
+		return l.storeFailed(ctx, reqs, at, v, bs, probes, err)
+	}
+	if state&brkCount != 0 {
+		for _, b := range bs.list() {
+			if b.state.Load()&brkCount != 0 {
+				b.succeed()
+			}
+		}
+	}
+	v.took = took
+	l.verdict(reqs, v, SourceStore, nil)
+	if l.fallback != nil && v.result().Allowed {
+		l.mirror(ctx, reqs, at, v)
+	}
+	if l.denied != nil && !v.ds[0].Allowed {
+		l.denied.put(reqs[0].Key, reqs[0].Cost, now, v.ds[0], gen)
+	}
+	return nil
+}
+
+// inProcess reports whether took, a time a store returned, was read from
+// this process's clock (it carries a monotonic reading): the store decided
+// in process (see Store.Take). A store that decides elsewhere returns its
+// own clock's time, or none.
+func inProcess(took time.Time) bool { return took != took.Round(0) }
+
+// storeFailed decides reqs, which the store failed with err: the caller's
+// error when the caller has left meanwhile, else the fallback's or
+// FailClosed's decision, Err set. The failure counts toward opening the
+// breakers of bs but for those it probed (the probe reports itself), and
+// but for bad input, which says nothing of the store's health.
+func (l *Limiter) storeFailed(ctx context.Context, reqs []Request, at time.Time, v *verdict, bs *breakers, probes uint32, err error) error {
+	if callerDone(ctx) {
+		return l.canceledLayers(ctx, err, reqs, v)
+	}
+	if !errors.Is(err, ErrInvalidOption) {
+		l.failedOn(bs, probes, err, l.elapsed(at))
+	}
+	l.withoutStore(ctx, reqs, at, v, storeErr(err))
+	return nil
+}
+
+// storeErr is the Decision.Err of a store failure err.
+func storeErr(err error) error { return fmt.Errorf("%w: %w", limits.ErrStore, err) }
+
+// withoutStore decides reqs by the fallback or else the layers'
+// FailClosed, for a store that failed with err or was not asked.
+func (l *Limiter) withoutStore(ctx context.Context, reqs []Request, at time.Time, v *verdict, err error) {
+	if fb := l.fallback; fb != nil {
+		// Before the fallback's Take, so that a concurrent mirror that
+		// the fallback refuses sees the degraded period (see mirror).
+		l.brk.degrade(l.elapsed(at))
+		clear(v.ds)
+		if _, ferr := fb.Take(ctx, at, reqs, v.ds); ferr == nil {
+			l.verdict(reqs, v, SourceFallback, err)
+			return
+		}
+	}
+	l.failLayers(reqs, v, err)
+}
+
+// mirror takes reqs, which the store admitted, in the fallback too. While
+// the Limiter is Recovering, the fallback's refusal refuses the request;
+// otherwise it is ignored (the fallback's view is already full). The
+// state is read after the fallback's Take: a decision without the store
+// marks the degraded period before its own Take, so that either this
+// mirror sees it, or that decision sees this mirror.
+func (l *Limiter) mirror(ctx context.Context, reqs []Request, at time.Time, v *verdict) {
+	m := callPool.Get().(*call)
+	n := copy(m.reqs[:], reqs)
+	defer m.release(n)
+	for i := range m.reqs[:n] {
+		// The fallback counts what the store admitted; it strikes no one
+		// for it (its lockouts are its own, when it decides alone).
+		p := &m.reqs[i].Policy
+		p.Lockout, p.LockoutMax, p.LockoutMemory = 0, 0, 0
+	}
+	fv := &m.v
+	fv.ds = m.ds[:n]
+	_, err := l.fallback.Take(ctx, at, m.reqs[:n], fv.ds)
+	if err != nil || l.brk.state.Load()&brkDegraded == 0 || !l.brk.degraded(l.elapsed(at)) {
+		return
+	}
+	l.verdict(reqs, fv, SourceFallback, nil)
+	if fd := fv.result(); !fd.Allowed {
+		copy(v.ds, fv.ds)
+		v.Decision, v.binding = *fd, fv.binding
+		return
+	}
+	if n == 1 { // both admitted: the tighter of the two
+		d, fd := &v.ds[0], &fv.ds[0]
+		d.Remaining = min(d.Remaining, fd.Remaining)
+		d.ResetAfter = max(d.ResetAfter, fd.ResetAfter)
+		d.Delay = max(d.Delay, fd.Delay)
+	}
+}
+
+// tryProbes returns the open breakers of bs that the request at at is to
+// probe (bits of bs), and whether it may ask the store: not when one of
+// its open breakers has no probe due (it then gives up the probes it won).
+func (l *Limiter) tryProbes(bs *breakers, at time.Time) (uint32, bool) {
+	now := l.elapsed(at)
+	var probes uint32
+	for i, b := range bs.list() {
+		if b.state.Load()&brkOpen == 0 {
+			continue
+		}
+		if !b.tryProbe(now) {
+			for j, c := range bs.list() {
+				if probes&(1<<j) != 0 {
+					c.probed(false, now)
+				}
+			}
+			return 0, false
+		}
+		probes |= 1 << i
+	}
+	return probes, true
+}
+
+// canceledLayers is the answer to a caller whose ctx has ended, under the
+// first layer's policy (see canceled).
+func (l *Limiter) canceledLayers(ctx context.Context, storeErr error, reqs []Request, v *verdict) error {
+	d, err := l.canceled(ctx, &reqs[0].Policy, storeErr)
+	*v.result() = d
+	v.binding = 0
+	return err
+}
