@@ -9,8 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"errors"
-
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/limitertest"
@@ -287,11 +285,5 @@ func TestStoreContextKeepsValues(t *testing.T) {
 
 // Take decides one request at a time: the fake has no layers.
 func (s *gateStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	if len(reqs) != 1 {
-		return time.Time{}, errors.New("fake store: no layers")
-	}
-	var at time.Time
-	var err error
-	out[0], at, err = s.decide(ctx, now, reqs[0])
-	return at, err
+	return takeOne(ctx, now, reqs, out, s.decide)
 }

@@ -31,3 +31,16 @@ func (quietless) Peek(context.Context, time.Time, []core.Request, []core.Decisio
 	return errQuiet
 }
 func (quietless) Refund(context.Context, time.Time, []core.Request) error { return errQuiet }
+
+// takeOne is the Store.Take of a fake store that decides one request at a
+// time by decide: it has no layers.
+func takeOne(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision,
+	decide func(context.Context, time.Time, core.Request) (core.Decision, time.Time, error)) (time.Time, error) {
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = decide(ctx, now, reqs[0])
+	return at, err
+}
