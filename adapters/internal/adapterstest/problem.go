@@ -146,4 +146,4 @@ func (failingStore) Peek(context.Context, time.Time, []core.Request, []core.Deci
 	return errStoreDown
 }
 func (failingStore) Refund(context.Context, time.Time, []core.Request) error { return errStoreDown }
-func (failingStore) Reset(context.Context, string, core.Policy) error { return errStoreDown }
+func (failingStore) Reset(context.Context, string, core.Policy) error        { return errStoreDown }
