@@ -68,7 +68,9 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 	}
 	c := callPool.Get().(*call)
 	err := l.decide(ctx, now, c, checks, out)
-	d, took := *c.v.result(), c.v.took
+	var d Decision
+	c.v.copyTo(&d)
+	took := c.v.took
 	c.release(len(checks))
 	return d, took, err
 }
