@@ -167,10 +167,7 @@ func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
 
 // cancelingStore cancels its caller's context, as a disconnecting client
 // does, and then fails, as go-redis does on a canceled context.
-type cancelingStore struct {
-	quietless
-	calls atomic.Int32
-}
+type cancelingStore struct{ calls atomic.Int32 }
 
 type cancelFuncKey struct{}
 
