@@ -167,9 +167,7 @@ func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
 
 // cancelingStore cancels its caller's context, as a disconnecting client
 // does, and then fails, as go-redis does on a canceled context.
-type cancelingStore struct {
-	calls atomic.Int32
-}
+type cancelingStore struct{ calls atomic.Int32 }
 
 type cancelFuncKey struct{}
 
@@ -349,10 +347,22 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 
 // Take decides one request at a time: the fake has no layers.
 func (s *switchStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	return takeOne(ctx, now, reqs, out, s.decide)
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }
 
 // Take decides one request at a time: the fake has no layers.
 func (s *cancelingStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	return takeOne(ctx, now, reqs, out, s.decide)
+	if len(reqs) != 1 {
+		return time.Time{}, errors.New("fake store: no layers")
+	}
+	var at time.Time
+	var err error
+	out[0], at, err = s.decide(ctx, now, reqs[0])
+	return at, err
 }

@@ -32,7 +32,7 @@ import (
 // call is the working memory of one decision. Between decisions it holds
 // no key, policy or error, and its decisions are zero (see release).
 type call struct {
-	checks [limits.MaxLayers]Check // AllowN's, one per layer
+	checks [limits.MaxLayers]Check // AllowN's on several layers, one per layer
 	reqs   [limits.MaxLayers]Request
 	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller gave out
 	bs     breakers                   // of the partitions the requests touch
@@ -45,15 +45,15 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // release gives c, whose first n entries were used, back to callPool.
 // It clears only what may hold a key, a policy or an error (a Decision is
-// cleared whole: a store fills a zero one), so that one request's
+// cleared whole: the deny cache fills a zero one), so that one request's
 // decision does not pay to zero the whole call.
 func (c *call) release(n int) {
 	for i := range n {
-		c.checks[i].Key = ""
 		r := &c.reqs[i]
 		r.Key, r.Policy.Name, r.Policy.Algorithm, r.Cost = "", "", "", 0
+		c.ds[i] = Decision{}
 	}
-	clear(c.ds[:n])
+	c.bs.n = 0
 	if n > 1 {
 		c.v.Decision = Decision{}
 	}
@@ -82,6 +82,20 @@ func (v *verdict) result() *Decision {
 		return &v.ds[0]
 	}
 	return &v.Decision
+}
+
+// copyTo copies v's result to *d field by field: the store and the
+// sequence have just written it field by field, and a copy of the whole
+// by 16-byte moves would wait on those stores (a store-forwarding stall:
+// in a CPU profile of BenchmarkLimiterPaths/healthy, the whole copy took
+// a tenth of the decision).
+func (v *verdict) copyTo(d *Decision) {
+	s := v.result()
+	d.Allowed, d.Source, d.LockedOut, d.Shadowed = s.Allowed, s.Source, s.LockedOut, s.Shadowed
+	d.Limit, d.Remaining = s.Limit, s.Remaining
+	d.ResetAfter, d.RetryAfter, d.Delay = s.ResetAfter, s.RetryAfter, s.Delay
+	d.Policy = s.Policy
+	d.Err = s.Err
 }
 
 // decide runs the decision sequence for checks at at (zero: the store's
@@ -155,10 +169,11 @@ func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) 
 	var seen uint32
 	for i := range checks {
 		ch := &checks[i]
-		lp, err := l.layerOf("AllowLayers", i, ch, &seen)
-		if err != nil {
-			return 0, nil, err
+		if uint(ch.Layer) >= uint(len(l.policies)) || seen&(1<<ch.Layer) != 0 {
+			return 0, nil, l.badCheck("AllowLayers", i, ch)
 		}
+		seen |= 1 << ch.Layer
+		lp := &l.policies[ch.Layer]
 		r := &reqs[i]                      // built in place: a Request is large
 		if r.Cost = ch.Cost; ch.Cost < 1 { // refused before the key is looked at (see Event.Key)
 			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, ch.Cost)
@@ -208,7 +223,7 @@ func (l *Limiter) badInput(checks []Check, v *verdict) {
 	v.binding = 0
 }
 
-// ask decides reqs by the store, into v, unless the caller is gone, the
+// ask decides reqs by the store, into c.v, unless the caller is gone, the
 // deny cache knows the answer or the circuit breaker is open: then by the
 // fallback or the policies' FailClosed. w, when not nil, records the
 // store's latency.
@@ -231,18 +246,15 @@ func (l *Limiter) ask(ctx context.Context, at time.Time, c *call, reqs []Request
 		}
 		gen = l.denied.generation()
 	}
-	bs := &c.bs // of the partitions reqs touch: the Limiter's one, unless the store is Partitioned
-	bs.n = 0
-	if l.parts == nil {
-		bs.add(&l.brk)
-	} else {
-		for i := range reqs {
-			bs.add(l.parts.of(reqs[i].Key, at))
+	// The breakers of the partitions reqs touch: the Limiter's one, unless
+	// the store is Partitioned, which the hot path reads alone.
+	bs := &c.bs
+	state := l.brk.state.Load() // 0 on the hot path: all is well
+	if l.parts != nil || state != 0 {
+		l.breakersOf(bs, reqs, at)
+		for _, b := range bs.list() {
+			state |= b.state.Load()
 		}
-	}
-	state := bs.all[0].state.Load() // 0 on the hot path: all is well
-	for _, b := range bs.list()[1:] {
-		state |= b.state.Load()
 	}
 	var probes uint32 // the breakers of bs this request probes
 	if state&brkOpen != 0 {
@@ -272,6 +284,9 @@ func (l *Limiter) ask(ctx context.Context, at time.Time, c *call, reqs []Request
 		}
 	}
 	if err != nil {
+		if bs.n == 0 {
+			l.breakersOf(bs, reqs, at)
+		}
 		return l.storeFailed(ctx, reqs, at, v, bs, probes, err)
 	}
 	if state&brkCount != 0 {
@@ -290,6 +305,19 @@ func (l *Limiter) ask(ctx context.Context, at time.Time, c *call, reqs []Request
 		l.denied.put(reqs[0].Key, reqs[0].Cost, now, v.ds[0], gen)
 	}
 	return nil
+}
+
+// breakersOf fills bs with the breakers of the partitions reqs touch: the
+// Limiter's own, unless the store is Partitioned.
+func (l *Limiter) breakersOf(bs *breakers, reqs []Request, at time.Time) {
+	bs.n = 0
+	if l.parts == nil {
+		bs.add(&l.brk)
+		return
+	}
+	for i := range reqs {
+		bs.add(l.parts.of(reqs[i].Key, at))
+	}
 }
 
 // inProcess reports whether took, a time a store returned, was read from

@@ -30,9 +30,10 @@ var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) 
 // (at most one per layer), at now as AllowN does, fills out[i] with the
 // decision of checks[i] when out is not nil (it must then be at least as
 // long as checks), and returns the request's decision and, when the store
-// decided in process, the time it decided at (a caller writing an absolute
-// time such as X-RateLimit-Reset need not read the clock again; the zero
-// Time otherwise).
+// decided, the time it decided at (the zero Time otherwise): the time that
+// dates a Refund of the admission and, from a store that decides in
+// process (see Store.Take), spares a caller writing an absolute time such
+// as X-RateLimit-Reset a reading of the clock.
 //
 // The request is admitted only when every layer admits it; when any
 // denies, no layer records it, and a layer that would have admitted it
@@ -54,8 +55,8 @@ var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) 
 // out of range, an out shorter than checks) returns an error wrapping
 // ErrInvalidOption. A PolicySource's failure, or an invalid policy from
 // one, decides the request by the layers' FailClosed, Decision.Err saying
-// why. Store failures, the
-// caller's cancellation and shadow mode are as for AllowN.
+// why. Store failures, the caller's cancellation and shadow mode are as
+// for AllowN.
 func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check, out []Decision) (Decision, time.Time, error) {
 	if out != nil && len(out) < len(checks) {
 		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
@@ -68,7 +69,9 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check
 	}
 	c := callPool.Get().(*call)
 	err := l.decide(ctx, now, c, checks, out)
-	d, took := *c.v.result(), c.v.took
+	var d Decision
+	c.v.copyTo(&d)
+	took := c.v.took
 	c.release(len(checks))
 	return d, took, err
 }

@@ -221,14 +221,22 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // meanwhile (the request may have spent quota in the store, but it was not
 // admitted), the error wraps ctx's error, and no fallback or FailClosed
 // applies.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (d Decision, err error) {
 	c := callPool.Get().(*call)
 	k := len(l.policies)
-	for i := range k {
-		c.checks[i] = Check{Layer: i, Key: key, Cost: n}
+	if k == 1 {
+		one := [1]Check{{Key: key, Cost: n}} // on the stack: nothing to clear
+		err = l.decide(ctx, now, c, one[:], nil)
+	} else {
+		for i := range k {
+			c.checks[i] = Check{Layer: i, Key: key, Cost: n}
+		}
+		err = l.decide(ctx, now, c, c.checks[:k], nil)
+		for i := range k {
+			c.checks[i].Key = ""
+		}
 	}
-	err := l.decide(ctx, now, c, c.checks[:k], nil)
-	d := *c.v.result()
+	c.v.copyTo(&d)
 	c.release(k)
 	return d, err
 }

@@ -172,14 +172,17 @@ type outcome struct {
 	wait int64
 }
 
-// decide fills the zero Decision d with o, rounded up to whole
-// milliseconds. It sets d field by field, so that Take writes its result in
-// place: building a Decision and copying it costs a store-forwarding stall.
+// decide fills d with o, rounded up to whole milliseconds: every field a
+// store decides (see core.Store.Take), LockedOut false. It sets d field
+// by field, so that Take writes its result in place: building a Decision
+// and copying it costs a store-forwarding stall, and clearing it first a
+// store of each byte.
 func (o outcome) decide(d *core.Decision, capacity int64) {
-	d.Allowed = o.allowed
+	d.Allowed, d.LockedOut, d.Shadowed = o.allowed, false, false
 	d.Limit = capacity
 	d.Remaining = o.remaining
 	d.ResetAfter = msUp(o.reset)
+	d.Delay, d.RetryAfter = 0, 0
 	if o.allowed {
 		d.Delay = msUp(o.wait)
 	} else {

@@ -130,9 +130,7 @@ func New(opts ...Option) (*Store, error) {
 func (s *Store) Take(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if len(reqs) == 1 && len(out) == 1 {
 		// One request, the common case: no array to stage it in.
-		d := &out[0]
-		*d = core.Decision{}
-		at, err := s.take(&reqs[0], reqs[0].Cost, now, d)
+		at, err := s.take(&reqs[0], reqs[0].Cost, now, &out[0])
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -159,8 +157,8 @@ func (s *Store) timeOf(now time.Time, at int64) time.Time {
 }
 
 // take decides req, asking c units (req.Cost, or 0 for a peek, which
-// writes nothing), filling *d, which is zero, and returns the time it
-// decided at in µs since the Unix epoch.
+// writes nothing), filling the fields of *d a store decides, and returns
+// the time it decided at in µs since the Unix epoch.
 func (s *Store) take(req *core.Request, c int64, at time.Time, d *core.Decision) (now int64, err error) {
 	p := &req.Policy
 	// limits.Capacity(p.Algorithm, p.Limit, p.Burst), comparing strings only for a policy with a Burst.

@@ -48,7 +48,7 @@ func Named(p core.Policy, name string, failClosed ...time.Duration) core.Policy 
 
 // AllowNTimed decides a request of cost n from key on l's first layer, as
 // AllowN does, and returns the time the store decided at when it decided
-// in process (the zero Time otherwise), as AllowLayers does.
+// (the zero Time otherwise), as AllowLayers does.
 func AllowNTimed(l *core.Limiter, ctx context.Context, key string, n int64) (core.Decision, time.Time, error) {
 	checks := [1]core.Check{{Layer: 0, Key: key, Cost: n}}
 	return l.AllowLayers(ctx, time.Time{}, checks[:], nil)
