@@ -347,22 +347,10 @@ func TestRecoveringLastsTheHorizon(t *testing.T) {
 
 // Take decides one request at a time: the fake has no layers.
 func (s *switchStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	if len(reqs) != 1 {
-		return time.Time{}, errors.New("fake store: no layers")
-	}
-	var at time.Time
-	var err error
-	out[0], at, err = s.decide(ctx, now, reqs[0])
-	return at, err
+	return takeOne(ctx, now, reqs, out, s.decide)
 }
 
 // Take decides one request at a time: the fake has no layers.
 func (s *cancelingStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	if len(reqs) != 1 {
-		return time.Time{}, errors.New("fake store: no layers")
-	}
-	var at time.Time
-	var err error
-	out[0], at, err = s.decide(ctx, now, reqs[0])
-	return at, err
+	return takeOne(ctx, now, reqs, out, s.decide)
 }
