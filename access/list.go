@@ -50,7 +50,7 @@
 // Control characters (NUL included; a final CR is allowed), invalid UTF-8,
 // a key or a reason over 1,024 bytes, a line over 4,096 bytes, a file
 // over 2,000,000 lines or 256 MiB are errors that name the line and
-// column ([ParseError]; the limits wrap ErrTooLarge); a file with any
+// column (the limits wrap ErrTooLarge); a file with any
 // error yields no entries at all.
 package access
 

@@ -50,11 +50,12 @@ func ExampleParse() {
 	h.Set("RateLimit-Policy", `"api";q=100;w=60`)
 	h.Set("Retry-After", "5")
 
-	info, err := headers.Parse(h)
+	layers, err := headers.Parse(h)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	info := layers[0] // the binding layer
 	fmt.Printf("%s: %d left of %d per %v, whole again in %v; retry in %v\n",
 		info.Policy, info.Remaining, info.Quota, info.Window, info.ResetAfter, info.RetryAfter)
 

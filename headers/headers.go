@@ -43,6 +43,7 @@ import (
 	"unsafe"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Field names in the canonical form net/http keeps them in: the keys
@@ -82,8 +83,8 @@ type Config struct {
 	// Structured writes RateLimit and RateLimit-Policy, as in
 	// draft-ietf-httpapi-ratelimit-headers-10.
 	Structured bool
-	// RetryAfter writes Retry-After on denied decisions, in delay seconds
-	// (see RetryAfterSeconds).
+	// RetryAfter writes Retry-After on denied decisions, in delay seconds,
+	// rounded up and at least 1.
 	RetryAfter bool
 }
 
@@ -347,7 +348,7 @@ func (fs *fieldSet) build(buf []byte, d *core.Decision, now time.Time, cfg Confi
 		buf = fs.addStructured(buf, d.Policy, remaining, reset)
 	}
 	if cfg.RetryAfter && !d.Allowed {
-		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(*d))
+		buf = fs.addInt(buf, wireRetryAfter, limits.RetryAfterSeconds(d.Allowed, d.RetryAfter))
 	}
 	return buf
 }
@@ -374,17 +375,6 @@ func (fs *fieldSet) addStructured(buf []byte, p core.Policy, remaining, reset in
 	buf = strconv.AppendInt(buf, max(ceilSeconds(p.Window), 1), 10)
 	fs.push(wireRateLimitPolicy, start, len(buf))
 	return buf
-}
-
-// RetryAfterSeconds returns the Retry-After of d in whole seconds: 0 when d
-// is allowed, otherwise d.RetryAfter rounded up, and at least 1, so that a
-// denied client always waits. Adapters put the same number in the body of
-// their 429 responses.
-func RetryAfterSeconds(d core.Decision) int64 {
-	if d.Allowed {
-		return 0
-	}
-	return max(ceilSeconds(d.RetryAfter), 1)
 }
 
 // maxSFInteger is the largest Structured Field integer (RFC 9651, Section

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // writeLayers is Writer.Write of a request that several layers decided,
@@ -20,7 +21,7 @@ func writeLayers(h Setter, d *core.Decision, layers []core.Decision, now time.Ti
 	buf := fs.build(space[:0], d, now, single)
 	buf = fs.addStructuredList(buf, d, layers)
 	if cfg.RetryAfter && !d.Allowed {
-		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(*d))
+		buf = fs.addInt(buf, wireRetryAfter, limits.RetryAfterSeconds(d.Allowed, d.RetryAfter))
 	}
 	if fs.n == 0 {
 		return
@@ -96,23 +97,35 @@ func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []cor
 	return buf
 }
 
-// ParseLayers reads every item of the RateLimit field of a response, in
-// its order, as a client of a layered API does: it may send again only
-// when every layer has room. The first item is the binding layer's, and
-// its Info is Parse's, the other families' fields included. Each other
-// item's has Found.Structured, Policy (the item's name), Remaining (r) and
-// ResetAfter (t), and the Quota and Window of the first RateLimit-Policy
-// item of the same name (zero without one). A response without RateLimit
-// gives no item; a malformed field an error wrapping ErrMalformed, as
-// Parse reports it.
-func ParseLayers(h http.Header) ([]Info, error) {
-	vs := h.Values(canonRateLimit)
-	if len(vs) == 0 {
-		return nil, nil
-	}
-	first, err := Parse(h) // checks every field, the lists' items included
+// Parse reads the rate-limit fields of a response, as a client does: one
+// Info per layer, the binding layer's first. A layered API's client may
+// send again only when every layer has room.
+//
+// The first Info has every family a Writer writes, whatever its Config;
+// when several families carry the same value, the most specific is kept
+// (the structured fields, then Draft6, then XRateLimit). Each further item
+// of the RateLimit field gives one more Info, with Found.Structured,
+// Policy (the item's name), Remaining (r), ResetAfter (t), and the Quota
+// and Window of the first RateLimit-Policy item of the same name (zero
+// without one). A response with no rate-limit field gives none.
+//
+// Counts and delays are decimal digits only: a sign, a fraction, more than
+// 15 digits or a delay longer than a time.Duration give an error wrapping
+// ErrMalformed, as do a field that may appear once appearing twice and a
+// structured field that breaks RFC 9651 or lacks r (in RateLimit) or q (in
+// RateLimit-Policy). RateLimit in the dictionary syntax of draft 07 is
+// malformed too.
+func Parse(h http.Header) ([]Info, error) {
+	first, err := parseFirst(h) // checks every field, the lists' items included
 	if err != nil {
 		return nil, err
+	}
+	vs := h.Values(canonRateLimit)
+	if len(vs) == 0 {
+		if first.Found == (Config{}) {
+			return nil, nil
+		}
+		return []Info{first}, nil
 	}
 	v := strings.Join(vs, ", ")
 	items, err := parseSFList(v)

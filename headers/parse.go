@@ -33,11 +33,10 @@ type Info struct {
 	// RateLimit-Remaining or X-RateLimit-Remaining).
 	Remaining int64
 	// ResetAfter is the delay until the quota is whole again, in whole
-	// seconds (RateLimit's t or RateLimit-Reset).
+	// seconds (RateLimit's t or RateLimit-Reset; X-RateLimit-Reset, Unix
+	// epoch seconds, is read as its delay from the response's Date, as an
+	// HTTP-date Retry-After is).
 	ResetAfter time.Duration
-	// Reset is the time at which the quota is whole again
-	// (X-RateLimit-Reset, read as Unix epoch seconds).
-	Reset time.Time
 	// RetryAfter is the delay after which a denied request may be retried
 	// (Retry-After). A Retry-After in delay seconds, as Writer writes it,
 	// is read as it is; one that is an HTTP-date is read as its delay from
@@ -54,10 +53,11 @@ type Info struct {
 	Window time.Duration
 }
 
-// Parse reads the rate-limit fields of a response, as a client does. Every
-// family that a Writer writes is read back, whatever the Config; further
-// members of the RateLimit and RateLimit-Policy lists are checked and then
-// ignored. A response with no rate-limit field gives the zero Info.
+// parseFirst reads the rate-limit fields of a response into the Info of
+// its binding layer. Every family that a Writer writes is read back,
+// whatever the Config; further members of the RateLimit and
+// RateLimit-Policy lists are checked, and Parse reads them. A response with
+// no rate-limit field gives the zero Info.
 //
 // Counts and delays are decimal digits only: a sign, a fraction, more than
 // 15 digits or a delay longer than a time.Duration give an error wrapping
@@ -65,7 +65,7 @@ type Info struct {
 // structured field that breaks RFC 9651 or lacks r (in RateLimit) or q (in
 // RateLimit-Policy). RateLimit in the dictionary syntax of draft 07 is
 // malformed too.
-func Parse(h http.Header) (Info, error) {
+func parseFirst(h http.Header) (Info, error) {
 	var info Info
 	for _, f := range []struct {
 		name   string
@@ -97,7 +97,7 @@ func Parse(h http.Header) (Info, error) {
 		if err != nil {
 			return Info{}, err
 		}
-		info.Reset, info.Found.XRateLimit = time.Unix(n, 0), true
+		info.ResetAfter, info.Found.XRateLimit = delayUntil(time.Unix(n, 0), h.Get("Date"), time.Now()), true
 	}
 	if v, ok, err := single(h, canonRateLimitReset); err != nil {
 		return Info{}, err
@@ -212,7 +212,7 @@ func delayUntil(at time.Time, date string, now time.Time) time.Duration {
 	if sent, err := http.ParseTime(date); err == nil {
 		return max(at.Sub(sent), 0)
 	}
-	return time.Duration(ceilSeconds(at.Sub(now))) * time.Second
+	return time.Duration(min(ceilSeconds(at.Sub(now)), maxDelaySeconds)) * time.Second
 }
 
 // single returns the value of a field that may appear once, without its

@@ -3,6 +3,7 @@ package headers
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,8 @@ func TestParseRoundTrip(t *testing.T) {
 		for _, d := range decisions {
 			h := http.Header{}
 			NewWriter(cfg).Write(h, d, nil, t0)
-			got, err := Parse(h)
+			h.Set("Date", t0.UTC().Format(http.TimeFormat))
+			got, err := parseFirst(h)
 			require.NoError(t, err, "%+v: Parse(%v)", cfg, h)
 			want := Info{Found: cfg}
 			want.Found.RetryAfter = cfg.RetryAfter && !d.Allowed
@@ -44,12 +46,12 @@ func TestParseRoundTrip(t *testing.T) {
 			}
 			if cfg.Draft6 || cfg.Structured {
 				want.ResetAfter = time.Duration(ceilSeconds(d.ResetAfter)) * time.Second
-			}
-			if cfg.XRateLimit {
-				want.Reset = time.Unix(ceilUnix(t0.Add(d.ResetAfter)), 0)
+			} else if cfg.XRateLimit {
+				// X-RateLimit-Reset's epoch, as a delay from Date.
+				want.ResetAfter = time.Unix(ceilUnix(t0.Add(d.ResetAfter)), 0).Sub(t0.Truncate(time.Second))
 			}
 			if want.Found.RetryAfter {
-				want.RetryAfter = time.Duration(RetryAfterSeconds(d)) * time.Second
+				want.RetryAfter = time.Duration(limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)) * time.Second
 			}
 			if cfg.Structured {
 				want.Policy = d.Policy.Name
@@ -127,12 +129,12 @@ func TestParse(t *testing.T) {
 		h: hdr(canonXRateLimitLimit, "999999999999999", canonXRateLimitReset, "999999999999999",
 			canonRetryAfter, "9223372036", canonRateLimit, `"a";r=999999999999999;t=9223372036`),
 		want: Info{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
-			Remaining: 999999999999999, Reset: time.Unix(999999999999999, 0), RetryAfter: 9223372036 * time.Second,
+			Remaining: 999999999999999, RetryAfter: 9223372036 * time.Second,
 			ResetAfter: 9223372036 * time.Second, Policy: "a"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse(tt.h)
+			got, err := parseFirst(tt.h)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -165,7 +167,7 @@ func TestParseMalformed(t *testing.T) {
 			if name != canonRateLimit {
 				h.Set(canonRateLimit, `"ok";r=1`) // a good field does not hide a bad one
 			}
-			info, err := Parse(h)
+			info, err := parseFirst(h)
 			if !assert.ErrorIs(t, err, ErrMalformed, "Parse(%s: %q) = %+v", name, v, info) {
 				continue
 			}
@@ -175,12 +177,12 @@ func TestParseMalformed(t *testing.T) {
 	}
 
 	for _, name := range []string{canonXRateLimitLimit, canonXRateLimitReset, canonRateLimitReset, canonRetryAfter} {
-		_, err := Parse(http.Header{name: {"1", "1"}})
+		_, err := parseFirst(http.Header{name: {"1", "1"}})
 		assert.ErrorIs(t, err, ErrMalformed, "%s repeated", name)
 	}
 
 	long := strings.Repeat("9", 1000)
-	_, err := Parse(http.Header{canonRateLimitLimit: {long}})
+	_, err := parseFirst(http.Header{canonRateLimitLimit: {long}})
 	require.ErrorIs(t, err, ErrMalformed, "a 1000-digit value")
 	assert.LessOrEqual(t, len(err.Error()), 200, "a 1000-digit value: error %q, want a short one", err)
 }
@@ -207,16 +209,18 @@ func FuzzParse(f *testing.F) {
 			h.Set(canonRateLimitPolicy, policy)
 		}
 		h.Set(others[int(field)%len(others)], value)
-		info, err := Parse(h)
+		infos, err := Parse(h)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Parse error %v does not wrap ErrMalformed", err)
 			}
 			return
 		}
-		if info.Limit < 0 || info.Remaining < 0 || info.Quota < 0 ||
-			info.ResetAfter < 0 || info.RetryAfter < 0 || info.Window < 0 {
-			t.Fatalf("Parse accepted a negative value: %+v", info)
+		for _, info := range infos {
+			if info.Limit < 0 || info.Remaining < 0 || info.Quota < 0 ||
+				info.ResetAfter < 0 || info.RetryAfter < 0 || info.Window < 0 {
+				t.Fatalf("Parse accepted a negative value: %+v", info)
+			}
 		}
 	})
 }
@@ -240,11 +244,33 @@ func TestParseRetryAfterDate(t *testing.T) {
 		if date != "" {
 			h.Set("Date", date)
 		}
-		info, err := Parse(h)
+		info, err := parseFirst(h)
 		require.NoError(t, err)
 		assert.True(t, info.Found.RetryAfter)
 		assert.GreaterOrEqual(t, info.RetryAfter, 89*time.Second, "Date %q", date)
 		assert.LessOrEqual(t, info.RetryAfter, 90*time.Second, "Date %q", date)
 		assert.Zero(t, info.RetryAfter%time.Second, "whole seconds")
 	}
+}
+
+// TestParseXRateLimitReset: X-RateLimit-Reset, an epoch, is read as its
+// delay from Date, or without a readable Date from the current time rounded
+// up to a whole second; one in the past is no delay.
+func TestParseXRateLimitReset(t *testing.T) {
+	sent := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	h := hdr(canonXRateLimitReset, strconv.FormatInt(sent.Unix()+90, 10), "Date", sent.Format(http.TimeFormat))
+	info, err := parseFirst(h)
+	require.NoError(t, err)
+	assert.Equal(t, Info{Found: Config{XRateLimit: true}, ResetAfter: 90 * time.Second}, info)
+
+	h = hdr(canonXRateLimitReset, strconv.FormatInt(time.Now().Unix()+90, 10))
+	info, err = parseFirst(h)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, info.ResetAfter, 89*time.Second)
+	assert.LessOrEqual(t, info.ResetAfter, 90*time.Second)
+	assert.Zero(t, info.ResetAfter%time.Second, "whole seconds")
+
+	info, err = parseFirst(hdr(canonXRateLimitReset, "1700000000"))
+	require.NoError(t, err)
+	assert.Zero(t, info.ResetAfter, "a reset in the past")
 }

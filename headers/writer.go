@@ -81,7 +81,7 @@ type partBlock struct {
 //   - X-RateLimit-*, RateLimit-* (draft 6) and Retry-After describe d:
 //     Limit and Remaining are its own, X-RateLimit-Reset is
 //     now+d.ResetAfter rounded up to a whole second, and Retry-After,
-//     written on a denial only, is RetryAfterSeconds(d);
+//     written on a denial only, is limits.RetryAfterSeconds(d.Allowed, d.RetryAfter);
 //   - the draft-10 RateLimit and RateLimit-Policy fields list every layer
 //     that applied, one item each, named by its Policy.Name: d first, so
 //     that a client reading the first item (Parse) agrees with

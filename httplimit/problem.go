@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
@@ -94,7 +94,7 @@ func (f *Flow) forbid(st *state, r keyfuncs.Request, w Response, e error) {
 // more: 403 with Retry-After, and the abnormal-usage-detected problem
 // type when problem details are given and asked for.
 func (f *Flow) forbidBanned(st *state, r keyfuncs.Request, w Response, e error, left time.Duration) {
-	n := itoa(headers.RetryAfterSeconds(core.Decision{RetryAfter: left}))
+	n := itoa(limits.RetryAfterSeconds(false, left))
 	w.Set("Retry-After", n)
 	st.in = inResponder
 	if f.problems && wantsProblem(r) {
@@ -109,7 +109,7 @@ func (f *Flow) forbidBanned(st *state, r keyfuncs.Request, w Response, e error, 
 // details of a refusal d, the binding decision of layers.
 func problemOf(d *core.Decision, layers []core.Decision) (int, string, []byte) {
 	status, typ, title := http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded"
-	n := headers.RetryAfterSeconds(*d)
+	n := limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)
 	detail := "Too many requests, retry after "
 	switch {
 	case d.Source == core.SourceFailMode:

@@ -84,7 +84,7 @@ func (f *Flow) repSignal(st *state, r keyfuncs.Request, s reputation.Signal) {
 // repResponse scores what the response of r's client, of status, says,
 // against key, its address's; ctx is the context its handler ran under,
 // which reputation.MarkUnrouted may have marked.
-func (f *Flow) repResponse(ctx context.Context, r Request, key string, status int) {
+func (f *Flow) repResponse(ctx context.Context, r keyfuncs.Request, key string, status int) {
 	var s reputation.Signal
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:

@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -56,8 +56,8 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 //
 //	{"error":"rate_limit_exceeded","message":"Too many requests, retry after N seconds.","retry_after_seconds":N}
 //
-// where N is headers.RetryAfterSeconds(d), the Retry-After value ("1
-// second" when N is 1). One refused because the store failed, under
+// where N is the Retry-After value, d.RetryAfter in seconds rounded up,
+// at least 1 ("1 second" when N is 1). One refused because the store failed, under
 // a layer's FailClosed (d.Source is core.SourceFailMode),
 // gets 503 Service Unavailable, not 429 (the client did nothing wrong, the
 // server cannot serve it), with
@@ -99,7 +99,7 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 //	{"error":"rate_limit_error","message":"Internal server error."}
 func DefaultResponder(r keyfuncs.Request, w Response, d core.Decision, err error) {
 	if err == nil {
-		n := headers.RetryAfterSeconds(d)
+		n := limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)
 		if d.Source == core.SourceFailMode {
 			_ = w.Write(http.StatusServiceUnavailable, contentTypeJSON, retryBody(codeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
 			return

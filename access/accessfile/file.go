@@ -23,9 +23,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/fsnotify/fsnotify"
 )
 
 // defaultDebounce is how long a [File] waits after the last change event
@@ -171,7 +172,7 @@ type File struct {
 var _ access.Matcher = (*File)(nil)
 
 // Watch loads the file at path and watches it for changes. A file that
-// does not load at start is an error (wrapping an *access.ParseError for a
+// does not load at start is an error (naming the line and column of a
 // malformed line), as is a bad option or a directory that cannot be
 // watched (the file's, or that of a link on the way to it; see [File]).
 // Close stops the watching.

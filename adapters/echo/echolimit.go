@@ -185,7 +185,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Echo's request as a httplimit.Request. The middleware takes
+// request is Echo's request as a keyfuncs.Request. The middleware takes
 // them from requests, a pool: a struct holding an interface does not fit
 // in one, and would cost an allocation a request. It is valid only while
 // the flow runs; Unwrap of one kept longer reports false.
@@ -199,7 +199,6 @@ var requests = sync.Pool{New: func() any { return new(request) }}
 func (q *request) RemoteAddr() string                { return q.c.Request().RemoteAddr }
 func (q *request) Header(name string) string         { return q.c.Request().Header.Get(name) }
 func (q *request) HeaderValues(name string) []string { return q.c.Request().Header.Values(name) }
-func (q *request) Query(name string) string          { return q.c.QueryParam(name) }
 func (q *request) Method() string                    { return q.c.Request().Method }
 func (q *request) Route() string                     { return q.c.Path() }
 

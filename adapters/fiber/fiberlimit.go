@@ -120,7 +120,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Fiber's request as a httplimit.Request. Holding one pointer,
+// request is Fiber's request as a keyfuncs.Request. Holding one pointer,
 // it converts to an interface without allocating.
 type request struct{ c *fiber.Ctx }
 
@@ -161,10 +161,6 @@ func (q request) HeaderValues(name string) []string {
 		vals[i] = string(v) // a copy
 	}
 	return vals
-}
-
-func (q request) Query(name string) string {
-	return string(q.c.Context().QueryArgs().Peek(name)) // a copy
 }
 
 // Method returns the method as a constant, or a copy of an unusual one.

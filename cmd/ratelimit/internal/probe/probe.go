@@ -359,8 +359,10 @@ func (s *sender) send(ctx context.Context, seq int) Result {
 	_ = res.Body.Close()
 	r.Received = time.Since(s.start)
 	r.Status = res.StatusCode
-	if r.Info, err = headers.Parse(res.Header); err != nil {
+	if layers, err := headers.Parse(res.Header); err != nil {
 		r.ParseErr = err.Error()
+	} else if len(layers) > 0 {
+		r.Info = layers[0]
 	}
 	return r
 }
