@@ -57,8 +57,8 @@ type sharedScores struct {
 	prefix string
 }
 
-// AddScores runs scores.lua for each key: a Sync's one by itself, a
-// flush's in one pipeline (then EVAL for those Redis has not the script
+// AddScores runs scores.lua for each key: a signal's one by itself, a
+// flush's batch in one pipeline (then EVAL for those Redis has not the script
 // of).
 func (s *sharedScores) AddScores(ctx context.Context, halfLife time.Duration, keys []string, weights []float64, at []time.Time, scores []float64) []error {
 	hl := strconv.FormatInt(halfLife.Microseconds(), 10)
