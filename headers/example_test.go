@@ -55,9 +55,9 @@ func ExampleParse() {
 		fmt.Println(err)
 		return
 	}
-	info := layers[0] // the binding layer
+	d := layers[0] // the binding layer
 	fmt.Printf("%s: %d left of %d per %v, whole again in %v; retry in %v\n",
-		info.Policy, info.Remaining, info.Quota, info.Window, info.ResetAfter, info.RetryAfter)
+		d.Policy.Name, d.Remaining, d.Policy.Limit, d.Policy.Window, d.ResetAfter, d.RetryAfter)
 
 	h.Set("Retry-After", "-5")
 	_, err = headers.Parse(h)

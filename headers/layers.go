@@ -98,16 +98,20 @@ func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []cor
 }
 
 // Parse reads the rate-limit fields of a response, as a client does: one
-// Info per layer, the binding layer's first. A layered API's client may
-// send again only when every layer has room.
+// Decision per layer, the binding layer's first, as a Writer wrote them. A
+// layered API's client may send again only when every layer has room.
 //
-// The first Info has every family a Writer writes, whatever its Config;
-// when several families carry the same value, the most specific is kept
-// (the structured fields, then Draft6, then XRateLimit). Each further item
-// of the RateLimit field gives one more Info, with Found.Structured,
-// Policy (the item's name), Remaining (r), ResetAfter (t), and the Quota
-// and Window of the first RateLimit-Policy item of the same name (zero
-// without one). A response with no rate-limit field gives none.
+// Each Decision has what the fields carry and nothing else: Limit,
+// Remaining, ResetAfter, RetryAfter, and the Policy's Name, Limit (the q of
+// RateLimit-Policy) and Window (its w); Allowed and the rest stay zero
+// (the status tells whether the request passed). The first has every
+// family's fields, whatever the Writer's Config; where several families
+// carry the same value, the most specific is kept (the structured fields,
+// then Draft6, then XRateLimit), and X-RateLimit-Reset, an epoch, is read
+// as its delay from the response's Date. Each further item of the RateLimit
+// field gives one more Decision, with the q and w of the first
+// RateLimit-Policy item of its name. A response with no rate-limit field
+// gives none.
 //
 // Counts and delays are decimal digits only: a sign, a fraction, more than
 // 15 digits or a delay longer than a time.Duration give an error wrapping
@@ -115,7 +119,25 @@ func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []cor
 // structured field that breaks RFC 9651 or lacks r (in RateLimit) or q (in
 // RateLimit-Policy). RateLimit in the dictionary syntax of draft 07 is
 // malformed too.
-func Parse(h http.Header) ([]Info, error) {
+func Parse(h http.Header) ([]core.Decision, error) {
+	layers, err := parseLayers(h)
+	if err != nil || len(layers) == 0 {
+		return nil, err
+	}
+	out := make([]core.Decision, len(layers))
+	for i, f := range layers {
+		out[i] = core.Decision{Limit: f.Limit, Remaining: f.Remaining, ResetAfter: f.ResetAfter, RetryAfter: f.RetryAfter,
+			Policy: core.Policy{Name: f.Policy, Limit: f.Quota, Window: f.Window}}
+	}
+	return out, nil
+}
+
+// parseLayers is Parse, with the fields each layer's come from: the first
+// item has every family's; each further one has Found.Structured, Policy
+// (the item's name), Remaining (r), ResetAfter (t), and the Quota and
+// Window of the first RateLimit-Policy item of the same name (zero without
+// one).
+func parseLayers(h http.Header) ([]fields, error) {
 	first, err := parseFirst(h) // checks every field, the lists' items included
 	if err != nil {
 		return nil, err
@@ -125,7 +147,7 @@ func Parse(h http.Header) ([]Info, error) {
 		if first.Found == (Config{}) {
 			return nil, nil
 		}
-		return []Info{first}, nil
+		return []fields{first}, nil
 	}
 	v := strings.Join(vs, ", ")
 	items, err := parseSFList(v)
@@ -138,13 +160,13 @@ func Parse(h http.Header) ([]Info, error) {
 			return nil, malformed(canonRateLimitPolicy, strings.Join(ps, ", "), err.Error())
 		}
 	}
-	out := make([]Info, 0, len(items))
+	out := make([]fields, 0, len(items))
 	out = append(out, first)
 	for _, it := range items[1:] {
 		// Parse checked r and t of every item.
 		r, _ := intParam(it, "r", true, maxSFInteger)
 		t, _ := intParam(it, "t", false, maxDelaySeconds)
-		info := Info{Found: Config{Structured: true}, Policy: it.val.str, Remaining: r, ResetAfter: time.Duration(t) * time.Second}
+		info := fields{Found: Config{Structured: true}, Policy: it.val.str, Remaining: r, ResetAfter: time.Duration(t) * time.Second}
 		for _, p := range policies {
 			if (p.val.kind == sfString || p.val.kind == sfToken) && p.val.str == info.Policy {
 				q, _ := intParam(p, "q", true, maxSFInteger)

@@ -35,8 +35,8 @@ func TestParseRoundTrip(t *testing.T) {
 			NewWriter(cfg).Write(h, d, nil, t0)
 			h.Set("Date", t0.UTC().Format(http.TimeFormat))
 			got, err := parseFirst(h)
-			require.NoError(t, err, "%+v: Parse(%v)", cfg, h)
-			want := Info{Found: cfg}
+			require.NoError(t, err, "%+v: parseLayers(%v)", cfg, h)
+			want := fields{Found: cfg}
 			want.Found.RetryAfter = cfg.RetryAfter && !d.Allowed
 			if cfg.XRateLimit || cfg.Draft6 {
 				want.Limit = d.Limit
@@ -58,7 +58,7 @@ func TestParseRoundTrip(t *testing.T) {
 				want.Quota = d.Policy.Limit
 				want.Window = time.Duration(max(ceilSeconds(d.Policy.Window), 1)) * time.Second
 			}
-			assert.Equal(t, want, got, "%+v: Parse(Write(%+v))", cfg, d)
+			assert.Equal(t, want, got, "%+v: parseLayers(Write(%+v))", cfg, d)
 		}
 	}
 }
@@ -67,68 +67,68 @@ func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
 		h    http.Header
-		want Info
+		want fields
 	}{{
 		name: "nothing",
 		h:    http.Header{"Content-Type": {"text/plain"}},
-		want: Info{},
+		want: fields{},
 	}, {
 		name: "names are case-insensitive, values trimmed",
 		h:    hdr("x-ratelimit-limit", " 10 ", "X-RATELIMIT-REMAINING", "\t7"),
-		want: Info{Found: Config{XRateLimit: true}, Limit: 10, Remaining: 7},
+		want: fields{Found: Config{XRateLimit: true}, Limit: 10, Remaining: 7},
 	}, {
 		name: "Draft6 wins over XRateLimit",
 		h:    hdr(canonXRateLimitLimit, "10", canonXRateLimitRemaining, "7", canonRateLimitLimit, "20", canonRateLimitRemaining, "8"),
-		want: Info{Found: Config{XRateLimit: true, Draft6: true}, Limit: 20, Remaining: 8},
+		want: fields{Found: Config{XRateLimit: true, Draft6: true}, Limit: 20, Remaining: 8},
 	}, {
 		name: "Retry-After as an HTTP-date in the past",
 		h:    hdr(canonRetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT"),
-		want: Info{Found: Config{RetryAfter: true}},
+		want: fields{Found: Config{RetryAfter: true}},
 	}, {
 		name: "Retry-After as an HTTP-date: its delay from Date",
 		h:    hdr(canonRetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT", "Date", "Wed, 21 Oct 2015 07:26:30 GMT"),
-		want: Info{Found: Config{RetryAfter: true}, RetryAfter: 90 * time.Second},
+		want: fields{Found: Config{RetryAfter: true}, RetryAfter: 90 * time.Second},
 	}, {
 		name: "Retry-After 0",
 		h:    hdr(canonRetryAfter, "0"),
-		want: Info{Found: Config{RetryAfter: true}},
+		want: fields{Found: Config{RetryAfter: true}},
 	}, {
 		name: "several policies: the one RateLimit names",
 		h: hdr(canonRateLimit, `"daily";r=5;t=100`,
 			canonRateLimitPolicy, `"burst";q=10;w=1, "daily";q=1000;w=86400`),
-		want: Info{Found: Config{Structured: true}, Remaining: 5, ResetAfter: 100 * time.Second,
+		want: fields{Found: Config{Structured: true}, Remaining: 5, ResetAfter: 100 * time.Second,
 			Policy: "daily", Quota: 1000, Window: 24 * time.Hour},
 	}, {
 		name: "list split over several lines, first RateLimit item reported",
 		h: http.Header{canonRateLimit: {`"a";r=1`, `"b";r=2;t=3`},
 			canonRateLimitPolicy: {`"b";q=5;w=6`, `"a";q=7;w=8`}},
-		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: "a", Quota: 7, Window: 8 * time.Second},
+		want: fields{Found: Config{Structured: true}, Remaining: 1, Policy: "a", Quota: 7, Window: 8 * time.Second},
 	}, {
 		name: "no policy named like the RateLimit item",
 		h:    hdr(canonRateLimit, `"a";r=1;t=2`, canonRateLimitPolicy, `"b";q=5;w=6`),
-		want: Info{Found: Config{Structured: true}, Remaining: 1, ResetAfter: 2 * time.Second, Policy: "a"},
+		want: fields{Found: Config{Structured: true}, Remaining: 1, ResetAfter: 2 * time.Second, Policy: "a"},
 	}, {
 		name: "RateLimit-Policy alone: its first item",
 		h:    hdr(canonRateLimitPolicy, `"b";q=5;w=6, "a";q=7`),
-		want: Info{Found: Config{Structured: true}, Policy: "b", Quota: 5, Window: 6 * time.Second},
+		want: fields{Found: Config{Structured: true}, Policy: "b", Quota: 5, Window: 6 * time.Second},
 	}, {
 		name: "tokens, unknown parameters of every type, repeated parameter",
 		h: hdr(canonRateLimit, `day;r=1;r=2;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`,
 			canonRateLimitPolicy, `day;q=10;w=60;qu="requests";pk=:AAE=:;x=tok/en:1`),
-		want: Info{Found: Config{Structured: true}, Remaining: 2, Policy: "day", Quota: 10, Window: time.Minute},
+		want: fields{Found: Config{Structured: true}, Remaining: 2, Policy: "day", Quota: 10, Window: time.Minute},
 	}, {
 		name: "escaped name",
 		h:    hdr(canonRateLimit, `"a\"b\\c";r=1`),
-		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: `a"b\c`},
+		want: fields{Found: Config{Structured: true}, Remaining: 1, Policy: `a"b\c`},
 	}, {
 		name: "drafts 03 to 07 RateLimit-Policy, as express-rate-limit writes it",
 		h:    hdr(canonRateLimitLimit, "100", canonRateLimitRemaining, "99", canonRateLimitReset, "60", canonRateLimitPolicy, "100;w=60"),
-		want: Info{Found: Config{Draft6: true}, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Quota: 100, Window: time.Minute},
+		want: fields{Found: Config{Draft6: true}, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Quota: 100, Window: time.Minute},
 	}, {
 		name: "largest values",
 		h: hdr(canonXRateLimitLimit, "999999999999999", canonXRateLimitReset, "999999999999999",
 			canonRetryAfter, "9223372036", canonRateLimit, `"a";r=999999999999999;t=9223372036`),
-		want: Info{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
+		want: fields{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
 			Remaining: 999999999999999, RetryAfter: 9223372036 * time.Second,
 			ResetAfter: 9223372036 * time.Second, Policy: "a"},
 	}}
@@ -168,11 +168,11 @@ func TestParseMalformed(t *testing.T) {
 				h.Set(canonRateLimit, `"ok";r=1`) // a good field does not hide a bad one
 			}
 			info, err := parseFirst(h)
-			if !assert.ErrorIs(t, err, ErrMalformed, "Parse(%s: %q) = %+v", name, v, info) {
+			if !assert.ErrorIs(t, err, ErrMalformed, "parseLayers(%s: %q) = %+v", name, v, info) {
 				continue
 			}
-			assert.Zero(t, info, "Parse(%s: %q): Info returned with the error", name, v)
-			assert.ErrorContains(t, err, name, "Parse(%s: %q): the error names the field", name, v)
+			assert.Zero(t, info, "parseLayers(%s: %q): fields returned with the error", name, v)
+			assert.ErrorContains(t, err, name, "parseLayers(%s: %q): the error names the field", name, v)
 		}
 	}
 
@@ -209,7 +209,7 @@ func FuzzParse(f *testing.F) {
 			h.Set(canonRateLimitPolicy, policy)
 		}
 		h.Set(others[int(field)%len(others)], value)
-		infos, err := Parse(h)
+		infos, err := parseLayers(h)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Parse error %v does not wrap ErrMalformed", err)
@@ -261,7 +261,7 @@ func TestParseXRateLimitReset(t *testing.T) {
 	h := hdr(canonXRateLimitReset, strconv.FormatInt(sent.Unix()+90, 10), "Date", sent.Format(http.TimeFormat))
 	info, err := parseFirst(h)
 	require.NoError(t, err)
-	assert.Equal(t, Info{Found: Config{XRateLimit: true}, ResetAfter: 90 * time.Second}, info)
+	assert.Equal(t, fields{Found: Config{XRateLimit: true}, ResetAfter: 90 * time.Second}, info)
 
 	h = hdr(canonXRateLimitReset, strconv.FormatInt(time.Now().Unix()+90, 10))
 	info, err = parseFirst(h)

@@ -155,7 +155,7 @@ func loginCounted(t *testing.T, f *httplimit.Flow, r keyfuncs.Request) bool {
 	items, err := headers.Parse(w.header)
 	require.NoError(t, err)
 	for _, it := range items {
-		if it.Policy == "login" {
+		if it.Policy.Name == "login" {
 			return true
 		}
 	}

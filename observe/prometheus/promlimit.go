@@ -335,9 +335,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		for s, n := range st.Signals {
 			ch <- prometheus.MustNewConstMetric(m.repSignals, prometheus.CounterValue, float64(n), s.String())
 		}
+		shadow := t.Config().Shadow
 		for _, b := range st.Bands {
-			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.Bans), b.Name, "enforced")
-			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.ShadowBans), b.Name, "shadow")
+			enforced, shadowed := b.Bans, uint64(0)
+			if shadow {
+				enforced, shadowed = 0, b.Bans
+			}
+			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(enforced), b.Name, "enforced")
+			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(shadowed), b.Name, "shadow")
 			ch <- prometheus.MustNewConstMetric(m.repClients, prometheus.GaugeValue, float64(b.Clients), b.Name)
 		}
 		ch <- prometheus.MustNewConstMetric(m.repMax, prometheus.GaugeValue, st.MaxScore)
