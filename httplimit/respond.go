@@ -54,12 +54,12 @@ type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 // request or an error's text:
 //
 //	status  code                    when
-//	429     rate_limit_exceeded     err is nil: d is a denial
-//	503     rate_limit_unavailable  err is nil, d.Source is core.SourceFailMode: the store failed under FailClosed
-//	403     forbidden               err is an access.Entry; no rate-limit header, nothing of the entry told
-//	499     request_canceled        the request's context ended and err wraps its error: the client left
-//	400     rate_limit_key_missing  err wraps keyfuncs.ErrNoKey: the request does not identify its client
-//	500     rate_limit_error        any other error (a key function's own deadline too), a *PanicError
+//	429     rate_limit_exceeded     err is nil: over the limit
+//	503     rate_limit_unavailable  err is nil, d.Source is core.SourceFailMode (store down, FailClosed)
+//	403     forbidden               err is an access.Entry; no rate-limit header, the entry not told
+//	499     request_canceled        the request's context ended and err wraps its error
+//	400     rate_limit_key_missing  err wraps keyfuncs.ErrNoKey
+//	500     rate_limit_error        any other error (a key function's own timeout too), a *PanicError
 //
 // The 429 and 503 bodies add "retry_after_seconds":N, the Retry-After
 // value (d.RetryAfter rounded up to a second, at least 1), which their
