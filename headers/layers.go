@@ -30,9 +30,13 @@ func writeLayers(h Setter, d *core.Decision, layers []core.Decision, now time.Ti
 }
 
 // addStructuredList appends RateLimit and RateLimit-Policy to fs and buf:
-// an item for d, then one for every decision of layers but the first
-// that has d's Policy.Name (d's own). RateLimit-Policy is left out when
-// no decision carries a Policy with a rate.
+// an item for d, first, so that a client reading the first item (Parse)
+// agrees with X-RateLimit-Remaining; then one for every decision of
+// layers, in their order, but the first that has d's Policy.Name (d's
+// own; when none has it, every one follows d's item). A name that a
+// Structured Field string cannot hold, which a validated policy never
+// has, is left out of both lists. RateLimit-Policy is left out when no
+// decision carries a Policy with a rate.
 func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []core.Decision) []byte {
 	own := -1 // the index in layers of d's layer
 	for i := range layers {
@@ -98,23 +102,20 @@ func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []cor
 }
 
 // Parse reads the rate-limit fields of a response, as a client does: one
-// Info per layer, the binding layer's first. A layered API's client may
-// send again only when every layer has room.
+// Info per layer, the binding layer's first, none for a response with no
+// rate-limit field. A layered API's client may send again only when every
+// layer has room.
 //
 // The first Info has every family a Writer writes, whatever its Config;
-// when several families carry the same value, the most specific is kept
-// (the structured fields, then Draft6, then XRateLimit). Each further item
-// of the RateLimit field gives one more Info, with Found.Structured,
-// Policy (the item's name), Remaining (r), ResetAfter (t), and the Quota
-// and Window of the first RateLimit-Policy item of the same name (zero
-// without one). A response with no rate-limit field gives none.
+// of several that carry a value, the most specific is kept (structured
+// fields, then Draft6, then XRateLimit). Each further item of RateLimit
+// gives one more Info: Found.Structured, Policy, Remaining (r), ResetAfter
+// (t), and the Quota and Window of the RateLimit-Policy item of that name.
 //
-// Counts and delays are decimal digits only: a sign, a fraction, more than
-// 15 digits or a delay longer than a time.Duration give an error wrapping
-// ErrMalformed, as do a field that may appear once appearing twice and a
-// structured field that breaks RFC 9651 or lacks r (in RateLimit) or q (in
-// RateLimit-Policy). RateLimit in the dictionary syntax of draft 07 is
-// malformed too.
+// Counts and delays are decimal digits only: a sign, a fraction, over 15
+// digits, a delay past a time.Duration, a field that may appear once
+// appearing twice, and a structured field that breaks RFC 9651, lacks r or
+// q, or has draft 07's dictionary syntax give an error wrapping ErrMalformed.
 func Parse(h http.Header) ([]Info, error) {
 	first, err := parseFirst(h) // checks every field, the lists' items included
 	if err != nil {
