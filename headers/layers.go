@@ -30,9 +30,13 @@ func writeLayers(h Setter, d *core.Decision, layers []core.Decision, now time.Ti
 }
 
 // addStructuredList appends RateLimit and RateLimit-Policy to fs and buf:
-// an item for d, then one for every decision of layers but the first
-// that has d's Policy.Name (d's own). RateLimit-Policy is left out when
-// no decision carries a Policy with a rate.
+// an item for d, first, so that a client reading the first item (Parse)
+// agrees with X-RateLimit-Remaining; then one for every decision of
+// layers, in their order, but the first that has d's Policy.Name (d's
+// own; when none has it, every one follows d's item). A name that a
+// Structured Field string cannot hold, which a validated policy never
+// has, is left out of both lists. RateLimit-Policy is left out when no
+// decision carries a Policy with a rate.
 func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []core.Decision) []byte {
 	own := -1 // the index in layers of d's layer
 	for i := range layers {
@@ -98,27 +102,22 @@ func (fs *fieldSet) addStructuredList(buf []byte, d *core.Decision, layers []cor
 }
 
 // Parse reads the rate-limit fields of a response, as a client does: one
-// Decision per layer, the binding layer's first, as a Writer wrote them. A
-// layered API's client may send again only when every layer has room.
+// Decision per layer, the binding layer's first, as a Writer wrote them;
+// none for a response with no rate-limit field. A layered API's client may
+// send again only when every layer has room.
 //
-// Each Decision has what the fields carry and nothing else: Limit,
-// Remaining, ResetAfter, RetryAfter, and the Policy's Name, Limit (the q of
-// RateLimit-Policy) and Window (its w); Allowed and the rest stay zero
-// (the status tells whether the request passed). The first has every
-// family's fields, whatever the Writer's Config; where several families
-// carry the same value, the most specific is kept (the structured fields,
-// then Draft6, then XRateLimit), and X-RateLimit-Reset, an epoch, is read
-// as its delay from the response's Date. Each further item of the RateLimit
-// field gives one more Decision, with the q and w of the first
-// RateLimit-Policy item of its name. A response with no rate-limit field
-// gives none.
+// A Decision has what the fields carry: Limit, Remaining, ResetAfter,
+// RetryAfter, and the Policy's Name, Limit (RateLimit-Policy's q) and Window
+// (its w); Allowed and the rest stay zero (the status says whether the
+// request passed). The first has every family a Writer writes, whatever its
+// Config; of several that carry a value, the most specific is kept
+// (structured fields, then Draft6, then XRateLimit, whose Reset epoch is
+// read as its delay from the response's Date).
 //
-// Counts and delays are decimal digits only: a sign, a fraction, more than
-// 15 digits or a delay longer than a time.Duration give an error wrapping
-// ErrMalformed, as do a field that may appear once appearing twice and a
-// structured field that breaks RFC 9651 or lacks r (in RateLimit) or q (in
-// RateLimit-Policy). RateLimit in the dictionary syntax of draft 07 is
-// malformed too.
+// Counts and delays are decimal digits only: a sign, a fraction, over 15
+// digits, a delay past a time.Duration, a field that may appear once
+// appearing twice, and a structured field that breaks RFC 9651, lacks r or
+// q, or has draft 07's dictionary syntax give an error wrapping ErrMalformed.
 func Parse(h http.Header) ([]core.Decision, error) {
 	layers, err := parseLayers(h)
 	if err != nil || len(layers) == 0 {

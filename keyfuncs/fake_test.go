@@ -14,7 +14,6 @@ import (
 type fakeRequest struct {
 	remote  string
 	headers map[string][]string // canonical names
-	query   map[string]string
 	method  string
 	route   string
 	path    string

@@ -49,11 +49,10 @@ import (
 // Metrics counts the decisions of the Limiters it observes and reports
 // their store's health, as a prometheus.Collector. Give it to Limiters
 // with core.WithObserver: it is a core.Observer, and NewLimiter binds it to
-// the Limiter, resolving the Limiter's series once. Register it once on a
-// prometheus.Registerer. It keeps every Limiter bound to it for as long as
-// it lives, to read their health and deny cache at each scrape; two
-// Limiters bound to one Metrics must have policies of different Names.
-// It is safe for concurrent use.
+// the Limiter (see Bind). Register it once on a prometheus.Registerer. It
+// keeps every Limiter bound to it for as long as it lives, to read their
+// health and deny cache at each scrape; two Limiters bound to one Metrics
+// must have policies of different Names. It is safe for concurrent use.
 type Metrics struct {
 	decisions   *prometheus.Desc
 	nearLimit   *prometheus.Desc
