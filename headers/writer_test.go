@@ -1,6 +1,7 @@
 package headers
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -202,6 +203,29 @@ func TestWriterIntPair(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterBytesExtremes: a fastBytes gets the last block's text of
+// the longest numbers (a Limit of 19 digits, an X-RateLimit-Reset of 19
+// before 1970, the longest ResetAfter) as write sets them, for every
+// Config.
+func TestWriterBytesExtremes(t *testing.T) {
+	d := core.Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64 - 1, ResetAfter: math.MaxInt64}
+	now := time.Unix(-1<<62, 0)
+	for _, cfg := range []Config{Default(), {XRateLimit: true}, {Draft6: true}} {
+		for _, s := range []fastBytes{&bytesSetter{}, &pairSetter{}} {
+			w := NewWriter(cfg)
+			want := &bytesSetter{}
+			write(want, &d, now, cfg)
+			for range 2 { // the first makes the last block, the second shares it
+				w.Write(s, d, nil, now)
+			}
+			got := s.(interface{ values() map[string]string }).values()
+			assert.Equal(t, want.m, got, "%+v %T", cfg, s)
+		}
+	}
+}
+
+func (s *bytesSetter) values() map[string]string { return s.m }
 
 // TestWriterBackwards: a decision whose reset is earlier than the last
 // block's does not displace it; a later one does.
