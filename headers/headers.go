@@ -127,9 +127,10 @@ func write(h Setter, d *core.Decision, now time.Time, cfg Config) {
 // straight into its net/http Header map under the names as the standards
 // spell them ("X-RateLimit-Limit", "RateLimit-Limit"), which net/http
 // writes on the wire as they are: their values share one string and
-// their value slices one array, in two allocations. An http.Header itself gets the same,
-// but the names in canonical form ("X-Ratelimit-Limit"), as
-// http.Header.Set would put them, so that Get finds them. A fastBytes
+// their value slices one array, in two allocations. An http.Header
+// itself gets the same, but the names in canonical form
+// ("X-Ratelimit-Limit"), as http.Header.Set would put them, so that Get
+// finds them. A fastBytes
 // (Fiber's response) gets SetBytes calls with the names as the standards
 // spell them, from a reused buffer: no allocation. Any other Setter gets
 // Set calls with the names as spelled and values that share one string:
