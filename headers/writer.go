@@ -51,6 +51,13 @@ type sharedBlock struct {
 	limit, xreset, reset int64
 	vals                 [blockFields]string
 	buf                  [blockBytes]byte
+	// ends are where Limit's text ends in buf, X-RateLimit-Reset's, and
+	// RateLimit-Reset's (each starting where the one before ends), for
+	// a fastBytes's SetBytes. The three fit in buf, so that format never
+	// moves them out of it: 49 bytes at most (Limit's 19 digits, a
+	// negative X-RateLimit-Reset's 20, and RateLimit-Reset's 10, the
+	// seconds of a time.Duration).
+	ends [3]uint8
 }
 
 // leanBlock is a block that borrows Limit and Reset from the Writer's
@@ -201,12 +208,15 @@ func (b *sharedBlock) format(cfg Config) []byte {
 	text := b.buf[:0]
 	var limitText, xresetText, resetText string
 	limitText, text = appendValue(text, b.limit)
+	b.ends[0] = uint8(len(text))
 	if cfg.XRateLimit {
 		xresetText, text = appendValue(text, b.xreset)
 	}
+	b.ends[1] = uint8(len(text))
 	if cfg.Draft6 {
 		resetText, text = appendValue(text, b.reset)
 	}
+	b.ends[2] = uint8(len(text))
 	b.vals = [blockFields]string{limitText, "", xresetText, limitText, "", resetText}
 	return text
 }
@@ -295,27 +305,31 @@ func (w *Writer) writeBytes(h fastBytes, d *core.Decision, now time.Time) {
 		// Remaining formatted once, for both families, in the order
 		// X-RateLimit-Limit, -Remaining, RateLimit-Remaining, then the
 		// rest.
-		p.SetBytes(wireXRateLimitLimit, stringBytes(last.vals[0]))
+		p.SetBytes(wireXRateLimitLimit, last.limitText())
 		p.SetIntPair(wireXRateLimitRemaining, wireRateLimitRemaining, remaining)
-		p.SetBytes(wireXRateLimitReset, stringBytes(last.vals[2]))
-		p.SetBytes(wireRateLimitLimit, stringBytes(last.vals[3]))
-		p.SetBytes(wireRateLimitReset, stringBytes(last.vals[5]))
+		p.SetBytes(wireXRateLimitReset, last.xresetText())
+		p.SetBytes(wireRateLimitLimit, last.limitText())
+		p.SetBytes(wireRateLimitReset, last.resetText())
 		return
 	}
 	if cfg.XRateLimit {
-		h.SetBytes(wireXRateLimitLimit, stringBytes(last.vals[0]))
+		h.SetBytes(wireXRateLimitLimit, last.limitText())
 		h.SetInt(wireXRateLimitRemaining, remaining)
-		h.SetBytes(wireXRateLimitReset, stringBytes(last.vals[2]))
+		h.SetBytes(wireXRateLimitReset, last.xresetText())
 	}
 	if cfg.Draft6 {
-		h.SetBytes(wireRateLimitLimit, stringBytes(last.vals[3]))
+		h.SetBytes(wireRateLimitLimit, last.limitText())
 		h.SetInt(wireRateLimitRemaining, remaining)
-		h.SetBytes(wireRateLimitReset, stringBytes(last.vals[5]))
+		h.SetBytes(wireRateLimitReset, last.resetText())
 	}
 }
 
-// stringBytes is s as bytes, never written: a fastBytes copies them.
-func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+// limitText, xresetText and resetText are the text of b's Limit,
+// X-RateLimit-Reset and RateLimit-Reset, never written: a fastBytes
+// copies them.
+func (b *sharedBlock) limitText() []byte  { return b.buf[:b.ends[0]] }
+func (b *sharedBlock) xresetText() []byte { return b.buf[b.ends[0]:b.ends[1]] }
+func (b *sharedBlock) resetText() []byte  { return b.buf[b.ends[1]:b.ends[2]] }
 
 // set sets m's field name, canonicalized when canonical, to vals.
 func set(m http.Header, name string, vals []string, canonical bool) {
@@ -331,5 +345,11 @@ func set(m http.Header, name string, vals []string, canonical bool) {
 func appendValue(text []byte, n int64) (string, []byte) {
 	start := len(text)
 	text = strconv.AppendInt(text, n, 10)
+	// unsafe: a block's values share its text, so that a response costs one
+	// allocation, not one more per value formatted (string(text[start:])):
+	// 148 against 173 CPU-ns/op and 1 against 2 allocs/op, and 260 against
+	// 341 and 1 against 3 for clients taking turns (go test -run '^$'
+	// -bench 'Writer$/default/HeaderMap/(clients/)?Writer$' ./headers,
+	// median of 6 alternating runs, 2026-12-07).
 	return unsafe.String(&text[start], len(text)-start), text
 }

@@ -116,6 +116,12 @@ const (
 // values with the same address are the same code over the same captured
 // variables. A chain holds its next, so that the address cannot be reused
 // by another closure while it is cached.
+//
+// unsafe: Go has no safe identity of a closure (reflect's Pointer is its
+// code's, the same for every closure of one literal), and without the
+// cache each request builds its handler: 1 against 2 allocs/op and 659
+// against 691 CPU-ns/op (go test -run '^$' -bench 'BenchmarkEcho$/Limiter$'
+// ./adapters/echo, median of 6 alternating runs, 2026-12-07).
 func funcPointer(fn echo.HandlerFunc) unsafe.Pointer {
 	return *(*unsafe.Pointer)(unsafe.Pointer(&fn))
 }

@@ -3,6 +3,7 @@ package fiberlimit_test
 import (
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -92,6 +94,34 @@ func BenchmarkFiber(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFiberDenied measures a denied request: the 429, its
+// rate-limit fields and Retry-After (response.Set).
+func BenchmarkFiberDenied(b *testing.B) {
+	f, err := httplimit.New(adapterstest.NewStore(b), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	app := fiber.New()
+	app.Use(fiberlimit.New(f))
+	app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	h := app.Handler()
+	var req fasthttp.Request
+	req.Header.SetMethod("GET")
+	req.SetRequestURI(adapterstest.BenchPath)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
+	h(&ctx) // the one admitted
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		ctx.ResetUserValues()
+		h(&ctx)
+		if ctx.Response.StatusCode() != fiber.StatusTooManyRequests {
+			b.Fatal(ctx.Response.StatusCode())
+		}
+	}
 }
 
 func TestUnwrap(t *testing.T) {

@@ -28,7 +28,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -199,7 +198,7 @@ type response struct{ c *fiber.Ctx }
 // under which fasthttp's Peek, and so c.GetRespHeader, finds it; fasthttp
 // copies both key and value.
 func (w response) Set(key, value string) {
-	w.setBytes(key, unsafe.Slice(unsafe.StringData(value), len(value)))
+	w.setBytes(key, []byte(value))
 }
 
 // SetBytes is Set with the value in bytes, which fasthttp copies
@@ -228,7 +227,7 @@ func (w response) SetIntPair(key1, key2 string, n int64) {
 func (w response) setBytes(key string, value []byte) {
 	h := &w.c.Response().Header
 	if k := canonicalKey(key); k != "" {
-		h.SetCanonical(unsafe.Slice(unsafe.StringData(k), len(k)), value)
+		h.SetCanonical([]byte(k), value) // k is a constant's text: converted without a copy
 		return
 	}
 	h.SetBytesV(key, value)
