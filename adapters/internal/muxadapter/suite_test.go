@@ -8,7 +8,6 @@ import (
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
-	"github.com/apigate/ratelimit/reputation"
 )
 
 // harness builds the suite's apps on a ServeMux limited by limit.
@@ -72,35 +71,6 @@ func served(spec *adapterstest.Spec) http.HandlerFunc {
 	}
 }
 
-// A ServeMux tells its own 404 by the pattern; "/" is a catch-all it
-// cannot tell from a route, unless the handler marks it.
-func (harness) NotFoundIdioms() []adapterstest.NotFoundIdiom {
-	return []adapterstest.NotFoundIdiom{
-		{Name: "default"},
-		{Name: "FileServer", Static: true},
-		{Name: "catch-all", Handler: true, CatchAll: true},
-		{Name: "catch-all-marked", Handler: true, CatchAll: true, Marked: true, Static: true},
-	}
-}
-
-func (harness) ServeNotFound(t testing.TB, idiom adapterstest.NotFoundIdiom, f *httplimit.Flow, dir string) string {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(adapterstest.Body)) })
-	mux.HandleFunc("GET /files/{name}", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no such file", http.StatusNotFound) })
-	if idiom.Static {
-		mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.Dir(dir))))
-	}
-	if idiom.CatchAll {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			if idiom.Marked {
-				reputation.MarkUnrouted(r.Context())
-			}
-			http.Error(w, adapterstest.NotFoundBody, http.StatusNotFound)
-		})
-	}
-	return adapterstest.ListenHTTP(t, limit(f, mux))
-}
-
 // canonical reads the fields with http.Header.Get, in the handler, in a
 // handler around the limited mux, and on an httptest.ResponseRecorder.
 func canonical(_ testing.TB, f *httplimit.Flow, req adapterstest.Request, read *adapterstest.FieldReads) (int, func(string) string) {
@@ -126,7 +96,7 @@ func TestShadow(t *testing.T)           { adapterstest.RunShadow(t, harness{}) }
 func TestProblemDetails(t *testing.T)   { adapterstest.RunProblemDetails(t, harness{}) }
 func TestDoors(t *testing.T)            { adapterstest.RunDoors(t, harness{}) }
 func TestLayersOutage(t *testing.T)     { adapterstest.RunLayersOutage(t, harness{}) }
-func TestNotFound(t *testing.T)         { adapterstest.RunNotFound(t, harness{}) }
+func TestNotFound(t *testing.T)         { adapterstest.RunNotFound(t, adapterstest.ServeMuxNotFound(limit)) }
 
 // The cases that run on memory and on Redis share one redis-server.
 func TestRedis(t *testing.T) {
