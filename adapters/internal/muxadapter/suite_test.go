@@ -2,7 +2,6 @@ package muxadapter_test
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
@@ -11,7 +10,9 @@ import (
 )
 
 // harness builds the suite's apps on a ServeMux limited by limit.
-type harness struct{}
+type harness struct {
+	adapterstest.HTTPHarness[harness]
+}
 
 // Pattern turns "/users/:id" into the ServeMux's "/users/{id}", and "/"
 // into "/{$}", the pattern of the root alone.
@@ -19,32 +20,17 @@ func (harness) Pattern(p string) string {
 	if p == "/" {
 		return "/{$}"
 	}
-	parts := strings.Split(p, "/")
-	for i, s := range parts {
-		if strings.HasPrefix(s, ":") {
-			parts[i] = "{" + s[1:] + "}"
-		}
-	}
-	return strings.Join(parts, "/")
+	return adapterstest.BracePattern(p)
 }
 
-func (harness) UseSeesRoute() bool        { return true }
-func (harness) CancelsOnDisconnect() bool { return true }
+func (harness) UseSeesRoute() bool { return true }
 
-func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
-	return adapterstest.HTTPApp(h.handler(spec))
-}
-
-func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
-	return adapterstest.ListenHTTP(t, h.handler(spec))
-}
-
-// handler is the app of spec: a ServeMux, each route's limits around its
+// Handler is the app of spec: a ServeMux, each route's limits around its
 // handler, the global ones around the mux, the first outermost.
-func (h harness) handler(spec *adapterstest.Spec) http.Handler {
+func (h harness) Handler(spec *adapterstest.Spec) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range spec.Routes {
-		mux.Handle(rt.Method+" "+h.Pattern(rt.Path), chain(rt.Limits, served(spec)))
+		mux.Handle(rt.Method+" "+h.Pattern(rt.Path), chain(rt.Limits, spec))
 	}
 	app := chain(spec.Global, mux)
 	if auth := spec.Authenticate; auth != nil {
@@ -62,13 +48,6 @@ func chain(ms []adapterstest.Mount, next http.Handler) http.Handler {
 		next = limit(ms[i].Flow, next)
 	}
 	return next
-}
-
-func served(spec *adapterstest.Spec) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(spec.Answer(r.Context(), r.Header.Get))
-		_, _ = w.Write([]byte(adapterstest.Body))
-	}
 }
 
 // canonical reads the fields with http.Header.Get, in the handler, in a
