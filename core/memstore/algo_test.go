@@ -4,6 +4,7 @@ import (
 	"flag"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"testing"
 	"time"
 
@@ -61,18 +62,10 @@ func searchRef(lo, hi, est int64, passes func(int64) bool) (k int64, tests int) 
 }
 
 // bisect is the first k in [lo, hi] at which passes holds (hi passing
-// without a call), by bisection alone: the reference, whatever estimate.
+// without a call), by sort.Search's bisection alone: the reference,
+// whatever estimate, and none of firstPass's code.
 func bisect(lo, hi int64, passes func(int64) bool) int64 {
-	bad, good := lo-1, hi
-	for good-bad > 1 {
-		mid := bad + (good-bad)/2
-		if passes(mid) {
-			good = mid
-		} else {
-			bad = mid
-		}
-	}
-	return good
+	return lo + int64(sort.Search(int(hi-lo), func(i int) bool { return passes(lo + int64(i)) }))
 }
 
 // retrySearch re-runs the search of a denial of cost c at now against st
