@@ -17,21 +17,12 @@ const (
 	ms = time.Millisecond
 )
 
-// ok is an admitted request's Decision.
-func ok(remaining int64, resetAfter time.Duration) core.Decision {
-	return core.Decision{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
-}
-
-// queued is a Decision of the leaky bucket that admits the request after
-// delay.
-func queued(remaining int64, resetAfter, delay time.Duration) core.Decision {
-	return core.Decision{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Delay: delay}
-}
-
-// deny is a denied request's Decision.
-func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
-	return core.Decision{Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
-}
+// The Decisions the cases want, as storecasetest makes them.
+var (
+	ok     = storecasetest.OK
+	queued = storecasetest.Queued
+	deny   = storecasetest.Deny
+)
 
 // playCase plays c against store, failing at the first step whose
 // Decision is not the one wanted.

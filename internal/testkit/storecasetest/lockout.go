@@ -22,13 +22,13 @@ func locked(resetAfter, retryAfter time.Duration) core.Decision {
 func lockoutPattern(alg core.Algorithm) (first, second core.Decision) {
 	switch alg {
 	case core.SlidingWindowCounter:
-		return ok(1, 20*time.Second), ok(0, 20*time.Second)
+		return OK(1, 20*time.Second), OK(0, 20*time.Second)
 	case core.TokenBucket:
-		return ok(1, 5*time.Second), ok(0, 10*time.Second)
+		return OK(1, 5*time.Second), OK(0, 10*time.Second)
 	case core.LeakyBucket:
-		return ok(1, 5*time.Second), queued(0, 10*time.Second, 5*time.Second)
+		return OK(1, 5*time.Second), Queued(0, 10*time.Second, 5*time.Second)
 	}
-	return ok(1, 10*time.Second), ok(0, 10*time.Second)
+	return OK(1, 10*time.Second), OK(0, 10*time.Second)
 }
 
 // lockoutCases are the cases of core.Policy.Lockout, on every algorithm: the
@@ -87,12 +87,12 @@ func lockoutCases(alg core.Algorithm) []Case {
 	out := []Case{{Name: "lockout-escalation", Policy: p, Steps: steps}}
 	if alg == core.FixedWindow {
 		out = append(out, Case{Name: "lockout-outlasted-by-window", Policy: long, ViaLimiter: true, Steps: []Step{
-			{At: 5 * s, Want: ok(1, 55*s)},
-			{At: 5 * s, Want: ok(0, 55*s)},
+			{At: 5 * s, Want: OK(1, 55*s)},
+			{At: 5 * s, Want: OK(0, 55*s)},
 			{At: 5 * s, Want: locked(55*s, 55*s)},
 			{At: 30 * s, Want: locked(30*s, 30*s)},
-			{At: 60 * s, Want: ok(1, 60*s)},
-			{At: 60 * s, Want: ok(0, 60*s)},
+			{At: 60 * s, Want: OK(1, 60*s)},
+			{At: 60 * s, Want: OK(0, 60*s)},
 			// No escalation (Max 0): 10s, but the window's 60s are longer.
 			{At: 60 * s, Want: locked(60*s, 60*s)},
 		}})
@@ -101,25 +101,25 @@ func lockoutCases(alg core.Algorithm) []Case {
 		login.Lockout, login.LockoutMax = 30*time.Minute, 2*time.Hour
 		m := time.Minute
 		out = append(out, Case{Name: "lockout-login", Policy: login, ViaLimiter: true, Steps: []Step{
-			{At: 0, Want: ok(4, 15*m)},
-			{At: 1 * s, Want: ok(3, 15*m-1*s)},
-			{At: 2 * s, Want: ok(2, 15*m-2*s)},
-			{At: 3 * s, Want: ok(1, 15*m-3*s)},
-			{At: 4 * s, Want: ok(0, 15*m-4*s)},
+			{At: 0, Want: OK(4, 15*m)},
+			{At: 1 * s, Want: OK(3, 15*m-1*s)},
+			{At: 2 * s, Want: OK(2, 15*m-2*s)},
+			{At: 3 * s, Want: OK(1, 15*m-3*s)},
+			{At: 4 * s, Want: OK(0, 15*m-4*s)},
 			// The sixth attempt: locked out for 30 minutes, until 30m5s.
 			{At: 5 * s, Want: locked(30*m, 30*m)},
 			{At: 10 * m, Want: locked(20*m+5*s, 20*m+5*s)},
 			// The window [30m, 45m) is whole again once the lockout ends.
-			{At: 30*m + 5*s, Want: ok(4, 15*m-5*s)},
-			{At: 30*m + 6*s, Want: ok(3, 15*m-6*s)},
-			{At: 30*m + 7*s, Want: ok(2, 15*m-7*s)},
-			{At: 30*m + 8*s, Want: ok(1, 15*m-8*s)},
-			{At: 30*m + 9*s, Want: ok(0, 15*m-9*s)},
+			{At: 30*m + 5*s, Want: OK(4, 15*m-5*s)},
+			{At: 30*m + 6*s, Want: OK(3, 15*m-6*s)},
+			{At: 30*m + 7*s, Want: OK(2, 15*m-7*s)},
+			{At: 30*m + 8*s, Want: OK(1, 15*m-8*s)},
+			{At: 30*m + 9*s, Want: OK(0, 15*m-9*s)},
 			// Again: an hour, until 1h30m10s.
 			{At: 30*m + 10*s, Want: locked(60*m, 60*m)},
-			{At: 90*m + 10*s, Want: ok(4, 15*m-10*s)},
+			{At: 90*m + 10*s, Want: OK(4, 15*m-10*s)},
 			{At: 90*m + 11*s, Reset: true}, // a good login
-			{At: 90*m + 11*s, Want: ok(4, 15*m-11*s)},
+			{At: 90*m + 11*s, Want: OK(4, 15*m-11*s)},
 		}})
 	}
 	return out

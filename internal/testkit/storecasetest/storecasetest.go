@@ -100,19 +100,19 @@ type Step struct {
 	Want core.Decision
 }
 
-// ok is an admitted request's Decision.
-func ok(remaining int64, resetAfter time.Duration) core.Decision {
+// OK is an admitted request's Decision.
+func OK(remaining int64, resetAfter time.Duration) core.Decision {
 	return core.Decision{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
 }
 
-// queued is a Decision of the leaky bucket that admits the request after
+// Queued is a Decision of the leaky bucket that admits the request after
 // delay.
-func queued(remaining int64, resetAfter, delay time.Duration) core.Decision {
+func Queued(remaining int64, resetAfter, delay time.Duration) core.Decision {
 	return core.Decision{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Delay: delay}
 }
 
-// deny is a denied request's Decision.
-func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
+// Deny is a denied request's Decision.
+func Deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
 	return core.Decision{Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
