@@ -76,34 +76,26 @@ func TestNotFoundGroupMiddleware(t *testing.T) {
 // whose kind echolimit reads from the router's routes, in apps of 10 and
 // 200 routes.
 func BenchmarkNotFound(b *testing.B) {
-	for _, n := range []int{10, 200} {
-		b.Run(strconv.Itoa(n)+"routes", func(b *testing.B) {
-			rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "never", Above: 1e15, Ban: true}}})
-			if err != nil {
-				b.Fatal(err)
+	adapterstest.BenchNotFound(b, func(f *httplimit.Flow, routes int) *echo.Echo {
+		e := echo.New()
+		e.Use(echolimit.New(f))
+		for i := range routes {
+			e.GET("/r"+strconv.Itoa(i)+"/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+		}
+		e.RouteNotFound("/*", func(c echo.Context) error { return c.NoContent(http.StatusNotFound) })
+		return e
+	}, func(b *testing.B, e *echo.Echo) {
+		req := httptest.NewRequest("GET", adapterstest.BenchUnroutedPath, nil)
+		req.RemoteAddr = adapterstest.BenchPeer
+		b.ReportAllocs()
+		for b.Loop() {
+			w := httptest.NewRecorder()
+			e.ServeHTTP(w, req)
+			if w.Code != http.StatusNotFound {
+				b.Fatal(w.Code)
 			}
-			f, err := httplimit.New(adapterstest.NewStore(b), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000_000_000, Window: time.Hour}}}, httplimit.WithReputation(rep))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e := echo.New()
-			e.Use(echolimit.New(f))
-			for i := range n {
-				e.GET("/r"+strconv.Itoa(i)+"/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
-			}
-			e.RouteNotFound("/*", func(c echo.Context) error { return c.NoContent(http.StatusNotFound) })
-			req := httptest.NewRequest("GET", "/wp-admin/setup.php", nil)
-			req.RemoteAddr = adapterstest.BenchPeer
-			b.ReportAllocs()
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				e.ServeHTTP(w, req)
-				if w.Code != http.StatusNotFound {
-					b.Fatal(w.Code)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestNotFoundRoutesAddedLater: routes registered after the first 404

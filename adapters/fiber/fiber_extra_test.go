@@ -79,21 +79,36 @@ func BenchmarkFiber(b *testing.B) {
 		app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 		return app.Handler()
 	}, func(b *testing.B, h fasthttp.RequestHandler) {
-		var req fasthttp.Request
-		req.Header.SetMethod("GET")
-		req.SetRequestURI(adapterstest.BenchPath)
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
-		b.ReportAllocs()
-		for b.Loop() {
-			ctx.Response.Reset()
-			ctx.ResetUserValues() // as fasthttp's server does between requests
-			h(&ctx)
-			if ctx.Response.StatusCode() != fiber.StatusOK {
-				b.Fatal(ctx.Response.StatusCode())
-			}
-		}
+		benchServe(b, h, benchRequest(b, adapterstest.BenchPath), fiber.StatusOK)
 	})
+}
+
+// benchRequest is a GET of path from adapterstest.BenchPeer, in a
+// RequestCtx for benchServe.
+func benchRequest(b *testing.B, path string) *fasthttp.RequestCtx {
+	b.Helper()
+	var req fasthttp.Request
+	req.Header.SetMethod("GET")
+	req.SetRequestURI(path)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
+	return &ctx
+}
+
+// benchServe measures h serving ctx again and again, reset between
+// requests as fasthttp's server resets it, each answered with status
+// want.
+func benchServe(b *testing.B, h fasthttp.RequestHandler, ctx *fasthttp.RequestCtx, want int) {
+	b.Helper()
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		ctx.ResetUserValues() // as fasthttp's server does between requests
+		h(ctx)
+		if ctx.Response.StatusCode() != want {
+			b.Fatal(ctx.Response.StatusCode())
+		}
+	}
 }
 
 // BenchmarkFiberDenied measures a denied request: the 429, its
@@ -107,21 +122,9 @@ func BenchmarkFiberDenied(b *testing.B) {
 	app.Use(fiberlimit.New(f))
 	app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	h := app.Handler()
-	var req fasthttp.Request
-	req.Header.SetMethod("GET")
-	req.SetRequestURI(adapterstest.BenchPath)
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
-	h(&ctx) // the one admitted
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx.Response.Reset()
-		ctx.ResetUserValues()
-		h(&ctx)
-		if ctx.Response.StatusCode() != fiber.StatusTooManyRequests {
-			b.Fatal(ctx.Response.StatusCode())
-		}
-	}
+	ctx := benchRequest(b, adapterstest.BenchPath)
+	h(ctx) // the one admitted
+	benchServe(b, h, ctx, fiber.StatusTooManyRequests)
 }
 
 func TestUnwrap(t *testing.T) {

@@ -3,6 +3,7 @@ package adapterstest
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,6 +50,33 @@ func Bench[H any](b *testing.B, build func(f *httplimit.Flow) H, serve func(b *t
 		}
 		h := build(f)
 		b.Run(name, func(b *testing.B) { serve(b, h) })
+	}
+}
+
+// BenchUnroutedPath is the path BenchNotFound's apps route nowhere: a
+// scanner's probe.
+const BenchUnroutedPath = "/wp-admin/setup.php"
+
+// BenchNotFound runs an adapter's sub-benchmarks of a 404 with a
+// reputation (one that never bans), in apps of 10 and 200 routes. build
+// returns the app to measure: New(f) mounted for every request, routes
+// routes "/r<i>/:id", and whatever answers a path no
+// route serves (the framework's own 404 or the idiom's handler). serve
+// measures the app with b.Loop, on GET BenchUnroutedPath from BenchPeer,
+// wanting 404. Apps are built outside the measurement.
+func BenchNotFound[H any](b *testing.B, build func(f *httplimit.Flow, routes int) H, serve func(b *testing.B, h H)) {
+	for _, n := range []int{10, 200} {
+		b.Run(strconv.Itoa(n)+"routes", func(b *testing.B) {
+			rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "never", Above: 1e15, Ban: true}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			f, err := httplimit.New(NewStore(b), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000_000_000, Window: time.Hour}}}, httplimit.WithReputation(rep))
+			if err != nil {
+				b.Fatal(err)
+			}
+			serve(b, build(f, n))
+		})
 	}
 }
 
