@@ -2,7 +2,6 @@ package rediswatch_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -58,7 +57,7 @@ func TestScoresMatchMemory(t *testing.T) {
 		for j := range n {
 			require.InEpsilon(t, want[j].V, got[j], 1e-12, "step %d: the score", i+j)
 			require.Equal(t, want[j].At, at[j].UnixMicro(), "step %d: as of", i+j)
-			require.InEpsilon(t, want[j].V, stored(t, c, prefix+":"+keys[j]), 1e-12, "step %d: Redis's", i+j)
+			require.InEpsilon(t, want[j].V, redistest.Score(t, c, prefix+":"+keys[j]), 1e-12, "step %d: Redis's", i+j)
 		}
 		i += n
 	}
@@ -112,14 +111,4 @@ func TestScoresErrors(t *testing.T) {
 	}
 	_, err = rediswatch.NewScores(nil)
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
-}
-
-// stored reads key's score as Redis holds it (scores.lua's '<dd'), at
-// its last signal.
-func stored(t *testing.T, c redis.UniversalClient, key string) float64 {
-	t.Helper()
-	b, err := c.Get(context.Background(), key).Bytes()
-	require.NoError(t, err)
-	require.Len(t, b, 16)
-	return math.Float64frombits(binary.LittleEndian.Uint64(b[:8]))
 }

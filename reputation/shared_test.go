@@ -2,7 +2,6 @@ package reputation_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -33,16 +32,6 @@ func sharedOn(tb testing.TB, c redis.UniversalClient, prefix string, hl time.Dur
 	r, err := reputation.NewShared(remote, "s:", hl, maxKeys)
 	require.NoError(tb, err)
 	return r
-}
-
-// stored reads key's score as Redis holds it (scores.lua's '<dd'), at
-// its last signal.
-func stored(t *testing.T, c redis.UniversalClient, key string) float64 {
-	t.Helper()
-	b, err := c.Get(context.Background(), key).Bytes()
-	require.NoError(t, err)
-	require.Len(t, b, 16)
-	return math.Float64frombits(binary.LittleEndian.Uint64(b[:8]))
 }
 
 // TestSharedMatchesMemory: random histories of signals give the same
@@ -79,7 +68,7 @@ func TestSharedMatchesMemory(t *testing.T) {
 					require.NoError(t, err)
 					for k := range touched {
 						// What Redis holds, at its last signal, is the copy's.
-						require.InEpsilon(t, r.Last(k), stored(t, srv.Client(), prefix+":s:"+k), 1e-12, "step %d: Redis's %s", i, k)
+						require.InEpsilon(t, r.Last(k), redistest.Score(t, srv.Client(), prefix+":s:"+k), 1e-12, "step %d: Redis's %s", i, k)
 						require.InEpsilon(t, m.Get(k, now.Add(time.Second)), r.Get(k, now.Add(time.Second)), 1e-12, "step %d: %s", i, k)
 					}
 					clear(touched)
@@ -111,7 +100,7 @@ func TestSharedWrittenBehind(t *testing.T) {
 	// A flush a reputation.FlushEvery while the signals come, and one after: a slow
 	// machine makes took longer, and the bound with it.
 	assert.LessOrEqual(t, ran, int64(took/reputation.FlushEvery)+3, "one script a flush for %v of signals", took)
-	assert.Equal(t, 20_000.0, stored(t, c, prefix+":s:flood"), "every signal counted in Redis")
+	assert.Equal(t, 20_000.0, redistest.Score(t, c, prefix+":s:flood"), "every signal counted in Redis")
 	assert.Equal(t, 20_000.0, r.Get("flood", t0))
 	t.Logf("20,000 signals in %v: %d scripts", took, ran)
 
@@ -128,7 +117,7 @@ func TestSharedWrittenBehind(t *testing.T) {
 	assert.Equal(t, 100.0, r.Get("frozen", t0), "counted in the copy meanwhile")
 	srv.Thaw()
 	waitIdle(t, r)
-	assert.Equal(t, 100.0, stored(t, c, prefix+":s:frozen"), "shared once thawed")
+	assert.Equal(t, 100.0, redistest.Score(t, c, prefix+":s:frozen"), "shared once thawed")
 }
 
 // TestSharedAcrossServers: a flush brings to each server the score every
@@ -230,7 +219,7 @@ func TestSharedSync(t *testing.T) {
 	assert.Equal(t, 100.0, a.Get("frozen", t0), "counted in the copy")
 	srv.Thaw()
 	waitIdle(t, a)
-	assert.InDelta(t, 99.5, stored(t, c, prefix+":s:frozen"), 0.5, "in Redis once thawed (the timed-out script's one, if Redis read it before the client left)")
+	assert.InDelta(t, 99.5, redistest.Score(t, c, prefix+":s:frozen"), 0.5, "in Redis once thawed (the timed-out script's one, if Redis read it before the client left)")
 	mu.Lock()
 	assert.NotEmpty(t, errs, "the failure heard")
 	mu.Unlock()
@@ -274,7 +263,7 @@ func TestSharedAtomic(t *testing.T) {
 		require.NoError(t, err)
 		s.HoldFlusher(false)
 	}
-	assert.Equal(t, 200.0, stored(t, srv.Client(), prefix+":s:k"), "every signal counted")
+	assert.Equal(t, 200.0, redistest.Score(t, srv.Client(), prefix+":s:k"), "every signal counted")
 	assert.Equal(t, 200.0, servers[1].Get("k", t0), "the last to flush has them all")
 	ttl, err := srv.Client().PTTL(ctx, prefix+":s:k").Result()
 	require.NoError(t, err)
@@ -356,7 +345,7 @@ func TestSharedCluster(t *testing.T) {
 	assert.Equal(t, 200, n)
 	for i := range 200 {
 		key := fmt.Sprintf("k%d", i)
-		assert.Equal(t, float64(i%5+1), stored(t, c, prefix+":s:"+key), key)
+		assert.Equal(t, float64(i%5+1), redistest.Score(t, c, prefix+":s:"+key), key)
 		_, err := b.Add(ctx, key, 1, t0)
 		require.NoError(t, err)
 		v, ok := b.Sync(ctx, key)
@@ -418,7 +407,7 @@ func TestSharedQueueBounded(t *testing.T) {
 	assert.LessOrEqual(t, queued, 160, "queued")
 	assert.LessOrEqual(t, r.CopyLen(), 160, "the copy")
 	waitIdle(t, r)
-	assert.Equal(t, 50.0, stored(t, c, prefix+":s:scanner"))
+	assert.Equal(t, 50.0, redistest.Score(t, c, prefix+":s:scanner"))
 }
 
 // lifetime is how long, in µs, a score of v takes to decay below

@@ -2,10 +2,8 @@ package adapterstest
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -169,14 +167,10 @@ func RunReputation(t *testing.T, h SocketHarness, srv *redistest.Server) {
 				assert.Equal(t, before, signals(), "signals scored for 200 banned requests")
 				if be.redis {
 					// And the score Redis holds carries no signal later than
-					// the ban: its state is '<dd', the score and its last
-					// signal's time in µs (rediswatch/scores.lua).
+					// the ban.
 					key := "ip:" + ip // the client's key, as the Tracker scores it
 					require.Positive(t, reps[0].Score(key), "the scanner's signals were heard")
-					state, err := srv.Client().Get(context.Background(), "ratelimit:rep:s:"+key).Bytes()
-					require.NoError(t, err, "the scanner's score in Redis")
-					require.Len(t, state, 16)
-					last := time.UnixMicro(int64(math.Float64frombits(binary.LittleEndian.Uint64(state[8:]))))
+					_, last := redistest.ScoreState(t, srv.Client(), "ratelimit:rep:s:"+key)
 					assert.True(t, last.Before(banned), "the score's last signal, %v after the ban, is older than it", last.Sub(banned))
 
 					// The other server holds the ban within a second of it
