@@ -22,16 +22,48 @@ import (
 	"github.com/apigate/ratelimit/reputation"
 )
 
-// sharedOn returns a set of scores shared through c under keys
-// prefix+":s:"+key, halving every hl, with a copy of at most maxKeys: as
-// a Tracker keeps its clients' scores with rediswatch.NewScores.
-func sharedOn(tb testing.TB, c redis.UniversalClient, prefix string, hl time.Duration, maxKeys int) *reputation.Shared {
+// A keyspace is where a test's sets of scores meet: a Redis client and a
+// key prefix of the test's own.
+type keyspace struct {
+	c      redis.UniversalClient
+	prefix string
+}
+
+// newKeyspace returns a keyspace on c under a new prefix, named after tb.
+func newKeyspace(tb testing.TB, c redis.UniversalClient) keyspace {
+	return keyspace{c, fmt.Sprintf("%s-%d", tb.Name(), rand.Int64())}
+}
+
+// shared returns a set of scores shared through ks.c under the keys
+// ks.key(key), halving every hl, with a copy of at most maxKeys: as a
+// Tracker keeps its clients' scores with rediswatch.NewScores.
+func (ks keyspace) shared(tb testing.TB, hl time.Duration, maxKeys int) *reputation.Shared {
 	tb.Helper()
-	remote, err := rediswatch.NewScores(c, rediswatch.WithKey(prefix))
+	remote, err := rediswatch.NewScores(ks.c, rediswatch.WithKey(ks.prefix))
 	require.NoError(tb, err)
 	r, err := reputation.NewShared(remote, "s:", hl, maxKeys)
 	require.NoError(tb, err)
 	return r
+}
+
+// key is the Redis key of a client's score.
+func (ks keyspace) key(key string) string { return ks.prefix + ":s:" + key }
+
+// timeoutClient returns a client of srv whose commands end at their
+// context's deadline (ContextTimeoutEnabled), as docs/redis.md asks of a
+// Tracker's, closed when the test ends.
+func timeoutClient(tb testing.TB, srv *redistest.Server) *redis.Client {
+	o := srv.Options()
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// stored reads key's score as Redis holds it, at its last signal.
+func (ks keyspace) stored(t *testing.T, key string) float64 {
+	t.Helper()
+	return redistest.Score(t, ks.c, ks.key(key))
 }
 
 // TestSharedMatchesMemory: random histories of signals give the same
@@ -44,9 +76,8 @@ func TestSharedMatchesMemory(t *testing.T) {
 		t.Run(fmt.Sprintf("flushed every %d", every), func(t *testing.T) {
 			m, err := scores.NewMemory(10*time.Second, 10_000)
 			require.NoError(t, err)
-			srv := redistest.Start(t)
-			prefix := fmt.Sprintf("match-%d", rand.Int64())
-			r := sharedOn(t, srv.Client(), prefix, 10*time.Second, 10_000)
+			ks := newKeyspace(t, redistest.Start(t).Client())
+			r := ks.shared(t, 10*time.Second, 10_000)
 			rng := rand.New(rand.NewPCG(1, uint64(every)))
 			now := t0
 			touched := map[string]bool{}
@@ -68,7 +99,7 @@ func TestSharedMatchesMemory(t *testing.T) {
 					require.NoError(t, err)
 					for k := range touched {
 						// What Redis holds, at its last signal, is the copy's.
-						require.InEpsilon(t, r.Last(k), redistest.Score(t, srv.Client(), prefix+":s:"+k), 1e-12, "step %d: Redis's %s", i, k)
+						require.InEpsilon(t, r.Last(k), ks.stored(t, k), 1e-12, "step %d: Redis's %s", i, k)
 						require.InEpsilon(t, m.Get(k, now.Add(time.Second)), r.Get(k, now.Add(time.Second)), 1e-12, "step %d: %s", i, k)
 					}
 					clear(touched)
@@ -87,8 +118,8 @@ func TestSharedWrittenBehind(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	sent := redistest.CountScripts(c)
-	prefix := fmt.Sprintf("behind-%d", rand.Int64())
-	r := sharedOn(t, c, prefix, time.Hour, 1000)
+	ks := newKeyspace(t, c)
+	r := ks.shared(t, time.Hour, 1000)
 	start := time.Now()
 	for range 20_000 {
 		_, err := r.Add(ctx, "flood", 1, t0)
@@ -100,7 +131,7 @@ func TestSharedWrittenBehind(t *testing.T) {
 	// A flush a reputation.FlushEvery while the signals come, and one after: a slow
 	// machine makes took longer, and the bound with it.
 	assert.LessOrEqual(t, ran, int64(took/reputation.FlushEvery)+3, "one script a flush for %v of signals", took)
-	assert.Equal(t, 20_000.0, redistest.Score(t, c, prefix+":s:flood"), "every signal counted in Redis")
+	assert.Equal(t, 20_000.0, ks.stored(t, "flood"), "every signal counted in Redis")
 	assert.Equal(t, 20_000.0, r.Get("flood", t0))
 	t.Logf("20,000 signals in %v: %d scripts", took, ran)
 
@@ -117,17 +148,15 @@ func TestSharedWrittenBehind(t *testing.T) {
 	assert.Equal(t, 100.0, r.Get("frozen", t0), "counted in the copy meanwhile")
 	srv.Thaw()
 	waitIdle(t, r)
-	assert.Equal(t, 100.0, redistest.Score(t, c, prefix+":s:frozen"), "shared once thawed")
+	assert.Equal(t, 100.0, ks.stored(t, "frozen"), "shared once thawed")
 }
 
 // TestSharedAcrossServers: a flush brings to each server the score every
 // server's signals made, and OnShared hears it.
 func TestSharedAcrossServers(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	prefix := fmt.Sprintf("shared-%d", rand.Int64())
-	a := sharedOn(t, srv.Client(), prefix, time.Hour, 100)
-	b := sharedOn(t, srv.Client(), prefix, time.Hour, 100)
+	ks := newKeyspace(t, redistest.Start(t).Client())
+	a, b := ks.shared(t, time.Hour, 100), ks.shared(t, time.Hour, 100)
 	type heard struct{ before, after float64 }
 	var mu sync.Mutex
 	var got []heard
@@ -159,13 +188,9 @@ func TestSharedAcrossServers(t *testing.T) {
 func TestSharedSync(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	prefix := fmt.Sprintf("sync-%d", rand.Int64())
-	opts := srv.Options()
-	opts.ContextTimeoutEnabled = true
-	c := redis.NewClient(opts)
-	t.Cleanup(func() { _ = c.Close() })
-	a := sharedOn(t, c, prefix, time.Hour, 100)
-	b := sharedOn(t, c, prefix, time.Hour, 100)
+	c := timeoutClient(t, srv)
+	ks := newKeyspace(t, c)
+	a, b := ks.shared(t, time.Hour, 100), ks.shared(t, time.Hour, 100)
 	_, err := a.Add(ctx, "warm", 1, t0) // loads the script: no NOSCRIPT to count
 	require.NoError(t, err)
 	_, ok := a.Sync(ctx, "warm")
@@ -219,7 +244,7 @@ func TestSharedSync(t *testing.T) {
 	assert.Equal(t, 100.0, a.Get("frozen", t0), "counted in the copy")
 	srv.Thaw()
 	waitIdle(t, a)
-	assert.InDelta(t, 99.5, redistest.Score(t, c, prefix+":s:frozen"), 0.5, "in Redis once thawed (the timed-out script's one, if Redis read it before the client left)")
+	assert.InDelta(t, 99.5, ks.stored(t, "frozen"), 0.5, "in Redis once thawed (the timed-out script's one, if Redis read it before the client left)")
 	mu.Lock()
 	assert.NotEmpty(t, errs, "the failure heard")
 	mu.Unlock()
@@ -236,12 +261,12 @@ func waitIdle(t *testing.T, r *reputation.Shared) {
 func TestSharedAtomic(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	prefix := fmt.Sprintf("atomic-%d", rand.Int64())
+	ks := newKeyspace(t, srv.Client())
 	var servers []*reputation.Shared
 	for range 2 {
 		c := redis.NewClient(srv.Options())
 		t.Cleanup(func() { _ = c.Close() })
-		r := sharedOn(t, c, prefix, time.Hour, 100)
+		r := keyspace{c, ks.prefix}.shared(t, time.Hour, 100) // an app server's own client
 		servers = append(servers, r)
 		// No flusher of its own: one that flushed before the test's
 		// Flush (200 Adds outlasting reputation.FlushEvery on a slow machine) would
@@ -263,9 +288,9 @@ func TestSharedAtomic(t *testing.T) {
 		require.NoError(t, err)
 		s.HoldFlusher(false)
 	}
-	assert.Equal(t, 200.0, redistest.Score(t, srv.Client(), prefix+":s:k"), "every signal counted")
+	assert.Equal(t, 200.0, ks.stored(t, "k"), "every signal counted")
 	assert.Equal(t, 200.0, servers[1].Get("k", t0), "the last to flush has them all")
-	ttl, err := srv.Client().PTTL(ctx, prefix+":s:k").Result()
+	ttl, err := ks.c.PTTL(ctx, ks.key("k")).Result()
 	require.NoError(t, err)
 	want := time.Duration(lifetime(200, time.Hour.Microseconds())) * time.Microsecond
 	assert.InDelta(t, float64(want), float64(ttl), float64(2*time.Second), "forgotten when it decays below %v", scores.Forgotten)
@@ -283,18 +308,14 @@ func TestSharedAtomic(t *testing.T) {
 // flood), with the scripts Redis ran per signal.
 func BenchmarkSharedSignal(b *testing.B) {
 	ctx := context.Background()
-	srv := redistest.Start(b)
-	o := srv.Options()
-	o.ContextTimeoutEnabled = true
-	c := redis.NewClient(o)
-	b.Cleanup(func() { _ = c.Close() })
+	c := timeoutClient(b, redistest.Start(b))
 	for _, parallel := range []bool{false, true} {
 		name := "one-at-a-time"
 		if parallel {
 			name = "flood-one-key"
 		}
 		b.Run(name, func(b *testing.B) {
-			r := sharedOn(b, c, fmt.Sprintf("bench-%d", rand.Int64()), time.Hour, 1000)
+			r := newKeyspace(b, c).shared(b, time.Hour, 1000)
 			signal := func() {
 				if _, err := r.Add(ctx, "k", 1, time.Time{}); err != nil {
 					b.Error(err)
@@ -328,11 +349,8 @@ func BenchmarkSharedSignal(b *testing.B) {
 // each what one process would hold.
 func TestSharedCluster(t *testing.T) {
 	ctx := context.Background()
-	cl := redistest.StartCluster(t)
-	c := cl.Client()
-	prefix := fmt.Sprintf("cluster-%d", rand.Int64())
-	a := sharedOn(t, c, prefix, time.Hour, 1000)
-	b := sharedOn(t, c, prefix, time.Hour, 1000)
+	ks := newKeyspace(t, redistest.StartCluster(t).Client())
+	a, b := ks.shared(t, time.Hour, 1000), ks.shared(t, time.Hour, 1000)
 	for i := range 200 {
 		key := fmt.Sprintf("k%d", i)
 		for range i%5 + 1 {
@@ -345,7 +363,7 @@ func TestSharedCluster(t *testing.T) {
 	assert.Equal(t, 200, n)
 	for i := range 200 {
 		key := fmt.Sprintf("k%d", i)
-		assert.Equal(t, float64(i%5+1), redistest.Score(t, c, prefix+":s:"+key), key)
+		assert.Equal(t, float64(i%5+1), ks.stored(t, key), key)
 		_, err := b.Add(ctx, key, 1, t0)
 		require.NoError(t, err)
 		v, ok := b.Sync(ctx, key)
@@ -368,7 +386,7 @@ func TestSharedRedisFull(t *testing.T) {
 	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
 	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { _ = c.ConfigSet(ctx, "maxmemory", "0").Err() })
-	r := sharedOn(t, c, fmt.Sprintf("full-%d", rand.Int64()), time.Hour, 100)
+	r := newKeyspace(t, c).shared(t, time.Hour, 100)
 	var heard []error
 	var mu sync.Mutex
 	r.OnShared(nil, func(err error) { mu.Lock(); heard = append(heard, err); mu.Unlock() })
@@ -393,9 +411,8 @@ func TestSharedRedisFull(t *testing.T) {
 func TestSharedQueueBounded(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	c := srv.Client()
-	prefix := fmt.Sprintf("bounded-%d", rand.Int64())
-	r := sharedOn(t, c, prefix, time.Hour, 160)
+	ks := newKeyspace(t, srv.Client())
+	r := ks.shared(t, time.Hour, 160)
 	_, err := r.Add(ctx, "scanner", 50, t0)
 	require.NoError(t, err)
 	for i := range 10_000 {
@@ -407,7 +424,7 @@ func TestSharedQueueBounded(t *testing.T) {
 	assert.LessOrEqual(t, queued, 160, "queued")
 	assert.LessOrEqual(t, r.CopyLen(), 160, "the copy")
 	waitIdle(t, r)
-	assert.Equal(t, 50.0, redistest.Score(t, c, prefix+":s:scanner"))
+	assert.Equal(t, 50.0, ks.stored(t, "scanner"))
 }
 
 // lifetime is how long, in µs, a score of v takes to decay below
