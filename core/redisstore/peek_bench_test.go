@@ -21,71 +21,50 @@ func BenchmarkPeek(b *testing.B) {
 	srv := redistest.Start(b)
 	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
 	ctx := context.Background()
-	var before int64
-	start := func(b *testing.B) {
-		before = scriptMicros(b, srv)
+	// measure runs b on reqs: a take to warm up (and leave some state),
+	// then a peek, or a take, of reqs each time, every one passing.
+	measure := func(b *testing.B, peek bool, reqs []core.Request) {
+		out := make([]core.Decision, len(reqs))
+		if err := errOf(s.Take(ctx, time.Time{}, reqs, out)); err != nil {
+			b.Fatal(err)
+		}
+		before := scriptMicros(b, srv)
 		b.ReportAllocs()
-	}
-	report := func(b *testing.B) {
+		for b.Loop() {
+			var err error
+			if peek {
+				err = s.Peek(ctx, time.Time{}, reqs, out)
+			} else {
+				_, err = s.Take(ctx, time.Time{}, reqs, out)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !out[0].Allowed {
+				b.Fatal("denied")
+			}
+		}
 		b.ReportMetric(float64(scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
 	}
 	for _, p := range policies(limits.MaxLogLimit, time.Second) {
-		for _, cost := range []int64{1, 0} {
+		for _, peek := range []bool{false, true} {
 			name := "take/"
-			if cost == 0 {
+			if peek {
 				name = "peek/"
 			}
-			reqs, out := []core.Request{{Key: "hot", Policy: p, Cost: 1}}, make([]core.Decision, 1)
-			b.Run(name+string(p.Algorithm), func(b *testing.B) {
-				if _, err := s.Take(ctx, time.Time{}, reqs, out); err != nil { // warm up, and some state
-					b.Fatal(err)
-				}
-				start(b)
-				for b.Loop() {
-					var err error
-					if cost == 0 {
-						err = s.Peek(ctx, time.Time{}, reqs, out)
-					} else {
-						_, err = s.Take(ctx, time.Time{}, reqs, out)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				report(b)
-			})
+			reqs := []core.Request{{Key: "hot", Policy: p, Cost: 1}}
+			b.Run(name+string(p.Algorithm), func(b *testing.B) { measure(b, peek, reqs) })
 		}
 	}
-	for _, cost := range []int64{1, 0} {
+	for _, peek := range []bool{false, true} {
 		name := "takeall-4"
-		if cost == 0 {
+		if peek {
 			name = "peekall-4"
 		}
 		reqs := fourLayers("bench", time.Time{})
 		for i := range reqs {
 			reqs[i].Policy.Limit, reqs[i].Policy.Window = limits.MaxLogLimit, time.Second
 		}
-		out := make([]core.Decision, len(reqs))
-		b.Run(name, func(b *testing.B) {
-			if err := errOf(s.Take(ctx, time.Time{}, reqs, out)); err != nil { // warm up, and some state
-				b.Fatal(err)
-			}
-			start(b)
-			for b.Loop() {
-				var err error
-				if cost == 0 {
-					err = s.Peek(ctx, time.Time{}, reqs, out)
-				} else {
-					_, err = s.Take(ctx, time.Time{}, reqs, out)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				if !out[0].Allowed {
-					b.Fatal("denied")
-				}
-			}
-			report(b)
-		})
+		b.Run(name, func(b *testing.B) { measure(b, peek, reqs) })
 	}
 }
