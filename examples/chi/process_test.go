@@ -139,16 +139,9 @@ func TestProcessMalformedDenyFile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the example binary")
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool in PATH")
-	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "chi-example")
-	bctx, cancel := context.WithTimeout(context.Background(), testwait.D(3*time.Minute))
-	defer cancel()
-	built, err := exec.CommandContext(bctx, goTool, "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", built)
+	gobuild.Build(t, ".", bin, ".") // as TestProcess builds it
 	deny := filepath.Join(dir, "deny.txt")
 	require.NoError(t, os.WriteFile(deny, []byte("# blocked\n203.0.113.7\n10.1.2.3/8\n"), 0o600))
 
@@ -158,7 +151,7 @@ func TestProcessMalformedDenyFile(t *testing.T) {
 	cmd.Env = append(environWithout("ADDR", "REDIS_URL", demo.DenyFileEnv), "ADDR=127.0.0.1:0", demo.DenyFileEnv+"="+deny)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "the example must fail; stdout %s", stdout.String())
 	assert.Equal(t, 1, exit.ExitCode(), "exit status")

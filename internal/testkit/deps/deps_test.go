@@ -46,10 +46,7 @@ type graph map[string][]string
 // returns the import graph of them and everything they import.
 func load(t *testing.T, pkgs ...string) graph {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool in PATH")
-	}
+	goTool := gobuild.Tool(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(2*time.Minute))
 	defer cancel()
 	args := append([]string{"list", "-e", "-deps", "-json=ImportPath,Imports,Error,DepsErrors"}, pkgs...)
@@ -175,13 +172,7 @@ func TestApps(t *testing.T) {
 // TestAppsBuild: the applications compile (go vet type-checks them), so
 // that they do not rot as the API changes.
 func TestAppsBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("type-checks three Gin applications")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool in PATH")
-	}
+	goTool := gobuild.Tool(t, "type-checks three Gin applications")
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(5*time.Minute))
 	defer cancel()
 	// -race when this test is, so that vet reads what the run compiled

@@ -30,16 +30,29 @@ func Flags() []string {
 	return nil
 }
 
-// Build runs `go build -o out pkgs...` in dir, with Flags, and fails tb
-// with the command's output if it fails. out is a file, or a directory
-// when it ends with a path separator, as for go build -o. It skips tb when
-// there is no go command in PATH.
-func Build(tb testing.TB, dir, out string, pkgs ...string) {
+// Tool returns the path of the go command, for a test that runs it. It
+// skips tb when there is no go command in PATH, and, under -short, when
+// slow says what slow thing the test does with it ("builds and runs the
+// example"); slow is "" for a test quick enough to run under -short too.
+func Tool(tb testing.TB, slow string) string {
 	tb.Helper()
+	if slow != "" && testing.Short() {
+		tb.Skip(slow)
+	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		tb.Skip("no go tool in PATH")
 	}
+	return goTool
+}
+
+// Build runs `go build -o out pkgs...` in dir, with Flags, and fails tb
+// with the command's output if it fails. out is a file, or a directory
+// when it ends with a path separator, as for go build -o. It skips tb when
+// there is no go command in PATH (Tool).
+func Build(tb testing.TB, dir, out string, pkgs ...string) {
+	tb.Helper()
+	goTool := Tool(tb, "")
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	args := append(append([]string{"build"}, Flags()...), "-o", out)

@@ -75,7 +75,9 @@ var packageClause = regexp.MustCompile(`(?m)\A(?:\s*(?://[^\n]*)?\n)*package\s+\
 // its directory) and its dependencies as its go.mod says, offline, from
 // the module cache that the tests of the repository fill. It returns the
 // compiler's complaints, positions given in the Markdown files
-// ("README.md:75:2: undefined: x"), or "" when all compiled.
+// ("README.md:75:2: undefined: x"), or "" when all compiled. Under
+// -short, or with no go command, it skips t once it needs the compiler
+// (gobuild.Tool).
 func build(t *testing.T, snippets []snippet) string {
 	t.Helper()
 	abs, err := filepath.Abs(root)
@@ -112,10 +114,7 @@ func build(t *testing.T, snippets []snippet) string {
 		return strings.Join(problems, "\n")
 	}
 
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool in PATH")
-	}
+	goTool := gobuild.Tool(t, "compiles Go snippets with the go command")
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.D(8*time.Minute)) // a cold cache on a busy machine
 	defer cancel()
 	// -race when this test is: the packages are then those the test run
@@ -162,9 +161,6 @@ func docs(t *testing.T) []snippet {
 
 // TestSnippets compiles every Go snippet of README.md and docs/*.md.
 func TestSnippets(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles the documentation's snippets")
-	}
 	snippets := docs(t)
 	require.GreaterOrEqual(t, len(snippets), 10, "the README and the guides have snippets")
 	if problems := build(t, snippets); problems != "" {
@@ -176,9 +172,6 @@ func TestSnippets(t *testing.T) {
 // its file, line and the compiler's complaint, and for a fragment without
 // a package clause; it passes a good one.
 func TestHarness(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the go command")
-	}
 	md := "# Guide\n\nText.\n\n```go\npackage main\n\nimport \"github.com/apigate/ratelimit/core\"\n\nfunc main() {\n\t_ = core.NoSuchName\n}\n```\n\n" +
 		"```go\nlimiter, err := core.NewLimiter(store, policy)\n```\n\n" +
 		"```go\n// A good one.\npackage main\n\nimport \"github.com/apigate/ratelimit/core\"\n\nfunc main() { _ = core.TokenBucket }\n```\n" +
