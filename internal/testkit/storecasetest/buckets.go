@@ -87,16 +87,7 @@ func tokenBucketCases() []Case {
 			{At: 1300 * ms, Cost: 10, Want: OK(0, 1000*ms)},
 		}},
 		// One token per 500ms.
-		{Name: "isolation", Policy: tb(2, time.Second, 0), Steps: []Step{
-			{At: 0, Want: OK(1, 500*ms)},
-			{At: 0, Want: OK(0, 1000*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 500*ms)},
-			{At: 0, Key: "other", Want: OK(1, 500*ms)},
-			{At: 0, PolicyName: "other-policy", Want: OK(1, 500*ms)},
-			{At: 0, Key: "other", Want: OK(0, 1000*ms)},
-			{At: 0, Key: "other", Want: Deny(0, 1000*ms, 500*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 500*ms)},
-		}},
+		isolation(tb(2, time.Second, 0), OK(1, 500*ms), OK(0, 1000*ms), Deny(0, 1000*ms, 500*ms)),
 		{Name: "reset", Policy: tb(2, time.Second, 0), Steps: []Step{
 			{At: 0, Want: OK(1, 500*ms)},
 			{At: 0, Want: OK(0, 1000*ms)},
@@ -172,16 +163,7 @@ func leakyBucketCases() []Case {
 			{At: 334 * ms, Want: Queued(0, 1000*ms, 666*ms)},
 		}},
 		// One unit per 500ms.
-		{Name: "isolation", Policy: lb(2, time.Second, 0), Steps: []Step{
-			{At: 0, Want: Queued(1, 500*ms, 0)},
-			{At: 0, Want: Queued(0, 1000*ms, 500*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 500*ms)},
-			{At: 0, Key: "other", Want: Queued(1, 500*ms, 0)},
-			{At: 0, PolicyName: "other-policy", Want: Queued(1, 500*ms, 0)},
-			{At: 0, Key: "other", Want: Queued(0, 1000*ms, 500*ms)},
-			{At: 0, Key: "other", Want: Deny(0, 1000*ms, 500*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 500*ms)},
-		}},
+		isolation(lb(2, time.Second, 0), Queued(1, 500*ms, 0), Queued(0, 1000*ms, 500*ms), Deny(0, 1000*ms, 500*ms)),
 		{Name: "reset", Policy: lb(2, time.Second, 0), Steps: []Step{
 			{At: 0, Want: Queued(1, 500*ms, 0)},
 			{At: 0, Want: Queued(0, 1000*ms, 500*ms)},

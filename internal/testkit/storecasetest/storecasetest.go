@@ -116,6 +116,24 @@ func Deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
 	return core.Decision{Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
+// isolation is the case "isolation" of p, a policy of capacity 2, the
+// same script for every algorithm: at one instant, a client's first three
+// requests get first, second and denied; another client's (Key "other")
+// get the same, and the first client's under another policy gets first,
+// each having a quota of its own; the first client is still denied.
+func isolation(p core.Policy, first, second, denied core.Decision) Case {
+	return Case{Name: "isolation", Policy: p, Steps: []Step{
+		{At: 0, Want: first},
+		{At: 0, Want: second},
+		{At: 0, Want: denied},
+		{At: 0, Key: "other", Want: first},               // another client
+		{At: 0, PolicyName: "other-policy", Want: first}, // another policy
+		{At: 0, Key: "other", Want: second},
+		{At: 0, Key: "other", Want: denied},
+		{At: 0, Want: denied},
+	}}
+}
+
 // policy returns the policy alg, limit per window, burst, named after its
 // fields as a Limiter would name it.
 func policy(alg core.Algorithm, limit int64, window time.Duration, burst int64) core.Policy {

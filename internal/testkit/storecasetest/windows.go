@@ -73,16 +73,7 @@ func fixedWindowCases() []Case {
 			{At: 1000 * ms, Cost: 1, Want: Deny(0, 1000*ms, 1000*ms)},
 			{At: 1500 * ms, Cost: 10, Want: Deny(0, 500*ms, 500*ms)},
 		}},
-		{Name: "isolation", Policy: fw(2, time.Second), Steps: []Step{
-			{At: 0, Want: OK(1, 1000*ms)},
-			{At: 0, Want: OK(0, 1000*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 1000*ms)},
-			{At: 0, Key: "other", Want: OK(1, 1000*ms)},               // another client
-			{At: 0, PolicyName: "other-policy", Want: OK(1, 1000*ms)}, // another policy
-			{At: 0, Key: "other", Want: OK(0, 1000*ms)},
-			{At: 0, Key: "other", Want: Deny(0, 1000*ms, 1000*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 1000*ms)},
-		}},
+		isolation(fw(2, time.Second), OK(1, 1000*ms), OK(0, 1000*ms), Deny(0, 1000*ms, 1000*ms)),
 		{Name: "reset", Policy: fw(2, time.Second), Steps: []Step{
 			{At: 0, Want: OK(1, 1000*ms)},
 			{At: 0, Want: OK(0, 1000*ms)},
@@ -163,16 +154,7 @@ func slidingLogCases() []Case {
 			{At: 500 * ms, Key: "b", Cost: 10, Want: Deny(0, 500*ms, 500*ms)},
 			{At: 1000 * ms, Key: "b", Cost: 10, Want: OK(0, 1000*ms)},
 		}},
-		{Name: "isolation", Policy: sl(2, time.Second), Steps: []Step{
-			{At: 0, Want: OK(1, 1000*ms)},
-			{At: 0, Want: OK(0, 1000*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 1000*ms)},
-			{At: 0, Key: "other", Want: OK(1, 1000*ms)},
-			{At: 0, PolicyName: "other-policy", Want: OK(1, 1000*ms)},
-			{At: 0, Key: "other", Want: OK(0, 1000*ms)},
-			{At: 0, Key: "other", Want: Deny(0, 1000*ms, 1000*ms)},
-			{At: 0, Want: Deny(0, 1000*ms, 1000*ms)},
-		}},
+		isolation(sl(2, time.Second), OK(1, 1000*ms), OK(0, 1000*ms), Deny(0, 1000*ms, 1000*ms)),
 		{Name: "reset", Policy: sl(2, time.Second), Steps: []Step{
 			{At: 0, Want: OK(1, 1000*ms)},
 			{At: 0, Want: OK(0, 1000*ms)},
@@ -307,16 +289,7 @@ func slidingCounterCases() []Case {
 		}},
 		// When cur+1 > 2, in the next window 2*(W-el)/W + 1 <= 2 once
 		// W-el = floor(W/2): 1.5s.
-		{Name: "isolation", Policy: sc(2, time.Second), Steps: []Step{
-			{At: 0, Want: OK(1, 2000*ms)},
-			{At: 0, Want: OK(0, 2000*ms)},
-			{At: 0, Want: Deny(0, 2000*ms, 1500*ms)},
-			{At: 0, Key: "other", Want: OK(1, 2000*ms)},
-			{At: 0, PolicyName: "other-policy", Want: OK(1, 2000*ms)},
-			{At: 0, Key: "other", Want: OK(0, 2000*ms)},
-			{At: 0, Key: "other", Want: Deny(0, 2000*ms, 1500*ms)},
-			{At: 0, Want: Deny(0, 2000*ms, 1500*ms)},
-		}},
+		isolation(sc(2, time.Second), OK(1, 2000*ms), OK(0, 2000*ms), Deny(0, 2000*ms, 1500*ms)),
 		{Name: "reset", Policy: sc(2, time.Second), Steps: []Step{
 			{At: 0, Want: OK(1, 2000*ms)},
 			{At: 0, Want: OK(0, 2000*ms)},
