@@ -185,7 +185,7 @@ func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) 
 			}
 		}
 		capacity, configured := l.caps[ch.Layer], l.caps[ch.Layer]
-		if l.sources == nil || l.untouched != nil && l.untouched(ch.Key) {
+		if l.sources == nil {
 			r.Policy = *lp
 		} else {
 			p, ceiling, err := l.adjust(ctx, ch.Key, *lp)

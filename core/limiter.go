@@ -54,10 +54,6 @@ type Limiter struct {
 	observers []func(Event)
 	shadow    bool
 	sources   []PolicySource // WithPolicySource, in order; nil when none
-	// untouched, when set, reports the keys the Limiter's one
-	// PolicySource leaves as they are, whose requests it need not ask
-	// (see NewLimiter).
-	untouched func(key string) bool
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
 	inProcess atomic.Bool
@@ -132,14 +128,6 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 		return nil, err
 	}
 	l.observers = observers
-	if len(l.sources) == 1 {
-		if src, ok := l.sources[0].(SelectiveSource); ok {
-			// The keys the one source leaves as they are (a reputation:
-			// the clients in no band that scales) are decided as on a
-			// Limiter without it.
-			l.untouched = src.Untouched
-		}
-	}
 	return l, nil
 }
 

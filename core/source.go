@@ -39,18 +39,6 @@ type PolicySource interface {
 	Adjust(ctx context.Context, key string, p Policy) (Policy, error)
 }
 
-// SelectiveSource is a PolicySource that leaves the policies of most keys
-// as they are and can tell which (a reputation.Tracker: the clients in
-// no band that scales). A Limiter whose one source is a SelectiveSource
-// decides those keys as fast as a Limiter without a source.
-type SelectiveSource interface {
-	PolicySource
-	// Untouched reports whether Adjust returns every policy of key as it
-	// is. It is called on every decision: it must be safe for concurrent
-	// use, and fast (an atomic load and a map lookup).
-	Untouched(key string) bool
-}
-
 // PolicySourceFunc is a function that is a PolicySource, as
 // http.HandlerFunc is an http.Handler:
 //
@@ -88,12 +76,12 @@ func WithPolicySource(src PolicySource) Option {
 func (l *Limiter) adjust(ctx context.Context, key string, p Policy) (Policy, int64, error) {
 	q, ceiling := p, p.capacity()
 	for i, src := range l.sources {
-		prev := q
+		limit, burst, window := q.Limit, q.Burst, q.Window
 		var err error
 		if q, err = src.Adjust(ctx, key, q); err != nil {
 			return Policy{}, 0, fmt.Errorf("%w: layer %q: %w", limits.ErrPolicy, p.Name, err)
 		}
-		if q.Limit != prev.Limit || q.Burst != prev.Burst || q.Window != prev.Window {
+		if q.Limit != limit || q.Burst != burst || q.Window != window {
 			// The one clamp of every derived policy (limits.Derive): what
 			// no valid policy keeps, a burst the rate cannot refill within
 			// 366 days, a limit above the most, is lowered to the nearest
