@@ -201,18 +201,22 @@ func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
 // the client's plan: the policy its requests are decided by.
 type planKey struct{}
 
-// plans is the PolicySource of a plan read from the request's context.
-var plans = core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+// contextPlans is the PolicySource of a plan read from the request's
+// context.
+type contextPlans struct{}
+
+// Adjust returns the plan in ctx, p when there is none.
+func (contextPlans) Adjust(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
 	if plan, ok := ctx.Value(planKey{}).(core.Policy); ok {
 		return plan, nil
 	}
 	return p, nil
-})
+}
 
 func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
 		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
-	}, core.WithPolicySource(plans))
+	}, core.WithPolicySource(contextPlans{}))
 	require.NoError(t, err)
 	ask := func(p *core.Policy, cost int64) (limitertest.Verdict, error) {
 		ctx := context.Background()
@@ -257,7 +261,7 @@ func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	}
 	closed, err := core.NewLimiter(newMemStore(t), []core.Policy{
 		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute, FailClosed: time.Second},
-	}, core.WithPolicySource(plans))
+	}, core.WithPolicySource(contextPlans{}))
 	require.NoError(t, err)
 	var cv limitertest.Verdict
 	ctx := context.WithValue(context.Background(), planKey{}, core.Policy{Name: "user", Algorithm: core.FixedWindow, Window: time.Minute})

@@ -29,7 +29,7 @@ func TestPeekTellsTheNextDecision(t *testing.T) {
 				{Name: "global", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute},
 				{Name: "user", Algorithm: alg, Limit: 3, Window: 10 * time.Second},
 			}
-			premium := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+			premium := sourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
 				if p.Name == "user" && key[:1] == "p" {
 					p.Limit = 6
 				}
@@ -147,7 +147,7 @@ func TestPeekErrors(t *testing.T) {
 	assert.ErrorIs(t, err, limits.ErrCircuitOpen)
 	assert.Equal(t, calls, down.calls.Load(), "an open breaker is not asked")
 
-	failing := core.PolicySourceFunc(func(context.Context, string, core.Policy) (core.Policy, error) {
+	failing := sourceFunc(func(context.Context, string, core.Policy) (core.Policy, error) {
 		return core.Policy{}, errors.New("plans unavailable")
 	})
 	l, err = core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithPolicySource(failing))

@@ -27,7 +27,7 @@ func TestRefundGivesBack(t *testing.T) {
 				{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
 				{Name: "user", Algorithm: alg, Limit: 10, Window: 10 * time.Second},
 			}
-			premium := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+			premium := sourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
 				if p.Name == "user" && key == "premium" {
 					p.Limit = 20
 				}

@@ -14,9 +14,9 @@ import (
 // every decision, for every layer, and decides by what they return; a
 // change takes effect on the next request. The package overrides has
 // sources: in process, shared through Redis (package rediswatch), and
-// driven by a load signal; a plan is a PolicySourceFunc that reads the
-// client's plan from the request's context (set by the authentication
-// middleware) or looks it up by key.
+// driven by a load signal; a plan is a type of yours whose Adjust reads
+// the client's plan from the request's context (set by the authentication
+// middleware) or looks it up by key (see ExamplePolicySource).
 //
 // A source may raise a layer's capacity (a premium plan): a request whose
 // cost fits the raised policy is decided by it. A cost above the policy in
@@ -37,23 +37,6 @@ type PolicySource interface {
 	// be safe for concurrent use, and fast (an atomic load or a map
 	// lookup, not I/O).
 	Adjust(ctx context.Context, key string, p Policy) (Policy, error)
-}
-
-// PolicySourceFunc is a function that is a PolicySource, as
-// http.HandlerFunc is an http.Handler:
-//
-//	plans := core.PolicySourceFunc(func(ctx context.Context, key string, p core.Policy) (core.Policy, error) {
-//		if p.Name == "user" && planOf(ctx) == "premium" {
-//			p.Limit *= 10
-//		}
-//		return p, nil
-//	})
-//	limiter, err := core.NewLimiter(store, policies, core.WithPolicySource(plans))
-type PolicySourceFunc func(ctx context.Context, key string, p Policy) (Policy, error)
-
-// Adjust returns f(ctx, key, p).
-func (f PolicySourceFunc) Adjust(ctx context.Context, key string, p Policy) (Policy, error) {
-	return f(ctx, key, p)
 }
 
 // WithPolicySource makes the Limiter consult src on every decision (see
