@@ -165,24 +165,8 @@ func layersOf(policies []Policy) ([]Policy, []int64, map[string]int, error) {
 // filled in (a copy).
 func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies...) }
 
-// Store returns the Limiter's store. An exporter reads from it what the
-// store tells of itself, such as its timeout (see Store).
-func (l *Limiter) Store() Store { return l.store }
-
 // Shadow reports whether the Limiter is in shadow mode (WithShadow).
 func (l *Limiter) Shadow() bool { return l.shadow }
-
-// DenyCacheLen returns how many denials the Limiter's deny cache
-// remembers (WithDenyCache), expired ones not yet dropped included; 0
-// without a deny cache.
-func (l *Limiter) DenyCacheLen() int {
-	if l.denied == nil {
-		return 0
-	}
-	l.denied.mu.Lock()
-	defer l.denied.mu.Unlock()
-	return len(l.denied.m)
-}
 
 // Allow is AllowN(ctx, key, 1, time.Time{}).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {

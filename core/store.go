@@ -144,10 +144,7 @@ func (s Source) String() string {
 // result dropped, but it never touches reqs or out once it has returned.
 // The Limiter reads a timeout from that error (it wraps
 // context.DeadlineExceeded, or os.ErrDeadlineExceeded from a socket) unless
-// the caller's own ctx has ended. redisstore.Store is such a store. A
-// store that bounds its calls may tell its bound with a method
-// Timeout() time.Duration, which the exporters in observe read (through
-// Limiter.Store) as the store's timeout.
+// the caller's own ctx has ended. redisstore.Store is such a store.
 //
 // A Store does not see every request of a client: a Limiter answers a
 // repeated denial from its deny cache (WithDenyCache), and, while its
