@@ -106,7 +106,7 @@ func BenchmarkLimiterPaths(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		checks := []core.Check{{Layer: 0, Key: "203.0.113.7", Cost: 1}, {Layer: 1, Key: "all", Cost: 1}}
+		checks := []core.Request{{Key: "203.0.113.7", Cost: 1}, {Key: "all", Cost: 1}}
 		b.ReportAllocs()
 		for b.Loop() {
 			if d, _, err := l.AllowLayers(ctx, time.Time{}, checks, nil); err != nil || !d.Allowed {

@@ -10,11 +10,11 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-// The one decision sequence. Allow, AllowN and AllowLayers each hand it
-// checks, one per layer that applies (1 to 16), and it runs, top to
-// bottom:
+// The one decision sequence. Allow, AllowN and AllowLayers each gather
+// the request's parts into a call, one Request per layer it checks (1 to
+// 16), in layer order, and it runs, top to bottom:
 //
-//	requests    the checks made requests: layers, keys, costs, policies in force
+//	requests    the requests made ready: keys as the store sees them, costs, policies in force
 //	fail mode   a PolicySource that failed decides by the layers' FailClosed
 //	over        a cost beyond the policy in force is a denial, the store not asked
 //	ask         the caller gone, the deny cache, the circuit breakers, the store
@@ -29,34 +29,63 @@ import (
 // escape to the heap from the stack), and each step has a branch for one
 // request where it would otherwise loop.
 
-// call is the working memory of one decision. Between decisions it holds
-// no key, policy or error, and its decisions are zero (see release).
+// call is the working memory of one decision, peek or refund: its
+// requests as the store sees them, in layer order. Between calls it holds
+// no key or error, and its decisions are zero (see release).
 type call struct {
-	checks [limits.MaxLayers]Check // AllowN's on several layers, one per layer
 	reqs   [limits.MaxLayers]Request
-	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller gave out
+	layers [limits.MaxLayers]uint8    // layers[j] is the layer of reqs[j]
+	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller's out holds them
+	n      int                        // the requests in reqs
 	bs     breakers                   // of the partitions the requests touch
 	v      verdict
 	w      watch
 }
 
-// callPool holds calls: one Get and one Put a decision.
+// callPool holds calls: one Get and one Put a call to the Limiter.
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
-// release gives c, whose first n entries were used, back to callPool.
-// It clears only what may hold a key, a policy or an error (a Decision is
-// cleared whole: the deny cache fills a zero one), so that one request's
-// decision does not pay to zero the whole call.
-func (c *call) release(n int) {
-	for i := range n {
-		r := &c.reqs[i]
-		r.Key, r.Policy.Name, r.Policy.Algorithm, r.Cost = "", "", "", 0
-		c.ds[i] = Decision{}
+// gather fills c with the parts of in that check a layer (a Key), in layer
+// order, in[i] being layer i's, and returns how many there are.
+func (c *call) gather(in []Request) int {
+	n := 0
+	for i := range in {
+		if in[i].Key == "" {
+			continue
+		}
+		r := &c.reqs[n]
+		r.Key, r.Cost = in[i].Key, in[i].Cost
+		c.layers[n] = uint8(i)
+		n++
 	}
-	c.bs.n = 0
+	c.n = n
+	return n
+}
+
+// scatter copies the decisions of c's requests to out, in[i]'s to out[i],
+// and zeroes out's other entries (len(out) >= len(in)).
+func (c *call) scatter(in []Request, out []Decision) {
+	clear(out[:len(in)])
+	for j := range c.n {
+		out[c.layers[j]] = c.ds[j]
+	}
+}
+
+// release gives c back to callPool. It clears only what may hold a key or
+// an error (a Decision is cleared whole: the deny cache fills a zero one),
+// so that one request's decision does not pay to zero the whole call.
+func (c *call) release() {
+	n := c.n
+	for j := range n {
+		c.reqs[j].Key = ""
+	}
+	if len(c.v.ds) == 0 || &c.v.ds[0] == &c.ds[0] {
+		clear(c.ds[:n])
+	}
 	if n > 1 {
 		c.v.Decision = Decision{}
 	}
+	c.n, c.bs.n = 0, 0
 	c.v.ds, c.v.took, c.v.binding, c.w = nil, time.Time{}, 0, watch{}
 	callPool.Put(c)
 }
@@ -66,10 +95,10 @@ type verdict struct {
 	// Decision is the request's decision as the client is told it (see
 	// AllowLayers); for one request, ds[0] is it (see result).
 	Decision
-	// binding is the index in the checks of the binding layer.
+	// binding is the index in the requests of the binding layer's.
 	binding int
-	// ds holds every layer's decision, one per check, in the checks'
-	// order: the caller's out, or the call's own.
+	// ds holds every layer's decision, one per request, in their order:
+	// the caller's out, or the call's own.
 	ds []Decision
 	// took is the time the store decided at, when it decided.
 	took time.Time
@@ -98,13 +127,14 @@ func (v *verdict) copyTo(d *Decision) {
 	d.Err = s.Err
 }
 
-// decide runs the decision sequence for checks at at (zero: the store's
-// clock) in c, filling out when it is not nil, and leaves the request's
-// decision in c.v.result() and the time the store decided at, if it did,
-// in c.v.took. It returns an error only for bad input or a caller gone
-// first, with c.v.result() the decision observers heard.
-func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, checks []Check, out []Decision) error {
-	n := len(checks)
+// decide runs the decision sequence for c's requests at at (zero: the
+// store's clock), filling out (len(out) == c.n, in the requests' order)
+// when it is not nil, and leaves the request's decision in c.v.result()
+// and the time the store decided at, if it did, in c.v.took. It returns
+// an error only for bad input or a caller gone first, with c.v.result()
+// the decision observers heard.
+func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, out []Decision) error {
+	n := c.n
 	v := &c.v
 	if out != nil {
 		v.ds = out[:n]
@@ -113,14 +143,14 @@ func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, checks []Ch
 		v.ds = c.ds[:n]
 	}
 	reqs := c.reqs[:n]
-	over, policyErr, err := l.requests(ctx, checks, reqs)
+	over, policyErr, err := l.requests(ctx, reqs, c.layers[:n])
 	var w *watch
 	if l.observers != nil {
 		w = &c.w
 	}
 	switch {
 	case err != nil:
-		l.badInput(checks, v)
+		l.badInput(c, v)
 	case policyErr != nil:
 		l.failLayers(reqs, v, policyErr)
 	case over != 0:
@@ -154,41 +184,34 @@ func shade(d *Decision) {
 	}
 }
 
-// requests builds reqs from checks: each layer's key as the store sees it
-// (see normalizeKey), its cost, and its policy in force for the key (as
-// the PolicySources adjust it). It returns the checks whose cost exceeds
-// the policy in force but not a policy configured for the request (over,
-// bits of the checks), the first PolicySource failure, or an error
-// wrapping ErrInvalidOption for bad input: a layer out of range or named
-// twice, an empty key, a cost below 1 or above every policy configured for
-// the request.
-func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) (over uint32, policyErr, err error) {
-	if len(checks) > len(l.policies) {
-		return 0, nil, fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
-	}
-	var seen uint32
-	for i := range checks {
-		ch := &checks[i]
-		if uint(ch.Layer) >= uint(len(l.policies)) || seen&(1<<ch.Layer) != 0 {
-			return 0, nil, l.badCheck("AllowLayers", i, ch)
+// requests makes reqs ready for the store, layers[j] being the layer of
+// reqs[j]: each key as the store sees it (see normalizeKey), and each
+// policy in force for the key (as the PolicySources adjust it). It returns
+// the requests whose cost exceeds the policy in force but not a policy
+// configured for the request (over, bits of reqs), the first PolicySource
+// failure, or an error wrapping ErrInvalidOption for bad input: an empty
+// key, a cost below 1 or above every policy configured for the request.
+// A request refused for its cost is left without a key (see Event.Key).
+func (l *Limiter) requests(ctx context.Context, reqs []Request, layers []uint8) (over uint32, policyErr, err error) {
+	for j := range reqs {
+		r := &reqs[j]
+		i := layers[j]
+		lp := &l.policies[i]
+		key := r.Key // as the caller gave it: what the sources see
+		if r.Cost < 1 {
+			r.Key = "" // refused before the key is looked at
+			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, r.Cost)
 		}
-		seen |= 1 << ch.Layer
-		lp := &l.policies[ch.Layer]
-		r := &reqs[i]                      // built in place: a Request is large
-		if r.Cost = ch.Cost; ch.Cost < 1 { // refused before the key is looked at (see Event.Key)
-			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, ch.Cost)
-		}
-		r.Key = ch.Key
-		if len(ch.Key) > limits.MaxKeyLen || !plainKey(ch.Key) || ch.Key == "" {
-			if r.Key, err = normalizeKey(ch.Key); err != nil {
+		if len(key) > limits.MaxKeyLen || !plainKey(key) || key == "" {
+			if r.Key, err = normalizeKey(key); err != nil {
 				return 0, nil, fmt.Errorf("layer %q: %w", lp.Name, err)
 			}
 		}
-		capacity, configured := l.caps[ch.Layer], l.caps[ch.Layer]
+		capacity, configured := l.caps[i], l.caps[i]
 		if l.sources == nil {
 			r.Policy = *lp
 		} else {
-			p, ceiling, err := l.adjust(ctx, ch.Key, *lp)
+			p, ceiling, err := l.adjust(ctx, key, *lp)
 			if err != nil {
 				if policyErr == nil {
 					policyErr = err
@@ -197,27 +220,24 @@ func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) 
 			}
 			r.Policy, capacity, configured = p, p.capacity(), max(configured, ceiling)
 		}
-		if ch.Cost > capacity {
+		if r.Cost > capacity {
 			// Within a policy configured for the request (the layer's, or
 			// a plan's before another source shrank it), the request is
 			// too costly for the policy in force: a denial. Beyond every
 			// one, the cost is the caller's mistake.
-			if ch.Cost > configured {
-				return 0, nil, fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, ch.Cost, capacity)
+			if r.Cost > configured {
+				return 0, nil, fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, r.Cost, capacity)
 			}
-			over |= 1 << i
+			over |= 1 << j
 		}
 	}
 	return over, policyErr, nil
 }
 
-// badInput leaves in v the decision of a request refused for bad input:
-// its first layer's policy and capacity, nothing decided.
-func (l *Limiter) badInput(checks []Check, v *verdict) {
-	p := &l.policies[0]
-	if k := checks[0].Layer; uint(k) < uint(len(l.policies)) {
-		p = &l.policies[k]
-	}
+// badInput leaves in v the decision of c's request, refused for bad
+// input: its first layer's policy and capacity, nothing decided.
+func (l *Limiter) badInput(c *call, v *verdict) {
+	p := &l.policies[c.layers[0]]
 	d := v.result()
 	*d = Decision{Limit: p.capacity(), Policy: *p}
 	v.binding = 0
@@ -370,7 +390,8 @@ func (l *Limiter) withoutStore(ctx context.Context, reqs []Request, at time.Time
 func (l *Limiter) mirror(ctx context.Context, reqs []Request, at time.Time, v *verdict) {
 	m := callPool.Get().(*call)
 	n := copy(m.reqs[:], reqs)
-	defer m.release(n)
+	m.n = n
+	defer m.release()
 	for i := range m.reqs[:n] {
 		// The fallback counts what the store admitted; it strikes no one
 		// for it (its lockouts are its own, when it decides alone).

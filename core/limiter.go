@@ -196,20 +196,15 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (d Decision, err error) {
 	c := callPool.Get().(*call)
 	k := len(l.policies)
-	if k == 1 {
-		one := [1]Check{{Key: key, Cost: n}} // on the stack: nothing to clear
-		err = l.decide(ctx, now, c, one[:], nil)
-	} else {
-		for i := range k {
-			c.checks[i] = Check{Layer: i, Key: key, Cost: n}
-		}
-		err = l.decide(ctx, now, c, c.checks[:k], nil)
-		for i := range k {
-			c.checks[i].Key = ""
-		}
+	for i := range k {
+		r := &c.reqs[i]
+		r.Key, r.Cost = key, n
+		c.layers[i] = uint8(i)
 	}
+	c.n = k
+	err = l.decide(ctx, now, c, nil)
 	c.v.copyTo(&d)
-	c.release(k)
+	c.release()
 	return d, err
 }
 

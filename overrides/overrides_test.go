@@ -132,7 +132,7 @@ func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
 	ask := func(cost int64) verdict {
 		v := verdict{Decisions: make([]core.Decision, 2)}
 		var err error
-		v.Decision, _, err = l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: "c", Cost: cost}, {Layer: 1, Key: "c", Cost: 1}}, v.Decisions)
+		v.Decision, _, err = l.AllowLayers(ctx, t0, []core.Request{{Key: "c", Cost: cost}, {Key: "c", Cost: 1}}, v.Decisions)
 		require.NoError(t, err)
 		require.NoError(t, v.Err)
 		return v
@@ -281,7 +281,7 @@ func TestOverrideUnfitForAPlanKeepsTheLastGoodOverride(t *testing.T) {
 		if plan != nil {
 			ctx = context.WithValue(ctx, planKey{}, *plan)
 		}
-		d, _, err := l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: key, Cost: 1}}, nil)
+		d, _, err := l.AllowLayers(ctx, t0, []core.Request{{Key: key, Cost: 1}}, nil)
 		require.NoError(t, err)
 		require.NoError(t, d.Err)
 		return d
