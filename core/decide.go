@@ -38,6 +38,7 @@ type call struct {
 	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller's out holds them
 	n      int                        // the requests in reqs
 	bs     breakers                   // of the partitions the requests touch
+	g      guard
 	v      verdict
 	w      watch
 }
@@ -76,16 +77,20 @@ func (c *call) scatter(in []Request, out []Decision) {
 // so that one request's decision does not pay to zero the whole call.
 func (c *call) release() {
 	n := c.n
+	own := len(c.v.ds) == 0 || &c.v.ds[0] == &c.ds[0]
 	for j := range n {
 		c.reqs[j].Key = ""
-	}
-	if len(c.v.ds) == 0 || &c.v.ds[0] == &c.ds[0] {
-		clear(c.ds[:n])
+		if own {
+			c.ds[j] = Decision{} // inline stores, where clear calls memclrHasPointers
+		}
 	}
 	if n > 1 {
 		c.v.Decision = Decision{}
 	}
 	c.n, c.bs.n = 0, 0
+	if c.g.on {
+		c.g = guard{}
+	}
 	c.v.ds, c.v.took, c.v.binding, c.w = nil, time.Time{}, 0, watch{}
 	callPool.Put(c)
 }
@@ -114,15 +119,21 @@ func (v *verdict) result() *Decision {
 }
 
 // copyTo copies v's result to *d field by field: the store and the
-// sequence have just written it field by field, and a copy of the whole
-// by 16-byte moves would wait on those stores (a store-forwarding stall:
-// in a CPU profile of BenchmarkLimiterPaths/healthy, the whole copy took
-// a tenth of the decision).
+// sequence have just written it field by field, and a load wider than
+// the stores it reads from waits for them (a store-forwarding stall). So
+// the copy of the whole by 16-byte moves took a tenth of a decision, and
+// the four one-byte fields, read as one word, a fifth (CPU profiles of
+// BenchmarkLimiterPaths/healthy): they are read one by one, apart.
 func (v *verdict) copyTo(d *Decision) {
 	s := v.result()
-	d.Allowed, d.Source, d.LockedOut, d.Shadowed = s.Allowed, s.Source, s.LockedOut, s.Shadowed
-	d.Limit, d.Remaining = s.Limit, s.Remaining
-	d.ResetAfter, d.RetryAfter, d.Delay = s.ResetAfter, s.RetryAfter, s.Delay
+	d.Allowed = s.Allowed
+	d.Limit = s.Limit
+	d.Source = s.Source
+	d.Remaining = s.Remaining
+	d.LockedOut = s.LockedOut
+	d.ResetAfter = s.ResetAfter
+	d.Shadowed = s.Shadowed
+	d.RetryAfter, d.Delay = s.RetryAfter, s.Delay
 	d.Policy = s.Policy
 	d.Err = s.Err
 }
@@ -143,7 +154,48 @@ func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, out []Decis
 		v.ds = c.ds[:n]
 	}
 	reqs := c.reqs[:n]
-	over, policyErr, err := l.requests(ctx, reqs, c.layers[:n])
+	// The requests made ready for the store: each key as the store sees
+	// it (see normalizeKey), each policy in force for the key (as the
+	// PolicySources adjust it); over, bits of reqs, the requests whose
+	// cost exceeds the policy in force but not a policy configured for
+	// the request; the first PolicySource failure; or bad input: an
+	// empty key, a cost below 1 or above every policy configured for the
+	// request. What is rare (a source, a key to hash, bad input) is out
+	// of line, and the step is here rather than a call of its own: the
+	// fewer calls, the fewer values saved and reloaded around them.
+	var over uint32
+	var policyErr, err error
+	for j := range reqs {
+		r := &reqs[j]
+		i := c.layers[j]
+		if r.Cost < 1 || r.Key == "" {
+			err = l.refused(r, i)
+			break
+		}
+		capacity, configured := l.caps[i], l.caps[i]
+		if l.sources == nil {
+			r.Policy = l.policies[i]
+		} else if capacity, configured, err = l.sourced(ctx, r, i); err != nil {
+			if policyErr == nil {
+				policyErr = err
+			}
+			err = nil
+		}
+		if len(r.Key) > limits.MaxKeyLen || !plainKey(r.Key) {
+			r.Key = hashKey(r.Key)
+		}
+		if r.Cost > capacity {
+			// Within a policy configured for the request (the layer's, or
+			// a plan's before another source shrank it), the request is
+			// too costly for the policy in force: a denial. Beyond every
+			// one, the cost is the caller's mistake.
+			if r.Cost > configured {
+				err = fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, l.policies[i].Name, r.Cost, capacity)
+				break
+			}
+			over |= 1 << j
+		}
+	}
 	var w *watch
 	if l.observers != nil {
 		w = &c.w
@@ -184,54 +236,30 @@ func shade(d *Decision) {
 	}
 }
 
-// requests makes reqs ready for the store, layers[j] being the layer of
-// reqs[j]: each key as the store sees it (see normalizeKey), and each
-// policy in force for the key (as the PolicySources adjust it). It returns
-// the requests whose cost exceeds the policy in force but not a policy
-// configured for the request (over, bits of reqs), the first PolicySource
-// failure, or an error wrapping ErrInvalidOption for bad input: an empty
-// key, a cost below 1 or above every policy configured for the request.
-// A request refused for its cost is left without a key (see Event.Key).
-func (l *Limiter) requests(ctx context.Context, reqs []Request, layers []uint8) (over uint32, policyErr, err error) {
-	for j := range reqs {
-		r := &reqs[j]
-		i := layers[j]
-		lp := &l.policies[i]
-		key := r.Key // as the caller gave it: what the sources see
-		if r.Cost < 1 {
-			r.Key = "" // refused before the key is looked at
-			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, r.Cost)
-		}
-		if len(key) > limits.MaxKeyLen || !plainKey(key) || key == "" {
-			if r.Key, err = normalizeKey(key); err != nil {
-				return 0, nil, fmt.Errorf("layer %q: %w", lp.Name, err)
-			}
-		}
-		capacity, configured := l.caps[i], l.caps[i]
-		if l.sources == nil {
-			r.Policy = *lp
-		} else {
-			p, ceiling, err := l.adjust(ctx, key, *lp)
-			if err != nil {
-				if policyErr == nil {
-					policyErr = err
-				}
-				p = *lp
-			}
-			r.Policy, capacity, configured = p, p.capacity(), max(configured, ceiling)
-		}
-		if r.Cost > capacity {
-			// Within a policy configured for the request (the layer's, or
-			// a plan's before another source shrank it), the request is
-			// too costly for the policy in force: a denial. Beyond every
-			// one, the cost is the caller's mistake.
-			if r.Cost > configured {
-				return 0, nil, fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, r.Cost, capacity)
-			}
-			over |= 1 << j
-		}
+// refused is the error of r, a request of layer i with a cost below 1 or
+// an empty key; r is left without a key (see Event.Key).
+func (l *Limiter) refused(r *Request, i uint8) error {
+	name := l.policies[i].Name
+	if r.Cost >= 1 {
+		return fmt.Errorf("layer %q: %w: empty key", name, ErrInvalidOption)
 	}
-	return over, policyErr, nil
+	r.Key = "" // refused before the key is looked at
+	return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, name, r.Cost)
+}
+
+// sourced sets r's policy to layer i's as the PolicySources adjust it for
+// r's key (the layer's own when they fail, with their error), and returns
+// its capacity and the capacity of the largest policy configured for the
+// request (see adjust).
+func (l *Limiter) sourced(ctx context.Context, r *Request, i uint8) (capacity, configured int64, err error) {
+	lp := &l.policies[i]
+	p, ceiling, err := l.adjust(ctx, r.Key, *lp)
+	if err != nil {
+		r.Policy = *lp
+		return l.caps[i], l.caps[i], err
+	}
+	r.Policy = p
+	return p.capacity(), max(l.caps[i], ceiling), nil
 }
 
 // badInput leaves in v the decision of c's request, refused for bad
@@ -246,85 +274,129 @@ func (l *Limiter) badInput(c *call, v *verdict) {
 // ask decides reqs by the store, into c.v, unless the caller is gone, the
 // deny cache knows the answer or the circuit breaker is open: then by the
 // fallback or the policies' FailClosed. w, when not nil, records the
-// store's latency.
+// store's latency. What guards the store call (the deny cache, the
+// breakers and their probes, the timer) is out of line, in c.g, entered
+// only when the Limiter has one of them or its breaker is not closed: the
+// hot path keeps few values live across the store call.
 func (l *Limiter) ask(ctx context.Context, at time.Time, c *call, reqs []Request, w *watch) error {
 	v := &c.v
 	if ctx.Err() != nil {
 		return l.canceledLayers(ctx, nil, reqs, v)
 	}
-	var now time.Time // the deny cache's clock, read before the store decides
-	var gen uint64    // the deny cache's generation, likewise
-	if l.denied != nil {
-		// A Limiter of one layer: one request.
-		if now = at; now.IsZero() {
-			now = time.Now()
-		}
-		d, r := &v.ds[0], &reqs[0]
-		if l.denied.get(r.Key, r.Cost, now, &r.Policy, d) {
-			d.Limit, d.Policy = r.Policy.capacity(), r.Policy
+	g := &c.g
+	if l.denied != nil || l.parts != nil || w != nil || l.brk.state.Load() != 0 {
+		if done := l.before(ctx, at, c, reqs, w); done {
 			return nil
 		}
-		gen = l.denied.generation()
-	}
-	// The breakers of the partitions reqs touch: the Limiter's one, unless
-	// the store is Partitioned, which the hot path reads alone.
-	bs := &c.bs
-	state := l.brk.state.Load() // 0 on the hot path: all is well
-	if l.parts != nil || state != 0 {
-		l.breakersOf(bs, reqs, at)
-		for _, b := range bs.list() {
-			state |= b.state.Load()
-		}
-	}
-	var probes uint32 // the breakers of bs this request probes
-	if state&brkOpen != 0 {
-		var ok bool
-		if probes, ok = l.tryProbes(bs, at); !ok {
-			l.withoutStore(ctx, reqs, at, v, l.openErr)
-			return nil
-		}
-	}
-	var start time.Time
-	if w != nil && !l.inProcess.Load() {
-		start = time.Now()
 	}
 	took, err := l.store.Take(ctx, at, reqs, v.ds)
-	if probes != 0 {
+	if g.on {
+		l.after(c, took, err, at, w)
+	}
+	if err != nil {
+		bs := &c.bs
+		if bs.n == 0 {
+			l.breakersOf(bs, reqs, at)
+		}
+		return l.storeFailed(ctx, reqs, at, v, bs, g.probes, err)
+	}
+	v.took = took
+	if len(reqs) == 1 { // verdict of one request, inline
+		d := &v.ds[0]
+		d.Policy, d.Source, d.Err = reqs[0].Policy, SourceStore, nil
+		v.binding = 0
+	} else {
+		l.verdict(reqs, v, SourceStore, nil)
+	}
+	if l.fallback != nil && v.result().Allowed {
+		l.mirror(ctx, reqs, at, v)
+	}
+	if l.denied != nil && !v.ds[0].Allowed {
+		l.denied.put(reqs[0].Key, reqs[0].Cost, g.now, v.ds[0], g.gen)
+	}
+	return nil
+}
+
+// guard is what ask keeps across the store call for the deny cache, the
+// breakers and the timer (see before).
+type guard struct {
+	on     bool      // before ran: after must
+	now    time.Time // the deny cache's clock, read before the store decides
+	gen    uint64    // the deny cache's generation, likewise
+	state  uint64    // the breakers' state, or'ed
+	probes uint32    // the breakers of c.bs this request probes
+	start  time.Time // when the store was asked, when it is timed
+}
+
+// before is ask's part before the store call, for a Limiter with a deny
+// cache, a Partitioned store, observers (the timer) or a breaker that is
+// not closed: it fills c.g, and reports whether the request was decided
+// without the store (the deny cache, or an open breaker with no probe
+// due).
+func (l *Limiter) before(ctx context.Context, at time.Time, c *call, reqs []Request, w *watch) bool {
+	v, g := &c.v, &c.g
+	g.on = true
+	if l.denied != nil {
+		// A Limiter of one layer: one request.
+		if g.now = at; g.now.IsZero() {
+			g.now = time.Now()
+		}
+		d, r := &v.ds[0], &reqs[0]
+		if l.denied.get(r.Key, r.Cost, g.now, &r.Policy, d) {
+			d.Limit, d.Policy = r.Policy.capacity(), r.Policy
+			return true
+		}
+		g.gen = l.denied.generation()
+	}
+	// The breakers of the partitions reqs touch: the Limiter's one, unless
+	// the store is Partitioned.
+	bs := &c.bs
+	g.state = l.brk.state.Load()
+	if l.parts != nil || g.state != 0 {
+		l.breakersOf(bs, reqs, at)
+		for _, b := range bs.list() {
+			g.state |= b.state.Load()
+		}
+	}
+	if g.state&brkOpen != 0 {
+		var ok bool
+		if g.probes, ok = l.tryProbes(bs, at); !ok {
+			l.withoutStore(ctx, reqs, at, v, l.openErr)
+			return true
+		}
+	}
+	if w != nil && !l.inProcess.Load() {
+		g.start = time.Now()
+	}
+	return false
+}
+
+// after is ask's part after the store call that returned took and err,
+// when before ran: the probes' outcome, the store's latency, a success
+// counted by the breakers.
+func (l *Limiter) after(c *call, took time.Time, err error, at time.Time, w *watch) {
+	g, bs := &c.g, &c.bs
+	if g.probes != 0 {
 		for i, b := range bs.list() {
-			if probes&(1<<i) != 0 {
+			if g.probes&(1<<i) != 0 {
 				l.probed(b, err == nil, at)
 			}
 		}
 	}
-	if !start.IsZero() {
+	if !g.start.IsZero() {
 		if inProcess(took) {
 			l.inProcess.Store(true) // in process: it never waits, and is timed no more
 		} else {
-			w.latency = time.Since(start)
+			w.latency = time.Since(g.start)
 		}
 	}
-	if err != nil {
-		if bs.n == 0 {
-			l.breakersOf(bs, reqs, at)
-		}
-		return l.storeFailed(ctx, reqs, at, v, bs, probes, err)
-	}
-	if state&brkCount != 0 {
+	if err == nil && g.state&brkCount != 0 {
 		for _, b := range bs.list() {
 			if b.state.Load()&brkCount != 0 {
 				b.succeed()
 			}
 		}
 	}
-	v.took = took
-	l.verdict(reqs, v, SourceStore, nil)
-	if l.fallback != nil && v.result().Allowed {
-		l.mirror(ctx, reqs, at, v)
-	}
-	if l.denied != nil && !v.ds[0].Allowed {
-		l.denied.put(reqs[0].Key, reqs[0].Cost, now, v.ds[0], gen)
-	}
-	return nil
 }
 
 // breakersOf fills bs with the breakers of the partitions reqs touch: the

@@ -79,14 +79,20 @@ func (l *Limiter) checkLayers(fn string, reqs []Request, out []Decision, outToo 
 }
 
 // verdict completes v from the decisions of reqs in v.ds: the policies,
-// the Source and Err, the costs given back, the binding layer.
+// the Source and Err, the costs given back, the binding layer. One
+// request's is inlined where it is called; several are verdictLayers'.
 func (l *Limiter) verdict(reqs []Request, v *verdict, src Source, err error) {
-	if len(v.ds) == 1 { // the request's decision is its one layer's
-		d := &v.ds[0]
-		d.Policy, d.Source, d.Err = reqs[0].Policy, src, err
-		v.binding = 0
+	if len(v.ds) != 1 {
+		l.verdictLayers(reqs, v, src, err)
 		return
 	}
+	d := &v.ds[0] // the request's decision is its one layer's
+	d.Policy, d.Source, d.Err = reqs[0].Policy, src, err
+	v.binding = 0
+}
+
+// verdictLayers is verdict of several requests.
+func (l *Limiter) verdictLayers(reqs []Request, v *verdict, src Source, err error) {
 	allowed := true
 	for i := range v.ds {
 		if !v.ds[i].Allowed {
