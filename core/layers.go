@@ -140,10 +140,17 @@ func binds(d, e *Decision, allowed bool) bool {
 }
 
 // failLayers fills v with the decisions of reqs by each layer's
-// FailClosed, err their Err.
+// FailClosed, err their Err, each written in place (a Decision is large).
+// One request's is its verdict already.
 func (l *Limiter) failLayers(reqs []Request, v *verdict, err error) {
 	for i := range reqs {
-		v.ds[i] = l.failedAs(&reqs[i].Policy, err)
+		d := &v.ds[i]
+		*d = Decision{}
+		failInto(d, &reqs[i].Policy, err)
+	}
+	if len(reqs) == 1 {
+		v.binding = 0
+		return
 	}
 	l.verdict(reqs, v, SourceFailMode, err)
 }

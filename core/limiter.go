@@ -322,16 +322,9 @@ func (l *Limiter) canceled(ctx context.Context, p *Policy, storeErr error) (Deci
 	return Decision{Limit: p.capacity(), Policy: *p}, err
 }
 
-// failedAs is the Decision of a store failure (or of a policy that could
-// not be had) under policy p, by its FailClosed: a denial when it is set,
-// else an admission; err is its Err.
-func (l *Limiter) failedAs(p *Policy, err error) (d Decision) {
-	failInto(&d, p, err)
-	return d
-}
-
-// failInto is failedAs into *d, which is zero: on the open breaker's path,
-// straight into decide's result (a Decision is large).
+// failInto fills *d, which is zero, with the Decision of a store failure
+// (or of a policy that could not be had) under policy p, by its
+// FailClosed: a denial when it is set, else an admission; err is its Err.
 func failInto(d *Decision, p *Policy, err error) {
 	c := p.capacity()
 	d.Limit, d.Policy, d.Source, d.Err = c, *p, SourceFailMode, err
