@@ -27,17 +27,18 @@ const maxMaxBans = 10_000_000
 // is permanent or lasts until its Expires: it stops matching at that
 // instant and is dropped from memory by the next Ban, Unban or List.
 //
-// Match reads an immutable [List] with one atomic load and does not
-// allocate; Ban and Unban build a new List and swap it in, so a ban is in
-// force for every request that starts after Ban returns. Bans is safe for
-// concurrent use. The zero Bans is empty and ready to use, and holds at
-// most 100,000 bans, as NewBans(0) does.
+// A ban is in force for every request that starts after Ban returns;
+// Match does not allocate. Bans is safe for concurrent use. The zero Bans
+// is empty and ready to use, and holds at most 100,000 bans, as NewBans(0)
+// does.
 type Bans struct {
 	max int
 	now func() time.Time // time.Now; tests replace it
 
 	mu   sync.Mutex // serializes changes; guards bans
 	bans map[banKey]Entry
+	// list is what Match reads, with one atomic load; Ban and Unban build
+	// a new immutable List and swap it in.
 	list atomic.Pointer[List]
 }
 

@@ -16,7 +16,7 @@
 // # Which address
 //
 // The address given to Match must be the client address as the
-// trusted-proxy model resolved it (keyfuncs' resolver), never a raw
+// trusted-proxy model resolved it (keyfuncs.ClientIP's Addr), never a raw
 // X-Forwarded-For or X-Real-IP value: a client that can write a header
 // must not be able to move itself onto an allow list or off a deny list.
 // Match folds IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) to IPv4 and
@@ -50,7 +50,7 @@
 // Control characters (NUL included; a final CR is allowed), invalid UTF-8,
 // a key or a reason over 1,024 bytes, a line over 4,096 bytes, a file
 // over 2,000,000 lines or 256 MiB are errors that name the line and
-// column ([ParseError]; the limits wrap ErrTooLarge); a file with any
+// column (the limits wrap ErrTooLarge); a file with any
 // error yields no entries at all.
 package access
 
@@ -84,15 +84,14 @@ type Matcher interface {
 // else the first given), since the range or key matches exactly while
 // that one does.
 //
-// An address matches the longest live range that contains it. Each range
-// remembers the next shorter range in the list that contains it, so when
-// the longest one has expired Match falls back to the next live one: a
-// live 10.0.0.0/8 still matches 10.1.2.3 after an expired 10.1.0.0/16 has
+// An address matches the longest live range that contains it: a live
+// 10.0.0.0/8 still matches 10.1.2.3 after an expired 10.1.0.0/16 has
 // stopped matching it.
 type List struct {
 	table table // address -> index in ranges
 	// ranges holds one node per distinct range; parent is the index of
-	// the longest shorter range containing it, or -1.
+	// the longest shorter range containing it, or -1, so that when the
+	// longest range has expired Match falls back to the next live one.
 	ranges []rangeNode
 	keys   map[string]Entry
 }

@@ -32,50 +32,50 @@ const (
 
 // ErrTooLarge reports input past a bound of this package: a list's text
 // with a line over 4,096 bytes, more than 2,000,000 lines or more than
-// 256 MiB (wrapped in a [ParseError]), or a Ban that would make a [Bans]
+// 256 MiB (the error names the line), or a Ban that would make a [Bans]
 // hold more than its maximum. The error's text says which bound.
 var ErrTooLarge = errors.New("access: too large")
 
-// ParseError reports where a list's text is malformed: its Line, counted
-// from 1; the message names the byte column too. It unwraps to an error
-// wrapping ErrInvalidEntry or ErrTooLarge, or to the reader's error.
-type ParseError struct {
-	Line   int
+// parseError reports where a list's text is malformed: its line, counted
+// from 1, and byte column, in the message. It unwraps to an error wrapping
+// ErrInvalidEntry or ErrTooLarge, or to the reader's error.
+type parseError struct {
+	line   int
 	column int
 	err    error
 }
 
 // Error formats the position and the cause.
-func (e *ParseError) Error() string {
-	return fmt.Sprintf("line %d, column %d: %v", e.Line, e.column, e.err)
+func (e *parseError) Error() string {
+	return fmt.Sprintf("line %d, column %d: %v", e.line, e.column, e.err)
 }
 
 // Unwrap returns the cause.
-func (e *ParseError) Unwrap() error { return e.err }
+func (e *parseError) Unwrap() error { return e.err }
 
 // ParseEntry parses one entry in the line format described in the package
 // doc, for example "203.0.113.7", "2001:db8::/32 # comment", "user:42" or
 // "key:9f86d0... expires=2026-12-31T00:00:00Z reason=leaked". A string
 // with no entry (blank or only a comment) is an error, as is anything
-// Parse rejects in a line. The error is a *ParseError on line 1.
+// Parse rejects in a line. The error names line 1 and the column.
 func ParseEntry(s string) (Entry, error) {
 	s = strings.TrimSuffix(s, "\r")
 	if len(s) > maxLineLen {
-		return Entry{}, &ParseError{Line: 1, column: maxLineLen + 1, err: fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)}
+		return Entry{}, &parseError{line: 1, column: maxLineLen + 1, err: fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)}
 	}
 	e, ok, col, err := parseLine(s)
 	if err == nil && !ok {
 		col, err = 1, invalid("empty entry: no address, range or key")
 	}
 	if err != nil {
-		return Entry{}, &ParseError{Line: 1, column: col, err: err}
+		return Entry{}, &parseError{line: 1, column: col, err: err}
 	}
 	return e, nil
 }
 
 // Parse reads entries in the line format, one a line; blank lines and
 // comments are skipped. It stops at the first malformed line and returns
-// a *ParseError naming it and no entries, or the reader's error wrapped
+// an error naming its line and column, and no entries, or the reader's error wrapped
 // in one. Past 2,000,000 lines, 4,096 bytes in a line or 256 MiB in all,
 // it stops with an error wrapping ErrTooLarge.
 func Parse(r io.Reader) ([]Entry, error) {
@@ -89,19 +89,19 @@ func Parse(r io.Reader) ([]Entry, error) {
 	for sc.Scan() {
 		line++
 		if line > maxLines {
-			return nil, &ParseError{Line: line, column: 1, err: fmt.Errorf("%w: more than %d lines", ErrTooLarge, maxLines)}
+			return nil, &parseError{line: line, column: 1, err: fmt.Errorf("%w: more than %d lines", ErrTooLarge, maxLines)}
 		}
 		b := sc.Bytes()
 		read += int64(len(b)) + 1
 		if read > maxFileBytes+1 {
-			return nil, &ParseError{Line: line, column: 1, err: fmt.Errorf("%w: a file over %d bytes", ErrTooLarge, maxFileBytes)}
+			return nil, &parseError{line: line, column: 1, err: fmt.Errorf("%w: a file over %d bytes", ErrTooLarge, maxFileBytes)}
 		}
 		if len(b) > maxLineLen {
-			return nil, &ParseError{Line: line, column: maxLineLen + 1, err: fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)}
+			return nil, &parseError{line: line, column: maxLineLen + 1, err: fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)}
 		}
 		e, ok, col, err := parseLine(string(b))
 		if err != nil {
-			return nil, &ParseError{Line: line, column: col, err: err}
+			return nil, &parseError{line: line, column: col, err: err}
 		}
 		if ok {
 			entries = append(entries, e)
@@ -110,12 +110,12 @@ func Parse(r io.Reader) ([]Entry, error) {
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			err = fmt.Errorf("%w: a line over %d bytes", ErrTooLarge, maxLineLen)
-			return nil, &ParseError{Line: line + 1, column: maxLineLen + 1, err: err}
+			return nil, &parseError{line: line + 1, column: maxLineLen + 1, err: err}
 		}
-		return nil, &ParseError{Line: line + 1, column: 1, err: err}
+		return nil, &parseError{line: line + 1, column: 1, err: err}
 	}
 	if read > maxFileBytes {
-		return nil, &ParseError{Line: line, column: 1, err: fmt.Errorf("%w: a file over %d bytes", ErrTooLarge, maxFileBytes)}
+		return nil, &parseError{line: line, column: 1, err: fmt.Errorf("%w: a file over %d bytes", ErrTooLarge, maxFileBytes)}
 	}
 	return entries, nil
 }

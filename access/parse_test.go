@@ -98,10 +98,10 @@ func TestParseEntryErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := access.ParseEntry(tt.in)
 			require.Error(t, err)
-			var pe *access.ParseError
-			require.ErrorAs(t, err, &pe)
-			assert.Equal(t, 1, pe.Line)
-			assert.Equal(t, tt.col, access.Column(pe), "%v", err)
+			line, col, ok := access.Position(err)
+			require.True(t, ok, "%v", err)
+			assert.Equal(t, 1, line, "%v", err)
+			assert.Equal(t, tt.col, col, "%v", err)
 			assert.ErrorIs(t, err, access.ErrInvalidEntry)
 			assert.Contains(t, err.Error(), tt.msg)
 			assert.True(t, strings.HasPrefix(err.Error(), fmt.Sprintf("line 1, column %d: ", tt.col)), err.Error())
@@ -155,10 +155,10 @@ func TestParseErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := access.Parse(strings.NewReader(tt.in))
 			assert.Nil(t, got, "nothing half-applied")
-			var pe *access.ParseError
-			require.ErrorAs(t, err, &pe)
-			assert.Equal(t, tt.line, pe.Line, "%v", err)
-			assert.Equal(t, tt.col, access.Column(pe), "%v", err)
+			line, col, ok := access.Position(err)
+			require.True(t, ok, "%v", err)
+			assert.Equal(t, tt.line, line, "%v", err)
+			assert.Equal(t, tt.col, col, "%v", err)
 			assert.ErrorIs(t, err, tt.is)
 		})
 	}
@@ -175,9 +175,9 @@ func TestParseErrors(t *testing.T) {
 
 	// A reader that fails is an error too, naming the line it was on.
 	_, err := access.Parse(io.MultiReader(strings.NewReader("10.0.0.1\n"), iotestErr{}))
-	var pe *access.ParseError
-	require.ErrorAs(t, err, &pe)
-	assert.Equal(t, 2, pe.Line)
+	line, _, ok := access.Position(err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, 2, line)
 	assert.ErrorIs(t, err, errBroken)
 }
 
@@ -234,9 +234,9 @@ func TestParseHugeFile(t *testing.T) {
 	// One line past MaxLines is an error on that line, with no entries.
 	got, err = access.Parse(&blankLines{n: access.MaxLines + 1})
 	assert.Nil(t, got)
-	var pe *access.ParseError
-	require.ErrorAs(t, err, &pe)
-	assert.Equal(t, access.MaxLines+1, pe.Line)
+	line, _, ok := access.Position(err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, access.MaxLines+1, line)
 	assert.ErrorIs(t, err, access.ErrTooLarge)
 
 	// And MaxLines itself is fine.
@@ -301,8 +301,8 @@ func FuzzParseEntry(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		e, err := access.ParseEntry(s)
 		if err != nil {
-			var pe *access.ParseError
-			require.ErrorAs(t, err, &pe)
+			_, _, ok := access.Position(err)
+			require.True(t, ok, "%v", err)
 			return
 		}
 		_, err = access.NewList(e)

@@ -108,22 +108,20 @@ func New(base http.RoundTripper, opts ...Option) (*Transport, error) {
 }
 
 // RoundTrip sends req, and resends it after a 429, or after a 503 when
-// req is idempotent (see the package documentation for the whole table),
-// when it can: when req has no body or req.GetBody can make a fresh copy of
-// it. A request whose body cannot be replayed is sent once. Errors of the
-// base transport are returned at once, never retried: the request may have
-// been half sent. A wait ends at once when req's context is done, with the
+// req is idempotent (the package documentation has the whole table), when
+// it can: when req has no body or req.GetBody can make a fresh copy of it.
+// A request whose body cannot be replayed is sent once. Errors of the base
+// transport are returned at once, never retried: the request may have been
+// half sent. A wait ends at once when req's context is done, with the
 // context's error.
 //
 // The time RoundTrip spends beyond the base transport's round trips is
 // bounded by WithMaxTotalWait, whatever the server does: the body of a
-// response that is retried is drained while the Transport waits, and
-// closed, read or not, when the wait ends (net/http allows a Close while a
-// Read is blocked, and ends that Read; a base transport whose bodies do not
-// should not be used with a stalling server). The base transport's own
-// round trips (connecting, sending, awaiting the headers) are bounded by
-// req's context, http.Client.Timeout or the base's own timeouts, not by the
-// Transport.
+// retried response is drained during the wait and closed when it ends,
+// read or not (a base transport whose Close does not end a blocked Read,
+// as net/http's does, should not be used with a stalling server). The
+// base's own round trips are bounded by req's context,
+// http.Client.Timeout or the base's own timeouts.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	var waited time.Duration

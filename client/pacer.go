@@ -54,12 +54,12 @@ func (p *pacer) observe(host string, h http.Header, now time.Time) {
 			return // Parse would give a Remaining above 0, or an error: nothing to do
 		}
 	}
-	info, err := headers.Parse(h)
-	if err != nil {
+	layers, err := headers.Parse(h)
+	if err != nil || len(layers) == 0 {
 		return
 	}
 	var at time.Time
-	if info.Remaining == 0 {
+	if layers[0].Remaining == 0 { // the binding layer, which has the least
 		d, told := serverWait(h, now)
 		if told {
 			at = now.Add(d)

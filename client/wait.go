@@ -29,8 +29,8 @@ func serverWait(h http.Header, now time.Time) (d time.Duration, told bool) {
 		return d, true
 	}
 	if vs := h.Values("RateLimit"); len(vs) > 0 {
-		if info, err := headers.Parse(http.Header{"Ratelimit": vs}); err == nil && info.ResetAfter > 0 {
-			return info.ResetAfter, true
+		if layers, err := headers.Parse(http.Header{"Ratelimit": vs}); err == nil && len(layers) > 0 && layers[0].ResetAfter > 0 {
+			return layers[0].ResetAfter, true
 		}
 	}
 	if d, told := longest(h.Values("RateLimit-Reset"), now, delaySeconds); told {

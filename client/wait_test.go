@@ -242,13 +242,13 @@ func observeByParse(held bool, h http.Header, now time.Time) (holdFor time.Durat
 		}
 		return 0, false
 	}
-	info, err := headers.Parse(h)
+	layers, err := headers.Parse(h)
 	switch {
 	case err != nil && held:
 		return 5 * time.Second, true
-	case err != nil:
+	case err != nil || len(layers) == 0:
 		return 0, false
-	case info.Remaining != 0:
+	case layers[0].Remaining != 0:
 		return 0, false
 	}
 	if d, told := serverWait(h, now); told {

@@ -50,13 +50,14 @@ func ExampleParse() {
 	h.Set("RateLimit-Policy", `"api";q=100;w=60`)
 	h.Set("Retry-After", "5")
 
-	info, err := headers.Parse(h)
+	layers, err := headers.Parse(h)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	d := layers[0] // the binding layer
 	fmt.Printf("%s: %d left of %d per %v, whole again in %v; retry in %v\n",
-		info.Policy, info.Remaining, info.Quota, info.Window, info.ResetAfter, info.RetryAfter)
+		d.Policy.Name, d.Remaining, d.Policy.Limit, d.Policy.Window, d.ResetAfter, d.RetryAfter)
 
 	h.Set("Retry-After", "-5")
 	_, err = headers.Parse(h)

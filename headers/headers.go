@@ -40,9 +40,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 // Field names in the canonical form net/http keeps them in: the keys
@@ -82,8 +82,8 @@ type Config struct {
 	// Structured writes RateLimit and RateLimit-Policy, as in
 	// draft-ietf-httpapi-ratelimit-headers-10.
 	Structured bool
-	// RetryAfter writes Retry-After on denied decisions, in delay seconds
-	// (see RetryAfterSeconds).
+	// RetryAfter writes Retry-After on denied decisions, in delay seconds,
+	// rounded up and at least 1.
 	RetryAfter bool
 }
 
@@ -128,10 +128,10 @@ func write(h Setter, d *core.Decision, now time.Time, cfg Config) {
 // straight into its net/http Header map under the names as the standards
 // spell them ("X-RateLimit-Limit", "RateLimit-Limit"), which net/http
 // writes on the wire as they are: their values share one string and
-// their value slices one array, in one allocation for the fields of
-// Default() (two for more fields). An http.Header itself gets the same,
-// but the names in canonical form ("X-Ratelimit-Limit"), as
-// http.Header.Set would put them, so that Get finds them. A fastBytes
+// their value slices one array, in two allocations. An http.Header
+// itself gets the same, but the names in canonical form
+// ("X-Ratelimit-Limit"), as http.Header.Set would put them, so that Get
+// finds them. A fastBytes
 // (Fiber's response) gets SetBytes calls with the names as the standards
 // spell them, from a reused buffer: no allocation. Any other Setter gets
 // Set calls with the names as spelled and values that share one string:
@@ -209,36 +209,22 @@ type bytesBuf [512]byte
 // bytesBufs holds the bytesBufs not in use.
 var bytesBufs = sync.Pool{New: func() any { return new(bytesBuf) }}
 
-// Sizes of a valueBlock: the fields of headers.Default() on an allowed
-// decision, with counts of up to 19 digits.
+// Sizes of a Writer's blocks (sharedBlock): the fields of
+// headers.Default() on an allowed decision, with counts of up to 19 digits.
 const (
 	blockFields = 6
 	blockBytes  = 64
 )
 
-// valueBlock holds the value slices and the value bytes of the fields
-// one write sets in a header map, so that they cost one allocation. buf
-// is never written once the values point into it.
-type valueBlock struct {
-	vals [blockFields]string
-	buf  [blockBytes]byte
-}
-
 // setMap sets the fields of fs, whose values are in buf, in h: under
 // their canonical names when canonical, else as the standards spell them.
 // The value slices share one array, of capacity 1 each, and the values one
-// string: a single allocation for all when they fit in a valueBlock, two
-// otherwise.
+// string: two allocations. (One block holding both, its text made a string
+// with unsafe.String, saved an allocation but cost more: 293 against 270
+// CPU-ns/op, 160 against 112 B/op, BenchmarkWrite/default/allowed/HeaderMap,
+// 2026-12-07.)
 func setMap(h http.Header, fs *fieldSet, buf []byte, canonical bool) {
-	var vals []string
-	var v string
-	if fs.n <= blockFields && len(buf) <= blockBytes && len(buf) > 0 {
-		b := new(valueBlock)
-		copy(b.buf[:], buf)
-		vals, v = b.vals[:fs.n], unsafe.String(&b.buf[0], len(buf))
-	} else {
-		vals, v = make([]string, fs.n), string(buf)
-	}
+	vals, v := make([]string, fs.n), string(buf)
 	for i, f := range fs.fields[:fs.n] {
 		vals[i] = v[f.start:f.end]
 		name := f.name
@@ -347,7 +333,7 @@ func (fs *fieldSet) build(buf []byte, d *core.Decision, now time.Time, cfg Confi
 		buf = fs.addStructured(buf, d.Policy, remaining, reset)
 	}
 	if cfg.RetryAfter && !d.Allowed {
-		buf = fs.addInt(buf, wireRetryAfter, RetryAfterSeconds(*d))
+		buf = fs.addInt(buf, wireRetryAfter, limits.RetryAfterSeconds(d.Allowed, d.RetryAfter))
 	}
 	return buf
 }
@@ -374,17 +360,6 @@ func (fs *fieldSet) addStructured(buf []byte, p core.Policy, remaining, reset in
 	buf = strconv.AppendInt(buf, max(ceilSeconds(p.Window), 1), 10)
 	fs.push(wireRateLimitPolicy, start, len(buf))
 	return buf
-}
-
-// RetryAfterSeconds returns the Retry-After of d in whole seconds: 0 when d
-// is allowed, otherwise d.RetryAfter rounded up, and at least 1, so that a
-// denied client always waits. Adapters put the same number in the body of
-// their 429 responses.
-func RetryAfterSeconds(d core.Decision) int64 {
-	if d.Allowed {
-		return 0
-	}
-	return max(ceilSeconds(d.RetryAfter), 1)
 }
 
 // maxSFInteger is the largest Structured Field integer (RFC 9651, Section

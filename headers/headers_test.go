@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
 var (
@@ -231,28 +230,6 @@ func TestWriteZeroNowIsTimeNow(t *testing.T) {
 	require.NoError(t, err, canonXRateLimitReset)
 	assert.GreaterOrEqual(t, n, before+2, canonXRateLimitReset)
 	assert.LessOrEqual(t, n, after, canonXRateLimitReset)
-}
-
-func TestRetryAfterSeconds(t *testing.T) {
-	tests := []struct {
-		d    core.Decision
-		want int64
-	}{
-		{core.Decision{Allowed: true}, 0},
-		{core.Decision{Allowed: true, RetryAfter: time.Hour}, 0},
-		{core.Decision{Allowed: true, Source: core.SourceFailMode}, 0},
-		{core.Decision{}, 1},
-		{core.Decision{RetryAfter: -time.Second}, 1},
-		{core.Decision{RetryAfter: time.Millisecond}, 1},
-		{core.Decision{RetryAfter: time.Second}, 1},
-		{core.Decision{RetryAfter: 1001 * time.Millisecond}, 2},
-		{core.Decision{RetryAfter: 2 * time.Second}, 2},
-		{core.Decision{RetryAfter: limits.MaxWindow}, 366 * 24 * 3600},
-		{core.Decision{RetryAfter: time.Duration(1<<63 - 1)}, 9223372037},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, RetryAfterSeconds(tt.d), "allowed %v, RetryAfter %v", tt.d.Allowed, tt.d.RetryAfter)
-	}
 }
 
 // countingSetter is a Setter that keeps nothing, so that the benchmark

@@ -40,19 +40,19 @@ func TestWriteLayers(t *testing.T) {
 	assert.Equal(t, "600", h.Get(canonRetryAfter))
 	assert.Equal(t, `"login";r=0;t=600, "global";r=990;t=30, "ip";r=12;t=45`, h.Get(canonRateLimit), "binding first, then in order")
 	assert.Equal(t, `"login";q=5;w=60, "global";q=1000;w=60, "ip";q=300;w=60`, h.Get(canonRateLimitPolicy))
-	items, err := ParseLayers(h)
+	items, err := parseLayers(h)
 	require.NoError(t, err)
-	info, err := Parse(h)
+	info, err := parseFirst(h)
 	require.NoError(t, err)
 	assert.Equal(t, "login", info.Policy, "Parse reads the binding layer")
 	assert.Equal(t, int64(0), info.Remaining)
-	assert.Equal(t, []Info{
+	assert.Equal(t, []fields{
 		info,
 		{Found: Config{Structured: true}, Policy: "global", Remaining: 990, ResetAfter: 30 * time.Second, Quota: 1000, Window: time.Minute},
 		{Found: Config{Structured: true}, Policy: "ip", Remaining: 12, ResetAfter: 45 * time.Second, Quota: 300, Window: time.Minute},
-	}, items, "the binding layer's Info is Parse's")
-	assert.Equal(t, Info{Found: all, Policy: "login", Limit: 5, Remaining: 0, ResetAfter: 600 * time.Second,
-		Reset: now.Add(600 * time.Second), RetryAfter: 600 * time.Second, Quota: 5, Window: time.Minute}, items[0])
+	}, items, "the binding layer's fields is Parse's")
+	assert.Equal(t, fields{Found: all, Policy: "login", Limit: 5, Remaining: 0, ResetAfter: 600 * time.Second,
+		RetryAfter: 600 * time.Second, Quota: 5, Window: time.Minute}, items[0])
 
 	// The binding decision is found by name, wherever it is, and may
 	// differ from its layer's in what the verdict adds (a longer
@@ -136,39 +136,48 @@ func TestWriteLayersAllocs(t *testing.T) {
 	assert.LessOrEqual(t, layered, 2.0)
 }
 
-func TestParseLayersMalformed(t *testing.T) {
+func TestParseMalformedLayers(t *testing.T) {
 	for _, v := range []string{`"a";r=x`, `"a"`, `1;r=2`, `"a";r=1,`} {
-		_, err := ParseLayers(http.Header{canonRateLimit: {v}})
+		_, err := parseLayers(http.Header{canonRateLimit: {v}})
 		assert.ErrorIs(t, err, ErrMalformed, v)
 	}
-	_, err := ParseLayers(http.Header{canonRateLimit: {`"a";r=1`}, canonXRateLimitRemaining: {"-1"}})
+	_, err := parseLayers(http.Header{canonRateLimit: {`"a";r=1`}, canonXRateLimitRemaining: {"-1"}})
 	assert.ErrorIs(t, err, ErrMalformed, "every field is read, as Parse reads it")
-	_, err = ParseLayers(http.Header{canonRateLimit: {`"a";r=1, "b";r=2`}, canonRateLimitPolicy: {`"b";q=x`}})
+	_, err = parseLayers(http.Header{canonRateLimit: {`"a";r=1, "b";r=2`}, canonRateLimitPolicy: {`"b";q=x`}})
 	assert.ErrorIs(t, err, ErrMalformed)
-	items, err := ParseLayers(http.Header{})
+	items, err := parseLayers(http.Header{})
 	assert.NoError(t, err)
 	assert.Empty(t, items)
-	items, err = ParseLayers(http.Header{canonXRateLimitRemaining: {"3"}})
+	items, err = parseLayers(http.Header{canonXRateLimitRemaining: {"3"}})
 	assert.NoError(t, err)
-	assert.Empty(t, items, "no RateLimit: no item")
+	assert.Equal(t, []fields{{Found: Config{XRateLimit: true}, Remaining: 3}}, items, "no RateLimit: the one layer the other families tell of")
 }
 
-// TestParseLayersJoin: each item takes the q and w of the first
+// TestParseJoin: each item takes the q and w of the first
 // RateLimit-Policy item of its name, as Parse does for the first.
-func TestParseLayersJoin(t *testing.T) {
+func TestParseJoin(t *testing.T) {
 	h := http.Header{
 		canonRateLimit:       {`"a";r=1;t=2, b;r=3`, `"c";r=4`},
 		canonRateLimitPolicy: {`"b";q=0;w=5, "b";q=7;w=8, 9;w=1, "a";q=10;w=60`},
 	}
-	items, err := ParseLayers(h)
+	items, err := parseLayers(h)
 	require.NoError(t, err)
-	info, err := Parse(h)
+	info, err := parseFirst(h)
 	require.NoError(t, err)
-	assert.Equal(t, []Info{
+	assert.Equal(t, []fields{
 		info,
 		{Found: Config{Structured: true}, Policy: "b", Remaining: 3, Window: 5 * time.Second},
 		{Found: Config{Structured: true}, Policy: "c", Remaining: 4},
 	}, items)
-	assert.Equal(t, Info{Found: Config{Structured: true, Draft6: true}, Policy: "a", Remaining: 1, ResetAfter: 2 * time.Second,
+	assert.Equal(t, fields{Found: Config{Structured: true, Draft6: true}, Policy: "a", Remaining: 1, ResetAfter: 2 * time.Second,
 		Quota: 10, Window: time.Minute}, info)
+
+	// Parse gives the same as Decisions: Policy's Name, Limit (q) and Window.
+	ds, err := Parse(h)
+	require.NoError(t, err)
+	assert.Equal(t, []core.Decision{
+		{Remaining: 1, ResetAfter: 2 * time.Second, Policy: core.Policy{Name: "a", Limit: 10, Window: time.Minute}},
+		{Remaining: 3, Policy: core.Policy{Name: "b", Window: 5 * time.Second}},
+		{Remaining: 4, Policy: core.Policy{Name: "c"}},
+	}, ds)
 }

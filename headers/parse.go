@@ -16,12 +16,12 @@ var ErrMalformed = errors.New("headers: malformed rate-limit field")
 // holds (about 292 years); Parse rejects longer ones.
 const maxDelaySeconds = int64(1<<63-1) / int64(time.Second)
 
-// Info is what a client learns from the rate-limit fields of a response.
+// fields is what a client learns from the rate-limit fields of a response.
 // A value whose field was absent is zero; Found tells which families had at
 // least one field present. When several families carry the same value, the
 // most specific one is kept: the structured fields, then Draft6, then
 // XRateLimit.
-type Info struct {
+type fields struct {
 	// Found reports the families present. A RateLimit-Policy in the
 	// integer syntax of drafts 03 to 07 (100;w=60, as express-rate-limit
 	// writes it) counts as Draft6.
@@ -33,11 +33,10 @@ type Info struct {
 	// RateLimit-Remaining or X-RateLimit-Remaining).
 	Remaining int64
 	// ResetAfter is the delay until the quota is whole again, in whole
-	// seconds (RateLimit's t or RateLimit-Reset).
+	// seconds (RateLimit's t or RateLimit-Reset; X-RateLimit-Reset, Unix
+	// epoch seconds, is read as its delay from the response's Date, as an
+	// HTTP-date Retry-After is).
 	ResetAfter time.Duration
-	// Reset is the time at which the quota is whole again
-	// (X-RateLimit-Reset, read as Unix epoch seconds).
-	Reset time.Time
 	// RetryAfter is the delay after which a denied request may be retried
 	// (Retry-After). A Retry-After in delay seconds, as Writer writes it,
 	// is read as it is; one that is an HTTP-date is read as its delay from
@@ -54,10 +53,11 @@ type Info struct {
 	Window time.Duration
 }
 
-// Parse reads the rate-limit fields of a response, as a client does. Every
-// family that a Writer writes is read back, whatever the Config; further
-// members of the RateLimit and RateLimit-Policy lists are checked and then
-// ignored. A response with no rate-limit field gives the zero Info.
+// parseFirst reads the rate-limit fields of a response into the fields of
+// its binding layer. Every family that a Writer writes is read back,
+// whatever the Config; further members of the RateLimit and
+// RateLimit-Policy lists are checked, and Parse reads them. A response with
+// no rate-limit field gives the zero fields.
 //
 // Counts and delays are decimal digits only: a sign, a fraction, more than
 // 15 digits or a delay longer than a time.Duration give an error wrapping
@@ -65,8 +65,8 @@ type Info struct {
 // structured field that breaks RFC 9651 or lacks r (in RateLimit) or q (in
 // RateLimit-Policy). RateLimit in the dictionary syntax of draft 07 is
 // malformed too.
-func Parse(h http.Header) (Info, error) {
-	var info Info
+func parseFirst(h http.Header) (fields, error) {
+	var info fields
 	for _, f := range []struct {
 		name   string
 		family *bool
@@ -79,36 +79,36 @@ func Parse(h http.Header) (Info, error) {
 	} {
 		v, ok, err := single(h, f.name)
 		if err != nil {
-			return Info{}, err
+			return fields{}, err
 		}
 		if !ok {
 			continue
 		}
 		if *f.dst, err = count(f.name, v); err != nil {
-			return Info{}, err
+			return fields{}, err
 		}
 		*f.family = true
 	}
 
 	if v, ok, err := single(h, canonXRateLimitReset); err != nil {
-		return Info{}, err
+		return fields{}, err
 	} else if ok {
 		n, err := count(canonXRateLimitReset, v)
 		if err != nil {
-			return Info{}, err
+			return fields{}, err
 		}
-		info.Reset, info.Found.XRateLimit = time.Unix(n, 0), true
+		info.ResetAfter, info.Found.XRateLimit = delayUntil(time.Unix(n, 0), h.Get("Date"), time.Now()), true
 	}
 	if v, ok, err := single(h, canonRateLimitReset); err != nil {
-		return Info{}, err
+		return fields{}, err
 	} else if ok {
 		if info.ResetAfter, err = seconds(canonRateLimitReset, v); err != nil {
-			return Info{}, err
+			return fields{}, err
 		}
 		info.Found.Draft6 = true
 	}
 	if v, ok, err := single(h, canonRetryAfter); err != nil {
-		return Info{}, err
+		return fields{}, err
 	} else if ok {
 		if v != "" && isDigit(v[0]) {
 			info.RetryAfter, err = seconds(canonRetryAfter, v)
@@ -118,19 +118,19 @@ func Parse(h http.Header) (Info, error) {
 			info.RetryAfter = delayUntil(at, h.Get("Date"), time.Now())
 		}
 		if err != nil {
-			return Info{}, err
+			return fields{}, err
 		}
 		info.Found.RetryAfter = true
 	}
 
 	if err := parseStructured(h, &info); err != nil {
-		return Info{}, err
+		return fields{}, err
 	}
 	return info, nil
 }
 
 // parseStructured reads RateLimit and RateLimit-Policy into info.
-func parseStructured(h http.Header, info *Info) error {
+func parseStructured(h http.Header, info *fields) error {
 	if vs := h.Values(canonRateLimit); len(vs) > 0 {
 		v := strings.Join(vs, ", ")
 		items, err := parseSFList(v)
@@ -212,7 +212,7 @@ func delayUntil(at time.Time, date string, now time.Time) time.Duration {
 	if sent, err := http.ParseTime(date); err == nil {
 		return max(at.Sub(sent), 0)
 	}
-	return time.Duration(ceilSeconds(at.Sub(now))) * time.Second
+	return time.Duration(min(ceilSeconds(at.Sub(now)), maxDelaySeconds)) * time.Second
 }
 
 // single returns the value of a field that may appear once, without its

@@ -3,6 +3,7 @@ package headers
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,9 +33,10 @@ func TestParseRoundTrip(t *testing.T) {
 		for _, d := range decisions {
 			h := http.Header{}
 			NewWriter(cfg).Write(h, d, nil, t0)
-			got, err := Parse(h)
-			require.NoError(t, err, "%+v: Parse(%v)", cfg, h)
-			want := Info{Found: cfg}
+			h.Set("Date", t0.UTC().Format(http.TimeFormat))
+			got, err := parseFirst(h)
+			require.NoError(t, err, "%+v: parseLayers(%v)", cfg, h)
+			want := fields{Found: cfg}
 			want.Found.RetryAfter = cfg.RetryAfter && !d.Allowed
 			if cfg.XRateLimit || cfg.Draft6 {
 				want.Limit = d.Limit
@@ -44,19 +46,19 @@ func TestParseRoundTrip(t *testing.T) {
 			}
 			if cfg.Draft6 || cfg.Structured {
 				want.ResetAfter = time.Duration(ceilSeconds(d.ResetAfter)) * time.Second
-			}
-			if cfg.XRateLimit {
-				want.Reset = time.Unix(ceilUnix(t0.Add(d.ResetAfter)), 0)
+			} else if cfg.XRateLimit {
+				// X-RateLimit-Reset's epoch, as a delay from Date.
+				want.ResetAfter = time.Unix(ceilUnix(t0.Add(d.ResetAfter)), 0).Sub(t0.Truncate(time.Second))
 			}
 			if want.Found.RetryAfter {
-				want.RetryAfter = time.Duration(RetryAfterSeconds(d)) * time.Second
+				want.RetryAfter = time.Duration(limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)) * time.Second
 			}
 			if cfg.Structured {
 				want.Policy = d.Policy.Name
 				want.Quota = d.Policy.Limit
 				want.Window = time.Duration(max(ceilSeconds(d.Policy.Window), 1)) * time.Second
 			}
-			assert.Equal(t, want, got, "%+v: Parse(Write(%+v))", cfg, d)
+			assert.Equal(t, want, got, "%+v: parseLayers(Write(%+v))", cfg, d)
 		}
 	}
 }
@@ -65,74 +67,74 @@ func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
 		h    http.Header
-		want Info
+		want fields
 	}{{
 		name: "nothing",
 		h:    http.Header{"Content-Type": {"text/plain"}},
-		want: Info{},
+		want: fields{},
 	}, {
 		name: "names are case-insensitive, values trimmed",
 		h:    hdr("x-ratelimit-limit", " 10 ", "X-RATELIMIT-REMAINING", "\t7"),
-		want: Info{Found: Config{XRateLimit: true}, Limit: 10, Remaining: 7},
+		want: fields{Found: Config{XRateLimit: true}, Limit: 10, Remaining: 7},
 	}, {
 		name: "Draft6 wins over XRateLimit",
 		h:    hdr(canonXRateLimitLimit, "10", canonXRateLimitRemaining, "7", canonRateLimitLimit, "20", canonRateLimitRemaining, "8"),
-		want: Info{Found: Config{XRateLimit: true, Draft6: true}, Limit: 20, Remaining: 8},
+		want: fields{Found: Config{XRateLimit: true, Draft6: true}, Limit: 20, Remaining: 8},
 	}, {
 		name: "Retry-After as an HTTP-date in the past",
 		h:    hdr(canonRetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT"),
-		want: Info{Found: Config{RetryAfter: true}},
+		want: fields{Found: Config{RetryAfter: true}},
 	}, {
 		name: "Retry-After as an HTTP-date: its delay from Date",
 		h:    hdr(canonRetryAfter, "Wed, 21 Oct 2015 07:28:00 GMT", "Date", "Wed, 21 Oct 2015 07:26:30 GMT"),
-		want: Info{Found: Config{RetryAfter: true}, RetryAfter: 90 * time.Second},
+		want: fields{Found: Config{RetryAfter: true}, RetryAfter: 90 * time.Second},
 	}, {
 		name: "Retry-After 0",
 		h:    hdr(canonRetryAfter, "0"),
-		want: Info{Found: Config{RetryAfter: true}},
+		want: fields{Found: Config{RetryAfter: true}},
 	}, {
 		name: "several policies: the one RateLimit names",
 		h: hdr(canonRateLimit, `"daily";r=5;t=100`,
 			canonRateLimitPolicy, `"burst";q=10;w=1, "daily";q=1000;w=86400`),
-		want: Info{Found: Config{Structured: true}, Remaining: 5, ResetAfter: 100 * time.Second,
+		want: fields{Found: Config{Structured: true}, Remaining: 5, ResetAfter: 100 * time.Second,
 			Policy: "daily", Quota: 1000, Window: 24 * time.Hour},
 	}, {
 		name: "list split over several lines, first RateLimit item reported",
 		h: http.Header{canonRateLimit: {`"a";r=1`, `"b";r=2;t=3`},
 			canonRateLimitPolicy: {`"b";q=5;w=6`, `"a";q=7;w=8`}},
-		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: "a", Quota: 7, Window: 8 * time.Second},
+		want: fields{Found: Config{Structured: true}, Remaining: 1, Policy: "a", Quota: 7, Window: 8 * time.Second},
 	}, {
 		name: "no policy named like the RateLimit item",
 		h:    hdr(canonRateLimit, `"a";r=1;t=2`, canonRateLimitPolicy, `"b";q=5;w=6`),
-		want: Info{Found: Config{Structured: true}, Remaining: 1, ResetAfter: 2 * time.Second, Policy: "a"},
+		want: fields{Found: Config{Structured: true}, Remaining: 1, ResetAfter: 2 * time.Second, Policy: "a"},
 	}, {
 		name: "RateLimit-Policy alone: its first item",
 		h:    hdr(canonRateLimitPolicy, `"b";q=5;w=6, "a";q=7`),
-		want: Info{Found: Config{Structured: true}, Policy: "b", Quota: 5, Window: 6 * time.Second},
+		want: fields{Found: Config{Structured: true}, Policy: "b", Quota: 5, Window: 6 * time.Second},
 	}, {
 		name: "tokens, unknown parameters of every type, repeated parameter",
 		h: hdr(canonRateLimit, `day;r=1;r=2;x;y=?0;z=-1.5;u=@123;v=%"caf%c3%a9";pk=:AAE=:`,
 			canonRateLimitPolicy, `day;q=10;w=60;qu="requests";pk=:AAE=:;x=tok/en:1`),
-		want: Info{Found: Config{Structured: true}, Remaining: 2, Policy: "day", Quota: 10, Window: time.Minute},
+		want: fields{Found: Config{Structured: true}, Remaining: 2, Policy: "day", Quota: 10, Window: time.Minute},
 	}, {
 		name: "escaped name",
 		h:    hdr(canonRateLimit, `"a\"b\\c";r=1`),
-		want: Info{Found: Config{Structured: true}, Remaining: 1, Policy: `a"b\c`},
+		want: fields{Found: Config{Structured: true}, Remaining: 1, Policy: `a"b\c`},
 	}, {
 		name: "drafts 03 to 07 RateLimit-Policy, as express-rate-limit writes it",
 		h:    hdr(canonRateLimitLimit, "100", canonRateLimitRemaining, "99", canonRateLimitReset, "60", canonRateLimitPolicy, "100;w=60"),
-		want: Info{Found: Config{Draft6: true}, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Quota: 100, Window: time.Minute},
+		want: fields{Found: Config{Draft6: true}, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Quota: 100, Window: time.Minute},
 	}, {
 		name: "largest values",
 		h: hdr(canonXRateLimitLimit, "999999999999999", canonXRateLimitReset, "999999999999999",
 			canonRetryAfter, "9223372036", canonRateLimit, `"a";r=999999999999999;t=9223372036`),
-		want: Info{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
-			Remaining: 999999999999999, Reset: time.Unix(999999999999999, 0), RetryAfter: 9223372036 * time.Second,
+		want: fields{Found: Config{XRateLimit: true, Structured: true, RetryAfter: true}, Limit: 999999999999999,
+			Remaining: 999999999999999, RetryAfter: 9223372036 * time.Second,
 			ResetAfter: 9223372036 * time.Second, Policy: "a"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse(tt.h)
+			got, err := parseFirst(tt.h)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -165,22 +167,22 @@ func TestParseMalformed(t *testing.T) {
 			if name != canonRateLimit {
 				h.Set(canonRateLimit, `"ok";r=1`) // a good field does not hide a bad one
 			}
-			info, err := Parse(h)
-			if !assert.ErrorIs(t, err, ErrMalformed, "Parse(%s: %q) = %+v", name, v, info) {
+			info, err := parseFirst(h)
+			if !assert.ErrorIs(t, err, ErrMalformed, "parseLayers(%s: %q) = %+v", name, v, info) {
 				continue
 			}
-			assert.Zero(t, info, "Parse(%s: %q): Info returned with the error", name, v)
-			assert.ErrorContains(t, err, name, "Parse(%s: %q): the error names the field", name, v)
+			assert.Zero(t, info, "parseLayers(%s: %q): fields returned with the error", name, v)
+			assert.ErrorContains(t, err, name, "parseLayers(%s: %q): the error names the field", name, v)
 		}
 	}
 
 	for _, name := range []string{canonXRateLimitLimit, canonXRateLimitReset, canonRateLimitReset, canonRetryAfter} {
-		_, err := Parse(http.Header{name: {"1", "1"}})
+		_, err := parseFirst(http.Header{name: {"1", "1"}})
 		assert.ErrorIs(t, err, ErrMalformed, "%s repeated", name)
 	}
 
 	long := strings.Repeat("9", 1000)
-	_, err := Parse(http.Header{canonRateLimitLimit: {long}})
+	_, err := parseFirst(http.Header{canonRateLimitLimit: {long}})
 	require.ErrorIs(t, err, ErrMalformed, "a 1000-digit value")
 	assert.LessOrEqual(t, len(err.Error()), 200, "a 1000-digit value: error %q, want a short one", err)
 }
@@ -207,16 +209,18 @@ func FuzzParse(f *testing.F) {
 			h.Set(canonRateLimitPolicy, policy)
 		}
 		h.Set(others[int(field)%len(others)], value)
-		info, err := Parse(h)
+		infos, err := parseLayers(h)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Parse error %v does not wrap ErrMalformed", err)
 			}
 			return
 		}
-		if info.Limit < 0 || info.Remaining < 0 || info.Quota < 0 ||
-			info.ResetAfter < 0 || info.RetryAfter < 0 || info.Window < 0 {
-			t.Fatalf("Parse accepted a negative value: %+v", info)
+		for _, info := range infos {
+			if info.Limit < 0 || info.Remaining < 0 || info.Quota < 0 ||
+				info.ResetAfter < 0 || info.RetryAfter < 0 || info.Window < 0 {
+				t.Fatalf("Parse accepted a negative value: %+v", info)
+			}
 		}
 	})
 }
@@ -240,11 +244,33 @@ func TestParseRetryAfterDate(t *testing.T) {
 		if date != "" {
 			h.Set("Date", date)
 		}
-		info, err := Parse(h)
+		info, err := parseFirst(h)
 		require.NoError(t, err)
 		assert.True(t, info.Found.RetryAfter)
 		assert.GreaterOrEqual(t, info.RetryAfter, 89*time.Second, "Date %q", date)
 		assert.LessOrEqual(t, info.RetryAfter, 90*time.Second, "Date %q", date)
 		assert.Zero(t, info.RetryAfter%time.Second, "whole seconds")
 	}
+}
+
+// TestParseXRateLimitReset: X-RateLimit-Reset, an epoch, is read as its
+// delay from Date, or without a readable Date from the current time rounded
+// up to a whole second; one in the past is no delay.
+func TestParseXRateLimitReset(t *testing.T) {
+	sent := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	h := hdr(canonXRateLimitReset, strconv.FormatInt(sent.Unix()+90, 10), "Date", sent.Format(http.TimeFormat))
+	info, err := parseFirst(h)
+	require.NoError(t, err)
+	assert.Equal(t, fields{Found: Config{XRateLimit: true}, ResetAfter: 90 * time.Second}, info)
+
+	h = hdr(canonXRateLimitReset, strconv.FormatInt(time.Now().Unix()+90, 10))
+	info, err = parseFirst(h)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, info.ResetAfter, 89*time.Second)
+	assert.LessOrEqual(t, info.ResetAfter, 90*time.Second)
+	assert.Zero(t, info.ResetAfter%time.Second, "whole seconds")
+
+	info, err = parseFirst(hdr(canonXRateLimitReset, "1700000000"))
+	require.NoError(t, err)
+	assert.Zero(t, info.ResetAfter, "a reset in the past")
 }

@@ -1,6 +1,7 @@
 package headers
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -203,6 +204,29 @@ func TestWriterIntPair(t *testing.T) {
 	}
 }
 
+// TestWriterBytesExtremes: a fastBytes gets the last block's text of
+// the longest numbers (a Limit of 19 digits, an X-RateLimit-Reset of 19
+// before 1970, the longest ResetAfter) as write sets them, for every
+// Config.
+func TestWriterBytesExtremes(t *testing.T) {
+	d := core.Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64 - 1, ResetAfter: math.MaxInt64}
+	now := time.Unix(-1<<62, 0)
+	for _, cfg := range []Config{Default(), {XRateLimit: true}, {Draft6: true}} {
+		for _, s := range []fastBytes{&bytesSetter{}, &pairSetter{}} {
+			w := NewWriter(cfg)
+			want := &bytesSetter{}
+			write(want, &d, now, cfg)
+			for range 2 { // the first makes the last block, the second shares it
+				w.Write(s, d, nil, now)
+			}
+			got := s.(interface{ values() map[string]string }).values()
+			assert.Equal(t, want.m, got, "%+v %T", cfg, s)
+		}
+	}
+}
+
+func (s *bytesSetter) values() map[string]string { return s.m }
+
 // TestWriterBackwards: a decision whose reset is earlier than the last
 // block's does not displace it; a later one does.
 func TestWriterBackwards(t *testing.T) {
@@ -287,6 +311,35 @@ func BenchmarkWriter(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// copyingSetter is a fastIntPair that copies what it is set into a
+// buffer of its own, as fasthttp's header (Fiber's response) does, without
+// allocating.
+type copyingSetter struct {
+	buf [64]byte
+	n   int
+}
+
+func (s *copyingSetter) Set(_, v string)             { s.n = copy(s.buf[:], v) }
+func (s *copyingSetter) SetBytes(_ string, v []byte) { s.n = copy(s.buf[:], v) }
+func (s *copyingSetter) SetInt(_ string, n int64)    { s.n = len(strconv.AppendInt(s.buf[:0], n, 10)) }
+func (s *copyingSetter) SetIntPair(k1, k2 string, n int64) {
+	s.SetInt(k1, n)
+	s.SetInt(k2, n)
+}
+
+// BenchmarkWriterBytes is Writer.Write on a fastIntPair that copies, as
+// Fiber's response is: the shared text of the last block (Limit and the
+// resets, SetBytes) and Remaining (SetIntPair).
+func BenchmarkWriterBytes(b *testing.B) {
+	d := core.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: 59 * time.Second}
+	w := NewWriter(Default())
+	s := &copyingSetter{}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Write(s, d, nil, t0)
 	}
 }
 

@@ -29,9 +29,9 @@ type operation struct{ method, path string }
 func (o operation) RemoteAddr() string                         { return "192.0.2.1:1234" }
 func (o operation) Header(string) string                       { return "" }
 func (o operation) HeaderValues(string) []string               { return nil }
-func (o operation) Query(string) string                        { return "" }
 func (o operation) Method() string                             { return o.method }
 func (o operation) Route() string                              { return o.path }
+func (operation) Unrouted() bool                               { return false }
 func (o operation) Path() string                               { return o.path }
 func (o operation) Context() context.Context                   { return context.Background() }
 func (o operation) String() string                             { return o.method + " " + o.path }

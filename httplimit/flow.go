@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -40,14 +39,14 @@ import (
 // response got:
 //   - when ctx is r.Context(), nothing is to be settled or scored: run the
 //     chain as it is and return 0;
-//   - otherwise ctx carries what Report, ReportCost and reputation.Report
+//   - otherwise ctx carries what Report, ReportCost and reputation.Penalize
 //     reach from the handler: make it the handler's request context
 //     (net/http: r.WithContext(ctx); Fiber: the user context), run the
 //     chain, and return the status written, or the one the framework will
 //     write for an error the handler returned (0 if it cannot tell: read
 //     as 200). The flow then settles the layers that count by the
 //     response (Layer.Counts) and scores it (WithReputation).
-func (f *Flow) Serve(r Request, w Response, next func(ctx context.Context) (status int)) bool {
+func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Context) (status int)) bool {
 	var st state
 	proceed, s := f.admit(r, w, &st)
 	if !proceed {
@@ -288,7 +287,7 @@ func (sc *scratch) release() {
 
 // handlerContext returns the context the handler runs under, carrying
 // the settlement s (nil when no layer settles) that Report and ReportCost
-// reach and the key reputation.Report counts against; and the key the
+// reach and the key reputation.Penalize counts against; and the key the
 // response's signals count against, the client address's ("" without a
 // reputation).
 func (f *Flow) handlerContext(r keyfuncs.Request, st *state, s *settlement) (ctx context.Context, repKey string) {
@@ -301,7 +300,7 @@ func (f *Flow) handlerContext(r keyfuncs.Request, st *state, s *settlement) (ctx
 		if repKey == "" {
 			repKey = f.repAddr(r)
 		}
-		// reputation.Report counts against the Tracker's own key, the
+		// reputation.Penalize counts against the Tracker's own key, the
 		// handler's to vouch for; the response's signals, the address.
 		if own := f.repOwnKey(r); own != "" {
 			ctx = f.rep.NewContext(ctx, own)
@@ -333,7 +332,7 @@ func (f *Flow) decided(st *state, ctx context.Context, r keyfuncs.Request, w Res
 		}
 		if f.headers.RetryAfter {
 			st.in = inHeaders
-			w.Set("Retry-After", itoa(headers.RetryAfterSeconds(*d)))
+			w.Set("Retry-After", itoa(limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)))
 		}
 		f.refuse(st, r, w, d, layers)
 		return false

@@ -36,7 +36,6 @@ type request struct {
 func (r *request) RemoteAddr() string                { return r.remote }
 func (r *request) Header(name string) string         { return r.header.Get(name) }
 func (r *request) HeaderValues(name string) []string { return r.header.Values(name) }
-func (r *request) Query(string) string               { return "" }
 func (r *request) Method() string                    { return "GET" }
 func (r *request) Route() string                     { return "/" }
 func (r *request) Path() string                      { return "" } // unknown: layers match Route
@@ -53,17 +52,8 @@ func (r *request) Unrouted() bool { return false }
 // handle runs f for r with a handler that does nothing, as an adapter
 // does, and reports whether r proceeded.
 func handle(f *httplimit.Flow, r keyfuncs.Request, w httplimit.Response) bool {
-	q, ok := r.(httplimit.Request)
-	if !ok {
-		q = routed{r}
-	}
-	return f.Serve(q, w, func(context.Context) int { return 0 })
+	return f.Serve(r, w, func(context.Context) int { return 0 })
 }
-
-// routed is a keyfuncs.Request that a route serves.
-type routed struct{ keyfuncs.Request }
-
-func (routed) Unrouted() bool { return false }
 
 func newRequest() *request { return &request{remote: "192.0.2.1:1234", header: http.Header{}} }
 

@@ -9,7 +9,7 @@
 //
 // Applications use it through an adapter (ginlimit, echolimit, chilimit,
 // fiberlimit), which takes the Flow. An adapter for another framework
-// implements Request and Response over the framework's request and
+// implements keyfuncs.Request and Response over the framework's request and
 // response, and calls Flow.Serve around the rest of the chain.
 //
 // An allow-listed client passes without a decision and a deny-listed one
@@ -38,19 +38,6 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
-
-// Request is the request an adapter hands to Serve: what key, skip and
-// cost functions read, and whether a route serves it.
-type Request interface {
-	keyfuncs.Request
-	// Unrouted reports whether no route of the application serves the
-	// request: Route() == "" where the framework's Route tells, or its
-	// router's answer where a not-found handler has a pattern of its own
-	// (Echo's RouteNotFound; Fiber's Route under Use, which is the
-	// middleware's). The flow asks it, for a reputation's signals
-	// (WithReputation), only once next has answered 404.
-	Unrouted() bool
-}
 
 // Response is the response an adapter hands to Serve. Set sets a header
 // field, replacing any value; Write sends status, Content-Type and body,

@@ -10,52 +10,30 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// Layer is one named limit of a Flow: the whole API, a user, an endpoint,
-// an address. A single limit is a Flow of one Layer. Every request is
-// checked, in one Limiter call, against every layer that applies to it (by
-// Methods and Routes); it passes only when all of them admit it, and one
-// denied by any layer takes nothing from any:
+// Layer is one named limit of a [Flow]: the whole API, a user, an
+// endpoint, an address; a single limit is a Flow of one Layer. Each
+// request is checked, in one Limiter call, against every layer that
+// applies to it (by Methods and Routes): it passes only when all of them
+// admit it, and one denied by any layer takes nothing from any. A request
+// to which no layer applies passes untouched, with no header. Key entries
+// of the allow and deny lists are matched against the key of every layer
+// that applies.
 //
-//	search, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5})
-//	layers := []httplimit.Layer{
-//		{Policy: perMinute("global", 1_000_000), Key: global},
-//		{Policy: perMinute("user", 1000), Key: userOrIP, Cost: search},
-//		{Policy: fivePer15Minutes("login"), Methods: []string{"POST"}, Routes: []string{"/login"}},
-//		{Policy: perMinute("ip", 300)},
-//	}
-//	flow, err := httplimit.New(store, layers)
-//	mw := ginlimit.New(flow)
-//
-// A layer's policy chosen per request (a premium plan, a per-API-key
-// quota) is a core.PolicySource's, given with
-// WithCore(core.WithPolicySource(plans)): it reads the plan from the
-// request's context or looks it up by the layer's key.
-//
-// A request to which no layer applies passes untouched, with no header.
-// Key entries of the allow and deny lists are matched against the key of
-// every layer that applies. X-RateLimit-* and RateLimit-* describe the
-// binding layer (the one that denied, or the one closest to denying: its
-// Remaining is the least any layer has left); the draft-10 RateLimit and
-// RateLimit-Policy fields list every layer that applied
-// (headers.Writer); Retry-After is the time at which every layer
-// admits again. A leaky-bucket layer paces the request by the longest
-// Delay of the layers.
-//
-// Routes are matched so that no spelling of a path slips past a layer:
-// the path is percent-decoded (twice encoded too), cut at '?', '#' and
-// each segment's ';', its backslashes read as slashes, its empty and "."
-// segments dropped and its ".." segments resolved, its trailing slash
-// ignored, and compared case-insensitively. A layer may so apply to a
-// request the router would not send to its route (over-matching, which
-// costs the client a unit), never miss one the router would.
+// X-RateLimit-* and RateLimit-* describe the binding layer (the one that
+// denied, or the one with the least left); the draft-10 RateLimit and
+// RateLimit-Policy fields list every layer that applied; Retry-After is
+// when every layer admits again; a leaky-bucket layer paces the request by
+// the longest Delay. A policy chosen per request (a plan) is a
+// core.PolicySource's, given with WithCore(core.WithPolicySource(src)).
+// docs/layers.md is the guide.
 type Layer struct {
 	// Policy is the layer's policy, unless a core.PolicySource chooses
-	// another for a request (see above). Its Name names the layer: unique whatever the case ("login"
-	// and "Login" are one name twice), at most limits.MaxNameLen characters
-	// of [A-Za-z0-9._-]. It names the layer's item in the RateLimit and
-	// RateLimit-Policy headers, and its state in the store. Of a Flow's
-	// only layer it may be empty (the policy's DefaultName); of several,
-	// every one needs it.
+	// another for a request (see above). Its Name names the layer: unique
+	// whatever the case ("login" and "Login" are one name twice), at most
+	// 64 characters of [A-Za-z0-9._-]. It names the layer's item in the
+	// RateLimit and RateLimit-Policy headers, and its state in the store.
+	// Of a Flow's only layer it may be empty (the policy's DefaultName); of
+	// several, every one needs it.
 	Policy core.Policy
 	// Key says who the client is under this layer (keyfuncs.Static for
 	// one key shared by every request, keyfuncs.FirstOf(user, ip) for a
@@ -73,8 +51,14 @@ type Layer struct {
 	// Routes limits the layer to requests whose path matches one of these
 	// patterns: "/login"; "/users/{id}" or "/users/:id", a parameter
 	// matching one path segment; "/api/*", a suffix wildcard matching
-	// "/api" and every path below it. Empty: every path. See above for
-	// how a path is matched.
+	// "/api" and every path below it. Empty: every path. So that no
+	// spelling of a path slips past a layer, the path is percent-decoded
+	// (twice encoded too), cut at '?', '#' and each segment's ';', its
+	// backslashes read as slashes, its empty and "." segments dropped and
+	// its ".." segments resolved, its trailing slash ignored, and compared
+	// case-insensitively: a layer may apply to a request the router would
+	// not send to its route (costing the client a unit), never miss one
+	// the router would.
 	Routes []string
 	// Cost says how many units a request takes from this layer (1 when
 	// nil); see CostByRoute. A cost below 1 or above the policy's capacity

@@ -152,10 +152,10 @@ func loginCounted(t *testing.T, f *httplimit.Flow, r keyfuncs.Request) bool {
 	t.Helper()
 	w := newResponse()
 	require.True(t, handle(f, r, w))
-	items, err := headers.ParseLayers(w.header)
+	items, err := headers.Parse(w.header)
 	require.NoError(t, err)
 	for _, it := range items {
-		if it.Policy == "login" {
+		if it.Policy.Name == "login" {
 			return true
 		}
 	}

@@ -7,37 +7,23 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
+	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/keyfuncs"
 	"github.com/apigate/ratelimit/reputation"
 )
 
-// WithProblemDetails makes the flow answer a client that asks for
-// problem details (application/problem+json in its Accept field, with a
-// non-zero weight) with an RFC 9457 body when it refuses the request,
-// using the problem types of the IETF RateLimit draft
-// (draft-ietf-httpapi-ratelimit-headers, section "Problem Types", as of
-// version 10):
-//
-//   - over a limit: 429 with "https://iana.org/assignments/http-problem-types#quota-exceeded";
-//   - locked out (a policy's Lockout, after repeated denials): 429 with
-//     "...#abnormal-usage-detected";
-//   - refused because the store failed under a layer's FailClosed: 503
-//     with "...#temporary-reduced-capacity";
-//   - deny-listed: 403 with "about:blank" (RFC 9457, Section 4.2.1),
-//     telling nothing of the entry.
-//
-// The first three carry the draft's "violated-policies" member: the names
-// of the layers that refused the request (of a layered request, every one
-// that did, the binding layer first). For example:
-//
-//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,
-//	 "detail":"Too many requests, retry after 840 seconds.","violated-policies":["login"]}
-//
-// The rate-limit header fields and Retry-After are set as for any denial.
-// Every other client (no Accept, */*, application/json) and every other
-// answer (400, 499, 500) get the Responder's, which stays DefaultResponder
-// unless WithResponder says otherwise.
+// WithProblemDetails makes the flow answer a client that asks for problem
+// details (application/problem+json in its Accept field, with a non-zero
+// weight) with an RFC 9457 body when it refuses the request. The problem
+// types are the IETF RateLimit draft's (up to version 10), under
+// "https://iana.org/assignments/http-problem-types#": 429 quota-exceeded
+// over a limit, 429 abnormal-usage-detected when locked out, 503
+// temporary-reduced-capacity when the store failed under a layer's
+// FailClosed, each naming the layers that refused in "violated-policies"
+// (the binding one first); a deny-listed client gets 403 "about:blank",
+// telling nothing of the entry. The rate-limit fields are set as for any
+// denial. Every other client, and every other answer (400, 499, 500), gets
+// the Responder's. docs/problem-details.md shows the bodies.
 func WithProblemDetails() Option {
 	return func(c *config) error {
 		c.problems = true
@@ -94,7 +80,7 @@ func (f *Flow) forbid(st *state, r keyfuncs.Request, w Response, e error) {
 // more: 403 with Retry-After, and the abnormal-usage-detected problem
 // type when problem details are given and asked for.
 func (f *Flow) forbidBanned(st *state, r keyfuncs.Request, w Response, e error, left time.Duration) {
-	n := itoa(headers.RetryAfterSeconds(core.Decision{RetryAfter: left}))
+	n := itoa(limits.RetryAfterSeconds(false, left))
 	w.Set("Retry-After", n)
 	st.in = inResponder
 	if f.problems && wantsProblem(r) {
@@ -109,7 +95,7 @@ func (f *Flow) forbidBanned(st *state, r keyfuncs.Request, w Response, e error, 
 // details of a refusal d, the binding decision of layers.
 func problemOf(d *core.Decision, layers []core.Decision) (int, string, []byte) {
 	status, typ, title := http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded"
-	n := headers.RetryAfterSeconds(*d)
+	n := limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)
 	detail := "Too many requests, retry after "
 	switch {
 	case d.Source == core.SourceFailMode:

@@ -13,46 +13,21 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-// WithQuota makes the flow answer GET (and HEAD) requests to path itself,
+// WithQuota makes the flow answer GET and HEAD requests to path itself,
 // as GitHub's GET /rate_limit does: with the caller's quota under each of
-// its layers, as JSON, spending nothing. The middleware answers it before
-// any skip and never passes it to a handler, so no route needs
+// its layers, as JSON, spending nothing (core.Limiter.Peek). It answers
+// before any skip and never calls a handler, so no route needs
 // registering; other methods on path are limited as any request. path is
-// matched as a Layer route is ("/rate_limit", and so "/rate_limit/" and
-// "/Rate_Limit"), and may not hold parameters or wildcards.
+// matched as a Layer route is, and may be neither "/" nor hold parameters
+// or wildcards.
 //
-// The caller is keyed exactly as the flow keys it: each layer's Key (and
-// WithClientIP's trust model), on this request, so that no header a
-// client can forge shows it another client's quota; a layer whose key
-// cannot be had from this request is left out, and a deny-listed caller,
-// or one the reputation banned, is refused 403 as on any route. Only the
-// layers keyed by the caller are shown: those whose key, or a part of a
-// keyfuncs.Compose key, is a client's (an address, "ip:"; an API key,
-// "key:"; a user, "user:"). A layer shared by clients (keyfuncs.Static,
-// keyfuncs.Route alone) or keyed by a function of your own is shown only
-// when show names it: its quota tells every caller what the others
-// spend. New refuses a name no layer has. (A key that reads the route,
-// keyfuncs.Route, reads the quota request's: key per-endpoint layers by
-// the client and give them Routes instead.) Each layer that has Methods or
-// Routes lists them, since it applies only there. Quotas are read with
-// core.Limiter.Peek (no write, no expiry moved; one round trip on Redis
-// for all layers) under the policy in force for the key (a plan's).
-//
-//	{"layers":[{"name":"user","algorithm":"fixed_window","limit":1000,"remaining":996,"used":4,
-//	  "reset":1765000000,"reset_after":42,"window":60}]}
-//
-// limit is the most remaining can be (a bucket's Burst); used is limit
-// less remaining; reset is the Unix time, in seconds, at which remaining
-// is whole again, reset_after the seconds until then; window is the
-// policy's window in seconds. A layer that would refuse a request of cost
-// 1 adds retry_after, the seconds until one passes, and locked_out during
-// a lockout.
-//
-// The endpoint is itself limited, so that a flood of it costs the store
-// nothing: 10 a second per client address, in bursts of 20, counted in
-// this process alone; a caller over it gets 429 with Retry-After. It
-// answers 503 with Retry-After when the store cannot be read (the
-// ErrorHandler hears why), and sends Cache-Control: no-store.
+// The caller is keyed as the flow keys it, so that no forged header shows
+// another client's quota, and a deny-listed or banned caller gets 403.
+// Shown are the layers whose key for this request names a client (an
+// address, an API key, a user), and the layers named in show; New refuses
+// a name no layer has. The endpoint is itself limited (10 a second per
+// address, bursts of 20, in process), answers 503 when the store cannot
+// be read, and sends Cache-Control: no-store. docs/quota.md tells the rest.
 func WithQuota(path string, show ...string) Option {
 	return func(c *config) error {
 		rt, err := parseRoute(path)

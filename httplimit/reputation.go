@@ -15,23 +15,18 @@ import (
 	"github.com/apigate/ratelimit/reputation"
 )
 
-// WithReputation scores the flow's clients with t, and enforces what t
-// decides (see package reputation): t hears every request a limit
-// denies or a lockout refuses, every deny-listed one, and, through Serve,
-// every 401 and 403 answer and every 404 (a 404 for a path no route
-// serves apart from one on a route that exists); t's bans are a deny list
-// of the flow, answered 403 with Retry-After, and the problem type
-// "abnormal-usage-detected" where problem details are enabled; and a band
-// that scales limits scales the policy of every layer keyed like a client
-// t scored, as a core.PolicySource after those of WithCore. A nil t is
-// invalid.
-//
-// What the flow sees counts against the client's address (WithClientIP),
-// whatever t's Config.Key: a request proves no identity to the flow, and
-// one that only claims another client's (its key id, the username of a
-// login form) must not earn that client a ban. Config.Key is whom
-// reputation.Penalize counts against, from a handler that knows who the
-// client is; a request is refused when its address or that key is banned.
+// WithReputation scores the flow's clients with t and enforces what t
+// decides (see package reputation). t hears every request a limit denies
+// or a lockout refuses, every deny-listed one, and, through Serve, every
+// 401 and 403 answer and every 404. t's bans are a deny list of the flow,
+// answered 403 with Retry-After; a band that scales limits scales every
+// layer keyed like a client t scored, as a core.PolicySource after those
+// of WithCore. What the flow sees counts against the client's address
+// (WithClientIP), whatever t's Config.Key, so that a request claiming
+// another client's identity cannot earn it a ban; Config.Key is whom
+// reputation.Penalize counts against. A request is refused when its
+// address or that key is banned. A nil t is invalid. docs/reputation.md
+// is the guide.
 func WithReputation(t *reputation.Tracker) Option {
 	return func(c *config) error {
 		if t == nil {
@@ -84,7 +79,7 @@ func (f *Flow) repSignal(st *state, r keyfuncs.Request, s reputation.Signal) {
 // repResponse scores what the response of r's client, of status, says,
 // against key, its address's; ctx is the context its handler ran under,
 // which reputation.MarkUnrouted may have marked.
-func (f *Flow) repResponse(ctx context.Context, r Request, key string, status int) {
+func (f *Flow) repResponse(ctx context.Context, r keyfuncs.Request, key string, status int) {
 	var s reputation.Signal
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:

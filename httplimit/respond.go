@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/headers"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
@@ -45,61 +45,30 @@ const statusClientClosedRequest = 499
 // matched: errors.As(err, &entry) reads it, say for a 451), the key
 // function found no key or failed, the cost was bad, the client left
 // (the request's context ended: err wraps its error), or a function given
-// to the flow panicked (a *PanicError). A Responder must write a response: the adapter stops the
-// chain either way.
+// to the flow panicked (a *PanicError). A Responder must write a
+// response: the adapter stops the chain either way.
 type Responder func(r keyfuncs.Request, w Response, d core.Decision, err error)
 
-// DefaultResponder is the Responder of a flow given no WithResponder. Its
-// bodies are JSON, and never echo the request or an error's text.
+// DefaultResponder is the [Responder] of a flow given no [WithResponder].
+// Its bodies are JSON, {"error":code,"message":text}, and never echo the
+// request or an error's text:
 //
-// A request over its limit gets 429 Too Many Requests with
+//	status  code                    when
+//	429     rate_limit_exceeded     err is nil: over the limit
+//	503     rate_limit_unavailable  err is nil, d.Source is core.SourceFailMode (store down, FailClosed)
+//	403     forbidden               err is an access.Entry; no rate-limit header, the entry not told
+//	499     request_canceled        the request's context ended and err wraps its error
+//	400     rate_limit_key_missing  err wraps keyfuncs.ErrNoKey
+//	500     rate_limit_error        any other error (a key function's own timeout too), a *PanicError
 //
-//	{"error":"rate_limit_exceeded","message":"Too many requests, retry after N seconds.","retry_after_seconds":N}
-//
-// where N is headers.RetryAfterSeconds(d), the Retry-After value ("1
-// second" when N is 1). One refused because the store failed, under
-// a layer's FailClosed (d.Source is core.SourceFailMode),
-// gets 503 Service Unavailable, not 429 (the client did nothing wrong, the
-// server cannot serve it), with
-//
-//	{"error":"rate_limit_unavailable","message":"Rate limiting is temporarily unavailable, retry after N seconds.","retry_after_seconds":N}
-//
-// where N is the Retry-After value, from the Limiter's fail-closed retry.
-//
-// A deny-listed client (err is an access.Entry) gets 403 Forbidden
-// with
-//
-//	{"error":"forbidden","message":"Access denied."}
-//
-// and no rate-limit header. Neither the entry, its reason nor its expiry
-// is written: what put a client on a deny list is the operator's to know.
-//
-// When the request's context has ended (the client closed the
-// connection, or its half of it) and err wraps its error, before the
-// handler could run: 499, nginx's "client closed request", with
-//
-//	{"error":"request_canceled","message":"The client closed the request."}
-//
-// which a client that only half-closed still reads; never a 200. An error
-// that wraps context.DeadlineExceeded while the context lives (a key
-// function's own timeout) is no disconnect: 500. When err
-// wraps keyfuncs.ErrNoKey, the request lacks what the key function
-// identifies clients by (an API key, a user, a usable peer address): 400
-// Bad Request with
-//
-//	{"error":"rate_limit_key_missing","message":"The request does not identify its client."}
-//
-// 400 and not 401: the limiter is not the authenticator, and a 401 must
-// carry a WWW-Authenticate challenge that only the application knows. Put
-// authentication in front of the limiter, or replace this responder, to
-// answer 401. Any other error is a misconfiguration (a failing key function,
-// a bad cost) or a recovered panic (a *PanicError): 500 Internal Server
-// Error with
-//
-//	{"error":"rate_limit_error","message":"Internal server error."}
+// The 429 and 503 bodies add "retry_after_seconds":N, the Retry-After
+// value (d.RetryAfter rounded up to a second, at least 1), which their
+// message repeats ("Too many requests, retry after 12 seconds."). To
+// answer 401 rather than 400, authenticate before the limiter or replace
+// this responder: a 401 needs a challenge only the application knows.
 func DefaultResponder(r keyfuncs.Request, w Response, d core.Decision, err error) {
 	if err == nil {
-		n := headers.RetryAfterSeconds(d)
+		n := limits.RetryAfterSeconds(d.Allowed, d.RetryAfter)
 		if d.Source == core.SourceFailMode {
 			_ = w.Write(http.StatusServiceUnavailable, contentTypeJSON, retryBody(codeUnavailable, "Rate limiting is temporarily unavailable, retry after ", n))
 			return

@@ -14,30 +14,18 @@ import (
 )
 
 // Counts says which of the requests it admits a layer counts, by how they
-// ended (Layer.Counts). A layer that counts by the response reserves a
-// request's Cost when it admits it, as every layer takes it, and settles
-// once the handler is done: it gives back (core.Limiter.Refund) what the
-// response says should not count, in one store call for all the layers
-// of the request. So the limit holds under concurrency, across app
-// servers: a request in flight holds its units, and N concurrent failing
-// logins against a failure-only limit of 5 get at most 5 past it. A
-// request that does not settle (a crashed server, a store that fails the
-// refund) stays counted, as every request of a CountAll layer is, until
-// its window passes.
+// ended ([Layer.Counts]). A layer that counts by the response reserves a
+// request's Cost when it admits it and, once the handler is done, gives
+// back (core.Limiter.Refund) what the response says should not count, in
+// one store call for all the layers of the request. A request in flight
+// so holds its units, and the limit holds under concurrency, across app
+// servers. A request that does not settle (a crashed server, a failed
+// refund) stays counted until its window passes.
 //
-// What ends a request, for settling:
-//   - the handler's Report, if it called it: a login page that answers
-//     200 with an error reports a failure; otherwise the status, by the
-//     layer's IsFailure (400 and above by default);
-//   - a handler that panics failed, whatever it wrote, and keeps the cost
-//     it reported (its whole reserve if none);
-//   - a client that disconnects changes nothing: the request ends as its
-//     handler ended it. Settling does not use the request's context, so
-//     the refund is made after the client has left;
-//   - a streamed response ends when the handler returns: its status is
-//     the one it sent first;
-//   - an admitted request whose handler never ran (the client left while
-//     it was paced) is given back whole, in every layer that settles.
+// A request failed when its handler said so with [Report], else by the
+// layer's IsFailure of its status; a handler that panics failed. A client
+// that leaves changes nothing, and a request admitted but never run is
+// given back whole: docs/settling.md tells what counts when things go wrong.
 type Counts uint8
 
 const (

@@ -25,8 +25,10 @@ func TestFlowWritesTheStoresTime(t *testing.T) {
 	for i, allowed := range []bool{true, true, false} {
 		w := newResponse()
 		assert.Equal(t, allowed, handle(f, newRequest(), w), "request %d", i)
-		d, err := headers.Parse(w.header)
+		layers, err := headers.Parse(w.header)
 		require.NoError(t, err, "request %d", i)
+		require.NotEmpty(t, layers, "request %d", i)
+		d := layers[0]
 		reset, err := strconv.ParseInt(w.header.Get("X-RateLimit-Reset"), 10, 64)
 		require.NoError(t, err, "request %d: %v", i, w.header)
 		// The bucket refills a token every 30 s: the reset is the store's

@@ -54,18 +54,12 @@ func Compose(fns ...Func) (Func, error) {
 // other error is returned at once. When every function fails, the error
 // wraps ErrNoKey and each failure. No function, or a nil one, is an error.
 //
-// A fallback is never silent: the first time a function finds no key and
-// a later one keys the request, the key function logs it, once, at
-// slog.LevelWarn on slog.Default() (read then, so that slog.SetDefault
-// after FirstOf counts), naming where FirstOf was called, the functions
-// that found none with their errors, and the function that keyed the
-// request (never a key). A
-// function that never finds a key, such as one reading a user ID from the
-// request's context that a framework stored elsewhere (Gin's c.Set, Echo's
-// c.Set, Fiber's Locals), then shows at the first request instead of
-// leaving every client keyed by its fallback; a fallback that is expected
-// (anonymous clients keyed by IP) costs one line. Later fallbacks are not
-// logged.
+// The first fallback (a function finds no key and a later one keys the
+// request) is logged, once, at slog.LevelWarn on slog.Default() as it is
+// then, naming where FirstOf was called, the functions that found none
+// with their errors and the one that keyed (never a key); later ones are
+// not. A user key read from where the framework does not keep it so shows
+// at the first request (see docs/keys.md).
 func FirstOf(fns ...Func) (Func, error) {
 	fns, err := checkFuncs("FirstOf", fns)
 	if err != nil {

@@ -22,9 +22,9 @@ type httpRequest struct {
 func (h httpRequest) RemoteAddr() string                { return h.r.RemoteAddr }
 func (h httpRequest) Header(name string) string         { return h.r.Header.Get(name) }
 func (h httpRequest) HeaderValues(name string) []string { return h.r.Header.Values(name) }
-func (h httpRequest) Query(name string) string          { return h.r.URL.Query().Get(name) }
 func (h httpRequest) Method() string                    { return h.r.Method }
 func (h httpRequest) Route() string                     { return h.pattern }
+func (h httpRequest) Unrouted() bool                    { return h.pattern == "" }
 func (h httpRequest) Path() string                      { return h.r.URL.Path }
 func (h httpRequest) Context() context.Context          { return h.r.Context() }
 

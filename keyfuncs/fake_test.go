@@ -14,7 +14,6 @@ import (
 type fakeRequest struct {
 	remote  string
 	headers map[string][]string // canonical names
-	query   map[string]string
 	method  string
 	route   string
 	path    string
@@ -36,8 +35,6 @@ func (r *fakeRequest) HeaderValues(name string) []string {
 	return r.headers[textproto.CanonicalMIMEHeaderKey(name)]
 }
 
-func (r *fakeRequest) Query(name string) string { return r.query[name] }
-
 func (r *fakeRequest) Method() string {
 	if r.method == "" {
 		return "GET"
@@ -45,7 +42,8 @@ func (r *fakeRequest) Method() string {
 	return r.method
 }
 
-func (r *fakeRequest) Route() string { return r.route }
+func (r *fakeRequest) Route() string  { return r.route }
+func (r *fakeRequest) Unrouted() bool { return r.route == "" }
 
 func (r *fakeRequest) Path() string { return r.path }
 

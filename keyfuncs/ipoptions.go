@@ -18,9 +18,12 @@ type IPOption func(*ipConfig) error
 
 // TrustedProxies declares the reverse proxies in front of the server, as
 // CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") or bare addresses (taken
-// as /32 or /128). Only when the socket peer falls in one of them are
-// forwarding headers read; see [ClientIP]. Calling it several times adds to
-// the list.
+// as /32 or /128); calling it several times adds to the list. Only when
+// the socket peer is one of them is a forwarding header read:
+// X-Forwarded-For (or Forwarded, with [UseForwarded]) is walked from the
+// right, trusted entries skipped, and the first entry outside them is the
+// client; an entry that is not an address ends the walk at the trusted hop
+// that reported it.
 //
 // No entry, an unparsable entry, an address with a zone and a /0 prefix
 // are errors: trusting every address would let any client choose its own
@@ -54,7 +57,9 @@ func UseForwarded() IPOption {
 
 // TrustedHeader names a header, set by a CDN or load balancer you trust,
 // that holds the client's address ("CF-Connecting-IP", "X-Real-IP",
-// "Fly-Client-IP"). The proxy must overwrite any value the client sent.
+// "Fly-Client-IP"). The proxy must overwrite any value the client sent:
+// True-Client-IP, Fastly-Client-IP and X-Azure-ClientIP are passed through
+// from the client by default in the products that set them.
 //
 // With [TrustedProxies], the header is read only from a trusted peer.
 // Without it, the header is read from any peer: you assert that nothing

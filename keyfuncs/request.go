@@ -32,8 +32,6 @@ type Request interface {
 	// HeaderValues returns every value of the named request header, in the
 	// order received (a header repeated on several lines gives several).
 	HeaderValues(name string) []string
-	// Query returns the first value of the named URL query parameter.
-	Query(name string) string
 	// Method is the HTTP method.
 	Method() string
 	// Route is the framework's pattern of the matched route, such as
@@ -48,6 +46,13 @@ type Request interface {
 	Path() string
 	// Context is the request's context (for values such as a user ID).
 	Context() context.Context
+	// Unrouted reports whether no route of the application serves the
+	// request: Route() == "" where the framework's Route tells, or its
+	// router's answer where a not-found handler has a pattern of its own
+	// (Echo's RouteNotFound; Fiber's Route under Use, which is the
+	// middleware's). The HTTP flow asks it, for a reputation's signals,
+	// only once the handler has answered 404.
+	Unrouted() bool
 }
 
 // fastPeer is a Request that holds its socket peer as a

@@ -151,7 +151,15 @@ func (r *ipResolver) fromHeader(req Request) (netip.Addr, bool) {
 }
 
 // walk finds the client in a forwarding chain whose nearest hop is the
-// trusted peer; see the package documentation.
+// trusted peer. Each entry, read from the right, is the address the hop to
+// its right saw: trusted entries are skipped, and the first one outside
+// the trusted prefixes is the client; the leftmost entry, which the client
+// wrote, is never believed merely for being leftmost. When every entry is
+// trusted, the leftmost trusted one is the client. An entry that is not an
+// address, or one past maxHops or maxHeaderBytes, ends the walk at the
+// last address known good, the trusted hop that reported it: a forged
+// value can at worst put its sender in that proxy's bucket, never in one
+// of its choice.
 func (r *ipResolver) walk(lines []string, peer netip.Addr) netip.Addr {
 	last := peer // the last address known good
 	s := hopScanner{lines: lines, budget: maxHeaderBytes, forwarded: r.forwarded}

@@ -15,21 +15,18 @@ import (
 )
 
 // Describe returns spec, an OpenAPI 3.0 or 3.1 document in YAML or JSON,
-// with the limits of flow merged in, in spec's format: for each
-// operation, the layers of flow that apply to it as its x-ratelimit
-// extension, and its 429 response (403 when the flow has allow or deny
-// lists, 503 when one of those layers fails closed), with their header
-// fields and bodies as components; and the flow's quota endpoint
-// (httplimit.WithQuota) as a path, when spec has none there. An operation
-// that no layer applies to is left as it is. Nothing of spec is lost or
-// changed, its order and YAML comments included, but for x-ratelimit,
-// which is the package's own: a response, component or path that spec
-// already has is kept, and referred to. spec may not refer to other files
-// (bundle it first).
-//
-// A nil spec gives a new OpenAPI 3.1 document, in YAML, of one path per
-// layer route ("/" for a layer on every path), each with the layer's
-// methods (GET for a layer on every method).
+// with the limits of flow merged in, in spec's format: for each operation
+// that layers of flow apply to, their x-ratelimit extension and its 429
+// response (403 when the flow has allow or deny lists, 503 when one of
+// those layers fails closed), with header fields and bodies as components;
+// and the flow's quota endpoint (httplimit.WithQuota) as a path, unless
+// spec has one there. Nothing else of spec is changed, its order and YAML
+// comments included, but x-ratelimit, the package's own: a response,
+// component or path it already has is kept, and referred to. spec may not
+// refer to other files (bundle it first). A nil spec gives a new OpenAPI
+// 3.1 document in YAML, of one path per layer route ("/" for a layer on
+// every path), each with the layer's methods (GET for a layer on every
+// method).
 func Describe(flow *httplimit.Flow, spec []byte) ([]byte, error) {
 	d, err := newDescriber(flow)
 	if err != nil {

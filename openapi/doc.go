@@ -42,7 +42,7 @@
 //	             layer's Cost says otherwise, as httplimit.CostByRoute does)
 //	key          who is counted: "ip" (the client's address), "static" (one
 //	             count for all), "header:<Name>" (an API key or bearer token
-//	             in that header), "query:<name>", "route", several joined with
+//	             in that header), "route", several joined with
 //	             "+" (keyfuncs.Compose), or "custom" (a user ID, a FirstOf, a
 //	             function of your own: say what it is in the description)
 //	lockout      only for a brute-force guard: the seconds a client is

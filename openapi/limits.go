@@ -119,13 +119,13 @@ type syntheticRequest struct {
 	method, path string
 	peer         string
 	probe        *keyProbe
-	blank        bool // headers and query parameters are empty
+	blank        bool // the headers are empty
 }
 
 // keyProbe is what a key function read of a syntheticRequest.
 type keyProbe struct {
-	headers, queries []string
-	peer, context    bool
+	headers       []string
+	peer, context bool
 }
 
 func (r *syntheticRequest) RemoteAddr() string {
@@ -153,19 +153,9 @@ func (r *syntheticRequest) HeaderValues(name string) []string {
 	return nil
 }
 
-func (r *syntheticRequest) Query(name string) string {
-	if r.probe == nil {
-		return ""
-	}
-	r.probe.queries = append(r.probe.queries, name)
-	if r.blank {
-		return ""
-	}
-	return "probe"
-}
-
 func (r *syntheticRequest) Method() string { return r.method }
 func (r *syntheticRequest) Route() string  { return r.path }
+func (r *syntheticRequest) Unrouted() bool { return false }
 func (r *syntheticRequest) Path() string   { return r.path }
 
 func (r *syntheticRequest) Context() context.Context {
@@ -176,12 +166,11 @@ func (r *syntheticRequest) Context() context.Context {
 }
 
 // keyKind tells the kind of a key function by calling it on a synthetic
-// request (twice: with headers and query parameters, and without) and
+// request (twice: with headers, and without) and
 // reading what it read and what it returned: "ip" for the
 // client's address (keyfuncs.ClientIP), "static" (keyfuncs.Static),
 // "header:<Name>" for an API key or bearer token in a header
-// (keyfuncs.APIKeyHeader, keyfuncs.Bearer), "query:<name>" (a function
-// of your own that hashes one query parameter into "key:..."), "route"
+// (keyfuncs.APIKeyHeader, keyfuncs.Bearer), "route"
 // (keyfuncs.Route), their Compose joined
 // with "+" ("route+ip"), and "custom" for anything else (a user ID, a
 // FirstOf, a function of your own).
@@ -212,10 +201,8 @@ func keyKind(key keyfuncs.Func) (kind string) {
 			kinds = append(kinds, "static")
 		case prefix == "route":
 			kinds = append(kinds, "route")
-		case prefix == "key" && len(p.headers) == 1 && len(p.queries) == 0:
+		case prefix == "key" && len(p.headers) == 1:
 			kinds = append(kinds, "header:"+p.headers[0])
-		case prefix == "key" && len(p.queries) == 1 && len(p.headers) == 0:
-			kinds = append(kinds, "query:"+p.queries[0])
 		default:
 			return "custom"
 		}

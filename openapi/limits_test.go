@@ -30,7 +30,6 @@ func TestKeyKind(t *testing.T) {
 		{"Static", must(keyfuncs.Static("all")), "static"},
 		{"APIKeyHeader", must(keyfuncs.APIKeyHeader("x-api-key", []byte("secret"))), "header:X-Api-Key"},
 		{"Bearer", must(keyfuncs.Bearer("Authorization", nil)), "header:Authorization"},
-		{"a query parameter", func(r keyfuncs.Request) (string, error) { return "key:" + r.Query("api_key"), nil }, "query:api_key"},
 		{"Route", keyfuncs.Route(), "route"},
 		{"Compose", must(keyfuncs.Compose(keyfuncs.Route(), ip.Key)), "route+ip"},
 		{"User", user, "custom"},

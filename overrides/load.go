@@ -40,10 +40,9 @@ type LoadConfig struct {
 // Load scales every limit (or those of LoadConfig.Layers) by a factor in
 // [MinScale, 1] that follows a load signal: down by a Step at each Update
 // that reads the signal above High, up by a Step at each one that reads it
-// below Low, unchanged in between. It is a core.PolicySource: Adjust is an
-// atomic load and a multiplication. Update samples the signal; with an
-// Interval, a goroutine calls it every Interval until Close. It is safe
-// for concurrent use.
+// below Low, unchanged in between. It is a core.PolicySource whose Adjust
+// takes no lock. Update samples the signal; with an Interval, a goroutine
+// calls it every Interval until Close. It is safe for concurrent use.
 //
 // The signal is the caller's function: requests in flight (an atomic
 // counter the handler increments, and decrements in a defer), a latency,

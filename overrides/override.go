@@ -22,20 +22,13 @@ const (
 // buckets, which have one), then Scale, when set, multiplies both (each
 // rounded down, at least 1, at most 10^12).
 //
-// An Override never makes a policy invalid, and never looser than it
-// asks. What it derives is clamped down to the nearest valid value: a
-// bucket's burst it keeps (or scales) but the new rate cannot refill
-// within 366 days becomes the most that rate refills in that time
-// (limit=1 on a bucket of 100 an hour with a burst of 10,000 makes 1 an
-// hour with a burst of 8,784); a sliding log's limit scaled above
-// 100,000 becomes MaxLogLimit. What it sets itself, read before
-// Scale, no clamp changes: where no valid policy can have it (a Limit
-// above 100,000 on a sliding window log, a Burst the rate cannot
-// refill within 366 days), the override does not apply. A Set
-// refuses such an override when it is put, for the policies it has
-// adjusted; one it meets later (a policy it had not seen, an override
-// another writer stored in Redis) it does not apply, keeping the layer's
-// last good override (see Set).
+// An Override never makes a policy invalid, nor looser than it asks. What
+// it derives is clamped down to the nearest valid value: a burst the new
+// rate cannot refill within 366 days becomes what it refills, a sliding
+// log's limit scaled past 100,000 becomes 100,000. What it sets itself
+// that no valid policy has (such a Limit or Burst) makes it not apply: a
+// [Set] refuses it when it is put, or keeps the layer's last good override.
+// docs/live-limits.md has examples.
 type Override struct {
 	// Limit, when not 0, replaces the policy's Limit, in [1, 10^12].
 	Limit int64

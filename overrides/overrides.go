@@ -48,21 +48,21 @@ import (
 )
 
 // Set holds overrides in process, by layer name (or, for a Limiter built
-// by core.NewLimiter, policy name). It is a core.PolicySource: Adjust is
-// an atomic load and a lookup in an immutable map, and a change is seen
-// by the next request. It is safe for concurrent use.
+// by core.NewLimiter, policy name). It is a core.PolicySource whose Adjust
+// takes no lock and allocates nothing; a change is seen by the next
+// request. It is safe for concurrent use.
 //
-// A Set remembers the policies it has adjusted, by layer (their
-// algorithm, limit, window and burst; at most 8 per layer and 4,096
-// layers), so that Put and Replace refuse an override that cannot apply
-// to one of them (see Override). An override that meets, in Adjust, a
-// policy it cannot apply to (one the Set had not seen when the override
-// was put: the first request came after the Put, or a request brought a
-// plan of its own) is not applied: the policy is adjusted by the layer's
-// last good override, the one in force before that was good for every
-// policy the Set knew, or left as it came if there is none; and the Set
-// logs it once, to slog.Default(), not at every request.
+// Put and Replace refuse an override that cannot apply to a policy the
+// Set has adjusted for that layer (it remembers up to 8 a layer, for 4,096
+// layers; see [Override]). One that meets, in Adjust, a policy it cannot
+// apply to (a plan of a request's own, or a layer's first request after
+// the Put) is not applied: the layer's last good override is, or none, and
+// the Set logs it once ([Set.SetLogger]).
 type Set struct {
+	// Adjust is an atomic load of m and one lookup in an immutable map.
+	// A Set remembers the policies it has adjusted, by layer (their
+	// algorithm, limit, window and burst), within maxKnownShapes and
+	// maxKnownNames, for Put and Replace to check an override against.
 	mu       sync.Mutex                       // serializes changes, learning and reports
 	m        atomic.Pointer[map[string]*slot] // each slot immutable once stored
 	full     atomic.Bool                      // m has maxKnownNames names: no new one is learned

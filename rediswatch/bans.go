@@ -407,26 +407,6 @@ func (b *Bans) List(ctx context.Context) ([]access.Entry, error) {
 	return entries, nil
 }
 
-// Sync brings the snapshot up to date with Redis now, as the poller does
-// every poll interval: it applies the changes made since the last, or
-// reloads every ban when it must (see the package doc), and returns
-// Redis's error if it cannot; the last snapshot then stays in force. New
-// loads every ban before returning; a readiness probe may call Sync,
-// which costs one script call when nothing changed.
-func (b *Bans) Sync(ctx context.Context) error {
-	full, err := b.catchUp(ctx)
-	if err == nil && full {
-		err = b.reload(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.pruneLocked(b.cfg.now())
-	b.mu.Unlock()
-	return nil
-}
-
 // poll catches up with the log, or reloads when it must; then drops the
 // bans that have expired here. The loop calls it every poll interval.
 func (b *Bans) poll(base context.Context) {
@@ -454,8 +434,8 @@ func (b *Bans) pruneLocked(now time.Time) {
 
 // Close stops the poller and waits for it to end (an in-flight poll ends
 // at once, or within the client's read timeout); the last snapshot stays
-// in force for Match, and Ban, Unban, List and Sync still work. Close may
-// be called more than once, and returns nil.
+// in force for Match, and Ban, BanMany, Unban and List still work. Close
+// may be called more than once, and returns nil.
 func (b *Bans) Close() error {
 	b.loop.stop()
 	return nil

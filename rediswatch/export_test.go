@@ -58,3 +58,34 @@ var (
 	DefaultOverridesKey          = overridesKind.key
 	DefaultOverridesPollInterval = overridesKind.poll
 )
+
+// Sync brings b's snapshot up to date with Redis now, as the poller does
+// every poll interval (catching up, or reloading when it must), and
+// returns Redis's error if it cannot, for tests that do not wait for a
+// poll.
+func (b *Bans) Sync(ctx context.Context) error {
+	full, err := b.catchUp(ctx)
+	if err == nil && full {
+		err = b.reload(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.pruneLocked(b.cfg.now())
+	b.mu.Unlock()
+	return nil
+}
+
+// Sync reads w's hash now, as the goroutine does every poll interval,
+// and returns once the overrides in force are what it read, or the
+// read's error (ErrTooManyFields, ErrClosed after Close), for tests that
+// do not wait for a poll.
+func (w *Overrides) Sync(ctx context.Context) error {
+	if w.loop.closed() {
+		return errClosed
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pollLocked(ctx)
+}

@@ -37,7 +37,7 @@ var (
 const tooLong = "\x00"
 
 var (
-	// errTooManyFields is the error of a read (Sync, Put, Delete) that
+	// errTooManyFields is the error of a read (a poll, Put, Delete) that
 	// found more fields than WithMax in the hash.
 	errTooManyFields = errors.New("rediswatch: too many fields in the overrides hash")
 	// errClosed is the error of a call on a closed Overrides.
@@ -119,20 +119,6 @@ func (w *Overrides) Adjust(ctx context.Context, key string, p core.Policy) (core
 // Snapshot returns a copy of the overrides in force, by layer name.
 func (w *Overrides) Snapshot() map[string]overrides.Override { return w.set.Snapshot() }
 
-// Sync reads the hash now, as the goroutine does every poll interval, and
-// returns once the overrides in force are what it read. It fails when
-// Redis cannot be read (the last good overrides stay), with
-// an error when the hash has more fields than WithMax, and after Close. A
-// malformed field is logged, not an error.
-func (w *Overrides) Sync(ctx context.Context) error {
-	if w.loop.closed() {
-		return errClosed
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.pollLocked(ctx)
-}
-
 // Put sets the override of layer in Redis, for every server; it is in
 // force here before Put returns, on the other servers within a poll
 // interval. It fails, writing nothing, when o does not validate, layer is
@@ -204,7 +190,7 @@ func (w *Overrides) write(ctx context.Context, layer string, o overrides.Overrid
 }
 
 // Close stops the goroutine and waits for it to return; the overrides in
-// force stay as they are, and Sync, Put and Delete fail. It may be called
+// force stay as they are, and Put and Delete fail. It may be called
 // more than once, and returns nil.
 func (w *Overrides) Close() error {
 	w.loop.stop()

@@ -57,19 +57,24 @@ type sharedScores struct {
 	prefix string
 }
 
-// AddScores runs scores.lua for each of adds: a Sync's one by itself, a
-// flush's in one pipeline (then EVAL for those Redis has not the script
+// AddScores runs scores.lua for each key: a signal's one by itself, a
+// flush's batch in one pipeline (then EVAL for those Redis has not the script
 // of).
-func (s *sharedScores) AddScores(ctx context.Context, adds []reputation.ScoreAdd) {
-	if len(adds) == 1 {
-		a := &adds[0]
-		takeScore(a, scoresScript.Run(ctx, s.c, []string{s.prefix + a.Key}, scoreArgs(a)...))
-		return
+func (s *sharedScores) AddScores(ctx context.Context, halfLife time.Duration, keys []string, weights []float64, at []time.Time, scores []float64) []error {
+	hl := strconv.FormatInt(halfLife.Microseconds(), 10)
+	args := func(i int) []any {
+		return []any{strconv.FormatFloat(weights[i], 'g', 17, 64), hl, strconv.FormatInt(at[i].UnixMicro(), 10)}
 	}
-	cmds := make([]*redis.Cmd, len(adds))
+	if len(keys) == 1 {
+		if err := takeScore(scoresScript.Run(ctx, s.c, []string{s.prefix + keys[0]}, args(0)...), &scores[0], &at[0]); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(keys))
 	pipe := s.c.Pipeline()
-	for i := range adds {
-		cmds[i] = scoresScript.EvalSha(ctx, pipe, []string{s.prefix + adds[i].Key}, scoreArgs(&adds[i])...)
+	for i, k := range keys {
+		cmds[i] = scoresScript.EvalSha(ctx, pipe, []string{s.prefix + k}, args(i)...)
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is its own
 	var retry []int
@@ -81,30 +86,31 @@ func (s *sharedScores) AddScores(ctx context.Context, adds []reputation.ScoreAdd
 	if len(retry) > 0 {
 		pipe = s.c.Pipeline()
 		for _, i := range retry {
-			cmds[i] = scoresScript.Eval(ctx, pipe, []string{s.prefix + adds[i].Key}, scoreArgs(&adds[i])...)
+			cmds[i] = scoresScript.Eval(ctx, pipe, []string{s.prefix + keys[i]}, args(i)...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
+	var errs []error
 	for i, cmd := range cmds {
-		takeScore(&adds[i], cmd)
+		if err := takeScore(cmd, &scores[i], &at[i]); err != nil {
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = err
+		}
 	}
+	return errs
 }
 
-// scoreArgs are scores.lua's arguments for a: the weight, the half-life
-// and the time, in µs.
-func scoreArgs(a *reputation.ScoreAdd) []any {
-	return []any{strconv.FormatFloat(a.Weight, 'g', 17, 64), strconv.FormatInt(a.HalfLife.Microseconds(), 10),
-		strconv.FormatInt(a.At.UnixMicro(), 10)}
-}
-
-// takeScore sets a's Score and At from scores.lua's reply, or its Err.
-func takeScore(a *reputation.ScoreAdd, cmd *redis.Cmd) {
+// takeScore sets score and at from scores.lua's reply, or returns its
+// error.
+func takeScore(cmd *redis.Cmd, score *float64, at *time.Time) error {
 	v, us, err := parseScore(cmd)
 	if err != nil {
-		a.Err = err
-		return
+		return err
 	}
-	a.Score, a.At = v, time.UnixMicro(us)
+	*score, *at = v, time.UnixMicro(us)
+	return nil
 }
 
 // parseScore reads scores.lua's reply: the score after the add, and its

@@ -17,7 +17,6 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/scores"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 	"github.com/apigate/ratelimit/rediswatch"
-	"github.com/apigate/ratelimit/reputation"
 )
 
 var s0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -41,27 +40,27 @@ func TestScoresMatchMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	now := s0
 	for i := 0; i < 2000; {
-		batch := make([]reputation.ScoreAdd, 1+rng.IntN(3)*rng.IntN(8)) // one, most often
-		for j := range batch {
+		n := 1 + rng.IntN(3)*rng.IntN(8) // one, most often
+		keys, weights, at, got := make([]string, n), make([]float64, n), make([]time.Time, n), make([]float64, n)
+		for j := range n {
 			now = now.Add(time.Duration(rng.Int64N(int64(5 * time.Second))))
 			if rng.IntN(10) == 0 {
 				now = now.Add(-time.Duration(rng.Int64N(int64(time.Second)))) // steps back
 			}
-			key := fmt.Sprintf("k%d", rng.IntN(20)+20*j) // distinct within a batch
-			batch[j] = reputation.ScoreAdd{Key: key, Weight: float64(1+rng.IntN(5)) + rng.Float64(), HalfLife: hl, At: now}
+			keys[j] = fmt.Sprintf("k%d", rng.IntN(20)+20*j) // distinct within a batch
+			weights[j], at[j] = float64(1+rng.IntN(5))+rng.Float64(), now
 		}
-		want := make([]scores.Entry, len(batch))
-		for j, a := range batch {
-			want[j] = m.AddAt(a.Key, a.Weight, a.At.UnixMicro())
+		want := make([]scores.Entry, n)
+		for j := range n {
+			want[j] = m.AddAt(keys[j], weights[j], at[j].UnixMicro())
 		}
-		shared.AddScores(ctx, batch)
-		for j, a := range batch {
-			require.NoError(t, a.Err, "step %d", i+j)
-			require.InEpsilon(t, want[j].V, a.Score, 1e-12, "step %d: the score", i+j)
-			require.Equal(t, want[j].At, a.At.UnixMicro(), "step %d: as of", i+j)
-			require.InEpsilon(t, want[j].V, stored(t, c, prefix+":"+a.Key), 1e-12, "step %d: Redis's", i+j)
+		require.Nil(t, shared.AddScores(ctx, hl, keys, weights, at, got), "step %d", i)
+		for j := range n {
+			require.InEpsilon(t, want[j].V, got[j], 1e-12, "step %d: the score", i+j)
+			require.Equal(t, want[j].At, at[j].UnixMicro(), "step %d: as of", i+j)
+			require.InEpsilon(t, want[j].V, stored(t, c, prefix+":"+keys[j]), 1e-12, "step %d: Redis's", i+j)
 		}
-		i += len(batch)
+		i += n
 	}
 	ttl, err := c.PTTL(ctx, prefix+":k0").Result()
 	require.NoError(t, err)
@@ -71,18 +70,38 @@ func TestScoresMatchMemory(t *testing.T) {
 	assert.InDelta(t, float64(life), float64(ttl), float64(2*time.Second), "forgotten when it decays below %v", scores.Forgotten)
 }
 
-// TestScoresErrors: a failed add sets its Err, not a score; NewScores
-// takes WithKey alone.
+// TestScoresErrors: a failed add returns its error, and sets no score;
+// in a batch, each add has its own. NewScores takes WithKey alone.
 func TestScoresErrors(t *testing.T) {
+	ctx := context.Background()
 	shared, err := rediswatch.NewScores(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))
 	require.NoError(t, err)
-	adds := []reputation.ScoreAdd{{Key: "s:a", Weight: 1, HalfLife: time.Minute, At: s0}, {Key: "s:b", Weight: 1, HalfLife: time.Minute, At: s0}}
-	shared.AddScores(context.Background(), adds[:1])
-	shared.AddScores(context.Background(), adds)
-	for _, a := range adds {
-		assert.Error(t, a.Err)
-		assert.Zero(t, a.Score)
+	keys, weights, at, got := []string{"s:a", "s:b"}, []float64{1, 1}, []time.Time{s0, s0}, []float64{0, 0}
+	for _, n := range []int{1, 2} {
+		errs := shared.AddScores(ctx, time.Minute, keys[:n], weights[:n], at[:n], got[:n])
+		require.Len(t, errs, n)
+		for j := range n {
+			assert.Error(t, errs[j])
+			assert.Zero(t, got[j])
+			assert.Equal(t, s0, at[j], "as it was")
+		}
 	}
+
+	// One add of a batch failing: a key holding another type than
+	// scores.lua's string. The others are made.
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("errors-%d", rand.Int64())
+	require.NoError(t, srv.Client().LPush(ctx, prefix+":s:b", "x").Err())
+	shared, err = rediswatch.NewScores(srv.Client(), rediswatch.WithKey(prefix))
+	require.NoError(t, err)
+	keys, weights = []string{"s:a", "s:b", "s:c"}, []float64{1, 2, 3}
+	at, got = []time.Time{s0, s0, s0}, make([]float64, 3)
+	errs := shared.AddScores(ctx, time.Minute, keys, weights, at, got)
+	require.Len(t, errs, 3)
+	assert.NoError(t, errs[0])
+	assert.ErrorContains(t, errs[1], "WRONGTYPE")
+	assert.NoError(t, errs[2])
+	assert.Equal(t, []float64{1, 0, 3}, got)
 	for name, opts := range map[string][]rediswatch.Option{
 		"a poll interval": {rediswatch.WithPollInterval(time.Second)},
 		"a max":           {rediswatch.WithMax(10)},

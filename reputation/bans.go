@@ -72,7 +72,7 @@ func (t *Tracker) ban(ctx context.Context, key string, bi int) bool {
 	d = min(d, t.banMax)
 	d = time.Duration(float64(d) * (0.9 + 0.2*rand.Float64())) // ±10%: banned clients do not return at one instant
 	if t.shadow {
-		t.shadowBans[bi].Add(1)
+		t.banned[bi].Add(1) // Stats counts what shadow mode would have banned
 		t.log.Info("reputation: would ban (shadow mode)", "key", key, "band", band, "for", d)
 		return false
 	}

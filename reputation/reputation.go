@@ -124,10 +124,9 @@ type Tracker struct {
 	lastLog    atomic.Int64                                                       // when flushFailed last logged, ns
 	onOutcome  func(key string, s Signal, score float64, band string, acted bool) // tests
 	// What the metrics read: the signals scored by kind, and the bans by
-	// band, made and (in shadow mode) not made.
-	signals    [Reported + 1]atomic.Uint64
-	banned     []atomic.Uint64
-	shadowBans []atomic.Uint64
+	// band (in shadow mode, those not made).
+	signals [Reported + 1]atomic.Uint64
+	banned  []atomic.Uint64
 }
 
 // maxKeys bounds the scores and offences a Tracker holds in process.
@@ -146,7 +145,7 @@ func New(cfg Config) (*Tracker, error) {
 		t.now = time.Now
 	}
 	t.cfg.Bands, t.cfg.Weights = slices.Clone(cfg.Bands), maps.Clone(cfg.Weights)
-	t.banned, t.shadowBans = make([]atomic.Uint64, len(t.bands)), make([]atomic.Uint64, len(t.bands))
+	t.banned = make([]atomic.Uint64, len(t.bands))
 	copy(t.weights[:], defaultWeights[:])
 	for s, w := range cfg.Weights {
 		t.weights[s] = w

@@ -199,8 +199,8 @@ func BenchmarkAdjust(b *testing.B) {
 }
 
 // TestLimiterScales: as a Limiter's PolicySource, a Tracker scales the
-// clients in a band that scales, and leaves the others to the Limiter's
-// direct path, with the policy as it is.
+// clients in a band that scales, and leaves the others' policy as it
+// is.
 func TestLimiterScales(t *testing.T) {
 	rep, _, _ := tracker(t, reputation.Config{Bands: []reputation.Band{{Name: "suspicious", Above: 2, Scale: 0.5}}})
 	store, err := memstore.New()

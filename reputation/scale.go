@@ -22,13 +22,19 @@ const pruneEvery = time.Second
 // Adjust scales p's Limit (and Burst) by the band of key's score (see
 // Band.Scale), never into an invalid policy or a looser one: it is
 // the core.PolicySource httplimit.WithReputation gives the Limiter. It
-// reads the score this server holds: no I/O, no allocation.
+// reads the score this server holds: no I/O, no allocation. A client in
+// no band that scales, nearly every one, costs it one atomic load and
+// one map lookup, and gets p as it is.
 func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Policy, error) {
 	if t.shadow || !t.scales {
 		return p, nil
 	}
-	if t.Untouched(key) {
-		return p, nil // no client, or not this one, above a band that scales
+	m := t.suspects.Load()
+	if m == nil {
+		return p, nil // no client above a band that scales
+	}
+	if _, ok := (*m)[key]; !ok {
+		return p, nil // not this one
 	}
 	i := t.band(t.scores.Get(key, t.now()))
 	if i < 0 {
@@ -43,21 +49,6 @@ func (t *Tracker) Adjust(_ context.Context, key string, p core.Policy) (core.Pol
 		p.Limit, p.Burst = limits.Derive(p.Algorithm, p.Limit, p.Window, p.Burst, s)
 	}
 	return p, nil
-}
-
-// Untouched reports whether Adjust leaves every policy of key as it is,
-// as core.SelectiveSource asks: a client in no band that scales.
-func (t *Tracker) Untouched(key string) bool {
-	// In shadow mode, and for a client not in the snapshot of suspects.
-	if t.shadow || !t.scales {
-		return true
-	}
-	m := t.suspects.Load()
-	if m == nil {
-		return true
-	}
-	_, ok := (*m)[key]
-	return !ok
 }
 
 // suspect adds key, whose score is above scaleFrom, to the snapshot of

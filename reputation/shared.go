@@ -17,26 +17,16 @@ import (
 // process, which its decisions read, and sends the weights of its signals
 // to AddScores, taking back the scores that every server's signals made.
 type SharedScores interface {
-	// AddScores adds each weight to its score, atomically for each, and
-	// sets the ScoreAdd's Score and At, or its Err. It must honour ctx's
-	// deadline.
-	AddScores(ctx context.Context, adds []ScoreAdd)
-}
-
-// ScoreAdd is a weight to add to a shared score, and the score after it.
-// A score is a value as of a time (to the microsecond). Adding w at time
-// t under a half-life h makes it v·2^(-(t-at)/h) + w as of t, v being its
-// value as of at; as of at when t is earlier (a clock stepping back
-// undoes no decay). A score decayed below 0.001 may be forgotten.
-type ScoreAdd struct {
-	Key      string        // the score's key
-	Weight   float64       // what to add: at least 0
-	HalfLife time.Duration // how long the score takes to halve
-	// At is the signal's time; AddScores sets it to the time Score is
-	// as of.
-	At    time.Time
-	Score float64 // set by AddScores: the score after the weight
-	Err   error   // set by AddScores when the score is unknown
+	// AddScores adds weights[i] to the score of keys[i] at at[i], each
+	// atomically, and sets scores[i] to the score after it and at[i] to
+	// the time that score is as of; the slices are of one length. A
+	// score is a value as of a time (to the microsecond): adding w at t
+	// under halfLife makes it v·2^(-(t-at)/halfLife) + w as of t, v being
+	// its value as of at; as of at when t is earlier (a clock stepping
+	// back undoes no decay). A score decayed below 0.001 may be
+	// forgotten. It returns nil, or an error for each key, nil for those
+	// added. It must honour ctx's deadline.
+	AddScores(ctx context.Context, halfLife time.Duration, keys []string, weights []float64, at []time.Time, scores []float64) []error
 }
 
 // shared keeps one set of a Tracker's scores in SharedScores (the
@@ -49,7 +39,7 @@ type ScoreAdd struct {
 // on a server, none for syncPause after one failed, and each waits at
 // most syncTimeout: what they leave queued (a flood's concurrent signals,
 // a slow Redis's) a flusher goroutine, running while weights are queued,
-// sends every flushEvery, one ScoreAdd per key with all its signals since
+// sends every flushEvery, one add per key with all its signals since
 // (decayed to the newest, so that the sum is what one add a signal would
 // have made), all the keys in one AddScores, and onShared hears each
 // reply: a score raised on other servers is seen at this server's next
@@ -172,10 +162,16 @@ func (r *shared) Sync(ctx context.Context, key string) (float64, bool) {
 	q.syncing[key] = struct{}{}
 	q.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
-	add := [1]ScoreAdd{r.add(key, e)}
-	r.remote.AddScores(ctx, add[:])
+	var one struct { // one allocation for the four slices
+		keys    [1]string
+		weights [1]float64
+		at      [1]time.Time
+		scores  [1]float64
+	}
+	b := batch{keys: one.keys[:0], weights: one.weights[:0], at: one.at[:0], scores: one.scores[:0]}
+	b.push(r.set+key, e)
+	err := r.send1(ctx, b)
 	cancel()
-	err := checkAdd(&add[0])
 	q.mu.Lock()
 	delete(q.syncing, key)
 	q.mu.Unlock()
@@ -189,7 +185,7 @@ func (r *shared) Sync(ctx context.Context, key string) (float64, bool) {
 		}
 		return 0, false
 	}
-	_, after := r.take(key, add[0].Score, add[0].At.UnixMicro())
+	_, after := r.take(key, b.scores[0], b.at[0].UnixMicro())
 	return after, true
 }
 
@@ -198,18 +194,61 @@ func (r *shared) queue(key string) *queue {
 	return &r.queues[maphash.String(r.seed, key)&uint64(len(r.queues)-1)]
 }
 
-// add is the ScoreAdd of key's queued weights e.
-func (r *shared) add(key string, e scores.Entry) ScoreAdd {
-	return ScoreAdd{Key: r.set + key, Weight: e.V, HalfLife: r.halfLife, At: time.UnixMicro(e.At)}
+// batch is the adds of one AddScores: a key each (the set's prefix
+// before it), its weight and time, and the score AddScores sets.
+type batch struct {
+	keys    []string
+	weights []float64
+	at      []time.Time
+	scores  []float64
 }
 
-// checkAdd returns the error of a, or of a reply out of range.
-func checkAdd(a *ScoreAdd) error {
-	switch {
-	case a.Err != nil:
-		return fmt.Errorf("reputation: sharing a score: %w", a.Err)
-	case !(a.Score >= 0):
-		return errors.New("reputation: sharing a score: a negative score")
+// push appends the add of key's queued weights e.
+func (b *batch) push(key string, e scores.Entry) {
+	b.keys = append(b.keys, key)
+	b.weights = append(b.weights, e.V)
+	b.at = append(b.at, time.UnixMicro(e.At))
+	b.scores = append(b.scores, 0)
+}
+
+// slice returns the adds i to j of b.
+func (b batch) slice(i, j int) batch {
+	return batch{keys: b.keys[i:j], weights: b.weights[i:j], at: b.at[i:j], scores: b.scores[i:j]}
+}
+
+// addScores sends b in one AddScores, and returns the error of each add:
+// nil when every add was made and replied a valid score.
+func (r *shared) addScores(ctx context.Context, b batch) []error {
+	errs := r.remote.AddScores(ctx, r.halfLife, b.keys, b.weights, b.at, b.scores)
+	if errs != nil && len(errs) != len(b.keys) {
+		err := fmt.Errorf("reputation: sharing scores: %d errors for %d keys", len(errs), len(b.keys))
+		errs = make([]error, len(b.keys))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i, v := range b.scores {
+		var err error
+		if errs != nil && errs[i] != nil {
+			err = fmt.Errorf("reputation: sharing a score: %w", errs[i])
+		} else if !(v >= 0) {
+			err = errors.New("reputation: sharing a score: a negative score")
+		} else {
+			continue
+		}
+		if errs == nil {
+			errs = make([]error, len(b.keys))
+		}
+		errs[i] = err
+	}
+	return errs
+}
+
+// send1 sends b, of one add, and returns its error.
+func (r *shared) send1(ctx context.Context, b batch) error {
+	if errs := r.addScores(ctx, b); errs != nil {
+		return errs[0]
 	}
 	return nil
 }
@@ -260,44 +299,41 @@ func (r *shared) queued() bool {
 // and the first error. The flusher calls it; tests too, to see the
 // shared scores without waiting.
 func (r *shared) Flush(ctx context.Context) (int, error) {
-	var batch []ScoreAdd
+	var b batch
 	for i := range r.queues {
 		q := &r.queues[i]
 		q.mu.Lock()
 		for k, e := range q.m {
-			batch = append(batch, r.add(k, e))
+			b.push(r.set+k, e)
 		}
 		clear(q.m)
 		q.mu.Unlock()
 	}
-	sent := len(batch)
+	sent := len(b.keys)
 	var first error
-	for len(batch) > 0 {
-		n := min(len(batch), flushBatch)
-		if err := r.send(ctx, batch[:n]); err != nil && first == nil {
+	for i := 0; i < sent; i += flushBatch {
+		if err := r.send(ctx, b.slice(i, min(sent, i+flushBatch))); err != nil && first == nil {
 			first = err
 		}
-		batch = batch[n:]
 	}
 	return sent, first
 }
 
 // send sends batch in one AddScores, and gives each reply to the copy and
 // to onShared. A key whose add failed keeps what the copy has.
-func (r *shared) send(ctx context.Context, batch []ScoreAdd) error {
-	r.remote.AddScores(ctx, batch)
+func (r *shared) send(ctx context.Context, b batch) error {
+	errs := r.addScores(ctx, b)
 	var first error
-	for i := range batch {
-		a := &batch[i]
-		if err := checkAdd(a); err != nil {
+	for i, key := range b.keys {
+		if errs != nil && errs[i] != nil {
 			if first == nil {
-				first = err
+				first = errs[i]
 				r.paused.Store(time.Now().Add(syncPause).UnixNano())
 			}
 			continue
 		}
-		key := a.Key[len(r.set):]
-		before, after := r.take(key, a.Score, a.At.UnixMicro())
+		key = key[len(r.set):]
+		before, after := r.take(key, b.scores[i], b.at[i].UnixMicro())
 		if r.onShared != nil {
 			r.onShared(key, before, after)
 		}

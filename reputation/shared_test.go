@@ -3,9 +3,11 @@ package reputation_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -427,4 +429,92 @@ func lifetime(v float64, hl int64) int64 {
 		return 0
 	}
 	return int64(math.Ceil(float64(hl) * math.Log2(v/scores.Forgotten)))
+}
+
+// fakeScores is a SharedScores in process that holds the scores other
+// servers made (no decay: its tests keep one time), fails the adds of
+// the keys in fail, and replies errs errors when errs > 0.
+type fakeScores struct {
+	mu     sync.Mutex
+	scores map[string]float64
+	fail   map[string]bool
+	errs   int
+	calls  [][]string // the keys of each call
+}
+
+func (f *fakeScores) AddScores(_ context.Context, _ time.Duration, keys []string, weights []float64, _ []time.Time, scores []float64) []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, slices.Clone(keys))
+	if f.errs > 0 {
+		return make([]error, f.errs)
+	}
+	var errs []error
+	for i, k := range keys {
+		if f.fail[k] {
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = errors.New("refused")
+			continue
+		}
+		f.scores[k] += weights[i]
+		scores[i] = f.scores[k]
+	}
+	return errs
+}
+
+// TestSharedPerKeyErrors: in a flush's batch, the key whose add failed
+// keeps the copy's score, and the others take the shared one; a Sync
+// that fails returns false and pauses the next; a reply whose errors
+// are not one per key fails every add.
+func TestSharedPerKeyErrors(t *testing.T) {
+	ctx := context.Background()
+	remote := &fakeScores{scores: map[string]float64{"s:good": 10, "s:bad": 10}, fail: map[string]bool{"s:bad": true}}
+	r, err := reputation.NewShared(remote, "s:", time.Hour, 100)
+	require.NoError(t, err)
+	r.HoldFlusher(true)
+	var mu sync.Mutex
+	heard := map[string]float64{}
+	var errs []error
+	r.OnShared(func(key string, _, after float64) { mu.Lock(); heard[key] = after; mu.Unlock() },
+		func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() })
+	for _, k := range []string{"good", "bad"} {
+		_, err := r.Add(ctx, k, 1, t0)
+		require.NoError(t, err)
+	}
+	n, err := r.Flush(ctx)
+	assert.Equal(t, 2, n)
+	require.ErrorContains(t, err, "refused")
+	require.Len(t, remote.calls, 1, "one AddScores for the batch")
+	assert.ElementsMatch(t, []string{"s:good", "s:bad"}, remote.calls[0])
+	mu.Lock()
+	assert.Equal(t, map[string]float64{"good": 11}, heard, "the failed key is not heard")
+	mu.Unlock()
+	assert.Equal(t, 11.0, r.Get("good", t0), "the shared score")
+	assert.Equal(t, 1.0, r.Get("bad", t0), "the copy's, the add having failed")
+
+	// A Sync that fails: false, and the next ones send nothing for a while.
+	_, err = r.Add(ctx, "bad", 1, t0)
+	require.NoError(t, err)
+	_, ok := r.Sync(ctx, "bad")
+	assert.False(t, ok)
+	_, err = r.Add(ctx, "good", 1, t0)
+	require.NoError(t, err)
+	calls := len(remote.calls)
+	_, ok = r.Sync(ctx, "good")
+	assert.False(t, ok, "paused after a failure")
+	assert.Len(t, remote.calls, calls, "nothing sent while paused")
+
+	// One error for two keys: every add failed.
+	remote2 := &fakeScores{scores: map[string]float64{}, errs: 1}
+	r2, err := reputation.NewShared(remote2, "s:", time.Hour, 100)
+	require.NoError(t, err)
+	r2.HoldFlusher(true)
+	for _, k := range []string{"a", "b"} {
+		_, err := r2.Add(ctx, k, 1, t0)
+		require.NoError(t, err)
+	}
+	_, err = r2.Flush(ctx)
+	assert.ErrorContains(t, err, "1 errors for 2 keys")
 }

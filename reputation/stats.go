@@ -17,9 +17,9 @@ type BandStats struct {
 	Name string
 	// Clients is how many clients this server holds in the band.
 	Clients int
-	// Bans counts the bans made as clients entered it, and ShadowBans
-	// those that shadow mode did not make.
-	Bans, ShadowBans uint64
+	// Bans counts the bans made as clients entered it; in shadow mode
+	// (Config.Shadow), those it would have made.
+	Bans uint64
 }
 
 // Stats returns what t has scored and done so far.
@@ -43,7 +43,7 @@ func (t *Tracker) Stats() Stats {
 	}
 	st.Bands = make([]BandStats, len(t.bands))
 	for i, b := range t.bands {
-		st.Bands[i] = BandStats{Name: b.Name, Clients: clients[i], Bans: t.banned[i].Load(), ShadowBans: t.shadowBans[i].Load()}
+		st.Bands[i] = BandStats{Name: b.Name, Clients: clients[i], Bans: t.banned[i].Load()}
 	}
 	return st
 }

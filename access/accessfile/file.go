@@ -23,9 +23,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
-	"github.com/fsnotify/fsnotify"
 )
 
 // defaultDebounce is how long a [File] waits after the last change event
@@ -117,38 +118,28 @@ func WithDebounce(d time.Duration) Option {
 	}
 }
 
-// File is an access.List kept in step with a file. It watches the file's
-// directory, so that a file replaced by a rename (as editors, config
-// management and Kubernetes ConfigMap volumes do) is seen as well as one
-// written in place, and reloads the file a short while (WithDebounce)
-// after it changes. A reload that fails (a malformed line, a missing or
-// unreadable file) is logged and the last good list stays in force.
+// File is an access.List kept in step with a file; [Watch] builds it. It
+// reloads the file a short while ([WithDebounce]) after it changes, be it
+// written in place or replaced by a rename, as editors, config management
+// and Kubernetes ConfigMap volumes do; a rename is atomic and
+// recommended, as a file written in place can be read half-written. The
+// path may be, or pass through, symbolic links into other directories: a
+// re-pointed link (ln -sfn) or a file deleted and recreated is seen too.
 //
-// The path may be a symbolic link, or pass through links (a linked
-// directory, a chain of links, a ConfigMap's "..data" link to a
-// timestamped directory), into other directories. A File then watches the
-// directory of every link on the way as well as the directory of the file
-// the path ends at, and follows the links again on each change: a change
-// to the file, a link re-pointed (ln -sfn, or a new link renamed over the
-// old one), or the file deleted and recreated is seen wherever it
-// happens, and a directory no longer on the way is no longer watched. A
-// link that dangles is a failed reload (logged, the last good list kept)
-// until it or its target is fixed.
-//
-// A malformed line on reload is "logged and skipped" in the strictest
-// sense: the whole new version of the file is skipped, not only that line.
-// Applying the other lines would half-apply an edit (a deny entry removed
-// on one line and its replacement broken on the next would let a client
-// through), so a file is in force whole or not at all. The log line and
-// OnReload's error name the first bad line; the file is read again when it
-// next changes.
-//
-// Writing a file in place can be seen half-written; replacing it by a
-// rename is atomic and recommended.
-//
-// A File is safe for concurrent use; Match reads the current List with
-// one atomic load.
+// A reload that fails (a malformed line, a missing or unreadable file, a
+// dangling link) is logged and the last good list stays in force: a file
+// is in force whole or not at all, never half an edit. The log line and
+// OnReload's error name the first bad line; the file is read again when
+// it next changes. A File is safe for concurrent use.
 type File struct {
+	// A File watches the directory of the file the path ends at, and the
+	// directory of every link on the way, so that a rename over the file
+	// or a link is seen as well as a write in place; it follows the links
+	// again on each change, and stops watching a directory no longer on
+	// the way. A malformed line skips the whole new version, not only the
+	// line: applying the others would half-apply an edit (a deny entry
+	// removed on one line and its replacement broken on the next would let
+	// a client through). Match reads the current List with one atomic load.
 	path string
 	cfg  config
 	list atomic.Pointer[access.List]
@@ -171,7 +162,7 @@ type File struct {
 var _ access.Matcher = (*File)(nil)
 
 // Watch loads the file at path and watches it for changes. A file that
-// does not load at start is an error (wrapping an *access.ParseError for a
+// does not load at start is an error (naming the line and column of a
 // malformed line), as is a bad option or a directory that cannot be
 // watched (the file's, or that of a link on the way to it; see [File]).
 // Close stops the watching.

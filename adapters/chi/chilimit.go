@@ -85,7 +85,7 @@ func Unwrap(r keyfuncs.Request) (req *http.Request, ok bool) {
 	return q.r, true
 }
 
-// request is a net/http request as a httplimit.Request: r, and ran, the
+// request is a net/http request as a keyfuncs.Request: r, and ran, the
 // copy the handler ran with when the flow gave it a context of its own,
 // on which a ServeMux writes the pattern it matched. The middleware takes
 // them from requests, a pool: a struct of two pointers does not fit in an
@@ -98,7 +98,6 @@ var requests = sync.Pool{New: func() any { return new(request) }}
 func (q *request) RemoteAddr() string                { return q.r.RemoteAddr }
 func (q *request) Header(name string) string         { return q.r.Header.Get(name) }
 func (q *request) HeaderValues(name string) []string { return q.r.Header.Values(name) }
-func (q *request) Query(name string) string          { return q.r.URL.Query().Get(name) }
 func (q *request) Method() string                    { return q.r.Method }
 func (q *request) Context() context.Context          { return q.r.Context() }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -17,33 +16,17 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
-type harness struct{}
+type harness struct {
+	adapterstest.HTTPHarness[harness]
+}
 
 // Pattern turns "/users/:id" into chi's "/users/{id}".
-func (harness) Pattern(p string) string {
-	parts := strings.Split(p, "/")
-	for i, s := range parts {
-		if strings.HasPrefix(s, ":") {
-			parts[i] = "{" + s[1:] + "}"
-		}
-	}
-	return strings.Join(parts, "/")
-}
+func (harness) Pattern(p string) string { return adapterstest.BracePattern(p) }
 
 func (harness) UseSeesRoute() bool { return true }
 
-func (harness) CancelsOnDisconnect() bool { return true }
-
-func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
-	return adapterstest.HTTPApp(h.handler(spec))
-}
-
-func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
-	return adapterstest.ListenHTTP(t, h.handler(spec))
-}
-
-// handler is the app of spec: a chi router, without Recoverer.
-func (h harness) handler(spec *adapterstest.Spec) http.Handler {
+// Handler is the app of spec: a chi router, without Recoverer.
+func (h harness) Handler(spec *adapterstest.Spec) http.Handler {
 	r := chi.NewRouter()
 	if auth := spec.Authenticate; auth != nil {
 		r.Use(func(next http.Handler) http.Handler {
@@ -54,17 +37,9 @@ func (h harness) handler(spec *adapterstest.Spec) http.Handler {
 	}
 	r.Use(adapterstest.Middlewares(spec.Global, chilimit.New)...)
 	for _, rt := range spec.Routes {
-		r.With(adapterstest.Middlewares(rt.Limits, chilimit.New)...).Method(rt.Method, h.Pattern(rt.Path), served(spec))
+		r.With(adapterstest.Middlewares(rt.Limits, chilimit.New)...).Method(rt.Method, h.Pattern(rt.Path), spec)
 	}
 	return r
-}
-
-func served(spec *adapterstest.Spec) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		status := spec.Answer(r.Context(), r.Header.Get)
-		w.WriteHeader(status)
-		_, _ = w.Write([]byte(adapterstest.Body))
-	}
 }
 
 func TestSuite(t *testing.T) { adapterstest.Run(t, harness{}) }

@@ -52,38 +52,10 @@ func (harness) ServeNotFound(t testing.TB, idiom adapterstest.NotFoundIdiom, f *
 // TestNotFound checks chi's idioms for "not found" with a reputation.
 func TestNotFound(t *testing.T) { adapterstest.RunNotFound(t, harness{}) }
 
-// muxHarness serves plain net/http apps, a ServeMux behind chilimit.New.
-type muxHarness struct{}
-
-// A ServeMux tells its own 404 by the route pattern; "/" is a catch-all
-// it cannot tell from a route, unless the handler marks it.
-func (muxHarness) NotFoundIdioms() []adapterstest.NotFoundIdiom {
-	return []adapterstest.NotFoundIdiom{
-		{Name: "default"},
-		{Name: "FileServer", Static: true},
-		{Name: "catch-all", Handler: true, CatchAll: true},
-		{Name: "catch-all-marked", Handler: true, CatchAll: true, Marked: true, Static: true},
-	}
-}
-
-func (muxHarness) ServeNotFound(t testing.TB, idiom adapterstest.NotFoundIdiom, f *httplimit.Flow, dir string) string {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(adapterstest.Body)) })
-	mux.HandleFunc("GET /files/{name}", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no such file", http.StatusNotFound) })
-	if idiom.Static {
-		mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.Dir(dir))))
-	}
-	if idiom.CatchAll {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			if idiom.Marked {
-				reputation.MarkUnrouted(r.Context())
-			}
-			http.Error(w, adapterstest.NotFoundBody, http.StatusNotFound)
-		})
-	}
-	return adapterstest.ListenHTTP(t, chilimit.New(f)(mux))
-}
-
 // TestNotFoundServeMux checks a ServeMux's idioms for "not found" with a
-// reputation.
-func TestNotFoundServeMux(t *testing.T) { adapterstest.RunNotFound(t, muxHarness{}) }
+// reputation, the whole mux behind chilimit.New.
+func TestNotFoundServeMux(t *testing.T) {
+	adapterstest.RunNotFound(t, adapterstest.ServeMuxNotFound(func(f *httplimit.Flow, mux http.Handler) http.Handler {
+		return chilimit.New(f)(mux)
+	}))
+}

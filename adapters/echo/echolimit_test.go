@@ -11,22 +11,15 @@ import (
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
-type harness struct{}
-
-func (harness) Pattern(p string) string   { return p }
-func (harness) UseSeesRoute() bool        { return true }
-func (harness) CancelsOnDisconnect() bool { return true }
-
-func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
-	return adapterstest.HTTPApp(h.handler(spec))
+type harness struct {
+	adapterstest.HTTPHarness[harness]
 }
 
-func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
-	return adapterstest.ListenHTTP(t, h.handler(spec))
-}
+func (harness) Pattern(p string) string { return p }
+func (harness) UseSeesRoute() bool      { return true }
 
-// handler is the app of spec: echo.New, without the Recover middleware.
-func (harness) handler(spec *adapterstest.Spec) http.Handler {
+// Handler is the app of spec: echo.New, without the Recover middleware.
+func (harness) Handler(spec *adapterstest.Spec) http.Handler {
 	e := echo.New()
 	if auth := spec.Authenticate; auth != nil {
 		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {

@@ -1,7 +1,6 @@
 package fiberlimit_test
 
 import (
-	"net/http/httptest"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -16,34 +15,25 @@ import (
 // c.GetRespHeader: in the handler and in a middleware around the limiter;
 // and from the response of app.Test, as a Fiber application and its
 // tests do.
-func TestCanonicalHeaders(t *testing.T) { adapterstest.RunCanonical(t, canonicalHarness{}) }
-
-type canonicalHarness struct{}
-
-func (canonicalHarness) ServeOne(t testing.TB, f *httplimit.Flow, req adapterstest.Request, names []string) adapterstest.HeaderReads {
-	var got adapterstest.HeaderReads
-	get := func(c *fiber.Ctx) func(string) string {
-		return func(name string) string { return c.GetRespHeader(name) }
-	}
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(func(c *fiber.Ctx) error {
-		err := c.Next()
-		got.After = adapterstest.ReadFields(names, get(c))
-		return err
+func TestCanonicalHeaders(t *testing.T) {
+	adapterstest.RunCanonical(t, func(t testing.TB, f *httplimit.Flow, req adapterstest.Request, read *adapterstest.FieldReads) (int, func(string) string) {
+		get := func(c *fiber.Ctx) func(string) string {
+			return func(name string) string { return c.GetRespHeader(name) }
+		}
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Use(func(c *fiber.Ctx) error {
+			err := c.Next()
+			read.After(get(c))
+			return err
+		})
+		app.Use(fiberlimit.New(f))
+		app.Get("/", func(c *fiber.Ctx) error {
+			read.Handler(get(c))
+			return c.SendString(adapterstest.Body)
+		})
+		res, err := app.Test(adapterstest.NewRequest(req), -1)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		return res.StatusCode, res.Header.Get
 	})
-	app.Use(fiberlimit.New(f))
-	app.Get("/", func(c *fiber.Ctx) error {
-		got.Handler = adapterstest.ReadFields(names, get(c))
-		return c.SendString(adapterstest.Body)
-	})
-	r := httptest.NewRequest(req.Method, req.Path, nil)
-	for k, vs := range req.Header {
-		r.Header[k] = vs
-	}
-	res, err := app.Test(r, -1)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	got.Status = res.StatusCode
-	got.Recorder = adapterstest.ReadFields(names, res.Header.Get)
-	return got
 }

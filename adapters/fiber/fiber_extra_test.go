@@ -3,6 +3,7 @@ package fiberlimit_test
 import (
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
 )
@@ -25,22 +27,22 @@ func TestNewPanicsOnNilFlow(t *testing.T) {
 func TestKeysOutliveTheRequest(t *testing.T) {
 	var seen []string
 	raw := func(r keyfuncs.Request) (string, error) {
-		k := r.Header("X-Client") + "|" + r.Query("q") + "|" + r.Method()
-		seen = append(seen, r.Header("X-Client"), r.Query("q"), r.Method())
+		k := r.Header("X-Client") + "|" + r.Method() // Path is documented as valid only during the request
+		seen = append(seen, r.Header("X-Client"), r.Method())
 		return k, nil
 	}
 	app := fiber.New()
 	app.Use(fiberlimit.New(adapterstest.FixedMount(t, 1, raw).Flow))
-	app.All("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	app.All("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 
-	for _, q := range []struct{ client, query string }{{"aaaaaaaa", "first"}, {"bbbbbbbb", "other"}} {
-		req := httptest.NewRequest("PATCH", "/?q="+q.query, nil)
+	for _, q := range []struct{ client, path string }{{"aaaaaaaa", "/first"}, {"bbbbbbbb", "/other"}} {
+		req := httptest.NewRequest("PATCH", q.path, nil)
 		req.Header.Set("X-Client", q.client)
 		res, err := app.Test(req)
 		require.NoError(t, err)
 		require.Equal(t, 200, res.StatusCode, "status")
 	}
-	assert.Equal(t, []string{"aaaaaaaa", "first", "PATCH", "bbbbbbbb", "other", "PATCH"}, seen,
+	assert.Equal(t, []string{"aaaaaaaa", "PATCH", "bbbbbbbb", "PATCH"}, seen,
 		"the values the key function saw, read after both requests")
 }
 
@@ -92,6 +94,34 @@ func BenchmarkFiber(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFiberDenied measures a denied request: the 429, its
+// rate-limit fields and Retry-After (response.Set).
+func BenchmarkFiberDenied(b *testing.B) {
+	f, err := httplimit.New(adapterstest.NewStore(b), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	app := fiber.New()
+	app.Use(fiberlimit.New(f))
+	app.Get("/users/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	h := app.Handler()
+	var req fasthttp.Request
+	req.Header.SetMethod("GET")
+	req.SetRequestURI(adapterstest.BenchPath)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
+	h(&ctx) // the one admitted
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		ctx.ResetUserValues()
+		h(&ctx)
+		if ctx.Response.StatusCode() != fiber.StatusTooManyRequests {
+			b.Fatal(ctx.Response.StatusCode())
+		}
+	}
 }
 
 func TestUnwrap(t *testing.T) {

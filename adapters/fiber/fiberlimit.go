@@ -28,7 +28,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -120,7 +119,7 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Fiber's request as a httplimit.Request. Holding one pointer,
+// request is Fiber's request as a keyfuncs.Request. Holding one pointer,
 // it converts to an interface without allocating.
 type request struct{ c *fiber.Ctx }
 
@@ -163,10 +162,6 @@ func (q request) HeaderValues(name string) []string {
 	return vals
 }
 
-func (q request) Query(name string) string {
-	return string(q.c.Context().QueryArgs().Peek(name)) // a copy
-}
-
 // Method returns the method as a constant, or a copy of an unusual one.
 func (q request) Method() string {
 	switch m := q.c.Method(); m {
@@ -203,7 +198,7 @@ type response struct{ c *fiber.Ctx }
 // under which fasthttp's Peek, and so c.GetRespHeader, finds it; fasthttp
 // copies both key and value.
 func (w response) Set(key, value string) {
-	w.setBytes(key, unsafe.Slice(unsafe.StringData(value), len(value)))
+	w.setBytes(key, []byte(value))
 }
 
 // SetBytes is Set with the value in bytes, which fasthttp copies
@@ -232,7 +227,7 @@ func (w response) SetIntPair(key1, key2 string, n int64) {
 func (w response) setBytes(key string, value []byte) {
 	h := &w.c.Response().Header
 	if k := canonicalKey(key); k != "" {
-		h.SetCanonical(unsafe.Slice(unsafe.StringData(k), len(k)), value)
+		h.SetCanonical([]byte(k), value) // k is a constant's text: converted without a copy
 		return
 	}
 	h.SetBytesV(key, value)

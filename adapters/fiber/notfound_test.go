@@ -2,12 +2,16 @@ package fiberlimit_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/reputation"
 )
@@ -80,4 +84,42 @@ func TestNotFoundMount(t *testing.T) {
 		a.fiber.Handler()
 		return a.listen(t)
 	})
+}
+
+// BenchmarkNotFound measures a 404 of a path no route serves (Fiber's own
+// "Cannot GET"), with a reputation, whose kind fiberlimit reads from the
+// app's routes (routeIndex.unrouted), in apps of 10 and 200 routes.
+func BenchmarkNotFound(b *testing.B) {
+	for _, n := range []int{10, 200} {
+		b.Run(strconv.Itoa(n)+"routes", func(b *testing.B) {
+			rep, err := reputation.New(reputation.Config{Bands: []reputation.Band{{Name: "never", Above: 1e15, Ban: true}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			f, err := httplimit.New(adapterstest.NewStore(b), []httplimit.Layer{{Policy: core.Policy{Algorithm: core.FixedWindow, Limit: 1_000_000_000_000, Window: time.Hour}}}, httplimit.WithReputation(rep))
+			if err != nil {
+				b.Fatal(err)
+			}
+			app := fiber.New()
+			app.Use(fiberlimit.New(f))
+			for i := range n {
+				app.Get("/r"+strconv.Itoa(i)+"/:id", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+			}
+			h := app.Handler()
+			var req fasthttp.Request
+			req.Header.SetMethod("GET")
+			req.SetRequestURI("/wp-admin/setup.php")
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&req, tcpAddr(b, adapterstest.BenchPeer), nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx.Response.Reset()
+				ctx.ResetUserValues()
+				h(&ctx)
+				if ctx.Response.StatusCode() != fiber.StatusNotFound {
+					b.Fatal(ctx.Response.StatusCode())
+				}
+			}
+		})
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
@@ -38,7 +37,7 @@ func newRouteIndex(app *fiber.App) *routeIndex {
 		caseSensitive: app.Config().CaseSensitive}
 	for _, r := range app.GetRoutes(true) {
 		if len(r.Handlers) > 0 {
-			x.routes[unsafe.SliceData(r.Handlers)] = struct{}{}
+			x.routes[&r.Handlers[0]] = struct{}{}
 		}
 	}
 	for _, r := range app.GetRoutes() {
@@ -60,8 +59,10 @@ func newRouteIndex(app *fiber.App) *routeIndex {
 // (the static handler passes them on down the chain, to that not-found
 // handler or to Fiber's 404).
 func (x *routeIndex) unrouted(c *fiber.Ctx) bool {
-	if _, ok := x.routes[unsafe.SliceData(c.Route().Handlers)]; ok {
-		return false
+	if hs := c.Route().Handlers; len(hs) > 0 {
+		if _, ok := x.routes[&hs[0]]; ok {
+			return false
+		}
 	}
 	if len(x.static) == 0 {
 		return true

@@ -89,14 +89,13 @@ func User(key any) (keyfuncs.Func, error) {
 	}, nil
 }
 
-// request is Gin's request as a httplimit.Request. Holding one pointer, it
+// request is Gin's request as a keyfuncs.Request. Holding one pointer, it
 // converts to an interface without allocating.
 type request struct{ c *gin.Context }
 
 func (q request) RemoteAddr() string                { return q.c.Request.RemoteAddr }
 func (q request) Header(name string) string         { return q.c.Request.Header.Get(name) }
 func (q request) HeaderValues(name string) []string { return q.c.Request.Header.Values(name) }
-func (q request) Query(name string) string          { return q.c.Query(name) }
 func (q request) Method() string                    { return q.c.Request.Method }
 func (q request) Route() string                     { return q.c.FullPath() }
 func (q request) Context() context.Context          { return q.c.Request.Context() }

@@ -17,23 +17,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-type harness struct{}
+type harness struct {
+	adapterstest.HTTPHarness[harness]
+}
 
 func (harness) Pattern(p string) string { return p }
 func (harness) UseSeesRoute() bool      { return true }
 
-func (harness) CancelsOnDisconnect() bool { return true }
-
-func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
-	return adapterstest.HTTPApp(h.handler(spec))
-}
-
-func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
-	return adapterstest.ListenHTTP(t, h.handler(spec))
-}
-
-// handler is the app of spec: gin.New, without Recovery.
-func (harness) handler(spec *adapterstest.Spec) http.Handler {
+// Handler is the app of spec: gin.New, without Recovery.
+func (harness) Handler(spec *adapterstest.Spec) http.Handler {
 	e := gin.New()
 	if auth := spec.Authenticate; auth != nil {
 		e.Use(func(c *gin.Context) {

@@ -100,6 +100,28 @@ func BenchmarkAllowKeyspace(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowNewKeys decides for a new key every time, in a Store of
+// 10 000 keys, so that every decision inserts an entry, and a full store
+// evicts one: the cost of a flood of new clients (a scan, a spoofed
+// address range), and of each new entry's copy of its key.
+func BenchmarkAllowNewKeys(b *testing.B) {
+	ctx := context.Background()
+	s := mustNew(b, memstore.WithMaxKeys(10_000))
+	l := newLimiter(b, s, benchPolicy(core.TokenBucket))
+	keys := makeKeys(1 << 20)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+			b.Fatalf("got %+v, %v", d, err)
+		}
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+	reportRate(b)
+}
+
 // heapInUse returns the bytes of live heap after a collection.
 func heapInUse() int64 {
 	runtime.GC()

@@ -33,6 +33,8 @@ type entry struct {
 
 // inlineKey is the longest key an entry holds inline: what is left of
 // entrySize after the other fields, 24 bytes beside today's state.
+// (unsafe.Sizeof here and in shard only sizes constants, the layout of
+// memory; nothing is read or written through it.)
 const inlineKey = max(8, entrySize-int(2*unsafe.Sizeof("")+unsafe.Sizeof(uintptr(0))+unsafe.Sizeof(state{})))
 
 // entrySize is the size an entry is padded to with its inline key.
@@ -46,6 +48,12 @@ func (e *entry) setKey(key string) {
 		return
 	}
 	n := copy(e.inline[:], key)
+	// unsafe: the key inline, in the entry's own allocation, rather than a
+	// string of its own: 1 against 2 allocs/op and 414 against 451
+	// CPU-ns/op for a new key (go test -run '^$' -bench AllowNewKeys
+	// ./core/memstore), 148 against 156 for a lookup among 100 000 keys
+	// (-bench 'AllowKeyspace/keys=100000$'); medians of 6 alternating
+	// runs, 2026-12-07.
 	e.key = unsafe.String(&e.inline[0], n)
 }
 

@@ -93,6 +93,35 @@ func BenchmarkTake(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
+// BenchmarkRefund gives back one unit of an admission, on one key and on
+// four (give_back.lua, one run over every key): what a request that
+// settles for less than it took costs.
+func BenchmarkRefund(b *testing.B) {
+	srv := redistest.Start(b)
+	s := mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))
+	ctx := context.Background()
+	for _, n := range []int{1, 4} {
+		reqs := make([]core.Request, n)
+		for i := range reqs {
+			reqs[i] = core.Request{Key: "hot-" + strconv.Itoa(i), Cost: 1, Policy: core.Policy{
+				Name: "bench", Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second,
+			}}
+		}
+		at, err := s.Take(ctx, time.Time{}, reqs, make([]core.Decision, n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("keys-"+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Refund(ctx, at, reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkLimiterCall compares how a core.Limiter calls the Store: on a
 // goroutine it can abandon (a client with default options) or directly with
 // its timeout as deadline (ContextTimeoutEnabled, see Store.CallMode).

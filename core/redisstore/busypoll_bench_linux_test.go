@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +53,35 @@ func BenchmarkBusyPoll(b *testing.B) {
 		// Burst and rate of a million a second: never reached.
 		decideLoop(b, func() error { return sc.Run(ctx, c, []string{"rr:hot"}, 1000000, 1000000, 1, 1).Err() })
 	})
+}
+
+// BenchmarkPollSocket is one poll of a socket with a byte waiting to be
+// read, which busyConn.await finds at once: the cost of the peek itself
+// (recvfrom with MSG_PEEK|MSG_DONTWAIT), over loopback TCP and over a Unix
+// socket, whose peek can report the peer's address.
+func BenchmarkPollSocket(b *testing.B) {
+	for _, network := range []string{"tcp", "unix"} {
+		b.Run(network, func(b *testing.B) {
+			address := "127.0.0.1:0"
+			if network == "unix" {
+				address = filepath.Join(b.TempDir(), "redis.sock")
+			}
+			raw, peer := socketPair(b, network, address)
+			if _, err := peer.Write([]byte("x")); err != nil {
+				b.Fatal(err)
+			}
+			c, ok := busyPoll(raw, time.Millisecond).(*busyConn)
+			if !ok {
+				b.Fatal("not a busyConn")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if !c.await() {
+					b.Fatal("nothing to read")
+				}
+			}
+		})
+	}
 }
 
 // decideLoop makes a decision with decide b.N times and reports

@@ -102,6 +102,12 @@ func (c *busyConn) pollSocket(fd uintptr) bool {
 	var b byte
 	var start time.Time
 	for i := 0; ; i++ {
+		// unsafe: the raw syscall, for syscall.Recvfrom, the safe one, also
+		// asks for the peer's address, which a Unix socket gives and it
+		// allocates: 266 against 440 CPU-ns/op and 0 against 2 allocs/op
+		// on a Unix socket, 241 against 268 on TCP (go test -run '^$'
+		// -bench PollSocket ./core/redisstore, median of 6 alternating
+		// runs, 2026-12-07).
 		_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b)), 1,
 			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		if errno != syscall.EAGAIN && errno != syscall.EINTR {

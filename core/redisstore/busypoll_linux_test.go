@@ -22,9 +22,16 @@ import (
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
+func tcpPair(t testing.TB) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return socketPair(t, "tcp", "127.0.0.1:0")
+}
+
+// socketPair returns the two ends of a connection to a listener on
+// network and address.
+func socketPair(t testing.TB, network, address string) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen(network, address)
 	require.NoError(t, err)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)
@@ -32,7 +39,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial(network, ln.Addr().String())
 	require.NoError(t, err)
 	server = <-accepted
 	require.NotNil(t, server)

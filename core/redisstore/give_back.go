@@ -53,6 +53,10 @@ func (s *Store) prepareGiveBack(c *multiCall, now int64, reqs []core.Request) {
 		p := &reqs[j].Policy
 		ints := [...]int64{int64(c.algo[j]), p.Limit, p.Window.Microseconds(), -reqs[j].Cost, now}
 		b := packLayer(c.packed[j][:0], ints[:], true)
+		// unsafe: as in prepare, the packed numbers are the argument: 9
+		// against 13 allocs/op for four keys, CPU the same (38 CPU-µs/op,
+		// client and server; go test -run '^$' -bench 'Refund/keys-4'
+		// ./core/redisstore, median of 6 alternating runs, 2026-12-07).
 		c.pstr[j] = unsafe.String(&b[0], len(b))
 		c.args[n] = &c.pstr[j]
 		n++

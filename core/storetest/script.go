@@ -8,37 +8,14 @@ import (
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/testkit/storecall"
+	"github.com/apigate/ratelimit/internal/testkit/storecasetest"
 )
 
-// A script is one case: a policy and the requests made under it, in order,
-// each with the Decision it must get.
-type script struct {
-	name   string
-	policy core.Policy
-	// start is the time of step zero, after the suite's epoch: 0 starts on
-	// a boundary of every window, anything else starts mid-window.
-	start time.Duration
-	// viaLimiter sends the steps through a core.Limiter (AllowN, at the
-	// step's time) instead of calling the store's Take and Reset directly.
-	viaLimiter bool
-	steps      []step
-}
-
-// A step is one request, or one Reset, and what it must return.
-type step struct {
-	at   time.Duration // after the script's start
-	cost int64         // 0 means 1
-	// key, when set, names a second client: the step uses the script's key
-	// with key appended.
-	key string
-	// name, when set, renames the policy: same client, another policy.
-	name string
-	// reset calls Reset instead of Take; want is then ignored.
-	reset bool
-	// want is the Decision the store must return. Its Limit may be left 0:
-	// it is then the policy's Capacity.
-	want core.Decision
-}
+// Units of the suite's times.
+const (
+	us = time.Microsecond
+	ms = time.Millisecond
+)
 
 // ok is an admitted request's Decision.
 func ok(remaining int64, resetAfter time.Duration) core.Decision {
@@ -56,30 +33,30 @@ func deny(remaining int64, resetAfter, retryAfter time.Duration) core.Decision {
 	return core.Decision{Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
-// run plays s against store, failing at the first step whose Decision is not
-// the one wanted.
-func (s *script) run(t tester, store core.Store, run string) {
+// playCase plays c against store, failing at the first step whose
+// Decision is not the one wanted.
+func playCase(t tester, c *storecasetest.Case, store core.Store, run string) {
 	ctx := context.Background()
-	t0 := epoch().Add(s.start)
+	t0 := epoch().Add(c.Start)
 	limiters := map[string]*core.Limiter{}
-	for i, st := range s.steps {
-		key := run + "-" + string(s.policy.Algorithm) + "-" + s.name
-		if st.key != "" {
-			key += "-" + st.key
+	for i, st := range c.Steps {
+		key := run + "-" + string(c.Policy.Algorithm) + "-" + c.Name
+		if st.Key != "" {
+			key += "-" + st.Key
 		}
-		p := s.policy
-		if st.name != "" {
-			p.Name = st.name
+		p := c.Policy
+		if st.PolicyName != "" {
+			p.Name = st.PolicyName
 		}
-		cost := st.cost
+		cost := st.Cost
 		if cost == 0 {
 			cost = 1
 		}
-		now := t0.Add(st.at)
-		where := fmt.Sprintf("step %d (at %v, cost %d, key %q, policy %q)", i, st.at, cost, key, p.Name)
+		now := t0.Add(st.At)
+		where := fmt.Sprintf("step %d (at %v, cost %d, key %q, policy %q)", i, st.At, cost, key, p.Name)
 
 		var l *core.Limiter
-		if s.viaLimiter {
+		if c.ViaLimiter {
 			if l = limiters[p.Name]; l == nil {
 				var err error
 				l, err = core.NewLimiter(store, []core.Policy{p})
@@ -90,7 +67,7 @@ func (s *script) run(t tester, store core.Store, run string) {
 			}
 		}
 
-		if st.reset {
+		if st.Reset {
 			var err error
 			if l != nil {
 				err = l.Reset(ctx, key)
@@ -103,11 +80,11 @@ func (s *script) run(t tester, store core.Store, run string) {
 			continue
 		}
 
-		want := st.want
+		want := st.Want
 		if want.Limit == 0 {
 			want.Limit = limits.Capacity(p.Algorithm, p.Limit, p.Burst)
 		}
-		s.checkPeek(t, store, l, key, p, cost, now, want, where)
+		checkPeek(t, store, l, key, p, cost, now, want, where)
 		var got core.Decision
 		var err error
 		if l != nil {
@@ -169,9 +146,9 @@ func show(d core.Decision) string {
 // unless the peek tells what the step's decision says of the state before
 // it: the Remaining and ResetAfter a denial reports, the Remaining an
 // admission leaves plus its cost, and, for a step of cost 1, whether it
-// passes, its RetryAfter and Delay. The script's later steps then check
+// passes, its RetryAfter and Delay. The case's later steps then check
 // that the peek wrote nothing: each still gets its Decision.
-func (s *script) checkPeek(t tester, store core.Store, l *core.Limiter, key string, p core.Policy, cost int64, now time.Time, want core.Decision, where string) {
+func checkPeek(t tester, store core.Store, l *core.Limiter, key string, p core.Policy, cost int64, now time.Time, want core.Decision, where string) {
 	t.Helper()
 	var got core.Decision
 	var err error

@@ -35,9 +35,9 @@
 // starts with a prefix drawn at random for each call, so one backend (one
 // Redis) may serve all cases, and reruns, without being flushed.
 //
-// Cases returns the scripted cases Run plays, with their expected
-// Decisions, for tools that replay them elsewhere (the ratelimit
-// simulator's test does).
+// The scripted cases are data, with their expected Decisions, kept apart
+// from the suite (in this module's internal/testkit/storecasetest) so that
+// its tools replay them elsewhere too: the ratelimit simulator's test does.
 package storetest
 
 import (
@@ -47,13 +47,13 @@ import (
 	"time"
 
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/glue/storecases"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecasetest"
 )
 
-// epoch is the suite's time zero (storecases.Epoch), a boundary of every
+// epoch is the suite's time zero (storecasetest.Epoch), a boundary of every
 // window the suite uses.
-func epoch() time.Time { return storecases.Epoch }
+func epoch() time.Time { return storecasetest.Epoch }
 
 // Run runs the conformance suite against the store newStore returns. The
 // suite gives Take and Peek an explicit now on every call, so the store's
@@ -87,9 +87,9 @@ func runSuite(t tester, newStore func(t tester) core.Store) {
 	run := runID(t)
 	for _, alg := range limits.Algorithms[core.Algorithm]() {
 		t.run(string(alg), func(t tester) {
-			for _, s := range scripts(alg) {
-				t.run(s.name, func(t tester) {
-					s.run(t, newStore(t), run)
+			for _, c := range storecasetest.Of(alg) {
+				t.run(c.Name, func(t tester) {
+					playCase(t, &c, newStore(t), run)
 				})
 			}
 			t.run("lockout-extremes", func(t tester) {
@@ -127,26 +127,6 @@ type testingT struct{ *testing.T }
 
 func (t testingT) run(name string, f func(t tester)) bool {
 	return t.T.Run(name, func(t *testing.T) { f(testingT{t}) })
-}
-
-// scripts returns the scripted cases of alg.
-func scripts(alg core.Algorithm) []script {
-	var out []script
-	switch alg {
-	case core.FixedWindow:
-		out = fixedWindowScripts()
-	case core.SlidingWindowLog:
-		out = slidingLogScripts()
-	case core.SlidingWindowCounter:
-		out = slidingCounterScripts()
-	case core.TokenBucket:
-		out = tokenBucketScripts()
-	case core.LeakyBucket:
-		out = leakyBucketScripts()
-	default:
-		return nil
-	}
-	return append(out, lockoutScripts(alg)...)
 }
 
 // runID returns a random prefix that keeps the keys of one call of the

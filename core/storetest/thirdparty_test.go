@@ -4,11 +4,21 @@ package storetest_test
 // core.Algorithm alone: a mutex and a map. It proves that the store
 // contract is public: what a store must check is core.Request.Validate,
 // what it must do is said on core.Store, and storetest proves it.
+//
+// It is written as simply as the contract allows, not as the module's
+// stores are. A stored state never changes: Take decides without
+// writing, then stores what the admissions leave. An algorithm only says
+// whether it admits a request at a given time: how long a denied request
+// waits is found by asking again at later times. Both windows keep a
+// count by window start, and the sliding counter weighs in whole numbers
+// (math/big), not in float64 as Lua does.
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"math/big"
 	"sync"
 	"testing"
 	"time"
@@ -45,31 +55,21 @@ type stateKey struct {
 	alg       core.Algorithm
 }
 
-// entry is one state; each algorithm uses its fields. Times are
-// microseconds since the Unix epoch.
+func keyOf(r *core.Request) stateKey { return stateKey{r.Key, r.Policy.Name, r.Policy.Algorithm} }
+
+// entry is one state, never changed once stored: an admission stores a
+// new one. Times are microseconds since the Unix epoch.
 type entry struct {
-	win, cur, prev int64     // windows: the window's start, its count, the previous one's
-	level          float64   // the buckets: the units used, as of last
-	log            []logUnit // the sliding log: admitted units, oldest first
-	last, expires  int64     // the last admission; when the state stops mattering
+	counts        map[int64]int64 // the windows: the units admitted in each, by its start
+	log           []unit          // the sliding log: admitted units, oldest first, one entry a time
+	level         float64         // the buckets: the units used as of last
+	last, expires int64           // the last admission; when the state stops mattering
 }
 
-type logUnit struct{ at, n int64 }
-
-// clone copies b (nil for none), its log too.
-func (b *entry) clone() *entry {
-	if b == nil {
-		return nil
-	}
-	c := *b
-	c.log = append([]logUnit(nil), b.log...)
-	return &c
-}
+type unit struct{ at, n int64 }
 
 // lockout is a client's lockout under a policy (core.Policy.Lockout).
-type lockout struct {
-	until, strikes, resetAt, last, expires int64
-}
+type lockout struct{ until, strikes, resetAt, last int64 }
 
 // check refuses what no method takes: lengths out of [1, 16], a request
 // that Validate refuses, two for one key and policy name.
@@ -97,70 +97,52 @@ func micros(now time.Time) int64 {
 	return now.UnixMicro()
 }
 
-func keyOf(r *core.Request) stateKey { return stateKey{r.Key, r.Policy.Name, r.Policy.Algorithm} }
-
 // Take decides every request, each at the later of now and its key's last
 // admission; when all are admitted but not at one time, it decides them
 // again at the latest, so that they are recorded at the one time it
-// returns. When one is denied, it restores the states it stepped (a
-// denial's lockout strike stays).
+// returns. It stores the admissions only when all are admitted; a
+// denial's lockout strike is stored either way.
 func (s *mapStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
 	if err := check(reqs, len(out)); err != nil {
 		return time.Time{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	saved := map[stateKey]*entry{}
-	for i := range reqs {
-		saved[keyOf(&reqs[i])] = s.state[keyOf(&reqs[i])].clone()
-	}
-	restore := func() {
-		for k, b := range saved {
-			if delete(s.state, k); b != nil {
-				s.state[k] = b.clone()
-			}
-		}
-	}
 	at := micros(now)
-	allowed, latest := s.takeAll(reqs, out, at)
+	vs, allowed, latest := s.decideAll(reqs, at, false)
 	if allowed && latest != at {
-		restore()
-		allowed, _ = s.takeAll(reqs, out, latest)
 		at = latest
+		vs, allowed, _ = s.decideAll(reqs, at, false)
 	}
-	if !allowed {
-		restore()
+	for i, v := range vs {
+		out[i] = v.d
+		if v.strike != nil {
+			s.locks[keyOf(&reqs[i])] = v.strike
+		}
+		if allowed {
+			s.state[keyOf(&reqs[i])] = v.next
+		}
 	}
 	return time.UnixMicro(at), nil
 }
 
-// takeAll decides reqs at now, and reports whether all were allowed and
-// the latest time one was decided at.
-func (s *mapStore) takeAll(reqs []core.Request, out []core.Decision, now int64) (allowed bool, latest int64) {
-	allowed, latest = true, now
-	for i := range reqs {
-		var at int64
-		out[i], at = s.decide(&reqs[i], reqs[i].Cost, now)
-		allowed = allowed && out[i].Allowed
-		latest = max(latest, at)
-	}
-	return allowed, latest
-}
-
 // Peek decides each request at a cost of 0: a request of 1 is tested,
-// nothing is written.
+// nothing is stored.
 func (s *mapStore) Peek(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) error {
 	if err := check(reqs, len(out)); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range reqs {
-		out[i], _ = s.decide(&reqs[i], 0, micros(now))
+	vs, _, _ := s.decideAll(reqs, micros(now), true)
+	for i, v := range vs {
+		out[i] = v.d
 	}
 	return nil
 }
 
+// Refund gives back each request's cost from the admission at at, from
+// what it was counted in, never what has left the window or drained.
 func (s *mapStore) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
 	if err := check(reqs, len(reqs)); err != nil {
 		return err
@@ -172,8 +154,9 @@ func (s *mapStore) Refund(ctx context.Context, at time.Time, reqs []core.Request
 	defer s.mu.Unlock()
 	now := at.UnixMicro()
 	for i := range reqs {
-		if b := s.state[keyOf(&reqs[i])]; b != nil && b.expires > now {
-			b.refund(&reqs[i].Policy, reqs[i].Cost, now)
+		k := keyOf(&reqs[i])
+		if e := s.state[k]; e != nil && e.expires > now {
+			s.state[k] = e.refunded(&reqs[i].Policy, reqs[i].Cost, now)
 		}
 	}
 	return nil
@@ -187,28 +170,60 @@ func (s *mapStore) Reset(ctx context.Context, key string, p core.Policy) error {
 	return nil
 }
 
-// decide decides r at now asking c units (0: a peek), its lockout first,
-// and returns the time it decided at.
-func (s *mapStore) decide(r *core.Request, c, now int64) (core.Decision, int64) {
+// verdict is one request's decision, the time it was decided at, the
+// state its admission leaves (nil for a peek or a denial), and the
+// lockout a denial strikes.
+type verdict struct {
+	d      core.Decision
+	at     int64
+	next   *entry
+	strike *lockout
+}
+
+// decideAll decides reqs at now, writing nothing, and reports whether all
+// were admitted and the latest time one was decided at.
+func (s *mapStore) decideAll(reqs []core.Request, now int64, peek bool) (vs []verdict, allowed bool, latest int64) {
+	allowed, latest = true, now
+	for i := range reqs {
+		c := reqs[i].Cost
+		if peek {
+			c = 0
+		}
+		v := s.decide(&reqs[i], c, now)
+		vs = append(vs, v)
+		allowed = allowed && v.d.Allowed
+		latest = max(latest, v.at)
+	}
+	return vs, allowed, latest
+}
+
+// decide decides r at now asking c units (0: a peek), its lockout first.
+func (s *mapStore) decide(r *core.Request, c, now int64) verdict {
 	p := &r.Policy
-	if p.Lockout <= 0 {
-		o, at := s.step(r, c, now)
-		return o.decision(p), at
-	}
-	lk := keyOf(r)
-	l := s.locks[lk]
 	strikes := int64(0)
-	if l != nil {
-		if now < l.until {
-			return outcome{reset: max(l.until, l.resetAt) - now, wait: l.until - now, lockedOut: true}.decision(p), now
-		}
-		if now < l.last+memory(p) {
-			strikes = l.strikes
+	if p.Lockout > 0 {
+		if l := s.locks[keyOf(r)]; l != nil {
+			if now < l.until {
+				return verdict{d: lockedOut(p, max(l.until, l.resetAt)-now, l.until-now), at: now}
+			}
+			if now < l.last+memory(p) {
+				strikes = l.strikes
+			}
 		}
 	}
-	o, at := s.step(r, c, now)
-	if o.allowed || c == 0 { // a peek strikes nothing
-		return o.decision(p), at
+	e := s.state[keyOf(r)]
+	o, at, next := judge(e, p, c, now)
+	if !o.allowed && e != nil {
+		// The first whole millisecond at which it would be admitted, at the
+		// latest once e is forgotten: RetryAfter, which is in milliseconds.
+		// (No state admits every cost Validate lets through.)
+		o.wait = 1000 * firstPass((e.expires-at+999)/1000, func(ms int64) bool {
+			o, _, _ := judge(e, p, c, at+1000*ms)
+			return o.allowed
+		})
+	}
+	if p.Lockout <= 0 || o.allowed || c == 0 { // a peek strikes nothing
+		return verdict{d: o.decision(p), at: at, next: next}
 	}
 	strikes = min(strikes+1, 64)
 	length, most := p.Lockout.Microseconds(), lockoutMax(p)
@@ -219,8 +234,11 @@ func (s *mapStore) decide(r *core.Request, c, now int64) (core.Decision, int64) 
 	}
 	until := now + max(length, msUp(o.wait).Microseconds())
 	resetAt := now + msUp(o.reset).Microseconds()
-	s.locks[lk] = &lockout{until: until, strikes: strikes, resetAt: resetAt, last: now, expires: max(until, now+memory(p))}
-	return outcome{reset: max(until, resetAt) - now, wait: until - now, lockedOut: true}.decision(p), now
+	return verdict{
+		d:      lockedOut(p, max(until, resetAt)-now, until-now),
+		at:     now,
+		strike: &lockout{until: until, strikes: strikes, resetAt: resetAt, last: now},
+	}
 }
 
 // lockoutMax is the longest lockout, µs; memory how long strikes last.
@@ -233,52 +251,26 @@ func memory(p *core.Policy) int64 {
 	return min(max(24*time.Hour.Microseconds(), 2*lockoutMax(p)), 2*366*24*time.Hour.Microseconds())
 }
 
-// step decides r at now by its algorithm, writing the state only for an
-// admission of c > 0, and returns the time it decided at: now, or the
-// key's last admission when that is later.
-func (s *mapStore) step(r *core.Request, c, now int64) (outcome, int64) {
-	p := &r.Policy
-	k := keyOf(r)
-	b := s.state[k]
-	fresh := b == nil || b.expires <= now
-	if fresh {
-		b = &entry{}
-	} else {
-		now = max(now, b.last)
-	}
-	w, l := p.Window.Microseconds(), p.Limit
-	var o outcome
-	switch p.Algorithm {
-	case core.FixedWindow:
-		o = b.fixedWindow(fresh, l, w, c, now)
-	case core.SlidingWindowLog:
-		o = b.slidingLog(fresh, l, w, c, now)
-	case core.SlidingWindowCounter:
-		o = b.slidingCounter(fresh, l, w, c, now)
-	default:
-		o = b.bucket(fresh, p, c, now)
-	}
-	if o.allowed && c > 0 {
-		s.state[k] = b
-	}
-	return o, now
-}
-
 // outcome is a decision in microseconds.
 type outcome struct {
 	allowed     bool
 	remaining   int64
 	reset, wait int64 // wait: an admission's Delay, a denial's RetryAfter
-	lockedOut   bool
 }
 
 func (o outcome) decision(p *core.Policy) core.Decision {
-	d := core.Decision{Allowed: o.allowed, Limit: capacity(p), Remaining: o.remaining, ResetAfter: msUp(o.reset), LockedOut: o.lockedOut}
+	d := core.Decision{Allowed: o.allowed, Limit: capacity(p), Remaining: o.remaining, ResetAfter: msUp(o.reset)}
 	if o.allowed {
 		d.Delay = msUp(o.wait)
 	} else {
 		d.RetryAfter = msUp(o.wait)
 	}
+	return d
+}
+
+func lockedOut(p *core.Policy, reset, wait int64) core.Decision {
+	d := outcome{reset: reset, wait: wait}.decision(p)
+	d.LockedOut = true
 	return d
 }
 
@@ -297,158 +289,15 @@ func msUp(us int64) time.Duration {
 	return time.Duration((us+999)/1000) * time.Millisecond
 }
 
-func (b *entry) fixedWindow(fresh bool, l, w, c, now int64) outcome {
-	ws := now - now%w
-	n := int64(0)
-	if !fresh && b.win == ws {
-		n = b.cur
-	}
-	o := outcome{}
-	if n+max(c, 1) <= l {
-		o.allowed = true
-		if c > 0 {
-			n += c
-			b.win, b.cur, b.last, b.expires = ws, n, now, ws+w
-		}
-	} else {
-		o.wait = ws + w - now
-	}
-	o.remaining = max(0, l-n)
-	if n > 0 {
-		o.reset = ws + w - now
-	}
-	return o
-}
+// horizon bounds a bucket's reset: 2^52 µs, some 142 years.
+const horizon = 1 << 52
 
-func (b *entry) slidingLog(fresh bool, l, w, c, now int64) outcome {
-	var live []logUnit
-	n := int64(0)
-	if !fresh {
-		for _, u := range b.log {
-			if u.at > now-w {
-				live = append(live, u)
-				n += u.n
-			}
-		}
-	}
-	o := outcome{allowed: n+max(c, 1) <= l}
-	if o.allowed && c > 0 {
-		if k := len(live); k > 0 && live[k-1].at == now {
-			live[k-1].n += c
-		} else {
-			live = append(live, logUnit{now, c})
-		}
-		n += c
-		b.log, b.last, b.expires = live, now, now+w
-	} else if !o.allowed {
-		// The (n+c-l)-th oldest unit must leave the window first.
-		need := n + max(c, 1) - l
-		for _, u := range live {
-			if need -= u.n; need <= 0 {
-				o.wait = u.at + w - now
-				break
-			}
-		}
-	}
-	o.remaining = max(0, l-n)
-	if len(live) > 0 {
-		o.reset = live[len(live)-1].at + w - now
-	}
-	return o
-}
-
-func (b *entry) slidingCounter(fresh bool, l, w, c, now int64) outcome {
-	ws := now - now%w
-	var cur, prev int64
-	switch {
-	case fresh:
-	case b.win == ws:
-		cur, prev = b.cur, b.prev
-	case b.win == ws-w:
-		prev = b.cur
-	}
-	ask := max(c, 1)
-	o := outcome{}
-	if fits(weigh(prev, w, now-ws), cur, ask, l) {
-		o.allowed = true
-		if c > 0 {
-			cur += c
-			b.win, b.cur, b.prev, b.last, b.expires = ws, cur, prev, now, ws+2*w
-		}
-	} else if cur+ask <= l {
-		// The previous window's weight blocks until it has decayed enough.
-		o.wait = firstPass(now-ws, w, func(el int64) bool { return fits(weigh(prev, w, el), cur, ask, l) }) + ws - now
-	} else {
-		// This window's count blocks: wait into the next window.
-		o.wait = firstPass(0, w, func(el int64) bool { return fits(weigh(cur, w, el), 0, ask, l) }) + ws + w - now
-	}
-	o.remaining = max(0, int64(math.Floor(float64(l)-float64(weigh(prev, w, now-ws)+float64(cur)))))
-	switch {
-	case cur > 0:
-		o.reset = ws + 2*w - now
-	case prev > 0:
-		o.reset = ws + w - now
-	}
-	return o
-}
-
-// weigh is the previous window's count by the part of it still in the
-// sliding window, el µs into the current one.
-func weigh(prev, w, el int64) float64 {
-	if el == 0 {
-		return float64(prev)
-	}
-	return float64(float64(prev) * float64(w-el) / float64(w))
-}
-
-func fits(p float64, cur, c, l int64) bool {
-	return float64(p+float64(cur))+float64(c) <= float64(l)
-}
-
-// bucket is both buckets: the level is the units used, drained at Limit
-// per Window since the last admission; the leaky bucket's admission waits
-// for the queue ahead of it.
-func (b *entry) bucket(fresh bool, p *core.Policy, c, now int64) outcome {
-	w, l, size := p.Window.Microseconds(), p.Limit, capacity(p)
-	levelAt := func(el int64) float64 { return max(0, b.level-float64(float64(el)*float64(l)/float64(w))) }
-	expires := b.expires
-	level := 0.0
-	if !fresh {
-		expires = min(expires, b.last+int64(math.Ceil(b.level*float64(w)/float64(l))))
-		if now >= expires {
-			fresh = true
-		} else {
-			level = levelAt(now - b.last)
-		}
-	}
-	ask := max(c, 1)
-	o := outcome{}
-	if float64(level+float64(ask)) <= float64(size) {
-		o.allowed = true
-		if p.Algorithm == core.LeakyBucket {
-			o.wait = int64(math.Ceil(level * float64(w) / float64(l)))
-		}
-		if c > 0 {
-			level += float64(c)
-		}
-	} else {
-		el := now - b.last
-		o.wait = firstPass(0, min(expires-now, 1<<52), func(k int64) bool { return float64(levelAt(el+k)+float64(ask)) <= float64(size) })
-	}
-	o.remaining = max(0, int64(math.Floor(float64(size)-level)))
-	o.reset = min(int64(math.Ceil(level*float64(w)/float64(l))), 1<<52)
-	if o.allowed && c > 0 {
-		b.level, b.last, b.expires = level, now, now+o.reset
-	}
-	return o
-}
-
-// firstPass is the first k in [lo, hi] at which passes holds (false, then
-// true for good; hi counts as passing), so that RetryAfter is exact.
-func firstPass(lo, hi int64, passes func(k int64) bool) int64 {
+// firstPass is the first k in [0, hi] at which passes holds, passes being
+// false, then true for good (hi counts as passing).
+func firstPass(hi int64, passes func(k int64) bool) int64 {
+	lo := int64(0)
 	for lo < hi {
-		mid := lo + (hi-lo)/2
-		if passes(mid) {
+		if mid := lo + (hi-lo)/2; passes(mid) {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -457,44 +306,128 @@ func firstPass(lo, hi int64, passes func(k int64) bool) int64 {
 	return hi
 }
 
-// refund gives back c units of the admission at now, from what it was
-// counted in, never what has left the window or drained.
-func (b *entry) refund(p *core.Policy, c, now int64) {
-	w := p.Window.Microseconds()
+// judge decides a request of c units (0: a peek, judged as 1) at now
+// against e (nil: no state) under p, without changing e. It returns the
+// outcome, its wait only an admission's; the time it decided at, now or
+// the last admission when later; and, for an admission of c > 0, the
+// state it leaves.
+func judge(e *entry, p *core.Policy, c, now int64) (o outcome, at int64, next *entry) {
+	if e == nil || e.expires <= now {
+		e = &entry{}
+	} else {
+		now = max(now, e.last)
+	}
+	w, l, ask := p.Window.Microseconds(), p.Limit, max(c, 1)
 	switch p.Algorithm {
 	case core.FixedWindow:
-		if b.win == now-now%w {
-			b.cur = max(0, b.cur-c)
+		ws := now - now%w
+		n := e.counts[ws]
+		if o.allowed = n+ask <= l; o.allowed && c > 0 {
+			n += c
+			next = &entry{counts: map[int64]int64{ws: n}, last: now, expires: ws + w}
 		}
-	case core.SlidingWindowCounter:
-		switch ws := now - now%w; b.win {
-		case ws:
-			b.cur = max(0, b.cur-c)
-		case ws + w:
-			b.prev = max(0, b.prev-c)
+		o.remaining = max(0, l-n)
+		if n > 0 {
+			o.reset = ws + w - now
 		}
 	case core.SlidingWindowLog:
-		for i := range b.log {
-			if b.log[i].at == now {
-				b.log[i].n = max(0, b.log[i].n-c)
+		var live []unit
+		n := int64(0)
+		for _, u := range e.log {
+			if u.at > now-w {
+				live = append(live, u)
+				n += u.n
 			}
 		}
-		kept := b.log[:0]
-		for _, u := range b.log {
-			if u.n > 0 {
-				kept = append(kept, u)
+		if o.allowed = n+ask <= l; o.allowed && c > 0 {
+			if k := len(live) - 1; k >= 0 && live[k].at == now {
+				live[k].n += c
+			} else {
+				live = append(live, unit{now, c})
 			}
+			n += c
+			next = &entry{log: live, last: now, expires: now + w}
 		}
-		b.log, b.last = kept, 0
-		if len(kept) > 0 {
-			b.last = kept[len(kept)-1].at
+		o.remaining = max(0, l-n)
+		if len(live) > 0 {
+			o.reset = live[len(live)-1].at + w - now
 		}
-	default:
-		drained := float64(float64(max(0, b.last-now)) * float64(p.Limit) / float64(w))
-		if give := min(float64(c), max(0, float64(c)-drained)); give > 0 {
-			b.level = max(0, b.level-give)
+	case core.SlidingWindowCounter:
+		// The previous window weighs by the part of it still in the
+		// sliding window: the sums are compared times w, in whole numbers.
+		ws := now - now%w
+		cur, prev := e.counts[ws], e.counts[ws-w]
+		weighed := func(n int64) *big.Int { return new(big.Int).Add(mul(prev, w-(now-ws)), mul(n, w)) }
+		if o.allowed = weighed(cur+ask).Cmp(mul(l, w)) <= 0; o.allowed && c > 0 {
+			cur += c
+			next = &entry{counts: map[int64]int64{ws: cur, ws - w: prev}, last: now, expires: ws + 2*w}
+		}
+		left := new(big.Int).Sub(mul(l, w), weighed(cur))
+		o.remaining = max(0, left.Div(left, big.NewInt(w)).Int64())
+		switch {
+		case cur > 0:
+			o.reset = ws + 2*w - now
+		case prev > 0:
+			o.reset = ws + w - now
+		}
+	default: // the buckets: the level drains at l per w since the last admission
+		size, level := float64(capacity(p)), 0.0
+		if now < min(e.expires, e.last+drainTime(e.level, l, w)) {
+			level = max(0, e.level-float64(now-e.last)*float64(l)/float64(w))
+		}
+		if o.allowed = level+float64(ask) <= size; o.allowed {
+			if p.Algorithm == core.LeakyBucket { // waits for the queue ahead
+				o.wait = drainTime(level, l, w)
+			}
+			level += float64(c)
+		}
+		o.remaining = max(0, int64(math.Floor(size-level)))
+		o.reset = drainTime(level, l, w)
+		if o.allowed && c > 0 {
+			next = &entry{level: level, last: now, expires: now + o.reset}
 		}
 	}
+	return o, now, next
+}
+
+// mul is a*b, exact.
+func mul(a, b int64) *big.Int { return new(big.Int).Mul(big.NewInt(a), big.NewInt(b)) }
+
+// drainTime is how long level takes to drain at l per w: µs, rounded up,
+// at most horizon.
+func drainTime(level float64, l, w int64) int64 {
+	return int64(min(math.Ceil(level*float64(w)/float64(l)), horizon))
+}
+
+// refunded is e with c units of the admission at now given back.
+func (e *entry) refunded(p *core.Policy, c, now int64) *entry {
+	r := *e
+	w := p.Window.Microseconds()
+	switch p.Algorithm {
+	case core.FixedWindow, core.SlidingWindowCounter:
+		ws := now - now%w
+		if n, ok := e.counts[ws]; ok {
+			r.counts = maps.Clone(e.counts)
+			r.counts[ws] = max(0, n-c)
+		}
+	case core.SlidingWindowLog:
+		r.log, r.last = nil, 0
+		for _, u := range e.log {
+			if u.at == now {
+				u.n -= min(u.n, c)
+			}
+			if u.n > 0 {
+				r.log = append(r.log, u)
+				r.last = u.at
+			}
+		}
+	default: // what drained since the admission is not given back
+		drained := float64(max(0, e.last-now)) * float64(p.Limit) / float64(w)
+		if give := float64(c) - drained; give > 0 {
+			r.level = max(0, e.level-give)
+		}
+	}
+	return &r
 }
 
 var _ core.Store = (*mapStore)(nil)

@@ -14,10 +14,9 @@
 //	defer m.Close()
 //	l, err := core.NewLimiter(store, policy, core.WithObserver(m))
 //
-// Bind resolves the attribute sets of the Limiter's series once, so that a
-// decision records its measurements without building attributes or
-// allocating. Client keys are never attributes: the number of series is
-// bounded by the number of limits.
+// A decision records its measurements without allocating. Client keys
+// are never attributes: the number of series is bounded by the number of
+// limits.
 //
 // # Instruments
 //

@@ -52,9 +52,7 @@ type config struct {
 // histogram's buckets: at least one, positive, finite and strictly
 // increasing (the bucket above the last is implied). Give promlimit the
 // same bounds, so that both report the same percentiles. Unless given,
-// they are promlimit's: from a microsecond (a memory store decides in well
-// under one) to a second (far past any sane timeout), dense between 100µs
-// and 10ms where Redis answers:
+// they are promlimit's, dense between 100µs and 10ms, where Redis answers:
 //
 //	1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
 //	1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1

@@ -55,10 +55,8 @@ func WithNamespace(ns string) Option {
 
 // WithBuckets sets the upper bounds, in seconds, of the store latency
 // histogram's buckets. They must be at least one, positive, finite and
-// strictly increasing (the +Inf bucket is always there). Unless given, they
-// run from a microsecond (the memory store decides in well under one) to a
-// second (far past any sane timeout), dense between 100µs and 10ms where
-// Redis answers, the same as otellimit's:
+// strictly increasing (the +Inf bucket is always there). Unless given,
+// they are otellimit's, dense between 100µs and 10ms, where Redis answers:
 //
 //	1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
 //	1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1

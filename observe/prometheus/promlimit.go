@@ -47,11 +47,10 @@ import (
 // Metrics counts the decisions of the Limiters it observes and reports
 // their store's health, as a prometheus.Collector. Give it to Limiters
 // with core.WithObserver: it is a core.Observer, and NewLimiter binds it to
-// the Limiter, resolving the Limiter's series once. Register it once on a
-// prometheus.Registerer. It keeps every Limiter bound to it for as long as
-// it lives, to read their health at each scrape; two
-// Limiters bound to one Metrics must have policies of different Names.
-// It is safe for concurrent use.
+// the Limiter (see Bind). Register it once on a prometheus.Registerer. It
+// keeps every Limiter bound to it for as long as it lives, to read their
+// health at each scrape; two Limiters bound to one Metrics must have
+// policies of different Names. It is safe for concurrent use.
 type Metrics struct {
 	decisions   *prometheus.Desc
 	nearLimit   *prometheus.Desc
@@ -320,9 +319,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		for s, n := range st.Signals {
 			ch <- prometheus.MustNewConstMetric(m.repSignals, prometheus.CounterValue, float64(n), s.String())
 		}
+		shadow := t.Config().Shadow
 		for _, b := range st.Bands {
-			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.Bans), b.Name, "enforced")
-			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(b.ShadowBans), b.Name, "shadow")
+			enforced, shadowed := b.Bans, uint64(0)
+			if shadow {
+				enforced, shadowed = 0, b.Bans
+			}
+			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(enforced), b.Name, "enforced")
+			ch <- prometheus.MustNewConstMetric(m.repBans, prometheus.CounterValue, float64(shadowed), b.Name, "shadow")
 			ch <- prometheus.MustNewConstMetric(m.repClients, prometheus.GaugeValue, float64(b.Clients), b.Name)
 		}
 		ch <- prometheus.MustNewConstMetric(m.repMax, prometheus.GaugeValue, st.MaxScore)

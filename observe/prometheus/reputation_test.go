@@ -71,3 +71,22 @@ func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s", name)
 	return 0
 }
+
+// TestReputationShadowBans: a reputation in shadow mode counts the bans it
+// would have made under mode="shadow", and none under mode="enforced".
+func TestReputationShadowBans(t *testing.T) {
+	m, reg := newMetrics(t)
+	rep, err := reputation.New(reputation.Config{Shadow: true, Bands: []reputation.Band{{Name: "abusive", Above: 4, Ban: true}}})
+	require.NoError(t, err)
+	require.NoError(t, m.WatchReputation(rep))
+	for range 5 {
+		rep.Record(context.Background(), "ip:192.0.2.1", reputation.Unrouted)
+	}
+	want := `
+# HELP ratelimit_reputation_bans_total Bans a reputation made as clients entered a band, by band; mode=shadow counts those a reputation in shadow mode would have made.
+# TYPE ratelimit_reputation_bans_total counter
+ratelimit_reputation_bans_total{band="abusive",mode="enforced"} 0
+ratelimit_reputation_bans_total{band="abusive",mode="shadow"} 1
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_reputation_bans_total"))
+}

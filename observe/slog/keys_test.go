@@ -70,9 +70,9 @@ type request struct {
 func (q request) RemoteAddr() string                { return q.r.RemoteAddr }
 func (q request) Header(name string) string         { return q.r.Header.Get(name) }
 func (q request) HeaderValues(name string) []string { return q.r.Header.Values(name) }
-func (q request) Query(name string) string          { return q.r.URL.Query().Get(name) }
 func (q request) Method() string                    { return q.r.Method }
 func (q request) Route() string                     { return q.route }
+func (request) Unrouted() bool                      { return false }
 func (q request) Path() string                      { return q.r.URL.Path }
 func (q request) Context() context.Context          { return q.r.Context() }
 

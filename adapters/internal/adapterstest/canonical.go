@@ -14,32 +14,32 @@ import (
 	"github.com/apigate/ratelimit/internal/testkit/clockstore"
 )
 
-// HeaderReads are the response fields a CanonicalHarness read, by the
-// names as the standards spell them ("X-RateLimit-Remaining"), with the
-// framework's own getters.
-type HeaderReads struct {
-	Status int
-	// Handler is what the route's handler read of its response, nil when
-	// it did not run.
-	Handler map[string]string
-	// After is what a middleware mounted before the limiter read once the
-	// rest of the chain had returned.
-	After map[string]string
-	// Recorder is what the framework's test recorder holds.
-	Recorder map[string]string
+// FieldReads records, for RunCanonical, what an app's middleware and
+// handler read of the response's fields, by the names as the standards
+// spell them ("X-RateLimit-Remaining"), with the framework's own getter.
+type FieldReads struct {
+	names          []string
+	handler, after map[string]string // nil: not read
 }
 
-// CanonicalHarness serves one request through a framework, reading the
-// response's fields as an application does (RunCanonical).
-type CanonicalHarness interface {
-	// ServeOne sends req to an app that mounts, with the framework's Use,
-	// a middleware reading names after the rest of the chain, then the
-	// adapter's middleware of f, and routes GET / to a handler that reads
-	// names and answers 200 Body; it returns what each read, with the
-	// framework's own getter (http.Header.Get, Fiber's GetRespHeader), and
-	// what the framework's test recorder holds (httptest, Fiber's Test).
-	ServeOne(t testing.TB, f *httplimit.Flow, req Request, names []string) HeaderReads
-}
+// Handler records what the route's handler reads with get, before it
+// answers.
+func (r *FieldReads) Handler(get func(name string) string) { r.handler = readFields(r.names, get) }
+
+// After records what a middleware mounted before the limiter reads with
+// get once the rest of the chain has returned.
+func (r *FieldReads) After(get func(name string) string) { r.after = readFields(r.names, get) }
+
+// CanonicalApp is a framework's part of RunCanonical. It sends req, as
+// the framework's tests do, to a new app that mounts, with the
+// framework's Use, a middleware calling read.After once the rest of the
+// chain has returned, then the adapter's middleware of f, and routes
+// GET / to a handler that calls read.Handler and answers 200 Body; both
+// pass the framework's own getter of the response's fields
+// (http.Header.Get, Fiber's GetRespHeader). It returns the status and the
+// getter of the fields the framework's test recorder holds (an httptest
+// recorder, the response of Fiber's Test).
+type CanonicalApp func(t testing.TB, f *httplimit.Flow, req Request, read *FieldReads) (status int, recorder func(name string) string)
 
 // canonicalCase is a flow and the requests that RunCanonical sends it, in
 // order, each with the fields it expects.
@@ -136,7 +136,7 @@ func canonicalCases() []canonicalCase {
 // set in a net/http header map under a name that is not canonical
 // ("X-RateLimit-Remaining" and not "X-Ratelimit-Remaining") is found by
 // none of them.
-func RunCanonical(t *testing.T, h CanonicalHarness) {
+func RunCanonical(t *testing.T, app CanonicalApp) {
 	for _, c := range canonicalCases() {
 		t.Run(c.name, func(t *testing.T) {
 			f := c.flow(t)
@@ -149,13 +149,14 @@ func RunCanonical(t *testing.T, h CanonicalHarness) {
 				if st.accept != "" {
 					req.Header = http.Header{"Accept": {st.accept}}
 				}
-				got := h.ServeOne(t, f, req, names)
-				require.Equal(t, st.status, got.Status, "request %d: status", i)
-				reads := map[string]map[string]string{"after the chain": got.After, "recorder": got.Recorder}
+				read := &FieldReads{names: names}
+				status, recorder := app(t, f, req, read)
+				require.Equal(t, st.status, status, "request %d: status", i)
+				reads := map[string]map[string]string{"after the chain": read.after, "recorder": readFields(names, recorder)}
 				if st.status == http.StatusOK && st.path == "/" {
-					reads["handler"] = got.Handler
+					reads["handler"] = read.handler
 				} else {
-					assert.Nil(t, got.Handler, "request %d: the handler ran", i)
+					assert.Nil(t, read.handler, "request %d: the handler ran", i)
 				}
 				for where, read := range reads {
 					for name, want := range st.fields {
@@ -172,9 +173,9 @@ func RunCanonical(t *testing.T, h CanonicalHarness) {
 	}
 }
 
-// ReadFields returns the value of each of names by get, the empty ones
+// readFields returns the value of each of names by get, the empty ones
 // included.
-func ReadFields(names []string, get func(string) string) map[string]string {
+func readFields(names []string, get func(string) string) map[string]string {
 	m := make(map[string]string, len(names))
 	for _, n := range names {
 		m[n] = get(n)

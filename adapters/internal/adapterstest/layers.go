@@ -202,13 +202,13 @@ func (a *layersApp) send(t *testing.T, method, path string, kv ...string) Respon
 }
 
 // layerItems returns the draft-10 items of res by layer name.
-func layerItems(t *testing.T, res Response) map[string]headers.Info {
+func layerItems(t *testing.T, res Response) map[string]core.Decision {
 	t.Helper()
-	items, err := headers.ParseLayers(res.Header)
+	items, err := headers.Parse(res.Header)
 	require.NoError(t, err)
-	m := map[string]headers.Info{}
+	m := map[string]core.Decision{}
 	for _, it := range items {
-		m[it.Policy] = it
+		m[it.Policy.Name] = it
 	}
 	return m
 }
@@ -253,13 +253,14 @@ func layersBinding(t *testing.T, a *layersApp) {
 			if least < 0 || it.Remaining < least {
 				least = it.Remaining
 			}
-			assert.Positive(t, it.Quota, "RateLimit-Policy lists %s", it.Policy)
+			assert.Positive(t, it.Policy.Limit, "RateLimit-Policy lists %s", it.Policy.Name)
 		}
 		assert.Equal(t, strconv.FormatInt(least, 10), res.Header.Get("X-RateLimit-Remaining"), "request %d: X-RateLimit-Remaining is the least remaining", i+1)
 		assert.Equal(t, strconv.FormatInt(least, 10), res.Header.Get("RateLimit-Remaining"), "request %d: draft-6 too", i+1)
-		info, err := headers.Parse(res.Header)
+		binding, err := headers.Parse(res.Header)
 		require.NoError(t, err)
-		assert.Equal(t, "user", info.Policy, "request %d: the binding layer is listed first", i+1)
+		require.NotEmpty(t, binding)
+		assert.Equal(t, "user", binding[0].Policy.Name, "request %d: the binding layer is listed first", i+1)
 		if i < layersUser {
 			require.Equal(t, http.StatusOK, res.Status, "request %d", i+1)
 			assert.Equal(t, strconv.Itoa(layersUser), res.Header.Get("X-RateLimit-Limit"))
@@ -336,7 +337,7 @@ func layersPlans(t *testing.T, a *layersApp) {
 		require.Equal(t, http.StatusOK, res.Status, "premium request %d", i+1)
 		if i == 0 {
 			assert.Equal(t, int64(layersPremium-1), remainingOf(t, res)["user"])
-			assert.Equal(t, int64(layersPremium), layerItems(t, res)["user"].Quota, "RateLimit-Policy says the plan's quota")
+			assert.Equal(t, int64(layersPremium), layerItems(t, res)["user"].Policy.Limit, "RateLimit-Policy says the plan's quota")
 		}
 	}
 	require.Equal(t, http.StatusTooManyRequests, a.send(t, "GET", "/items", "X-User", "rich", "X-Plan", "premium").Status)

@@ -61,6 +61,40 @@ type NotFoundHarness interface {
 	ServeNotFound(t testing.TB, idiom NotFoundIdiom, f *httplimit.Flow, dir string) string
 }
 
+// ServeMuxNotFound is the NotFoundHarness of a ServeMux that limit(f, mux)
+// limits: an adapter's middleware of f around the whole mux.
+type ServeMuxNotFound func(f *httplimit.Flow, mux http.Handler) http.Handler
+
+// NotFoundIdioms: a ServeMux tells its own 404 by the pattern; "/" is a
+// catch-all it cannot tell from a route, unless the handler marks it.
+func (ServeMuxNotFound) NotFoundIdioms() []NotFoundIdiom {
+	return []NotFoundIdiom{
+		{Name: "default"},
+		{Name: "FileServer", Static: true},
+		{Name: "catch-all", Handler: true, CatchAll: true},
+		{Name: "catch-all-marked", Handler: true, CatchAll: true, Marked: true, Static: true},
+	}
+}
+
+// ServeNotFound serves a ServeMux in idiom, limited by limit(f, mux).
+func (limit ServeMuxNotFound) ServeNotFound(t testing.TB, idiom NotFoundIdiom, f *httplimit.Flow, dir string) string {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(Body)) })
+	mux.HandleFunc("GET /files/{name}", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no such file", http.StatusNotFound) })
+	if idiom.Static {
+		mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.Dir(dir))))
+	}
+	if idiom.CatchAll {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if idiom.Marked {
+				reputation.MarkUnrouted(r.Context())
+			}
+			http.Error(w, NotFoundBody, http.StatusNotFound)
+		})
+	}
+	return ListenHTTP(t, limit(f, mux))
+}
+
 // RunNotFound checks, over real sockets, that each of a framework's
 // idioms for "not found" tells a reputation which of two a 404 is: a
 // path no route serves, as scanners ask (Unrouted), or a route that

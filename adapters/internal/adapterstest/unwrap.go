@@ -44,8 +44,8 @@ type foreignRequest struct{}
 func (foreignRequest) RemoteAddr() string           { return peerA }
 func (foreignRequest) Header(string) string         { return "" }
 func (foreignRequest) HeaderValues(string) []string { return nil }
-func (foreignRequest) Query(string) string          { return "" }
 func (foreignRequest) Method() string               { return "GET" }
 func (foreignRequest) Route() string                { return "" }
+func (foreignRequest) Unrouted() bool               { return false }
 func (foreignRequest) Path() string                 { return "" }
 func (foreignRequest) Context() context.Context     { return context.Background() }

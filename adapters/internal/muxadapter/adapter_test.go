@@ -1,5 +1,5 @@
 // Package muxadapter_test is a fifth adapter, written from httplimit's
-// documentation alone (httplimit.Request, httplimit.Response,
+// documentation alone (keyfuncs.Request, httplimit.Response,
 // Flow.Serve): net/http's http.Handler wrapped directly, its routes a
 // ServeMux's patterns. It passes the adapter suite the four adapters pass
 // (adapterstest), which proves the contract an adapter of another
@@ -49,7 +49,7 @@ func (l *limited) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// request is a net/http request as an httplimit.Request.
+// request is a net/http request as a keyfuncs.Request.
 type request struct {
 	r       *http.Request
 	pattern string // the ServeMux pattern that serves r, "" if none
@@ -58,7 +58,6 @@ type request struct {
 func (q *request) RemoteAddr() string                { return q.r.RemoteAddr }
 func (q *request) Header(name string) string         { return q.r.Header.Get(name) }
 func (q *request) HeaderValues(name string) []string { return q.r.Header.Values(name) }
-func (q *request) Query(name string) string          { return q.r.URL.Query().Get(name) }
 func (q *request) Method() string                    { return q.r.Method }
 func (q *request) Path() string                      { return q.r.URL.Path }
 func (q *request) Context() context.Context          { return q.r.Context() }

@@ -2,18 +2,17 @@ package muxadapter_test
 
 import (
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
-	"github.com/apigate/ratelimit/reputation"
 )
 
 // harness builds the suite's apps on a ServeMux limited by limit.
-type harness struct{}
+type harness struct {
+	adapterstest.HTTPHarness[harness]
+}
 
 // Pattern turns "/users/:id" into the ServeMux's "/users/{id}", and "/"
 // into "/{$}", the pattern of the root alone.
@@ -21,32 +20,17 @@ func (harness) Pattern(p string) string {
 	if p == "/" {
 		return "/{$}"
 	}
-	parts := strings.Split(p, "/")
-	for i, s := range parts {
-		if strings.HasPrefix(s, ":") {
-			parts[i] = "{" + s[1:] + "}"
-		}
-	}
-	return strings.Join(parts, "/")
+	return adapterstest.BracePattern(p)
 }
 
-func (harness) UseSeesRoute() bool        { return true }
-func (harness) CancelsOnDisconnect() bool { return true }
+func (harness) UseSeesRoute() bool { return true }
 
-func (h harness) Build(_ testing.TB, spec *adapterstest.Spec) adapterstest.App {
-	return adapterstest.HTTPApp(h.handler(spec))
-}
-
-func (h harness) Serve(t testing.TB, spec *adapterstest.Spec) string {
-	return adapterstest.ListenHTTP(t, h.handler(spec))
-}
-
-// handler is the app of spec: a ServeMux, each route's limits around its
+// Handler is the app of spec: a ServeMux, each route's limits around its
 // handler, the global ones around the mux, the first outermost.
-func (h harness) handler(spec *adapterstest.Spec) http.Handler {
+func (h harness) Handler(spec *adapterstest.Spec) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range spec.Routes {
-		mux.Handle(rt.Method+" "+h.Pattern(rt.Path), chain(rt.Limits, served(spec)))
+		mux.Handle(rt.Method+" "+h.Pattern(rt.Path), chain(rt.Limits, spec))
 	}
 	app := chain(spec.Global, mux)
 	if auth := spec.Authenticate; auth != nil {
@@ -66,70 +50,24 @@ func chain(ms []adapterstest.Mount, next http.Handler) http.Handler {
 	return next
 }
 
-func served(spec *adapterstest.Spec) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(spec.Answer(r.Context(), r.Header.Get))
-		_, _ = w.Write([]byte(adapterstest.Body))
-	}
-}
-
-// A ServeMux tells its own 404 by the pattern; "/" is a catch-all it
-// cannot tell from a route, unless the handler marks it.
-func (harness) NotFoundIdioms() []adapterstest.NotFoundIdiom {
-	return []adapterstest.NotFoundIdiom{
-		{Name: "default"},
-		{Name: "FileServer", Static: true},
-		{Name: "catch-all", Handler: true, CatchAll: true},
-		{Name: "catch-all-marked", Handler: true, CatchAll: true, Marked: true, Static: true},
-	}
-}
-
-func (harness) ServeNotFound(t testing.TB, idiom adapterstest.NotFoundIdiom, f *httplimit.Flow, dir string) string {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(adapterstest.Body)) })
-	mux.HandleFunc("GET /files/{name}", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no such file", http.StatusNotFound) })
-	if idiom.Static {
-		mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.Dir(dir))))
-	}
-	if idiom.CatchAll {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			if idiom.Marked {
-				reputation.MarkUnrouted(r.Context())
-			}
-			http.Error(w, adapterstest.NotFoundBody, http.StatusNotFound)
-		})
-	}
-	return adapterstest.ListenHTTP(t, limit(f, mux))
-}
-
-// ServeOne reads the fields with http.Header.Get, in the handler, in a
+// canonical reads the fields with http.Header.Get, in the handler, in a
 // handler around the limited mux, and on an httptest.ResponseRecorder.
-func (harness) ServeOne(_ testing.TB, f *httplimit.Flow, req adapterstest.Request, names []string) adapterstest.HeaderReads {
-	var got adapterstest.HeaderReads
+func canonical(_ testing.TB, f *httplimit.Flow, req adapterstest.Request, read *adapterstest.FieldReads) (int, func(string) string) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		got.Handler = adapterstest.ReadFields(names, w.Header().Get)
+		read.Handler(w.Header().Get)
 		_, _ = w.Write([]byte(adapterstest.Body))
 	})
 	limited := limit(f, mux)
-	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	res := adapterstest.ServeHTTP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limited.ServeHTTP(w, r)
-		got.After = adapterstest.ReadFields(names, w.Header().Get)
-	})
-	rec := httptest.NewRecorder()
-	r := httptest.NewRequest(req.Method, req.Path, nil)
-	r.RemoteAddr = req.RemoteAddr
-	for k, vs := range req.Header {
-		r.Header[k] = vs
-	}
-	app.ServeHTTP(rec, r)
-	got.Status = rec.Code
-	got.Recorder = adapterstest.ReadFields(names, rec.Header().Get)
-	return got
+		read.After(w.Header().Get)
+	}), req)
+	return res.Status, res.Header.Get
 }
 
 func TestSuite(t *testing.T)            { adapterstest.Run(t, harness{}) }
-func TestCanonicalHeaders(t *testing.T) { adapterstest.RunCanonical(t, harness{}) }
+func TestCanonicalHeaders(t *testing.T) { adapterstest.RunCanonical(t, canonical) }
 func TestSpelling(t *testing.T)         { adapterstest.RunSpelling(t, harness{}) }
 func TestAccess(t *testing.T)           { adapterstest.RunAccess(t, harness{}) }
 func TestPanics(t *testing.T)           { adapterstest.RunPanics(t, harness{}) }
@@ -137,7 +75,7 @@ func TestShadow(t *testing.T)           { adapterstest.RunShadow(t, harness{}) }
 func TestProblemDetails(t *testing.T)   { adapterstest.RunProblemDetails(t, harness{}) }
 func TestDoors(t *testing.T)            { adapterstest.RunDoors(t, harness{}) }
 func TestLayersOutage(t *testing.T)     { adapterstest.RunLayersOutage(t, harness{}) }
-func TestNotFound(t *testing.T)         { adapterstest.RunNotFound(t, harness{}) }
+func TestNotFound(t *testing.T)         { adapterstest.RunNotFound(t, adapterstest.ServeMuxNotFound(limit)) }
 
 // The cases that run on memory and on Redis share one redis-server.
 func TestRedis(t *testing.T) {

@@ -101,9 +101,9 @@ type request struct {
 func (request) RemoteAddr() string                  { return "203.0.113.7:4321" }
 func (r request) Header(name string) string         { return r.header.Get(name) }
 func (r request) HeaderValues(name string) []string { return r.header.Values(name) }
-func (request) Query(string) string                 { return "" }
 func (request) Method() string                      { return http.MethodGet }
 func (r request) Route() string                     { return r.route }
+func (request) Unrouted() bool                      { return false }
 func (request) Path() string                        { return "" } // unknown: layers match Route
 func (request) Context() context.Context            { return context.Background() }
 

@@ -257,8 +257,8 @@ type peer string
 func (p peer) RemoteAddr() string         { return string(p) }
 func (peer) Header(string) string         { return "" }
 func (peer) HeaderValues(string) []string { return nil }
-func (peer) Query(string) string          { return "" }
 func (peer) Method() string               { return http.MethodPost }
 func (peer) Route() string                { return "" }
 func (peer) Path() string                 { return "" }
 func (peer) Context() context.Context     { return context.Background() }
+func (peer) Unrouted() bool               { return false }

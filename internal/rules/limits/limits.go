@@ -221,3 +221,18 @@ var (
 	// policy could not be had (a PolicySource's error, an invalid result).
 	ErrPolicy = errors.New("ratelimit: per-request policy failed")
 )
+
+// RetryAfterSeconds returns the Retry-After of a decision in whole seconds:
+// 0 when it was allowed, otherwise retryAfter rounded up, and at least 1, so
+// that a denied client always waits. The headers and the 429 bodies share
+// it.
+func RetryAfterSeconds(allowed bool, retryAfter time.Duration) int64 {
+	if allowed {
+		return 0
+	}
+	s := int64(retryAfter / time.Second)
+	if retryAfter%time.Second > 0 {
+		s++
+	}
+	return max(s, 1)
+}

@@ -45,3 +45,25 @@ func TestDerive(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryAfterSeconds(t *testing.T) {
+	tests := []struct {
+		allowed bool
+		after   time.Duration
+		want    int64
+	}{
+		{true, 0, 0},
+		{true, time.Hour, 0},
+		{false, 0, 1},
+		{false, -time.Second, 1},
+		{false, time.Millisecond, 1},
+		{false, time.Second, 1},
+		{false, 1001 * time.Millisecond, 2},
+		{false, 2 * time.Second, 2},
+		{false, limits.MaxWindow, 366 * 24 * 3600},
+		{false, time.Duration(1<<63 - 1), 9223372037},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, limits.RetryAfterSeconds(tt.allowed, tt.after), "allowed %v, RetryAfter %v", tt.allowed, tt.after)
+	}
+}

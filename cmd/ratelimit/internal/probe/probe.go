@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/headers"
 )
 
@@ -190,8 +191,44 @@ type Result struct {
 	Err string
 	// Info is what the rate-limit fields said; ParseErr why they could
 	// not be read (Info is then zero).
-	Info     headers.Info
+	Info     Info
 	ParseErr string
+}
+
+// Info is what a response's rate-limit fields said of its binding layer
+// (headers.Parse's first Decision), and which families it had.
+type Info struct {
+	Found      headers.Config
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+	Policy     string // RateLimit's item name, or RateLimit-Policy's
+	Quota      int64  // RateLimit-Policy's q
+	Window     time.Duration
+}
+
+// infoOf returns the Info of a response's header h, d its binding layer's
+// Decision as headers.Parse read it.
+func infoOf(h http.Header, d core.Decision) Info {
+	has := func(names ...string) bool {
+		for _, n := range names {
+			if len(h.Values(n)) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	return Info{
+		Found: headers.Config{
+			XRateLimit: has("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"),
+			Draft6:     has("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset") || (has("RateLimit-Policy") && !has("RateLimit") && d.Policy.Name == ""),
+			Structured: has("RateLimit") || (has("RateLimit-Policy") && d.Policy.Name != ""),
+			RetryAfter: has("Retry-After"),
+		},
+		Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter,
+		Policy: d.Policy.Name, Quota: d.Policy.Limit, Window: d.Policy.Window,
+	}
 }
 
 // Run probes cfg.URL. It returns the report of what happened, or an error
@@ -359,8 +396,10 @@ func (s *sender) send(ctx context.Context, seq int) Result {
 	_ = res.Body.Close()
 	r.Received = time.Since(s.start)
 	r.Status = res.StatusCode
-	if r.Info, err = headers.Parse(res.Header); err != nil {
+	if layers, err := headers.Parse(res.Header); err != nil {
 		r.ParseErr = err.Error()
+	} else if len(layers) > 0 {
+		r.Info = infoOf(res.Header, layers[0])
 	}
 	return r
 }

@@ -209,7 +209,7 @@ func (rep *Report) checkFields() {
 				Message: fmt.Sprintf("request %d (status %d): %s", r.Seq, r.Status, r.ParseErr)})
 		case r.Status == http.StatusTooManyRequests:
 			f := r.Info.Found
-			if !f.RetryAfter && r.Info.ResetAfter == 0 && r.Info.Reset.IsZero() {
+			if !f.RetryAfter && r.Info.ResetAfter == 0 {
 				rep.add(Finding{Kind: KindNoRetryInfo, Request: r.Seq,
 					Message: fmt.Sprintf("request %d got 429 with no Retry-After and no reset field", r.Seq)})
 			}

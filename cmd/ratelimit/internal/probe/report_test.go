@@ -19,14 +19,14 @@ const ms = time.Millisecond
 // admitted returns a 200 sent and received at the given times, saying
 // Remaining rem of limit, whole again after reset.
 func admitted(seq int, sent, received time.Duration, limit, rem int64, reset time.Duration) Result {
-	return Result{Seq: seq, Sent: sent, Received: received, Status: http.StatusOK, Info: headers.Info{
+	return Result{Seq: seq, Sent: sent, Received: received, Status: http.StatusOK, Info: Info{
 		Found: headers.Config{Draft6: true}, Limit: limit, Remaining: rem, ResetAfter: reset,
 	}}
 }
 
 // denied returns a 429 with Retry-After 1s.
 func denied(seq int, sent, received time.Duration, limit int64) Result {
-	return Result{Seq: seq, Sent: sent, Received: received, Status: http.StatusTooManyRequests, Info: headers.Info{
+	return Result{Seq: seq, Sent: sent, Received: received, Status: http.StatusTooManyRequests, Info: Info{
 		Found: headers.Config{Draft6: true, RetryAfter: true}, Limit: limit, ResetAfter: time.Second, RetryAfter: time.Second,
 	}}
 }

@@ -14,13 +14,12 @@ import (
 
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/sim"
 	"github.com/apigate/ratelimit/core"
-	_ "github.com/apigate/ratelimit/core/storetest" // registers storecases.Cases
-	"github.com/apigate/ratelimit/internal/glue/storecases"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/storecasetest"
 )
 
-// TestConformanceDecisions replays every scripted case of core/storetest,
-// storetest's scripted cases (internal/glue/storecases), as CSV traces through the simulator, on the memory store
+// TestConformanceDecisions replays every scripted case of core/storetest
+// (internal/testkit/storecasetest), as CSV traces through the simulator, on the memory store
 // with the trace's times as the clock, and compares every Decision with the
 // one the suite expects. A trace has no Reset, and the simulator gives each
 // policy a store of its own; both change nothing to the decisions, so:
@@ -36,8 +35,8 @@ import (
 func TestConformanceDecisions(t *testing.T) {
 	// A case's Start counts from the suite's epoch, a trace's times from
 	// the simulator's.
-	require.True(t, sim.Epoch.Equal(storecases.Epoch), "sim.Epoch %v, storecases.Epoch %v", sim.Epoch, storecases.Epoch)
-	cases := storecases.Cases()
+	require.True(t, sim.Epoch.Equal(storecasetest.Epoch), "sim.Epoch %v, storecasetest.Epoch %v", sim.Epoch, storecasetest.Epoch)
+	cases := storecasetest.Cases()
 	require.GreaterOrEqual(t, len(cases), 39, "the suite's scripted cases")
 	for _, c := range cases {
 		t.Run(string(c.Policy.Algorithm)+"/"+c.Name, func(t *testing.T) {
