@@ -10,11 +10,11 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-// The one decision sequence. Allow, AllowN and AllowLayers each hand it
-// checks, one per layer that applies (1 to 16), and it runs, top to
-// bottom:
+// The one decision sequence. Allow, AllowN and AllowLayers each gather
+// the request's parts into a call, one Request per layer it checks (1 to
+// 16), in layer order, and it runs, top to bottom:
 //
-//	requests    the checks made requests: layers, keys, costs, policies in force
+//	requests    the requests made ready: keys as the store sees them, costs, policies in force
 //	fail mode   a PolicySource that failed decides by the layers' FailClosed
 //	over        a cost beyond the policy in force is a denial, the store not asked
 //	ask         the caller gone, the deny cache, the circuit breakers, the store
@@ -29,33 +29,67 @@ import (
 // escape to the heap from the stack), and each step has a branch for one
 // request where it would otherwise loop.
 
-// call is the working memory of one decision. Between decisions it holds
-// no key, policy or error, and its decisions are zero (see release).
+// call is the working memory of one decision, peek or refund: its
+// requests as the store sees them, in layer order. Between calls it holds
+// no key or error, and its decisions are zero (see release).
 type call struct {
-	checks [limits.MaxLayers]Check // AllowN's on several layers, one per layer
 	reqs   [limits.MaxLayers]Request
-	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller gave out
+	layers [limits.MaxLayers]uint8    // layers[j] is the layer of reqs[j]
+	ds     [limits.MaxLayers]Decision // the layers' decisions, unless the caller's out holds them
+	n      int                        // the requests in reqs
 	bs     breakers                   // of the partitions the requests touch
+	g      guard
 	v      verdict
 	w      watch
 }
 
-// callPool holds calls: one Get and one Put a decision.
+// callPool holds calls: one Get and one Put a call to the Limiter.
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
-// release gives c, whose first n entries were used, back to callPool.
-// It clears only what may hold a key, a policy or an error (a Decision is
-// cleared whole: the deny cache fills a zero one), so that one request's
-// decision does not pay to zero the whole call.
-func (c *call) release(n int) {
-	for i := range n {
-		r := &c.reqs[i]
-		r.Key, r.Policy.Name, r.Policy.Algorithm, r.Cost = "", "", "", 0
-		c.ds[i] = Decision{}
+// gather fills c with the parts of in that check a layer (a Key), in layer
+// order, in[i] being layer i's, and returns how many there are.
+func (c *call) gather(in []Request) int {
+	n := 0
+	for i := range in {
+		if in[i].Key == "" {
+			continue
+		}
+		r := &c.reqs[n]
+		r.Key, r.Cost = in[i].Key, in[i].Cost
+		c.layers[n] = uint8(i)
+		n++
 	}
-	c.bs.n = 0
+	c.n = n
+	return n
+}
+
+// scatter copies the decisions of c's requests to out, in[i]'s to out[i],
+// and zeroes out's other entries (len(out) >= len(in)).
+func (c *call) scatter(in []Request, out []Decision) {
+	clear(out[:len(in)])
+	for j := range c.n {
+		out[c.layers[j]] = c.ds[j]
+	}
+}
+
+// release gives c back to callPool. It clears only what may hold a key or
+// an error (a Decision is cleared whole: the deny cache fills a zero one),
+// so that one request's decision does not pay to zero the whole call.
+func (c *call) release() {
+	n := c.n
+	own := len(c.v.ds) == 0 || &c.v.ds[0] == &c.ds[0]
+	for j := range n {
+		c.reqs[j].Key = ""
+		if own {
+			c.ds[j] = Decision{} // inline stores, where clear calls memclrHasPointers
+		}
+	}
 	if n > 1 {
 		c.v.Decision = Decision{}
+	}
+	c.n, c.bs.n = 0, 0
+	if c.g.on {
+		c.g = guard{}
 	}
 	c.v.ds, c.v.took, c.v.binding, c.w = nil, time.Time{}, 0, watch{}
 	callPool.Put(c)
@@ -66,10 +100,10 @@ type verdict struct {
 	// Decision is the request's decision as the client is told it (see
 	// AllowLayers); for one request, ds[0] is it (see result).
 	Decision
-	// binding is the index in the checks of the binding layer.
+	// binding is the index in the requests of the binding layer's.
 	binding int
-	// ds holds every layer's decision, one per check, in the checks'
-	// order: the caller's out, or the call's own.
+	// ds holds every layer's decision, one per request, in their order:
+	// the caller's out, or the call's own.
 	ds []Decision
 	// took is the time the store decided at, when it decided.
 	took time.Time
@@ -85,26 +119,33 @@ func (v *verdict) result() *Decision {
 }
 
 // copyTo copies v's result to *d field by field: the store and the
-// sequence have just written it field by field, and a copy of the whole
-// by 16-byte moves would wait on those stores (a store-forwarding stall:
-// in a CPU profile of BenchmarkLimiterPaths/healthy, the whole copy took
-// a tenth of the decision).
+// sequence have just written it field by field, and a load wider than
+// the stores it reads from waits for them (a store-forwarding stall). So
+// the copy of the whole by 16-byte moves took a tenth of a decision, and
+// the four one-byte fields, read as one word, a fifth (CPU profiles of
+// BenchmarkLimiterPaths/healthy): they are read one by one, apart.
 func (v *verdict) copyTo(d *Decision) {
 	s := v.result()
-	d.Allowed, d.Source, d.LockedOut, d.Shadowed = s.Allowed, s.Source, s.LockedOut, s.Shadowed
-	d.Limit, d.Remaining = s.Limit, s.Remaining
-	d.ResetAfter, d.RetryAfter, d.Delay = s.ResetAfter, s.RetryAfter, s.Delay
+	d.Allowed = s.Allowed
+	d.Limit = s.Limit
+	d.Source = s.Source
+	d.Remaining = s.Remaining
+	d.LockedOut = s.LockedOut
+	d.ResetAfter = s.ResetAfter
+	d.Shadowed = s.Shadowed
+	d.RetryAfter, d.Delay = s.RetryAfter, s.Delay
 	d.Policy = s.Policy
 	d.Err = s.Err
 }
 
-// decide runs the decision sequence for checks at at (zero: the store's
-// clock) in c, filling out when it is not nil, and leaves the request's
-// decision in c.v.result() and the time the store decided at, if it did,
-// in c.v.took. It returns an error only for bad input or a caller gone
-// first, with c.v.result() the decision observers heard.
-func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, checks []Check, out []Decision) error {
-	n := len(checks)
+// decide runs the decision sequence for c's requests at at (zero: the
+// store's clock), filling out (len(out) == c.n, in the requests' order)
+// when it is not nil, and leaves the request's decision in c.v.result()
+// and the time the store decided at, if it did, in c.v.took. It returns
+// an error only for bad input or a caller gone first, with c.v.result()
+// the decision observers heard.
+func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, out []Decision) error {
+	n := c.n
 	v := &c.v
 	if out != nil {
 		v.ds = out[:n]
@@ -113,14 +154,55 @@ func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, checks []Ch
 		v.ds = c.ds[:n]
 	}
 	reqs := c.reqs[:n]
-	over, policyErr, err := l.requests(ctx, checks, reqs)
+	// The requests made ready for the store: each key as the store sees
+	// it (see normalizeKey), each policy in force for the key (as the
+	// PolicySources adjust it); over, bits of reqs, the requests whose
+	// cost exceeds the policy in force but not a policy configured for
+	// the request; the first PolicySource failure; or bad input: an
+	// empty key, a cost below 1 or above every policy configured for the
+	// request. What is rare (a source, a key to hash, bad input) is out
+	// of line, and the step is here rather than a call of its own: the
+	// fewer calls, the fewer values saved and reloaded around them.
+	var over uint32
+	var policyErr, err error
+	for j := range reqs {
+		r := &reqs[j]
+		i := c.layers[j]
+		if r.Cost < 1 || r.Key == "" {
+			err = l.refused(r, i)
+			break
+		}
+		capacity, configured := l.caps[i], l.caps[i]
+		if l.sources == nil {
+			r.Policy = l.policies[i]
+		} else if capacity, configured, err = l.sourced(ctx, r, i); err != nil {
+			if policyErr == nil {
+				policyErr = err
+			}
+			err = nil
+		}
+		if len(r.Key) > limits.MaxKeyLen || !plainKey(r.Key) {
+			r.Key = hashKey(r.Key)
+		}
+		if r.Cost > capacity {
+			// Within a policy configured for the request (the layer's, or
+			// a plan's before another source shrank it), the request is
+			// too costly for the policy in force: a denial. Beyond every
+			// one, the cost is the caller's mistake.
+			if r.Cost > configured {
+				err = fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, l.policies[i].Name, r.Cost, capacity)
+				break
+			}
+			over |= 1 << j
+		}
+	}
 	var w *watch
 	if l.observers != nil {
 		w = &c.w
 	}
 	switch {
 	case err != nil:
-		l.badInput(checks, v)
+		l.badInput(c, v)
 	case policyErr != nil:
 		l.failLayers(reqs, v, policyErr)
 	case over != 0:
@@ -154,70 +236,36 @@ func shade(d *Decision) {
 	}
 }
 
-// requests builds reqs from checks: each layer's key as the store sees it
-// (see normalizeKey), its cost, and its policy in force for the key (as
-// the PolicySources adjust it). It returns the checks whose cost exceeds
-// the policy in force but not a policy configured for the request (over,
-// bits of the checks), the first PolicySource failure, or an error
-// wrapping ErrInvalidOption for bad input: a layer out of range or named
-// twice, an empty key, a cost below 1 or above every policy configured for
-// the request.
-func (l *Limiter) requests(ctx context.Context, checks []Check, reqs []Request) (over uint32, policyErr, err error) {
-	if len(checks) > len(l.policies) {
-		return 0, nil, fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
+// refused is the error of r, a request of layer i with a cost below 1 or
+// an empty key; r is left without a key (see Event.Key).
+func (l *Limiter) refused(r *Request, i uint8) error {
+	name := l.policies[i].Name
+	if r.Cost >= 1 {
+		return fmt.Errorf("layer %q: %w: empty key", name, ErrInvalidOption)
 	}
-	var seen uint32
-	for i := range checks {
-		ch := &checks[i]
-		if uint(ch.Layer) >= uint(len(l.policies)) || seen&(1<<ch.Layer) != 0 {
-			return 0, nil, l.badCheck("AllowLayers", i, ch)
-		}
-		seen |= 1 << ch.Layer
-		lp := &l.policies[ch.Layer]
-		r := &reqs[i]                      // built in place: a Request is large
-		if r.Cost = ch.Cost; ch.Cost < 1 { // refused before the key is looked at (see Event.Key)
-			return 0, nil, fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, lp.Name, ch.Cost)
-		}
-		r.Key = ch.Key
-		if len(ch.Key) > limits.MaxKeyLen || !plainKey(ch.Key) || ch.Key == "" {
-			if r.Key, err = normalizeKey(ch.Key); err != nil {
-				return 0, nil, fmt.Errorf("layer %q: %w", lp.Name, err)
-			}
-		}
-		capacity, configured := l.caps[ch.Layer], l.caps[ch.Layer]
-		if l.sources == nil || l.untouched != nil && l.untouched(ch.Key) {
-			r.Policy = *lp
-		} else {
-			p, ceiling, err := l.adjust(ctx, ch.Key, *lp)
-			if err != nil {
-				if policyErr == nil {
-					policyErr = err
-				}
-				p = *lp
-			}
-			r.Policy, capacity, configured = p, p.capacity(), max(configured, ceiling)
-		}
-		if ch.Cost > capacity {
-			// Within a policy configured for the request (the layer's, or
-			// a plan's before another source shrank it), the request is
-			// too costly for the policy in force: a denial. Beyond every
-			// one, the cost is the caller's mistake.
-			if ch.Cost > configured {
-				return 0, nil, fmt.Errorf("%w: layer %q: cost %d, capacity %d", ErrInvalidOption, lp.Name, ch.Cost, capacity)
-			}
-			over |= 1 << i
-		}
-	}
-	return over, policyErr, nil
+	r.Key = "" // refused before the key is looked at
+	return fmt.Errorf("%w: layer %q: cost %d is not positive", ErrInvalidOption, name, r.Cost)
 }
 
-// badInput leaves in v the decision of a request refused for bad input:
-// its first layer's policy and capacity, nothing decided.
-func (l *Limiter) badInput(checks []Check, v *verdict) {
-	p := &l.policies[0]
-	if k := checks[0].Layer; uint(k) < uint(len(l.policies)) {
-		p = &l.policies[k]
+// sourced sets r's policy to layer i's as the PolicySources adjust it for
+// r's key (the layer's own when they fail, with their error), and returns
+// its capacity and the capacity of the largest policy configured for the
+// request (see adjust).
+func (l *Limiter) sourced(ctx context.Context, r *Request, i uint8) (capacity, configured int64, err error) {
+	lp := &l.policies[i]
+	p, ceiling, err := l.adjust(ctx, r.Key, *lp)
+	if err != nil {
+		r.Policy = *lp
+		return l.caps[i], l.caps[i], err
 	}
+	r.Policy = p
+	return p.capacity(), max(l.caps[i], ceiling), nil
+}
+
+// badInput leaves in v the decision of c's request, refused for bad
+// input: its first layer's policy and capacity, nothing decided.
+func (l *Limiter) badInput(c *call, v *verdict) {
+	p := &l.policies[c.layers[0]]
 	d := v.result()
 	*d = Decision{Limit: p.capacity(), Policy: *p}
 	v.binding = 0
@@ -226,85 +274,129 @@ func (l *Limiter) badInput(checks []Check, v *verdict) {
 // ask decides reqs by the store, into c.v, unless the caller is gone, the
 // deny cache knows the answer or the circuit breaker is open: then by the
 // fallback or the policies' FailClosed. w, when not nil, records the
-// store's latency.
+// store's latency. What guards the store call (the deny cache, the
+// breakers and their probes, the timer) is out of line, in c.g, entered
+// only when the Limiter has one of them or its breaker is not closed: the
+// hot path keeps few values live across the store call.
 func (l *Limiter) ask(ctx context.Context, at time.Time, c *call, reqs []Request, w *watch) error {
 	v := &c.v
 	if ctx.Err() != nil {
 		return l.canceledLayers(ctx, nil, reqs, v)
 	}
-	var now time.Time // the deny cache's clock, read before the store decides
-	var gen uint64    // the deny cache's generation, likewise
-	if l.denied != nil {
-		// A Limiter of one layer: one request.
-		if now = at; now.IsZero() {
-			now = time.Now()
-		}
-		d, r := &v.ds[0], &reqs[0]
-		if l.denied.get(r.Key, r.Cost, now, &r.Policy, d) {
-			d.Limit, d.Policy = r.Policy.capacity(), r.Policy
+	g := &c.g
+	if l.denied != nil || l.parts != nil || w != nil || l.brk.state.Load() != 0 {
+		if done := l.before(ctx, at, c, reqs, w); done {
 			return nil
 		}
-		gen = l.denied.generation()
-	}
-	// The breakers of the partitions reqs touch: the Limiter's one, unless
-	// the store is Partitioned, which the hot path reads alone.
-	bs := &c.bs
-	state := l.brk.state.Load() // 0 on the hot path: all is well
-	if l.parts != nil || state != 0 {
-		l.breakersOf(bs, reqs, at)
-		for _, b := range bs.list() {
-			state |= b.state.Load()
-		}
-	}
-	var probes uint32 // the breakers of bs this request probes
-	if state&brkOpen != 0 {
-		var ok bool
-		if probes, ok = l.tryProbes(bs, at); !ok {
-			l.withoutStore(ctx, reqs, at, v, l.openErr)
-			return nil
-		}
-	}
-	var start time.Time
-	if w != nil && !l.inProcess.Load() {
-		start = time.Now()
 	}
 	took, err := l.store.Take(ctx, at, reqs, v.ds)
-	if probes != 0 {
+	if g.on {
+		l.after(c, took, err, at, w)
+	}
+	if err != nil {
+		bs := &c.bs
+		if bs.n == 0 {
+			l.breakersOf(bs, reqs, at)
+		}
+		return l.storeFailed(ctx, reqs, at, v, bs, g.probes, err)
+	}
+	v.took = took
+	if len(reqs) == 1 { // verdict of one request, inline
+		d := &v.ds[0]
+		d.Policy, d.Source, d.Err = reqs[0].Policy, SourceStore, nil
+		v.binding = 0
+	} else {
+		l.verdict(reqs, v, SourceStore, nil)
+	}
+	if l.fallback != nil && v.result().Allowed {
+		l.mirror(ctx, reqs, at, v)
+	}
+	if l.denied != nil && !v.ds[0].Allowed {
+		l.denied.put(reqs[0].Key, reqs[0].Cost, g.now, v.ds[0], g.gen)
+	}
+	return nil
+}
+
+// guard is what ask keeps across the store call for the deny cache, the
+// breakers and the timer (see before).
+type guard struct {
+	on     bool      // before ran: after must
+	now    time.Time // the deny cache's clock, read before the store decides
+	gen    uint64    // the deny cache's generation, likewise
+	state  uint64    // the breakers' state, or'ed
+	probes uint32    // the breakers of c.bs this request probes
+	start  time.Time // when the store was asked, when it is timed
+}
+
+// before is ask's part before the store call, for a Limiter with a deny
+// cache, a Partitioned store, observers (the timer) or a breaker that is
+// not closed: it fills c.g, and reports whether the request was decided
+// without the store (the deny cache, or an open breaker with no probe
+// due).
+func (l *Limiter) before(ctx context.Context, at time.Time, c *call, reqs []Request, w *watch) bool {
+	v, g := &c.v, &c.g
+	g.on = true
+	if l.denied != nil {
+		// A Limiter of one layer: one request.
+		if g.now = at; g.now.IsZero() {
+			g.now = time.Now()
+		}
+		d, r := &v.ds[0], &reqs[0]
+		if l.denied.get(r.Key, r.Cost, g.now, &r.Policy, d) {
+			d.Limit, d.Policy = r.Policy.capacity(), r.Policy
+			return true
+		}
+		g.gen = l.denied.generation()
+	}
+	// The breakers of the partitions reqs touch: the Limiter's one, unless
+	// the store is Partitioned.
+	bs := &c.bs
+	g.state = l.brk.state.Load()
+	if l.parts != nil || g.state != 0 {
+		l.breakersOf(bs, reqs, at)
+		for _, b := range bs.list() {
+			g.state |= b.state.Load()
+		}
+	}
+	if g.state&brkOpen != 0 {
+		var ok bool
+		if g.probes, ok = l.tryProbes(bs, at); !ok {
+			l.withoutStore(ctx, reqs, at, v, l.openErr)
+			return true
+		}
+	}
+	if w != nil && !l.inProcess.Load() {
+		g.start = time.Now()
+	}
+	return false
+}
+
+// after is ask's part after the store call that returned took and err,
+// when before ran: the probes' outcome, the store's latency, a success
+// counted by the breakers.
+func (l *Limiter) after(c *call, took time.Time, err error, at time.Time, w *watch) {
+	g, bs := &c.g, &c.bs
+	if g.probes != 0 {
 		for i, b := range bs.list() {
-			if probes&(1<<i) != 0 {
+			if g.probes&(1<<i) != 0 {
 				l.probed(b, err == nil, at)
 			}
 		}
 	}
-	if !start.IsZero() {
+	if !g.start.IsZero() {
 		if inProcess(took) {
 			l.inProcess.Store(true) // in process: it never waits, and is timed no more
 		} else {
-			w.latency = time.Since(start)
+			w.latency = time.Since(g.start)
 		}
 	}
-	if err != nil {
-		if bs.n == 0 {
-			l.breakersOf(bs, reqs, at)
-		}
-		return l.storeFailed(ctx, reqs, at, v, bs, probes, err)
-	}
-	if state&brkCount != 0 {
+	if err == nil && g.state&brkCount != 0 {
 		for _, b := range bs.list() {
 			if b.state.Load()&brkCount != 0 {
 				b.succeed()
 			}
 		}
 	}
-	v.took = took
-	l.verdict(reqs, v, SourceStore, nil)
-	if l.fallback != nil && v.result().Allowed {
-		l.mirror(ctx, reqs, at, v)
-	}
-	if l.denied != nil && !v.ds[0].Allowed {
-		l.denied.put(reqs[0].Key, reqs[0].Cost, now, v.ds[0], gen)
-	}
-	return nil
 }
 
 // breakersOf fills bs with the breakers of the partitions reqs touch: the
@@ -370,7 +462,8 @@ func (l *Limiter) withoutStore(ctx context.Context, reqs []Request, at time.Time
 func (l *Limiter) mirror(ctx context.Context, reqs []Request, at time.Time, v *verdict) {
 	m := callPool.Get().(*call)
 	n := copy(m.reqs[:], reqs)
-	defer m.release(n)
+	m.n = n
+	defer m.release()
 	for i := range m.reqs[:n] {
 		// The fallback counts what the store admitted; it strikes no one
 		// for it (its lockouts are its own, when it decides alone).

@@ -17,13 +17,13 @@ import (
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
-// planScaler is a plan as a user writes it, a PolicySourceFunc that
+// planScaler is a plan as a user writes it, a function that
 // scales the limit and burst of the clients put on it by f, truncating,
 // at least 1, with no clamp of its own: the Limiter's clamp keeps it
 // valid.
 func planScaler(_ *testing.T, f float64) gridtest.Scaler {
 	var on sync.Map
-	plan := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+	plan := sourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
 		if _, ok := on.Load(key); ok {
 			p.Limit = max(1, int64(float64(p.Limit)*f))
 			if p.Burst > 0 {
@@ -102,7 +102,7 @@ func TestSourceResultClamped(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			src := core.PolicySourceFunc(func(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+			src := sourceFunc(func(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
 				c.change(&p)
 				return p, nil
 			})
@@ -127,7 +127,7 @@ func TestSourceResultClamped(t *testing.T) {
 // bucket's policy, the clamp of its result included (the burst above
 // the limit takes the clamp's division).
 func BenchmarkScaledSource(b *testing.B) {
-	half := core.PolicySourceFunc(func(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+	half := sourceFunc(func(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
 		p.Limit, p.Burst = p.Limit/2, p.Burst/2
 		return p, nil
 	})

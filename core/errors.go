@@ -7,7 +7,7 @@ import "errors"
 // wrap it. From a constructor it is a bad option or argument (a value out
 // of range, a nil function or store, a Policy that Validate rejects); from a
 // decision it is bad input (an empty key, a cost below 1 or above what the
-// policy can ever admit, a Check for no layer). Such a call decided
+// policy can ever admit, more Requests than layers). Such a call decided
 // nothing.
 //
 // A decision returns only two kinds of error, and a non-nil error always

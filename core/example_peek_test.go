@@ -26,7 +26,7 @@ func ExampleLimiter_Peek() {
 	}
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	checks := []core.Check{{Layer: 0, Key: "user-42", Cost: 1}, {Layer: 1, Key: "user-42", Cost: 4}}
+	checks := []core.Request{{Key: "user-42", Cost: 1}, {Key: "user-42", Cost: 4}}
 	if _, _, err := l.AllowLayers(ctx, now, checks, nil); err != nil {
 		panic(err)
 	}

@@ -13,24 +13,28 @@ import (
 // authentication middleware puts the client's plan.
 type planOfKey struct{}
 
-// Plans are a policy source: here the client's plan comes from the
-// request's context, put there by the authentication middleware. A client
-// upgraded to premium keeps what it used, and gets the premium room at
-// once.
-func ExamplePolicySourceFunc() {
+// plans is a PolicySource: the client's plan comes from the request's
+// context, put there by the authentication middleware.
+type plans struct{}
+
+// Adjust gives a premium client 1000 a minute.
+func (plans) Adjust(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+	if ctx.Value(planOfKey{}) == "premium" {
+		p.Limit = 1000
+	}
+	return p, nil
+}
+
+// Plans are a policy source. A client upgraded to premium keeps what it
+// used, and gets the premium room at once.
+func ExamplePolicySource() {
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
 	defer store.Close()
-	plans := core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
-		if ctx.Value(planOfKey{}) == "premium" {
-			p.Limit = 1000
-		}
-		return p, nil
-	})
 	l, err := core.NewLimiter(store, []core.Policy{{Name: "user", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute}},
-		core.WithPolicySource(plans))
+		core.WithPolicySource(plans{}))
 	if err != nil {
 		panic(err)
 	}

@@ -22,6 +22,15 @@ func newMemStore(t testing.TB) *memstore.Store {
 	return s
 }
 
+// sourceFunc is a function that is a core.PolicySource: the tests'
+// sources, most of them closures.
+type sourceFunc func(ctx context.Context, key string, p core.Policy) (core.Policy, error)
+
+// Adjust returns f(ctx, key, p).
+func (f sourceFunc) Adjust(ctx context.Context, key string, p core.Policy) (core.Policy, error) {
+	return f(ctx, key, p)
+}
+
 // quietless gives a fake store the Peek and Refund that no test asks of it.
 type quietless struct{}
 

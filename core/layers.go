@@ -3,47 +3,32 @@ package core
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-// Check is one layer's part of a request to AllowLayers: the client key
-// and cost under that layer. A layer that does not apply to the request
-// has no Check.
-type Check struct {
-	// Layer is the index of the layer in Limiter.Policies().
-	Layer int
-	// Key identifies the client under this layer (see Limiter.AllowN).
-	Key string
-	// Cost is the units the request takes from this layer, in [1, the
-	// policy's capacity]. A policy chosen per request (a premium plan, a
-	// per-API-key quota) is a PolicySource's.
-	Cost int64
-}
-
-// reqPool holds the arrays of requests that Peek and Refund hand the store.
-var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) }}
-
-// AllowLayers decides a request made of checks, one per layer that applies
-// (at most one per layer), at now as AllowN does, fills out[i] with the
-// decision of checks[i] when out is not nil (it must then be at least as
-// long as checks), and returns the request's decision and, when the store
+// AllowLayers decides a request under the layers it checks: reqs[i] is
+// its part under layer i (Limiter.Policies()[i]), the client Key and the
+// Cost, in [1, the policy's capacity]; a layer whose Request has an empty
+// Key, or that reqs does not reach, is not checked. Request.Policy is
+// ignored: each layer decides by its own policy, as the PolicySources
+// adjust it (a premium plan, a per-API-key quota). It decides at now as
+// AllowN does, fills out[i] with layer i's decision when out is not nil
+// (it must then be at least as long as reqs; a layer not checked gets the
+// zero Decision), and returns the request's decision and, when the store
 // decided, the time it decided at (the zero Time otherwise): the time that
 // dates a Refund of the admission and, from a store that decides in
 // process (see Store.Take), spares a caller writing an absolute time such
 // as X-RateLimit-Reset a reading of the clock.
 //
-// The request is admitted only when every layer admits it; when any
-// denies, no layer records it, and a layer that would have admitted it
+// The request is admitted only when every layer checked admits it; when
+// any denies, no layer records it, and a layer that would have admitted it
 // took nothing: its decision is Allowed, and says what it has left. The
 // request's decision is the binding layer's, its Policy.Name naming it:
 // the layer that denied (of several, the one whose denial lasts longest),
 // or, when all admit, the one closest to denying (the least Remaining; of
 // equals, the longest ResetAfter); Allowed is the request's, RetryAfter the
 // time at which every layer would admit it, and Delay the longest of the
-// layers'. A request with no check passes, without a store call.
+// layers'.
 //
 // A cost above the capacity of the policy in force, but within a policy
 // configured for the request (the layer's own, or one a PolicySource
@@ -51,61 +36,63 @@ var reqPool = sync.Pool{New: func() any { return new([limits.MaxLayers]Request) 
 // request is denied without asking the store, takes nothing from any
 // layer, and the layer's RetryAfter is its Window.
 //
-// Bad input (a layer index out of range or repeated, an empty key, a cost
-// out of range, an out shorter than checks) returns an error wrapping
-// ErrInvalidOption. A PolicySource's failure, or an invalid policy from
-// one, decides the request by the layers' FailClosed, Decision.Err saying
-// why. Store failures, the caller's cancellation and shadow mode are as
-// for AllowN.
-func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, checks []Check, out []Decision) (Decision, time.Time, error) {
-	if out != nil && len(out) < len(checks) {
-		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d decisions for %d checks", ErrInvalidOption, len(out), len(checks))
-	}
-	if len(checks) > len(l.policies) {
-		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: %d checks for %d layers", ErrInvalidOption, len(checks), len(l.policies))
-	}
-	if len(checks) == 0 {
-		return Decision{Allowed: true, Source: SourceStore}, time.Time{}, nil
+// Bad input returns an error wrapping ErrInvalidOption: no layer checked
+// (a missing key must not pass a request unlimited), more Requests than
+// layers, a cost out of range, an out shorter than reqs. A PolicySource's
+// failure, or an invalid policy from one, decides the request by the
+// layers' FailClosed, Decision.Err saying why. Store failures, the
+// caller's cancellation and shadow mode are as for AllowN.
+func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, time.Time, error) {
+	if err := l.checkLayers("AllowLayers", reqs, out, out != nil); err != nil {
+		return Decision{}, time.Time{}, err
 	}
 	c := callPool.Get().(*call)
-	err := l.decide(ctx, now, c, checks, out)
+	if c.gather(reqs) == 0 {
+		c.release()
+		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: no layer checked: every Request has an empty Key", ErrInvalidOption)
+	}
+	var own []Decision // the caller's out, when it is in the requests' order
+	if out != nil && c.n == len(reqs) {
+		own = out
+	}
+	err := l.decide(ctx, now, c, own)
+	if out != nil && own == nil {
+		c.scatter(reqs, out)
+	}
 	var d Decision
 	c.v.copyTo(&d)
 	took := c.v.took
-	c.release(len(checks))
+	c.release()
 	return d, took, err
 }
 
-// layerOf returns the policy of the layer check i of checks given to fn
-// (AllowLayers, Peek) names: a layer in range that no check before it
-// named (seen, the layers named so far, is updated); otherwise badCheck's
-// error. (A call a layer: callgrind counts AllowLayers of 4 layers alike,
-// 6 076 and 6 080 instructions, before and after it was shared.)
-func (l *Limiter) layerOf(fn string, i int, c *Check, seen *uint32) (*Policy, error) {
-	if uint(c.Layer) >= uint(len(l.policies)) || *seen&(1<<c.Layer) != 0 {
-		return nil, l.badCheck(fn, i, c)
+// checkLayers is fn's refusal of more Requests than layers or, when
+// outToo, of an out shorter than reqs.
+func (l *Limiter) checkLayers(fn string, reqs []Request, out []Decision, outToo bool) error {
+	if len(reqs) > len(l.policies) {
+		return fmt.Errorf("%w: %s: %d Requests for %d layers", ErrInvalidOption, fn, len(reqs), len(l.policies))
 	}
-	*seen |= 1 << c.Layer
-	return &l.policies[c.Layer], nil
-}
-
-// badCheck is layerOf's error for a layer out of range or named twice.
-func (l *Limiter) badCheck(fn string, i int, c *Check) error {
-	if c.Layer < 0 || c.Layer >= len(l.policies) {
-		return fmt.Errorf("%w: %s: check %d names layer %d of %d", ErrInvalidOption, fn, i, c.Layer, len(l.policies))
+	if outToo && len(out) < len(reqs) {
+		return fmt.Errorf("%w: %s: %d Decisions for %d Requests", ErrInvalidOption, fn, len(out), len(reqs))
 	}
-	return fmt.Errorf("%w: %s: two checks for layer %q", ErrInvalidOption, fn, l.policies[c.Layer].Name)
+	return nil
 }
 
 // verdict completes v from the decisions of reqs in v.ds: the policies,
-// the Source and Err, the costs given back, the binding layer.
+// the Source and Err, the costs given back, the binding layer. One
+// request's is inlined where it is called; several are verdictLayers'.
 func (l *Limiter) verdict(reqs []Request, v *verdict, src Source, err error) {
-	if len(v.ds) == 1 { // the request's decision is its one layer's
-		d := &v.ds[0]
-		d.Policy, d.Source, d.Err = reqs[0].Policy, src, err
-		v.binding = 0
+	if len(v.ds) != 1 {
+		l.verdictLayers(reqs, v, src, err)
 		return
 	}
+	d := &v.ds[0] // the request's decision is its one layer's
+	d.Policy, d.Source, d.Err = reqs[0].Policy, src, err
+	v.binding = 0
+}
+
+// verdictLayers is verdict of several requests.
+func (l *Limiter) verdictLayers(reqs []Request, v *verdict, src Source, err error) {
 	allowed := true
 	for i := range v.ds {
 		if !v.ds[i].Allowed {
@@ -153,10 +140,17 @@ func binds(d, e *Decision, allowed bool) bool {
 }
 
 // failLayers fills v with the decisions of reqs by each layer's
-// FailClosed, err their Err.
+// FailClosed, err their Err, each written in place (a Decision is large).
+// One request's is its verdict already.
 func (l *Limiter) failLayers(reqs []Request, v *verdict, err error) {
 	for i := range reqs {
-		v.ds[i] = l.failedAs(&reqs[i].Policy, err)
+		d := &v.ds[i]
+		*d = Decision{}
+		failInto(d, &reqs[i].Policy, err)
+	}
+	if len(reqs) == 1 {
+		v.binding = 0
+		return
 	}
 	l.verdict(reqs, v, SourceFailMode, err)
 }

@@ -45,7 +45,7 @@ func TestLayeredRedisOutage(t *testing.T) {
 	guarded[2].FailClosed = time.Second // the login guard stays shut in an outage
 	mixed, err := core.NewLimiter(store, guarded, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
-	checks := []core.Check{{Layer: 0, Key: "api", Cost: 1}, {Layer: 2, Key: "ip:1", Cost: 1}, {Layer: 3, Key: "ip:1", Cost: 1}}
+	checks := []core.Request{{Key: "api", Cost: 1}, {}, {Key: "ip:1", Cost: 1}, {Key: "ip:1", Cost: 1}}
 	ctx := context.Background()
 
 	// Healthy: one layered decision, from Redis, through a store and a
@@ -92,12 +92,13 @@ func TestLayeredRedisOutage(t *testing.T) {
 					assert.Equal(t, time.Second, v.RetryAfter)
 					assert.True(t, v.Decisions[0].Allowed, "the global layer failed open")
 					var other limitertest.Verdict
-					require.NoError(t, limitertest.AllowLayers(mixed, ctx, []core.Check{checks[0], checks[2]}, time.Time{}, &other))
+					require.NoError(t, limitertest.AllowLayers(mixed, ctx, []core.Request{checks[0], {}, {}, checks[3]}, time.Time{}, &other))
 					require.ErrorIs(t, other.Err, limits.ErrStore)
 					assert.True(t, other.Allowed, "without the login layer, the request fails open")
 				}
 				if tc.source == core.SourceFallback {
-					require.Len(t, v.Decisions, 3, name)
+					require.Len(t, v.Decisions, 4, name)
+					assert.Zero(t, v.Decisions[1], "%s: the user layer, not checked", name)
 					assert.Equal(t, "login", v.Policy.Name, "%s: the fallback's own layered decision", name)
 				}
 			}
@@ -116,5 +117,5 @@ func TestLayeredRedisOutage(t *testing.T) {
 	require.ErrorIs(t, fv.Err, limits.ErrStore)
 	assert.False(t, fv.Allowed)
 	assert.Equal(t, "login", fv.Policy.Name)
-	assert.Equal(t, int64(300-5), fv.Decisions[2].Remaining, "the mirrored request and four more were admitted")
+	assert.Equal(t, int64(300-5), fv.Decisions[3].Remaining, "the mirrored request and four more were admitted")
 }

@@ -32,7 +32,7 @@ func TestCostOverThePolicyInForceIsADenial(t *testing.T) {
 	ask := func(cost, plan int64) (limitertest.Verdict, error) {
 		plans.set(plan)
 		var v limitertest.Verdict
-		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "api", Cost: cost}, {Layer: 1, Key: "user:1", Cost: cost}}, layerT0, &v)
+		err := limitertest.AllowLayers(l, ctx, []core.Request{{Key: "api", Cost: cost}, {Key: "user:1", Cost: cost}}, layerT0, &v)
 		return v, err
 	}
 

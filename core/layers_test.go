@@ -60,38 +60,40 @@ func TestNewLayeredRefusesBadConfiguration(t *testing.T) {
 	}
 }
 
-func TestAllowLayersRefusesBadChecks(t *testing.T) {
+func TestAllowLayersRefusesBadRequests(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), fourLayers())
 	require.NoError(t, err)
 	ctx := context.Background()
 	var v limitertest.Verdict
 	for name, tc := range map[string]struct {
-		checks []core.Check
-		want   error
+		reqs []core.Request
+		want string
 	}{
-		"layer out of range": {[]core.Check{{Layer: 4, Key: "k", Cost: 1}}, core.ErrInvalidOption},
-		"negative layer":     {[]core.Check{{Layer: -1, Key: "k", Cost: 1}}, core.ErrInvalidOption},
-		"layer twice":        {[]core.Check{{Layer: 1, Key: "k", Cost: 1}, {Layer: 1, Key: "j", Cost: 1}}, core.ErrInvalidOption},
-		"empty key":          {[]core.Check{{Layer: 0, Key: "", Cost: 1}}, core.ErrInvalidOption},
-		"zero cost":          {[]core.Check{{Layer: 0, Key: "k"}}, core.ErrInvalidOption},
-		"cost over capacity": {[]core.Check{{Layer: 2, Key: "k", Cost: 6}}, core.ErrInvalidOption},
-		"huge cost":          {[]core.Check{{Layer: 1, Key: "k", Cost: math.MaxInt64}}, core.ErrInvalidOption},
-		"too many checks": {[]core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1},
-			{Layer: 2, Key: "k", Cost: 1}, {Layer: 3, Key: "k", Cost: 1}, {Layer: 3, Key: "k", Cost: 1}}, core.ErrInvalidOption},
+		"more than the layers": {[]core.Request{{}, {}, {}, {}, {Key: "k", Cost: 1}}, "5 Requests for 4 layers"},
+		"no layer checked":     {[]core.Request{{Cost: 1}, {}}, "no layer checked"},
+		"nothing":              {nil, "no layer checked"},
+		"zero cost":            {[]core.Request{{Key: "k"}}, "cost 0 is not positive"},
+		"cost over capacity":   {[]core.Request{{}, {}, {Key: "k", Cost: 6}}, "cost 6, capacity 5"},
+		"huge cost":            {[]core.Request{{}, {Key: "k", Cost: math.MaxInt64}}, "capacity 1000"},
+		"a later layer's cost": {[]core.Request{{Key: "k", Cost: 1}, {}, {Key: "k", Cost: 6}}, "cost 6, capacity 5"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := limitertest.AllowLayers(l, ctx, tc.checks, layerT0, &v)
-			require.ErrorIs(t, err, tc.want)
+			err := limitertest.AllowLayers(l, ctx, tc.reqs, layerT0, &v)
+			require.ErrorIs(t, err, core.ErrInvalidOption)
+			assert.ErrorContains(t, err, tc.want)
 			assert.False(t, v.Allowed)
 		})
 	}
-	_, _, err = l.AllowLayers(ctx, time.Time{}, []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}, make([]core.Decision, 1))
-	require.ErrorIs(t, err, core.ErrInvalidOption, "out shorter than checks")
+	_, _, err = l.AllowLayers(ctx, time.Time{}, []core.Request{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}}, make([]core.Decision, 1))
+	require.ErrorIs(t, err, core.ErrInvalidOption, "out shorter than reqs")
 
-	// Nothing was taken by the refused checks: the login layer is whole.
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 2, Key: "k", Cost: 1}}, layerT0, &v))
+	// Nothing was taken by the refused requests: the login layer is whole.
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{{}, {}, {Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)
 	assert.Equal(t, int64(4), v.Remaining)
+	assert.Equal(t, 2, v.Binding)
+	assert.Zero(t, v.Decisions[0], "a layer not checked")
+	assert.Equal(t, "login", v.Decisions[2].Policy.Name)
 }
 
 func TestAllowLayersAllOrNothing(t *testing.T) {
@@ -100,11 +102,11 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	login := func(at time.Time) limitertest.Verdict {
 		var v limitertest.Verdict
-		require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{
-			{Layer: 0, Key: "api", Cost: 1},
-			{Layer: 1, Key: "user:7", Cost: 1},
-			{Layer: 2, Key: "ip:192.0.2.1", Cost: 1},
-			{Layer: 3, Key: "ip:192.0.2.1", Cost: 1},
+		require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{
+			{Key: "api", Cost: 1},
+			{Key: "user:7", Cost: 1},
+			{Key: "ip:192.0.2.1", Cost: 1},
+			{Key: "ip:192.0.2.1", Cost: 1},
 		}, at, &v))
 		return v
 	}
@@ -135,21 +137,19 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 	// The other layers' states were not charged: a request outside /login
 	// finds them as the five logins left them.
 	var v limitertest.Verdict
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{
-		{Layer: 1, Key: "user:7", Cost: 1},
-		{Layer: 3, Key: "ip:192.0.2.1", Cost: 1},
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{
+		{},
+		{Key: "user:7", Cost: 1},
+		{},
+		{Key: "ip:192.0.2.1", Cost: 1},
 	}, layerT0, &v))
 	require.True(t, v.Allowed)
-	assert.Equal(t, int64(994), v.Decisions[0].Remaining)
-	assert.Equal(t, int64(294), v.Decisions[1].Remaining)
-	assert.Equal(t, 1, v.Binding, "the ip layer has the least left")
+	assert.Equal(t, int64(994), v.Decisions[1].Remaining)
+	assert.Equal(t, int64(294), v.Decisions[3].Remaining)
+	assert.Zero(t, v.Decisions[0], "not checked")
+	assert.Zero(t, v.Decisions[2], "not checked")
+	assert.Equal(t, 3, v.Binding, "the ip layer has the least left")
 	assert.Equal(t, int64(294), v.Remaining)
-
-	// No check: passes, untouched.
-	require.NoError(t, limitertest.AllowLayers(l, ctx, nil, layerT0, &v))
-	assert.True(t, v.Allowed)
-	assert.Equal(t, -1, v.Binding)
-	assert.Empty(t, v.Decisions)
 }
 
 func TestAllowLayersRetryAfterIsWhenEveryLayerAdmits(t *testing.T) {
@@ -159,7 +159,7 @@ func TestAllowLayersRetryAfterIsWhenEveryLayerAdmits(t *testing.T) {
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
-	both := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	both := []core.Request{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}}
 	var v limitertest.Verdict
 	require.NoError(t, limitertest.AllowLayers(l, ctx, both, layerT0, &v))
 	require.True(t, v.Allowed)
@@ -188,7 +188,7 @@ func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
 	})
 	require.NoError(t, err)
 	var v limitertest.Verdict
-	checks := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	checks := []core.Request{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}}
 	require.NoError(t, limitertest.AllowLayers(l, context.Background(), checks, layerT0, &v))
 	require.NoError(t, limitertest.AllowLayers(l, context.Background(), checks, layerT0, &v))
 	require.True(t, v.Allowed)
@@ -201,18 +201,22 @@ func TestAllowLayersLeakyDelayIsTheLongest(t *testing.T) {
 // the client's plan: the policy its requests are decided by.
 type planKey struct{}
 
-// plans is the PolicySource of a plan read from the request's context.
-var plans = core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+// contextPlans is the PolicySource of a plan read from the request's
+// context.
+type contextPlans struct{}
+
+// Adjust returns the plan in ctx, p when there is none.
+func (contextPlans) Adjust(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
 	if plan, ok := ctx.Value(planKey{}).(core.Policy); ok {
 		return plan, nil
 	}
 	return p, nil
-})
+}
 
 func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{
 		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
-	}, core.WithPolicySource(plans))
+	}, core.WithPolicySource(contextPlans{}))
 	require.NoError(t, err)
 	ask := func(p *core.Policy, cost int64) (limitertest.Verdict, error) {
 		ctx := context.Background()
@@ -220,7 +224,7 @@ func TestAllowLayersPerRequestPolicy(t *testing.T) {
 			ctx = context.WithValue(ctx, planKey{}, *p)
 		}
 		var v limitertest.Verdict
-		err := limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "user:1", Cost: cost}}, layerT0, &v)
+		err := limitertest.AllowLayers(l, ctx, []core.Request{{Key: "user:1", Cost: cost}}, layerT0, &v)
 		return v, err
 	}
 	// 900 of the free plan's 1,000.
@@ -257,11 +261,11 @@ func TestAllowLayersPerRequestPolicy(t *testing.T) {
 	}
 	closed, err := core.NewLimiter(newMemStore(t), []core.Policy{
 		{Name: "user", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute, FailClosed: time.Second},
-	}, core.WithPolicySource(plans))
+	}, core.WithPolicySource(contextPlans{}))
 	require.NoError(t, err)
 	var cv limitertest.Verdict
 	ctx := context.WithValue(context.Background(), planKey{}, core.Policy{Name: "user", Algorithm: core.FixedWindow, Window: time.Minute})
-	err = limitertest.AllowLayers(closed, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &cv)
+	err = limitertest.AllowLayers(closed, ctx, []core.Request{{Key: "k", Cost: 1}}, layerT0, &cv)
 	require.NoError(t, err)
 	require.ErrorIs(t, cv.Err, limits.ErrPolicy)
 	assert.False(t, cv.Allowed)
@@ -388,14 +392,14 @@ func TestSingleLimiterAsOneLayer(t *testing.T) {
 	require.Len(t, l.Policies(), 1)
 	ctx := context.Background()
 	var v limitertest.Verdict
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{{Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)
 	assert.Equal(t, 0, v.Binding)
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{{Key: "k", Cost: 1}}, layerT0, &v))
 	assert.False(t, v.Allowed)
-	require.ErrorIs(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 1, Key: "k", Cost: 1}}, layerT0, &v), core.ErrInvalidOption)
+	require.ErrorIs(t, limitertest.AllowLayers(l, ctx, []core.Request{{}, {Key: "k", Cost: 1}}, layerT0, &v), core.ErrInvalidOption)
 	require.NoError(t, l.Reset(ctx, "k", "p"))
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{{Key: "k", Cost: 1}}, layerT0, &v))
 	assert.True(t, v.Allowed)
 }
 
@@ -413,7 +417,7 @@ func TestLayeredShadowAndObservers(t *testing.T) {
 	}, core.WithShadow(), core.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
-	checks := []core.Check{{Layer: 0, Key: "x", Cost: 1}, {Layer: 1, Key: "y", Cost: 1}}
+	checks := []core.Request{{Key: "x", Cost: 1}, {Key: "y", Cost: 1}}
 	var v limitertest.Verdict
 	require.NoError(t, limitertest.AllowLayers(l, ctx, checks, layerT0, &v))
 	require.True(t, v.Allowed)
@@ -476,8 +480,10 @@ func TestLayeredConcurrentExactness(t *testing.T) {
 			ip := "ip" + string(rune('0'+g%3))
 			var v limitertest.Verdict
 			for i := 0; i < 60; i++ {
-				err := limitertest.AllowLayers(l, ctx, []core.Check{
-					{Layer: 0, Key: "all", Cost: 1}, {Layer: 1, Key: user, Cost: 1}, {Layer: 2, Key: ip, Cost: 1},
+				err := limitertest.AllowLayers(l, ctx, []core.Request{
+					{Key: "all", Cost: 1},
+					{Key: user, Cost: 1},
+					{Key: ip, Cost: 1},
 				}, layerT0, &v)
 				if !assert.NoError(t, err) {
 					return
@@ -514,7 +520,7 @@ func TestLayeredConcurrentExactness(t *testing.T) {
 	}
 	assert.Equal(t, int64(75), total, "3 addresses of 25 each bind before the users' 4*40")
 	var v limitertest.Verdict
-	require.NoError(t, limitertest.AllowLayers(limiters[1], ctx, []core.Check{{Layer: 0, Key: "all", Cost: 1}}, layerT0, &v))
+	require.NoError(t, limitertest.AllowLayers(limiters[1], ctx, []core.Request{{Key: "all", Cost: 1}}, layerT0, &v))
 	assert.Equal(t, int64(1_000_000-total-1), v.Remaining, "the wide layer counted the admitted requests only")
 }
 
@@ -525,7 +531,7 @@ func TestLayeredCallerCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var v limitertest.Verdict
-	err = limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "k", Cost: 1}}, layerT0, &v)
+	err = limitertest.AllowLayers(l, ctx, []core.Request{{Key: "k", Cost: 1}}, layerT0, &v)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.False(t, v.Allowed)
 	assert.True(t, errors.Is(err, context.Canceled))

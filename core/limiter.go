@@ -54,10 +54,6 @@ type Limiter struct {
 	observers []func(Event)
 	shadow    bool
 	sources   []PolicySource // WithPolicySource, in order; nil when none
-	// untouched, when set, reports the keys the Limiter's one
-	// PolicySource leaves as they are, whose requests it need not ask
-	// (see NewLimiter).
-	untouched func(key string) bool
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
 	inProcess atomic.Bool
@@ -132,14 +128,6 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 		return nil, err
 	}
 	l.observers = observers
-	if len(l.sources) == 1 {
-		if src, ok := l.sources[0].(SelectiveSource); ok {
-			// The keys the one source leaves as they are (a reputation:
-			// the clients in no band that scales) are decided as on a
-			// Limiter without it.
-			l.untouched = src.Untouched
-		}
-	}
 	return l, nil
 }
 
@@ -177,24 +165,8 @@ func layersOf(policies []Policy) ([]Policy, []int64, map[string]int, error) {
 // filled in (a copy).
 func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies...) }
 
-// Store returns the Limiter's store. An exporter reads from it what the
-// store tells of itself, such as its timeout (see Store).
-func (l *Limiter) Store() Store { return l.store }
-
 // Shadow reports whether the Limiter is in shadow mode (WithShadow).
 func (l *Limiter) Shadow() bool { return l.shadow }
-
-// DenyCacheLen returns how many denials the Limiter's deny cache
-// remembers (WithDenyCache), expired ones not yet dropped included; 0
-// without a deny cache.
-func (l *Limiter) DenyCacheLen() int {
-	if l.denied == nil {
-		return 0
-	}
-	l.denied.mu.Lock()
-	defer l.denied.mu.Unlock()
-	return len(l.denied.m)
-}
 
 // Allow is AllowN(ctx, key, 1, time.Time{}).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
@@ -224,20 +196,15 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (d Decision, err error) {
 	c := callPool.Get().(*call)
 	k := len(l.policies)
-	if k == 1 {
-		one := [1]Check{{Key: key, Cost: n}} // on the stack: nothing to clear
-		err = l.decide(ctx, now, c, one[:], nil)
-	} else {
-		for i := range k {
-			c.checks[i] = Check{Layer: i, Key: key, Cost: n}
-		}
-		err = l.decide(ctx, now, c, c.checks[:k], nil)
-		for i := range k {
-			c.checks[i].Key = ""
-		}
+	for i := range k {
+		r := &c.reqs[i]
+		r.Key, r.Cost = key, n
+		c.layers[i] = uint8(i)
 	}
+	c.n = k
+	err = l.decide(ctx, now, c, nil)
 	c.v.copyTo(&d)
-	c.release(k)
+	c.release()
 	return d, err
 }
 
@@ -355,16 +322,9 @@ func (l *Limiter) canceled(ctx context.Context, p *Policy, storeErr error) (Deci
 	return Decision{Limit: p.capacity(), Policy: *p}, err
 }
 
-// failedAs is the Decision of a store failure (or of a policy that could
-// not be had) under policy p, by its FailClosed: a denial when it is set,
-// else an admission; err is its Err.
-func (l *Limiter) failedAs(p *Policy, err error) (d Decision) {
-	failInto(&d, p, err)
-	return d
-}
-
-// failInto is failedAs into *d, which is zero: on the open breaker's path,
-// straight into decide's result (a Decision is large).
+// failInto fills *d, which is zero, with the Decision of a store failure
+// (or of a policy that could not be had) under policy p, by its
+// FailClosed: a denial when it is set, else an admission; err is its Err.
 func failInto(d *Decision, p *Policy, err error) {
 	c := p.capacity()
 	d.Limit, d.Policy, d.Source, d.Err = c, *p, SourceFailMode, err
@@ -373,6 +333,13 @@ func failInto(d *Decision, p *Policy, err error) {
 	} else {
 		d.Allowed, d.Remaining = true, c
 	}
+}
+
+// hashKey is the key a store sees for key, a key that is not plain (see
+// normalizeKey): its SHA-256, in hex.
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // normalizeKey returns the key a store sees for a client key: the key
@@ -386,18 +353,21 @@ func normalizeKey(key string) (string, error) {
 	if len(key) <= limits.MaxKeyLen && plainKey(key) {
 		return key, nil
 	}
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return hashKey(key), nil
 }
 
 // plainKey reports whether key is printable ASCII without a space, '{'
 // or '}': the bytes [0x21, 0x7e] less 0x7b and 0x7d. It tests eight bytes
 // at a time (the last eight overlapping the ones before when the length
-// is not a multiple of eight): the hot path checks every key, and a byte
-// loop cost an 11-byte address 110 instructions. See plainWord.
+// is not a multiple of eight), and a key of 8 to 16 bytes (an address)
+// in one test of two words: the hot path checks every key, and a byte
+// loop cost an 11-byte address 110 instructions. See plainBits.
 func plainKey(key string) bool {
 	n := len(key)
-	if n < 8 {
+	switch {
+	case n >= 8 && n <= 16:
+		return plainBits(load64(key, 0))|plainBits(load64(key, n-8)) == 0
+	case n < 8:
 		for i := 0; i < n; i++ {
 			if b := key[i]; b < 0x21 || b > 0x7e || b == '{' || b == '}' {
 				return false
@@ -405,12 +375,12 @@ func plainKey(key string) bool {
 		}
 		return true
 	}
-	for i := 0; i+8 <= n; i += 8 {
-		if !plainWord(load64(key, i)) {
+	for i := 0; i+8 < n; i += 8 {
+		if plainBits(load64(key, i)) != 0 {
 			return false
 		}
 	}
-	return n%8 == 0 || plainWord(load64(key, n-8))
+	return plainBits(load64(key, n-8)) == 0
 }
 
 // load64 returns the eight bytes of s at i as a little-endian word (the
@@ -421,16 +391,16 @@ func load64(s string, i int) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-// plainWord reports whether each byte of w is plain (see plainKey), by
-// the classic word tests (Hacker's Delight, and Sean Anderson's "Bit
-// Twiddling Hacks"), each exact as to whether any byte matches: a borrow
-// or carry that crosses into the next byte starts only at a byte that
-// matches.
-func plainWord(w uint64) bool {
+// plainBits is 0 when each byte of w is plain (see plainKey), and has
+// the high bit of a byte that is not set otherwise, by the classic word
+// tests (Hacker's Delight, and Sean Anderson's "Bit Twiddling Hacks"),
+// each exact as to whether any byte matches: a borrow or carry that
+// crosses into the next byte starts only at a byte that matches.
+func plainBits(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	below := (w - 0x21*ones) & ^w & highs // a byte below 0x21
 	above := ((w + ones) | w) & highs     // a byte above 0x7e
 	x, y := w^(0x7b*ones), w^(0x7d*ones)  // a '{' or '}' is a zero byte of x or y
 	braces := ((x-ones) & ^x | (y-ones) & ^y) & highs
-	return below|above|braces == 0
+	return below | above | braces
 }

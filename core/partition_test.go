@@ -147,9 +147,9 @@ func TestPartitionBreakerLayers(t *testing.T) {
 		{Name: "all", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second}}
 	ctx := context.Background()
 	t0 := time.Unix(1_000_000, 0)
-	spread := []core.Check{{Layer: 0, Key: "a-user", Cost: 1}, {Layer: 1, Key: "b-all", Cost: 1}}
-	onB := []core.Check{{Layer: 0, Key: "b-user", Cost: 1}, {Layer: 1, Key: "b-all", Cost: 1}}
-	onC := []core.Check{{Layer: 0, Key: "c-user", Cost: 1}, {Layer: 1, Key: "c-all", Cost: 1}}
+	spread := []core.Request{{Key: "a-user", Cost: 1}, {Key: "b-all", Cost: 1}}
+	onB := []core.Request{{Key: "b-user", Cost: 1}, {Key: "b-all", Cost: 1}}
+	onC := []core.Request{{Key: "c-user", Cost: 1}, {Key: "c-all", Cost: 1}}
 
 	t.Run("named", func(t *testing.T) {
 		s := newNodesStore(t, "a", "b", "c")
@@ -167,7 +167,7 @@ func TestPartitionBreakerLayers(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorIs(t, d.Err, limits.ErrCircuitOpen, "a's breaker is open")
 		require.Equal(t, calls, s.calls.Load(), "the store was not asked")
-		for _, checks := range [][]core.Check{onB, onC} {
+		for _, checks := range [][]core.Request{onB, onC} {
 			d, _, err = l.AllowLayers(ctx, t0, checks, nil)
 			require.NoError(t, err)
 			require.Equal(t, core.SourceStore, d.Source, "%v: %v", checks, d.Err)

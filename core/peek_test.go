@@ -29,7 +29,7 @@ func TestPeekTellsTheNextDecision(t *testing.T) {
 				{Name: "global", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute},
 				{Name: "user", Algorithm: alg, Limit: 3, Window: 10 * time.Second},
 			}
-			premium := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+			premium := sourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
 				if p.Name == "user" && key[:1] == "p" {
 					p.Limit = 6
 				}
@@ -37,8 +37,8 @@ func TestPeekTellsTheNextDecision(t *testing.T) {
 			})
 			l, err := core.NewLimiter(newMemStore(t), layers, core.WithPolicySource(premium))
 			require.NoError(t, err)
-			checks := func(key string) []core.Check {
-				return []core.Check{{Layer: 0, Key: "g-" + key, Cost: 1}, {Layer: 1, Key: key, Cost: 1}}
+			checks := func(key string) []core.Request {
+				return []core.Request{{Key: "g-" + key, Cost: 1}, {Key: key, Cost: 1}}
 			}
 			for _, who := range []string{"free", "premium"} {
 				for i := range 10 {
@@ -66,9 +66,10 @@ func TestPeekTellsTheNextDecision(t *testing.T) {
 					}
 				}
 			}
-			out := make([]core.Decision, 1)
-			require.NoError(t, l.Peek(ctx, t0, []core.Check{{Layer: 1, Key: "premium"}}, out))
-			assert.Equal(t, int64(6), out[0].Policy.Limit, "the plan in force")
+			out := make([]core.Decision, 2)
+			require.NoError(t, l.Peek(ctx, t0, []core.Request{{}, {Key: "premium"}}, out))
+			assert.Equal(t, int64(6), out[1].Policy.Limit, "the plan in force")
+			assert.Zero(t, out[0], "the layer not checked")
 		})
 	}
 }
@@ -90,17 +91,17 @@ func TestPeekIsNotADecision(t *testing.T) {
 	heard = 0
 	out := make([]core.Decision, 1)
 	for range 1000 {
-		require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: "k"}}, out))
+		require.NoError(t, l.Peek(ctx, now, []core.Request{{Key: "k"}}, out))
 	}
 	assert.Zero(t, heard, "observers heard peeks")
 	assert.False(t, out[0].Allowed, "the quota is spent: a peek tells the truth in shadow mode")
 	assert.False(t, out[0].Shadowed)
 	assert.Equal(t, int64(0), out[0].Remaining)
-	require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: "fresh"}}, out))
+	require.NoError(t, l.Peek(ctx, now, []core.Request{{Key: "fresh"}}, out))
 	assert.True(t, out[0].Allowed)
 	assert.Equal(t, int64(2), out[0].Remaining)
 	for range 1000 {
-		require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: "fresh"}}, out))
+		require.NoError(t, l.Peek(ctx, now, []core.Request{{Key: "fresh"}}, out))
 	}
 	d, err := l.AllowN(ctx, "fresh", 1, now)
 	require.NoError(t, err)
@@ -118,45 +119,39 @@ func TestPeekErrors(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), two)
 	require.NoError(t, err)
 	out := make([]core.Decision, 2)
-	for name, checks := range map[string][]core.Check{
-		"layer out of range": {{Layer: 2, Key: "k"}},
-		"layer repeated":     {{Layer: 0, Key: "k"}, {Layer: 0, Key: "k"}},
-		"empty key":          {{Layer: 0, Key: ""}},
-		"negative layer":     {{Layer: -1, Key: "k"}},
-	} {
-		assert.ErrorIs(t, l.Peek(ctx, time.Time{}, checks, out), core.ErrInvalidOption, name)
-	}
-	assert.ErrorIs(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}, {Layer: 1, Key: "k"}}, out[:1]), core.ErrInvalidOption, "out too short")
+	assert.ErrorIs(t, l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}, {Key: "k"}, {Key: "k"}}, make([]core.Decision, 3)),
+		core.ErrInvalidOption, "more Requests than layers")
+	assert.ErrorIs(t, l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}, {Key: "k"}}, out[:1]), core.ErrInvalidOption, "out too short")
 	odd := "{user} with spaces"
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // a bucket refills: time stands still
 	_, err = l.AllowN(ctx, odd, 2, now)
 	require.NoError(t, err)
-	require.NoError(t, l.Peek(ctx, now, []core.Check{{Key: odd}}, out[:1]))
+	require.NoError(t, l.Peek(ctx, now, []core.Request{{Key: odd}}, out[:1]))
 	assert.Equal(t, int64(3), out[0].Remaining, "a hashed key is peeked as it was decided")
 
 	down := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return true }}
 	l, err = core.NewLimiter(down, []core.Policy{p}, core.WithCircuitBreaker(3, time.Hour))
 	require.NoError(t, err)
-	err = l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}}, out)
+	err = l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}}, out)
 	assert.ErrorIs(t, err, errFlap)
 	for range 3 {
 		_, _ = l.Allow(ctx, "k") // open the breaker
 	}
 	calls := down.calls.Load()
-	err = l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}}, out)
+	err = l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}}, out)
 	assert.ErrorIs(t, err, limits.ErrCircuitOpen)
 	assert.Equal(t, calls, down.calls.Load(), "an open breaker is not asked")
 
-	failing := core.PolicySourceFunc(func(context.Context, string, core.Policy) (core.Policy, error) {
+	failing := sourceFunc(func(context.Context, string, core.Policy) (core.Policy, error) {
 		return core.Policy{}, errors.New("plans unavailable")
 	})
 	l, err = core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithPolicySource(failing))
 	require.NoError(t, err)
-	assert.ErrorContains(t, l.Peek(ctx, time.Time{}, []core.Check{{Key: "k"}}, out), "plans unavailable")
+	assert.ErrorContains(t, l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}}, out), "plans unavailable")
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	assert.ErrorIs(t, l.Peek(canceled, time.Time{}, []core.Check{{Key: "k"}}, out), context.Canceled)
+	assert.ErrorIs(t, l.Peek(canceled, time.Time{}, []core.Request{{Key: "k"}}, out), context.Canceled)
 }
 
 // TestPeekCallerLeftDuringTheRead: a caller that disconnects while the
@@ -167,7 +162,7 @@ func TestPeekCallerLeftDuringTheRead(t *testing.T) {
 	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	err = l.Peek(context.WithValue(ctx, cancelFuncKey{}, cancel), time.Time{}, []core.Check{{Key: "k"}}, make([]core.Decision, 1))
+	err = l.Peek(context.WithValue(ctx, cancelFuncKey{}, cancel), time.Time{}, []core.Request{{Key: "k"}}, make([]core.Decision, 1))
 	require.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, limits.ErrStore)
 	assert.EqualValues(t, 1, s.calls.Load())

@@ -27,7 +27,7 @@ func TestRefundGivesBack(t *testing.T) {
 				{Name: "global", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Minute},
 				{Name: "user", Algorithm: alg, Limit: 10, Window: 10 * time.Second},
 			}
-			premium := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+			premium := sourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
 				if p.Name == "user" && key == "premium" {
 					p.Limit = 20
 				}
@@ -38,13 +38,13 @@ func TestRefundGivesBack(t *testing.T) {
 			l, err := core.NewLimiter(newMemStore(t), layers, core.WithPolicySource(premium), core.WithObserver(obs))
 			require.NoError(t, err)
 			for _, who := range []string{"free", "premium"} {
-				checks := []core.Check{{Layer: 0, Key: who, Cost: 8}, {Layer: 1, Key: who, Cost: 8}}
+				checks := []core.Request{{Key: who, Cost: 8}, {Key: who, Cost: 8}}
 				d, at, err := l.AllowLayers(ctx, t0, checks, nil)
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 				require.True(t, at.Equal(t0), "AllowLayers returns the time the store decided at")
 				heard = 0
-				require.NoError(t, l.Refund(ctx, at, []core.Check{{Layer: 0, Key: who, Cost: 5}, {Layer: 1, Key: who, Cost: 5}}))
+				require.NoError(t, l.Refund(ctx, at, []core.Request{{Key: who, Cost: 5}, {Key: who, Cost: 5}}))
 				assert.Zero(t, heard, "observers heard a refund")
 				out := make([]core.Decision, 2)
 				require.NoError(t, l.Peek(ctx, t0, checks, out))
@@ -69,7 +69,7 @@ func TestRefundGivesBack(t *testing.T) {
 	d, err = l.AllowN(ctx, "k", 1, now)
 	require.NoError(t, err)
 	require.Equal(t, core.SourceDenyCache, d.Source, "the denial is remembered")
-	require.NoError(t, l.Refund(ctx, at, []core.Check{{Key: "k", Cost: 1}}))
+	require.NoError(t, l.Refund(ctx, at, []core.Request{{Key: "k", Cost: 1}}))
 	d, err = l.AllowN(ctx, "k", 1, now)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "after a refund, the remembered denial no longer holds: %+v", d)
@@ -84,34 +84,33 @@ func TestRefundErrors(t *testing.T) {
 	two := []core.Policy{limitertest.Named(p, "a", 0), limitertest.Named(p, "b", 0)}
 	l, err := core.NewLimiter(newMemStore(t), two)
 	require.NoError(t, err)
-	for name, checks := range map[string][]core.Check{
-		"layer out of range": {{Layer: 2, Key: "k", Cost: 1}},
-		"layer repeated":     {{Layer: 0, Key: "k", Cost: 1}, {Layer: 0, Key: "k", Cost: 1}},
-		"empty key":          {{Layer: 0, Key: "", Cost: 1}},
-		"cost 0":             {{Layer: 0, Key: "k", Cost: 0}},
-		"cost negative":      {{Layer: 0, Key: "k", Cost: -1}},
-		"cost above burst":   {{Layer: 0, Key: "k", Cost: 6}},
-		"too many checks":    {{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}, {Layer: 1, Key: "j", Cost: 1}},
+	for name, reqs := range map[string][]core.Request{
+		"more than the layers": {{}, {}, {Key: "k", Cost: 1}},
+		"cost 0":               {{Key: "k", Cost: 0}},
+		"cost negative":        {{Key: "k", Cost: -1}},
+		"cost above burst":     {{Key: "k", Cost: 6}},
+		"a later layer's cost": {{Key: "k", Cost: 1}, {Key: "k", Cost: 6}},
 	} {
-		assert.ErrorIs(t, l.Refund(ctx, now, checks), core.ErrInvalidOption, name)
+		assert.ErrorIs(t, l.Refund(ctx, now, reqs), core.ErrInvalidOption, name)
 	}
-	assert.ErrorIs(t, l.Refund(ctx, time.Time{}, []core.Check{{Key: "k", Cost: 1}}), core.ErrInvalidOption, "no admission time")
+	assert.ErrorIs(t, l.Refund(ctx, time.Time{}, []core.Request{{Key: "k", Cost: 1}}), core.ErrInvalidOption, "no admission time")
 	assert.NoError(t, l.Refund(ctx, now, nil), "nothing to refund")
+	assert.NoError(t, l.Refund(ctx, now, []core.Request{{Cost: 1}, {Cost: 2}}), "no layer given back")
 
 	down := &flakyStore{Store: newMemStore(t), fail: func(int64) bool { return true }}
 	l, err = core.NewLimiter(down, []core.Policy{p}, core.WithCircuitBreaker(3, time.Hour))
 	require.NoError(t, err)
-	assert.ErrorIs(t, l.Refund(ctx, now, []core.Check{{Key: "k", Cost: 1}}), errFlap)
+	assert.ErrorIs(t, l.Refund(ctx, now, []core.Request{{Key: "k", Cost: 1}}), errFlap)
 	for range 3 {
 		_, _ = l.Allow(ctx, "k") // open the breaker
 	}
 	calls := down.calls.Load()
-	assert.ErrorIs(t, l.Refund(ctx, now, []core.Check{{Key: "k", Cost: 1}}), limits.ErrCircuitOpen)
+	assert.ErrorIs(t, l.Refund(ctx, now, []core.Request{{Key: "k", Cost: 1}}), limits.ErrCircuitOpen)
 	assert.Equal(t, calls, down.calls.Load(), "an open breaker is not asked")
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	assert.ErrorIs(t, l.Refund(canceled, now, []core.Check{{Key: "k", Cost: 1}}), context.Canceled)
+	assert.ErrorIs(t, l.Refund(canceled, now, []core.Request{{Key: "k", Cost: 1}}), context.Canceled)
 }
 
 // TestAllowLayersReturnsTheTime: AllowLayers returns the time the store
@@ -125,13 +124,13 @@ func TestAllowLayersReturnsTheTime(t *testing.T) {
 	obs := limitertest.Observer(func(core.Event) {})
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(obs))
 	require.NoError(t, err)
-	checks := []core.Check{{Key: "k", Cost: 2}}
+	checks := []core.Request{{Key: "k", Cost: 2}}
 	d, at, err := l.AllowLayers(ctx, time.Time{}, checks, nil)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	require.False(t, at.IsZero())
 	assert.WithinDuration(t, time.Now(), at, time.Minute)
-	require.NoError(t, l.Refund(ctx, at, []core.Check{{Key: "k", Cost: 2}}))
+	require.NoError(t, l.Refund(ctx, at, []core.Request{{Key: "k", Cost: 2}}))
 	out := make([]core.Decision, 1)
 	require.NoError(t, l.Peek(ctx, time.Time{}, checks, out))
 	assert.Equal(t, int64(3), out[0].Remaining, "the sliding log's entry was given back, by its time")

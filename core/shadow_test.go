@@ -204,7 +204,7 @@ func TestShadowLayersEveryDenial(t *testing.T) {
 		core.WithShadow(), core.WithObserver(rec))
 	require.NoError(t, err)
 	ctx := context.Background()
-	checks := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	checks := []core.Request{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}}
 	out := make([]core.Decision, 2)
 	d, _, err := l.AllowLayers(ctx, t0, checks, out)
 	require.NoError(t, err)

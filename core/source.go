@@ -14,9 +14,9 @@ import (
 // every decision, for every layer, and decides by what they return; a
 // change takes effect on the next request. The package overrides has
 // sources: in process, shared through Redis (package rediswatch), and
-// driven by a load signal; a plan is a PolicySourceFunc that reads the
-// client's plan from the request's context (set by the authentication
-// middleware) or looks it up by key.
+// driven by a load signal; a plan is a type of yours whose Adjust reads
+// the client's plan from the request's context (set by the authentication
+// middleware) or looks it up by key (see ExamplePolicySource).
 //
 // A source may raise a layer's capacity (a premium plan): a request whose
 // cost fits the raised policy is decided by it. A cost above the policy in
@@ -39,35 +39,6 @@ type PolicySource interface {
 	Adjust(ctx context.Context, key string, p Policy) (Policy, error)
 }
 
-// SelectiveSource is a PolicySource that leaves the policies of most keys
-// as they are and can tell which (a reputation.Tracker: the clients in
-// no band that scales). A Limiter whose one source is a SelectiveSource
-// decides those keys as fast as a Limiter without a source.
-type SelectiveSource interface {
-	PolicySource
-	// Untouched reports whether Adjust returns every policy of key as it
-	// is. It is called on every decision: it must be safe for concurrent
-	// use, and fast (an atomic load and a map lookup).
-	Untouched(key string) bool
-}
-
-// PolicySourceFunc is a function that is a PolicySource, as
-// http.HandlerFunc is an http.Handler:
-//
-//	plans := core.PolicySourceFunc(func(ctx context.Context, key string, p core.Policy) (core.Policy, error) {
-//		if p.Name == "user" && planOf(ctx) == "premium" {
-//			p.Limit *= 10
-//		}
-//		return p, nil
-//	})
-//	limiter, err := core.NewLimiter(store, policies, core.WithPolicySource(plans))
-type PolicySourceFunc func(ctx context.Context, key string, p Policy) (Policy, error)
-
-// Adjust returns f(ctx, key, p).
-func (f PolicySourceFunc) Adjust(ctx context.Context, key string, p Policy) (Policy, error) {
-	return f(ctx, key, p)
-}
-
 // WithPolicySource makes the Limiter consult src on every decision (see
 // PolicySource). Several sources apply in the order given, each to the
 // policy the one before returned. A nil src is invalid.
@@ -88,12 +59,12 @@ func WithPolicySource(src PolicySource) Option {
 func (l *Limiter) adjust(ctx context.Context, key string, p Policy) (Policy, int64, error) {
 	q, ceiling := p, p.capacity()
 	for i, src := range l.sources {
-		prev := q
+		limit, burst, window := q.Limit, q.Burst, q.Window
 		var err error
 		if q, err = src.Adjust(ctx, key, q); err != nil {
 			return Policy{}, 0, fmt.Errorf("%w: layer %q: %w", limits.ErrPolicy, p.Name, err)
 		}
-		if q.Limit != prev.Limit || q.Burst != prev.Burst || q.Window != prev.Window {
+		if q.Limit != limit || q.Burst != burst || q.Window != window {
 			// The one clamp of every derived policy (limits.Derive): what
 			// no valid policy keeps, a burst the rate cannot refill within
 			// 366 days, a limit above the most, is lowered to the nearest

@@ -49,13 +49,15 @@ type Decision struct {
 	Err error
 }
 
-// Request is one question a Limiter asks its Store: a client key under a
-// policy, for a cost.
+// Request is a client key under a policy, for a cost: one layer's part of
+// a request to Limiter.AllowLayers, Peek and Refund (reqs[i] for layer i,
+// its Policy ignored), and one question a Limiter asks its Store.
 type Request struct {
-	// Key identifies the client. The Limiter has checked it: never empty,
+	// Key identifies the client; an empty Key leaves the layer out of
+	// AllowLayers, Peek and Refund. A Store gets it checked: never empty,
 	// at most 128 bytes of printable ASCII with no '{' or '}'.
 	Key string
-	// Policy has been validated and has a Name.
+	// Policy is the policy the Store decides by: validated, with a Name.
 	Policy Policy
 	// Cost is the units the request takes (Store.Take) or gives back
 	// (Store.Refund): in [1, the policy's capacity] (Burst for the
@@ -144,10 +146,7 @@ func (s Source) String() string {
 // result dropped, but it never touches reqs or out once it has returned.
 // The Limiter reads a timeout from that error (it wraps
 // context.DeadlineExceeded, or os.ErrDeadlineExceeded from a socket) unless
-// the caller's own ctx has ended. redisstore.Store is such a store. A
-// store that bounds its calls may tell its bound with a method
-// Timeout() time.Duration, which the exporters in observe read (through
-// Limiter.Store) as the store's timeout.
+// the caller's own ctx has ended. redisstore.Store is such a store.
 //
 // A Store does not see every request of a client: a Limiter answers a
 // repeated denial from its deny cache (WithDenyCache), and, while its

@@ -80,7 +80,7 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 // admit runs the flow before the handler, in st: it reports whether r
 // proceeds, and returns the settlement of a request admitted by layers
 // that settle. A flow of one layer that applies to every request and
-// counts all keeps its check on the stack and asks the Limiter for no
+// counts all keeps its Request on the stack and asks the Limiter for no
 // per-layer decision; other flows use a pooled scratch.
 func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s *settlement) {
 	defer func() {
@@ -99,17 +99,18 @@ func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s
 			return true, nil
 		}
 	}
-	var one [1]core.Check
+	var one [1]core.Request
 	var oneKey [1]string
-	checks, keys := one[:0], oneKey[:0]
+	reqs, keys := one[:], oneKey[:0]
 	var sc *scratch
 	if !f.one {
 		sc = scratches.Get().(*scratch)
 		defer sc.release()
-		checks, keys = sc.checks[:0], sc.keys[:0]
+		sc.n = len(f.layers.layers)
+		reqs, keys = sc.reqs[:sc.n], sc.keys[:0]
 	}
 	st.in = inKey
-	checks, keys, keyErr := f.keyed(r, sc.matcherFor(r, f.layers), checks, keys)
+	keys, keyErr := f.keyed(r, sc.matcherFor(r, f.layers), reqs, keys)
 	if f.allow != nil || f.deny403 != nil {
 		if done, proceed := f.listed(st, r, w, keys); done {
 			return proceed, nil
@@ -119,34 +120,37 @@ func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s
 		f.fail(st, r, w, keyErr)
 		return false, nil
 	}
-	if f.repBans != nil && f.repBanned(st, r, w, firstKey(keys), f.addrKey(r, checks, keys)) {
+	if f.repBans != nil && f.repBanned(st, r, w, firstKey(keys), f.addrKey(r, reqs)) {
 		return false, nil
 	}
-	if len(checks) == 0 {
+	if len(keys) == 0 {
 		return f.proceed(st, r.Context(), r, w), nil // no layer applies
 	}
-	f.costs(st, r, checks)
+	f.costs(st, r, reqs)
 	st.in = inLimiter
 	ctx := r.Context()
-	settles := f.settles && f.anySettles(checks)
+	settles := f.settles && f.anySettles(reqs)
 	var ds []core.Decision // each layer's decision, when more than one tells
-	if len(checks) > 1 || settles {
-		ds = sc.ds[:len(checks)]
+	if len(keys) > 1 || settles {
+		ds = sc.ds[:len(reqs)]
 	}
 	var d core.Decision
 	var at time.Time
 	var err error
 	if settles {
-		d, at, err = f.allowSettling(ctx, sc.checks[:len(checks)], ds) // reserves: settled once next returns
+		d, at, err = f.allowSettling(ctx, reqs, ds) // reserves: settled once next returns
 	} else {
-		d, at, err = f.limiter.AllowLayers(ctx, time.Time{}, checks, ds)
+		d, at, err = f.limiter.AllowLayers(ctx, time.Time{}, reqs, ds)
 	}
 	if err != nil {
 		f.fail(st, r, w, err) // bad input, or the client left: no decision
 		return false, nil
 	}
 	if settles {
-		s = f.newSettlement(&d, at, checks)
+		s = f.newSettlement(&d, at, reqs)
+	}
+	if len(keys) < len(ds) {
+		ds = applied(reqs, ds) // the headers list the layers that applied
 	}
 	if !f.decided(st, ctx, r, w, &d, ds, at) {
 		if s != nil {
@@ -157,11 +161,12 @@ func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s
 	return true, s
 }
 
-// keyed appends to checks and keys, whose room admit chose, the layers of
-// f that apply to r (their paths matched by m, nil when no layer has
-// Routes) and their keys, each check of cost 1; err is the first key
-// function's error, of a layer left out.
-func (f *Flow) keyed(r keyfuncs.Request, m *matcher, checks []core.Check, keys []string) (_ []core.Check, _ []string, err error) {
+// keyed fills reqs, one Request per layer of f, zero, whose room admit
+// chose, with the key of each layer that applies to r (its path matched
+// by m, nil when no layer has Routes) and a cost of 1, and appends those
+// keys to keys; err is the first key function's error, of a layer left
+// out.
+func (f *Flow) keyed(r keyfuncs.Request, m *matcher, reqs []core.Request, keys []string) (_ []string, err error) {
 	ls := f.layers.layers
 	for i := range ls {
 		ly := &ls[i]
@@ -181,29 +186,46 @@ func (f *Flow) keyed(r keyfuncs.Request, m *matcher, checks []core.Check, keys [
 			}
 			continue
 		}
-		checks = append(checks, core.Check{Layer: i, Key: key, Cost: 1})
+		reqs[i] = core.Request{Key: key, Cost: 1}
 		keys = append(keys, key)
 	}
-	return checks, keys, err
+	return keys, err
 }
 
-// costs sets the cost of each of checks, by its layer's Cost (1 when nil).
-func (f *Flow) costs(st *state, r keyfuncs.Request, checks []core.Check) {
-	for i := range checks {
-		if cost := f.layers.layers[checks[i].Layer].cost; cost != nil {
+// costs sets the cost of each layer of reqs that applies, by its Cost (1
+// when nil).
+func (f *Flow) costs(st *state, r keyfuncs.Request, reqs []core.Request) {
+	for i := range reqs {
+		if cost := f.layers.layers[i].cost; cost != nil && reqs[i].Key != "" {
 			st.in = inCost
-			checks[i].Cost = cost(r)
+			reqs[i].Cost = cost(r)
 		}
 	}
+}
+
+// applied returns the decisions of ds (one per layer) of the layers that
+// applied, those of reqs with a Key, moved to its front in layer order.
+func applied(reqs []core.Request, ds []core.Decision) []core.Decision {
+	n := 0
+	for i := range reqs {
+		if reqs[i].Key != "" {
+			if n != i {
+				ds[n] = ds[i]
+			}
+			n++
+		}
+	}
+	return ds[:n]
 }
 
 // errEmptyKey is the error of a key function that returned an empty key.
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
-// anySettles reports whether a layer of checks counts by the response.
-func (f *Flow) anySettles(checks []core.Check) bool {
-	for i := range checks {
-		if f.layers.layers[checks[i].Layer].counts != CountAll {
+// anySettles reports whether a layer of reqs that applies counts by the
+// response.
+func (f *Flow) anySettles(reqs []core.Request) bool {
+	for i := range reqs {
+		if reqs[i].Key != "" && f.layers.layers[i].counts != CountAll {
 			return true
 		}
 	}
@@ -221,23 +243,24 @@ func firstKey(keys []string) string {
 
 // addrKey is the client address's key, which the reputation's bans and
 // signals go by: a layer's of the default key that applies has it.
-func (f *Flow) addrKey(r keyfuncs.Request, checks []core.Check, keys []string) string {
-	for i := range checks {
-		if f.layers.layers[checks[i].Layer].defaultKey {
-			return keys[i]
+func (f *Flow) addrKey(r keyfuncs.Request, reqs []core.Request) string {
+	for i := range reqs {
+		if reqs[i].Key != "" && f.layers.layers[i].defaultKey {
+			return reqs[i].Key
 		}
 	}
 	return f.repAddr(r)
 }
 
-// scratch is the room of a request's checks, keys and decisions in a flow
-// of several layers, pooled: the checks and the decisions would otherwise
-// escape to the heap, or grow every handler goroutine's stack.
+// scratch is the room of a request's parts, keys and decisions in a flow
+// of several layers, pooled: the requests and the decisions would
+// otherwise escape to the heap, or grow every handler goroutine's stack.
 type scratch struct {
-	checks [limits.MaxLayers]core.Check
-	keys   [limits.MaxLayers]string
-	ds     [limits.MaxLayers]core.Decision
-	m      matcher
+	n    int // the layers of its flow
+	reqs [limits.MaxLayers]core.Request
+	keys [limits.MaxLayers]string
+	ds   [limits.MaxLayers]core.Decision
+	m    matcher
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -254,9 +277,10 @@ func (sc *scratch) matcherFor(r keyfuncs.Request, ls *layerSet) *matcher {
 
 // release clears what sc holds of its request and pools it.
 func (sc *scratch) release() {
-	clear(sc.checks[:])
-	clear(sc.keys[:])
-	clear(sc.ds[:])
+	clear(sc.reqs[:sc.n])
+	clear(sc.keys[:sc.n])
+	clear(sc.ds[:sc.n])
+	sc.n = 0
 	sc.m.reset()
 	scratches.Put(sc)
 }

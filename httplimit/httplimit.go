@@ -70,7 +70,7 @@ type ErrorHandler func(r keyfuncs.Request, err error)
 type Flow struct {
 	limiter  *core.Limiter
 	layers   *layerSet // every layer
-	one      bool      // one layer, on every request, counting all: its check lives on Serve's stack
+	one      bool      // one layer, on every request, counting all: its Request lives on Serve's stack
 	settles  bool      // some layer counts by the response
 	skips    []func(keyfuncs.Request) bool
 	headers  headers.Config

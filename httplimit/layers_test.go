@@ -244,21 +244,28 @@ func (r *request) withCtx(ctx context.Context) { r.ctx = ctx }
 // planOf is a PolicySource of the plans of the layer named layer, from the
 // request's context: "broken" fails with err, "invalid" is of another
 // algorithm, "panic" panics.
-func planOf(layer string, err error) core.PolicySource {
-	return core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
-		if p.Name != layer {
-			return p, nil
-		}
-		switch ctx.Value(planKey{}) {
-		case "broken":
-			return p, err
-		case "invalid":
-			return core.Policy{Name: p.Name, Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}, nil // not the layer's algorithm
-		case "panic":
-			panic("plans exploded")
-		}
+func planOf(layer string, err error) core.PolicySource { return layerPlans{layer, err} }
+
+// layerPlans is planOf's source.
+type layerPlans struct {
+	layer string
+	err   error
+}
+
+// Adjust returns p, or what the plan in ctx makes of it under the layer.
+func (s layerPlans) Adjust(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+	if p.Name != s.layer {
 		return p, nil
-	})
+	}
+	switch ctx.Value(planKey{}) {
+	case "broken":
+		return p, s.err
+	case "invalid":
+		return core.Policy{Name: p.Name, Algorithm: core.TokenBucket, Limit: 1, Window: time.Second}, nil // not the layer's algorithm
+	case "panic":
+		panic("plans exploded")
+	}
+	return p, nil
 }
 
 // TestLayersPlanFailMode: a plan (a PolicySource reading the request's

@@ -131,7 +131,7 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 		_ = st.guard(w).Write(http.StatusTooManyRequests, "application/json", []byte(`{"error":"too many quota requests"}`))
 		return
 	}
-	var checks [limits.MaxLayers]core.Check
+	var reqs [limits.MaxLayers]core.Request // by layer; no Key: not shown
 	var keys [limits.MaxLayers]string
 	n := 0
 	st.in = inKey
@@ -140,7 +140,7 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 		if err != nil || key == "" {
 			continue // no key from this request: nothing to show
 		}
-		checks[n], keys[n] = core.Check{Layer: i, Key: key}, key
+		reqs[i].Key, keys[n] = key, key
 		n++
 	}
 	if f.allow != nil || f.deny403 != nil {
@@ -159,22 +159,27 @@ func (f *Flow) answerQuota(st *state, r keyfuncs.Request, w Response) {
 	// one would tell every caller what the others spend. Dropped after the
 	// lists, which match every key.
 	shown := 0
-	for i := range checks[:n] {
-		if f.quota.show[checks[i].Layer] || callersKey(keys[i]) {
-			checks[shown], keys[shown] = checks[i], keys[i]
+	for i := range f.layers.layers {
+		if reqs[i].Key == "" {
+			continue
+		}
+		if f.quota.show[i] || callersKey(reqs[i].Key) {
 			shown++
+		} else {
+			reqs[i].Key = ""
 		}
 	}
-	f.writeQuota(st, r, w, checks[:shown])
+	f.writeQuota(st, r, w, reqs[:len(f.layers.layers)], shown)
 }
 
-// writeQuota answers r with the quota of checks, read with Peek; 503
-// when the store cannot be read.
-func (f *Flow) writeQuota(st *state, r keyfuncs.Request, w Response, checks []core.Check) {
+// writeQuota answers r with the quota of the shown layers of reqs (one
+// Request per layer, those with a Key), read with Peek; 503 when the
+// store cannot be read.
+func (f *Flow) writeQuota(st *state, r keyfuncs.Request, w Response, reqs []core.Request, shown int) {
 	ctx := r.Context()
 	st.in = inLimiter
 	var ds [limits.MaxLayers]core.Decision
-	if err := f.limiter.Peek(ctx, time.Time{}, checks, ds[:len(checks)]); err != nil {
+	if err := f.limiter.Peek(ctx, time.Time{}, reqs, ds[:len(reqs)]); err != nil {
 		if ctx.Err() != nil {
 			f.fail(st, r, w, err) // the client left
 			return
@@ -189,10 +194,13 @@ func (f *Flow) writeQuota(st *state, r keyfuncs.Request, w Response, checks []co
 	}
 	out := struct {
 		Layers []quotaLayer `json:"layers"`
-	}{Layers: make([]quotaLayer, len(checks))}
+	}{Layers: make([]quotaLayer, 0, shown)}
 	now := time.Now()
-	for i := range checks {
-		out.Layers[i].fill(&ds[i], &f.layers.layers[checks[i].Layer], now)
+	for i := range reqs {
+		if reqs[i].Key != "" {
+			out.Layers = append(out.Layers, quotaLayer{})
+			out.Layers[len(out.Layers)-1].fill(&ds[i], &f.layers.layers[i], now)
+		}
 	}
 	body, err := json.Marshal(out)
 	if err != nil { // cannot happen: plain fields

@@ -83,14 +83,14 @@ const companionSuffix = ".failures"
 type settleKey struct{}
 
 // settlement is what a request admitted by layers that settle needs once
-// its handler is done: the checks of those layers, the time the store
-// admitted them at, and what the handler reported.
+// its handler is done: the key and cost of each of those layers, the time
+// the store admitted them at, and what the handler reported.
 type settlement struct {
 	at       time.Time
-	n        int
-	checks   [limits.MaxLayers]core.Check
-	reported atomic.Int32 // 0: nothing; 1: success; 2: failure
-	cost     atomic.Int64 // ReportCost's, plus one; 0: none
+	n        int                    // the layers of the flow
+	parts    [limits.MaxLayers]part // by layer; no key: the layer does not settle
+	reported atomic.Int32           // 0: nothing; 1: success; 2: failure
+	cost     atomic.Int64           // ReportCost's, plus one; 0: none
 	settled  bool
 }
 
@@ -121,23 +121,29 @@ func ReportCost(ctx context.Context, cost int64) {
 	}
 }
 
-// newSettlement returns the settlement of the checks of ds's request
-// (its decision d, admitted by the store at at) that settle, or nil when
-// none does or nothing was taken from the store.
-func (f *Flow) newSettlement(d *core.Decision, at time.Time, checks []core.Check) *settlement {
+// part is what a layer that settles took of a request: its key and cost.
+type part struct {
+	key  string
+	cost int64
+}
+
+// newSettlement returns the settlement of the layers of reqs (one Request
+// per layer, no Key for a layer that did not apply) that settle, for a
+// request decided d, admitted by the store at at; or nil when none
+// settles or nothing was taken from the store.
+func (f *Flow) newSettlement(d *core.Decision, at time.Time, reqs []core.Request) *settlement {
 	if !d.Allowed || d.Shadowed || d.Source != core.SourceStore || at.IsZero() {
 		return nil // nothing taken: shadowed (denied), or not the store's
 	}
 	var s *settlement
-	for i := range checks {
-		if f.layers.layers[checks[i].Layer].counts == CountAll {
+	for i := range reqs {
+		if reqs[i].Key == "" || f.layers.layers[i].counts == CountAll {
 			continue
 		}
 		if s == nil {
-			s = &settlement{at: at}
+			s = &settlement{at: at, n: len(reqs)}
 		}
-		s.checks[s.n] = checks[i]
-		s.n++
+		s.parts[i] = part{reqs[i].Key, reqs[i].Cost}
 	}
 	return s
 }
@@ -150,12 +156,15 @@ func (f *Flow) settle(r keyfuncs.Request, s *settlement, status int) {
 		return
 	}
 	s.settled = true
-	var back [limits.MaxLayers]core.Check
+	var back [limits.MaxLayers]core.Request // by layer; no Key: nothing given back
 	n := 0
 	var problems []error
-	for i := range s.checks[:s.n] {
-		c := s.checks[i]
-		ly := &f.layers.layers[c.Layer]
+	for i := range s.parts[:s.n] {
+		c := s.parts[i]
+		if c.key == "" {
+			continue
+		}
+		ly := &f.layers.layers[i]
 		give := int64(0)
 		switch ly.counts {
 		case CountFailures, CountSuccesses:
@@ -165,27 +174,27 @@ func (f *Flow) settle(r keyfuncs.Request, s *settlement, status int) {
 				continue // counted: an outcome it cannot tell
 			}
 			if failed != (ly.counts == CountFailures) {
-				give = c.Cost
+				give = c.cost
 			}
 		case CountReported:
-			cost, err := s.reportedCost(status, c.Cost)
+			cost, err := s.reportedCost(status, c.cost)
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Errorf("layer %q: %w", ly.name, err))
-			case cost > c.Cost:
-				problems = append(problems, fmt.Errorf("layer %q: the handler reported a cost of %d, above the reserve of %d: charged %d", ly.name, cost, c.Cost, c.Cost))
+			case cost > c.cost:
+				problems = append(problems, fmt.Errorf("layer %q: the handler reported a cost of %d, above the reserve of %d: charged %d", ly.name, cost, c.cost, c.cost))
 			default:
-				give = c.Cost - cost
+				give = c.cost - cost
 			}
 		}
 		if give > 0 {
-			back[n] = core.Check{Layer: c.Layer, Key: c.Key, Cost: give}
+			back[i] = core.Request{Key: c.key, Cost: give}
 			n++
 		}
 	}
 	if n > 0 {
 		ctx := context.WithoutCancel(r.Context()) // the refund outlives a client that left
-		if err := f.limiter.Refund(ctx, s.at, back[:n]); err != nil {
+		if err := f.limiter.Refund(ctx, s.at, back[:s.n]); err != nil {
 			problems = append(problems, fmt.Errorf("httplimit: settling the response: %w", err))
 		}
 	}
@@ -198,7 +207,11 @@ func (f *Flow) settle(r keyfuncs.Request, s *settlement, status int) {
 // admitted but never reached its handler.
 func (f *Flow) refundAll(r keyfuncs.Request, s *settlement) {
 	s.settled = true
-	if err := f.limiter.Refund(context.WithoutCancel(r.Context()), s.at, s.checks[:s.n]); err != nil {
+	var back [limits.MaxLayers]core.Request
+	for i, c := range s.parts[:s.n] {
+		back[i] = core.Request{Key: c.key, Cost: c.cost}
+	}
+	if err := f.limiter.Refund(context.WithoutCancel(r.Context()), s.at, back[:s.n]); err != nil {
 		try(func() {
 			f.onError(r, fmt.Errorf("httplimit: giving back a request that never reached its handler: %w", err))
 		})
@@ -244,8 +257,8 @@ func (s *settlement) reportedCost(status int, reserve int64) (int64, error) {
 // cost: it is charged its reserve.
 var errNoCost = errors.New("the handler reported no cost (ReportCost): charged the reserve")
 
-// allowSettling is AllowLayers for a request with checks that settle: it
+// allowSettling is AllowLayers for a request with layers that settle: it
 // returns the time the store admitted them at, which dates their refunds.
-func (f *Flow) allowSettling(ctx context.Context, checks []core.Check, ds []core.Decision) (core.Decision, time.Time, error) {
-	return f.limiter.AllowLayers(ctx, time.Time{}, checks, ds)
+func (f *Flow) allowSettling(ctx context.Context, reqs []core.Request, ds []core.Decision) (core.Decision, time.Time, error) {
+	return f.limiter.AllowLayers(ctx, time.Time{}, reqs, ds)
 }

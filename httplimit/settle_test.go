@@ -39,9 +39,11 @@ func settleFlow(t *testing.T, store core.Store, layers []httplimit.Layer, opts .
 // used is what layer has counted of the test request's client.
 func used(t *testing.T, f *httplimit.Flow, layer int) int64 {
 	t.Helper()
-	out := make([]core.Decision, 1)
-	require.NoError(t, f.Limiter().Peek(context.Background(), time.Time{}, []core.Check{{Layer: layer, Key: "ip:192.0.2.1"}}, out))
-	return out[0].Limit - out[0].Remaining
+	reqs := make([]core.Request, layer+1)
+	reqs[layer].Key = "ip:192.0.2.1"
+	out := make([]core.Decision, layer+1)
+	require.NoError(t, f.Limiter().Peek(context.Background(), time.Time{}, reqs, out))
+	return out[layer].Limit - out[layer].Remaining
 }
 
 // answer returns a next for Serve that answers status, after do.

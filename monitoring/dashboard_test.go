@@ -21,7 +21,7 @@ var requiredPanels = []string{
 	"Deny ratio per limit",
 	"Decisions by outcome",
 	"Near-limit admissions per limit",
-	"Store latency p50/p90/p99 vs timeout budget",
+	"Store latency p50/p90/p99",
 	"Store errors by kind",
 	"Would-be denials per limit (shadow mode)",
 	"Would-be deny ratio per limit (shadow mode)",
@@ -32,7 +32,6 @@ var requiredPanels = []string{
 	"Store health",
 	"Deny-cache hits",
 	"Denials answered by the deny cache",
-	"Deny cache entries",
 	"Memory store keys",
 }
 

@@ -20,8 +20,6 @@ var exporterMetrics = map[string][]string{
 	"ratelimit_store_duration_seconds_count":  {"limit"},
 	"ratelimit_store_errors_total":            {"limit", "kind"},
 	"ratelimit_store_health":                  {"limit", "state"},
-	"ratelimit_deny_cache_entries":            {"limit"},
-	"ratelimit_store_timeout_seconds":         {"limit"},
 	"ratelimit_memstore_keys":                 {"store"},
 	"ratelimit_reputation_signals_total":      {"signal"},
 	"ratelimit_reputation_bans_total":         {"band", "mode"},

@@ -132,7 +132,7 @@ func TestSetTakesEffectOnTheNextRequest(t *testing.T) {
 	ask := func(cost int64) verdict {
 		v := verdict{Decisions: make([]core.Decision, 2)}
 		var err error
-		v.Decision, _, err = l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: "c", Cost: cost}, {Layer: 1, Key: "c", Cost: 1}}, v.Decisions)
+		v.Decision, _, err = l.AllowLayers(ctx, t0, []core.Request{{Key: "c", Cost: cost}, {Key: "c", Cost: 1}}, v.Decisions)
 		require.NoError(t, err)
 		require.NoError(t, v.Err)
 		return v
@@ -249,6 +249,22 @@ func TestOverrideThatCannotApplyKeepsTheLastGoodPolicy(t *testing.T) {
 	assert.Equal(t, int64(8784), q.Burst, "1 an hour refills 8,784 in 366 days")
 }
 
+// planKey is the context key of a request's plan, for contextPlans.
+type planKey struct{}
+
+// contextPlans is a PolicySource of plans: the policy in the request's
+// context, under the layer's name; the layer's when there is none.
+type contextPlans struct{}
+
+// Adjust returns the plan in ctx, named p.Name, or p.
+func (contextPlans) Adjust(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+	if plan, ok := ctx.Value(planKey{}).(core.Policy); ok {
+		plan.Name = p.Name
+		return plan, nil
+	}
+	return p, nil
+}
+
 // TestOverrideUnfitForAPlanKeepsTheLastGoodOverride: a layer whose
 // requests bring plans of their own (a PolicySource before the Set,
 // reading the plan from the request's context). An override that fits
@@ -258,22 +274,14 @@ func TestOverrideUnfitForAPlanKeepsTheLastGoodOverride(t *testing.T) {
 	live, logs := captured()
 	perMinute := core.Policy{Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute}
 	perMinute.Name = "api"
-	type planKey struct{}
-	plans := core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
-		if plan, ok := ctx.Value(planKey{}).(core.Policy); ok {
-			plan.Name = p.Name
-			return plan, nil
-		}
-		return p, nil
-	})
-	l, err := core.NewLimiter(newStore(t), []core.Policy{perMinute}, core.WithPolicySource(plans), core.WithPolicySource(live))
+	l, err := core.NewLimiter(newStore(t), []core.Policy{perMinute}, core.WithPolicySource(contextPlans{}), core.WithPolicySource(live))
 	require.NoError(t, err)
 	ask := func(key string, plan *core.Policy) core.Decision {
 		ctx := context.Background()
 		if plan != nil {
 			ctx = context.WithValue(ctx, planKey{}, *plan)
 		}
-		d, _, err := l.AllowLayers(ctx, t0, []core.Check{{Layer: 0, Key: key, Cost: 1}}, nil)
+		d, _, err := l.AllowLayers(ctx, t0, []core.Request{{Key: key, Cost: 1}}, nil)
 		require.NoError(t, err)
 		require.NoError(t, d.Err)
 		return d

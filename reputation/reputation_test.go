@@ -224,7 +224,7 @@ func TestLimiterScales(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), d.Limit, "another client")
 	out := make([]core.Decision, 1)
-	d, _, err = l.AllowLayers(ctx, time.Time{}, []core.Check{{Key: "ip:192.0.2.1", Cost: 1}}, out)
+	d, _, err = l.AllowLayers(ctx, time.Time{}, []core.Request{{Key: "ip:192.0.2.1", Cost: 1}}, out)
 	require.NoError(t, err)
 	assert.Equal(t, int64(50), d.Limit, "by AllowLayers too")
 }

@@ -51,7 +51,7 @@ func ExampleNew_reportedCost() {
 		fmt.Println(res.StatusCode, res.Header.Get("X-RateLimit-Remaining"))
 	}
 	out := make([]core.Decision, 1)
-	if err := flow.Limiter().Peek(context.Background(), time.Time{}, []core.Check{{Key: "ip:127.0.0.1"}}, out); err != nil {
+	if err := flow.Limiter().Peek(context.Background(), time.Time{}, []core.Request{{Key: "ip:127.0.0.1"}}, out); err != nil {
 		panic(err)
 	}
 	fmt.Println("used:", out[0].Limit-out[0].Remaining)

@@ -18,6 +18,19 @@ import (
 	"github.com/apigate/ratelimit/keyfuncs"
 )
 
+// plans are a core.PolicySource: a premium user gets 10,000 a minute under
+// the user layer, a client moved between plans keeping its usage. Looked
+// up by the layer's key here; a source may read the request's context too.
+type plans map[string]bool
+
+// Adjust raises the user layer's limit of a premium user.
+func (premium plans) Adjust(_ context.Context, key string, p core.Policy) (core.Policy, error) {
+	if p.Name == "user" && premium[key] {
+		p.Limit = 10_000
+	}
+	return p, nil
+}
+
 // The four layers in one r.Use: a sixth login is denied by the
 // login layer, and takes nothing from the user, ip and global layers.
 func Example_layers() {
@@ -41,16 +54,7 @@ func Example_layers() {
 	perMinute := func(name string, n int64) core.Policy {
 		return core.Policy{Name: name, Algorithm: core.TokenBucket, Limit: n, Window: time.Minute}
 	}
-	// Plans: a premium user gets 10,000 a minute under the user layer, a
-	// client moved between plans keeping its usage. Looked up by the
-	// layer's key here; a source may read the request's context too.
-	premium := map[string]bool{"user:42": true} // your billing data, in a real API
-	plans := core.PolicySourceFunc(func(_ context.Context, key string, p core.Policy) (core.Policy, error) {
-		if p.Name == "user" && premium[key] {
-			p.Limit = 10_000
-		}
-		return p, nil
-	})
+	premium := plans{"user:42": true} // your billing data, in a real API
 	search, err := httplimit.CostByRoute(map[string]int64{"GET /search": 5})
 	if err != nil {
 		panic(err)
@@ -64,7 +68,7 @@ func Example_layers() {
 			Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute, FailClosed: 5 * time.Second},
 			Counts: httplimit.CountFailures}, // failed logins only
 		{Key: ip, Policy: perMinute("ip", 300)},
-	}, httplimit.WithHeaders(all), httplimit.WithCore(core.WithPolicySource(plans)))
+	}, httplimit.WithHeaders(all), httplimit.WithCore(core.WithPolicySource(premium)))
 	if err != nil {
 		panic(err) // invalid layers fail here, never later
 	}

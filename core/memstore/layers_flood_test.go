@@ -47,11 +47,11 @@ func TestLayeredFloodKeepsTheLoginGuard(t *testing.T) {
 				now := t0
 				logIn := func(ip, user string) bool {
 					now = now.Add(time.Microsecond)
-					err := limitertest.AllowLayers(l, ctx, []core.Check{
-						{Layer: 0, Key: "api", Cost: 1},
-						{Layer: 1, Key: user, Cost: 1},
-						{Layer: 2, Key: ip, Cost: 1},
-						{Layer: 3, Key: ip, Cost: 1},
+					err := limitertest.AllowLayers(l, ctx, []core.Request{
+						{Key: "api", Cost: 1},
+						{Key: user, Cost: 1},
+						{Key: ip, Cost: 1},
+						{Key: ip, Cost: 1},
 					}, now, &v)
 
 					require.NoError(t, err)
@@ -108,9 +108,9 @@ func TestLayeredFloodKeepsTheGlobalLayer(t *testing.T) {
 			var v limitertest.Verdict
 			admitted := 0
 			for i := range 3 * global {
-				err := limitertest.AllowLayers(l, ctx, []core.Check{
-					{Layer: 0, Key: "api", Cost: 1},
-					{Layer: 1, Key: "ip:" + strconv.Itoa(i), Cost: 1},
+				err := limitertest.AllowLayers(l, ctx, []core.Request{
+					{Key: "api", Cost: 1},
+					{Key: "ip:" + strconv.Itoa(i), Cost: 1},
 				}, t0.Add(time.Duration(i)*time.Microsecond), &v)
 
 				require.NoError(t, err)

@@ -97,10 +97,10 @@ func BenchmarkLayeredLimiter(b *testing.B) {
 	b.Run("AllowLayers-4-layers", func(b *testing.B) {
 		s := mustNew(b)
 		layers := make([]core.Policy, 4)
-		checks := make([]core.Check, 4)
+		checks := make([]core.Request, 4)
 		for i := range layers {
 			layers[i] = limitertest.Named(benchPolicy(core.TokenBucket), "layer"+strconv.Itoa(i))
-			checks[i] = core.Check{Layer: i, Key: benchLayerKeys[i], Cost: 1}
+			checks[i] = core.Request{Key: benchLayerKeys[i], Cost: 1}
 		}
 		l, err := core.NewLimiter(s, layers)
 		if err != nil {

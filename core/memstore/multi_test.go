@@ -175,14 +175,11 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 					var v limitertest.Verdict
 					for a := range attempts {
 						u, ip := (g+a)%users, (g*7+a*5)%ips
-						checks := []core.Check{
-							{Layer: 0, Key: "all", Cost: 1},
-							{Layer: 1, Key: fmt.Sprintf("u%d", u), Cost: 1},
-							{Layer: 2, Key: "all", Cost: 1},
-							{Layer: 3, Key: fmt.Sprintf("ip%d", ip), Cost: 1},
-						}
-						if a%2 == 1 { // another order: no deadlock
-							checks[0], checks[3] = checks[3], checks[0]
+						checks := []core.Request{
+							{Key: "all", Cost: 1},
+							{Key: fmt.Sprintf("u%d", u), Cost: 1},
+							{Key: "all", Cost: 1},
+							{Key: fmt.Sprintf("ip%d", ip), Cost: 1},
 						}
 						if err := limitertest.AllowLayers(l, context.Background(), checks, multiT0, &v); err != nil {
 							t.Error(err)
@@ -222,10 +219,10 @@ func TestTakeAllConcurrentLayered(t *testing.T) {
 			// The bound is the ips' (12*35 = 420) and the global 400:
 			// every attempt that fitted every layer passed.
 			var v limitertest.Verdict
-			require.NoError(t, limitertest.AllowLayers(limiters[0], context.Background(), []core.Check{{Layer: 2, Key: "all", Cost: 1}}, multiT0, &v))
+			require.NoError(t, limitertest.AllowLayers(limiters[0], context.Background(), []core.Request{{}, {}, {Key: "all", Cost: 1}}, multiT0, &v))
 			require.True(t, v.Allowed)
 			assert.Equal(t, 1_000_000-got-1, v.Remaining, "the layer with room was charged only for admitted requests")
-			require.NoError(t, limitertest.AllowLayers(limiters[0], context.Background(), []core.Check{{Layer: 0, Key: "all", Cost: 1}}, multiT0, &v))
+			require.NoError(t, limitertest.AllowLayers(limiters[0], context.Background(), []core.Request{{Key: "all", Cost: 1}}, multiT0, &v))
 			if got < 400 {
 				assert.Equal(t, 400-got-1, v.Remaining, "the global layer was charged only for admitted requests")
 			}

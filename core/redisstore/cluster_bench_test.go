@@ -26,14 +26,14 @@ func BenchmarkMultiClusterSpread(b *testing.B) {
 	ctx := context.Background()
 	for _, name := range []string{"admitted", "denied"} {
 		layers := make([]core.Policy, 4)
-		checks := make([]core.Check, 4)
+		checks := make([]core.Request, 4)
 		for i := range layers {
 			p := core.Policy{Algorithm: core.TokenBucket, Limit: limits.MaxLogLimit, Window: time.Second}
 			if name == "denied" && i == 3 {
 				p = core.Policy{Algorithm: core.TokenBucket, Limit: 1, Window: time.Hour}
 			}
 			layers[i] = limitertest.Named(p, fmt.Sprintf("%s%d", name, i))
-			checks[i] = core.Check{Layer: i, Key: keys[i], Cost: 1}
+			checks[i] = core.Request{Key: keys[i], Cost: 1}
 		}
 		l, err := core.NewLimiter(within(s, 5*time.Second), layers)
 		if err != nil {

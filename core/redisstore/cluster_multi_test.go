@@ -417,9 +417,9 @@ func TestMultiClusterDeniedFloodTakesNothing(t *testing.T) {
 						if a%3 == 0 {
 							n = 4 // a login
 						}
-						checks := make([]core.Check, n)
+						checks := make([]core.Request, n)
 						for i := range checks {
-							checks[i] = core.Check{Layer: i, Key: keyOf(i, a), Cost: 1}
+							checks[i] = core.Request{Key: keyOf(i, a), Cost: 1}
 						}
 						if err := limitertest.AllowLayers(l, ctx, checks, now, &v); err != nil {
 							if errs.Add(1) == 1 {

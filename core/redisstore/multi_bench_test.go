@@ -44,14 +44,14 @@ func BenchmarkMultiLayers(b *testing.B) {
 		sets := []struct {
 			name    string
 			layered *core.Limiter
-			checks  []core.Check
+			checks  []core.Request
 		}{
 			{name: "layers-4"}, {name: "buckets-4"}, {name: "buckets-1"},
 		}
 		for k := range sets {
 			reqs := fourLayers("bench", time.Time{})
 			layers := make([]core.Policy, len(reqs))
-			checks := make([]core.Check, len(reqs))
+			checks := make([]core.Request, len(reqs))
 			for i, r := range reqs {
 				p := r.Policy
 				p.Name = ""
@@ -64,10 +64,10 @@ func BenchmarkMultiLayers(b *testing.B) {
 				}
 				p.Window = time.Second
 				layers[i] = limitertest.Named(p, r.Policy.Name)
-				checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+				checks[i] = core.Request{Key: r.Key, Cost: 1}
 			}
 			if sets[k].name == "buckets-1" {
-				layers, checks = layers[1:2], []core.Check{{Layer: 0, Key: "user-bench", Cost: 1}}
+				layers, checks = layers[1:2], []core.Request{{Key: "user-bench", Cost: 1}}
 			}
 			l, err := core.NewLimiter(within(s, time.Second), layers)
 			if err != nil {

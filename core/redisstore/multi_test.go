@@ -102,12 +102,12 @@ func TestMultiOneRoundTrip(t *testing.T) {
 	}
 
 	layers := make([]core.Policy, len(reqs))
-	checks := make([]core.Check, len(reqs))
+	checks := make([]core.Request, len(reqs))
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
 		layers[i] = limitertest.Named(p, r.Policy.Name)
-		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+		checks[i] = core.Request{Key: r.Key, Cost: 1}
 	}
 	l, err := core.NewLimiter(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
@@ -320,12 +320,12 @@ func TestMultiFrozenRedis(t *testing.T) {
 	require.NoError(t, errOf(takeN(sd, ctx, time.Time{}, reqs, out)))
 	require.NoError(t, errOf(takeN(sb, ctx, time.Time{}, reqs, out)))
 	layers := make([]core.Policy, len(reqs))
-	checks := make([]core.Check, len(reqs))
+	checks := make([]core.Request, len(reqs))
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
 		layers[i] = limitertest.Named(p, r.Policy.Name, time.Second)
-		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+		checks[i] = core.Request{Key: r.Key, Cost: 1}
 	}
 	const timeout = 100 * time.Millisecond
 	l, err := core.NewLimiter(within(sb, timeout), layers)
@@ -409,12 +409,12 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 	ctx := context.Background()
 	reqs := fourLayers("by", time.Time{})
 	layers := make([]core.Policy, len(reqs))
-	checks := make([]core.Check, len(reqs))
+	checks := make([]core.Request, len(reqs))
 	for i, r := range reqs {
 		p := r.Policy
 		p.Name = ""
 		layers[i] = limitertest.Named(p, r.Policy.Name)
-		checks[i] = core.Check{Layer: i, Key: r.Key, Cost: 1}
+		checks[i] = core.Request{Key: r.Key, Cost: 1}
 	}
 	l, err := core.NewLimiter(within(s, 5*time.Second), layers)
 	require.NoError(t, err)
@@ -444,14 +444,14 @@ func TestMultiLimiterUsesTakeAllBy(t *testing.T) {
 
 	// Concurrent decisions: each admitted exactly once by the global
 	// layer, whatever pipelines the flushers made of them.
-	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: "ip-x", Cost: 1}}, time.Time{}, &v)) // loads this combination's script
+	require.NoError(t, limitertest.AllowLayers(l, ctx, []core.Request{{Key: "global", Cost: 1}, {}, {}, {Key: "ip-x", Cost: 1}}, time.Time{}, &v)) // loads this combination's script
 	counter.reset()
 	const workers, each = 8, 10
 	var wg sync.WaitGroup
 	var admitted atomic.Int64
 	for w := range workers {
 		wg.Go(func() {
-			own := []core.Check{{Layer: 0, Key: "global", Cost: 1}, {Layer: 3, Key: fmt.Sprintf("ip-%d", w), Cost: 1}}
+			own := []core.Request{{Key: "global", Cost: 1}, {}, {}, {Key: fmt.Sprintf("ip-%d", w), Cost: 1}}
 			var v limitertest.Verdict
 			for range each {
 				if err := limitertest.AllowLayers(l, ctx, own, time.Time{}, &v); err == nil && v.Allowed {

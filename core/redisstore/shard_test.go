@@ -292,8 +292,8 @@ func TestClusterPartitions(t *testing.T) {
 	}
 	l, err := core.NewLimiter(within(s, testwait.D(takeTimeout)), layers)
 	require.NoError(t, err)
-	spread := []core.Check{{Layer: 0, Key: deadKey, Cost: 1}, {Layer: 1, Key: live[0], Cost: 1}}
-	healthy := []core.Check{{Layer: 0, Key: live[0], Cost: 1}, {Layer: 1, Key: live[1], Cost: 1}}
+	spread := []core.Request{{Key: deadKey, Cost: 1}, {Key: live[0], Cost: 1}}
+	healthy := []core.Request{{Key: live[0], Cost: 1}, {Key: live[1], Cost: 1}}
 	d, _, err := l.AllowLayers(ctx, time.Time{}, spread, nil)
 	require.NoError(t, err)
 	require.Equal(t, core.SourceStore, d.Source, "before the kill: %v", d.Err)

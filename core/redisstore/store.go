@@ -76,7 +76,7 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // Timeout returns the longest one call of the Store waits for Redis
-// (WithTimeout): the budget an exporter compares store latency with.
+// (WithTimeout).
 func (s *Store) Timeout() time.Duration { return s.timeout }
 
 // deadline is the deadline of a call with ctx: the Store's timeout from

@@ -410,14 +410,14 @@ func layersRace(t *testing.T, stores []core.Store, perStore int, run string, alg
 		l := limiters[(g/perStore)*perStoreLimiters+g%perStoreLimiters]
 		wg.Go(func() {
 			<-start
-			checks := make([]core.Check, len(layers))
+			checks := make([]core.Request, len(layers))
 			out := make([]core.Decision, len(layers))
 			for a := g; a < layersAttempts; a += n {
 				// Each layer's key is chosen by another stride, so that
 				// every layer binds for some attempts.
 				pick := [4]int{0, a, 0, a * 5 / 3}
 				for i := range layers {
-					checks[i] = core.Check{Layer: i, Key: keyOf(i, pick[i]), Cost: 1}
+					checks[i] = core.Request{Key: keyOf(i, pick[i]), Cost: 1}
 				}
 				d, _, err := l.AllowLayers(context.Background(), now, checks, out)
 				if err != nil || d.Err != nil {

@@ -145,7 +145,7 @@ func checkPeek(t tester, store core.Store, l *core.Limiter, key string, p core.P
 	var err error
 	if l != nil {
 		out := make([]core.Decision, 1)
-		err = l.Peek(context.Background(), now, []core.Check{{Key: key}}, out)
+		err = l.Peek(context.Background(), now, []core.Request{{Key: key}}, out)
 		got = out[0]
 		if err == nil && got.Policy != l.Policies()[0] {
 			t.Fatalf("%s: peek: policy %q, want %q", where, got.Policy.Name, l.Policies()[0].Name)

@@ -21,8 +21,7 @@ type bound struct {
 	errors   [len(storeErrorKinds)][]metric.AddOption
 	record   []metric.RecordOption
 
-	health   [len(healthStates)]metric.ObserveOption
-	limitObs metric.ObserveOption
+	health [len(healthStates)]metric.ObserveOption
 }
 
 // newBound resolves the measurement options of the limit name, observed
@@ -31,11 +30,10 @@ func (m *Metrics) newBound(name string, l *core.Limiter) *bound {
 	limit := attribute.String(attrLimit, name)
 	only := attribute.NewSet(limit)
 	b := &bound{
-		m:        m,
-		l:        l,
-		near:     []metric.AddOption{metric.WithAttributeSet(only)},
-		record:   []metric.RecordOption{metric.WithAttributeSet(only)},
-		limitObs: metric.WithAttributeSet(only),
+		m:      m,
+		l:      l,
+		near:   []metric.AddOption{metric.WithAttributeSet(only)},
+		record: []metric.RecordOption{metric.WithAttributeSet(only)},
 	}
 	for _, o := range outcome.All() {
 		set := attribute.NewSet(limit, attribute.String(attrOutcome, o.String()))

@@ -33,14 +33,11 @@
 //	ratelimit.store.duration      histogram  s           limit          ratelimit_store_duration_seconds
 //	ratelimit.store.errors        counter    {error}     limit kind     ratelimit_store_errors_total
 //	ratelimit.store.health        gauge                  limit state    ratelimit_store_health
-//	ratelimit.deny_cache.entries  gauge      {entry}     limit          ratelimit_deny_cache_entries
-//	ratelimit.store.timeout       gauge      s           limit          ratelimit_store_timeout_seconds
 //	ratelimit.memstore.keys       gauge      {key}       store          ratelimit_memstore_keys
 //
 // The counters are Int64Counters, the histogram a Float64Histogram, the
-// gauges observable (Int64ObservableGauge, Float64ObservableGauge for the
-// timeout). ratelimit.store.health has no unit: the unit "1" would add
-// _ratio to its Prometheus name.
+// gauges Int64ObservableGauges. ratelimit.store.health has no unit: the
+// unit "1" would add _ratio to its Prometheus name.
 //
 // limit is the policy's Name. ratelimit.decisions counts every call to a
 // Limiter, outcome one of "allowed", "denied",
@@ -58,10 +55,8 @@
 // The gauges are observed when the reader collects, by one callback over
 // the bound Limiters: ratelimit.store.health is 1 for the Limiter's
 // current core.Health ("healthy", "recovering", "failing") and 0 for the
-// other two; ratelimit.deny_cache.entries the denials its deny cache holds,
-// ratelimit.store.timeout the store's timeout (the budget to compare the
-// latency with), ratelimit.memstore.keys the Len of each memory store
-// given to WatchStore.
+// other two; ratelimit.memstore.keys the Len of each memory store given
+// to WatchStore.
 //
 // Every counter series of a bound limit (every outcome, every error kind)
 // is created at Bind with a value of 0, so that the first denial is a rate

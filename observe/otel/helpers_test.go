@@ -29,8 +29,6 @@ const (
 	duration  = "ratelimit.store.duration"
 	storeErrs = "ratelimit.store.errors"
 	health    = "ratelimit.store.health"
-	denyCache = "ratelimit.deny_cache.entries"
-	timeout   = "ratelimit.store.timeout"
 	memKeys   = "ratelimit.memstore.keys"
 )
 

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -84,8 +83,6 @@ type Metrics struct {
 	duration  metric.Float64Histogram
 	errors    metric.Int64Counter
 	health    metric.Int64ObservableGauge
-	denyCache metric.Int64ObservableGauge
-	timeout   metric.Float64ObservableGauge
 	memKeys   metric.Int64ObservableGauge
 
 	reg    metric.Registration
@@ -160,22 +157,12 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		return e
 	})
 	mk(func() (e error) {
-		m.denyCache, e = meter.Int64ObservableGauge("ratelimit.deny_cache.entries", metric.WithUnit("{entry}"),
-			metric.WithDescription("Denials the limiter's deny cache remembers."))
-		return e
-	})
-	mk(func() (e error) {
-		m.timeout, e = meter.Float64ObservableGauge("ratelimit.store.timeout", metric.WithUnit("s"),
-			metric.WithDescription("The longest the limiter waits for its store on one decision."))
-		return e
-	})
-	mk(func() (e error) {
 		m.memKeys, e = meter.Int64ObservableGauge("ratelimit.memstore.keys", metric.WithUnit("{key}"),
 			metric.WithDescription("Keys a memory store holds."))
 		return e
 	})
 	mk(func() (e error) {
-		m.reg, e = meter.RegisterCallback(m.observeGauges, m.health, m.denyCache, m.timeout, m.memKeys)
+		m.reg, e = meter.RegisterCallback(m.observeGauges, m.health, m.memKeys)
 		return e
 	})
 	if err != nil {
@@ -283,21 +270,9 @@ func (m *Metrics) observeGauges(_ context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(m.health, v, b.health[i])
 		}
-		o.ObserveInt64(m.denyCache, int64(b.l.DenyCacheLen()), b.limitObs)
-		o.ObserveFloat64(m.timeout, storeTimeout(b.l).Seconds(), b.limitObs)
 	}
 	for _, w := range m.stores {
 		o.ObserveInt64(m.memKeys, int64(w.s.Len()), w.attr)
 	}
 	return nil
-}
-
-// storeTimeout is the timeout of l's store: what its Timeout method
-// returns, for a store that has one (redisstore.Store: see core.Store),
-// else 0.
-func storeTimeout(l *core.Limiter) time.Duration {
-	if s, ok := l.Store().(interface{ Timeout() time.Duration }); ok {
-		return s.Timeout()
-	}
-	return 0
 }

@@ -24,8 +24,8 @@ func TestLayeredLimiter(t *testing.T) {
 	}, core.WithObserver(m))
 	require.NoError(t, err)
 	ctx := context.Background()
-	wide := []core.Check{{Layer: 0, Key: "k", Cost: 1}}
-	both := []core.Check{{Layer: 0, Key: "k", Cost: 1}, {Layer: 1, Key: "k", Cost: 1}}
+	wide := []core.Request{{Key: "k", Cost: 1}}
+	both := []core.Request{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}}
 	var v limitertest.Verdict
 	require.NoError(t, limitertest.AllowLayers(l, ctx, wide, time.Time{}, &v))
 	for range 3 {

@@ -14,8 +14,6 @@
 //	ratelimit_store_duration_seconds{limit}        histogram of the store's latency
 //	ratelimit_store_errors_total{limit,kind}       counter: timeout, circuit_open, error
 //	ratelimit_store_health{limit,state}            gauge: 1 for the current state
-//	ratelimit_deny_cache_entries{limit}            gauge
-//	ratelimit_store_timeout_seconds{limit}         gauge: the store's timeout (redisstore.WithTimeout; 0 for memory)
 //	ratelimit_memstore_keys{store}                 gauge (WatchStore)
 //
 // limit is the policy's Name. outcome is one of allowed, denied,
@@ -51,18 +49,16 @@ import (
 // with core.WithObserver: it is a core.Observer, and NewLimiter binds it to
 // the Limiter (see Bind). Register it once on a prometheus.Registerer. It
 // keeps every Limiter bound to it for as long as it lives, to read their
-// health and deny cache at each scrape; two Limiters bound to one Metrics
-// must have policies of different Names. It is safe for concurrent use.
+// health at each scrape; two Limiters bound to one Metrics must have
+// policies of different Names. It is safe for concurrent use.
 type Metrics struct {
 	decisions   *prometheus.Desc
 	nearLimit   *prometheus.Desc
 	storeErrors *prometheus.Desc
 	latency     *prometheus.HistogramVec
 
-	health    *prometheus.Desc
-	denyCache *prometheus.Desc
-	timeout   *prometheus.Desc
-	memKeys   *prometheus.Desc
+	health  *prometheus.Desc
+	memKeys *prometheus.Desc
 
 	repSignals, repBans, repClients, repMax, repMean *prometheus.Desc
 
@@ -126,12 +122,6 @@ func New(opts ...Option) (*Metrics, error) {
 		health: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "store_health"),
 			"The limiter's view of its store, by limit: 1 for the current state (healthy; recovering, the fallback store still vouching for its admissions; failing, the circuit breaker open), 0 for the other two.",
 			[]string{"limit", "state"}, cl),
-		denyCache: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "deny_cache_entries"),
-			"Denials the limiter's deny cache remembers, expired ones not yet dropped included, by limit.",
-			[]string{"limit"}, cl),
-		timeout: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "store_timeout_seconds"),
-			"The longest the limiter waits for its store on one decision, by limit.",
-			[]string{"limit"}, cl),
 		memKeys: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "memstore_keys"),
 			"Keys a memory store holds, expired ones its janitor has not yet deleted included, by store.",
 			[]string{"store"}, cl),
@@ -154,7 +144,7 @@ func New(opts ...Option) (*Metrics, error) {
 // Bind resolves the series of l's policies, creating each at 0, and
 // returns the function that counts l's decisions in them; NewLimiter
 // calls it when given m by core.WithObserver. From then on, every scrape
-// reports l's health, deny cache size and timeout too. A Limiter of
+// reports l's health too. A Limiter of
 // several policies (layers) has series for each: a request counts under
 // every layer that applied to it, each with that layer's own decision
 // (a layer that would have admitted a request another layer denied
@@ -279,8 +269,6 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.storeErrors
 	m.latency.Describe(ch)
 	ch <- m.health
-	ch <- m.denyCache
-	ch <- m.timeout
 	ch <- m.memKeys
 	ch <- m.repSignals
 	ch <- m.repBans
@@ -290,8 +278,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect sends the counters and histograms as they stand, and reads the
-// gauges: each bound Limiter's Health, deny cache size and timeout, each
-// watched store's Len.
+// gauges: each bound Limiter's Health, each watched store's Len.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, c *counter, o *observer, labels ...string) {
 		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d, prometheus.CounterValue, float64(c.value()), o.created, labels...)
@@ -322,8 +309,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				}
 				ch <- prometheus.MustNewConstMetric(m.health, prometheus.GaugeValue, v, name, s.String())
 			}
-			ch <- prometheus.MustNewConstMetric(m.denyCache, prometheus.GaugeValue, float64(l.DenyCacheLen()), name)
-			ch <- prometheus.MustNewConstMetric(m.timeout, prometheus.GaugeValue, storeTimeout(l).Seconds(), name)
 		}
 	}
 	for _, s := range stores {
@@ -437,14 +422,4 @@ func stripeOf(key string) uint32 {
 		h ^= uint32(key[n-7]) | uint32(key[n-8])<<8 | uint32(key[n-9])<<16 | uint32(key[n/2])<<24
 	}
 	return (h * 0x9E3779B1) >> (32 - stripeBits) // Fibonacci hashing: the top bits
-}
-
-// storeTimeout is the timeout of l's store: what its Timeout method
-// returns, for a store that has one (redisstore.Store: see core.Store),
-// else 0.
-func storeTimeout(l *core.Limiter) time.Duration {
-	if s, ok := l.Store().(interface{ Timeout() time.Duration }); ok {
-		return s.Timeout()
-	}
-	return 0
 }

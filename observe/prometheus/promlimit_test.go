@@ -54,8 +54,6 @@ func TestDecisionsByOutcome(t *testing.T) {
 	assert.Equal(t, map[string]float64{
 		"kind=timeout,limit=api": 0, "kind=circuit_open,limit=api": 0, "kind=error,limit=api": 0,
 	}, series(t, reg, "ratelimit_store_errors_total"))
-	assert.Equal(t, map[string]float64{"limit=api": 1}, series(t, reg, "ratelimit_deny_cache_entries"))
-	assert.Equal(t, map[string]float64{"limit=api": 0}, series(t, reg, "ratelimit_store_timeout_seconds"))
 	assert.Equal(t, "healthy", health(t, reg, "api"))
 }
 
@@ -83,9 +81,6 @@ ratelimit_decisions_total{limit="login",outcome="fallback_denied"} 0
 ratelimit_decisions_total{limit="login",outcome="invalid"} 0
 ratelimit_decisions_total{limit="login",outcome="locked_out"} 0
 ratelimit_decisions_total{limit="login",outcome="shadow_denied"} 0
-# HELP ratelimit_deny_cache_entries Denials the limiter's deny cache remembers, expired ones not yet dropped included, by limit.
-# TYPE ratelimit_deny_cache_entries gauge
-ratelimit_deny_cache_entries{limit="login"} 0
 # HELP ratelimit_memstore_keys Keys a memory store holds, expired ones its janitor has not yet deleted included, by store.
 # TYPE ratelimit_memstore_keys gauge
 ratelimit_memstore_keys{store="main"} 0
@@ -109,9 +104,6 @@ ratelimit_store_errors_total{kind="timeout",limit="login"} 0
 ratelimit_store_health{limit="login",state="failing"} 0
 ratelimit_store_health{limit="login",state="healthy"} 1
 ratelimit_store_health{limit="login",state="recovering"} 0
-# HELP ratelimit_store_timeout_seconds The longest the limiter waits for its store on one decision, by limit.
-# TYPE ratelimit_store_timeout_seconds gauge
-ratelimit_store_timeout_seconds{limit="login"} 0
 `
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
 }
@@ -187,7 +179,6 @@ func TestTimeoutsAndCircuitOpen(t *testing.T) {
 	lat := series(t, reg, "ratelimit_store_duration_seconds")
 	assert.Equal(t, 2.0, lat["limit=frozen"], "only the calls that reached the store are timed")
 	assert.GreaterOrEqual(t, lat["limit=frozen|sum"], 2*timeout.Seconds(), "each waited the timeout")
-	assert.Equal(t, map[string]float64{"limit=frozen": timeout.Seconds()}, series(t, reg, "ratelimit_store_timeout_seconds"))
 	assert.Equal(t, "failing", health(t, reg, "frozen"))
 }
 
@@ -243,31 +234,6 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		require.False(t, time.Now().After(deadline), "waiting for %s", what)
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// TestDenyCacheEntries: the gauge is the deny cache's size at scrape
-// time, 0 for a Limiter without one.
-func TestDenyCacheEntries(t *testing.T) {
-	m, reg := newMetrics(t)
-	s := newMemStore(t)
-	p := core.Policy{Algorithm: core.FixedWindow, Limit: 1, Window: time.Hour}
-	p.Name = "cached"
-	cached := newLimiter(t, s, p, m, core.WithDenyCache(10))
-	p.Name = "uncached"
-	uncached := newLimiter(t, s, p, m)
-	ctx := context.Background()
-	for _, key := range []string{"a", "b", "c"} {
-		for _, l := range []*core.Limiter{cached, uncached} {
-			for range 2 {
-				_, err := l.AllowN(ctx, key, 1, t0)
-				require.NoError(t, err)
-			}
-		}
-	}
-	assert.Equal(t, map[string]float64{"limit=cached": 3, "limit=uncached": 0}, series(t, reg, "ratelimit_deny_cache_entries"))
-	assert.Equal(t, outcomes("allowed", 3, "denied", 3), decisions(t, reg, "cached"))
-	require.NoError(t, cached.Reset(ctx, "a"))
-	assert.Equal(t, map[string]float64{"limit=cached": 2, "limit=uncached": 0}, series(t, reg, "ratelimit_deny_cache_entries"))
 }
 
 // TestMemStoreKeys: the gauge is the watched stores' Len at scrape time.
@@ -363,7 +329,7 @@ func TestDuplicateNames(t *testing.T) {
 	_, err = first.Allow(context.Background(), "alice")
 	require.NoError(t, err)
 	assert.Equal(t, outcomes("allowed", 1), decisions(t, reg, "api"))
-	assert.Len(t, series(t, reg, "ratelimit_store_timeout_seconds"), 2, "one per bound Limiter")
+	assert.Len(t, series(t, reg, "ratelimit_store_health"), 2*3, "three states per bound Limiter")
 	// Other Metrics take the name.
 	m2, _ := newMetrics(t)
 	newLimiter(t, s, p, m2)
@@ -384,8 +350,8 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{
-		"edge_decisions_total", "edge_deny_cache_entries", "edge_near_limit_total", "edge_store_duration_seconds",
-		"edge_store_errors_total", "edge_store_health", "edge_store_timeout_seconds",
+		"edge_decisions_total", "edge_near_limit_total", "edge_store_duration_seconds",
+		"edge_store_errors_total", "edge_store_health",
 	}, names)
 
 	for _, tc := range []struct {

@@ -31,14 +31,14 @@ func TestRefundOfAnObservedAdmission(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx := context.Background()
-	reserve := []core.Check{{Key: "203.0.113.7", Cost: 5}}
+	reserve := []core.Request{{Key: "203.0.113.7", Cost: 5}}
 	d, at, err := l.AllowLayers(ctx, time.Time{}, reserve, nil)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	assert.Equal(t, int64(5), d.Remaining)
 	require.False(t, at.IsZero(), "the time the store admitted the request at")
 
-	require.NoError(t, l.Refund(ctx, at, []core.Check{{Key: "203.0.113.7", Cost: 3}}), "the work cost 2 of the 5 reserved")
+	require.NoError(t, l.Refund(ctx, at, []core.Request{{Key: "203.0.113.7", Cost: 3}}), "the work cost 2 of the 5 reserved")
 	out := make([]core.Decision, 1)
 	require.NoError(t, l.Peek(ctx, time.Time{}, reserve, out))
 	assert.Equal(t, int64(8), out[0].Remaining, "3 given back")

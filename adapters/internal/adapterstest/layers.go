@@ -54,7 +54,10 @@ func Authenticate(ctx context.Context, header func(string) string) context.Conte
 // IssuePlans is the PolicySource of IssueLayers' plans: the user layer's
 // policy by the plan in the request's context (see Authenticate), premium
 // for "premium"; "broken" fails, "invalid" is an invalid policy.
-var IssuePlans core.PolicySource = core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+type IssuePlans struct{}
+
+// Adjust returns the user layer's policy by the request's plan.
+func (IssuePlans) Adjust(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
 	if p.Name != "user" {
 		return p, nil
 	}
@@ -67,7 +70,15 @@ var IssuePlans core.PolicySource = core.PolicySourceFunc(func(ctx context.Contex
 		p.Limit = -1
 	}
 	return p, nil
-})
+}
+
+// sourceFunc is a function that is a core.PolicySource.
+type sourceFunc func(ctx context.Context, key string, p core.Policy) (core.Policy, error)
+
+// Adjust returns f(ctx, key, p).
+func (f sourceFunc) Adjust(ctx context.Context, key string, p core.Policy) (core.Policy, error) {
+	return f(ctx, key, p)
+}
 
 // IssueLayers returns the issue's four layers: global (one shared key),
 // user (by X-User, else by address; GET /search costs 5; premium by

@@ -85,7 +85,7 @@ func serveLayers(t *testing.T, h SocketHarness, store core.Store, fc time.Durati
 	t.Helper()
 	a := &layersApp{clock: NewClock(T0), errs: new(errorRecorder)}
 	layers := failClosed(IssueLayers(t), fc)
-	f := NewFlow(t, AtClockMulti(store, a.clock), layers, []core.Option{core.WithPolicySource(IssuePlans)},
+	f := NewFlow(t, AtClockMulti(store, a.clock), layers, []core.Option{core.WithPolicySource(IssuePlans{})},
 		httplimit.WithHeaders(layersHeaders), a.errs.option())
 	a.limiter = f.Limiter()
 	a.spec = &Spec{
@@ -255,7 +255,7 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.
 			hold(r.Context())
 		}
 	}
-	plans := core.PolicySourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
+	plans := sourceFunc(func(ctx context.Context, _ string, p core.Policy) (core.Policy, error) {
 		if p.Name == "login" && ctx.Value(holdPlanKey{}) != nil {
 			hold(ctx)
 		}
@@ -336,7 +336,7 @@ func layersDisconnects(t *testing.T, h SocketHarness, store core.Store, fc time.
 	// The login layer applies to every request: the global layer counted
 	// only the requests it admitted, not those it denied nor those whose
 	// client left before the decision.
-	v, _, err := l.AllowLayers(context.Background(), time.Time{}, []core.Check{{Layer: 0, Key: "api", Cost: 1}}, nil)
+	v, _, err := l.AllowLayers(context.Background(), time.Time{}, []core.Request{{Key: "api", Cost: 1}}, nil)
 	require.NoError(t, err)
 	assert.LessOrEqual(t, v.Limit-v.Remaining, int64(disconnectLimit+1), "the global layer counted requests that the login layer denied or that were never decided")
 }

@@ -42,7 +42,7 @@ func RunLayersOutage(t *testing.T, h SocketHarness) {
 		}
 	}
 	errs := new(errorRecorder)
-	f := NewFlow(t, store, layers, []core.Option{core.WithCircuitBreaker(0, time.Second), core.WithPolicySource(IssuePlans)},
+	f := NewFlow(t, store, layers, []core.Option{core.WithCircuitBreaker(0, time.Second), core.WithPolicySource(IssuePlans{})},
 		httplimit.WithHeaders(layersHeaders), errs.option())
 	spec := &Spec{
 		Authenticate: Authenticate,

@@ -93,7 +93,7 @@ func RunQuota(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	peek := func(t *testing.T, f *httplimit.Flow, ip string) []core.Decision {
 		t.Helper()
 		key := "ip:" + ip // client.Key's
-		checks := []core.Check{{Layer: 0, Key: key}, {Layer: 1, Key: key}, {Layer: 2, Key: key}}
+		checks := []core.Request{{Key: key}, {Key: key}, {Key: key}}
 		out := make([]core.Decision, 3)
 		require.NoError(t, f.Limiter().Peek(context.Background(), time.Time{}, checks, out))
 		return out

@@ -108,9 +108,11 @@ func RunSettle(t *testing.T, h SocketHarness, srv *redistest.Server) {
 	}
 	used := func(t *testing.T, f *httplimit.Flow, layer int, key string) int64 {
 		t.Helper()
-		out := make([]core.Decision, 1)
-		require.NoError(t, f.Limiter().Peek(context.Background(), time.Time{}, []core.Check{{Layer: layer, Key: "ip:" + key}}, out)) // client.Key's
-		return out[0].Limit - out[0].Remaining
+		reqs := make([]core.Request, layer+1)
+		reqs[layer].Key = "ip:" + key // client.Key's
+		out := make([]core.Decision, layer+1)
+		require.NoError(t, f.Limiter().Peek(context.Background(), time.Time{}, reqs, out))
+		return out[layer].Limit - out[layer].Remaining
 	}
 
 	for _, be := range settleBackends(t, srv) {

@@ -78,7 +78,7 @@ func RunSettleCluster(t *testing.T, h SocketHarness) {
 	assert.Zero(t, failed)
 	out := make([]core.Decision, 2)
 	require.NoError(t, flows[0].Limiter().Peek(context.Background(), time.Time{},
-		[]core.Check{{Layer: 0, Key: "global"}, {Layer: 1, Key: "ip:" + ip}}, out))
+		[]core.Request{{Key: "global"}, {Key: "ip:" + ip}}, out))
 	assert.Equal(t, int64(0), out[1].Limit-out[1].Remaining, "the login layer holds nothing, with nothing in flight")
 	assert.Equal(t, int64(logins-len(refused)), out[0].Limit-out[0].Remaining, "the global layer counts every login it admitted")
 }

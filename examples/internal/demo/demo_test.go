@@ -71,7 +71,7 @@ func TestNewLimiters(t *testing.T) {
 	// The limiter reports to the metrics, served by l.Metrics: each
 	// request under every layer that applied to it.
 	var v limitertest.Verdict
-	require.NoError(t, limitertest.AllowLayers(l.Limiter, context.Background(), []core.Check{{Layer: 0, Key: "ip:203.0.113.7", Cost: 1}, {Layer: 1, Key: "ip:203.0.113.7", Cost: 1}}, time.Time{}, &v))
+	require.NoError(t, limitertest.AllowLayers(l.Limiter, context.Background(), []core.Request{{Key: "ip:203.0.113.7", Cost: 1}, {Key: "ip:203.0.113.7", Cost: 1}}, time.Time{}, &v))
 	require.True(t, v.Allowed)
 	rec := httptest.NewRecorder()
 	l.Metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, MetricsPath, nil))

@@ -62,8 +62,10 @@ func loginAttempt(t *testing.T, l Limiters, key string) (core.Decision, error) {
 	t.Helper()
 	i := slices.IndexFunc(l.Limiter.Policies(), func(p core.Policy) bool { return p.Name == LoginLayer })
 	require.GreaterOrEqual(t, i, 0, "the login layer")
+	reqs := make([]core.Request, i+1)
+	reqs[i] = core.Request{Key: key, Cost: 1}
 	var v limitertest.Verdict
-	err := limitertest.AllowLayers(l.Limiter, context.Background(), []core.Check{{Layer: i, Key: key, Cost: 1}}, time.Time{}, &v)
+	err := limitertest.AllowLayers(l.Limiter, context.Background(), reqs, time.Time{}, &v)
 	return v.Decision, err
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // Verdict is a layered decision as tests read it: the request's Decision,
-// every layer's, and the index of the binding one (-1 for no check).
+// every layer's (Decisions[i] is layer i's, zero for a layer not checked),
+// and the layer of the binding one (-1 when nothing was decided).
 type Verdict struct {
 	core.Decision
 	Decisions []core.Decision
@@ -16,22 +17,28 @@ type Verdict struct {
 }
 
 // AllowLayers is l.AllowLayers at now, filling v.
-func AllowLayers(l *core.Limiter, ctx context.Context, checks []core.Check, now time.Time, v *Verdict) error {
-	if cap(v.Decisions) < len(checks) {
-		v.Decisions = make([]core.Decision, len(checks))
+func AllowLayers(l *core.Limiter, ctx context.Context, reqs []core.Request, now time.Time, v *Verdict) error {
+	if cap(v.Decisions) < len(reqs) {
+		v.Decisions = make([]core.Decision, len(reqs))
 	}
-	v.Decisions = v.Decisions[:len(checks)]
+	v.Decisions = v.Decisions[:len(reqs)]
 	clear(v.Decisions)
-	d, _, err := l.AllowLayers(ctx, now, checks, v.Decisions)
+	d, _, err := l.AllowLayers(ctx, now, reqs, v.Decisions)
 	v.Decision, v.Binding = d, -1
 	for i := range v.Decisions {
-		if len(checks) > 0 && v.Decisions[i].Policy.Name == d.Policy.Name && d.Policy.Name != "" {
+		if reqs[i].Key != "" && v.Decisions[i].Policy.Name == d.Policy.Name && d.Policy.Name != "" {
 			v.Binding = i
 			break
 		}
 	}
-	if err != nil && len(checks) > 0 {
-		v.Binding = 0
+	if err != nil {
+		v.Binding = -1
+		for i := range reqs {
+			if reqs[i].Key != "" {
+				v.Binding = i // refused: the first layer checked
+				break
+			}
+		}
 	}
 	return err
 }
@@ -50,6 +57,6 @@ func Named(p core.Policy, name string, failClosed ...time.Duration) core.Policy 
 // AllowN does, and returns the time the store decided at when it decided
 // (the zero Time otherwise), as AllowLayers does.
 func AllowNTimed(l *core.Limiter, ctx context.Context, key string, n int64) (core.Decision, time.Time, error) {
-	checks := [1]core.Check{{Layer: 0, Key: key, Cost: n}}
-	return l.AllowLayers(ctx, time.Time{}, checks[:], nil)
+	reqs := [1]core.Request{{Key: key, Cost: n}}
+	return l.AllowLayers(ctx, time.Time{}, reqs[:], nil)
 }
