@@ -75,10 +75,6 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// Timeout returns the longest one call of the Store waits for Redis
-// (WithTimeout).
-func (s *Store) Timeout() time.Duration { return s.timeout }
-
 // deadline is the deadline of a call with ctx: the Store's timeout from
 // now, or ctx's deadline if earlier.
 func (s *Store) deadline(ctx context.Context) time.Time {

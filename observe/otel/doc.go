@@ -48,7 +48,7 @@
 // left less than a fifth of the capacity. ratelimit.store.duration records the store's
 // latency when the Limiter measured it (every decision of a store that may
 // block, such as Redis; a memory store is not timed), in promlimit's
-// default buckets unless WithBuckets says otherwise. ratelimit.store.errors
+// default buckets (an SDK View sets others). ratelimit.store.errors
 // counts store failures by kind: "timeout",
 // "circuit_open", "error".
 //

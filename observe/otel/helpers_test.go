@@ -34,12 +34,12 @@ const (
 
 // newMetrics returns Metrics over an SDK MeterProvider read by a
 // ManualReader, both closed when t ends.
-func newMetrics(t testing.TB, opts ...otellimit.Option) (*otellimit.Metrics, *sdkmetric.ManualReader) {
+func newMetrics(t testing.TB) (*otellimit.Metrics, *sdkmetric.ManualReader) {
 	t.Helper()
 	r := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	m, err := otellimit.New(mp, opts...)
+	m, err := otellimit.New(mp)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m, r

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -40,40 +39,6 @@ var storeErrorKinds = [...]string{outcome.StoreErrTimeout, outcome.StoreErrCircu
 // healthStates are the core.Health values, in order.
 var healthStates = [...]core.Health{core.Healthy, core.Recovering, core.Failing}
 
-// Option configures New. A bad value makes New fail with an error
-// wrapping core.ErrInvalidOption.
-type Option func(*config) error
-
-type config struct {
-	buckets []float64
-}
-
-// WithBuckets sets the upper bounds, in seconds, of the store latency
-// histogram's buckets: at least one, positive, finite and strictly
-// increasing (the bucket above the last is implied). Give promlimit the
-// same bounds, so that both report the same percentiles. Unless given,
-// they are promlimit's, dense between 100µs and 10ms, where Redis answers:
-//
-//	1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
-//	1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
-func WithBuckets(bounds ...float64) Option {
-	return func(c *config) error {
-		if len(bounds) == 0 {
-			return fmt.Errorf("%w: otellimit: no histogram buckets", core.ErrInvalidOption)
-		}
-		for i, b := range bounds {
-			if math.IsNaN(b) || math.IsInf(b, 0) || b <= 0 {
-				return fmt.Errorf("%w: otellimit: histogram bucket %v is not positive and finite", core.ErrInvalidOption, b)
-			}
-			if i > 0 && b <= bounds[i-1] {
-				return fmt.Errorf("%w: otellimit: histogram buckets %v are not strictly increasing", core.ErrInvalidOption, bounds)
-			}
-		}
-		c.buckets = append([]float64(nil), bounds...)
-		return nil
-	}
-}
-
 // Metrics records the events of the Limiters bound to it (core.WithObserver) as
 // OpenTelemetry measurements, and observes their gauges when the reader
 // collects. It is safe for concurrent use. Close unregisters its callback.
@@ -106,21 +71,14 @@ var _ core.Observer = (*Metrics)(nil)
 // New creates the instruments on mp's meter named
 // "github.com/apigate/ratelimit" (the instrumentation scope,
 // otel_scope_name in Prometheus) and registers the callback that observes
-// the gauges. It fails with an error wrapping core.ErrInvalidOption when
-// mp or an option is nil or an option refuses its value, and with the
-// meter's error when an instrument cannot be created.
-func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
+// the gauges. The store latency histogram's buckets are promlimit's
+// (dense between 100µs and 10ms, where Redis answers); an SDK View on
+// "ratelimit.store.duration" sets others. It fails with an error wrapping
+// core.ErrInvalidOption when mp is nil, and with the meter's error when an
+// instrument cannot be created.
+func New(mp metric.MeterProvider) (*Metrics, error) {
 	if mp == nil {
 		return nil, fmt.Errorf("%w: otellimit: nil MeterProvider", core.ErrInvalidOption)
-	}
-	c := config{buckets: latency.Buckets()}
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: otellimit: option %d is nil", core.ErrInvalidOption, i)
-		}
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
 	}
 	meter := mp.Meter(meterName)
 	m := &Metrics{limits: make(map[string]*bound)}
@@ -143,7 +101,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	mk(func() (e error) {
 		m.duration, e = meter.Float64Histogram("ratelimit.store.duration", metric.WithUnit("s"),
 			metric.WithDescription("Time the store took to decide, or was waited for until the limiter's timeout (memory stores, which never wait, are not timed)."),
-			metric.WithExplicitBucketBoundaries(c.buckets...))
+			metric.WithExplicitBucketBoundaries(latency.Buckets()...))
 		return e
 	})
 	mk(func() (e error) {

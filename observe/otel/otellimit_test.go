@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
@@ -232,26 +232,21 @@ func TestBindErrors(t *testing.T) {
 	require.ErrorIs(t, m.WatchStore("late", st), otellimit.ErrClosed)
 }
 
-// WithBuckets sets the histogram's bounds.
-func TestOptions(t *testing.T) {
-	for name, opts := range map[string][]otellimit.Option{
-		"nil option":     {nil},
-		"no buckets":     {otellimit.WithBuckets()},
-		"NaN bucket":     {otellimit.WithBuckets(0.1, math.NaN())},
-		"infinite":       {otellimit.WithBuckets(math.Inf(1))},
-		"not increasing": {otellimit.WithBuckets(0.1, 0.1)},
-		"decreasing":     {otellimit.WithBuckets(0.2, 0.1)},
-		"zero":           {otellimit.WithBuckets(0, 0.1)},
-		"negative":       {otellimit.WithBuckets(-1, 0.1)},
-	} {
-		_, err := otellimit.New(noop.NewMeterProvider(), opts...)
-		require.ErrorIs(t, err, core.ErrInvalidOption, name)
-	}
+// TestBuckets: the histogram has promlimit's buckets, and an SDK View
+// sets others, as for any instrument.
+func TestBuckets(t *testing.T) {
 	_, err := otellimit.New(nil)
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 
 	bounds := []float64{0.001, 0.01, 0.1}
-	m, r := newMetrics(t, otellimit.WithBuckets(bounds...))
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r), sdkmetric.WithView(sdkmetric.NewView(
+		sdkmetric.Instrument{Name: duration},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: bounds}})))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := otellimit.New(mp)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
 	fs := &flakyStore{Store: newMemStore(t)}
 	p := core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
 	l := newLimiter(t, fs, p, core.WithObserver(m))

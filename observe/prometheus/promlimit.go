@@ -7,7 +7,8 @@
 //	err = m.WatchStore("main", memStore) // the memory store's key count
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// The series, with the default namespace "ratelimit" (see WithNamespace):
+// The series (to prefix or label them in a shared registry, register the
+// Metrics through prometheus.WrapRegistererWithPrefix or WrapRegistererWith):
 //
 //	ratelimit_decisions_total{limit,outcome}       counter, every call
 //	ratelimit_near_limit_total{limit}              counter, admitted with under 20% left
@@ -92,7 +93,7 @@ var storeErrorKinds = [...]string{outcome.StoreErrTimeout, outcome.StoreErrCircu
 // New returns Metrics with no Limiter yet, or an error wrapping
 // core.ErrInvalidOption when an option is nil or refuses its value.
 func New(opts ...Option) (*Metrics, error) {
-	c := config{namespace: defaultNamespace, buckets: latency.Buckets()}
+	c := config{buckets: latency.Buckets()}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: promlimit: option %d is nil", core.ErrInvalidOption, i)
@@ -101,7 +102,7 @@ func New(opts ...Option) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	ns, cl := c.namespace, c.constLabels
+	ns, cl := namespace, prometheus.Labels(nil)
 	m := &Metrics{
 		decisions: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "decisions_total"),
 			"Calls to a rate limiter, by limit and outcome: allowed or denied by the store; deny_cache, denied by the deny cache without asking the store; fallback_allowed or fallback_denied, decided by the fallback store while the store failed; failed_open or failed_closed, decided by the fail mode because the store failed; canceled, the caller gone before a decision; invalid, refused for bad input; shadow_denied, admitted in shadow mode though it would have been denied; locked_out, denied by a lockout after repeated denials; allow_listed or deny_listed, decided by an allow or deny list without asking the limiter.",

@@ -335,10 +335,15 @@ func TestDuplicateNames(t *testing.T) {
 	newLimiter(t, s, p, m2)
 }
 
-// TestOptions: the namespace and constant labels shape every series; bad
-// options are errors wrapping core.ErrInvalidOption.
+// TestOptions: a registry shared by several services prefixes and labels
+// every series through client_golang's wrapping registerers; bad options
+// are errors wrapping core.ErrInvalidOption.
 func TestOptions(t *testing.T) {
-	m, reg := newMetrics(t, promlimit.WithNamespace("edge"), promlimit.WithConstLabels(prometheus.Labels{"service": "checkout"}))
+	m, err := promlimit.New()
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"service": "checkout"}, prometheus.WrapRegistererWithPrefix("edge_", reg))
+	require.NoError(t, wrapped.Register(m))
 	newLimiter(t, newMemStore(t), core.Policy{Name: "api", Algorithm: core.TokenBucket, Limit: 10, Window: time.Minute}, m)
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -350,8 +355,8 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{
-		"edge_decisions_total", "edge_near_limit_total", "edge_store_duration_seconds",
-		"edge_store_errors_total", "edge_store_health",
+		"edge_ratelimit_decisions_total", "edge_ratelimit_near_limit_total", "edge_ratelimit_store_duration_seconds",
+		"edge_ratelimit_store_errors_total", "edge_ratelimit_store_health",
 	}, names)
 
 	for _, tc := range []struct {
@@ -359,25 +364,16 @@ func TestOptions(t *testing.T) {
 		want string
 	}{
 		{nil, "promlimit: option 0 is nil"},
-		{promlimit.WithNamespace(""), `promlimit.WithNamespace: namespace "" is not a metric name`},
-		{promlimit.WithNamespace("rate-limit"), `namespace "rate-limit" is not a metric name`},
-		{promlimit.WithNamespace("1st"), `namespace "1st" is not a metric name`},
 		{promlimit.WithBuckets(), "promlimit.WithBuckets: no bucket"},
 		{promlimit.WithBuckets(0, 1), "bound 0 is not positive and finite"},
 		{promlimit.WithBuckets(-1), "bound -1 is not positive and finite"},
 		{promlimit.WithBuckets(1, 2, 2), "bounds 2 and 2 are not increasing"},
 		{promlimit.WithBuckets(0.5, math.Inf(1)), "bound +Inf is not positive and finite"},
-		{promlimit.WithConstLabels(prometheus.Labels{"limit": "x"}), `label "limit" is one of the metrics' own`},
-		{promlimit.WithConstLabels(prometheus.Labels{"__name__": "x"}), `"__name__" is not a label name of one's own`},
-		{promlimit.WithConstLabels(prometheus.Labels{"a-b": "x"}), `"a-b" is not a label name`},
-		{promlimit.WithConstLabels(prometheus.Labels{"a": "\xff"}), `label "a": value is not valid UTF-8`},
 	} {
 		_, err := promlimit.New(tc.opt)
 		require.ErrorIs(t, err, core.ErrInvalidOption, tc.want)
 		assert.ErrorContains(t, err, tc.want)
 	}
-	_, err = promlimit.New(promlimit.WithConstLabels(prometheus.Labels{"a": "1"}), promlimit.WithConstLabels(prometheus.Labels{"a": "2"}))
-	assert.ErrorContains(t, err, `label "a" given twice`)
 
 	// The options copy what they are given.
 	bounds := []float64{0.001, 0.01}
