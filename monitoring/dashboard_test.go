@@ -3,7 +3,9 @@ package monitoring
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -50,10 +52,13 @@ func loadDashboard(t *testing.T) *dashboard {
 }
 
 func TestDashboardFileIsEmbedded(t *testing.T) {
-	b, err := os.ReadFile(DashboardFile())
+	b, err := os.ReadFile(filepath.FromSlash(dashboardPath))
 	require.NoError(t, err)
 	assert.Equal(t, dashboardJSON, string(b))
 	assert.True(t, json.Valid(b))
+	inFiles, err := fs.ReadFile(Files, dashboardPath)
+	require.NoError(t, err)
+	assert.Equal(t, b, inFiles, "Files has the dashboard as the source tree does")
 }
 
 func TestDashboardHeader(t *testing.T) {

@@ -5,9 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 )
 
 // exporterMetrics are the series observe/prometheus exports under its

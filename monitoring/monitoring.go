@@ -6,23 +6,28 @@
 //	prometheus/ratelimit-rules.yml       the rules: list it in rule_files
 //	prometheus/ratelimit-rules_test.yml  their unit tests: promtool test rules
 //
-// The files are the product; this package only locates them
-// (DashboardFile, RulesFile), for tools that load them. Its tests keep the
+// The files are the product; this package only embeds them (Files), for
+// tools that load them. Its tests keep the
 // dashboard valid, run promtool, and run every PromQL expression of both
 // files against a real Prometheus.
 package monitoring
 
 import (
-	_ "embed" // the dashboard and the rules
+	"embed"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
+
+// Files holds the dashboard, grafana/ratelimit.json, and the rules,
+// prometheus/ratelimit-rules.yml, as this module ships them: read one with
+// fs.ReadFile, or write it out where Grafana or Prometheus loads files.
+//
+//go:embed grafana/ratelimit.json prometheus/ratelimit-rules.yml
+var Files embed.FS
 
 //go:embed grafana/ratelimit.json
 var dashboardJSON string
@@ -30,30 +35,11 @@ var dashboardJSON string
 //go:embed prometheus/ratelimit-rules.yml
 var rulesYAML string
 
+// The files' paths in Files.
 const (
 	dashboardPath = "grafana/ratelimit.json"
 	rulesPath     = "prometheus/ratelimit-rules.yml"
 )
-
-// DashboardFile returns the path of the Grafana dashboard's JSON file:
-// absolute, in this package's source directory, as the compiler recorded
-// it (as in `go test`); relative to this package's directory when the
-// build trimmed paths (-trimpath).
-func DashboardFile() string { return sourcePath(dashboardPath) }
-
-// RulesFile returns the path of the Prometheus rules file, located as
-// DashboardFile locates the dashboard.
-func RulesFile() string { return sourcePath(rulesPath) }
-
-// sourcePath returns rel joined to this package's source directory when
-// that is known and absolute, rel itself otherwise.
-func sourcePath(rel string) string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok || !filepath.IsAbs(file) {
-		return filepath.FromSlash(rel)
-	}
-	return filepath.Join(filepath.Dir(file), filepath.FromSlash(rel))
-}
 
 // The values dashboardExprs gives the dashboard's variables.
 const (

@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/ratelimit/internal/rules/outcome"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/apigate/ratelimit/internal/rules/outcome"
 )
 
 // rulesTestPath is the promtool unit test file of the rules.
@@ -37,9 +39,12 @@ func loadRules(t *testing.T) *ruleFile {
 }
 
 func TestRulesFileIsEmbedded(t *testing.T) {
-	b, err := os.ReadFile(RulesFile())
+	b, err := os.ReadFile(filepath.FromSlash(rulesPath))
 	require.NoError(t, err)
 	assert.Equal(t, rulesYAML, string(b))
+	inFiles, err := fs.ReadFile(Files, rulesPath)
+	require.NoError(t, err)
+	assert.Equal(t, b, inFiles, "Files has the rules as the source tree does")
 }
 
 func TestRuleExprs(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"net/http"
@@ -67,7 +68,7 @@ func need(t *testing.T, name, install string) string {
 
 // startStack builds the chi example, runs it on a free loopback port with
 // the memory store, starts Prometheus on another with a config scraping the
-// example and loading monitoring.RulesFile, and returns once Prometheus has
+// example and loading the rules of monitoring.Files, and returns once Prometheus has
 // scraped the example successfully. Both processes are killed when the test
 // ends.
 func startStack(t *testing.T, ctx context.Context) *stack {
@@ -90,9 +91,10 @@ func startStack(t *testing.T, ctx context.Context) *stack {
 	require.NoError(t, err, "the banner's URL %q", base)
 	require.Equal(t, "127.0.0.1", u.Hostname(), "the example listens on %s, want loopback", base)
 
-	rules, err := filepath.Abs(monitoring.RulesFile())
-	require.NoError(t, err)
-	require.FileExists(t, rules, "monitoring.RulesFile")
+	rulesYAML, err := fs.ReadFile(monitoring.Files, "prometheus/ratelimit-rules.yml")
+	require.NoError(t, err, "monitoring.Files")
+	rules := filepath.Join(dir, "ratelimit-rules.yml")
+	require.NoError(t, os.WriteFile(rules, rulesYAML, 0o600))
 	config := filepath.Join(dir, "prometheus.yml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`global:
   scrape_interval: 1s
