@@ -19,7 +19,10 @@ import (
 const maxAPIKeyLen = 4096
 
 // APIKeyHeader returns a key function keying requests on the API key in
-// the named header ("X-API-Key").
+// the named header ("X-API-Key"), or on the bearer token of
+// Authorization: with name "Authorization", a value "Bearer <token>" (the
+// scheme matched case-insensitively) is keyed on the token, and one of
+// another scheme holds no key.
 //
 // The raw key never appears in the result: the key is "key:" followed by
 // the first 32 hex digits (128 bits) of its HMAC-SHA256 keyed with
@@ -33,35 +36,18 @@ const maxAPIKeyLen = 4096
 // is empty but not nil (an unset variable read as []byte("")), is an
 // error.
 func APIKeyHeader(name string, secret []byte) (Func, error) {
-	return headerKey("APIKeyHeader", name, secret, false)
-}
-
-// Bearer returns a key function keying requests on the token of an
-// "Authorization: Bearer <token>" style header, name ("Authorization"):
-// the scheme, matched case-insensitively, is stripped, and a header with
-// another scheme holds no key. The token is hashed, and the errors are,
-// as by [APIKeyHeader].
-func Bearer(name string, secret []byte) (Func, error) {
-	return headerKey("Bearer", name, secret, true)
-}
-
-// headerKey is APIKeyHeader, or Bearer when bearer, named fn in errors.
-func headerKey(fn, name string, secret []byte, bearer bool) (Func, error) {
 	if !validToken(name) {
-		return nil, fmt.Errorf("%w: keyfuncs.%s: invalid header name %q", core.ErrInvalidOption, fn, name)
+		return nil, fmt.Errorf("%w: keyfuncs.APIKeyHeader: invalid header name %q", core.ErrInvalidOption, name)
 	}
-	if err := checkSecret(fn, secret); err != nil {
+	if err := checkSecret("APIKeyHeader", secret); err != nil {
 		return nil, err
 	}
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	h := newKeyHasher(secret, name)
-	return func(r Request) (string, error) {
-		raw := trimOWS(r.Header(name))
-		if bearer {
-			raw = cutBearer(raw)
-		}
-		return h.key(raw)
-	}, nil
+	if name == "Authorization" {
+		return func(r Request) (string, error) { return h.key(cutBearer(trimOWS(r.Header(name)))) }, nil
+	}
+	return func(r Request) (string, error) { return h.key(trimOWS(r.Header(name))) }, nil
 }
 
 // checkSecret rejects a secret that is empty but not nil: nil asks for no

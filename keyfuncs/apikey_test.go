@@ -1,6 +1,8 @@
 package keyfuncs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
@@ -25,11 +27,12 @@ func TestAPIKey(t *testing.T) {
 		want string // "": an error wrapping ErrNoKey
 	}{
 		{"same key same bucket", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", " "+raw+" "), plain},
-		{"bearer", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer "+raw), plain},
-		{"bearer case", must(Bearer("Authorization", nil)), req("", "Authorization", "bEaReR  "+raw), plain},
-		{"bearer: other scheme", must(Bearer("Authorization", nil)), req("", "Authorization", "Basic "+raw), ""},
-		{"bearer: no token", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer "), ""},
-		{"bearer: scheme only", must(Bearer("Authorization", nil)), req("", "Authorization", "Bearer"), ""},
+		{"bearer", must(APIKeyHeader("Authorization", nil)), req("", "Authorization", "Bearer "+raw), plain},
+		{"bearer case", must(APIKeyHeader("Authorization", nil)), req("", "Authorization", "bEaReR  "+raw), plain},
+		{"bearer: other scheme", must(APIKeyHeader("Authorization", nil)), req("", "Authorization", "Basic "+raw), ""},
+		{"bearer: no token", must(APIKeyHeader("Authorization", nil)), req("", "Authorization", "Bearer "), ""},
+		{"bearer: scheme only", must(APIKeyHeader("Authorization", nil)), req("", "Authorization", "Bearer"), ""},
+		{"bearer only in Authorization", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", "Bearer "+raw), "key:" + hexSHA("Bearer "+raw)},
 		{"missing", must(APIKeyHeader("X-API-Key", nil)), req(""), ""},
 		{"empty", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", "  "), ""},
 		{"at the cap", must(APIKeyHeader("X-API-Key", nil)), req("", "X-API-Key", strings.Repeat("a", maxAPIKeyLen)), "key:"},
@@ -96,9 +99,9 @@ func TestAPIKeyBadInput(t *testing.T) {
 		"header with colon":    func() (Func, error) { return APIKeyHeader("X-API-Key:", nil) },
 		"empty secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", []byte{}) },
 		"unset secret":         func() (Func, error) { return APIKeyHeader("X-API-Key", []byte(os.Getenv("KEYFUNCS_TEST_UNSET"))) },
-		"bearer: empty header": func() (Func, error) { return Bearer("", nil) },
-		"bearer: bad header":   func() (Func, error) { return Bearer("Author ization", nil) },
-		"bearer: empty secret": func() (Func, error) { return Bearer("Authorization", []byte("")) },
+		"bearer: empty header": func() (Func, error) { return APIKeyHeader("", nil) },
+		"bearer: bad header":   func() (Func, error) { return APIKeyHeader("Author ization", nil) },
+		"bearer: empty secret": func() (Func, error) { return APIKeyHeader("Authorization", []byte("")) },
 	}
 	for name, build := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -106,4 +109,11 @@ func TestAPIKeyBadInput(t *testing.T) {
 			requireInvalid(t, fn, err)
 		})
 	}
+}
+
+// hexSHA is the first 32 hex digits of s's SHA-256, as an unkeyed API key
+// is hashed.
+func hexSHA(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
 }

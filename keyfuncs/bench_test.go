@@ -59,9 +59,9 @@ func BenchmarkIPKey(b *testing.B) {
 func BenchmarkAPIKey(b *testing.B) {
 	r := req("", "Authorization", "Bearer sk_live_0123456789abcdef0123456789abcdef")
 	must := mustFunc(b)
-	b.Run("sha256", func(b *testing.B) { benchKey(b, must(Bearer("Authorization", nil)), r) })
+	b.Run("sha256", func(b *testing.B) { benchKey(b, must(APIKeyHeader("Authorization", nil)), r) })
 	b.Run("hmac", func(b *testing.B) {
-		benchKey(b, must(Bearer("Authorization", []byte("pepper"))), r)
+		benchKey(b, must(APIKeyHeader("Authorization", []byte("pepper"))), r)
 	})
 }
 

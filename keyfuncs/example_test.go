@@ -145,9 +145,10 @@ func ExampleFirstOf() {
 	// route:GET <unmatched>|ip:203.0.113.7 <nil>
 }
 
-// The raw API key never appears in the rate-limit key.
-func ExampleBearer() {
-	key, err := keyfuncs.Bearer("Authorization", nil) // nil: no secret, plain SHA-256
+// The raw API key never appears in the rate-limit key; in Authorization,
+// the bearer token is the key.
+func ExampleAPIKeyHeader_bearer() {
+	key, err := keyfuncs.APIKeyHeader("Authorization", nil) // nil: no secret, plain SHA-256
 	if err != nil {
 		log.Fatal(err)
 	}

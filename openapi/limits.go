@@ -170,7 +170,7 @@ func (r *syntheticRequest) Context() context.Context {
 // reading what it read and what it returned: "ip" for the
 // client's address (keyfuncs.ClientIP), "static" (keyfuncs.Static),
 // "header:<Name>" for an API key or bearer token in a header
-// (keyfuncs.APIKeyHeader, keyfuncs.Bearer), "route"
+// (keyfuncs.APIKeyHeader), "route"
 // (keyfuncs.Route), their Compose joined
 // with "+" ("route+ip"), and "custom" for anything else (a user ID, a
 // FirstOf, a function of your own).

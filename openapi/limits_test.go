@@ -29,7 +29,7 @@ func TestKeyKind(t *testing.T) {
 		{"ClientIP", ip.Key, "ip"},
 		{"Static", must(keyfuncs.Static("all")), "static"},
 		{"APIKeyHeader", must(keyfuncs.APIKeyHeader("x-api-key", []byte("secret"))), "header:X-Api-Key"},
-		{"Bearer", must(keyfuncs.Bearer("Authorization", nil)), "header:Authorization"},
+		{"Bearer", must(keyfuncs.APIKeyHeader("Authorization", nil)), "header:Authorization"},
 		{"Route", keyfuncs.Route(), "route"},
 		{"Compose", must(keyfuncs.Compose(keyfuncs.Route(), ip.Key)), "route+ip"},
 		{"User", user, "custom"},

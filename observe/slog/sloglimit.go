@@ -61,7 +61,7 @@
 //     form, as keyfuncs.ClientIP writes them ("ip:203.0.113.7",
 //     "ip:2001:db8:1:100::/56");
 //   - "key:" and 32 lowercase hex digits, an API key hashed by
-//     keyfuncs.APIKeyHeader or keyfuncs.Bearer;
+//     keyfuncs.APIKeyHeader;
 //   - "sha256:" and 64 lowercase hex digits, the digest the core puts in
 //     place of a key longer than 128 bytes or with odd bytes.
 //
