@@ -23,7 +23,7 @@ func ExampleWriter_Write() {
 	}
 	now := time.Unix(1_700_000_000, 0)
 
-	cfg := headers.Default()
+	cfg := headers.Config{XRateLimit: true, Draft6: true, RetryAfter: true}
 	cfg.Structured = true
 	w := headers.NewWriter(cfg) // one for every response
 	h := http.Header{}

@@ -87,12 +87,6 @@ type Config struct {
 	RetryAfter bool
 }
 
-// Default returns the Config that writes XRateLimit, Draft6 and RetryAfter,
-// and not Structured: the fields most clients read today.
-func Default() Config {
-	return Config{XRateLimit: true, Draft6: true, RetryAfter: true}
-}
-
 // write sets the fields of the families cfg selects from d, the decision
 // made at time now (the zero Time means time.Now): Writer.Write of a
 // single decision, without the Writer's sharing. Only X-RateLimit-Reset
@@ -210,7 +204,8 @@ type bytesBuf [512]byte
 var bytesBufs = sync.Pool{New: func() any { return new(bytesBuf) }}
 
 // Sizes of a Writer's blocks (sharedBlock): the fields of
-// headers.Default() on an allowed decision, with counts of up to 19 digits.
+// the HTTP flow's default Config (XRateLimit, Draft6, RetryAfter) on an
+// allowed decision, with counts of up to 19 digits.
 const (
 	blockFields = 6
 	blockBytes  = 64

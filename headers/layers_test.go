@@ -74,7 +74,7 @@ func TestWriteLayers(t *testing.T) {
 
 	// One layer, or layers without the structured family: exactly the
 	// single decision's fields.
-	for _, cfg := range []Config{all, Default(), {Draft6: true}} {
+	for _, cfg := range []Config{all, defaultConfig, {Draft6: true}} {
 		w := NewWriter(cfg)
 		a, b := http.Header{}, http.Header{}
 		w.Write(a, ds[0], ds[:1], now)

@@ -91,7 +91,7 @@ func TestWriterIsWrite(t *testing.T) {
 // TestWriterShares: values that repeat share the last block's text, the
 // value slices stay apart, and a response costs one allocation.
 func TestWriterShares(t *testing.T) {
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	a, b := mapResponse{http.Header{}}, mapResponse{http.Header{}}
 	w.Write(a, allowedDecision, nil, t0)
 	last := w.last.Load()
@@ -145,7 +145,7 @@ func (s *bytesSetter) SetInt(k string, n int64)    { s.Set(k, strconv.FormatInt(
 // last block holds their text or not; a later reset of the same Limit
 // makes a new last block, another Limit does not.
 func TestWriterBytes(t *testing.T) {
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	s := &countingBytesSetter{}
 	d := allowedDecision
 	w.Write(s, d, nil, t0)
@@ -187,7 +187,7 @@ func (s *pairSetter) SetIntPair(k1, k2 string, n int64) {
 // SetIntPair, when both families are written and the last block holds the
 // other values, and the same fields as any BytesSetter.
 func TestWriterIntPair(t *testing.T) {
-	for _, cfg := range []Config{Default(), {XRateLimit: true}, {Draft6: true}} {
+	for _, cfg := range []Config{defaultConfig, {XRateLimit: true}, {Draft6: true}} {
 		w := NewWriter(cfg)
 		for i, d := range []core.Decision{allowedDecision, allowedDecision, func() core.Decision { d := allowedDecision; d.Limit = 7; return d }()} {
 			want, got := &bytesSetter{}, &pairSetter{}
@@ -211,7 +211,7 @@ func TestWriterIntPair(t *testing.T) {
 func TestWriterBytesExtremes(t *testing.T) {
 	d := core.Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64 - 1, ResetAfter: math.MaxInt64}
 	now := time.Unix(-1<<62, 0)
-	for _, cfg := range []Config{Default(), {XRateLimit: true}, {Draft6: true}} {
+	for _, cfg := range []Config{defaultConfig, {XRateLimit: true}, {Draft6: true}} {
 		for _, s := range []fastBytes{&bytesSetter{}, &pairSetter{}} {
 			w := NewWriter(cfg)
 			want := &bytesSetter{}
@@ -230,7 +230,7 @@ func (s *bytesSetter) values() map[string]string { return s.m }
 // TestWriterBackwards: a decision whose reset is earlier than the last
 // block's does not displace it; a later one does.
 func TestWriterBackwards(t *testing.T) {
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	h := http.Header{}
 	w.Write(h, allowedDecision, nil, t0.Add(time.Minute))
 	last := w.last.Load()
@@ -243,7 +243,7 @@ func TestWriterBackwards(t *testing.T) {
 // TestWriterConcurrent writes from several goroutines, with values that
 // share and values that do not (run with -race).
 func TestWriterConcurrent(t *testing.T) {
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -253,13 +253,13 @@ func TestWriterConcurrent(t *testing.T) {
 				d.ResetAfter = time.Duration(g) * time.Second
 				now := t0.Add(time.Duration(i/500) * time.Second)
 				want, got := http.Header{}, http.Header{}
-				write(want, &d, now, Default())
+				write(want, &d, now, defaultConfig)
 				w.Write(got, d, nil, now)
 				if !assert.Equal(t, want, got) {
 					return
 				}
 				wantS, gotB := &recordingSetter{}, &bytesSetter{}
-				write(wantS, &d, now, Default())
+				write(wantS, &d, now, defaultConfig)
 				w.Write(gotB, d, nil, now)
 				if !assert.Equal(t, wantS.m, gotB.m) {
 					return
@@ -279,7 +279,7 @@ func BenchmarkWriter(b *testing.B) {
 	}
 	for _, name := range []string{"Write", "Writer"} {
 		b.Run("default/HeaderMap/clients/"+name, func(b *testing.B) {
-			w := NewWriter(Default())
+			w := NewWriter(defaultConfig)
 			h := http.Header{}
 			m := mapResponse{h}
 			b.ReportAllocs()
@@ -289,7 +289,7 @@ func BenchmarkWriter(b *testing.B) {
 				d := clients[i%len(clients)]
 				i++
 				if name == "Write" {
-					write(m, &d, t0, Default())
+					write(m, &d, t0, defaultConfig)
 				} else {
 					w.Write(m, d, nil, t0)
 				}
@@ -298,14 +298,14 @@ func BenchmarkWriter(b *testing.B) {
 	}
 	for _, name := range []string{"Write", "Writer"} {
 		b.Run("default/HeaderMap/"+name, func(b *testing.B) {
-			w := NewWriter(Default())
+			w := NewWriter(defaultConfig)
 			h := http.Header{}
 			m := mapResponse{h}
 			b.ReportAllocs()
 			for b.Loop() {
 				clear(h)
 				if name == "Write" {
-					write(m, &bucket, t0, Default())
+					write(m, &bucket, t0, defaultConfig)
 				} else {
 					w.Write(m, bucket, nil, t0)
 				}
@@ -335,7 +335,7 @@ func (s *copyingSetter) SetIntPair(k1, k2 string, n int64) {
 // resets, SetBytes) and Remaining (SetIntPair).
 func BenchmarkWriterBytes(b *testing.B) {
 	d := core.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: 59 * time.Second}
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	s := &copyingSetter{}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -349,7 +349,7 @@ func unsafeStringData(s string) *byte { return unsafe.StringData(s) }
 // TestWriterNow: the Writer's clock is the wall clock, advanced by the
 // monotonic clock for at most a second before it is read again.
 func TestWriterNow(t *testing.T) {
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	for range 3 {
 		before := time.Now().UnixNano()
 		got := w.nowUnixNano()
@@ -373,7 +373,7 @@ func TestWriterNow(t *testing.T) {
 // TestWriterClockReset: with the time left to the Writer, X-RateLimit-Reset
 // is the current time plus ResetAfter, rounded up, for every ResetAfter.
 func TestWriterClockReset(t *testing.T) {
-	w := NewWriter(Default())
+	w := NewWriter(defaultConfig)
 	for _, after := range []time.Duration{0, 1, time.Millisecond, 999 * time.Millisecond, time.Second, 90 * time.Minute, maxFastReset - 1, maxFastReset, 1<<63 - 1} {
 		d := allowedDecision
 		d.ResetAfter = after
@@ -408,7 +408,7 @@ func TestWriterMonotonicNow(t *testing.T) {
 		return n
 	}
 	for _, dec := range []core.Decision{d, denied} {
-		w := NewWriter(Default())
+		w := NewWriter(defaultConfig)
 		// The wall clock stepped 10 s forward since the store's clock was
 		// set: the Writer's reading has the step.
 		anchor := time.Now()

@@ -202,7 +202,7 @@ func (f *Flow) keyClients(c *config, layers []Layer) error {
 // longest pacing.
 func (f *Flow) complete(c *config) {
 	if !c.headersSet && !f.shadow {
-		f.headers = headers.Default()
+		f.headers = headers.Config{XRateLimit: true, Draft6: true, RetryAfter: true}
 	}
 	f.writer = headers.NewWriter(f.headers)
 	if f.respond == nil {

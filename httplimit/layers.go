@@ -219,7 +219,7 @@ func compileLayers(layers []Layer) (*layerSet, error) {
 		case ly.Counts > CountReported:
 			return nil, invalid(fn, fmt.Sprintf("layer %q: unknown Counts %d", name, ly.Counts))
 		case ly.IsFailure != nil && ly.Counts != CountFailures && ly.Counts != CountSuccesses:
-			return nil, invalid(fn, fmt.Sprintf("layer %q: IsFailure for a layer that counts %s: it would never be asked", name, ly.Counts))
+			return nil, invalid(fn, fmt.Sprintf("layer %q: IsFailure for a layer that counts %s: it would never be asked", name, countsName(ly.Counts)))
 		case ly.Counts == CountReported && ly.Cost == nil:
 			return nil, invalid(fn, fmt.Sprintf("layer %q: CountReported needs a Cost, the most a request may cost, which it reserves", name))
 		}

@@ -30,7 +30,7 @@ func TestLayersPlanPanics(t *testing.T) {
 		require.Len(t, errs, 1)
 		var pe *httplimit.PanicError
 		require.ErrorAs(t, errs[0], &pe)
-		assert.Equal(t, "limiter", pe.In)
+		assert.Equal(t, "limiter", panicIn(pe))
 		assert.Equal(t, "plans exploded", pe.Value)
 
 		w = newResponse()

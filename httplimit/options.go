@@ -58,7 +58,8 @@ func WithCore(opts ...core.Option) Option {
 }
 
 // WithHeaders selects the rate-limit header fields written on limited
-// responses. The default is headers.Default(), and for a Limiter in shadow
+// responses. The default is headers.Config{XRateLimit: true, Draft6: true,
+// RetryAfter: true}, the fields most clients read today, and for a Limiter in shadow
 // mode (core.WithShadow) the zero headers.Config, which writes none: a
 // policy on trial tells clients nothing. Given in shadow mode, cfg is
 // written from the decision as made (a would-be denial's Remaining is 0),

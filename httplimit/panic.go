@@ -13,20 +13,21 @@ import (
 // function given to it (skip, key or cost function, the responder, the
 // error handler), or in the Limiter, its policy sources or its store. It is answered 500
 // whatever its value; errors.As(err, new(*PanicError)) tells it apart.
+// Its message names where the panic happened: "httplimit: panic in
+// <where>: <Value>", where is "key function", "cost function", "skip
+// function", "limiter" (its policy sources and store too), "responder",
+// "error handler", "headers" or "access list".
 type PanicError struct {
-	// In names where the panic happened: "key function", "cost function",
-	// "skip function", "limiter" (its policy sources and store too),
-	// "responder", "error handler", "headers" or "access list".
-	In string
+	in string // where the panic happened
 	// Value is what was passed to panic.
 	Value any
 	// Stack is the panicking goroutine's stack, as debug.Stack formats it.
 	Stack []byte
 }
 
-// Error returns "httplimit: panic in <In>: <Value>".
+// Error returns "httplimit: panic in <where>: <Value>".
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("httplimit: panic in %s: %v", e.In, e.Value)
+	return fmt.Sprintf("httplimit: panic in %s: %v", e.in, e.Value)
 }
 
 // Unwrap returns Value when it is an error, and nil otherwise.
@@ -100,7 +101,7 @@ func (w *writeOnce) Write(status int, contentType string, body []byte) error {
 // panics again, or writes nothing) unless the response has
 // already been written. It never panics itself.
 func (f *Flow) recovered(r keyfuncs.Request, w Response, st *state, v any) {
-	err := &PanicError{In: st.in, Value: v, Stack: debug.Stack()}
+	err := &PanicError{in: st.in, Value: v, Stack: debug.Stack()}
 	if st.in == inErrorHandler || !try(func() { f.onError(r, err) }) {
 		try(func() { LogErrors(nil)(r, err) })
 	}

@@ -61,8 +61,9 @@ const (
 	CountReported
 )
 
-// String returns "all", "failures", "successes" or "reported".
-func (c Counts) String() string {
+// countsName returns "all", "failures", "successes" or "reported", for
+// errors.
+func countsName(c Counts) string {
 	switch c {
 	case CountAll:
 		return "all"

@@ -20,7 +20,7 @@ import (
 func TestFlowWritesTheStoresTime(t *testing.T) {
 	at := time.Date(2031, 5, 6, 7, 8, 9, 500_000_000, time.UTC)
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 2, Window: time.Minute}
-	f, err := httplimit.New(&limitertest.Timed{Store: memStore(t), At: at}, []httplimit.Layer{{Policy: p}}, httplimit.WithHeaders(headers.Default()))
+	f, err := httplimit.New(&limitertest.Timed{Store: memStore(t), At: at}, []httplimit.Layer{{Policy: p}}, httplimit.WithHeaders(headers.Config{XRateLimit: true, Draft6: true, RetryAfter: true}))
 	require.NoError(t, err)
 	for i, allowed := range []bool{true, true, false} {
 		w := newResponse()

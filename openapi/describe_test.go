@@ -265,7 +265,7 @@ func TestDescribeLeavesUnlimitedOperations(t *testing.T) {
 	assert.Nil(t, dig(got, "components", "responses", "RateLimitUnavailable"))
 	assert.ElementsMatch(t, []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
 		"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"},
-		keys(dig(got, "components", "responses", "RateLimited", "headers")), "headers.Default()")
+		keys(dig(got, "components", "responses", "RateLimited", "headers")), "the flow's default headers")
 }
 
 // keys returns the keys of a decoded mapping.

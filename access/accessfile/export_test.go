@@ -2,12 +2,17 @@ package accessfile
 
 import (
 	"slices"
+	"time"
 
 	"github.com/apigate/ratelimit/access"
 )
 
 // DefaultDebounce is the default of WithDebounce, for tests.
 const DefaultDebounce = defaultDebounce
+
+// WithDebounce sets how long a File waits after the last change event,
+// for tests (see withDebounce).
+func WithDebounce(d time.Duration) Option { return withDebounce(d) }
 
 // WatchedDirs returns the directories f's watcher watches, sorted: none
 // after Close.

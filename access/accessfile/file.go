@@ -33,7 +33,7 @@ import (
 // before it reloads, so that a burst of writes is read once.
 const defaultDebounce = 100 * time.Millisecond
 
-// maxDebounce bounds WithDebounce.
+// maxDebounce bounds withDebounce.
 const maxDebounce = time.Minute
 
 // maxFileBytes is the bound of access.Parse on a list's text (256 MiB):
@@ -105,10 +105,10 @@ func OnReload(fn func(*access.List, error)) Option {
 	}
 }
 
-// WithDebounce sets how long a File waits after the last change event
-// before it reloads, from 0 (at once, on every event) to a minute. The
-// default is 100 ms.
-func WithDebounce(d time.Duration) Option {
+// withDebounce sets how long a File waits after the last change event
+// before it reloads, from 0 (at once, on every event) to a minute, for the
+// package's tests; 100 ms otherwise.
+func withDebounce(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 || d > maxDebounce {
 			return fmt.Errorf("%w: accessfile.WithDebounce: %v is out of range [0, %v]", core.ErrInvalidOption, d, maxDebounce)
@@ -119,7 +119,7 @@ func WithDebounce(d time.Duration) Option {
 }
 
 // File is an access.List kept in step with a file; [Watch] builds it. It
-// reloads the file a short while ([WithDebounce]) after it changes, be it
+// reloads the file a short while (100 ms) after its last change, be it
 // written in place or replaced by a rename, as editors, config management
 // and Kubernetes ConfigMap volumes do; a rename is atomic and
 // recommended, as a file written in place can be read half-written. The

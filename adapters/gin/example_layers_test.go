@@ -59,7 +59,7 @@ func Example_layers() {
 	if err != nil {
 		panic(err)
 	}
-	all := headers.Default()
+	all := headers.Config{XRateLimit: true, Draft6: true, RetryAfter: true}
 	all.Structured = true // the draft-10 fields too: they list every layer
 	flow, err := httplimit.New(store, []httplimit.Layer{
 		{Key: must(keyfuncs.Static("api")), Policy: perMinute("global", 1_000_000)},

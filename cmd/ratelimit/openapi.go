@@ -131,7 +131,7 @@ func runDescriber(name, help string, describe func(*httplimit.Flow, []byte) ([]b
 type layersFile struct {
 	Layers []layerSpec `yaml:"layers"`
 	// Headers are the families of fields written: x-ratelimit, draft6,
-	// structured, retry-after; absent, headers.Default().
+	// structured, retry-after; absent, x-ratelimit, draft6, retry-after.
 	Headers        []string `yaml:"headers"`
 	ProblemDetails bool     `yaml:"problem_details"`
 	Quota          string   `yaml:"quota"`

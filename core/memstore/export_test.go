@@ -7,6 +7,10 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
+// WithCleanupInterval sets the janitor's interval, for tests (see
+// withCleanupInterval).
+func WithCleanupInterval(d time.Duration) Option { return withCleanupInterval(d) }
+
 // The options' defaults and bounds, exported to the tests.
 const (
 	DefaultCleanupInterval = defaultCleanupInterval

@@ -13,7 +13,7 @@ import (
 // bounds with an error wrapping core.ErrInvalidOption.
 const (
 	// defaultCleanupInterval is the janitor's period when
-	// WithCleanupInterval is not given: a minute.
+	// withCleanupInterval is not given: a minute.
 	defaultCleanupInterval = time.Minute
 	// minCleanupInterval is the shortest janitor period, a second, so
 	// that a typo cannot turn the janitor into a busy loop.
@@ -104,16 +104,14 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithCleanupInterval sets how often the janitor goroutine removes expired
-// state: d must be at least a second, and a minute applies without
-// it. The janitor sweeps one shard at a time, under that
-// shard's lock only, so decisions on the other shards never pause.
-//
-// The janitor sweeps at the Store's own clock (see Store). State written at
-// explicit times (Take's now) far in the past is reclaimed by the next
-// sweep, as Redis would expire it; tests that drive a Store with explicit
-// times should keep the default interval or a longer one.
-func WithCleanupInterval(d time.Duration) Option {
+// withCleanupInterval sets how often the janitor goroutine removes expired
+// state (a minute unless the package's tests say otherwise): d must be at
+// least a second. The janitor sweeps one shard at a time, under that
+// shard's lock only, so decisions on the other shards never pause. It
+// sweeps at the Store's own clock (see Store): state written at explicit
+// times (Take's now) far in the past is reclaimed by the next sweep, as
+// Redis would expire it.
+func withCleanupInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d < minCleanupInterval {
 			return fmt.Errorf("%w: memstore.WithCleanupInterval: %v is under %v", core.ErrInvalidOption, d, minCleanupInterval)

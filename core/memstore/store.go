@@ -44,7 +44,7 @@ import (
 // Memory is bounded: state stops mattering at a time each algorithm knows
 // (the end of the window, the moment the bucket is whole again), and from
 // then on it decides like no state at all; a janitor goroutine deletes it
-// every cleanup interval (WithCleanupInterval). The number of keys is
+// every minute. The number of keys is
 // capped, at 500,000 unless WithMaxKeys says otherwise; a full
 // Store evicts the state whose loss forgets least. Call Close to stop the
 // janitor.

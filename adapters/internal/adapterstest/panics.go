@@ -2,6 +2,7 @@ package adapterstest
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,9 +91,15 @@ func RunPanics(t *testing.T, h SocketHarness) {
 		if assert.ErrorAs(t, err, &pe) {
 			assert.Equal(t, "test panic in "+map[string]string{
 				"key function": "key", "cost function": "cost", "skip function": "skip", "responder": "deny",
-			}[pe.In], pe.Value)
-			in = append(in, pe.In)
+			}[panicWhere(pe)], pe.Value)
+			in = append(in, panicWhere(pe))
 		}
 	}
 	assert.Equal(t, []string{"key function", "cost function", "skip function", "responder"}, in)
+}
+
+// panicWhere returns where the panic of pe happened, as its message names it.
+func panicWhere(pe *httplimit.PanicError) string {
+	where, _, _ := strings.Cut(strings.TrimPrefix(pe.Error(), "httplimit: panic in "), ": ")
+	return where
 }

@@ -35,7 +35,7 @@ func RunShadow(t *testing.T, h SocketHarness) {
 			})
 			var opts []httplimit.Option
 			if withHeaders {
-				opts = append(opts, httplimit.WithHeaders(headers.Default()))
+				opts = append(opts, httplimit.WithHeaders(headers.Config{XRateLimit: true, Draft6: true, RetryAfter: true}))
 			}
 			m := NewMount(t, clockstore.At(NewStore(t), T0), httplimit.Layer{Policy: fixed("trial", 1)}, []core.Option{core.WithShadow(), core.WithObserver(obs)}, opts...)
 			spec := &Spec{Global: []Mount{m}, Routes: []Route{{Method: "GET", Path: "/"}}}
