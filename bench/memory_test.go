@@ -42,7 +42,7 @@ var memContenders = []memContender{
 		require.NoError(tb, err)
 		ctx := context.Background()
 		return func(key string) (bool, error) {
-			d, err := l.Allow(ctx, key)
+			d, err := l.AllowN(ctx, key, 1, time.Time{})
 			return d.Allowed, err
 		}, func() { _ = st.Close() }
 	}},

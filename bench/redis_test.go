@@ -59,7 +59,7 @@ func ours(opts ...core.Option) func(tb testing.TB, client *redis.Client, algo st
 		l, err := core.NewLimiter(st, []core.Policy{{Name: "bench", Algorithm: a, Limit: limit, Window: window}}, opts...)
 		require.NoError(tb, err)
 		return func(ctx context.Context, key string) (bool, error) {
-			d, err := l.Allow(ctx, key)
+			d, err := l.AllowN(ctx, key, 1, time.Time{})
 			return d.Allowed, err
 		}
 	}

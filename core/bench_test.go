@@ -47,12 +47,12 @@ func BenchmarkLimiterPaths(b *testing.B) {
 	run := func(b *testing.B, l *core.Limiter, degraded bool) {
 		b.Helper()
 		for range 5 {
-			_, _ = l.Allow(ctx, "203.0.113.7")
+			_, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			d, err := l.Allow(ctx, "203.0.113.7")
+			d, err := l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 			if err != nil || (d.Err != nil) != degraded || !d.Allowed {
 				b.Fatalf("%+v, %v", d, err)
 			}
@@ -139,11 +139,11 @@ func BenchmarkDenyCache(b *testing.B) {
 		b.Fatal(err)
 	}
 	for range 2 {
-		_, _ = l.Allow(ctx, "203.0.113.7")
+		_, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d, err := l.Allow(ctx, "203.0.113.7")
+		d, err := l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 		if err != nil || d.Allowed || d.Source != core.SourceDenyCache {
 			b.Fatalf("%+v, %v", d, err)
 		}

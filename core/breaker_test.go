@@ -154,12 +154,12 @@ func TestBreakerCountsConsecutiveFailuresOnly(t *testing.T) {
 	ctx := context.Background()
 	for _, fail := range []bool{true, true, false, true, true, false, true, true} {
 		s.fail.Store(fail)
-		_, _ = l.Allow(ctx, "k")
+		_, _ = l.AllowN(ctx, "k", 1, time.Time{})
 	}
 	assert.Equal(t, core.Healthy, l.Health(), "a success in between did not reset the count")
 	require.EqualValues(t, 8, s.calls.Load())
 	s.fail.Store(true)
-	d, err := l.Allow(ctx, "k")
+	d, err := l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, errDown)
 	assert.Equal(t, core.Failing, l.Health())
@@ -195,7 +195,7 @@ func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 		require.NoError(t, err)
 		for range 10 {
 			ctx, cancel := context.WithCancel(context.Background())
-			_, err := l.Allow(context.WithValue(ctx, cancelFuncKey{}, cancel), "k")
+			_, err := l.AllowN(context.WithValue(ctx, cancelFuncKey{}, cancel), "k", 1, time.Time{})
 			require.ErrorIs(t, err, context.Canceled)
 		}
 		require.EqualValues(t, 10, s.calls.Load())
@@ -207,7 +207,7 @@ func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 		l, err := core.NewLimiter(s, []core.Policy{tb10})
 		require.NoError(t, err)
 		for range 10 {
-			d, err := l.Allow(context.Background(), "k")
+			d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 			require.NoError(t, err)
 			require.ErrorIs(t, d.Err, limits.ErrStore)
 		}
@@ -222,7 +222,7 @@ func TestBreakerCanBeTurnedOff(t *testing.T) {
 	l, err := core.NewLimiter(s, []core.Policy{tb10}, core.WithCircuitBreaker(0, time.Second))
 	require.NoError(t, err)
 	for range 20 {
-		d, err := l.Allow(context.Background(), "k")
+		d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 		require.NoError(t, err)
 		require.ErrorIs(t, d.Err, errDown)
 		require.NotErrorIs(t, d.Err, limits.ErrCircuitOpen)

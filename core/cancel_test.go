@@ -169,7 +169,7 @@ func TestCanceledBeforeTheStoreIsNeverAllowed(t *testing.T) {
 	forEachCancelCase(t, func(t *testing.T, c cancelCase) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		d, err := c.l.Allow(ctx, "k")
+		d, err := c.l.AllowN(ctx, "k", 1, time.Time{})
 		requireCanceled(t, c, d, err, context.Canceled)
 		assert.Zero(t, c.gate.calls.Load(), "the store was asked for a caller that had gone")
 

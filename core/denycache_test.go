@@ -92,7 +92,7 @@ func TestDenyCacheCountsOnTheRealClock(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 3 {
-		_, err := l.Allow(ctx, "k")
+		_, err := l.AllowN(ctx, "k", 1, time.Time{})
 		require.NoError(t, err)
 	}
 	assert.Len(t, s.reqs, 1, "denials within the hour were not answered from the cache")

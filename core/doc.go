@@ -14,7 +14,7 @@
 //		Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20,
 //	}})
 //	// ...
-//	d, err := l.Allow(ctx, clientKey)
+//	d, err := l.AllowN(ctx, clientKey, 1, time.Time{})
 //	if err != nil {
 //		return err // nothing was decided: ctx ended, or a bad key
 //	}

@@ -17,7 +17,7 @@ import "errors"
 // such an error: the fallback store or the policy's FailClosed decides, the
 // error is nil, and Decision.Err says what went wrong. So the idiomatic
 //
-//	d, err := l.Allow(ctx, key)
+//	d, err := l.AllowN(ctx, key, 1, time.Time{})
 //	if err != nil {
 //		return err // nothing was decided: the caller left, or a bug
 //	}

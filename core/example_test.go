@@ -50,10 +50,10 @@ func ExampleLimiter_Health() {
 	l, _ := core.NewLimiter(down, []core.Policy{{Algorithm: core.TokenBucket, Limit: 10, Window: time.Second, FailClosed: time.Second}})
 
 	for range 3 {
-		_, _ = l.Allow(context.Background(), "client-1")
+		_, _ = l.AllowN(context.Background(), "client-1", 1, time.Time{})
 	}
 	fmt.Println(l.Health())
-	d, err := l.Allow(context.Background(), "client-1")
+	d, err := l.AllowN(context.Background(), "client-1", 1, time.Time{})
 	fmt.Println(d.Allowed, d.Source, err, len(down.reqs))
 	fmt.Println(d.Err)
 	// Output:

@@ -104,23 +104,23 @@ func TestFallbackMirrorsAdmissions(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 2 {
-		d, err := l.Allow(ctx, "k")
+		d, err := l.AllowN(ctx, "k", 1, time.Time{})
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "%+v", d)
 		require.Equal(t, core.SourceStore, d.Source)
 	}
 	primary.fail = func(int64) bool { return true }
-	d, err := l.Allow(ctx, "k")
+	d, err := l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, errFlap)
 	require.True(t, d.Allowed, "%+v", d)
 	require.Equal(t, core.SourceFallback, d.Source)
 	assert.EqualValues(t, 0, d.Remaining, "the fallback did not count the store's 2 admissions")
-	d, _ = l.Allow(ctx, "k")
+	d, _ = l.AllowN(ctx, "k", 1, time.Time{})
 	require.False(t, d.Allowed, "%+v", d)
 
 	require.NoError(t, l.Reset(ctx, "k"), "Reset")
-	d, err = l.Allow(ctx, "k")
+	d, err = l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, errFlap)
 	require.True(t, d.Allowed, "%+v", d)

@@ -168,11 +168,6 @@ func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies.
 // Shadow reports whether the Limiter is in shadow mode (WithShadow).
 func (l *Limiter) Shadow() bool { return l.shadow }
 
-// Allow is AllowN(ctx, key, 1, time.Time{}).
-func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1, time.Time{})
-}
-
 // AllowN decides whether a request of cost n from the client identified by
 // key may pass, under every layer, and records it when it may. n weighs
 // expensive requests: an endpoint that costs 5 takes 5 units of the quota.

@@ -165,7 +165,7 @@ func TestAllowLeavesTheTimeToTheStore(t *testing.T) {
 	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = l.Allow(ctx, "k")
+	_, err = l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
 	_, err = l.AllowN(ctx, "k", 2, time.Time{})
 	require.NoError(t, err)
@@ -188,7 +188,7 @@ func TestStoreGetsTheCallersContext(t *testing.T) {
 	s := &fakeStore{answer: core.Decision{Allowed: true}}
 	l, err := core.NewLimiter(s, []core.Policy{tb10})
 	require.NoError(t, err)
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.NoError(t, l.Reset(context.Background(), "k"))
 	require.Len(t, s.hadDeadline, 1)
@@ -203,7 +203,7 @@ func TestStoreFailureFollowsFailMode(t *testing.T) {
 			s := &fakeStore{err: boom}
 			l, err := core.NewLimiter(s, []core.Policy{limitertest.Named(tb10, "", failClosed)})
 			require.NoError(t, err)
-			d, err := l.Allow(context.Background(), "k")
+			d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 			require.NoError(t, err, "a decision was made: the idiomatic err check must not turn fail-open into fail-closed")
 			require.ErrorIs(t, d.Err, limits.ErrStore)
 			require.ErrorIs(t, d.Err, boom)
@@ -228,7 +228,7 @@ func TestDefaultFailModeIsOpen(t *testing.T) {
 	l, err := core.NewLimiter(&fakeStore{err: errDown}, []core.Policy{tb10})
 	require.NoError(t, err)
 	assert.Zero(t, l.Policies()[0].FailClosed)
-	d, err := l.Allow(context.Background(), "k")
+	d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "a store that fails lets the request through")
 	assert.Equal(t, core.SourceFailMode, d.Source)
@@ -244,7 +244,7 @@ func TestFrozenStoreTimesOut(t *testing.T) {
 	l, err := core.NewLimiter(s, []core.Policy{limitertest.Named(tb10, "", time.Second)})
 	require.NoError(t, err)
 	start := time.Now()
-	d, err := l.Allow(context.Background(), "k")
+	d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 	elapsed := time.Since(start)
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, limits.ErrStore)
@@ -263,7 +263,7 @@ func TestCallerCancellationIsNotATimeout(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	d, err := l.Allow(ctx, "k")
+	d, err := l.AllowN(ctx, "k", 1, time.Time{})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 	assert.NotErrorIs(t, err, limits.ErrStore)
@@ -294,7 +294,7 @@ func TestKeyNormalization(t *testing.T) {
 	require.NoError(t, err)
 	seen := map[string]string{}
 	for i, tt := range tests {
-		_, err := l.Allow(context.Background(), tt.key)
+		_, err := l.AllowN(context.Background(), tt.key, 1, time.Time{})
 		require.NoError(t, err, "key %q", tt.key)
 		require.Len(t, s.reqs, i+1)
 		got := s.reqs[i].Key
@@ -340,7 +340,7 @@ func TestFallbackDecidesWhenTheStoreFails(t *testing.T) {
 
 	// A failing fallback leaves the FailMode to decide.
 	local.err = errors.New("fallback broken too")
-	d, err = l.Allow(context.Background(), "k")
+	d, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, boom)
 	assert.True(t, d.Allowed, "fail open")

@@ -172,7 +172,7 @@ func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 	p := core.Policy{Name: "slow", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
 	l, err := core.NewLimiter(g, []core.Policy{p}, core.WithObserver(rec))
 	require.NoError(t, err)
-	d, err := l.Allow(context.Background(), "k")
+	d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, context.DeadlineExceeded)
 	e := rec.last(t)
@@ -186,7 +186,7 @@ func TestObserverTimesAStoreThatMayBlock(t *testing.T) {
 	l2, err := core.NewLimiter(fast, []core.Policy{p}, core.WithObserver(rec2))
 	require.NoError(t, err)
 	for range 20 {
-		_, err := l2.Allow(context.Background(), "k")
+		_, err := l2.AllowN(context.Background(), "k", 1, time.Time{})
 		require.NoError(t, err)
 		assert.Positive(t, rec2.last(t).StoreLatency)
 	}
@@ -203,7 +203,7 @@ func TestObserverDoesNotTimeADirectStore(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(count))
 	require.NoError(t, err)
 	for range 1000 {
-		_, err := l.Allow(context.Background(), "k")
+		_, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 		require.NoError(t, err)
 	}
 	assert.Zero(t, timed, "a memory store never waits: its decisions are not timed")
@@ -242,9 +242,9 @@ func TestBinderIsBoundOncePerLimiter(t *testing.T) {
 	}
 	a, c := mk("a"), mk("c")
 	require.Equal(t, []*core.Limiter{a, c}, b.bound)
-	_, err := a.Allow(context.Background(), "k")
+	_, err := a.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
-	_, err = c.Allow(context.Background(), "k")
+	_, err = c.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	assert.Equal(t, "bound:a", b.events[0].Policy.Name)
 	assert.Equal(t, "bound:c", b.events[1].Policy.Name)
@@ -273,7 +273,7 @@ func TestObserversHearEveryEventInOrder(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(mk("a")), core.WithObserver(mk("b")))
 	require.NoError(t, err)
 	for range 2 {
-		_, err := l.Allow(context.Background(), "k")
+		_, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []string{"a:allowed", "b:allowed", "a:denied", "b:denied"}, got)
@@ -324,8 +324,8 @@ func TestObservedDecisionDoesNotAllocate(t *testing.T) {
 	l, err := core.NewLimiter(newMemStore(t), []core.Policy{p}, core.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, _ = l.Allow(ctx, "203.0.113.7")
-	allocs := testing.AllocsPerRun(1000, func() { _, _ = l.Allow(ctx, "203.0.113.7") })
+	_, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
+	allocs := testing.AllocsPerRun(1000, func() { _, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{}) })
 	assert.Zero(t, allocs)
 	assert.Positive(t, n)
 }
@@ -351,7 +351,7 @@ func TestSocketDeadlineIsATimeout(t *testing.T) {
 	l, err := core.NewLimiter(s, []core.Policy{p}, core.WithCircuitBreaker(0, time.Millisecond))
 	require.NoError(t, err)
 	for range 20 {
-		d, err := l.Allow(context.Background(), "k")
+		d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 		require.NoError(t, err)
 		require.ErrorIs(t, d.Err, errIOTimeout)
 		assert.Equal(t, outcome.StoreErrTimeout, outcome.StoreErrorKind(d.Err))

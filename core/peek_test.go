@@ -135,7 +135,7 @@ func TestPeekErrors(t *testing.T) {
 	err = l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}}, out)
 	assert.ErrorIs(t, err, errFlap)
 	for range 3 {
-		_, _ = l.Allow(ctx, "k") // open the breaker
+		_, _ = l.AllowN(ctx, "k", 1, time.Time{}) // open the breaker
 	}
 	calls := down.calls.Load()
 	err = l.Peek(ctx, time.Time{}, []core.Request{{Key: "k"}}, out)

@@ -102,7 +102,7 @@ func TestRefundErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorIs(t, l.Refund(ctx, now, []core.Request{{Key: "k", Cost: 1}}), errFlap)
 	for range 3 {
-		_, _ = l.Allow(ctx, "k") // open the breaker
+		_, _ = l.AllowN(ctx, "k", 1, time.Time{}) // open the breaker
 	}
 	calls := down.calls.Load()
 	assert.ErrorIs(t, l.Refund(ctx, now, []core.Request{{Key: "k", Cost: 1}}), limits.ErrCircuitOpen)

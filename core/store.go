@@ -170,7 +170,7 @@ type Store interface {
 	// contention, deny a set of requests that would have fitted, and must
 	// say so.
 	//
-	// now is the time of the decision: the zero Time (Limiter.Allow)
+	// now is the time of the decision: the zero Time (Limiter.AllowN with time.Time{})
 	// means the store's own clock, time.Now in memory, Redis TIME on
 	// Redis, so that app servers with skewed clocks still agree; an
 	// explicit now (Limiter.AllowN) makes time data, as tests do. Take

@@ -47,7 +47,7 @@ func ExampleNewOverrides() {
 		fmt.Println(err)
 		return
 	}
-	d, err := limiter.Allow(ctx, "user:42")
+	d, err := limiter.AllowN(ctx, "user:42", 1, time.Time{})
 	fmt.Println(d.Limit, err) // 500 here at once; elsewhere within a poll interval
 
 	// Over: lift it.

@@ -52,12 +52,12 @@ func BenchmarkAllow(b *testing.B) {
 				l := newLimiter(b, s, p)
 				want := mode == "allowed"
 				for range 10 {
-					_, _ = l.Allow(ctx, "203.0.113.7")
+					_, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for b.Loop() {
-					d, err := l.Allow(ctx, "203.0.113.7")
+					d, err := l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 					if err != nil || d.Allowed != want {
 						b.Fatalf("got %+v, %v", d, err)
 					}
@@ -80,14 +80,14 @@ func BenchmarkAllowKeyspace(b *testing.B) {
 			keys := makeKeys(n)
 			before := heapInUse()
 			for _, k := range keys {
-				_, _ = l.Allow(ctx, k)
+				_, _ = l.AllowN(ctx, k, 1, time.Time{})
 			}
 			perKey := float64(heapInUse()-before) / float64(n)
 			b.ReportAllocs()
 			b.ResetTimer()
 			i := 0
 			for b.Loop() {
-				if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+				if d, err := l.AllowN(ctx, keys[i], 1, time.Time{}); err != nil || !d.Allowed {
 					b.Fatalf("got %+v, %v", d, err)
 				}
 				if i++; i == n {
@@ -112,7 +112,7 @@ func BenchmarkAllowNewKeys(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+		if d, err := l.AllowN(ctx, keys[i], 1, time.Time{}); err != nil || !d.Allowed {
 			b.Fatalf("got %+v, %v", d, err)
 		}
 		if i++; i == len(keys) {
@@ -144,7 +144,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 				l := newLimiter(b, s, benchPolicy(core.TokenBucket))
 				keys := makeKeys(n)
 				for _, k := range keys {
-					_, _ = l.Allow(ctx, k)
+					_, _ = l.AllowN(ctx, k, 1, time.Time{})
 				}
 				var seq atomic.Int64
 				b.SetParallelism((g + procs - 1) / procs)
@@ -153,7 +153,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seq.Add(7919)) % n
 					for pb.Next() {
-						if d, err := l.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+						if d, err := l.AllowN(ctx, keys[i], 1, time.Time{}); err != nil || !d.Allowed {
 							b.Errorf("got %+v, %v", d, err)
 							return
 						}
@@ -243,13 +243,13 @@ func BenchmarkAllowLockout(b *testing.B) {
 			}
 			l := newLimiter(b, mustNew(b), p)
 			for range 10 {
-				_, _ = l.Allow(ctx, "203.0.113.7")
+				_, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 			}
 			want := mode == "allowed"
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				d, err := l.Allow(ctx, "203.0.113.7")
+				d, err := l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 				if err != nil || d.Allowed != want || d.LockedOut == want {
 					b.Fatalf("%+v, %v", d, err)
 				}

@@ -27,7 +27,7 @@ func Example() {
 		panic(err)
 	}
 	for range 4 {
-		d, err := limiter.Allow(context.Background(), "203.0.113.7")
+		d, err := limiter.AllowN(context.Background(), "203.0.113.7", 1, time.Time{})
 		if err != nil {
 			panic(err)
 		}

@@ -49,14 +49,14 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 				ctx := context.Background()
 				admitted := 0
 				for range 2 {
-					d, err := healthy.Allow(ctx, "k")
+					d, err := healthy.AllowN(ctx, "k", 1, time.Time{})
 					require.NoError(t, err)
 					require.True(t, d.Allowed)
 					admitted++
 				}
 
 				srv.Freeze()
-				d, err := lim.Allow(ctx, "k")
+				d, err := lim.AllowN(ctx, "k", 1, time.Time{})
 				require.NoError(t, err)
 				require.ErrorIs(t, d.Err, limits.ErrStore)
 				require.Equal(t, mode == 0, d.Allowed, "%+v", d)
@@ -79,7 +79,7 @@ func TestAbandonedDecisionCounts(t *testing.T) {
 				require.Eventually(t, func() bool { return units() == 3 }, testwait.D(5*time.Second), 5*time.Millisecond,
 					"the abandoned decision never reached the log")
 				for range 3 {
-					d, err := healthy.Allow(ctx, "k")
+					d, err := healthy.AllowN(ctx, "k", 1, time.Time{})
 					require.NoError(t, err)
 					assert.False(t, d.Allowed, "%+v", d)
 				}

@@ -41,7 +41,7 @@ func TestAloneRunsOnTheCaller(t *testing.T) {
 		counter.reset()
 		admitted := 0
 		for range 80 {
-			d, err := l.Allow(context.Background(), "k")
+			d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 			require.NoError(t, err)
 			if d.Allowed {
 				admitted++

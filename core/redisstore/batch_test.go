@@ -30,7 +30,7 @@ func concurrently(t *testing.T, l *core.Limiter, n int, key func(i int) string) 
 				if i >= n {
 					return
 				}
-				d, err := l.Allow(context.Background(), key(i))
+				d, err := l.AllowN(context.Background(), key(i), 1, time.Time{})
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -108,7 +108,7 @@ func TestBatchLockout(t *testing.T) {
 	require.NoError(t, err)
 	got := concurrently(t, l, 300, func(int) string { return "hot" })
 	assert.EqualValues(t, 5, got, "admitted")
-	d, err := l.Allow(context.Background(), "hot")
+	d, err := l.AllowN(context.Background(), "hot", 1, time.Time{})
 	require.NoError(t, err)
 	assert.True(t, d.LockedOut, "%+v", d)
 }
@@ -151,12 +151,12 @@ func TestClose(t *testing.T) {
 	p := core.Policy{Name: "p", Algorithm: core.TokenBucket, Limit: 10, Window: time.Second}
 	l, err := core.NewLimiter(alone(s), []core.Policy{p})
 	require.NoError(t, err)
-	d, err := l.Allow(context.Background(), "k")
+	d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, core.SourceStore, d.Source)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "a second Close")
-	d, err = l.Allow(context.Background(), "k")
+	d, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Err, limits.ErrStore)
 	require.ErrorIs(t, d.Err, redis.ErrClosed)

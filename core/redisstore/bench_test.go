@@ -39,7 +39,7 @@ func BenchmarkLimiter(b *testing.B) {
 		b.Run(string(p.Algorithm)+"/one-key", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := l.Allow(ctx, "hot"); err != nil {
+				if _, err := l.AllowN(ctx, "hot", 1, time.Time{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -49,7 +49,7 @@ func BenchmarkLimiter(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, err := l.Allow(ctx, keys[i%len(keys)]); err != nil {
+				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1, time.Time{}); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -62,7 +62,7 @@ func BenchmarkLimiter(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(next.Add(1)) * 7919
 				for pb.Next() {
-					if _, err := l.Allow(ctx, keys[i%len(keys)]); err != nil {
+					if _, err := l.AllowN(ctx, keys[i%len(keys)], 1, time.Time{}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -141,7 +141,7 @@ func BenchmarkLimiterCall(b *testing.B) {
 		b.Run(kind.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := l.Allow(ctx, "hot"); err != nil {
+				if _, err := l.AllowN(ctx, "hot", 1, time.Time{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -167,13 +167,13 @@ func BenchmarkDeniedFlood(b *testing.B) {
 			b.Fatal(err)
 		}
 		key := "flooder-" + name
-		if d, err := l.Allow(ctx, key); err != nil || !d.Allowed {
+		if d, err := l.AllowN(ctx, key, 1, time.Time{}); err != nil || !d.Allowed {
 			b.Fatalf("%+v, %v", d, err)
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if d, err := l.Allow(ctx, key); err != nil || d.Allowed {
+				if d, err := l.AllowN(ctx, key, 1, time.Time{}); err != nil || d.Allowed {
 					b.Fatalf("%+v, %v", d, err)
 				}
 			}
@@ -207,11 +207,11 @@ func BenchmarkLockout(b *testing.B) {
 		}
 		b.Run(c.name, func(b *testing.B) {
 			for range 3 {
-				_, _ = l.Allow(ctx, "hot")
+				_, _ = l.AllowN(ctx, "hot", 1, time.Time{})
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				d, err := l.Allow(ctx, "hot")
+				d, err := l.AllowN(ctx, "hot", 1, time.Time{})
 				if err != nil || d.Allowed != c.allowed {
 					b.Fatalf("%+v, %v", d, err)
 				}
@@ -274,7 +274,7 @@ func BenchmarkBatch(b *testing.B) {
 			took := make([]time.Duration, 0, 1<<16)
 			for b.Loop() {
 				start := time.Now()
-				if _, err := l.Allow(ctx, "hot"); err != nil {
+				if _, err := l.AllowN(ctx, "hot", 1, time.Time{}); err != nil {
 					b.Fatal(err)
 				}
 				took = append(took, time.Since(start))
@@ -289,7 +289,7 @@ func BenchmarkBatch(b *testing.B) {
 			b.SetParallelism(32) // 64 goroutines on 2 cores
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := l.Allow(ctx, "hot"); err != nil {
+					if _, err := l.AllowN(ctx, "hot", 1, time.Time{}); err != nil {
 						b.Error(err)
 						return
 					}

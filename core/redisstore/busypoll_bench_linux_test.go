@@ -41,7 +41,7 @@ func BenchmarkBusyPoll(b *testing.B) {
 		}
 		b.Run(c.name, func(b *testing.B) {
 			decideLoop(b, func() error {
-				_, err := l.Allow(ctx, "hot")
+				_, err := l.AllowN(ctx, "hot", 1, time.Time{})
 				return err
 			})
 		})

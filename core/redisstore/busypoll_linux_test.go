@@ -180,7 +180,7 @@ func TestDirectClientBusyPolls(t *testing.T) {
 		require.NoError(t, err)
 		admitted := 0
 		for range 5 {
-			d, err := l.Allow(context.Background(), "k")
+			d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 			require.NoError(t, err)
 			if d.Allowed {
 				admitted++

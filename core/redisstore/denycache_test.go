@@ -29,13 +29,13 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := l.Allow(ctx, "warm-up"); err != nil { // loads the script
+	if _, err := l.AllowN(ctx, "warm-up", 1, time.Time{}); err != nil { // loads the script
 		t.Fatal(err)
 	}
 	hook.reset()
 	allowed, cached := 0, 0
 	for range 200 {
-		d, err := l.Allow(ctx, "flooder")
+		d, err := l.AllowN(ctx, "flooder", 1, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		t.Fatalf("allowed %d, cached %d, commands %v; want 5 allowed, 194 cached, 6 EVALSHA", allowed, cached, names)
 	}
 	// Another client is not affected.
-	if d, err := l.Allow(ctx, "neighbour"); err != nil || !d.Allowed || d.Source != core.SourceStore {
+	if d, err := l.AllowN(ctx, "neighbour", 1, time.Time{}); err != nil || !d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("neighbour: %+v, %v", d, err)
 	}
 }

@@ -87,7 +87,7 @@ func TestEvictionUnderAttack(t *testing.T) {
 			}
 			var alice, bob user
 			try := func(c *user, key string) {
-				d, err := lim.Allow(ctx, key)
+				d, err := lim.AllowN(ctx, key, 1, time.Time{})
 				require.NoError(t, err, "a decision is made, whatever Redis says")
 				c.tries++
 				if d.Err != nil {

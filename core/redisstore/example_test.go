@@ -42,7 +42,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	d, err := limiter.Allow(context.Background(), "203.0.113.7")
+	d, err := limiter.AllowN(context.Background(), "203.0.113.7", 1, time.Time{})
 	if err != nil {
 		// A Redis outage: d is the fail-open decision; log and go on.
 		log.Print(err)

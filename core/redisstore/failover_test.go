@@ -165,7 +165,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	allow := func(key string) sample {
 		smp := sample{start: time.Now()}
-		d, err := lim.Allow(ctx, key)
+		d, err := lim.AllowN(ctx, key, 1, time.Time{})
 		smp.end = time.Now()
 		smp.ok = err == nil && d.Source != core.SourceFailMode
 		smp.allowed = smp.ok && d.Allowed
@@ -176,7 +176,7 @@ func TestClusterFailover(t *testing.T) {
 	for sh := range shards {
 		streams = append(streams,
 			&stream{via: "Store.Take", key: keys[sh]["take"], shard: sh, decide: take},
-			&stream{via: "Limiter.Allow", key: keys[sh]["limiter"], shard: sh, decide: allow})
+			&stream{via: "Limiter.AllowN", key: keys[sh]["limiter"], shard: sh, decide: allow})
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

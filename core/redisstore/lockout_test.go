@@ -52,7 +52,7 @@ func TestLockoutRealTime(t *testing.T) {
 				var sent time.Time
 				for !d.LockedOut {
 					sent = time.Now()
-					d, err = l.Allow(ctx, "client")
+					d, err = l.AllowN(ctx, "client", 1, time.Time{})
 					require.NoError(t, err)
 				}
 				require.False(t, d.Allowed, "strike %d", strike+1)
@@ -75,7 +75,7 @@ func TestLockoutRealTime(t *testing.T) {
 				// Eventually has returned.
 				var passed atomic.Int64
 				require.Eventually(t, func() bool {
-					d, err := l.Allow(ctx, "client")
+					d, err := l.AllowN(ctx, "client", 1, time.Time{})
 					if !assert.NoError(t, err) {
 						return false
 					}
@@ -94,7 +94,7 @@ func TestLockoutRealTime(t *testing.T) {
 			require.NoError(t, l.Reset(ctx, "client"))
 			var d core.Decision
 			for !d.LockedOut {
-				d, err = l.Allow(ctx, "client")
+				d, err = l.AllowN(ctx, "client", 1, time.Time{})
 				require.NoError(t, err)
 			}
 			assert.Equal(t, 300*time.Millisecond, d.RetryAfter, "after Reset")

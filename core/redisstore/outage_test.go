@@ -100,7 +100,7 @@ func checkFailing(t *testing.T, lims []*core.Limiter, wantTimeout bool) {
 	for range 5 {
 		for _, l := range lims {
 			start := time.Now()
-			d, err := l.Allow(ctx, "k")
+			d, err := l.AllowN(ctx, "k", 1, time.Time{})
 			took := time.Since(start)
 			longest, last = max(longest, took), d.Err
 			mode := failName(l.Policies()[0].FailClosed)
@@ -137,7 +137,7 @@ func waitRecovered(t *testing.T, lims []*core.Limiter) {
 	deadline := time.Now().Add(recoverWithin)
 	for _, l := range lims {
 		for {
-			d, err := l.Allow(context.Background(), "k")
+			d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 			if err == nil && d.Allowed && d.Source == core.SourceStore {
 				break
 			}
@@ -213,12 +213,12 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	healthy, err := core.NewLimiter(alone(s), []core.Policy{p}, core.WithFallback(local))
 	require.NoError(t, err)
 	ctx := context.Background()
-	if d, err := healthy.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != core.SourceStore {
+	if d, err := healthy.AllowN(ctx, "k", 1, time.Time{}); err != nil || !d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("before the outage: %+v, %v", d, err)
 	}
 	srv.Kill()
 	for i := range 5 {
-		d, err := l.Allow(ctx, "k")
+		d, err := l.AllowN(ctx, "k", 1, time.Time{})
 		if err != nil || !errors.Is(d.Err, limits.ErrStore) || d.Source != core.SourceFallback {
 			t.Fatalf("request %d during the outage: %+v, %v; want a fallback decision, its Err wrapping ErrStore", i, d, err)
 		}
@@ -232,7 +232,7 @@ func TestKilledRedisFallsBackToMemory(t *testing.T) {
 	srv.Restart()
 	deadline := time.Now().Add(recoverWithin)
 	for {
-		d, err := l.Allow(ctx, "k")
+		d, err := l.AllowN(ctx, "k", 1, time.Time{})
 		require.NoError(t, err)
 		if d.Err == nil {
 			// The restarted server kept nothing (no persistence) and
@@ -280,7 +280,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				// The first decision loads the script; on a loaded machine
 				// it may take longer than the timeout.
 				require.Eventually(t, func() bool {
-					d, err := l.Allow(ctx, "k")
+					d, err := l.AllowN(ctx, "k", 1, time.Time{})
 					return err == nil && d.Err == nil && d.Allowed
 				}, recoverWithin, 10*time.Millisecond, "Redis never decided")
 				require.Equal(t, core.Healthy, l.Health())
@@ -301,7 +301,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				slow := 0
 				for range 100 {
 					start := time.Now()
-					d, err := l.Allow(ctx, "k")
+					d, err := l.AllowN(ctx, "k", 1, time.Time{})
 					if time.Since(start) >= outageTimeout/2 {
 						slow++
 					}
@@ -325,7 +325,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				counter.reset()
 				start, decisions := time.Now(), 0
 				for time.Since(start) < 5*(100*time.Millisecond) {
-					d, err := l.Allow(ctx, "k")
+					d, err := l.AllowN(ctx, "k", 1, time.Time{})
 					require.NoError(t, err)
 					require.ErrorIs(t, d.Err, limits.ErrStore)
 					decisions++
@@ -349,7 +349,7 @@ func TestBreakerSparesTheTimeout(t *testing.T) {
 				down = false
 				back := time.Now()
 				for {
-					d, err := l.Allow(ctx, "k")
+					d, err := l.AllowN(ctx, "k", 1, time.Time{})
 					require.NoError(t, err)
 					if d.Err == nil {
 						require.Equal(t, core.SourceStore, d.Source, "%+v", d)
@@ -436,7 +436,7 @@ func TestFallbackBoundsAFlappingRedis(t *testing.T) {
 			admitted, byRedis := 0, 0
 			attempt := func(n int) {
 				for range n {
-					d, err := l.Allow(ctx, "client")
+					d, err := l.AllowN(ctx, "client", 1, time.Time{})
 					require.NotEqual(t, core.SourceFailMode, d.Source, "%+v, %v", d, err)
 					require.NoError(t, err)
 					if d.Allowed {
@@ -564,7 +564,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				for i, l := range lims {
 					ctx, cancel := context.WithCancel(context.Background())
 					cancel()
-					d, err := l.Allow(ctx, "gone")
+					d, err := l.AllowN(ctx, "gone", 1, time.Time{})
 					check(i, "canceled before", d, err)
 					require.ErrorIs(t, err, context.Canceled)
 				}
@@ -578,7 +578,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				for i, l := range lims {
 					ctx, cancel := context.WithCancel(context.Background())
 					ctx = context.WithValue(ctx, cancelKey{}, cancel)
-					d, err := l.Allow(ctx, "gone")
+					d, err := l.AllowN(ctx, "gone", 1, time.Time{})
 					check(i, "canceled mid-call", d, err)
 					cancel()
 				}
@@ -601,7 +601,7 @@ func TestCanceledCallerIsNeverAllowed(t *testing.T) {
 				for i, l := range limiters(outageTimeout) {
 					ctx, cancel := context.WithCancel(context.Background())
 					ctx = context.WithValue(ctx, cancelKey{}, cancel)
-					d, err := l.Allow(ctx, "gone-frozen")
+					d, err := l.AllowN(ctx, "gone-frozen", 1, time.Time{})
 					check(i, "canceled on a frozen server", d, err)
 					require.ErrorIs(t, err, context.Canceled, "%s frozen: %+v", configs[i].name, d)
 					cancel()

@@ -125,7 +125,7 @@ func TestClusterDeadShardCostsOnlyItsKeys(t *testing.T) {
 					defer func() { <-slots }()
 					k := i % shardKeys
 					start := time.Now()
-					d, err := lims[i/shardKeys%len(lims)].Allow(ctx, keys[k])
+					d, err := lims[i/shardKeys%len(lims)].AllowN(ctx, keys[k], 1, time.Time{})
 					if err != nil {
 						t.Error(err)
 						return
@@ -319,10 +319,10 @@ func TestClusterPartitions(t *testing.T) {
 	d, _, err = l.AllowLayers(ctx, time.Time{}, healthy, nil)
 	require.NoError(t, err)
 	assert.Equal(t, core.SourceStore, d.Source, "a layered request on the live masters: %v", d.Err)
-	d, err = l.Allow(ctx, live[1])
+	d, err = l.AllowN(ctx, live[1], 1, time.Time{})
 	require.NoError(t, err)
 	assert.Equal(t, core.SourceStore, d.Source, "a request on a live master: %v", d.Err)
-	d, err = l.Allow(ctx, deadKey)
+	d, err = l.AllowN(ctx, deadKey, 1, time.Time{})
 	require.NoError(t, err)
 	assert.ErrorIs(t, d.Err, limits.ErrCircuitOpen, "a request on the dead master")
 	assert.Equal(t, core.Failing, l.Health())

@@ -12,7 +12,7 @@ import (
 	otellimit "github.com/apigate/ratelimit/observe/otel"
 )
 
-// BenchmarkAllow measures Limiter.Allow over a memstore with no observer,
+// BenchmarkAllow measures Limiter.AllowN over a memstore with no observer,
 // with otellimit bound to an SDK MeterProvider read by a ManualReader, and
 // with otellimit over the noop provider (the cost of the hook and of
 // Observe alone). Observation must add no allocation.
@@ -22,12 +22,12 @@ func BenchmarkAllow(b *testing.B) {
 	run := func(b *testing.B, opts ...core.Option) {
 		l := newLimiter(b, newMemStore(b), p, opts...)
 		for range 5 {
-			_, _ = l.Allow(ctx, "203.0.113.7")
+			_, _ = l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			d, err := l.Allow(ctx, "203.0.113.7")
+			d, err := l.AllowN(ctx, "203.0.113.7", 1, time.Time{})
 			if err != nil || !d.Allowed {
 				b.Fatalf("%+v, %v", d, err)
 			}
@@ -56,11 +56,11 @@ func BenchmarkDenied(b *testing.B) {
 	run := func(b *testing.B, opts ...core.Option) {
 		m, _ := newMetrics(b)
 		l := newLimiter(b, newMemStore(b), p, append(opts, core.WithObserver(m))...)
-		_, _ = l.Allow(ctx, "k")
+		_, _ = l.AllowN(ctx, "k", 1, time.Time{})
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if d, _ := l.Allow(ctx, "k"); d.Allowed {
+			if d, _ := l.AllowN(ctx, "k", 1, time.Time{}); d.Allowed {
 				b.Fatal("allowed")
 			}
 		}

@@ -127,14 +127,14 @@ func TestCrossCheck(t *testing.T) {
 	// Allowed, denied, the deny cache, near the limit, invalid, canceled.
 	for c := range 4 {
 		for range 8 {
-			_, _ = api.Allow(ctx, "client-"+string(rune('a'+c)))
+			_, _ = api.AllowN(ctx, "client-"+string(rune('a'+c)), 1, time.Time{})
 		}
 	}
-	_, _ = api.Allow(ctx, "")
+	_, _ = api.AllowN(ctx, "", 1, time.Time{})
 	_, _ = api.AllowN(ctx, "client-a", 0, time.Time{})
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	_, _ = api.Allow(gone, "client-z")
+	_, _ = api.AllowN(gone, "client-z", 1, time.Time{})
 	// Many decisions at once, some near or over the limit.
 	var wg sync.WaitGroup
 	for g := range 2 {
@@ -150,7 +150,7 @@ func TestCrossCheck(t *testing.T) {
 	// which it mirrored to the limit.
 	for _, l := range []*core.Limiter{open, closed, fb} {
 		for range 11 {
-			_, _ = l.Allow(ctx, "k")
+			_, _ = l.AllowN(ctx, "k", 1, time.Time{})
 		}
 	}
 	for name, fs := range flaky {
@@ -159,25 +159,25 @@ func TestCrossCheck(t *testing.T) {
 		}
 	}
 	for _, l := range []*core.Limiter{open, closed, fb} {
-		d, err := l.Allow(ctx, "new")
+		d, err := l.AllowN(ctx, "new", 1, time.Time{})
 		require.NoError(t, err)
 		require.ErrorIs(t, d.Err, context.DeadlineExceeded)
 		flaky[l.Policies()[0].Name].hung.Store(false)
 		flaky[l.Policies()[0].Name].down.Store(true)
 		for range 4 {
-			_, _ = l.Allow(ctx, "new")
+			_, _ = l.AllowN(ctx, "new", 1, time.Time{})
 		}
 		for range 3 {
-			_, _ = l.Allow(ctx, "k")
+			_, _ = l.AllowN(ctx, "k", 1, time.Time{})
 		}
 	}
 	// flaky-healed fails once, is probed back, and is recovering.
-	_, _ = healed.Allow(ctx, "k")
+	_, _ = healed.AllowN(ctx, "k", 1, time.Time{})
 	flaky["flaky-healed"].down.Store(true)
-	_, _ = healed.Allow(ctx, "k")
+	_, _ = healed.AllowN(ctx, "k", 1, time.Time{})
 	flaky["flaky-healed"].down.Store(false)
 	require.Eventually(t, func() bool {
-		d, err := healed.Allow(ctx, "k")
+		d, err := healed.AllowN(ctx, "k", 1, time.Time{})
 		return err == nil && d.Source == core.SourceStore
 	}, testwait.D(5*time.Second), 2*time.Millisecond)
 

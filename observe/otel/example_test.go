@@ -45,7 +45,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	for range 3 {
-		limiter.Allow(context.Background(), "client-1")
+		limiter.AllowN(context.Background(), "client-1", 1, time.Time{})
 	}
 
 	var rm metricdata.ResourceMetrics

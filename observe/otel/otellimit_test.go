@@ -30,16 +30,16 @@ func TestOutcomesOverMemstore(t *testing.T) {
 	l := newLimiter(t, newMemStore(t), p, core.WithDenyCache(10), core.WithObserver(m), core.WithObserver(ref))
 	ctx := context.Background()
 	for i := range 8 {
-		d, _ := l.Allow(ctx, "client-a")
+		d, _ := l.AllowN(ctx, "client-a", 1, time.Time{})
 		require.Equal(t, i < 5, d.Allowed, "request %d", i)
 	}
-	_, err := l.Allow(ctx, "")
+	_, err := l.AllowN(ctx, "", 1, time.Time{})
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	_, err = l.AllowN(ctx, "client-b", 6, time.Time{})
 	require.ErrorIs(t, err, core.ErrInvalidOption)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = l.Allow(gone, "client-b")
+	_, err = l.AllowN(gone, "client-b", 1, time.Time{})
 	require.ErrorIs(t, err, context.Canceled)
 
 	s := collect(t, r)
@@ -82,7 +82,7 @@ func TestMemstoreNotTimed(t *testing.T) {
 	l := newLimiter(t, newMemStore(t), p, core.WithObserver(m), core.WithObserver(ref))
 	const n = 1000
 	for range n {
-		_, err := l.Allow(context.Background(), "k")
+		_, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 		require.NoError(t, err)
 	}
 	s := collect(t, r)
@@ -189,7 +189,7 @@ func TestMemStoreKeys(t *testing.T) {
 	p := core.Policy{Name: "keys", Algorithm: core.SlidingWindowCounter, Limit: 10, Window: time.Minute}
 	l := newLimiter(t, a, p, core.WithObserver(m))
 	for _, k := range []string{"x", "y", "z"} {
-		_, err := l.Allow(context.Background(), k)
+		_, err := l.AllowN(context.Background(), k, 1, time.Time{})
 		require.NoError(t, err)
 	}
 	assert.Equal(t, map[string]float64{
@@ -216,11 +216,11 @@ func TestBindErrors(t *testing.T) {
 	_, err = m.Bind(nil)
 	require.Error(t, err)
 
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close(), "Close is idempotent")
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	s := collect(t, r)
 	assert.Equal(t, 1.0, s.values[series(decisions, "limit", "dup", "outcome", "allowed")], "not counted after Close")
@@ -250,7 +250,7 @@ func TestBuckets(t *testing.T) {
 	fs := &flakyStore{Store: newMemStore(t)}
 	p := core.Policy{Name: "b", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute}
 	l := newLimiter(t, fs, p, core.WithObserver(m))
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	s := collect(t, r)
 	assert.Equal(t, bounds, s.bounds[series(duration, "limit", "b")])
@@ -262,7 +262,7 @@ func TestBuckets(t *testing.T) {
 	require.NoError(t, err)
 	p.Name = "noop"
 	l = newLimiter(t, fs, p, core.WithObserver(nm))
-	_, err = l.Allow(context.Background(), "k")
+	_, err = l.AllowN(context.Background(), "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.NoError(t, nm.Close())
 }
@@ -297,7 +297,7 @@ func TestConcurrent(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for range each {
-				_, _ = l.Allow(context.Background(), "k")
+				_, _ = l.AllowN(context.Background(), "k", 1, time.Time{})
 			}
 		})
 		wg.Go(func() {

@@ -74,7 +74,7 @@ func TestRedisOutage(t *testing.T) {
 	// redis-open).
 	for _, l := range lims {
 		for i := range 7 {
-			d, err := l.Allow(ctx, "k")
+			d, err := l.AllowN(ctx, "k", 1, time.Time{})
 			require.NoError(t, err)
 			require.Equal(t, i < 5, d.Allowed, "%s request %d", l.Policies()[0].Name, i)
 		}
@@ -149,7 +149,7 @@ func TestRedisOutage(t *testing.T) {
 	thawed = true
 	for _, l := range lims {
 		require.Eventually(t, func() bool {
-			d, err := l.Allow(ctx, "after")
+			d, err := l.AllowN(ctx, "after", 1, time.Time{})
 			return err == nil && d.Source == core.SourceStore
 		}, testwait.D(15*time.Second), 20*time.Millisecond, l.Policies()[0].Name)
 	}
@@ -165,7 +165,7 @@ func TestRedisOutage(t *testing.T) {
 	srv.Kill()
 	for _, l := range lims {
 		for range 2 {
-			d, err := l.Allow(ctx, "killed")
+			d, err := l.AllowN(ctx, "killed", 1, time.Time{})
 			require.NoError(t, err)
 			require.ErrorIs(t, d.Err, limits.ErrStore)
 		}

@@ -22,7 +22,7 @@ func (nopObserver) Bind(*core.Limiter) (func(core.Event), error) {
 	return func(core.Event) {}, nil
 }
 
-// BenchmarkAllow is the target: Limiter.Allow over a memstore
+// BenchmarkAllow is the target: Limiter.AllowN over a memstore
 // with no observer ("none"), with an observer that does nothing ("hook")
 // and with Metrics bound ("prometheus"), on one
 // goroutine and on every P (each goroutine a client of its own, all under
@@ -54,7 +54,7 @@ func BenchmarkAllow(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if d, err := l.Allow(ctx, "203.0.113.7"); err != nil || !d.Allowed {
+				if d, err := l.AllowN(ctx, "203.0.113.7", 1, time.Time{}); err != nil || !d.Allowed {
 					b.Fatalf("%+v, %v", d, err)
 				}
 			}
@@ -68,7 +68,7 @@ func BenchmarkAllow(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				key := fmt.Sprintf("203.0.113.%d", id.Add(1))
 				for pb.Next() {
-					if d, err := l.Allow(ctx, key); err != nil || !d.Allowed {
+					if d, err := l.AllowN(ctx, key, 1, time.Time{}); err != nil || !d.Allowed {
 						b.Errorf("%+v, %v", d, err)
 						return
 					}

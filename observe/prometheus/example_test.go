@@ -45,7 +45,7 @@ func Example() {
 		panic(err)
 	}
 	for range 3 {
-		_, _ = login.Allow(context.Background(), "203.0.113.7")
+		_, _ = login.AllowN(context.Background(), "203.0.113.7", 1, time.Time{})
 	}
 
 	// What Prometheus scrapes: mount it at /metrics.

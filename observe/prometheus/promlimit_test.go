@@ -167,7 +167,7 @@ func TestTimeoutsAndCircuitOpen(t *testing.T) {
 		core.WithCircuitBreaker(2, time.Hour))
 	ctx := context.Background()
 	for i := range 3 {
-		d, err := l.Allow(ctx, "alice")
+		d, err := l.AllowN(ctx, "alice", 1, time.Time{})
 		require.NoError(t, err)
 		require.ErrorIs(t, d.Err, limits.ErrStore, "call %d", i+1)
 		require.True(t, d.Allowed, "call %d: fail open", i+1)
@@ -198,13 +198,13 @@ func TestHealthTransitions(t *testing.T) {
 			// failure: 1s.
 			l := newLimiter(t, s, core.Policy{Name: "flaky", Algorithm: core.FixedWindow, Limit: 1000, Window: time.Second}, m, opts...)
 			ctx := context.Background()
-			_, err := l.Allow(ctx, "alice")
+			_, err := l.AllowN(ctx, "alice", 1, time.Time{})
 			require.NoError(t, err)
 			require.Equal(t, "healthy", health(t, reg, "flaky"))
 
 			s.down.Store(true)
 			for range 2 {
-				d, err := l.Allow(ctx, "alice")
+				d, err := l.AllowN(ctx, "alice", 1, time.Time{})
 				require.NoError(t, err)
 				require.ErrorIs(t, d.Err, limits.ErrStore)
 			}
@@ -212,7 +212,7 @@ func TestHealthTransitions(t *testing.T) {
 
 			s.down.Store(false)
 			waitFor(t, func() bool {
-				d, err := l.Allow(ctx, "alice")
+				d, err := l.AllowN(ctx, "alice", 1, time.Time{})
 				return err == nil && d.Source == core.SourceStore
 			}, "the store deciding again")
 			if withFallback {
@@ -248,11 +248,11 @@ func TestMemStoreKeys(t *testing.T) {
 	b := newLimiter(t, s, p, m)
 	ctx := context.Background()
 	for i := range 5 {
-		_, err := a.Allow(ctx, fmt.Sprint("client-", i))
+		_, err := a.AllowN(ctx, fmt.Sprint("client-", i), 1, time.Time{})
 		require.NoError(t, err)
 	}
 	for i := range 2 {
-		_, err := b.Allow(ctx, fmt.Sprint("client-", i))
+		_, err := b.AllowN(ctx, fmt.Sprint("client-", i), 1, time.Time{})
 		require.NoError(t, err)
 	}
 	assert.Equal(t, map[string]float64{"store=main": 7, "store=other": 0}, series(t, reg, "ratelimit_memstore_keys"))
@@ -281,14 +281,14 @@ func TestStoreDuration(t *testing.T) {
 	p := core.Policy{Name: "bounded", Algorithm: core.TokenBucket, Limit: limits.MaxLimit, Window: time.Second}
 	bounded := newLimiter(t, &switchStore{store: newMemStore(t)}, p, m)
 	for range 5 {
-		_, err := bounded.Allow(ctx, "alice")
+		_, err := bounded.AllowN(ctx, "alice", 1, time.Time{})
 		require.NoError(t, err)
 	}
 	p.Name = "memory"
 	memory := newLimiter(t, newMemStore(t), p, m)
 	const n = 1000
 	for range n {
-		_, err := memory.Allow(ctx, "alice")
+		_, err := memory.AllowN(ctx, "alice", 1, time.Time{})
 		require.NoError(t, err)
 	}
 	lat := series(t, reg, "ratelimit_store_duration_seconds")
@@ -326,7 +326,7 @@ func TestDuplicateNames(t *testing.T) {
 	_, err = core.NewLimiter(s, []core.Policy{unnamed}, core.WithObserver(m))
 	assert.ErrorContains(t, err, limits.DefaultName(unnamed.Algorithm, unnamed.Limit, unnamed.Window, unnamed.Burst))
 	// The failed Bind changed nothing: the first one counts alone.
-	_, err = first.Allow(context.Background(), "alice")
+	_, err = first.AllowN(context.Background(), "alice", 1, time.Time{})
 	require.NoError(t, err)
 	assert.Equal(t, outcomes("allowed", 1), decisions(t, reg, "api"))
 	assert.Len(t, series(t, reg, "ratelimit_store_health"), 2*3, "three states per bound Limiter")
@@ -433,7 +433,7 @@ func TestConcurrent(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				_, err := l.Allow(context.Background(), fmt.Sprintf("client-%d-%d", w, i%50))
+				_, err := l.AllowN(context.Background(), fmt.Sprintf("client-%d-%d", w, i%50), 1, time.Time{})
 				assert.NoError(t, err)
 			}
 		})

@@ -5,12 +5,13 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/apigate/ratelimit/core"
 	sloglimit "github.com/apigate/ratelimit/observe/slog"
 )
 
-// BenchmarkDeniedFlood measures a flood of denials through Limiter.Allow
+// BenchmarkDeniedFlood measures a flood of denials through Limiter.AllowNN
 // over a memstore (one client, one hourly request), on the real clock:
 //
 //   - unobserved: no observer, the baseline;
@@ -29,7 +30,7 @@ func BenchmarkDeniedFlood(b *testing.B) {
 		b.Helper()
 		l := newLimiter(b, newMemStore(b), hourly, opts...)
 		for range 5 { // the admission, then the sampler's burst
-			_, _ = l.Allow(ctx, key)
+			_, _ = l.AllowN(ctx, key, 1, time.Time{})
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -45,7 +46,7 @@ func BenchmarkDeniedFlood(b *testing.B) {
 	}
 	run := func(b *testing.B, l *core.Limiter) {
 		for b.Loop() {
-			if d, _ := l.Allow(ctx, key); d.Allowed {
+			if d, _ := l.AllowN(ctx, key, 1, time.Time{}); d.Allowed {
 				b.Fatal("admitted")
 			}
 		}
@@ -60,7 +61,7 @@ func BenchmarkDeniedFlood(b *testing.B) {
 		l := limiter(b, observer(b, json(slog.LevelInfo), sloglimit.WithSampling(1.0/3600, 1)))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if d, _ := l.Allow(ctx, key); d.Allowed {
+				if d, _ := l.AllowN(ctx, key, 1, time.Time{}); d.Allowed {
 					b.Error("admitted")
 					return
 				}

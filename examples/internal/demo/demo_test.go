@@ -273,7 +273,7 @@ func TestOpenStoreRedis(t *testing.T) {
 	require.NoError(t, err)
 	key := "test-" + time.Now().Format(time.RFC3339Nano)
 	for i, want := range []bool{true, false} {
-		d, err := l.Allow(ctx, key)
+		d, err := l.AllowN(ctx, key, 1, time.Time{})
 		require.NoError(t, err, "Allow #%d", i+1)
 		require.Equal(t, want, d.Allowed, "Allow #%d: Allowed", i+1)
 	}

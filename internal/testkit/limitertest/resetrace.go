@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,7 +41,7 @@ func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, l.Reset(ctx, "k"))
-	d, err := l.Allow(ctx, "k")
+	d, err := l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "round %d: a fresh quota refused: %+v", round, d)
 	start := make(chan struct{})
@@ -49,7 +50,7 @@ func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
 	for range 4 {
 		wg.Go(func() {
 			<-start
-			if d, err := l.Allow(ctx, "k"); err == nil && d.Allowed {
+			if d, err := l.AllowN(ctx, "k", 1, time.Time{}); err == nil && d.Allowed {
 				admitted.Add(1)
 			}
 		})
@@ -66,7 +67,7 @@ func resetRaceRound(t *testing.T, l *core.Limiter, round int) bool {
 	if admitted.Load() > 0 {
 		return false
 	}
-	d, err = l.Allow(ctx, "k")
+	d, err = l.AllowN(ctx, "k", 1, time.Time{})
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "round %d: after the Reset, %+v", round, d)
 	require.Equal(t, core.SourceStore, d.Source, "round %d: after the Reset, %+v", round, d)
