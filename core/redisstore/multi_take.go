@@ -16,14 +16,8 @@ import (
 // deadline; any client stops at its own timeouts); takeAllUntil bounds it. It
 // returns the time decided at, in µs (0 when reqs is empty).
 func (s *Store) takeAll(ctx context.Context, at time.Time, reqs []core.Request, out []core.Decision) (int64, error) {
-	if err := checkLayers(reqs, out); err != nil {
+	if done, err := startLayers(ctx, reqs, out); done {
 		return 0, err
-	}
-	if len(reqs) == 0 {
-		return 0, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("redisstore: layers: %w", err)
 	}
 	var slotOf func(string) int
 	switch s.client.(type) {
@@ -122,14 +116,8 @@ func (s *Store) takeAllUntil(ctx context.Context, at time.Time, reqs []core.Requ
 	if s.batch == nil {
 		return s.takeAllBounded(ctx, at, reqs, out, deadline)
 	}
-	if err := checkLayers(reqs, out); err != nil {
+	if done, err := startLayers(ctx, reqs, out); done {
 		return 0, err
-	}
-	if len(reqs) == 0 {
-		return 0, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("redisstore: layers: %w", err)
 	}
 	if reqs[0].Cost < 0 {
 		return s.giveBackAll(ctx, at, reqs, out, deadline)
@@ -212,4 +200,20 @@ func (s *Store) takeAllBounded(ctx context.Context, at time.Time, reqs []core.Re
 	}
 	copy(out, ds[:len(out)])
 	return *now, nil
+}
+
+// startLayers checks a layered call's requests, decisions and context
+// before it starts: done is true when there is nothing to do (no request)
+// or it cannot start, with the error.
+func startLayers(ctx context.Context, reqs []core.Request, out []core.Decision) (done bool, err error) {
+	if err := checkLayers(reqs, out); err != nil {
+		return true, err
+	}
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return true, fmt.Errorf("redisstore: layers: %w", err)
+	}
+	return false, nil
 }

@@ -141,8 +141,9 @@ func TestTTLs(t *testing.T) {
 		require.LessOrEqual(t, len(keys), 7*len(ps), "keys scanned")
 		for _, k := range keys {
 			ttl := c.PTTL(ctx, k).Val()
-			if ttl == -2*time.Nanosecond {
-				// Gone since the scan: its expiry passed (a fixed
+			if ttl == -2*time.Nanosecond || ttl == 0 {
+				// Gone since the scan, or in its last millisecond (PTTL
+				// rounds down): its expiry passed or is passing (a fixed
 				// window ending while a busy machine ran the test). A
 				// key with no expiry answers -1, which fails below.
 				continue
