@@ -11,20 +11,22 @@ import (
 // WithDenyCache makes the Limiter remember, for up to maxKeys clients, the
 // denials its store returned, and answer the same client's requests from
 // memory until the remembered RetryAfter has passed, without asking the
-// store (such decisions have Source SourceDenyCache). Denied requests
-// change no state, so the store would have answered the same: a flood from
-// one client then costs no Redis round trip. maxKeys must be positive.
+// store (Source SourceDenyCache): a flood from one client then costs no
+// Redis round trip. maxKeys must be positive; when maxKeys denials are
+// remembered, further ones are not until some expire.
 //
-// A remembered denial answers only requests at least as costly as the one
-// denied (a cheaper one may fit sooner); a lockout's, LockedOut kept,
-// likewise, though the store would deny any cost. Its RetryAfter counts down from
-// the store's; its Remaining is the store's at the time of the denial.
-// Reset forgets the key here too (once it has returned, no denial from
-// before it is served, even one the store returned concurrently), but a
-// Reset made through another process is seen only once the remembered
-// RetryAfter has passed. When maxKeys denials are remembered, further ones
-// are not until some expire.
+// A remembered denial (a lockout's too, LockedOut kept) answers only
+// requests at least as costly as the one denied, with the store's
+// Remaining and its RetryAfter counting down. Reset forgets the key here too, but a Reset
+// made through another process is seen only once that RetryAfter has
+// passed.
 func WithDenyCache(maxKeys int) Option {
+	// Denied requests change no state, so the store would have answered
+	// the same. A cheaper request than the one denied may fit sooner,
+	// hence the cost rule, which a lockout's denial keeps too, though the
+	// store would deny any cost. Once Reset has
+	// returned, no denial from before it is served, even one the store
+	// returned concurrently.
 	return func(c *config) error {
 		if maxKeys < 1 {
 			return fmt.Errorf("%w: deny cache size %d is not positive", ErrInvalidOption, maxKeys)

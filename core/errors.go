@@ -10,18 +10,8 @@ import "errors"
 // policy can ever admit, more Requests than layers). Such a call decided
 // nothing.
 //
-// A decision returns only two kinds of error, and a non-nil error always
-// means that nothing was decided: bad input, wrapping ErrInvalidOption, and
-// the caller's own context ending first, wrapping ctx.Err()
-// (context.Canceled or context.DeadlineExceeded). A store that fails is not
-// such an error: the fallback store or the policy's FailClosed decides, the
-// error is nil, and Decision.Err says what went wrong. So the idiomatic
-//
-//	d, err := l.AllowN(ctx, key, 1, time.Time{})
-//	if err != nil {
-//		return err // nothing was decided: the caller left, or a bug
-//	}
-//	if !d.Allowed { ... }
-//
-// is right in every outage: it fails open or closed as the policy says.
+// A decision's only other error is the caller's context ending first,
+// wrapping ctx.Err(). A store that fails is no error: the fallback or the
+// policy's FailClosed decides, and Decision.Err says what went wrong (see
+// Limiter). So "if err != nil { return err }" is right in every outage.
 var ErrInvalidOption = errors.New("ratelimit: invalid argument")

@@ -6,42 +6,26 @@ import (
 	"time"
 )
 
-// AllowLayers decides a request under the layers it checks: reqs[i] is
-// its part under layer i (Limiter.Policies()[i]), the client Key and the
-// Cost, in [1, the policy's capacity]; a layer whose Request has an empty
-// Key, or that reqs does not reach, is not checked. Request.Policy is
-// ignored: each layer decides by its own policy, as the PolicySources
-// adjust it (a premium plan, a per-API-key quota). It decides at now as
-// AllowN does, fills out[i] with layer i's decision when out is not nil
-// (it must then be at least as long as reqs; a layer not checked gets the
-// zero Decision), and returns the request's decision and, when the store
-// decided, the time it decided at (the zero Time otherwise): the time that
-// dates a Refund of the admission and, from a store that decides in
-// process (see Store.Take), spares a caller writing an absolute time such
-// as X-RateLimit-Reset a reading of the clock.
+// AllowLayers decides a request under the layers it checks, all or
+// nothing: reqs[i] is its Key and Cost under layer i (Limiter.Policies()[i];
+// Policy is ignored), and a layer whose Key is empty, or that reqs does
+// not reach, is not checked. It decides at now as AllowN does and, when
+// out is not nil (at least as long as reqs), fills out[i] with layer i's
+// decision, the zero Decision for a layer not checked.
 //
-// The request is admitted only when every layer checked admits it; when
-// any denies, no layer records it, and a layer that would have admitted it
-// took nothing: its decision is Allowed, and says what it has left. The
-// request's decision is the binding layer's, its Policy.Name naming it:
-// the layer that denied (of several, the one whose denial lasts longest),
-// or, when all admit, the one closest to denying (the least Remaining; of
-// equals, the longest ResetAfter); Allowed is the request's, RetryAfter the
-// time at which every layer would admit it, and Delay the longest of the
-// layers'.
+// When any layer denies, none records the request, and one that would
+// have admitted says what it has left. The returned Decision is the
+// binding layer's, named by its Policy.Name: the one that denied longest
+// or, when all admit, the one with least left (see docs/layers.md); its
+// RetryAfter is when every layer would admit, its Delay the longest. The
+// returned time is when the store decided (zero if it did not): it dates
+// a Refund of the admission.
 //
-// A cost above the capacity of the policy in force, but within a policy
-// configured for the request (the layer's own, or one a PolicySource
-// returned before another shrank it), is a denial, not an error: the
-// request is denied without asking the store, takes nothing from any
-// layer, and the layer's RetryAfter is its Window.
-//
-// Bad input returns an error wrapping ErrInvalidOption: no layer checked
-// (a missing key must not pass a request unlimited), more Requests than
-// layers, a cost out of range, an out shorter than reqs. A PolicySource's
-// failure, or an invalid policy from one, decides the request by the
-// layers' FailClosed, Decision.Err saying why. Store failures, the
-// caller's cancellation and shadow mode are as for AllowN.
+// Bad input wraps ErrInvalidOption (no layer checked, more Requests than
+// layers, a cost out of range, an out shorter than reqs); a cost that only
+// a PolicySource shrank out of range is a denial instead (see
+// PolicySource). A PolicySource's failure decides by FailClosed; store
+// failures, cancellation and shadow mode are as for AllowN.
 func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, time.Time, error) {
 	if err := l.checkLayers("AllowLayers", reqs, out, out != nil); err != nil {
 		return Decision{}, time.Time{}, err
@@ -51,6 +35,11 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, reqs []Request
 		c.release()
 		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: no layer checked: every Request has an empty Key", ErrInvalidOption)
 	}
+	// decide asks the store once for every layer checked; verdict then
+	// picks the binding layer (see binds: of several denials the longest
+	// RetryAfter; when all admit the least Remaining, then the longest
+	// ResetAfter) and adds a denied request's cost back to the Remaining
+	// of the layers that would have admitted it.
 	var own []Decision // the caller's out, when it is in the requests' order
 	if out != nil && c.n == len(reqs) {
 		own = out

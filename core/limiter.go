@@ -16,23 +16,18 @@ import (
 
 // Limiter decides whether requests may pass under one or more policies,
 // its layers, keeping its state in a Store. It is safe for concurrent use;
-// build one and share it.
+// build one and share it. AllowN puts a client's request under every layer;
+// AllowLayers gives each layer its own key. Either way a request passes
+// only when every layer that applies admits it, and one denied by any
+// layer takes nothing from any.
 //
-// A Limiter of one policy is a plain limit: Allow and AllowN decide a
-// client's request under it. A Limiter of several decides each request
-// against all of them at once, all or nothing: a request passes only when
-// every layer that applies admits it, and one denied by any layer takes
-// nothing from any (AllowLayers; Allow and AllowN put the same key under
-// every layer).
-//
-// A decision returns a Decision and an error, and the error is nil
-// whenever something was decided, in an outage too: a store that fails or
-// times out leaves the decision to the fallback store (WithFallback) or
-// else the policy's FailClosed, with Decision.Err saying what failed and
-// Decision.Source who decided. A non-nil error means that nothing was
-// decided and the request must not proceed: bad input (wrapping
-// ErrInvalidOption) or the caller's context ending first (wrapping
-// ctx.Err()).
+// A decision's error is nil whenever something was decided, in an outage
+// too: a store that fails or times out leaves the decision to the
+// fallback store (WithFallback) or else the policy's FailClosed, with
+// Decision.Err saying what failed and Decision.Source who decided. A
+// non-nil error means that nothing was decided and the request must not
+// proceed: bad input (wrapping ErrInvalidOption) or the caller's context
+// ending first (wrapping ctx.Err()).
 type Limiter struct {
 	store    Store
 	policy   Policy // the first layer's
@@ -169,25 +164,21 @@ func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies.
 func (l *Limiter) Shadow() bool { return l.shadow }
 
 // AllowN decides whether a request of cost n from the client identified by
-// key may pass, under every layer, and records it when it may. n weighs
-// expensive requests: an endpoint that costs 5 takes 5 units of the quota.
-// A key over 128 bytes, or with bytes outside printable ASCII, is stored as
-// its SHA-256 digest.
+// key may pass, under every layer, and records it when it may: an endpoint
+// that costs 5 takes 5 units. A key over 128 bytes, or with bytes outside
+// printable ASCII, is stored as its SHA-256 digest.
 //
-// now is the time of the decision: the zero Time is now, on the store's
-// clock (time.Now in process, Redis TIME on Redis, so that app servers with
-// skewed clocks agree); an explicit now makes time data, for tests and
-// simulations, and the deny cache and the circuit breaker count time by it
-// too. Mixing both on one Limiter is sound only when now follows the real
-// time.
+// The zero now is the store's clock (time.Now in process, Redis TIME on
+// Redis, so that app servers with skewed clocks agree); an explicit now
+// makes time data, for tests and simulations, the deny cache and circuit
+// breaker counting by it too. Mix both on one Limiter only when now
+// follows the real time.
 //
-// The caller's cancellation is not a store failure. When ctx has ended
-// before the store is asked, the store is not asked; the store is called
-// with ctx, and returns promptly once it ends (see Store). If the store
-// decided, its decision is returned; if it failed and ctx has ended
-// meanwhile (the request may have spent quota in the store, but it was not
-// admitted), the error wraps ctx's error, and no fallback or FailClosed
-// applies.
+// When ctx has ended before the store is asked, it is not asked; a store
+// returns promptly once ctx ends (see Store). A store's decision stands;
+// if the store failed and ctx has ended meanwhile, the error wraps ctx's,
+// and no fallback or FailClosed applies (the request may have spent
+// quota, but was not admitted).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (d Decision, err error) {
 	c := callPool.Get().(*call)
 	k := len(l.policies)

@@ -59,37 +59,23 @@ func WithCircuitBreaker(failures int, probe time.Duration) Option {
 	}
 }
 
-// WithFallback makes the Limiter keep limiting with fallback, an in-process
-// store that never waits (a memstore.Store), when its store fails, instead
-// of applying the policies' FailClosed: the fallback answers while the
-// store is failing, with the caller's context, so it must never block.
+// WithFallback makes the Limiter keep limiting with fallback, an
+// in-process store that never blocks (a memstore.Store), instead of
+// applying the policies' FailClosed, when its store fails, times out or
+// has its circuit breaker open (over a Partitioned store such as a Redis
+// Cluster, the breaker of the request's partition). The fallback then
+// decides alone, with the caller's context: Source SourceFallback,
+// Decision.Err the store's error. FailClosed applies if it fails too.
 //
-// The fallback mirrors the store: every request the store admits is taken
-// in the fallback too (a refusal there is ignored while the store is
-// Healthy). When the store fails, times out or has its circuit breaker
-// open (see WithCircuitBreaker; over a Partitioned store such as a Redis
-// Cluster, the breaker of the request's partition, so that only its keys
-// go to the fallback), the
-// fallback decides alone: such decisions have Source SourceFallback
-// and Decision.Err the store's error, for the caller to log. After such a
-// decision the Limiter is Recovering for as long as the state it left can
-// still matter (a Window for the fixed window and the log, two for the
-// sliding counter, for the buckets the time a full bucket takes to refill
-// or drain): a request then passes only when the store and the fallback
-// both admit it, and a refusal of the fallback has Source SourceFallback
-// (with no Err; the store has counted the request).
-//
-// So one app server never admits more than the policy allows one client,
-// L per window, however often the store fails and comes back, since its
-// fallback counts every admission it makes; across N app servers, while
-// the store is down, at most N times that. The fallback counts on the app
-// server's clock, a Redis store on Redis's (TIME): with a skew s between
-// the two, the bound holds for windows as the app server's clock measures
-// them, and a window measured on Redis's clock may take in admissions from
-// up to s outside it. The mirror costs a fallback Take per admitted request
-// and a fallback key per client admitted; a fallback that evicts keys
-// (memstore's WithMaxKeys) forgets their counts, and the bound with them.
-// FailClosed applies if the fallback fails too.
+// The fallback mirrors the store: it takes every request the store admits
+// (a fallback Take, and a fallback key, per client admitted; its refusal
+// is ignored while the store is Healthy). After a fallback decision the
+// Limiter is Recovering while the state it left can matter: a request
+// then passes only when both stores admit it, a fallback refusal having
+// Source SourceFallback and no Err. So one app server never admits more
+// than a policy allows a client, however the store flaps, and N servers
+// at most N times that, each on its own clock (see docs/redis.md); a
+// fallback that evicts keys (memstore.WithMaxKeys) forgets that bound.
 func WithFallback(fallback Store) Option {
 	return func(c *config) error {
 		if fallback == nil {

@@ -6,30 +6,21 @@ import (
 	"time"
 )
 
-// Peek tells where a client stands under the layers reqs checks without
-// spending anything, as GitHub's GET /rate_limit does: reqs[i] names the
-// client of layer i by its Key (see AllowLayers; Cost and Policy are
-// ignored), and Peek fills out[i] (out must be at least as long as reqs;
-// a layer not checked gets the zero Decision) with what the next decision
-// of layer i would report before it spends. Remaining and ResetAfter are
-// the quota as it stands; Allowed says whether a request of cost 1 would
-// pass now, and RetryAfter, when not, when it would; LockedOut and its
-// RetryAfter tell a lockout in force. Policy is the policy in force for
-// the key, as a PolicySource adjusts it. With no layer checked, Peek does
-// nothing.
+// Peek tells where a client stands under the layers reqs checks, without
+// spending anything: reqs[i] names the client of layer i by its Key (as
+// for AllowLayers; Cost and Policy are ignored), and Peek fills out[i]
+// (out at least as long as reqs; the zero Decision for a layer not
+// checked) with what layer i would report at now (as for AllowN) before
+// it spends: Remaining and ResetAfter as the quota stands, Allowed and
+// RetryAfter for a request of cost 1, LockedOut during a lockout, Policy
+// as a PolicySource adjusts it. With no layer checked, Peek does nothing.
 //
-// A peek writes nothing to the store (no count, no expiry moved, no
-// lockout strike, no state for a client that has none), and asks it once
-// for all the layers: one round trip on Redis. It is not a decision:
-// observers do not hear it, the deny cache neither answers nor learns
-// from it, shadow mode does not change it, and the fallback is not asked.
-// So a store failure, an open circuit breaker or a PolicySource's failure
-// is Peek's error (nothing was read), as are bad input (wrapping
-// ErrInvalidOption: more Requests than layers, an out shorter than reqs)
-// and the end of ctx.
-//
-// now is the time to peek at, as for AllowN: the zero Time is the store's
-// clock.
+// A peek writes nothing to the store (see Store.Peek) and asks it once for
+// all the layers. It is not a decision: observers, the deny cache, shadow
+// mode and the fallback play no part. So a store failure, an open circuit
+// breaker, a PolicySource's failure and the end of ctx are Peek's error,
+// as is bad input (wrapping ErrInvalidOption: more Requests than layers,
+// an out shorter than reqs).
 func (l *Limiter) Peek(ctx context.Context, now time.Time, reqs []Request, out []Decision) error {
 	if err := l.checkLayers("Peek", reqs, out, true); err != nil {
 		return err

@@ -6,31 +6,24 @@ import (
 	"time"
 )
 
-// Refund gives back what an admitted request took and did not use:
-// reqs[i].Cost units of layer i for each Request with a Key (see
-// AllowLayers; Policy is ignored), from the admission that AllowLayers
-// decided at the time at it returned. It is how a cost known only after
-// the work is settled: reserve the most the work may cost, then refund
-// what it did not (httplimit's Layer.Counts settles a response this way).
-// With no layer given back, Refund does nothing.
+// Refund gives back reqs[i].Cost units of layer i, for each Request with
+// a Key (as for AllowLayers; Policy is ignored), to the admission that
+// AllowLayers decided at the time at it returned: what a request reserved
+// and did not use (see docs/settling.md). With no Key, it does nothing.
 //
-// The units go back into what the admission was counted in, if it is
-// still counted there: the same fixed window, the sliding counter's
-// window, the sliding log's entry, the buckets' level less what has
-// drained since. What has left the window or drained is not given back,
-// so a late refund frees nothing that time has not freed already, and a
-// refund never lifts a lockout. Refund the units of one admission once:
-// the store cannot tell two refunds of one admission from refunds of two
-// admitted at the same microsecond.
+// The units go back into what the admission was counted in, if it still
+// is (see Store.Refund): what has left the window or drained is not given
+// back, and a refund never lifts a lockout. Refund an admission once: the
+// store cannot tell two refunds of one admission from refunds of two
+// admitted at the same microsecond. A refund is not a decision: observers
+// do not hear it, shadow mode does not change it, the fallback is not
+// asked.
 //
-// A refund is not a decision: observers do not hear it, shadow mode does
-// not change it, and the fallback is not asked. Bad input is an error
-// wrapping ErrInvalidOption: a zero at (the admission was not the
-// store's: a fallback's or FailClosed's decision, which took nothing from
-// the store), more Requests than layers, a cost out of range. So are a
-// store failure, an open circuit breaker and the end of ctx; nothing is
-// then given back, and the units stay counted until their window passes,
-// as they would have without a refund.
+// Bad input is an error wrapping ErrInvalidOption: a zero at (a fallback's
+// or FailClosed's decision, which took nothing from the store), more
+// Requests than layers, a cost out of range. A store failure, an open
+// circuit breaker or the end of ctx is an error too, and gives nothing
+// back: the units stay counted until their window passes.
 func (l *Limiter) Refund(ctx context.Context, at time.Time, reqs []Request) error {
 	if at.IsZero() {
 		return fmt.Errorf("%w: Refund: the zero time: no store admission to refund", ErrInvalidOption)

@@ -10,18 +10,17 @@ import (
 // PolicySource chooses the policy of each request: a client's plan, a
 // per-API-key quota, an operator's live override, a limit that shrinks
 // under load. It is the one way to decide by another policy than the
-// layer's. A Limiter built with WithPolicySource consults its sources on
-// every decision, for every layer, and decides by what they return; a
-// change takes effect on the next request. The package overrides has
-// sources: in process, shared through Redis (package rediswatch), and
-// driven by a load signal; a plan is a type of yours whose Adjust reads
-// the client's plan from the request's context (set by the authentication
-// middleware) or looks it up by key (see ExamplePolicySource).
+// layer's: a Limiter built with WithPolicySource consults its sources on
+// every decision, for every layer, so a change takes effect on the next
+// request. Package overrides has sources (in process, shared through
+// Redis, driven by load); a plan is a type of yours (see
+// ExamplePolicySource and docs/layers.md).
 //
 // A source may raise a layer's capacity (a premium plan): a request whose
 // cost fits the raised policy is decided by it. A cost above the policy in
-// force but within one a source returned before another shrank it (a plan
-// cut by an override) is a denial, not an error.
+// force but within the layer's own, or one a source returned before
+// another shrank it (a plan cut by an override), is a denial, not an
+// error: no store is asked, and RetryAfter is the Window.
 type PolicySource interface {
 	// Adjust returns the policy to decide the request of the client key
 	// by under the layer whose policy is p (p.Name is the layer's name),

@@ -131,62 +131,52 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
-// Store holds rate-limit state and decides atomically. Implementations must
-// be safe for concurrent use, implement every Algorithm with the semantics
-// documented on its constant, and pass the suite in core/storetest. Every
-// method takes 1 to 16 requests, each valid (see Request.Validate), no two
-// with the same Key and Policy.Name; anything else is an error, never a
-// panic. Any error is a store failure to the Limiter (see Decision.Err).
+// Store holds rate-limit state and decides atomically; a third-party
+// store implements it. A Store must be safe for concurrent use, implement
+// every Algorithm with the semantics documented on its constant, and pass
+// the suite in core/storetest. Every method takes 1 to 16 requests, each
+// valid (see Request.Validate), no two with the same Key and Policy.Name;
+// anything else is an error, never a panic. Any error is a store failure
+// to the Limiter (see Decision.Err).
 //
 // A Limiter calls its store on the caller's goroutine, with the caller's
-// ctx, and starts no goroutine and builds no deadline of its own. So a
-// store that waits on I/O bounds every call itself (its own timeout, or
-// ctx's deadline if earlier) and returns as soon as ctx ends, with an error
-// wrapping the context's error; the call may finish in the background, its
-// result dropped, but it never touches reqs or out once it has returned.
-// The Limiter reads a timeout from that error (it wraps
-// context.DeadlineExceeded, or os.ErrDeadlineExceeded from a socket) unless
-// the caller's own ctx has ended. redisstore.Store is such a store.
+// ctx, and starts no goroutine and adds no deadline of its own. So a store
+// that waits on I/O bounds every call itself (its own timeout, or ctx's
+// deadline if earlier) and returns as soon as ctx ends, with an error
+// wrapping the context's error (a timeout's wraps context.DeadlineExceeded
+// or os.ErrDeadlineExceeded); the call may finish in the background, its
+// result dropped, but never touches reqs or out once it has returned.
 //
-// A Store does not see every request of a client: a Limiter answers a
-// repeated denial from its deny cache (WithDenyCache), and, while its
-// circuit breaker is open, asks the store only a probe per interval. A
+// A Store does not see every request: the deny cache (WithDenyCache) and
+// an open circuit breaker (one probe per interval) spare it some. A
 // fallback store (WithFallback) is asked the same requests when the store
-// fails, and, to mirror the store's count, after every admission of the
-// store.
+// fails, and, to mirror it, after every admission of the store.
 type Store interface {
-	// Take decides reqs at now, all or nothing, as one atomic step, and
+	// Take decides reqs at now as one atomic step, all or nothing, and
 	// fills out[i] (len(out) == len(reqs)) with the decision of reqs[i]:
 	// every field but Policy, Source and Err, which the Limiter fills.
-	// When every request is allowed, Take records them all. When any is
-	// denied, it records none: out[i] of a request that would have been
-	// admitted alone is Allowed, with the Remaining, ResetAfter and Delay
-	// it would have had had it been taken (the Limiter adds its cost back
-	// to Remaining). A denied request changes nothing but the lockout
-	// state of a policy with a Lockout, which Take keeps and enforces in
-	// the same step (see Policy.Lockout). The store never admits beyond
-	// any request's policy; a store that cannot decide all the requests
-	// in one atomic step (keys in several Redis Cluster slots) may, under
-	// contention, deny a set of requests that would have fitted, and must
-	// say so.
+	// When every request is allowed, Take records them all; when any is
+	// denied, none, and out[i] of one that would have been admitted alone
+	// is Allowed, with the Remaining, ResetAfter and Delay it would have
+	// had had it been taken (the Limiter adds its cost back to Remaining).
+	// A denied request changes nothing but the lockout state of a policy
+	// with a Lockout, which Take keeps and enforces in the same step (see
+	// Policy.Lockout). Take never admits beyond any request's policy; a
+	// store that cannot decide all the requests in one atomic step (keys
+	// in several Redis Cluster slots) may, under contention, deny a set of
+	// requests that would have fitted, and must say so.
 	//
-	// now is the time of the decision: the zero Time (Limiter.AllowN with time.Time{})
-	// means the store's own clock, time.Now in memory, Redis TIME on
-	// Redis, so that app servers with skewed clocks still agree; an
-	// explicit now (Limiter.AllowN) makes time data, as tests do. Take
-	// returns the time it decided at, every request's: now, or its
-	// clock's reading, or the latest of the keys' last admissions when
-	// that is later (a request dated before its key's last admission is
-	// decided and recorded at that admission). That time dates a Refund
-	// of what Take admitted. A store that decides in process returns a
-	// time read from this process's clock, carrying its monotonic
-	// reading (see the time package), unless the caller's now carried
-	// none: the Limiter then knows the store never waits, and a caller
-	// writing an absolute time from the Decision, such as
-	// X-RateLimit-Reset, need not read the clock again. A store that
-	// decides elsewhere returns the time by its own clock (Redis TIME),
-	// with no monotonic reading, or the zero Time if it cannot tell, and
-	// then cannot take refunds. On an error the time is zero.
+	// The zero now means the store's own clock (time.Now in memory, Redis
+	// TIME on Redis, so that skewed app servers agree); an explicit now
+	// makes time data, as tests do. Take returns the time it decided at:
+	// now or its clock's reading, or the keys' latest admission when that
+	// is later (a request dated before it is decided and recorded there).
+	// That time dates a Refund of what Take admitted. A store deciding in
+	// process returns a time read from this process's clock, with its
+	// monotonic reading (which tells the Limiter the store never waits)
+	// unless the caller's now had none; a store deciding elsewhere returns
+	// its own clock's time with no monotonic reading, or the zero Time if
+	// it cannot tell, and then cannot take refunds. On an error, zero.
 	Take(ctx context.Context, now time.Time, reqs []Request, out []Decision) (time.Time, error)
 	// Peek tells where each request's client stands without spending: it
 	// fills out[i] as Take would decide reqs[i] at a cost of 1 (Allowed,
@@ -202,28 +192,24 @@ type Store interface {
 	// Redis Cluster reads each slot's keys atomically, one script per
 	// slot).
 	Peek(ctx context.Context, now time.Time, reqs []Request, out []Decision) error
-	// Refund gives back Cost units of each request, which an admission
-	// took: at is the time Take returned for that admission (never zero),
-	// and the store removes the units from what that admission was
-	// counted in, if it is still counted there, and changes nothing
-	// otherwise. The time is the admission's identity: the store records
-	// each admission at exactly that time or, where it cannot (a Redis
-	// Cluster slot that decided at a later admission than the others),
-	// notes under that time where it recorded it. So no request admitted
-	// since moves what a refund finds: the units of admissions that
-	// returned one time are alike, and each gives back at most its own.
-	// Fixed window: the count of the window that holds at. Sliding
-	// window counter: the count of at's window, the current one or, once
-	// the state has moved on, the previous one. Sliding log: the entry
-	// logged at at (one per microsecond), never more than it holds. The
-	// buckets: the level, by the units that have not drained since (Cost
-	// less the drain between at and the key's last admission; all of it
-	// when nothing was admitted since), never below empty. What has left
-	// the window, or drained, is never given back, so that a late refund
-	// frees nothing that time has not freed already. A refund strikes no
-	// lockout and lifts none, creates no state and extends no expiry. The
-	// requests are applied each on its own (none can fail another), in
-	// one round trip where the store has several.
+	// Refund gives back Cost units of each request to the admission that
+	// Take dated at (never zero): from what that admission was counted in,
+	// if it still is, changing nothing otherwise. The time is the
+	// admission's identity: the store records each admission at exactly
+	// that time or, where it cannot (a Redis Cluster slot that decided at
+	// a later admission), notes under that time where it did; so no
+	// admission since moves what a refund finds, admissions dated alike
+	// are alike, and each gives back at most its own. Fixed window: the
+	// count of the window holding at. Sliding window counter: the count of
+	// at's window, current or, once the state has moved on, previous.
+	// Sliding log: the entry logged at at (one per microsecond), never
+	// more than it holds. Buckets: the level, by the units not drained
+	// since (Cost less the drain between at and the key's last admission;
+	// all of it when nothing was admitted since), never below empty. What
+	// has left the window, or drained, is never given back. A refund
+	// strikes no lockout and lifts none, creates no state and extends no
+	// expiry. The requests are applied each on its own (none can fail
+	// another), in one round trip where the store has several.
 	Refund(ctx context.Context, at time.Time, reqs []Request) error
 	// Reset forgets all state of key under policy, its lockout and strikes
 	// included, so the client's next request finds a whole quota.

@@ -60,40 +60,21 @@ func WithShards(n int) Option {
 }
 
 // WithMaxKeys bounds the number of keys (client key, policy) the Store
-// holds; n must be at least 1, and 500,000 applies without it.
-// There is no unbounded setting: a client rotating keys (random IPv6
-// addresses, made-up API keys) creates one per request, so a Store without
-// a bound grows at the attack's rate.
+// holds; n must be at least 1, and 500,000 applies without it. There is
+// no unbounded setting: a client rotating keys (random IPv6 addresses,
+// made-up API keys) creates one per request.
 //
 // Size n for the distinct clients each policy sees within its window (two
 // windows for the sliding window counter, the time to refill for the
-// buckets), summed over the policies sharing the Store, with some headroom:
-// the bound is split evenly among the shards, and keys do not spread
-// perfectly evenly over them. Each key costs about 160 bytes with a client
-// key of up to 24 bytes (any IP address key), up to 290 with a key of
-// 128 bytes,
-// plus 16 bytes per logged microsecond for the sliding window log.
+// buckets), summed over the policies sharing the Store, with headroom:
+// the bound is split evenly among the shards. A key costs about 160 bytes
+// with an IP address as client key, up to 290 with one of 128 bytes, plus
+// 16 bytes per logged microsecond for the sliding window log.
 //
-// A full shard makes room for a new key by evicting. It looks at a small
-// sample of its keys, removes those whose state has expired and, when none
-// has, the one whose loss forgets least: the smallest share of its policy's
-// capacity still in use, counted in whole requests (a bucket's debt drains
-// with time; a window's count is taken as of its last admission), where a
-// policy of more than 100 counts its share of 100, so that a key holding
-// back hundreds of requests (a global limit's one shared key) outweighs a
-// flood of one-request keys of a smaller policy; among equals, the most
-// recently admitted; then the one that expires soonest. A flood of new
-// keys, each worth one request, thus mostly evicts itself: a client at its
-// limit, such as a locked-out login, is evicted only when every key
-// sampled with it holds back as much of its own policy, and was admitted
-// earlier.
-//
-// A lockout in force (core.Policy.Lockout) holds back its client's whole quota,
-// and its strikes alone half of it, when eviction weighs them.
-//
-// An evicted client gets a fresh quota on its next request, exactly as if
-// its state had expired. Under a flood of new keys, the store stays within
-// its bound at the price of forgetting some clients early.
+// A full shard evicts expired state first, then the state whose loss
+// forgets least (see docs/algorithms.md), so that a flood of new keys
+// mostly evicts itself rather than a client at its limit. An evicted
+// client gets a fresh quota, as if its state had expired.
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

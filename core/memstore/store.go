@@ -20,35 +20,29 @@ import (
 
 // Store keeps rate-limit state in memory. Build one with New and share it
 // between limiters: each (policy name, algorithm, client key) has its own
-// state. The zero value is not usable.
-//
-// It is safe for concurrent use. Keys are spread over shards, each a map
-// behind its own mutex, so there is no global lock: goroutines deciding for
-// keys on different shards never wait for each other. A decision is one
-// critical section on one shard, which makes it atomic.
+// state. The zero value is not usable. It is safe for concurrent use, with
+// no global lock: each decision is one critical section on its key's
+// shard (see WithShards), which makes it atomic.
 //
 // The Store's clock is the wall clock read at New plus the monotonic time
-// elapsed since: it costs half of time.Now, and stepping the wall clock
-// (NTP, date) does not move it, so state keeps aging at the real rate. It
-// may thus drift from the wall clock by the size of such steps (and of
-// system suspends, which the monotonic clock does not count); Decisions
-// carry only durations, which stay exact.
-//
-// Requests may reach the store out of time order: a goroutine reads the
-// clock, then waits for the lock behind one that read it later; app
-// servers' clocks differ; a wall clock is stepped back. A request dated
-// before its key's latest admission is decided at the time of that
-// admission, so stepping back never frees quota and a sliding log stays in
-// time order.
-//
-// Memory is bounded: state stops mattering at a time each algorithm knows
-// (the end of the window, the moment the bucket is whole again), and from
-// then on it decides like no state at all; a janitor goroutine deletes it
-// every minute. The number of keys is
-// capped, at 500,000 unless WithMaxKeys says otherwise; a full
-// Store evicts the state whose loss forgets least. Call Close to stop the
-// janitor.
+// elapsed since, so stepping the wall clock (NTP, date) does not move it;
+// it may drift from the wall clock by such steps and system suspends,
+// while the durations in Decisions stay exact. A request dated before its
+// key's latest admission is decided at that admission, so a clock
+// stepping back never frees quota. Memory is bounded by WithMaxKeys; a
+// janitor goroutine deletes expired state every minute. Call Close to
+// stop it.
 type Store struct {
+	// Keys are spread over shards, each a map behind its own mutex:
+	// goroutines deciding for keys on different shards never wait for
+	// each other. The clock (see clock) costs half of time.Now. Requests
+	// reach a shard out of time order (a goroutine reads the clock, then
+	// waits for the lock behind one that read it later; app servers'
+	// clocks differ), hence the rule that dates a late one at its key's
+	// latest admission, which also keeps a sliding log in time order.
+	// State stops mattering at a time each algorithm knows (the end of
+	// the window, the moment the bucket is whole again) and decides like
+	// no state from then on, before the janitor deletes it.
 	shards []shard
 	mask   uint64
 	seed   maphash.Seed
@@ -93,41 +87,30 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Take decides reqs, 1 to 16 requests, all or nothing, as one atomic
-// step, and fills out[i] with the decision of reqs[i] (see core.Store).
-// It decides at now, or at the Store's clock when now is zero (or at the
-// latest of the keys' last admissions when that is later, see Store). It
-// never blocks on I/O and ignores ctx.
+// Take implements core.Store.Take: it decides reqs, all or nothing, at
+// now, or at the Store's clock when now is zero (or at the keys' latest
+// admission when that is later, see Store). It never blocks on I/O and
+// ignores ctx. It returns the time it decided at, which dates a Refund of
+// its admissions: now, or the Store's clock reading, to the microsecond
+// and with its monotonic reading (a caller writing an absolute time such
+// as X-RateLimit-Reset takes the wall time from that reading and a recent
+// reading of the wall clock, as headers.Writer does); zero on an error.
 //
-// It returns the time it decided at: now, or else the reading of the
-// Store's clock, to the microsecond, with its monotonic reading, or the
-// keys' latest admission when that is later: the time its admissions are
-// recorded at, which dates their Refund. A caller writing an absolute
-// time from the Decision, such as X-RateLimit-Reset, then need not read
-// the clock again; the Store's clock counts from the wall clock at New,
-// so such a caller takes the wall time from the monotonic reading and a
-// recent reading of the wall clock, as headers.Writer does. On an error
-// the time is zero.
-//
-// One request is one critical section on its key's shard. Several lock
-// the shards their keys hash to, each once, in ascending order, so that
-// calls never deadlock and decisions on other shards never wait; it
-// decides every request, then undoes the steps of the admitted ones if
-// any was denied: it restores the state each held before, and a state
-// created for the request is never stored. A policy with a
-// core.Policy.Lockout is decided with its lockout in the same critical
-// section: the lockout is an entry of its own beside the state, and a
-// policy without one pays a comparison for it. Requests on keys that
-// exist already cost no allocation.
-//
-// Take trusts the core.Request contract except for cheap checks that keep
-// it from panicking: a request that core.Request.Validate refuses
-// (an empty key, a policy with an unknown algorithm or a limit, window or
-// lockout out of range, a cost out of [1, capacity]), len(out) not
-// len(reqs), no request or more than 16, two with the same Key and
-// Policy.Name return an error wrapping core.ErrInvalidOption, and record
-// nothing.
+// Input that breaks the core.Store contract (see core.Request.Validate;
+// len(out) != len(reqs), no request or more than 16, a repeated Key and
+// Policy.Name) returns an error wrapping core.ErrInvalidOption and records
+// nothing. Requests on keys that exist already cost no allocation.
 func (s *Store) Take(_ context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	// One request is one critical section on its key's shard. Several
+	// lock the shards their keys hash to, each once, in ascending order,
+	// so that calls never deadlock and decisions on other shards never
+	// wait; every request is decided, then the steps of the admitted ones
+	// undone if any was denied: each state is restored, and a state
+	// created for the request is never stored. A policy with a Lockout is
+	// decided with its lockout, an entry of its own beside the state, in
+	// the same critical section; a policy without one pays a comparison.
+	// Only cheap checks of the core.Request contract are made, enough to
+	// never panic.
 	if len(reqs) == 1 && len(out) == 1 {
 		// One request, the common case: no array to stage it in.
 		at, err := s.take(&reqs[0], reqs[0].Cost, now, &out[0])

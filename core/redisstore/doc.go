@@ -46,13 +46,14 @@
 // requests, which decides every layer of a request all or nothing. Over a *redis.Client
 // one script decides them all, in one round trip, as one atomic step. Over
 // a Redis Cluster one script reaches one slot only: the layers are decided
-// per slot of their client keys, in one pipeline, and when one denies,
-// what the others took is undone in a second round trip. The undo never
-// gives back more than the request took, so no layer ever admits beyond
-// its limit; but under contention on a key between the two round trips it
-// may give back less (a bucket's units, until they drain), so that
-// another request may be denied that would have fitted. Layers that share
-// a client key share a slot, and are one step again.
+// per slot of their client keys, one pipeline checking every slot without
+// taking, then, when all would admit, a second taking. A request that
+// loses a race on one slot between the two has what the others took
+// undone at once; the undo never gives back more than the request took,
+// so no layer ever admits beyond its limit, but it may give back less (a
+// bucket's units, until they drain), so that another request may be
+// denied that would have fitted. Layers that share a client key share a
+// slot, and are one step again.
 //
 // The guide docs/redis.md says more: client
 // options, timeouts and fail modes, failover, and memory (run Redis with

@@ -1,8 +1,8 @@
 package redisstore
 
 // The layers of one request spread over several Redis Cluster slots (or
-// Ring shards): one script per slot, in one pipeline, and the units taken
-// by a slot that admitted given back when another denied (see Take).
+// Ring shards): one script per slot, in one pipeline, every slot checked
+// before any takes (see takeGroups).
 
 import (
 	"context"

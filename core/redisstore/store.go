@@ -97,19 +97,13 @@ const maxBusyPoll = time.Millisecond
 
 // WithBusyPoll sets how long a decision that runs alone (no other
 // decision of the Store under way, over a *redis.Client) polls its socket
-// for Redis's reply before it parks its goroutine in the network poller;
-// the default is 200 µs, and 0 turns polling off. On loopback or
-// a fast LAN a reply comes back in tens to a hundred or so microseconds,
-// not much more than parking and waking a goroutine costs, so polling
-// takes a quarter to a half off a lone decision's latency, for about the
-// CPU that parking and waking would have cost, and at worst d of CPU a
-// decision whose reply comes later: the poll yields to every
-// goroutine ready to run, and a connection whose polls keep running out
-// (a slow network) stops polling for a while. Concurrent decisions share
-// pipelines and never poll. Only Linux polls, only on a machine with more
-// than one CPU (with one, a Redis beside the app could not answer while
-// the app polls), and only plain TCP and Unix sockets (not TLS). A d below
-// 0 or above 1ms is an error.
+// for Redis's reply before it parks its goroutine; the default is 200 µs,
+// and 0 turns polling off. d must be in [0, 1ms]. On loopback or a fast
+// LAN, polling takes a quarter to a half off a lone decision's latency,
+// for about the CPU that parking and waking would have cost, and at worst
+// d of CPU a decision (see docs/redis.md). Only Linux polls, only on a
+// machine with more than one CPU, and only over plain TCP and Unix
+// sockets (not TLS).
 func WithBusyPoll(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 || d > maxBusyPoll {
@@ -181,26 +175,23 @@ var algos = [...]struct {
 	{core.LeakyBucket, "lb2", &leakyBucketLua},
 }
 
-// New returns a Store keeping its state in the Redis behind client, which
-// may be a *redis.Client, a *redis.ClusterClient or any other
+// New returns a Store keeping its state in the Redis behind client: a
+// *redis.Client, a *redis.ClusterClient or any other
 // redis.UniversalClient. The Store does not own the client: closing it is
-// the caller's business. Over a cluster client, a decision that fails on a
-// node also asks the client to reload its slot map (at most five times a
-// second, without waiting), so that the Store follows a promoted replica.
+// the caller's business; Close closes what the Store opened itself.
 //
-// Over a *redis.Client, the first Store adds a hook to the client (see
-// the package documentation: lone decisions run over a client of the
-// Store's own, with client's options, that bounds them by their deadline
-// and may hold up to two connections of its own, opened as needed
-// and closed by Close); the client's other commands pass through the hook
-// untouched.
+// Over a *redis.Client, the first Store adds a hook to the client, which
+// lets the client's other commands through untouched (see the package
+// documentation); its lone decisions run over a client of the Store's own,
+// of up to two connections. Over a cluster client, a failed decision asks
+// the client to reload its slot map, so that the Store follows a promoted
+// replica (see docs/redis.md).
 //
 // New does no I/O. It starts one goroutine that runs CheckConfig, for at
 // most a few seconds, and logs a warning (WithLogger) if Redis has a
-// maxmemory and the noeviction policy.
-//
-// New returns an error wrapping core.ErrInvalidOption, and starts nothing,
-// if client is nil or an option is nil or refuses its value.
+// maxmemory and the noeviction policy. It returns an error wrapping
+// core.ErrInvalidOption, and starts nothing, if client is nil or an option
+// is nil or refuses its value.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore.New: nil client", core.ErrInvalidOption)

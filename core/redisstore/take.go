@@ -9,53 +9,39 @@ import (
 	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-// Take decides reqs, all or nothing, and records them when every one is
-// allowed (see core.Store). One request is one script run, one atomic
-// step in Redis; several are the layered script's (see the package
-// documentation and takeAll). It fails, without a round trip, on input
-// the Limiter never sends (a request that core.Request.Validate refuses,
-// two with one Key and Policy.Name, len(out) not len(reqs), no request or
-// more than 16), wrapping the core sentinel error; and when Redis fails,
-// wrapping the client's error with the algorithm.
+// Take implements core.Store.Take: it decides reqs, all or nothing, and
+// records them when every one is allowed. A zero now is Redis TIME; keys
+// written at an explicit now live at least a minute. It returns the time
+// decided at, to the microsecond, with no monotonic reading.
 //
-// A call with a zero now is decided at Redis TIME. One with an explicit
-// now (a test's time) is decided at that time, and the keys it writes live
-// at least a minute, however near the end of their state that time is.
-// Take returns the time decided at, as the script read it (Redis TIME) or
-// was given it, to the microsecond and with no monotonic reading: the
-// time that dates a Refund of what it admitted.
+// Input that breaks the core.Store contract fails without a round trip,
+// wrapping core.ErrInvalidOption; a Redis failure wraps the client's
+// error. Take returns within the Store's timeout (WithTimeout, or ctx's
+// deadline if earlier) or when ctx ends (a lone decision run on the
+// caller's goroutine ends by its deadline instead), wrapping the
+// context's error; a command already sent is not aborted.
 //
-// Over a *redis.ClusterClient, the layers' keys are in the slots of their
-// client keys (the hash tag), and one script can only reach one slot. The
-// requests are grouped by slot, each group decided as one step by the
-// same script, and a call whose groups are in several slots goes in two
-// steps (see takeGroups): every group checks without taking, and only
-// when every one would admit do they take. A call denied by any layer
-// therefore takes nothing from any layer, whatever floods it is part of;
-// only a call whose check admitted and that then loses a race on one slot
-// (in the moment between the two steps) has the other slots undone, at
-// once and exactly, but for the part of a bucket's units that drained
-// meanwhile. Take never admits beyond any layer's limit. When every
-// request has one client key, as when a Limiter applies the same key to
-// every layer, or the keys share a slot, Take is one step and one round
-// trip again. Over a *redis.Ring, the groups are by client key, each on
-// its shard.
-//
-// Take returns within the Store's timeout (WithTimeout; ctx's deadline if
-// earlier) or as soon as ctx ends, however the client is configured, with
-// an error wrapping the context's error: over a *redis.Client, the script
-// runs on one of the Store's flusher goroutines, which sends the decisions
-// that arrive while the others are busy as one pipeline (a lone decision
-// goes out at once, as one EVALSHA); a decision asked while no other is
-// under way, with at most a second to its deadline, runs on the caller's
-// goroutine instead (see the package documentation) and ends by its
-// deadline, not at ctx's end. A decision whose deadline passes before a
-// flusher reaches it is never sent. Over any other client (a cluster
-// client, a Ring), the call runs with the deadline as its context's, on a
-// goroutine of its own that Take stops waiting for, unless the client
-// honours context deadlines (ContextTimeoutEnabled). The caller's
-// cancellation never aborts a command in flight; its result is dropped.
+// Over a Redis Cluster or a Ring, requests whose keys are in several
+// slots are checked in every slot before any takes: still all or nothing,
+// but an admission costs two round trips, and under contention a request
+// that would have fitted may be denied (see docs/layers.md).
 func (s *Store) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	// One request is one script run, one atomic step in Redis; several
+	// are the layered script's (takeAll), or, over a client that spreads
+	// keys (a *redis.ClusterClient by slot, a *redis.Ring by client key),
+	// one script per group in two steps (takeGroups). A call whose
+	// requests share one client key, or one slot, is one step again.
+	//
+	// Over a *redis.Client the script runs on one of the Store's flusher
+	// goroutines, which sends the decisions that arrive while the others
+	// are busy as one pipeline (a lone decision goes out at once, as one
+	// EVALSHA); a decision asked while no other is under way, with at
+	// most a second to its deadline, runs on the caller's goroutine over
+	// the Store's own client instead (see the package documentation). A
+	// decision whose deadline passes before a flusher reaches it is never
+	// sent. Over any other client the call runs with the deadline as its
+	// context's, on a goroutine of its own that Take stops waiting for,
+	// unless the client honours context deadlines (see bounded).
 	return s.takeBy(ctx, now, reqs, out, s.deadline(ctx))
 }
 
