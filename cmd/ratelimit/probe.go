@@ -131,7 +131,8 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			if p.Elapsed < 2*time.Second {
 				return // short runs need no progress
 			}
-			fmt.Fprintf(stderr, "probe: %d/%d answered, %d with 429, %v\n", p.Done, p.Total, p.Denied, p.Elapsed.Round(100*time.Millisecond))
+			fmt.Fprintf(stderr, "probe: %d/%d answered, %d with 429, %d without a response, %v\n",
+				p.Done-p.Failed, p.Total, p.Denied, p.Failed, p.Elapsed.Round(100*time.Millisecond))
 		}
 	}
 

@@ -406,6 +406,20 @@ func TestProbeProgress(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := runProbe(context.Background(), []string{"--rate", "10", "--duration", "2500ms", "--json", url}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
-	assert.Regexp(t, `probe: 2\d/25 answered, 0 with 429, 2s`, stderr.String())
+	assert.Regexp(t, `probe: 2\d/25 answered, 0 with 429, 0 without a response, 2s`, stderr.String())
 	assert.NotContains(t, stdout.String(), "answered")
+}
+
+// TestProbeProgressNoServer: against a closed port, the progress counts
+// no request as answered, and every one sent as without a response.
+func TestProbeProgressNoServer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // the port is free again: connections are refused
+	var stdout, stderr bytes.Buffer
+	code := runProbe(context.Background(), []string{"--rate", "10", "--duration", "2500ms", "--json", url}, &stdout, &stderr)
+	require.Equal(t, 2, code, "stderr: %s", stderr.String())
+	assert.Regexp(t, `probe: 0/25 answered, 0 with 429, 2\d without a response, 2s`, stderr.String())
+	assert.NotRegexp(t, `probe: [1-9]\d*/25 answered`, stderr.String())
 }

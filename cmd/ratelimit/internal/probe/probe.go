@@ -83,8 +83,9 @@ type Config struct {
 
 // Progress is how far a run has got.
 type Progress struct {
-	// Done is the number of requests answered (or failed) so far, of Total.
-	Done, Total int
+	// Done is the number of requests answered or failed so far, of Total;
+	// Failed, how many of them got no response.
+	Done, Total, Failed int
 	// Denied is how many of them got 429.
 	Denied int
 	// Elapsed is the time since the stream started.
@@ -283,7 +284,7 @@ type sender struct {
 	client *http.Client
 	start  time.Time
 
-	done, denied atomic.Int64
+	done, denied, failed atomic.Int64
 }
 
 // stream sends total requests, paced at cfg.Rate, and returns their
@@ -300,6 +301,9 @@ func (s *sender) stream(ctx context.Context, total int) ([]Result, bool) {
 				results[i] = s.send(ctx, i+1)
 				if results[i].Status == http.StatusTooManyRequests {
 					s.denied.Add(1)
+				}
+				if results[i].Err != "" {
+					s.failed.Add(1)
 				}
 				s.done.Add(1)
 			}
@@ -359,7 +363,7 @@ func (s *sender) progress(total int) (stop func()) {
 				return
 			case <-t.C:
 				s.cfg.Progress(Progress{
-					Done: int(s.done.Load()), Total: total, Denied: int(s.denied.Load()),
+					Done: int(s.done.Load()), Total: total, Failed: int(s.failed.Load()), Denied: int(s.denied.Load()),
 					Elapsed: time.Since(s.start),
 				})
 			}
