@@ -12,10 +12,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 )
 
 // Exit codes a CI job can rely on.
@@ -83,5 +85,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "ratelimit: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
+	}
+}
+
+// printFlags writes fs's flags to w as flag.PrintDefaults does, but with
+// two dashes, as the help texts write them (the flag package takes one or
+// two). fs's output is left discarded, as the commands keep it.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if strings.HasPrefix(line, "  -") {
+			line = "  --" + line[len("  -"):]
+		}
+		_, _ = io.WriteString(w, line)
 	}
 }

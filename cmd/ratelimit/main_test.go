@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,8 +41,10 @@ func TestExitCodes(t *testing.T) {
 		{"help", []string{"help"}, exitOK, "Commands:", ""},
 		{"help simulate", []string{"help", "simulate"}, exitOK, "Examples:", ""},
 		{"help probe", []string{"help", "probe"}, exitOK, "Examples:", ""},
-		{"probe --help", []string{"probe", "--help"}, exitOK, "-max-wait", ""},
-		{"simulate --help", []string{"simulate", "--help"}, exitOK, "-pattern", ""},
+		{"probe --help", []string{"probe", "--help"}, exitOK, "\n  --max-wait duration\n", ""},
+		{"simulate --help", []string{"simulate", "--help"}, exitOK, "\n  --pattern ", ""},
+		{"openapi --help", []string{"openapi", "--help"}, exitOK, "\n  --layers file\n", ""},
+		{"describe --help", []string{"describe", "--help"}, exitOK, "\n  --layers file\n", ""},
 		{"probe without a URL", []string{"probe"}, exitUsage, "", "no URL given"},
 		{"no policy", []string{"simulate", "--pattern", "steady"}, exitUsage, "", "--policy"},
 		{"bad policy", []string{"simulate", "--policy", "alg=fixed", "--pattern", "steady"}, exitUsage, "", "limit"},
@@ -121,4 +124,16 @@ func TestSimulateProgress(t *testing.T) {
 	}
 	assert.Equal(t, "simulate: fixed-window: 131072/1000000 requests (13%)\n"+
 		"simulate: fixed-window: 262144/1000000 requests (26%)\n", stderr.String())
+}
+
+// TestHelpStyle: every command's help starts "Usage: ratelimit" and lists
+// its flags with two dashes, as its text writes them.
+func TestHelpStyle(t *testing.T) {
+	for _, cmd := range []string{"simulate", "probe", "openapi", "describe"} {
+		code, stdout, _ := runArgs(cmd, "--help")
+		require.Equal(t, exitOK, code, cmd)
+		assert.True(t, strings.HasPrefix(stdout, "Usage: ratelimit "+cmd), "%s: %.40q", cmd, stdout)
+		assert.NotRegexp(t, `(?m)^  -[a-z]`, stdout, "%s: a flag listed with one dash", cmd)
+		assert.Regexp(t, `(?m)^  --[a-z]`, stdout, "%s: no flag listed", cmd)
+	}
 }

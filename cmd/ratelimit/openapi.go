@@ -21,7 +21,7 @@ import (
 	"github.com/apigate/ratelimit/openapi"
 )
 
-const openapiUsage = `usage: ratelimit openapi --layers layers.yaml [--spec openapi.yaml] [--out file]
+const openapiUsage = `Usage: ratelimit openapi --layers layers.yaml [--spec openapi.yaml] [--out file]
 
 Writes the API's OpenAPI document with the limits of the layers merged in:
 each operation the layers apply to gets an x-ratelimit extension (its
@@ -44,7 +44,7 @@ Examples:
 Flags:
 `
 
-const describeUsage = `usage: ratelimit describe --layers layers.yaml [--spec openapi.yaml] [--out file]
+const describeUsage = `Usage: ratelimit describe --layers layers.yaml [--spec openapi.yaml] [--out file]
 
 Writes a page of the limits of the layers, in Markdown: a table per
 operation of the spec (or per layer route, without --spec) of the limits
@@ -84,8 +84,7 @@ func runDescriber(name, help string, describe func(*httplimit.Flow, []byte) ([]b
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, help)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
+			printFlags(stdout, fs)
 			return exitOK
 		}
 		return fail(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/apigate/ratelimit/cmd/ratelimit/internal/probe"
 )
 
-const probeUsage = `usage: ratelimit probe [flags] URL
+const probeUsage = `Usage: ratelimit probe [flags] URL
 
 Sends a bounded, evenly paced stream of requests to URL, and only to URL
 (redirects are not followed), then reports when 429s began, the count of
@@ -83,9 +83,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	usage := func(w io.Writer) {
 		fmt.Fprintf(w, probeUsage, probe.MaxRequests, probe.MaxDuration, probe.MaxRate, probe.MaxConcurrency)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		printFlags(w, fs)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "ratelimit probe: %v\nRun 'ratelimit probe --help' for usage.\n", err)

@@ -80,8 +80,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, simulateHelp)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
+			printFlags(stdout, fs)
 			return exitOK
 		}
 		fmt.Fprintln(stderr, `Run "ratelimit simulate --help" for usage.`)
