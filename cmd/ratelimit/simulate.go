@@ -30,7 +30,8 @@ Policy SPEC: alg=ALG,limit=N,window=DUR[,burst=N][,name=NAME]
   sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket), or
   all for one policy per algorithm.
 
-Trace files (--trace): CSV "timestamp,key[,cost]" (.csv) or JSON Lines
+Trace files (--trace): CSV "timestamp,key[,cost]" (.csv; a header row
+first is skipped) or JSON Lines
 {"t":...,"key":"...","cost":N} (.jsonl, .ndjson); --format overrides the
 extension. A timestamp is RFC 3339, or seconds after the virtual epoch
 (2030-01-01T00:00:00Z, aligned to every window) such as 1.25, or

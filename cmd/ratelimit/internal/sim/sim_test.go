@@ -99,6 +99,16 @@ func TestParseFormats(t *testing.T) {
 	assert.Equal(t, sim.Epoch.Add(1500*ms), ev[0].At)
 	assert.Equal(t, int64(3), ev[0].Cost)
 	assert.Equal(t, sim.Epoch.Add(2500*ms), ev[1].At)
+	// A header row of other names, after comments, or behind a
+	// spreadsheet's byte-order mark, is skipped too; one after the first
+	// event is an error.
+	for _, in := range []string{"# trace\nTime,Client,Cost\n0,a\n1,b,2\n", "ts,key\n0,a\n1,b,2\n", "\ufefftimestamp,key,cost\n0,a\n1,b,2\n", "\ufeff0,a\n1,b,2\n"} {
+		ev, err := sim.ParseCSV(strings.NewReader(in))
+		require.NoError(t, err, "%q", in)
+		assert.Equal(t, []sim.Event{{At: sim.Epoch, Key: "a", Cost: 1}, {At: sim.Epoch.Add(time.Second), Key: "b", Cost: 2}}, ev, "%q", in)
+	}
+	_, err = sim.ParseCSV(strings.NewReader("0,a\ntimestamp,key\n"))
+	require.Error(t, err, "a header after an event")
 	ev, err = sim.ParseJSONL(strings.NewReader(`{"t":1.25,"key":"a"}` + "\n" + `{"t":"2030-01-01T00:00:02Z","key":"b","cost":2}`))
 	require.NoError(t, err)
 	require.Len(t, ev, 2)

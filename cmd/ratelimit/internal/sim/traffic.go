@@ -86,22 +86,31 @@ func checkOrder(prev *time.Time, t time.Time) error {
 }
 
 // ParseCSV reads lines "timestamp,key[,cost]" (see ParseTime). Blank lines
-// and lines starting with '#' are skipped, and so is a first line
-// "timestamp,key..." as a header. Times must not go back.
+// and lines starting with '#' are skipped, and so is a header row before
+// the first event (a first column named timestamp, time, ts or t) and a
+// byte-order mark. Times must not go back.
 func ParseCSV(r io.Reader) ([]Event, error) {
 	var out []Event
 	var prev time.Time
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	line := 0
+	line, data := 0, false
 	for sc.Scan() {
 		line++
 		text := sc.Text()
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // a spreadsheet's byte-order mark
+		}
 		trim := strings.TrimSpace(text)
-		if trim == "" || strings.HasPrefix(trim, "#") || (line == 1 && strings.HasPrefix(trim, "timestamp,")) {
+		if trim == "" || strings.HasPrefix(trim, "#") {
 			continue
 		}
 		fields := strings.Split(text, ",")
+		if !data && isHeader(fields) {
+			data = true // a header row, before the first event: skipped
+			continue
+		}
+		data = true
 		cols := make([]int, len(fields))
 		col := 1
 		for i, f := range fields {
@@ -278,4 +287,15 @@ func Generate(p Pattern) ([]Event, error) {
 		return nil, fmt.Errorf("unknown pattern %q (want steady, burst, edge or many)", p.Name)
 	}
 	return out, nil
+}
+
+// isHeader reports whether fields are a CSV header row: a first column
+// named as a timestamp column is ("timestamp", "time", "ts" or "t", in any
+// case), which no timestamp is.
+func isHeader(fields []string) bool {
+	switch strings.ToLower(strings.TrimSpace(fields[0])) {
+	case "timestamp", "time", "ts", "t":
+		return true
+	}
+	return false
 }
