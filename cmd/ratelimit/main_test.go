@@ -71,20 +71,51 @@ func TestSimulateJSON(t *testing.T) {
 		"--pattern", "edge", "--burst", "10", "--period", "1s", "--duration", "3s", "--json")
 	require.Equal(t, exitOK, code, stderr)
 	var res []struct {
-		Policy                           struct{ Algorithm string }
-		Offered, Admitted, Denied, Worst int64
-		FirstDenial                      int64 `json:"first_denial"`
-		Keys                             []struct{ Key string }
+		Policy struct {
+			Algorithm     string  `json:"algorithm"`
+			Limit         int64   `json:"limit"`
+			WindowSeconds float64 `json:"window_seconds"`
+		} `json:"policy"`
+		Offered            int64    `json:"offered"`
+		Admitted           int64    `json:"admitted"`
+		Denied             int64    `json:"denied"`
+		Worst              int64    `json:"worst"`
+		WorstWindowSeconds float64  `json:"worst_window_seconds"`
+		FirstDenialSeconds *float64 `json:"first_denial_seconds"`
+		Keys               []struct {
+			Key                string   `json:"key"`
+			FirstDenialSeconds *float64 `json:"first_denial_seconds"`
+		} `json:"keys"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
 	require.Len(t, res, 5)
 	assert.Equal(t, "fixed_window", res[0].Policy.Algorithm)
+	assert.Equal(t, int64(10), res[0].Policy.Limit)
+	assert.Equal(t, 1.0, res[0].Policy.WindowSeconds, "seconds, not nanoseconds")
+	assert.Equal(t, 1.0, res[0].WorstWindowSeconds)
 	assert.Equal(t, int64(20), res[0].Worst)
 	for _, r := range res {
 		assert.Equal(t, r.Offered, r.Admitted+r.Denied)
 		require.NotEmpty(t, r.Keys)
 		assert.Equal(t, "attacker", r.Keys[0].Key)
+		require.NotNil(t, r.FirstDenialSeconds, "the edge pattern is denied")
+		assert.GreaterOrEqual(t, *r.FirstDenialSeconds, 0.0)
 	}
+	assert.NotContains(t, stdout, `"Window"`, "no Go field names")
+	assert.NotContains(t, stdout, "-1", "no -1 for never")
+
+	// A policy that denies nothing says null, not -1.
+	code, stdout, stderr = runArgs("simulate", "--policy", "alg=fixed,limit=1000,window=1s", "--pattern", "steady", "--duration", "2s", "--json")
+	require.Equal(t, exitOK, code, stderr)
+	var calm []struct {
+		Denied             int64    `json:"denied"`
+		FirstDenialSeconds *float64 `json:"first_denial_seconds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &calm))
+	require.Len(t, calm, 1)
+	assert.Zero(t, calm[0].Denied)
+	assert.Nil(t, calm[0].FirstDenialSeconds)
+	assert.Contains(t, stdout, `"first_denial_seconds": null`)
 }
 
 func TestSimulatePlotFiles(t *testing.T) {

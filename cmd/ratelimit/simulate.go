@@ -73,7 +73,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	seed := fs.Uint64("seed", 1, "random seed (many)")
 	window := fs.Duration("window", 0, "W of the worst-case sliding window (default: each policy's window)")
 	top := fs.Int("top", 5, "keys to list per policy")
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table (snake_case keys, durations in seconds, null for never)")
 	plotPath := fs.String("plot", "", "draw offered and admitted requests over time to this .svg or .png file")
 	bucket := fs.Duration("bucket", 0, "time step of the plot (default: the trace's length / 200)")
 	readme := fs.String("readme-plots", "", "write the README's figures (algorithms.svg, .png) into this directory and exit")
@@ -153,7 +153,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
+		if err := enc.Encode(jsonResults(results)); err != nil {
 			return fail("%v", err)
 		}
 		return exitOK
@@ -238,4 +238,69 @@ func offset(d time.Duration) string {
 		return "-"
 	}
 	return d.String()
+}
+
+// The --json report: keys in snake_case, durations in seconds (a float,
+// named *_seconds), and null for "never" (no denial).
+type (
+	jsonPolicy struct {
+		Name          string  `json:"name"`
+		Algorithm     string  `json:"algorithm"`
+		Limit         int64   `json:"limit"`
+		WindowSeconds float64 `json:"window_seconds"`
+		Burst         int64   `json:"burst,omitempty"`
+	}
+	jsonKey struct {
+		Key                string   `json:"key"`
+		Admitted           int64    `json:"admitted"`
+		Denied             int64    `json:"denied"`
+		Worst              int64    `json:"worst"`
+		FirstDenialSeconds *float64 `json:"first_denial_seconds"`
+	}
+	jsonPoint struct {
+		AtSeconds float64 `json:"at_seconds"`
+		Offered   int64   `json:"offered"`
+		Admitted  int64   `json:"admitted"`
+	}
+	jsonResult struct {
+		Policy             jsonPolicy  `json:"policy"`
+		Offered            int64       `json:"offered"`
+		Admitted           int64       `json:"admitted"`
+		Denied             int64       `json:"denied"`
+		Worst              int64       `json:"worst"`
+		WorstWindowSeconds float64     `json:"worst_window_seconds"`
+		FirstDenialSeconds *float64    `json:"first_denial_seconds"`
+		Keys               []jsonKey   `json:"keys,omitempty"`
+		Series             []jsonPoint `json:"series,omitempty"`
+	}
+)
+
+// jsonResults is results as --json writes them.
+func jsonResults(results []sim.Result) []jsonResult {
+	out := make([]jsonResult, len(results))
+	for i, r := range results {
+		p := r.Policy
+		jr := jsonResult{
+			Policy:  jsonPolicy{Name: p.Name, Algorithm: string(p.Algorithm), Limit: p.Limit, WindowSeconds: p.Window.Seconds(), Burst: p.Burst},
+			Offered: r.Offered, Admitted: r.Admitted, Denied: r.Denied, Worst: r.Worst,
+			WorstWindowSeconds: r.WorstWindow.Seconds(), FirstDenialSeconds: seconds(r.FirstDenial),
+		}
+		for _, k := range r.Keys {
+			jr.Keys = append(jr.Keys, jsonKey{Key: k.Key, Admitted: k.Admitted, Denied: k.Denied, Worst: k.Worst, FirstDenialSeconds: seconds(k.FirstDenial)})
+		}
+		for _, pt := range r.Series {
+			jr.Series = append(jr.Series, jsonPoint{AtSeconds: pt.At.Seconds(), Offered: pt.Offered, Admitted: pt.Admitted})
+		}
+		out[i] = jr
+	}
+	return out
+}
+
+// seconds is d in seconds, nil for a negative d (never).
+func seconds(d time.Duration) *float64 {
+	if d < 0 {
+		return nil
+	}
+	s := d.Seconds()
+	return &s
 }
