@@ -168,9 +168,10 @@ func Unwrap(r keyfuncs.Request) (c echo.Context, ok bool) {
 // earlier middleware stored with c.Set(key, id), Echo's usual way:
 // "user:" followed by the ID, as keyfuncs.User does. No value, or an empty
 // one, gives an error wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf
-// can fall back to another key); a value that is not a string is reported
-// as a misconfiguration. Echo's c.Set takes string keys: a key that is
-// not a non-empty string is an error wrapping core.ErrInvalidOption.
+// can fall back to another key). An ID may be a string, an integer or a
+// fmt.Stringer (a UUID); a value of another type is reported as a
+// misconfiguration. Echo's c.Set takes string keys: a key that is not a
+// non-empty string is an error wrapping core.ErrInvalidOption.
 // Echo's c.Set values are not in the request's context.Context, so this
 // function reads them from the echo.Context itself (see Unwrap).
 func User(key any) (keyfuncs.Func, error) {

@@ -99,12 +99,13 @@ func Unwrap(r keyfuncs.Request) (c *fiber.Ctx, ok bool) {
 
 // User returns a key function keying requests on the user ID that an
 // earlier handler stored with c.Locals(key, id), Fiber's usual way (its
-// auth middlewares do so): "user:" followed by the ID, as keyfuncs.User does. No
-// value, or an empty one, gives an error wrapping keyfuncs.ErrNoKey (so
-// that keyfuncs.FirstOf can fall back to another key); a value that is not
-// a string is reported as a misconfiguration. The key is a copy, safe to
-// keep. A nil or empty key, or one of a type that is not comparable, is
-// an error wrapping core.ErrInvalidOption.
+// auth middlewares do so): "user:" followed by the ID, as keyfuncs.User
+// does. No value, or an empty one, gives an error wrapping
+// keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back to another
+// key). An ID may be a string, an integer or a fmt.Stringer (a UUID); a
+// value of another type is reported as a misconfiguration. The key is a
+// copy, safe to keep. A nil or empty key, or one of a type that is not
+// comparable, is an error wrapping core.ErrInvalidOption.
 func User(key any) (keyfuncs.Func, error) {
 	if err := userkey.CheckKey("fiberlimit.User", key); err != nil {
 		return nil, err

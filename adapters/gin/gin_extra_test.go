@@ -2,11 +2,14 @@ package ginlimit_test
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/zeebo/assert"
 
-	"github.com/apigate/ratelimit/adapters/gin"
+	ginlimit "github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
 	"github.com/apigate/ratelimit/keyfuncs"
@@ -57,4 +60,30 @@ func TestUnwrap(t *testing.T) {
 		e.GET("/users/:id", ginlimit.New(m.Flow), func(c *gin.Context) { c.Status(http.StatusOK) })
 		return adapterstest.HTTPApp(e)
 	})
+}
+
+// TestUserIntegerID: an auth middleware that stores a numeric user ID
+// (c.Set("user", 42)) keys by it, "user:42", instead of failing every
+// request with 500.
+func TestUserIntegerID(t *testing.T) {
+	var log adapterstest.KeyLog
+	m := adapterstest.FixedMount(t, 1, log.Wrap(adapterstest.MustKeyFunc(t)(ginlimit.User("user"))))
+	e := gin.New()
+	e.Use(func(c *gin.Context) {
+		if id, err := strconv.Atoi(c.GetHeader(adapterstest.UserHeader)); err == nil {
+			c.Set("user", id) // an int, as many auth middlewares store it
+		}
+	})
+	e.Use(ginlimit.New(m.Flow))
+	e.GET("/", func(c *gin.Context) { c.Status(http.StatusOK) })
+	var got []int
+	for _, id := range []string{"42", "42", "7"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set(adapterstest.UserHeader, id)
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		got = append(got, w.Code)
+	}
+	assert.Equal(t, []int{http.StatusOK, http.StatusTooManyRequests, http.StatusOK}, got)
+	assert.Equal(t, []string{"user:42", "user:42", "user:7"}, log.Keys())
 }

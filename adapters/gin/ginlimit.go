@@ -67,9 +67,10 @@ func Unwrap(r keyfuncs.Request) (c *gin.Context, ok bool) {
 // that an earlier handler stored with c.Set(key, id): "user:" followed by
 // the ID, as keyfuncs.User does. No value, or an empty one, gives an error
 // wrapping keyfuncs.ErrNoKey (so that keyfuncs.FirstOf can fall back to
-// another key); a value that is not a string is reported as a
-// misconfiguration. A nil or empty key, or one of a type that is not
-// comparable, is an error wrapping core.ErrInvalidOption.
+// another key). An ID may be a string, an integer or a fmt.Stringer (a
+// UUID); a value of another type is reported as a misconfiguration. A nil
+// or empty key, or one of a type that is not comparable, is an error
+// wrapping core.ErrInvalidOption.
 //
 // Gin's c.Set values are not in c.Request.Context() (unless the engine
 // sets ContextWithFallback, and even then the other way round), so

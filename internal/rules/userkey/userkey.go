@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -60,16 +61,35 @@ func (l Lookup) ID(id string, found bool) (string, error) {
 	return "user:" + id, nil
 }
 
-// Value is ID for a value v as stored: a nil v is no user, and a v that is
-// not a string is a programming error, reported as such (not as ErrNoKey,
+// Value is ID for a value v as stored: a string, an integer (an auth
+// middleware's numeric ID: c.Set("user", 42)) in decimal, or a
+// fmt.Stringer (a UUID) by its String. A nil v is no user, and a v of
+// another type is a programming error, reported as such (not as ErrNoKey,
 // so that keyfuncs.FirstOf does not hide it).
 func (l Lookup) Value(v any, found bool) (string, error) {
 	if !found || v == nil {
 		return "", l.errNone
 	}
-	id, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("keyfuncs: user in %s is a %T, not a string", l.where, v)
+	var id string
+	switch x := v.(type) {
+	case string:
+		id = x
+	case int:
+		id = strconv.FormatInt(int64(x), 10)
+	case int64:
+		id = strconv.FormatInt(x, 10)
+	case int32:
+		id = strconv.FormatInt(int64(x), 10)
+	case uint:
+		id = strconv.FormatUint(uint64(x), 10)
+	case uint64:
+		id = strconv.FormatUint(x, 10)
+	case uint32:
+		id = strconv.FormatUint(uint64(x), 10)
+	case fmt.Stringer:
+		id = x.String()
+	default:
+		return "", fmt.Errorf("keyfuncs: user in %s is a %T, not a string, an integer or a fmt.Stringer", l.where, v)
 	}
 	return l.ID(id, true)
 }

@@ -28,7 +28,13 @@ func TestLookup(t *testing.T) {
 		{"not found, value ignored", "u-42", false, "", true, "no user in"},
 		{"empty", "", true, "", true, "empty user ID in"},
 		{"over the cap", long + "u", true, "", true, "longer than 512 bytes"},
-		{"not a string", 42, true, "", false, "is a int, not a string"},
+		{"an int", 42, true, "user:42", false, ""},
+		{"an int64", int64(-7), true, "user:-7", false, ""},
+		{"a uint64", uint64(18446744073709551615), true, "user:18446744073709551615", false, ""},
+		{"a Stringer", stringer("9f2c-uuid"), true, "user:9f2c-uuid", false, ""},
+		{"an empty Stringer", stringer(""), true, "", true, "empty user ID in"},
+		{"a float", 4.2, true, "", false, "is a float64, not a string, an integer or a fmt.Stringer"},
+		{"a struct", struct{ ID int }{42}, true, "", false, "not a string, an integer or a fmt.Stringer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,3 +77,8 @@ func TestCheckKey(t *testing.T) {
 		assert.NotErrorIs(t, err, ErrNoKey, "key %#v", key)
 	}
 }
+
+// stringer is a user ID type with a String method, as a UUID is.
+type stringer string
+
+func (s stringer) String() string { return string(s) }
