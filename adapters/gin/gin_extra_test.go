@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
-	"github.com/zeebo/assert"
+	"github.com/stretchr/testify/assert"
 
 	ginlimit "github.com/apigate/ratelimit/adapters/gin"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
