@@ -175,7 +175,7 @@ func (f *Flow) keyed(r keyfuncs.Request, m *matcher, reqs []core.Request, keys [
 	ls := f.layers.layers
 	for i := range ls {
 		ly := &ls[i]
-		if !ly.applies(r, m) {
+		if (ly.methods != nil || ly.routes != nil) && !ly.applies(r, m) {
 			continue
 		}
 		key, kerr := ly.key(r)
@@ -191,7 +191,7 @@ func (f *Flow) keyed(r keyfuncs.Request, m *matcher, reqs []core.Request, keys [
 			}
 			continue
 		}
-		reqs[i] = core.Request{Key: key, Cost: 1}
+		reqs[i].Key, reqs[i].Cost = key, 1 // reqs[i] is zero: its Policy too
 		keys = append(keys, key)
 	}
 	return keys, err
