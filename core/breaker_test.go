@@ -67,7 +67,7 @@ func TestBreakerOpensThenProbes(t *testing.T) {
 			checkFailed := func(d core.Decision, err error, open bool) {
 				t.Helper()
 				require.NoError(t, err)
-				require.ErrorIs(t, d.Err, limits.ErrStore)
+				require.ErrorIs(t, d.Err, core.ErrStore)
 				if open {
 					require.ErrorIs(t, d.Err, limits.ErrCircuitOpen)
 				} else {
@@ -209,7 +209,7 @@ func TestBreakerIgnoresCancellationsAndInvalidInput(t *testing.T) {
 		for range 10 {
 			d, err := l.AllowN(context.Background(), "k", 1, time.Time{})
 			require.NoError(t, err)
-			require.ErrorIs(t, d.Err, limits.ErrStore)
+			require.ErrorIs(t, d.Err, core.ErrStore)
 		}
 		require.EqualValues(t, 10, s.calls.Load())
 		assert.Equal(t, core.Healthy, l.Health())

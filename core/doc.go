@@ -22,12 +22,12 @@
 //		// 429: come back after d.RetryAfter
 //	}
 //
-// Bad input is an error wrapping ErrInvalidOption, the one sentinel: a
-// bad policy or option from NewLimiter, an empty key or a bad cost from a
-// decision. A store that fails, or does not answer within its own timeout
+// Bad input is an error wrapping ErrInvalidOption: a bad policy or option
+// from NewLimiter, an empty key or a bad cost from a decision. A store
+// that fails, or does not answer within its own timeout
 // (redisstore.WithTimeout), is no error: the fallback store (WithFallback)
 // decides, or else the policy's fail mode (Policy.FailClosed: open by
-// default), and Decision.Err says what went wrong, for the caller to log;
+// default), and Decision.Err, wrapping ErrStore, says what went wrong;
 // Decision.Source says which decided. A circuit breaker spares a failing
 // store the wait: after 3 consecutive failures, one probe per 100 ms.
 // AllowLayers decides a request of several layers, all or nothing.
