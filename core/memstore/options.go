@@ -22,7 +22,7 @@ const (
 	maxShards = 1 << 16
 	// defaultMaxKeys is the number of keys a Store holds at most when
 	// WithMaxKeys is not given, 500,000: about 80 MB of state at 160 bytes per key
-	// (an IP address under a window or bucket policy), 145 MB at most
+	// (an IP address under a window or bucket policy), 140 MB at most
 	// with keys of 128 bytes (plus, for the sliding window
 	// log, 16 bytes per logged microsecond). It suits an API server whose
 	// clients, times its policies, stay below 500,000 within a window;
@@ -68,7 +68,7 @@ func WithShards(n int) Option {
 // windows for the sliding window counter, the time to refill for the
 // buckets), summed over the policies sharing the Store, with headroom:
 // the bound is split evenly among the shards. A key costs about 160 bytes
-// with an IP address as client key, up to 290 with one of 128 bytes, plus
+// with an IP address as client key, about 280 with one of 128 bytes, plus
 // 16 bytes per logged microsecond for the sliding window log.
 //
 // A full shard evicts expired state first, then the state whose loss
