@@ -26,14 +26,14 @@ import (
 // a PolicySource shrank out of range is a denial instead (see
 // PolicySource). A PolicySource's failure decides by FailClosed; store
 // failures, cancellation and shadow mode are as for AllowN.
-func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, time.Time, error) {
-	if err := l.checkLayers("AllowLayers", reqs, out, out != nil); err != nil {
-		return Decision{}, time.Time{}, err
+func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, reqs []Request, out []Decision) (d Decision, took time.Time, err error) {
+	if len(reqs) > len(l.policies) || out != nil && len(out) < len(reqs) { // tested here: a call less
+		return d, took, l.checkLayers("AllowLayers", reqs, out, out != nil)
 	}
 	c := callPool.Get().(*call)
 	if c.gather(reqs) == 0 {
 		c.release()
-		return Decision{}, time.Time{}, fmt.Errorf("%w: AllowLayers: no layer checked: every Request has an empty Key", ErrInvalidOption)
+		return d, took, fmt.Errorf("%w: AllowLayers: no layer checked: every Request has an empty Key", ErrInvalidOption)
 	}
 	// decide asks the store once for every layer checked; verdict then
 	// picks the binding layer (see binds: of several denials the longest
@@ -44,13 +44,12 @@ func (l *Limiter) AllowLayers(ctx context.Context, now time.Time, reqs []Request
 	if out != nil && c.n == len(reqs) {
 		own = out
 	}
-	err := l.decide(ctx, now, c, own)
+	err = l.decide(ctx, now, c, own)
 	if out != nil && own == nil {
 		c.scatter(reqs, out)
 	}
-	var d Decision
 	c.v.copyTo(&d)
-	took := c.v.took
+	took = c.v.took
 	c.release()
 	return d, took, err
 }

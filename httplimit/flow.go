@@ -131,7 +131,9 @@ func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s
 	if len(keys) == 0 {
 		return f.proceed(st, r.Context(), r, w), nil // no layer applies
 	}
-	f.costs(st, r, reqs)
+	if f.costly {
+		f.costs(st, r, reqs)
+	}
 	st.in = inLimiter
 	ctx := r.Context()
 	settles := f.settles && f.anySettles(reqs)

@@ -72,6 +72,7 @@ type Flow struct {
 	layers   *layerSet // every layer
 	one      bool      // one layer, on every request, counting all: its Request lives on Serve's stack
 	settles  bool      // some layer counts by the response
+	costly   bool      // some layer has a Cost
 	skips    []func(keyfuncs.Request) bool
 	headers  headers.Config
 	writer   *headers.Writer // of headers
@@ -142,6 +143,7 @@ func New(store core.Store, layers []Layer, opts ...Option) (*Flow, error) {
 		names[i] = p.Name
 		ls.layers[i].name = p.Name // an only layer's may be its policy's DefaultName
 		f.settles = f.settles || ls.layers[i].counts != CountAll
+		f.costly = f.costly || ls.layers[i].cost != nil
 	}
 	if f.quota, err = newQuotaEndpoint(c.quota, c.quotaShow, names); err != nil {
 		return nil, err
