@@ -67,9 +67,6 @@ func (p *partitions) of(key string, at time.Time) *breaker {
 	return p.add(name, p.clock(at))
 }
 
-// named returns the breaker of the partition name, if it has one.
-func (p *partitions) named(name string) *breaker { return (*p.m.Load())[name] }
-
 // add returns the breaker of the partition name, made now: in a copy of
 // the map, which replaces it. A full table first drops the breakers that
 // hold nothing (closed, no failure counted) or are idle; when none can go,
