@@ -159,14 +159,15 @@ func inProcess(took time.Time) bool { return took != took.Round(0) }
 // storeFailed decides reqs, which the store failed with err: the caller's
 // error when the caller has left meanwhile, else the fallback's or
 // FailClosed's decision, Err set. The failure counts toward opening the
-// breakers of bs but for those it probed (the probe reports itself), and
-// but for bad input, which says nothing of the store's health.
+// breakers of bs that failed (see failedOn) but for those it probed (the
+// probe reports itself), and but for bad input, which says nothing of the
+// store's health.
 func (l *Limiter) storeFailed(ctx context.Context, reqs []Request, at time.Time, v *verdict, bs *breakers, probes uint32, err error) error {
 	if callerDone(ctx) {
 		return l.canceledLayers(ctx, err, reqs, v)
 	}
 	if !errors.Is(err, ErrInvalidOption) {
-		l.failedOn(bs, probes, err, l.elapsed(at))
+		l.failedOn(bs, probes, reqs, v.ds, at) // before withoutStore clears v.ds
 	}
 	l.withoutStore(ctx, reqs, at, v, storeErr(err))
 	return nil

@@ -1,8 +1,6 @@
 package core
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +13,9 @@ import (
 // nodes, such as the masters of a Redis Cluster, so that one node's
 // failure costs only the keys on that node: the Limiter then keeps a
 // circuit breaker per partition instead of one for the whole store.
+// A Take over several partitions that fails on some of them sets out[i].Err
+// of each request i on a failed partition (see Store.Take), and the Limiter
+// counts the failure against those partitions' breakers alone.
 type Partitioned interface {
 	// Partitioner returns the function that names the partition holding
 	// a Request's Key, or nil when the Store is one partition. NewLimiter
@@ -24,21 +25,6 @@ type Partitioned interface {
 	// promoted to master); "" is a partition like any other.
 	Partitioner() func(key string) string
 }
-
-// PartitionError is a store failure confined to one partition (see
-// Partitioned): a Take whose requests span several partitions wraps
-// each partition's failure in one, so that the Limiter counts it against
-// that partition's circuit breaker alone.
-type PartitionError struct {
-	Partition string // the partition's name, as the Partitioner names it
-	Err       error
-}
-
-// Error returns the partition and its error.
-func (e *PartitionError) Error() string { return fmt.Sprintf("partition %s: %v", e.Partition, e.Err) }
-
-// Unwrap returns Err.
-func (e *PartitionError) Unwrap() error { return e.Err }
 
 // maxPartitions bounds the breakers of a Limiter over a Partitioned store:
 // a store that names more partitions than that (a node per key, by
@@ -80,9 +66,6 @@ func (p *partitions) of(key string, at time.Time) *breaker {
 	}
 	return p.add(name, p.clock(at))
 }
-
-// named returns the breaker of the partition name, if it has one.
-func (p *partitions) named(name string) *breaker { return (*p.m.Load())[name] }
 
 // add returns the breaker of the partition name, made now: in a copy of
 // the map, which replaces it. A full table first drops the breakers that
@@ -154,14 +137,16 @@ func (bs *breakers) add(b *breaker) {
 // list returns the breakers.
 func (bs *breakers) list() []*breaker { return bs.all[:bs.n] }
 
-// failedOn counts err, a store failure of a request that touched the
-// breakers of bs, against the partitions it names: its PartitionErrors,
-// when the request touched several; its one breaker otherwise. An error
-// that names no partition of a request that touched several is counted
-// against none: a dead node must never open a healthy one's breaker.
-// The breakers of probes (the bits of probes) are not counted: a probe
-// reports itself.
-func (l *Limiter) failedOn(bs *breakers, probes uint32, err error, now int64) {
+// failedOn counts a store failure of reqs, which touched the breakers of
+// bs, against the partitions that failed: when reqs touched several, the
+// breaker of each request j whose out[j].Err the store set (once per
+// breaker); its one breaker otherwise. A failure the store set on no
+// request of reqs touching several is counted against none: a dead node
+// must never open a healthy one's breaker. The breakers of probes (the
+// bits of probes) are not counted: a probe reports itself. out is the
+// store's, read before the fallback clears it.
+func (l *Limiter) failedOn(bs *breakers, probes uint32, reqs []Request, out []Decision, at time.Time) {
+	now := l.elapsed(at)
 	list := bs.list()
 	if len(list) == 1 {
 		if probes == 0 {
@@ -169,36 +154,22 @@ func (l *Limiter) failedOn(bs *breakers, probes uint32, err error, now int64) {
 		}
 		return
 	}
-	eachPartitionError(err, func(pe *PartitionError) {
-		b := l.parts.named(pe.Partition)
+	counted := probes // bits of list: probes, and breakers counted already
+	for j := range out {
+		if out[j].Err == nil {
+			continue
+		}
+		b := l.parts.of(reqs[j].Key, at)
 		for i, c := range list {
-			if c == b && probes&(1<<i) == 0 {
-				c.fail(now)
-				return
+			if c == b {
+				if counted&(1<<i) == 0 {
+					counted |= 1 << i
+					c.fail(now)
+				}
+				break
 			}
 		}
-	})
-}
-
-// eachPartitionError calls fn for every PartitionError in err's tree.
-func eachPartitionError(err error, fn func(*PartitionError)) {
-	var pe *PartitionError
-	switch e := err.(type) {
-	case nil:
-		return
-	case *PartitionError:
-		pe = e
-	case interface{ Unwrap() []error }:
-		for _, x := range e.Unwrap() {
-			eachPartitionError(x, fn)
-		}
-		return
 	}
-	if pe != nil {
-		fn(pe)
-		return
-	}
-	eachPartitionError(errors.Unwrap(err), fn)
 }
 
 // open reports whether the breaker of any of reqs' partitions is open.

@@ -20,10 +20,10 @@ import (
 
 // nodesStore is a Partitioned store of nodes, each a memstore, like the
 // masters of a Redis Cluster: a key's node is the part of the key before
-// its first '-'. A node that is down fails its keys' requests; a TakeAll
-// over several nodes fails with a PartitionError per node down, unless
-// anonymous is set (a failure the store cannot place, such as a timeout
-// of the whole call).
+// its first '-'. A node that is down fails its keys' requests; a Take
+// over several nodes sets out[i].Err of each request i on a node down,
+// unless anonymous is set (a failure the store cannot place, such as a
+// timeout of the whole call).
 type nodesStore struct {
 	nodes     map[string]*memstore.Store
 	down      map[string]*atomic.Bool
@@ -53,11 +53,11 @@ func (s *nodesStore) Take(ctx context.Context, now time.Time, reqs []core.Reques
 		return s.nodes[n].Take(ctx, now, reqs, out)
 	}
 	var errs []error
-	for _, r := range reqs {
+	for i, r := range reqs {
 		if n := nodeOf(r.Key); s.down[n].Load() {
 			err := fmt.Errorf("dial tcp %s: connect: connection refused", n)
 			if !s.anonymous {
-				err = &core.PartitionError{Partition: n, Err: err}
+				out[i].Err = err
 			}
 			errs = append(errs, err)
 		}
@@ -138,7 +138,7 @@ func TestPartitionBreakerConfinesADeadNode(t *testing.T) {
 
 // TestPartitionBreakerLayers: a layered request over two nodes, one of
 // them down, counts its failure against the dead node's breaker alone
-// (the store's PartitionError says which); once that breaker is open, a
+// (the store's out[i].Err says which); once that breaker is open, a
 // request that needs the dead node fails over at once, and one that does
 // not goes on through the store. A failure the store cannot place counts
 // against no breaker of a request over several nodes.
@@ -181,6 +181,29 @@ func TestPartitionBreakerLayers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, core.SourceStore, d.Source)
 		require.Equal(t, core.Healthy, l.HealthAt(t0.Add(100*time.Millisecond)))
+	})
+	t.Run("once per breaker", func(t *testing.T) {
+		// Two of three layers on the dead node, apart: its breaker counts
+		// one failure per request, the live node's none.
+		three := append(append([]core.Policy(nil), two...),
+			core.Policy{Name: "route", Algorithm: core.TokenBucket, Limit: 1000, Window: time.Second})
+		s := newNodesStore(t, "a", "b")
+		l, err := core.NewLimiter(s, three)
+		require.NoError(t, err)
+		s.down["a"].Store(true)
+		reqs := []core.Request{{Key: "b-user", Cost: 1}, {Key: "a-all", Cost: 1}, {Key: "a-route", Cost: 1}}
+		for i := range 3 {
+			d, _, err := l.AllowLayers(ctx, t0, reqs, nil)
+			require.NoError(t, err)
+			require.Equal(t, core.SourceFailMode, d.Source)
+			require.NotErrorIs(t, d.Err, limits.ErrCircuitOpen, "request %d: a failure counted once, not once per request on the node", i)
+		}
+		d, _, err := l.AllowLayers(ctx, t0, reqs, nil)
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err, limits.ErrCircuitOpen, "a's breaker is open after 3 failures")
+		d, _, err = l.AllowLayers(ctx, t0, onB, nil)
+		require.NoError(t, err)
+		require.Equal(t, core.SourceStore, d.Source, "b's breaker is closed: %v", d.Err)
 	})
 	t.Run("anonymous", func(t *testing.T) {
 		s := newNodesStore(t, "a", "b", "c")

@@ -45,7 +45,7 @@ type Decision struct {
 	// circuit breaker, or a PolicySource's failure. It is set only with
 	// Source SourceFallback or SourceFailMode, for the caller to log; the
 	// call's own error is then nil, since a decision was made. A Store
-	// leaves it nil.
+	// leaves it nil but in a failed Take (see Store.Take).
 	Err error
 }
 
@@ -177,6 +177,11 @@ type Store interface {
 	// unless the caller's now had none; a store deciding elsewhere returns
 	// its own clock's time with no monotonic reading, or the zero Time if
 	// it cannot tell, and then cannot take refunds. On an error, zero.
+	//
+	// A Partitioned store whose Take fails on some of its partitions sets
+	// out[i].Err, non-nil, for each request i it could not decide because
+	// its partition failed, and returns an error too (those joined, say):
+	// the Limiter counts the failure against those partitions alone.
 	Take(ctx context.Context, now time.Time, reqs []Request, out []Decision) (time.Time, error)
 	// Peek tells where each request's client stands without spending: it
 	// fills out[i] as Take would decide reqs[i] at a cost of 1 (Allowed,

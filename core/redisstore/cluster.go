@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -170,13 +171,18 @@ func (p *partitioner) load() {
 	}()
 }
 
-// failedOn wraps err, the failure of a group of a Take over a cluster
-// client whose first client key is key, in a core.PartitionError naming
-// key's master, so that a Limiter counts it against that master's breaker
-// alone. Over any other client it returns err.
-func (s *Store) failedOn(key string, err error) error {
+// failedOn returns err, the failure of group g of a Take over a cluster
+// client, naming the master of g's first key, and sets the Err of g's
+// requests in out to it, so that a Limiter counts it against that
+// master's breaker alone (see core.Partitioned). Over any other client
+// it returns err and leaves out as it is.
+func (s *Store) failedOn(g *group, out []core.Decision, err error) error {
 	if s.part == nil {
 		return err
 	}
-	return &core.PartitionError{Partition: s.part.name(key), Err: err}
+	err = fmt.Errorf("master %s: %w", s.part.name(g.reqs[0].Key), err)
+	for _, i := range g.idx {
+		out[i].Err = err
+	}
+	return err
 }

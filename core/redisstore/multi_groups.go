@@ -277,7 +277,7 @@ func (s *Store) runGroups(ctx context.Context, gs []*group, calls []*multiCall, 
 	for k, g := range gs {
 		g.cmd = cmds[k]
 		if err := g.parse(out, take); err != nil {
-			err = s.failedOn(g.reqs[0].Key, err) // named before the reload that follows
+			err = s.failedOn(g, out, err) // named before the reload that follows
 			s.recovery.failed(err)
 			failed = errors.Join(failed, err)
 			continue

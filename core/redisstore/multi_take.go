@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -191,11 +192,18 @@ func (s *Store) takeAllBounded(ctx context.Context, at time.Time, reqs []core.Re
 	own := make([]core.Request, len(reqs))
 	copy(own, reqs)
 	ds := new([limits.MaxLayers]core.Decision)
+	done := new(atomic.Bool) // set once the call has returned: ds is then ours to read
 	err := s.bounded(ctx, deadline, func(sctx context.Context) (err error) {
 		*now, err = s.takeAll(sctx, at, own, ds[:len(own)])
+		done.Store(true)
 		return err
 	})
 	if err != nil {
+		if done.Load() { // the requests whose master failed (see failedOn)
+			for i := range out {
+				out[i].Err = ds[i].Err
+			}
+		}
 		return 0, fmt.Errorf("redisstore: layers: %w", err)
 	}
 	copy(out, ds[:len(out)])

@@ -243,9 +243,9 @@ func TestClusterDeadShardCostsOnlyItsKeys(t *testing.T) {
 }
 
 // TestClusterPartitions: over a cluster client, the Store names each key's
-// partition by its master's address, as go-redis routes it; a TakeAll
-// over two masters, one of them dead, fails with a core.PartitionError
-// naming the dead one; and a layered Limiter opens the dead master's
+// partition by its master's address, as go-redis routes it; a Take over
+// two masters, one of them dead, fails, and sets the Err of the request
+// on the dead one alone (naming that master); and a layered Limiter opens the dead master's
 // breaker alone, so that layered requests and single ones on the live
 // masters go on through Redis. Over a *redis.Client the Store is one
 // partition.
@@ -300,10 +300,13 @@ func TestClusterPartitions(t *testing.T) {
 
 	dead.Kill()
 	reqs := []core.Request{{Key: deadKey, Policy: layers[0], Cost: 1}, {Key: live[0], Policy: layers[1], Cost: 1}}
-	_, err = takeN(s, ctx, time.Time{}, reqs, make([]core.Decision, 2))
-	var pe *core.PartitionError
-	require.ErrorAs(t, err, &pe)
-	assert.Equal(t, dead.Addr(), pe.Partition)
+	out := make([]core.Decision, 2)
+	_, err = takeN(s, ctx, time.Time{}, reqs, out)
+	require.Error(t, err)
+	require.Error(t, out[0].Err, "the request on the dead master")
+	assert.Contains(t, out[0].Err.Error(), dead.Addr())
+	assert.ErrorIs(t, err, out[0].Err)
+	assert.NoError(t, out[1].Err, "the request on a live master")
 
 	// The spread requests fail; after three, the dead master's breaker
 	// is open, and only requests that need it fail over.
