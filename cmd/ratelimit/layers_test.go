@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,5 +90,23 @@ func TestLayersFileErrors(t *testing.T) {
 				assert.Contains(t, stderr, c.stderr, command)
 			}
 		})
+	}
+}
+
+// TestDocsLayersFile: the example layers file of docs/command.md, the
+// README's layers, is described as written.
+func TestDocsLayersFile(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "command.md"))
+	require.NoError(t, err)
+	layers := fenced(t, string(doc), "<!-- the README's layers, as a layers file", "```yaml\n", "```\n")
+	code, stdout, stderr := runArgs("describe", "--layers", writeFile(t, "layers.yaml", layers))
+	require.Equal(t, exitOK, code, stderr)
+	for _, row := range []string{
+		"| global | token bucket | 1000000 per minute | 1000000 | 1 | `static` | - |",
+		"| user | token bucket | 1000 per minute | 1000 | 1 | `custom` | - |",
+		"| login | sliding window log | 5 per 15 minutes | - | 1 | `ip` | fails closed: 503 while the limiter is down |",
+		"| ip | token bucket | 300 per minute | 300 | 1 | `ip` | - |",
+	} {
+		assert.Contains(t, stdout, row)
 	}
 }
