@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -44,6 +45,10 @@ Exit codes: 0 ok, 1 the check failed, 2 usage or input error.
 `
 
 func main() {
+	// The flows of describe and openapi are described, never served: the
+	// warning keyfuncs.FirstOf logs when describing a key such as
+	// user:<key>|ip falls back would tell of no program.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -25,10 +25,12 @@ request units admitted and denied, the most admitted in any sliding window of
 length W by one key, when denials started, and the keys most denied, each
 with the same counts and its own first denial.
 
-Policy SPEC: alg=ALG,limit=N,window=DUR[,burst=N][,name=NAME]
+Policy SPEC: alg=ALG,limit=N,window=DUR[,burst=N][,name=NAME][,lockout=DUR]
   ALG is fixed, log, counter, token, leaky (or the full names fixed_window,
   sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket), or
-  all for one policy per algorithm.
+  all for one policy per algorithm. The fields are a layers file's policy
+  fields (lockout_max, lockout_memory and fail_closed too; docs/command.md),
+  read by the same code.
 
 Trace files (--trace): CSV "timestamp,key[,cost]" (.csv; a header row
 first is skipped) or JSON Lines

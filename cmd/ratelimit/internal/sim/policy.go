@@ -2,21 +2,16 @@ package sim
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
+	"github.com/apigate/ratelimit/cmd/ratelimit/internal/layersfile"
 	"github.com/apigate/ratelimit/core"
-	"github.com/apigate/ratelimit/internal/rules/limits"
 )
 
-var algAliases = map[string]core.Algorithm{
-	"fixed": core.FixedWindow, "log": core.SlidingWindowLog, "counter": core.SlidingWindowCounter,
-	"token": core.TokenBucket, "leaky": core.LeakyBucket,
-}
-
-// ParsePolicy reads "alg=token,limit=100,window=1m[,burst=20][,name=api]".
-// alg is an algorithm's name (fixed_window ...), a short name (fixed, log,
+// ParsePolicy reads "alg=token,limit=100,window=1m[,burst=20][,name=api]",
+// each field as a layers file's (layersfile.SetPolicyField: lockout,
+// lockout_max, lockout_memory and fail_closed too). alg (or algorithm) is
+// an algorithm's name (token_bucket ...), a short name (fixed, log,
 // counter, token, leaky), or "all", which gives one policy per algorithm,
 // each named after its algorithm unless name is set.
 func ParsePolicy(spec string) ([]core.Policy, error) {
@@ -28,40 +23,30 @@ func ParsePolicy(spec string) ([]core.Policy, error) {
 		if !ok || v == "" {
 			return nil, fmt.Errorf("policy %q: %q is not key=value", spec, field)
 		}
+		if k == "alg" {
+			k = "algorithm"
+		}
 		if seen[k] {
 			return nil, fmt.Errorf("policy %q: %s given twice", spec, k)
 		}
 		seen[k] = true
-		var err error
-		switch k {
-		case "alg", "algorithm":
-			switch {
-			case v == "all":
-				algs = limits.Algorithms[core.Algorithm]()
-			case algAliases[v] != "":
-				algs = []core.Algorithm{algAliases[v]}
-			case limits.Known(v):
-				algs = []core.Algorithm{core.Algorithm(v)}
-			default:
-				return nil, fmt.Errorf("policy %q: unknown algorithm %q", spec, v)
-			}
-		case "limit":
-			p.Limit, err = strconv.ParseInt(v, 10, 64)
-		case "burst":
-			p.Burst, err = strconv.ParseInt(v, 10, 64)
-		case "window":
-			p.Window, err = time.ParseDuration(v)
-		case "name":
-			p.Name = v
-		default:
-			return nil, fmt.Errorf("policy %q: unknown field %q (want alg, limit, window, burst, name)", spec, k)
+		if k == "algorithm" && v == "all" {
+			algs = layersfile.Algorithms()
+			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: bad %s %q", spec, k, v)
+		if err := layersfile.SetPolicyField(&p, k, v); err != nil {
+			if k == "algorithm" {
+				err = fmt.Errorf("%w, or all", err)
+			}
+			return nil, fmt.Errorf("policy %q: %w", spec, err)
+		}
+		if k == "algorithm" {
+			algs = []core.Algorithm{p.Algorithm}
 		}
 	}
 	if algs == nil {
-		return nil, fmt.Errorf("policy %q: alg is missing", spec)
+		_, err := layersfile.Algorithm("")
+		return nil, fmt.Errorf("policy %q: alg: %w, or all", spec, err)
 	}
 	out := make([]core.Policy, 0, len(algs))
 	for _, a := range algs {
