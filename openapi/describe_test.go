@@ -347,3 +347,27 @@ func TestValidatorRejects(t *testing.T) {
 		assert.Error(t, err, doc)
 	}
 }
+
+// TestDescribeCounts: a layer that counts by the response says which
+// responses it counts, in x-ratelimit and in the Markdown page; a layer
+// that counts every request says nothing.
+func TestDescribeCounts(t *testing.T) {
+	store, err := memstore.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	p := func(name string) core.Policy {
+		return core.Policy{Name: name, Algorithm: core.FixedWindow, Limit: 5, Window: time.Minute}
+	}
+	flow, err := httplimit.New(store, []httplimit.Layer{
+		{Policy: p("global")},
+		{Policy: p("login"), Counts: httplimit.CountFailures},
+	})
+	require.NoError(t, err)
+	out, err := openapi.Describe(flow, nil)
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "counts: failures")
+	assert.Equal(t, 1, strings.Count(string(out), "counts:"), "only the login layer has counts")
+	md, err := openapi.Markdown(flow, nil)
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "counts failures only")
+}

@@ -45,6 +45,10 @@
 //	             in that header), "route", several joined with
 //	             "+" (keyfuncs.Compose), or "custom" (a user ID, a FirstOf, a
 //	             function of your own: say what it is in the description)
+//	counts       only for a layer that counts by the response
+//	             (httplimit.Layer.Counts): "failures" (a login guard:
+//	             only failed responses use the quota), "successes" or
+//	             "reported" (the handler says what it cost)
 //	lockout      only for a brute-force guard: the seconds a client is
 //	             locked out at its first offence (core.Policy.Lockout)
 //	fail_closed  only for a layer that fails closed: the seconds of

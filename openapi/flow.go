@@ -23,6 +23,7 @@ type layerDesc struct {
 	Methods, Routes []string
 	Cost            func(keyfuncs.Request) int64
 	Key             keyfuncs.Func
+	Counts          httplimit.Counts
 	Applies         func(r keyfuncs.Request) bool
 }
 
@@ -31,7 +32,7 @@ func describeFlow(f *httplimit.Flow) flowDesc {
 	out := flowDesc{Headers: f.Headers(), Problems: f.ProblemDetails(), Lists: f.Lists(), Quota: f.Quota()}
 	for i, ly := range f.Layers() {
 		out.Layers = append(out.Layers, layerDesc{
-			Policy: ly.Policy, Methods: ly.Methods, Routes: ly.Routes, Cost: ly.Cost, Key: ly.Key,
+			Policy: ly.Policy, Methods: ly.Methods, Routes: ly.Routes, Cost: ly.Cost, Key: ly.Key, Counts: ly.Counts,
 			Applies: func(r keyfuncs.Request) bool { return f.Applies(i, r) },
 		})
 	}

@@ -25,8 +25,17 @@ type limit struct {
 	Burst      int64   `json:"burst,omitempty"`
 	Cost       int64   `json:"cost"`
 	Key        string  `json:"key"`
+	Counts     string  `json:"counts,omitempty"`
 	Lockout    float64 `json:"lockout,omitempty"`
 	FailClosed float64 `json:"fail_closed,omitempty"`
+}
+
+// countsNames are the counts members of the layers that do not count
+// every request, by their Counts.
+var countsNames = map[httplimit.Counts]string{
+	httplimit.CountFailures:  "failures",
+	httplimit.CountSuccesses: "successes",
+	httplimit.CountReported:  "reported",
 }
 
 // describer is what Describe and Markdown read of a Flow.
@@ -66,6 +75,7 @@ func (d *describer) limitsOf(method, path string) []limit {
 			Window: p.Window.Seconds(), Cost: 1, Key: d.kinds[i],
 			Lockout: p.Lockout.Seconds(), FailClosed: p.FailClosed.Seconds(),
 		}
+		l.Counts = countsNames[ly.Counts]
 		if p.Algorithm == core.TokenBucket || p.Algorithm == core.LeakyBucket {
 			l.Burst = p.Burst
 			if l.Burst == 0 {

@@ -58,6 +58,9 @@ func Markdown(flow *httplimit.Flow, spec []byte) ([]byte, error) {
 					burst = strconv.FormatInt(l.Burst, 10)
 				}
 				var notes []string
+				if l.Counts != "" {
+					notes = append(notes, "counts "+l.Counts+" only")
+				}
 				if l.Lockout > 0 {
 					notes = append(notes, "over it, locked out for "+span(l.Lockout)+" or more")
 				}

@@ -40,8 +40,8 @@ layers:
 // counts failures, a per-user layer and a header-key layer, through
 // describe and openapi. What they write names each layer and its key
 // (a user's is "custom", as the openapi package tells a key it cannot
-// name), and the companion of the layer that counts successes; neither
-// writes a layer's counts (internal/layersfile's tests check them).
+// name), the companion of the layer that counts successes, and what each
+// layer that counts by the response counts.
 func TestLayersFileCountsAndKeys(t *testing.T) {
 	layers := writeFile(t, "layers.yaml", countsAndKeys)
 
@@ -50,10 +50,10 @@ func TestLayersFileCountsAndKeys(t *testing.T) {
 	assert.Empty(t, stderr)
 	assert.Contains(t, stdout, "\n## POST /login\n")
 	for _, row := range []string{
-		"| login | fixed window | 5 per 15 minutes | - | 1 | `ip` | over it, locked out for 30m or more |",
+		"| login | fixed window | 5 per 15 minutes | - | 1 | `ip` | counts failures only; over it, locked out for 30m or more |",
 		"| user | token bucket | 1000 per minute | 1000 | 1 | `custom` | - |",
-		"| api | sliding window counter | 100 per hour | - | 1 | `header:X-Api-Key` | - |",
-		"| api.failures | sliding window counter | 100 per hour | - | 1 | `header:X-Api-Key` | - |",
+		"| api | sliding window counter | 100 per hour | - | 1 | `header:X-Api-Key` | counts successes only |",
+		"| api.failures | sliding window counter | 100 per hour | - | 1 | `header:X-Api-Key` | counts failures only |",
 	} {
 		assert.Contains(t, stdout, row)
 	}
@@ -62,10 +62,10 @@ func TestLayersFileCountsAndKeys(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	doc := decodeDoc(t, []byte(stdout))
 	assert.Equal(t, []any{
-		map[string]any{"name": "login", "algorithm": "fixed_window", "limit": 5, "window": 900, "cost": 1, "key": "ip", "lockout": 1800},
+		map[string]any{"name": "login", "algorithm": "fixed_window", "limit": 5, "window": 900, "cost": 1, "key": "ip", "lockout": 1800, "counts": "failures"},
 		map[string]any{"name": "user", "algorithm": "token_bucket", "limit": 1000, "window": 60, "burst": 1000, "cost": 1, "key": "custom"},
-		map[string]any{"name": "api", "algorithm": "sliding_window_counter", "limit": 100, "window": 3600, "cost": 1, "key": "header:X-Api-Key"},
-		map[string]any{"name": "api.failures", "algorithm": "sliding_window_counter", "limit": 100, "window": 3600, "cost": 1, "key": "header:X-Api-Key"},
+		map[string]any{"name": "api", "algorithm": "sliding_window_counter", "limit": 100, "window": 3600, "cost": 1, "key": "header:X-Api-Key", "counts": "successes"},
+		map[string]any{"name": "api.failures", "algorithm": "sliding_window_counter", "limit": 100, "window": 3600, "cost": 1, "key": "header:X-Api-Key", "counts": "failures"},
 	}, at(doc, "paths", "/login", "post", "x-ratelimit"))
 }
 
@@ -104,7 +104,7 @@ func TestDocsLayersFile(t *testing.T) {
 	for _, row := range []string{
 		"| global | token bucket | 1000000 per minute | 1000000 | 1 | `static` | - |",
 		"| user | token bucket | 1000 per minute | 1000 | 1 | `custom` | - |",
-		"| login | sliding window log | 5 per 15 minutes | - | 1 | `ip` | fails closed: 503 while the limiter is down |",
+		"| login | sliding window log | 5 per 15 minutes | - | 1 | `ip` | counts failures only; fails closed: 503 while the limiter is down |",
 		"| ip | token bucket | 300 per minute | 300 | 1 | `ip` | - |",
 	} {
 		assert.Contains(t, stdout, row)
