@@ -57,7 +57,8 @@ type Limiter struct {
 // NewLimiter returns a Limiter over store of policies, its layers: 1 to 16
 // policies, one being a plain limit. A policy's Name names its layer, in
 // storage, in the headers and in metrics; NewLimiter derives one when it
-// is empty (see Policy.Name). Usage is kept per Name, so that a client
+// is empty (see Policy.Name), after making an empty Algorithm
+// SlidingWindowCounter. Usage is kept per Name, so that a client
 // moved from one policy to another within a layer (a plan, an override)
 // keeps it.
 //
@@ -126,8 +127,9 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 	return l, nil
 }
 
-// layersOf returns the layers of policies: each policy, validated and
-// named, its capacity, and its index by name.
+// layersOf returns the layers of policies: each policy, validated, its
+// Algorithm (SlidingWindowCounter when empty) and Name filled in, its
+// capacity, and its index by name.
 func layersOf(policies []Policy) ([]Policy, []int64, map[string]int, error) {
 	if len(policies) > limits.MaxLayers {
 		return nil, nil, nil, fmt.Errorf("%w: NewLimiter: %d policies, more than %d", ErrInvalidOption, len(policies), limits.MaxLayers)
@@ -141,6 +143,9 @@ func layersOf(policies []Policy) ([]Policy, []int64, map[string]int, error) {
 				return nil, nil, nil, err
 			}
 			return nil, nil, nil, fmt.Errorf("layer %d (%q): %w", i, p.Name, err)
+		}
+		if p.Algorithm == "" {
+			p.Algorithm = SlidingWindowCounter
 		}
 		if p.Name == "" {
 			p.Name = p.defaultName()
@@ -156,8 +161,8 @@ func layersOf(policies []Policy) ([]Policy, []int64, map[string]int, error) {
 	return own, caps, index, nil
 }
 
-// Policies returns the Limiter's policies, its layers, in order, Names
-// filled in (a copy).
+// Policies returns the Limiter's policies, its layers, in order, with
+// Algorithms and Names filled in (a copy).
 func (l *Limiter) Policies() []Policy { return append([]Policy(nil), l.policies...) }
 
 // Shadow reports whether the Limiter is in shadow mode (WithShadow).

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 	"time"
 
 	"github.com/apigate/ratelimit/internal/rules/limits"
@@ -69,7 +70,9 @@ type Policy struct {
 	// At most 64 characters from [A-Za-z0-9._-]. When empty,
 	// NewLimiter derives one from the other fields (see DefaultName).
 	Name string
-	// Algorithm is one of the five Algorithm constants.
+	// Algorithm is one of the five Algorithm constants; empty means
+	// SlidingWindowCounter: at most about Limit in any Window, in constant
+	// memory. NewLimiter fills it in.
 	Algorithm Algorithm
 	// Limit is the number of requests (cost units) allowed per Window,
 	// from 1 to 10^12.
@@ -127,13 +130,17 @@ type Policy struct {
 }
 
 // Validate reports whether p is usable, wrapping ErrInvalidOption with the
-// reason when it is not.
+// reason when it is not. An empty Algorithm is checked as
+// SlidingWindowCounter, the default.
 func (p Policy) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: policy: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
 	}
+	if p.Algorithm == "" {
+		p.Algorithm = SlidingWindowCounter
+	}
 	if !p.Algorithm.known() {
-		return bad("unknown algorithm %q", string(p.Algorithm))
+		return bad("unknown algorithm %q (one of %s; empty means %s)", string(p.Algorithm), strings.Join(limits.Algorithms[string](), ", "), SlidingWindowCounter)
 	}
 	if p.Limit < 1 || p.Limit > limits.MaxLimit {
 		return bad("limit %d is out of range [1, %d]", p.Limit, int64(limits.MaxLimit))

@@ -31,8 +31,12 @@ func TestPolicyValidate(t *testing.T) {
 		{"valid bounds", core.Policy{Algorithm: core.FixedWindow, Limit: limits.MaxLimit, Window: limits.MaxWindow}, ""},
 		{"valid min window", core.Policy{Algorithm: core.SlidingWindowCounter, Limit: 1, Window: limits.MinWindow}, ""},
 		{"valid log at cap", core.Policy{Algorithm: core.SlidingWindowLog, Limit: limits.MaxLogLimit, Window: time.Hour}, ""},
-		{"zero value", core.Policy{}, "unknown algorithm"},
-		{"unknown algorithm", with(func(p *core.Policy) { p.Algorithm = "gcra" }), "unknown algorithm"},
+		{"zero value", core.Policy{}, "limit 0"},
+		{"default algorithm", core.Policy{Limit: 100, Window: time.Minute}, ""},
+		{"default algorithm beyond a log's limit", core.Policy{Limit: limits.MaxLogLimit + 1, Window: time.Minute}, ""},
+		{"burst on the default algorithm", core.Policy{Limit: 100, Window: time.Minute, Burst: 10}, "only, not sliding_window_counter"},
+		{"unknown algorithm", with(func(p *core.Policy) { p.Algorithm = "gcra" }),
+			`unknown algorithm "gcra" (one of fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket; empty means sliding_window_counter)`},
 		{"zero limit", with(func(p *core.Policy) { p.Limit = 0 }), "limit 0"},
 		{"negative limit", with(func(p *core.Policy) { p.Limit = -5 }), "limit -5"},
 		{"limit too big", with(func(p *core.Policy) { p.Limit = limits.MaxLimit + 1 }), "limit"},
@@ -97,6 +101,7 @@ func TestRequestValidate(t *testing.T) {
 		{"valid", func(*core.Request) {}, nil},
 		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidOption},
 		{"bad policy", func(r *core.Request) { r.Policy.Window = 0 }, core.ErrInvalidOption},
+		{"empty algorithm", func(r *core.Request) { r.Policy.Algorithm, r.Policy.Burst, r.Cost = "", 0, 1 }, core.ErrInvalidOption},
 		{"cost 0", func(r *core.Request) { r.Cost = 0 }, core.ErrInvalidOption},
 		{"cost -1", func(r *core.Request) { r.Cost = -1 }, core.ErrInvalidOption},
 		{"the capacity", func(r *core.Request) { r.Cost = 20 }, nil},
@@ -112,4 +117,9 @@ func TestRequestValidate(t *testing.T) {
 		}
 		assert.ErrorIs(t, err, tt.want, tt.name)
 	}
+	// A Store gets a policy as the Limiter filled it in: the default
+	// algorithm written out, never empty, though Policy.Validate takes it.
+	r := core.Request{Key: "k", Policy: core.Policy{Name: "api", Limit: 10, Window: time.Second}, Cost: 1}
+	require.NoError(t, r.Policy.Validate())
+	assert.EqualError(t, r.Validate(), `ratelimit: invalid argument: policy "api" has an empty algorithm: a Store gets policies as the Limiter filled them in (Limiter.Policies), the default sliding_window_counter written out`)
 }

@@ -57,7 +57,8 @@ type Request struct {
 	// AllowLayers, Peek and Refund. A Store gets it checked: never empty,
 	// at most 128 bytes of printable ASCII with no '{' or '}'.
 	Key string
-	// Policy is the policy the Store decides by: validated, with a Name.
+	// Policy is the policy the Store decides by: validated, with an
+	// Algorithm and a Name.
 	Policy Policy
 	// Cost is the units the request takes (Store.Take) or gives back
 	// (Store.Refund): in [1, the policy's capacity] (Burst for the
@@ -69,13 +70,17 @@ type Request struct {
 }
 
 // Validate reports whether r keeps the contract on Request: a key, a
-// valid policy and a cost in [1, the policy's capacity]; its error wraps
+// valid policy with its Algorithm filled in (a Store never gets the
+// empty default) and a cost in [1, the policy's capacity]; its error wraps
 // ErrInvalidOption. A Limiter sends no request that Validate refuses, but
 // a store is called directly too (tests, tools): every Store refuses such
 // a request with this error, or one alike, and never panics on it.
 func (r *Request) Validate() error {
 	if r.Key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidOption)
+	}
+	if r.Policy.Algorithm == "" {
+		return fmt.Errorf("%w: policy %q has an empty algorithm: a Store gets policies as the Limiter filled them in (Limiter.Policies), the default %s written out", ErrInvalidOption, r.Policy.Name, SlidingWindowCounter)
 	}
 	if err := r.Policy.Validate(); err != nil {
 		return err

@@ -5,7 +5,8 @@
 //
 // New builds a Flow from a store and its Layers, named limits checked
 // together, in one Limiter call, all or nothing (global, per user, per
-// endpoint, per IP: see Layer); a single limit is a Flow of one Layer.
+// endpoint, per IP: see Layer); a single limit is a Flow of one Layer, and
+// PerIP(store, 100, time.Minute) the one line for the common one.
 //
 // Applications use it through an adapter (ginlimit, echolimit, chilimit,
 // fiberlimit), which takes the Flow. An adapter for another framework

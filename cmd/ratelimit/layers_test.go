@@ -75,7 +75,7 @@ func TestLayersFileErrors(t *testing.T) {
 	const algorithms = "want one of fixed_window (fixed), sliding_window_log (log), sliding_window_counter (counter), token_bucket (token), leaky_bucket (leaky)"
 	for _, c := range []struct{ name, layer, stderr string }{
 		{"unknown algorithm", "algorithm: gcra, limit: 1, window: 1s", `layers[0] "a": algorithm: unknown algorithm "gcra": ` + algorithms},
-		{"no algorithm", "limit: 1, window: 1s", `layers[0] "a": algorithm: missing: ` + algorithms},
+		{"empty algorithm", "algorithm: '', limit: 1, window: 1s", `layers[0] "a": algorithm: missing: ` + algorithms},
 		{"unknown counts", "algorithm: fixed, limit: 1, window: 1s, counts: errors", `layers[0] "a": counts: unknown mode "errors" (want all, failures, successes, reported)`},
 		{"bad key", "algorithm: fixed, limit: 1, window: 1s, key: user", `layers[0] "a": key "user": want ip, static, route, header:<Name>, user:<context key>, ` +
 			"parts joined with + (route+ip), alternatives with | (user:<context key>|ip)"},

@@ -127,6 +127,19 @@ func TestDescribeCommand(t *testing.T) {
 	assert.Contains(t, stdout, "`GET /rate_limit`")
 }
 
+// TestDescribeDefaultAlgorithm: a layer without an algorithm is described
+// by the one the Limiter decides by, the sliding window counter.
+func TestDescribeDefaultAlgorithm(t *testing.T) {
+	layers := writeFile(t, "layers.yaml", "layers:\n  - {name: api, limit: 100, window: 1m}\n")
+	code, stdout, stderr := runArgs("describe", "--spec", petstore, "--layers", layers)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "| api | sliding window counter | 100 per minute |")
+	code, stdout, stderr = runArgs("openapi", "--spec", petstore, "--layers", layers)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Equal(t, []any{map[string]any{"name": "api", "algorithm": "sliding_window_counter", "limit": 100, "window": 60, "cost": 1, "key": "ip"}},
+		at(decodeDoc(t, []byte(stdout)), "paths", "/pets", "get", "x-ratelimit"))
+}
+
 // TestOpenAPICommandErrors: bad flags, layers and specs exit 2 and say
 // what is wrong.
 func TestOpenAPICommandErrors(t *testing.T) {

@@ -250,6 +250,7 @@ func testLayersBadInput(t *testing.T, s core.Store, run string) {
 		{"cost-above-capacity", with(func(r *core.Request) { r.Cost = 6 }), -1, core.ErrInvalidOption},
 		{"zero-limit", with(func(r *core.Request) { r.Policy.Limit = 0 }), -1, core.ErrInvalidOption},
 		{"unknown-algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "no-such" }), -1, core.ErrInvalidOption},
+		{"empty-algorithm", with(func(r *core.Request) { r.Policy.Algorithm = "" }), -1, core.ErrInvalidOption},
 		{"bad-lockout", with(func(r *core.Request) { r.Policy.Lockout = -time.Second }), -1, core.ErrInvalidOption},
 	}
 	for _, c := range cases {

@@ -140,9 +140,8 @@ func (ls layer) layer(ip *keyfuncs.ClientIP) (httplimit.Layer, error) {
 	if fields == nil {
 		fields = map[string]string{}
 	}
-	if _, ok := fields["algorithm"]; !ok {
-		fields["algorithm"] = "" // an error naming the algorithms
-	}
+	// A layer without an algorithm has the library's default, the
+	// sliding window counter (core.Policy.Algorithm).
 	names := slices.Sorted(maps.Keys(fields))
 	for _, field := range names { // a misspelt field before what it leaves out
 		if !slices.Contains(PolicyFields, field) {

@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty", "", "empty layers file"},
 		{"no layer", "quota: /q\n", "no layers"},
 		{"unknown top field", "layer: []\n", "field layer not found"},
-		{"no algorithm", "layers:\n  - {name: a, limit: 1, window: 1s}\n",
+		{"empty algorithm", "layers:\n  - {name: a, algorithm: '', limit: 1, window: 1s}\n",
 			`layers[0] "a": algorithm: missing: want one of ` + allAlgorithms},
 		{"unknown algorithm", "layers:\n  - {name: a, algorithm: gcra, limit: 1, window: 1s}\n",
 			`layers[0] "a": algorithm: unknown algorithm "gcra": want one of ` + allAlgorithms},
