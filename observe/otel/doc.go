@@ -1,4 +1,4 @@
-// Package otellimit exports what core.Limiters decide as OpenTelemetry
+// Package otellimit exports what each core.Limiter decides as OpenTelemetry
 // metrics: the instruments of the Prometheus exporter (package promlimit),
 // named so that OpenTelemetry's own Prometheus translation yields the very
 // same series. A team that ships OTLP to Datadog, New Relic or CloudWatch

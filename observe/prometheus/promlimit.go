@@ -1,4 +1,4 @@
-// Package promlimit exports what core.Limiters decide as Prometheus
+// Package promlimit exports what each core.Limiter decides as Prometheus
 // metrics. Build one Metrics, register it, and give it to every Limiter:
 //
 //	m, err := promlimit.New()
