@@ -1,9 +1,12 @@
 package keyfuncs
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -29,7 +32,8 @@ const (
 // concurrent use.
 type ipResolver struct {
 	ipConfig
-	keys keyCache // the keys of the last clients, for keyOf
+	keys     keyCache    // the keys of the last clients, for keyOf
+	reported atomic.Bool // a forwarding header seen while no proxy is trusted was logged
 }
 
 // ipConfig is what IPOptions set.
@@ -67,14 +71,18 @@ func newIPResolver(opts ...IPOption) (*ipResolver, error) {
 // wrapping ErrNoKey, only when it must fall back on the socket peer and
 // RemoteAddr is not an address.
 func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
-	if r.header != "" && len(r.proxies) == 0 {
-		if a, ok := r.fromHeader(req); ok {
-			return a, nil
+	if len(r.proxies) == 0 {
+		if r.header != "" {
+			if a, ok := r.fromHeader(req); ok {
+				return a, nil
+			}
+		} else if !r.reported.Load() { // one atomic load a request, once reported
+			r.checkForwarding(req)
 		}
 		return peerAddr(req)
 	}
 	peer, err := peerAddr(req)
-	if err != nil || len(r.proxies) == 0 || !r.trusted(peer) {
+	if err != nil || !r.trusted(peer) {
 		return peer, err
 	}
 	if r.header != "" {
@@ -88,6 +96,36 @@ func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 		name = headerForwarded
 	}
 	return r.walk(req.HeaderValues(name), peer), nil
+}
+
+// checkForwarding reports, once per resolver, a request that came with
+// X-Forwarded-For or Forwarded to a resolver that trusts no proxy and no
+// header: behind a proxy, every client would share the proxy's quota.
+// The header's value and the peer's address are never logged.
+func (r *ipResolver) checkForwarding(req Request) {
+	name := headerXFF
+	if req.Header(headerXFF) == "" {
+		if req.Header(headerForwarded) == "" {
+			return
+		}
+		name = headerForwarded
+	}
+	if r.reported.CompareAndSwap(false, true) {
+		reportForwarding(req.Context(), name)
+	}
+}
+
+// reportForwarding logs, at Warn on slog.Default(), that a request came
+// with the forwarding header name while no proxy is trusted: see
+// checkForwarding.
+func reportForwarding(ctx context.Context, name string) {
+	slog.Default().LogAttrs(ctx, slog.LevelWarn,
+		"keyfuncs: a request came with X-Forwarded-For or Forwarded, but the ClientIP trusts no proxy, so its client is the socket peer: "+
+			"behind a proxy or load balancer, every client behind it shares one quota, the proxy's; "+
+			"declare it with keyfuncs.TrustedProxies (and keyfuncs.UseForwarded for Forwarded) in keyfuncs.NewClientIP, "+
+			"given to httplimit.WithClientIP; without a proxy, a client sent the header and nothing is to be done "+
+			"(logged once per ClientIP)",
+		slog.String("header", name))
 }
 
 // key returns the rate-limit key of the client address: "ip:" followed by
