@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -152,5 +153,15 @@ func TestFlowWarnsFirstOnce(t *testing.T) {
 			require.Len(t, warns, 1, "one Warn record for two requests: %v", levels(&rec))
 			assert.Contains(t, warns[0], tc.msg)
 		})
+	}
+}
+
+// TestFirstWarnMessagesDocumented: docs/monitoring.md quotes the messages
+// of LogErrors' first-occurrence checks exactly.
+func TestFirstWarnMessagesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/monitoring.md")
+	require.NoError(t, err)
+	for _, msg := range []string{msgFirstNoKey, msgFirstIDType} {
+		assert.Contains(t, string(doc), "`"+msg+"`")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -148,6 +149,7 @@ func TestClientIPReportsForwarding(t *testing.T) {
 	recs := records()
 	require.Len(t, recs, 1, "one record for 400 requests: %s", logs.String())
 	assert.Equal(t, "WARN", recs[0]["level"])
+	assert.Equal(t, msgForwarding, recs[0]["msg"])
 	assert.Contains(t, recs[0]["msg"], "every client behind it shares one quota")
 	assert.Contains(t, recs[0]["msg"], "keyfuncs.TrustedProxies")
 	assert.Equal(t, "X-Forwarded-For", recs[0]["header"])
@@ -200,4 +202,12 @@ func TestClientIPForwardingCheckAllocs(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c.r.reported.Load())
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = c.Addr(forwarded) }), "after the report")
+}
+
+// TestForwardingMessageDocumented: docs/monitoring.md quotes the message
+// of the check exactly.
+func TestForwardingMessageDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/monitoring.md")
+	require.NoError(t, err)
+	assert.Contains(t, string(doc), "`"+msgForwarding+"`")
 }

@@ -119,14 +119,16 @@ func (r *ipResolver) checkForwarding(req Request) {
 // with the forwarding header name while no proxy is trusted: see
 // checkForwarding.
 func reportForwarding(ctx context.Context, name string) {
-	slog.Default().LogAttrs(ctx, slog.LevelWarn,
-		"keyfuncs: a request came with X-Forwarded-For or Forwarded, but the ClientIP trusts no proxy, so its client is the socket peer: "+
-			"behind a proxy or load balancer, every client behind it shares one quota, the proxy's; "+
-			"declare it with keyfuncs.TrustedProxies (and keyfuncs.UseForwarded for Forwarded) in keyfuncs.NewClientIP, "+
-			"given to httplimit.WithClientIP; without a proxy, a client sent the header and nothing is to be done "+
-			"(logged once per ClientIP)",
-		slog.String("header", name))
+	slog.Default().LogAttrs(ctx, slog.LevelWarn, msgForwarding, slog.String("header", name))
 }
+
+// msgForwarding is reportForwarding's message, which docs/monitoring.md
+// quotes.
+const msgForwarding = "keyfuncs: a request came with X-Forwarded-For or Forwarded, but the ClientIP trusts no proxy, " +
+	"so its client is the socket peer: behind a proxy or load balancer, every client behind it shares one quota, the proxy's; " +
+	"declare it with keyfuncs.TrustedProxies (and keyfuncs.UseForwarded for Forwarded) in keyfuncs.NewClientIP, " +
+	"given to httplimit.WithClientIP; without a proxy, a client sent the header and nothing is to be done " +
+	"(logged once per ClientIP)"
 
 // key returns the rate-limit key of the client address: "ip:" followed by
 // the address ("ip:203.0.113.7") or, when grouped by a shorter prefix, by
