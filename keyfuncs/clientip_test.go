@@ -186,6 +186,29 @@ func TestClientIPReportsForwarding(t *testing.T) {
 	assert.Len(t, records(), 2, logs.String())
 }
 
+// TestClientIPForwardingCheckEnds: a ClientIP looks for a forwarding
+// header in its first forwardingChecks requests only (a proxy adds one
+// to every request): one that came after them without one is not
+// reported, and the check is then one atomic load.
+func TestClientIPForwardingCheckEnds(t *testing.T) {
+	var logs syncbuf.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	c, err := NewClientIP()
+	require.NoError(t, err)
+	plain := req("203.0.113.7:1")
+	for range forwardingChecks {
+		_, err := c.Key(plain)
+		require.NoError(t, err)
+	}
+	require.False(t, c.r.checked.Load(), "the last request checked")
+	_, err = c.Key(req("203.0.113.7:1", "X-Forwarded-For", "10.9.9.9"))
+	require.NoError(t, err)
+	assert.True(t, c.r.checked.Load(), "the check is over")
+	assert.Empty(t, logs.String(), "a forwarding header after the first requests is not reported")
+}
+
 // TestClientIPForwardingCheckAllocs: the check costs no allocation,
 // before the report (a request without a forwarding header) or after it.
 func TestClientIPForwardingCheckAllocs(t *testing.T) {
@@ -200,7 +223,7 @@ func TestClientIPForwardingCheckAllocs(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = c.Addr(plain) }), "before the report")
 	_, err = c.Key(forwarded) // the report
 	require.NoError(t, err)
-	require.True(t, c.r.reported.Load())
+	require.True(t, c.r.checked.Load())
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = c.Addr(forwarded) }), "after the report")
 }
 

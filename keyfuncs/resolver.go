@@ -32,8 +32,12 @@ const (
 // concurrent use.
 type ipResolver struct {
 	ipConfig
-	keys     keyCache    // the keys of the last clients, for keyOf
-	reported atomic.Bool // a forwarding header seen while no proxy is trusted was logged
+	keys keyCache // the keys of the last clients, for keyOf
+	// checked is true once the forwarding check is done: a forwarding
+	// header seen while no proxy is trusted was logged, or the first
+	// forwardingChecks requests came without one (see checkForwarding).
+	checked atomic.Bool
+	checks  atomic.Int64 // the requests checked so far
 }
 
 // ipConfig is what IPOptions set.
@@ -76,7 +80,7 @@ func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 			if a, ok := r.fromHeader(req); ok {
 				return a, nil
 			}
-		} else if !r.reported.Load() { // one atomic load a request, once reported
+		} else if !r.checked.Load() { // one atomic load a request, once checked
 			r.checkForwarding(req)
 		}
 		return peerAddr(req)
@@ -98,11 +102,23 @@ func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 	return r.walk(req.HeaderValues(name), peer), nil
 }
 
+// forwardingChecks is how many requests a resolver that trusts no proxy
+// looks at for a forwarding header: a proxy or load balancer adds one to
+// every request, so it shows among the first, and the check (two header
+// lookups, about 900 instructions through net/http's canonical names) is
+// then no longer paid by an API that has no proxy in front.
+const forwardingChecks = 1024
+
 // checkForwarding reports, once per resolver, a request that came with
 // X-Forwarded-For or Forwarded to a resolver that trusts no proxy and no
-// header: behind a proxy, every client would share the proxy's quota.
-// The header's value and the peer's address are never logged.
+// header, among its first forwardingChecks requests: behind a proxy,
+// every client would share the proxy's quota. The header's value and the
+// peer's address are never logged.
 func (r *ipResolver) checkForwarding(req Request) {
+	if r.checks.Add(1) > forwardingChecks {
+		r.checked.Store(true)
+		return
+	}
 	name := headerXFF
 	if req.Header(headerXFF) == "" {
 		if req.Header(headerForwarded) == "" {
@@ -110,7 +126,7 @@ func (r *ipResolver) checkForwarding(req Request) {
 		}
 		name = headerForwarded
 	}
-	if r.reported.CompareAndSwap(false, true) {
+	if r.checked.CompareAndSwap(false, true) {
 		reportForwarding(req.Context(), name)
 	}
 }
