@@ -296,9 +296,11 @@ func TestLogErrors(t *testing.T) {
 	h := httplimit.LogErrors(logger)
 	h(newRequest(), errors.Join(limits.ErrStore, errors.New("redis: connection refused")))
 	h(newRequest(), keyfuncs.ErrNoKey)
+	h(newRequest(), keyfuncs.ErrNoKey)
 	out := buf.String()
 	for _, want := range []string{
 		`level=WARN msg="ratelimit: store failed"`, "connection refused", "method=GET", "route=/",
+		`level=WARN msg="ratelimit: no key in request, the first`, // see TestLogErrorsWarnsFirstOnce
 		`level=DEBUG msg="ratelimit: no key in request"`,
 	} {
 		assert.Contains(t, out, want)

@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/apigate/ratelimit/internal/rules/limits"
 	"github.com/apigate/ratelimit/internal/rules/outcome"
+	"github.com/apigate/ratelimit/internal/rules/userkey"
 
 	"github.com/apigate/ratelimit/access"
 	"github.com/apigate/ratelimit/core"
@@ -106,9 +108,17 @@ func DefaultResponder(r keyfuncs.Request, w Response, d core.Decision, err error
 // once, then at most one line each 10 seconds, counting the failures left
 // unlogged (at most 7 lines in any minute), and one Info line when the
 // store decides again. Any other error (a misconfiguration) is logged at
-// Warn. docs/monitoring.md lists the records.
+// Warn.
+//
+// Two mistakes of setup show at the first request, once at Warn with
+// their fix, then at Debug: the first request without a key (a limiter
+// mounted before the middleware that sets its key refuses them all), and
+// the first user ID of a type no key function can use. Each is counted
+// per ErrorHandler LogErrors returns; a Flow given no WithErrorHandler has
+// its own. docs/monitoring.md lists the records.
 func LogErrors(logger *slog.Logger) ErrorHandler {
-	own := newStoreOutage(time.Now()) // for store failures heard from no Flow
+	own := newStoreOutage(time.Now())         // for store failures heard from no Flow
+	var noKeyWarned, idTypeWarned atomic.Bool // the first of each was logged at Warn
 	return func(r keyfuncs.Request, err error) {
 		l := logger
 		if l == nil {
@@ -140,6 +150,14 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 			level, kind = slog.LevelDebug, "request canceled"
 		case errors.Is(err, keyfuncs.ErrNoKey):
 			level, kind = slog.LevelDebug, "no key in request"
+			if !noKeyWarned.Load() && noKeyWarned.CompareAndSwap(false, true) {
+				level, kind = slog.LevelWarn, msgFirstNoKey
+			}
+		case errors.Is(err, userkey.ErrIDType):
+			level, kind = slog.LevelDebug, "user ID of an unusable type"
+			if !idTypeWarned.Load() && idTypeWarned.CompareAndSwap(false, true) {
+				level, kind = slog.LevelWarn, msgFirstIDType
+			}
 		}
 		l.LogAttrs(ctx, level, "ratelimit: "+kind, append([]slog.Attr{
 			slog.String("error", err.Error()),
@@ -147,6 +165,17 @@ func LogErrors(logger *slog.Logger) ErrorHandler {
 			slog.String("route", r.Route())}, stack...)...)
 	}
 }
+
+// The messages of LogErrors' first-occurrence checks, after "ratelimit: ".
+// docs/monitoring.md quotes them.
+const (
+	msgFirstNoKey = "no key in request, the first (later ones are logged at Debug): " +
+		"if every request should have a key, mount the limiter after the middleware that sets it (authentication), " +
+		"or fall back to the client IP with keyfuncs.FirstOf"
+	msgFirstIDType = "user ID of an unusable type, the first (later ones are logged at Debug): " +
+		"a user ID must be a string, an integer or a fmt.Stringer; store the ID itself, not a struct that holds it, " +
+		"or convert it in the middleware that sets it; until then, each such request is refused (500 by default)"
+)
 
 // retryBody encodes {"error":code,"message":msg+N+" seconds.","retry_after_seconds":N}
 // without reflection. code and msg are constants holding nothing to escape.

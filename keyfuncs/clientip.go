@@ -17,6 +17,13 @@ import "net/netip"
 // costs bounded work: at most 32 entries and 4 KiB. IPv4-mapped addresses
 // count as IPv4, zones are dropped, and IPv6 clients are grouped by /56
 // ([Prefixes]). docs/keys.md tells the trust model in full.
+//
+// A ClientIP that trusts no proxy and no header logs the first request
+// that comes with X-Forwarded-For or Forwarded among its first 1,024,
+// once, at slog.LevelWarn on slog.Default(): behind a proxy, every client
+// would share the proxy's quota until TrustedProxies declares it (a proxy
+// adds the header to every request, so it shows among the first). The
+// header's value and the address are not logged.
 type ClientIP struct {
 	r *ipResolver
 }

@@ -1,9 +1,12 @@
 package keyfuncs
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/apigate/ratelimit/core"
 )
@@ -30,6 +33,11 @@ const (
 type ipResolver struct {
 	ipConfig
 	keys keyCache // the keys of the last clients, for keyOf
+	// checked is true once the forwarding check is done: a forwarding
+	// header seen while no proxy is trusted was logged, or the first
+	// forwardingChecks requests came without one (see checkForwarding).
+	checked atomic.Bool
+	checks  atomic.Int64 // the requests checked so far
 }
 
 // ipConfig is what IPOptions set.
@@ -67,14 +75,18 @@ func newIPResolver(opts ...IPOption) (*ipResolver, error) {
 // wrapping ErrNoKey, only when it must fall back on the socket peer and
 // RemoteAddr is not an address.
 func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
-	if r.header != "" && len(r.proxies) == 0 {
-		if a, ok := r.fromHeader(req); ok {
-			return a, nil
+	if len(r.proxies) == 0 {
+		if r.header != "" {
+			if a, ok := r.fromHeader(req); ok {
+				return a, nil
+			}
+		} else if !r.checked.Load() { // one atomic load a request, once checked
+			r.checkForwarding(req)
 		}
 		return peerAddr(req)
 	}
 	peer, err := peerAddr(req)
-	if err != nil || len(r.proxies) == 0 || !r.trusted(peer) {
+	if err != nil || !r.trusted(peer) {
 		return peer, err
 	}
 	if r.header != "" {
@@ -89,6 +101,50 @@ func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 	}
 	return r.walk(req.HeaderValues(name), peer), nil
 }
+
+// forwardingChecks is how many requests a resolver that trusts no proxy
+// looks at for a forwarding header: a proxy or load balancer adds one to
+// every request, so it shows among the first, and the check (two header
+// lookups, about 900 instructions through net/http's canonical names) is
+// then no longer paid by an API that has no proxy in front.
+const forwardingChecks = 1024
+
+// checkForwarding reports, once per resolver, a request that came with
+// X-Forwarded-For or Forwarded to a resolver that trusts no proxy and no
+// header, among its first forwardingChecks requests: behind a proxy,
+// every client would share the proxy's quota. The header's value and the
+// peer's address are never logged.
+func (r *ipResolver) checkForwarding(req Request) {
+	if r.checks.Add(1) > forwardingChecks {
+		r.checked.Store(true)
+		return
+	}
+	name := headerXFF
+	if req.Header(headerXFF) == "" {
+		if req.Header(headerForwarded) == "" {
+			return
+		}
+		name = headerForwarded
+	}
+	if r.checked.CompareAndSwap(false, true) {
+		reportForwarding(req.Context(), name)
+	}
+}
+
+// reportForwarding logs, at Warn on slog.Default(), that a request came
+// with the forwarding header name while no proxy is trusted: see
+// checkForwarding.
+func reportForwarding(ctx context.Context, name string) {
+	slog.Default().LogAttrs(ctx, slog.LevelWarn, msgForwarding, slog.String("header", name))
+}
+
+// msgForwarding is reportForwarding's message, which docs/monitoring.md
+// quotes.
+const msgForwarding = "keyfuncs: a request came with X-Forwarded-For or Forwarded, but the ClientIP trusts no proxy, " +
+	"so its client is the socket peer: behind a proxy or load balancer, every client behind it shares one quota, the proxy's; " +
+	"declare it with keyfuncs.TrustedProxies (and keyfuncs.UseForwarded for Forwarded) in keyfuncs.NewClientIP, " +
+	"given to httplimit.WithClientIP; without a proxy, a client sent the header and nothing is to be done " +
+	"(logged once per ClientIP)"
 
 // key returns the rate-limit key of the client address: "ip:" followed by
 // the address ("ip:203.0.113.7") or, when grouped by a shorter prefix, by

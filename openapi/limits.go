@@ -149,7 +149,14 @@ func (r *syntheticRequest) Header(name string) string {
 	if r.probe == nil {
 		return ""
 	}
-	r.probe.headers = append(r.probe.headers, textproto.CanonicalMIMEHeaderKey(name))
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	if name == "X-Forwarded-For" || name == "Forwarded" {
+		// The request comes from its peer through no proxy. A ClientIP
+		// that trusts none looks for these, to report the first it meets:
+		// that is no key read, and a probe must not spend the report.
+		return ""
+	}
+	r.probe.headers = append(r.probe.headers, name)
 	if r.blank {
 		return ""
 	}

@@ -1,7 +1,9 @@
 package openapi
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,6 +21,12 @@ func TestKeyKind(t *testing.T) {
 	}
 	ip, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
+	peer, err := keyfuncs.NewClientIP() // trusts no proxy: reads the forwarding headers, to report them
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
 	user := must(keyfuncs.User(func(context.Context) (string, bool) { return "", false }))
 	for _, c := range []struct {
 		name string
@@ -27,6 +35,8 @@ func TestKeyKind(t *testing.T) {
 	}{
 		{"nil: the flow's address", nil, "ip"},
 		{"ClientIP", ip.Key, "ip"},
+		{"ClientIP of the socket peer", peer.Key, "ip"},
+		{"Compose of a header and the socket peer", must(keyfuncs.Compose(must(keyfuncs.APIKeyHeader("X-API-Key", nil)), peer.Key)), "header:X-Api-Key+ip"},
 		{"Static", must(keyfuncs.Static("all")), "static"},
 		{"APIKeyHeader", must(keyfuncs.APIKeyHeader("x-api-key", []byte("secret"))), "header:X-Api-Key"},
 		{"Bearer", must(keyfuncs.APIKeyHeader("Authorization", nil)), "header:Authorization"},
@@ -40,6 +50,7 @@ func TestKeyKind(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, keyKind(c.key), c.name)
 	}
+	assert.NotContains(t, logs.String(), "X-Forwarded-For", "a probe is no request from behind a proxy: nothing to report")
 }
 
 // TestCostOf: a cost function's answer, 1 for a panic or less than 1.

@@ -181,13 +181,15 @@ func TestUser(t *testing.T) {
 		id, ok := ctx.Value(ctxKey{}).(string)
 		return id, ok
 	}))
-	adapterstest.CheckUserKey(t, user, nil, func(m adapterstest.Mount) adapterstest.App {
+	// keyfuncs.User's getter returns a string: a user stored as a struct
+	// is no user to it, refused 400 as a request without a key.
+	adapterstest.CheckUserKey(t, user, nil, http.StatusBadRequest, func(m adapterstest.Mount) adapterstest.App {
 		r := chi.NewRouter()
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if id := r.Header.Get(adapterstest.UserHeader); id != "" {
 					// As an authentication middleware would.
-					r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
+					r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, adapterstest.UserValue(id)))
 				}
 				next.ServeHTTP(w, r)
 			})

@@ -2,6 +2,7 @@ package adapterstest
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -71,6 +72,26 @@ func (k *KeyLog) Keys() []string {
 // middleware of a CheckUserKey app takes the user ID.
 const UserHeader = "X-Test-User"
 
+// ClaimsPrefix marks a UserHeader value that the stand-in authentication
+// middleware stores as Claims, not as a string (see UserValue).
+const ClaimsPrefix = "claims:"
+
+// Claims is what the stand-in authentication middleware stores for a
+// UserHeader value with ClaimsPrefix, as a JWT middleware stores its
+// token's claims: a struct that holds the user ID, of a type no user
+// helper can key.
+type Claims struct{ Subject string }
+
+// UserValue is what the stand-in authentication middleware of a
+// CheckUserKey app stores for the UserHeader value id: id itself, or the
+// Claims of the rest of it when it starts with ClaimsPrefix.
+func UserValue(id string) any {
+	if sub, ok := strings.CutPrefix(id, ClaimsPrefix); ok {
+		return Claims{Subject: sub}
+	}
+	return id
+}
+
 // userStep is a request of CheckUserKey, by user ("": none), and the
 // status it must get.
 type userStep struct {
@@ -81,8 +102,8 @@ type userStep struct {
 // CheckUserKey checks an adapter's user-key helper (ginlimit.User,
 // fiberlimit.User, ...) end to end. build returns an app that
 // runs, for every request: a stand-in authentication middleware storing
-// the UserHeader value, when the request has one, where user looks for
-// it; then the adapter's New(m.Flow); then handlers
+// UserValue of the UserHeader value, when the request has one, where user
+// looks for it; then the adapter's New(m.Flow); then handlers
 // answering 200 on "/" and "/health". m allows one request a minute per
 // key, keyed by user. When skip is not nil it is among m.Flow's options and must
 // exempt "/health" (httplimit.WithSkip, reading the framework's context).
@@ -92,8 +113,9 @@ type userStep struct {
 // is served without ever calling the key function.
 //
 // Then the usual chain, checkUserFallback: a second app from build, keyed
-// by keyfuncs.FirstOf(user, client address).
-func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build func(m Mount) App) {
+// by keyfuncs.FirstOf(user, client address). Last, checkUserIDType: a
+// user stored as Claims, whose requests get claimsStatus.
+func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, claimsStatus int, build func(m Mount) App) {
 	t.Helper()
 	var log KeyLog
 	opts := []httplimit.Option{
@@ -119,6 +141,7 @@ func CheckUserKey(t *testing.T, user keyfuncs.Func, skip httplimit.Option, build
 	assert.Equal(t, []string{"user:alice", "user:alice", "user:bob", ""}, log.Keys(), "keys")
 
 	checkUserFallback(t, user, build)
+	checkUserIDType(t, user, claimsStatus, build)
 }
 
 // checkUserFallback checks the chain that keys users by the ID the
@@ -184,5 +207,52 @@ func checkUserFallback(t *testing.T, user keyfuncs.Func, build func(m Mount) App
 	assert.Contains(t, rec["no_key"], "no user in", "the user helper found none: %s", lines[0])
 	for _, k := range []string{ipA, ipB, "alice", "bob", "carol"} {
 		assert.NotContains(t, lines[0], strings.TrimPrefix(k, "ip:"), "never a key or user")
+	}
+}
+
+// The Warn records of httplimit.LogErrors' first-occurrence checks that
+// a user stored as Claims meets, by the status its requests get: 500,
+// under a helper that reads the value as the framework stores it (the
+// adapters' User), which reports its type; 400, under keyfuncs.User,
+// whose getter returns a string and so finds no user.
+var claimsWarns = map[int]string{
+	http.StatusInternalServerError: "ratelimit: user ID of an unusable type, the first (later ones are logged at Debug): " +
+		"a user ID must be a string, an integer or a fmt.Stringer",
+	http.StatusBadRequest: "ratelimit: no key in request, the first (later ones are logged at Debug): " +
+		"if every request should have a key, mount the limiter after the middleware that sets it",
+}
+
+// checkUserIDType checks, through an app from build (see CheckUserKey)
+// whose Flow logs with the default ErrorHandler on slog.Default, a user
+// stored as Claims, not as an ID: its two requests get status (500 or
+// 400, see claimsWarns) and no key, and write one Warn record naming the
+// fix, then one at Debug, never holding the user's ID; a user stored as a
+// string is still keyed.
+func checkUserIDType(t *testing.T, user keyfuncs.Func, status int, build func(m Mount) App) {
+	t.Helper()
+	warn, ok := claimsWarns[status]
+	require.True(t, ok, "status %d for a user stored as Claims: want 500 or 400", status)
+	logs := new(logRecorder)
+	prev := slog.Default()
+	slog.SetDefault(slog.New(logs))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	var log KeyLog
+	app := build(FixedMount(t, 10, log.Wrap(user)))
+	var got []int
+	for _, id := range []string{ClaimsPrefix + "alice-7f3a", ClaimsPrefix + "alice-7f3a", "bob"} {
+		req := Request{Method: "GET", Path: "/", RemoteAddr: peerA, Header: http.Header{UserHeader: {id}}}
+		got = append(got, app.Do(t, req).Status)
+	}
+	require.Equal(t, []int{status, status, http.StatusOK}, got, "statuses: Claims twice, then a string")
+	assert.Equal(t, []string{"", "", "user:bob"}, log.Keys(), "keys")
+
+	recs := logs.all()
+	require.Len(t, recs, 2, "one record for each request refused: %+v", recs)
+	assert.Equal(t, slog.LevelWarn, recs[0].level, "the first: %+v", recs[0])
+	assert.True(t, strings.HasPrefix(recs[0].msg, warn), "the first names the fix: %q", recs[0].msg)
+	assert.Equal(t, slog.LevelDebug, recs[1].level, "the second: %+v", recs[1])
+	for _, r := range recs {
+		assert.NotContains(t, fmt.Sprint(r), "alice-7f3a", "never the user's ID")
 	}
 }

@@ -1,7 +1,9 @@
 package adapterstest
 
 import (
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,6 +35,10 @@ type spoofCase struct {
 	name  string
 	opts  []keyfuncs.IPOption
 	steps []spoofStep
+	// forwardWarn: the Flow's ClientIP trusts no proxy and meets
+	// X-Forwarded-For, which it reports in one Warn record on
+	// slog.Default (see keyfuncs.ClientIP).
+	forwardWarn bool
 }
 
 var spoofCases = []spoofCase{
@@ -45,6 +51,7 @@ var spoofCases = []spoofCase{
 			}
 			return append(steps, spoofStep{peer: "192.0.2.11:1000", header: forged[0], status: 200})
 		}(),
+		forwardWarn: true,
 	},
 	{
 		name: "trusted proxies: the right client, forged entries ignored",
@@ -86,10 +93,17 @@ var spoofCases = []spoofCase{
 }
 
 // RunSpoofing checks that clients are who the socket (and trusted proxies
-// only) say they are: one request per client, limit 1.
+// only) say they are: one request per client, limit 1. A ClientIP that
+// trusts no proxy reports the forwarding headers it meets in one Warn
+// record on slog.Default, naming the header and neither its value nor an
+// address; one that trusts proxies reports nothing.
 func RunSpoofing(t *testing.T, h Harness) {
 	for _, tc := range spoofCases {
 		t.Run(tc.name, func(t *testing.T) {
+			logs := new(logRecorder)
+			prev := slog.Default()
+			slog.SetDefault(slog.New(logs))
+			t.Cleanup(func() { slog.SetDefault(prev) })
 			clientIP, err := keyfuncs.NewClientIP(tc.opts...)
 			require.NoError(t, err)
 			ly := httplimit.Layer{Policy: fixed("global", 1)}
@@ -101,6 +115,22 @@ func RunSpoofing(t *testing.T, h Harness) {
 			for i, s := range tc.steps {
 				res := app.Do(t, Request{Method: "GET", Path: "/", RemoteAddr: s.peer, Header: s.header})
 				assert.Equal(t, s.status, res.Status, "step %d: peer %s, header %v: status", i, s.peer, s.header)
+			}
+			var warns []logRecord
+			for _, r := range logs.all() {
+				if r.level >= slog.LevelWarn {
+					warns = append(warns, r)
+				}
+			}
+			if !tc.forwardWarn {
+				assert.Empty(t, warns, "no Warn record")
+				return
+			}
+			require.Len(t, warns, 1, "one Warn record for every forwarding header: %+v", warns)
+			assert.Contains(t, warns[0].msg, "keyfuncs.TrustedProxies")
+			assert.Equal(t, map[string]string{"header": "X-Forwarded-For"}, warns[0].attrs, "the header's name, not its value")
+			for _, s := range tc.steps {
+				assert.NotContains(t, warns[0].msg, strings.Split(s.peer, ":")[0], "never an address")
 			}
 		})
 	}

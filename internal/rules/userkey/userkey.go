@@ -19,6 +19,14 @@ import (
 // nothing to key on.
 var ErrNoKey = errors.New("keyfuncs: no key in request")
 
+// ErrIDType is wrapped by the error of a user ID stored as a type Value
+// cannot key, and its text names the types it can; the whole error reads
+// "keyfuncs: user in gin context key "user" is a float64, not a string, an
+// integer or a fmt.Stringer". httplimit.LogErrors tells it by errors.Is,
+// to log the first at Warn and later ones at Debug. It never wraps
+// ErrNoKey, nor the reverse.
+var ErrIDType = errors.New("not a string, an integer or a fmt.Stringer")
+
 // MaxIDLen is the longest user ID, in bytes, that keyfuncs.User and the
 // adapters' helpers accept (keyfuncs documents it); a longer one is no
 // user.
@@ -64,8 +72,9 @@ func (l Lookup) ID(id string, found bool) (string, error) {
 // Value is ID for a value v as stored: a string, an integer (an auth
 // middleware's numeric ID: c.Set("user", 42)) in decimal, or a
 // fmt.Stringer (a UUID) by its String. A nil v is no user, and a v of
-// another type is a programming error, reported as such (not as ErrNoKey,
-// so that keyfuncs.FirstOf does not hide it).
+// another type is a programming error, reported as such: an error
+// wrapping ErrIDType, not ErrNoKey, so that keyfuncs.FirstOf does not
+// hide it.
 func (l Lookup) Value(v any, found bool) (string, error) {
 	if !found || v == nil {
 		return "", l.errNone
@@ -89,7 +98,7 @@ func (l Lookup) Value(v any, found bool) (string, error) {
 	case fmt.Stringer:
 		id = x.String()
 	default:
-		return "", fmt.Errorf("keyfuncs: user in %s is a %T, not a string, an integer or a fmt.Stringer", l.where, v)
+		return "", fmt.Errorf("keyfuncs: user in %s is a %T, %w", l.where, v, ErrIDType)
 	}
 	return l.ID(id, true)
 }

@@ -33,7 +33,7 @@ func TestLookup(t *testing.T) {
 		{"a uint64", uint64(18446744073709551615), true, "user:18446744073709551615", false, ""},
 		{"a Stringer", stringer("9f2c-uuid"), true, "user:9f2c-uuid", false, ""},
 		{"an empty Stringer", stringer(""), true, "", true, "empty user ID in"},
-		{"a float", 4.2, true, "", false, "is a float64, not a string, an integer or a fmt.Stringer"},
+		{"a float", 4.2, true, "", false, `keyfuncs: user in gin context key "user" is a float64, not a string, an integer or a fmt.Stringer`},
 		{"a struct", struct{ ID int }{42}, true, "", false, "not a string, an integer or a fmt.Stringer"},
 	}
 	for _, tc := range cases {
@@ -49,8 +49,10 @@ func TestLookup(t *testing.T) {
 			assert.ErrorContains(t, err, tc.errText)
 			if tc.noKey {
 				assert.ErrorIs(t, err, ErrNoKey)
+				assert.NotErrorIs(t, err, ErrIDType)
 			} else {
 				assert.NotErrorIs(t, err, ErrNoKey, "a programming error must not look like a missing user")
+				assert.ErrorIs(t, err, ErrIDType, "the type's error, told without reading its text")
 			}
 		})
 	}
