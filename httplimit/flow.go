@@ -82,11 +82,12 @@ func (f *Flow) Serve(r keyfuncs.Request, w Response, next func(ctx context.Conte
 // that settle. A flow of one layer that applies to every request and
 // counts all keeps its Request on the stack and asks the Limiter for no
 // per-layer decision; other flows use a pooled scratch.
+//
+// admit has one defer, which the compiler open-codes: two, by admit's
+// returns, would be run by the runtime (about 170 instructions a request,
+// callgrind of BenchmarkEcho/LimiterUntimed).
 func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s *settlement) {
 	var sc *scratch
-	// One defer, open-coded: two, by admit's returns, would be run by
-	// the runtime (about 170 instructions a request, callgrind of
-	// BenchmarkEcho/LimiterUntimed).
 	defer func() {
 		if sc != nil {
 			sc.release()
@@ -106,8 +107,7 @@ func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s
 			return true, nil
 		}
 	}
-	var one [1]core.Request
-	var oneKey [1]string
+	one, oneKey := [1]core.Request{}, [1]string{}
 	reqs, keys := one[:], oneKey[:0]
 	if !f.one {
 		sc = scratches.Get().(*scratch)
@@ -131,9 +131,7 @@ func (f *Flow) admit(r keyfuncs.Request, w Response, st *state) (proceed bool, s
 	if len(keys) == 0 {
 		return f.proceed(st, r.Context(), r, w), nil // no layer applies
 	}
-	if f.costly {
-		f.costs(st, r, reqs)
-	}
+	f.costs(st, r, reqs)
 	st.in = inLimiter
 	ctx := r.Context()
 	settles := f.settles && f.anySettles(reqs)
@@ -202,6 +200,14 @@ func (f *Flow) keyed(r keyfuncs.Request, m *matcher, reqs []core.Request, keys [
 // costs sets the cost of each layer of reqs that applies, by its Cost (1
 // when nil).
 func (f *Flow) costs(st *state, r keyfuncs.Request, reqs []core.Request) {
+	if !f.costly {
+		return // inlined: no call
+	}
+	f.setCosts(st, r, reqs)
+}
+
+// setCosts is costs for a flow whose layers have a Cost.
+func (f *Flow) setCosts(st *state, r keyfuncs.Request, reqs []core.Request) {
 	for i := range reqs {
 		if cost := f.layers.layers[i].cost; cost != nil && reqs[i].Key != "" {
 			st.in = inCost
