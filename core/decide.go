@@ -256,13 +256,12 @@ func (l *Limiter) refused(r *Request, i uint8) error {
 // request (see adjust).
 func (l *Limiter) sourced(ctx context.Context, r *Request, i uint8) (capacity, configured int64, err error) {
 	lp := &l.policies[i]
-	p, ceiling, err := l.adjust(ctx, r.Key, *lp)
+	ceiling, err := l.adjust(ctx, r.Key, lp, &r.Policy)
 	if err != nil {
 		r.Policy = *lp
 		return l.caps[i], l.caps[i], err
 	}
-	r.Policy = p
-	return p.capacity(), max(l.caps[i], ceiling), nil
+	return r.Policy.capacity(), max(l.caps[i], ceiling), nil
 }
 
 // badInput leaves in v the decision of c's request, refused for bad

@@ -66,7 +66,7 @@ func (l *Limiter) quietRequests(ctx context.Context, fn string, c *call) error {
 		}
 		r.Policy = *lp
 		if l.sources != nil {
-			if r.Policy, _, err = l.adjust(ctx, r.Key, *lp); err != nil {
+			if _, err = l.adjust(ctx, r.Key, lp, &r.Policy); err != nil {
 				return fmt.Errorf("ratelimit: %s: %w", fn, err)
 			}
 		}
