@@ -2,34 +2,23 @@ package echolimit_test
 
 import (
 	"net/http"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/adapters/echo"
+	echolimit "github.com/apigate/ratelimit/adapters/echo"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
 )
 
 // TestPerIPOverSockets: the one-line form, httplimit.PerIP mounted with
-// echolimit.New, served on a real listener on 127.0.0.1: a client's first three
-// requests pass, its fourth gets 429 and a Retry-After.
+// echolimit.New, served by net/http on a real listener on 127.0.0.1
+// (adapterstest.CheckPerIP).
 func TestPerIPOverSockets(t *testing.T) {
-	e := echo.New()
-	e.Use(echolimit.New(httplimit.PerIP(adapterstest.NewStore(t), 3, time.Minute)))
-	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, adapterstest.Body) })
-	addr := adapterstest.ListenHTTP(t, e)
-	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
-		res := adapterstest.Send(t, addr, adapterstest.RawRequest{})
-		require.Equal(t, want, res.Status, "request %d: %s", i+1, res.Body)
-		if want == http.StatusTooManyRequests {
-			retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
-			require.NoError(t, err, "Retry-After %q", res.Header.Get("Retry-After"))
-			assert.Positive(t, retry, "Retry-After")
-		}
-	}
+	adapterstest.CheckPerIP(t, func(t testing.TB, f *httplimit.Flow) string {
+		e := echo.New()
+		e.Use(echolimit.New(f))
+		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, adapterstest.Body) })
+		return adapterstest.ListenHTTP(t, e)
+	})
 }

@@ -1,36 +1,23 @@
 package fiberlimit_test
 
 import (
-	"net/http"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/apigate/ratelimit/adapters/fiber"
+	fiberlimit "github.com/apigate/ratelimit/adapters/fiber"
 	"github.com/apigate/ratelimit/adapters/internal/adapterstest"
 	"github.com/apigate/ratelimit/httplimit"
 )
 
 // TestPerIPOverSockets: the one-line form, httplimit.PerIP mounted with
-// fiberlimit.New, served by Fiber's own server on a real listener on
-// 127.0.0.1: a client's first three requests pass, its fourth gets 429 and
-// a Retry-After.
+// fiberlimit.New, served by Fiber's own server on a real listener on 127.0.0.1
+// (adapterstest.CheckPerIP).
 func TestPerIPOverSockets(t *testing.T) {
-	a := &app{fiber: fiber.New(fiber.Config{DisableStartupMessage: true})}
-	a.fiber.Use(fiberlimit.New(httplimit.PerIP(adapterstest.NewStore(t), 3, time.Minute)))
-	a.fiber.Get("/", func(c *fiber.Ctx) error { return c.SendString(adapterstest.Body) })
-	addr := a.listen(t)
-	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
-		res := adapterstest.Send(t, addr, adapterstest.RawRequest{})
-		require.Equal(t, want, res.Status, "request %d: %s", i+1, res.Body)
-		if want == http.StatusTooManyRequests {
-			retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
-			require.NoError(t, err, "Retry-After %q", res.Header.Get("Retry-After"))
-			assert.Positive(t, retry, "Retry-After")
-		}
-	}
+	adapterstest.CheckPerIP(t, func(t testing.TB, f *httplimit.Flow) string {
+		a := &app{fiber: fiber.New(fiber.Config{DisableStartupMessage: true})}
+		a.fiber.Use(fiberlimit.New(f))
+		a.fiber.Get("/", func(c *fiber.Ctx) error { return c.SendString(adapterstest.Body) })
+		return a.listen(t)
+	})
 }
