@@ -33,11 +33,9 @@ const (
 type ipResolver struct {
 	ipConfig
 	keys keyCache // the keys of the last clients, for keyOf
-	// checked is true once the forwarding check is done: a forwarding
-	// header seen while no proxy is trusted was logged, or the first
-	// forwardingChecks requests came without one (see checkForwarding).
-	checked atomic.Bool
-	checks  atomic.Int64 // the requests checked so far
+	// checks counts the requests the forwarding check has looked at; at
+	// forwardingChecks or more the check is over (see checkForwarding).
+	checks atomic.Int64
 }
 
 // ipConfig is what IPOptions set.
@@ -80,7 +78,7 @@ func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 			if a, ok := r.fromHeader(req); ok {
 				return a, nil
 			}
-		} else if !r.checked.Load() { // one atomic load a request, once checked
+		} else if r.checks.Load() < forwardingChecks { // one atomic load a request, once over
 			r.checkForwarding(req)
 		}
 		return peerAddr(req)
@@ -109,6 +107,10 @@ func (r *ipResolver) clientIP(req Request) (netip.Addr, error) {
 // then no longer paid by an API that has no proxy in front.
 const forwardingChecks = 1024
 
+// checkOver is the count that ends the forwarding check at once (a
+// report), far above forwardingChecks whatever adds to it after.
+const checkOver = 1 << 62
+
 // checkForwarding reports, once per resolver, a request that came with
 // X-Forwarded-For or Forwarded to a resolver that trusts no proxy and no
 // header, among its first forwardingChecks requests: behind a proxy,
@@ -116,7 +118,6 @@ const forwardingChecks = 1024
 // peer's address are never logged.
 func (r *ipResolver) checkForwarding(req Request) {
 	if r.checks.Add(1) > forwardingChecks {
-		r.checked.Store(true)
 		return
 	}
 	name := headerXFF
@@ -126,7 +127,7 @@ func (r *ipResolver) checkForwarding(req Request) {
 		}
 		name = headerForwarded
 	}
-	if r.checked.CompareAndSwap(false, true) {
+	if r.checks.Swap(checkOver) <= forwardingChecks { // the first to end the check reports
 		reportForwarding(req.Context(), name)
 	}
 }
