@@ -16,6 +16,8 @@ import (
 //	requests    the requests made ready: keys as the store sees them, costs, policies in force
 //	fail mode   a PolicySource that failed decides by the layers' FailClosed
 //	over        a cost beyond the policy in force is a denial, the store not asked
+//	leases      a leased layer's request decided from a grant held in process
+//	            (see lease.go), the others going on to ask
 //	ask         the caller gone, the deny cache, the circuit breakers, the store
 //	            (or, when it fails, the fallback or FailClosed), the mirror
 //	verdict     the layers' decisions made the request's
@@ -206,6 +208,8 @@ func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, out []Decis
 		l.failLayers(reqs, v, policyErr)
 	case over != 0:
 		l.overLayers(reqs, over, v)
+	case l.leasedBits != 0:
+		err = l.leases(ctx, at, c, reqs, w)
 	default:
 		err = l.ask(ctx, at, c, reqs, w)
 	}
@@ -216,7 +220,7 @@ func (l *Limiter) decide(ctx context.Context, at time.Time, c *call, out []Decis
 	if w != nil {
 		l.observeLayers(reqs, w, v, err)
 	}
-	if d.Source != SourceStore || err != nil {
+	if d.Source != SourceStore && d.Source != SourceLease || err != nil {
 		v.took = time.Time{} // nothing the store took, to refund
 	}
 	return err

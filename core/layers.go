@@ -75,7 +75,10 @@ func (l *Limiter) verdict(reqs []Request, v *verdict, src Source, err error) {
 		return
 	}
 	d := &v.ds[0] // the request's decision is its one layer's
-	d.Policy, d.Source, d.Err = reqs[0].Policy, src, err
+	d.Policy = reqs[0].Policy
+	if src != sourceKept {
+		d.Source, d.Err = src, err
+	}
 	v.binding = 0
 }
 
@@ -92,7 +95,10 @@ func (l *Limiter) verdictLayers(reqs []Request, v *verdict, src Source, err erro
 	var delay time.Duration
 	for i := range v.ds {
 		d := &v.ds[i]
-		d.Policy, d.Source, d.Err = reqs[i].Policy, src, err
+		d.Policy = reqs[i].Policy
+		if src != sourceKept {
+			d.Source, d.Err = src, err
+		}
 		if d.Allowed {
 			delay = max(delay, d.Delay)
 			if !allowed { // it took nothing: what it has left is its cost more

@@ -52,6 +52,10 @@ type Limiter struct {
 	// inProcess is set once the store has shown itself in process (it
 	// reported the time it decided at): its latency is not measured.
 	inProcess atomic.Bool
+	// leased holds the leases of each layer with a Policy.Lease (nil for
+	// the others, and when none has), leasedBits those layers.
+	leased     []*leaseTable
+	leasedBits uint32
 }
 
 // NewLimiter returns a Limiter over store of policies, its layers: 1 to 16
@@ -104,6 +108,7 @@ func NewLimiter(store Store, policies []Policy, opts ...Option) (*Limiter, error
 		sources:  c.sources,
 	}
 	l.bornNs = unixNano(l.born)
+	l.leased, l.leasedBits = leaseTables(own)
 	if c.denyCacheKeys > 0 {
 		l.denied = &denyCache{max: c.denyCacheKeys, m: make(map[string]denial)}
 	}
@@ -265,6 +270,11 @@ func (l *Limiter) resetPolicy(ctx context.Context, key string, policy *Policy) e
 	}
 	if l.denied != nil {
 		l.denied.reset(key)
+	}
+	for i := range l.leased {
+		if t := l.leased[i]; t != nil && &l.policies[i] == policy {
+			t.forget(key) // what it held, the store forgot
+		}
 	}
 	if err != nil {
 		if callerDone(ctx) {

@@ -120,13 +120,20 @@ type Policy struct {
 	// it: a layer fails as it was configured.
 	FailClosed time.Duration
 
-	// _ keeps a Policy 96 bytes, a multiple of 16 (TestCopiedTypesAreWholeVectors),
-	// as Decision and Request are: every decision copies a Policy, and
-	// at 88 bytes the copy's last two 16-byte moves overlap, so that a copy
-	// of a fresh copy waits for stores that cannot be forwarded (a
-	// store-forwarding stall): the single limit's decision took a third
-	// longer (BenchmarkLimiterPaths/healthy 34 -> 45 ns).
-	_ [8]byte
+	// Lease, above zero, leases the layer's quota to each Limiter that
+	// shares it (see docs/leases.md): a Limiter takes a share of the
+	// quota from the store in one step, decides from it in process, renews
+	// it before it runs out and gives back what it did not use, so that a
+	// hot key (a layer for the whole API) costs a few store calls a Lease
+	// rather than one a request. Lease is the longest a share lives, from
+	// 1 ms to Window. FixedWindow and SlidingWindowCounter admit no more
+	// than without leases (a share never outlives the window it was taken
+	// in); TokenBucket admits at most Lease times the rate more in any
+	// interval: Window/100 keeps that at 1% of Limit. SlidingWindowLog and
+	// LeakyBucket, which date every admission, and a Lockout, which
+	// strikes each denial in the store, cannot be leased. 0, the default,
+	// asks the store for every request.
+	Lease time.Duration
 }
 
 // Validate reports whether p is usable, wrapping ErrInvalidOption with the
@@ -161,6 +168,9 @@ func (p Policy) Validate() error {
 		return bad("burst %d takes more than limits.MaxWindow (366 days) to fill at %d per %v; lower the burst or raise the rate", p.Burst, p.Limit, p.Window)
 	}
 	if reason := p.lockoutInvalid(); reason != "" {
+		return bad("%s", reason)
+	}
+	if reason := p.leaseInvalid(); reason != "" {
 		return bad("%s", reason)
 	}
 	if p.FailClosed != 0 && (p.FailClosed < limits.MinWindow || p.FailClosed > limits.MaxWindow) {

@@ -53,5 +53,10 @@ func (l *Limiter) Refund(ctx context.Context, at time.Time, reqs []Request) erro
 			l.denied.reset(rs[j].Key) // a denial remembered before the units came back no longer holds
 		}
 	}
+	for j := range rs {
+		if l.leased != nil && l.leased[c.layers[j]] != nil {
+			l.leased[c.layers[j]].undry(rs[j].Key) // likewise a lease's
+		}
+	}
 	return nil
 }

@@ -98,5 +98,5 @@ func (l *Limiter) adjust(ctx context.Context, key string, p, q *Policy) (int64, 
 func samePolicy(a, b *Policy) bool {
 	return a.Limit == b.Limit && a.Window == b.Window && a.Burst == b.Burst &&
 		a.Lockout == b.Lockout && a.LockoutMax == b.LockoutMax && a.LockoutMemory == b.LockoutMemory &&
-		a.FailClosed == b.FailClosed && a.Name == b.Name && a.Algorithm == b.Algorithm
+		a.FailClosed == b.FailClosed && a.Lease == b.Lease && a.Name == b.Name && a.Algorithm == b.Algorithm
 }

@@ -117,9 +117,18 @@ const (
 	// SourceList: an allow or deny list decided, before any store (the
 	// HTTP flow's lists, told to observers with Limiter.Observe).
 	SourceList
+	// SourceLease: a leased layer decided in process, from the share of
+	// its quota that the Limiter holds (see Policy.Lease); Remaining is
+	// then the Limiter's estimate of the fleet's.
+	SourceLease
+
+	// sourceKept, given to verdict, keeps each decision's own Source and
+	// Err (some decided by a lease, some by the store).
+	sourceKept Source = 255
 )
 
-// String returns "store", "fallback", "deny-cache", "fail-mode" or "list".
+// String returns "store", "fallback", "deny-cache", "fail-mode", "list" or
+// "lease".
 func (s Source) String() string {
 	switch s {
 	case SourceStore:
@@ -132,6 +141,8 @@ func (s Source) String() string {
 		return "fail-mode"
 	case SourceList:
 		return "list"
+	case SourceLease:
+		return "lease"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
