@@ -25,7 +25,7 @@
 //	cost         the request's cost
 //	remaining    Decision.Remaining
 //	retry_after  Decision.RetryAfter (a slog duration: JSONHandler writes nanoseconds)
-//	source       Decision.Source: "store", "fallback", "deny-cache", "fail-mode"
+//	source       Decision.Source: "store", "fallback", "deny-cache", "fail-mode", "lease"
 //	key          the client key, when it is shown as it is (see Keys)
 //	key_hash     or its digest, 16 hex digits of its SHA-256 (HMAC-SHA256 with a secret, WithKeys)
 //	error_kind   for store failures: "timeout", "circuit_open", "error"

@@ -1,0 +1,88 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+)
+
+// callCounter is a Store that counts the calls made of it: each Take and
+// Refund of a Store over one Redis is one round trip.
+type callCounter struct {
+	core.Store
+	calls atomic.Int64
+}
+
+func (s *callCounter) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	s.calls.Add(1)
+	return s.Store.Take(ctx, now, reqs, out)
+}
+
+func (s *callCounter) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	s.calls.Add(1)
+	return s.Store.Refund(ctx, at, reqs)
+}
+
+// BenchmarkLease measures a global layer over a local redis-server, leased
+// and not (Redis TIME, no explicit clock): alone, and with a per-client
+// layer over 10,000 clients, which asks Redis for every request. It
+// reports the round trips per decision (trips/op): a leased layer adds
+// none to the per-client layer's one.
+func BenchmarkLease(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	clients := make([]string, 10_000)
+	for i := range clients {
+		clients[i] = "client-" + strconv.Itoa(i)
+	}
+	global := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1_000_000_000, Window: time.Minute}
+	client := core.Policy{Name: "client", Algorithm: core.TokenBucket, Limit: 1_000_000, Window: time.Second}
+	for _, layered := range []bool{false, true} {
+		for _, lease := range []time.Duration{0, 6 * time.Second} {
+			name := map[bool]string{false: "global", true: "layered"}[layered] + map[bool]string{false: "/plain", true: "/leased"}[lease > 0]
+			b.Run(name, func(b *testing.B) {
+				st := &callCounter{Store: mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))}
+				g := global
+				g.Lease = lease
+				ps := []core.Policy{g}
+				if layered {
+					ps = append(ps, client)
+				}
+				l, err := core.NewLimiter(st, ps)
+				if err != nil {
+					b.Fatal(err)
+				}
+				reqs := make([]core.Request, len(ps))
+				decide := func(i int) {
+					reqs[0] = core.Request{Key: "api", Cost: 1}
+					if layered {
+						reqs[1] = core.Request{Key: clients[i%len(clients)], Cost: 1}
+					}
+					d, _, err := l.AllowLayers(ctx, time.Time{}, reqs, nil)
+					if err != nil || !d.Allowed {
+						b.Fatalf("%+v, %v", d, err)
+					}
+				}
+				for i := range 2_000 { // shares grown to the rate
+					decide(i)
+				}
+				before := st.calls.Load()
+				b.ReportAllocs()
+				b.ResetTimer()
+				i := 0
+				for b.Loop() {
+					decide(i)
+					i++
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(st.calls.Load()-before)/float64(b.N), "trips/op")
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
+	}
+}
