@@ -45,7 +45,7 @@ func layeredFlow(t *testing.T, opts ...httplimit.Option) *httplimit.Flow {
 	deny, err := access.NewList(entry)
 	require.NoError(t, err)
 	flow, err := httplimit.New(store, []httplimit.Layer{
-		{Policy: core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}},
+		{Policy: core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20, Lease: 600 * time.Millisecond}},
 		{Policy: core.Policy{Name: "pets", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute},
 			Methods: []string{"GET", "POST"}, Routes: []string{"/pets", "/pets/:id"}, Cost: petsCost, Key: apiKey},
 		{Policy: core.Policy{Name: "login", Algorithm: core.SlidingWindowLog, Limit: 5, Window: 15 * time.Minute,
@@ -155,7 +155,7 @@ func item(name, alg string, limit, window, burst, cost int, key string, extra ..
 }
 
 var (
-	global = item("global", "token_bucket", 100, 60, 20, 1, "ip")
+	global = item("global", "token_bucket", 100, 60, 20, 1, "ip", "lease", 0.6)
 	login  = item("login", "sliding_window_log", 5, 900, 0, 1, "ip", "lockout", 1800, "fail_closed", 5)
 )
 

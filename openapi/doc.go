@@ -53,6 +53,9 @@
 //	             locked out at its first offence (core.Policy.Lockout)
 //	fail_closed  only for a layer that fails closed: the seconds of
 //	             Retry-After on its 503 while the limiter's store is down
+//	lease        only for a leased layer (core.Policy.Lease): the
+//	             seconds a server's share of the quota lives; its
+//	             Remaining is the server's estimate of the fleet's
 //
 // For example:
 //

@@ -28,6 +28,7 @@ type limit struct {
 	Counts     string  `json:"counts,omitempty"`
 	Lockout    float64 `json:"lockout,omitempty"`
 	FailClosed float64 `json:"fail_closed,omitempty"`
+	Lease      float64 `json:"lease,omitempty"`
 }
 
 // countsNames are the counts members of the layers that do not count
@@ -74,6 +75,7 @@ func (d *describer) limitsOf(method, path string) []limit {
 			Name: p.Name, Algorithm: string(p.Algorithm), Limit: p.Limit,
 			Window: p.Window.Seconds(), Cost: 1, Key: d.kinds[i],
 			Lockout: p.Lockout.Seconds(), FailClosed: p.FailClosed.Seconds(),
+			Lease: p.Lease.Seconds(),
 		}
 		l.Counts = countsNames[ly.Counts]
 		if p.Algorithm == core.TokenBucket || p.Algorithm == core.LeakyBucket {

@@ -102,7 +102,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown algorithm", "layers:\n  - {name: a, algorithm: gcra, limit: 1, window: 1s}\n",
 			`layers[0] "a": algorithm: unknown algorithm "gcra": want one of ` + allAlgorithms},
 		{"misspelt field", "layers:\n  - {name: a, algoritm: fixed, limit: 1, window: 1s}\n",
-			`layers[0] "a": unknown field "algoritm" (want name, algorithm, limit, window, burst, lockout, lockout_max, lockout_memory, fail_closed, counts, key, methods, routes, costs)`},
+			`layers[0] "a": unknown field "algoritm" (want name, algorithm, limit, window, burst, lockout, lockout_max, lockout_memory, fail_closed, lease, counts, key, methods, routes, costs)`},
 		{"bad limit", "layers:\n  - {name: a, algorithm: fixed, limit: many, window: 1s}\n", `layers[0] "a": limit: "many" is not a whole number`},
 		{"invalid policy", "layers:\n  - {name: a, algorithm: fixed, limit: 0, window: 1s}\n", `layers[0] "a": ratelimit: invalid argument`},
 		{"unknown counts", fmt.Sprintf(layer, "counts: errors"), `layers[0] "a": counts: unknown mode "errors" (want all, failures, successes, reported)`},

@@ -59,12 +59,12 @@ func Algorithm(name string) (core.Algorithm, error) {
 
 // PolicyFields are the names of the fields of a core.Policy that
 // SetPolicyField sets, in the order the errors list them.
-var PolicyFields = []string{"name", "algorithm", "limit", "window", "burst", "lockout", "lockout_max", "lockout_memory", "fail_closed"}
+var PolicyFields = []string{"name", "algorithm", "limit", "window", "burst", "lockout", "lockout_max", "lockout_memory", "fail_closed", "lease"}
 
 // SetPolicyField sets the field of p that field names (one of
 // PolicyFields) to what text says: name as it is; algorithm as
 // Algorithm reads it; limit and burst as whole numbers; window, lockout,
-// lockout_max, lockout_memory and fail_closed as durations ("1m", "15m",
+// lockout_max, lockout_memory, fail_closed and lease as durations ("1m", "15m",
 // "5s"). The error names the field. p is not validated: that is the
 // caller's, once every field is set.
 func SetPolicyField(p *core.Policy, field, text string) error {
@@ -88,6 +88,8 @@ func SetPolicyField(p *core.Policy, field, text string) error {
 		p.LockoutMemory, err = time.ParseDuration(text)
 	case "fail_closed":
 		p.FailClosed, err = time.ParseDuration(text)
+	case "lease":
+		p.Lease, err = time.ParseDuration(text)
 	default:
 		return fmt.Errorf("unknown field %q (want %s)", field, strings.Join(PolicyFields, ", "))
 	}
