@@ -40,10 +40,11 @@ const maxLeasedKeys = 1024
 
 // leaseTable holds a leased layer's leases, one per key.
 type leaseTable struct {
-	life int64    // Policy.Lease, ns
-	m    sync.Map // key, as the store sees it -> *lease
-	n    atomic.Int64
-	mu   sync.Mutex // serializes inserts and sweeps
+	life  int64    // Policy.Lease, ns
+	m     sync.Map // key, as the store sees it -> *lease
+	n     atomic.Int64
+	mu    sync.Mutex // serializes inserts and sweeps
+	swept int64      // when the table was last swept, under mu
 }
 
 // grant is a share of a layer's quota held in process.
@@ -248,8 +249,8 @@ func (t *leaseTable) get(l *Limiter, r *Request, now int64) *lease {
 		t.n.Add(-1)
 		l.drop(old)
 	}
-	if t.n.Load() >= maxLeasedKeys && !t.sweep(l, now) {
-		return nil
+	if t.n.Load() >= maxLeasedKeys && (now-t.swept < t.life || !t.sweep(l, now)) {
+		return nil // full: swept at most once a lifetime, so that a flood of new keys costs no sweep each
 	}
 	le := &lease{key: strings.Clone(r.Key), policy: r.Policy, life: t.life, since: now, fleet: r.Policy.capacity()}
 	t.m.Store(le.key, le)
@@ -260,6 +261,7 @@ func (t *leaseTable) get(l *Limiter, r *Request, now int64) *lease {
 // sweep removes the leases that have decided nothing for two lifetimes,
 // giving back what they hold, and reports whether it removed any.
 func (t *leaseTable) sweep(l *Limiter, now int64) bool {
+	t.swept = now
 	removed := false
 	t.m.Range(func(k, x any) bool {
 		le := x.(*lease)
