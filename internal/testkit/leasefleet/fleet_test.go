@@ -1,0 +1,148 @@
+//go:build unix
+
+package leasefleet
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/apigate/ratelimit/internal/testkit/gobuild"
+	"github.com/apigate/ratelimit/internal/testkit/redistest"
+)
+
+// servers is the size of the fleet.
+const servers = 8
+
+// Bounds of the measurement.
+const (
+	warmUp       = time.Second // left out of the round trips' share
+	maxTripShare = 0.05        // global round trips per request, at most
+)
+
+// TestFleet runs eight app servers (./server) as processes over one
+// Redis, then over a Redis Cluster of three masters, drives them above
+// the leased global limit, and checks that the global layer admits no
+// more than its Limit in any window, that the per-client layers admit
+// exactly their limit to a client above it, and that the global layer's
+// store round trips are at most 5% of the requests after warm-up.
+func TestFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs eight app servers and Redis for about 30 s")
+	}
+	bin := filepath.Join(t.TempDir(), "leasefleet-server")
+	gobuild.Build(t, ".", bin, "./server")
+
+	t.Run("redis", func(t *testing.T) {
+		r := redistest.Start(t)
+		url := "redis://" + r.Addr()
+		if r.External() {
+			url = os.Getenv("REDIS_URL")
+		}
+		runFleet(t, bin, "REDIS_URL="+url)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		runFleet(t, bin, "REDIS_CLUSTER="+strings.Join(c.Addrs(), ","))
+	})
+}
+
+// runFleet runs the fleet over the store of env, drives it and checks it.
+func runFleet(t *testing.T, bin string, env string) {
+	prefix := fmt.Sprintf("leasefleet-%d:", time.Now().UnixNano())
+	ps := startFleet(t, bin, servers, env, "PREFIX="+prefix)
+	bases := make([]string, len(ps))
+	for i, p := range ps {
+		bases[i] = p.base
+	}
+	c := newClient()
+	defer c.CloseIdleConnections()
+
+	// Two whole windows after the warm-up, ending on a window's end.
+	start := time.Now()
+	end := time.Unix(WindowOf(start.Add(warmUp)), 0).Add(3 * Window)
+	done := make(chan []result, 1)
+	go func() { done <- drive(c, bases, end) }()
+	time.Sleep(time.Until(start.Add(warmUp)))
+	before := sum(fleetCounts(t, c, ps))
+	results := <-done
+	after := sum(fleetCounts(t, c, ps))
+	t.Logf("load: %d requests in %v to %d servers", len(results), time.Since(start).Round(time.Millisecond), servers)
+
+	checkErrors(t, results)
+	checkGlobal(t, results, after, start, end)
+	checkClients(t, results)
+	checkTrips(t, before, after)
+	stopFleet(t, ps)
+}
+
+// checkErrors expects every request answered 200 or 429.
+func checkErrors(t *testing.T, results []result) {
+	t.Helper()
+	bad := 0
+	for _, r := range results {
+		if r.err != nil || r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
+			if bad++; bad <= 5 {
+				t.Errorf("%s %s (%s): status %d, error %v", r.method, r.path, r.key, r.status, r.err)
+			}
+		}
+	}
+	assert.Zero(t, bad, "requests neither admitted nor denied")
+}
+
+// checkGlobal expects the fleet's admissions in every window, as the
+// servers counted them at the decision, within GlobalLimit, and demand
+// above it in every whole window of the load (from start to end).
+func checkGlobal(t *testing.T, results []result, c Counts, start, end time.Time) {
+	t.Helper()
+	sent := map[int64]int64{}
+	globalDenied := 0
+	for _, r := range results {
+		sent[WindowOf(r.t0)]++
+		if r.status == http.StatusTooManyRequests && r.limit == GlobalLimit {
+			globalDenied++
+		}
+	}
+	windows := slices.Sorted(maps.Keys(c.Admitted))
+	wholes := 0
+	for _, w := range windows {
+		from := time.Unix(w, 0)
+		whole := !from.Before(start) && !from.Add(Window).After(end)
+		t.Logf("window %d (+%ds): %d requests sent, %d admitted (limit %d, %.1f%%), whole: %v",
+			w, w-windows[0], sent[w], c.Admitted[w], GlobalLimit, 100*float64(c.Admitted[w])/GlobalLimit, whole)
+		assert.LessOrEqual(t, c.Admitted[w], int64(GlobalLimit), "window %d: admitted above the global limit", w)
+		if whole {
+			wholes++
+			assert.Greater(t, sent[w], int64(GlobalLimit), "window %d: demand above the global limit", w)
+		}
+	}
+	assert.GreaterOrEqual(t, wholes, 2, "whole windows in the load")
+	t.Logf("global layer: %d requests denied by it; %d of %d requests decided by a lease (%.1f%%)",
+		globalDenied, c.LeaseDecisions, c.Requests, 100*float64(c.LeaseDecisions)/float64(c.Requests))
+	assert.Positive(t, globalDenied, "the global layer denied no request")
+}
+
+// checkTrips expects the store calls for the global key, between before
+// and after (the warm-up left out), at most maxTripShare of the requests.
+func checkTrips(t *testing.T, before, after Counts) {
+	t.Helper()
+	requests := after.Requests - before.Requests
+	takes := after.GlobalTakes - before.GlobalTakes
+	refunds := after.GlobalRefunds - before.GlobalRefunds
+	trips := takes + refunds
+	share := float64(trips) / float64(requests)
+	t.Logf("steady state: %d requests; global key: %d takes (%d units in all) + %d refunds = %d round trips, %.2f%% of requests; all store calls: %d takes, %d refunds",
+		requests, takes, after.GlobalTakeUnits-before.GlobalTakeUnits, refunds, trips, 100*share,
+		after.Takes-before.Takes, after.Refunds-before.Refunds)
+	require.Positive(t, requests, "no request after the warm-up")
+	assert.LessOrEqual(t, share, maxTripShare, "round trips for the global key per request")
+}
