@@ -18,7 +18,7 @@ import (
 // that a 429's X-RateLimit-Limit names the layer that denied it.
 const (
 	Window = 5 * time.Second
-	Lease  = time.Second
+	Lease  = 2 * time.Second
 
 	GlobalLimit = 3000 // every request, one key: leased
 	ClientLimit = 30   // every request, per API key
@@ -50,13 +50,18 @@ const (
 // ListeningPrefix starts the banner line that gives the server's URL.
 const ListeningPrefix = "listening on "
 
+// FailClosed is every layer's: a store that fails (a machine so busy
+// that Redis answers late) denies with 503, so that every admission the
+// test counts was decided by the store or a lease.
+const FailClosed = time.Second
+
 // Policies returns the layers' policies: global, client, search, writes.
 func Policies() []core.Policy {
 	return []core.Policy{
-		{Name: GlobalName, Algorithm: core.FixedWindow, Limit: GlobalLimit, Window: Window, Lease: Lease},
-		{Name: ClientName, Algorithm: core.FixedWindow, Limit: ClientLimit, Window: Window},
-		{Name: SearchName, Algorithm: core.FixedWindow, Limit: SearchLimit, Window: Window},
-		{Name: WritesName, Algorithm: core.SlidingWindowCounter, Limit: WritesLimit, Window: Window},
+		{Name: GlobalName, Algorithm: core.FixedWindow, Limit: GlobalLimit, Window: Window, Lease: Lease, FailClosed: FailClosed},
+		{Name: ClientName, Algorithm: core.FixedWindow, Limit: ClientLimit, Window: Window, FailClosed: FailClosed},
+		{Name: SearchName, Algorithm: core.FixedWindow, Limit: SearchLimit, Window: Window, FailClosed: FailClosed},
+		{Name: WritesName, Algorithm: core.SlidingWindowCounter, Limit: WritesLimit, Window: Window, FailClosed: FailClosed},
 	}
 }
 
@@ -72,18 +77,24 @@ func WindowOf(t time.Time) int64 {
 type Counts struct {
 	// Requests is the requests to the API, decided or not.
 	Requests int64
-	// Admitted counts the admitted requests by the window (WindowOf) the
-	// handler ran in, right after the decision.
-	Admitted map[int64]int64
-	// Denied is the requests answered 429.
-	Denied int64
+	// Admitted counts the admitted requests by the window (WindowOf) they
+	// were decided in: the server arrived and the handler ran in it, the
+	// decision being between. Straddled counts, by the earlier window,
+	// those that arrived in one window and reached the handler in the
+	// next: decided in one of the two.
+	Admitted, Straddled map[int64]int64
+	// Denied is the requests answered 429; Failed those answered 503
+	// (the store failed: see FailClosed).
+	Denied, Failed int64
 	// LeaseDecisions is the requests the global layer decided in process
 	// (core.SourceLease), admitted or denied.
 	LeaseDecisions int64
 	// GlobalTakes and GlobalRefunds are the store calls (round trips)
 	// whose requests include the global layer's key; GlobalTakeUnits the
-	// units those Takes asked of it.
-	GlobalTakes, GlobalRefunds, GlobalTakeUnits int64
+	// units those Takes asked of it; GlobalRenewals the Takes of the
+	// global key alone (a lease's renewals: the others are requests that
+	// no lease decided).
+	GlobalTakes, GlobalRefunds, GlobalTakeUnits, GlobalRenewals int64
 	// Takes and Refunds are all the store calls.
 	Takes, Refunds int64
 }

@@ -24,8 +24,8 @@ const (
 	// The probes send in [probeFrom, probeTo) of each window: after the
 	// lease's in-process denials of the window before have ended (a
 	// quarter of the Lease at most), while the global quota lasts.
-	probeFrom = 300 * time.Millisecond
-	probeTo   = 1300 * time.Millisecond
+	probeFrom = 600 * time.Millisecond
+	probeTo   = 1600 * time.Millisecond
 )
 
 // shot is one request of the load.
@@ -80,7 +80,9 @@ func produce(shots chan<- shot, servers int, end time.Time) {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for now := start; now.Before(end); now = <-tick.C {
-		for due := int(now.Sub(start).Seconds() * bulkRate); bulk < due; bulk++ {
+		due := int(now.Sub(start).Seconds() * bulkRate)
+		bulk = max(bulk, due-bulkRate/10) // behind (a busy machine): no burst to catch up
+		for ; bulk < due; bulk++ {
 			s := shot{key: "bulk-" + strconv.Itoa(bulk%bulkClients), method: http.MethodGet, path: ItemsPath, kind: "bulk"}
 			switch bulk % 10 {
 			case 0:
@@ -97,8 +99,8 @@ func produce(shots chan<- shot, servers int, end time.Time) {
 			continue
 		}
 		total := 2 * probes * probeSends
-		due := min(total, int(float64(total)*float64(rel-probeFrom)/float64(probeTo-probeFrom)))
-		for ; probed[w] < due; probed[w]++ {
+		dueProbes := min(total, int(float64(total)*float64(rel-probeFrom)/float64(probeTo-probeFrom)))
+		for ; probed[w] < dueProbes; probed[w]++ {
 			i := probed[w] % (2 * probes)
 			s := shot{key: fmt.Sprintf("probe-client-%d", i), method: http.MethodGet, path: ItemsPath, kind: "client"}
 			if i >= probes {

@@ -142,18 +142,23 @@ func getCounts(c *http.Client, url string, into *Counts) error {
 // sum adds the fleet's counts up.
 func sum(cs []Counts) Counts {
 	var s Counts
-	s.Admitted = map[int64]int64{}
+	s.Admitted, s.Straddled = map[int64]int64{}, map[int64]int64{}
 	for _, c := range cs {
 		s.Requests += c.Requests
 		s.Denied += c.Denied
+		s.Failed += c.Failed
 		s.LeaseDecisions += c.LeaseDecisions
 		s.GlobalTakes += c.GlobalTakes
 		s.GlobalRefunds += c.GlobalRefunds
 		s.GlobalTakeUnits += c.GlobalTakeUnits
+		s.GlobalRenewals += c.GlobalRenewals
 		s.Takes += c.Takes
 		s.Refunds += c.Refunds
 		for w, n := range c.Admitted {
 			s.Admitted[w] += n
+		}
+		for w, n := range c.Straddled {
+			s.Straddled[w] += n
 		}
 	}
 	return s

@@ -38,6 +38,10 @@ import (
 // shutdownTimeout bounds the graceful stop.
 const shutdownTimeout = 5 * time.Second
 
+// storeTimeout bounds a store call: generous, for a busy machine running
+// the fleet under the race detector (redisstore's default is 100ms).
+const storeTimeout = 2 * time.Second
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "leasefleet server:", err)
@@ -51,7 +55,7 @@ func run() error {
 		return err
 	}
 	defer client.Close()
-	rs, err := redisstore.New(client, redisstore.WithPrefix(os.Getenv("PREFIX")))
+	rs, err := redisstore.New(client, redisstore.WithPrefix(os.Getenv("PREFIX")), redisstore.WithTimeout(storeTimeout))
 	if err != nil {
 		return err
 	}
@@ -114,7 +118,7 @@ func openClient() (redis.UniversalClient, string, error) {
 		addrs := strings.Split(nodes, ",")
 		c := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: addrs, ContextTimeoutEnabled: true,
-			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+			ReadTimeout: storeTimeout, WriteTimeout: storeTimeout,
 		})
 		return c, "redis cluster " + nodes, nil
 	}
@@ -127,7 +131,7 @@ func openClient() (redis.UniversalClient, string, error) {
 		return nil, "", fmt.Errorf("REDIS_URL: %w", err)
 	}
 	opt.ContextTimeoutEnabled = true
-	opt.ReadTimeout, opt.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond
+	opt.ReadTimeout, opt.WriteTimeout = storeTimeout, storeTimeout
 	return redis.NewClient(opt), "redis " + opt.Addr, nil
 }
 

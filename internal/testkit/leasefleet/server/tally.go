@@ -17,34 +17,51 @@ import (
 // tally counts what the server did (leasefleet.Counts); safe for
 // concurrent use.
 type tally struct {
-	requests, denied, lease            atomic.Int64
+	requests, denied, failed, lease    atomic.Int64
 	takes, refunds                     atomic.Int64
 	globalTakes, globalRefunds, gUnits atomic.Int64
+	renewals                           atomic.Int64
 
-	mu       sync.Mutex
-	admitted map[int64]int64 // by window
+	mu                  sync.Mutex
+	admitted, straddled map[int64]int64 // by window
 }
 
-func newTally() *tally { return &tally{admitted: map[int64]int64{}} }
+func newTally() *tally {
+	return &tally{admitted: map[int64]int64{}, straddled: map[int64]int64{}}
+}
 
-// count counts the requests next serves, and those it answers 429.
+// arrivedKey is the context key of the time a request arrived.
+type arrivedKey struct{}
+
+// count counts the requests next serves, and those it answers 429 and
+// 503.
 func (t *tally) count(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.requests.Add(1)
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		r = r.WithContext(context.WithValue(r.Context(), arrivedKey{}, time.Now()))
 		next.ServeHTTP(sw, r)
-		if sw.code == http.StatusTooManyRequests {
+		switch sw.code {
+		case http.StatusTooManyRequests:
 			t.denied.Add(1)
+		case http.StatusServiceUnavailable:
+			t.failed.Add(1)
 		}
 	})
 }
 
-// serveAPI is the API: it counts the admission in the window it runs in,
-// right after the decision.
-func (t *tally) serveAPI(w http.ResponseWriter, _ *http.Request) {
+// serveAPI is the API: it counts the admission in the window it was
+// decided in, between the request's arrival and now.
+func (t *tally) serveAPI(w http.ResponseWriter, r *http.Request) {
 	win := leasefleet.WindowOf(time.Now())
+	arrived, _ := r.Context().Value(arrivedKey{}).(time.Time)
+	from := leasefleet.WindowOf(arrived)
 	t.mu.Lock()
-	t.admitted[win]++
+	if from == win {
+		t.admitted[win]++
+	} else {
+		t.straddled[from]++
+	}
 	t.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ok\n"))
@@ -63,13 +80,14 @@ func (t *tally) serveCounts(w http.ResponseWriter, _ *http.Request) {
 
 func (t *tally) counts() leasefleet.Counts {
 	t.mu.Lock()
-	admitted := maps.Clone(t.admitted)
+	admitted, straddled := maps.Clone(t.admitted), maps.Clone(t.straddled)
 	t.mu.Unlock()
 	return leasefleet.Counts{
-		Requests: t.requests.Load(), Admitted: admitted, Denied: t.denied.Load(),
+		Requests: t.requests.Load(), Admitted: admitted, Straddled: straddled, Denied: t.denied.Load(), Failed: t.failed.Load(),
 		LeaseDecisions: t.lease.Load(),
 		GlobalTakes:    t.globalTakes.Load(), GlobalRefunds: t.globalRefunds.Load(), GlobalTakeUnits: t.gUnits.Load(),
-		Takes: t.takes.Load(), Refunds: t.refunds.Load(),
+		GlobalRenewals: t.renewals.Load(),
+		Takes:          t.takes.Load(), Refunds: t.refunds.Load(),
 	}
 }
 
@@ -113,6 +131,9 @@ func (s *countingStore) Take(ctx context.Context, now time.Time, reqs []core.Req
 	if j := globalIn(reqs); j >= 0 {
 		s.t.globalTakes.Add(1)
 		s.t.gUnits.Add(reqs[j].Cost)
+		if len(reqs) == 1 {
+			s.t.renewals.Add(1)
+		}
 	}
 	return s.Store.Take(ctx, now, reqs, out)
 }
