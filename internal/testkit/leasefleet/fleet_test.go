@@ -37,7 +37,7 @@ const (
 // store round trips are at most 5% of the requests after warm-up.
 func TestFleet(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs eight app servers and Redis for about 30 s")
+		t.Skip("runs eight app servers over Redis, then a Redis Cluster, for 35 to 50 s")
 	}
 	bin := filepath.Join(t.TempDir(), "leasefleet-server")
 	gobuild.Build(t, ".", bin, "./server")
