@@ -51,7 +51,7 @@ type FleetResult struct {
 
 // RunFleet runs the fleet of opt.
 func RunFleet(ctx context.Context, opt FleetOptions) (FleetResult, error) {
-	if err := opt.check(); err != nil {
+	if err := opt.Check(); err != nil {
 		return FleetResult{}, err
 	}
 	store, err := memstore.New()
@@ -90,7 +90,8 @@ func RunFleet(ctx context.Context, opt FleetOptions) (FleetResult, error) {
 	return f.res, nil
 }
 
-func (opt FleetOptions) check() error {
+// Check reports what is wrong with opt, if anything.
+func (opt FleetOptions) Check() error {
 	switch {
 	case opt.Servers < 1:
 		return fmt.Errorf("fleet: %d servers: want at least 1", opt.Servers)
