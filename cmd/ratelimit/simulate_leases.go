@@ -29,9 +29,11 @@ without leases for --plain, and reports the admitted per second against the
 limit, the worst excess over any window (window algorithms: beyond the
 limit in a window; token bucket: beyond burst + rate*(b-a) in any [a, b],
 the leases' bound being rate*lease), the share of the limit used, store
-operations per second on the global key with leases and without, and what
-the death cost: what the dead held, and what was admitted less than without
-it. The guide: docs/leases.md.
+operations per second on the global key with leases and without, the units
+the servers took from the store and gave back (asked to: a bucket gives back
+only what has not drained since), and what the death cost: what the dead
+held, and what was admitted less than without it. The guide:
+docs/leases.md.
 
 Example:
   ratelimit simulate --leases --plot-dir docs/img
@@ -182,7 +184,7 @@ func writeLeaseTable(w io.Writer, reports []sim.LeaseReport, walls []time.Durati
 	fmt.Fprintf(w, "%d servers, demand %g times the limit, %v simulated; %d hot servers get %.0f%% of the traffic, moving every %v; %.0f%% of the servers die at %v\n\n",
 		o.Servers, o.Demand, o.Duration, o.Hot, 100*o.HotShare, o.Move, 100*o.Die, o.DieAt)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "algorithm\tlimit\tlease\trequests/s\tlimit/s\tadmitted/s\tworst excess\tbound\tlimit used\tstore ops/s leased\twithout\tfewer\tdead held\tadmitted less\twall\t")
+	fmt.Fprintln(tw, "algorithm\tlimit\tlease\trequests/s\tlimit/s\tadmitted/s\tworst excess\tbound\tlimit used\tstore ops/s leased\twithout\tfewer\ttaken\tgiven back\tdead held\tadmitted less\twall\t")
 	for i, r := range reports {
 		p := r.Policy
 		secs := o.Duration.Seconds()
@@ -190,10 +192,10 @@ func writeLeaseTable(w io.Writer, reports []sim.LeaseReport, walls []time.Durati
 		for _, n := range r.Admitted {
 			admitted += n
 		}
-		fmt.Fprintf(tw, "%s\t%d/%v\t%v\t%.0f\t%.0f\t%.0f\t%d\t%d\t%.2f%%\t%.0f\t%.0f\t%.0fx\t%d\t%d\t%v\t\n",
+		fmt.Fprintf(tw, "%s\t%d/%v\t%v\t%.0f\t%.0f\t%.0f\t%d\t%d\t%.2f%%\t%.0f\t%.0f\t%.0fx\t%d\t%d\t%d\t%d\t%v\t\n",
 			p.Algorithm, p.Limit, p.Window, p.Lease, float64(r.Requests)/secs, float64(p.Limit)/p.Window.Seconds(),
 			float64(admitted)/secs, r.WorstExcess, r.Bound, 100*r.Utilization, r.LeasedOps(), r.PlainOps,
-			r.PlainOps/max(r.LeasedOps(), 1e-9), r.Held, r.Lost, walls[i])
+			r.PlainOps/max(r.LeasedOps(), 1e-9), r.Taken, r.GivenBack, r.Held, r.Lost, walls[i])
 	}
 	tw.Flush()
 }

@@ -43,6 +43,10 @@ type FleetResult struct {
 	OpsPerSec []int64 // store operations (Take and Refund) in each second
 	Dead      int     // servers that died
 	Held      int64   // what they held when they died: lost until it expires
+	// Taken is what the servers took from the store (by a Take that
+	// admitted), GivenBack what they gave back (what their Refunds
+	// asked to: the store gives back what it can).
+	Taken, GivenBack int64
 	// Unreturned is what the dead took from the store and neither
 	// admitted nor gave back, at the end: what their death cost the
 	// store.
@@ -83,6 +87,8 @@ func RunFleet(ctx context.Context, opt FleetOptions) (FleetResult, error) {
 	}
 	f.res.OpsPerSec = ops.ops
 	for i, ok := range f.alive {
+		f.res.Taken += views[i].given
+		f.res.GivenBack += views[i].returned
 		if !ok {
 			f.res.Unreturned += views[i].held(f.admitted[i])
 		}

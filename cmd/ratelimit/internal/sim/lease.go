@@ -31,6 +31,9 @@ type LeaseReport struct {
 	// and Refund, without a death), and without, measured over PlainFor
 	// (every request one Take).
 	Ops           []int64
+	// Taken and GivenBack are the leased run's (FleetResult's), without
+	// a death.
+	Taken, GivenBack int64
 	PlainOps      float64
 	PlainRequests float64 // requests per second in the run without leases
 	PlainFor      time.Duration
@@ -71,7 +74,7 @@ func report(opt FleetOptions, plainFor time.Duration, calm, death, plain FleetRe
 	p := calm.Policy
 	r := LeaseReport{Policy: p, Options: opt, Requests: calm.Requests,
 		Admitted: perSecond(calm.PerMs), AdmittedDeath: perSecond(death.PerMs),
-		Ops: calm.OpsPerSec, PlainFor: plainFor,
+		Ops: calm.OpsPerSec, PlainFor: plainFor, Taken: calm.Taken, GivenBack: calm.GivenBack,
 		Dead: death.Dead, Held: death.Held, Unreturned: death.Unreturned, Lost: calm.Admitted - death.Admitted}
 	r.WorstExcess = max(excess(p, calm.PerMs), excess(p, death.PerMs))
 	if p.Algorithm == core.TokenBucket {
