@@ -31,12 +31,12 @@ type LeaseReport struct {
 	// and Refund, without a death), and without, measured over PlainFor
 	// (every request one Take).
 	Ops           []int64
-	// Taken and GivenBack are the leased run's (FleetResult's), without
-	// a death.
-	Taken, GivenBack int64
 	PlainOps      float64
 	PlainRequests float64 // requests per second in the run without leases
 	PlainFor      time.Duration
+	// Taken and GivenBack are the leased run's (FleetResult's), without
+	// a death.
+	Taken, GivenBack int64
 	// The death: Dead servers died holding Held units, of which
 	// Unreturned were never admitted nor given back by the end; Lost is
 	// what was admitted less than without the death (it moves the dead's
