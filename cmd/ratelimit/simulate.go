@@ -61,9 +61,6 @@ Flags:
 
 // runSimulate is the simulate subcommand.
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if leasesAsked(args) {
-		return runSimulateLeases(ctx, args, stdout, stderr)
-	}
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var specs []string
