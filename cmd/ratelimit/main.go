@@ -63,6 +63,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "simulate":
+		if leasesAsked(args[1:]) {
+			return runSimulateLeases(ctx, args[1:], stdout, stderr)
+		}
 		return runSimulate(ctx, args[1:], stdout, stderr)
 	case "probe":
 		return runProbe(ctx, args[1:], stdout, stderr)

@@ -54,6 +54,7 @@ Examples:
   ratelimit simulate --policy alg=all,limit=10,window=1s --pattern burst --burst 30 --period 5s --plot burst.png
   ratelimit simulate --readme-plots docs/img   # regenerate the README's figures
   ratelimit simulate --policy alg=fixed,limit=60,window=1m --pattern many --clients 10000 --rate 0.02778 --duration 1h --json
+  ratelimit simulate --leases --plot-dir docs/img   # quota leases at scale: see "simulate --leases --help"
 
 Flags:
 `
