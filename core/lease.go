@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ type lease struct {
 	mu       sync.Mutex
 	gs       [2]grant // live grants, gs[0] expiring first; units 0 when unused
 	share    int64    // the units the last renewal asked for
+	low      int64    // renew when what it holds falls below (see nextShare)
 	demand   int64    // cost units asked of the lease since the last renewal
 	since    int64    // when the last renewal was asked for
 	fleet    int64    // the store's Remaining after its last answer
@@ -326,14 +328,7 @@ func (l *Limiter) fromLease(le *lease, at time.Time, now int64, r *Request, d *D
 // never waits for a renewal.
 func (l *Limiter) tend(le *lease, at time.Time, now, cost int64) {
 	le.mu.Lock()
-	var expired [2]grant
-	for i := range le.gs {
-		if g := le.gs[i]; g.units > 0 && g.expires <= now {
-			expired[i] = g
-			le.gs[i].units = 0
-		}
-	}
-	le.order()
+	expired := le.expired(now)
 	renew := le.wantsRenewal(now, cost)
 	if renew {
 		le.renewing = true
@@ -349,6 +344,32 @@ func (l *Limiter) tend(le *lease, at time.Time, now, cost int64) {
 	if renew {
 		l.renew(le, at, now)
 	}
+}
+
+// expired removes le's grants expired at now, and returns them.
+func (le *lease) expired(now int64) [2]grant {
+	var gs [2]grant
+	for i := range le.gs {
+		if g := le.gs[i]; g.units > 0 && g.expires <= now {
+			gs[i] = g
+			le.gs[i].units = 0
+		}
+	}
+	le.order()
+	return gs
+}
+
+// expireLater gives back what le's grants hold when they expire, in
+// life: on the real clock, a timer; on a caller's, the Limiter's next
+// decision of the key (tend) does.
+func (l *Limiter) expireLater(le *lease, life int64) {
+	time.AfterFunc(time.Duration(life), func() {
+		now := l.elapsed(time.Time{})
+		le.mu.Lock()
+		gs := le.expired(now)
+		le.mu.Unlock()
+		l.refundGrants(le, gs)
+	})
 }
 
 // tendAsync is tend's work on a goroutine of its own.
@@ -380,14 +401,14 @@ func (l *Limiter) drop(le *lease) {
 }
 
 // wantsRenewal reports whether le, asked for cost at now, should ask the
-// store for a grant: it holds less than half its last share (or the
-// cost), no renewal is under way, and the store neither has nothing to
-// give nor failed lately.
+// store for a grant: what it holds would last less than a quarter of the
+// lifetime at its rate (or not cover the cost), no renewal is under way,
+// and the store neither has nothing to give nor failed lately.
 func (le *lease) wantsRenewal(now, cost int64) bool {
 	if le.renewing || now < le.dry || now < le.calm {
 		return false
 	}
-	return le.units(now) < max(cost, (le.share+1)/2)
+	return le.units(now) < max(cost, le.low)
 }
 
 // renew takes a grant for le from the store, at (the caller's time, or
@@ -429,6 +450,9 @@ func (l *Limiter) renew(le *lease, at time.Time, now int64) {
 		return
 	}
 	le.add(grant{units: rs[0].Cost, expires: now + life, at: took})
+	if at.IsZero() {
+		l.expireLater(le, life)
+	}
 	le.partials = 0
 	if wait > 0 {
 		// Less than it asked for: the quota runs low. Halving what is
@@ -485,17 +509,22 @@ func (le *lease) lifeAt(took time.Time) int64 {
 }
 
 // nextShare is the units le asks the store for at now: what it was asked
-// for per lifetime since the last renewal, with a quarter more, at most
-// twice the last share and 1 more (a server that wakes up grows into its
-// rate), within the policy's capacity. Fairness is renew's, from the
-// store's fresh answer.
+// for since the last renewal, at that rate for three quarters of a
+// lifetime (a grant taken when what is held would last a quarter more is
+// used from then until it expires: asking for more would leave units to
+// expire, which a bucket cannot take back), at most twice the last share
+// and 1 more (a server that wakes up grows into its rate), within the
+// policy's capacity. It sets the renewal's mark (low) to a quarter of a
+// lifetime at that rate. Fairness is renew's, from the store's fresh
+// answer.
 func (le *lease) nextShare(now int64) int64 {
-	life := le.life
-	elapsed := max(now-le.since, life/8, 1)
-	want := int64(float64(le.demand) * float64(life) / float64(elapsed) * 1.25)
-	s := min(max(want, 1), 2*le.share+1, le.policy.capacity())
+	life := float64(le.life)
+	rate := float64(le.demand) / float64(max(now-le.since, le.life/8, 1)) // units per ns
+	want := int64(math.Ceil(rate * life * 3 / 4))
+	s := max(1, min(want, 2*le.share+1, le.policy.capacity()))
+	le.low = min(int64(math.Ceil(rate*life/4)), (s+1)/2)
 	le.share, le.demand, le.since = s, 0, now
-	return max(s, 1)
+	return s
 }
 
 // fairShare is the part of remaining units, fewer than its share, that a
