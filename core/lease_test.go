@@ -306,3 +306,36 @@ func TestLeaseConcurrent(t *testing.T) {
 	}
 	assert.Greater(t, lease.Load(), int64(4_000), "decided from a lease: %d", lease.Load())
 }
+
+// TestLeaseGrantEndsWithItsWindow: a grant taken less than a microsecond
+// before its window ends (the stores date to the microsecond) admits
+// nothing past that end: the next window is the store's, whole.
+func TestLeaseGrantEndsWithItsWindow(t *testing.T) {
+	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 100, Window: time.Second, Lease: time.Millisecond}
+	store := newMemStore(t)
+	a := fleet(t, store, 1, p)[0]
+	plain := p
+	plain.Lease = 0
+	b := fleet(t, store, 1, plain)[0] // not leased: decided by the store
+	ctx := context.Background()
+	end := leaseT0.Add(time.Second)
+	ask := func(l *core.Limiter, at time.Time, cost int64) core.Decision {
+		d, _, err := l.AllowLayers(ctx, at, []core.Request{{Key: "api", Cost: cost}}, nil)
+		require.NoError(t, err)
+		return d
+	}
+	// A renews at each request (its last grant has expired), its share
+	// growing to more than the cost: the last renewal, 500ns before the
+	// end, leaves it units.
+	var d core.Decision
+	for k := 10; k >= 0; k-- {
+		d = ask(a, end.Add(-500*time.Nanosecond-time.Duration(k)*time.Millisecond), 8)
+		require.True(t, d.Allowed, "k=%d", k)
+	}
+	require.Equal(t, core.SourceLease, d.Source, "the last renewal left units")
+	d = ask(b, end, p.Limit) // the next window, all of it, from the store
+	require.True(t, d.Allowed)
+	require.Equal(t, core.SourceStore, d.Source)
+	d = ask(a, end.Add(time.Nanosecond), 1)
+	assert.False(t, d.Allowed, "admitted at %v from a grant of the window before: %+v", end.Add(time.Nanosecond), d)
+}
