@@ -412,7 +412,7 @@ func (l *Limiter) renew(le *lease, at time.Time, now int64) {
 	defer le.mu.Unlock()
 	le.renewing = false
 	partials := le.partials
-	life := le.lifeAt(took)
+	life := le.lifeAt(took, at)
 	if err != nil || life <= 0 {
 		// A store that failed, or did not say when it took (what it
 		// took is lost: the error is toward denying): no renewal for a
@@ -464,9 +464,10 @@ func (t *leaseTable) undry(key string) {
 // lifeAt is how long a grant of le that the store took at took may
 // decide: the lease's lifetime, and for a window algorithm no longer than
 // the window took is in (windows start at multiples of the Window since
-// the Unix epoch, to the microsecond, in every store); 0 when the store
-// did not say when it took.
-func (le *lease) lifeAt(took time.Time) int64 {
+// the Unix epoch, to the microsecond, in every store) from took, or from
+// at if the caller dated the request; 0 when the store did not say when
+// it took.
+func (le *lease) lifeAt(took, at time.Time) int64 {
 	life := le.life
 	if le.policy.Algorithm == TokenBucket {
 		return life
@@ -479,13 +480,14 @@ func (le *lease) lifeAt(took time.Time) int64 {
 	if t < 0 {
 		left = (-t % w) * int64(time.Microsecond)
 	}
-	// The stores date took to the microsecond, rounded down; the grant
-	// is used on the nanosecond clock from took on, so what is left of
-	// the window is less took's nanoseconds past its microsecond (else
-	// a grant taken 500ns before a window's end would admit up to 500ns
-	// into the next window, counted in the last: found by
-	// TestLeaseBoundSearch).
-	left -= int64(took.Nanosecond() % int(time.Microsecond))
+	// The stores date windows to the microsecond, rounded down, but the
+	// grant decides on the nanosecond clock from took on, or from at when
+	// the caller dated the request (a store may return at's microsecond):
+	// what is left of the window is less the nanoseconds past that
+	// microsecond. Else a grant taken 500ns before a window's end
+	// admitted up to 500ns into the next window, counted in the last
+	// (found by TestLeaseBoundSearch).
+	left -= int64(max(took.Nanosecond()%1000, at.Nanosecond()%1000))
 	return min(life, left)
 }
 

@@ -133,7 +133,11 @@ func newBoundScenario(t *testing.T, seed uint64) *boundScenario {
 	if rng.IntN(3) > 0 {
 		s.refunds = rng.Float64() * 0.3
 	}
-	s.servers = fleet(t, newMemStore(t), 1+rng.IntN(12), s.policies...)
+	var store core.Store = newMemStore(t)
+	if rng.IntN(2) == 0 {
+		store = microStore{store} // dates its takes as the Redis store does
+	}
+	s.servers = fleet(t, store, 1+rng.IntN(12), s.policies...)
 	return s
 }
 

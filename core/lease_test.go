@@ -307,12 +307,29 @@ func TestLeaseConcurrent(t *testing.T) {
 	assert.Greater(t, lease.Load(), int64(4_000), "decided from a lease: %d", lease.Load())
 }
 
+// microStore is a real store whose Take returns the time it took at to
+// the microsecond, as the Redis store does.
+type microStore struct{ core.Store }
+
+func (s microStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
+	took, err := s.Store.Take(ctx, now, reqs, out)
+	if took.IsZero() {
+		return took, err
+	}
+	return time.UnixMicro(took.UnixMicro()), err
+}
+
 // TestLeaseGrantEndsWithItsWindow: a grant taken less than a microsecond
 // before its window ends (the stores date to the microsecond) admits
 // nothing past that end: the next window is the store's, whole.
 func TestLeaseGrantEndsWithItsWindow(t *testing.T) {
+	for name, store := range map[string]core.Store{"nanoseconds": newMemStore(t), "microseconds": microStore{newMemStore(t)}} {
+		t.Run(name, func(t *testing.T) { testLeaseGrantEnds(t, store) })
+	}
+}
+
+func testLeaseGrantEnds(t *testing.T, store core.Store) {
 	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 100, Window: time.Second, Lease: time.Millisecond}
-	store := newMemStore(t)
 	a := fleet(t, store, 1, p)[0]
 	plain := p
 	plain.Lease = 0
