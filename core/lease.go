@@ -142,8 +142,8 @@ func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Requ
 		case leaseAdmitted:
 			mine |= 1 << j
 			held[j] = le
-			if took.IsZero() {
-				took = at // dates a Refund, as the store's time would
+			if took.IsZero() || at.Before(took) {
+				took = at // dates a Refund: the earliest take (see below)
 			}
 		case leaseDenied:
 			mine |= 1 << j
@@ -165,7 +165,17 @@ func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Requ
 			}
 		}
 	case mine != 1<<len(reqs)-1:
-		took, err = l.askRest(ctx, at, c, reqs, mine, w)
+		// One time dates a Refund of every layer, each counted when its
+		// grant, or the store now, took it: the earliest of those times.
+		// A give-back dated later than its units were taken would give
+		// a token bucket back what drained since (found by
+		// TestLeaseBoundSearch); one dated earlier errs toward counting
+		// (a window that has passed gives nothing back).
+		var stored time.Time
+		stored, err = l.askRest(ctx, at, c, reqs, mine, w)
+		if stored.IsZero() || stored.Before(took) {
+			took = stored // zero: not the store's decision, nothing to refund
+		}
 	}
 	if err != nil { // the caller left: nothing decided (see askRest)
 		l.giveBackAll(reqs, &held)

@@ -356,3 +356,28 @@ func testLeaseGrantEnds(t *testing.T, store core.Store) {
 	d = ask(a, end.Add(time.Nanosecond), 1)
 	assert.False(t, d.Allowed, "admitted at %v from a grant of the window before: %+v", end.Add(time.Nanosecond), d)
 }
+
+// TestLeaseRefundDatedByEarliestTake: the time that dates a Refund of an
+// admission is no later than any of its layers' units were taken (a
+// grant's take, or the store's decision of the other layers): a token
+// bucket's give-back dated later would give back what drained since.
+func TestLeaseRefundDatedByEarliestTake(t *testing.T) {
+	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
+	global := core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 1, Window: 10 * time.Second, Lease: 10 * time.Second}
+	l := fleet(t, newMemStore(t), 1, client, global)[0]
+	ctx := context.Background()
+	ask := func(at time.Time, reqs ...core.Request) (core.Decision, time.Time) {
+		d, took, err := l.AllowLayers(ctx, at, reqs, nil)
+		require.NoError(t, err)
+		return d, took
+	}
+	d, _ := ask(leaseT0, core.Request{Key: "full", Cost: 1})
+	require.True(t, d.Allowed)
+	// The global layer takes a grant of 1 at leaseT0 and keeps it: the
+	// client layer denies.
+	d, _ = ask(leaseT0, core.Request{Key: "full", Cost: 1}, core.Request{Key: "api", Cost: 1})
+	require.False(t, d.Allowed)
+	d, took := ask(leaseT0.Add(5*time.Second), core.Request{Key: "other", Cost: 1}, core.Request{Key: "api", Cost: 1})
+	require.True(t, d.Allowed)
+	assert.Equal(t, leaseT0, took, "dated by the grant's take, not the store's decision of the client layer")
+}
