@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/leasebound"
 )
 
 // leaseT0 starts a fixed window of a minute, and of a second.
@@ -307,23 +308,13 @@ func TestLeaseConcurrent(t *testing.T) {
 	assert.Greater(t, lease.Load(), int64(4_000), "decided from a lease: %d", lease.Load())
 }
 
-// microStore is a real store whose Take returns the time it took at to
-// the microsecond, as the Redis store does.
-type microStore struct{ core.Store }
-
-func (s microStore) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	took, err := s.Store.Take(ctx, now, reqs, out)
-	if took.IsZero() {
-		return took, err
-	}
-	return time.UnixMicro(took.UnixMicro()), err
-}
-
 // TestLeaseGrantEndsWithItsWindow: a grant taken less than a microsecond
 // before its window ends (the stores date to the microsecond) admits
-// nothing past that end: the next window is the store's, whole.
+// nothing past that end: the next window is the store's, whole; over a
+// store that returns the request's time, and one that returns its
+// microsecond (leasebound.Micro, as the Redis store does).
 func TestLeaseGrantEndsWithItsWindow(t *testing.T) {
-	for name, store := range map[string]core.Store{"nanoseconds": newMemStore(t), "microseconds": microStore{newMemStore(t)}} {
+	for name, store := range map[string]core.Store{"nanoseconds": newMemStore(t), "microseconds": leasebound.Micro{Store: newMemStore(t)}} {
 		t.Run(name, func(t *testing.T) { testLeaseGrantEnds(t, store) })
 	}
 }

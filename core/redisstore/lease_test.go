@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/leasebound"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
 
@@ -176,4 +177,28 @@ func TestLeaseRedisOutage(t *testing.T) {
 	assert.Equal(t, core.SourceFailMode, d.Source)
 	assert.False(t, errors.Is(d.Err, context.Canceled))
 	t.Logf("during the outage: %d admitted from grants held, %d denied by FailClosed", held, failed)
+}
+
+// TestLeaseBoundSearchRedis runs the search for a counter-example to the
+// lease bound (package leasebound) over Redis, and over a Redis Cluster of
+// three masters: the stores' own scripts count, refund and date.
+func TestLeaseBoundSearchRedis(t *testing.T) {
+	t.Run("redis", func(t *testing.T) {
+		c := redistest.Start(t).Client()
+		searchLeases(t, c, 24)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		searchLeases(t, redistest.StartCluster(t).Client(), 12)
+	})
+}
+
+// searchLeases runs n scenarios of the lease search (or as many as
+// LEASE_BOUND_SCENARIOS says), each over a store of its own prefix on c.
+func searchLeases(t *testing.T, c redis.UniversalClient, n uint64) {
+	first, n := leasebound.Range(t, n)
+	start := time.Now()
+	requests, lease := leasebound.Search(t, func(t *testing.T) core.Store {
+		return mustNew(t, c, WithPrefix(testPrefix(t)+fmt.Sprint(rand.Uint64(), ":")))
+	}, first, n)
+	t.Logf("%d scenarios from seed %d, %d requests (%d decided from a lease), %v", n, first, requests, lease, time.Since(start).Round(time.Millisecond))
 }
