@@ -18,7 +18,12 @@
 // exactly at window boundaries and a nanosecond either side, all servers
 // hot, traffic jumping between servers, idle gaps in which grants expire
 // and windows pass, costs up to the capacity, refunds of admissions (on
-// every layer or one). Each scenario is a seed: a failure names it.
+// every layer or one), and for a third of the window-algorithm scenarios
+// a PolicySource that moves the global layer between two limits (each
+// admission then checked against the limit in force). Each scenario is a
+// seed: a failure names it. A scenario is deterministic but for a policy
+// change, whose old grants go back to the store on a goroutine of their
+// own (core's lease drop).
 package leasebound
 
 import (
@@ -27,6 +32,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +108,11 @@ type scenario struct {
 	truth    map[string]*record // layer index and key
 	admitted []admission        // not yet refunded
 	refunds  float64            // the chance that a request is preceded by a refund
+	// plans are the global layer's limits a PolicySource moves it
+	// between (windows only), none if it does not; limit is the one in
+	// force.
+	plans    []int64
+	limit    atomic.Int64
 	requests int
 	// fromLease counts the decisions SourceLease made.
 	fromLease int
@@ -162,9 +173,15 @@ func newScenario(t *testing.T, seed uint64, newStore func(*testing.T) core.Store
 	if rng.IntN(2) == 0 {
 		store = Micro{store} // dates its takes as the Redis store does
 	}
+	var opts []core.Option
+	if g := s.global(); g.Algorithm != core.TokenBucket && rng.IntN(3) == 0 {
+		s.plans = []int64{g.Limit, 1 + rng.Int64N(2*g.Limit)}
+		s.limit.Store(g.Limit)
+		opts = append(opts, core.WithPolicySource(planSource{s}))
+	}
 	s.servers = make([]*core.Limiter, 1+rng.IntN(12))
 	for i := range s.servers {
-		l, err := core.NewLimiter(store, s.policies)
+		l, err := core.NewLimiter(store, s.policies, opts...)
 		require.NoError(t, err)
 		s.servers[i] = l
 	}
@@ -172,7 +189,7 @@ func newScenario(t *testing.T, seed uint64, newStore func(*testing.T) core.Store
 }
 
 func (s *scenario) String() string {
-	return fmt.Sprintf("%d servers, %d clients, refunds %.2f, policies %+v", len(s.servers), s.clients, s.refunds, s.policies)
+	return fmt.Sprintf("%d servers, %d clients, refunds %.2f, global plans %v, policies %+v", len(s.servers), s.clients, s.refunds, s.plans, s.policies)
 }
 
 // window is the longest Window of the scenario's layers.
@@ -190,7 +207,7 @@ func (s *scenario) run() string {
 	rng := s.rng
 	for range 8 + rng.IntN(16) {
 		var bad string
-		switch rng.IntN(7) {
+		switch rng.IntN(8) {
 		case 0:
 			bad = s.edges()
 		case 1:
@@ -208,6 +225,10 @@ func (s *scenario) run() string {
 			bad = s.hot(rng.IntN(len(s.servers)), 1+rng.IntN(len(s.servers)), 0)
 		case 5:
 			bad = s.boundaries()
+		case 6:
+			if s.plans != nil { // the client moves to the other plan
+				s.limit.Store(s.plans[0] + s.plans[1] - s.limit.Load())
+			}
 		default:
 			for range 1 + rng.IntN(8) {
 				s.refund()
@@ -288,10 +309,7 @@ func (s *scenario) cost(unit int) int64 {
 	if unit == 1 && s.rng.IntN(4) > 0 || s.rng.IntN(3) == 0 {
 		return 1
 	}
-	g := s.policies[len(s.policies)-1]
-	if g.Name != "global" {
-		g = s.policies[0]
-	}
+	g := s.global()
 	c := g.Limit
 	if g.Burst > 0 {
 		c = g.Burst
@@ -328,7 +346,11 @@ func (s *scenario) request(i int, cost int64) string {
 	a := admission{took: took, reqs: reqs, refs: make([]*entry, len(reqs))}
 	for j := range reqs {
 		tr := s.truthOf(j, reqs[j].Key)
-		e, bad := tr.admit(s.now, reqs[j].Cost)
+		limit := s.policies[j].Limit
+		if s.policies[j].Name == "global" && s.plans != nil {
+			limit = s.limit.Load()
+		}
+		e, bad := tr.admit(s.now, reqs[j].Cost, limit)
 		if bad != "" {
 			return fmt.Sprintf("server %d at %v: layer %q key %q: %s", i, s.now.Sub(T0), s.policies[j].Name, reqs[j].Key, bad)
 		}
@@ -351,6 +373,11 @@ func (s *scenario) refund() {
 	reqs := append([]core.Request(nil), a.reqs...)
 	if len(reqs) > 1 && s.rng.IntN(2) == 0 {
 		reqs[s.rng.IntN(len(reqs))].Key = "" // that layer keeps its units
+	}
+	for j := range reqs {
+		if reqs[j].Key == "api" && s.plans != nil && reqs[j].Cost > s.limit.Load() {
+			return // more than the plan in force holds: Refund refuses it
+		}
 	}
 	l := s.servers[s.rng.IntN(len(s.servers))]
 	require.NoError(s.t, l.Refund(context.Background(), a.took, reqs), "seed %d", s.seed)
@@ -380,4 +407,25 @@ func (s *scenario) finish() string {
 		}
 	}
 	return ""
+}
+
+// global is the global layer's policy.
+func (s *scenario) global() core.Policy {
+	for _, p := range s.policies {
+		if p.Name == "global" {
+			return p
+		}
+	}
+	panic("leasebound: no global layer")
+}
+
+// planSource moves the global layer to the plan in force: the
+// PolicySource changes of a scenario with plans.
+type planSource struct{ s *scenario }
+
+func (ps planSource) Adjust(_ context.Context, _ string, p core.Policy) (core.Policy, error) {
+	if p.Name == "global" {
+		p.Limit = ps.s.limit.Load()
+	}
+	return p, nil
 }

@@ -22,15 +22,16 @@ type record struct {
 	entries []*entry
 }
 
-// admit records an admission of cost at at, and returns it and the
-// violation it makes, if any.
-func (tr *record) admit(at time.Time, cost int64) (*entry, string) {
+// admit records an admission of cost at at, under limit (the policy's,
+// or a plan's in force), and returns it and the violation it makes, if
+// any.
+func (tr *record) admit(at time.Time, cost, limit int64) (*entry, string) {
 	e := &entry{us: at.UnixMicro(), cost: cost}
 	tr.entries = append(tr.entries, e)
 	if tr.p.Algorithm == core.TokenBucket {
 		return e, ""
 	}
-	w, l := tr.p.Window.Microseconds(), tr.p.Limit
+	w, l := tr.p.Window.Microseconds(), limit
 	i := floorDiv(e.us, w)
 	tr.net[i] += cost
 	if tr.net[i] > l {
