@@ -13,3 +13,12 @@ func (l *Limiter) Partitions() int {
 	}
 	return len(*l.parts.m.Load())
 }
+
+// LeasedKeys returns how many keys layer i's leases are held for (0 for
+// a layer not leased).
+func (l *Limiter) LeasedKeys(i int) int64 {
+	if l.leased == nil || l.leased[i] == nil {
+		return 0
+	}
+	return l.leased[i].n.Load()
+}

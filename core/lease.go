@@ -66,6 +66,7 @@ type lease struct {
 	share    int64    // the units the last renewal asked for
 	low      int64    // renew when what it holds falls below (see nextShare)
 	demand   int64    // cost units asked of the lease since the last renewal
+	dearest  int64    // the largest cost asked since the last renewal: a share covers it
 	since    int64    // when the last renewal was asked for
 	fleet    int64    // the store's Remaining after its last answer
 	reset    int64    // when the store said the quota would be whole again
@@ -145,8 +146,8 @@ func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Requ
 		case leaseAdmitted:
 			mine |= 1 << j
 			held[j] = le
-			if took.IsZero() {
-				took = at // dates a Refund, as the store's time would
+			if took.IsZero() || at.Before(took) {
+				took = at // dates a Refund: the earliest take (see below)
 			}
 		case leaseDenied:
 			mine |= 1 << j
@@ -168,7 +169,17 @@ func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Requ
 			}
 		}
 	case mine != 1<<len(reqs)-1:
-		took, err = l.askRest(ctx, at, c, reqs, mine, w)
+		// One time dates a Refund of every layer, each counted when its
+		// grant, or the store now, took it: the earliest of those times.
+		// A give-back dated later than its units were taken would give
+		// a token bucket back what drained since (found by
+		// TestLeaseBoundSearch); one dated earlier errs toward counting
+		// (a window that has passed gives nothing back).
+		var stored time.Time
+		stored, err = l.askRest(ctx, at, c, reqs, mine, w)
+		if stored.IsZero() || stored.Before(took) {
+			took = stored // zero: not the store's decision, nothing to refund
+		}
 	}
 	if err != nil { // the caller left: nothing decided (see askRest)
 		l.giveBackAll(reqs, &held)
@@ -302,6 +313,7 @@ func (l *Limiter) fromLease(le *lease, at time.Time, now int64, r *Request, d *D
 	le.mu.Lock()
 	le.used = now
 	le.demand += r.Cost
+	le.dearest = max(le.dearest, r.Cost)
 	if le.gs[0].units > 0 && le.gs[0].expires <= now || le.wantsRenewal(now, r.Cost) {
 		le.mu.Unlock()
 		l.tend(le, at, now, r.Cost)
@@ -435,7 +447,7 @@ func (l *Limiter) renew(le *lease, at time.Time, now int64) {
 	defer le.mu.Unlock()
 	le.renewing = false
 	partials := le.partials
-	life := le.lifeAt(took)
+	life := le.lifeAt(took, at)
 	if err != nil || life <= 0 {
 		// A store that failed, or did not say when it took (what it
 		// took is lost: the error is toward denying): no renewal for a
@@ -490,9 +502,10 @@ func (t *leaseTable) undry(key string) {
 // lifeAt is how long a grant of le that the store took at took may
 // decide: the lease's lifetime, and for a window algorithm no longer than
 // the window took is in (windows start at multiples of the Window since
-// the Unix epoch, to the microsecond, in every store); 0 when the store
-// did not say when it took.
-func (le *lease) lifeAt(took time.Time) int64 {
+// the Unix epoch, to the microsecond, in every store) from took, or from
+// at if the caller dated the request; 0 when the store did not say when
+// it took.
+func (le *lease) lifeAt(took, at time.Time) int64 {
 	life := le.life
 	if le.policy.Algorithm == TokenBucket {
 		return life
@@ -505,6 +518,14 @@ func (le *lease) lifeAt(took time.Time) int64 {
 	if t < 0 {
 		left = (-t % w) * int64(time.Microsecond)
 	}
+	// The stores date windows to the microsecond, rounded down, but the
+	// grant decides on the nanosecond clock from took on, or from at when
+	// the caller dated the request (a store may return at's microsecond):
+	// what is left of the window is less the nanoseconds past that
+	// microsecond. Else a grant taken 500ns before a window's end
+	// admitted up to 500ns into the next window, counted in the last
+	// (found by TestLeaseBoundSearch).
+	left -= int64(max(took.Nanosecond()%1000, at.Nanosecond()%1000))
 	return min(life, left)
 }
 
@@ -513,17 +534,17 @@ func (le *lease) lifeAt(took time.Time) int64 {
 // lifetime (a grant taken when what is held would last a quarter more is
 // used from then until it expires: asking for more would leave units to
 // expire, which a bucket cannot take back), at most twice the last share
-// and 1 more (a server that wakes up grows into its rate), within the
-// policy's capacity. It sets the renewal's mark (low) to a quarter of a
-// lifetime at that rate. Fairness is renew's, from the store's fresh
-// answer.
+// and 1 more (a server that wakes up grows into its rate), and at least
+// the largest cost asked since, within the policy's capacity. It sets
+// the renewal's mark (low) to a quarter of a lifetime at that rate.
+// Fairness is renew's, from the store's fresh answer.
 func (le *lease) nextShare(now int64) int64 {
 	life := float64(le.life)
 	rate := float64(le.demand) / float64(max(now-le.since, le.life/8, 1)) // units per ns
 	want := int64(math.Ceil(rate * life * 3 / 4))
-	s := max(1, min(want, 2*le.share+1, le.policy.capacity()))
+	s := min(max(1, min(want, 2*le.share+1), le.dearest), le.policy.capacity())
 	le.low = min(int64(math.Ceil(rate*life/4)), (s+1)/2)
-	le.share, le.demand, le.since = s, 0, now
+	le.share, le.demand, le.dearest, le.since = s, 0, 0, now
 	return s
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/leasebound"
 	"github.com/apigate/ratelimit/internal/testkit/testwait"
 )
 
@@ -337,4 +338,69 @@ func TestLeaseGivesBackOnExpiry(t *testing.T) {
 		left := storeLeft()
 		return left == p.Limit-admitted || left == p.Limit
 	}, "the store has back what the grants did not admit: %d left, %d admitted", storeLeft(), admitted)
+}
+
+// TestLeaseGrantEndsWithItsWindow: a grant taken less than a microsecond
+// before its window ends (the stores date to the microsecond) admits
+// nothing past that end: the next window is the store's, whole; over a
+// store that returns the request's time, and one that returns its
+// microsecond (leasebound.Micro, as the Redis store does).
+func TestLeaseGrantEndsWithItsWindow(t *testing.T) {
+	for name, store := range map[string]core.Store{"nanoseconds": newMemStore(t), "microseconds": leasebound.Micro{Store: newMemStore(t)}} {
+		t.Run(name, func(t *testing.T) { testLeaseGrantEnds(t, store) })
+	}
+}
+
+func testLeaseGrantEnds(t *testing.T, store core.Store) {
+	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 100, Window: time.Second, Lease: time.Millisecond}
+	a := fleet(t, store, 1, p)[0]
+	plain := p
+	plain.Lease = 0
+	b := fleet(t, store, 1, plain)[0] // not leased: decided by the store
+	ctx := context.Background()
+	end := leaseT0.Add(time.Second)
+	ask := func(l *core.Limiter, at time.Time, cost int64) core.Decision {
+		d, _, err := l.AllowLayers(ctx, at, []core.Request{{Key: "api", Cost: cost}}, nil)
+		require.NoError(t, err)
+		return d
+	}
+	// A renews at each request (its last grant has expired), its share
+	// growing to more than the cost: the last renewal, 500ns before the
+	// end, leaves it units.
+	var d core.Decision
+	for k := 10; k >= 0; k-- {
+		d = ask(a, end.Add(-500*time.Nanosecond-time.Duration(k)*time.Millisecond), 8)
+		require.True(t, d.Allowed, "k=%d", k)
+	}
+	require.Equal(t, core.SourceLease, d.Source, "the last renewal left units")
+	d = ask(b, end, p.Limit) // the next window, all of it, from the store
+	require.True(t, d.Allowed)
+	require.Equal(t, core.SourceStore, d.Source)
+	d = ask(a, end.Add(time.Nanosecond), 1)
+	assert.False(t, d.Allowed, "admitted at %v from a grant of the window before: %+v", end.Add(time.Nanosecond), d)
+}
+
+// TestLeaseRefundDatedByEarliestTake: the time that dates a Refund of an
+// admission is no later than any of its layers' units were taken (a
+// grant's take, or the store's decision of the other layers): a token
+// bucket's give-back dated later would give back what drained since.
+func TestLeaseRefundDatedByEarliestTake(t *testing.T) {
+	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
+	global := core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 1, Window: 10 * time.Second, Lease: 10 * time.Second}
+	l := fleet(t, newMemStore(t), 1, client, global)[0]
+	ctx := context.Background()
+	ask := func(at time.Time, reqs ...core.Request) (core.Decision, time.Time) {
+		d, took, err := l.AllowLayers(ctx, at, reqs, nil)
+		require.NoError(t, err)
+		return d, took
+	}
+	d, _ := ask(leaseT0, core.Request{Key: "full", Cost: 1})
+	require.True(t, d.Allowed)
+	// The global layer takes a grant of 1 at leaseT0 and keeps it: the
+	// client layer denies.
+	d, _ = ask(leaseT0, core.Request{Key: "full", Cost: 1}, core.Request{Key: "api", Cost: 1})
+	require.False(t, d.Allowed)
+	d, took := ask(leaseT0.Add(5*time.Second), core.Request{Key: "other", Cost: 1}, core.Request{Key: "api", Cost: 1})
+	require.True(t, d.Allowed)
+	assert.Equal(t, leaseT0, took, "dated by the grant's take, not the store's decision of the client layer")
 }
