@@ -2,12 +2,12 @@ package core_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
 	"github.com/apigate/ratelimit/internal/rules/limits"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 )
 
 // BenchmarkLease compares a leased layer with the same layer unleased, on
@@ -44,19 +44,8 @@ func BenchmarkLease(b *testing.B) {
 	}
 }
 
-// callCounter is a Store that counts its Takes, with one atomic add.
-type callCounter struct {
-	core.Store
-	calls atomic.Int64
-}
-
-func (s *callCounter) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	s.calls.Add(1)
-	return s.Store.Take(ctx, now, reqs, out)
-}
-
 func benchLease(b *testing.B, policies []core.Policy, parallel, dated bool) {
-	store := &callCounter{Store: newMemStore(b)}
+	store := &limitertest.Counting{Store: newMemStore(b)}
 	l, err := core.NewLimiter(store, policies)
 	if err != nil {
 		b.Fatal(err)
@@ -79,7 +68,7 @@ func benchLease(b *testing.B, policies []core.Policy, parallel, dated bool) {
 	for range 1000 { // the lease grown to its rate
 		decide()
 	}
-	before := store.calls.Load()
+	before := store.Takes()
 	b.ReportAllocs()
 	b.ResetTimer()
 	if parallel {
@@ -98,5 +87,5 @@ func benchLease(b *testing.B, policies []core.Policy, parallel, dated bool) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(store.calls.Load()-before)/float64(b.N), "calls/op")
+	b.ReportMetric(float64(store.Takes()-before)/float64(b.N), "calls/op")
 }

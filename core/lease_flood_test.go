@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/leasebound"
 )
 
 // TestLeaseFlood: a leased per-client layer under 100,000 distinct keys
@@ -22,7 +23,7 @@ func TestLeaseFlood(t *testing.T) {
 		keys = 2_000 // past the table: each request of a key beyond it sweeps the table
 	}
 	p := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 3, Window: time.Minute, Lease: time.Second}
-	l := fleet(t, newMemStore(t), 1, p)[0]
+	l := leasebound.Fleet(t, newMemStore(t), 1, p)[0]
 	ctx := context.Background()
 	sources := map[core.Source]int{}
 	most := int64(0)

@@ -92,18 +92,6 @@ func TestLeaseValidation(t *testing.T) {
 	}
 }
 
-// fleet is n Limiters sharing one store, each a server.
-func fleet(t *testing.T, store core.Store, n int, policies ...core.Policy) []*core.Limiter {
-	t.Helper()
-	ls := make([]*core.Limiter, n)
-	for i := range ls {
-		l, err := core.NewLimiter(store, policies)
-		require.NoError(t, err)
-		ls[i] = l
-	}
-	return ls
-}
-
 // TestLeaseFixedWindowNeverExceeds: servers with skewed, moving demand
 // above the limit, on a virtual clock, never admit more than the limit in
 // a window, use nearly all of it, and ask the store far less than once a
@@ -115,7 +103,7 @@ func TestLeaseFixedWindowNeverExceeds(t *testing.T) {
 			// A window algorithm admits no more with leases of any
 			// lifetime: a tenth of the window.
 			p := core.Policy{Name: "global", Algorithm: alg, Limit: 20_000, Window: time.Second, Lease: 100 * time.Millisecond}
-			servers := fleet(t, store, 16, p)
+			servers := leasebound.Fleet(t, store, 16, p)
 			rng := rand.New(rand.NewPCG(1, 2))
 			ctx := context.Background()
 			perWindow := map[int64]int64{}
@@ -161,7 +149,7 @@ func TestLeaseFixedWindowNeverExceeds(t *testing.T) {
 func TestLeaseTokenBucketBound(t *testing.T) {
 	store := newMemStore(t)
 	p := core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 10_000, Window: time.Second, Burst: 1_000, Lease: 10 * time.Millisecond}
-	servers := fleet(t, store, 8, p)
+	servers := leasebound.Fleet(t, store, 8, p)
 	rng := rand.New(rand.NewPCG(3, 4))
 	ctx := context.Background()
 	const ms = 3_000
@@ -195,7 +183,7 @@ func TestLeaseAllOrNothing(t *testing.T) {
 	store := newMemStore(t)
 	global := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 100, Window: time.Minute, Lease: time.Second}
 	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
-	l := fleet(t, store, 1, global, client)[0]
+	l := leasebound.Fleet(t, store, 1, global, client)[0]
 	ctx := context.Background()
 	admitted := 0
 	for i := range 300 {
@@ -219,7 +207,7 @@ func TestLeaseAllOrNothing(t *testing.T) {
 func TestLeaseOutage(t *testing.T) {
 	store := newCounting(newMemStore(t))
 	p := core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 1_000, Window: time.Second, Lease: 100 * time.Millisecond, FailClosed: time.Second}
-	l := fleet(t, store, 1, p)[0]
+	l := leasebound.Fleet(t, store, 1, p)[0]
 	ctx := context.Background()
 	ask := func(at time.Duration) core.Decision {
 		d, _, err := l.AllowLayers(ctx, leaseT0.Add(at), []core.Request{{Key: "api", Cost: 1}}, nil)
@@ -247,7 +235,7 @@ func TestLeaseOutage(t *testing.T) {
 func TestLeaseRefundAndReset(t *testing.T) {
 	store := newMemStore(t)
 	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 10, Window: time.Minute, Lease: time.Minute}
-	l := fleet(t, store, 1, p)[0]
+	l := leasebound.Fleet(t, store, 1, p)[0]
 	ctx := context.Background()
 	var last time.Time
 	for range 10 {
@@ -276,7 +264,7 @@ func TestLeaseRefundAndReset(t *testing.T) {
 func TestLeaseConcurrent(t *testing.T) {
 	store := newMemStore(t)
 	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 5_000, Window: time.Hour, Lease: time.Minute}
-	servers := fleet(t, store, 4, p)
+	servers := leasebound.Fleet(t, store, 4, p)
 	ctx := context.Background()
 	var admitted, lease atomic.Int64
 	var wg sync.WaitGroup
@@ -315,7 +303,7 @@ func TestLeaseConcurrent(t *testing.T) {
 func TestLeaseGivesBackOnExpiry(t *testing.T) {
 	store := newMemStore(t)
 	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Hour, Lease: 50 * time.Millisecond}
-	l := fleet(t, store, 1, p)[0]
+	l := leasebound.Fleet(t, store, 1, p)[0]
 	ctx := context.Background()
 	storeLeft := func() int64 {
 		out := make([]core.Decision, 1)
@@ -353,10 +341,10 @@ func TestLeaseGrantEndsWithItsWindow(t *testing.T) {
 
 func testLeaseGrantEnds(t *testing.T, store core.Store) {
 	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 100, Window: time.Second, Lease: time.Millisecond}
-	a := fleet(t, store, 1, p)[0]
+	a := leasebound.Fleet(t, store, 1, p)[0]
 	plain := p
 	plain.Lease = 0
-	b := fleet(t, store, 1, plain)[0] // not leased: decided by the store
+	b := leasebound.Fleet(t, store, 1, plain)[0] // not leased: decided by the store
 	ctx := context.Background()
 	end := leaseT0.Add(time.Second)
 	ask := func(l *core.Limiter, at time.Time, cost int64) core.Decision {
@@ -387,7 +375,7 @@ func testLeaseGrantEnds(t *testing.T, store core.Store) {
 func TestLeaseRefundDatedByEarliestTake(t *testing.T) {
 	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 1, Window: time.Minute}
 	global := core.Policy{Name: "global", Algorithm: core.TokenBucket, Limit: 1, Window: 10 * time.Second, Lease: 10 * time.Second}
-	l := fleet(t, newMemStore(t), 1, client, global)[0]
+	l := leasebound.Fleet(t, newMemStore(t), 1, client, global)[0]
 	ctx := context.Background()
 	ask := func(at time.Time, reqs ...core.Request) (core.Decision, time.Time) {
 		d, took, err := l.AllowLayers(ctx, at, reqs, nil)

@@ -3,30 +3,13 @@ package redisstore
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apigate/ratelimit/core"
+	"github.com/apigate/ratelimit/internal/testkit/limitertest"
 	"github.com/apigate/ratelimit/internal/testkit/redistest"
 )
-
-// callCounter is a Store that counts the calls made of it: each Take and
-// Refund of a Store over one Redis is one round trip.
-type callCounter struct {
-	core.Store
-	calls atomic.Int64
-}
-
-func (s *callCounter) Take(ctx context.Context, now time.Time, reqs []core.Request, out []core.Decision) (time.Time, error) {
-	s.calls.Add(1)
-	return s.Store.Take(ctx, now, reqs, out)
-}
-
-func (s *callCounter) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
-	s.calls.Add(1)
-	return s.Store.Refund(ctx, at, reqs)
-}
 
 // BenchmarkLease measures a global layer over a local redis-server, leased
 // and not (Redis TIME, no explicit clock): alone, and with a per-client
@@ -46,7 +29,7 @@ func BenchmarkLease(b *testing.B) {
 		for _, lease := range []time.Duration{0, 6 * time.Second} {
 			name := map[bool]string{false: "global", true: "layered"}[layered] + map[bool]string{false: "/plain", true: "/leased"}[lease > 0]
 			b.Run(name, func(b *testing.B) {
-				st := &callCounter{Store: mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))}
+				st := &limitertest.Counting{Store: mustNew(b, srv.Client(), WithPrefix(testPrefix(b)))}
 				g := global
 				g.Lease = lease
 				ps := []core.Policy{g}
@@ -71,7 +54,7 @@ func BenchmarkLease(b *testing.B) {
 				for i := range 2_000 { // shares grown to the rate
 					decide(i)
 				}
-				before := st.calls.Load()
+				before := (st.Takes() + st.Refunds())
 				b.ReportAllocs()
 				b.ResetTimer()
 				i := 0
@@ -80,7 +63,7 @@ func BenchmarkLease(b *testing.B) {
 					i++
 				}
 				b.StopTimer()
-				b.ReportMetric(float64(st.calls.Load()-before)/float64(b.N), "trips/op")
+				b.ReportMetric(float64((st.Takes()+st.Refunds())-before)/float64(b.N), "trips/op")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
 		}

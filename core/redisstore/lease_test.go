@@ -48,18 +48,6 @@ func (s *leaseCounter) Take(ctx context.Context, now time.Time, reqs []core.Requ
 	return s.Store.Take(ctx, now, reqs, out)
 }
 
-// leaseFleet is n Limiters over store, each a server.
-func leaseFleet(t *testing.T, store core.Store, n int, policies ...core.Policy) []*core.Limiter {
-	t.Helper()
-	ls := make([]*core.Limiter, n)
-	for i := range ls {
-		l, err := core.NewLimiter(store, policies)
-		require.NoError(t, err)
-		ls[i] = l
-	}
-	return ls
-}
-
 // TestLeaseFleet: Limiters sharing one Redis, or a Redis Cluster of three
 // masters, with a leased global layer and a per-client layer, on a
 // virtual clock: the global layer never admits more than its limit in a
@@ -81,7 +69,7 @@ func testLeaseFleet(t *testing.T, s *Store) {
 	global := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 2_000, Window: time.Second, Lease: 100 * time.Millisecond}
 	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 10, Window: time.Second}
 	store := &leaseCounter{Store: s}
-	servers := leaseFleet(t, store, 8, global, client)
+	servers := leasebound.Fleet(t, store, 8, global, client)
 	rng := rand.New(rand.NewPCG(5, 6))
 	ctx := context.Background()
 	const ms, perMs, clients = 2_000, 6, 300 // 6,000/s, over the limit of 2,000
@@ -143,7 +131,7 @@ func TestLeaseRedisOutage(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	s := mustNew(t, c, WithPrefix(testPrefix(t)))
 	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1_000, Window: time.Minute, Lease: 200 * time.Millisecond, FailClosed: time.Second}
-	servers := leaseFleet(t, s, 3, p)
+	servers := leasebound.Fleet(t, s, 3, p)
 	ctx := context.Background()
 	ask := func(l *core.Limiter, at time.Duration) core.Decision {
 		d, _, err := l.AllowLayers(ctx, t0.Add(at), []core.Request{{Key: leaseKey, Cost: 1}}, nil)

@@ -429,3 +429,15 @@ func (ps planSource) Adjust(_ context.Context, _ string, p core.Policy) (core.Po
 	}
 	return p, nil
 }
+
+// Fleet is n Limiters over store of policies, each an app server.
+func Fleet(t testing.TB, store core.Store, n int, policies ...core.Policy) []*core.Limiter {
+	t.Helper()
+	ls := make([]*core.Limiter, n)
+	for i := range ls {
+		l, err := core.NewLimiter(store, policies)
+		require.NoError(t, err)
+		ls[i] = l
+	}
+	return ls
+}

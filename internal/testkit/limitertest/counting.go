@@ -8,11 +8,12 @@ import (
 	"github.com/apigate/ratelimit/core"
 )
 
-// Counting is a Store that counts the decisions it is asked for and passes
-// them on to Store, a memory store.
+// Counting is a Store that counts the decisions and the refunds it is
+// asked for and passes them on to Store (over one Redis, each is one
+// round trip).
 type Counting struct {
 	core.Store
-	takes atomic.Int64
+	takes, refunds atomic.Int64
 }
 
 // Take counts the call and asks the wrapped store.
@@ -23,3 +24,12 @@ func (c *Counting) Take(ctx context.Context, now time.Time, reqs []core.Request,
 
 // Takes returns how many decisions the store was asked for.
 func (c *Counting) Takes() int64 { return c.takes.Load() }
+
+// Refund counts the call and asks the wrapped store.
+func (c *Counting) Refund(ctx context.Context, at time.Time, reqs []core.Request) error {
+	c.refunds.Add(1)
+	return c.Store.Refund(ctx, at, reqs)
+}
+
+// Refunds returns how many refunds the store was asked for.
+func (c *Counting) Refunds() int64 { return c.refunds.Load() }
