@@ -127,6 +127,9 @@ func (p Policy) leaseInvalid() string {
 // the store nothing.
 func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Request, w *watch) error {
 	v := &c.v
+	if ctx.Err() != nil { // as ask: a caller gone is answered first, a lease or not
+		return l.canceledLayers(ctx, nil, reqs, v)
+	}
 	now := l.elapsed(at)
 	var mine, denied uint32 // the requests decided in process: all, denied
 	var held [limits.MaxLayers]*lease

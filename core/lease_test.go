@@ -392,3 +392,32 @@ func TestLeaseRefundDatedByEarliestTake(t *testing.T) {
 	require.True(t, d.Allowed)
 	assert.Equal(t, leaseT0, took, "dated by the grant's take, not the store's decision of the client layer")
 }
+
+// TestLeaseCallerGone: a request whose caller leaves while the store
+// decides its other layers takes nothing from the leased layer.
+func TestLeaseCallerGone(t *testing.T) {
+	store := newMemStore(t)
+	global := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 50, Window: time.Minute, Lease: time.Second}
+	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 1_000, Window: time.Minute}
+	l := leasebound.Fleet(t, store, 1, global, client)[0]
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	admitted := 0
+	for i := range 200 {
+		ctx := context.Background()
+		if i%2 == 1 {
+			ctx = gone
+		}
+		at := leaseT0.Add(time.Duration(i) * time.Millisecond)
+		d, _, err := l.AllowLayers(ctx, at, []core.Request{{Key: "api", Cost: 1}, {Key: "c", Cost: 1}}, nil)
+		if ctx == gone {
+			require.ErrorIs(t, err, context.Canceled, "request %d: %+v", i, d)
+			continue
+		}
+		require.NoError(t, err)
+		if d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 50, admitted, "the callers that left took nothing")
+}
