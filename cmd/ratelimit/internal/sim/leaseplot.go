@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"image/color"
 	"io"
-	"os"
 	"path/filepath"
 
 	"gonum.org/v1/plot"
@@ -41,25 +40,14 @@ func PlotLeases(reports []LeaseReport, dir string) error {
 			}
 			rows[i] = []*plot.Plot{p}
 		}
-		if err := writeSVG(filepath.Join(dir, name), rows); err != nil {
+		if err := writeFile(filepath.Join(dir, name), func(w io.Writer) error { return drawRows(w, rows) }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func writeSVG(path string, rows [][]*plot.Plot) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := drawRows(f, rows); err != nil {
-		f.Close()
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return f.Close()
-}
-
+// drawRows draws rows, one plot each, stacked, as SVG.
 func drawRows(w io.Writer, rows [][]*plot.Plot) error {
 	width, height := 8*vg.Inch, vg.Length(len(rows))*2*vg.Inch+0.4*vg.Inch
 	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(8)}

@@ -33,11 +33,17 @@ func Plot(results []Result, title, path string) error {
 	if ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("plot %s: want a .svg or .png file", path)
 	}
+	return writeFile(path, func(w io.Writer) error { return WritePlot(w, ext[1:], results, title) })
+}
+
+// writeFile creates path and writes it with write; an error names the
+// file.
+func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := WritePlot(f, ext[1:], results, title); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
