@@ -160,9 +160,9 @@ func (l *Limiter) failLayers(reqs []Request, v *verdict, err error) {
 func (l *Limiter) overLayers(reqs []Request, over uint32, v *verdict) {
 	for i := range reqs {
 		p := &reqs[i].Policy
-		v.ds[i] = Decision{Allowed: over&(1<<i) == 0, Limit: p.capacity(), ResetAfter: p.Window}
-		if !v.ds[i].Allowed {
-			v.ds[i].RetryAfter = p.Window
+		v.ds[i] = notAsked(p)
+		if over&(1<<i) != 0 {
+			v.ds[i].Allowed, v.ds[i].RetryAfter = false, p.Window
 		}
 	}
 	l.verdict(reqs, v, SourceStore, nil)
@@ -170,6 +170,14 @@ func (l *Limiter) overLayers(reqs []Request, over uint32, v *verdict) {
 		v.ds[i].Remaining = 0 // not the cost back that verdict gives a layer that took nothing
 	}
 	v.result().Remaining = 0
+}
+
+// notAsked is the decision of a layer under p that the store was not
+// asked, another layer having denied the request without it: admitted,
+// nothing said left (its caller zeroes Remaining after verdict) until its
+// Window has passed, after which the policy in force may have changed.
+func notAsked(p *Policy) Decision {
+	return Decision{Allowed: true, Limit: p.capacity(), ResetAfter: p.Window}
 }
 
 // observeLayers reports a layered request: one Event per layer that

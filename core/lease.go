@@ -143,12 +143,12 @@ func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Requ
 		if le == nil {
 			continue
 		}
-		switch outcome, at := l.fromLease(le, at, now, &reqs[j], &v.ds[j]); outcome {
+		switch outcome, taken := l.fromLease(le, at, now, &reqs[j], &v.ds[j]); outcome {
 		case leaseAdmitted:
 			mine |= 1 << j
 			held[j] = le
-			if took.IsZero() || at.Before(took) {
-				took = at // dates a Refund: the earliest take (see below)
+			if took.IsZero() || taken.Before(took) {
+				took = taken // dates a Refund: the earliest take (see below)
 			}
 		case leaseDenied:
 			mine |= 1 << j
@@ -161,12 +161,11 @@ func (l *Limiter) leases(ctx context.Context, at time.Time, c *call, reqs []Requ
 	var err error
 	switch {
 	case denied != 0:
-		// Denied in process: the other layers are not asked, and say
-		// nothing left until their Window has passed (as overLayers).
+		// Denied in process: the other layers are not asked (as
+		// overLayers).
 		for j := range reqs {
 			if mine&(1<<j) == 0 {
-				p := &reqs[j].Policy
-				v.ds[j] = Decision{Allowed: true, Limit: p.capacity(), ResetAfter: p.Window}
+				v.ds[j] = notAsked(&reqs[j].Policy)
 			}
 		}
 	case mine != 1<<len(reqs)-1:

@@ -81,7 +81,9 @@ func (l *Limiter) drop(le *lease) {
 	gs := le.gs
 	le.gs = [2]grant{}
 	le.mu.Unlock()
-	go l.refundGrants(le, gs)
+	if gs[0].units > 0 || gs[1].units > 0 {
+		go l.refundGrants(le, gs)
+	}
 }
 
 // wantsRenewal reports whether le, asked for cost at now, should ask the
@@ -193,9 +195,9 @@ func (le *lease) lifeAt(took, at time.Time) int64 {
 // nextShare is the units le asks the store for at now: what it was asked
 // for since the last renewal, at that rate for five eighths of a
 // lifetime, at most twice the last share and 1 more (a server that wakes
-// up grows into its rate), and at least the largest cost asked since,
-// within the policy's capacity. It sets the renewal's mark (low) to an
-// eighth of a lifetime at that rate. A grant taken when what is held
+// up grows into its rate), and at least the largest cost asked since if
+// that is within about twice that share, within the policy's capacity. It
+// sets the renewal's mark (low) to an eighth of a lifetime at that rate. A grant taken when what is held
 // would last an eighth more is used from then on, for at most seven
 // eighths of a lifetime: asking for less than that leaves little to
 // expire, which a bucket cannot take back (the simulation at defaults,
@@ -206,7 +208,14 @@ func (le *lease) nextShare(now int64) int64 {
 	life := float64(le.life)
 	rate := float64(le.demand) / float64(max(now-le.since, le.life/8, 1)) // units per ns
 	want := int64(math.Ceil(rate * life * 5 / 8))
-	s := min(max(1, min(want, 2*le.share+1), le.dearest), le.policy.capacity())
+	s := max(1, min(want, 2*le.share+1))
+	if le.dearest <= 2*s+1 {
+		// The dearest request is covered only within twice the share:
+		// one request of a huge cost must not take the layer's quota for
+		// a lifetime (it goes to the store instead).
+		s = max(s, le.dearest)
+	}
+	s = min(s, le.policy.capacity())
 	le.low = min(int64(math.Ceil(rate*life/8)), (s+1)/2)
 	le.share, le.demand, le.dearest, le.since = s, 0, 0, now
 	return s

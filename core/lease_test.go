@@ -421,3 +421,35 @@ func TestLeaseCallerGone(t *testing.T) {
 	}
 	assert.Equal(t, 50, admitted, "the callers that left took nothing")
 }
+
+// TestLeaseDearRequest: one request of a huge cost on a leased layer does
+// not make a share that takes the quota: it goes to the store. (Were the
+// share sized to it, a denial by another layer would leave the server
+// holding it for a lifetime.)
+func TestLeaseDearRequest(t *testing.T) {
+	store := newMemStore(t)
+	p := core.Policy{Name: "global", Algorithm: core.FixedWindow, Limit: 1_000_000, Window: time.Minute, Lease: time.Second}
+	client := core.Policy{Name: "client", Algorithm: core.FixedWindow, Limit: 400_000, Window: time.Minute}
+	l := leasebound.Fleet(t, store, 1, p, client)[0]
+	ctx := context.Background()
+	ask := func(at time.Duration, key string, cost int64) core.Decision {
+		d, _, err := l.AllowLayers(ctx, leaseT0.Add(at), []core.Request{{Key: "api", Cost: cost}, {Key: key, Cost: cost}}, nil)
+		require.NoError(t, err)
+		return d
+	}
+	admitted := int64(0)
+	for i := range 1_000 { // 1 a millisecond
+		if ask(time.Duration(i)*time.Millisecond, fmt.Sprint("c", i), 1).Allowed {
+			admitted++
+		}
+	}
+	require.True(t, ask(time.Second, "dear", 300_000).Allowed)
+	d := ask(time.Second+time.Millisecond, "dear", 300_000) // its client layer denies it
+	require.False(t, d.Allowed)
+	require.Equal(t, "client", d.Policy.Name)
+	admitted += 300_000
+	out := make([]core.Decision, 1)
+	require.NoError(t, store.Peek(ctx, leaseT0.Add(2*time.Second), []core.Request{{Key: "api", Policy: l.Policies()[0], Cost: 1}}, out))
+	held := p.Limit - out[0].Remaining - admitted
+	assert.Less(t, held, int64(5_000), "the server holds %d units: shares follow the rate (1 a ms), not the dearest request", held)
+}
