@@ -193,17 +193,17 @@ func (le *lease) lifeAt(took, at time.Time) int64 {
 }
 
 // nextShare is the units le asks the store for at now: what it was asked
-// for since the last renewal, at that rate for five eighths of a
-// lifetime, at most twice the last share and 1 more (a server that wakes
-// up grows into its rate), and at least the largest cost asked since if
-// that is within about twice that share, within the policy's capacity. It
-// sets the renewal's mark (low) to an eighth of a lifetime at that rate. A grant taken when what is held
-// would last an eighth more is used from then on, for at most seven
-// eighths of a lifetime: asking for less than that leaves little to
-// expire, which a bucket cannot take back (the simulation at defaults,
-// docs/leases.md: three quarters renewed with a quarter left used 95.8%
-// of a token bucket's limit, this 99.2%, with fewer store calls).
-// Fairness is renew's, from the store's fresh answer.
+// for since the last renewal, at that rate for five eighths of a lifetime,
+// at most twice the last share and 1 more (a server that wakes up grows
+// into its rate), and at least the largest cost asked since if that is
+// within about twice that share, within the policy's capacity. It sets the
+// renewal's mark (low) to an eighth of a lifetime at that rate. A grant
+// taken when what is held would last an eighth more is used from then on,
+// for at most seven eighths of a lifetime: asking for less than that
+// leaves little to expire, which a bucket cannot take back (the simulation
+// at defaults, docs/leases.md: three quarters renewed with a quarter left
+// used 95.8% of a token bucket's limit, this 99.2%, with fewer store
+// calls). Fairness is renew's, from the store's fresh answer.
 func (le *lease) nextShare(now int64) int64 {
 	life := float64(le.life)
 	rate := float64(le.demand) / float64(max(now-le.since, le.life/8, 1)) // units per ns
